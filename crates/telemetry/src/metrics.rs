@@ -1,0 +1,185 @@
+//! The process's one metrics registry. Components register into it at startup (through
+//! [`MetricsRegistry::sub_registry`] or a plain `&mut Registry`), then it is frozen into a
+//! [`SharedRegistry`] that the admin router encodes on every scrape.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Metric, Registry, Unit};
+
+use crate::Error;
+
+/// Every metric name starts with `berth_`.
+pub const METRIC_PREFIX: &str = "berth";
+
+/// The content type Prometheus negotiates for the OpenMetrics text format.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A `berth_`-prefixed registry under construction.
+#[derive(Debug)]
+pub struct MetricsRegistry {
+    registry: Registry,
+}
+
+impl Default for MetricsRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MetricsRegistry {
+    pub fn new() -> Self {
+        MetricsRegistry {
+            registry: Registry::with_prefix(METRIC_PREFIX),
+        }
+    }
+
+    /// Registers `metric` as `berth_<name>`. The caller keeps a clone of the metric to update it;
+    /// prometheus-client metrics share their state between clones.
+    pub fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+        self.registry.register(name, help, metric);
+    }
+
+    /// Registers `metric` as `berth_<name>_<unit>`.
+    pub fn register_with_unit(&mut self, name: &str, help: &str, unit: Unit, metric: impl Metric) {
+        self.registry.register_with_unit(name, help, unit, metric);
+    }
+
+    /// A registry whose metrics are named `berth_<component>_...`, for a crate that takes a plain
+    /// `&mut Registry` and so needs no dependency on this one.
+    pub fn sub_registry(&mut self, component: &str) -> &mut Registry {
+        self.registry.sub_registry_with_prefix(component)
+    }
+
+    /// Records `berth_build_info{version="..."} 1`, so dashboards can tell which build answered.
+    pub fn register_build_info(&mut self, version: &str) {
+        let info = Info::new(vec![("version".to_owned(), version.to_owned())]);
+        self.registry
+            .register("build", "Build information about this berth binary", info);
+    }
+
+    /// Ends registration: the result is cheap to clone into HTTP handlers.
+    pub fn into_shared(self) -> SharedRegistry {
+        SharedRegistry(Arc::new(self.registry))
+    }
+}
+
+/// A registry that no longer accepts registrations, shared with the admin router.
+#[derive(Debug, Clone)]
+pub struct SharedRegistry(Arc<Registry>);
+
+impl SharedRegistry {
+    /// The OpenMetrics text exposition, ending with `# EOF`.
+    pub fn encode(&self) -> Result<String, Error> {
+        encode_registry(&self.0)
+    }
+}
+
+/// Encodes any prometheus-client registry as OpenMetrics text; components use it in their own tests.
+pub fn encode_registry(registry: &Registry) -> Result<String, Error> {
+    let mut out = String::new();
+    encode(&mut out, registry).map_err(Error::EncodeMetrics)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::encoding::EncodeLabelSet;
+    use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+
+    use super::*;
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+    struct ResultLabels {
+        result: String,
+    }
+
+    #[test]
+    fn empty_registry_encodes_to_eof_only() {
+        let out = MetricsRegistry::new().into_shared().encode().unwrap();
+        assert_eq!(out, "# EOF\n");
+    }
+
+    #[test]
+    fn metrics_are_prefixed_with_berth() {
+        let mut metrics = MetricsRegistry::new();
+        let syncs = Counter::<u64>::default();
+        metrics.register("syncs", "Datapath syncs", syncs.clone());
+        syncs.inc_by(3);
+        let out = metrics.into_shared().encode().unwrap();
+        assert!(out.contains("# TYPE berth_syncs counter\n"), "{out}");
+        assert!(
+            out.contains("# HELP berth_syncs Datapath syncs.\n"),
+            "{out}"
+        );
+        assert!(out.contains("berth_syncs_total 3\n"), "{out}");
+        assert!(out.ends_with("# EOF\n"), "{out}");
+    }
+
+    #[test]
+    fn sub_registries_nest_the_component_name() {
+        let mut metrics = MetricsRegistry::new();
+        let family = Family::<ResultLabels, Counter>::default();
+        family
+            .get_or_create(&ResultLabels {
+                result: "ok".to_owned(),
+            })
+            .inc();
+        metrics
+            .sub_registry("ipam")
+            .register("allocations", "Allocations by result", family);
+        let out = metrics.into_shared().encode().unwrap();
+        assert!(
+            out.contains("berth_ipam_allocations_total{result=\"ok\"} 1\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn units_are_appended_to_the_name() {
+        let mut metrics = MetricsRegistry::new();
+        let gauge = Gauge::<i64>::default();
+        gauge.set(42);
+        metrics.register_with_unit("sync_duration", "Last sync", Unit::Seconds, gauge);
+        let out = metrics.into_shared().encode().unwrap();
+        assert!(out.contains("berth_sync_duration_seconds 42\n"), "{out}");
+    }
+
+    #[test]
+    fn updates_after_sharing_are_visible_on_the_next_encode() {
+        let mut metrics = MetricsRegistry::new();
+        let gauge = Gauge::<i64>::default();
+        metrics.register("services", "Services seen", gauge.clone());
+        let shared = metrics.into_shared();
+        assert!(shared.encode().unwrap().contains("berth_services 0\n"));
+        gauge.set(7);
+        assert!(shared
+            .clone()
+            .encode()
+            .unwrap()
+            .contains("berth_services 7\n"));
+    }
+
+    #[test]
+    fn build_info_carries_the_version_label() {
+        let mut metrics = MetricsRegistry::new();
+        metrics.register_build_info("1.2.3");
+        let out = metrics.into_shared().encode().unwrap();
+        assert!(
+            out.contains("berth_build_info{version=\"1.2.3\"} 1\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn encode_registry_works_on_a_plain_registry() {
+        let mut registry = Registry::default();
+        registry.register("plain", "A plain counter", Counter::<u64>::default());
+        let out = encode_registry(&registry).unwrap();
+        assert!(out.contains("plain_total 0\n"), "{out}");
+    }
+}
