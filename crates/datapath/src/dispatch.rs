@@ -1,0 +1,196 @@
+//! Entry dispatch: kube-proxy's linear `BERTH-SERVICES`, or a tree of chains.
+//!
+//! The tree splits the sorted destination addresses on their first differing prefix bit, so each
+//! level costs a new connection at most two rules and a leaf holds at most `leaf_size` rules. A
+//! leaf's content is exactly the rules linear dispatch would have had for those addresses, and a
+//! chain's name is derived from the prefix it covers, so a Service change rewrites one leaf.
+//! Node ports are split the same way by port range, one tree per protocol.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::input::{IpFamily, Protocol};
+use crate::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table};
+use crate::names;
+use crate::plan::{Dispatch, PlanOptions};
+
+/// The rules that select a Service, before they are laid out.
+#[derive(Debug, Default)]
+pub struct DispatchEntries {
+    by_dst: Vec<(u128, Rule)>,
+    by_node_port: Vec<(Protocol, u128, Rule)>,
+}
+
+fn addr_key(addr: IpAddr) -> u128 {
+    match addr {
+        IpAddr::V4(v4) => u128::from(u32::from(v4)),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+impl DispatchEntries {
+    pub fn push_dst(&mut self, addr: IpAddr, rule: Rule) {
+        self.by_dst.push((addr_key(addr), rule));
+    }
+
+    pub fn push_node_port(&mut self, protocol: Protocol, port: u16, rule: Rule) {
+        self.by_node_port.push((protocol, u128::from(port), rule));
+    }
+}
+
+/// A key space (addresses of one family, or ports) and how to name and match a prefix of it.
+trait KeySpace {
+    const BITS: u32;
+    fn kind(&self) -> &'static str;
+    fn label(&self, prefix: u128, len: u32) -> String;
+    fn matches(&self, prefix: u128, len: u32) -> Vec<Match>;
+}
+
+fn range_of(bits: u32, prefix: u128, len: u32) -> (u128, u128) {
+    let host_bits = bits - len;
+    let span = if host_bits >= 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+    (prefix, prefix | span)
+}
+
+struct AddrSpace(IpFamily);
+
+impl AddrSpace {
+    fn net(&self, prefix: u128, len: u32) -> Option<IpNet> {
+        let addr = match self.0 {
+            IpFamily::V4 => IpAddr::V4(u32::try_from(prefix).ok()?.into()),
+            IpFamily::V6 => IpAddr::V6(prefix.into()),
+        };
+        IpNet::new(addr, u8::try_from(len).ok()?).ok()
+    }
+}
+
+struct V4Space(AddrSpace);
+struct V6Space(AddrSpace);
+
+macro_rules! addr_space {
+    ($ty:ident, $bits:expr) => {
+        impl KeySpace for $ty {
+            const BITS: u32 = $bits;
+            fn kind(&self) -> &'static str {
+                "DST"
+            }
+            fn label(&self, prefix: u128, len: u32) -> String {
+                self.0.net(prefix, len).map(|net| net.to_string()).unwrap_or_default()
+            }
+            fn matches(&self, prefix: u128, len: u32) -> Vec<Match> {
+                self.0
+                    .net(prefix, len)
+                    .map(|net| vec![Match::comment(net.to_string()), Match::dst_net(net)])
+                    .unwrap_or_default()
+            }
+        }
+    };
+}
+addr_space!(V4Space, 32);
+addr_space!(V6Space, 128);
+
+struct PortSpace(Protocol);
+
+impl KeySpace for PortSpace {
+    const BITS: u32 = 16;
+    fn kind(&self) -> &'static str {
+        "NP"
+    }
+    fn label(&self, prefix: u128, len: u32) -> String {
+        let (lo, hi) = range_of(Self::BITS, prefix, len);
+        format!("{} {lo}-{hi}", self.0.as_iptables())
+    }
+    fn matches(&self, prefix: u128, len: u32) -> Vec<Match> {
+        let (lo, hi) = range_of(Self::BITS, prefix, len);
+        // Keys come from u16 ports, so the range always fits.
+        let (lo, hi) = (lo as u16, hi as u16);
+        let port = if lo == hi { PortMatch::Single(lo) } else { PortMatch::Range(lo, hi) };
+        vec![Match::Protocol(self.0), Match::DestPort(port)]
+    }
+}
+
+/// Writes `entries` (sorted by key) into `chain`: the rules themselves when they fit a leaf,
+/// else one jump per half of the first bit where the keys differ.
+fn fill<S: KeySpace>(
+    rs: &mut Ruleset,
+    space: &S,
+    chain: &ChainName,
+    entries: &[(u128, Rule)],
+    leaf_size: usize,
+) {
+    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+        return;
+    };
+    let common = if first.0 == last.0 {
+        S::BITS
+    } else {
+        // Keys live in the low S::BITS bits of a u128.
+        (first.0 ^ last.0).leading_zeros() - (128 - S::BITS)
+    };
+    if entries.len() <= leaf_size.max(1) || common >= S::BITS {
+        let nat = rs.table_mut(Table::Nat);
+        for (_, rule) in entries {
+            nat.push(chain, rule.clone());
+        }
+        return;
+    }
+    let split_bit = S::BITS - common - 1;
+    let child_len = common + 1;
+    let mask = if child_len == 0 { 0 } else { !((1u128 << (S::BITS - child_len)) - 1) };
+    let at = entries.partition_point(|(key, _)| (key >> split_bit) & 1 == 0);
+    for half in [&entries[..at], &entries[at..]] {
+        let Some((key, _)) = half.first() else { continue };
+        let prefix = key & mask & range_of(S::BITS, 0, 0).1;
+        let child = names::dispatch_chain(space.kind(), &space.label(prefix, child_len));
+        rs.table_mut(Table::Nat).push(chain, Rule::jump(space.matches(prefix, child_len), &child));
+        rs.table_mut(Table::Nat).chain_mut(&child);
+        fill(rs, space, &child, half, leaf_size);
+    }
+}
+
+/// Lays out the nat entry chains `BERTH-SERVICES` and `BERTH-NODEPORTS`.
+pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &PlanOptions) {
+    let services = names::fixed(names::SERVICES);
+    let node_ports = names::fixed(names::NODEPORTS);
+    let DispatchEntries { mut by_dst, mut by_node_port } = entries;
+    match options.dispatch {
+        Dispatch::Linear => {
+            let nat = rs.table_mut(Table::Nat);
+            for (_, rule) in by_dst {
+                nat.push(&services, rule);
+            }
+            for (_, _, rule) in by_node_port {
+                nat.push(&node_ports, rule);
+            }
+        }
+        Dispatch::Tree => {
+            // Stable sorts: rules of one address keep the Service order of the linear layout.
+            by_dst.sort_by_key(|(key, _)| *key);
+            match options.family {
+                IpFamily::V4 => fill(rs, &V4Space(AddrSpace(IpFamily::V4)), &services, &by_dst, options.leaf_size),
+                IpFamily::V6 => fill(rs, &V6Space(AddrSpace(IpFamily::V6)), &services, &by_dst, options.leaf_size),
+            }
+            by_node_port.sort_by_key(|(proto, key, _)| (*proto, *key));
+            for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+                let of_proto: Vec<(u128, Rule)> = by_node_port
+                    .iter()
+                    .filter(|(p, _, _)| *p == proto)
+                    .map(|(_, key, rule)| (*key, rule.clone()))
+                    .collect();
+                fill(rs, &PortSpace(proto), &node_ports, &of_proto, options.leaf_size);
+            }
+        }
+    }
+    // Must stay last: node ports are tried only after every Service address.
+    rs.table_mut(Table::Nat).push(
+        &services,
+        Rule::jump(
+            vec![
+                Match::comment("berth service nodeports; NOTE: this must be the last rule in this chain"),
+                Match::AddrTypeLocal { side: AddrSide::Dst, negated: false },
+            ],
+            &node_ports,
+        ),
+    );
+}

@@ -1,0 +1,205 @@
+//! The node's view of Services and endpoints, as plain data: what `plan` consumes.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+/// Default `sessionAffinityConfig.clientIP.timeoutSeconds` (three hours), as on the apiserver.
+pub const DEFAULT_AFFINITY_TIMEOUT_SECONDS: u32 = 10_800;
+
+/// Address family of one iptables instance (`iptables` or `ip6tables`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn of(addr: &IpAddr) -> Self {
+        match addr {
+            IpAddr::V4(_) => IpFamily::V4,
+            IpAddr::V6(_) => IpFamily::V6,
+        }
+    }
+
+    pub fn contains(self, addr: &IpAddr) -> bool {
+        IpFamily::of(addr) == self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// The spelling iptables uses (`-p tcp`, `-m tcp`).
+    pub fn as_iptables(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+
+    /// The spelling Kubernetes uses (`TCP`), which is also what chain-name hashes are built from.
+    pub fn as_kubernetes(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => "SCTP",
+        }
+    }
+
+    pub fn from_kubernetes(value: Option<&str>) -> Option<Self> {
+        match value.unwrap_or("TCP") {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    pub fn from_iptables(value: &str) -> Option<Self> {
+        match value {
+            "tcp" => Some(Protocol::Tcp),
+            "udp" => Some(Protocol::Udp),
+            "sctp" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TrafficPolicy {
+    #[default]
+    Cluster,
+    Local,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SessionAffinity {
+    #[default]
+    None,
+    ClientIp {
+        timeout_seconds: u32,
+    },
+}
+
+/// `status.loadBalancer.ingress[].ipMode`: only `Vip` addresses are captured on the node; `Proxy`
+/// means the load balancer rewrites the destination itself, so the node must not short-circuit it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IpMode {
+    #[default]
+    Vip,
+    Proxy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LoadBalancerIngress {
+    pub ip: IpAddr,
+    pub mode: IpMode,
+}
+
+/// `namespace/name:port`, kube-proxy's `ServicePortName`; the port part is omitted when unnamed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServicePortName {
+    pub namespace: String,
+    pub name: String,
+    pub port: String,
+}
+
+impl fmt::Display for ServicePortName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.port.is_empty() {
+            write!(f, "{}/{}", self.namespace, self.name)
+        } else {
+            write!(f, "{}/{}:{}", self.namespace, self.name, self.port)
+        }
+    }
+}
+
+/// One endpoint of one Service port, with the EndpointSlice conditions already defaulted
+/// (`serving` defaults to `ready`, `terminating` to false).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    pub node_name: Option<String>,
+}
+
+impl Endpoint {
+    pub fn is_local(&self, node: &NodeInfo) -> bool {
+        self.node_name.as_deref() == Some(node.name.as_str())
+    }
+
+    /// The `ip:port` form used in DNAT targets, comments and chain-name hashes.
+    pub fn address(&self) -> String {
+        match self.ip {
+            IpAddr::V4(ip) => format!("{ip}:{}", self.port),
+            IpAddr::V6(ip) => format!("[{ip}]:{}", self.port),
+        }
+    }
+}
+
+/// One port of one Service, with everything the datapath needs and its endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServicePort {
+    pub name: ServicePortName,
+    pub protocol: Protocol,
+    pub port: u16,
+    pub cluster_ips: Vec<IpAddr>,
+    pub node_port: Option<u16>,
+    pub external_ips: Vec<IpAddr>,
+    pub load_balancer_ingress: Vec<LoadBalancerIngress>,
+    pub source_ranges: Vec<IpNet>,
+    pub session_affinity: SessionAffinity,
+    pub external_traffic_policy: TrafficPolicy,
+    pub internal_traffic_policy: TrafficPolicy,
+    pub health_check_node_port: Option<u16>,
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl ServicePort {
+    /// Load-balancer addresses the node captures itself (`ipMode: VIP`) in one family.
+    pub fn load_balancer_vips(&self, family: IpFamily) -> Vec<IpAddr> {
+        self.load_balancer_ingress
+            .iter()
+            .filter(|ingress| ingress.mode == IpMode::Vip && family.contains(&ingress.ip))
+            .map(|ingress| ingress.ip)
+            .collect()
+    }
+
+    pub fn externally_accessible(&self, family: IpFamily) -> bool {
+        self.node_port.is_some()
+            || self.external_ips.iter().any(|ip| family.contains(ip))
+            || !self.load_balancer_vips(family).is_empty()
+    }
+
+    pub fn external_policy_local(&self, family: IpFamily) -> bool {
+        self.externally_accessible(family) && self.external_traffic_policy == TrafficPolicy::Local
+    }
+
+    pub fn internal_policy_local(&self) -> bool {
+        self.internal_traffic_policy == TrafficPolicy::Local
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct NodeInfo {
+    pub name: String,
+    pub addresses: Vec<IpAddr>,
+}
+
+/// Everything one node's datapath depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeView {
+    pub node: NodeInfo,
+    pub services: Vec<ServicePort>,
+}

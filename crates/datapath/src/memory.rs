@@ -1,0 +1,191 @@
+//! An in-memory iptables that applies restore payloads with iptables-restore's rules: declaring a
+//! chain flushes it, jumps must name existing chains, a referenced chain cannot be deleted, and a
+//! table is committed whole or not at all. Used to test the Syncer and by callers' tests.
+
+use std::collections::BTreeMap;
+
+use crate::model::{ChainName, JumpRule, Rule, Ruleset, Table, TableRules};
+use crate::rule_text::{parse_rule, render_rule, rule_args, split_words};
+use crate::sync::Iptables;
+use crate::Error;
+
+fn builtins(table: Table) -> &'static [&'static str] {
+    match table {
+        Table::Filter => &["INPUT", "FORWARD", "OUTPUT"],
+        Table::Nat => &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"],
+        Table::Mangle => &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"],
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryIptables {
+    pub tables: BTreeMap<Table, BTreeMap<ChainName, Vec<Rule>>>,
+    /// Makes the next restore fail before changing anything, as a kernel or lock error would.
+    pub fail_next_restore: bool,
+    pub restores: Vec<String>,
+}
+
+impl Default for MemoryIptables {
+    fn default() -> Self {
+        let tables = Table::ALL
+            .into_iter()
+            .map(|table| {
+                let chains =
+                    builtins(table).iter().map(|name| (ChainName::new(*name), Vec::new())).collect();
+                (table, chains)
+            })
+            .collect();
+        MemoryIptables { tables, fail_next_restore: false, restores: Vec::new() }
+    }
+}
+
+fn restore_error(line: &str, reason: &str) -> Error {
+    Error::Restore { reason: format!("{reason}: {line}") }
+}
+
+fn check_table(chains: &BTreeMap<ChainName, Vec<Rule>>) -> Result<(), Error> {
+    for (chain, rules) in chains {
+        for rule in rules {
+            if let Some(target) = rule.jump_target() {
+                if !chains.contains_key(target) {
+                    return Err(restore_error(&render_rule(chain, rule), "jump to missing chain"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl MemoryIptables {
+    /// What someone else's `iptables -F; iptables -X` does: only built-in chains remain, empty.
+    pub fn flush_everything(&mut self) {
+        *self = MemoryIptables { restores: std::mem::take(&mut self.restores), ..Self::default() };
+    }
+
+    /// The berth chains and built-in jumps currently installed, comparable with a planned ruleset.
+    pub fn berth_ruleset(&self) -> Ruleset {
+        let mut rs = Ruleset::default();
+        for (table, chains) in &self.tables {
+            for (chain, rules) in chains {
+                if chain.is_berth() && chain.as_str() != crate::names::CANARY {
+                    rs.table_mut(*table).chains.insert(chain.clone(), rules.clone());
+                } else if chain.is_builtin() {
+                    for rule in rules {
+                        rs.jumps.push(JumpRule { table: *table, from: chain.clone(), rule: rule.clone() });
+                    }
+                }
+            }
+        }
+        rs.tables.retain(|_, rules: &mut TableRules| !rules.chains.is_empty());
+        rs
+    }
+
+    fn apply_table(
+        chains: &mut BTreeMap<ChainName, Vec<Rule>>,
+        lines: &[&str],
+    ) -> Result<(), Error> {
+        for line in lines {
+            let words = split_words(line)?;
+            let (Some(op), Some(name)) = (words.first(), words.get(1)) else {
+                return Err(restore_error(line, "short line"));
+            };
+            let chain = ChainName::new(name.trim_start_matches(':'));
+            match op.as_str() {
+                s if s.starts_with(':') => {
+                    chains.insert(ChainName::new(&s[1..]), Vec::new());
+                }
+                "-A" => {
+                    let rule = parse_rule(line, words[2..].to_vec())?;
+                    chains
+                        .get_mut(&chain)
+                        .ok_or_else(|| restore_error(line, "no such chain"))?
+                        .push(rule);
+                }
+                "-F" => chains
+                    .get_mut(&chain)
+                    .ok_or_else(|| restore_error(line, "no such chain"))?
+                    .clear(),
+                "-X" => {
+                    if chains.remove(&chain).is_none() || chain.is_builtin() {
+                        return Err(restore_error(line, "cannot delete chain"));
+                    }
+                }
+                _ => return Err(restore_error(line, "unsupported command")),
+            }
+        }
+        check_table(chains)
+    }
+}
+
+impl Iptables for MemoryIptables {
+    fn restore(&mut self, payload: &str) -> Result<(), Error> {
+        self.restores.push(payload.to_string());
+        if std::mem::take(&mut self.fail_next_restore) {
+            return Err(Error::Restore { reason: "injected failure".into() });
+        }
+        let mut table: Option<Table> = None;
+        let mut lines: Vec<&str> = Vec::new();
+        for line in payload.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            if let Some(name) = line.strip_prefix('*') {
+                table = Some(Table::parse(name).ok_or_else(|| restore_error(line, "unknown table"))?);
+                lines.clear();
+            } else if line == "COMMIT" {
+                let current = table.take().ok_or_else(|| restore_error(line, "COMMIT outside a table"))?;
+                // Commit on a copy so a bad line leaves the table as it was.
+                let mut chains = self.tables.get(&current).cloned().unwrap_or_default();
+                Self::apply_table(&mut chains, &lines)?;
+                self.tables.insert(current, chains);
+            } else if table.is_some() {
+                lines.push(line);
+            } else {
+                return Err(restore_error(line, "line outside a table"));
+            }
+        }
+        if table.is_some() {
+            return Err(Error::Restore { reason: "missing COMMIT".into() });
+        }
+        Ok(())
+    }
+
+    fn save(&mut self, table: Table) -> Result<String, Error> {
+        let mut out = format!("*{table}\n");
+        let chains = self.tables.get(&table).cloned().unwrap_or_default();
+        for chain in chains.keys() {
+            let policy = if chain.is_builtin() { "ACCEPT" } else { "-" };
+            out.push_str(&format!(":{chain} {policy} [0:0]\n"));
+        }
+        for (chain, rules) in &chains {
+            for rule in rules {
+                out.push_str(&render_rule(chain, rule));
+                out.push('\n');
+            }
+        }
+        out.push_str("COMMIT\n");
+        Ok(out)
+    }
+
+    fn ensure_chain(&mut self, table: Table, chain: &ChainName) -> Result<(), Error> {
+        self.tables.entry(table).or_default().entry(chain.clone()).or_default();
+        Ok(())
+    }
+
+    fn chain_exists(&mut self, table: Table, chain: &ChainName) -> Result<bool, Error> {
+        Ok(self.tables.get(&table).is_some_and(|chains| chains.contains_key(chain)))
+    }
+
+    fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), Error> {
+        let chains = self.tables.entry(jump.table).or_default();
+        if let Some(target) = jump.rule.jump_target() {
+            if !chains.contains_key(target) {
+                return Err(Error::Restore { reason: format!("jump to missing chain {target}") });
+            }
+        }
+        let rules = chains.entry(jump.from.clone()).or_default();
+        // Compare as text, as `iptables -C` does.
+        let wanted = rule_args(&jump.rule);
+        if !rules.iter().any(|rule| rule_args(rule) == wanted) {
+            rules.insert(0, jump.rule.clone());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,270 @@
+//! The typed ruleset: tables, chains and rules with typed matches and targets.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+
+use crate::input::Protocol;
+
+/// Every chain berth owns starts with this; nothing else is ever flushed or deleted.
+pub const CHAIN_PREFIX: &str = "BERTH-";
+/// iptables limits chain names to 28 characters.
+pub const MAX_CHAIN_NAME: usize = 28;
+
+pub const MASQ_MARK: u32 = 0x4000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Table {
+    Filter,
+    Nat,
+    Mangle,
+}
+
+impl Table {
+    pub const ALL: [Table; 3] = [Table::Filter, Table::Nat, Table::Mangle];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Table::Filter => "filter",
+            Table::Nat => "nat",
+            Table::Mangle => "mangle",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Table::ALL.into_iter().find(|table| table.as_str() == value)
+    }
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A chain name; construction through [`crate::names`] keeps berth's own chains prefixed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ChainName(String);
+
+impl ChainName {
+    pub fn new(name: impl Into<String>) -> Self {
+        ChainName(name.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_berth(&self) -> bool {
+        self.0.starts_with(CHAIN_PREFIX)
+    }
+
+    pub fn is_builtin(&self) -> bool {
+        matches!(
+            self.0.as_str(),
+            "PREROUTING" | "INPUT" | "FORWARD" | "OUTPUT" | "POSTROUTING"
+        )
+    }
+}
+
+impl fmt::Display for ChainName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AddrSide {
+    Src,
+    Dst,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CtState {
+    New,
+    Established,
+    Related,
+    Invalid,
+}
+
+impl CtState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CtState::New => "NEW",
+            CtState::Established => "ESTABLISHED",
+            CtState::Related => "RELATED",
+            CtState::Invalid => "INVALID",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "NEW" => Some(CtState::New),
+            "ESTABLISHED" => Some(CtState::Established),
+            "RELATED" => Some(CtState::Related),
+            "INVALID" => Some(CtState::Invalid),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RecentAction {
+    Set,
+    /// `--rcheck --seconds N --reap`: matches a source seen within N seconds and forgets older ones.
+    Rcheck { seconds: u32, reap: bool },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortMatch {
+    Single(u16),
+    Range(u16, u16),
+}
+
+impl PortMatch {
+    pub fn contains(self, port: u16) -> bool {
+        match self {
+            PortMatch::Single(p) => p == port,
+            PortMatch::Range(lo, hi) => (lo..=hi).contains(&port),
+        }
+    }
+}
+
+/// One match of a rule. Rendering keeps the order in which matches are listed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Match {
+    Comment(String),
+    Source { net: IpNet, negated: bool },
+    Destination { net: IpNet, negated: bool },
+    /// `-m <proto> -p <proto>`: loads the protocol module so a following `--dport` is valid.
+    Protocol(Protocol),
+    DestPort(PortMatch),
+    /// `-m mark [!] --mark value/mask`.
+    Mark { value: u32, mask: u32, negated: bool },
+    /// `-m statistic --mode random --probability 1/one_in`.
+    Random { one_in: u32 },
+    Recent { name: ChainName, action: RecentAction },
+    /// `-m addrtype --src-type|--dst-type LOCAL`.
+    AddrTypeLocal { side: AddrSide, negated: bool },
+    Conntrack { states: Vec<CtState> },
+    /// `-m physdev [!] --physdev-is-in`: the packet entered through a bridge port.
+    PhysDevIsIn { negated: bool },
+}
+
+impl Match {
+    pub fn comment(text: impl Into<String>) -> Self {
+        Match::Comment(text.into())
+    }
+
+    pub fn src(addr: IpAddr) -> Self {
+        Match::Source { net: IpNet::from(addr), negated: false }
+    }
+
+    pub fn dst(addr: IpAddr) -> Self {
+        Match::Destination { net: IpNet::from(addr), negated: false }
+    }
+
+    pub fn dst_net(net: IpNet) -> Self {
+        Match::Destination { net, negated: false }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MarkOp {
+    Or,
+    Xor,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    Jump(ChainName),
+    Dnat(SocketAddr),
+    Masquerade { random_fully: bool },
+    Mark { op: MarkOp, value: u32 },
+    Reject,
+    Drop,
+    Return,
+    Accept,
+}
+
+/// A rule; `target: None` is a counting rule that only documents where traffic goes next.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Rule {
+    pub matches: Vec<Match>,
+    pub target: Option<Target>,
+}
+
+impl Rule {
+    pub fn new(matches: Vec<Match>, target: Target) -> Self {
+        Rule { matches, target: Some(target) }
+    }
+
+    pub fn jump(matches: Vec<Match>, chain: &ChainName) -> Self {
+        Rule::new(matches, Target::Jump(chain.clone()))
+    }
+
+    pub fn jump_target(&self) -> Option<&ChainName> {
+        match &self.target {
+            Some(Target::Jump(chain)) => Some(chain),
+            _ => None,
+        }
+    }
+}
+
+/// All chains of one table. Chains are kept sorted by name so output is deterministic.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TableRules {
+    pub chains: BTreeMap<ChainName, Vec<Rule>>,
+}
+
+impl TableRules {
+    /// Declares the chain (empty chains are meaningful: the canary, for one).
+    pub fn chain_mut(&mut self, chain: &ChainName) -> &mut Vec<Rule> {
+        self.chains.entry(chain.clone()).or_default()
+    }
+
+    pub fn push(&mut self, chain: &ChainName, rule: Rule) {
+        self.chain_mut(chain).push(rule);
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.chains.values().map(Vec::len).sum()
+    }
+}
+
+/// Where a jump from a built-in chain goes, kept out of the restore payload: the built-in chains are
+/// shared with other programs, so berth only ever checks for and inserts its own jump rule there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JumpRule {
+    pub table: Table,
+    pub from: ChainName,
+    pub rule: Rule,
+}
+
+/// The planned state of every berth chain for one address family, plus the built-in jumps
+/// (listed in the order they should appear from the top of each built-in chain).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ruleset {
+    pub tables: BTreeMap<Table, TableRules>,
+    pub jumps: Vec<JumpRule>,
+}
+
+impl Ruleset {
+    pub fn table(&self, table: Table) -> Option<&TableRules> {
+        self.tables.get(&table)
+    }
+
+    pub fn table_mut(&mut self, table: Table) -> &mut TableRules {
+        self.tables.entry(table).or_default()
+    }
+
+    pub fn chain(&self, table: Table, chain: &ChainName) -> Option<&Vec<Rule>> {
+        self.tables.get(&table).and_then(|rules| rules.chains.get(chain))
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.tables.values().map(TableRules::rule_count).sum()
+    }
+}

@@ -1,0 +1,133 @@
+//! Chain names: fixed top-level chains and hashed per-Service / per-endpoint chains.
+
+use sha2::{Digest, Sha256};
+
+use crate::input::{Endpoint, Protocol, ServicePortName};
+use crate::model::ChainName;
+
+pub const SERVICES: &str = "BERTH-SERVICES";
+pub const EXTERNAL_SERVICES: &str = "BERTH-EXTERNAL-SERVICES";
+pub const NODEPORTS: &str = "BERTH-NODEPORTS";
+pub const POSTROUTING: &str = "BERTH-POSTROUTING";
+pub const MARK_MASQ: &str = "BERTH-MARK-MASQ";
+pub const FORWARD: &str = "BERTH-FORWARD";
+/// Drops load-balancer traffic that `BERTH-FW-*` did not accept (nat cannot drop).
+pub const PROXY_FIREWALL: &str = "BERTH-PROXY-FIREWALL";
+/// An empty chain nobody else creates: if it is gone, someone flushed iptables and berth resyncs fully.
+pub const CANARY: &str = "BERTH-CANARY";
+
+pub fn fixed(name: &'static str) -> ChainName {
+    ChainName::new(name)
+}
+
+/// First 16 characters of base32(sha256(input)), as kube-proxy names its chains.
+pub fn hash16(input: &str) -> String {
+    let digest = Sha256::digest(input.as_bytes());
+    let mut encoded = data_encoding::BASE32.encode(&digest);
+    encoded.truncate(16);
+    encoded
+}
+
+/// The hash shared by a Service port's SVC/SVL/EXT/FW chains: port name plus protocol.
+pub fn service_port_hash(name: &ServicePortName, protocol: Protocol) -> String {
+    hash16(&format!("{name}{}", protocol.as_kubernetes()))
+}
+
+/// Per-Service-port chains, one variant per role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceChain {
+    /// Cluster policy: every usable endpoint.
+    Cluster,
+    /// Local policy: this node's endpoints.
+    Local,
+    /// External destinations (node ports, external IPs, LB IPs).
+    External,
+    /// `loadBalancerSourceRanges`.
+    Firewall,
+}
+
+impl ServiceChain {
+    fn prefix(self) -> &'static str {
+        match self {
+            ServiceChain::Cluster => "BERTH-SVC-",
+            ServiceChain::Local => "BERTH-SVL-",
+            ServiceChain::External => "BERTH-EXT-",
+            ServiceChain::Firewall => "BERTH-FW-",
+        }
+    }
+}
+
+pub fn service_chain(kind: ServiceChain, name: &ServicePortName, protocol: Protocol) -> ChainName {
+    ChainName::new(format!("{}{}", kind.prefix(), service_port_hash(name, protocol)))
+}
+
+pub fn endpoint_chain(name: &ServicePortName, protocol: Protocol, endpoint: &Endpoint) -> ChainName {
+    ChainName::new(format!(
+        "BERTH-SEP-{}",
+        hash16(&format!("{name}{}{}", protocol.as_kubernetes(), endpoint.address()))
+    ))
+}
+
+/// A dispatch-tree chain, named after the key range it covers (`kind` separates the trees).
+pub fn dispatch_chain(kind: &str, range: &str) -> ChainName {
+    ChainName::new(format!("BERTH-{kind}-{}", hash16(range)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MAX_CHAIN_NAME;
+
+    fn name() -> ServicePortName {
+        ServicePortName { namespace: "ns1".into(), name: "svc1".into(), port: "p80".into() }
+    }
+
+    #[test]
+    fn hash_is_kube_proxy_shaped() {
+        let hash = service_port_hash(&name(), Protocol::Tcp);
+        assert_eq!(hash.len(), 16);
+        assert!(hash.chars().all(|c| c.is_ascii_uppercase() || ('2'..='7').contains(&c)));
+        // Same input as kube-proxy's servicePortChainName("ns1/svc1:p80", "tcp") upper-cased protocol.
+        assert_eq!(hash, hash16("ns1/svc1:p80TCP"));
+        assert_ne!(hash, service_port_hash(&name(), Protocol::Udp));
+    }
+
+    #[test]
+    fn chain_names_fit_iptables_limit() {
+        let endpoint = Endpoint {
+            ip: "fd00::1234:5678:9abc".parse().unwrap(),
+            port: 65535,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node_name: None,
+        };
+        for chain in [
+            service_chain(ServiceChain::Cluster, &name(), Protocol::Sctp),
+            service_chain(ServiceChain::Firewall, &name(), Protocol::Sctp),
+            endpoint_chain(&name(), Protocol::Sctp, &endpoint),
+            dispatch_chain("DST", "fd00::/7"),
+            dispatch_chain("NP", "tcp 30000-32767"),
+            fixed(EXTERNAL_SERVICES),
+            fixed(PROXY_FIREWALL),
+        ] {
+            assert!(chain.as_str().len() <= MAX_CHAIN_NAME, "{chain}");
+            assert!(chain.is_berth());
+        }
+    }
+
+    #[test]
+    fn endpoint_chain_depends_on_endpoint() {
+        let mut endpoint = Endpoint {
+            ip: "10.244.1.5".parse().unwrap(),
+            port: 8080,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node_name: None,
+        };
+        let first = endpoint_chain(&name(), Protocol::Tcp, &endpoint);
+        endpoint.port = 8081;
+        assert_ne!(first, endpoint_chain(&name(), Protocol::Tcp, &endpoint));
+    }
+}

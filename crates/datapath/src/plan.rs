@@ -1,0 +1,501 @@
+//! `plan`: the node's view -> the complete berth ruleset for one address family.
+//!
+//! Semantics follow kube-proxy's iptables mode (chain roles, masquerading, traffic policies,
+//! firewalling), under the `BERTH-` prefix; only the entry dispatch differs (see [`crate::dispatch`]).
+
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+
+use crate::categorize::{categorize, Categorized};
+use crate::dispatch::{build_dispatch, DispatchEntries};
+use crate::input::{IpFamily, NodeView, Protocol, ServicePort, SessionAffinity};
+use crate::model::{
+    AddrSide, ChainName, CtState, JumpRule, MarkOp, Match, PortMatch, RecentAction, Rule,
+    Ruleset, Table, Target, MASQ_MARK,
+};
+use crate::names::{self, ServiceChain};
+
+/// How the entry chains find a Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dispatch {
+    /// kube-proxy's layout: one rule per Service address and port in `BERTH-SERVICES`.
+    Linear,
+    /// A tree of chains keyed by destination address (node ports by port range).
+    #[default]
+    Tree,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanOptions {
+    pub family: IpFamily,
+    pub dispatch: Dispatch,
+    /// Pod CIDR of the cluster: traffic to a ClusterIP from outside it is masqueraded, and pod
+    /// traffic to external destinations of Local Services short-circuits to all endpoints.
+    pub cluster_cidr: Option<IpNet>,
+    /// Masquerade all ClusterIP traffic (kube-proxy's `--masquerade-all`).
+    pub masquerade_all: bool,
+    pub random_fully: bool,
+    /// Most rules in one dispatch-tree leaf chain.
+    pub leaf_size: usize,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            family: IpFamily::V4,
+            dispatch: Dispatch::Tree,
+            cluster_cidr: None,
+            masquerade_all: false,
+            random_fully: true,
+            leaf_size: 16,
+        }
+    }
+}
+
+fn masq() -> ChainName {
+    names::fixed(names::MARK_MASQ)
+}
+
+fn proto_port(protocol: Protocol, port: u16) -> [Match; 2] {
+    [Match::Protocol(protocol), Match::DestPort(PortMatch::Single(port))]
+}
+
+/// Matches `-m proto -p proto -d addr --dport port` in kube-proxy's order.
+fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> Vec<Match> {
+    vec![
+        Match::Comment(comment),
+        Match::Protocol(protocol),
+        Match::dst(addr),
+        Match::DestPort(PortMatch::Single(port)),
+    ]
+}
+
+fn ct_new() -> Match {
+    Match::Conntrack { states: vec![CtState::New] }
+}
+
+/// The built-in jumps, top of each built-in chain first.
+pub fn builtin_jumps() -> Vec<JumpRule> {
+    let jump = |table, from: &str, to: &'static str, comment: &str, new_only: bool| {
+        let mut matches = vec![Match::comment(comment)];
+        if new_only {
+            matches.push(ct_new());
+        }
+        JumpRule { table, from: ChainName::new(from), rule: Rule::jump(matches, &names::fixed(to)) }
+    };
+    let firewall = "berth load balancer firewall";
+    let portals = "berth service portals";
+    let external = "berth externally-visible service portals";
+    vec![
+        jump(Table::Filter, "INPUT", names::PROXY_FIREWALL, firewall, true),
+        jump(Table::Filter, "INPUT", names::NODEPORTS, "berth health check service ports", false),
+        jump(Table::Filter, "INPUT", names::EXTERNAL_SERVICES, external, true),
+        jump(Table::Filter, "FORWARD", names::PROXY_FIREWALL, firewall, true),
+        jump(Table::Filter, "FORWARD", names::FORWARD, "berth forwarding rules", false),
+        jump(Table::Filter, "FORWARD", names::SERVICES, portals, true),
+        jump(Table::Filter, "FORWARD", names::EXTERNAL_SERVICES, external, true),
+        jump(Table::Filter, "OUTPUT", names::PROXY_FIREWALL, firewall, true),
+        jump(Table::Filter, "OUTPUT", names::SERVICES, portals, true),
+        jump(Table::Nat, "PREROUTING", names::SERVICES, portals, false),
+        jump(Table::Nat, "OUTPUT", names::SERVICES, portals, false),
+        jump(Table::Nat, "POSTROUTING", names::POSTROUTING, "berth postrouting rules", false),
+    ]
+}
+
+fn plan_fixed_chains(rs: &mut Ruleset, options: &PlanOptions) {
+    for chain in [
+        names::SERVICES,
+        names::EXTERNAL_SERVICES,
+        names::FORWARD,
+        names::NODEPORTS,
+        names::PROXY_FIREWALL,
+    ] {
+        rs.table_mut(Table::Filter).chain_mut(&names::fixed(chain));
+    }
+    for chain in [names::SERVICES, names::NODEPORTS, names::POSTROUTING, names::MARK_MASQ] {
+        rs.table_mut(Table::Nat).chain_mut(&names::fixed(chain));
+    }
+    let nat = rs.table_mut(Table::Nat);
+    let post = names::fixed(names::POSTROUTING);
+    nat.push(
+        &post,
+        Rule::new(
+            vec![Match::Mark { value: MASQ_MARK, mask: MASQ_MARK, negated: true }],
+            Target::Return,
+        ),
+    );
+    // Clear the mark so a packet that traverses the stack again is not masqueraded twice.
+    nat.push(&post, Rule::new(vec![], Target::Mark { op: MarkOp::Xor, value: MASQ_MARK }));
+    nat.push(
+        &post,
+        Rule::new(
+            vec![Match::comment("berth service traffic requiring SNAT")],
+            Target::Masquerade { random_fully: options.random_fully },
+        ),
+    );
+    nat.push(&masq(), Rule::new(vec![], Target::Mark { op: MarkOp::Or, value: MASQ_MARK }));
+
+    let filter = rs.table_mut(Table::Filter);
+    let forward = names::fixed(names::FORWARD);
+    filter.push(
+        &forward,
+        Rule::new(
+            vec![Match::Conntrack { states: vec![CtState::Invalid] }],
+            Target::Drop,
+        ),
+    );
+    // Marked traffic is forwarded even when the FORWARD policy is DROP (node ports to other nodes).
+    filter.push(
+        &forward,
+        Rule::new(
+            vec![
+                Match::comment("berth forwarding rules"),
+                Match::Mark { value: MASQ_MARK, mask: MASQ_MARK, negated: false },
+            ],
+            Target::Accept,
+        ),
+    );
+    filter.push(
+        &forward,
+        Rule::new(
+            vec![
+                Match::comment("berth forwarding conntrack rule"),
+                Match::Conntrack { states: vec![CtState::Related, CtState::Established] },
+            ],
+            Target::Accept,
+        ),
+    );
+}
+
+/// Plans every berth chain for `options.family`. Deterministic: the same view gives the same ruleset.
+pub fn plan(view: &NodeView, options: &PlanOptions) -> Ruleset {
+    let mut rs = Ruleset { jumps: builtin_jumps(), ..Ruleset::default() };
+    plan_fixed_chains(&mut rs, options);
+    let mut ports: Vec<&ServicePort> = view.services.iter().collect();
+    ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
+    let mut entries = DispatchEntries::default();
+    for port in ports {
+        let categorized = categorize(port, &view.node, options.family);
+        plan_service_port(&mut rs, &mut entries, view, port, &categorized, options);
+    }
+    build_dispatch(&mut rs, entries, options);
+    rs
+}
+
+/// Policy chains and their reachability, computed once per Service port (kube-proxy's naming).
+struct Chains {
+    cluster: ChainName,
+    local: ChainName,
+    external: ChainName,
+    firewall: ChainName,
+}
+
+fn plan_service_port(
+    rs: &mut Ruleset,
+    entries: &mut DispatchEntries,
+    view: &NodeView,
+    port: &ServicePort,
+    eps: &Categorized<'_>,
+    options: &PlanOptions,
+) {
+    let family = options.family;
+    let cluster_ips: Vec<IpAddr> =
+        port.cluster_ips.iter().copied().filter(|ip| family.contains(ip)).collect();
+    let external_ips: Vec<IpAddr> =
+        port.external_ips.iter().copied().filter(|ip| family.contains(ip)).collect();
+    let lb_ips = port.load_balancer_vips(family);
+    if cluster_ips.is_empty() && external_ips.is_empty() && lb_ips.is_empty() {
+        // A single-stack Service of the other family.
+        return;
+    }
+    let name = port.name.to_string();
+    let (proto, svc_port) = (port.protocol, port.port);
+    let chains = Chains {
+        cluster: names::service_chain(ServiceChain::Cluster, &port.name, proto),
+        local: names::service_chain(ServiceChain::Local, &port.name, proto),
+        external: names::service_chain(ServiceChain::External, &port.name, proto),
+        firewall: names::service_chain(ServiceChain::Firewall, &port.name, proto),
+    };
+    let has_endpoints = eps.has_any;
+    let internal_local = port.internal_policy_local();
+    let external_local = port.external_policy_local(family);
+    let internal_chain = if internal_local { &chains.local } else { &chains.cluster };
+    let has_internal = has_endpoints && !(internal_local && eps.local.is_empty());
+    let external_policy_chain = if external_local { &chains.local } else { &chains.cluster };
+    let has_external = has_endpoints && !(external_local && eps.local.is_empty());
+    // The EXT chain is needed even without local endpoints: it short-circuits node and pod traffic.
+    let uses_external_chain = has_endpoints && port.externally_accessible(family);
+    let uses_firewall = has_endpoints && !lb_ips.is_empty() && !port.source_ranges.is_empty();
+    let lb_chain = if uses_firewall { &chains.firewall } else { &chains.external };
+
+    let (filter_target, filter_comment_internal, filter_comment_external) = if !has_endpoints {
+        let c = format!("{name} has no endpoints");
+        (Target::Reject, c.clone(), c)
+    } else {
+        let c = format!("{name} has no local endpoints");
+        (Target::Drop, c.clone(), c)
+    };
+    let internal_filter_target = if has_endpoints { Target::Drop } else { Target::Reject };
+
+    let filter_services = names::fixed(names::SERVICES);
+    let filter_external = names::fixed(names::EXTERNAL_SERVICES);
+
+    for ip in &cluster_ips {
+        if has_internal {
+            entries.push_dst(
+                *ip,
+                Rule::jump(dst_matches(format!("{name} cluster IP"), proto, *ip, svc_port), internal_chain),
+            );
+        } else {
+            rs.table_mut(Table::Filter).push(
+                &filter_services,
+                Rule::new(
+                    dst_matches(filter_comment_internal.clone(), proto, *ip, svc_port),
+                    internal_filter_target.clone(),
+                ),
+            );
+        }
+    }
+    for ip in &external_ips {
+        if has_endpoints {
+            entries.push_dst(
+                *ip,
+                Rule::jump(
+                    dst_matches(format!("{name} external IP"), proto, *ip, svc_port),
+                    &chains.external,
+                ),
+            );
+        }
+        if !has_external {
+            rs.table_mut(Table::Filter).push(
+                &filter_external,
+                Rule::new(
+                    dst_matches(filter_comment_external.clone(), proto, *ip, svc_port),
+                    filter_target.clone(),
+                ),
+            );
+        }
+    }
+    for ip in &lb_ips {
+        if has_endpoints {
+            entries.push_dst(
+                *ip,
+                Rule::jump(
+                    dst_matches(format!("{name} loadbalancer IP"), proto, *ip, svc_port),
+                    lb_chain,
+                ),
+            );
+        }
+        if uses_firewall {
+            // Packets that left BERTH-FW-* without DNAT still carry the LB address here.
+            rs.table_mut(Table::Filter).push(
+                &names::fixed(names::PROXY_FIREWALL),
+                Rule::new(
+                    dst_matches(
+                        format!("{name} traffic not accepted by {}", chains.firewall),
+                        proto,
+                        *ip,
+                        svc_port,
+                    ),
+                    Target::Drop,
+                ),
+            );
+        }
+        if !has_external {
+            rs.table_mut(Table::Filter).push(
+                &filter_external,
+                Rule::new(
+                    dst_matches(filter_comment_external.clone(), proto, *ip, svc_port),
+                    filter_target.clone(),
+                ),
+            );
+        }
+    }
+    if let Some(node_port) = port.node_port {
+        if has_endpoints {
+            let mut matches = vec![Match::Comment(name.clone())];
+            matches.extend(proto_port(proto, node_port));
+            entries.push_node_port(proto, node_port, Rule::jump(matches, &chains.external));
+        }
+        if !has_external {
+            let mut matches = vec![
+                Match::Comment(filter_comment_external.clone()),
+                Match::AddrTypeLocal { side: AddrSide::Dst, negated: false },
+            ];
+            matches.extend(proto_port(proto, node_port));
+            rs.table_mut(Table::Filter)
+                .push(&filter_external, Rule::new(matches, filter_target.clone()));
+        }
+    }
+    if let Some(hc_port) = port.health_check_node_port {
+        // Health checks must reach the agent whether or not this node has endpoints.
+        let mut matches = vec![Match::comment(format!("{name} health check node port"))];
+        matches.extend(proto_port(Protocol::Tcp, hc_port));
+        rs.table_mut(Table::Filter)
+            .push(&names::fixed(names::NODEPORTS), Rule::new(matches, Target::Accept));
+    }
+
+    let nat = rs.table_mut(Table::Nat);
+    if has_internal {
+        for ip in &cluster_ips {
+            let mut matches = dst_matches(format!("{name} cluster IP"), proto, *ip, svc_port);
+            if options.masquerade_all {
+                nat.push(internal_chain, Rule::jump(matches, &masq()));
+            } else if let Some(cidr) = options.cluster_cidr {
+                // Off-cluster clients routed to a ClusterIP through this node must get replies back here.
+                matches.push(Match::Source { net: cidr, negated: true });
+                nat.push(internal_chain, Rule::jump(matches, &masq()));
+            }
+        }
+    }
+    if uses_external_chain {
+        let ext = &chains.external;
+        nat.chain_mut(ext);
+        if !external_local {
+            // Endpoints may be on another node, so replies must come back through this one.
+            nat.push(
+                ext,
+                Rule::jump(
+                    vec![Match::comment(format!("masquerade traffic for {name} external destinations"))],
+                    &masq(),
+                ),
+            );
+        } else {
+            if let Some(cidr) = options.cluster_cidr {
+                // Pod -> external address behaves like leaving the cluster and coming back: no policy.
+                nat.push(
+                    ext,
+                    Rule::jump(
+                        vec![
+                            Match::comment(format!("pod traffic for {name} external destinations")),
+                            Match::Source { net: cidr, negated: false },
+                        ],
+                        &chains.cluster,
+                    ),
+                );
+            }
+            let local_src = Match::AddrTypeLocal { side: AddrSide::Src, negated: false };
+            // The node's own traffic has a node address as source, which the endpoint could not answer.
+            nat.push(
+                ext,
+                Rule::jump(
+                    vec![
+                        Match::comment(format!("masquerade LOCAL traffic for {name} external destinations")),
+                        local_src.clone(),
+                    ],
+                    &masq(),
+                ),
+            );
+            nat.push(
+                ext,
+                Rule::jump(
+                    vec![
+                        Match::comment(format!("route LOCAL traffic for {name} external destinations")),
+                        local_src,
+                    ],
+                    &chains.cluster,
+                ),
+            );
+        }
+        if has_external {
+            nat.push(ext, Rule::jump(vec![], external_policy_chain));
+        }
+    }
+    if uses_firewall {
+        let fw = &chains.firewall;
+        nat.chain_mut(fw);
+        let comment = format!("{name} loadbalancer IP");
+        let mut allow_from_node = false;
+        for range in &port.source_ranges {
+            nat.push(
+                fw,
+                Rule::jump(
+                    vec![Match::Comment(comment.clone()), Match::Source { net: *range, negated: false }],
+                    &chains.external,
+                ),
+            );
+            allow_from_node |= view.node.addresses.iter().any(|addr| range.contains(addr));
+        }
+        if allow_from_node {
+            // A node reaching its own VIP loops back with the VIP as source.
+            for ip in &lb_ips {
+                nat.push(
+                    fw,
+                    Rule::jump(vec![Match::Comment(comment.clone()), Match::src(*ip)], &chains.external),
+                );
+            }
+        }
+        nat.push(
+            fw,
+            Rule {
+                matches: vec![Match::comment(format!(
+                    "other traffic to {name} will be dropped by {}",
+                    names::PROXY_FIREWALL
+                ))],
+                target: None,
+            },
+        );
+    }
+
+    // Categorizing leaves a list empty when its policy is unused, so non-empty means "referenced".
+    if !eps.cluster.is_empty() {
+        plan_policy_chain(rs, port, &name, &chains.cluster, &eps.cluster);
+    }
+    if !eps.local.is_empty() {
+        plan_policy_chain(rs, port, &name, &chains.local, &eps.local);
+    }
+    for ep in &eps.reachable {
+        let sep = names::endpoint_chain(&port.name, proto, ep);
+        let nat = rs.table_mut(Table::Nat);
+        nat.chain_mut(&sep);
+        // Hairpin: an endpoint reaching itself through the Service needs a source it will answer.
+        nat.push(&sep, Rule::jump(vec![Match::Comment(name.clone()), Match::src(ep.ip)], &masq()));
+        let mut matches = vec![Match::Comment(name.clone())];
+        if let SessionAffinity::ClientIp { .. } = port.session_affinity {
+            matches.push(Match::Recent { name: sep.clone(), action: RecentAction::Set });
+        }
+        matches.push(Match::Protocol(proto));
+        nat.push(&sep, Rule::new(matches, Target::Dnat(SocketAddr::new(ep.ip, ep.port))));
+    }
+}
+
+fn plan_policy_chain(
+    rs: &mut Ruleset,
+    port: &ServicePort,
+    name: &str,
+    chain: &ChainName,
+    endpoints: &[&crate::input::Endpoint],
+) {
+    let nat = rs.table_mut(Table::Nat);
+    nat.chain_mut(chain);
+    let seps: Vec<(ChainName, String)> = endpoints
+        .iter()
+        .map(|ep| (names::endpoint_chain(&port.name, port.protocol, ep), format!("{name} -> {}", ep.address())))
+        .collect();
+    if let SessionAffinity::ClientIp { timeout_seconds } = port.session_affinity {
+        for (sep, comment) in &seps {
+            nat.push(
+                chain,
+                Rule::jump(
+                    vec![
+                        Match::Comment(comment.clone()),
+                        Match::Recent {
+                            name: sep.clone(),
+                            action: RecentAction::Rcheck { seconds: timeout_seconds, reap: true },
+                        },
+                    ],
+                    sep,
+                ),
+            );
+        }
+    }
+    let n = seps.len();
+    for (i, (sep, comment)) in seps.iter().enumerate() {
+        let mut matches = vec![Match::Comment(comment.clone())];
+        if i + 1 < n {
+            matches.push(Match::Random { one_in: (n - i) as u32 });
+        }
+        nat.push(chain, Rule::jump(matches, sep));
+    }
+}

@@ -1,0 +1,445 @@
+//! One rule to and from its iptables-restore spelling (`-A CHAIN <matches> -j <target>`).
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
+
+use crate::input::Protocol;
+use crate::model::{
+    AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Target,
+};
+use crate::Error;
+
+/// kube-proxy prints probabilities with `%0.10f`; the same text keeps rule dumps comparable.
+pub fn probability_text(one_in: u32) -> String {
+    format!("{:.10}", 1.0 / f64::from(one_in.max(1)))
+}
+
+fn net_text(net: &IpNet) -> String {
+    if net.prefix_len() == net.max_prefix_len() {
+        net.addr().to_string()
+    } else {
+        net.to_string()
+    }
+}
+
+fn write_match(out: &mut String, m: &Match) {
+    // `write!` into a String cannot fail.
+    let _ = match m {
+        Match::Comment(text) => write!(out, " -m comment --comment \"{}\"", text.replace('"', "'")),
+        Match::Source { net, negated } => {
+            write!(out, " {}-s {}", if *negated { "! " } else { "" }, net_text(net))
+        }
+        Match::Destination { net, negated } => {
+            write!(out, " {}-d {}", if *negated { "! " } else { "" }, net_text(net))
+        }
+        Match::Protocol(proto) => {
+            let p = proto.as_iptables();
+            write!(out, " -m {p} -p {p}")
+        }
+        Match::DestPort(PortMatch::Single(port)) => write!(out, " --dport {port}"),
+        Match::DestPort(PortMatch::Range(lo, hi)) => write!(out, " --dport {lo}:{hi}"),
+        Match::Mark { value, mask, negated } => write!(
+            out,
+            " -m mark {}--mark {value:#x}/{mask:#x}",
+            if *negated { "! " } else { "" }
+        ),
+        Match::Random { one_in } => write!(
+            out,
+            " -m statistic --mode random --probability {}",
+            probability_text(*one_in)
+        ),
+        Match::Recent { name, action: RecentAction::Set } => {
+            write!(out, " -m recent --name {name} --set")
+        }
+        Match::Recent { name, action: RecentAction::Rcheck { seconds, reap } } => write!(
+            out,
+            " -m recent --name {name} --rcheck --seconds {seconds}{}",
+            if *reap { " --reap" } else { "" }
+        ),
+        Match::AddrTypeLocal { side, negated } => write!(
+            out,
+            " -m addrtype {}--{}-type LOCAL",
+            if *negated { "! " } else { "" },
+            match side {
+                AddrSide::Src => "src",
+                AddrSide::Dst => "dst",
+            }
+        ),
+        Match::Conntrack { states } => {
+            let states: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+            write!(out, " -m conntrack --ctstate {}", states.join(","))
+        }
+        Match::PhysDevIsIn { negated } => {
+            write!(out, " -m physdev {}--physdev-is-in", if *negated { "! " } else { "" })
+        }
+    };
+}
+
+fn write_target(out: &mut String, target: &Target) {
+    let _ = match target {
+        Target::Jump(chain) => write!(out, " -j {chain}"),
+        Target::Dnat(addr) => write!(out, " -j DNAT --to-destination {addr}"),
+        Target::Masquerade { random_fully } => {
+            write!(out, " -j MASQUERADE{}", if *random_fully { " --random-fully" } else { "" })
+        }
+        Target::Mark { op: MarkOp::Or, value } => write!(out, " -j MARK --or-mark {value:#x}"),
+        Target::Mark { op: MarkOp::Xor, value } => write!(out, " -j MARK --xor-mark {value:#x}"),
+        Target::Reject => write!(out, " -j REJECT"),
+        Target::Drop => write!(out, " -j DROP"),
+        Target::Return => write!(out, " -j RETURN"),
+        Target::Accept => write!(out, " -j ACCEPT"),
+    };
+}
+
+/// The rule's arguments after the chain name (no leading space).
+pub fn rule_args(rule: &Rule) -> String {
+    let mut out = String::new();
+    for m in &rule.matches {
+        write_match(&mut out, m);
+    }
+    if let Some(target) = &rule.target {
+        write_target(&mut out, target);
+    }
+    out.trim_start().to_string()
+}
+
+/// `-A CHAIN args`.
+pub fn render_rule(chain: &ChainName, rule: &Rule) -> String {
+    let args = rule_args(rule);
+    if args.is_empty() {
+        format!("-A {chain}")
+    } else {
+        format!("-A {chain} {args}")
+    }
+}
+
+/// Splits a restore line into words, honouring double quotes as iptables-restore does.
+pub fn split_words(line: &str) -> Result<Vec<String>, Error> {
+    let mut words = Vec::new();
+    let mut current = String::new();
+    let mut in_word = false;
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                in_word = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if in_word {
+                    words.push(std::mem::take(&mut current));
+                    in_word = false;
+                }
+            }
+            c => {
+                current.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quoted {
+        return Err(Error::Parse { line: line.to_string(), reason: "unterminated quote".into() });
+    }
+    if in_word {
+        words.push(current);
+    }
+    Ok(words)
+}
+
+struct Words<'a> {
+    line: &'a str,
+    words: std::iter::Peekable<std::vec::IntoIter<String>>,
+}
+
+impl Words<'_> {
+    fn fail(&self, reason: impl Into<String>) -> Error {
+        Error::Parse { line: self.line.to_string(), reason: reason.into() }
+    }
+
+    fn next_word(&mut self) -> Result<String, Error> {
+        self.words.next().ok_or_else(|| self.fail("missing argument"))
+    }
+
+    fn expect(&mut self, word: &str) -> Result<(), Error> {
+        let got = self.next_word()?;
+        if got == word {
+            Ok(())
+        } else {
+            Err(self.fail(format!("expected {word}, got {got}")))
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&mut self) -> Result<T, Error> {
+        let word = self.next_word()?;
+        word.parse().map_err(|_| self.fail(format!("not a number: {word}")))
+    }
+
+    fn hex(&mut self, word: &str) -> Result<u32, Error> {
+        u32::from_str_radix(word.trim_start_matches("0x"), 16)
+            .map_err(|_| self.fail(format!("not a hex value: {word}")))
+    }
+
+    fn net(&mut self) -> Result<IpNet, Error> {
+        let word = self.next_word()?;
+        word.parse::<IpNet>()
+            .or_else(|_| word.parse::<std::net::IpAddr>().map(IpNet::from))
+            .map_err(|_| self.fail(format!("not an address: {word}")))
+    }
+}
+
+/// Parses the words after `-A CHAIN` back into a typed rule (the inverse of [`rule_args`]).
+pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
+    let mut w = Words { line, words: words.into_iter().peekable() };
+    let mut matches = Vec::new();
+    let mut target = None;
+    let mut negated = false;
+    while let Some(word) = w.words.next() {
+        match word.as_str() {
+            "!" => {
+                negated = true;
+                continue;
+            }
+            "-s" => matches.push(Match::Source { net: w.net()?, negated }),
+            "-d" => matches.push(Match::Destination { net: w.net()?, negated }),
+            "-p" => {
+                let proto = w.next_word()?;
+                let proto = Protocol::from_iptables(&proto)
+                    .ok_or_else(|| w.fail(format!("unknown protocol {proto}")))?;
+                // `-m tcp -p tcp` is one typed match; the module word was consumed before.
+                matches.push(Match::Protocol(proto));
+            }
+            "--dport" => {
+                let spec = w.next_word()?;
+                let port = match spec.split_once(':') {
+                    Some((lo, hi)) => PortMatch::Range(
+                        lo.parse().map_err(|_| w.fail("bad port"))?,
+                        hi.parse().map_err(|_| w.fail("bad port"))?,
+                    ),
+                    None => PortMatch::Single(spec.parse().map_err(|_| w.fail("bad port"))?),
+                };
+                matches.push(Match::DestPort(port));
+            }
+            "-m" => {
+                let module = w.next_word()?;
+                match module.as_str() {
+                    "tcp" | "udp" | "sctp" => {}
+                    "comment" => {
+                        w.expect("--comment")?;
+                        matches.push(Match::Comment(w.next_word()?));
+                    }
+                    "mark" => {
+                        let mut word = w.next_word()?;
+                        let mut neg = false;
+                        if word == "!" {
+                            neg = true;
+                            word = w.next_word()?;
+                        }
+                        if word != "--mark" {
+                            return Err(w.fail("expected --mark"));
+                        }
+                        let spec = w.next_word()?;
+                        let (value, mask) = spec.split_once('/').unwrap_or((&spec, "0xffffffff"));
+                        let (value, mask) = (w.hex(value)?, w.hex(mask)?);
+                        matches.push(Match::Mark { value, mask, negated: neg });
+                    }
+                    "statistic" => {
+                        w.expect("--mode")?;
+                        w.expect("random")?;
+                        w.expect("--probability")?;
+                        let p: f64 = w.number()?;
+                        if !(p > 0.0 && p <= 1.0) {
+                            return Err(w.fail("probability out of range"));
+                        }
+                        // Planned probabilities are always 1/n.
+                        matches.push(Match::Random { one_in: (1.0 / p).round() as u32 });
+                    }
+                    "recent" => {
+                        w.expect("--name")?;
+                        let name = ChainName::new(w.next_word()?);
+                        let action = match w.next_word()?.as_str() {
+                            "--set" => RecentAction::Set,
+                            "--rcheck" => {
+                                w.expect("--seconds")?;
+                                let seconds = w.number()?;
+                                let reap = w.words.peek().map(String::as_str) == Some("--reap");
+                                if reap {
+                                    w.words.next();
+                                }
+                                RecentAction::Rcheck { seconds, reap }
+                            }
+                            other => return Err(w.fail(format!("unknown recent action {other}"))),
+                        };
+                        matches.push(Match::Recent { name, action });
+                    }
+                    "addrtype" => {
+                        let mut word = w.next_word()?;
+                        let mut neg = false;
+                        if word == "!" {
+                            neg = true;
+                            word = w.next_word()?;
+                        }
+                        let side = match word.as_str() {
+                            "--src-type" => AddrSide::Src,
+                            "--dst-type" => AddrSide::Dst,
+                            _ => return Err(w.fail("expected --src-type or --dst-type")),
+                        };
+                        w.expect("LOCAL")?;
+                        matches.push(Match::AddrTypeLocal { side, negated: neg });
+                    }
+                    "conntrack" => {
+                        w.expect("--ctstate")?;
+                        let list = w.next_word()?;
+                        let states = list
+                            .split(',')
+                            .map(|s| CtState::parse(s).ok_or_else(|| w.fail("bad ctstate")))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        matches.push(Match::Conntrack { states });
+                    }
+                    "physdev" => {
+                        let mut word = w.next_word()?;
+                        let mut neg = false;
+                        if word == "!" {
+                            neg = true;
+                            word = w.next_word()?;
+                        }
+                        if word != "--physdev-is-in" {
+                            return Err(w.fail("expected --physdev-is-in"));
+                        }
+                        matches.push(Match::PhysDevIsIn { negated: neg });
+                    }
+                    other => return Err(w.fail(format!("unknown match module {other}"))),
+                }
+            }
+            "-j" => {
+                let name = w.next_word()?;
+                target = Some(match name.as_str() {
+                    "DNAT" => {
+                        w.expect("--to-destination")?;
+                        let addr = w.next_word()?;
+                        let addr: SocketAddr =
+                            addr.parse().map_err(|_| w.fail("bad DNAT destination"))?;
+                        Target::Dnat(addr)
+                    }
+                    "MASQUERADE" => {
+                        let random_fully =
+                            w.words.peek().map(String::as_str) == Some("--random-fully");
+                        if random_fully {
+                            w.words.next();
+                        }
+                        Target::Masquerade { random_fully }
+                    }
+                    "MARK" => {
+                        let op = match w.next_word()?.as_str() {
+                            "--or-mark" => MarkOp::Or,
+                            "--xor-mark" => MarkOp::Xor,
+                            other => return Err(w.fail(format!("unknown MARK option {other}"))),
+                        };
+                        let value = w.next_word()?;
+                        Target::Mark { op, value: w.hex(&value)? }
+                    }
+                    "REJECT" => Target::Reject,
+                    "DROP" => Target::Drop,
+                    "RETURN" => Target::Return,
+                    "ACCEPT" => Target::Accept,
+                    chain => Target::Jump(ChainName::new(chain)),
+                });
+            }
+            other => return Err(w.fail(format!("unknown option {other}"))),
+        }
+        negated = false;
+    }
+    Ok(Rule { matches, target })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(rule: Rule) {
+        let text = rule_args(&rule);
+        let words = split_words(&text).unwrap();
+        assert_eq!(parse_rule(&text, words).unwrap(), rule, "{text}");
+    }
+
+    #[test]
+    fn probabilities_match_kube_proxy_formatting() {
+        assert_eq!(probability_text(2), "0.5000000000");
+        assert_eq!(probability_text(3), "0.3333333333");
+        assert_eq!(probability_text(7), "0.1428571429");
+    }
+
+    #[test]
+    fn renders_like_kube_proxy() {
+        let rule = Rule::jump(
+            vec![
+                Match::comment("ns1/svc1:p80 cluster IP"),
+                Match::Protocol(Protocol::Tcp),
+                Match::dst("10.96.0.41".parse().unwrap()),
+                Match::DestPort(PortMatch::Single(80)),
+            ],
+            &ChainName::new("BERTH-SVC-X"),
+        );
+        assert_eq!(
+            render_rule(&ChainName::new("BERTH-SERVICES"), &rule),
+            "-A BERTH-SERVICES -m comment --comment \"ns1/svc1:p80 cluster IP\" -m tcp -p tcp -d 10.96.0.41 --dport 80 -j BERTH-SVC-X"
+        );
+    }
+
+    #[test]
+    fn every_match_and_target_round_trips() {
+        let chain = ChainName::new("BERTH-SEP-A");
+        let matches = vec![
+            Match::comment("a \"quoted\" comment"),
+            Match::Source { net: "10.244.0.0/16".parse().unwrap(), negated: true },
+            Match::Destination { net: "fd00::/64".parse().unwrap(), negated: false },
+            Match::Protocol(Protocol::Sctp),
+            Match::DestPort(PortMatch::Range(30000, 30255)),
+            Match::Mark { value: 0x4000, mask: 0x4000, negated: true },
+            Match::Random { one_in: 3 },
+            Match::Recent { name: chain.clone(), action: RecentAction::Set },
+            Match::Recent {
+                name: chain.clone(),
+                action: RecentAction::Rcheck { seconds: 10800, reap: true },
+            },
+            Match::AddrTypeLocal { side: AddrSide::Src, negated: true },
+            Match::AddrTypeLocal { side: AddrSide::Dst, negated: false },
+            Match::Conntrack { states: vec![CtState::Related, CtState::Established] },
+            Match::PhysDevIsIn { negated: true },
+        ];
+        let targets = [
+            Some(Target::Jump(chain.clone())),
+            Some(Target::Dnat("[fd00::5]:8080".parse().unwrap())),
+            Some(Target::Dnat("10.244.1.5:8080".parse().unwrap())),
+            Some(Target::Masquerade { random_fully: true }),
+            Some(Target::Masquerade { random_fully: false }),
+            Some(Target::Mark { op: MarkOp::Or, value: 0x4000 }),
+            Some(Target::Mark { op: MarkOp::Xor, value: 0x4000 }),
+            Some(Target::Reject),
+            Some(Target::Drop),
+            Some(Target::Return),
+            Some(Target::Accept),
+            None,
+        ];
+        for target in targets {
+            let mut expected_matches = matches.clone();
+            // Quotes inside comments are rendered as apostrophes.
+            expected_matches[0] = Match::comment("a 'quoted' comment");
+            let rule = Rule { matches: matches.clone(), target: target.clone() };
+            let text = rule_args(&rule);
+            let parsed = parse_rule(&text, split_words(&text).unwrap()).unwrap();
+            assert_eq!(parsed, Rule { matches: expected_matches, target });
+        }
+        round_trip(Rule::new(vec![], Target::Accept));
+    }
+
+    #[test]
+    fn parse_errors_are_reported() {
+        for bad in ["-m nosuch", "-j DNAT --to-destination nope", "-m comment --comment \"x", "-s"] {
+            let words = split_words(bad);
+            let parsed = words.and_then(|words| parse_rule(bad, words));
+            assert!(parsed.is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The Syncer: applies planned rulesets through the [`Iptables`] trait, partially when it can.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+
+use crate::model::{ChainName, JumpRule, Ruleset, Table};
+use crate::names;
+use crate::render::{render, render_chain, ChainSelection};
+use crate::Error;
+
+/// The iptables operations berth needs, for one address family.
+pub trait Iptables {
+    /// One `iptables-restore --noflush` of a whole payload.
+    fn restore(&mut self, payload: &str) -> Result<(), Error>;
+    /// `iptables-save -t <table>`.
+    fn save(&mut self, table: Table) -> Result<String, Error>;
+    fn ensure_chain(&mut self, table: Table, chain: &ChainName) -> Result<(), Error>;
+    fn chain_exists(&mut self, table: Table, chain: &ChainName) -> Result<bool, Error>;
+    /// Inserts the jump at the top of its built-in chain unless an identical rule is there.
+    fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), Error>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncKind {
+    Full,
+    Partial,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    pub kind: SyncKind,
+    pub rewritten_chains: usize,
+    pub deleted_chains: usize,
+    pub payload_bytes: usize,
+    pub rule_count: usize,
+}
+
+/// Tables whose canary is watched; berth programs nothing in mangle.
+const CANARY_TABLES: [Table; 2] = [Table::Filter, Table::Nat];
+
+type ChainHashes = BTreeMap<(Table, ChainName), u64>;
+
+fn chain_hashes(rs: &Ruleset) -> ChainHashes {
+    let mut hashes = BTreeMap::new();
+    for (table, rules) in &rs.tables {
+        for (chain, chain_rules) in &rules.chains {
+            let mut hasher = DefaultHasher::new();
+            render_chain(chain, chain_rules).hash(&mut hasher);
+            hashes.insert((*table, chain.clone()), hasher.finish());
+        }
+    }
+    hashes
+}
+
+/// Berth chains named in an `iptables-save` dump.
+pub fn berth_chains_in_save(dump: &str) -> BTreeSet<ChainName> {
+    dump.lines()
+        .filter_map(|line| line.strip_prefix(':'))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(ChainName::new)
+        .filter(|chain| chain.is_berth() && chain.as_str() != names::CANARY)
+        .collect()
+}
+
+/// Plans nothing itself: give it each new ruleset, it works out the smallest safe payload.
+pub struct Syncer<I> {
+    iptables: I,
+    /// What the last successful sync left in place; `None` forces a full sync.
+    applied: Option<ChainHashes>,
+}
+
+impl<I: Iptables> Syncer<I> {
+    pub fn new(iptables: I) -> Self {
+        Syncer { iptables, applied: None }
+    }
+
+    pub fn iptables(&self) -> &I {
+        &self.iptables
+    }
+
+    pub fn iptables_mut(&mut self) -> &mut I {
+        &mut self.iptables
+    }
+
+    pub fn force_full_sync(&mut self) {
+        self.applied = None;
+    }
+
+    /// The chain selection a sync of `rs` would use, and whether it is full, without applying it.
+    fn select(&mut self, rs: &Ruleset, hashes: &ChainHashes) -> Result<(SyncKind, ChainSelection), Error> {
+        let canary = names::fixed(names::CANARY);
+        let mut canary_ok = true;
+        for table in CANARY_TABLES {
+            canary_ok &= self.iptables.chain_exists(table, &canary)?;
+        }
+        match (&self.applied, canary_ok) {
+            (Some(applied), true) => {
+                let rewrite = hashes
+                    .iter()
+                    .filter(|(key, hash)| applied.get(*key) != Some(*hash))
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                let delete = applied.keys().filter(|key| !hashes.contains_key(*key)).cloned().collect();
+                Ok((SyncKind::Partial, ChainSelection { rewrite: Some(rewrite), delete }))
+            }
+            _ => {
+                let mut delete = BTreeSet::new();
+                for table in Table::ALL {
+                    let dump = self.iptables.save(table)?;
+                    for chain in berth_chains_in_save(&dump) {
+                        if rs.chain(table, &chain).is_none() {
+                            delete.insert((table, chain));
+                        }
+                    }
+                }
+                Ok((SyncKind::Full, ChainSelection { rewrite: None, delete }))
+            }
+        }
+    }
+
+    /// Applies `rs`. Any failure makes the next sync full, whatever state the kernel was left in.
+    pub fn sync(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
+        let result = self.try_sync(rs);
+        if result.is_err() {
+            self.applied = None;
+        }
+        result
+    }
+
+    fn try_sync(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
+        let hashes = chain_hashes(rs);
+        let (kind, selection) = self.select(rs, &hashes)?;
+        if kind == SyncKind::Full {
+            // Jumps need their target to exist before the first restore creates the rest.
+            for jump in rs.jumps.iter().rev() {
+                if let Some(target) = jump.rule.jump_target() {
+                    self.iptables.ensure_chain(jump.table, target)?;
+                }
+                self.iptables.ensure_jump(jump)?;
+            }
+        }
+        let payload = render(rs, &selection);
+        let rewritten_chains = selection.rewrite.as_ref().map_or(hashes.len(), BTreeSet::len);
+        if !payload.is_empty() {
+            self.iptables.restore(&payload)?;
+        }
+        if kind == SyncKind::Full {
+            // Created last, so a sync that failed half-way is never mistaken for a complete one.
+            for table in CANARY_TABLES {
+                self.iptables.ensure_chain(table, &names::fixed(names::CANARY))?;
+            }
+        }
+        self.applied = Some(hashes);
+        Ok(SyncReport {
+            kind,
+            rewritten_chains,
+            deleted_chains: selection.delete.len(),
+            payload_bytes: payload.len(),
+            rule_count: rs.rule_count(),
+        })
+    }
+}
