@@ -1,1 +1,58 @@
-//! berth-endpoints
+//! berth-endpoints: the pure core of the endpoints component.
+//!
+//! From a Service, the Pods of the cluster and the zone of each Node it computes
+//! the core/v1 `Endpoints` and the discovery/v1 `EndpointSlice`s that
+//! kube-controller-manager's endpoints and endpointslice controllers would
+//! publish, and plans the minimal create/update/delete set that turns the
+//! slices that exist into the desired ones. Nothing here performs I/O: the
+//! controller fetches, calls these functions and applies the result.
+//!
+//! Every result is deterministic (endpoints, addresses, ports, subsets and
+//! slices are sorted) so the controller can compare with what exists and skip
+//! no-op writes. Inputs that cannot be used (an unparsable pod IP, a pod on an
+//! unknown node, ...) are skipped and reported in [`Computed::skipped`].
+
+mod endpoints;
+mod error;
+mod plan;
+mod pod;
+mod service;
+mod slices;
+
+pub use endpoints::{build_endpoints, endpoints_need_update};
+pub use error::EndpointsError;
+pub use plan::{plan_endpoint_slices, SlicePlan};
+pub use pod::find_port;
+pub use slices::{
+    build_endpoint_slices, compute_desired_slices, DesiredSlices, NodeZones, SliceConfig,
+    SliceGroup,
+};
+
+/// Label naming the Service an EndpointSlice belongs to.
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// Label naming the controller that manages an EndpointSlice.
+pub const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+/// Our value of [`LABEL_MANAGED_BY`]; kube-controller-manager uses
+/// `endpointslice-controller.k8s.io`, so the two never fight over a slice.
+pub const MANAGED_BY_BERTH: &str = "berth.dev/controller";
+/// Label set on the Endpoints and slices of a Service without a cluster IP.
+pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
+/// Node label holding the zone copied into `Endpoint.zone`.
+pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+/// Annotation set on an Endpoints object whose addresses were cut to [`MAX_ENDPOINTS_ADDRESSES`].
+pub const ANNOTATION_OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
+/// The only value [`ANNOTATION_OVER_CAPACITY`] takes.
+pub const OVER_CAPACITY_TRUNCATED: &str = "truncated";
+/// Most addresses (ready and not ready, counted per subset) one Endpoints object carries.
+pub const MAX_ENDPOINTS_ADDRESSES: usize = 1000;
+/// Default for the endpoints-per-slice limit (kube-controller-manager's default too).
+pub const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
+/// Upper bound the API server enforces on the endpoints of one slice.
+pub const MAX_ENDPOINTS_PER_SLICE_LIMIT: usize = 1000;
+
+/// A computed value together with the inputs that were skipped on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Computed<T> {
+    pub value: T,
+    pub skipped: Vec<EndpointsError>,
+}

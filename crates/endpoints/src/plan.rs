@@ -1,0 +1,292 @@
+//! The reconcile planner: the fewest slice writes that turn what exists into
+//! what is desired, reusing existing slices so that unchanged endpoints stay
+//! where they are and watchers see little churn.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+
+use crate::slices::{endpoint_key, ports_key, DesiredSlices, EndpointKey, PortKey, SliceConfig};
+
+/// The writes that reconcile one Service's slices.
+///
+/// `create` slices carry `generateName`, not a name. `update` slices are
+/// existing slices (with their resourceVersion, for conflict detection) whose
+/// content was replaced. `delete` and `unchanged` hold names. Slices of other
+/// managers are never mentioned.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlicePlan {
+    pub create: Vec<EndpointSlice>,
+    pub update: Vec<EndpointSlice>,
+    pub delete: Vec<String>,
+    pub unchanged: Vec<String>,
+}
+
+impl SlicePlan {
+    /// True when the existing slices already match: nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.create.is_empty() && self.update.is_empty() && self.delete.is_empty()
+    }
+}
+
+/// An existing endpoint compared as upstream does: address order and the
+/// pod's resourceVersion do not matter.
+fn normalized(endpoint: &Endpoint) -> Endpoint {
+    let mut endpoint = endpoint.clone();
+    endpoint.addresses.sort();
+    if let Some(r) = endpoint.target_ref.as_mut() {
+        r.resource_version = None;
+    }
+    endpoint
+}
+
+fn name_of(slice: &EndpointSlice) -> String {
+    slice.metadata.name.clone().unwrap_or_default()
+}
+
+fn labels_of(slice: &EndpointSlice) -> BTreeMap<String, String> {
+    slice.metadata.labels.clone().unwrap_or_default()
+}
+
+/// An existing slice being rewritten, endpoints keyed for a sorted result.
+struct Rewrite<'a> {
+    existing: &'a EndpointSlice,
+    endpoints: BTreeMap<EndpointKey, Endpoint>,
+}
+
+/// The outcome for one address type.
+#[derive(Default)]
+struct TypePlan<'a> {
+    create: Vec<EndpointSlice>,
+    update: Vec<Rewrite<'a>>,
+    /// Owned slices that may be recycled for a create.
+    delete: Vec<&'a EndpointSlice>,
+    unchanged: Vec<&'a EndpointSlice>,
+}
+
+/// One group (address type and ports): keep the endpoints that stay where
+/// they are, then top up slices already being rewritten (fullest first), then
+/// fill the unchanged slice that ends closest to full, then create new ones.
+fn plan_group<'a>(
+    desired: &DesiredSlices,
+    address_type: &str,
+    group: Option<&crate::SliceGroup>,
+    existing: Vec<&'a EndpointSlice>,
+    max: usize,
+    out: &mut TypePlan<'a>,
+) {
+    let mut remaining: BTreeMap<&EndpointKey, &Endpoint> = group
+        .map(|g| g.keyed_endpoints().iter().collect())
+        .unwrap_or_default();
+    let mut rewrites: Vec<Rewrite<'a>> = Vec::new();
+    let mut unchanged: Vec<&'a EndpointSlice> = Vec::new();
+    for slice in existing {
+        let mut kept = BTreeMap::new();
+        let mut changed = false;
+        for endpoint in &slice.endpoints {
+            let key = endpoint_key(endpoint);
+            if let Some(want) = remaining.remove(&key) {
+                changed |= normalized(endpoint) != *want;
+                kept.insert(key, want.clone());
+            }
+        }
+        if changed || kept.len() != slice.endpoints.len() {
+            if kept.is_empty() {
+                out.delete.push(slice);
+            } else {
+                rewrites.push(Rewrite {
+                    existing: slice,
+                    endpoints: kept,
+                });
+            }
+        } else if labels_of(slice) != *desired.labels() {
+            rewrites.push(Rewrite {
+                existing: slice,
+                endpoints: kept,
+            });
+        } else {
+            unchanged.push(slice);
+        }
+    }
+
+    let pop = |remaining: &mut BTreeMap<&EndpointKey, &Endpoint>| {
+        remaining
+            .pop_first()
+            .map(|(k, e)| ((*k).clone(), e.clone()))
+    };
+
+    if !remaining.is_empty() {
+        rewrites.sort_by(|a, b| {
+            b.endpoints
+                .len()
+                .cmp(&a.endpoints.len())
+                .then_with(|| name_of(a.existing).cmp(&name_of(b.existing)))
+        });
+        for rewrite in &mut rewrites {
+            while rewrite.endpoints.len() < max {
+                let Some((k, e)) = pop(&mut remaining) else {
+                    break;
+                };
+                rewrite.endpoints.insert(k, e);
+            }
+        }
+    }
+
+    while !remaining.is_empty() {
+        let fill = if remaining.len() < max {
+            closest_fit(&unchanged, remaining.len(), max)
+        } else {
+            None
+        };
+        let mut endpoints = BTreeMap::new();
+        let existing = fill.map(|i| unchanged.remove(i));
+        if let Some(slice) = existing {
+            for endpoint in &slice.endpoints {
+                endpoints.insert(endpoint_key(endpoint), normalized(endpoint));
+            }
+        }
+        while endpoints.len() < max {
+            let Some((k, e)) = pop(&mut remaining) else {
+                break;
+            };
+            endpoints.insert(k, e);
+        }
+        match existing {
+            Some(slice) => rewrites.push(Rewrite {
+                existing: slice,
+                endpoints,
+            }),
+            None => out.create.push(desired.new_slice(
+                address_type,
+                group.map(|g| g.ports().to_vec()).unwrap_or_default(),
+                endpoints.into_values().collect(),
+            )),
+        }
+    }
+    out.update.extend(rewrites);
+    out.unchanged.extend(unchanged);
+}
+
+/// The unchanged slice that `adding` endpoints would bring closest to full
+/// without overflowing; ties go to the first (slices come sorted by name).
+fn closest_fit(slices: &[&EndpointSlice], adding: usize, max: usize) -> Option<usize> {
+    let mut best: Option<(usize, usize)> = None;
+    for (i, slice) in slices.iter().enumerate() {
+        let Some(room) = max.checked_sub(adding + slice.endpoints.len()) else {
+            continue;
+        };
+        if best.is_none_or(|(_, r)| room < r) {
+            best = Some((i, room));
+        }
+        if room == 0 {
+            break;
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+fn is_placeholder(slice: &EndpointSlice, desired: &DesiredSlices) -> bool {
+    slice.endpoints.is_empty()
+        && slice.ports.as_ref().is_none_or(Vec::is_empty)
+        && labels_of(slice) == *desired.labels()
+}
+
+/// Plans the writes that make `existing` (the slices the API holds, in any
+/// order, possibly including other controllers' slices, which are ignored)
+/// match `desired`, packing at most `config.max_endpoints_per_slice()`
+/// endpoints into a slice it fills.
+///
+/// Slices of an address type the Service no longer has, or owned by an
+/// older Service of the same name, are deleted. An address type without any
+/// endpoint keeps one empty placeholder slice. A slice that would be deleted
+/// while another is created is rewritten instead.
+pub fn plan_endpoint_slices(
+    desired: &DesiredSlices,
+    existing: &[EndpointSlice],
+    config: &SliceConfig,
+) -> SlicePlan {
+    let max = config.max_endpoints_per_slice();
+    let mut mine: Vec<&EndpointSlice> = existing
+        .iter()
+        .filter(|s| s.metadata.name.is_some() && desired.is_managed(s))
+        .collect();
+    mine.sort_by_key(|s| name_of(s));
+
+    let mut plan = SlicePlan::default();
+    let mut buckets: BTreeMap<(&str, Vec<PortKey>), Vec<&EndpointSlice>> = BTreeMap::new();
+    for slice in mine {
+        let served = desired
+            .address_types()
+            .contains(&slice.address_type.as_str());
+        if !served || !desired.is_owned(slice) {
+            plan.delete.push(name_of(slice));
+            continue;
+        }
+        buckets
+            .entry((slice.address_type.as_str(), ports_key(slice.ports.as_ref())))
+            .or_default()
+            .push(slice);
+    }
+
+    for &address_type in desired.address_types() {
+        let mut out = TypePlan::default();
+        let mut seen = BTreeSet::new();
+        for group in desired
+            .groups()
+            .iter()
+            .filter(|g| g.address_type() == address_type)
+        {
+            let key = (address_type, ports_key(Some(&group.ports().to_vec())));
+            let existing = buckets.remove(&key).unwrap_or_default();
+            seen.insert(key);
+            plan_group(desired, address_type, Some(group), existing, max, &mut out);
+        }
+        let stale: Vec<(&str, Vec<PortKey>)> = buckets
+            .keys()
+            .filter(|(t, _)| *t == address_type)
+            .cloned()
+            .collect();
+        for key in stale {
+            let existing = buckets.remove(&key).unwrap_or_default();
+            plan_group(desired, address_type, None, existing, max, &mut out);
+        }
+
+        if out.unchanged.is_empty() && out.update.is_empty() && out.create.is_empty() {
+            // Keep an existing placeholder rather than delete and recreate it.
+            match out.delete.iter().position(|s| is_placeholder(s, desired)) {
+                Some(i) => out.unchanged.push(out.delete.remove(i)),
+                None => out
+                    .create
+                    .push(desired.new_slice(address_type, Vec::new(), Vec::new())),
+            }
+        }
+
+        // Recycle slices about to be deleted for slices about to be created.
+        while !out.delete.is_empty() {
+            let Some(created) = out.create.pop() else {
+                break;
+            };
+            let recycled = out.delete.remove(0);
+            let mut slice = recycled.clone();
+            slice.metadata.labels = Some(desired.labels().clone());
+            slice.ports = created.ports;
+            slice.endpoints = created.endpoints;
+            plan.update.push(slice);
+        }
+
+        plan.create.append(&mut out.create);
+        plan.delete.extend(out.delete.iter().map(|s| name_of(s)));
+        plan.unchanged
+            .extend(out.unchanged.iter().map(|s| name_of(s)));
+        for rewrite in out.update {
+            let mut slice = rewrite.existing.clone();
+            slice.metadata.labels = Some(desired.labels().clone());
+            slice.endpoints = rewrite.endpoints.into_values().collect();
+            plan.update.push(slice);
+        }
+    }
+    plan.update.sort_by_key(name_of);
+    plan.delete.sort();
+    plan.unchanged.sort();
+    plan
+}

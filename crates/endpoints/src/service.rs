@@ -1,0 +1,191 @@
+//! The parts of a Service that endpoint computation reads, with the API
+//! server's defaults applied so callers may pass undefaulted objects.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::LABEL_HEADLESS;
+
+pub(crate) const DEFAULT_PROTOCOL: &str = "TCP";
+const CLUSTER_IP_NONE: &str = "None";
+
+/// An IP family, which is also an EndpointSlice address type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub(crate) fn of(ip: &IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+
+    pub(crate) fn address_type(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        }
+    }
+
+    fn from_ip_family(family: &str) -> Option<Self> {
+        match family {
+            "IPv4" => Some(Family::V4),
+            "IPv6" => Some(Family::V6),
+            _ => None,
+        }
+    }
+}
+
+/// Where a Service port sends traffic on a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target<'a> {
+    Number(i32),
+    Name(&'a str),
+}
+
+/// One Service port with defaults applied (protocol TCP, targetPort = port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PortSpec<'a> {
+    pub name: &'a str,
+    pub protocol: &'a str,
+    pub target: Target<'a>,
+    pub app_protocol: Option<&'a str>,
+}
+
+impl<'a> PortSpec<'a> {
+    pub(crate) fn new(port: &'a ServicePort) -> Self {
+        // The API server defaults an unset, zero or empty targetPort to the port itself.
+        let target = match &port.target_port {
+            Some(IntOrString::Int(n)) if *n != 0 => Target::Number(*n),
+            Some(IntOrString::String(name)) if !name.is_empty() => Target::Name(name),
+            _ => Target::Number(port.port),
+        };
+        PortSpec {
+            name: port.name.as_deref().unwrap_or(""),
+            protocol: port.protocol.as_deref().unwrap_or(DEFAULT_PROTOCOL),
+            target,
+            app_protocol: port.app_protocol.as_deref(),
+        }
+    }
+}
+
+/// A Service that gets endpoints: one with a selector and not of type ExternalName.
+#[derive(Debug, Clone)]
+pub(crate) struct ServiceView<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub labels: Option<&'a BTreeMap<String, String>>,
+    pub selector: &'a BTreeMap<String, String>,
+    pub publish_not_ready: bool,
+    pub ports: Vec<PortSpec<'a>>,
+    pub cluster_ip: Option<&'a str>,
+    pub ip_families: Vec<Family>,
+}
+
+pub(crate) fn namespace_of(ns: Option<&str>) -> &str {
+    ns.unwrap_or("default")
+}
+
+impl<'a> ServiceView<'a> {
+    /// `None` when the Service receives no endpoints from a controller: no
+    /// selector (its endpoints are written by hand), or type ExternalName.
+    pub(crate) fn new(service: &'a Service) -> Option<Self> {
+        let spec = service.spec.as_ref()?;
+        if spec.type_.as_deref() == Some("ExternalName") {
+            return None;
+        }
+        // An empty selector is not stored by the API server, so it means "no selector".
+        let selector = spec.selector.as_ref().filter(|s| !s.is_empty())?;
+        let mut ip_families = Vec::new();
+        for family in spec.ip_families.iter().flatten() {
+            if let Some(f) = Family::from_ip_family(family) {
+                if !ip_families.contains(&f) {
+                    ip_families.push(f);
+                }
+            }
+        }
+        Some(ServiceView {
+            namespace: namespace_of(service.metadata.namespace.as_deref()),
+            name: service.metadata.name.as_deref().unwrap_or(""),
+            uid: service.metadata.uid.as_deref().unwrap_or(""),
+            labels: service.metadata.labels.as_ref(),
+            selector,
+            publish_not_ready: spec.publish_not_ready_addresses.unwrap_or(false),
+            ports: spec.ports.iter().flatten().map(PortSpec::new).collect(),
+            cluster_ip: spec.cluster_ip.as_deref().filter(|ip| !ip.is_empty()),
+            ip_families,
+        })
+    }
+
+    pub(crate) fn selects(&self, pod: &Pod) -> bool {
+        if namespace_of(pod.metadata.namespace.as_deref()) != self.namespace {
+            return false;
+        }
+        let labels = pod.metadata.labels.as_ref();
+        self.selector
+            .iter()
+            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    }
+
+    /// `clusterIP: None`: a headless Service may have no ports at all.
+    pub(crate) fn is_cluster_ip_none(&self) -> bool {
+        self.cluster_ip == Some(CLUSTER_IP_NONE)
+    }
+
+    /// Upstream labels a Service without an allocated cluster IP as headless,
+    /// including one whose IP is still empty.
+    pub(crate) fn is_headless(&self) -> bool {
+        self.cluster_ip.is_none() || self.is_cluster_ip_none()
+    }
+
+    fn cluster_ip_family(&self) -> Option<Family> {
+        self.cluster_ip
+            .filter(|_| !self.is_cluster_ip_none())
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+            .map(|ip| Family::of(&ip))
+    }
+
+    /// Address types of the slices, sorted: `ipFamilies`, else the family of the
+    /// cluster IP, else (an old headless Service) both.
+    pub(crate) fn address_families(&self) -> Vec<Family> {
+        let mut families = if !self.ip_families.is_empty() {
+            self.ip_families.clone()
+        } else if let Some(f) = self.cluster_ip_family() {
+            vec![f]
+        } else {
+            vec![Family::V4, Family::V6]
+        };
+        families.sort();
+        families
+    }
+
+    /// The single family of an Endpoints object: the primary `ipFamilies`
+    /// entry, else the cluster IP's, else (headless) the pod's own first IP.
+    pub(crate) fn endpoints_family(&self, pod_first_ip: Option<&IpAddr>) -> Family {
+        self.ip_families
+            .first()
+            .copied()
+            .or_else(|| self.cluster_ip_family())
+            .or_else(|| pod_first_ip.map(Family::of))
+            .unwrap_or(Family::V4)
+    }
+
+    /// Service labels plus the headless marker, as both Endpoints and slices carry.
+    pub(crate) fn object_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.labels.cloned().unwrap_or_default();
+        if self.is_headless() {
+            labels.insert(LABEL_HEADLESS.to_owned(), String::new());
+        } else {
+            labels.remove(LABEL_HEADLESS);
+        }
+        labels
+    }
+}

@@ -1,0 +1,455 @@
+//! discovery/v1 EndpointSlices, as the endpointslice controller publishes them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::endpoints::pod_reference;
+use crate::error::EndpointsError;
+use crate::pod::{resolve_port, select_pods, PodView};
+use crate::service::{Family, ServiceView, DEFAULT_PROTOCOL};
+use crate::{
+    Computed, DEFAULT_MAX_ENDPOINTS_PER_SLICE, LABEL_HEADLESS, LABEL_MANAGED_BY,
+    LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE, MANAGED_BY_BERTH, MAX_ENDPOINTS_PER_SLICE_LIMIT,
+};
+
+/// Longest object name the API server accepts (a DNS subdomain).
+const MAX_NAME_LENGTH: usize = 253;
+
+/// How slices are packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceConfig {
+    max_endpoints_per_slice: usize,
+}
+
+impl SliceConfig {
+    /// `max_endpoints_per_slice` must lie in 1..=1000, as the API server requires.
+    pub fn new(max_endpoints_per_slice: usize) -> Result<Self, EndpointsError> {
+        if !(1..=MAX_ENDPOINTS_PER_SLICE_LIMIT).contains(&max_endpoints_per_slice) {
+            return Err(EndpointsError::InvalidMaxEndpointsPerSlice {
+                got: max_endpoints_per_slice,
+                max: MAX_ENDPOINTS_PER_SLICE_LIMIT,
+            });
+        }
+        Ok(SliceConfig {
+            max_endpoints_per_slice,
+        })
+    }
+
+    pub fn max_endpoints_per_slice(&self) -> usize {
+        self.max_endpoints_per_slice
+    }
+}
+
+impl Default for SliceConfig {
+    fn default() -> Self {
+        SliceConfig {
+            max_endpoints_per_slice: DEFAULT_MAX_ENDPOINTS_PER_SLICE,
+        }
+    }
+}
+
+/// The Nodes that exist, with their zone (label `topology.kubernetes.io/zone`).
+///
+/// Upstream leaves out the pods of a Node that does not exist (unless the
+/// Service publishes not-ready addresses), so a pod bound to a deleted Node
+/// cannot pin a stale endpoint. This must therefore hold every Node: build it
+/// from a synced Node cache, never from a partial list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeZones {
+    nodes: BTreeMap<String, Option<String>>,
+}
+
+impl NodeZones {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, node: impl Into<String>, zone: Option<String>) {
+        self.nodes
+            .insert(node.into(), zone.filter(|z| !z.is_empty()));
+    }
+
+    pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Self {
+        let mut zones = NodeZones::new();
+        for node in nodes {
+            let Some(name) = node.metadata.name.as_deref() else {
+                continue;
+            };
+            let zone = node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_TOPOLOGY_ZONE))
+                .cloned();
+            zones.insert(name, zone);
+        }
+        zones
+    }
+
+    /// `None` when the node is unknown; `Some(None)` when it has no zone.
+    fn get(&self, node: &str) -> Option<Option<&str>> {
+        self.nodes.get(node).map(Option::as_deref)
+    }
+}
+
+/// The identity of an endpoint across reconciles, as upstream hashes it:
+/// its sorted addresses, hostname and pod. Conditions, node and zone are the
+/// mutable part.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct EndpointKey {
+    addresses: Vec<String>,
+    hostname: String,
+    namespace: String,
+    name: String,
+}
+
+pub(crate) fn endpoint_key(endpoint: &Endpoint) -> EndpointKey {
+    let mut addresses = endpoint.addresses.clone();
+    addresses.sort();
+    let target = endpoint.target_ref.as_ref();
+    EndpointKey {
+        addresses,
+        hostname: endpoint.hostname.clone().unwrap_or_default(),
+        namespace: target.and_then(|t| t.namespace.clone()).unwrap_or_default(),
+        name: target.and_then(|t| t.name.clone()).unwrap_or_default(),
+    }
+}
+
+/// Slice ports in their canonical order; unset fields read as the API defaults.
+pub(crate) type PortKey = (String, Option<i32>, String, Option<String>);
+
+pub(crate) fn port_key(port: &EndpointPort) -> PortKey {
+    (
+        port.name.clone().unwrap_or_default(),
+        port.port,
+        port.protocol
+            .clone()
+            .unwrap_or_else(|| DEFAULT_PROTOCOL.to_owned()),
+        port.app_protocol.clone(),
+    )
+}
+
+pub(crate) fn ports_key(ports: Option<&Vec<EndpointPort>>) -> Vec<PortKey> {
+    let mut keys: Vec<PortKey> = ports.into_iter().flatten().map(port_key).collect();
+    keys.sort();
+    keys
+}
+
+/// The desired endpoints of one address type that resolve to one set of ports.
+/// Slices never mix groups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceGroup {
+    address_type: &'static str,
+    ports: Vec<EndpointPort>,
+    endpoints: BTreeMap<EndpointKey, Endpoint>,
+}
+
+impl SliceGroup {
+    pub fn address_type(&self) -> &str {
+        self.address_type
+    }
+
+    /// Sorted by name, port, protocol.
+    pub fn ports(&self) -> &[EndpointPort] {
+        &self.ports
+    }
+
+    /// Sorted by addresses, then pod.
+    pub fn endpoints(&self) -> impl ExactSizeIterator<Item = &Endpoint> + '_ {
+        self.endpoints.values()
+    }
+
+    pub(crate) fn keyed_endpoints(&self) -> &BTreeMap<EndpointKey, Endpoint> {
+        &self.endpoints
+    }
+}
+
+/// Everything the slices of one Service must contain, before it is cut into
+/// slices: by [`DesiredSlices::build_slices`] from scratch, or by
+/// [`crate::plan_endpoint_slices`] against the slices that exist.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredSlices {
+    namespace: String,
+    service_name: String,
+    service_uid: String,
+    labels: BTreeMap<String, String>,
+    address_types: Vec<&'static str>,
+    groups: Vec<SliceGroup>,
+}
+
+impl DesiredSlices {
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn service_name(&self) -> &str {
+        &self.service_name
+    }
+
+    /// Address types the Service serves, sorted ("IPv4" before "IPv6").
+    pub fn address_types(&self) -> &[&'static str] {
+        &self.address_types
+    }
+
+    /// Non-empty groups, sorted by address type then ports.
+    pub fn groups(&self) -> &[SliceGroup] {
+        &self.groups
+    }
+
+    /// The labels every slice of the Service carries.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
+    pub fn endpoint_count(&self) -> usize {
+        self.groups.iter().map(|g| g.endpoints.len()).sum()
+    }
+
+    /// The Service as the controlling owner, so slices are garbage collected with it.
+    pub fn owner_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".to_owned(),
+            kind: "Service".to_owned(),
+            name: self.service_name.clone(),
+            uid: self.service_uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    pub(crate) fn is_owned(&self, slice: &EndpointSlice) -> bool {
+        slice
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == self.service_uid && o.kind == "Service" && o.api_version == "v1")
+    }
+
+    /// Whether `slice` is one of ours for this Service (others are never touched).
+    pub(crate) fn is_managed(&self, slice: &EndpointSlice) -> bool {
+        let labels = slice.metadata.labels.as_ref();
+        let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+        label(LABEL_SERVICE_NAME) == Some(self.service_name.as_str())
+            && label(LABEL_MANAGED_BY) == Some(MANAGED_BY_BERTH)
+            && slice
+                .metadata
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| ns == self.namespace)
+    }
+
+    /// `<service>-`, the prefix the API server completes into a unique name.
+    pub fn generate_name(&self) -> String {
+        let prefix = format!("{}-", self.service_name);
+        if prefix.len() <= MAX_NAME_LENGTH {
+            prefix
+        } else {
+            self.service_name.clone()
+        }
+    }
+
+    pub(crate) fn new_slice(
+        &self,
+        address_type: &str,
+        ports: Vec<EndpointPort>,
+        endpoints: Vec<Endpoint>,
+    ) -> EndpointSlice {
+        EndpointSlice {
+            metadata: ObjectMeta {
+                generate_name: Some(self.generate_name()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(self.labels.clone()),
+                owner_references: Some(vec![self.owner_reference()]),
+                ..ObjectMeta::default()
+            },
+            address_type: address_type.to_owned(),
+            endpoints,
+            ports: Some(ports),
+        }
+    }
+
+    /// The slices to create when none exist: each group cut into chunks of at
+    /// most `max_endpoints_per_slice`, and an empty placeholder slice for an
+    /// address type without endpoints (so consumers can tell "no endpoints"
+    /// from "not yet computed").
+    pub fn build_slices(&self, config: &SliceConfig) -> Vec<EndpointSlice> {
+        let mut slices = Vec::new();
+        for address_type in &self.address_types {
+            let mut any = false;
+            for group in self
+                .groups
+                .iter()
+                .filter(|g| g.address_type == *address_type)
+            {
+                any = true;
+                let endpoints: Vec<&Endpoint> = group.endpoints.values().collect();
+                for chunk in endpoints.chunks(config.max_endpoints_per_slice) {
+                    slices.push(self.new_slice(
+                        address_type,
+                        group.ports.clone(),
+                        chunk.iter().map(|e| (*e).clone()).collect(),
+                    ));
+                }
+            }
+            if !any {
+                slices.push(self.new_slice(address_type, Vec::new(), Vec::new()));
+            }
+        }
+        slices
+    }
+}
+
+/// Service labels without the reserved ones, then the reserved ones as we set them.
+fn slice_labels(svc: &ServiceView<'_>) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = svc
+        .labels
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                LABEL_SERVICE_NAME | LABEL_MANAGED_BY | LABEL_HEADLESS
+            )
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if svc.is_headless() {
+        labels.insert(LABEL_HEADLESS.to_owned(), String::new());
+    }
+    labels.insert(LABEL_SERVICE_NAME.to_owned(), svc.name.to_owned());
+    labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY_BERTH.to_owned());
+    labels
+}
+
+/// The ports `pod` serves for the Service, sorted; ports whose name the pod
+/// does not define are left out.
+fn pod_ports(svc: &ServiceView<'_>, pod: &PodView<'_>) -> Vec<EndpointPort> {
+    let mut ports: Vec<EndpointPort> = svc
+        .ports
+        .iter()
+        .filter_map(|port| {
+            resolve_port(pod.pod, port).map(|number| EndpointPort {
+                name: Some(port.name.to_owned()),
+                port: Some(number),
+                protocol: Some(port.protocol.to_owned()),
+                app_protocol: port.app_protocol.map(str::to_owned),
+            })
+        })
+        .collect();
+    ports.sort_by_key(port_key);
+    ports
+}
+
+fn pod_endpoint(
+    svc: &ServiceView<'_>,
+    pod: &PodView<'_>,
+    family: Family,
+    zone: Option<&str>,
+) -> Option<Endpoint> {
+    let mut addresses: Vec<String> = pod.ips_of(family).map(str::to_owned).collect();
+    if addresses.is_empty() {
+        return None;
+    }
+    addresses.sort();
+    let serving = pod.ready;
+    let terminating = pod.terminating;
+    Some(Endpoint {
+        addresses,
+        conditions: Some(EndpointConditions {
+            // Never ready while terminating, unless the Service asks for everything.
+            ready: Some(svc.publish_not_ready || (serving && !terminating)),
+            serving: Some(serving),
+            terminating: Some(terminating),
+        }),
+        hostname: pod.hostname.map(str::to_owned),
+        node_name: pod.node_name.map(str::to_owned),
+        target_ref: Some(pod_reference(pod)),
+        zone: zone.map(str::to_owned),
+        ..Endpoint::default()
+    })
+}
+
+/// What the slices of `service` must contain, or `None` when the Service gets
+/// none from a controller (no selector, or ExternalName).
+///
+/// Terminating pods stay in (with `terminating: true`) so the datapath can fall
+/// back to serving-terminating endpoints. Pods whose Node is not in `nodes`
+/// are skipped and reported, unless the Service publishes not-ready addresses.
+pub fn compute_desired_slices(
+    service: &Service,
+    pods: &[Pod],
+    nodes: &NodeZones,
+) -> Computed<Option<DesiredSlices>> {
+    let mut skipped = Vec::new();
+    let Some(svc) = ServiceView::new(service) else {
+        return Computed {
+            value: None,
+            skipped,
+        };
+    };
+    let families = svc.address_families();
+    let selected = select_pods(&svc, pods, true, &mut skipped);
+    let mut groups: BTreeMap<(Family, Vec<PortKey>), SliceGroup> = BTreeMap::new();
+    for pod in &selected {
+        let node = pod.node_name.unwrap_or("");
+        let zone = match nodes.get(node) {
+            Some(zone) => zone,
+            None if svc.publish_not_ready => None,
+            None => {
+                skipped.push(EndpointsError::NodeNotFound {
+                    namespace: pod.namespace.to_owned(),
+                    pod: pod.name.to_owned(),
+                    service: svc.name.to_owned(),
+                    node: node.to_owned(),
+                });
+                continue;
+            }
+        };
+        let ports = pod_ports(&svc, pod);
+        let key: Vec<PortKey> = ports.iter().map(port_key).collect();
+        for family in &families {
+            let Some(endpoint) = pod_endpoint(&svc, pod, *family, zone) else {
+                continue;
+            };
+            groups
+                .entry((*family, key.clone()))
+                .or_insert_with(|| SliceGroup {
+                    address_type: family.address_type(),
+                    ports: ports.clone(),
+                    endpoints: BTreeMap::new(),
+                })
+                .endpoints
+                .insert(endpoint_key(&endpoint), endpoint);
+        }
+    }
+    let desired = DesiredSlices {
+        namespace: svc.namespace.to_owned(),
+        service_name: svc.name.to_owned(),
+        service_uid: svc.uid.to_owned(),
+        labels: slice_labels(&svc),
+        address_types: families.iter().map(|f| f.address_type()).collect(),
+        groups: groups.into_values().collect(),
+    };
+    Computed {
+        value: Some(desired),
+        skipped,
+    }
+}
+
+/// The slices of `service` built from scratch (see [`DesiredSlices::build_slices`]).
+pub fn build_endpoint_slices(
+    service: &Service,
+    pods: &[Pod],
+    nodes: &NodeZones,
+    config: &SliceConfig,
+) -> Computed<Option<Vec<EndpointSlice>>> {
+    let Computed { value, skipped } = compute_desired_slices(service, pods, nodes);
+    Computed {
+        value: value.map(|d| d.build_slices(config)),
+        skipped,
+    }
+}
