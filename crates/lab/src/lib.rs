@@ -1,1 +1,7 @@
-//! berth-lab
+//! berth-lab: the pieces of `berth lab`.
+//!
+//! [`apiserver`] is an in-memory Kubernetes API server that speaks the real HTTP API, so that kube-rs
+//! clients, watchers and `kubectl` run against it unchanged. It allocates nothing and runs no
+//! controllers: it is the ground truth that berth's controller and agents are tested against.
+
+pub mod apiserver;

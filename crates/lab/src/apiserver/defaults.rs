@@ -1,0 +1,111 @@
+//! The apiserver's defaulting for the fields berth reads, so objects look as they would on a cluster.
+//! Defaulting is not allocation: no clusterIP, nodePort or address is ever filled in here.
+
+use super::resource::ResourceInfo;
+use serde_json::{json, Value};
+
+pub fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
+    match (info.group.as_str(), info.plural.as_str()) {
+        ("", "services") => service(obj),
+        ("", "pods") => pod(obj),
+        ("discovery.k8s.io", "endpointslices") => {
+            for port in obj["ports"].as_array_mut().into_iter().flatten() {
+                default(port, "protocol", json!("TCP"));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn default(obj: &mut Value, key: &str, value: Value) {
+    if let Some(map) = obj.as_object_mut() {
+        if map.get(key).is_none_or(Value::is_null) {
+            map.insert(key.to_owned(), value);
+        }
+    }
+}
+
+fn service(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec") else {
+        return;
+    };
+    default(spec, "type", json!("ClusterIP"));
+    let ty = spec["type"].as_str().unwrap_or("ClusterIP").to_owned();
+    if ty == "ExternalName" {
+        return;
+    }
+    default(spec, "sessionAffinity", json!("None"));
+    default(spec, "internalTrafficPolicy", json!("Cluster"));
+    if ty == "NodePort" || ty == "LoadBalancer" {
+        default(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    for port in spec["ports"].as_array_mut().into_iter().flatten() {
+        default(port, "protocol", json!("TCP"));
+        let target = port.get("port").cloned().unwrap_or(Value::Null);
+        if !target.is_null() {
+            default(port, "targetPort", target);
+        }
+    }
+}
+
+fn pod(obj: &mut Value) {
+    if let Some(spec) = obj.get_mut("spec") {
+        default(spec, "restartPolicy", json!("Always"));
+        default(spec, "dnsPolicy", json!("ClusterFirst"));
+        default(spec, "schedulerName", json!("default-scheduler"));
+        default(spec, "terminationGracePeriodSeconds", json!(30));
+        for list in ["containers", "initContainers"] {
+            for c in spec[list].as_array_mut().into_iter().flatten() {
+                for port in c["ports"].as_array_mut().into_iter().flatten() {
+                    default(port, "protocol", json!("TCP"));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::resource::built_ins;
+
+    fn info(plural: &str) -> ResourceInfo {
+        built_ins()
+            .into_iter()
+            .find(|r| r.plural == plural)
+            .unwrap()
+    }
+
+    #[test]
+    fn service_defaults_without_allocation() {
+        let mut svc = json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
+        apply_defaults(&info("services"), &mut svc);
+        assert_eq!(
+            svc["spec"]["ports"][0],
+            json!({"port": 80, "protocol": "TCP", "targetPort": 80})
+        );
+        assert_eq!(svc["spec"]["externalTrafficPolicy"], "Cluster");
+        assert!(svc["spec"].get("clusterIP").is_none());
+        assert!(svc["spec"]["ports"][0].get("nodePort").is_none());
+    }
+
+    #[test]
+    fn explicit_values_are_kept() {
+        let mut svc = json!({"spec": {"ports": [{"port": 80, "targetPort": "http", "protocol": "UDP"}], "sessionAffinity": "ClientIP"}});
+        apply_defaults(&info("services"), &mut svc);
+        assert_eq!(svc["spec"]["type"], "ClusterIP");
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
+        assert_eq!(svc["spec"]["ports"][0]["protocol"], "UDP");
+        assert_eq!(svc["spec"]["sessionAffinity"], "ClientIP");
+        assert!(svc["spec"].get("externalTrafficPolicy").is_none());
+    }
+
+    #[test]
+    fn pod_defaults() {
+        let mut pod =
+            json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 8080}]}]}});
+        apply_defaults(&info("pods"), &mut pod);
+        assert_eq!(pod["spec"]["containers"][0]["ports"][0]["protocol"], "TCP");
+        assert_eq!(pod["spec"]["restartPolicy"], "Always");
+    }
+}

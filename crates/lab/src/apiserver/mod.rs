@@ -1,0 +1,17 @@
+//! The lab API server (DESIGN.md §9).
+
+pub mod defaults;
+pub mod error;
+pub mod fields;
+pub mod managed;
+pub mod resource;
+pub mod schema;
+pub mod selector;
+pub mod store;
+pub mod watch;
+pub mod write;
+
+#[cfg(test)]
+mod store_tests;
+
+pub use error::{ApiError, LabError};

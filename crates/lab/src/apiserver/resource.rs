@@ -1,0 +1,350 @@
+//! The resource catalogue: built-in kinds the lab serves, plus every custom resource its CRDs define.
+
+use serde_json::Value;
+
+/// How lists inside objects of a resource merge (strategic merge patch and server-side apply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// A built-in kind: the field tags of the upstream Go types apply.
+    BuiltIn,
+    /// A custom resource: lists are atomic unless the CRD schema says otherwise; no strategic merge.
+    Custom,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceInfo {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub singular: String,
+    pub kind: String,
+    pub namespaced: bool,
+    pub status_subresource: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub schema: Schema,
+}
+
+impl ResourceInfo {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// Objects are stored once per group and resource; versions only change the `apiVersion` shown.
+    pub fn storage_key(&self) -> String {
+        format!("{}/{}", self.group, self.plural)
+    }
+
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    pub fn is_crd(&self) -> bool {
+        self.group == "apiextensions.k8s.io" && self.plural == "customresourcedefinitions"
+    }
+
+    pub fn is_namespace(&self) -> bool {
+        self.group.is_empty() && self.plural == "namespaces"
+    }
+}
+
+struct BuiltIn {
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    status: bool,
+    short: &'static [&'static str],
+}
+
+const BUILT_INS: &[BuiltIn] = &[
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        kind: "Namespace",
+        namespaced: false,
+        status: true,
+        short: &["ns"],
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "services",
+        kind: "Service",
+        namespaced: true,
+        status: true,
+        short: &["svc"],
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "pods",
+        kind: "Pod",
+        namespaced: true,
+        status: true,
+        short: &["po"],
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "nodes",
+        kind: "Node",
+        namespaced: false,
+        status: true,
+        short: &["no"],
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "endpoints",
+        kind: "Endpoints",
+        namespaced: true,
+        status: false,
+        short: &["ep"],
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "events",
+        kind: "Event",
+        namespaced: true,
+        status: false,
+        short: &["ev"],
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        kind: "ConfigMap",
+        namespaced: true,
+        status: false,
+        short: &["cm"],
+    },
+    BuiltIn {
+        group: "discovery.k8s.io",
+        version: "v1",
+        plural: "endpointslices",
+        kind: "EndpointSlice",
+        namespaced: true,
+        status: false,
+        short: &[],
+    },
+    BuiltIn {
+        group: "coordination.k8s.io",
+        version: "v1",
+        plural: "leases",
+        kind: "Lease",
+        namespaced: true,
+        status: false,
+        short: &[],
+    },
+    BuiltIn {
+        group: "events.k8s.io",
+        version: "v1",
+        plural: "events",
+        kind: "Event",
+        namespaced: true,
+        status: false,
+        short: &["ev"],
+    },
+    BuiltIn {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        plural: "customresourcedefinitions",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+        status: true,
+        short: &["crd", "crds"],
+    },
+];
+
+/// The built-in resources, in discovery order.
+pub fn built_ins() -> Vec<ResourceInfo> {
+    BUILT_INS
+        .iter()
+        .map(|b| ResourceInfo {
+            group: b.group.to_owned(),
+            version: b.version.to_owned(),
+            plural: b.plural.to_owned(),
+            singular: b.kind.to_lowercase(),
+            kind: b.kind.to_owned(),
+            namespaced: b.namespaced,
+            status_subresource: b.status,
+            short_names: b.short.iter().map(|s| (*s).to_owned()).collect(),
+            categories: Vec::new(),
+            schema: Schema::BuiltIn,
+        })
+        .collect()
+}
+
+/// The served versions of one CRD object as resources. A malformed CRD yields nothing rather than an
+/// error, because it was already accepted and must not break discovery for everything else.
+pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
+    let spec = &crd["spec"];
+    let (Some(group), Some(plural), Some(kind)) = (
+        spec["group"].as_str(),
+        spec["names"]["plural"].as_str(),
+        spec["names"]["kind"].as_str(),
+    ) else {
+        return Vec::new();
+    };
+    let singular = spec["names"]["singular"]
+        .as_str()
+        .map_or_else(|| kind.to_lowercase(), str::to_owned);
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let namespaced = spec["scope"].as_str() != Some("Cluster");
+    spec["versions"]
+        .as_array()
+        .map(|versions| {
+            versions
+                .iter()
+                .filter(|v| v["served"].as_bool().unwrap_or(true))
+                .filter_map(|v| {
+                    Some(ResourceInfo {
+                        group: group.to_owned(),
+                        version: v["name"].as_str()?.to_owned(),
+                        plural: plural.to_owned(),
+                        singular: singular.clone(),
+                        kind: kind.to_owned(),
+                        namespaced,
+                        status_subresource: v["subresources"].get("status").is_some(),
+                        short_names: strings(&spec["names"]["shortNames"]),
+                        categories: strings(&spec["names"]["categories"]),
+                        schema: Schema::Custom,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The catalogue as served at one moment: built-ins plus the custom resources of the given CRDs.
+#[derive(Debug, Clone, Default)]
+pub struct Catalogue {
+    resources: Vec<ResourceInfo>,
+}
+
+impl Catalogue {
+    pub fn build<'a>(crds: impl IntoIterator<Item = &'a Value>) -> Self {
+        let mut resources = built_ins();
+        for crd in crds {
+            for info in from_crd(crd) {
+                let clashes = resources.iter().any(|r| {
+                    r.group == info.group && r.version == info.version && r.plural == info.plural
+                });
+                if !clashes {
+                    resources.push(info);
+                }
+            }
+        }
+        Self { resources }
+    }
+
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
+        self.resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    pub fn all(&self) -> &[ResourceInfo] {
+        &self.resources
+    }
+
+    /// Served (group, versions) pairs, groups in first-seen order with the core group first.
+    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for r in &self.resources {
+            match out.iter_mut().find(|(g, _)| *g == r.group) {
+                Some((_, versions)) => {
+                    if !versions.contains(&r.version) {
+                        versions.push(r.version.clone());
+                    }
+                }
+                None => out.push((r.group.clone(), vec![r.version.clone()])),
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mk_crd(scope: &str, with_status: bool) -> Value {
+        let mut version = json!({"name": "v1", "served": true, "storage": true});
+        if with_status {
+            version["subresources"] = json!({"status": {}});
+        }
+        json!({
+            "spec": {
+                "group": "berth.dev", "scope": scope,
+                "names": {"plural": "ippools", "kind": "IPPool", "shortNames": ["ipp"]},
+                "versions": [version, {"name": "v0", "served": false}]
+            }
+        })
+    }
+
+    #[test]
+    fn crd_versions_become_resources() {
+        let infos = from_crd(&mk_crd("Cluster", true));
+        assert_eq!(infos.len(), 1, "unserved versions are not served");
+        assert!(!infos[0].namespaced);
+        assert!(infos[0].status_subresource);
+        assert_eq!(infos[0].singular, "ippool");
+        assert_eq!(infos[0].short_names, vec!["ipp"]);
+        assert_eq!(infos[0].api_version(), "berth.dev/v1");
+    }
+
+    #[test]
+    fn namespaced_crd_without_status() {
+        let infos = from_crd(&mk_crd("Namespaced", false));
+        assert!(infos[0].namespaced);
+        assert!(!infos[0].status_subresource);
+    }
+
+    #[test]
+    fn malformed_crd_is_ignored() {
+        assert!(from_crd(&json!({"spec": {}})).is_empty());
+    }
+
+    #[test]
+    fn catalogue_finds_builtins_and_custom() {
+        let crd = mk_crd("Namespaced", true);
+        let cat = Catalogue::build([&crd]);
+        assert!(cat.find("", "v1", "services").is_some());
+        assert!(cat.find("berth.dev", "v1", "ippools").is_some());
+        assert!(cat.find("berth.dev", "v0", "ippools").is_none());
+        let groups = cat.groups();
+        assert_eq!(groups[0].0, "");
+        assert!(groups
+            .iter()
+            .any(|(g, v)| g == "berth.dev" && v == &vec!["v1".to_owned()]));
+    }
+
+    #[test]
+    fn crd_cannot_shadow_builtin() {
+        let crd = json!({"spec": {"group": "", "names": {"plural": "services", "kind": "Fake"},
+            "versions": [{"name": "v1", "served": true}]}});
+        let cat = Catalogue::build([&crd]);
+        assert_eq!(
+            cat.find("", "v1", "services").map(|r| r.kind.as_str()),
+            Some("Service")
+        );
+    }
+}

@@ -1,0 +1,250 @@
+//! The object store: every object as JSON, keyed by (resource, namespace, name), one global
+//! resourceVersion counter, and the watch history. Pure and synchronous: the HTTP layer holds it
+//! behind one lock, so every write is atomic and versions are strictly ordered.
+
+use super::error::ApiError;
+use super::resource::{Catalogue, ResourceInfo};
+use super::selector::{FieldSelector, LabelSelector};
+use super::watch::{Change, EventType, History};
+use base64::Engine;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+pub type Obj = Arc<Value>;
+type Table = BTreeMap<(String, String), Obj>;
+
+/// Namespaces that exist before anyone creates anything, as on a fresh cluster.
+pub const INITIAL_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+pub struct Store {
+    pub(super) rv: u64,
+    pub(super) tables: HashMap<String, Table>,
+    pub(super) history: History,
+    pub(super) catalogue: Catalogue,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    pub items: Vec<Obj>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+}
+
+impl ListQuery {
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.labels.matches(&obj["metadata"]["labels"]) && self.fields.matches(obj)
+    }
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    obj["metadata"][field].as_str().unwrap_or_default()
+}
+
+impl Store {
+    pub fn new(history_capacity: usize, now: &str) -> Self {
+        let mut store = Self {
+            rv: 0,
+            tables: HashMap::new(),
+            history: History::new(history_capacity),
+            catalogue: Catalogue::build([]),
+        };
+        for ns in INITIAL_NAMESPACES {
+            store.rv += 1;
+            let obj = json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "uid": uuid::Uuid::new_v4().to_string(), "resourceVersion": store.rv.to_string(),
+                    "creationTimestamp": now, "labels": {"kubernetes.io/metadata.name": ns}},
+                "spec": {}, "status": {"phase": "Active"}
+            });
+            store
+                .table_mut("/namespaces")
+                .insert((String::new(), (*ns).to_owned()), Arc::new(obj));
+        }
+        store
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.catalogue
+    }
+
+    pub(super) fn table_mut(&mut self, key: &str) -> &mut Table {
+        self.tables.entry(key.to_owned()).or_default()
+    }
+
+    pub(super) fn table(&self, key: &str) -> Option<&Table> {
+        self.tables.get(key)
+    }
+
+    fn scope(info: &ResourceInfo, ns: &str) -> String {
+        if info.namespaced {
+            ns.to_owned()
+        } else {
+            String::new()
+        }
+    }
+
+    pub fn get(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<Obj, ApiError> {
+        self.table(&info.storage_key())
+            .and_then(|t| t.get(&(Self::scope(info, ns), name.to_owned())))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&info.plural, &info.group, name))
+    }
+
+    pub fn namespace_exists(&self, ns: &str) -> bool {
+        self.table("/namespaces")
+            .is_some_and(|t| t.contains_key(&(String::new(), ns.to_owned())))
+    }
+
+    /// A list of one resource, in one namespace or all (`ns = None`), filtered and paged.
+    pub fn list(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        q: &ListQuery,
+    ) -> Result<ListPage, ApiError> {
+        let after = q
+            .continue_token
+            .as_deref()
+            .map(decode_continue)
+            .transpose()?;
+        let mut items = Vec::new();
+        let mut continue_token = None;
+        let mut remaining = None;
+        let Some(table) = self.table(&info.storage_key()) else {
+            return Ok(ListPage {
+                items,
+                resource_version: self.rv,
+                continue_token,
+                remaining,
+            });
+        };
+        let scope = ns.filter(|_| info.namespaced);
+        let start = match (&after, scope) {
+            (Some(key), _) => std::ops::Bound::Excluded(key.clone()),
+            (None, Some(ns)) => std::ops::Bound::Included((ns.to_owned(), String::new())),
+            (None, None) => std::ops::Bound::Unbounded,
+        };
+        let mut iter = table
+            .range((start, std::ops::Bound::Unbounded))
+            .take_while(|((k_ns, _), _)| scope.is_none_or(|ns| k_ns == ns))
+            .filter(|(_, obj)| q.matches(obj));
+        let limit = q.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+        for (key, obj) in iter.by_ref() {
+            items.push(obj.clone());
+            if items.len() == limit {
+                let rest = iter.by_ref().count() as u64;
+                if rest > 0 {
+                    continue_token = Some(encode_continue(self.rv, key));
+                    remaining = Some(rest);
+                }
+                break;
+            }
+        }
+        Ok(ListPage {
+            items,
+            resource_version: self.rv,
+            continue_token,
+            remaining,
+        })
+    }
+
+    /// Changes after `rv`, or 410 Gone when they are no longer retained.
+    pub fn changes_since(&self, rv: u64) -> Result<Vec<Arc<Change>>, ApiError> {
+        self.history.since(rv)
+    }
+
+    /// Forget the history up to now: every watch resumed from an older version gets 410 Gone.
+    pub fn compact(&mut self) {
+        self.history.compact(self.rv);
+    }
+
+    pub(super) fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    pub(super) fn record(
+        &mut self,
+        info: &ResourceInfo,
+        ns: &str,
+        kind: EventType,
+        object: Obj,
+        old: Option<Obj>,
+    ) {
+        let ns = Self::scope(info, ns);
+        self.record_raw(&info.storage_key(), &ns, kind, object, old);
+    }
+
+    pub(super) fn record_raw(
+        &mut self,
+        storage_key: &str,
+        ns: &str,
+        kind: EventType,
+        object: Obj,
+        old: Option<Obj>,
+    ) {
+        self.history.push(Change {
+            rv: self.rv,
+            storage_key: storage_key.to_owned(),
+            namespace: ns.to_owned(),
+            kind,
+            object,
+            old,
+        });
+    }
+
+    pub(super) fn put(&mut self, info: &ResourceInfo, ns: &str, name: &str, obj: Obj) {
+        let key = (Self::scope(info, ns), name.to_owned());
+        self.table_mut(&info.storage_key()).insert(key, obj);
+    }
+
+    pub(super) fn take(&mut self, info: &ResourceInfo, ns: &str, name: &str) -> Option<Obj> {
+        let key = (Self::scope(info, ns), name.to_owned());
+        self.tables
+            .get_mut(&info.storage_key())
+            .and_then(|t| t.remove(&key))
+    }
+
+    pub(super) fn rebuild_catalogue(&mut self) {
+        let crds: Vec<Value> = self
+            .table("apiextensions.k8s.io/customresourcedefinitions")
+            .map(|t| t.values().map(|v| (**v).clone()).collect())
+            .unwrap_or_default();
+        self.catalogue = Catalogue::build(crds.iter());
+    }
+}
+
+fn encode_continue(rv: u64, key: &(String, String)) -> String {
+    let token = json!({"rv": rv, "ns": key.0, "name": key.1});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
+    let bad = || {
+        ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    match (v["ns"].as_str(), v["name"].as_str()) {
+        (Some(ns), Some(name)) => Ok((ns.to_owned(), name.to_owned())),
+        _ => Err(bad()),
+    }
+}
