@@ -35,6 +35,8 @@ pub enum Error {
     },
     #[error("{command} exited with {status}: {stderr}")]
     Command { command: String, status: String, stderr: String },
+    #[error("packet trace failed: {reason}")]
+    Trace { reason: String },
     #[error("invalid {field} in {object}: {value:?}")]
     InvalidInput { object: String, field: String, value: String },
 }
