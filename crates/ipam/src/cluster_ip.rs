@@ -1,0 +1,451 @@
+//! ClusterIPs from `--service-cidr`: one CIDR per family, never the network address nor
+//! the IPv4 broadcast, random dynamic allocation above the static band.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use rand::rngs::SmallRng;
+
+use crate::band::{pick_random, static_band};
+use crate::error::IpamError;
+use crate::family::{ClusterIpPlan, ClusterIpSlot, IpFamily};
+use crate::runset::RunSet;
+use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
+
+/// One service CIDR and the offsets (from the first usable address) in use.
+#[derive(Debug, Clone)]
+struct CidrRange {
+    cidr: IpNet,
+    family: IpFamily,
+    /// The first usable address (network + 1) as a number.
+    first: u128,
+    /// Number of usable addresses.
+    size: u128,
+    band: u128,
+    used: RunSet,
+}
+
+impl CidrRange {
+    fn new(cidr: IpNet) -> Result<Self, IpamError> {
+        let cidr = cidr.trunc();
+        let invalid = |reason: &str| IpamError::InvalidServiceCidr {
+            cidr: cidr.to_string(),
+            reason: reason.into(),
+        };
+        let family = IpFamily::of(cidr.network());
+        let host_bits = u32::from(cidr.max_prefix_len() - cidr.prefix_len());
+        // 2^host_bits, saturated: only an IPv6 /0 reaches 2^128.
+        let total = 1u128.checked_shl(host_bits).unwrap_or(u128::MAX);
+        let size = match family {
+            // The network and broadcast addresses are never handed out.
+            IpFamily::V4 => total.saturating_sub(2),
+            // IPv6 has no broadcast; only the network (subnet-router anycast) address is kept.
+            IpFamily::V6 => total.saturating_sub(1),
+        };
+        if size == 0 {
+            return Err(invalid("the range has no usable address"));
+        }
+        Ok(Self {
+            cidr,
+            family,
+            first: ip_to_u128(cidr.network()) + 1,
+            size,
+            band: static_band(total, 16, 256, 16),
+            used: RunSet::new(),
+        })
+    }
+
+    fn offset_of(&self, ip: IpAddr) -> Option<u128> {
+        let value = ip_to_u128(ip);
+        let offset = value.checked_sub(self.first)?;
+        (IpFamily::of(ip) == self.family && offset < self.size).then_some(offset)
+    }
+
+    fn ip_at(&self, offset: u128) -> IpAddr {
+        u128_to_ip(self.family, self.first + offset)
+    }
+}
+
+/// ClusterIP allocator for one or two service CIDRs (one per family).
+///
+/// Each owner holds at most one address per family. Requests are idempotent: asking again
+/// for what an owner already holds succeeds without change, so a controller may retry a
+/// reconcile whose write failed without leaking addresses.
+#[derive(Debug, Clone)]
+pub struct ClusterIpAllocator<K: OwnerKey> {
+    /// Indexed by `IpFamily::index`.
+    ranges: [Option<CidrRange>; 2],
+    /// Family order of `--service-cidr`; the first is the cluster's default family.
+    order: Vec<IpFamily>,
+    by_ip: HashMap<IpAddr, K>,
+    by_owner: HashMap<K, [Option<IpAddr>; 2]>,
+    rng: SmallRng,
+}
+
+impl<K: OwnerKey> ClusterIpAllocator<K> {
+    /// An allocator over `cidrs` (in `--service-cidr` order), drawing random picks from
+    /// `rng` (seed it for reproducible runs).
+    pub fn new(cidrs: &[IpNet], rng: SmallRng) -> Result<Self, IpamError> {
+        if cidrs.is_empty() || cidrs.len() > 2 {
+            return Err(IpamError::InvalidServiceCidr {
+                cidr: join(cidrs),
+                reason: "expected one CIDR, or two of different IP families".into(),
+            });
+        }
+        let mut ranges: [Option<CidrRange>; 2] = [None, None];
+        let mut order = Vec::new();
+        for cidr in cidrs {
+            let range = CidrRange::new(*cidr)?;
+            let slot = &mut ranges[range.family.index()];
+            if slot.is_some() {
+                return Err(IpamError::InvalidServiceCidr {
+                    cidr: join(cidrs),
+                    reason: "expected one CIDR, or two of different IP families".into(),
+                });
+            }
+            order.push(range.family);
+            *slot = Some(range);
+        }
+        Ok(Self {
+            ranges,
+            order,
+            by_ip: HashMap::new(),
+            by_owner: HashMap::new(),
+            rng,
+        })
+    }
+
+    /// The configured families; the first is the default (input to
+    /// [`crate::plan_cluster_ips`]).
+    pub fn families(&self) -> &[IpFamily] {
+        &self.order
+    }
+
+    /// The service CIDR of a family.
+    pub fn cidr(&self, family: IpFamily) -> Option<IpNet> {
+        self.range(family).map(|r| r.cidr)
+    }
+
+    fn range(&self, family: IpFamily) -> Option<&CidrRange> {
+        self.ranges[family.index()].as_ref()
+    }
+
+    /// A free address of `family` for `owner`, or the one it already holds.
+    pub fn allocate(&mut self, owner: &K, family: IpFamily) -> Result<IpAddr, IpamError> {
+        if let Some(held) = self.held(owner, family) {
+            return Ok(held);
+        }
+        let range = self.ranges[family.index()]
+            .as_mut()
+            .ok_or(IpamError::FamilyNotConfigured { family })?;
+        let offset = pick_random(&range.used, range.size, range.band, &mut self.rng)
+            .ok_or(IpamError::IpRangeFull { family })?;
+        range.used.insert(offset);
+        let ip = range.ip_at(offset);
+        self.record(owner, ip);
+        Ok(ip)
+    }
+
+    /// Reserves `ip` for `owner` (a requested or existing `spec.clusterIPs` value).
+    pub fn allocate_specific(&mut self, owner: &K, ip: IpAddr) -> Result<(), IpamError> {
+        let family = IpFamily::of(ip);
+        let range = self.ranges[family.index()]
+            .as_mut()
+            .ok_or(IpamError::IpFamilyNotConfigured { ip, family })?;
+        let offset = range.offset_of(ip).ok_or(IpamError::IpNotInRange {
+            ip,
+            range: range.cidr,
+        })?;
+        if let Some(held) = self.by_owner.get(owner).and_then(|h| h[family.index()]) {
+            return if held == ip {
+                Ok(())
+            } else {
+                Err(IpamError::ClusterIpImmutable { ip, held })
+            };
+        }
+        if !range.used.insert(offset) {
+            return Err(IpamError::IpAlreadyAllocated { ip });
+        }
+        self.record(owner, ip);
+        Ok(())
+    }
+
+    /// Records an address found on an existing Service while rebuilding state. Call it
+    /// oldest Service first: the first claimant keeps the address and a younger one gets
+    /// [`IpamError::IpAlreadyAllocated`].
+    pub fn adopt(&mut self, owner: &K, ip: IpAddr) -> Result<(), IpamError> {
+        self.allocate_specific(owner, ip)
+    }
+
+    /// Makes `owner` hold exactly the plan's addresses: reserves requested ones, allocates
+    /// the rest, and releases held addresses of families the plan no longer has. All or
+    /// nothing: on error the owner keeps what it held before.
+    pub fn apply_plan(
+        &mut self,
+        owner: &K,
+        plan: &ClusterIpPlan,
+    ) -> Result<Vec<IpAddr>, IpamError> {
+        let before = self.by_owner.get(owner).copied().unwrap_or_default();
+        let mut out = Vec::with_capacity(plan.slots.len());
+        for slot in &plan.slots {
+            let result = match *slot {
+                ClusterIpSlot::Requested(ip) => self.allocate_specific(owner, ip).map(|()| ip),
+                ClusterIpSlot::Allocate(family) => self.allocate(owner, family),
+            };
+            match result {
+                Ok(ip) => out.push(ip),
+                Err(e) => {
+                    for ip in out {
+                        if !before.contains(&Some(ip)) {
+                            self.release(ip);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        for ip in before.into_iter().flatten() {
+            if !out.contains(&ip) {
+                self.release(ip);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Frees `ip`; returns its former owner. Releasing a free address does nothing.
+    pub fn release(&mut self, ip: IpAddr) -> Option<K> {
+        let owner = self.by_ip.remove(&ip)?;
+        let family = IpFamily::of(ip);
+        if let Some(range) = self.ranges[family.index()].as_mut() {
+            if let Some(offset) = range.offset_of(ip) {
+                range.used.remove(offset);
+            }
+        }
+        if let Some(held) = self.by_owner.get_mut(&owner) {
+            held[family.index()] = None;
+            if held.iter().all(Option::is_none) {
+                self.by_owner.remove(&owner);
+            }
+        }
+        Some(owner)
+    }
+
+    /// Frees every address `owner` holds, at once; returns them.
+    pub fn release_owner(&mut self, owner: &K) -> Vec<IpAddr> {
+        let held: Vec<IpAddr> = self.ips_of(owner);
+        for ip in &held {
+            self.release(*ip);
+        }
+        held
+    }
+
+    /// Who holds `ip`.
+    pub fn owner_of(&self, ip: IpAddr) -> Option<&K> {
+        self.by_ip.get(&ip)
+    }
+
+    /// The addresses `owner` holds, IPv4 first.
+    pub fn ips_of(&self, owner: &K) -> Vec<IpAddr> {
+        self.by_owner
+            .get(owner)
+            .map(|h| h.iter().flatten().copied().collect())
+            .unwrap_or_default()
+    }
+
+    fn held(&self, owner: &K, family: IpFamily) -> Option<IpAddr> {
+        self.by_owner.get(owner).and_then(|h| h[family.index()])
+    }
+
+    /// Addresses of `family` in use.
+    pub fn used(&self, family: IpFamily) -> u128 {
+        self.range(family).map_or(0, |r| r.used.len())
+    }
+
+    /// Usable addresses of `family` (the CIDR less network and IPv4 broadcast).
+    pub fn size(&self, family: IpFamily) -> u128 {
+        self.range(family).map_or(0, |r| r.size)
+    }
+
+    /// Addresses of `family` still free.
+    pub fn free(&self, family: IpFamily) -> u128 {
+        self.size(family) - self.used(family)
+    }
+
+    fn record(&mut self, owner: &K, ip: IpAddr) {
+        self.by_ip.insert(ip, owner.clone());
+        match self.by_owner.get_mut(owner) {
+            Some(held) => held[IpFamily::of(ip).index()] = Some(ip),
+            None => {
+                let mut held = [None, None];
+                held[IpFamily::of(ip).index()] = Some(ip);
+                self.by_owner.insert(owner.clone(), held);
+            }
+        }
+    }
+}
+
+fn join(cidrs: &[IpNet]) -> String {
+    cidrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::{plan_cluster_ips, ClusterIpRequest, IpFamilyPolicy};
+    use rand::SeedableRng;
+
+    fn mk_alloc(cidrs: &[&str]) -> ClusterIpAllocator<String> {
+        let cidrs: Vec<IpNet> = cidrs.iter().map(|c| c.parse().unwrap()).collect();
+        ClusterIpAllocator::new(&cidrs, SmallRng::seed_from_u64(42)).unwrap()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn o(s: &str) -> String {
+        s.to_string()
+    }
+
+    #[test]
+    fn apiserver_wording_for_specific_requests() {
+        let mut a = mk_alloc(&["10.96.0.0/16"]);
+        a.allocate_specific(&o("a"), ip("10.96.0.5")).unwrap();
+        assert_eq!(
+            a.allocate_specific(&o("b"), ip("10.96.0.5"))
+                .unwrap_err()
+                .to_string(),
+            "failed to allocate IP 10.96.0.5: provided IP is already allocated"
+        );
+        for bad in ["10.97.0.1", "10.96.0.0", "10.96.255.255"] {
+            assert_eq!(
+                a.allocate_specific(&o("b"), ip(bad)).unwrap_err().to_string(),
+                format!("failed to allocate IP {bad}: provided IP is not in the valid range. The range of valid IPs is 10.96.0.0/16")
+            );
+        }
+        assert_eq!(
+            a.allocate_specific(&o("b"), ip("fd00::1"))
+                .unwrap_err()
+                .to_string(),
+            "failed to allocate IP fd00::1: IPv6 is not configured on this cluster"
+        );
+        // Same owner, same address: idempotent. Another address of the family: immutable.
+        a.allocate_specific(&o("a"), ip("10.96.0.5")).unwrap();
+        assert!(matches!(
+            a.allocate_specific(&o("a"), ip("10.96.0.6")),
+            Err(IpamError::ClusterIpImmutable { .. })
+        ));
+    }
+
+    #[test]
+    fn tiny_range_fills_and_reports_range_is_full() {
+        let mut a = mk_alloc(&["192.168.0.0/30"]);
+        let mut got = vec![
+            a.allocate(&o("a"), IpFamily::V4).unwrap(),
+            a.allocate(&o("b"), IpFamily::V4).unwrap(),
+        ];
+        got.sort();
+        assert_eq!(got, vec![ip("192.168.0.1"), ip("192.168.0.2")]);
+        let err = a.allocate(&o("c"), IpFamily::V4).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "failed to allocate a serviceIP: range is full"
+        );
+        assert_eq!((a.used(IpFamily::V4), a.free(IpFamily::V4)), (2, 0));
+        assert_eq!(a.release(ip("192.168.0.1")), Some(o("a")));
+        assert_eq!(a.release(ip("192.168.0.1")), None);
+        assert_eq!(
+            a.allocate(&o("c"), IpFamily::V4).unwrap(),
+            ip("192.168.0.1")
+        );
+    }
+
+    #[test]
+    fn dynamic_allocation_avoids_the_static_band_while_it_can() {
+        let mut a = mk_alloc(&["10.96.0.0/24"]);
+        // /24: band = max(16, 256/16) = 16 addresses: 10.96.0.1 ..= 10.96.0.16.
+        for i in 0..(254 - 16) {
+            let got = a.allocate(&format!("s{i}"), IpFamily::V4).unwrap();
+            assert!(ip_to_u128(got) > ip_to_u128(ip("10.96.0.16")), "{got}");
+        }
+        let got = a.allocate(&o("late"), IpFamily::V4).unwrap();
+        assert!(ip_to_u128(got) <= ip_to_u128(ip("10.96.0.16")));
+    }
+
+    #[test]
+    fn ipv6_slash_64_and_slash_48_work_sparsely() {
+        let mut a = mk_alloc(&["10.96.0.0/16", "fd00:10:96::/48"]);
+        assert_eq!(a.families(), &[IpFamily::V4, IpFamily::V6]);
+        assert_eq!(a.size(IpFamily::V6), (1u128 << 80) - 1);
+        let v6 = a.allocate(&o("a"), IpFamily::V6).unwrap();
+        assert!(a.cidr(IpFamily::V6).unwrap().contains(&v6));
+        // The last address of an IPv6 range is usable; the network address is not.
+        a.allocate_specific(&o("b"), ip("fd00:10:96:ffff:ffff:ffff:ffff:ffff"))
+            .unwrap();
+        assert!(a.allocate_specific(&o("c"), ip("fd00:10:96::")).is_err());
+        assert_eq!(
+            a.allocate(&o("a"), IpFamily::V6).unwrap(),
+            v6,
+            "idempotent per family"
+        );
+        let v4 = a.allocate(&o("a"), IpFamily::V4).unwrap();
+        assert_eq!(a.ips_of(&o("a")), vec![v4, v6]);
+        assert_eq!(a.release_owner(&o("a")), vec![v4, v6]);
+        assert_eq!(a.release_owner(&o("a")), Vec::<IpAddr>::new());
+        assert_eq!(a.used(IpFamily::V6), 1);
+    }
+
+    #[test]
+    fn rejects_bad_cidr_sets() {
+        let bad = |cidrs: &[&str]| {
+            let cidrs: Vec<IpNet> = cidrs.iter().map(|c| c.parse().unwrap()).collect();
+            ClusterIpAllocator::<String>::new(&cidrs, SmallRng::seed_from_u64(1)).is_err()
+        };
+        assert!(bad(&[]));
+        assert!(bad(&["10.0.0.0/16", "10.1.0.0/16"]));
+        assert!(bad(&["10.0.0.0/31"]));
+        assert!(bad(&["10.0.0.0/16", "fd00::/64", "10.1.0.0/16"]));
+    }
+
+    #[test]
+    fn plans_apply_all_or_nothing() {
+        let mut a = mk_alloc(&["10.96.0.0/16", "fd00::/108"]);
+        a.allocate_specific(&o("old"), ip("fd00::9")).unwrap();
+        let req = ClusterIpRequest {
+            policy: Some(IpFamilyPolicy::RequireDualStack),
+            cluster_ips: vec![ip("10.96.0.9"), ip("fd00::9")],
+            has_selector: true,
+            ..Default::default()
+        };
+        let plan = plan_cluster_ips(&req, a.families()).unwrap();
+        assert!(matches!(
+            a.apply_plan(&o("new"), &plan),
+            Err(IpamError::IpAlreadyAllocated { .. })
+        ));
+        assert_eq!(a.owner_of(ip("10.96.0.9")), None, "rolled back");
+        // Downgrading to single stack releases the secondary family.
+        let dual = ClusterIpRequest {
+            policy: Some(IpFamilyPolicy::PreferDualStack),
+            has_selector: true,
+            ..Default::default()
+        };
+        let plan = plan_cluster_ips(&dual, a.families()).unwrap();
+        let got = a.apply_plan(&o("svc"), &plan).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(a.apply_plan(&o("svc"), &plan).unwrap(), got, "idempotent");
+        let single = ClusterIpRequest {
+            policy: Some(IpFamilyPolicy::SingleStack),
+            cluster_ips: vec![got[0]],
+            has_selector: true,
+            ..Default::default()
+        };
+        let plan = plan_cluster_ips(&single, a.families()).unwrap();
+        assert_eq!(a.apply_plan(&o("svc"), &plan).unwrap(), vec![got[0]]);
+        assert_eq!(a.owner_of(got[1]), None);
+    }
+}

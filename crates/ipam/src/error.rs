@@ -1,0 +1,252 @@
+//! The crate's one error type. Where the Kubernetes API server reports the same failure,
+//! the Display text is its wording, so users and tools recognise it; the LoadBalancer
+//! sharing errors follow MetalLB's wording.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::family::IpFamily;
+use crate::node_port::PortRange;
+
+/// One field-level validation failure, printed the way the API server prints
+/// `field.Error` (`spec.ipFamilyPolicy: Invalid value: "RequireDualStack": ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// JSON path of the field, e.g. `spec.ports[0].nodePort`.
+    pub path: String,
+    /// What went wrong.
+    pub kind: FieldErrorKind,
+}
+
+/// The API server's field error types that berth reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldErrorKind {
+    /// `Invalid value: <value>: <detail>`; `value` is already rendered (strings quoted).
+    Invalid { value: String, detail: String },
+    /// `Duplicate value: <value>`.
+    Duplicate { value: String },
+    /// `Too many: <count>: must have at most <max> items`.
+    TooMany { count: usize, max: usize },
+}
+
+impl FieldError {
+    pub(crate) fn invalid(
+        path: impl Into<String>,
+        value: String,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            kind: FieldErrorKind::Invalid {
+                value,
+                detail: detail.into(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            FieldErrorKind::Invalid { value, detail } => {
+                write!(f, "{}: Invalid value: {value}: {detail}", self.path)
+            }
+            FieldErrorKind::Duplicate { value } => {
+                write!(f, "{}: Duplicate value: {value}", self.path)
+            }
+            FieldErrorKind::TooMany { count, max } => {
+                write!(
+                    f,
+                    "{}: Too many: {count}: must have at most {max} items",
+                    self.path
+                )
+            }
+        }
+    }
+}
+
+/// Several field errors, joined as the API server's aggregate does (`[a, b]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldErrors(pub Vec<FieldError>);
+
+impl fmt::Display for FieldErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_slice() {
+            [one] => write!(f, "{one}"),
+            many => {
+                f.write_str("[")?;
+                for (i, e) in many.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+/// Where a node port was asked for: printed as the API server's field prefix
+/// (`spec.ports[0].nodePort: Invalid value: 40000: `), or nothing for a bare allocator call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortField {
+    pub path: Option<String>,
+    pub port: u16,
+}
+
+impl fmt::Display for PortField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{path}: Invalid value: {}: ", self.port),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every failure of berth-ipam.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IpamError {
+    // ---- configuration ----
+    /// `--service-cidr` is unusable.
+    #[error("invalid service CIDR {cidr}: {reason}")]
+    InvalidServiceCidr { cidr: String, reason: String },
+    /// `--node-port-range` is unusable.
+    #[error("invalid node port range {range:?}: {reason}")]
+    InvalidPortRange { range: String, reason: String },
+    /// An IPPool is unusable; the controller reports it on the pool.
+    #[error("invalid IPPool {pool:?}: {reason}")]
+    InvalidPool { pool: String, reason: String },
+
+    // ---- ClusterIP ----
+    /// Field validation of `ipFamilies`/`ipFamilyPolicy`/`clusterIPs`.
+    #[error("{0}")]
+    Invalid(FieldErrors),
+    /// A ClusterIP asked for outside the service CIDR, or its network/broadcast address.
+    #[error("failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {range}")]
+    IpNotInRange { ip: IpAddr, range: IpNet },
+    /// A ClusterIP of a family the cluster has no CIDR for.
+    #[error("failed to allocate IP {ip}: {family} is not configured on this cluster")]
+    IpFamilyNotConfigured { ip: IpAddr, family: IpFamily },
+    /// Dynamic allocation for a family the cluster has no CIDR for.
+    #[error("failed to allocate a serviceIP: {family} is not configured on this cluster")]
+    FamilyNotConfigured { family: IpFamily },
+    /// A ClusterIP held by another Service.
+    #[error("failed to allocate IP {ip}: provided IP is already allocated")]
+    IpAlreadyAllocated { ip: IpAddr },
+    /// Every address of the family's CIDR is taken.
+    #[error("failed to allocate a serviceIP: range is full")]
+    IpRangeFull { family: IpFamily },
+    /// The Service already holds another ClusterIP of this family.
+    #[error("failed to allocate IP {ip}: the Service already holds {held}, and a cluster IP may not change once set")]
+    ClusterIpImmutable { ip: IpAddr, held: IpAddr },
+
+    // ---- NodePort ----
+    #[error("{at}provided port is not in the valid range. The range of valid ports is {range}")]
+    PortNotInRange { at: PortField, range: PortRange },
+    #[error("{at}provided port is already allocated")]
+    PortAlreadyAllocated { at: PortField },
+    #[error("failed to allocate a nodePort: range is full")]
+    PortRangeFull,
+    #[error("failed to allocate requested HealthCheck NodePort {port}: {reason}")]
+    HealthCheckPort { port: u16, reason: String },
+    #[error("failed to allocate a HealthCheck NodePort: range is full")]
+    HealthCheckPortRangeFull,
+
+    // ---- LoadBalancer IP ----
+    /// A requested address lies in no IPPool.
+    #[error("\"{ip}\" is not allowed in config")]
+    NotAllowedByConfig { ip: IpAddr },
+    /// The pool exists but its serviceAllocation does not admit the Service.
+    #[error("pool {pool} not compatible for ip assignment")]
+    PoolNotCompatible { pool: String },
+    /// The named pool does not exist.
+    #[error("unknown pool {pool:?}")]
+    UnknownPool { pool: String },
+    /// A requested address is not in the requested pool.
+    #[error("{ip} is not in pool {pool:?}")]
+    IpNotInPool { ip: IpAddr, pool: String },
+    /// A requested address of a family the Service does not use, or two of one family.
+    #[error("requested address {ip} does not match the Service's IP families")]
+    RequestedFamilyMismatch { ip: IpAddr },
+    /// The named pool has no usable address of the family left.
+    #[error("no available IPs in pool {pool:?} for {family} IPFamily")]
+    PoolExhausted { pool: String, family: IpFamily },
+    /// No admitting autoAssign pool has a usable address of the family left.
+    #[error("no available IPs for {family} IPFamily")]
+    NoAvailableIps { family: IpFamily },
+    /// The address is held by Services this one may not share with.
+    #[error("can't share {ip} with {holders}: {reason}")]
+    CannotShare {
+        ip: IpAddr,
+        holders: String,
+        reason: String,
+    },
+    /// A port of the Service is already used on a shared address.
+    #[error("port {port} is already in use on \"{ip}\"")]
+    PortInUse { port: String, ip: IpAddr },
+}
+
+impl IpamError {
+    /// Attaches the field path to a node-port error from a bare allocator call.
+    pub fn at_field(self, path: impl Into<String>) -> Self {
+        match self {
+            Self::PortNotInRange { at, range } => Self::PortNotInRange {
+                at: PortField {
+                    path: Some(path.into()),
+                    port: at.port,
+                },
+                range,
+            },
+            Self::PortAlreadyAllocated { at } => Self::PortAlreadyAllocated {
+                at: PortField {
+                    path: Some(path.into()),
+                    port: at.port,
+                },
+            },
+            other => other,
+        }
+    }
+
+    /// A stable, bounded reason for Events, conditions and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidServiceCidr { .. }
+            | Self::InvalidPortRange { .. }
+            | Self::InvalidPool { .. } => "InvalidConfig",
+            Self::Invalid(_)
+            | Self::IpFamilyNotConfigured { .. }
+            | Self::FamilyNotConfigured { .. } => "InvalidIPFamilies",
+            Self::IpNotInRange { .. } | Self::PortNotInRange { .. } => "NotInRange",
+            Self::IpAlreadyAllocated { .. }
+            | Self::PortAlreadyAllocated { .. }
+            | Self::CannotShare { .. }
+            | Self::PortInUse { .. } => "AlreadyAllocated",
+            Self::ClusterIpImmutable { .. } => "Immutable",
+            Self::IpRangeFull { .. }
+            | Self::PortRangeFull
+            | Self::HealthCheckPortRangeFull
+            | Self::PoolExhausted { .. }
+            | Self::NoAvailableIps { .. } => "RangeFull",
+            Self::HealthCheckPort { .. } => "HealthCheckNodePort",
+            Self::NotAllowedByConfig { .. }
+            | Self::PoolNotCompatible { .. }
+            | Self::UnknownPool { .. }
+            | Self::IpNotInPool { .. }
+            | Self::RequestedFamilyMismatch { .. } => "NotAllowed",
+        }
+    }
+}
+
+/// Renders a string value as the API server does (Go `%q`).
+pub(crate) fn quoted(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// Renders a string list as the API server does (Go `%#v` of `[]string`).
+pub(crate) fn quoted_list<T: fmt::Display>(items: &[T]) -> String {
+    let inner: Vec<String> = items.iter().map(|i| quoted(&i.to_string())).collect();
+    format!("[]string{{{}}}", inner.join(", "))
+}

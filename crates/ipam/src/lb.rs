@@ -1,0 +1,470 @@
+//! LoadBalancer IPs from IPPools.
+//!
+//! Choice, in order: requested addresses must lie in a pool that admits the Service; else
+//! the named pool; else the admitting `autoAssign` pools in choice order (priority, lower
+//! first, unset last, then name). Within a pool the lowest usable address is taken, so
+//! results are reproducible. An address a Service already holds is kept while it is
+//! still allowed, so reconciling never churns.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use crate::error::IpamError;
+use crate::family::IpFamily;
+use crate::pool::{Pool, PoolSpec, PoolStatus};
+use crate::runset::RunSet;
+use crate::selector::Labels;
+use crate::sharing::{check_sharing, Holder, LbPort, TrafficPolicy};
+use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
+
+/// What the LoadBalancer allocator needs to know about a Service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceView {
+    pub namespace: String,
+    pub namespace_labels: Labels,
+    pub labels: Labels,
+    /// From `berth.dev/load-balancer-ips`, else `spec.loadBalancerIP`, else the MetalLB
+    /// annotations; at most one per family.
+    pub requested_ips: Vec<IpAddr>,
+    /// From `berth.dev/ip-pool` or MetalLB's `address-pool`.
+    pub requested_pool: Option<String>,
+    /// From `berth.dev/sharing-key` or MetalLB's `allow-shared-ip`.
+    pub sharing_key: Option<String>,
+    pub ports: Vec<LbPort>,
+    pub external_traffic_policy: TrafficPolicy,
+    /// `spec.selector`.
+    pub selector: Labels,
+    /// `spec.ipFamilies`: one address per family, in this order. Empty means the families
+    /// of the requested addresses, or IPv4.
+    pub families: Vec<IpFamily>,
+}
+
+impl ServiceView {
+    fn holder(&self) -> Holder {
+        let mut ports = self.ports.clone();
+        ports.sort_unstable();
+        ports.dedup();
+        Holder {
+            sharing_key: self.sharing_key.clone(),
+            policy: self.external_traffic_policy,
+            selector: self.selector.clone(),
+            ports,
+        }
+    }
+
+    fn wanted_families(&self) -> Vec<IpFamily> {
+        if !self.families.is_empty() {
+            return self.families.clone();
+        }
+        let mut fams: Vec<IpFamily> = Vec::new();
+        for ip in &self.requested_ips {
+            if !fams.contains(&IpFamily::of(*ip)) {
+                fams.push(IpFamily::of(*ip));
+            }
+        }
+        if fams.is_empty() {
+            fams.push(IpFamily::V4);
+        }
+        fams
+    }
+}
+
+/// An address still held by `owner` that lies in no pool after a pool change. The
+/// allocator keeps it held (nobody else can get it); the controller decides whether to
+/// release and reassign.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Orphan<K> {
+    pub owner: K,
+    pub ip: IpAddr,
+}
+
+/// LoadBalancer-IP allocator over IPPools.
+#[derive(Debug, Clone)]
+pub struct LbIpAllocator<K: OwnerKey> {
+    /// In choice order.
+    pools: Vec<Pool>,
+    /// Addresses with at least one holder, per family.
+    used: [RunSet; 2],
+    /// Holders of each address, sorted by owner.
+    holders: HashMap<IpAddr, Vec<(K, Holder)>>,
+    by_owner: HashMap<K, [Option<IpAddr>; 2]>,
+    /// Addresses in use per sharing key, so a sharing Service finds the lowest shareable
+    /// address without scanning the pool.
+    shared: HashMap<String, [BTreeSet<u128>; 2]>,
+    /// Per pool (same index as `pools`) and family: in-use addresses the pool contains.
+    assigned: Vec<[u128; 2]>,
+}
+
+impl<K: OwnerKey> Default for LbIpAllocator<K> {
+    fn default() -> Self {
+        Self {
+            pools: Vec::new(),
+            used: [RunSet::new(), RunSet::new()],
+            holders: HashMap::new(),
+            by_owner: HashMap::new(),
+            shared: HashMap::new(),
+            assigned: Vec::new(),
+        }
+    }
+}
+
+impl<K: OwnerKey> LbIpAllocator<K> {
+    /// An allocator with no pools.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replaces the pools. Every spec must be valid and names unique, else nothing
+    /// changes. Addresses held outside every new pool are kept and reported.
+    pub fn set_pools(&mut self, specs: Vec<PoolSpec>) -> Result<Vec<Orphan<K>>, IpamError> {
+        let mut pools = specs
+            .into_iter()
+            .map(Pool::compile)
+            .collect::<Result<Vec<_>, _>>()?;
+        pools.sort_by(Pool::choice_order);
+        if let Some(w) = pools.windows(2).find(|w| w[0].name() == w[1].name()) {
+            return Err(IpamError::InvalidPool {
+                pool: w[0].name().to_string(),
+                reason: "duplicate pool name".into(),
+            });
+        }
+        self.pools = pools;
+        self.assigned = vec![[0, 0]; self.pools.len()];
+        let mut orphans = Vec::new();
+        for (ip, holders) in &self.holders {
+            let mut in_any = false;
+            for (i, pool) in self.pools.iter().enumerate() {
+                if pool.contains(*ip) {
+                    self.assigned[i][IpFamily::of(*ip).index()] += 1;
+                    in_any = true;
+                }
+            }
+            if !in_any {
+                orphans.extend(holders.iter().map(|(k, _)| Orphan {
+                    owner: k.clone(),
+                    ip: *ip,
+                }));
+            }
+        }
+        orphans.sort();
+        Ok(orphans)
+    }
+
+    /// Pool names in choice order.
+    pub fn pool_names(&self) -> Vec<&str> {
+        self.pools.iter().map(Pool::name).collect()
+    }
+
+    /// Pairs of pools whose addresses overlap (for the pool's overlap condition).
+    pub fn overlapping_pools(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (i, a) in self.pools.iter().enumerate() {
+            for b in &self.pools[i + 1..] {
+                if a.overlaps(b) {
+                    let (x, y) = if a.name() <= b.name() { (a, b) } else { (b, a) };
+                    out.push((x.name().to_string(), y.name().to_string()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Assigned and available counts of a pool.
+    pub fn pool_status(&self, name: &str) -> Option<PoolStatus> {
+        let i = self.pools.iter().position(|p| p.name() == name)?;
+        let (pool, assigned) = (&self.pools[i], self.assigned[i]);
+        Some(PoolStatus {
+            assigned_ipv4: assigned[0],
+            available_ipv4: pool.capacity[0].saturating_sub(assigned[0]),
+            assigned_ipv6: assigned[1],
+            available_ipv6: pool.capacity[1].saturating_sub(assigned[1]),
+        })
+    }
+
+    /// The first pool, in choice order, that contains `ip`.
+    pub fn pool_of(&self, ip: IpAddr) -> Option<&str> {
+        self.pools.iter().find(|p| p.contains(ip)).map(Pool::name)
+    }
+
+    /// Gives `owner` one address per family of `svc` (see the module docs for the order),
+    /// keeping addresses it already holds while they remain allowed and releasing those it
+    /// no longer needs. All or nothing: on error the owner keeps what it held.
+    pub fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
+        let holder = svc.holder();
+        let chosen = if !svc.requested_ips.is_empty() {
+            self.choose_requested(owner, svc, &holder)?
+        } else if let Some(name) = &svc.requested_pool {
+            let i = self
+                .pools
+                .iter()
+                .position(|p| p.name() == name)
+                .ok_or_else(|| IpamError::UnknownPool { pool: name.clone() })?;
+            if !self.admits(i, svc) {
+                return Err(IpamError::PoolNotCompatible { pool: name.clone() });
+            }
+            svc.wanted_families()
+                .into_iter()
+                .map(|fam| {
+                    self.keep_or_pick(owner, &holder, fam, |_, idx| idx == i)
+                        .ok_or_else(|| IpamError::PoolExhausted {
+                            pool: name.clone(),
+                            family: fam,
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            svc.wanted_families()
+                .into_iter()
+                .map(|fam| {
+                    self.keep_or_pick(owner, &holder, fam, |me, idx| {
+                        me.pools[idx].spec.auto_assign && me.admits(idx, svc)
+                    })
+                    .ok_or(IpamError::NoAvailableIps { family: fam })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        self.install(owner, &holder, &chosen);
+        Ok(chosen)
+    }
+
+    fn choose_requested(
+        &self,
+        owner: &K,
+        svc: &ServiceView,
+        holder: &Holder,
+    ) -> Result<Vec<IpAddr>, IpamError> {
+        let families = svc.wanted_families();
+        let mut seen: Vec<IpFamily> = Vec::new();
+        for ip in &svc.requested_ips {
+            let fam = IpFamily::of(*ip);
+            if !families.contains(&fam) || seen.contains(&fam) {
+                return Err(IpamError::RequestedFamilyMismatch { ip: *ip });
+            }
+            seen.push(fam);
+            let containing: Vec<usize> = (0..self.pools.len())
+                .filter(|&i| self.pools[i].contains(*ip))
+                .collect();
+            let Some(&first) = containing.first() else {
+                return Err(IpamError::NotAllowedByConfig { ip: *ip });
+            };
+            if !containing.iter().any(|&i| self.admits(i, svc)) {
+                return Err(IpamError::PoolNotCompatible {
+                    pool: self.pools[first].name().to_string(),
+                });
+            }
+            if let Some(name) = &svc.requested_pool {
+                if !containing.iter().any(|&i| self.pools[i].name() == name) {
+                    return Err(IpamError::IpNotInPool {
+                        ip: *ip,
+                        pool: name.clone(),
+                    });
+                }
+            }
+            check_sharing(*ip, holder, &self.others(*ip, owner))?;
+        }
+        Ok(svc.requested_ips.clone())
+    }
+
+    /// The owner's current address of `fam` if an eligible pool still contains it and the
+    /// sharing rules still hold; else the lowest usable address of the first eligible pool.
+    fn keep_or_pick(
+        &self,
+        owner: &K,
+        holder: &Holder,
+        fam: IpFamily,
+        eligible: impl Fn(&Self, usize) -> bool,
+    ) -> Option<IpAddr> {
+        if let Some(ip) = self.by_owner.get(owner).and_then(|h| h[fam.index()]) {
+            let allowed =
+                (0..self.pools.len()).any(|i| eligible(self, i) && self.pools[i].contains(ip));
+            if allowed && check_sharing(ip, holder, &self.others(ip, owner)).is_ok() {
+                return Some(ip);
+            }
+        }
+        (0..self.pools.len())
+            .filter(|&i| eligible(self, i))
+            .find_map(|i| self.lowest_usable(i, fam, owner, holder))
+    }
+
+    /// The lowest address of pool `i` that is free, or in use by Services this one may
+    /// share with.
+    fn lowest_usable(&self, i: usize, fam: IpFamily, owner: &K, holder: &Holder) -> Option<IpAddr> {
+        let pool = &self.pools[i];
+        let used = &self.used[fam.index()];
+        let free = pool.ranges[fam.index()].iter().find_map(|&(lo, hi)| {
+            let mut from = lo;
+            loop {
+                let x = used.first_free_in(from, hi)?;
+                if !pool.skips(fam, x) {
+                    return Some(x);
+                }
+                from = x.checked_add(1)?;
+            }
+        });
+        let shared = holder.sharing_key.as_ref().and_then(|key| {
+            let candidates = &self.shared.get(key)?[fam.index()];
+            let below = match free {
+                Some(f) => candidates.range(..f),
+                None => candidates.range(..),
+            };
+            below.copied().find(|&v| {
+                let ip = u128_to_ip(fam, v);
+                pool.contains_value(fam, v)
+                    && check_sharing(ip, holder, &self.others(ip, owner)).is_ok()
+            })
+        });
+        shared.or(free).map(|v| u128_to_ip(fam, v))
+    }
+
+    fn admits(&self, i: usize, svc: &ServiceView) -> bool {
+        self.pools[i]
+            .spec
+            .admits(&svc.namespace, &svc.namespace_labels, &svc.labels)
+    }
+
+    /// The holders of `ip` other than `owner`.
+    fn others(&self, ip: IpAddr, owner: &K) -> Vec<(K, Holder)> {
+        self.holders
+            .get(&ip)
+            .map(|hs| hs.iter().filter(|(k, _)| k != owner).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Records addresses found in existing Services' status while rebuilding state. Call
+    /// it oldest Service first: an address a younger Service cannot share with its older
+    /// holders is refused (the older keeps it). Pool admission is not re-checked here; a
+    /// later [`Self::assign`] moves the Service if its pools no longer admit it.
+    pub fn adopt(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), IpamError> {
+        let holder = svc.holder();
+        let mut seen: Vec<IpFamily> = Vec::new();
+        for ip in ips {
+            if seen.contains(&IpFamily::of(*ip)) {
+                return Err(IpamError::RequestedFamilyMismatch { ip: *ip });
+            }
+            seen.push(IpFamily::of(*ip));
+            if !self.pools.iter().any(|p| p.contains(*ip)) {
+                return Err(IpamError::NotAllowedByConfig { ip: *ip });
+            }
+            check_sharing(*ip, &holder, &self.others(*ip, owner))?;
+        }
+        self.install(owner, &holder, ips);
+        Ok(())
+    }
+
+    /// Frees every address `owner` holds, at once; returns them. Idempotent.
+    pub fn release_owner(&mut self, owner: &K) -> Vec<IpAddr> {
+        let held: Vec<IpAddr> = self
+            .by_owner
+            .remove(owner)
+            .map(|h| h.into_iter().flatten().collect())
+            .unwrap_or_default();
+        for ip in &held {
+            self.remove_holder(owner, *ip);
+        }
+        held
+    }
+
+    /// The addresses `owner` holds, IPv4 first.
+    pub fn ips_of(&self, owner: &K) -> Vec<IpAddr> {
+        self.by_owner
+            .get(owner)
+            .map(|h| h.iter().flatten().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Everyone holding `ip`, sorted.
+    pub fn holders_of(&self, ip: IpAddr) -> Vec<K> {
+        self.holders
+            .get(&ip)
+            .map(|hs| hs.iter().map(|(k, _)| k.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Distinct addresses in use of `family`.
+    pub fn used(&self, family: IpFamily) -> u128 {
+        self.used[family.index()].len()
+    }
+
+    /// Makes `owner` hold exactly `ips` with `holder`'s sharing data. Callers have checked
+    /// the rules.
+    fn install(&mut self, owner: &K, holder: &Holder, ips: &[IpAddr]) {
+        self.release_owner(owner);
+        if ips.is_empty() {
+            return;
+        }
+        let mut held = [None, None];
+        for ip in ips {
+            held[IpFamily::of(*ip).index()] = Some(*ip);
+            self.add_holder(owner, holder, *ip);
+        }
+        self.by_owner.insert(owner.clone(), held);
+    }
+
+    fn add_holder(&mut self, owner: &K, holder: &Holder, ip: IpAddr) {
+        let fam = IpFamily::of(ip);
+        let value = ip_to_u128(ip);
+        let hs = self.holders.entry(ip).or_default();
+        let pos = hs.partition_point(|(k, _)| k < owner);
+        hs.insert(pos, (owner.clone(), holder.clone()));
+        if let Some(key) = &holder.sharing_key {
+            match self.shared.get_mut(key) {
+                Some(sets) => {
+                    sets[fam.index()].insert(value);
+                }
+                None => {
+                    let mut sets = [BTreeSet::new(), BTreeSet::new()];
+                    sets[fam.index()].insert(value);
+                    self.shared.insert(key.clone(), sets);
+                }
+            }
+        }
+        if self.used[fam.index()].insert(value) {
+            self.count(ip, true);
+        }
+    }
+
+    fn remove_holder(&mut self, owner: &K, ip: IpAddr) {
+        let fam = IpFamily::of(ip);
+        let value = ip_to_u128(ip);
+        let Some(hs) = self.holders.get_mut(&ip) else {
+            return;
+        };
+        let Some(pos) = hs.iter().position(|(k, _)| k == owner) else {
+            return;
+        };
+        let (_, removed) = hs.remove(pos);
+        let now_empty = hs.is_empty();
+        let key_still_used = removed
+            .sharing_key
+            .as_ref()
+            .is_some_and(|key| hs.iter().any(|(_, h)| h.sharing_key.as_ref() == Some(key)));
+        if now_empty {
+            self.holders.remove(&ip);
+        }
+        if let Some(key) = &removed.sharing_key {
+            if !key_still_used {
+                if let Some(sets) = self.shared.get_mut(key) {
+                    sets[fam.index()].remove(&value);
+                    if sets.iter().all(BTreeSet::is_empty) {
+                        self.shared.remove(key);
+                    }
+                }
+            }
+        }
+        if now_empty && self.used[fam.index()].remove(value) {
+            self.count(ip, false);
+        }
+    }
+
+    /// Keeps the per-pool assigned counts in step when an address starts or stops being used.
+    fn count(&mut self, ip: IpAddr, up: bool) {
+        let fam = IpFamily::of(ip).index();
+        for (i, pool) in self.pools.iter().enumerate() {
+            if pool.contains(ip) {
+                let n = &mut self.assigned[i][fam];
+                *n = if up { *n + 1 } else { n.saturating_sub(1) };
+            }
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! IPPools as plain data, validated once into address intervals.
+
+use std::cmp::Ordering;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::error::IpamError;
+use crate::family::IpFamily;
+use crate::selector::{LabelSelector, Labels};
+use crate::types::ip_to_u128;
+
+/// An IPPool's spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub name: String,
+    /// CIDRs (`198.18.0.0/24`, `fd00::/64`) and ranges (`198.18.0.200-198.18.0.250`), both
+    /// families allowed. A CIDR contributes every address in it, network and broadcast too.
+    pub addresses: Vec<String>,
+    /// Whether Services that name neither an address nor a pool may get addresses here.
+    pub auto_assign: bool,
+    /// Never hand out IPv4 addresses ending in `.0` or `.255` (old firmware drops them).
+    pub avoid_buggy_ips: bool,
+    /// `serviceAllocation.priority`: lower is tried first; pools without one come after
+    /// every pool with one. Ties go by name.
+    pub priority: Option<i32>,
+    /// `serviceAllocation.namespaces`.
+    pub namespaces: Vec<String>,
+    /// `serviceAllocation.namespaceSelector(s)`: any one matching admits the namespace.
+    pub namespace_selectors: Vec<LabelSelector>,
+    /// `serviceAllocation.serviceSelector(s)`: any one matching admits the Service.
+    pub service_selectors: Vec<LabelSelector>,
+}
+
+impl PoolSpec {
+    /// A pool with auto-assignment on and no restriction.
+    pub fn new(name: impl Into<String>, addresses: &[&str]) -> Self {
+        Self {
+            name: name.into(),
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            auto_assign: true,
+            avoid_buggy_ips: false,
+            priority: None,
+            namespaces: Vec::new(),
+            namespace_selectors: Vec::new(),
+            service_selectors: Vec::new(),
+        }
+    }
+
+    /// Checks the spec without installing it, so a controller can report a bad pool on
+    /// its own status and still install the others.
+    pub fn validate(&self) -> Result<(), IpamError> {
+        Pool::compile(self.clone()).map(|_| ())
+    }
+
+    /// Whether the pool's serviceAllocation admits a Service in `namespace` (with
+    /// `namespace_labels`) carrying `service_labels`.
+    pub fn admits(
+        &self,
+        namespace: &str,
+        namespace_labels: &Labels,
+        service_labels: &Labels,
+    ) -> bool {
+        let ns_restricted = !self.namespaces.is_empty() || !self.namespace_selectors.is_empty();
+        let ns_ok = !ns_restricted
+            || self.namespaces.iter().any(|n| n == namespace)
+            || self
+                .namespace_selectors
+                .iter()
+                .any(|s| s.matches(namespace_labels));
+        let svc_ok = self.service_selectors.is_empty()
+            || self
+                .service_selectors
+                .iter()
+                .any(|s| s.matches(service_labels));
+        ns_ok && svc_ok
+    }
+}
+
+/// Assigned and available addresses of a pool, per family, for its status. Available is
+/// capacity less assigned; both saturate at `u128::MAX` (an IPv6 /0 pool).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStatus {
+    pub assigned_ipv4: u128,
+    pub available_ipv4: u128,
+    pub assigned_ipv6: u128,
+    pub available_ipv6: u128,
+}
+
+/// A validated pool: merged, sorted, inclusive intervals per family.
+#[derive(Debug, Clone)]
+pub(crate) struct Pool {
+    pub(crate) spec: PoolSpec,
+    pub(crate) ranges: [Vec<(u128, u128)>; 2],
+    pub(crate) capacity: [u128; 2],
+}
+
+impl Pool {
+    pub(crate) fn compile(spec: PoolSpec) -> Result<Self, IpamError> {
+        let invalid = |reason: String| IpamError::InvalidPool {
+            pool: spec.name.clone(),
+            reason,
+        };
+        if spec.name.is_empty() {
+            return Err(invalid("the pool has no name".into()));
+        }
+        if spec.addresses.is_empty() {
+            return Err(invalid("the pool has no addresses".into()));
+        }
+        for sel in spec
+            .namespace_selectors
+            .iter()
+            .chain(&spec.service_selectors)
+        {
+            sel.validate().map_err(invalid)?;
+        }
+        let mut ranges: [Vec<(u128, u128)>; 2] = [Vec::new(), Vec::new()];
+        for text in &spec.addresses {
+            let (family, lo, hi) = parse_range(text).map_err(invalid)?;
+            ranges[family.index()].push((lo, hi));
+        }
+        for r in &mut ranges {
+            *r = merge(std::mem::take(r));
+        }
+        let capacity = [IpFamily::V4, IpFamily::V6].map(|f| {
+            ranges[f.index()].iter().fold(0u128, |acc, &(lo, hi)| {
+                let mut n = (hi - lo).saturating_add(1);
+                if spec.avoid_buggy_ips && f == IpFamily::V4 {
+                    n -= buggy_in(lo, hi);
+                }
+                acc.saturating_add(n)
+            })
+        });
+        Ok(Self {
+            spec,
+            ranges,
+            capacity,
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Whether the pool may hand out `value` of `family`: inside its intervals, and not a
+    /// skipped `.0`/`.255`.
+    pub(crate) fn contains_value(&self, family: IpFamily, value: u128) -> bool {
+        if self.skips(family, value) {
+            return false;
+        }
+        let ranges = &self.ranges[family.index()];
+        let i = ranges.partition_point(|&(lo, _)| lo <= value);
+        i > 0 && ranges[i - 1].1 >= value
+    }
+
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
+        self.contains_value(IpFamily::of(ip), ip_to_u128(ip))
+    }
+
+    pub(crate) fn skips(&self, family: IpFamily, value: u128) -> bool {
+        self.spec.avoid_buggy_ips && family == IpFamily::V4 && is_buggy(value)
+    }
+
+    pub(crate) fn overlaps(&self, other: &Pool) -> bool {
+        (0..2).any(|f| {
+            self.ranges[f]
+                .iter()
+                .any(|&(a, b)| other.ranges[f].iter().any(|&(c, d)| a <= d && c <= b))
+        })
+    }
+
+    /// Choice order among pools: priority set before unset, lower first, then name.
+    pub(crate) fn choice_order(a: &Pool, b: &Pool) -> Ordering {
+        let key = |p: &Pool| {
+            (
+                p.spec.priority.is_none(),
+                p.spec.priority,
+                p.spec.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    }
+}
+
+/// An IPv4 address ending in `.0` or `.255`.
+pub(crate) fn is_buggy(value: u128) -> bool {
+    matches!(value & 0xff, 0 | 0xff)
+}
+
+/// How many values in `lo..=hi` end in `.0` or `.255`.
+fn buggy_in(lo: u128, hi: u128) -> u128 {
+    // Values <= n congruent to r modulo 256.
+    let upto = |n: u128, r: u128| if n < r { 0 } else { (n - r) / 256 + 1 };
+    let count = |r: u128| upto(hi, r) - lo.checked_sub(1).map_or(0, |l| upto(l, r));
+    count(0) + count(255)
+}
+
+/// Parses `cidr` or `first-last` into a family and an inclusive interval.
+fn parse_range(text: &str) -> Result<(IpFamily, u128, u128), String> {
+    let text = text.trim();
+    if let Some((a, b)) = text.split_once('-') {
+        let parse = |s: &str| {
+            s.trim().parse::<IpAddr>().map_err(|_| {
+                format!(
+                    "invalid IP range {text:?}: {:?} is not an IP address",
+                    s.trim()
+                )
+            })
+        };
+        let (a, b) = (parse(a)?, parse(b)?);
+        if IpFamily::of(a) != IpFamily::of(b) {
+            return Err(format!("invalid IP range {text:?}: mixes IPv4 and IPv6"));
+        }
+        let (lo, hi) = (ip_to_u128(a), ip_to_u128(b));
+        if lo > hi {
+            return Err(format!("invalid IP range {text:?}: start is after end"));
+        }
+        return Ok((IpFamily::of(a), lo, hi));
+    }
+    let net: IpNet = text
+        .parse()
+        .map_err(|_| format!("invalid CIDR {text:?}: expected a CIDR or a range a-b"))?;
+    let net = net.trunc();
+    Ok((
+        IpFamily::of(net.network()),
+        ip_to_u128(net.network()),
+        ip_to_u128(net.broadcast()),
+    ))
+}
+
+/// Sorts and merges overlapping or adjacent intervals.
+fn merge(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u128, u128)> = Vec::with_capacity(ranges.len());
+    for (lo, hi) in ranges {
+        match out.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selector::SelectorOperator;
+
+    fn compile(addrs: &[&str], avoid: bool) -> Pool {
+        let mut spec = PoolSpec::new("p", addrs);
+        spec.avoid_buggy_ips = avoid;
+        Pool::compile(spec).unwrap()
+    }
+
+    fn v(s: &str) -> u128 {
+        ip_to_u128(s.parse().unwrap())
+    }
+
+    #[test]
+    fn parses_cidrs_and_ranges_of_both_families() {
+        let p = compile(
+            &[
+                "198.18.0.0/24",
+                "198.18.1.10 - 198.18.1.12",
+                "fd00::/64",
+                "fd01::1-fd01::2",
+            ],
+            false,
+        );
+        assert_eq!(p.capacity, [256 + 3, (1u128 << 64) + 2]);
+        assert!(p.contains("198.18.0.0".parse().unwrap()));
+        assert!(p.contains("198.18.1.12".parse().unwrap()));
+        assert!(!p.contains("198.18.1.13".parse().unwrap()));
+        assert!(p.contains("fd00::ffff".parse().unwrap()));
+        assert!(!p.contains("fd01::3".parse().unwrap()));
+    }
+
+    #[test]
+    fn merges_overlapping_and_adjacent_ranges() {
+        let p = compile(
+            &["10.0.0.0/25", "10.0.0.128/25", "10.0.0.10-10.0.0.20"],
+            false,
+        );
+        assert_eq!(p.ranges[0], vec![(v("10.0.0.0"), v("10.0.0.255"))]);
+        assert_eq!(p.capacity[0], 256);
+    }
+
+    #[test]
+    fn avoid_buggy_ips_skips_every_dot_zero_and_dot_255() {
+        let p = compile(&["10.0.0.250-10.0.2.5"], true);
+        // .255 and .0 of 10.0.0, 10.0.1: 10.0.0.255, 10.0.1.0, 10.0.1.255, 10.0.2.0.
+        assert_eq!(p.capacity[0], (v("10.0.2.5") - v("10.0.0.250") + 1) - 4);
+        for s in ["10.0.0.255", "10.0.1.0", "10.0.1.255", "10.0.2.0"] {
+            assert!(!p.contains(s.parse().unwrap()), "{s}");
+        }
+        assert!(p.contains("10.0.1.1".parse().unwrap()));
+        // IPv6 is never skipped.
+        let p6 = compile(&["fd00::/120"], true);
+        assert_eq!(p6.capacity[1], 256);
+        let p = compile(&["10.0.0.0/16"], true);
+        assert_eq!(p.capacity[0], 65536 - 512);
+    }
+
+    #[test]
+    fn buggy_count_matches_brute_force() {
+        for (lo, hi) in [
+            (0u128, 0u128),
+            (0, 255),
+            (1, 254),
+            (255, 256),
+            (250, 1000),
+            (256, 511),
+        ] {
+            let brute = (lo..=hi).filter(|x| is_buggy(*x)).count() as u128;
+            assert_eq!(buggy_in(lo, hi), brute, "{lo}..={hi}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        for addrs in [
+            &["10.0.0.5-10.0.0.1"][..],
+            &["10.0.0.1-fd00::1"],
+            &["nonsense"],
+            &["10.0.0.1"],
+            &[],
+        ] {
+            assert!(PoolSpec::new("p", addrs).validate().is_err(), "{addrs:?}");
+        }
+        assert!(PoolSpec::new("", &["10.0.0.0/24"]).validate().is_err());
+        let mut spec = PoolSpec::new("p", &["10.0.0.0/24"]);
+        spec.service_selectors.push(LabelSelector {
+            match_expressions: vec![crate::selector::LabelSelectorRequirement::new(
+                "k",
+                SelectorOperator::In,
+                &[],
+            )],
+            ..Default::default()
+        });
+        let err = spec.validate().unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid IPPool \"p\": matchExpressions[0].values: Required value"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn admission_rules() {
+        let labels = |pairs: &[(&str, &str)]| -> Labels {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let none = Labels::new();
+        let mut spec = PoolSpec::new("p", &["10.0.0.0/24"]);
+        assert!(spec.admits("any", &none, &none));
+        spec.namespaces = vec!["team-a".into()];
+        spec.namespace_selectors = vec![LabelSelector::from_labels([("tier", "gold")])];
+        assert!(spec.admits("team-a", &none, &none));
+        assert!(spec.admits("team-b", &labels(&[("tier", "gold")]), &none));
+        assert!(!spec.admits("team-b", &none, &none));
+        spec.service_selectors = vec![LabelSelector::from_labels([("expose", "public")])];
+        assert!(!spec.admits("team-a", &none, &none));
+        assert!(spec.admits("team-a", &none, &labels(&[("expose", "public")])));
+    }
+
+    #[test]
+    fn choice_order_is_priority_then_unset_then_name() {
+        let mk = |name: &str, prio: Option<i32>| {
+            let mut s = PoolSpec::new(name, &["10.0.0.0/24"]);
+            s.priority = prio;
+            Pool::compile(s).unwrap()
+        };
+        let mut pools = [
+            mk("z", None),
+            mk("b", Some(10)),
+            mk("a", None),
+            mk("c", Some(-1)),
+            mk("a2", Some(10)),
+        ];
+        pools.sort_by(Pool::choice_order);
+        let names: Vec<&str> = pools.iter().map(Pool::name).collect();
+        assert_eq!(names, vec!["c", "a2", "b", "a", "z"]);
+    }
+
+    #[test]
+    fn overlap_detection() {
+        let a = compile(&["10.0.0.0/24"], false);
+        let b = compile(&["10.0.0.255-10.0.1.5"], false);
+        let c = compile(&["10.0.1.0/24", "fd00::/64"], false);
+        assert!(a.overlaps(&b));
+        assert!(!a.overlaps(&c));
+        assert!(b.overlaps(&c));
+    }
+}
