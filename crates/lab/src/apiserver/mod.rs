@@ -1,9 +1,12 @@
 //! The lab API server (DESIGN.md §9).
 
 pub mod defaults;
+pub mod discovery;
 pub mod error;
+pub mod faults;
 pub mod fields;
 pub mod managed;
+pub mod patch;
 pub mod resource;
 pub mod schema;
 pub mod selector;
