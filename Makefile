@@ -1,0 +1,135 @@
+# berth: build, test, lint, benchmarks and generated files.
+# GNU make. `make deps` prepares a fresh Debian machine and is a quick no-op on a prepared one.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+.DELETE_ON_ERROR:
+
+CARGO ?= cargo
+PYTHON ?= python3
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+
+VENV := .venv
+VENV_BIN := $(abspath $(VENV))/bin
+REQUIREMENTS := scripts/requirements.txt
+VENV_STAMP := $(VENV)/.stamp
+
+CRDS_FILE := crds/berth.dev.yaml
+K8S_VERSION := 1.34.0
+# How the generated CRDs are checked against the Kubernetes schemas.
+TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSION) $(CRDS_FILE)
+
+# Network namespaces made by tests and the lab all carry this prefix.
+NETNS_PREFIX := berth-
+
+# Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
+BENCHES := ipam endpoints
+BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
+TEST_LOG := $(TARGET_DIR)/cargo-test.log
+
+# Tests start tools installed in the venv (moto_server, kubernetes-validate).
+export PATH := $(VENV_BIN):$(PATH)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_NO_INPUT := 1
+
+.PHONY: help deps deps-system deps-python check-cargo build test test-rust test-crds lint crds \
+	bench $(addprefix bench-,$(BENCHES)) clean-netns
+
+help:
+	@echo "make deps         install system packages and the Python venv (.venv) the tests need"
+	@echo "make build        cargo build, whole workspace, all targets (debug)"
+	@echo "make test         deps, cargo test for the workspace, then test-crds"
+	@echo "make test-crds    validate $(CRDS_FILE) against the Kubernetes $(K8S_VERSION) schemas"
+	@echo "make lint         rustfmt check and clippy with warnings denied"
+	@echo "make crds         regenerate $(CRDS_FILE) from the Rust types"
+	@echo "make bench        run every benchmark ($(BENCHES)) and print a summary"
+	@echo "make clean-netns  delete leftover network namespaces named $(NETNS_PREFIX)*"
+
+## Setup
+
+deps: check-cargo deps-system deps-python
+
+check-cargo:
+	@command -v $(CARGO) >/dev/null 2>&1 || { \
+		echo "cargo not found: berth builds with the machine's Rust toolchain, which make does not install" >&2; \
+		exit 1; }
+
+deps-system:
+	@PYTHON=$(PYTHON) scripts/deps-apt.sh
+
+deps-python: $(VENV_STAMP)
+
+# The stamp is newer than the requirements once they are installed, so an unchanged venv is
+# left alone; editing the requirements reinstalls.
+$(VENV_STAMP): $(REQUIREMENTS)
+	@if [[ ! -x $(VENV_BIN)/python ]]; then \
+		echo "deps: creating $(VENV)"; \
+		$(PYTHON) -m venv $(VENV); \
+	fi
+	@echo "deps: installing $(REQUIREMENTS) into $(VENV)"
+	@$(VENV_BIN)/python -m pip install -q -r $(REQUIREMENTS)
+	@touch $@
+
+## Build and test
+
+build: check-cargo
+	$(CARGO) build --workspace --all-targets
+
+test: deps
+	@$(MAKE) test-rust
+	@$(MAKE) test-crds
+	@echo "== cargo test summary =="
+	@grep -E '^test result:' $(TEST_LOG)
+	@awk '/^test result:/ { for (i = 1; i <= NF; i++) { \
+			if ($$i ~ /^passed/) p += $$(i-1); \
+			if ($$i ~ /^failed/) f += $$(i-1); \
+			if ($$i ~ /^ignored/) s += $$(i-1) } } \
+		END { printf "cargo: %d passed, %d failed, %d skipped\n", p, f, s }' $(TEST_LOG)
+
+test-rust: check-cargo
+	@mkdir -p $(dir $(TEST_LOG))
+	$(CARGO) test --workspace 2>&1 | tee $(TEST_LOG)
+
+test-crds: deps-python
+	@test -s $(CRDS_FILE) || { echo "$(CRDS_FILE) is missing: run 'make crds'" >&2; exit 1; }
+	$(TEST_CRDS_CMD)
+	@echo "test-crds: $(CRDS_FILE) is valid for Kubernetes $(K8S_VERSION)"
+
+lint: check-cargo
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## Generated files
+
+crds: check-cargo
+	@mkdir -p $(dir $(CRDS_FILE))
+	$(CARGO) run -q -- crds > $(CRDS_FILE).tmp
+	@mv $(CRDS_FILE).tmp $(CRDS_FILE)
+	@echo "crds: wrote $(CRDS_FILE)"
+
+## Benchmarks
+
+bench: check-cargo
+	@mkdir -p $(BENCH_LOG_DIR)
+	@for name in $(BENCHES); do \
+		$(MAKE) bench-$$name 2>&1 | tee $(BENCH_LOG_DIR)/$$name.log; \
+	done
+	@scripts/bench-summary.sh $(addprefix $(BENCH_LOG_DIR)/,$(addsuffix .log,$(BENCHES)))
+
+bench-ipam: check-cargo
+	$(CARGO) bench -p berth-ipam --bench ipam_table
+
+bench-endpoints: check-cargo
+	$(CARGO) bench -p berth-endpoints --bench endpoints_table
+
+## Recovery
+
+# Only namespaces with the berth prefix: anything else on the machine is not ours to remove.
+clean-netns:
+	@command -v ip >/dev/null 2>&1 || { echo "clean-netns: 'ip' not found (make deps installs iproute2)" >&2; exit 1; }
+	@for ns in $$(ip netns list | awk '{ print $$1 }' | grep -E '^$(NETNS_PREFIX)' || true); do \
+		echo "clean-netns: deleting $$ns"; \
+		ip netns delete "$$ns"; \
+	done
