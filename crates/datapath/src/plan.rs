@@ -87,7 +87,7 @@ pub fn builtin_jumps() -> Vec<JumpRule> {
     let firewall = "berth load balancer firewall";
     let portals = "berth service portals";
     let external = "berth externally-visible service portals";
-    vec![
+    let mut jumps = vec![
         jump(Table::Filter, "INPUT", names::PROXY_FIREWALL, firewall, true),
         jump(Table::Filter, "INPUT", names::NODEPORTS, "berth health check service ports", false),
         jump(Table::Filter, "INPUT", names::EXTERNAL_SERVICES, external, true),
@@ -100,7 +100,10 @@ pub fn builtin_jumps() -> Vec<JumpRule> {
         jump(Table::Nat, "PREROUTING", names::SERVICES, portals, false),
         jump(Table::Nat, "OUTPUT", names::SERVICES, portals, false),
         jump(Table::Nat, "POSTROUTING", names::POSTROUTING, "berth postrouting rules", false),
-    ]
+    ];
+    // Grouped the way iptables-save lists them; the order within one built-in chain is kept.
+    jumps.sort_by(|a, b| (a.table, &a.from).cmp(&(b.table, &b.from)));
+    jumps
 }
 
 fn plan_fixed_chains(rs: &mut Ruleset, options: &PlanOptions) {

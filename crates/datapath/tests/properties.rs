@@ -1,0 +1,129 @@
+//! Properties over random Services: both dispatch modes give every packet the same outcomes, and
+//! any sequence of partial syncs leaves exactly what a full sync of the last state would.
+
+mod common;
+
+use berth_datapath::memory::MemoryIptables;
+use berth_datapath::sync::Syncer;
+use berth_datapath::trace::Origin;
+use berth_datapath::*;
+use common::*;
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct SvcSpec {
+    addr: u8,
+    port: u16,
+    node_port: Option<u16>,
+    lb: Option<u8>,
+    local: bool,
+    internal_local: bool,
+    endpoints: Vec<(u8, bool, bool)>,
+}
+
+fn svc_spec() -> impl Strategy<Value = SvcSpec> {
+    (
+        any::<u8>(),
+        prop_oneof![Just(80u16), Just(443u16), Just(53u16)],
+        proptest::option::of(30000u16..30064),
+        proptest::option::of(200u8..210),
+        any::<bool>(),
+        any::<bool>(),
+        proptest::collection::vec((1u8..40, any::<bool>(), any::<bool>()), 0..4),
+    )
+        .prop_map(|(addr, port, node_port, lb, local, internal_local, endpoints)| SvcSpec {
+            addr,
+            port,
+            node_port,
+            lb,
+            local,
+            internal_local,
+            endpoints,
+        })
+}
+
+fn mk_view(specs: &[SvcSpec]) -> NodeView {
+    let mut seen_ports = std::collections::BTreeSet::new();
+    let services = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let eps = s
+                .endpoints
+                .iter()
+                .map(|(host, on_this_node, ready)| {
+                    let node = if *on_this_node { "node-a" } else { "node-b" };
+                    let mut ep = mk_ep(&format!("10.244.{}.{host}", if *on_this_node { 1 } else { 2 }), 8080, node);
+                    if !ready {
+                        ep = mk_terminating(ep);
+                    }
+                    ep
+                })
+                .collect();
+            let mut svc = mk_svc(&format!("svc-{i}"), &format!("10.96.{}.{}", s.addr % 4, s.addr), s.port, eps);
+            // A node port belongs to one Service.
+            svc.node_port = s.node_port.filter(|p| seen_ports.insert(*p));
+            if let Some(lb) = s.lb {
+                svc.load_balancer_ingress = vec![common::lb(&format!("198.18.0.{lb}"))];
+            }
+            if s.local {
+                svc.external_traffic_policy = TrafficPolicy::Local;
+            }
+            if s.internal_local {
+                svc.internal_traffic_policy = TrafficPolicy::Local;
+            }
+            svc
+        })
+        .collect();
+    NodeView { node: mk_node(), services }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tree_and_linear_agree(specs in proptest::collection::vec(svc_spec(), 1..30), leaf in 1usize..5) {
+        let view = mk_view(&specs);
+        let linear = plan(&view, &mk_options(Dispatch::Linear));
+        let mut tree_options = mk_options(Dispatch::Tree);
+        tree_options.leaf_size = leaf;
+        let tree = plan(&view, &tree_options);
+        check_consistency(&linear);
+        check_consistency(&tree);
+        let mut packets = Vec::new();
+        for svc in &view.services {
+            for src in [LOCAL_POD, CLIENT_IP] {
+                packets.push(packet(src, &svc.cluster_ips[0].to_string(), svc.port, Origin::Network));
+                for ingress in &svc.load_balancer_ingress {
+                    packets.push(packet(src, &ingress.ip.to_string(), svc.port, Origin::Network));
+                }
+                if let Some(np) = svc.node_port {
+                    packets.push(packet(src, NODE_IP, np, Origin::Network));
+                }
+            }
+            packets.push(packet(NODE_IP, &svc.cluster_ips[0].to_string(), svc.port, Origin::LocalProcess));
+        }
+        packets.push(packet(CLIENT_IP, "10.96.9.9", 80, Origin::Network));
+        for p in &packets {
+            prop_assert_eq!(outcomes(&linear, &env(), p), outcomes(&tree, &env(), p), "{:?}", p);
+        }
+    }
+
+    #[test]
+    fn partial_syncs_converge_to_the_full_state(
+        steps in proptest::collection::vec(proptest::collection::vec(svc_spec(), 0..12), 1..5),
+        tree in any::<bool>(),
+    ) {
+        let mut options = mk_options(if tree { Dispatch::Tree } else { Dispatch::Linear });
+        options.leaf_size = 2;
+        let mut syncer = Syncer::new(MemoryIptables::default());
+        for specs in &steps {
+            let rs = plan(&mk_view(specs), &options);
+            syncer.sync(&rs).unwrap();
+            prop_assert_eq!(syncer.iptables().berth_ruleset(), rs.clone());
+            let mut fresh = Syncer::new(MemoryIptables::default());
+            fresh.sync(&rs).unwrap();
+            prop_assert_eq!(syncer.iptables(), &MemoryIptables { restores: syncer.iptables().restores.clone(), ..fresh.iptables().clone() });
+        }
+    }
+}

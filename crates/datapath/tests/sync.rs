@@ -1,0 +1,173 @@
+//! The Syncer against the in-memory iptables: full and partial syncs, failures, canary, stale chains.
+
+mod common;
+
+use berth_datapath::memory::MemoryIptables;
+use berth_datapath::sync::{Iptables, SyncKind, Syncer};
+use berth_datapath::*;
+use common::*;
+
+fn mk_many(n: usize) -> NodeView {
+    let services = (0..n)
+        .map(|i| {
+            let mut svc = mk_svc(&format!("svc-{i}"), &format!("10.96.{}.{}", i / 250, i % 250 + 1), 80, vec![mk_ep(&format!("10.244.2.{}", i % 250 + 1), 8080, "node-b")]);
+            svc.node_port = Some(30000 + i as u16);
+            svc
+        })
+        .collect();
+    NodeView { node: mk_node(), services }
+}
+
+fn full_state(rs: &Ruleset) -> Ruleset {
+    let mut syncer = Syncer::new(MemoryIptables::default());
+    syncer.sync(rs).unwrap();
+    syncer.iptables().berth_ruleset()
+}
+
+#[test]
+fn first_sync_is_full_and_installs_the_plan() {
+    let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Tree));
+    let mut syncer = Syncer::new(MemoryIptables::default());
+    let report = syncer.sync(&rs).unwrap();
+    assert_eq!(report.kind, SyncKind::Full);
+    assert_eq!(syncer.iptables().berth_ruleset(), rs);
+    let again = syncer.sync(&rs).unwrap();
+    assert_eq!((again.kind, again.payload_bytes, again.rewritten_chains), (SyncKind::Partial, 0, 0));
+    // Re-ensuring jumps never duplicates them.
+    syncer.force_full_sync();
+    syncer.sync(&rs).unwrap();
+    assert_eq!(syncer.iptables().berth_ruleset(), rs);
+}
+
+#[test]
+fn endpoint_change_rewrites_only_that_service() {
+    for dispatch in [Dispatch::Linear, Dispatch::Tree] {
+        let mut view = mk_many(200);
+        let options = mk_options(dispatch);
+        let mut syncer = Syncer::new(MemoryIptables::default());
+        syncer.sync(&plan(&view, &options)).unwrap();
+        view.services[7].endpoints[0].ip = ip("10.244.3.9");
+        let rs = plan(&view, &options);
+        let report = syncer.sync(&rs).unwrap();
+        assert_eq!(report.kind, SyncKind::Partial);
+        // The Service's SVC chain and its new SEP chain; the old SEP chain is deleted.
+        assert_eq!((report.rewritten_chains, report.deleted_chains), (2, 1), "{dispatch:?}");
+        let payload = syncer.iptables().restores.last().unwrap().clone();
+        assert!(!payload.contains(":BERTH-SERVICES"), "{dispatch:?}");
+        assert_eq!(syncer.iptables().berth_ruleset(), rs);
+        assert_eq!(syncer.iptables().berth_ruleset(), full_state(&rs));
+    }
+}
+
+#[test]
+fn new_service_rewrites_one_leaf_in_tree_mode_but_the_entry_chain_in_linear_mode() {
+    for (dispatch, entry_rewritten) in [(Dispatch::Linear, true), (Dispatch::Tree, false)] {
+        let mut view = mk_many(300);
+        let options = mk_options(dispatch);
+        let mut syncer = Syncer::new(MemoryIptables::default());
+        syncer.sync(&plan(&view, &options)).unwrap();
+        let mut extra = mk_svc("svc-extra", "10.96.0.251", 80, vec![mk_ep("10.244.1.9", 8080, "node-a")]);
+        extra.node_port = Some(30300);
+        view.services.push(extra);
+        let rs = plan(&view, &options);
+        let report = syncer.sync(&rs).unwrap();
+        // SVC, SEP and EXT chains, plus the dispatch chains on the new Service's paths.
+        assert!(report.rewritten_chains <= 3 + 2 * 2, "{dispatch:?} {report:?}");
+        let payload = syncer.iptables().restores.last().unwrap().clone();
+        assert_eq!(payload.contains(":BERTH-SERVICES "), entry_rewritten, "{dispatch:?}");
+        assert_eq!(payload.contains(":BERTH-NODEPORTS "), entry_rewritten, "{dispatch:?}");
+        assert_eq!(syncer.iptables().berth_ruleset(), full_state(&rs));
+    }
+}
+
+#[test]
+fn failure_forces_a_full_sync() {
+    let mut view = mk_fixed_view();
+    let options = mk_options(Dispatch::Tree);
+    let mut syncer = Syncer::new(MemoryIptables::default());
+    syncer.sync(&plan(&view, &options)).unwrap();
+    view.services[0].endpoints.pop();
+    let rs = plan(&view, &options);
+    syncer.iptables_mut().fail_next_restore = true;
+    assert!(syncer.sync(&rs).is_err());
+    let report = syncer.sync(&rs).unwrap();
+    assert_eq!(report.kind, SyncKind::Full);
+    assert_eq!(syncer.iptables().berth_ruleset(), rs);
+}
+
+#[test]
+fn a_rejected_partial_payload_is_recovered_by_the_next_full_sync() {
+    let mut view = mk_fixed_view();
+    let options = mk_options(Dispatch::Linear);
+    let mut syncer = Syncer::new(MemoryIptables::default());
+    let rs = plan(&view, &options);
+    syncer.sync(&rs).unwrap();
+    // Someone deletes one of berth's chains behind its back (but not the canary): the SEP chain of
+    // an endpoint that the next partial sync still jumps to.
+    let victim = rs
+        .table(Table::Nat)
+        .unwrap()
+        .chains
+        .iter()
+        .find(|(_, rules)| rules.iter().any(|r| r.target == Some(Target::Dnat("10.244.1.5:8080".parse().unwrap()))))
+        .map(|(chain, _)| chain.clone())
+        .unwrap();
+    let nat = syncer.iptables_mut().tables.get_mut(&Table::Nat).unwrap();
+    nat.remove(&victim);
+    for rules in nat.values_mut() {
+        rules.retain(|r| r.jump_target() != Some(&victim));
+    }
+    view.services[3].endpoints.pop();
+    let rs = plan(&view, &options);
+    assert!(syncer.sync(&rs).is_err(), "the partial payload jumps to the deleted chain");
+    let report = syncer.sync(&rs).unwrap();
+    assert_eq!(report.kind, SyncKind::Full);
+    assert!(syncer.iptables().berth_ruleset() == rs);
+}
+
+#[test]
+fn missing_canary_forces_a_full_sync() {
+    let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Tree));
+    let mut syncer = Syncer::new(MemoryIptables::default());
+    syncer.sync(&rs).unwrap();
+    syncer.iptables_mut().flush_everything();
+    let report = syncer.sync(&rs).unwrap();
+    assert_eq!(report.kind, SyncKind::Full);
+    assert_eq!(syncer.iptables().berth_ruleset(), rs);
+}
+
+#[test]
+fn stale_chains_are_removed_and_foreign_chains_kept() {
+    let mut memory = MemoryIptables::default();
+    memory
+        .restore("*nat\n:BERTH-SVC-OLDOLDOLDOLDOLDO - [0:0]\n:KUBE-SVC-XYZ - [0:0]\n-A KUBE-SVC-XYZ -j RETURN\nCOMMIT\n")
+        .unwrap();
+    let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Tree));
+    let mut syncer = Syncer::new(memory);
+    let report = syncer.sync(&rs).unwrap();
+    assert_eq!(report.deleted_chains, 1);
+    let nat = &syncer.iptables().tables[&Table::Nat];
+    assert!(!nat.contains_key(&ChainName::new("BERTH-SVC-OLDOLDOLDOLDOLDO")));
+    assert_eq!(nat[&ChainName::new("KUBE-SVC-XYZ")].len(), 1);
+    // A Service going away removes its chains in the next partial sync.
+    let mut view = mk_fixed_view();
+    view.services.remove(0);
+    let rs = plan(&view, &mk_options(Dispatch::Tree));
+    let report = syncer.sync(&rs).unwrap();
+    assert_eq!((report.kind, report.deleted_chains), (SyncKind::Partial, 3));
+    assert_eq!(syncer.iptables().berth_ruleset(), rs);
+}
+
+#[test]
+fn payloads_never_touch_foreign_chains() {
+    let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Tree));
+    let mut syncer = Syncer::new(MemoryIptables::default());
+    syncer.sync(&rs).unwrap();
+    for payload in &syncer.iptables().restores {
+        for line in payload.lines() {
+            if let Some(rest) = line.strip_prefix(':').or_else(|| line.strip_prefix("-A ")).or_else(|| line.strip_prefix("-X ")) {
+                assert!(rest.starts_with("BERTH-"), "{line}");
+            }
+        }
+    }
+}
