@@ -1,0 +1,271 @@
+//! Every well-known name berth reads or writes, in one place, so that no component spells a key
+//! by hand and a rename is a one-line change.
+
+/// API group of berth's custom resources.
+pub const GROUP: &str = "berth.dev";
+/// Version of berth's custom resources.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of berth's custom resources.
+pub const API_VERSION: &str = "berth.dev/v1alpha1";
+/// `kind` of the address pool resource.
+pub const KIND_IP_POOL: &str = "IPPool";
+/// `kind` of the layer-2 advertisement resource.
+pub const KIND_L2_ADVERTISEMENT: &str = "L2Advertisement";
+/// `kubectl get berth` lists every berth resource.
+pub const CATEGORY: &str = "berth";
+
+/// `spec.loadBalancerClass` values berth serves.
+pub mod class {
+    /// Bare metal: an IPPool address announced over ARP by one node.
+    pub const L2: &str = "berth.dev/l2";
+    /// AWS: one Network Load Balancer per Service, targeting the node ports.
+    pub const AWS_NLB: &str = "berth.dev/aws-nlb";
+    /// Every class berth serves, for `--default-class` validation and eligibility checks.
+    pub const ALL: [&str; 2] = [L2, AWS_NLB];
+}
+
+/// Annotations berth reads on Services.
+pub mod annotation {
+    /// Requested LoadBalancer IPs, comma separated, at most one per family.
+    pub const LOAD_BALANCER_IPS: &str = "berth.dev/load-balancer-ips";
+    /// Name of the IPPool the LoadBalancer IP must come from.
+    pub const IP_POOL: &str = "berth.dev/ip-pool";
+    /// Services with the same key may share a LoadBalancer IP.
+    pub const SHARING_KEY: &str = "berth.dev/sharing-key";
+    /// Written by the agent that answers ARP for the Service's IP.
+    pub const ANNOUNCING_NODE: &str = "berth.dev/announcing-node";
+
+    /// MetalLB's requested IPs (current group), read so MetalLB users can switch without edits.
+    pub const METALLB_LOAD_BALANCER_IPS: &str = "metallb.io/loadBalancerIPs";
+    /// MetalLB's requested IPs (legacy group).
+    pub const METALLB_LEGACY_LOAD_BALANCER_IPS: &str = "metallb.universe.tf/loadBalancerIPs";
+    /// MetalLB's pool name (current group).
+    pub const METALLB_ADDRESS_POOL: &str = "metallb.io/address-pool";
+    /// MetalLB's pool name (legacy group).
+    pub const METALLB_LEGACY_ADDRESS_POOL: &str = "metallb.universe.tf/address-pool";
+    /// MetalLB's sharing key (current group).
+    pub const METALLB_ALLOW_SHARED_IP: &str = "metallb.io/allow-shared-ip";
+    /// MetalLB's sharing key (legacy group).
+    pub const METALLB_LEGACY_ALLOW_SHARED_IP: &str = "metallb.universe.tf/allow-shared-ip";
+
+    /// Requested IPs, in order of precedence: berth's own key wins over MetalLB's.
+    pub const LOAD_BALANCER_IPS_PRECEDENCE: [&str; 3] = [
+        LOAD_BALANCER_IPS,
+        METALLB_LOAD_BALANCER_IPS,
+        METALLB_LEGACY_LOAD_BALANCER_IPS,
+    ];
+    /// Pool name, in order of precedence.
+    pub const IP_POOL_PRECEDENCE: [&str; 3] =
+        [IP_POOL, METALLB_ADDRESS_POOL, METALLB_LEGACY_ADDRESS_POOL];
+    /// Sharing key, in order of precedence.
+    pub const SHARING_KEY_PRECEDENCE: [&str; 3] = [
+        SHARING_KEY,
+        METALLB_ALLOW_SHARED_IP,
+        METALLB_LEGACY_ALLOW_SHARED_IP,
+    ];
+
+    /// Set on Endpoints truncated to 1000 addresses.
+    pub const ENDPOINTS_OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
+    /// Value of [`ENDPOINTS_OVER_CAPACITY`].
+    pub const ENDPOINTS_OVER_CAPACITY_TRUNCATED: &str = "truncated";
+    /// Time of the pod change that triggered an Endpoints/EndpointSlice update.
+    pub const ENDPOINTS_LAST_CHANGE_TRIGGER_TIME: &str =
+        "endpoints.kubernetes.io/last-change-trigger-time";
+
+    /// AWS: `internal` (default) or `internet-facing`.
+    pub const AWS_LOAD_BALANCER_SCHEME: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-scheme";
+    /// AWS: comma-separated subnet IDs or names.
+    pub const AWS_LOAD_BALANCER_SUBNETS: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-subnets";
+    /// AWS health check: `TCP`, `HTTP` or `HTTPS`.
+    pub const AWS_HEALTHCHECK_PROTOCOL: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-protocol";
+    /// AWS health check: port number or `traffic-port`.
+    pub const AWS_HEALTHCHECK_PORT: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-port";
+    /// AWS health check: HTTP path.
+    pub const AWS_HEALTHCHECK_PATH: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-path";
+    /// AWS health check: seconds between checks.
+    pub const AWS_HEALTHCHECK_INTERVAL: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
+    /// AWS health check: seconds before a check times out.
+    pub const AWS_HEALTHCHECK_TIMEOUT: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-timeout";
+    /// AWS health check: consecutive successes before a target is healthy.
+    pub const AWS_HEALTHCHECK_HEALTHY_THRESHOLD: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-healthy-threshold";
+    /// AWS health check: consecutive failures before a target is unhealthy.
+    pub const AWS_HEALTHCHECK_UNHEALTHY_THRESHOLD: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-unhealthy-threshold";
+    /// AWS health check: HTTP codes counted as healthy, e.g. `200-399`.
+    pub const AWS_HEALTHCHECK_SUCCESS_CODES: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-success-codes";
+    /// AWS NLB target type: `instance` (node ports, default) or `ip` (pod IPs).
+    pub const AWS_NLB_TARGET_TYPE: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type";
+}
+
+/// Labels berth reads or writes.
+pub mod label {
+    /// Marks EndpointSlices by their controller.
+    pub const ENDPOINTSLICE_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+    /// Value of [`ENDPOINTSLICE_MANAGED_BY`] on slices berth owns.
+    pub const ENDPOINTSLICE_MANAGED_BY_BERTH: &str = "berth.dev/controller";
+    /// The Service an EndpointSlice belongs to.
+    pub const ENDPOINTSLICE_SERVICE_NAME: &str = "kubernetes.io/service-name";
+    /// Names the proxy that programs a Service; kube-proxy skips Services that carry it.
+    pub const SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
+    /// Value of [`SERVICE_PROXY_NAME`] that selects berth's agent.
+    pub const SERVICE_PROXY_NAME_BERTH: &str = "berth";
+    /// Services with this label get no datapath.
+    pub const HEADLESS: &str = "service.kubernetes.io/headless";
+    /// Nodes with this label are never load balancer targets or announcers.
+    pub const EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: &str =
+        "node.kubernetes.io/exclude-from-external-load-balancers";
+    /// Zone of a node, copied into EndpointSlices.
+    pub const TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+    /// Hostname of a node.
+    pub const HOSTNAME: &str = "kubernetes.io/hostname";
+}
+
+/// Finalizers berth puts on objects.
+pub mod finalizer {
+    /// Holds a Service until its cloud load balancer is deleted.
+    pub const LOAD_BALANCER: &str = "berth.dev/load-balancer";
+}
+
+/// Server-side apply field managers, one per writer, so ownership of each field is visible.
+pub mod field_manager {
+    /// The controller (allocation, status, endpoints, cloud load balancers).
+    pub const CONTROLLER: &str = "berth-controller";
+    /// The node agent (announcing-node annotation, its Lease).
+    pub const AGENT: &str = "berth-agent";
+}
+
+/// Leases for leader election and agent liveness.
+pub mod lease {
+    /// The controller replicas' leader-election Lease.
+    pub const CONTROLLER: &str = "berth-controller";
+    /// Prefix of each agent's liveness Lease; the node name follows.
+    pub const AGENT_PREFIX: &str = "berth-agent-";
+
+    /// Name of the liveness Lease of the agent on `node`.
+    pub fn agent_lease_name(node: &str) -> String {
+        format!("{AGENT_PREFIX}{node}")
+    }
+
+    /// Node name of an agent liveness Lease, or `None` for any other Lease.
+    pub fn node_of_agent_lease(lease: &str) -> Option<&str> {
+        lease
+            .strip_prefix(AGENT_PREFIX)
+            .filter(|node| !node.is_empty())
+    }
+}
+
+/// Condition types and reasons on Services and IPPools.
+pub mod condition {
+    /// Service: whether the LoadBalancer IP (and node ports) could be allocated.
+    pub const ALLOCATED: &str = "berth.dev/Allocated";
+    /// Service: whether the load balancer is provisioned and its ingress published.
+    pub const LOAD_BALANCER_READY: &str = "berth.dev/LoadBalancerReady";
+    /// IPPool: whether the pool's addresses overlap another pool's.
+    pub const OVERLAPPING: &str = "Overlapping";
+    /// IPPool: whether the pool's spec is valid (the controller re-validates what the apiserver accepted).
+    pub const VALID: &str = "Valid";
+
+    /// `status` values of a condition.
+    pub const TRUE: &str = "True";
+    pub const FALSE: &str = "False";
+    pub const UNKNOWN: &str = "Unknown";
+
+    /// Reasons, CamelCase as Kubernetes expects.
+    pub mod reason {
+        pub const ALLOCATED: &str = "Allocated";
+        pub const IP_ALREADY_ALLOCATED: &str = "IPAlreadyAllocated";
+        pub const PORT_ALREADY_ALLOCATED: &str = "PortAlreadyAllocated";
+        pub const NOT_IN_ANY_POOL: &str = "NotInAnyPool";
+        pub const POOL_NOT_FOUND: &str = "PoolNotFound";
+        pub const POOL_NOT_ADMITTING: &str = "PoolNotAdmitting";
+        pub const NO_AVAILABLE_POOL: &str = "NoAvailablePool";
+        pub const RANGE_FULL: &str = "RangeFull";
+        pub const INVALID_REQUEST: &str = "InvalidRequest";
+        pub const SHARING_CONFLICT: &str = "SharingConflict";
+        pub const OVERLAPS_POOL: &str = "OverlapsPool";
+        pub const NO_OVERLAP: &str = "NoOverlap";
+        pub const INVALID_SPEC: &str = "InvalidSpec";
+        pub const VALID_SPEC: &str = "ValidSpec";
+        pub const PROVISIONED: &str = "Provisioned";
+        pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
+    }
+}
+
+/// Event reasons, in the cloud-controller-manager's vocabulary where one exists.
+pub mod event {
+    pub const ENSURING_LOAD_BALANCER: &str = "EnsuringLoadBalancer";
+    pub const ENSURED_LOAD_BALANCER: &str = "EnsuredLoadBalancer";
+    pub const SYNC_LOAD_BALANCER_FAILED: &str = "SyncLoadBalancerFailed";
+    pub const DELETING_LOAD_BALANCER: &str = "DeletingLoadBalancer";
+    pub const DELETED_LOAD_BALANCER: &str = "DeletedLoadBalancer";
+    pub const ALLOCATION_FAILED: &str = "AllocationFailed";
+    pub const IP_ALLOCATED: &str = "IPAllocated";
+    pub const ANNOUNCING: &str = "Announcing";
+    /// Component name reported on Events.
+    pub const CONTROLLER_COMPONENT: &str = "berth-controller";
+    pub const AGENT_COMPONENT: &str = "berth-agent";
+}
+
+/// Tags on AWS resources berth owns.
+pub mod aws_tag {
+    /// Cluster name; resources without it are never touched.
+    pub const CLUSTER: &str = "berth.dev/cluster";
+    /// `<namespace>/<name>` of the owning Service.
+    pub const SERVICE: &str = "berth.dev/service";
+    /// Which part of the Service's load balancer this is (`load-balancer`, `target-group-<port>`, ...).
+    pub const RESOURCE: &str = "berth.dev/resource";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_version_is_group_slash_version() {
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+    }
+
+    #[test]
+    fn agent_lease_name_round_trips() {
+        let name = lease::agent_lease_name("node-1");
+        assert_eq!(name, "berth-agent-node-1");
+        assert_eq!(lease::node_of_agent_lease(&name), Some("node-1"));
+    }
+
+    #[test]
+    fn only_agent_leases_have_a_node() {
+        assert_eq!(lease::node_of_agent_lease(lease::CONTROLLER), None);
+        assert_eq!(lease::node_of_agent_lease("berth-agent-"), None);
+        assert_eq!(lease::node_of_agent_lease("kube-scheduler"), None);
+    }
+
+    #[test]
+    fn precedence_lists_put_berth_first() {
+        for list in [
+            annotation::LOAD_BALANCER_IPS_PRECEDENCE,
+            annotation::IP_POOL_PRECEDENCE,
+            annotation::SHARING_KEY_PRECEDENCE,
+        ] {
+            assert!(list[0].starts_with("berth.dev/"), "{list:?}");
+            assert!(list[1].starts_with("metallb.io/"), "{list:?}");
+            assert!(list[2].starts_with("metallb.universe.tf/"), "{list:?}");
+        }
+    }
+
+    #[test]
+    fn classes_are_in_the_berth_group() {
+        for class in class::ALL {
+            assert!(class.starts_with("berth.dev/"));
+        }
+    }
+}

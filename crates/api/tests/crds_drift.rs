@@ -1,0 +1,43 @@
+//! The committed CRD manifests must be exactly what the Rust types generate.
+
+use std::path::PathBuf;
+
+fn committed_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../crds/berth.dev.yaml")
+}
+
+#[test]
+fn committed_crds_match_the_rust_types() {
+    let generated = berth_api::crds_yaml().unwrap();
+    let committed = std::fs::read_to_string(committed_path()).unwrap_or_default();
+    if committed != generated {
+        // Leave the fresh output next to the test binaries so the difference can be inspected.
+        let fresh = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("berth.dev.yaml");
+        std::fs::write(&fresh, &generated).unwrap();
+        panic!(
+            "crds/berth.dev.yaml is out of date with the Rust types: run `make crds` \
+             (fresh output written to {})",
+            fresh.display()
+        );
+    }
+}
+
+#[test]
+fn crds_yaml_is_deterministic_and_multi_document() {
+    let first = berth_api::crds_yaml().unwrap();
+    assert_eq!(first, berth_api::crds_yaml().unwrap());
+    assert!(first.starts_with("---\n"));
+    assert_eq!(
+        first.matches("\n---\n").count() + 1,
+        berth_api::crds().len()
+    );
+    let names: Vec<String> = first
+        .split("---\n")
+        .filter(|d| !d.is_empty())
+        .map(|d| {
+            let v: serde_yaml::Value = serde_yaml::from_str(d).unwrap();
+            v["metadata"]["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(names, ["ippools.berth.dev", "l2advertisements.berth.dev"]);
+}
