@@ -5,3 +5,8 @@
 //! controllers: it is the ground truth that berth's controller and agents are tested against.
 
 pub mod apiserver;
+
+pub use apiserver::{
+    run_apiserver, ApiServerOptions, Faults, LabApiServer, LabApiServerBuilder, LabApiServerHandle,
+    LabError, Listener,
+};

@@ -5,11 +5,13 @@ pub mod discovery;
 pub mod error;
 pub mod faults;
 pub mod fields;
+mod http;
 pub mod managed;
 pub mod patch;
 pub mod resource;
 pub mod schema;
 pub mod selector;
+mod server;
 pub mod store;
 pub mod watch;
 pub mod write;
@@ -18,3 +20,8 @@ pub mod write;
 mod store_tests;
 
 pub use error::{ApiError, LabError};
+pub use faults::Faults;
+pub use server::{
+    kubeconfig_yaml, run_apiserver, write_kubeconfig, ApiServerOptions, LabApiServer,
+    LabApiServerBuilder, LabApiServerHandle, Listener,
+};

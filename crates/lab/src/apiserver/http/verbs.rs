@@ -1,0 +1,396 @@
+//! The verbs on resource paths: get, list, watch, create, update, patch, delete, deletecollection.
+
+use super::route::ResourcePath;
+use super::watch::{serve_watch, WatchParams};
+use super::{bytes_response, json_response, App};
+use crate::apiserver::error::ApiError;
+use crate::apiserver::fields::Part;
+use crate::apiserver::managed::{self, Writer};
+use crate::apiserver::patch::{apply_patch, PatchType};
+use crate::apiserver::resource::ResourceInfo;
+use crate::apiserver::selector::{FieldSelector, LabelSelector};
+use crate::apiserver::store::{meta_str, ListQuery, Obj};
+use crate::apiserver::write::{DeleteOptions, Door, Managed, WriteCtx};
+use axum::body::Bytes;
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::Response;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The object as the requested version shows it: custom resources are stored once for all versions.
+fn as_version<'a>(obj: &'a Obj, api_version: &str) -> std::borrow::Cow<'a, Value> {
+    if obj["apiVersion"].as_str() == Some(api_version) {
+        std::borrow::Cow::Borrowed(&**obj)
+    } else {
+        let mut o = (**obj).clone();
+        o["apiVersion"] = Value::String(api_version.to_owned());
+        std::borrow::Cow::Owned(o)
+    }
+}
+
+fn object_response(code: StatusCode, obj: &Obj, info: &ResourceInfo) -> Response {
+    json_response(code, &as_version(obj, &info.api_version()))
+}
+
+fn list_response(
+    info: &ResourceInfo,
+    items: &[Obj],
+    rv: u64,
+    cont: Option<&str>,
+    remaining: Option<u64>,
+) -> Response {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    if let Some(r) = remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    let api_version = info.api_version();
+    let head = json!({"kind": info.list_kind(), "apiVersion": api_version, "metadata": meta});
+    // Written item by item: a 100k-pod list must not be built as one more JSON tree first.
+    let mut out = Vec::with_capacity(items.len() * 512 + 256);
+    let head_text = head.to_string();
+    out.extend_from_slice(&head_text.as_bytes()[..head_text.len() - 1]);
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if serde_json::to_writer(&mut out, &*as_version(item, &api_version)).is_err() {
+            let _ = out.write_all(b"null");
+        }
+    }
+    out.extend_from_slice(b"]}");
+    bytes_response(StatusCode::OK, out)
+}
+
+fn flag(query: &HashMap<String, String>, key: &str) -> bool {
+    query.get(key).is_some_and(|v| v == "true" || v == "1")
+}
+
+fn list_query(query: &HashMap<String, String>, info: &ResourceInfo) -> Result<ListQuery, ApiError> {
+    Ok(ListQuery {
+        labels: LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?,
+        fields: FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str), info)?,
+        limit: match query.get("limit") {
+            Some(l) if !l.is_empty() => Some(
+                l.parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+            ),
+            _ => None,
+        },
+        continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
+    })
+}
+
+/// The field manager of a non-apply write: the `fieldManager` parameter, else the client's
+/// user-agent product name, as the apiserver derives it.
+fn manager_of(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(m) = query.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_owned()
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+    })
+}
+
+pub async fn handle(
+    app: Arc<App>,
+    method: Method,
+    path: ResourcePath,
+    query: HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let info = app
+        .store()
+        .catalogue()
+        .find(&path.group, &path.version, &path.plural)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::page_not_found(&format!("{} {}/{}", path.plural, path.group, path.version))
+        })?;
+    if !info.namespaced && path.namespace.is_some() {
+        return Err(ApiError::page_not_found(&format!(
+            "{} is not namespaced",
+            info.plural
+        )));
+    }
+    let door = match path.subresource.as_deref() {
+        None => Door::Main,
+        Some("status") if info.status_subresource => Door::Status,
+        Some(sub) => return Err(ApiError::page_not_found(&format!("{}/{sub}", info.plural))),
+    };
+    let ns = path.namespace.clone().unwrap_or_default();
+    let mutating = matches!(
+        method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    if mutating {
+        if let Some(err) = app.fault_state().mutation_error() {
+            return Err(err);
+        }
+    }
+    if info.namespaced && path.namespace.is_none() && (path.name.is_some() || method != Method::GET)
+    {
+        return Err(ApiError::page_not_found(&format!(
+            "{} needs a namespace",
+            info.plural
+        )));
+    }
+    match (method, path.name.as_deref()) {
+        (Method::GET, Some(name)) => {
+            let obj = app.store().get(&info, &ns, name)?;
+            Ok(object_response(StatusCode::OK, &obj, &info))
+        }
+        (Method::GET, None) => {
+            let q = list_query(&query, &info)?;
+            if flag(&query, "watch") {
+                let params = WatchParams::from_query(&query)?;
+                return Ok(serve_watch(app, info, path.namespace, q, params));
+            }
+            list(&app, &info, path.namespace.as_deref(), &q, &query)
+        }
+        (Method::POST, None) => {
+            let obj = parse_body(&body)?;
+            let manager = manager_of(&query, headers);
+            let t = now();
+            let ctx = WriteCtx {
+                now: &t,
+                door: Door::Main,
+                managed: Managed::Track(&manager),
+            };
+            let created = app.write(|s| s.create(&info, &ns, obj, &ctx))?;
+            Ok(object_response(StatusCode::CREATED, &created, &info))
+        }
+        (Method::PUT, Some(name)) => {
+            let obj = parse_body(&body)?;
+            let manager = manager_of(&query, headers);
+            let t = now();
+            let ctx = WriteCtx {
+                now: &t,
+                door,
+                managed: Managed::Track(&manager),
+            };
+            let updated = app.write(|s| s.update(&info, &ns, name, obj, &ctx))?;
+            Ok(object_response(StatusCode::OK, &updated, &info))
+        }
+        (Method::PATCH, Some(name)) => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let kind = PatchType::from_content_type(content_type)?;
+            if kind == PatchType::Apply {
+                return server_side_apply(&app, &info, &ns, name, door, &query, &body);
+            }
+            let manager = manager_of(&query, headers);
+            let t = now();
+            let ctx = WriteCtx {
+                now: &t,
+                door,
+                managed: Managed::Track(&manager),
+            };
+            let patched = app.write(|s| {
+                let current = s.get(&info, &ns, name)?;
+                let new = apply_patch(&current, kind, &body, info.schema)?;
+                s.update(&info, &ns, name, new, &ctx)
+            })?;
+            Ok(object_response(StatusCode::OK, &patched, &info))
+        }
+        (Method::DELETE, Some(name)) => {
+            let opts = delete_options(&body)?;
+            let t = now();
+            let deleted = app.write(|s| s.delete(&info, &ns, name, &opts, &t))?;
+            Ok(object_response(StatusCode::OK, &deleted, &info))
+        }
+        (Method::DELETE, None) => {
+            let q = list_query(&query, &info)?;
+            let opts = delete_options(&body)?;
+            let t = now();
+            let deleted = app.write(|s| -> Result<Vec<Obj>, ApiError> {
+                let page = s.list(
+                    &info,
+                    path.namespace.as_deref(),
+                    &ListQuery {
+                        limit: None,
+                        continue_token: None,
+                        ..q
+                    },
+                )?;
+                let mut out = Vec::new();
+                for obj in page.items {
+                    let (o_ns, o_name) = (
+                        meta_str(&obj, "namespace").to_owned(),
+                        meta_str(&obj, "name").to_owned(),
+                    );
+                    out.push(s.delete(&info, &o_ns, &o_name, &opts, &t)?);
+                }
+                Ok(out)
+            })?;
+            let rv = app.store().resource_version();
+            Ok(list_response(&info, &deleted, rv, None, None))
+        }
+        (m, _) => Err(ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({m})"
+        ))),
+    }
+}
+
+fn list(
+    app: &App,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    q: &ListQuery,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let page = {
+        let store = app.store();
+        let exact = query
+            .get("resourceVersionMatch")
+            .is_some_and(|m| m == "Exact");
+        if let (true, Some(rv)) = (exact, query.get("resourceVersion")) {
+            let rv: u64 = rv
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
+            if rv != store.resource_version() {
+                return Err(ApiError::gone(format!(
+                    "too old resource version: {rv} ({})",
+                    store.resource_version()
+                )));
+            }
+        }
+        store.list(info, ns, q)?
+    };
+    Ok(list_response(
+        info,
+        &page.items,
+        page.resource_version,
+        page.continue_token.as_deref(),
+        page.remaining,
+    ))
+}
+
+fn delete_options(body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(DeleteOptions::default());
+    }
+    let v = parse_body(body)?;
+    let pre = &v["preconditions"];
+    Ok(DeleteOptions {
+        uid: pre["uid"].as_str().map(str::to_owned),
+        resource_version: pre["resourceVersion"].as_str().map(str::to_owned),
+    })
+}
+
+fn server_side_apply(
+    app: &App,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    door: Door,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let manager = query
+        .get("fieldManager")
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "PATCH, application/apply-patch+yaml: fieldManager must be set for apply requests",
+            )
+        })?
+        .clone();
+    let force = flag(query, "force");
+    let applied: Value = serde_yaml::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    if !applied.is_object() {
+        return Err(ApiError::bad_request(
+            "the applied configuration must be an object",
+        ));
+    }
+    let body_name = applied["metadata"]["name"].as_str().unwrap_or_default();
+    if body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let api_version = info.api_version();
+    for (field, want) in [
+        ("apiVersion", api_version.as_str()),
+        ("kind", info.kind.as_str()),
+    ] {
+        if applied[field].as_str() != Some(want) {
+            return Err(ApiError::bad_request(format!(
+                "{field} must be {want:?} in an applied configuration"
+            )));
+        }
+    }
+    let t = now();
+    let (part, subresource) = match (door, info.status_subresource) {
+        (Door::Status, _) => (Part::StatusOnly, Some("status")),
+        (Door::Main, true) => (Part::AllButStatus, None),
+        (Door::Main, false) => (Part::All, None),
+    };
+    let writer = Writer {
+        manager: &manager,
+        api_version: &api_version,
+        now: &t,
+        subresource,
+        part,
+        schema: info.schema,
+    };
+    let ctx = WriteCtx {
+        now: &t,
+        door,
+        managed: Managed::Preset,
+    };
+    let (created, obj) = app.write(|s| -> Result<(bool, Obj), ApiError> {
+        let current = match s.get(info, ns, name) {
+            Ok(c) => Some(c),
+            Err(e) if e.code == 404 && door == Door::Main => None,
+            Err(e) => return Err(e),
+        };
+        if let (Some(cur), Some(rv)) = (&current, applied["metadata"]["resourceVersion"].as_str()) {
+            if rv != meta_str(cur, "resourceVersion") {
+                return Err(ApiError::conflict(&info.plural, &info.group, name));
+            }
+        }
+        let base = current.as_deref().cloned().unwrap_or_else(|| {
+            let mut meta = json!({"name": name});
+            if info.namespaced {
+                meta["namespace"] = json!(ns);
+            }
+            json!({"apiVersion": api_version, "kind": info.kind, "metadata": meta})
+        });
+        let merged = managed::apply(&base, &applied, &writer, force)
+            .map_err(|c| ApiError::apply_conflicts(&info.plural, &info.group, name, &c.0))?;
+        match current {
+            Some(_) => Ok((false, s.update(info, ns, name, merged, &ctx)?)),
+            None => Ok((true, s.create(info, ns, merged, &ctx)?)),
+        }
+    })?;
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(object_response(code, &obj, info))
+}

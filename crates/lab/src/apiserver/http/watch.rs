@@ -1,0 +1,212 @@
+//! Watch streams: newline-delimited JSON events from the store's history, with bookmarks, initial
+//! events for streaming lists, 410 Gone as an ERROR event, timeouts and injected drops.
+
+use super::{ApiError, App};
+use crate::apiserver::resource::ResourceInfo;
+use crate::apiserver::store::{ListQuery, Obj};
+use crate::apiserver::watch::project;
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use futures::channel::mpsc;
+use futures::SinkExt;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Default)]
+pub struct WatchParams {
+    /// None: start from now, after sending the current state (as rv "" and "0" do upstream).
+    pub resource_version: Option<u64>,
+    pub bookmarks: bool,
+    pub send_initial_events: bool,
+    pub timeout: Option<Duration>,
+}
+
+impl WatchParams {
+    pub fn from_query(query: &HashMap<String, String>) -> Result<Self, ApiError> {
+        let flag = |k: &str| query.get(k).is_some_and(|v| v == "true" || v == "1");
+        let resource_version =
+            match query.get("resourceVersion").map(String::as_str) {
+                None | Some("") | Some("0") => None,
+                Some(rv) => Some(rv.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version {rv:?}"))
+                })?),
+            };
+        let timeout =
+            match query.get("timeoutSeconds") {
+                Some(t) if !t.is_empty() => Some(Duration::from_secs(t.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid timeoutSeconds {t:?}"))
+                })?)),
+                _ => None,
+            };
+        let send_initial_events = flag("sendInitialEvents");
+        if send_initial_events && !flag("allowWatchBookmarks") {
+            return Err(ApiError::unprocessable(
+                "sendInitialEvents requires allowWatchBookmarks=true",
+            ));
+        }
+        Ok(Self {
+            resource_version,
+            bookmarks: flag("allowWatchBookmarks"),
+            send_initial_events,
+            timeout,
+        })
+    }
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut out = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    event_line(
+        "BOOKMARK",
+        &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}),
+    )
+}
+
+fn shown(obj: &Obj, api_version: &str) -> Value {
+    let mut o = (**obj).clone();
+    if o["apiVersion"].as_str() != Some(api_version) {
+        o["apiVersion"] = Value::String(api_version.to_owned());
+    }
+    o
+}
+
+pub fn serve_watch(
+    app: Arc<App>,
+    info: ResourceInfo,
+    ns: Option<String>,
+    q: ListQuery,
+    params: WatchParams,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
+    tokio::spawn(run(app, info, ns, q, params, tx));
+    let mut resp = Response::new(Body::from_stream(rx));
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+async fn run(
+    app: Arc<App>,
+    info: ResourceInfo,
+    ns: Option<String>,
+    q: ListQuery,
+    params: WatchParams,
+    mut tx: mpsc::Sender<Result<Bytes, Infallible>>,
+) {
+    let api_version = info.api_version();
+    let storage_key = info.storage_key();
+    let scope = ns.filter(|_| info.namespaced);
+    let mut changed = app.subscribe();
+    let selection = ListQuery {
+        limit: None,
+        continue_token: None,
+        ..q.clone()
+    };
+    let start = {
+        let store = app.store();
+        match params.resource_version {
+            Some(rv) => store.changes_since(rv).map(|_| (rv, Vec::new())),
+            None => store
+                .list(&info, scope.as_deref(), &selection)
+                .map(|page| (page.resource_version, page.items)),
+        }
+    };
+    let (mut cursor, initial) = match start {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = tx.send(Ok(event_line("ERROR", &e.to_status()))).await;
+            return;
+        }
+    };
+    for obj in &initial {
+        if tx
+            .send(Ok(event_line("ADDED", &shown(obj, &api_version))))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    if params.send_initial_events
+        && params.bookmarks
+        && tx.send(Ok(bookmark(&info, cursor, true))).await.is_err()
+    {
+        return;
+    }
+    let deadline = params.timeout.map(|t| tokio::time::Instant::now() + t);
+    let tick = app.bookmark_interval.min(Duration::from_secs(1));
+    let mut idle = Duration::ZERO;
+    loop {
+        let batch = {
+            let store = app.store();
+            store
+                .changes_since(cursor)
+                .map(|c| (c, store.resource_version()))
+        };
+        let (changes, now_rv) = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = tx.send(Ok(event_line("ERROR", &e.to_status()))).await;
+                return;
+            }
+        };
+        for change in &changes {
+            if change.storage_key != storage_key
+                || scope.as_deref().is_some_and(|s| s != change.namespace)
+            {
+                continue;
+            }
+            if let Some(kind) = project(change, |o| q.matches(o)) {
+                let line = event_line(kind.as_str(), &shown(&change.object, &api_version));
+                if tx.send(Ok(line)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        cursor = cursor.max(now_rv);
+        if !changes.is_empty() {
+            idle = Duration::ZERO;
+        }
+        if app.fault_state().drop_watch() {
+            return;
+        }
+        let sleep = match deadline {
+            Some(d) => tick.min(d.saturating_duration_since(tokio::time::Instant::now())),
+            None => tick,
+        };
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = tokio::time::sleep(sleep) => {
+                idle += sleep;
+                if tx.is_closed() {
+                    return;
+                }
+                if params.bookmarks && idle >= app.bookmark_interval {
+                    idle = Duration::ZERO;
+                    if tx.send(Ok(bookmark(&info, cursor, false))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            _ = app.shutdown.cancelled() => return,
+        }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            return;
+        }
+    }
+}
