@@ -263,3 +263,141 @@ pub fn endpoints_need_update(existing: &Endpoints, desired: &Endpoints) -> bool 
         || labels(existing) != labels(desired)
         || over_capacity(existing) != over_capacity(desired)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_addresses(prefix: &str, n: usize) -> Option<Vec<EndpointAddress>> {
+        Some(
+            (0..n)
+                .map(|i| EndpointAddress {
+                    ip: format!("{prefix}.{i}"),
+                    ..Default::default()
+                })
+                .collect(),
+        )
+    }
+
+    fn mk_subset(ready: usize, not_ready: usize, tag: &str) -> EndpointSubset {
+        EndpointSubset {
+            addresses: mk_addresses(&format!("r{tag}"), ready).filter(|a| !a.is_empty()),
+            not_ready_addresses: mk_addresses(&format!("n{tag}"), not_ready)
+                .filter(|a| !a.is_empty()),
+            ports: None,
+        }
+    }
+
+    fn sizes(subsets: &[EndpointSubset]) -> Vec<(usize, usize)> {
+        subsets
+            .iter()
+            .map(|s| (count(&s.addresses), count(&s.not_ready_addresses)))
+            .collect()
+    }
+
+    #[test]
+    fn under_capacity_is_untouched() {
+        let mut subsets = vec![mk_subset(600, 0, "a"), mk_subset(300, 100, "b")];
+        assert!(!truncate(&mut subsets));
+        assert_eq!(sizes(&subsets), vec![(600, 0), (300, 100)]);
+    }
+
+    #[test]
+    fn ready_addresses_are_shared_in_proportion_and_not_ready_dropped() {
+        let mut subsets = vec![mk_subset(600, 5, "a"), mk_subset(600, 0, "b")];
+        assert!(truncate(&mut subsets));
+        assert_eq!(sizes(&subsets), vec![(500, 0), (500, 0)]);
+    }
+
+    #[test]
+    fn rounding_up_leaves_the_last_subset_short() {
+        let mut subsets = vec![
+            mk_subset(501, 0, "a"),
+            mk_subset(300, 0, "b"),
+            mk_subset(300, 0, "c"),
+        ];
+        assert!(truncate(&mut subsets));
+        // ceil(501/1101*1000)=456, ceil(300/1101*1000)=273, then the 271 left.
+        assert_eq!(sizes(&subsets), vec![(456, 0), (273, 0), (271, 0)]);
+        // The first addresses of each subset are the ones kept.
+        assert_eq!(subsets[0].addresses.as_ref().unwrap()[0].ip, "ra.0");
+    }
+
+    #[test]
+    fn not_ready_addresses_fill_what_ready_ones_leave() {
+        let mut subsets = vec![mk_subset(700, 200, "a"), mk_subset(0, 400, "b")];
+        assert!(truncate(&mut subsets));
+        assert_eq!(sizes(&subsets), vec![(700, 100), (0, 200)]);
+    }
+
+    #[test]
+    fn subsets_left_empty_are_dropped() {
+        let mut subsets = vec![mk_subset(1001, 0, "a"), mk_subset(0, 10, "b")];
+        assert!(truncate(&mut subsets));
+        assert_eq!(sizes(&subsets), vec![(1000, 0)]);
+    }
+
+    #[test]
+    fn not_ready_report_wins_when_an_address_repeats() {
+        let address = EndpointAddress {
+            ip: "10.0.0.1".into(),
+            ..Default::default()
+        };
+        let port = Some(("http".to_owned(), 80, "TCP".to_owned(), None));
+        let mut packer = Repacker::default();
+        packer.add(&address, port.clone(), true);
+        packer.add(&address, port, false);
+        assert_eq!(sizes(&packer.subsets()), vec![(0, 1)]);
+    }
+
+    fn mk_endpoints(rv: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Endpoints {
+        let map = |kv: &[(&str, &str)]| {
+            Some(
+                kv.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+            .filter(|m| !m.is_empty())
+        };
+        Endpoints {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                labels: map(labels),
+                annotations: map(annotations),
+                ..Default::default()
+            },
+            subsets: Some(vec![EndpointSubset {
+                addresses: Some(vec![EndpointAddress {
+                    ip: "10.0.0.1".into(),
+                    target_ref: Some(ObjectReference {
+                        kind: Some("Pod".into()),
+                        name: Some("a".into()),
+                        resource_version: Some(rv.into()).filter(|v: &String| !v.is_empty()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }]),
+        }
+    }
+
+    #[test]
+    fn update_ignores_pod_versions_and_foreign_annotations() {
+        let desired = mk_endpoints("", &[("team", "a")], &[]);
+        let stored = mk_endpoints(
+            "123",
+            &[("team", "a")],
+            &[("endpoints.kubernetes.io/last-change-trigger-time", "x")],
+        );
+        assert!(!endpoints_need_update(&stored, &desired));
+        let relabelled = mk_endpoints("", &[("team", "b")], &[]);
+        assert!(endpoints_need_update(&relabelled, &desired));
+        let stale_mark = mk_endpoints(
+            "",
+            &[("team", "a")],
+            &[(ANNOTATION_OVER_CAPACITY, "truncated")],
+        );
+        assert!(endpoints_need_update(&stale_mark, &desired));
+    }
+}

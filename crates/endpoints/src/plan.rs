@@ -290,3 +290,26 @@ pub fn plan_endpoint_slices(
     plan.unchanged.sort();
     plan
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_slice(endpoints: usize) -> EndpointSlice {
+        EndpointSlice {
+            endpoints: vec![Endpoint::default(); endpoints],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn closest_fit_prefers_the_slice_that_ends_fullest() {
+        let slices = [mk_slice(2), mk_slice(6), mk_slice(5), mk_slice(9)];
+        let refs: Vec<&EndpointSlice> = slices.iter().collect();
+        assert_eq!(closest_fit(&refs, 3, 10), Some(1));
+        assert_eq!(closest_fit(&refs, 4, 10), Some(1));
+        assert_eq!(closest_fit(&refs, 5, 10), Some(2));
+        assert_eq!(closest_fit(&refs, 9, 10), None);
+        assert_eq!(closest_fit(&[], 1, 10), None);
+    }
+}

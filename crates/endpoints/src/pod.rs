@@ -171,3 +171,118 @@ pub(crate) fn resolve_port(pod: &Pod, port: &PortSpec<'_>) -> Option<i32> {
 pub fn find_port(pod: &Pod, service_port: &ServicePort) -> Option<i32> {
     resolve_port(pod, &PortSpec::new(service_port))
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ContainerPort, PodSpec};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::*;
+
+    fn mk_container(
+        name: &str,
+        ports: &[(&str, i32, Option<&str>)],
+        restart: Option<&str>,
+    ) -> Container {
+        Container {
+            name: name.into(),
+            restart_policy: restart.map(Into::into),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(n, p, proto)| ContainerPort {
+                        name: Some((*n).into()),
+                        container_port: *p,
+                        protocol: proto.map(Into::into),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn mk_pod(containers: Vec<Container>, init: Vec<Container>) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                containers,
+                init_containers: Some(init),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn mk_port(target: Option<IntOrString>, protocol: Option<&str>) -> ServicePort {
+        ServicePort {
+            port: 80,
+            target_port: target,
+            protocol: protocol.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn numeric_and_defaulted_targets() {
+        let pod = mk_pod(vec![], vec![]);
+        assert_eq!(
+            find_port(&pod, &mk_port(Some(IntOrString::Int(8080)), None)),
+            Some(8080)
+        );
+        assert_eq!(find_port(&pod, &mk_port(None, None)), Some(80));
+        assert_eq!(
+            find_port(&pod, &mk_port(Some(IntOrString::Int(0)), None)),
+            Some(80)
+        );
+        assert_eq!(
+            find_port(
+                &pod,
+                &mk_port(Some(IntOrString::String(String::new())), None)
+            ),
+            Some(80)
+        );
+    }
+
+    #[test]
+    fn named_targets_match_name_and_protocol() {
+        let pod = mk_pod(
+            vec![
+                mk_container("a", &[("dns", 5353, Some("UDP"))], None),
+                mk_container("b", &[("dns", 5354, None), ("http", 8080, None)], None),
+            ],
+            vec![],
+        );
+        let named = |name: &str, proto: Option<&str>| {
+            find_port(
+                &pod,
+                &mk_port(Some(IntOrString::String(name.into())), proto),
+            )
+        };
+        assert_eq!(named("dns", Some("UDP")), Some(5353));
+        assert_eq!(named("dns", None), Some(5354));
+        assert_eq!(named("dns", Some("SCTP")), None);
+        assert_eq!(named("http", Some("TCP")), Some(8080));
+        assert_eq!(named("grpc", None), None);
+    }
+
+    #[test]
+    fn sidecars_serve_but_plain_init_containers_do_not() {
+        let pod = mk_pod(
+            vec![mk_container("app", &[("http", 8080, None)], None)],
+            vec![
+                mk_container("setup", &[("admin", 9000, None)], None),
+                mk_container("once", &[("admin", 9001, None)], Some("OnFailure")),
+                mk_container(
+                    "proxy",
+                    &[("admin", 9002, None), ("http", 15000, None)],
+                    Some("Always"),
+                ),
+            ],
+        );
+        let named =
+            |name: &str| find_port(&pod, &mk_port(Some(IntOrString::String(name.into())), None));
+        assert_eq!(named("admin"), Some(9002));
+        // Regular containers are searched first.
+        assert_eq!(named("http"), Some(8080));
+    }
+}

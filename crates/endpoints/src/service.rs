@@ -189,3 +189,55 @@ impl<'a> ServiceView<'a> {
         labels
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ServiceSpec;
+
+    use super::*;
+
+    fn mk_service(cluster_ip: Option<&str>, families: &[&str]) -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                selector: Some(BTreeMap::from([("app".into(), "x".into())])),
+                cluster_ip: cluster_ip.map(Into::into),
+                ip_families: Some(families.iter().map(|f| (*f).to_owned()).collect())
+                    .filter(|f: &Vec<String>| !f.is_empty()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn families_fall_back_to_cluster_ip_then_both() {
+        let v6: IpAddr = "fd00::1".parse().unwrap();
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
+
+        let svc = mk_service(Some("10.96.0.1"), &["IPv6", "IPv4", "IPv6"]);
+        let view = ServiceView::new(&svc).unwrap();
+        assert_eq!(view.address_families(), vec![Family::V4, Family::V6]);
+        assert_eq!(view.endpoints_family(Some(&v4)), Family::V6);
+
+        let svc = mk_service(Some("fd00:96::1"), &[]);
+        let view = ServiceView::new(&svc).unwrap();
+        assert_eq!(view.address_families(), vec![Family::V6]);
+        assert_eq!(view.endpoints_family(Some(&v4)), Family::V6);
+        assert!(!view.is_headless());
+
+        let svc = mk_service(Some("None"), &[]);
+        let view = ServiceView::new(&svc).unwrap();
+        assert_eq!(view.address_families(), vec![Family::V4, Family::V6]);
+        assert_eq!(view.endpoints_family(Some(&v6)), Family::V6);
+        assert!(view.is_headless() && view.is_cluster_ip_none());
+    }
+
+    #[test]
+    fn empty_selector_means_no_selector() {
+        let mut svc = mk_service(Some("10.96.0.1"), &["IPv4"]);
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.selector = Some(BTreeMap::new());
+        }
+        assert!(ServiceView::new(&svc).is_none());
+    }
+}

@@ -1,6 +1,7 @@
 //! Table tests: each `fixtures/*.yaml` holds a Service, pods (listed, or
 //! generated from a template) and the expected Endpoints and EndpointSlices,
 //! compared as JSON, or a summary of them for large cases.
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
 mod common;
 

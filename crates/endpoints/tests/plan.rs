@@ -1,4 +1,5 @@
 //! Planner scenarios: what changes when the cluster changes a little.
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Properties over random pod populations: membership, slice bounds, and that
 //! planning from any earlier state converges on the desired endpoints.
+#![allow(clippy::unwrap_used)] // test code: a panic is a failed test
 
 mod common;
 

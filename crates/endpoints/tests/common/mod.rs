@@ -1,5 +1,5 @@
 //! Builders shared by the integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 
