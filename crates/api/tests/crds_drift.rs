@@ -1,5 +1,8 @@
 //! The committed CRD manifests must be exactly what the Rust types generate.
 
+// Helpers outside #[test] functions unwrap too; a panic is a test failure here.
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 
 fn committed_path() -> PathBuf {
