@@ -286,3 +286,54 @@ pub fn trace(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Vec<(Outco
     }
     Ok(merged.into_iter().collect())
 }
+
+fn is_dispatch_chain(chain: &ChainName) -> bool {
+    let name = chain.as_str();
+    name.starts_with("BERTH-DST-") || name.starts_with("BERTH-NP-") || name == crate::names::NODEPORTS
+}
+
+fn walk(tracer: &Tracer<'_>, chain: &ChainName, state: &State, depth: usize) -> Result<(usize, bool), Error> {
+    if depth > MAX_DEPTH {
+        return Err(Error::Trace { reason: format!("jump depth exceeded at {chain}") });
+    }
+    let rules = tracer
+        .rs
+        .chain(Table::Nat, chain)
+        .ok_or_else(|| Error::Trace { reason: format!("jump to missing chain nat/{chain}") })?;
+    let mut walked = 0;
+    for rule in rules {
+        walked += 1;
+        if tracer.match_probability(rule, state) <= 0.0 {
+            continue;
+        }
+        match rule.jump_target() {
+            Some(next) if is_dispatch_chain(next) => {
+                let (n, found) = walk(tracer, next, state, depth + 1)?;
+                walked += n;
+                if found {
+                    return Ok((walked, true));
+                }
+            }
+            Some(_) => return Ok((walked, true)),
+            None => {}
+        }
+    }
+    Ok((walked, false))
+}
+
+/// How many rules the first packet evaluates in the nat entry chains before it reaches its
+/// Service's own chain (`None` if it reaches none): the cost that dispatch is about.
+pub fn dispatch_rules_walked(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Option<usize>, Error> {
+    let tracer = Tracer { rs, env, packet };
+    let state = State {
+        dst: packet.dst,
+        dport: packet.dport,
+        mark: 0,
+        dnat: None,
+        masq: false,
+        recent_set: None,
+        prob: 1.0,
+    };
+    let (walked, found) = walk(&tracer, &crate::names::fixed(crate::names::SERVICES), &state, 0)?;
+    Ok(found.then_some(walked))
+}

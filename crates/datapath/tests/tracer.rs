@@ -198,3 +198,25 @@ fn masquerade_all_and_no_cluster_cidr() {
         assert_eq!(got, vec![(dnat("10.244.2.4:8080"), false, 1000)]);
     }
 }
+
+#[test]
+fn tree_dispatch_walks_logarithmically_many_rules() {
+    let services: Vec<ServicePort> = (0..2000u32)
+        .map(|i| mk_svc(&format!("svc-{i}"), &format!("10.96.{}.{}", i / 200, i % 200 + 1), 80, vec![mk_ep("10.244.2.9", 8080, "node-b")]))
+        .collect();
+    let view = NodeView { node: mk_node(), services };
+    let walked = |dispatch, dst: &str| {
+        let rs = plan(&view, &mk_options(dispatch));
+        trace::dispatch_rules_walked(&rs, &env(), &packet(LOCAL_POD, dst, 80, Origin::Network)).unwrap().unwrap()
+    };
+    assert_eq!(walked(Dispatch::Linear, "10.96.0.1"), 1);
+    // Services are ordered by name, so `svc-999` (10.96.4.200) is the last linear rule.
+    assert_eq!(walked(Dispatch::Linear, "10.96.4.200"), 2000);
+    for dst in ["10.96.0.1", "10.96.9.200", "10.96.4.200", "10.96.4.77"] {
+        let n = walked(Dispatch::Tree, dst);
+        // About two rules per level of a binary tree over 2000 addresses, plus one leaf.
+        assert!(n <= 2 * 11 + 16, "{dst}: {n}");
+    }
+    let rs = plan(&view, &mk_options(Dispatch::Tree));
+    assert_eq!(trace::dispatch_rules_walked(&rs, &env(), &packet(LOCAL_POD, "10.97.0.1", 80, Origin::Network)).unwrap(), None);
+}
