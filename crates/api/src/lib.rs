@@ -20,7 +20,7 @@ pub use annotations::{
     RequestedIps,
 };
 pub use crds::{crds, crds_yaml};
-pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
+pub use ippool::{overlapping_pools, IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
 pub use l2advertisement::{L2Advertisement, L2AdvertisementSpec};
 pub use schema::{address_rules, MAX_ADDRESSES, MAX_INTERFACES, MAX_PRIORITY, MIN_PRIORITY};
 pub use selector::selector_matches;

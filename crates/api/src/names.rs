@@ -22,6 +22,13 @@ pub mod class {
     pub const AWS_NLB: &str = "berth.dev/aws-nlb";
     /// Every class berth serves, for `--default-class` validation and eligibility checks.
     pub const ALL: [&str; 2] = [L2, AWS_NLB];
+
+    /// The berth class that serves a LoadBalancer Service with `spec.loadBalancerClass` =
+    /// `requested`, given the controller's `--default-class`; `None` leaves it to someone else.
+    pub fn served_class(requested: Option<&str>, default: Option<&str>) -> Option<&'static str> {
+        let class = requested.or(default)?;
+        ALL.into_iter().find(|c| *c == class)
+    }
 }
 
 /// Annotations berth reads on Services.
@@ -260,6 +267,18 @@ mod tests {
             assert!(list[1].starts_with("metallb.io/"), "{list:?}");
             assert!(list[2].starts_with("metallb.universe.tf/"), "{list:?}");
         }
+    }
+
+    #[test]
+    fn served_class_follows_the_explicit_class_then_the_default() {
+        use class::*;
+        assert_eq!(served_class(Some(L2), None), Some(L2));
+        assert_eq!(served_class(Some(AWS_NLB), Some(L2)), Some(AWS_NLB));
+        assert_eq!(served_class(None, Some(L2)), Some(L2));
+        assert_eq!(served_class(None, None), None);
+        // Another controller's class is never taken over, whatever the default.
+        assert_eq!(served_class(Some("metallb.io/metallb"), Some(L2)), None);
+        assert_eq!(served_class(None, Some("bogus")), None);
     }
 
     #[test]

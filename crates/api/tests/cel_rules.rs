@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use berth_api::{crds, parse_address, AddressProblem, Error};
-use kube::core::cel::{compile_schema, Validator};
+use kube::core::cel::{check_rule_scope, compile_schema, ScopeContext, Validator};
 use serde_json::{json, Value};
 
 fn schema_of(kind: &str) -> Value {
@@ -87,6 +87,16 @@ fn rules_compile() {
             compiled.compilation_errors()
         );
     }
+}
+
+#[test]
+fn rules_use_only_crd_variables() {
+    for (rule, _) in berth_api::address_rules() {
+        let warnings = check_rule_scope(&rule, ScopeContext::CrdValidation);
+        assert!(warnings.is_empty(), "{rule}: {warnings:?}");
+    }
+    // An admission-policy variable is flagged, so the check above has teeth.
+    assert!(!check_rule_scope("object.spec == self", ScopeContext::CrdValidation).is_empty());
 }
 
 #[test]
