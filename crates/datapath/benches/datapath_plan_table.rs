@@ -36,7 +36,9 @@ impl Iptables for CountingIptables {
 
 fn service_ip(i: usize) -> IpAddr {
     // 10.96.0.0/16 holds 65k Services, enough for 30k.
-    IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 96, 0, 1)) + i as u32))
+    IpAddr::V4(Ipv4Addr::from(
+        u32::from(Ipv4Addr::new(10, 96, 0, 1)) + i as u32,
+    ))
 }
 
 fn mk_view(services: usize, endpoints: usize) -> NodeView {
@@ -56,7 +58,11 @@ fn mk_view(services: usize, endpoints: usize) -> NodeView {
                 })
                 .collect();
             ServicePort {
-                name: ServicePortName { namespace: format!("ns{}", i % 50), name: format!("svc-{i}"), port: "http".into() },
+                name: ServicePortName {
+                    namespace: format!("ns{}", i % 50),
+                    name: format!("svc-{i}"),
+                    port: "http".into(),
+                },
                 protocol: Protocol::Tcp,
                 port: 80,
                 cluster_ips: vec![service_ip(i)],
@@ -72,7 +78,13 @@ fn mk_view(services: usize, endpoints: usize) -> NodeView {
             }
         })
         .collect();
-    NodeView { node: NodeInfo { name: "node-0".into(), addresses: vec!["198.18.0.11".parse().unwrap()] }, services }
+    NodeView {
+        node: NodeInfo {
+            name: "node-0".into(),
+            addresses: vec!["198.18.0.11".parse().unwrap()],
+        },
+        services,
+    }
 }
 
 struct Row {
@@ -93,7 +105,11 @@ fn ms(start: Instant) -> f64 {
 
 fn measure(services: usize, dispatch: Dispatch) -> Row {
     let mut view = mk_view(services, 10);
-    let options = PlanOptions { dispatch, cluster_cidr: Some("10.128.0.0/9".parse().unwrap()), ..PlanOptions::default() };
+    let options = PlanOptions {
+        dispatch,
+        cluster_cidr: Some("10.128.0.0/9".parse().unwrap()),
+        ..PlanOptions::default()
+    };
     let mut syncer = Syncer::new(CountingIptables::default());
 
     let start = Instant::now();
@@ -101,9 +117,19 @@ fn measure(services: usize, dispatch: Dispatch) -> Row {
     let full = syncer.sync(&rs).unwrap();
     let full_ms = ms(start);
 
-    let env = TraceEnv { local_addresses: view.node.addresses.clone(), ..TraceEnv::default() };
+    let env = TraceEnv {
+        local_addresses: view.node.addresses.clone(),
+        ..TraceEnv::default()
+    };
     let walk = |i: usize| {
-        let packet = Packet { src: "10.128.0.1".parse().unwrap(), dst: service_ip(i), protocol: Protocol::Tcp, dport: 80, origin: Origin::Network, bridged: false };
+        let packet = Packet {
+            src: "10.128.0.1".parse().unwrap(),
+            dst: service_ip(i),
+            protocol: Protocol::Tcp,
+            dport: 80,
+            origin: Origin::Network,
+            bridged: false,
+        };
         dispatch_rules_walked(&rs, &env, &packet).unwrap().unwrap()
     };
     let (walk_first, walk_last) = (walk(0), walk(services - 1));
@@ -137,7 +163,15 @@ fn main() {
         .unwrap_or_else(|| vec![1_000, 10_000, 30_000]);
     println!(
         "{:>8} {:>7} {:>12} {:>10} {:>13} {:>11} {:>14} {:>11} {:>10}",
-        "services", "mode", "full_bytes", "full_ms", "change_bytes", "change_ms", "of_which_plan", "walk_first", "walk_last"
+        "services",
+        "mode",
+        "full_bytes",
+        "full_ms",
+        "change_bytes",
+        "change_ms",
+        "of_which_plan",
+        "walk_first",
+        "walk_last"
     );
     let mut rows = Vec::new();
     for &n in &sizes {
@@ -158,7 +192,10 @@ fn main() {
             rows.push(row);
         }
     }
-    let pick = |dispatch| rows.iter().find(|r| r.services == 10_000 && r.dispatch == dispatch);
+    let pick = |dispatch| {
+        rows.iter()
+            .find(|r| r.services == 10_000 && r.dispatch == dispatch)
+    };
     if let (Some(tree), Some(linear)) = (pick(Dispatch::Tree), pick(Dispatch::Linear)) {
         println!(
             "datapath-plan: change_10k_tree_bytes={} change_10k_linear_bytes={} change_10k_tree_ms={:.1} change_10k_linear_ms={:.1}",

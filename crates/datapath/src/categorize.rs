@@ -25,18 +25,31 @@ pub fn uses_local_endpoints(port: &ServicePort, family: IpFamily) -> bool {
 }
 
 fn pick<'a>(endpoints: &[&'a Endpoint], keep: impl Fn(&Endpoint) -> bool) -> Vec<&'a Endpoint> {
-    let ready: Vec<_> = endpoints.iter().copied().filter(|ep| keep(ep) && ep.ready).collect();
+    let ready: Vec<_> = endpoints
+        .iter()
+        .copied()
+        .filter(|ep| keep(ep) && ep.ready)
+        .collect();
     if !ready.is_empty() {
         return ready;
     }
     // Fallback only when nothing is ready: connections drain to terminating endpoints that still serve.
-    endpoints.iter().copied().filter(|ep| keep(ep) && ep.serving && ep.terminating).collect()
+    endpoints
+        .iter()
+        .copied()
+        .filter(|ep| keep(ep) && ep.serving && ep.terminating)
+        .collect()
 }
 
 pub fn categorize<'a>(port: &'a ServicePort, node: &NodeInfo, family: IpFamily) -> Categorized<'a> {
-    let endpoints: Vec<&Endpoint> =
-        port.endpoints.iter().filter(|ep| family.contains(&ep.ip)).collect();
-    let has_any = endpoints.iter().any(|ep| ep.ready || (ep.serving && ep.terminating));
+    let endpoints: Vec<&Endpoint> = port
+        .endpoints
+        .iter()
+        .filter(|ep| family.contains(&ep.ip))
+        .collect();
+    let has_any = endpoints
+        .iter()
+        .any(|ep| ep.ready || (ep.serving && ep.terminating));
     let cluster = if uses_cluster_endpoints(port, family) {
         pick(&endpoints, |_| true)
     } else {
@@ -52,7 +65,12 @@ pub fn categorize<'a>(port: &'a ServicePort, node: &NodeInfo, family: IpFamily) 
         .copied()
         .filter(|ep| cluster.contains(ep) || local.contains(ep))
         .collect();
-    Categorized { cluster, local, reachable, has_any }
+    Categorized {
+        cluster,
+        local,
+        reachable,
+        has_any,
+    }
 }
 
 #[cfg(test)]
@@ -73,7 +91,11 @@ mod tests {
 
     fn mk_port(endpoints: Vec<Endpoint>) -> ServicePort {
         ServicePort {
-            name: ServicePortName { namespace: "ns".into(), name: "svc".into(), port: "p".into() },
+            name: ServicePortName {
+                namespace: "ns".into(),
+                name: "svc".into(),
+                port: "p".into(),
+            },
             protocol: crate::input::Protocol::Tcp,
             port: 80,
             cluster_ips: vec!["10.96.0.1".parse().unwrap()],
@@ -90,7 +112,10 @@ mod tests {
     }
 
     fn node() -> NodeInfo {
-        NodeInfo { name: "node-a".into(), addresses: vec![] }
+        NodeInfo {
+            name: "node-a".into(),
+            addresses: vec![],
+        }
     }
 
     fn ips(eps: &[&Endpoint]) -> Vec<String> {

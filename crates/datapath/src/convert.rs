@@ -46,15 +46,25 @@ impl FromStr for ProxyMode {
 }
 
 fn invalid(object: &str, field: &str, value: &str) -> Error {
-    Error::InvalidInput { object: object.into(), field: field.into(), value: value.into() }
+    Error::InvalidInput {
+        object: object.into(),
+        field: field.into(),
+        value: value.into(),
+    }
 }
 
 /// Whether the Service gets a datapath on this agent at all.
 pub fn is_proxied(svc: &Service, mode: ProxyMode) -> bool {
     let labels = svc.metadata.labels.as_ref();
-    let label = |key: &str| labels.and_then(|labels| labels.get(key)).map(String::as_str);
+    let label = |key: &str| {
+        labels
+            .and_then(|labels| labels.get(key))
+            .map(String::as_str)
+    };
     let spec = svc.spec.as_ref();
-    let kind = spec.and_then(|spec| spec.type_.as_deref()).unwrap_or("ClusterIP");
+    let kind = spec
+        .and_then(|spec| spec.type_.as_deref())
+        .unwrap_or("ClusterIP");
     let headless = spec.and_then(|spec| spec.cluster_ip.as_deref()) == Some("None");
     if kind == "ExternalName" || headless || label(HEADLESS_LABEL).is_some() {
         return false;
@@ -80,7 +90,10 @@ pub fn build_node_info(node: &Node) -> NodeInfo {
                 .collect()
         })
         .unwrap_or_default();
-    NodeInfo { name: node.metadata.name.clone().unwrap_or_default(), addresses }
+    NodeInfo {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        addresses,
+    }
 }
 
 fn parse_ips(object: &str, field: &str, values: &[String]) -> Result<Vec<IpAddr>, Error> {
@@ -103,13 +116,19 @@ fn policy(value: Option<&str>) -> TrafficPolicy {
 fn port_u16(object: &str, field: &str, value: Option<i32>) -> Result<Option<u16>, Error> {
     match value {
         None | Some(0) => Ok(None),
-        Some(v) => u16::try_from(v).map(Some).map_err(|_| invalid(object, field, &v.to_string())),
+        Some(v) => u16::try_from(v)
+            .map(Some)
+            .map_err(|_| invalid(object, field, &v.to_string())),
     }
 }
 
 /// Endpoints of one Service port, from the Service's EndpointSlices (first address of each
 /// endpoint, as kube-proxy does; duplicates across slices are kept once).
-pub fn build_endpoints(slices: &[&EndpointSlice], port_name: &str, protocol: Protocol) -> Vec<Endpoint> {
+pub fn build_endpoints(
+    slices: &[&EndpointSlice],
+    port_name: &str,
+    protocol: Protocol,
+) -> Vec<Endpoint> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for slice in slices {
@@ -122,7 +141,9 @@ pub fn build_endpoints(slices: &[&EndpointSlice], port_name: &str, protocol: Pro
         }) else {
             continue;
         };
-        let Some(port) = target.port.and_then(|p| u16::try_from(p).ok()) else { continue };
+        let Some(port) = target.port.and_then(|p| u16::try_from(p).ok()) else {
+            continue;
+        };
         for ep in &slice.endpoints {
             let Some(ip) = ep.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
                 continue;
@@ -134,7 +155,14 @@ pub fn build_endpoints(slices: &[&EndpointSlice], port_name: &str, protocol: Pro
             let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
             let serving = conditions.and_then(|c| c.serving).unwrap_or(ready);
             let terminating = conditions.and_then(|c| c.terminating).unwrap_or(false);
-            out.push(Endpoint { ip, port, ready, serving, terminating, node_name: ep.node_name.clone() });
+            out.push(Endpoint {
+                ip,
+                port,
+                ready,
+                serving,
+                terminating,
+                node_name: ep.node_name.clone(),
+            });
         }
     }
     out
@@ -142,16 +170,29 @@ pub fn build_endpoints(slices: &[&EndpointSlice], port_name: &str, protocol: Pro
 
 /// The ports of one Service with their endpoints. `slices` may hold any slices: only those
 /// labelled with this Service's name in its namespace are used.
-pub fn build_service_ports(svc: &Service, slices: &[EndpointSlice]) -> Result<Vec<ServicePort>, Error> {
+pub fn build_service_ports(
+    svc: &Service,
+    slices: &[EndpointSlice],
+) -> Result<Vec<ServicePort>, Error> {
     let namespace = svc.metadata.namespace.clone().unwrap_or_default();
     let name = svc.metadata.name.clone().unwrap_or_default();
     let object = format!("Service {namespace}/{name}");
-    let Some(spec) = svc.spec.as_ref() else { return Ok(Vec::new()) };
-    let mut cluster_ips = parse_ips(&object, "spec.clusterIPs", spec.cluster_ips.as_deref().unwrap_or_default())?;
+    let Some(spec) = svc.spec.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let mut cluster_ips = parse_ips(
+        &object,
+        "spec.clusterIPs",
+        spec.cluster_ips.as_deref().unwrap_or_default(),
+    )?;
     if cluster_ips.is_empty() {
         cluster_ips = parse_ips(&object, "spec.clusterIP", spec.cluster_ip.as_slice())?;
     }
-    let external_ips = parse_ips(&object, "spec.externalIPs", spec.external_ips.as_deref().unwrap_or_default())?;
+    let external_ips = parse_ips(
+        &object,
+        "spec.externalIPs",
+        spec.external_ips.as_deref().unwrap_or_default(),
+    )?;
     let load_balancer_ingress: Vec<LoadBalancerIngress> = svc
         .status
         .as_ref()
@@ -162,7 +203,11 @@ pub fn build_service_ports(svc: &Service, slices: &[EndpointSlice]) -> Result<Ve
                 .iter()
                 .filter_map(|i| {
                     let ip = i.ip.as_deref()?.parse().ok()?;
-                    let mode = if i.ip_mode.as_deref() == Some("Proxy") { IpMode::Proxy } else { IpMode::Vip };
+                    let mode = if i.ip_mode.as_deref() == Some("Proxy") {
+                        IpMode::Proxy
+                    } else {
+                        IpMode::Vip
+                    };
                     Some(LoadBalancerIngress { ip, mode })
                 })
                 .collect()
@@ -173,7 +218,11 @@ pub fn build_service_ports(svc: &Service, slices: &[EndpointSlice]) -> Result<Ve
         spec.load_balancer_source_ranges
             .iter()
             .flatten()
-            .map(|r| r.trim().parse::<IpNet>().map_err(|_| invalid(&object, "spec.loadBalancerSourceRanges", r)))
+            .map(|r| {
+                r.trim()
+                    .parse::<IpNet>()
+                    .map_err(|_| invalid(&object, "spec.loadBalancerSourceRanges", r))
+            })
             .collect::<Result<Vec<_>, _>>()?
     } else {
         Vec::new()
@@ -186,13 +235,19 @@ pub fn build_service_ports(svc: &Service, slices: &[EndpointSlice]) -> Result<Ve
             .and_then(|c| c.timeout_seconds)
             .and_then(|t| u32::try_from(t).ok())
             .unwrap_or(DEFAULT_AFFINITY_TIMEOUT_SECONDS);
-        SessionAffinity::ClientIp { timeout_seconds: timeout }
+        SessionAffinity::ClientIp {
+            timeout_seconds: timeout,
+        }
     } else {
         SessionAffinity::None
     };
     let external_traffic_policy = policy(spec.external_traffic_policy.as_deref());
     let health_check_node_port = if is_lb && external_traffic_policy == TrafficPolicy::Local {
-        port_u16(&object, "spec.healthCheckNodePort", spec.health_check_node_port)?
+        port_u16(
+            &object,
+            "spec.healthCheckNodePort",
+            spec.health_check_node_port,
+        )?
     } else {
         None
     };
@@ -201,29 +256,51 @@ pub fn build_service_ports(svc: &Service, slices: &[EndpointSlice]) -> Result<Ve
         .iter()
         .filter(|slice| {
             slice.metadata.namespace.as_deref().unwrap_or_default() == namespace
-                && slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) == Some(&name)
+                && slice
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                    == Some(&name)
         })
         .collect();
     let mut ports = Vec::new();
     for (i, port) in spec.ports.iter().flatten().enumerate() {
-        let protocol = Protocol::from_kubernetes(port.protocol.as_deref())
-            .ok_or_else(|| invalid(&object, &format!("spec.ports[{i}].protocol"), port.protocol.as_deref().unwrap_or_default()))?;
+        let protocol = Protocol::from_kubernetes(port.protocol.as_deref()).ok_or_else(|| {
+            invalid(
+                &object,
+                &format!("spec.ports[{i}].protocol"),
+                port.protocol.as_deref().unwrap_or_default(),
+            )
+        })?;
         let number = port_u16(&object, &format!("spec.ports[{i}].port"), Some(port.port))?
             .ok_or_else(|| invalid(&object, &format!("spec.ports[{i}].port"), "0"))?;
         let node_port = if node_ports_apply {
-            port_u16(&object, &format!("spec.ports[{i}].nodePort"), port.node_port)?
+            port_u16(
+                &object,
+                &format!("spec.ports[{i}].nodePort"),
+                port.node_port,
+            )?
         } else {
             None
         };
         let port_name = port.name.clone().unwrap_or_default();
         ports.push(ServicePort {
-            name: ServicePortName { namespace: namespace.clone(), name: name.clone(), port: port_name.clone() },
+            name: ServicePortName {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                port: port_name.clone(),
+            },
             protocol,
             port: number,
             cluster_ips: cluster_ips.clone(),
             node_port,
             external_ips: external_ips.clone(),
-            load_balancer_ingress: if is_lb { load_balancer_ingress.clone() } else { Vec::new() },
+            load_balancer_ingress: if is_lb {
+                load_balancer_ingress.clone()
+            } else {
+                Vec::new()
+            },
             source_ranges: source_ranges.clone(),
             session_affinity,
             external_traffic_policy,
@@ -243,7 +320,10 @@ pub fn build_node_view(
     slices: &[EndpointSlice],
     mode: ProxyMode,
 ) -> (NodeView, Vec<Error>) {
-    let mut view = NodeView { node: build_node_info(node), services: Vec::new() };
+    let mut view = NodeView {
+        node: build_node_info(node),
+        services: Vec::new(),
+    };
     let mut errors = Vec::new();
     for svc in services.iter().filter(|svc| is_proxied(svc, mode)) {
         match build_service_ports(svc, slices) {

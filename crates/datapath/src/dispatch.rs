@@ -49,7 +49,11 @@ trait KeySpace {
 
 fn range_of(bits: u32, prefix: u128, len: u32) -> (u128, u128) {
     let host_bits = bits - len;
-    let span = if host_bits >= 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+    let span = if host_bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << host_bits) - 1
+    };
     (prefix, prefix | span)
 }
 
@@ -76,7 +80,10 @@ macro_rules! addr_space {
                 "DST"
             }
             fn label(&self, prefix: u128, len: u32) -> String {
-                self.0.net(prefix, len).map(|net| net.to_string()).unwrap_or_default()
+                self.0
+                    .net(prefix, len)
+                    .map(|net| net.to_string())
+                    .unwrap_or_default()
             }
             fn matches(&self, prefix: u128, len: u32) -> Vec<Match> {
                 self.0
@@ -105,7 +112,11 @@ impl KeySpace for PortSpace {
         let (lo, hi) = range_of(Self::BITS, prefix, len);
         // Keys come from u16 ports, so the range always fits.
         let (lo, hi) = (lo as u16, hi as u16);
-        let port = if lo == hi { PortMatch::Single(lo) } else { PortMatch::Range(lo, hi) };
+        let port = if lo == hi {
+            PortMatch::Single(lo)
+        } else {
+            PortMatch::Range(lo, hi)
+        };
         vec![Match::Protocol(self.0), Match::DestPort(port)]
     }
 }
@@ -137,13 +148,20 @@ fn fill<S: KeySpace>(
     }
     let split_bit = S::BITS - common - 1;
     let child_len = common + 1;
-    let mask = if child_len == 0 { 0 } else { !((1u128 << (S::BITS - child_len)) - 1) };
+    let mask = if child_len == 0 {
+        0
+    } else {
+        !((1u128 << (S::BITS - child_len)) - 1)
+    };
     let at = entries.partition_point(|(key, _)| (key >> split_bit) & 1 == 0);
     for half in [&entries[..at], &entries[at..]] {
-        let Some((key, _)) = half.first() else { continue };
+        let Some((key, _)) = half.first() else {
+            continue;
+        };
         let prefix = key & mask & range_of(S::BITS, 0, 0).1;
         let child = names::dispatch_chain(space.kind(), &space.label(prefix, child_len));
-        rs.table_mut(Table::Nat).push(chain, Rule::jump(space.matches(prefix, child_len), &child));
+        rs.table_mut(Table::Nat)
+            .push(chain, Rule::jump(space.matches(prefix, child_len), &child));
         rs.table_mut(Table::Nat).chain_mut(&child);
         fill(rs, space, &child, half, leaf_size);
     }
@@ -153,7 +171,10 @@ fn fill<S: KeySpace>(
 pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &PlanOptions) {
     let services = names::fixed(names::SERVICES);
     let node_ports = names::fixed(names::NODEPORTS);
-    let DispatchEntries { mut by_dst, mut by_node_port } = entries;
+    let DispatchEntries {
+        mut by_dst,
+        mut by_node_port,
+    } = entries;
     match options.dispatch {
         Dispatch::Linear => {
             let nat = rs.table_mut(Table::Nat);
@@ -168,8 +189,20 @@ pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &Plan
             // Stable sorts: rules of one address keep the Service order of the linear layout.
             by_dst.sort_by_key(|(key, _)| *key);
             match options.family {
-                IpFamily::V4 => fill(rs, &V4Space(AddrSpace(IpFamily::V4)), &services, &by_dst, options.leaf_size),
-                IpFamily::V6 => fill(rs, &V6Space(AddrSpace(IpFamily::V6)), &services, &by_dst, options.leaf_size),
+                IpFamily::V4 => fill(
+                    rs,
+                    &V4Space(AddrSpace(IpFamily::V4)),
+                    &services,
+                    &by_dst,
+                    options.leaf_size,
+                ),
+                IpFamily::V6 => fill(
+                    rs,
+                    &V6Space(AddrSpace(IpFamily::V6)),
+                    &services,
+                    &by_dst,
+                    options.leaf_size,
+                ),
             }
             by_node_port.sort_by_key(|(proto, key, _)| (*proto, *key));
             for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
@@ -178,7 +211,13 @@ pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &Plan
                     .filter(|(p, _, _)| *p == proto)
                     .map(|(_, key, rule)| (*key, rule.clone()))
                     .collect();
-                fill(rs, &PortSpace(proto), &node_ports, &of_proto, options.leaf_size);
+                fill(
+                    rs,
+                    &PortSpace(proto),
+                    &node_ports,
+                    &of_proto,
+                    options.leaf_size,
+                );
             }
         }
     }
@@ -187,8 +226,13 @@ pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &Plan
         &services,
         Rule::jump(
             vec![
-                Match::comment("berth service nodeports; NOTE: this must be the last rule in this chain"),
-                Match::AddrTypeLocal { side: AddrSide::Dst, negated: false },
+                Match::comment(
+                    "berth service nodeports; NOTE: this must be the last rule in this chain",
+                ),
+                Match::AddrTypeLocal {
+                    side: AddrSide::Dst,
+                    negated: false,
+                },
             ],
             &node_ports,
         ),

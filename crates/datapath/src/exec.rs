@@ -35,10 +35,17 @@ impl CommandIptables {
 
     fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output, Error> {
         let command = format!("{program} {}", args.join(" "));
-        let spawn_err = |source| Error::Spawn { command: command.clone(), source };
+        let spawn_err = |source| Error::Spawn {
+            command: command.clone(),
+            source,
+        };
         let mut child = Command::new(program)
             .args(args)
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -63,7 +70,12 @@ impl CommandIptables {
     }
 
     fn table_args(table: Table, rest: &[&str]) -> Vec<String> {
-        let mut args = vec!["-w".to_string(), LOCK_WAIT_SECONDS.to_string(), "-t".into(), table.as_str().into()];
+        let mut args = vec![
+            "-w".to_string(),
+            LOCK_WAIT_SECONDS.to_string(),
+            "-t".into(),
+            table.as_str().into(),
+        ];
         args.extend(rest.iter().map(|s| s.to_string()));
         args
     }
@@ -71,8 +83,13 @@ impl CommandIptables {
 
 impl Iptables for CommandIptables {
     fn restore(&mut self, payload: &str) -> Result<(), Error> {
-        let args = vec!["--noflush".to_string(), "-w".into(), LOCK_WAIT_SECONDS.into()];
-        self.run_ok(&self.restore.clone(), &args, Some(payload)).map(|_| ())
+        let args = vec![
+            "--noflush".to_string(),
+            "-w".into(),
+            LOCK_WAIT_SECONDS.into(),
+        ];
+        self.run_ok(&self.restore.clone(), &args, Some(payload))
+            .map(|_| ())
     }
 
     fn save(&mut self, table: Table) -> Result<String, Error> {
@@ -85,12 +102,20 @@ impl Iptables for CommandIptables {
         if self.chain_exists(table, chain)? {
             return Ok(());
         }
-        self.run_ok(&self.iptables.clone(), &Self::table_args(table, &["-N", chain.as_str()]), None)
-            .map(|_| ())
+        self.run_ok(
+            &self.iptables.clone(),
+            &Self::table_args(table, &["-N", chain.as_str()]),
+            None,
+        )
+        .map(|_| ())
     }
 
     fn chain_exists(&mut self, table: Table, chain: &ChainName) -> Result<bool, Error> {
-        let output = self.run(&self.iptables.clone(), &Self::table_args(table, &["-S", chain.as_str()]), None)?;
+        let output = self.run(
+            &self.iptables.clone(),
+            &Self::table_args(table, &["-S", chain.as_str()]),
+            None,
+        )?;
         Ok(output.status.success())
     }
 
@@ -98,11 +123,16 @@ impl Iptables for CommandIptables {
         let rule = split_words(&rule_args(&jump.rule))?;
         let mut check = Self::table_args(jump.table, &["-C", jump.from.as_str()]);
         check.extend(rule.iter().cloned());
-        if self.run(&self.iptables.clone(), &check, None)?.status.success() {
+        if self
+            .run(&self.iptables.clone(), &check, None)?
+            .status
+            .success()
+        {
             return Ok(());
         }
         let mut insert = Self::table_args(jump.table, &["-I", jump.from.as_str(), "1"]);
         insert.extend(rule);
-        self.run_ok(&self.iptables.clone(), &insert, None).map(|_| ())
+        self.run_ok(&self.iptables.clone(), &insert, None)
+            .map(|_| ())
     }
 }

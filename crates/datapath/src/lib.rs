@@ -34,9 +34,17 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error("{command} exited with {status}: {stderr}")]
-    Command { command: String, status: String, stderr: String },
+    Command {
+        command: String,
+        status: String,
+        stderr: String,
+    },
     #[error("packet trace failed: {reason}")]
     Trace { reason: String },
     #[error("invalid {field} in {object}: {value:?}")]
-    InvalidInput { object: String, field: String, value: String },
+    InvalidInput {
+        object: String,
+        field: String,
+        value: String,
+    },
 }

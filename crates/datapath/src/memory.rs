@@ -30,17 +30,25 @@ impl Default for MemoryIptables {
         let tables = Table::ALL
             .into_iter()
             .map(|table| {
-                let chains =
-                    builtins(table).iter().map(|name| (ChainName::new(*name), Vec::new())).collect();
+                let chains = builtins(table)
+                    .iter()
+                    .map(|name| (ChainName::new(*name), Vec::new()))
+                    .collect();
                 (table, chains)
             })
             .collect();
-        MemoryIptables { tables, fail_next_restore: false, restores: Vec::new() }
+        MemoryIptables {
+            tables,
+            fail_next_restore: false,
+            restores: Vec::new(),
+        }
     }
 }
 
 fn restore_error(line: &str, reason: &str) -> Error {
-    Error::Restore { reason: format!("{reason}: {line}") }
+    Error::Restore {
+        reason: format!("{reason}: {line}"),
+    }
 }
 
 fn check_table(chains: &BTreeMap<ChainName, Vec<Rule>>) -> Result<(), Error> {
@@ -48,7 +56,10 @@ fn check_table(chains: &BTreeMap<ChainName, Vec<Rule>>) -> Result<(), Error> {
         for rule in rules {
             if let Some(target) = rule.jump_target() {
                 if !chains.contains_key(target) {
-                    return Err(restore_error(&render_rule(chain, rule), "jump to missing chain"));
+                    return Err(restore_error(
+                        &render_rule(chain, rule),
+                        "jump to missing chain",
+                    ));
                 }
             }
         }
@@ -59,7 +70,10 @@ fn check_table(chains: &BTreeMap<ChainName, Vec<Rule>>) -> Result<(), Error> {
 impl MemoryIptables {
     /// What someone else's `iptables -F; iptables -X` does: only built-in chains remain, empty.
     pub fn flush_everything(&mut self) {
-        *self = MemoryIptables { restores: std::mem::take(&mut self.restores), ..Self::default() };
+        *self = MemoryIptables {
+            restores: std::mem::take(&mut self.restores),
+            ..Self::default()
+        };
     }
 
     /// The berth chains and built-in jumps currently installed, comparable with a planned ruleset.
@@ -68,15 +82,22 @@ impl MemoryIptables {
         for (table, chains) in &self.tables {
             for (chain, rules) in chains {
                 if chain.is_berth() && chain.as_str() != crate::names::CANARY {
-                    rs.table_mut(*table).chains.insert(chain.clone(), rules.clone());
+                    rs.table_mut(*table)
+                        .chains
+                        .insert(chain.clone(), rules.clone());
                 } else if chain.is_builtin() {
                     for rule in rules {
-                        rs.jumps.push(JumpRule { table: *table, from: chain.clone(), rule: rule.clone() });
+                        rs.jumps.push(JumpRule {
+                            table: *table,
+                            from: chain.clone(),
+                            rule: rule.clone(),
+                        });
                     }
                 }
             }
         }
-        rs.tables.retain(|_, rules: &mut TableRules| !rules.chains.is_empty());
+        rs.tables
+            .retain(|_, rules: &mut TableRules| !rules.chains.is_empty());
         rs
     }
 
@@ -121,16 +142,25 @@ impl Iptables for MemoryIptables {
     fn restore(&mut self, payload: &str) -> Result<(), Error> {
         self.restores.push(payload.to_string());
         if std::mem::take(&mut self.fail_next_restore) {
-            return Err(Error::Restore { reason: "injected failure".into() });
+            return Err(Error::Restore {
+                reason: "injected failure".into(),
+            });
         }
         let mut table: Option<Table> = None;
         let mut lines: Vec<&str> = Vec::new();
-        for line in payload.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        for line in payload
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
             if let Some(name) = line.strip_prefix('*') {
-                table = Some(Table::parse(name).ok_or_else(|| restore_error(line, "unknown table"))?);
+                table =
+                    Some(Table::parse(name).ok_or_else(|| restore_error(line, "unknown table"))?);
                 lines.clear();
             } else if line == "COMMIT" {
-                let current = table.take().ok_or_else(|| restore_error(line, "COMMIT outside a table"))?;
+                let current = table
+                    .take()
+                    .ok_or_else(|| restore_error(line, "COMMIT outside a table"))?;
                 // Commit on a copy so a bad line leaves the table as it was.
                 let mut chains = self.tables.get(&current).cloned().unwrap_or_default();
                 Self::apply_table(&mut chains, &lines)?;
@@ -142,7 +172,9 @@ impl Iptables for MemoryIptables {
             }
         }
         if table.is_some() {
-            return Err(Error::Restore { reason: "missing COMMIT".into() });
+            return Err(Error::Restore {
+                reason: "missing COMMIT".into(),
+            });
         }
         Ok(())
     }
@@ -165,19 +197,28 @@ impl Iptables for MemoryIptables {
     }
 
     fn ensure_chain(&mut self, table: Table, chain: &ChainName) -> Result<(), Error> {
-        self.tables.entry(table).or_default().entry(chain.clone()).or_default();
+        self.tables
+            .entry(table)
+            .or_default()
+            .entry(chain.clone())
+            .or_default();
         Ok(())
     }
 
     fn chain_exists(&mut self, table: Table, chain: &ChainName) -> Result<bool, Error> {
-        Ok(self.tables.get(&table).is_some_and(|chains| chains.contains_key(chain)))
+        Ok(self
+            .tables
+            .get(&table)
+            .is_some_and(|chains| chains.contains_key(chain)))
     }
 
     fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), Error> {
         let chains = self.tables.entry(jump.table).or_default();
         if let Some(target) = jump.rule.jump_target() {
             if !chains.contains_key(target) {
-                return Err(Error::Restore { reason: format!("jump to missing chain {target}") });
+                return Err(Error::Restore {
+                    reason: format!("jump to missing chain {target}"),
+                });
             }
         }
         let rules = chains.entry(jump.from.clone()).or_default();

@@ -114,7 +114,10 @@ impl CtState {
 pub enum RecentAction {
     Set,
     /// `--rcheck --seconds N --reap`: matches a source seen within N seconds and forgets older ones.
-    Rcheck { seconds: u32, reap: bool },
+    Rcheck {
+        seconds: u32,
+        reap: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -136,21 +139,43 @@ impl PortMatch {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Match {
     Comment(String),
-    Source { net: IpNet, negated: bool },
-    Destination { net: IpNet, negated: bool },
+    Source {
+        net: IpNet,
+        negated: bool,
+    },
+    Destination {
+        net: IpNet,
+        negated: bool,
+    },
     /// `-m <proto> -p <proto>`: loads the protocol module so a following `--dport` is valid.
     Protocol(Protocol),
     DestPort(PortMatch),
     /// `-m mark [!] --mark value/mask`.
-    Mark { value: u32, mask: u32, negated: bool },
+    Mark {
+        value: u32,
+        mask: u32,
+        negated: bool,
+    },
     /// `-m statistic --mode random --probability 1/one_in`.
-    Random { one_in: u32 },
-    Recent { name: ChainName, action: RecentAction },
+    Random {
+        one_in: u32,
+    },
+    Recent {
+        name: ChainName,
+        action: RecentAction,
+    },
     /// `-m addrtype --src-type|--dst-type LOCAL`.
-    AddrTypeLocal { side: AddrSide, negated: bool },
-    Conntrack { states: Vec<CtState> },
+    AddrTypeLocal {
+        side: AddrSide,
+        negated: bool,
+    },
+    Conntrack {
+        states: Vec<CtState>,
+    },
     /// `-m physdev [!] --physdev-is-in`: the packet entered through a bridge port.
-    PhysDevIsIn { negated: bool },
+    PhysDevIsIn {
+        negated: bool,
+    },
 }
 
 impl Match {
@@ -159,15 +184,24 @@ impl Match {
     }
 
     pub fn src(addr: IpAddr) -> Self {
-        Match::Source { net: IpNet::from(addr), negated: false }
+        Match::Source {
+            net: IpNet::from(addr),
+            negated: false,
+        }
     }
 
     pub fn dst(addr: IpAddr) -> Self {
-        Match::Destination { net: IpNet::from(addr), negated: false }
+        Match::Destination {
+            net: IpNet::from(addr),
+            negated: false,
+        }
     }
 
     pub fn dst_net(net: IpNet) -> Self {
-        Match::Destination { net, negated: false }
+        Match::Destination {
+            net,
+            negated: false,
+        }
     }
 }
 
@@ -198,7 +232,10 @@ pub struct Rule {
 
 impl Rule {
     pub fn new(matches: Vec<Match>, target: Target) -> Self {
-        Rule { matches, target: Some(target) }
+        Rule {
+            matches,
+            target: Some(target),
+        }
     }
 
     pub fn jump(matches: Vec<Match>, chain: &ChainName) -> Self {
@@ -261,7 +298,9 @@ impl Ruleset {
     }
 
     pub fn chain(&self, table: Table, chain: &ChainName) -> Option<&Vec<Rule>> {
-        self.tables.get(&table).and_then(|rules| rules.chains.get(chain))
+        self.tables
+            .get(&table)
+            .and_then(|rules| rules.chains.get(chain))
     }
 
     pub fn rule_count(&self) -> usize {

@@ -58,13 +58,25 @@ impl ServiceChain {
 }
 
 pub fn service_chain(kind: ServiceChain, name: &ServicePortName, protocol: Protocol) -> ChainName {
-    ChainName::new(format!("{}{}", kind.prefix(), service_port_hash(name, protocol)))
+    ChainName::new(format!(
+        "{}{}",
+        kind.prefix(),
+        service_port_hash(name, protocol)
+    ))
 }
 
-pub fn endpoint_chain(name: &ServicePortName, protocol: Protocol, endpoint: &Endpoint) -> ChainName {
+pub fn endpoint_chain(
+    name: &ServicePortName,
+    protocol: Protocol,
+    endpoint: &Endpoint,
+) -> ChainName {
     ChainName::new(format!(
         "BERTH-SEP-{}",
-        hash16(&format!("{name}{}{}", protocol.as_kubernetes(), endpoint.address()))
+        hash16(&format!(
+            "{name}{}{}",
+            protocol.as_kubernetes(),
+            endpoint.address()
+        ))
     ))
 }
 
@@ -79,14 +91,20 @@ mod tests {
     use crate::model::MAX_CHAIN_NAME;
 
     fn name() -> ServicePortName {
-        ServicePortName { namespace: "ns1".into(), name: "svc1".into(), port: "p80".into() }
+        ServicePortName {
+            namespace: "ns1".into(),
+            name: "svc1".into(),
+            port: "p80".into(),
+        }
     }
 
     #[test]
     fn hash_is_kube_proxy_shaped() {
         let hash = service_port_hash(&name(), Protocol::Tcp);
         assert_eq!(hash.len(), 16);
-        assert!(hash.chars().all(|c| c.is_ascii_uppercase() || ('2'..='7').contains(&c)));
+        assert!(hash
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || ('2'..='7').contains(&c)));
         // Same input as kube-proxy's servicePortChainName("ns1/svc1:p80", "tcp") upper-cased protocol.
         assert_eq!(hash, hash16("ns1/svc1:p80TCP"));
         assert_ne!(hash, service_port_hash(&name(), Protocol::Udp));

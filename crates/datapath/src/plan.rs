@@ -11,8 +11,8 @@ use crate::categorize::{categorize, Categorized};
 use crate::dispatch::{build_dispatch, DispatchEntries};
 use crate::input::{IpFamily, NodeView, Protocol, ServicePort, SessionAffinity};
 use crate::model::{
-    AddrSide, ChainName, CtState, JumpRule, MarkOp, Match, PortMatch, RecentAction, Rule,
-    Ruleset, Table, Target, MASQ_MARK,
+    AddrSide, ChainName, CtState, JumpRule, MarkOp, Match, PortMatch, RecentAction, Rule, Ruleset,
+    Table, Target, MASQ_MARK,
 };
 use crate::names::{self, ServiceChain};
 
@@ -58,7 +58,10 @@ fn masq() -> ChainName {
 }
 
 fn proto_port(protocol: Protocol, port: u16) -> [Match; 2] {
-    [Match::Protocol(protocol), Match::DestPort(PortMatch::Single(port))]
+    [
+        Match::Protocol(protocol),
+        Match::DestPort(PortMatch::Single(port)),
+    ]
 }
 
 /// Matches `-m proto -p proto -d addr --dport port` in kube-proxy's order.
@@ -72,7 +75,9 @@ fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> 
 }
 
 fn ct_new() -> Match {
-    Match::Conntrack { states: vec![CtState::New] }
+    Match::Conntrack {
+        states: vec![CtState::New],
+    }
 }
 
 /// The built-in jumps, top of each built-in chain first.
@@ -82,24 +87,76 @@ pub fn builtin_jumps() -> Vec<JumpRule> {
         if new_only {
             matches.push(ct_new());
         }
-        JumpRule { table, from: ChainName::new(from), rule: Rule::jump(matches, &names::fixed(to)) }
+        JumpRule {
+            table,
+            from: ChainName::new(from),
+            rule: Rule::jump(matches, &names::fixed(to)),
+        }
     };
     let firewall = "berth load balancer firewall";
     let portals = "berth service portals";
     let external = "berth externally-visible service portals";
     let mut jumps = vec![
-        jump(Table::Filter, "INPUT", names::PROXY_FIREWALL, firewall, true),
-        jump(Table::Filter, "INPUT", names::NODEPORTS, "berth health check service ports", false),
-        jump(Table::Filter, "INPUT", names::EXTERNAL_SERVICES, external, true),
-        jump(Table::Filter, "FORWARD", names::PROXY_FIREWALL, firewall, true),
-        jump(Table::Filter, "FORWARD", names::FORWARD, "berth forwarding rules", false),
+        jump(
+            Table::Filter,
+            "INPUT",
+            names::PROXY_FIREWALL,
+            firewall,
+            true,
+        ),
+        jump(
+            Table::Filter,
+            "INPUT",
+            names::NODEPORTS,
+            "berth health check service ports",
+            false,
+        ),
+        jump(
+            Table::Filter,
+            "INPUT",
+            names::EXTERNAL_SERVICES,
+            external,
+            true,
+        ),
+        jump(
+            Table::Filter,
+            "FORWARD",
+            names::PROXY_FIREWALL,
+            firewall,
+            true,
+        ),
+        jump(
+            Table::Filter,
+            "FORWARD",
+            names::FORWARD,
+            "berth forwarding rules",
+            false,
+        ),
         jump(Table::Filter, "FORWARD", names::SERVICES, portals, true),
-        jump(Table::Filter, "FORWARD", names::EXTERNAL_SERVICES, external, true),
-        jump(Table::Filter, "OUTPUT", names::PROXY_FIREWALL, firewall, true),
+        jump(
+            Table::Filter,
+            "FORWARD",
+            names::EXTERNAL_SERVICES,
+            external,
+            true,
+        ),
+        jump(
+            Table::Filter,
+            "OUTPUT",
+            names::PROXY_FIREWALL,
+            firewall,
+            true,
+        ),
         jump(Table::Filter, "OUTPUT", names::SERVICES, portals, true),
         jump(Table::Nat, "PREROUTING", names::SERVICES, portals, false),
         jump(Table::Nat, "OUTPUT", names::SERVICES, portals, false),
-        jump(Table::Nat, "POSTROUTING", names::POSTROUTING, "berth postrouting rules", false),
+        jump(
+            Table::Nat,
+            "POSTROUTING",
+            names::POSTROUTING,
+            "berth postrouting rules",
+            false,
+        ),
     ];
     // Grouped the way iptables-save lists them; the order within one built-in chain is kept.
     jumps.sort_by(|a, b| (a.table, &a.from).cmp(&(b.table, &b.from)));
@@ -116,7 +173,12 @@ fn plan_fixed_chains(rs: &mut Ruleset, options: &PlanOptions) {
     ] {
         rs.table_mut(Table::Filter).chain_mut(&names::fixed(chain));
     }
-    for chain in [names::SERVICES, names::NODEPORTS, names::POSTROUTING, names::MARK_MASQ] {
+    for chain in [
+        names::SERVICES,
+        names::NODEPORTS,
+        names::POSTROUTING,
+        names::MARK_MASQ,
+    ] {
         rs.table_mut(Table::Nat).chain_mut(&names::fixed(chain));
     }
     let nat = rs.table_mut(Table::Nat);
@@ -124,27 +186,53 @@ fn plan_fixed_chains(rs: &mut Ruleset, options: &PlanOptions) {
     nat.push(
         &post,
         Rule::new(
-            vec![Match::Mark { value: MASQ_MARK, mask: MASQ_MARK, negated: true }],
+            vec![Match::Mark {
+                value: MASQ_MARK,
+                mask: MASQ_MARK,
+                negated: true,
+            }],
             Target::Return,
         ),
     );
     // Clear the mark so a packet that traverses the stack again is not masqueraded twice.
-    nat.push(&post, Rule::new(vec![], Target::Mark { op: MarkOp::Xor, value: MASQ_MARK }));
+    nat.push(
+        &post,
+        Rule::new(
+            vec![],
+            Target::Mark {
+                op: MarkOp::Xor,
+                value: MASQ_MARK,
+            },
+        ),
+    );
     nat.push(
         &post,
         Rule::new(
             vec![Match::comment("berth service traffic requiring SNAT")],
-            Target::Masquerade { random_fully: options.random_fully },
+            Target::Masquerade {
+                random_fully: options.random_fully,
+            },
         ),
     );
-    nat.push(&masq(), Rule::new(vec![], Target::Mark { op: MarkOp::Or, value: MASQ_MARK }));
+    nat.push(
+        &masq(),
+        Rule::new(
+            vec![],
+            Target::Mark {
+                op: MarkOp::Or,
+                value: MASQ_MARK,
+            },
+        ),
+    );
 
     let filter = rs.table_mut(Table::Filter);
     let forward = names::fixed(names::FORWARD);
     filter.push(
         &forward,
         Rule::new(
-            vec![Match::Conntrack { states: vec![CtState::Invalid] }],
+            vec![Match::Conntrack {
+                states: vec![CtState::Invalid],
+            }],
             Target::Drop,
         ),
     );
@@ -154,7 +242,11 @@ fn plan_fixed_chains(rs: &mut Ruleset, options: &PlanOptions) {
         Rule::new(
             vec![
                 Match::comment("berth forwarding rules"),
-                Match::Mark { value: MASQ_MARK, mask: MASQ_MARK, negated: false },
+                Match::Mark {
+                    value: MASQ_MARK,
+                    mask: MASQ_MARK,
+                    negated: false,
+                },
             ],
             Target::Accept,
         ),
@@ -164,7 +256,9 @@ fn plan_fixed_chains(rs: &mut Ruleset, options: &PlanOptions) {
         Rule::new(
             vec![
                 Match::comment("berth forwarding conntrack rule"),
-                Match::Conntrack { states: vec![CtState::Related, CtState::Established] },
+                Match::Conntrack {
+                    states: vec![CtState::Related, CtState::Established],
+                },
             ],
             Target::Accept,
         ),
@@ -173,7 +267,10 @@ fn plan_fixed_chains(rs: &mut Ruleset, options: &PlanOptions) {
 
 /// Plans every berth chain for `options.family`. Deterministic: the same view gives the same ruleset.
 pub fn plan(view: &NodeView, options: &PlanOptions) -> Ruleset {
-    let mut rs = Ruleset { jumps: builtin_jumps(), ..Ruleset::default() };
+    let mut rs = Ruleset {
+        jumps: builtin_jumps(),
+        ..Ruleset::default()
+    };
     plan_fixed_chains(&mut rs, options);
     let mut ports: Vec<&ServicePort> = view.services.iter().collect();
     ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
@@ -203,10 +300,18 @@ fn plan_service_port(
     options: &PlanOptions,
 ) {
     let family = options.family;
-    let cluster_ips: Vec<IpAddr> =
-        port.cluster_ips.iter().copied().filter(|ip| family.contains(ip)).collect();
-    let external_ips: Vec<IpAddr> =
-        port.external_ips.iter().copied().filter(|ip| family.contains(ip)).collect();
+    let cluster_ips: Vec<IpAddr> = port
+        .cluster_ips
+        .iter()
+        .copied()
+        .filter(|ip| family.contains(ip))
+        .collect();
+    let external_ips: Vec<IpAddr> = port
+        .external_ips
+        .iter()
+        .copied()
+        .filter(|ip| family.contains(ip))
+        .collect();
     let lb_ips = port.load_balancer_vips(family);
     if cluster_ips.is_empty() && external_ips.is_empty() && lb_ips.is_empty() {
         // A single-stack Service of the other family.
@@ -223,14 +328,26 @@ fn plan_service_port(
     let has_endpoints = eps.has_any;
     let internal_local = port.internal_policy_local();
     let external_local = port.external_policy_local(family);
-    let internal_chain = if internal_local { &chains.local } else { &chains.cluster };
+    let internal_chain = if internal_local {
+        &chains.local
+    } else {
+        &chains.cluster
+    };
     let has_internal = has_endpoints && !(internal_local && eps.local.is_empty());
-    let external_policy_chain = if external_local { &chains.local } else { &chains.cluster };
+    let external_policy_chain = if external_local {
+        &chains.local
+    } else {
+        &chains.cluster
+    };
     let has_external = has_endpoints && !(external_local && eps.local.is_empty());
     // The EXT chain is needed even without local endpoints: it short-circuits node and pod traffic.
     let uses_external_chain = has_endpoints && port.externally_accessible(family);
     let uses_firewall = has_endpoints && !lb_ips.is_empty() && !port.source_ranges.is_empty();
-    let lb_chain = if uses_firewall { &chains.firewall } else { &chains.external };
+    let lb_chain = if uses_firewall {
+        &chains.firewall
+    } else {
+        &chains.external
+    };
 
     let (filter_target, filter_comment_internal, filter_comment_external) = if !has_endpoints {
         let c = format!("{name} has no endpoints");
@@ -239,7 +356,11 @@ fn plan_service_port(
         let c = format!("{name} has no local endpoints");
         (Target::Drop, c.clone(), c)
     };
-    let internal_filter_target = if has_endpoints { Target::Drop } else { Target::Reject };
+    let internal_filter_target = if has_endpoints {
+        Target::Drop
+    } else {
+        Target::Reject
+    };
 
     let filter_services = names::fixed(names::SERVICES);
     let filter_external = names::fixed(names::EXTERNAL_SERVICES);
@@ -248,7 +369,10 @@ fn plan_service_port(
         if has_internal {
             entries.push_dst(
                 *ip,
-                Rule::jump(dst_matches(format!("{name} cluster IP"), proto, *ip, svc_port), internal_chain),
+                Rule::jump(
+                    dst_matches(format!("{name} cluster IP"), proto, *ip, svc_port),
+                    internal_chain,
+                ),
             );
         } else {
             rs.table_mut(Table::Filter).push(
@@ -324,7 +448,10 @@ fn plan_service_port(
         if !has_external {
             let mut matches = vec![
                 Match::Comment(filter_comment_external.clone()),
-                Match::AddrTypeLocal { side: AddrSide::Dst, negated: false },
+                Match::AddrTypeLocal {
+                    side: AddrSide::Dst,
+                    negated: false,
+                },
             ];
             matches.extend(proto_port(proto, node_port));
             rs.table_mut(Table::Filter)
@@ -335,8 +462,10 @@ fn plan_service_port(
         // Health checks must reach the agent whether or not this node has endpoints.
         let mut matches = vec![Match::comment(format!("{name} health check node port"))];
         matches.extend(proto_port(Protocol::Tcp, hc_port));
-        rs.table_mut(Table::Filter)
-            .push(&names::fixed(names::NODEPORTS), Rule::new(matches, Target::Accept));
+        rs.table_mut(Table::Filter).push(
+            &names::fixed(names::NODEPORTS),
+            Rule::new(matches, Target::Accept),
+        );
     }
 
     let nat = rs.table_mut(Table::Nat);
@@ -347,7 +476,10 @@ fn plan_service_port(
                 nat.push(internal_chain, Rule::jump(matches, &masq()));
             } else if let Some(cidr) = options.cluster_cidr {
                 // Off-cluster clients routed to a ClusterIP through this node must get replies back here.
-                matches.push(Match::Source { net: cidr, negated: true });
+                matches.push(Match::Source {
+                    net: cidr,
+                    negated: true,
+                });
                 nat.push(internal_chain, Rule::jump(matches, &masq()));
             }
         }
@@ -360,7 +492,9 @@ fn plan_service_port(
             nat.push(
                 ext,
                 Rule::jump(
-                    vec![Match::comment(format!("masquerade traffic for {name} external destinations"))],
+                    vec![Match::comment(format!(
+                        "masquerade traffic for {name} external destinations"
+                    ))],
                     &masq(),
                 ),
             );
@@ -372,19 +506,27 @@ fn plan_service_port(
                     Rule::jump(
                         vec![
                             Match::comment(format!("pod traffic for {name} external destinations")),
-                            Match::Source { net: cidr, negated: false },
+                            Match::Source {
+                                net: cidr,
+                                negated: false,
+                            },
                         ],
                         &chains.cluster,
                     ),
                 );
             }
-            let local_src = Match::AddrTypeLocal { side: AddrSide::Src, negated: false };
+            let local_src = Match::AddrTypeLocal {
+                side: AddrSide::Src,
+                negated: false,
+            };
             // The node's own traffic has a node address as source, which the endpoint could not answer.
             nat.push(
                 ext,
                 Rule::jump(
                     vec![
-                        Match::comment(format!("masquerade LOCAL traffic for {name} external destinations")),
+                        Match::comment(format!(
+                            "masquerade LOCAL traffic for {name} external destinations"
+                        )),
                         local_src.clone(),
                     ],
                     &masq(),
@@ -394,7 +536,9 @@ fn plan_service_port(
                 ext,
                 Rule::jump(
                     vec![
-                        Match::comment(format!("route LOCAL traffic for {name} external destinations")),
+                        Match::comment(format!(
+                            "route LOCAL traffic for {name} external destinations"
+                        )),
                         local_src,
                     ],
                     &chains.cluster,
@@ -414,7 +558,13 @@ fn plan_service_port(
             nat.push(
                 fw,
                 Rule::jump(
-                    vec![Match::Comment(comment.clone()), Match::Source { net: *range, negated: false }],
+                    vec![
+                        Match::Comment(comment.clone()),
+                        Match::Source {
+                            net: *range,
+                            negated: false,
+                        },
+                    ],
                     &chains.external,
                 ),
             );
@@ -425,7 +575,10 @@ fn plan_service_port(
             for ip in &lb_ips {
                 nat.push(
                     fw,
-                    Rule::jump(vec![Match::Comment(comment.clone()), Match::src(*ip)], &chains.external),
+                    Rule::jump(
+                        vec![Match::Comment(comment.clone()), Match::src(*ip)],
+                        &chains.external,
+                    ),
                 );
             }
         }
@@ -453,13 +606,25 @@ fn plan_service_port(
         let nat = rs.table_mut(Table::Nat);
         nat.chain_mut(&sep);
         // Hairpin: an endpoint reaching itself through the Service needs a source it will answer.
-        nat.push(&sep, Rule::jump(vec![Match::Comment(name.clone()), Match::src(ep.ip)], &masq()));
+        nat.push(
+            &sep,
+            Rule::jump(
+                vec![Match::Comment(name.clone()), Match::src(ep.ip)],
+                &masq(),
+            ),
+        );
         let mut matches = vec![Match::Comment(name.clone())];
         if let SessionAffinity::ClientIp { .. } = port.session_affinity {
-            matches.push(Match::Recent { name: sep.clone(), action: RecentAction::Set });
+            matches.push(Match::Recent {
+                name: sep.clone(),
+                action: RecentAction::Set,
+            });
         }
         matches.push(Match::Protocol(proto));
-        nat.push(&sep, Rule::new(matches, Target::Dnat(SocketAddr::new(ep.ip, ep.port))));
+        nat.push(
+            &sep,
+            Rule::new(matches, Target::Dnat(SocketAddr::new(ep.ip, ep.port))),
+        );
     }
 }
 
@@ -474,7 +639,12 @@ fn plan_policy_chain(
     nat.chain_mut(chain);
     let seps: Vec<(ChainName, String)> = endpoints
         .iter()
-        .map(|ep| (names::endpoint_chain(&port.name, port.protocol, ep), format!("{name} -> {}", ep.address())))
+        .map(|ep| {
+            (
+                names::endpoint_chain(&port.name, port.protocol, ep),
+                format!("{name} -> {}", ep.address()),
+            )
+        })
         .collect();
     if let SessionAffinity::ClientIp { timeout_seconds } = port.session_affinity {
         for (sep, comment) in &seps {
@@ -485,7 +655,10 @@ fn plan_policy_chain(
                         Match::Comment(comment.clone()),
                         Match::Recent {
                             name: sep.clone(),
-                            action: RecentAction::Rcheck { seconds: timeout_seconds, reap: true },
+                            action: RecentAction::Rcheck {
+                                seconds: timeout_seconds,
+                                reap: true,
+                            },
                         },
                     ],
                     sep,
@@ -497,7 +670,9 @@ fn plan_policy_chain(
     for (i, (sep, comment)) in seps.iter().enumerate() {
         let mut matches = vec![Match::Comment(comment.clone())];
         if i + 1 < n {
-            matches.push(Match::Random { one_in: (n - i) as u32 });
+            matches.push(Match::Random {
+                one_in: (n - i) as u32,
+            });
         }
         nat.push(chain, Rule::jump(matches, sep));
     }

@@ -29,10 +29,20 @@ fn write_match(out: &mut String, m: &Match) {
     let _ = match m {
         Match::Comment(text) => write!(out, " -m comment --comment \"{}\"", text.replace('"', "'")),
         Match::Source { net, negated } => {
-            write!(out, " {}-s {}", if *negated { "! " } else { "" }, net_text(net))
+            write!(
+                out,
+                " {}-s {}",
+                if *negated { "! " } else { "" },
+                net_text(net)
+            )
         }
         Match::Destination { net, negated } => {
-            write!(out, " {}-d {}", if *negated { "! " } else { "" }, net_text(net))
+            write!(
+                out,
+                " {}-d {}",
+                if *negated { "! " } else { "" },
+                net_text(net)
+            )
         }
         Match::Protocol(proto) => {
             let p = proto.as_iptables();
@@ -40,7 +50,11 @@ fn write_match(out: &mut String, m: &Match) {
         }
         Match::DestPort(PortMatch::Single(port)) => write!(out, " --dport {port}"),
         Match::DestPort(PortMatch::Range(lo, hi)) => write!(out, " --dport {lo}:{hi}"),
-        Match::Mark { value, mask, negated } => write!(
+        Match::Mark {
+            value,
+            mask,
+            negated,
+        } => write!(
             out,
             " -m mark {}--mark {value:#x}/{mask:#x}",
             if *negated { "! " } else { "" }
@@ -50,10 +64,16 @@ fn write_match(out: &mut String, m: &Match) {
             " -m statistic --mode random --probability {}",
             probability_text(*one_in)
         ),
-        Match::Recent { name, action: RecentAction::Set } => {
+        Match::Recent {
+            name,
+            action: RecentAction::Set,
+        } => {
             write!(out, " -m recent --name {name} --set")
         }
-        Match::Recent { name, action: RecentAction::Rcheck { seconds, reap } } => write!(
+        Match::Recent {
+            name,
+            action: RecentAction::Rcheck { seconds, reap },
+        } => write!(
             out,
             " -m recent --name {name} --rcheck --seconds {seconds}{}",
             if *reap { " --reap" } else { "" }
@@ -72,7 +92,11 @@ fn write_match(out: &mut String, m: &Match) {
             write!(out, " -m conntrack --ctstate {}", states.join(","))
         }
         Match::PhysDevIsIn { negated } => {
-            write!(out, " -m physdev {}--physdev-is-in", if *negated { "! " } else { "" })
+            write!(
+                out,
+                " -m physdev {}--physdev-is-in",
+                if *negated { "! " } else { "" }
+            )
         }
     };
 }
@@ -82,10 +106,20 @@ fn write_target(out: &mut String, target: &Target) {
         Target::Jump(chain) => write!(out, " -j {chain}"),
         Target::Dnat(addr) => write!(out, " -j DNAT --to-destination {addr}"),
         Target::Masquerade { random_fully } => {
-            write!(out, " -j MASQUERADE{}", if *random_fully { " --random-fully" } else { "" })
+            write!(
+                out,
+                " -j MASQUERADE{}",
+                if *random_fully { " --random-fully" } else { "" }
+            )
         }
-        Target::Mark { op: MarkOp::Or, value } => write!(out, " -j MARK --or-mark {value:#x}"),
-        Target::Mark { op: MarkOp::Xor, value } => write!(out, " -j MARK --xor-mark {value:#x}"),
+        Target::Mark {
+            op: MarkOp::Or,
+            value,
+        } => write!(out, " -j MARK --or-mark {value:#x}"),
+        Target::Mark {
+            op: MarkOp::Xor,
+            value,
+        } => write!(out, " -j MARK --xor-mark {value:#x}"),
         Target::Reject => write!(out, " -j REJECT"),
         Target::Drop => write!(out, " -j DROP"),
         Target::Return => write!(out, " -j RETURN"),
@@ -140,7 +174,10 @@ pub fn split_words(line: &str) -> Result<Vec<String>, Error> {
         }
     }
     if quoted {
-        return Err(Error::Parse { line: line.to_string(), reason: "unterminated quote".into() });
+        return Err(Error::Parse {
+            line: line.to_string(),
+            reason: "unterminated quote".into(),
+        });
     }
     if in_word {
         words.push(current);
@@ -155,11 +192,16 @@ struct Words<'a> {
 
 impl Words<'_> {
     fn fail(&self, reason: impl Into<String>) -> Error {
-        Error::Parse { line: self.line.to_string(), reason: reason.into() }
+        Error::Parse {
+            line: self.line.to_string(),
+            reason: reason.into(),
+        }
     }
 
     fn next_word(&mut self) -> Result<String, Error> {
-        self.words.next().ok_or_else(|| self.fail("missing argument"))
+        self.words
+            .next()
+            .ok_or_else(|| self.fail("missing argument"))
     }
 
     fn expect(&mut self, word: &str) -> Result<(), Error> {
@@ -173,7 +215,8 @@ impl Words<'_> {
 
     fn number<T: std::str::FromStr>(&mut self) -> Result<T, Error> {
         let word = self.next_word()?;
-        word.parse().map_err(|_| self.fail(format!("not a number: {word}")))
+        word.parse()
+            .map_err(|_| self.fail(format!("not a number: {word}")))
     }
 
     fn hex(&mut self, word: &str) -> Result<u32, Error> {
@@ -191,7 +234,10 @@ impl Words<'_> {
 
 /// Parses the words after `-A CHAIN` back into a typed rule (the inverse of [`rule_args`]).
 pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
-    let mut w = Words { line, words: words.into_iter().peekable() };
+    let mut w = Words {
+        line,
+        words: words.into_iter().peekable(),
+    };
     let mut matches = Vec::new();
     let mut target = None;
     let mut negated = false;
@@ -201,8 +247,14 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                 negated = true;
                 continue;
             }
-            "-s" => matches.push(Match::Source { net: w.net()?, negated }),
-            "-d" => matches.push(Match::Destination { net: w.net()?, negated }),
+            "-s" => matches.push(Match::Source {
+                net: w.net()?,
+                negated,
+            }),
+            "-d" => matches.push(Match::Destination {
+                net: w.net()?,
+                negated,
+            }),
             "-p" => {
                 let proto = w.next_word()?;
                 let proto = Protocol::from_iptables(&proto)
@@ -242,7 +294,11 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                         let spec = w.next_word()?;
                         let (value, mask) = spec.split_once('/').unwrap_or((&spec, "0xffffffff"));
                         let (value, mask) = (w.hex(value)?, w.hex(mask)?);
-                        matches.push(Match::Mark { value, mask, negated: neg });
+                        matches.push(Match::Mark {
+                            value,
+                            mask,
+                            negated: neg,
+                        });
                     }
                     "statistic" => {
                         w.expect("--mode")?;
@@ -253,7 +309,9 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                             return Err(w.fail("probability out of range"));
                         }
                         // Planned probabilities are always 1/n.
-                        matches.push(Match::Random { one_in: (1.0 / p).round() as u32 });
+                        matches.push(Match::Random {
+                            one_in: (1.0 / p).round() as u32,
+                        });
                     }
                     "recent" => {
                         w.expect("--name")?;
@@ -337,7 +395,10 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                             other => return Err(w.fail(format!("unknown MARK option {other}"))),
                         };
                         let value = w.next_word()?;
-                        Target::Mark { op, value: w.hex(&value)? }
+                        Target::Mark {
+                            op,
+                            value: w.hex(&value)?,
+                        }
                     }
                     "REJECT" => Target::Reject,
                     "DROP" => Target::Drop,
@@ -392,20 +453,44 @@ mod tests {
         let chain = ChainName::new("BERTH-SEP-A");
         let matches = vec![
             Match::comment("a \"quoted\" comment"),
-            Match::Source { net: "10.244.0.0/16".parse().unwrap(), negated: true },
-            Match::Destination { net: "fd00::/64".parse().unwrap(), negated: false },
+            Match::Source {
+                net: "10.244.0.0/16".parse().unwrap(),
+                negated: true,
+            },
+            Match::Destination {
+                net: "fd00::/64".parse().unwrap(),
+                negated: false,
+            },
             Match::Protocol(Protocol::Sctp),
             Match::DestPort(PortMatch::Range(30000, 30255)),
-            Match::Mark { value: 0x4000, mask: 0x4000, negated: true },
+            Match::Mark {
+                value: 0x4000,
+                mask: 0x4000,
+                negated: true,
+            },
             Match::Random { one_in: 3 },
-            Match::Recent { name: chain.clone(), action: RecentAction::Set },
             Match::Recent {
                 name: chain.clone(),
-                action: RecentAction::Rcheck { seconds: 10800, reap: true },
+                action: RecentAction::Set,
             },
-            Match::AddrTypeLocal { side: AddrSide::Src, negated: true },
-            Match::AddrTypeLocal { side: AddrSide::Dst, negated: false },
-            Match::Conntrack { states: vec![CtState::Related, CtState::Established] },
+            Match::Recent {
+                name: chain.clone(),
+                action: RecentAction::Rcheck {
+                    seconds: 10800,
+                    reap: true,
+                },
+            },
+            Match::AddrTypeLocal {
+                side: AddrSide::Src,
+                negated: true,
+            },
+            Match::AddrTypeLocal {
+                side: AddrSide::Dst,
+                negated: false,
+            },
+            Match::Conntrack {
+                states: vec![CtState::Related, CtState::Established],
+            },
             Match::PhysDevIsIn { negated: true },
         ];
         let targets = [
@@ -413,9 +498,17 @@ mod tests {
             Some(Target::Dnat("[fd00::5]:8080".parse().unwrap())),
             Some(Target::Dnat("10.244.1.5:8080".parse().unwrap())),
             Some(Target::Masquerade { random_fully: true }),
-            Some(Target::Masquerade { random_fully: false }),
-            Some(Target::Mark { op: MarkOp::Or, value: 0x4000 }),
-            Some(Target::Mark { op: MarkOp::Xor, value: 0x4000 }),
+            Some(Target::Masquerade {
+                random_fully: false,
+            }),
+            Some(Target::Mark {
+                op: MarkOp::Or,
+                value: 0x4000,
+            }),
+            Some(Target::Mark {
+                op: MarkOp::Xor,
+                value: 0x4000,
+            }),
             Some(Target::Reject),
             Some(Target::Drop),
             Some(Target::Return),
@@ -426,17 +519,31 @@ mod tests {
             let mut expected_matches = matches.clone();
             // Quotes inside comments are rendered as apostrophes.
             expected_matches[0] = Match::comment("a 'quoted' comment");
-            let rule = Rule { matches: matches.clone(), target: target.clone() };
+            let rule = Rule {
+                matches: matches.clone(),
+                target: target.clone(),
+            };
             let text = rule_args(&rule);
             let parsed = parse_rule(&text, split_words(&text).unwrap()).unwrap();
-            assert_eq!(parsed, Rule { matches: expected_matches, target });
+            assert_eq!(
+                parsed,
+                Rule {
+                    matches: expected_matches,
+                    target
+                }
+            );
         }
         round_trip(Rule::new(vec![], Target::Accept));
     }
 
     #[test]
     fn parse_errors_are_reported() {
-        for bad in ["-m nosuch", "-j DNAT --to-destination nope", "-m comment --comment \"x", "-s"] {
+        for bad in [
+            "-m nosuch",
+            "-j DNAT --to-destination nope",
+            "-m comment --comment \"x",
+            "-s",
+        ] {
             let words = split_words(bad);
             let parsed = words.and_then(|words| parse_rule(bad, words));
             assert!(parsed.is_err(), "{bad}");

@@ -72,7 +72,10 @@ pub struct Syncer<I> {
 
 impl<I: Iptables> Syncer<I> {
     pub fn new(iptables: I) -> Self {
-        Syncer { iptables, applied: None }
+        Syncer {
+            iptables,
+            applied: None,
+        }
     }
 
     pub fn iptables(&self) -> &I {
@@ -88,7 +91,11 @@ impl<I: Iptables> Syncer<I> {
     }
 
     /// The chain selection a sync of `rs` would use, and whether it is full, without applying it.
-    fn select(&mut self, rs: &Ruleset, hashes: &ChainHashes) -> Result<(SyncKind, ChainSelection), Error> {
+    fn select(
+        &mut self,
+        rs: &Ruleset,
+        hashes: &ChainHashes,
+    ) -> Result<(SyncKind, ChainSelection), Error> {
         let canary = names::fixed(names::CANARY);
         let mut canary_ok = true;
         for table in CANARY_TABLES {
@@ -101,8 +108,18 @@ impl<I: Iptables> Syncer<I> {
                     .filter(|(key, hash)| applied.get(*key) != Some(*hash))
                     .map(|(key, _)| key.clone())
                     .collect();
-                let delete = applied.keys().filter(|key| !hashes.contains_key(*key)).cloned().collect();
-                Ok((SyncKind::Partial, ChainSelection { rewrite: Some(rewrite), delete }))
+                let delete = applied
+                    .keys()
+                    .filter(|key| !hashes.contains_key(*key))
+                    .cloned()
+                    .collect();
+                Ok((
+                    SyncKind::Partial,
+                    ChainSelection {
+                        rewrite: Some(rewrite),
+                        delete,
+                    },
+                ))
             }
             _ => {
                 let mut delete = BTreeSet::new();
@@ -114,7 +131,13 @@ impl<I: Iptables> Syncer<I> {
                         }
                     }
                 }
-                Ok((SyncKind::Full, ChainSelection { rewrite: None, delete }))
+                Ok((
+                    SyncKind::Full,
+                    ChainSelection {
+                        rewrite: None,
+                        delete,
+                    },
+                ))
             }
         }
     }
@@ -141,14 +164,18 @@ impl<I: Iptables> Syncer<I> {
             }
         }
         let payload = render(rs, &selection);
-        let rewritten_chains = selection.rewrite.as_ref().map_or(hashes.len(), BTreeSet::len);
+        let rewritten_chains = selection
+            .rewrite
+            .as_ref()
+            .map_or(hashes.len(), BTreeSet::len);
         if !payload.is_empty() {
             self.iptables.restore(&payload)?;
         }
         if kind == SyncKind::Full {
             // Created last, so a sync that failed half-way is never mistaken for a complete one.
             for table in CANARY_TABLES {
-                self.iptables.ensure_chain(table, &names::fixed(names::CANARY))?;
+                self.iptables
+                    .ensure_chain(table, &names::fixed(names::CANARY))?;
             }
         }
         self.applied = Some(hashes);

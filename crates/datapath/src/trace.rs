@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use crate::input::Protocol;
-use crate::model::{AddrSide, ChainName, CtState, MarkOp, Match, RecentAction, Rule, Ruleset, Table, Target};
+use crate::model::{
+    AddrSide, ChainName, CtState, MarkOp, Match, RecentAction, Rule, Ruleset, Table, Target,
+};
 use crate::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,16 +95,26 @@ impl Tracer<'_> {
                 Match::Destination { net, negated } => net.contains(&state.dst) != *negated,
                 Match::Protocol(proto) => *proto == self.packet.protocol,
                 Match::DestPort(ports) => ports.contains(state.dport),
-                Match::Mark { value, mask, negated } => (state.mark & mask == *value) != *negated,
+                Match::Mark {
+                    value,
+                    mask,
+                    negated,
+                } => (state.mark & mask == *value) != *negated,
                 Match::Random { one_in } => {
                     p /= f64::from((*one_in).max(1));
                     true
                 }
-                Match::Recent { name, action: RecentAction::Set } => {
+                Match::Recent {
+                    name,
+                    action: RecentAction::Set,
+                } => {
                     let _ = name;
                     true
                 }
-                Match::Recent { name, action: RecentAction::Rcheck { .. } } => self
+                Match::Recent {
+                    name,
+                    action: RecentAction::Rcheck { .. },
+                } => self
                     .env
                     .recent
                     .get(name)
@@ -148,7 +160,11 @@ impl Tracer<'_> {
         let mut hit = state;
         hit.prob *= p;
         for m in &rule.matches {
-            if let Match::Recent { name, action: RecentAction::Set } = m {
+            if let Match::Recent {
+                name,
+                action: RecentAction::Set,
+            } = m
+            {
                 hit.recent_set = Some(name.clone());
             }
         }
@@ -173,11 +189,17 @@ impl Tracer<'_> {
                 hit.masq = true;
                 Some(Flow::NatDone)
             }
-            Some(Target::Mark { op: MarkOp::Or, value }) => {
+            Some(Target::Mark {
+                op: MarkOp::Or,
+                value,
+            }) => {
                 hit.mark |= value;
                 None
             }
-            Some(Target::Mark { op: MarkOp::Xor, value }) => {
+            Some(Target::Mark {
+                op: MarkOp::Xor,
+                value,
+            }) => {
                 hit.mark ^= value;
                 None
             }
@@ -201,17 +223,23 @@ impl Tracer<'_> {
         depth: usize,
     ) -> Result<Vec<(State, Flow)>, Error> {
         if depth > MAX_DEPTH {
-            return Err(Error::Trace { reason: format!("jump depth exceeded at {chain}") });
+            return Err(Error::Trace {
+                reason: format!("jump depth exceeded at {chain}"),
+            });
         }
-        let rules = self
-            .rs
-            .chain(table, chain)
-            .ok_or_else(|| Error::Trace { reason: format!("jump to missing chain {table}/{chain}") })?;
+        let rules = self.rs.chain(table, chain).ok_or_else(|| Error::Trace {
+            reason: format!("jump to missing chain {table}/{chain}"),
+        })?;
         self.run_rules(table, rules, state, depth)
     }
 
     /// One built-in hook: berth's jumps from it, in order; falling off the end is the ACCEPT policy.
-    fn run_hook(&self, table: Table, builtin: &str, state: State) -> Result<Vec<(State, Flow)>, Error> {
+    fn run_hook(
+        &self,
+        table: Table,
+        builtin: &str,
+        state: State,
+    ) -> Result<Vec<(State, Flow)>, Error> {
         let rules: Vec<Rule> = self
             .rs
             .jumps
@@ -258,22 +286,51 @@ pub fn trace(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Vec<(Outco
     let mut delivered = Vec::new();
     match packet.origin {
         Origin::Network => {
-            let states = then_hook(&tracer, vec![start], Table::Nat, "PREROUTING", &mut finished)?;
-            let (local, forwarded): (Vec<State>, Vec<State>) =
-                states.into_iter().partition(|s| env.local_addresses.contains(&s.dst));
-            delivered.extend(then_hook(&tracer, local, Table::Filter, "INPUT", &mut finished)?);
+            let states = then_hook(
+                &tracer,
+                vec![start],
+                Table::Nat,
+                "PREROUTING",
+                &mut finished,
+            )?;
+            let (local, forwarded): (Vec<State>, Vec<State>) = states
+                .into_iter()
+                .partition(|s| env.local_addresses.contains(&s.dst));
+            delivered.extend(then_hook(
+                &tracer,
+                local,
+                Table::Filter,
+                "INPUT",
+                &mut finished,
+            )?);
             let forwarded = then_hook(&tracer, forwarded, Table::Filter, "FORWARD", &mut finished)?;
-            delivered.extend(then_hook(&tracer, forwarded, Table::Nat, "POSTROUTING", &mut finished)?);
+            delivered.extend(then_hook(
+                &tracer,
+                forwarded,
+                Table::Nat,
+                "POSTROUTING",
+                &mut finished,
+            )?);
         }
         Origin::LocalProcess => {
             let states = then_hook(&tracer, vec![start], Table::Nat, "OUTPUT", &mut finished)?;
             let states = then_hook(&tracer, states, Table::Filter, "OUTPUT", &mut finished)?;
-            delivered.extend(then_hook(&tracer, states, Table::Nat, "POSTROUTING", &mut finished)?);
+            delivered.extend(then_hook(
+                &tracer,
+                states,
+                Table::Nat,
+                "POSTROUTING",
+                &mut finished,
+            )?);
         }
     }
     let mut merged: BTreeMap<Outcome, f64> = BTreeMap::new();
     let finished = finished.into_iter().map(|(s, flow)| {
-        let verdict = if flow == Flow::Reject { Verdict::Reject } else { Verdict::Drop };
+        let verdict = if flow == Flow::Reject {
+            Verdict::Reject
+        } else {
+            Verdict::Drop
+        };
         (s, verdict)
     });
     let delivered = delivered.into_iter().map(|s| {
@@ -281,7 +338,11 @@ pub fn trace(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Vec<(Outco
         (s, verdict)
     });
     for (s, verdict) in finished.chain(delivered) {
-        let outcome = Outcome { verdict, masqueraded: s.masq, affinity_set: s.recent_set };
+        let outcome = Outcome {
+            verdict,
+            masqueraded: s.masq,
+            affinity_set: s.recent_set,
+        };
         *merged.entry(outcome).or_default() += s.prob;
     }
     Ok(merged.into_iter().collect())
@@ -289,17 +350,28 @@ pub fn trace(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Vec<(Outco
 
 fn is_dispatch_chain(chain: &ChainName) -> bool {
     let name = chain.as_str();
-    name.starts_with("BERTH-DST-") || name.starts_with("BERTH-NP-") || name == crate::names::NODEPORTS
+    name.starts_with("BERTH-DST-")
+        || name.starts_with("BERTH-NP-")
+        || name == crate::names::NODEPORTS
 }
 
-fn walk(tracer: &Tracer<'_>, chain: &ChainName, state: &State, depth: usize) -> Result<(usize, bool), Error> {
+fn walk(
+    tracer: &Tracer<'_>,
+    chain: &ChainName,
+    state: &State,
+    depth: usize,
+) -> Result<(usize, bool), Error> {
     if depth > MAX_DEPTH {
-        return Err(Error::Trace { reason: format!("jump depth exceeded at {chain}") });
+        return Err(Error::Trace {
+            reason: format!("jump depth exceeded at {chain}"),
+        });
     }
     let rules = tracer
         .rs
         .chain(Table::Nat, chain)
-        .ok_or_else(|| Error::Trace { reason: format!("jump to missing chain nat/{chain}") })?;
+        .ok_or_else(|| Error::Trace {
+            reason: format!("jump to missing chain nat/{chain}"),
+        })?;
     let mut walked = 0;
     for rule in rules {
         walked += 1;
@@ -323,7 +395,11 @@ fn walk(tracer: &Tracer<'_>, chain: &ChainName, state: &State, depth: usize) -> 
 
 /// How many rules the first packet evaluates in the nat entry chains before it reaches its
 /// Service's own chain (`None` if it reaches none): the cost that dispatch is about.
-pub fn dispatch_rules_walked(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Option<usize>, Error> {
+pub fn dispatch_rules_walked(
+    rs: &Ruleset,
+    env: &TraceEnv,
+    packet: &Packet,
+) -> Result<Option<usize>, Error> {
     let tracer = Tracer { rs, env, packet };
     let state = State {
         dst: packet.dst,
@@ -334,6 +410,11 @@ pub fn dispatch_rules_walked(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> R
         recent_set: None,
         prob: 1.0,
     };
-    let (walked, found) = walk(&tracer, &crate::names::fixed(crate::names::SERVICES), &state, 0)?;
+    let (walked, found) = walk(
+        &tracer,
+        &crate::names::fixed(crate::names::SERVICES),
+        &state,
+        0,
+    )?;
     Ok(found.then_some(walked))
 }

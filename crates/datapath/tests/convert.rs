@@ -1,4 +1,5 @@
 //! Kubernetes objects -> input model: proxy-mode and label filters, endpoint conditions, ports.
+#![allow(clippy::unwrap_used)]
 
 use berth_datapath::convert::*;
 use berth_datapath::*;
@@ -6,7 +7,12 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 
-fn mk_service(name: &str, labels: serde_json::Value, spec: serde_json::Value, status: serde_json::Value) -> Service {
+fn mk_service(
+    name: &str,
+    labels: serde_json::Value,
+    spec: serde_json::Value,
+    status: serde_json::Value,
+) -> Service {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "ns1", "labels": labels},
         "spec": spec,
@@ -63,19 +69,62 @@ fn lb_service() -> Service {
 
 #[test]
 fn proxy_mode_and_labels() {
-    let plain = mk_service("a", json!({}), json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}), json!({}));
-    let ours = mk_service("b", json!({SERVICE_PROXY_NAME_LABEL: "berth"}), json!({"clusterIP": "10.96.0.2", "ports": [{"port": 80}]}), json!({}));
-    let theirs = mk_service("c", json!({SERVICE_PROXY_NAME_LABEL: "other"}), json!({"clusterIP": "10.96.0.3", "ports": [{"port": 80}]}), json!({}));
-    let headless = mk_service("d", json!({}), json!({"clusterIP": "None", "ports": [{"port": 80}]}), json!({}));
-    let headless_label = mk_service("e", json!({HEADLESS_LABEL: ""}), json!({"clusterIP": "10.96.0.5", "ports": [{"port": 80}]}), json!({}));
-    let external_name = mk_service("f", json!({}), json!({"type": "ExternalName", "externalName": "x.example"}), json!({}));
+    let plain = mk_service(
+        "a",
+        json!({}),
+        json!({"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}),
+        json!({}),
+    );
+    let ours = mk_service(
+        "b",
+        json!({SERVICE_PROXY_NAME_LABEL: "berth"}),
+        json!({"clusterIP": "10.96.0.2", "ports": [{"port": 80}]}),
+        json!({}),
+    );
+    let theirs = mk_service(
+        "c",
+        json!({SERVICE_PROXY_NAME_LABEL: "other"}),
+        json!({"clusterIP": "10.96.0.3", "ports": [{"port": 80}]}),
+        json!({}),
+    );
+    let headless = mk_service(
+        "d",
+        json!({}),
+        json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+        json!({}),
+    );
+    let headless_label = mk_service(
+        "e",
+        json!({HEADLESS_LABEL: ""}),
+        json!({"clusterIP": "10.96.0.5", "ports": [{"port": 80}]}),
+        json!({}),
+    );
+    let external_name = mk_service(
+        "f",
+        json!({}),
+        json!({"type": "ExternalName", "externalName": "x.example"}),
+        json!({}),
+    );
     let cases = [
         (ProxyMode::Full, [true, true, false, false, false, false]),
-        (ProxyMode::Labeled, [false, true, false, false, false, false]),
+        (
+            ProxyMode::Labeled,
+            [false, true, false, false, false, false],
+        ),
         (ProxyMode::None, [false; 6]),
     ];
     for (mode, expected) in cases {
-        let got: Vec<bool> = [&plain, &ours, &theirs, &headless, &headless_label, &external_name].iter().map(|s| is_proxied(s, mode)).collect();
+        let got: Vec<bool> = [
+            &plain,
+            &ours,
+            &theirs,
+            &headless,
+            &headless_label,
+            &external_name,
+        ]
+        .iter()
+        .map(|s| is_proxied(s, mode))
+        .collect();
         assert_eq!(got, expected, "{mode:?}");
     }
     assert_eq!("labeled".parse::<ProxyMode>().unwrap(), ProxyMode::Labeled);
@@ -85,28 +134,54 @@ fn proxy_mode_and_labels() {
 #[test]
 fn load_balancer_service_with_everything() {
     let slices = vec![
-        mk_slice("web", "web-1", json!([
-            {"addresses": ["10.244.1.2"], "nodeName": "node-a", "conditions": {"ready": true}},
-            {"addresses": ["10.244.2.2"], "nodeName": "node-b", "conditions": {"ready": false, "serving": true, "terminating": true}},
-            {"addresses": ["10.244.2.3"], "nodeName": "node-b"}
-        ])),
+        mk_slice(
+            "web",
+            "web-1",
+            json!([
+                {"addresses": ["10.244.1.2"], "nodeName": "node-a", "conditions": {"ready": true}},
+                {"addresses": ["10.244.2.2"], "nodeName": "node-b", "conditions": {"ready": false, "serving": true, "terminating": true}},
+                {"addresses": ["10.244.2.3"], "nodeName": "node-b"}
+            ]),
+        ),
         // The same endpoint in a second slice is kept once; a slice of another Service is ignored.
-        mk_slice("web", "web-2", json!([{"addresses": ["10.244.1.2"], "nodeName": "node-a"}])),
+        mk_slice(
+            "web",
+            "web-2",
+            json!([{"addresses": ["10.244.1.2"], "nodeName": "node-a"}]),
+        ),
         mk_slice("other", "other-1", json!([{"addresses": ["10.244.9.9"]}])),
     ];
     let ports = build_service_ports(&lb_service(), &slices).unwrap();
     assert_eq!(ports.len(), 2);
     let http = &ports[0];
     assert_eq!(http.name.to_string(), "ns1/web:http");
-    assert_eq!((http.protocol, http.port, http.node_port), (Protocol::Tcp, 80, Some(30080)));
+    assert_eq!(
+        (http.protocol, http.port, http.node_port),
+        (Protocol::Tcp, 80, Some(30080))
+    );
     assert_eq!(http.cluster_ips.len(), 2);
-    assert_eq!(http.load_balancer_vips(IpFamily::V4), vec!["198.18.0.200".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(
+        http.load_balancer_vips(IpFamily::V4),
+        vec!["198.18.0.200".parse::<std::net::IpAddr>().unwrap()]
+    );
     assert_eq!(http.load_balancer_ingress.len(), 2);
     assert_eq!(http.source_ranges, vec!["203.0.113.0/24".parse().unwrap()]);
-    assert_eq!(http.session_affinity, SessionAffinity::ClientIp { timeout_seconds: 60 });
-    assert_eq!((http.external_traffic_policy, http.internal_traffic_policy), (TrafficPolicy::Local, TrafficPolicy::Local));
+    assert_eq!(
+        http.session_affinity,
+        SessionAffinity::ClientIp {
+            timeout_seconds: 60
+        }
+    );
+    assert_eq!(
+        (http.external_traffic_policy, http.internal_traffic_policy),
+        (TrafficPolicy::Local, TrafficPolicy::Local)
+    );
     assert_eq!(http.health_check_node_port, Some(30120));
-    let eps: Vec<(String, bool, bool, bool)> = http.endpoints.iter().map(|e| (e.address(), e.ready, e.serving, e.terminating)).collect();
+    let eps: Vec<(String, bool, bool, bool)> = http
+        .endpoints
+        .iter()
+        .map(|e| (e.address(), e.ready, e.serving, e.terminating))
+        .collect();
     assert_eq!(
         eps,
         vec![
@@ -132,7 +207,12 @@ fn cluster_ip_service_drops_node_ports_and_lb_fields() {
     let ports = build_service_ports(&svc, &[]).unwrap();
     assert_eq!(ports[0].node_port, None);
     assert!(ports[0].source_ranges.is_empty());
-    assert_eq!(ports[0].session_affinity, SessionAffinity::ClientIp { timeout_seconds: DEFAULT_AFFINITY_TIMEOUT_SECONDS });
+    assert_eq!(
+        ports[0].session_affinity,
+        SessionAffinity::ClientIp {
+            timeout_seconds: DEFAULT_AFFINITY_TIMEOUT_SECONDS
+        }
+    );
     assert_eq!(ports[0].health_check_node_port, None);
     assert!(ports[0].endpoints.is_empty());
     assert_eq!(ports[0].name.to_string(), "ns1/plain");
@@ -140,10 +220,30 @@ fn cluster_ip_service_drops_node_ports_and_lb_fields() {
 
 #[test]
 fn invalid_services_are_skipped_not_fatal() {
-    let bad = mk_service("bad", json!({}), json!({"clusterIP": "10.96.0.999", "ports": [{"port": 80}]}), json!({}));
-    let bad_proto = mk_service("bad2", json!({}), json!({"clusterIP": "10.96.0.8", "ports": [{"port": 80, "protocol": "ICMP"}]}), json!({}));
-    let good = mk_service("good", json!({}), json!({"clusterIP": "10.96.0.9", "ports": [{"port": 80}]}), json!({}));
-    let (view, errors) = build_node_view(&mk_node(), &[bad, bad_proto, good, lb_service()], &[], ProxyMode::Full);
+    let bad = mk_service(
+        "bad",
+        json!({}),
+        json!({"clusterIP": "10.96.0.999", "ports": [{"port": 80}]}),
+        json!({}),
+    );
+    let bad_proto = mk_service(
+        "bad2",
+        json!({}),
+        json!({"clusterIP": "10.96.0.8", "ports": [{"port": 80, "protocol": "ICMP"}]}),
+        json!({}),
+    );
+    let good = mk_service(
+        "good",
+        json!({}),
+        json!({"clusterIP": "10.96.0.9", "ports": [{"port": 80}]}),
+        json!({}),
+    );
+    let (view, errors) = build_node_view(
+        &mk_node(),
+        &[bad, bad_proto, good, lb_service()],
+        &[],
+        ProxyMode::Full,
+    );
     assert_eq!(errors.len(), 2);
     assert_eq!(view.node.name, "node-a");
     assert_eq!(view.node.addresses.len(), 2);
@@ -151,7 +251,13 @@ fn invalid_services_are_skipped_not_fatal() {
     assert_eq!(names, ["ns1/good", "ns1/web:http", "ns1/web:dns"]);
     // The converted view plans cleanly in both families.
     for family in [IpFamily::V4, IpFamily::V6] {
-        let rs = plan(&view, &PlanOptions { family, ..PlanOptions::default() });
+        let rs = plan(
+            &view,
+            &PlanOptions {
+                family,
+                ..PlanOptions::default()
+            },
+        );
         assert!(rs.rule_count() > 0);
     }
 }

@@ -1,4 +1,5 @@
 //! Properties over random Services: both dispatch modes give every packet the same outcomes, and
+#![allow(clippy::unwrap_used)]
 //! any sequence of partial syncs leaves exactly what a full sync of the last state would.
 
 mod common;
@@ -31,15 +32,17 @@ fn svc_spec() -> impl Strategy<Value = SvcSpec> {
         any::<bool>(),
         proptest::collection::vec((1u8..40, any::<bool>(), any::<bool>()), 0..4),
     )
-        .prop_map(|(addr, port, node_port, lb, local, internal_local, endpoints)| SvcSpec {
-            addr,
-            port,
-            node_port,
-            lb,
-            local,
-            internal_local,
-            endpoints,
-        })
+        .prop_map(
+            |(addr, port, node_port, lb, local, internal_local, endpoints)| SvcSpec {
+                addr,
+                port,
+                node_port,
+                lb,
+                local,
+                internal_local,
+                endpoints,
+            },
+        )
 }
 
 fn mk_view(specs: &[SvcSpec]) -> NodeView {
@@ -53,14 +56,23 @@ fn mk_view(specs: &[SvcSpec]) -> NodeView {
                 .iter()
                 .map(|(host, on_this_node, ready)| {
                     let node = if *on_this_node { "node-a" } else { "node-b" };
-                    let mut ep = mk_ep(&format!("10.244.{}.{host}", if *on_this_node { 1 } else { 2 }), 8080, node);
+                    let mut ep = mk_ep(
+                        &format!("10.244.{}.{host}", if *on_this_node { 1 } else { 2 }),
+                        8080,
+                        node,
+                    );
                     if !ready {
                         ep = mk_terminating(ep);
                     }
                     ep
                 })
                 .collect();
-            let mut svc = mk_svc(&format!("svc-{i}"), &format!("10.96.{}.{}", s.addr % 4, s.addr), s.port, eps);
+            let mut svc = mk_svc(
+                &format!("svc-{i}"),
+                &format!("10.96.{}.{}", s.addr % 4, s.addr),
+                s.port,
+                eps,
+            );
             // A node port belongs to one Service.
             svc.node_port = s.node_port.filter(|p| seen_ports.insert(*p));
             if let Some(lb) = s.lb {
@@ -75,7 +87,10 @@ fn mk_view(specs: &[SvcSpec]) -> NodeView {
             svc
         })
         .collect();
-    NodeView { node: mk_node(), services }
+    NodeView {
+        node: mk_node(),
+        services,
+    }
 }
 
 proptest! {

@@ -1,4 +1,5 @@
 //! The Syncer against the in-memory iptables: full and partial syncs, failures, canary, stale chains.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -10,12 +11,20 @@ use common::*;
 fn mk_many(n: usize) -> NodeView {
     let services = (0..n)
         .map(|i| {
-            let mut svc = mk_svc(&format!("svc-{i}"), &format!("10.96.{}.{}", i / 250, i % 250 + 1), 80, vec![mk_ep(&format!("10.244.2.{}", i % 250 + 1), 8080, "node-b")]);
+            let mut svc = mk_svc(
+                &format!("svc-{i}"),
+                &format!("10.96.{}.{}", i / 250, i % 250 + 1),
+                80,
+                vec![mk_ep(&format!("10.244.2.{}", i % 250 + 1), 8080, "node-b")],
+            );
             svc.node_port = Some(30000 + i as u16);
             svc
         })
         .collect();
-    NodeView { node: mk_node(), services }
+    NodeView {
+        node: mk_node(),
+        services,
+    }
 }
 
 fn full_state(rs: &Ruleset) -> Ruleset {
@@ -32,7 +41,10 @@ fn first_sync_is_full_and_installs_the_plan() {
     assert_eq!(report.kind, SyncKind::Full);
     assert_eq!(syncer.iptables().berth_ruleset(), rs);
     let again = syncer.sync(&rs).unwrap();
-    assert_eq!((again.kind, again.payload_bytes, again.rewritten_chains), (SyncKind::Partial, 0, 0));
+    assert_eq!(
+        (again.kind, again.payload_bytes, again.rewritten_chains),
+        (SyncKind::Partial, 0, 0)
+    );
     // Re-ensuring jumps never duplicates them.
     syncer.force_full_sync();
     syncer.sync(&rs).unwrap();
@@ -51,7 +63,11 @@ fn endpoint_change_rewrites_only_that_service() {
         let report = syncer.sync(&rs).unwrap();
         assert_eq!(report.kind, SyncKind::Partial);
         // The Service's SVC chain and its new SEP chain; the old SEP chain is deleted.
-        assert_eq!((report.rewritten_chains, report.deleted_chains), (2, 1), "{dispatch:?}");
+        assert_eq!(
+            (report.rewritten_chains, report.deleted_chains),
+            (2, 1),
+            "{dispatch:?}"
+        );
         let payload = syncer.iptables().restores.last().unwrap().clone();
         assert!(!payload.contains(":BERTH-SERVICES"), "{dispatch:?}");
         assert_eq!(syncer.iptables().berth_ruleset(), rs);
@@ -66,16 +82,32 @@ fn new_service_rewrites_one_leaf_in_tree_mode_but_the_entry_chain_in_linear_mode
         let options = mk_options(dispatch);
         let mut syncer = Syncer::new(MemoryIptables::default());
         syncer.sync(&plan(&view, &options)).unwrap();
-        let mut extra = mk_svc("svc-extra", "10.96.0.251", 80, vec![mk_ep("10.244.1.9", 8080, "node-a")]);
+        let mut extra = mk_svc(
+            "svc-extra",
+            "10.96.0.251",
+            80,
+            vec![mk_ep("10.244.1.9", 8080, "node-a")],
+        );
         extra.node_port = Some(30300);
         view.services.push(extra);
         let rs = plan(&view, &options);
         let report = syncer.sync(&rs).unwrap();
         // SVC, SEP and EXT chains, plus the dispatch chains on the new Service's paths.
-        assert!(report.rewritten_chains <= 3 + 2 * 2, "{dispatch:?} {report:?}");
+        assert!(
+            report.rewritten_chains <= 3 + 2 * 2,
+            "{dispatch:?} {report:?}"
+        );
         let payload = syncer.iptables().restores.last().unwrap().clone();
-        assert_eq!(payload.contains(":BERTH-SERVICES "), entry_rewritten, "{dispatch:?}");
-        assert_eq!(payload.contains(":BERTH-NODEPORTS "), entry_rewritten, "{dispatch:?}");
+        assert_eq!(
+            payload.contains(":BERTH-SERVICES "),
+            entry_rewritten,
+            "{dispatch:?}"
+        );
+        assert_eq!(
+            payload.contains(":BERTH-NODEPORTS "),
+            entry_rewritten,
+            "{dispatch:?}"
+        );
         assert_eq!(syncer.iptables().berth_ruleset(), full_state(&rs));
     }
 }
@@ -109,7 +141,11 @@ fn a_rejected_partial_payload_is_recovered_by_the_next_full_sync() {
         .unwrap()
         .chains
         .iter()
-        .find(|(_, rules)| rules.iter().any(|r| r.target == Some(Target::Dnat("10.244.1.5:8080".parse().unwrap()))))
+        .find(|(_, rules)| {
+            rules
+                .iter()
+                .any(|r| r.target == Some(Target::Dnat("10.244.1.5:8080".parse().unwrap())))
+        })
         .map(|(chain, _)| chain.clone())
         .unwrap();
     let nat = syncer.iptables_mut().tables.get_mut(&Table::Nat).unwrap();
@@ -119,7 +155,10 @@ fn a_rejected_partial_payload_is_recovered_by_the_next_full_sync() {
     }
     view.services[3].endpoints.pop();
     let rs = plan(&view, &options);
-    assert!(syncer.sync(&rs).is_err(), "the partial payload jumps to the deleted chain");
+    assert!(
+        syncer.sync(&rs).is_err(),
+        "the partial payload jumps to the deleted chain"
+    );
     let report = syncer.sync(&rs).unwrap();
     assert_eq!(report.kind, SyncKind::Full);
     assert!(syncer.iptables().berth_ruleset() == rs);
@@ -165,7 +204,11 @@ fn payloads_never_touch_foreign_chains() {
     syncer.sync(&rs).unwrap();
     for payload in &syncer.iptables().restores {
         for line in payload.lines() {
-            if let Some(rest) = line.strip_prefix(':').or_else(|| line.strip_prefix("-A ")).or_else(|| line.strip_prefix("-X ")) {
+            if let Some(rest) = line
+                .strip_prefix(':')
+                .or_else(|| line.strip_prefix("-A "))
+                .or_else(|| line.strip_prefix("-X "))
+            {
                 assert!(rest.starts_with("BERTH-"), "{line}");
             }
         }

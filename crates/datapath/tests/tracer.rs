@@ -1,4 +1,5 @@
 //! Packet-flow tests: outcomes of first packets through the planned rules, for both dispatch modes.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -8,7 +9,12 @@ use common::*;
 
 /// Traces the packet through the plan of `view` in both dispatch modes and checks each against
 /// `expected` (verdict, masqueraded, probability in thousandths).
-fn assert_flow(view: &NodeView, env: &TraceEnv, p: &trace::Packet, expected: &[(Verdict, bool, u32)]) {
+fn assert_flow(
+    view: &NodeView,
+    env: &TraceEnv,
+    p: &trace::Packet,
+    expected: &[(Verdict, bool, u32)],
+) {
     for dispatch in [Dispatch::Linear, Dispatch::Tree] {
         let mut options = mk_options(dispatch);
         options.leaf_size = 2;
@@ -29,13 +35,33 @@ fn from_client(dst: &str, dport: u16) -> trace::Packet {
 #[test]
 fn cluster_ip_from_pod_node_and_outside() {
     let view = mk_fixed_view();
-    let both = |masq| vec![(dnat("10.244.1.2:8080"), masq, 500), (dnat("10.244.2.2:8080"), masq, 500)];
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network), &both(false));
+    let both = |masq| {
+        vec![
+            (dnat("10.244.1.2:8080"), masq, 500),
+            (dnat("10.244.2.2:8080"), masq, 500),
+        ]
+    };
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network),
+        &both(false),
+    );
     // Off-cluster sources (the node itself included) are masqueraded so replies come back here.
-    assert_flow(&view, &env(), &packet(NODE_IP, "10.96.0.10", 80, Origin::LocalProcess), &both(true));
+    assert_flow(
+        &view,
+        &env(),
+        &packet(NODE_IP, "10.96.0.10", 80, Origin::LocalProcess),
+        &both(true),
+    );
     assert_flow(&view, &env(), &from_client("10.96.0.10", 80), &both(true));
     // Wrong port: untouched.
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.10", 81, Origin::Network), &[(Verdict::Delivered, false, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.10", 81, Origin::Network),
+        &[(Verdict::Delivered, false, 1000)],
+    );
 }
 
 #[test]
@@ -46,8 +72,16 @@ fn three_endpoints_get_equal_shares() {
         (dnat("10.244.2.5:8080"), false, 333),
         (dnat("10.244.2.6:8080"), false, 333),
     ];
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.40", 80, Origin::Network), &expected);
-    let masq: Vec<_> = expected.iter().map(|(v, _, p)| (v.clone(), true, *p)).collect();
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.40", 80, Origin::Network),
+        &expected,
+    );
+    let masq: Vec<_> = expected
+        .iter()
+        .map(|(v, _, p)| (v.clone(), true, *p))
+        .collect();
     assert_flow(&view, &env(), &from_client("198.18.0.151", 80), &masq);
     assert_flow(&view, &env(), &from_client(NODE_IP, 30040), &masq);
 }
@@ -56,8 +90,18 @@ fn three_endpoints_get_equal_shares() {
 fn no_endpoints_rejects_everywhere() {
     let view = mk_fixed_view();
     let reject = [(Verdict::Reject, false, 1000)];
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.60", 80, Origin::Network), &reject);
-    assert_flow(&view, &env(), &packet(NODE_IP, "10.96.0.60", 80, Origin::LocalProcess), &reject);
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.60", 80, Origin::Network),
+        &reject,
+    );
+    assert_flow(
+        &view,
+        &env(),
+        &packet(NODE_IP, "10.96.0.60", 80, Origin::LocalProcess),
+        &reject,
+    );
     assert_flow(&view, &env(), &from_client("198.18.0.152", 80), &reject);
     assert_flow(&view, &env(), &from_client(NODE_IP, 30060), &reject);
 }
@@ -70,66 +114,163 @@ fn local_external_policy_keeps_source_and_uses_local_endpoints() {
     assert_flow(&view, &env(), &from_client("198.18.0.150", 80), &local);
     assert_flow(&view, &env(), &from_client(NODE_IP, 30020), &local);
     // Pods and the node itself are short-circuited to all endpoints; only the node is masqueraded.
-    let all = |masq| vec![(dnat("10.244.1.3:8080"), masq, 500), (dnat("10.244.2.3:8080"), masq, 500)];
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "198.18.0.200", 80, Origin::Network), &all(false));
-    assert_flow(&view, &env(), &packet(NODE_IP, "198.18.0.200", 80, Origin::LocalProcess), &all(true));
+    let all = |masq| {
+        vec![
+            (dnat("10.244.1.3:8080"), masq, 500),
+            (dnat("10.244.2.3:8080"), masq, 500),
+        ]
+    };
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "198.18.0.200", 80, Origin::Network),
+        &all(false),
+    );
+    assert_flow(
+        &view,
+        &env(),
+        &packet(NODE_IP, "198.18.0.200", 80, Origin::LocalProcess),
+        &all(true),
+    );
     // Internal traffic policy is still Cluster.
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.20", 80, Origin::Network), &all(false));
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.20", 80, Origin::Network),
+        &all(false),
+    );
 }
 
 #[test]
 fn local_external_policy_without_local_endpoints_drops_external_traffic() {
     let mut view = mk_fixed_view();
-    view.services[1].endpoints.retain(|ep| ep.node_name.as_deref() != Some("node-a"));
+    view.services[1]
+        .endpoints
+        .retain(|ep| ep.node_name.as_deref() != Some("node-a"));
     let drop = [(Verdict::Drop, false, 1000)];
     assert_flow(&view, &env(), &from_client("198.18.0.200", 80), &drop);
     assert_flow(&view, &env(), &from_client("198.18.0.150", 80), &drop);
     assert_flow(&view, &env(), &from_client(NODE_IP, 30020), &drop);
     let remote = |masq| vec![(dnat("10.244.2.3:8080"), masq, 1000)];
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "198.18.0.200", 80, Origin::Network), &remote(false));
-    assert_flow(&view, &env(), &packet(NODE_IP, "198.18.0.200", 80, Origin::LocalProcess), &remote(true));
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.20", 80, Origin::Network), &remote(false));
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "198.18.0.200", 80, Origin::Network),
+        &remote(false),
+    );
+    assert_flow(
+        &view,
+        &env(),
+        &packet(NODE_IP, "198.18.0.200", 80, Origin::LocalProcess),
+        &remote(true),
+    );
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.20", 80, Origin::Network),
+        &remote(false),
+    );
     // The health check port is open whether or not endpoints are local.
-    assert_flow(&view, &env(), &from_client(NODE_IP, 30120), &[(Verdict::Delivered, false, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &from_client(NODE_IP, 30120),
+        &[(Verdict::Delivered, false, 1000)],
+    );
 }
 
 #[test]
 fn cluster_external_policy_masquerades() {
     let view = mk_fixed_view();
-    assert_flow(&view, &env(), &from_client(NODE_IP, 30030), &[(dnat("10.244.2.4:8080"), true, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &from_client(NODE_IP, 30030),
+        &[(dnat("10.244.2.4:8080"), true, 1000)],
+    );
 }
 
 #[test]
 fn source_ranges_and_ip_mode() {
     let view = mk_fixed_view();
-    let both = |masq| vec![(dnat("10.244.1.6:8443"), masq, 500), (dnat("10.244.2.7:8443"), masq, 500)];
-    assert_flow(&view, &env(), &packet("203.0.113.9", "198.18.0.201", 443, Origin::Network), &both(true));
-    assert_flow(&view, &env(), &packet("192.0.2.9", "198.18.0.201", 443, Origin::Network), &[(Verdict::Drop, false, 1000)]);
+    let both = |masq| {
+        vec![
+            (dnat("10.244.1.6:8443"), masq, 500),
+            (dnat("10.244.2.7:8443"), masq, 500),
+        ]
+    };
+    assert_flow(
+        &view,
+        &env(),
+        &packet("203.0.113.9", "198.18.0.201", 443, Origin::Network),
+        &both(true),
+    );
+    assert_flow(
+        &view,
+        &env(),
+        &packet("192.0.2.9", "198.18.0.201", 443, Origin::Network),
+        &[(Verdict::Drop, false, 1000)],
+    );
     // The node lies in an allowed range, and reaches its own VIP with the VIP as source.
-    assert_flow(&view, &env(), &packet("198.18.0.201", "198.18.0.201", 443, Origin::Network), &both(true));
+    assert_flow(
+        &view,
+        &env(),
+        &packet("198.18.0.201", "198.18.0.201", 443, Origin::Network),
+        &both(true),
+    );
     // Node ports are not subject to source ranges (as in kube-proxy).
-    assert_flow(&view, &env(), &packet("192.0.2.9", NODE_IP, 30050, Origin::Network), &both(true));
+    assert_flow(
+        &view,
+        &env(),
+        &packet("192.0.2.9", NODE_IP, 30050, Origin::Network),
+        &both(true),
+    );
     // ipMode Proxy: the load balancer translates, the node must not capture the address.
-    assert_flow(&view, &env(), &packet("203.0.113.9", "198.18.0.202", 443, Origin::Network), &[(Verdict::Delivered, false, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &packet("203.0.113.9", "198.18.0.202", 443, Origin::Network),
+        &[(Verdict::Delivered, false, 1000)],
+    );
 }
 
 #[test]
 fn client_ip_affinity_sticks() {
     let view = mk_fixed_view();
     let rs = plan(&view, &mk_options(Dispatch::Tree));
-    let first = trace(&rs, &env(), &packet(LOCAL_POD, "10.96.0.50", 443, Origin::Network)).unwrap();
+    let first = trace(
+        &rs,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.50", 443, Origin::Network),
+    )
+    .unwrap();
     assert_eq!(first.len(), 2);
     // The first packet records its source in the chosen endpoint's list.
-    let (outcome, _) = first.iter().find(|(o, _)| o.verdict == dnat("10.244.2.7:8443")).unwrap();
+    let (outcome, _) = first
+        .iter()
+        .find(|(o, _)| o.verdict == dnat("10.244.2.7:8443"))
+        .unwrap();
     let list = outcome.affinity_set.clone().unwrap();
     let mut env = env();
     env.recent.entry(list).or_default().insert(ip(LOCAL_POD));
     for dispatch in [Dispatch::Linear, Dispatch::Tree] {
         let rs = plan(&view, &mk_options(dispatch));
-        let again = outcomes(&rs, &env, &packet(LOCAL_POD, "10.96.0.50", 443, Origin::Network));
-        assert_eq!(again, vec![(dnat("10.244.2.7:8443"), false, 1000)], "{dispatch:?}");
+        let again = outcomes(
+            &rs,
+            &env,
+            &packet(LOCAL_POD, "10.96.0.50", 443, Origin::Network),
+        );
+        assert_eq!(
+            again,
+            vec![(dnat("10.244.2.7:8443"), false, 1000)],
+            "{dispatch:?}"
+        );
         // Another client is balanced as usual.
-        let other = outcomes(&rs, &env, &packet("10.244.1.78", "10.96.0.50", 443, Origin::Network));
+        let other = outcomes(
+            &rs,
+            &env,
+            &packet("10.244.1.78", "10.96.0.50", 443, Origin::Network),
+        );
         assert_eq!(other.len(), 2);
     }
 }
@@ -141,7 +282,10 @@ fn hairpin_is_masqueraded() {
         &view,
         &env(),
         &packet("10.244.1.2", "10.96.0.10", 80, Origin::Network),
-        &[(dnat("10.244.1.2:8080"), true, 500), (dnat("10.244.2.2:8080"), false, 500)],
+        &[
+            (dnat("10.244.1.2:8080"), true, 500),
+            (dnat("10.244.2.2:8080"), false, 500),
+        ],
     );
 }
 
@@ -149,9 +293,19 @@ fn hairpin_is_masqueraded() {
 fn internal_traffic_policy_local() {
     let mut view = mk_fixed_view();
     view.services[0].internal_traffic_policy = TrafficPolicy::Local;
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network), &[(dnat("10.244.1.2:8080"), false, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network),
+        &[(dnat("10.244.1.2:8080"), false, 1000)],
+    );
     view.services[0].endpoints.remove(0);
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network), &[(Verdict::Drop, false, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network),
+        &[(Verdict::Drop, false, 1000)],
+    );
 }
 
 #[test]
@@ -160,16 +314,34 @@ fn terminating_endpoints_are_a_fallback() {
     let eps = &mut view.services[0].endpoints;
     eps[0] = mk_terminating(eps[0].clone());
     // One endpoint still ready: the terminating one gets nothing.
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network), &[(dnat("10.244.2.2:8080"), false, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network),
+        &[(dnat("10.244.2.2:8080"), false, 1000)],
+    );
     let eps = &mut view.services[0].endpoints;
     eps[1] = mk_terminating(eps[1].clone());
-    let both = [(dnat("10.244.1.2:8080"), false, 500), (dnat("10.244.2.2:8080"), false, 500)];
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network), &both);
+    let both = [
+        (dnat("10.244.1.2:8080"), false, 500),
+        (dnat("10.244.2.2:8080"), false, 500),
+    ];
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network),
+        &both,
+    );
     // Not serving any more: nothing left.
     for ep in &mut view.services[0].endpoints {
         ep.serving = false;
     }
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network), &[(Verdict::Reject, false, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network),
+        &[(Verdict::Reject, false, 1000)],
+    );
 }
 
 #[test]
@@ -178,8 +350,18 @@ fn local_policy_terminating_fallback_is_separate() {
     let eps = &mut view.services[1].endpoints;
     // The local endpoint terminates while the remote one is ready.
     eps[0] = mk_terminating(eps[0].clone());
-    assert_flow(&view, &env(), &from_client("198.18.0.200", 80), &[(dnat("10.244.1.3:8080"), false, 1000)]);
-    assert_flow(&view, &env(), &packet(LOCAL_POD, "10.96.0.20", 80, Origin::Network), &[(dnat("10.244.2.3:8080"), false, 1000)]);
+    assert_flow(
+        &view,
+        &env(),
+        &from_client("198.18.0.200", 80),
+        &[(dnat("10.244.1.3:8080"), false, 1000)],
+    );
+    assert_flow(
+        &view,
+        &env(),
+        &packet(LOCAL_POD, "10.96.0.20", 80, Origin::Network),
+        &[(dnat("10.244.2.3:8080"), false, 1000)],
+    );
 }
 
 #[test]
@@ -189,7 +371,11 @@ fn masquerade_all_and_no_cluster_cidr() {
         let mut options = mk_options(dispatch);
         options.masquerade_all = true;
         let rs = plan(&view, &options);
-        let got = outcomes(&rs, &env(), &packet(LOCAL_POD, "10.96.0.30", 80, Origin::Network));
+        let got = outcomes(
+            &rs,
+            &env(),
+            &packet(LOCAL_POD, "10.96.0.30", 80, Origin::Network),
+        );
         assert_eq!(got, vec![(dnat("10.244.2.4:8080"), true, 1000)]);
         options.masquerade_all = false;
         options.cluster_cidr = None;
@@ -202,12 +388,24 @@ fn masquerade_all_and_no_cluster_cidr() {
 #[test]
 fn tree_dispatch_walks_logarithmically_many_rules() {
     let services: Vec<ServicePort> = (0..2000u32)
-        .map(|i| mk_svc(&format!("svc-{i}"), &format!("10.96.{}.{}", i / 200, i % 200 + 1), 80, vec![mk_ep("10.244.2.9", 8080, "node-b")]))
+        .map(|i| {
+            mk_svc(
+                &format!("svc-{i}"),
+                &format!("10.96.{}.{}", i / 200, i % 200 + 1),
+                80,
+                vec![mk_ep("10.244.2.9", 8080, "node-b")],
+            )
+        })
         .collect();
-    let view = NodeView { node: mk_node(), services };
+    let view = NodeView {
+        node: mk_node(),
+        services,
+    };
     let walked = |dispatch, dst: &str| {
         let rs = plan(&view, &mk_options(dispatch));
-        trace::dispatch_rules_walked(&rs, &env(), &packet(LOCAL_POD, dst, 80, Origin::Network)).unwrap().unwrap()
+        trace::dispatch_rules_walked(&rs, &env(), &packet(LOCAL_POD, dst, 80, Origin::Network))
+            .unwrap()
+            .unwrap()
     };
     assert_eq!(walked(Dispatch::Linear, "10.96.0.1"), 1);
     // Services are ordered by name, so `svc-999` (10.96.4.200) is the last linear rule.
@@ -218,5 +416,13 @@ fn tree_dispatch_walks_logarithmically_many_rules() {
         assert!(n <= 2 * 11 + 16, "{dst}: {n}");
     }
     let rs = plan(&view, &mk_options(Dispatch::Tree));
-    assert_eq!(trace::dispatch_rules_walked(&rs, &env(), &packet(LOCAL_POD, "10.97.0.1", 80, Origin::Network)).unwrap(), None);
+    assert_eq!(
+        trace::dispatch_rules_walked(
+            &rs,
+            &env(),
+            &packet(LOCAL_POD, "10.97.0.1", 80, Origin::Network)
+        )
+        .unwrap(),
+        None
+    );
 }
