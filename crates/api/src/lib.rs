@@ -3,6 +3,7 @@
 
 mod address;
 mod annotations;
+mod condition;
 mod crds;
 mod ippool;
 mod l2advertisement;
@@ -19,6 +20,7 @@ pub use annotations::{
     ip_pool, requested_ips, requested_ips_with_spec, sharing_key, AnnotationValue, RequestSource,
     RequestedIps,
 };
+pub use condition::{find_condition, set_condition};
 pub use crds::{crds, crds_yaml};
 pub use ippool::{overlapping_pools, IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
 pub use l2advertisement::{L2Advertisement, L2AdvertisementSpec};
