@@ -8,6 +8,7 @@ mod crds;
 mod ippool;
 mod l2advertisement;
 pub mod names;
+mod pool_choice;
 mod schema;
 mod selector;
 mod validation;
@@ -22,8 +23,9 @@ pub use annotations::{
 };
 pub use condition::{find_condition, set_condition};
 pub use crds::{crds, crds_yaml};
-pub use ippool::{overlapping_pools, IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
+pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
 pub use l2advertisement::{L2Advertisement, L2AdvertisementSpec};
+pub use pool_choice::overlapping_pools;
 pub use schema::{address_rules, MAX_ADDRESSES, MAX_INTERFACES, MAX_PRIORITY, MIN_PRIORITY};
 pub use selector::selector_matches;
 pub use validation::{
