@@ -327,7 +327,8 @@ fn server_side_apply(
         ));
     }
     let body_name = applied["metadata"]["name"].as_str().unwrap_or_default();
-    if body_name != name {
+    // An applied configuration may leave the name to the URL, as upstream allows.
+    if !body_name.is_empty() && body_name != name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
