@@ -2,8 +2,9 @@
 //! what is desired, reusing existing slices so that unchanged endpoints stay
 //! where they are and watchers see little churn.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 
 use crate::slices::{endpoint_key, ports_key, DesiredSlices, EndpointKey, PortKey, SliceConfig};
@@ -29,8 +30,8 @@ impl SlicePlan {
     }
 }
 
-/// An existing endpoint compared as upstream does: address order and the
-/// pod's resourceVersion do not matter.
+/// An existing endpoint as it would be written back: addresses sorted, and
+/// without the pod's resourceVersion, which upstream ignores too.
 fn normalized(endpoint: &Endpoint) -> Endpoint {
     let mut endpoint = endpoint.clone();
     endpoint.addresses.sort();
@@ -40,12 +41,86 @@ fn normalized(endpoint: &Endpoint) -> Endpoint {
     endpoint
 }
 
-fn name_of(slice: &EndpointSlice) -> String {
-    slice.metadata.name.clone().unwrap_or_default()
+/// Compares `stored` with the sorted `want` without allocating when `stored`
+/// is sorted too, as every slice berth writes is.
+fn same_addresses(stored: &[String], want: &[String]) -> bool {
+    if stored.len() != want.len() {
+        return false;
+    }
+    if stored.windows(2).all(|w| w[0] <= w[1]) {
+        return stored == want;
+    }
+    let mut sorted = stored.to_vec();
+    sorted.sort();
+    sorted == want
 }
 
-fn labels_of(slice: &EndpointSlice) -> BTreeMap<String, String> {
-    slice.metadata.labels.clone().unwrap_or_default()
+fn same_reference(stored: &Option<ObjectReference>, want: &Option<ObjectReference>) -> bool {
+    match (stored, want) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            let ObjectReference {
+                api_version,
+                field_path,
+                kind,
+                name,
+                namespace,
+                resource_version: _,
+                uid,
+            } = a;
+            *api_version == b.api_version
+                && *field_path == b.field_path
+                && *kind == b.kind
+                && *name == b.name
+                && *namespace == b.namespace
+                && *uid == b.uid
+        }
+        _ => false,
+    }
+}
+
+/// Whether a stored endpoint already says what `want` says. Runs for every
+/// endpoint of every slice on each reconcile, so it compares in place.
+fn same_endpoint(stored: &Endpoint, want: &Endpoint) -> bool {
+    // Destructured so that a new Endpoint field cannot be forgotten here.
+    let Endpoint {
+        addresses,
+        conditions,
+        deprecated_topology,
+        hints,
+        hostname,
+        node_name,
+        target_ref,
+        zone,
+    } = stored;
+    same_addresses(addresses, &want.addresses)
+        && *conditions == want.conditions
+        && *deprecated_topology == want.deprecated_topology
+        && *hints == want.hints
+        && *hostname == want.hostname
+        && *node_name == want.node_name
+        && *zone == want.zone
+        && same_reference(target_ref, &want.target_ref)
+}
+
+/// Whether `stored` has the identity `key`, without building its key.
+fn has_key(stored: &Endpoint, key: &EndpointKey) -> bool {
+    let target = stored.target_ref.as_ref();
+    stored.hostname.as_deref().unwrap_or("") == key.hostname
+        && target.and_then(|t| t.namespace.as_deref()).unwrap_or("") == key.namespace
+        && target.and_then(|t| t.name.as_deref()).unwrap_or("") == key.name
+        && same_addresses(&stored.addresses, &key.addresses)
+}
+
+fn labels_match(slice: &EndpointSlice, desired: &DesiredSlices) -> bool {
+    match &slice.metadata.labels {
+        Some(labels) => labels == desired.labels(),
+        None => desired.labels().is_empty(),
+    }
+}
+
+fn name_of(slice: &EndpointSlice) -> String {
+    slice.metadata.name.clone().unwrap_or_default()
 }
 
 /// An existing slice being rewritten, endpoints keyed for a sorted result.
@@ -78,16 +153,28 @@ fn plan_group<'a>(
     let mut remaining: BTreeMap<&EndpointKey, &Endpoint> = group
         .map(|g| g.keyed_endpoints().iter().collect())
         .unwrap_or_default();
+    // Endpoints are found by pod first: a pod has one endpoint per group.
+    let by_pod: HashMap<(&str, &str), &EndpointKey> = remaining
+        .keys()
+        .map(|k| ((k.namespace.as_str(), k.name.as_str()), *k))
+        .collect();
     let mut rewrites: Vec<Rewrite<'a>> = Vec::new();
     let mut unchanged: Vec<&'a EndpointSlice> = Vec::new();
     for slice in existing {
         let mut kept = BTreeMap::new();
         let mut changed = false;
         for endpoint in &slice.endpoints {
-            let key = endpoint_key(endpoint);
-            if let Some(want) = remaining.remove(&key) {
-                changed |= normalized(endpoint) != *want;
-                kept.insert(key, want.clone());
+            let target = endpoint.target_ref.as_ref();
+            let pod = (
+                target.and_then(|t| t.namespace.as_deref()).unwrap_or(""),
+                target.and_then(|t| t.name.as_deref()).unwrap_or(""),
+            );
+            let Some(&key) = by_pod.get(&pod).filter(|k| has_key(endpoint, k)) else {
+                continue;
+            };
+            if let Some(want) = remaining.remove(key) {
+                changed |= !same_endpoint(endpoint, want);
+                kept.insert(key.clone(), want.clone());
             }
         }
         if changed || kept.len() != slice.endpoints.len() {
@@ -99,7 +186,7 @@ fn plan_group<'a>(
                     endpoints: kept,
                 });
             }
-        } else if labels_of(slice) != *desired.labels() {
+        } else if !labels_match(slice, desired) {
             rewrites.push(Rewrite {
                 existing: slice,
                 endpoints: kept,
@@ -188,7 +275,7 @@ fn closest_fit(slices: &[&EndpointSlice], adding: usize, max: usize) -> Option<u
 fn is_placeholder(slice: &EndpointSlice, desired: &DesiredSlices) -> bool {
     slice.endpoints.is_empty()
         && slice.ports.as_ref().is_none_or(Vec::is_empty)
-        && labels_of(slice) == *desired.labels()
+        && labels_match(slice, desired)
 }
 
 /// Plans the writes that make `existing` (the slices the API holds, in any

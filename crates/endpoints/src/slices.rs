@@ -1,6 +1,6 @@
 //! discovery/v1 EndpointSlices, as the endpointslice controller publishes them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
@@ -100,10 +100,10 @@ impl NodeZones {
 /// mutable part.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct EndpointKey {
-    addresses: Vec<String>,
-    hostname: String,
-    namespace: String,
-    name: String,
+    pub addresses: Vec<String>,
+    pub hostname: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 pub(crate) fn endpoint_key(endpoint: &Endpoint) -> EndpointKey {
@@ -325,14 +325,15 @@ fn slice_labels(svc: &ServiceView<'_>) -> BTreeMap<String, String> {
     labels
 }
 
-/// The ports `pod` serves for the Service, sorted; ports whose name the pod
-/// does not define are left out.
-fn pod_ports(svc: &ServiceView<'_>, pod: &PodView<'_>) -> Vec<EndpointPort> {
+/// The slice ports for one outcome of resolving the Service ports on a pod
+/// (`None`: the pod does not define that named port, so it is left out), sorted.
+fn slice_ports(svc: &ServiceView<'_>, resolved: &[Option<i32>]) -> Vec<EndpointPort> {
     let mut ports: Vec<EndpointPort> = svc
         .ports
         .iter()
-        .filter_map(|port| {
-            resolve_port(pod.pod, port).map(|number| EndpointPort {
+        .zip(resolved)
+        .filter_map(|(port, number)| {
+            number.map(|number| EndpointPort {
                 name: Some(port.name.to_owned()),
                 port: Some(number),
                 protocol: Some(port.protocol.to_owned()),
@@ -393,7 +394,10 @@ pub fn compute_desired_slices(
     };
     let families = svc.address_families();
     let selected = select_pods(&svc, pods, true, &mut skipped);
-    let mut groups: BTreeMap<(Family, Vec<PortKey>), SliceGroup> = BTreeMap::new();
+    // Pods mostly resolve ports alike: build each distinct port set once.
+    let mut port_sets: HashMap<Vec<Option<i32>>, usize> = HashMap::new();
+    let mut port_lists: Vec<Vec<EndpointPort>> = Vec::new();
+    let mut groups: HashMap<(Family, usize), SliceGroup> = HashMap::new();
     for pod in &selected {
         let node = pod.node_name.unwrap_or("");
         let zone = match nodes.get(node) {
@@ -409,17 +413,21 @@ pub fn compute_desired_slices(
                 continue;
             }
         };
-        let ports = pod_ports(&svc, pod);
-        let key: Vec<PortKey> = ports.iter().map(port_key).collect();
+        let resolved: Vec<Option<i32>> =
+            svc.ports.iter().map(|p| resolve_port(pod.pod, p)).collect();
+        let set = *port_sets.entry(resolved).or_insert_with_key(|resolved| {
+            port_lists.push(slice_ports(&svc, resolved));
+            port_lists.len() - 1
+        });
         for family in &families {
             let Some(endpoint) = pod_endpoint(&svc, pod, *family, zone) else {
                 continue;
             };
             groups
-                .entry((*family, key.clone()))
+                .entry((*family, set))
                 .or_insert_with(|| SliceGroup {
                     address_type: family.address_type(),
-                    ports: ports.clone(),
+                    ports: port_lists[set].clone(),
                     endpoints: BTreeMap::new(),
                 })
                 .endpoints
@@ -432,12 +440,21 @@ pub fn compute_desired_slices(
         service_uid: svc.uid.to_owned(),
         labels: slice_labels(&svc),
         address_types: families.iter().map(|f| f.address_type()).collect(),
-        groups: groups.into_values().collect(),
+        groups: sorted_groups(groups),
     };
     Computed {
         value: Some(desired),
         skipped,
     }
+}
+
+fn sorted_groups(groups: HashMap<(Family, usize), SliceGroup>) -> Vec<SliceGroup> {
+    let mut groups: Vec<((Family, Vec<PortKey>), SliceGroup)> = groups
+        .into_iter()
+        .map(|((family, _), g)| ((family, g.ports.iter().map(port_key).collect()), g))
+        .collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    groups.into_iter().map(|(_, g)| g).collect()
 }
 
 /// The slices of `service` built from scratch (see [`DesiredSlices::build_slices`]).
