@@ -4,7 +4,7 @@
 
 use rand::Rng;
 
-use crate::runset::RunSet;
+use crate::offsets::OffsetSet;
 
 /// `min(max(min, size/step), max)`, or 0 when the range has `min` or fewer values.
 pub(crate) fn static_band(range_size: u128, min: u128, max: u128, step: u128) -> u128 {
@@ -18,7 +18,7 @@ pub(crate) fn static_band(range_size: u128, min: u128, max: u128, step: u128) ->
 /// when every offset is used. A random start followed by the next free offset (wrapping
 /// within the band) keeps this O(log n) however full the range is.
 pub(crate) fn pick_random<R: Rng>(
-    used: &RunSet,
+    used: &OffsetSet,
     size: u128,
     band: u128,
     rng: &mut R,
@@ -34,7 +34,7 @@ pub(crate) fn pick_random<R: Rng>(
 }
 
 /// A free offset in `lo..=hi`, starting from a random point and wrapping once.
-fn pick_in<R: Rng>(used: &RunSet, lo: u128, hi: u128, rng: &mut R) -> Option<u128> {
+fn pick_in<R: Rng>(used: &OffsetSet, lo: u128, hi: u128, rng: &mut R) -> Option<u128> {
     if lo > hi {
         return None;
     }
@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn upper_band_fills_before_lower_band() {
         let mut rng = SmallRng::seed_from_u64(7);
-        let mut used = RunSet::new();
+        let mut used = OffsetSet::for_size(64);
         let (size, band) = (64u128, 16u128);
         for i in 0..size {
             let x = pick_random(&used, size, band, &mut rng).unwrap();
@@ -89,10 +89,10 @@ mod tests {
     #[test]
     fn zero_band_and_empty_range() {
         let mut rng = SmallRng::seed_from_u64(1);
-        let used = RunSet::new();
-        assert_eq!(pick_random(&used, 0, 0, &mut rng), None);
-        assert!(pick_random(&used, 5, 0, &mut rng).unwrap() < 5);
+        assert_eq!(pick_random(&OffsetSet::for_size(0), 0, 0, &mut rng), None);
+        assert!(pick_random(&OffsetSet::for_size(5), 5, 0, &mut rng).unwrap() < 5);
         // A huge range works without memory proportional to it.
-        assert!(pick_random(&used, u128::MAX, 256, &mut rng).unwrap() >= 256);
+        let huge = OffsetSet::for_size(u128::MAX);
+        assert!(pick_random(&huge, u128::MAX, 256, &mut rng).unwrap() >= 256);
     }
 }

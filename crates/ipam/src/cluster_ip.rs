@@ -1,8 +1,8 @@
 //! ClusterIPs from `--service-cidr`: one CIDR per family, never the network address nor
 //! the IPv4 broadcast, random dynamic allocation above the static band.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use rand::rngs::SmallRng;
@@ -10,7 +10,8 @@ use rand::rngs::SmallRng;
 use crate::band::{pick_random, static_band};
 use crate::error::IpamError;
 use crate::family::{ClusterIpPlan, ClusterIpSlot, IpFamily};
-use crate::runset::RunSet;
+use crate::hash::FxHashMap;
+use crate::offsets::OffsetSet;
 use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
 
 /// One service CIDR and the offsets (from the first usable address) in use.
@@ -23,7 +24,7 @@ struct CidrRange {
     /// Number of usable addresses.
     size: u128,
     band: u128,
-    used: RunSet,
+    used: OffsetSet,
 }
 
 impl CidrRange {
@@ -52,7 +53,7 @@ impl CidrRange {
             first: ip_to_u128(cidr.network()) + 1,
             size,
             band: static_band(total, 16, 256, 16),
-            used: RunSet::new(),
+            used: OffsetSet::for_size(size),
         })
     }
 
@@ -78,9 +79,17 @@ pub struct ClusterIpAllocator<K: OwnerKey> {
     ranges: [Option<CidrRange>; 2],
     /// Family order of `--service-cidr`; the first is the cluster's default family.
     order: Vec<IpFamily>,
-    by_ip: HashMap<IpAddr, K>,
-    by_owner: HashMap<K, [Option<IpAddr>; 2]>,
+    /// Owners are shared between both maps, so recording an address never clones a key.
+    by_ip: FxHashMap<IpAddr, Arc<K>>,
+    by_owner: FxHashMap<K, Held<K>>,
     rng: SmallRng,
+}
+
+/// An owner's addresses, indexed by `IpFamily::index`.
+#[derive(Debug, Clone)]
+struct Held<K> {
+    key: Arc<K>,
+    ips: [Option<IpAddr>; 2],
 }
 
 impl<K: OwnerKey> ClusterIpAllocator<K> {
@@ -110,8 +119,8 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         Ok(Self {
             ranges,
             order,
-            by_ip: HashMap::new(),
-            by_owner: HashMap::new(),
+            by_ip: FxHashMap::default(),
+            by_owner: FxHashMap::default(),
             rng,
         })
     }
@@ -150,6 +159,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     /// Reserves `ip` for `owner` (a requested or existing `spec.clusterIPs` value).
     pub fn allocate_specific(&mut self, owner: &K, ip: IpAddr) -> Result<(), IpamError> {
         let family = IpFamily::of(ip);
+        let held = self.held(owner, family);
         let range = self.ranges[family.index()]
             .as_mut()
             .ok_or(IpamError::IpFamilyNotConfigured { ip, family })?;
@@ -157,7 +167,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
             ip,
             range: range.cidr,
         })?;
-        if let Some(held) = self.by_owner.get(owner).and_then(|h| h[family.index()]) {
+        if let Some(held) = held {
             return if held == ip {
                 Ok(())
             } else {
@@ -186,7 +196,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         owner: &K,
         plan: &ClusterIpPlan,
     ) -> Result<Vec<IpAddr>, IpamError> {
-        let before = self.by_owner.get(owner).copied().unwrap_or_default();
+        let before = self.by_owner.get(owner).map(|h| h.ips).unwrap_or_default();
         let mut out = Vec::with_capacity(plan.slots.len());
         for slot in &plan.slots {
             let result = match *slot {
@@ -213,48 +223,51 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         Ok(out)
     }
 
-    /// Frees `ip`; returns its former owner. Releasing a free address does nothing.
-    pub fn release(&mut self, ip: IpAddr) -> Option<K> {
-        let owner = self.by_ip.remove(&ip)?;
+    /// Frees `ip`; returns whether it was held. Releasing a free address does nothing.
+    /// The owner stays known (cheaply) until [`Self::release_owner`].
+    pub fn release(&mut self, ip: IpAddr) -> bool {
+        let Some(owner) = self.by_ip.remove(&ip) else {
+            return false;
+        };
         let family = IpFamily::of(ip);
         if let Some(range) = self.ranges[family.index()].as_mut() {
             if let Some(offset) = range.offset_of(ip) {
                 range.used.remove(offset);
             }
         }
-        if let Some(held) = self.by_owner.get_mut(&owner) {
-            held[family.index()] = None;
-            if held.iter().all(Option::is_none) {
-                self.by_owner.remove(&owner);
-            }
+        if let Some(held) = self.by_owner.get_mut(&*owner) {
+            held.ips[family.index()] = None;
         }
-        Some(owner)
+        true
     }
 
-    /// Frees every address `owner` holds, at once; returns them.
+    /// Frees every address `owner` holds, at once, and forgets the owner; returns them.
     pub fn release_owner(&mut self, owner: &K) -> Vec<IpAddr> {
-        let held: Vec<IpAddr> = self.ips_of(owner);
-        for ip in &held {
+        let Some(held) = self.by_owner.remove(owner) else {
+            return Vec::new();
+        };
+        let ips: Vec<IpAddr> = held.ips.into_iter().flatten().collect();
+        for ip in &ips {
             self.release(*ip);
         }
-        held
+        ips
     }
 
     /// Who holds `ip`.
     pub fn owner_of(&self, ip: IpAddr) -> Option<&K> {
-        self.by_ip.get(&ip)
+        self.by_ip.get(&ip).map(|k| &**k)
     }
 
     /// The addresses `owner` holds, IPv4 first.
     pub fn ips_of(&self, owner: &K) -> Vec<IpAddr> {
         self.by_owner
             .get(owner)
-            .map(|h| h.iter().flatten().copied().collect())
+            .map(|h| h.ips.iter().flatten().copied().collect())
             .unwrap_or_default()
     }
 
     fn held(&self, owner: &K, family: IpFamily) -> Option<IpAddr> {
-        self.by_owner.get(owner).and_then(|h| h[family.index()])
+        self.by_owner.get(owner).and_then(|h| h.ips[family.index()])
     }
 
     /// Addresses of `family` in use.
@@ -273,15 +286,27 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     }
 
     fn record(&mut self, owner: &K, ip: IpAddr) {
-        self.by_ip.insert(ip, owner.clone());
-        match self.by_owner.get_mut(owner) {
-            Some(held) => held[IpFamily::of(ip).index()] = Some(ip),
-            None => {
-                let mut held = [None, None];
-                held[IpFamily::of(ip).index()] = Some(ip);
-                self.by_owner.insert(owner.clone(), held);
+        let family = IpFamily::of(ip).index();
+        let key = match self.by_owner.get_mut(owner) {
+            Some(held) => {
+                held.ips[family] = Some(ip);
+                held.key.clone()
             }
-        }
+            None => {
+                let key = Arc::new(owner.clone());
+                let mut ips = [None, None];
+                ips[family] = Some(ip);
+                self.by_owner.insert(
+                    owner.clone(),
+                    Held {
+                        key: key.clone(),
+                        ips,
+                    },
+                );
+                key
+            }
+        };
+        self.by_ip.insert(ip, key);
     }
 }
 
@@ -357,8 +382,9 @@ mod tests {
             "failed to allocate a serviceIP: range is full"
         );
         assert_eq!((a.used(IpFamily::V4), a.free(IpFamily::V4)), (2, 0));
-        assert_eq!(a.release(ip("192.168.0.1")), Some(o("a")));
-        assert_eq!(a.release(ip("192.168.0.1")), None);
+        assert_eq!(a.owner_of(ip("192.168.0.1")), Some(&o("a")));
+        assert!(a.release(ip("192.168.0.1")));
+        assert!(!a.release(ip("192.168.0.1")));
         assert_eq!(
             a.allocate(&o("c"), IpFamily::V4).unwrap(),
             ip("192.168.0.1")

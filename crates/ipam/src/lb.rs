@@ -6,11 +6,13 @@
 //! results are reproducible. An address a Service already holds is kept while it is
 //! still allowed, so reconciling never churns.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::error::IpamError;
 use crate::family::IpFamily;
+use crate::hash::FxHashMap;
 use crate::pool::{Pool, PoolSpec, PoolStatus};
 use crate::runset::RunSet;
 use crate::selector::Labels;
@@ -78,6 +80,9 @@ pub struct Orphan<K> {
     pub ip: IpAddr,
 }
 
+/// One holder of an address: the owner and its sharing data.
+type Holding<K> = (Arc<K>, Arc<Holder>);
+
 /// LoadBalancer-IP allocator over IPPools.
 #[derive(Debug, Clone)]
 pub struct LbIpAllocator<K: OwnerKey> {
@@ -85,12 +90,13 @@ pub struct LbIpAllocator<K: OwnerKey> {
     pools: Vec<Pool>,
     /// Addresses with at least one holder, per family.
     used: [RunSet; 2],
-    /// Holders of each address, sorted by owner.
-    holders: HashMap<IpAddr, Vec<(K, Holder)>>,
-    by_owner: HashMap<K, [Option<IpAddr>; 2]>,
+    /// Holders of each address, sorted by owner. Owners and their sharing data are shared
+    /// (`Arc`) between the maps so recording a holder never deep-copies them.
+    holders: FxHashMap<IpAddr, Vec<Holding<K>>>,
+    by_owner: FxHashMap<Arc<K>, [Option<IpAddr>; 2]>,
     /// Addresses in use per sharing key, so a sharing Service finds the lowest shareable
     /// address without scanning the pool.
-    shared: HashMap<String, [BTreeSet<u128>; 2]>,
+    shared: FxHashMap<String, [BTreeSet<u128>; 2]>,
     /// Per pool (same index as `pools`) and family: in-use addresses the pool contains.
     assigned: Vec<[u128; 2]>,
 }
@@ -100,9 +106,9 @@ impl<K: OwnerKey> Default for LbIpAllocator<K> {
         Self {
             pools: Vec::new(),
             used: [RunSet::new(), RunSet::new()],
-            holders: HashMap::new(),
-            by_owner: HashMap::new(),
-            shared: HashMap::new(),
+            holders: FxHashMap::default(),
+            by_owner: FxHashMap::default(),
+            shared: FxHashMap::default(),
             assigned: Vec::new(),
         }
     }
@@ -141,7 +147,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             }
             if !in_any {
                 orphans.extend(holders.iter().map(|(k, _)| Orphan {
-                    owner: k.clone(),
+                    owner: K::clone(k),
                     ip: *ip,
                 }));
             }
@@ -191,7 +197,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// keeping addresses it already holds while they remain allowed and releasing those it
     /// no longer needs. All or nothing: on error the owner keeps what it held.
     pub fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
-        let holder = svc.holder();
+        let holder = Arc::new(svc.holder());
         let chosen = if !svc.requested_ips.is_empty() {
             self.choose_requested(owner, svc, &holder)?
         } else if let Some(name) = &svc.requested_pool {
@@ -324,10 +330,10 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     }
 
     /// The holders of `ip` other than `owner`.
-    fn others(&self, ip: IpAddr, owner: &K) -> Vec<(K, Holder)> {
+    fn others(&self, ip: IpAddr, owner: &K) -> Vec<Holding<K>> {
         self.holders
             .get(&ip)
-            .map(|hs| hs.iter().filter(|(k, _)| k != owner).cloned().collect())
+            .map(|hs| hs.iter().filter(|(k, _)| **k != *owner).cloned().collect())
             .unwrap_or_default()
     }
 
@@ -336,7 +342,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// holders is refused (the older keeps it). Pool admission is not re-checked here; a
     /// later [`Self::assign`] moves the Service if its pools no longer admit it.
     pub fn adopt(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), IpamError> {
-        let holder = svc.holder();
+        let holder = Arc::new(svc.holder());
         let mut seen: Vec<IpFamily> = Vec::new();
         for ip in ips {
             if seen.contains(&IpFamily::of(*ip)) {
@@ -377,7 +383,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     pub fn holders_of(&self, ip: IpAddr) -> Vec<K> {
         self.holders
             .get(&ip)
-            .map(|hs| hs.iter().map(|(k, _)| k.clone()).collect())
+            .map(|hs| hs.iter().map(|(k, _)| K::clone(k)).collect())
             .unwrap_or_default()
     }
 
@@ -388,7 +394,12 @@ impl<K: OwnerKey> LbIpAllocator<K> {
 
     /// Makes `owner` hold exactly `ips` with `holder`'s sharing data. Callers have checked
     /// the rules.
-    fn install(&mut self, owner: &K, holder: &Holder, ips: &[IpAddr]) {
+    fn install(&mut self, owner: &K, holder: &Arc<Holder>, ips: &[IpAddr]) {
+        // Reuse the shared key of an owner we already know rather than copy it again.
+        let key = match self.by_owner.get_key_value(owner) {
+            Some((k, _)) => k.clone(),
+            None => Arc::new(owner.clone()),
+        };
         self.release_owner(owner);
         if ips.is_empty() {
             return;
@@ -396,12 +407,12 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         let mut held = [None, None];
         for ip in ips {
             held[IpFamily::of(*ip).index()] = Some(*ip);
-            self.add_holder(owner, holder, *ip);
+            self.add_holder(&key, holder, *ip);
         }
-        self.by_owner.insert(owner.clone(), held);
+        self.by_owner.insert(key, held);
     }
 
-    fn add_holder(&mut self, owner: &K, holder: &Holder, ip: IpAddr) {
+    fn add_holder(&mut self, owner: &Arc<K>, holder: &Arc<Holder>, ip: IpAddr) {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
         let hs = self.holders.entry(ip).or_default();
@@ -430,7 +441,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         let Some(hs) = self.holders.get_mut(&ip) else {
             return;
         };
-        let Some(pos) = hs.iter().position(|(k, _)| k == owner) else {
+        let Some(pos) = hs.iter().position(|(k, _)| **k == *owner) else {
             return;
         };
         let (_, removed) = hs.remove(pos);

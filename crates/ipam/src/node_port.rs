@@ -4,12 +4,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 
 use crate::band::{pick_random, static_band};
 use crate::error::{FieldError, FieldErrorKind, FieldErrors, IpamError, PortField};
-use crate::runset::RunSet;
+use crate::hash::FxHashMap;
+use crate::offsets::OffsetSet;
 use crate::types::{OwnerKey, Protocol};
 
 /// An inclusive port range, printed and parsed as `30000-32767`.
@@ -115,9 +117,10 @@ pub struct NodePortAllocator<K: OwnerKey> {
     range: PortRange,
     band: u128,
     /// Offsets from `range.first`.
-    used: RunSet,
-    by_port: HashMap<u16, K>,
-    by_owner: HashMap<K, Vec<u16>>,
+    used: OffsetSet,
+    /// Holder per offset; owners are shared with `by_owner`, so no key is cloned per port.
+    holders: Vec<Option<Arc<K>>>,
+    by_owner: FxHashMap<K, (Arc<K>, Vec<u16>)>,
     rng: SmallRng,
 }
 
@@ -127,9 +130,9 @@ impl<K: OwnerKey> NodePortAllocator<K> {
         Self {
             range,
             band: static_band(size, 16, 128, 32),
-            used: RunSet::new(),
-            by_port: HashMap::new(),
-            by_owner: HashMap::new(),
+            used: OffsetSet::for_size(size),
+            holders: vec![None; range.size() as usize],
+            by_owner: FxHashMap::default(),
             rng,
         }
     }
@@ -159,7 +162,7 @@ impl<K: OwnerKey> NodePortAllocator<K> {
                 range: self.range,
             });
         }
-        match self.by_port.get(&port) {
+        match self.owner_of(port) {
             Some(holder) if holder == owner => Ok(()),
             Some(_) => Err(IpamError::PortAlreadyAllocated { at }),
             None => {
@@ -175,41 +178,52 @@ impl<K: OwnerKey> NodePortAllocator<K> {
         self.allocate_specific(owner, port)
     }
 
-    /// Frees `port`; returns its former owner. Freeing a free port does nothing.
-    pub fn release(&mut self, port: u16) -> Option<K> {
-        let owner = self.by_port.remove(&port)?;
+    /// Frees `port`; returns whether it was held. Freeing a free port does nothing. The
+    /// owner stays known (cheaply) until [`Self::release_owner`].
+    pub fn release(&mut self, port: u16) -> bool {
+        let Some(owner) = self.slot(port).and_then(Option::take) else {
+            return false;
+        };
         self.used.remove(u128::from(port - self.range.first));
-        if let Some(ports) = self.by_owner.get_mut(&owner) {
+        if let Some((_, ports)) = self.by_owner.get_mut(&*owner) {
             ports.retain(|p| *p != port);
-            if ports.is_empty() {
-                self.by_owner.remove(&owner);
-            }
         }
-        Some(owner)
+        true
     }
 
-    /// Frees every port `owner` holds; returns them (ascending).
+    /// Frees every port `owner` holds and forgets the owner; returns the ports (ascending).
     pub fn release_owner(&mut self, owner: &K) -> Vec<u16> {
         let ports = self.ports_of(owner);
         for p in &ports {
             self.release(*p);
         }
+        self.by_owner.remove(owner);
         ports
     }
 
+    fn slot(&mut self, port: u16) -> Option<&mut Option<Arc<K>>> {
+        let offset = port.checked_sub(self.range.first)?;
+        self.holders.get_mut(usize::from(offset))
+    }
+
     pub fn owner_of(&self, port: u16) -> Option<&K> {
-        self.by_port.get(&port)
+        let offset = port.checked_sub(self.range.first)?;
+        self.holders.get(usize::from(offset))?.as_deref()
     }
 
     /// The ports `owner` holds, ascending.
     pub fn ports_of(&self, owner: &K) -> Vec<u16> {
-        let mut ports = self.by_owner.get(owner).cloned().unwrap_or_default();
+        let mut ports = self
+            .by_owner
+            .get(owner)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default();
         ports.sort_unstable();
         ports
     }
 
     pub fn used(&self) -> u32 {
-        self.by_port.len() as u32
+        self.used.len() as u32
     }
 
     pub fn free(&self) -> u32 {
@@ -324,12 +338,20 @@ impl<K: OwnerKey> NodePortAllocator<K> {
     }
 
     fn record(&mut self, owner: &K, port: u16) {
-        self.by_port.insert(port, owner.clone());
-        match self.by_owner.get_mut(owner) {
-            Some(ports) => ports.push(port),
-            None => {
-                self.by_owner.insert(owner.clone(), vec![port]);
+        let key = match self.by_owner.get_mut(owner) {
+            Some((key, ports)) => {
+                ports.push(port);
+                key.clone()
             }
+            None => {
+                let key = Arc::new(owner.clone());
+                self.by_owner
+                    .insert(owner.clone(), (key.clone(), vec![port]));
+                key
+            }
+        };
+        if let Some(slot) = self.slot(port) {
+            *slot = Some(key);
         }
     }
 }
@@ -528,7 +550,7 @@ mod tests {
         );
         assert_eq!(a.used(), 1, "the port taken before the failure is released");
         assert_eq!(a.release_owner(&o("x")), vec![30001]);
-        assert_eq!(a.release(30001), None);
+        assert!(!a.release(30001));
         assert_eq!(a.free(), 2);
     }
 }

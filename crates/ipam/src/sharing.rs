@@ -3,6 +3,7 @@
 //! or both select the same pods.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::error::IpamError;
 use crate::selector::Labels;
@@ -51,7 +52,7 @@ pub(crate) struct Holder {
 pub(crate) fn check_sharing<K: OwnerKey>(
     ip: IpAddr,
     new: &Holder,
-    others: &[(K, Holder)],
+    others: &[(Arc<K>, Arc<Holder>)],
 ) -> Result<(), IpamError> {
     if others.is_empty() {
         return Ok(());
@@ -119,7 +120,12 @@ mod tests {
 
     fn check(new: &Holder, other: &Holder) -> Result<(), String> {
         let ip: IpAddr = "198.18.0.200".parse().unwrap();
-        check_sharing(ip, new, &[("ns/old".to_string(), other.clone())]).map_err(|e| e.to_string())
+        check_sharing(
+            ip,
+            new,
+            &[(Arc::new("ns/old".to_string()), Arc::new(other.clone()))],
+        )
+        .map_err(|e| e.to_string())
     }
 
     #[test]

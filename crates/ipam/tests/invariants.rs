@@ -91,8 +91,10 @@ proptest! {
                 }
                 IpOp::Release(v6, n) => {
                     let ip = nth_ip(v6, n);
-                    prop_assert_eq!(a.release(ip), model.remove(&ip));
-                    prop_assert_eq!(a.release(ip), None, "release is idempotent");
+                    let holder = a.owner_of(ip).copied();
+                    prop_assert_eq!(holder, model.remove(&ip));
+                    prop_assert_eq!(a.release(ip), holder.is_some());
+                    prop_assert!(!a.release(ip), "release is idempotent");
                 }
                 IpOp::ReleaseOwner(o) => {
                     let want: Vec<IpAddr> = model.iter().filter(|(_, x)| **x == o).map(|(ip, _)| *ip).collect();
@@ -155,8 +157,10 @@ proptest! {
                     if want_ok { model.insert(p, o); }
                 }
                 PortOp::Release(p) => {
-                    prop_assert_eq!(a.release(p), model.remove(&p));
-                    prop_assert_eq!(a.release(p), None);
+                    let holder = a.owner_of(p).copied();
+                    prop_assert_eq!(holder, model.remove(&p));
+                    prop_assert_eq!(a.release(p), holder.is_some());
+                    prop_assert!(!a.release(p), "release is idempotent");
                 }
                 PortOp::ReleaseOwner(o) => {
                     let want: Vec<u16> = model.iter().filter(|(_, x)| **x == o).map(|(p, _)| *p).collect();
