@@ -129,6 +129,12 @@ struct Rewrite<'a> {
     endpoints: BTreeMap<EndpointKey, Endpoint>,
 }
 
+fn owned(kept: &[(&EndpointKey, &Endpoint)]) -> BTreeMap<EndpointKey, Endpoint> {
+    kept.iter()
+        .map(|(k, e)| ((*k).clone(), (*e).clone()))
+        .collect()
+}
+
 /// The outcome for one address type.
 #[derive(Default)]
 struct TypePlan<'a> {
@@ -161,7 +167,8 @@ fn plan_group<'a>(
     let mut rewrites: Vec<Rewrite<'a>> = Vec::new();
     let mut unchanged: Vec<&'a EndpointSlice> = Vec::new();
     for slice in existing {
-        let mut kept = BTreeMap::new();
+        // Borrowed until the slice turns out to need a rewrite: most do not.
+        let mut kept: Vec<(&EndpointKey, &Endpoint)> = Vec::new();
         let mut changed = false;
         for endpoint in &slice.endpoints {
             let target = endpoint.target_ref.as_ref();
@@ -174,7 +181,7 @@ fn plan_group<'a>(
             };
             if let Some(want) = remaining.remove(key) {
                 changed |= !same_endpoint(endpoint, want);
-                kept.insert(key.clone(), want.clone());
+                kept.push((key, want));
             }
         }
         if changed || kept.len() != slice.endpoints.len() {
@@ -183,13 +190,13 @@ fn plan_group<'a>(
             } else {
                 rewrites.push(Rewrite {
                     existing: slice,
-                    endpoints: kept,
+                    endpoints: owned(&kept),
                 });
             }
         } else if !labels_match(slice, desired) {
             rewrites.push(Rewrite {
                 existing: slice,
-                endpoints: kept,
+                endpoints: owned(&kept),
             });
         } else {
             unchanged.push(slice);
