@@ -11,12 +11,12 @@ use crate::band::{pick_random, static_band};
 use crate::error::IpamError;
 use crate::family::{ClusterIpPlan, ClusterIpSlot, IpFamily};
 use crate::hash::FxHashMap;
-use crate::offsets::OffsetSet;
+use crate::offsets::{OffsetSet, OwnerIndex};
 use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
 
 /// One service CIDR and the offsets (from the first usable address) in use.
 #[derive(Debug, Clone)]
-struct CidrRange {
+struct CidrRange<K> {
     cidr: IpNet,
     family: IpFamily,
     /// The first usable address (network + 1) as a number.
@@ -25,9 +25,10 @@ struct CidrRange {
     size: u128,
     band: u128,
     used: OffsetSet,
+    owners: OwnerIndex<K>,
 }
 
-impl CidrRange {
+impl<K> CidrRange<K> {
     fn new(cidr: IpNet) -> Result<Self, IpamError> {
         let cidr = cidr.trunc();
         let invalid = |reason: &str| IpamError::InvalidServiceCidr {
@@ -54,6 +55,7 @@ impl CidrRange {
             size,
             band: static_band(total, 16, 256, 16),
             used: OffsetSet::for_size(size),
+            owners: OwnerIndex::for_size(size),
         })
     }
 
@@ -76,11 +78,11 @@ impl CidrRange {
 #[derive(Debug, Clone)]
 pub struct ClusterIpAllocator<K: OwnerKey> {
     /// Indexed by `IpFamily::index`.
-    ranges: [Option<CidrRange>; 2],
+    ranges: [Option<CidrRange<K>>; 2],
     /// Family order of `--service-cidr`; the first is the cluster's default family.
     order: Vec<IpFamily>,
-    /// Owners are shared between both maps, so recording an address never clones a key.
-    by_ip: FxHashMap<IpAddr, Arc<K>>,
+    /// Owners are shared with each range's owner index, so recording an address never
+    /// clones a key.
     by_owner: FxHashMap<K, Held<K>>,
     rng: SmallRng,
 }
@@ -102,7 +104,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
                 reason: "expected one CIDR, or two of different IP families".into(),
             });
         }
-        let mut ranges: [Option<CidrRange>; 2] = [None, None];
+        let mut ranges: [Option<CidrRange<K>>; 2] = [None, None];
         let mut order = Vec::new();
         for cidr in cidrs {
             let range = CidrRange::new(*cidr)?;
@@ -119,7 +121,6 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         Ok(Self {
             ranges,
             order,
-            by_ip: FxHashMap::default(),
             by_owner: FxHashMap::default(),
             rng,
         })
@@ -136,7 +137,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         self.range(family).map(|r| r.cidr)
     }
 
-    fn range(&self, family: IpFamily) -> Option<&CidrRange> {
+    fn range(&self, family: IpFamily) -> Option<&CidrRange<K>> {
         self.ranges[family.index()].as_ref()
     }
 
@@ -226,15 +227,17 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     /// Frees `ip`; returns whether it was held. Releasing a free address does nothing.
     /// The owner stays known (cheaply) until [`Self::release_owner`].
     pub fn release(&mut self, ip: IpAddr) -> bool {
-        let Some(owner) = self.by_ip.remove(&ip) else {
+        let family = IpFamily::of(ip);
+        let Some(range) = self.ranges[family.index()].as_mut() else {
             return false;
         };
-        let family = IpFamily::of(ip);
-        if let Some(range) = self.ranges[family.index()].as_mut() {
-            if let Some(offset) = range.offset_of(ip) {
-                range.used.remove(offset);
-            }
-        }
+        let Some(offset) = range.offset_of(ip) else {
+            return false;
+        };
+        let Some(owner) = range.owners.take(offset) else {
+            return false;
+        };
+        range.used.remove(offset);
         if let Some(held) = self.by_owner.get_mut(&*owner) {
             held.ips[family.index()] = None;
         }
@@ -255,7 +258,8 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
 
     /// Who holds `ip`.
     pub fn owner_of(&self, ip: IpAddr) -> Option<&K> {
-        self.by_ip.get(&ip).map(|k| &**k)
+        let range = self.range(IpFamily::of(ip))?;
+        range.owners.get(range.offset_of(ip)?).map(|k| &**k)
     }
 
     /// The addresses `owner` holds, IPv4 first.
@@ -306,7 +310,11 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
                 key
             }
         };
-        self.by_ip.insert(ip, key);
+        if let Some(range) = self.ranges[family].as_mut() {
+            if let Some(offset) = range.offset_of(ip) {
+                range.owners.set(offset, key);
+            }
+        }
     }
 }
 

@@ -396,11 +396,15 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// the rules.
     fn install(&mut self, owner: &K, holder: &Arc<Holder>, ips: &[IpAddr]) {
         // Reuse the shared key of an owner we already know rather than copy it again.
-        let key = match self.by_owner.get_key_value(owner) {
-            Some((k, _)) => k.clone(),
+        let key = match self.by_owner.remove_entry(owner) {
+            Some((key, held)) => {
+                for ip in held.into_iter().flatten() {
+                    self.remove_holder(owner, ip);
+                }
+                key
+            }
             None => Arc::new(owner.clone()),
         };
-        self.release_owner(owner);
         if ips.is_empty() {
             return;
         }

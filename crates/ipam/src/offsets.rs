@@ -2,6 +2,9 @@
 //! [`DENSE_MAX`] values (every NodePort range, ClusterIP CIDRs up to a /10 or an IPv6
 //! /106), run-length [`RunSet`] beyond, so a huge IPv6 range costs only what is allocated.
 
+use std::sync::Arc;
+
+use crate::hash::FxHashMap;
 use crate::runset::RunSet;
 
 /// Largest range kept as a bitmap: 512 KiB of bits.
@@ -145,11 +148,70 @@ impl Bitmap {
     }
 }
 
+/// Ranges up to this size keep their owners in a vector indexed by offset (8 bytes per
+/// address: 8 MiB for a /12); larger ones in a map of the offsets in use.
+pub(crate) const DENSE_OWNERS_MAX: u128 = 1 << 20;
+
+/// Who holds each used offset of one range.
+#[derive(Debug, Clone)]
+pub(crate) enum OwnerIndex<K> {
+    Dense(Vec<Option<Arc<K>>>),
+    Sparse(FxHashMap<u128, Arc<K>>),
+}
+
+impl<K> OwnerIndex<K> {
+    pub(crate) fn for_size(size: u128) -> Self {
+        if size <= DENSE_OWNERS_MAX {
+            Self::Dense(std::iter::repeat_with(|| None).take(size as usize).collect())
+        } else {
+            Self::Sparse(FxHashMap::default())
+        }
+    }
+
+    pub(crate) fn get(&self, offset: u128) -> Option<&Arc<K>> {
+        match self {
+            Self::Dense(v) => v.get(usize::try_from(offset).ok()?)?.as_ref(),
+            Self::Sparse(m) => m.get(&offset),
+        }
+    }
+
+    pub(crate) fn set(&mut self, offset: u128, owner: Arc<K>) {
+        match self {
+            Self::Dense(v) => {
+                if let Some(slot) = usize::try_from(offset).ok().and_then(|o| v.get_mut(o)) {
+                    *slot = Some(owner);
+                }
+            }
+            Self::Sparse(m) => {
+                m.insert(offset, owner);
+            }
+        }
+    }
+
+    pub(crate) fn take(&mut self, offset: u128) -> Option<Arc<K>> {
+        match self {
+            Self::Dense(v) => v.get_mut(usize::try_from(offset).ok()?)?.take(),
+            Self::Sparse(m) => m.remove(&offset),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn owner_index_dense_and_sparse() {
+        for mut idx in [OwnerIndex::for_size(100), OwnerIndex::for_size(1 << 40)] {
+            assert!(idx.get(7).is_none());
+            idx.set(7, Arc::new("a"));
+            assert_eq!(idx.get(7).map(|k| **k), Some("a"));
+            assert_eq!(idx.take(7).map(|k| *k), Some("a"));
+            assert!(idx.take(7).is_none());
+        }
+    }
 
     #[test]
     fn chooses_representation_by_size() {
