@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 
-use crate::slices::{endpoint_key, ports_key, DesiredSlices, EndpointKey, PortKey, SliceConfig};
+use crate::slices::{
+    endpoint_key, ports_key, DesiredSlices, EndpointKey, PortKey, SliceConfig, SliceGroup,
+};
 
 /// The writes that reconcile one Service's slices.
 ///
@@ -135,6 +137,78 @@ fn owned(kept: &[(&EndpointKey, &Endpoint)]) -> BTreeMap<EndpointKey, Endpoint> 
         .collect()
 }
 
+/// The desired endpoints of a group not yet placed in a slice. They come
+/// sorted from the group; taking marks them, so nothing is re-sorted.
+struct Remaining<'g> {
+    items: Vec<(&'g EndpointKey, &'g Endpoint)>,
+    taken: Vec<bool>,
+    left: usize,
+    /// Everything before this index is taken.
+    cursor: usize,
+    /// A pod has at most one endpoint per group, so it finds its endpoint.
+    by_pod: HashMap<(&'g str, &'g str), usize>,
+}
+
+impl<'g> Remaining<'g> {
+    fn new(group: Option<&'g SliceGroup>) -> Self {
+        let items: Vec<(&EndpointKey, &Endpoint)> = group
+            .map(|g| g.keyed_endpoints().iter().collect())
+            .unwrap_or_default();
+        let by_pod = items
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| ((k.namespace.as_str(), k.name.as_str()), i))
+            .collect();
+        Remaining {
+            taken: vec![false; items.len()],
+            left: items.len(),
+            cursor: 0,
+            items,
+            by_pod,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.left
+    }
+
+    fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Takes the desired endpoint with the identity of `stored`, if still there.
+    fn take(&mut self, stored: &Endpoint) -> Option<(&'g EndpointKey, &'g Endpoint)> {
+        let target = stored.target_ref.as_ref();
+        let pod = (
+            target.and_then(|t| t.namespace.as_deref()).unwrap_or(""),
+            target.and_then(|t| t.name.as_deref()).unwrap_or(""),
+        );
+        let i = *self.by_pod.get(&pod)?;
+        let (key, endpoint) = self.items[i];
+        if self.taken[i] || !has_key(stored, key) {
+            return None;
+        }
+        self.taken[i] = true;
+        self.left -= 1;
+        Some((key, endpoint))
+    }
+
+    /// Takes the smallest endpoint left, as an owned pair for a slice being written.
+    fn pop(&mut self) -> Option<(EndpointKey, Endpoint)> {
+        while self.cursor < self.items.len() {
+            let i = self.cursor;
+            self.cursor += 1;
+            if !self.taken[i] {
+                self.taken[i] = true;
+                self.left -= 1;
+                let (key, endpoint) = self.items[i];
+                return Some((key.clone(), endpoint.clone()));
+            }
+        }
+        None
+    }
+}
+
 /// The outcome for one address type.
 #[derive(Default)]
 struct TypePlan<'a> {
@@ -151,19 +225,12 @@ struct TypePlan<'a> {
 fn plan_group<'a>(
     desired: &DesiredSlices,
     address_type: &str,
-    group: Option<&crate::SliceGroup>,
+    group: Option<&SliceGroup>,
     existing: Vec<&'a EndpointSlice>,
     max: usize,
     out: &mut TypePlan<'a>,
 ) {
-    let mut remaining: BTreeMap<&EndpointKey, &Endpoint> = group
-        .map(|g| g.keyed_endpoints().iter().collect())
-        .unwrap_or_default();
-    // Endpoints are found by pod first: a pod has one endpoint per group.
-    let by_pod: HashMap<(&str, &str), &EndpointKey> = remaining
-        .keys()
-        .map(|k| ((k.namespace.as_str(), k.name.as_str()), *k))
-        .collect();
+    let mut remaining = Remaining::new(group);
     let mut rewrites: Vec<Rewrite<'a>> = Vec::new();
     let mut unchanged: Vec<&'a EndpointSlice> = Vec::new();
     for slice in existing {
@@ -171,15 +238,7 @@ fn plan_group<'a>(
         let mut kept: Vec<(&EndpointKey, &Endpoint)> = Vec::new();
         let mut changed = false;
         for endpoint in &slice.endpoints {
-            let target = endpoint.target_ref.as_ref();
-            let pod = (
-                target.and_then(|t| t.namespace.as_deref()).unwrap_or(""),
-                target.and_then(|t| t.name.as_deref()).unwrap_or(""),
-            );
-            let Some(&key) = by_pod.get(&pod).filter(|k| has_key(endpoint, k)) else {
-                continue;
-            };
-            if let Some(want) = remaining.remove(key) {
+            if let Some((key, want)) = remaining.take(endpoint) {
                 changed |= !same_endpoint(endpoint, want);
                 kept.push((key, want));
             }
@@ -203,12 +262,6 @@ fn plan_group<'a>(
         }
     }
 
-    let pop = |remaining: &mut BTreeMap<&EndpointKey, &Endpoint>| {
-        remaining
-            .pop_first()
-            .map(|(k, e)| ((*k).clone(), e.clone()))
-    };
-
     if !remaining.is_empty() {
         rewrites.sort_by(|a, b| {
             b.endpoints
@@ -218,7 +271,7 @@ fn plan_group<'a>(
         });
         for rewrite in &mut rewrites {
             while rewrite.endpoints.len() < max {
-                let Some((k, e)) = pop(&mut remaining) else {
+                let Some((k, e)) = remaining.pop() else {
                     break;
                 };
                 rewrite.endpoints.insert(k, e);
@@ -240,7 +293,7 @@ fn plan_group<'a>(
             }
         }
         while endpoints.len() < max {
-            let Some((k, e)) = pop(&mut remaining) else {
+            let Some((k, e)) = remaining.pop() else {
                 break;
             };
             endpoints.insert(k, e);
