@@ -187,7 +187,14 @@ fn best_of(n: usize, mut f: impl FnMut() -> (f64, f64)) -> (f64, f64) {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; nothing is configurable.
+    // `cargo bench` passes `--bench`; a plain argument picks one measurement (for profiling).
+    let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    match only.as_deref() {
+        Some("cluster") => return println!("{:?}", cluster_ip_pairs()),
+        Some("lb") => return println!("{:?}", lb_pairs("198.18.0.0/16", IpFamily::V4, 32768)),
+        Some("adopt") => return println!("{:?} {:?}", adopt_cluster_ips(), adopt_lb_ips()),
+        _ => {}
+    }
     let rows = [
         ("ClusterIP, 10.96.0.0/16, half full", cluster_ip_pairs()),
         ("NodePort, 30000-32767, half full", node_port_pairs()),

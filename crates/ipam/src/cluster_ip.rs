@@ -143,17 +143,39 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
 
     /// A free address of `family` for `owner`, or the one it already holds.
     pub fn allocate(&mut self, owner: &K, family: IpFamily) -> Result<IpAddr, IpamError> {
-        if let Some(held) = self.held(owner, family) {
-            return Ok(held);
+        let f = family.index();
+        // One owner lookup serves both the idempotency check and the recording.
+        let held = self.by_owner.get_mut(owner);
+        if let Some(ip) = held.as_ref().and_then(|h| h.ips[f]) {
+            return Ok(ip);
         }
-        let range = self.ranges[family.index()]
+        let range = self.ranges[f]
             .as_mut()
             .ok_or(IpamError::FamilyNotConfigured { family })?;
         let offset = pick_random(&range.used, range.size, range.band, &mut self.rng)
             .ok_or(IpamError::IpRangeFull { family })?;
         range.used.insert(offset);
         let ip = range.ip_at(offset);
-        self.record(owner, ip);
+        let key = match held {
+            Some(h) => {
+                h.ips[f] = Some(ip);
+                h.key.clone()
+            }
+            None => {
+                let key = Arc::new(owner.clone());
+                let mut ips = [None, None];
+                ips[f] = Some(ip);
+                self.by_owner.insert(
+                    owner.clone(),
+                    Held {
+                        key: key.clone(),
+                        ips,
+                    },
+                );
+                key
+            }
+        };
+        range.owners.set(offset, key);
         Ok(ip)
     }
 

@@ -198,6 +198,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// no longer needs. All or nothing: on error the owner keeps what it held.
     pub fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
         let holder = Arc::new(svc.holder());
+        let held = self.by_owner.get(owner).copied();
         let chosen = if !svc.requested_ips.is_empty() {
             self.choose_requested(owner, svc, &holder)?
         } else if let Some(name) = &svc.requested_pool {
@@ -212,7 +213,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             svc.wanted_families()
                 .into_iter()
                 .map(|fam| {
-                    self.keep_or_pick(owner, &holder, fam, |_, idx| idx == i)
+                    self.keep_or_pick(owner, held, &holder, fam, |_, idx| idx == i)
                         .ok_or_else(|| IpamError::PoolExhausted {
                             pool: name.clone(),
                             family: fam,
@@ -223,14 +224,14 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             svc.wanted_families()
                 .into_iter()
                 .map(|fam| {
-                    self.keep_or_pick(owner, &holder, fam, |me, idx| {
+                    self.keep_or_pick(owner, held, &holder, fam, |me, idx| {
                         me.pools[idx].spec.auto_assign && me.admits(idx, svc)
                     })
                     .ok_or(IpamError::NoAvailableIps { family: fam })
                 })
                 .collect::<Result<Vec<_>, _>>()?
         };
-        self.install(owner, &holder, &chosen);
+        self.install(owner, held.is_some(), &holder, &chosen);
         Ok(chosen)
     }
 
@@ -277,11 +278,12 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     fn keep_or_pick(
         &self,
         owner: &K,
+        held: Option<[Option<IpAddr>; 2]>,
         holder: &Holder,
         fam: IpFamily,
         eligible: impl Fn(&Self, usize) -> bool,
     ) -> Option<IpAddr> {
-        if let Some(ip) = self.by_owner.get(owner).and_then(|h| h[fam.index()]) {
+        if let Some(ip) = held.and_then(|h| h[fam.index()]) {
             let allowed =
                 (0..self.pools.len()).any(|i| eligible(self, i) && self.pools[i].contains(ip));
             if allowed && check_sharing(ip, holder, &self.others(ip, owner)).is_ok() {
@@ -354,7 +356,8 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             }
             check_sharing(*ip, &holder, &self.others(*ip, owner))?;
         }
-        self.install(owner, &holder, ips);
+        let known = self.by_owner.contains_key(owner);
+        self.install(owner, known, &holder, ips);
         Ok(())
     }
 
@@ -394,9 +397,15 @@ impl<K: OwnerKey> LbIpAllocator<K> {
 
     /// Makes `owner` hold exactly `ips` with `holder`'s sharing data. Callers have checked
     /// the rules.
-    fn install(&mut self, owner: &K, holder: &Arc<Holder>, ips: &[IpAddr]) {
+    /// `known`: whether `owner` holds anything now (saves a lookup for new owners).
+    fn install(&mut self, owner: &K, known: bool, holder: &Arc<Holder>, ips: &[IpAddr]) {
         // Reuse the shared key of an owner we already know rather than copy it again.
-        let key = match self.by_owner.remove_entry(owner) {
+        let previous = if known {
+            self.by_owner.remove_entry(owner)
+        } else {
+            None
+        };
+        let key = match previous {
             Some((key, held)) => {
                 for ip in held.into_iter().flatten() {
                     self.remove_holder(owner, ip);

@@ -162,7 +162,11 @@ pub(crate) enum OwnerIndex<K> {
 impl<K> OwnerIndex<K> {
     pub(crate) fn for_size(size: u128) -> Self {
         if size <= DENSE_OWNERS_MAX {
-            Self::Dense(std::iter::repeat_with(|| None).take(size as usize).collect())
+            Self::Dense(
+                std::iter::repeat_with(|| None)
+                    .take(size as usize)
+                    .collect(),
+            )
         } else {
             Self::Sparse(FxHashMap::default())
         }
