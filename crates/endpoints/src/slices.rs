@@ -277,22 +277,23 @@ impl DesiredSlices {
     /// address type without endpoints (so consumers can tell "no endpoints"
     /// from "not yet computed").
     pub fn build_slices(&self, config: &SliceConfig) -> Vec<EndpointSlice> {
+        self.clone().into_slices(config)
+    }
+
+    /// [`DesiredSlices::build_slices`], moving the endpoints instead of copying them.
+    pub fn into_slices(mut self, config: &SliceConfig) -> Vec<EndpointSlice> {
+        let max = config.max_endpoints_per_slice;
         let mut slices = Vec::new();
+        // Groups are sorted by address type, in the order of `address_types`.
+        let mut groups = std::mem::take(&mut self.groups).into_iter().peekable();
         for address_type in &self.address_types {
             let mut any = false;
-            for group in self
-                .groups
-                .iter()
-                .filter(|g| g.address_type == *address_type)
-            {
+            while let Some(group) = groups.next_if(|g| g.address_type == *address_type) {
                 any = true;
-                let endpoints: Vec<&Endpoint> = group.endpoints.values().collect();
-                for chunk in endpoints.chunks(config.max_endpoints_per_slice) {
-                    slices.push(self.new_slice(
-                        address_type,
-                        group.ports.clone(),
-                        chunk.iter().map(|e| (*e).clone()).collect(),
-                    ));
+                let mut endpoints = group.endpoints.into_values().peekable();
+                while endpoints.peek().is_some() {
+                    let chunk: Vec<Endpoint> = endpoints.by_ref().take(max).collect();
+                    slices.push(self.new_slice(address_type, group.ports.clone(), chunk));
                 }
             }
             if !any {
@@ -466,7 +467,7 @@ pub fn build_endpoint_slices(
 ) -> Computed<Option<Vec<EndpointSlice>>> {
     let Computed { value, skipped } = compute_desired_slices(service, pods, nodes);
     Computed {
-        value: value.map(|d| d.build_slices(config)),
+        value: value.map(|d| d.into_slices(config)),
         skipped,
     }
 }
