@@ -95,6 +95,8 @@ struct Row {
     change_bytes: usize,
     change_ms: f64,
     change_plan_ms: f64,
+    add_bytes: usize,
+    add_ms: f64,
     walk_first: usize,
     walk_last: usize,
 }
@@ -143,7 +145,18 @@ fn measure(services: usize, dispatch: Dispatch) -> Row {
     let change = syncer.sync(&rs).unwrap();
     let change_ms = ms(start);
     assert_eq!(change.kind, sync::SyncKind::Partial);
+
+    // A new Service: linear dispatch rewrites its whole entry chain, the tree one leaf.
+    let mut added = mk_view(services + 1, 10).services.pop().unwrap();
+    added.node_port = None;
+    view.services.push(added);
+    let start = Instant::now();
+    let rs = plan(&view, &options);
+    let add = syncer.sync(&rs).unwrap();
+    let add_ms = ms(start);
     Row {
+        add_bytes: add.payload_bytes,
+        add_ms,
         services,
         dispatch,
         full_bytes: full.payload_bytes,
@@ -178,7 +191,7 @@ fn main() {
         for dispatch in [Dispatch::Linear, Dispatch::Tree] {
             let row = measure(n, dispatch);
             println!(
-                "{:>8} {:>7} {:>12} {:>10.1} {:>13} {:>11.1} {:>14.1} {:>11} {:>10}",
+                "{:>8} {:>7} {:>12} {:>10.1} {:>13} {:>11.1} {:>14.1} {:>10} {:>9.1} {:>11} {:>10}",
                 row.services,
                 format!("{:?}", row.dispatch).to_lowercase(),
                 row.full_bytes,
@@ -186,6 +199,8 @@ fn main() {
                 row.change_bytes,
                 row.change_ms,
                 row.change_plan_ms,
+                row.add_bytes,
+                row.add_ms,
                 row.walk_first,
                 row.walk_last
             );

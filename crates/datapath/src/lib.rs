@@ -6,6 +6,7 @@ pub mod categorize;
 pub mod convert;
 pub mod dispatch;
 pub mod exec;
+pub mod fixed;
 pub mod input;
 pub mod memory;
 pub mod model;

@@ -263,7 +263,13 @@ impl TableRules {
     }
 
     pub fn push(&mut self, chain: &ChainName, rule: Rule) {
-        self.chain_mut(chain).push(rule);
+        // Look up before inserting: cloning the name for every rule dominated planning time.
+        match self.chains.get_mut(chain) {
+            Some(rules) => rules.push(rule),
+            None => {
+                self.chains.insert(chain.clone(), vec![rule]);
+            }
+        }
     }
 
     pub fn rule_count(&self) -> usize {

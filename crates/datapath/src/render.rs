@@ -75,13 +75,3 @@ pub fn render(rs: &Ruleset, selection: &ChainSelection) -> String {
     }
     out
 }
-
-/// One chain's rules as text: the unit of change detection between syncs.
-pub fn render_chain(chain: &ChainName, rules: &[crate::model::Rule]) -> String {
-    let mut out = String::new();
-    for rule in rules {
-        out.push_str(&render_rule(chain, rule));
-        out.push('\n');
-    }
-    out
-}

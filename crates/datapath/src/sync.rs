@@ -6,7 +6,7 @@ use std::hash::{Hash, Hasher};
 
 use crate::model::{ChainName, JumpRule, Ruleset, Table};
 use crate::names;
-use crate::render::{render, render_chain, ChainSelection};
+use crate::render::{render, ChainSelection};
 use crate::Error;
 
 /// The iptables operations berth needs, for one address family.
@@ -45,8 +45,10 @@ fn chain_hashes(rs: &Ruleset) -> ChainHashes {
     let mut hashes = BTreeMap::new();
     for (table, rules) in &rs.tables {
         for (chain, chain_rules) in &rules.chains {
+            // Hashing the typed rules is equivalent to hashing their text (rendering is a pure
+            // function of them) and several times cheaper.
             let mut hasher = DefaultHasher::new();
-            render_chain(chain, chain_rules).hash(&mut hasher);
+            chain_rules.hash(&mut hasher);
             hashes.insert((*table, chain.clone()), hasher.finish());
         }
     }

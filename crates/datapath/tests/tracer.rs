@@ -426,3 +426,65 @@ fn tree_dispatch_walks_logarithmically_many_rules() {
         None
     );
 }
+
+#[test]
+fn ipv6_tree_dispatch_matches_linear() {
+    let services: Vec<ServicePort> = (0..40u32)
+        .map(|i| {
+            let mut svc = mk_svc(
+                &format!("svc-{i}"),
+                &format!("fd00:96::{:x}", i * 977 + 1),
+                80,
+                vec![mk_ep(&format!("fd00:244:2::{:x}", i + 1), 8080, "node-b")],
+            );
+            svc.node_port = Some(30000 + (i as u16) * 37);
+            svc
+        })
+        .collect();
+    let view = NodeView {
+        node: NodeInfo {
+            name: "node-a".into(),
+            addresses: vec![ip("fd00:18::11")],
+        },
+        services,
+    };
+    let env = TraceEnv {
+        local_addresses: vec![ip("fd00:18::11")],
+        ..TraceEnv::default()
+    };
+    let plan_for = |dispatch| {
+        let options = PlanOptions {
+            family: IpFamily::V6,
+            dispatch,
+            cluster_cidr: Some("fd00:244::/48".parse().unwrap()),
+            leaf_size: 1,
+            ..PlanOptions::default()
+        };
+        plan(&view, &options)
+    };
+    let (linear, tree) = (plan_for(Dispatch::Linear), plan_for(Dispatch::Tree));
+    check_consistency(&tree);
+    for svc in &view.services {
+        let p = trace::Packet {
+            src: ip("fd00:18::100"),
+            dst: svc.cluster_ips[0],
+            protocol: Protocol::Tcp,
+            dport: 80,
+            origin: Origin::Network,
+            bridged: false,
+        };
+        let expected = vec![(
+            Verdict::Dnat(std::net::SocketAddr::new(svc.endpoints[0].ip, 8080)),
+            true,
+            1000,
+        )];
+        assert_eq!(outcomes(&linear, &env, &p), expected);
+        assert_eq!(outcomes(&tree, &env, &p), expected);
+        let np = trace::Packet {
+            dst: ip("fd00:18::11"),
+            dport: svc.node_port.unwrap(),
+            ..p
+        };
+        assert_eq!(outcomes(&tree, &env, &np), expected);
+    }
+}
