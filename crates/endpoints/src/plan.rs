@@ -152,7 +152,7 @@ struct Remaining<'g> {
 impl<'g> Remaining<'g> {
     fn new(group: Option<&'g SliceGroup>) -> Self {
         let items: Vec<(&EndpointKey, &Endpoint)> = group
-            .map(|g| g.keyed_endpoints().iter().collect())
+            .map(|g| g.keyed_endpoints().iter().map(|(k, e)| (k, e)).collect())
             .unwrap_or_default();
         let by_pod = items
             .iter()

@@ -144,7 +144,8 @@ pub(crate) fn ports_key(ports: Option<&Vec<EndpointPort>>) -> Vec<PortKey> {
 pub struct SliceGroup {
     address_type: &'static str,
     ports: Vec<EndpointPort>,
-    endpoints: BTreeMap<EndpointKey, Endpoint>,
+    /// Sorted by key, keys unique.
+    endpoints: Vec<(EndpointKey, Endpoint)>,
 }
 
 impl SliceGroup {
@@ -159,10 +160,10 @@ impl SliceGroup {
 
     /// Sorted by addresses, then pod.
     pub fn endpoints(&self) -> impl ExactSizeIterator<Item = &Endpoint> + '_ {
-        self.endpoints.values()
+        self.endpoints.iter().map(|(_, e)| e)
     }
 
-    pub(crate) fn keyed_endpoints(&self) -> &BTreeMap<EndpointKey, Endpoint> {
+    pub(crate) fn keyed_endpoints(&self) -> &[(EndpointKey, Endpoint)] {
         &self.endpoints
     }
 }
@@ -290,7 +291,7 @@ impl DesiredSlices {
             let mut any = false;
             while let Some(group) = groups.next_if(|g| g.address_type == *address_type) {
                 any = true;
-                let mut endpoints = group.endpoints.into_values().peekable();
+                let mut endpoints = group.endpoints.into_iter().map(|(_, e)| e).peekable();
                 while endpoints.peek().is_some() {
                     let chunk: Vec<Endpoint> = endpoints.by_ref().take(max).collect();
                     slices.push(self.new_slice(address_type, group.ports.clone(), chunk));
@@ -429,10 +430,10 @@ pub fn compute_desired_slices(
                 .or_insert_with(|| SliceGroup {
                     address_type: family.address_type(),
                     ports: port_lists[set].clone(),
-                    endpoints: BTreeMap::new(),
+                    endpoints: Vec::new(),
                 })
                 .endpoints
-                .insert(endpoint_key(&endpoint), endpoint);
+                .push((endpoint_key(&endpoint), endpoint));
         }
     }
     let desired = DesiredSlices {
@@ -449,13 +450,25 @@ pub fn compute_desired_slices(
     }
 }
 
+/// Groups in canonical order, each with its endpoints sorted and unique.
+/// Sorting once beats keeping an ordered map: endpoints are large to move.
 fn sorted_groups(groups: HashMap<(Family, usize), SliceGroup>) -> Vec<SliceGroup> {
     let mut groups: Vec<((Family, Vec<PortKey>), SliceGroup)> = groups
         .into_iter()
         .map(|((family, _), g)| ((family, g.ports.iter().map(port_key).collect()), g))
         .collect();
     groups.sort_by(|a, b| a.0.cmp(&b.0));
-    groups.into_iter().map(|(_, g)| g).collect()
+    groups
+        .into_iter()
+        .map(|(_, mut g)| {
+            // Stable, so of two pods claiming one identity the later one wins, as before.
+            g.endpoints.sort_by(|a, b| a.0.cmp(&b.0));
+            g.endpoints.reverse();
+            g.endpoints.dedup_by(|a, b| a.0 == b.0);
+            g.endpoints.reverse();
+            g
+        })
+        .collect()
 }
 
 /// The slices of `service` built from scratch (see [`DesiredSlices::build_slices`]).
