@@ -16,7 +16,7 @@ use crate::hash::FxHashMap;
 use crate::pool::{Pool, PoolSpec, PoolStatus};
 use crate::runset::RunSet;
 use crate::selector::Labels;
-use crate::sharing::{check_sharing, Holder, LbPort, TrafficPolicy};
+use crate::sharing::{check_sharing, Holder, Holding, Holdings, LbPort, TrafficPolicy};
 use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
 
 /// What the LoadBalancer allocator needs to know about a Service.
@@ -80,9 +80,6 @@ pub struct Orphan<K> {
     pub ip: IpAddr,
 }
 
-/// One holder of an address: the owner and its sharing data.
-type Holding<K> = (Arc<K>, Arc<Holder>);
-
 /// LoadBalancer-IP allocator over IPPools.
 #[derive(Debug, Clone)]
 pub struct LbIpAllocator<K: OwnerKey> {
@@ -90,9 +87,8 @@ pub struct LbIpAllocator<K: OwnerKey> {
     pools: Vec<Pool>,
     /// Addresses with at least one holder, per family.
     used: [RunSet; 2],
-    /// Holders of each address, sorted by owner. Owners and their sharing data are shared
-    /// (`Arc`) between the maps so recording a holder never deep-copies them.
-    holders: FxHashMap<IpAddr, Vec<Holding<K>>>,
+    /// Holders of each address.
+    holders: FxHashMap<IpAddr, Holdings<K>>,
     by_owner: FxHashMap<Arc<K>, [Option<IpAddr>; 2]>,
     /// Addresses in use per sharing key, so a sharing Service finds the lowest shareable
     /// address without scanning the pool.
@@ -146,7 +142,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 }
             }
             if !in_any {
-                orphans.extend(holders.iter().map(|(k, _)| Orphan {
+                orphans.extend(holders.as_slice().iter().map(|(k, _)| Orphan {
                     owner: K::clone(k),
                     ip: *ip,
                 }));
@@ -335,7 +331,13 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     fn others(&self, ip: IpAddr, owner: &K) -> Vec<Holding<K>> {
         self.holders
             .get(&ip)
-            .map(|hs| hs.iter().filter(|(k, _)| **k != *owner).cloned().collect())
+            .map(|hs| {
+                hs.as_slice()
+                    .iter()
+                    .filter(|(k, _)| **k != *owner)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -363,13 +365,12 @@ impl<K: OwnerKey> LbIpAllocator<K> {
 
     /// Frees every address `owner` holds, at once; returns them. Idempotent.
     pub fn release_owner(&mut self, owner: &K) -> Vec<IpAddr> {
-        let held: Vec<IpAddr> = self
-            .by_owner
-            .remove(owner)
-            .map(|h| h.into_iter().flatten().collect())
-            .unwrap_or_default();
+        let Some((key, held)) = self.by_owner.remove_entry(owner) else {
+            return Vec::new();
+        };
+        let held: Vec<IpAddr> = held.into_iter().flatten().collect();
         for ip in &held {
-            self.remove_holder(owner, *ip);
+            self.remove_holder(&key, *ip);
         }
         held
     }
@@ -386,7 +387,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     pub fn holders_of(&self, ip: IpAddr) -> Vec<K> {
         self.holders
             .get(&ip)
-            .map(|hs| hs.iter().map(|(k, _)| K::clone(k)).collect())
+            .map(|hs| hs.as_slice().iter().map(|(k, _)| K::clone(k)).collect())
             .unwrap_or_default()
     }
 
@@ -408,7 +409,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         let key = match previous {
             Some((key, held)) => {
                 for ip in held.into_iter().flatten() {
-                    self.remove_holder(owner, ip);
+                    self.remove_holder(&key, ip);
                 }
                 key
             }
@@ -428,9 +429,13 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     fn add_holder(&mut self, owner: &Arc<K>, holder: &Arc<Holder>, ip: IpAddr) {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
-        let hs = self.holders.entry(ip).or_default();
-        let pos = hs.partition_point(|(k, _)| k < owner);
-        hs.insert(pos, (owner.clone(), holder.clone()));
+        let holding = (owner.clone(), holder.clone());
+        match self.holders.get_mut(&ip) {
+            Some(hs) => hs.insert(holding),
+            None => {
+                self.holders.insert(ip, Holdings::One(holding));
+            }
+        }
         if let Some(key) = &holder.sharing_key {
             match self.shared.get_mut(key) {
                 Some(sets) => {
@@ -448,21 +453,23 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         }
     }
 
-    fn remove_holder(&mut self, owner: &K, ip: IpAddr) {
+    /// `owner` is the key `by_owner` shares with the holdings, so it is found by pointer
+    /// without comparing names.
+    fn remove_holder(&mut self, owner: &Arc<K>, ip: IpAddr) {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
         let Some(hs) = self.holders.get_mut(&ip) else {
             return;
         };
-        let Some(pos) = hs.iter().position(|(k, _)| **k == *owner) else {
+        let Some(removed) = hs.remove(owner) else {
             return;
         };
-        let (_, removed) = hs.remove(pos);
         let now_empty = hs.is_empty();
-        let key_still_used = removed
-            .sharing_key
-            .as_ref()
-            .is_some_and(|key| hs.iter().any(|(_, h)| h.sharing_key.as_ref() == Some(key)));
+        let key_still_used = removed.sharing_key.as_ref().is_some_and(|key| {
+            hs.as_slice()
+                .iter()
+                .any(|(_, h)| h.sharing_key.as_ref() == Some(key))
+        });
         if now_empty {
             self.holders.remove(&ip);
         }
