@@ -175,7 +175,7 @@ fn main() {
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000, 10_000, 30_000]);
     println!(
-        "{:>8} {:>7} {:>12} {:>10} {:>13} {:>11} {:>14} {:>11} {:>10}",
+        "{:>8} {:>7} {:>12} {:>10} {:>13} {:>11} {:>14} {:>10} {:>9} {:>11} {:>10}",
         "services",
         "mode",
         "full_bytes",
@@ -183,6 +183,8 @@ fn main() {
         "change_bytes",
         "change_ms",
         "of_which_plan",
+        "add_bytes",
+        "add_ms",
         "walk_first",
         "walk_last"
     );
