@@ -347,6 +347,10 @@ fn is_placeholder(slice: &EndpointSlice, desired: &DesiredSlices) -> bool {
 /// older Service of the same name, are deleted. An address type without any
 /// endpoint keeps one empty placeholder slice. A slice that would be deleted
 /// while another is created is rewritten instead.
+///
+/// While the Service is being deleted, apply only the updates and deletes:
+/// creating slices then would race the garbage collector (upstream skips
+/// creates in that case too).
 pub fn plan_endpoint_slices(
     desired: &DesiredSlices,
     existing: &[EndpointSlice],
