@@ -1,6 +1,8 @@
 //! CRUD, conflicts, status isolation, finalizers, selectors and pagination through the real kube-rs
 //! client against the lab API server.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use k8s_openapi::api::coordination::v1::Lease;

@@ -1,5 +1,7 @@
 //! Patches, server-side apply, CRDs and leader election through the real kube-rs client.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use k8s_openapi::api::coordination::v1::Lease;

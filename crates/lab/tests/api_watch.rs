@@ -1,6 +1,8 @@
 //! Watches through kube-rs: ordered events, resuming, 410 then relist, streaming lists, reflectors,
 //! and recovery from injected watch drops.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use berth_lab::{Faults, LabApiServer};

@@ -1,6 +1,6 @@
 //! Shared helpers for the lab API server tests: a server per test, on 127.0.0.1, free port.
 
-#![allow(dead_code)]
+#![allow(clippy::unwrap_used, dead_code)]
 
 use berth_lab::{LabApiServer, LabApiServerHandle};
 use kube::Client;

@@ -93,9 +93,96 @@ pub fn resource_list(cat: &Catalogue, group: &str, version: &str) -> Option<Valu
     )
 }
 
+/// `/openapi/v3`: one entry per served group-version.
+pub fn openapi_v3_root(cat: &Catalogue) -> Value {
+    let mut paths = serde_json::Map::new();
+    for (group, versions) in cat.groups() {
+        for v in versions {
+            let key = if group.is_empty() {
+                format!("api/{v}")
+            } else {
+                format!("apis/{group}/{v}")
+            };
+            let url = format!("/openapi/v3/{key}?hash=berth-lab");
+            paths.insert(key, json!({"serverRelativeURL": url}));
+        }
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/<group-version>`: paths only, no schemas. kubectl reads the PATCH operations to learn
+/// that the server validates fields itself (so it skips client-side schema validation), and falls
+/// back to its built-in types for strategic merge.
+pub fn openapi_v3_group_version(cat: &Catalogue, gv_path: &str) -> Option<Value> {
+    let (group, version) = match gv_path
+        .trim_matches('/')
+        .split('/')
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["api", v] => (String::new(), (*v).to_owned()),
+        ["apis", g, v] => ((*g).to_owned(), (*v).to_owned()),
+        _ => return None,
+    };
+    let infos: Vec<&ResourceInfo> = cat
+        .all()
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    if infos.is_empty() {
+        return None;
+    }
+    let params: Vec<Value> = ["dryRun", "fieldManager", "fieldValidation", "force"]
+        .iter()
+        .map(|n| json!({"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": true}}))
+        .collect();
+    let mut paths = serde_json::Map::new();
+    for r in infos {
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let item = if r.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", r.plural)
+        };
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        let op = |action: &str| {
+            json!({"operationId": format!("{action}{}", r.kind), "parameters": params, "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk, "responses": {"200": {"description": "OK"}}})
+        };
+        paths.insert(item, json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
+    }
+    Some(
+        json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.34.0"}, "paths": paths, "components": {"schemas": {}}}),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn openapi_v3_lists_patch_with_field_validation() {
+        let cat = Catalogue::build([]);
+        let root = openapi_v3_root(&cat);
+        assert!(root["paths"]["api/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .starts_with("/openapi/v3/api/v1"));
+        assert!(root["paths"]["apis/coordination.k8s.io/v1"].is_object());
+        let doc = openapi_v3_group_version(&cat, "api/v1").unwrap();
+        let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/services/{name}"]["patch"];
+        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Service");
+        assert!(patch["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "fieldValidation"));
+        assert!(openapi_v3_group_version(&cat, "apis/nope/v1").is_none());
+    }
 
     #[test]
     fn core_resources_listed_with_status_subresources() {

@@ -137,6 +137,12 @@ impl ApiError {
         Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {content_type:?}"))
     }
 
+    /// Bodies other than JSON (kubectl's typed generators send protobuf) are refused, as a server
+    /// without that codec would.
+    pub fn unsupported_body(content_type: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml; got {content_type:?}"))
+    }
+
     pub fn page_not_found(path: &str) -> Self {
         Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
             .with_details(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]}))

@@ -202,6 +202,13 @@ async fn dispatch(
                 .map(|d| json_response(StatusCode::OK, &d))
                 .ok_or_else(|| ApiError::page_not_found(uri.path()))
         }
+        Route::OpenApiV3Root => Ok(json_response(
+            StatusCode::OK,
+            &discovery::openapi_v3_root(app.store().catalogue()),
+        )),
+        Route::OpenApiV3(gv) => discovery::openapi_v3_group_version(app.store().catalogue(), &gv)
+            .map(|d| json_response(StatusCode::OK, &d))
+            .ok_or_else(|| ApiError::page_not_found(uri.path())),
         Route::Resource(path) => {
             verbs::handle(app.clone(), method, path, query, &headers, body).await
         }

@@ -19,6 +19,8 @@ pub enum Route {
     Group(String),
     GroupVersion { group: String, version: String },
     OpenApi,
+    OpenApiV3Root,
+    OpenApiV3(String),
     Faults,
     Compact,
     Resource(ResourcePath),
@@ -36,6 +38,8 @@ pub fn parse(path: &str) -> Route {
         ["healthz"] | ["livez"] | ["readyz"] => Route::Healthz,
         ["api"] => Route::CoreGroup,
         ["apis"] => Route::Groups,
+        ["openapi", "v3"] => Route::OpenApiV3Root,
+        ["openapi", "v3", rest @ ..] => Route::OpenApiV3(rest.join("/")),
         ["openapi", ..] => Route::OpenApi,
         ["lab", "faults"] => Route::Faults,
         ["lab", "compact"] => Route::Compact,
@@ -109,7 +113,12 @@ mod tests {
             parse("/apis/discovery.k8s.io"),
             Route::Group("discovery.k8s.io".into())
         );
-        assert_eq!(parse("/openapi/v3"), Route::OpenApi);
+        assert_eq!(parse("/openapi/v3"), Route::OpenApiV3Root);
+        assert_eq!(
+            parse("/openapi/v3/apis/discovery.k8s.io/v1"),
+            Route::OpenApiV3("apis/discovery.k8s.io/v1".into())
+        );
+        assert_eq!(parse("/openapi/v2"), Route::OpenApi);
         assert_eq!(parse("/lab/faults"), Route::Faults);
         assert_eq!(parse("/nope"), Route::Unknown);
     }

@@ -139,6 +139,17 @@ pub async fn handle(
         Some(sub) => return Err(ApiError::page_not_found(&format!("{}/{sub}", info.plural))),
     };
     let ns = path.namespace.clone().unwrap_or_default();
+    if matches!(method, Method::POST | Method::PUT) {
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json");
+        if !content_type.starts_with("application/json")
+            && !content_type.starts_with("application/yaml")
+        {
+            return Err(ApiError::unsupported_body(content_type));
+        }
+    }
     let mutating = matches!(
         method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
