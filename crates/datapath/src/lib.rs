@@ -1,6 +1,20 @@
 //! berth-datapath: a node's view of Services and endpoints -> a typed iptables ruleset (`plan`)
 //! -> `iptables-restore` text (`render`) -> applied by a [`sync::Syncer`] through the
 //! [`sync::Iptables`] trait.
+//!
+//! Decisions beyond kube-proxy's iptables mode, which the semantics otherwise follow:
+//! - Load-balancer traffic not admitted by `BERTH-FW-*` is dropped in the filter chain
+//!   `BERTH-PROXY-FIREWALL` (nat cannot drop), as kube-proxy's `KUBE-PROXY-FIREWALL` does.
+//! - Jumps from built-in chains are not part of the restore payload: the Syncer checks and inserts
+//!   them one by one on full syncs, so berth never flushes a chain it does not own.
+//! - `BERTH-CANARY` (filter and nat) is created after each full sync; when it is gone, someone
+//!   flushed iptables and the next sync is full.
+//! - Change detection hashes each planned chain; a partial payload declares (and so flushes) only
+//!   the chains whose hash changed and deletes chains that are no longer planned. The entry chains
+//!   are rewritten only when their content changes, in both dispatch layouts.
+//! - Dispatch trees split on the first differing bit of the sorted keys (path-compressed binary
+//!   trees), so a tree chain's name and rules change only when Services are added or removed
+//!   below it.
 
 pub mod categorize;
 pub mod convert;
