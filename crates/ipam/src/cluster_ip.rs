@@ -211,6 +211,18 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         self.allocate_specific(owner, ip)
     }
 
+    /// Adopts `(owner, address)` pairs in the order given (oldest Service first); returns
+    /// the refused ones with the reason, for Warning Events on the younger Services.
+    pub fn adopt_all<I>(&mut self, existing: I) -> Vec<(K, IpAddr, IpamError)>
+    where
+        I: IntoIterator<Item = (K, IpAddr)>,
+    {
+        existing
+            .into_iter()
+            .filter_map(|(owner, ip)| self.adopt(&owner, ip).err().map(|e| (owner, ip, e)))
+            .collect()
+    }
+
     /// Makes `owner` hold exactly the plan's addresses: reserves requested ones, allocates
     /// the rest, and releases held addresses of families the plan no longer has. All or
     /// nothing: on error the owner keeps what it held before.
@@ -454,6 +466,39 @@ mod tests {
         assert_eq!(a.release_owner(&o("a")), vec![v4, v6]);
         assert_eq!(a.release_owner(&o("a")), Vec::<IpAddr>::new());
         assert_eq!(a.used(IpFamily::V6), 1);
+    }
+
+    #[test]
+    fn adopt_all_keeps_the_oldest_claimant() {
+        let mut a = mk_alloc(&["10.96.0.0/16"]);
+        let refused = a.adopt_all(vec![
+            (o("old"), ip("10.96.0.10")),
+            (o("young"), ip("10.96.0.10")),
+            (o("stray"), ip("192.168.1.1")),
+        ]);
+        assert_eq!(a.owner_of(ip("10.96.0.10")), Some(&o("old")));
+        let reasons: Vec<(String, String)> = refused
+            .into_iter()
+            .map(|(k, _, e)| (k, e.to_string()))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (o("young"), "failed to allocate IP 10.96.0.10: provided IP is already allocated".to_string()),
+                (
+                    o("stray"),
+                    "failed to allocate IP 192.168.1.1: provided IP is not in the valid range. The range of valid IPs is 10.96.0.0/16"
+                        .to_string()
+                ),
+            ]
+        );
+        // Assigning afterwards never hands out an adopted address.
+        for i in 0..1000 {
+            assert_ne!(
+                a.allocate(&format!("n{i}"), IpFamily::V4).unwrap(),
+                ip("10.96.0.10")
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,41 @@
 //!
 //! Randomness is injected as a seeded [`rand::rngs::SmallRng`], so every run can be
 //! replayed.
+//!
+//! # Decisions where the design leaves room
+//!
+//! - **Owners** are any `Clone + Eq + Hash + Ord + Display` key; [`ServiceKey`] is the usual
+//!   one. Every request is idempotent for an owner (asking again for what it holds changes
+//!   nothing), so a reconcile whose write failed can simply run again.
+//! - **Release**: `release(address)` frees one value and is idempotent;
+//!   `release_owner(owner)` frees everything the owner holds at once and forgets it.
+//! - **Adoption** (`adopt`, `adopt_all`) records values found on existing Services; called
+//!   oldest first, the first claimant keeps a value and later ones get the conflict error.
+//!   Nothing assigned afterwards can take an adopted value.
+//! - **ClusterIP**: IPv4 ranges lose the network and broadcast addresses, IPv6 ranges only
+//!   the network address. State is a bitmap up to 4 Mi addresses and run-length sets beyond,
+//!   so an IPv6 /64 or /48 costs memory per allocation, not per address. An owner holds at
+//!   most one address per family; asking for another of the same family is refused
+//!   ([`IpamError::ClusterIpImmutable`]).
+//! - **NodePort**: [`NodePortAllocator::assign_service`] mirrors the API server: entries with
+//!   the same Service port share a node port (TCP and UDP on 53), a requested node port is
+//!   reserved, `healthCheckNodePort` is reserved or allocated and never equals a traffic
+//!   port, and the owner ends up holding exactly what the Service uses.
+//! - **LoadBalancer pools**: priority set sorts before priority unset, lower first, then
+//!   name. `autoAssign: false` pools serve only Services that name them or one of their
+//!   addresses. A named pool and a requested address must both admit the Service
+//!   (`namespaces`, `namespaceSelector(s)`, `serviceSelector(s)`). A Service keeps the
+//!   address it holds while an eligible pool still contains it. Within a pool the lowest
+//!   usable address wins; for a Service with a sharing key an address already shared
+//!   compatibly counts as usable. `avoidBuggyIPs` skips every IPv4 `.0` and `.255`.
+//! - **Sharing**: same sharing key, no port in common per protocol, and either both
+//!   Services use `externalTrafficPolicy: Cluster` or both have the same selector.
+//! - **Pool changes**: [`LbIpAllocator::set_pools`] replaces all pools or none; addresses
+//!   that no longer lie in any pool stay held and are reported as [`Orphan`]s, for the
+//!   controller to release and reassign; nothing moves silently.
+//! - **Counts** per pool and family are kept exact ([`PoolStatus`]): an address in use counts
+//!   as assigned in every pool that contains it (pools may overlap; see
+//!   [`LbIpAllocator::overlapping_pools`]).
 
 mod band;
 mod cluster_ip;

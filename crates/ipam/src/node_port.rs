@@ -178,6 +178,18 @@ impl<K: OwnerKey> NodePortAllocator<K> {
         self.allocate_specific(owner, port)
     }
 
+    /// Adopts `(owner, port)` pairs in the order given (oldest Service first); returns the
+    /// refused ones with the reason.
+    pub fn adopt_all<I>(&mut self, existing: I) -> Vec<(K, u16, IpamError)>
+    where
+        I: IntoIterator<Item = (K, u16)>,
+    {
+        existing
+            .into_iter()
+            .filter_map(|(owner, port)| self.adopt(&owner, port).err().map(|e| (owner, port, e)))
+            .collect()
+    }
+
     /// Frees `port`; returns whether it was held. Freeing a free port does nothing. The
     /// owner stays known (cheaply) until [`Self::release_owner`].
     pub fn release(&mut self, port: u16) -> bool {
@@ -533,6 +545,23 @@ mod tests {
         req.ports.clear();
         a.assign_service(&o("lb"), &req).unwrap();
         assert_eq!(a.used(), 0);
+    }
+
+    #[test]
+    fn adopt_all_keeps_the_oldest_claimant() {
+        let mut a = mk_alloc("30000-32767");
+        let refused = a.adopt_all(vec![
+            (o("old"), 30080),
+            (o("young"), 30080),
+            (o("old"), 30081),
+        ]);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, o("young"));
+        assert_eq!(
+            refused[0].2.to_string(),
+            "provided port is already allocated"
+        );
+        assert_eq!(a.ports_of(&o("old")), vec![30080, 30081]);
     }
 
     #[test]
