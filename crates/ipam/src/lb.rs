@@ -6,6 +6,7 @@
 //! results are reproducible. An address a Service already holds is kept while it is
 //! still allowed, so reconciling never churns.
 
+use std::collections::hash_map::Entry;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -430,10 +431,10 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
         let holding = (owner.clone(), holder.clone());
-        match self.holders.get_mut(&ip) {
-            Some(hs) => hs.insert(holding),
-            None => {
-                self.holders.insert(ip, Holdings::One(holding));
+        match self.holders.entry(ip) {
+            Entry::Occupied(mut e) => e.get_mut().insert(holding),
+            Entry::Vacant(e) => {
+                e.insert(Holdings::One(holding));
             }
         }
         if let Some(key) = &holder.sharing_key {
@@ -458,20 +459,22 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     fn remove_holder(&mut self, owner: &Arc<K>, ip: IpAddr) {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
-        let Some(hs) = self.holders.get_mut(&ip) else {
+        let Entry::Occupied(mut entry) = self.holders.entry(ip) else {
             return;
         };
-        let Some(removed) = hs.remove(owner) else {
+        let Some(removed) = entry.get_mut().remove(owner) else {
             return;
         };
-        let now_empty = hs.is_empty();
+        let now_empty = entry.get().is_empty();
         let key_still_used = removed.sharing_key.as_ref().is_some_and(|key| {
-            hs.as_slice()
+            entry
+                .get()
+                .as_slice()
                 .iter()
                 .any(|(_, h)| h.sharing_key.as_ref() == Some(key))
         });
         if now_empty {
-            self.holders.remove(&ip);
+            entry.remove();
         }
         if let Some(key) = &removed.sharing_key {
             if !key_still_used {

@@ -154,6 +154,8 @@ impl<K: OwnerKey> NodePortAllocator<K> {
     }
 
     /// Reserves `port` for `owner`; succeeds without change if the owner already holds it.
+    /// Errors carry no field path; [`IpamError::at_field`] adds one
+    /// (`spec.ports[0].nodePort: Invalid value: 40000: ...`).
     pub fn allocate_specific(&mut self, owner: &K, port: u16) -> Result<(), IpamError> {
         let at = PortField { path: None, port };
         if !self.range.contains(port) {
