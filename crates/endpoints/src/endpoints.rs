@@ -1,6 +1,6 @@
 //! core/v1 Endpoints, as the endpoints controller publishes them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
@@ -22,86 +22,111 @@ pub(crate) fn pod_reference(pod: &PodView<'_>) -> ObjectReference {
     }
 }
 
-/// Identity of an address across subsets: the same IP of two pods stays two addresses.
-type AddressKey = (String, String);
+/// A Service port as resolved on one pod: its index in the Service and the
+/// number. `None` stands for "no ports" (a headless Service without ports).
+type PortId = Option<(usize, i32)>;
 
-/// A port with the order subsets list ports in. `None` stands for "no ports"
-/// (a headless Service without ports).
-type PortKey = Option<(String, i32, String, Option<String>)>;
-
-fn port_key(port: &PortSpec<'_>, number: i32) -> PortKey {
-    Some((
-        port.name.to_owned(),
-        number,
-        port.protocol.to_owned(),
-        port.app_protocol.map(str::to_owned),
-    ))
-}
-
-/// Collects (address, port, ready) facts and repacks them into the canonical
+/// Collects (address, ports, ready) facts and repacks them into the canonical
 /// subsets: addresses that serve exactly the same ports with the same
-/// readiness share one subset.
-#[derive(Default)]
-struct Repacker {
-    addresses: BTreeMap<AddressKey, EndpointAddress>,
-    by_port: BTreeMap<PortKey, BTreeMap<AddressKey, bool>>,
+/// readiness share one subset. Addresses are ordered by IP then pod UID, ports
+/// by name, number, protocol; subsets by their address lists.
+struct Repacker<'a> {
+    ports: &'a [PortSpec<'a>],
+    addresses: Vec<EndpointAddress>,
+    /// Identity of an address: the same IP of two pods stays two addresses.
+    index: HashMap<(&'a str, &'a str), usize>,
+    by_port: HashMap<PortId, HashMap<usize, bool>>,
 }
 
-impl Repacker {
-    fn add(&mut self, address: &EndpointAddress, port: PortKey, ready: bool) {
-        let uid = address
-            .target_ref
-            .as_ref()
-            .and_then(|r| r.uid.clone())
-            .unwrap_or_default();
-        let key = (address.ip.clone(), uid);
-        self.addresses
-            .entry(key.clone())
-            .or_insert_with(|| address.clone());
-        // Not ready wins: one not-ready report for a port makes the address not ready there.
-        self.by_port
-            .entry(port)
-            .or_default()
-            .entry(key)
-            .and_modify(|r| *r = *r && ready)
-            .or_insert(ready);
+impl<'a> Repacker<'a> {
+    fn new(ports: &'a [PortSpec<'a>]) -> Self {
+        Repacker {
+            ports,
+            addresses: Vec::new(),
+            index: HashMap::new(),
+            by_port: HashMap::new(),
+        }
+    }
+
+    fn add(
+        &mut self,
+        key: (&'a str, &'a str),
+        address: EndpointAddress,
+        ports: &[PortId],
+        ready: bool,
+    ) {
+        let addresses = &mut self.addresses;
+        let at = *self.index.entry(key).or_insert_with(|| {
+            addresses.push(address);
+            addresses.len() - 1
+        });
+        for port in ports {
+            // Not ready wins: one not-ready report for a port makes the address not ready there.
+            self.by_port
+                .entry(*port)
+                .or_default()
+                .entry(at)
+                .and_modify(|r| *r = *r && ready)
+                .or_insert(ready);
+        }
+    }
+
+    fn endpoint_port(&self, id: (usize, i32)) -> Option<EndpointPort> {
+        let spec = self.ports.get(id.0)?;
+        Some(EndpointPort {
+            name: Some(spec.name.to_owned()).filter(|n| !n.is_empty()),
+            port: id.1,
+            protocol: Some(spec.protocol.to_owned()),
+            app_protocol: spec.app_protocol.map(str::to_owned),
+        })
     }
 
     fn subsets(self) -> Vec<EndpointSubset> {
-        let mut groups: BTreeMap<Vec<(AddressKey, bool)>, Vec<PortKey>> = BTreeMap::new();
-        for (port, addrs) in self.by_port {
-            groups
-                .entry(addrs.into_iter().collect())
-                .or_default()
-                .push(port);
+        let mut order: Vec<usize> = (0..self.addresses.len()).collect();
+        let uid = |a: &EndpointAddress| {
+            a.target_ref
+                .as_ref()
+                .and_then(|r| r.uid.clone())
+                .unwrap_or_default()
+        };
+        order.sort_by_cached_key(|i| (self.addresses[*i].ip.clone(), uid(&self.addresses[*i])));
+        let mut rank = vec![0; order.len()];
+        for (r, i) in order.iter().enumerate() {
+            rank[*i] = r;
         }
-        let lookup = |key: &AddressKey| self.addresses.get(key).cloned();
+        let mut groups: BTreeMap<Vec<(usize, bool)>, Vec<PortId>> = BTreeMap::new();
+        for (port, addrs) in &self.by_port {
+            let mut members: Vec<(usize, bool)> =
+                addrs.iter().map(|(i, r)| (rank[*i], *r)).collect();
+            members.sort_unstable();
+            groups.entry(members).or_default().push(*port);
+        }
         groups
             .into_iter()
-            .map(|(addrs, ports)| {
-                let ready: Vec<EndpointAddress> = addrs
-                    .iter()
-                    .filter(|(_, r)| *r)
-                    .filter_map(|(k, _)| lookup(k))
-                    .collect();
-                let not_ready: Vec<EndpointAddress> = addrs
-                    .iter()
-                    .filter(|(_, r)| !*r)
-                    .filter_map(|(k, _)| lookup(k))
-                    .collect();
-                let ports: Vec<EndpointPort> = ports
+            .map(|(members, ports)| {
+                let pick = |want: bool| -> Vec<EndpointAddress> {
+                    members
+                        .iter()
+                        .filter(|(_, r)| *r == want)
+                        .map(|(rank, _)| self.addresses[order[*rank]].clone())
+                        .collect()
+                };
+                let mut ports: Vec<EndpointPort> = ports
                     .into_iter()
                     .flatten()
-                    .map(|(name, port, protocol, app_protocol)| EndpointPort {
-                        name: Some(name).filter(|n| !n.is_empty()),
-                        port,
-                        protocol: Some(protocol),
-                        app_protocol,
-                    })
+                    .filter_map(|id| self.endpoint_port(id))
                     .collect();
+                ports.sort_by(|a, b| {
+                    (&a.name, a.port, &a.protocol, &a.app_protocol).cmp(&(
+                        &b.name,
+                        b.port,
+                        &b.protocol,
+                        &b.app_protocol,
+                    ))
+                });
                 EndpointSubset {
-                    addresses: Some(ready).filter(|a| !a.is_empty()),
-                    not_ready_addresses: Some(not_ready).filter(|a| !a.is_empty()),
+                    addresses: Some(pick(true)).filter(|a| !a.is_empty()),
+                    not_ready_addresses: Some(pick(false)).filter(|a| !a.is_empty()),
                     ports: Some(ports).filter(|p| !p.is_empty()),
                 }
             })
@@ -178,7 +203,8 @@ pub fn build_endpoints(service: &Service, pods: &[Pod]) -> Computed<Option<Endpo
         };
     };
     let selected = select_pods(&svc, pods, svc.publish_not_ready, &mut skipped);
-    let mut packer = Repacker::default();
+    let mut packer = Repacker::new(&svc.ports);
+    let mut ports: Vec<PortId> = Vec::with_capacity(svc.ports.len());
     for pod in &selected {
         let family = svc.endpoints_family(pod.ips.first().map(|(_, ip)| ip));
         let Some(ip) = pod.ips_of(family).next() else {
@@ -197,16 +223,19 @@ pub fn build_endpoints(service: &Service, pods: &[Pod]) -> Computed<Option<Endpo
             target_ref: Some(pod_reference(pod)),
         };
         let ready = svc.publish_not_ready || pod.ready;
+        ports.clear();
         if svc.ports.is_empty() {
             if svc.is_cluster_ip_none() {
-                packer.add(&address, None, ready);
+                ports.push(None);
             }
-            continue;
+        } else {
+            let resolved = svc.ports.iter().enumerate();
+            ports.extend(resolved.filter_map(|(i, port)| {
+                resolve_port(pod.pod, port).map(|number| Some((i, number)))
+            }));
         }
-        for port in &svc.ports {
-            if let Some(number) = resolve_port(pod.pod, port) {
-                packer.add(&address, port_key(port, number), ready);
-            }
+        if !ports.is_empty() {
+            packer.add((ip, pod.uid.unwrap_or("")), address, &ports, ready);
         }
     }
     let mut subsets = packer.subsets();
@@ -266,6 +295,8 @@ pub fn endpoints_need_update(existing: &Endpoints, desired: &Endpoints) -> bool 
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::ServicePort;
+
     use super::*;
 
     fn mk_addresses(prefix: &str, n: usize) -> Option<Vec<EndpointAddress>> {
@@ -343,11 +374,21 @@ mod tests {
             ip: "10.0.0.1".into(),
             ..Default::default()
         };
-        let port = Some(("http".to_owned(), 80, "TCP".to_owned(), None));
-        let mut packer = Repacker::default();
-        packer.add(&address, port.clone(), true);
-        packer.add(&address, port, false);
-        assert_eq!(sizes(&packer.subsets()), vec![(0, 1)]);
+        let svc_port = ServicePort {
+            name: Some("http".into()),
+            port: 80,
+            ..Default::default()
+        };
+        let specs = [PortSpec::new(&svc_port)];
+        let mut packer = Repacker::new(&specs);
+        packer.add(("10.0.0.1", ""), address.clone(), &[Some((0, 80))], true);
+        packer.add(("10.0.0.1", ""), address, &[Some((0, 80))], false);
+        let subsets = packer.subsets();
+        assert_eq!(sizes(&subsets), vec![(0, 1)]);
+        assert_eq!(
+            subsets[0].ports.as_ref().unwrap()[0].protocol.as_deref(),
+            Some("TCP")
+        );
     }
 
     fn mk_endpoints(rv: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Endpoints {
