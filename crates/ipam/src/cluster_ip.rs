@@ -2,7 +2,6 @@
 //! the IPv4 broadcast, random dynamic allocation above the static band.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use ipnet::IpNet;
 use rand::rngs::SmallRng;
@@ -10,13 +9,13 @@ use rand::rngs::SmallRng;
 use crate::band::{pick_random, static_band};
 use crate::error::IpamError;
 use crate::family::{ClusterIpPlan, ClusterIpSlot, IpFamily};
-use crate::hash::FxHashMap;
 use crate::offsets::{OffsetSet, OwnerIndex};
+use crate::owners::Owners;
 use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
 
 /// One service CIDR and the offsets (from the first usable address) in use.
 #[derive(Debug, Clone)]
-struct CidrRange<K> {
+struct CidrRange {
     cidr: IpNet,
     family: IpFamily,
     /// The first usable address (network + 1) as a number.
@@ -25,10 +24,10 @@ struct CidrRange<K> {
     size: u128,
     band: u128,
     used: OffsetSet,
-    owners: OwnerIndex<K>,
+    owners: OwnerIndex,
 }
 
-impl<K> CidrRange<K> {
+impl CidrRange {
     fn new(cidr: IpNet) -> Result<Self, IpamError> {
         let cidr = cidr.trunc();
         let invalid = |reason: &str| IpamError::InvalidServiceCidr {
@@ -78,20 +77,13 @@ impl<K> CidrRange<K> {
 #[derive(Debug, Clone)]
 pub struct ClusterIpAllocator<K: OwnerKey> {
     /// Indexed by `IpFamily::index`.
-    ranges: [Option<CidrRange<K>>; 2],
+    ranges: [Option<CidrRange>; 2],
     /// Family order of `--service-cidr`; the first is the cluster's default family.
     order: Vec<IpFamily>,
-    /// Owners are shared with each range's owner index, so recording an address never
-    /// clones a key.
-    by_owner: FxHashMap<K, Held<K>>,
+    /// Each owner's addresses, indexed by `IpFamily::index`. The ranges' owner indexes
+    /// hold ids, so releasing an address never hashes or compares a key.
+    owners: Owners<K, [Option<IpAddr>; 2]>,
     rng: SmallRng,
-}
-
-/// An owner's addresses, indexed by `IpFamily::index`.
-#[derive(Debug, Clone)]
-struct Held<K> {
-    key: Arc<K>,
-    ips: [Option<IpAddr>; 2],
 }
 
 impl<K: OwnerKey> ClusterIpAllocator<K> {
@@ -104,7 +96,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
                 reason: "expected one CIDR, or two of different IP families".into(),
             });
         }
-        let mut ranges: [Option<CidrRange<K>>; 2] = [None, None];
+        let mut ranges: [Option<CidrRange>; 2] = [None, None];
         let mut order = Vec::new();
         for cidr in cidrs {
             let range = CidrRange::new(*cidr)?;
@@ -121,7 +113,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         Ok(Self {
             ranges,
             order,
-            by_owner: FxHashMap::default(),
+            owners: Owners::default(),
             rng,
         })
     }
@@ -137,7 +129,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         self.range(family).map(|r| r.cidr)
     }
 
-    fn range(&self, family: IpFamily) -> Option<&CidrRange<K>> {
+    fn range(&self, family: IpFamily) -> Option<&CidrRange> {
         self.ranges[family.index()].as_ref()
     }
 
@@ -145,8 +137,8 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     pub fn allocate(&mut self, owner: &K, family: IpFamily) -> Result<IpAddr, IpamError> {
         let f = family.index();
         // One owner lookup serves both the idempotency check and the recording.
-        let held = self.by_owner.get_mut(owner);
-        if let Some(ip) = held.as_ref().and_then(|h| h.ips[f]) {
+        let id = self.owners.find(owner);
+        if let Some(ip) = id.and_then(|id| self.owners.get(id)[f]) {
             return Ok(ip);
         }
         let range = self.ranges[f]
@@ -156,26 +148,12 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
             .ok_or(IpamError::IpRangeFull { family })?;
         range.used.insert(offset);
         let ip = range.ip_at(offset);
-        let key = match held {
-            Some(h) => {
-                h.ips[f] = Some(ip);
-                h.key.clone()
-            }
-            None => {
-                let key = Arc::new(owner.clone());
-                let mut ips = [None, None];
-                ips[f] = Some(ip);
-                self.by_owner.insert(
-                    owner.clone(),
-                    Held {
-                        key: key.clone(),
-                        ips,
-                    },
-                );
-                key
-            }
+        let id = match id {
+            Some(id) => id,
+            None => self.owners.intern(owner),
         };
-        range.owners.set(offset, key);
+        self.owners.get_mut(id)[f] = Some(ip);
+        range.owners.set(offset, id);
         Ok(ip)
     }
 
@@ -231,7 +209,11 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         owner: &K,
         plan: &ClusterIpPlan,
     ) -> Result<Vec<IpAddr>, IpamError> {
-        let before = self.by_owner.get(owner).map(|h| h.ips).unwrap_or_default();
+        let before = self
+            .owners
+            .find(owner)
+            .map(|id| *self.owners.get(id))
+            .unwrap_or_default();
         let mut out = Vec::with_capacity(plan.slots.len());
         for slot in &plan.slots {
             let result = match *slot {
@@ -268,44 +250,46 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         let Some(offset) = range.offset_of(ip) else {
             return false;
         };
-        let Some(owner) = range.owners.take(offset) else {
+        let Some(id) = range.owners.take(offset) else {
             return false;
         };
         range.used.remove(offset);
-        if let Some(held) = self.by_owner.get_mut(&*owner) {
-            held.ips[family.index()] = None;
-        }
+        self.owners.get_mut(id)[family.index()] = None;
         true
     }
 
     /// Frees every address `owner` holds, at once, and forgets the owner; returns them.
     pub fn release_owner(&mut self, owner: &K) -> Vec<IpAddr> {
-        let Some(held) = self.by_owner.remove(owner) else {
+        let Some(id) = self.owners.find(owner) else {
             return Vec::new();
         };
-        let ips: Vec<IpAddr> = held.ips.into_iter().flatten().collect();
+        let ips: Vec<IpAddr> = self.owners.get(id).iter().flatten().copied().collect();
         for ip in &ips {
             self.release(*ip);
         }
+        self.owners.remove(id);
         ips
     }
 
     /// Who holds `ip`.
     pub fn owner_of(&self, ip: IpAddr) -> Option<&K> {
         let range = self.range(IpFamily::of(ip))?;
-        range.owners.get(range.offset_of(ip)?).map(|k| &**k)
+        let id = range.owners.get(range.offset_of(ip)?)?;
+        Some(self.owners.key(id))
     }
 
     /// The addresses `owner` holds, IPv4 first.
     pub fn ips_of(&self, owner: &K) -> Vec<IpAddr> {
-        self.by_owner
-            .get(owner)
-            .map(|h| h.ips.iter().flatten().copied().collect())
+        self.owners
+            .find(owner)
+            .map(|id| self.owners.get(id).iter().flatten().copied().collect())
             .unwrap_or_default()
     }
 
     fn held(&self, owner: &K, family: IpFamily) -> Option<IpAddr> {
-        self.by_owner.get(owner).and_then(|h| h.ips[family.index()])
+        self.owners
+            .find(owner)
+            .and_then(|id| self.owners.get(id)[family.index()])
     }
 
     /// Addresses of `family` in use.
@@ -325,28 +309,11 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
 
     fn record(&mut self, owner: &K, ip: IpAddr) {
         let family = IpFamily::of(ip).index();
-        let key = match self.by_owner.get_mut(owner) {
-            Some(held) => {
-                held.ips[family] = Some(ip);
-                held.key.clone()
-            }
-            None => {
-                let key = Arc::new(owner.clone());
-                let mut ips = [None, None];
-                ips[family] = Some(ip);
-                self.by_owner.insert(
-                    owner.clone(),
-                    Held {
-                        key: key.clone(),
-                        ips,
-                    },
-                );
-                key
-            }
-        };
+        let id = self.owners.intern(owner);
+        self.owners.get_mut(id)[family] = Some(ip);
         if let Some(range) = self.ranges[family].as_mut() {
             if let Some(offset) = range.offset_of(ip) {
-                range.owners.set(offset, key);
+                range.owners.set(offset, id);
             }
         }
     }

@@ -55,6 +55,7 @@ mod hash;
 mod lb;
 mod node_port;
 mod offsets;
+mod owners;
 mod pool;
 mod runset;
 mod selector;

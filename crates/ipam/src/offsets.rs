@@ -2,8 +2,6 @@
 //! [`DENSE_MAX`] values (every NodePort range, ClusterIP CIDRs up to a /10 or an IPv6
 //! /106), run-length [`RunSet`] beyond, so a huge IPv6 range costs only what is allocated.
 
-use std::sync::Arc;
-
 use crate::hash::FxHashMap;
 use crate::runset::RunSet;
 
@@ -148,42 +146,44 @@ impl Bitmap {
     }
 }
 
-/// Ranges up to this size keep their owners in a vector indexed by offset (8 bytes per
-/// address: 8 MiB for a /12); larger ones in a map of the offsets in use.
+/// Ranges up to this size keep their owners' ids in a vector indexed by offset (4 bytes
+/// per address: 4 MiB for a /12); larger ones in a map of the offsets in use.
 pub(crate) const DENSE_OWNERS_MAX: u128 = 1 << 20;
 
-/// Who holds each used offset of one range.
+/// No owner at this offset (ids are dense from 0, so the largest is never handed out).
+const VACANT: u32 = u32::MAX;
+
+/// Who (by owner id) holds each used offset of one range.
 #[derive(Debug, Clone)]
-pub(crate) enum OwnerIndex<K> {
-    Dense(Vec<Option<Arc<K>>>),
-    Sparse(FxHashMap<u128, Arc<K>>),
+pub(crate) enum OwnerIndex {
+    Dense(Vec<u32>),
+    Sparse(FxHashMap<u128, u32>),
 }
 
-impl<K> OwnerIndex<K> {
+impl OwnerIndex {
     pub(crate) fn for_size(size: u128) -> Self {
         if size <= DENSE_OWNERS_MAX {
-            Self::Dense(
-                std::iter::repeat_with(|| None)
-                    .take(size as usize)
-                    .collect(),
-            )
+            Self::Dense(vec![VACANT; size as usize])
         } else {
             Self::Sparse(FxHashMap::default())
         }
     }
 
-    pub(crate) fn get(&self, offset: u128) -> Option<&Arc<K>> {
+    pub(crate) fn get(&self, offset: u128) -> Option<u32> {
         match self {
-            Self::Dense(v) => v.get(usize::try_from(offset).ok()?)?.as_ref(),
-            Self::Sparse(m) => m.get(&offset),
+            Self::Dense(v) => v
+                .get(usize::try_from(offset).ok()?)
+                .copied()
+                .filter(|&id| id != VACANT),
+            Self::Sparse(m) => m.get(&offset).copied(),
         }
     }
 
-    pub(crate) fn set(&mut self, offset: u128, owner: Arc<K>) {
+    pub(crate) fn set(&mut self, offset: u128, owner: u32) {
         match self {
             Self::Dense(v) => {
                 if let Some(slot) = usize::try_from(offset).ok().and_then(|o| v.get_mut(o)) {
-                    *slot = Some(owner);
+                    *slot = owner;
                 }
             }
             Self::Sparse(m) => {
@@ -192,9 +192,12 @@ impl<K> OwnerIndex<K> {
         }
     }
 
-    pub(crate) fn take(&mut self, offset: u128) -> Option<Arc<K>> {
+    pub(crate) fn take(&mut self, offset: u128) -> Option<u32> {
         match self {
-            Self::Dense(v) => v.get_mut(usize::try_from(offset).ok()?)?.take(),
+            Self::Dense(v) => {
+                let slot = v.get_mut(usize::try_from(offset).ok()?)?;
+                Some(std::mem::replace(slot, VACANT)).filter(|&id| id != VACANT)
+            }
             Self::Sparse(m) => m.remove(&offset),
         }
     }
@@ -210,10 +213,11 @@ mod tests {
     fn owner_index_dense_and_sparse() {
         for mut idx in [OwnerIndex::for_size(100), OwnerIndex::for_size(1 << 40)] {
             assert!(idx.get(7).is_none());
-            idx.set(7, Arc::new("a"));
-            assert_eq!(idx.get(7).map(|k| **k), Some("a"));
-            assert_eq!(idx.take(7).map(|k| *k), Some("a"));
+            idx.set(7, 3);
+            assert_eq!(idx.get(7), Some(3));
+            assert_eq!(idx.take(7), Some(3));
             assert!(idx.take(7).is_none());
+            assert!(idx.get(1 << 41).is_none());
         }
     }
 

@@ -14,10 +14,26 @@ pub trait OwnerKey: Clone + Eq + Hash + Ord + fmt::Display {}
 impl<T: Clone + Eq + Hash + Ord + fmt::Display> OwnerKey for T {}
 
 /// The usual owner: a Service by namespace and name. Displays as `namespace/name`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServiceKey {
     pub namespace: String,
     pub name: String,
+}
+
+/// Written out so `clone_from` reuses the target's string buffers: the allocators keep
+/// freed owner slots and refill them this way, without allocating.
+impl Clone for ServiceKey {
+    fn clone(&self) -> Self {
+        Self {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        self.namespace.clone_from(&source.namespace);
+        self.name.clone_from(&source.name);
+    }
 }
 
 impl ServiceKey {
