@@ -13,12 +13,8 @@ use crate::input::{
     ServicePortName, SessionAffinity, TrafficPolicy, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
 };
 use crate::Error;
+use berth_api::names::label;
 
-pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
-pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// The `service-proxy-name` value that selects berth.
-pub const PROXY_NAME: &str = "berth";
 
 /// `--proxy-mode`: which Services this agent programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,7 +52,7 @@ fn invalid(object: &str, field: &str, value: &str) -> Error {
 /// Whether the Service gets a datapath on this agent at all.
 pub fn is_proxied(svc: &Service, mode: ProxyMode) -> bool {
     let labels = svc.metadata.labels.as_ref();
-    let label = |key: &str| {
+    let label_value = |key: &str| {
         labels
             .and_then(|labels| labels.get(key))
             .map(String::as_str)
@@ -66,13 +62,13 @@ pub fn is_proxied(svc: &Service, mode: ProxyMode) -> bool {
         .and_then(|spec| spec.type_.as_deref())
         .unwrap_or("ClusterIP");
     let headless = spec.and_then(|spec| spec.cluster_ip.as_deref()) == Some("None");
-    if kind == "ExternalName" || headless || label(HEADLESS_LABEL).is_some() {
+    if kind == "ExternalName" || headless || label_value(label::HEADLESS).is_some() {
         return false;
     }
-    match (mode, label(SERVICE_PROXY_NAME_LABEL)) {
+    match (mode, label_value(label::SERVICE_PROXY_NAME)) {
         (ProxyMode::None, _) => false,
         (ProxyMode::Full, None) => true,
-        (ProxyMode::Full | ProxyMode::Labeled, Some(name)) => name == PROXY_NAME,
+        (ProxyMode::Full | ProxyMode::Labeled, Some(name)) => name == label::SERVICE_PROXY_NAME_BERTH,
         (ProxyMode::Labeled, None) => false,
     }
 }
@@ -260,7 +256,7 @@ pub fn build_service_ports(
                     .metadata
                     .labels
                     .as_ref()
-                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                    .and_then(|l| l.get(label::ENDPOINTSLICE_SERVICE_NAME))
                     == Some(&name)
         })
         .collect();

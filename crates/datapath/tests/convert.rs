@@ -1,6 +1,7 @@
 //! Kubernetes objects -> input model: proxy-mode and label filters, endpoint conditions, ports.
 #![allow(clippy::unwrap_used)]
 
+use berth_api::names::label;
 use berth_datapath::convert::*;
 use berth_datapath::*;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -77,13 +78,13 @@ fn proxy_mode_and_labels() {
     );
     let ours = mk_service(
         "b",
-        json!({SERVICE_PROXY_NAME_LABEL: "berth"}),
+        json!({(label::SERVICE_PROXY_NAME): "berth"}),
         json!({"clusterIP": "10.96.0.2", "ports": [{"port": 80}]}),
         json!({}),
     );
     let theirs = mk_service(
         "c",
-        json!({SERVICE_PROXY_NAME_LABEL: "other"}),
+        json!({(label::SERVICE_PROXY_NAME): "other"}),
         json!({"clusterIP": "10.96.0.3", "ports": [{"port": 80}]}),
         json!({}),
     );
@@ -95,7 +96,7 @@ fn proxy_mode_and_labels() {
     );
     let headless_label = mk_service(
         "e",
-        json!({HEADLESS_LABEL: ""}),
+        json!({(label::HEADLESS): ""}),
         json!({"clusterIP": "10.96.0.5", "ports": [{"port": 80}]}),
         json!({}),
     );
