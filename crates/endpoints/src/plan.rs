@@ -397,9 +397,9 @@ pub fn plan_endpoint_slices(
             .filter(|(t, _)| *t == address_type)
             .cloned()
             .collect();
+        // Port sets no pod resolves to any more: their slices go, even empty ones.
         for key in stale {
-            let existing = buckets.remove(&key).unwrap_or_default();
-            plan_group(desired, address_type, None, existing, max, &mut out);
+            out.delete.extend(buckets.remove(&key).unwrap_or_default());
         }
 
         if out.unchanged.is_empty() && out.update.is_empty() && out.create.is_empty() {

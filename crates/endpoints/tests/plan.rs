@@ -193,6 +193,20 @@ fn no_endpoints_leaves_one_placeholder() {
 }
 
 #[test]
+fn placeholder_is_recycled_when_endpoints_appear() {
+    let svc = service();
+    let existing = established(&svc, &[], 10);
+    assert_eq!(existing.len(), 1);
+    assert!(existing[0].endpoints.is_empty());
+    let pods: Vec<Pod> = (0..3).map(|i| pod(i, true)).collect();
+    let plan = plan_endpoint_slices(&desired(&svc, &pods), &existing, &config(10));
+    assert!(plan.create.is_empty() && plan.delete.is_empty() && plan.unchanged.is_empty());
+    assert_eq!(names(&plan.update), names(&existing));
+    assert_eq!(plan.update[0].endpoints.len(), 3);
+    assert_eq!(plan.update[0].ports.as_ref().unwrap()[0].port, Some(8080));
+}
+
+#[test]
 fn dropped_family_and_stale_owner_are_deleted_and_foreign_slices_ignored() {
     let mut svc = service();
     let spec = svc.spec.as_mut().unwrap();
