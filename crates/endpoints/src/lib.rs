@@ -11,6 +11,19 @@
 //! slices are sorted) so the controller can compare with what exists and skip
 //! no-op writes. Inputs that cannot be used (an unparsable pod IP, a pod on an
 //! unknown node, ...) are skipped and reported in [`Computed::skipped`].
+//!
+//! Where berth's output differs from kube-controller-manager's, on purpose:
+//! - subsets, ports and slice groups are ordered by value (addresses by IP
+//!   then pod UID, ports by name, number, protocol) instead of by hash, and
+//!   endpoints inside a slice are sorted, so equal inputs give equal objects;
+//! - a subset emptied by the 1000-address cut is dropped rather than kept
+//!   without addresses; `nodeName` is omitted when the pod has none;
+//! - slices are labelled `managed-by: berth.dev/controller`, so berth and
+//!   kube-controller-manager never adopt each other's slices;
+//! - a pod that reports only `podIP` is read as if `podIPs` held it, as the
+//!   API server's defaulting does;
+//! - not computed here: topology hints (trafficDistribution) and the
+//!   `last-change-trigger-time` annotation, which needs a clock.
 
 mod endpoints;
 mod error;
