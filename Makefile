@@ -25,7 +25,7 @@ TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSI
 NETNS_PREFIX := berth-
 
 # Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
-BENCHES := ipam endpoints
+BENCHES := ipam endpoints datapath lab
 BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
 TEST_LOG := $(TARGET_DIR)/cargo-test.log
 
@@ -123,6 +123,12 @@ bench-ipam: check-cargo
 
 bench-endpoints: check-cargo
 	$(CARGO) bench -p berth-endpoints --bench endpoints_table
+
+bench-datapath: check-cargo
+	$(CARGO) bench -p berth-datapath --bench datapath_plan_table
+
+bench-lab: check-cargo
+	$(CARGO) bench -p berth-lab --bench lab_api_table
 
 ## Recovery
 
