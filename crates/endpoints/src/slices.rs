@@ -461,14 +461,32 @@ fn sorted_groups(groups: HashMap<(Family, usize), SliceGroup>) -> Vec<SliceGroup
     groups
         .into_iter()
         .map(|(_, mut g)| {
-            // Stable, so of two pods claiming one identity the later one wins, as before.
-            g.endpoints.sort_by(|a, b| a.0.cmp(&b.0));
-            g.endpoints.reverse();
-            g.endpoints.dedup_by(|a, b| a.0 == b.0);
-            g.endpoints.reverse();
+            g.endpoints = sorted_unique(std::mem::take(&mut g.endpoints));
             g
         })
         .collect()
+}
+
+/// Sorts by key, moving each (large) endpoint once. Of two pods claiming one
+/// identity the later one wins, as a map insert would have it.
+fn sorted_unique(endpoints: Vec<(EndpointKey, Endpoint)>) -> Vec<(EndpointKey, Endpoint)> {
+    let mut order: Vec<usize> = (0..endpoints.len()).collect();
+    order.sort_by(|a, b| endpoints[*a].0.cmp(&endpoints[*b].0));
+    let mut slots: Vec<Option<(EndpointKey, Endpoint)>> = endpoints.into_iter().map(Some).collect();
+    let mut sorted: Vec<(EndpointKey, Endpoint)> = Vec::with_capacity(slots.len());
+    for (n, i) in order.iter().enumerate() {
+        let next_is_same = order
+            .get(n + 1)
+            .and_then(|j| Some((slots[*i].as_ref()?, slots[*j].as_ref()?)))
+            .is_some_and(|(a, b)| a.0 == b.0);
+        if next_is_same {
+            continue;
+        }
+        if let Some(item) = slots[*i].take() {
+            sorted.push(item);
+        }
+    }
+    sorted
 }
 
 /// The slices of `service` built from scratch (see [`DesiredSlices::build_slices`]).
@@ -482,5 +500,47 @@ pub fn build_endpoint_slices(
     Computed {
         value: value.map(|d| d.into_slices(config)),
         skipped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_entry(ip: &str, pod: &str, node: &str) -> (EndpointKey, Endpoint) {
+        let endpoint = Endpoint {
+            addresses: vec![ip.to_owned()],
+            node_name: Some(node.to_owned()),
+            target_ref: Some(k8s_openapi::api::core::v1::ObjectReference {
+                name: Some(pod.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        (endpoint_key(&endpoint), endpoint)
+    }
+
+    #[test]
+    fn sorted_unique_orders_by_key_and_keeps_the_last_duplicate() {
+        let sorted = sorted_unique(vec![
+            mk_entry("10.0.0.2", "b", "n1"),
+            mk_entry("10.0.0.1", "a", "n1"),
+            mk_entry("10.0.0.2", "b", "n2"),
+            mk_entry("10.0.0.10", "c", "n1"),
+        ]);
+        let got: Vec<(&str, &str)> = sorted
+            .iter()
+            .map(|(k, e)| {
+                (
+                    k.addresses[0].as_str(),
+                    e.node_name.as_deref().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![("10.0.0.1", "n1"), ("10.0.0.10", "n1"), ("10.0.0.2", "n2")]
+        );
+        assert!(sorted_unique(Vec::new()).is_empty());
     }
 }
