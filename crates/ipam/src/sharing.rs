@@ -2,12 +2,12 @@
 //! do not overlap per protocol, and that either both use `externalTrafficPolicy: Cluster`
 //! or both select the same pods.
 
+use std::fmt::Display;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use crate::error::IpamError;
 use crate::selector::Labels;
-use crate::types::{OwnerKey, Protocol};
+use crate::types::Protocol;
 
 /// `spec.externalTrafficPolicy`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -37,7 +37,7 @@ impl std::fmt::Display for LbPort {
 }
 
 /// What the sharing rules need to know about one holder of an address.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Holder {
     pub(crate) sharing_key: Option<String>,
     pub(crate) policy: TrafficPolicy,
@@ -45,69 +45,14 @@ pub(crate) struct Holder {
     pub(crate) ports: Vec<LbPort>,
 }
 
-/// One holder of an address: the owner and its sharing data, both shared (`Arc`) with
-/// the allocator's other maps so recording a holder never deep-copies them.
-pub(crate) type Holding<K> = (Arc<K>, Arc<Holder>);
-
-/// The holders of one address, sorted by owner. Nearly always a single Service, kept
-/// inline so the common case costs no extra allocation or pointer chase.
-#[derive(Debug, Clone)]
-pub(crate) enum Holdings<K> {
-    One(Holding<K>),
-    Many(Vec<Holding<K>>),
-}
-
-impl<K: Ord> Holdings<K> {
-    pub(crate) fn as_slice(&self) -> &[Holding<K>] {
-        match self {
-            Self::One(h) => std::slice::from_ref(h),
-            Self::Many(v) => v,
-        }
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.as_slice().is_empty()
-    }
-
-    pub(crate) fn insert(&mut self, h: Holding<K>) {
-        let mut all = match std::mem::replace(self, Self::Many(Vec::new())) {
-            Self::One(first) => vec![first],
-            Self::Many(v) => v,
-        };
-        let pos = all.partition_point(|(k, _)| *k < h.0);
-        all.insert(pos, h);
-        *self = match all.len() {
-            1 => Self::One(all.remove(0)),
-            _ => Self::Many(all),
-        };
-    }
-
-    /// Removes `owner` (found by pointer); returns its sharing data.
-    pub(crate) fn remove(&mut self, owner: &Arc<K>) -> Option<Arc<Holder>> {
-        match self {
-            Self::One((k, _)) if Arc::ptr_eq(k, owner) => {
-                match std::mem::replace(self, Self::Many(Vec::new())) {
-                    Self::One((_, h)) => Some(h),
-                    Self::Many(_) => None,
-                }
-            }
-            Self::One(_) => None,
-            Self::Many(v) => {
-                let pos = v.iter().position(|(k, _)| Arc::ptr_eq(k, owner))?;
-                Some(v.remove(pos).1)
-            }
-        }
-    }
-}
-
 /// Checks that `new` may join `others` (every other holder of `ip`). Both `Local` Services
 /// with equal selectors count as selecting the same pods, an empty selector included (as
 /// MetalLB's backend key does); a `Cluster` and a `Local` Service with equal selectors do
 /// too, since they reach the same pods.
-pub(crate) fn check_sharing<K: OwnerKey>(
+pub(crate) fn check_sharing<K: Display>(
     ip: IpAddr,
     new: &Holder,
-    others: &[(Arc<K>, Arc<Holder>)],
+    others: &[(&K, &Holder)],
 ) -> Result<(), IpamError> {
     if others.is_empty() {
         return Ok(());
@@ -175,12 +120,7 @@ mod tests {
 
     fn check(new: &Holder, other: &Holder) -> Result<(), String> {
         let ip: IpAddr = "198.18.0.200".parse().unwrap();
-        check_sharing(
-            ip,
-            new,
-            &[(Arc::new("ns/old".to_string()), Arc::new(other.clone()))],
-        )
-        .map_err(|e| e.to_string())
+        check_sharing(ip, new, &[(&"ns/old", other)]).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -227,29 +167,6 @@ mod tests {
                 "{new:?} joining {other:?}"
             );
         }
-    }
-
-    #[test]
-    fn holdings_stay_sorted_and_find_owners_by_pointer() {
-        let h = Arc::new(mk_holder(Some("k"), TrafficPolicy::Cluster, &[], &[]));
-        let (a, b, c) = (Arc::new("a"), Arc::new("b"), Arc::new("c"));
-        let mut hs = Holdings::One((b.clone(), h.clone()));
-        hs.insert((c.clone(), h.clone()));
-        hs.insert((a.clone(), h.clone()));
-        let names: Vec<&str> = hs.as_slice().iter().map(|(k, _)| **k).collect();
-        assert_eq!(names, vec!["a", "b", "c"]);
-        assert!(
-            hs.remove(&Arc::new("b")).is_none(),
-            "an equal name is not the same owner"
-        );
-        assert!(hs.remove(&b).is_some());
-        assert!(hs.remove(&a).is_some());
-        assert!(hs.remove(&c).is_some());
-        assert!(hs.is_empty());
-        let mut one = Holdings::One((a.clone(), h));
-        assert!(one.remove(&c).is_none());
-        assert!(one.remove(&a).is_some());
-        assert!(one.is_empty());
     }
 
     #[test]

@@ -5,19 +5,32 @@
 //! first, unset last, then name). Within a pool the lowest usable address is taken, so
 //! results are reproducible. An address a Service already holds is kept while it is
 //! still allowed, so reconciling never churns.
+//!
+//! Owners are interned to dense ids at the API boundary; holders of an address, and the
+//! sharing data the rules need, are reached by id. Each pool keeps its own index of the
+//! addresses in use ([`index::FreeIndex`]), so finding its lowest free address never
+//! looks at another pool.
 
+mod index;
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::sync::Arc;
+
+use index::FreeIndex;
 
 use crate::error::IpamError;
 use crate::family::IpFamily;
 use crate::hash::FxHashMap;
+use crate::owners::{Owners, Reset};
 use crate::pool::{Pool, PoolSpec, PoolStatus};
-use crate::runset::RunSet;
 use crate::selector::Labels;
-use crate::sharing::{check_sharing, Holder, Holding, Holdings, LbPort, TrafficPolicy};
+use crate::sharing::{check_sharing, Holder, LbPort, TrafficPolicy};
 use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
 
 /// What the LoadBalancer allocator needs to know about a Service.
@@ -43,21 +56,23 @@ pub struct ServiceView {
 }
 
 impl ServiceView {
-    fn holder(&self) -> Holder {
-        let mut ports = self.ports.clone();
-        ports.sort_unstable();
-        ports.dedup();
-        Holder {
-            sharing_key: self.sharing_key.clone(),
-            policy: self.external_traffic_policy,
-            selector: self.selector.clone(),
-            ports,
+    /// Writes this Service's sharing data into `out`, reusing its buffers, so a steady
+    /// stream of assignments does not allocate.
+    fn holder_into(&self, out: &mut Holder) {
+        out.sharing_key.clone_from(&self.sharing_key);
+        out.policy = self.external_traffic_policy;
+        if out.selector != self.selector {
+            out.selector.clone_from(&self.selector);
         }
+        out.ports.clear();
+        out.ports.extend_from_slice(&self.ports);
+        out.ports.sort_unstable();
+        out.ports.dedup();
     }
 
-    fn wanted_families(&self) -> Vec<IpFamily> {
+    fn wanted_families(&self) -> Cow<'_, [IpFamily]> {
         if !self.families.is_empty() {
-            return self.families.clone();
+            return Cow::Borrowed(&self.families);
         }
         let mut fams: Vec<IpFamily> = Vec::new();
         for ip in &self.requested_ips {
@@ -68,7 +83,7 @@ impl ServiceView {
         if fams.is_empty() {
             fams.push(IpFamily::V4);
         }
-        fams
+        Cow::Owned(fams)
     }
 }
 
@@ -81,32 +96,70 @@ pub struct Orphan<K> {
     pub ip: IpAddr,
 }
 
+/// What the allocator keeps per owner.
+#[derive(Debug, Clone, Default)]
+struct OwnerState {
+    /// Indexed by `IpFamily::index`.
+    held: [Option<IpAddr>; 2],
+    /// Sharing data of the Service as last granted; read only while it holds addresses.
+    holder: Holder,
+}
+
+impl Reset for OwnerState {
+    /// The sharing data is left for its buffers; it is rewritten before any address is
+    /// recorded for the new occupant.
+    fn reset(&mut self) {
+        self.held = [None, None];
+    }
+}
+
+/// The holders (owner ids) of one address. Nearly always a single Service, kept inline.
+#[derive(Debug, Clone)]
+enum Holders {
+    One(u32),
+    /// Sorted by owner key; two or more.
+    Many(Vec<u32>),
+}
+
+impl Holders {
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Self::One(id) => std::slice::from_ref(id),
+            Self::Many(ids) => ids,
+        }
+    }
+}
+
 /// LoadBalancer-IP allocator over IPPools.
 #[derive(Debug, Clone)]
 pub struct LbIpAllocator<K: OwnerKey> {
     /// In choice order.
     pools: Vec<Pool>,
-    /// Addresses with at least one holder, per family.
-    used: [RunSet; 2],
-    /// Holders of each address.
-    holders: FxHashMap<IpAddr, Holdings<K>>,
-    by_owner: FxHashMap<Arc<K>, [Option<IpAddr>; 2]>,
+    /// Per pool (same index as `pools`) and family: the pool's addresses in use.
+    index: Vec<[FreeIndex; 2]>,
+    /// Per pool and family: in-use addresses the pool contains.
+    assigned: Vec<[u128; 2]>,
+    owners: Owners<K, OwnerState>,
+    /// Per family: holders of each address in use (as a number).
+    holders: [FxHashMap<u128, Holders>; 2],
     /// Addresses in use per sharing key, so a sharing Service finds the lowest shareable
     /// address without scanning the pool.
     shared: FxHashMap<String, [BTreeSet<u128>; 2]>,
-    /// Per pool (same index as `pools`) and family: in-use addresses the pool contains.
-    assigned: Vec<[u128; 2]>,
+    /// Sharing data of the request in progress; swapped with the owner's on success, so
+    /// both buffers are reused.
+    scratch: Holder,
 }
 
 impl<K: OwnerKey> Default for LbIpAllocator<K> {
     fn default() -> Self {
         Self {
             pools: Vec::new(),
-            used: [RunSet::new(), RunSet::new()],
-            holders: FxHashMap::default(),
-            by_owner: FxHashMap::default(),
-            shared: FxHashMap::default(),
+            index: Vec::new(),
             assigned: Vec::new(),
+            owners: Owners::default(),
+            holders: [FxHashMap::default(), FxHashMap::default()],
+            shared: FxHashMap::default(),
+            scratch: Holder::default(),
         }
     }
 }
@@ -131,22 +184,30 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 reason: "duplicate pool name".into(),
             });
         }
+        self.index = pools
+            .iter()
+            .map(|p| [IpFamily::V4, IpFamily::V6].map(|f| FreeIndex::new(p, f)))
+            .collect();
+        self.assigned = vec![[0, 0]; pools.len()];
         self.pools = pools;
-        self.assigned = vec![[0, 0]; self.pools.len()];
         let mut orphans = Vec::new();
-        for (ip, holders) in &self.holders {
-            let mut in_any = false;
-            for (i, pool) in self.pools.iter().enumerate() {
-                if pool.contains(*ip) {
-                    self.assigned[i][IpFamily::of(*ip).index()] += 1;
-                    in_any = true;
+        for fam in [IpFamily::V4, IpFamily::V6] {
+            let f = fam.index();
+            for (&value, holders) in &self.holders[f] {
+                let mut in_any = false;
+                for (i, pool) in self.pools.iter().enumerate() {
+                    if let Some(offset) = self.index[i][f].offset_of(pool, fam, value) {
+                        self.index[i][f].mark(offset, true);
+                        self.assigned[i][f] += 1;
+                        in_any = true;
+                    }
                 }
-            }
-            if !in_any {
-                orphans.extend(holders.as_slice().iter().map(|(k, _)| Orphan {
-                    owner: K::clone(k),
-                    ip: *ip,
-                }));
+                if !in_any {
+                    orphans.extend(holders.as_slice().iter().map(|&id| Orphan {
+                        owner: self.owners.key(id).clone(),
+                        ip: u128_to_ip(fam, value),
+                    }));
+                }
             }
         }
         orphans.sort();
@@ -194,11 +255,28 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// keeping addresses it already holds while they remain allowed and releasing those it
     /// no longer needs. All or nothing: on error the owner keeps what it held.
     pub fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
-        let holder = Arc::new(svc.holder());
-        let held = self.by_owner.get(owner).copied();
-        let chosen = if !svc.requested_ips.is_empty() {
-            self.choose_requested(owner, svc, &holder)?
-        } else if let Some(name) = &svc.requested_pool {
+        let mut holder = std::mem::take(&mut self.scratch);
+        svc.holder_into(&mut holder);
+        let me = self.owners.find(owner);
+        let chosen = self.choose(me, svc, &holder);
+        if let Ok(ips) = &chosen {
+            self.install(owner, me, &mut holder, ips);
+        }
+        self.scratch = holder;
+        chosen
+    }
+
+    fn choose(
+        &self,
+        me: Option<u32>,
+        svc: &ServiceView,
+        holder: &Holder,
+    ) -> Result<Vec<IpAddr>, IpamError> {
+        let held = me.map(|id| self.owners.get(id).held);
+        if !svc.requested_ips.is_empty() {
+            return self.choose_requested(me, svc, holder);
+        }
+        if let Some(name) = &svc.requested_pool {
             let i = self
                 .pools
                 .iter()
@@ -207,34 +285,32 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             if !self.admits(i, svc) {
                 return Err(IpamError::PoolNotCompatible { pool: name.clone() });
             }
-            svc.wanted_families()
-                .into_iter()
-                .map(|fam| {
-                    self.keep_or_pick(owner, held, &holder, fam, |_, idx| idx == i)
+            return svc
+                .wanted_families()
+                .iter()
+                .map(|&fam| {
+                    self.keep_or_pick(me, held, holder, fam, |_, idx| idx == i)
                         .ok_or_else(|| IpamError::PoolExhausted {
                             pool: name.clone(),
                             family: fam,
                         })
                 })
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            svc.wanted_families()
-                .into_iter()
-                .map(|fam| {
-                    self.keep_or_pick(owner, held, &holder, fam, |me, idx| {
-                        me.pools[idx].spec.auto_assign && me.admits(idx, svc)
-                    })
-                    .ok_or(IpamError::NoAvailableIps { family: fam })
+                .collect();
+        }
+        svc.wanted_families()
+            .iter()
+            .map(|&fam| {
+                self.keep_or_pick(me, held, holder, fam, |this, idx| {
+                    this.pools[idx].spec.auto_assign && this.admits(idx, svc)
                 })
-                .collect::<Result<Vec<_>, _>>()?
-        };
-        self.install(owner, held.is_some(), &holder, &chosen);
-        Ok(chosen)
+                .ok_or(IpamError::NoAvailableIps { family: fam })
+            })
+            .collect()
     }
 
     fn choose_requested(
         &self,
-        owner: &K,
+        me: Option<u32>,
         svc: &ServiceView,
         holder: &Holder,
     ) -> Result<Vec<IpAddr>, IpamError> {
@@ -265,7 +341,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                     });
                 }
             }
-            check_sharing(*ip, holder, &self.others(*ip, owner))?;
+            check_sharing(*ip, holder, &self.others(*ip, me))?;
         }
         Ok(svc.requested_ips.clone())
     }
@@ -274,7 +350,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// sharing rules still hold; else the lowest usable address of the first eligible pool.
     fn keep_or_pick(
         &self,
-        owner: &K,
+        me: Option<u32>,
         held: Option<[Option<IpAddr>; 2]>,
         holder: &Holder,
         fam: IpFamily,
@@ -283,30 +359,26 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         if let Some(ip) = held.and_then(|h| h[fam.index()]) {
             let allowed =
                 (0..self.pools.len()).any(|i| eligible(self, i) && self.pools[i].contains(ip));
-            if allowed && check_sharing(ip, holder, &self.others(ip, owner)).is_ok() {
+            if allowed && check_sharing(ip, holder, &self.others(ip, me)).is_ok() {
                 return Some(ip);
             }
         }
         (0..self.pools.len())
             .filter(|&i| eligible(self, i))
-            .find_map(|i| self.lowest_usable(i, fam, owner, holder))
+            .find_map(|i| self.lowest_usable(i, fam, me, holder))
     }
 
     /// The lowest address of pool `i` that is free, or in use by Services this one may
     /// share with.
-    fn lowest_usable(&self, i: usize, fam: IpFamily, owner: &K, holder: &Holder) -> Option<IpAddr> {
+    fn lowest_usable(
+        &self,
+        i: usize,
+        fam: IpFamily,
+        me: Option<u32>,
+        holder: &Holder,
+    ) -> Option<IpAddr> {
         let pool = &self.pools[i];
-        let used = &self.used[fam.index()];
-        let free = pool.ranges[fam.index()].iter().find_map(|&(lo, hi)| {
-            let mut from = lo;
-            loop {
-                let x = used.first_free_in(from, hi)?;
-                if !pool.skips(fam, x) {
-                    return Some(x);
-                }
-                from = x.checked_add(1)?;
-            }
-        });
+        let free = self.index[i][fam.index()].lowest_free(pool, fam);
         let shared = holder.sharing_key.as_ref().and_then(|key| {
             let candidates = &self.shared.get(key)?[fam.index()];
             let below = match free {
@@ -316,7 +388,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             below.copied().find(|&v| {
                 let ip = u128_to_ip(fam, v);
                 pool.contains_value(fam, v)
-                    && check_sharing(ip, holder, &self.others(ip, owner)).is_ok()
+                    && check_sharing(ip, holder, &self.others(ip, me)).is_ok()
             })
         });
         shared.or(free).map(|v| u128_to_ip(fam, v))
@@ -328,15 +400,17 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             .admits(&svc.namespace, &svc.namespace_labels, &svc.labels)
     }
 
-    /// The holders of `ip` other than `owner`.
-    fn others(&self, ip: IpAddr, owner: &K) -> Vec<Holding<K>> {
-        self.holders
-            .get(&ip)
+    /// The holders of `ip` other than `me`, with their sharing data. Allocates only when
+    /// the address is shared with someone else.
+    fn others(&self, ip: IpAddr, me: Option<u32>) -> Vec<(&K, &Holder)> {
+        let fam = IpFamily::of(ip).index();
+        self.holders[fam]
+            .get(&ip_to_u128(ip))
             .map(|hs| {
                 hs.as_slice()
                     .iter()
-                    .filter(|(k, _)| **k != *owner)
-                    .cloned()
+                    .filter(|&&id| Some(id) != me)
+                    .map(|&id| (self.owners.key(id), &self.owners.get(id).holder))
                     .collect()
             })
             .unwrap_or_default()
@@ -347,7 +421,23 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// holders is refused (the older keeps it). Pool admission is not re-checked here; a
     /// later [`Self::assign`] moves the Service if its pools no longer admit it.
     pub fn adopt(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), IpamError> {
-        let holder = Arc::new(svc.holder());
+        let mut holder = std::mem::take(&mut self.scratch);
+        svc.holder_into(&mut holder);
+        let me = self.owners.find(owner);
+        let checked = self.check_adoption(me, &holder, ips);
+        if checked.is_ok() {
+            self.install(owner, me, &mut holder, ips);
+        }
+        self.scratch = holder;
+        checked
+    }
+
+    fn check_adoption(
+        &self,
+        me: Option<u32>,
+        holder: &Holder,
+        ips: &[IpAddr],
+    ) -> Result<(), IpamError> {
         let mut seen: Vec<IpFamily> = Vec::new();
         for ip in ips {
             if seen.contains(&IpFamily::of(*ip)) {
@@ -357,87 +447,105 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             if !self.pools.iter().any(|p| p.contains(*ip)) {
                 return Err(IpamError::NotAllowedByConfig { ip: *ip });
             }
-            check_sharing(*ip, &holder, &self.others(*ip, owner))?;
+            check_sharing(*ip, holder, &self.others(*ip, me))?;
         }
-        let known = self.by_owner.contains_key(owner);
-        self.install(owner, known, &holder, ips);
         Ok(())
     }
 
     /// Frees every address `owner` holds, at once; returns them. Idempotent.
     pub fn release_owner(&mut self, owner: &K) -> Vec<IpAddr> {
-        let Some((key, held)) = self.by_owner.remove_entry(owner) else {
+        let Some(id) = self.owners.find(owner) else {
             return Vec::new();
         };
-        let held: Vec<IpAddr> = held.into_iter().flatten().collect();
-        for ip in &held {
-            self.remove_holder(&key, *ip);
+        let held = self.owners.get(id).held;
+        for ip in held.into_iter().flatten() {
+            self.remove_holder(id, ip);
         }
-        held
+        self.owners.remove(id);
+        held.into_iter().flatten().collect()
     }
 
     /// The addresses `owner` holds, IPv4 first.
     pub fn ips_of(&self, owner: &K) -> Vec<IpAddr> {
-        self.by_owner
-            .get(owner)
-            .map(|h| h.iter().flatten().copied().collect())
+        self.owners
+            .find(owner)
+            .map(|id| self.owners.get(id).held.iter().flatten().copied().collect())
             .unwrap_or_default()
     }
 
     /// Everyone holding `ip`, sorted.
     pub fn holders_of(&self, ip: IpAddr) -> Vec<K> {
-        self.holders
-            .get(&ip)
-            .map(|hs| hs.as_slice().iter().map(|(k, _)| K::clone(k)).collect())
+        self.holders[IpFamily::of(ip).index()]
+            .get(&ip_to_u128(ip))
+            .map(|hs| {
+                hs.as_slice()
+                    .iter()
+                    .map(|&id| self.owners.key(id).clone())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
     /// Distinct addresses in use of `family`.
     pub fn used(&self, family: IpFamily) -> u128 {
-        self.used[family.index()].len()
+        self.holders[family.index()].len() as u128
     }
 
-    /// Makes `owner` hold exactly `ips` with `holder`'s sharing data. Callers have checked
-    /// the rules.
-    /// `known`: whether `owner` holds anything now (saves a lookup for new owners).
-    fn install(&mut self, owner: &K, known: bool, holder: &Arc<Holder>, ips: &[IpAddr]) {
-        // Reuse the shared key of an owner we already know rather than copy it again.
-        let previous = if known {
-            self.by_owner.remove_entry(owner)
-        } else {
-            None
-        };
-        let key = match previous {
-            Some((key, held)) => {
-                for ip in held.into_iter().flatten() {
-                    self.remove_holder(&key, ip);
-                }
-                key
+    /// Makes `owner` (id `me` when known) hold exactly `ips` with `holder`'s sharing data;
+    /// `holder` gets the owner's previous data back, for reuse. Callers have checked the
+    /// rules. An owner left holding nothing is forgotten.
+    fn install(&mut self, owner: &K, me: Option<u32>, holder: &mut Holder, ips: &[IpAddr]) {
+        if let Some(id) = me {
+            let held = std::mem::take(&mut self.owners.get_mut(id).held);
+            for ip in held.into_iter().flatten() {
+                self.remove_holder(id, ip);
             }
-            None => Arc::new(owner.clone()),
-        };
+            if ips.is_empty() {
+                self.owners.remove(id);
+                return;
+            }
+        }
         if ips.is_empty() {
             return;
         }
-        let mut held = [None, None];
+        let id = match me {
+            Some(id) => id,
+            None => self.owners.intern(owner),
+        };
+        std::mem::swap(&mut self.owners.get_mut(id).holder, holder);
         for ip in ips {
-            held[IpFamily::of(*ip).index()] = Some(*ip);
-            self.add_holder(&key, holder, *ip);
+            let slot = &mut self.owners.get_mut(id).held[IpFamily::of(*ip).index()];
+            // A family listed twice yields the same address twice; it is held once.
+            if *slot == Some(*ip) {
+                continue;
+            }
+            *slot = Some(*ip);
+            self.add_holder(id, *ip);
         }
-        self.by_owner.insert(key, held);
     }
 
-    fn add_holder(&mut self, owner: &Arc<K>, holder: &Arc<Holder>, ip: IpAddr) {
+    fn add_holder(&mut self, id: u32, ip: IpAddr) {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
-        let holding = (owner.clone(), holder.clone());
-        match self.holders.entry(ip) {
-            Entry::Occupied(mut e) => e.get_mut().insert(holding),
-            Entry::Vacant(e) => {
-                e.insert(Holdings::One(holding));
+        let owners = &self.owners;
+        let newly_used = match self.holders[fam.index()].entry(value) {
+            Entry::Occupied(mut e) => {
+                let mut ids = match std::mem::replace(e.get_mut(), Holders::Many(Vec::new())) {
+                    Holders::One(first) => vec![first],
+                    Holders::Many(ids) => ids,
+                };
+                let key = owners.key(id);
+                let pos = ids.partition_point(|&x| owners.key(x) < key);
+                ids.insert(pos, id);
+                *e.get_mut() = Holders::Many(ids);
+                false
             }
-        }
-        if let Some(key) = &holder.sharing_key {
+            Entry::Vacant(e) => {
+                e.insert(Holders::One(id));
+                true
+            }
+        };
+        if let Some(key) = &owners.get(id).holder.sharing_key {
             match self.shared.get_mut(key) {
                 Some(sets) => {
                     sets[fam.index()].insert(value);
@@ -449,34 +557,47 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 }
             }
         }
-        if self.used[fam.index()].insert(value) {
-            self.count(ip, true);
+        if newly_used {
+            self.count(fam, value, true);
         }
     }
 
-    /// `owner` is the key `by_owner` shares with the holdings, so it is found by pointer
-    /// without comparing names.
-    fn remove_holder(&mut self, owner: &Arc<K>, ip: IpAddr) {
+    /// Removes owner `id` from the holders of `ip`, using the sharing data it holds `ip`
+    /// with (its current [`OwnerState::holder`]).
+    fn remove_holder(&mut self, id: u32, ip: IpAddr) {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
-        let Entry::Occupied(mut entry) = self.holders.entry(ip) else {
+        let Entry::Occupied(mut entry) = self.holders[fam.index()].entry(value) else {
             return;
         };
-        let Some(removed) = entry.get_mut().remove(owner) else {
-            return;
+        let now_empty = match entry.get_mut() {
+            Holders::One(x) if *x == id => true,
+            Holders::One(_) => return,
+            Holders::Many(ids) => {
+                let Some(pos) = ids.iter().position(|&x| x == id) else {
+                    return;
+                };
+                ids.remove(pos);
+                if let [only] = ids[..] {
+                    *entry.get_mut() = Holders::One(only);
+                }
+                false
+            }
         };
-        let now_empty = entry.get().is_empty();
-        let key_still_used = removed.sharing_key.as_ref().is_some_and(|key| {
-            entry
-                .get()
-                .as_slice()
-                .iter()
-                .any(|(_, h)| h.sharing_key.as_ref() == Some(key))
+        let owners = &self.owners;
+        let removed_key = owners.get(id).holder.sharing_key.as_ref();
+        let key_still_used = removed_key.is_some_and(|key| {
+            !now_empty
+                && entry
+                    .get()
+                    .as_slice()
+                    .iter()
+                    .any(|&x| owners.get(x).holder.sharing_key.as_ref() == Some(key))
         });
         if now_empty {
             entry.remove();
         }
-        if let Some(key) = &removed.sharing_key {
+        if let Some(key) = removed_key {
             if !key_still_used {
                 if let Some(sets) = self.shared.get_mut(key) {
                     sets[fam.index()].remove(&value);
@@ -486,17 +607,19 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 }
             }
         }
-        if now_empty && self.used[fam.index()].remove(value) {
-            self.count(ip, false);
+        if now_empty {
+            self.count(fam, value, false);
         }
     }
 
-    /// Keeps the per-pool assigned counts in step when an address starts or stops being used.
-    fn count(&mut self, ip: IpAddr, up: bool) {
-        let fam = IpFamily::of(ip).index();
+    /// Keeps the per-pool counts and free indexes in step when an address starts or stops
+    /// being used.
+    fn count(&mut self, fam: IpFamily, value: u128, up: bool) {
+        let f = fam.index();
         for (i, pool) in self.pools.iter().enumerate() {
-            if pool.contains(ip) {
-                let n = &mut self.assigned[i][fam];
+            if let Some(offset) = self.index[i][f].offset_of(pool, fam, value) {
+                self.index[i][f].mark(offset, up);
+                let n = &mut self.assigned[i][f];
                 *n = if up { *n + 1 } else { n.saturating_sub(1) };
             }
         }
