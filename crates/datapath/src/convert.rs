@@ -15,7 +15,6 @@ use crate::input::{
 use crate::Error;
 use berth_api::names::label;
 
-
 /// `--proxy-mode`: which Services this agent programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ProxyMode {
@@ -68,7 +67,9 @@ pub fn is_proxied(svc: &Service, mode: ProxyMode) -> bool {
     match (mode, label_value(label::SERVICE_PROXY_NAME)) {
         (ProxyMode::None, _) => false,
         (ProxyMode::Full, None) => true,
-        (ProxyMode::Full | ProxyMode::Labeled, Some(name)) => name == label::SERVICE_PROXY_NAME_BERTH,
+        (ProxyMode::Full | ProxyMode::Labeled, Some(name)) => {
+            name == label::SERVICE_PROXY_NAME_BERTH
+        }
         (ProxyMode::Labeled, None) => false,
     }
 }

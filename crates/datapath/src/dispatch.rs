@@ -18,11 +18,11 @@ use crate::plan::{Dispatch, PlanOptions};
 /// The rules that select a Service, before they are laid out.
 #[derive(Debug, Default)]
 pub struct DispatchEntries {
-    by_dst: Vec<(u128, Rule)>,
-    by_node_port: Vec<(Protocol, u128, Rule)>,
+    pub(crate) by_dst: Vec<(u128, Rule)>,
+    pub(crate) by_node_port: Vec<(Protocol, u128, Rule)>,
 }
 
-fn addr_key(addr: IpAddr) -> u128 {
+pub(crate) fn addr_key(addr: IpAddr) -> u128 {
     match addr {
         IpAddr::V4(v4) => u128::from(u32::from(v4)),
         IpAddr::V6(v6) => u128::from(v6),
@@ -40,14 +40,14 @@ impl DispatchEntries {
 }
 
 /// A key space (addresses of one family, or ports) and how to name and match a prefix of it.
-trait KeySpace {
+pub(crate) trait KeySpace {
     const BITS: u32;
     fn kind(&self) -> &'static str;
     fn label(&self, prefix: u128, len: u32) -> String;
     fn matches(&self, prefix: u128, len: u32) -> Vec<Match>;
 }
 
-fn range_of(bits: u32, prefix: u128, len: u32) -> (u128, u128) {
+pub(crate) fn range_of(bits: u32, prefix: u128, len: u32) -> (u128, u128) {
     let host_bits = bits - len;
     let span = if host_bits >= 128 {
         u128::MAX
@@ -57,7 +57,7 @@ fn range_of(bits: u32, prefix: u128, len: u32) -> (u128, u128) {
     (prefix, prefix | span)
 }
 
-struct AddrSpace(IpFamily);
+pub(crate) struct AddrSpace(pub(crate) IpFamily);
 
 impl AddrSpace {
     fn net(&self, prefix: u128, len: u32) -> Option<IpNet> {
@@ -69,15 +69,15 @@ impl AddrSpace {
     }
 }
 
-struct V4Space(AddrSpace);
-struct V6Space(AddrSpace);
+pub(crate) struct V4Space(pub(crate) AddrSpace);
+pub(crate) struct V6Space(pub(crate) AddrSpace);
 
 macro_rules! addr_space {
     ($ty:ident, $bits:expr) => {
         impl KeySpace for $ty {
             const BITS: u32 = $bits;
             fn kind(&self) -> &'static str {
-                "DST"
+                names::DISPATCH_DST
             }
             fn label(&self, prefix: u128, len: u32) -> String {
                 self.0
@@ -97,12 +97,12 @@ macro_rules! addr_space {
 addr_space!(V4Space, 32);
 addr_space!(V6Space, 128);
 
-struct PortSpace(Protocol);
+pub(crate) struct PortSpace(pub(crate) Protocol);
 
 impl KeySpace for PortSpace {
     const BITS: u32 = 16;
     fn kind(&self) -> &'static str {
-        "NP"
+        names::DISPATCH_NODE_PORT
     }
     fn label(&self, prefix: u128, len: u32) -> String {
         let (lo, hi) = range_of(Self::BITS, prefix, len);
@@ -221,20 +221,22 @@ pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &Plan
             }
         }
     }
+    rs.table_mut(Table::Nat).push(&services, node_ports_jump());
+}
+
+/// The jump from `BERTH-SERVICES` to `BERTH-NODEPORTS`.
+pub(crate) fn node_ports_jump() -> Rule {
     // Must stay last: node ports are tried only after every Service address.
-    rs.table_mut(Table::Nat).push(
-        &services,
-        Rule::jump(
-            vec![
-                Match::comment(
-                    "berth service nodeports; NOTE: this must be the last rule in this chain",
-                ),
-                Match::AddrTypeLocal {
-                    side: AddrSide::Dst,
-                    negated: false,
-                },
-            ],
-            &node_ports,
-        ),
-    );
+    Rule::jump(
+        vec![
+            Match::comment(
+                "berth service nodeports; NOTE: this must be the last rule in this chain",
+            ),
+            Match::AddrTypeLocal {
+                side: AddrSide::Dst,
+                negated: false,
+            },
+        ],
+        &names::fixed(names::NODEPORTS),
+    )
 }

@@ -10,8 +10,13 @@
 //! - `BERTH-CANARY` (filter and nat) is created after each full sync; when it is gone, someone
 //!   flushed iptables and the next sync is full.
 //! - Change detection hashes each planned chain; a partial payload declares (and so flushes) only
-//!   the chains whose hash changed and deletes chains that are no longer planned. The entry chains
-//!   are rewritten only when their content changes, in both dispatch layouts.
+//!   the chains whose hash changed and deletes chains that are no longer planned. With tree
+//!   dispatch the entry chains are rewritten only when their content changes; a Syncer running
+//!   linear dispatch can be told to rewrite them on every sync, as kube-proxy does
+//!   ([`plan::rewritten_every_sync`]).
+//! - [`incremental::Planner`] re-plans only the Service ports whose inputs changed and reports
+//!   which chains it touched, so a partial sync hashes and renders only those
+//!   ([`sync::Syncer::sync_changes`]); [`plan`] stays the reference it is tested against.
 //! - Dispatch trees split on the first differing bit of the sorted keys (path-compressed binary
 //!   trees), so a tree chain's name and rules change only when Services are added or removed
 //!   below it.
@@ -21,6 +26,7 @@ pub mod convert;
 pub mod dispatch;
 pub mod exec;
 pub mod fixed;
+pub mod incremental;
 pub mod input;
 pub mod memory;
 pub mod model;
@@ -31,9 +37,10 @@ pub mod rule_text;
 pub mod sync;
 pub mod trace;
 
+pub use incremental::{Changes, Planner};
 pub use input::*;
 pub use model::*;
-pub use plan::{plan, Dispatch, PlanOptions};
+pub use plan::{plan, rewritten_every_sync, Dispatch, PlanOptions};
 pub use render::{render, ChainSelection};
 
 #[derive(Debug, thiserror::Error)]

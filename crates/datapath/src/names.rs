@@ -80,6 +80,21 @@ pub fn endpoint_chain(
     ))
 }
 
+/// Kinds of dispatch-tree chains: by destination address, and by node port.
+pub const DISPATCH_DST: &str = "DST";
+pub const DISPATCH_NODE_PORT: &str = "NP";
+
+/// Whether the chain is an inner node or leaf of a dispatch tree.
+pub fn is_dispatch_chain(chain: &ChainName) -> bool {
+    [DISPATCH_DST, DISPATCH_NODE_PORT].iter().any(|kind| {
+        chain
+            .as_str()
+            .strip_prefix("BERTH-")
+            .and_then(|rest| rest.strip_prefix(kind))
+            .is_some_and(|rest| rest.starts_with('-'))
+    })
+}
+
 /// A dispatch-tree chain, named after the key range it covers (`kind` separates the trees).
 pub fn dispatch_chain(kind: &str, range: &str) -> ChainName {
     ChainName::new(format!("BERTH-{kind}-{}", hash16(range)))

@@ -11,7 +11,7 @@ use crate::categorize::{categorize, Categorized};
 use crate::dispatch::{build_dispatch, DispatchEntries};
 pub use crate::fixed::builtin_jumps;
 use crate::fixed::plan_fixed_chains;
-use crate::input::{IpFamily, NodeView, Protocol, ServicePort, SessionAffinity};
+use crate::input::{IpFamily, NodeInfo, NodeView, Protocol, ServicePort, SessionAffinity};
 use crate::model::{
     AddrSide, ChainName, Match, PortMatch, RecentAction, Rule, Ruleset, Table, Target,
 };
@@ -75,6 +75,30 @@ fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> 
     ]
 }
 
+/// Fixed chains kube-proxy declares and refills on every sync, partial ones included: its partial
+/// syncs skip only unchanged SVC/SVL/EXT/FW/SEP chains (`pkg/proxy/iptables/proxier.go`). Linear
+/// dispatch models that layout faithfully for comparison, so a [`crate::sync::Syncer`] running
+/// it rewrites these every time; tree dispatch rewrites only the chains whose content changed.
+pub fn rewritten_every_sync(dispatch: Dispatch) -> Vec<(Table, ChainName)> {
+    match dispatch {
+        Dispatch::Tree => Vec::new(),
+        Dispatch::Linear => [
+            (Table::Filter, names::SERVICES),
+            (Table::Filter, names::EXTERNAL_SERVICES),
+            (Table::Filter, names::FORWARD),
+            (Table::Filter, names::NODEPORTS),
+            (Table::Filter, names::PROXY_FIREWALL),
+            (Table::Nat, names::SERVICES),
+            (Table::Nat, names::NODEPORTS),
+            (Table::Nat, names::POSTROUTING),
+            (Table::Nat, names::MARK_MASQ),
+        ]
+        .into_iter()
+        .map(|(table, chain)| (table, names::fixed(chain)))
+        .collect(),
+    }
+}
+
 /// Plans every berth chain for `options.family`. Deterministic: the same view gives the same ruleset.
 pub fn plan(view: &NodeView, options: &PlanOptions) -> Ruleset {
     let mut rs = Ruleset {
@@ -87,7 +111,14 @@ pub fn plan(view: &NodeView, options: &PlanOptions) -> Ruleset {
     let mut entries = DispatchEntries::default();
     for port in ports {
         let categorized = categorize(port, &view.node, options.family);
-        plan_service_port(&mut rs, &mut entries, view, port, &categorized, options);
+        plan_service_port(
+            &mut rs,
+            &mut entries,
+            &view.node,
+            port,
+            &categorized,
+            options,
+        );
     }
     build_dispatch(&mut rs, entries, options);
     rs
@@ -101,10 +132,13 @@ struct Chains {
     firewall: ChainName,
 }
 
-fn plan_service_port(
+/// Writes one Service port's chains, its rules in the shared filter chains, and its dispatch
+/// entries. Depends only on the port, the node and the options, which is what lets
+/// [`crate::incremental::Planner`] cache the result per Service port.
+pub(crate) fn plan_service_port(
     rs: &mut Ruleset,
     entries: &mut DispatchEntries,
-    view: &NodeView,
+    node: &NodeInfo,
     port: &ServicePort,
     eps: &Categorized<'_>,
     options: &PlanOptions,
@@ -378,7 +412,7 @@ fn plan_service_port(
                     &chains.external,
                 ),
             );
-            allow_from_node |= view.node.addresses.iter().any(|addr| range.contains(addr));
+            allow_from_node |= node.addresses.iter().any(|addr| range.contains(addr));
         }
         if allow_from_node {
             // A node reaching its own VIP loops back with the VIP as source.

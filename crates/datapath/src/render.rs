@@ -21,12 +21,6 @@ impl ChainSelection {
     pub fn all() -> Self {
         ChainSelection::default()
     }
-
-    fn rewrites(&self, table: Table, chain: &ChainName) -> bool {
-        self.rewrite
-            .as_ref()
-            .is_none_or(|set| set.contains(&(table, chain.clone())))
-    }
 }
 
 /// Renders the selected chains; tables with nothing to do are left out. Chains without the
@@ -35,15 +29,21 @@ pub fn render(rs: &Ruleset, selection: &ChainSelection) -> String {
     let mut out = String::new();
     for table in Table::ALL {
         let planned = rs.table(table);
-        let rewrite: Vec<_> = planned
-            .map(|rules| {
-                rules
-                    .chains
-                    .iter()
-                    .filter(|(chain, _)| chain.is_berth() && selection.rewrites(table, chain))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let rewrite: Vec<_> = match (planned, &selection.rewrite) {
+            (None, _) => Vec::new(),
+            (Some(rules), None) => rules
+                .chains
+                .iter()
+                .filter(|(chain, _)| chain.is_berth())
+                .collect(),
+            // Walk the (small) selection, not the whole table: same order, as both are sorted.
+            (Some(rules), Some(set)) => set
+                .iter()
+                .filter(|(t, _)| *t == table)
+                .filter_map(|(_, chain)| rules.chains.get_key_value(chain))
+                .filter(|(chain, _)| chain.is_berth())
+                .collect(),
+        };
         let delete: Vec<&ChainName> = selection
             .delete
             .iter()

@@ -4,7 +4,8 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
-use crate::model::{ChainName, JumpRule, Ruleset, Table};
+use crate::incremental::Changes;
+use crate::model::{ChainName, JumpRule, Rule, Ruleset, Table};
 use crate::names;
 use crate::render::{render, ChainSelection};
 use crate::Error;
@@ -41,15 +42,19 @@ const CANARY_TABLES: [Table; 2] = [Table::Filter, Table::Nat];
 
 type ChainHashes = BTreeMap<(Table, ChainName), u64>;
 
+fn chain_hash(rules: &[Rule]) -> u64 {
+    // Hashing the typed rules is equivalent to hashing their text (rendering is a pure function
+    // of them) and several times cheaper.
+    let mut hasher = DefaultHasher::new();
+    rules.hash(&mut hasher);
+    hasher.finish()
+}
+
 fn chain_hashes(rs: &Ruleset) -> ChainHashes {
     let mut hashes = BTreeMap::new();
     for (table, rules) in &rs.tables {
         for (chain, chain_rules) in &rules.chains {
-            // Hashing the typed rules is equivalent to hashing their text (rendering is a pure
-            // function of them) and several times cheaper.
-            let mut hasher = DefaultHasher::new();
-            chain_rules.hash(&mut hasher);
-            hashes.insert((*table, chain.clone()), hasher.finish());
+            hashes.insert((*table, chain.clone()), chain_hash(chain_rules));
         }
     }
     hashes
@@ -70,6 +75,8 @@ pub struct Syncer<I> {
     iptables: I,
     /// What the last successful sync left in place; `None` forces a full sync.
     applied: Option<ChainHashes>,
+    /// Chains every partial sync rewrites whether or not they changed.
+    always_rewrite: BTreeSet<(Table, ChainName)>,
 }
 
 impl<I: Iptables> Syncer<I> {
@@ -77,7 +84,17 @@ impl<I: Iptables> Syncer<I> {
         Syncer {
             iptables,
             applied: None,
+            always_rewrite: BTreeSet::new(),
         }
+    }
+
+    /// Makes every partial sync rewrite `chains` too (see [`crate::plan::rewritten_every_sync`]).
+    pub fn rewriting_every_sync(
+        mut self,
+        chains: impl IntoIterator<Item = (Table, ChainName)>,
+    ) -> Self {
+        self.always_rewrite = chains.into_iter().collect();
+        self
     }
 
     pub fn iptables(&self) -> &I {
@@ -93,23 +110,95 @@ impl<I: Iptables> Syncer<I> {
     }
 
     /// The chain selection a sync of `rs` would use, and whether it is full, without applying it.
-    fn select(
-        &mut self,
-        rs: &Ruleset,
-        hashes: &ChainHashes,
-    ) -> Result<(SyncKind, ChainSelection), Error> {
+    fn canary_ok(&mut self) -> Result<bool, Error> {
         let canary = names::fixed(names::CANARY);
         let mut canary_ok = true;
         for table in CANARY_TABLES {
             canary_ok &= self.iptables.chain_exists(table, &canary)?;
         }
+        Ok(canary_ok)
+    }
+
+    /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
+    /// successful sync (as a [`crate::Planner`] reports them): only those are hashed and
+    /// rendered. Falls back to [`Syncer::sync`] when a full sync is due.
+    pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        let result = self.try_sync_changes(rs, changes);
+        if result.is_err() {
+            self.applied = None;
+        }
+        result
+    }
+
+    fn try_sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        let Changes::Chains(chains) = changes else {
+            return self.try_sync(rs);
+        };
+        if self.applied.is_none() || !self.canary_ok()? {
+            return self.try_sync(rs);
+        }
+        let Some(applied) = &self.applied else {
+            return self.try_sync(rs);
+        };
+        let mut updates: Vec<((Table, ChainName), Option<u64>)> = Vec::new();
+        let mut selection = ChainSelection {
+            rewrite: Some(self.always_rewrite.clone()),
+            delete: BTreeSet::new(),
+        };
+        for key in chains {
+            match rs.chain(key.0, &key.1) {
+                Some(rules) => {
+                    let hash = chain_hash(rules);
+                    if applied.get(key) != Some(&hash) {
+                        selection
+                            .rewrite
+                            .get_or_insert_default()
+                            .insert(key.clone());
+                        updates.push((key.clone(), Some(hash)));
+                    }
+                }
+                None if applied.contains_key(key) => {
+                    selection.delete.insert(key.clone());
+                    updates.push((key.clone(), None));
+                }
+                None => {}
+            }
+        }
+        let payload = render(rs, &selection);
+        if !payload.is_empty() {
+            self.iptables.restore(&payload)?;
+        }
+        if let Some(applied) = &mut self.applied {
+            for (key, hash) in updates {
+                match hash {
+                    Some(hash) => applied.insert(key, hash),
+                    None => applied.remove(&key),
+                };
+            }
+        }
+        Ok(SyncReport {
+            kind: SyncKind::Partial,
+            rewritten_chains: selection.rewrite.as_ref().map_or(0, BTreeSet::len),
+            deleted_chains: selection.delete.len(),
+            payload_bytes: payload.len(),
+            rule_count: rs.rule_count(),
+        })
+    }
+
+    fn select(
+        &mut self,
+        rs: &Ruleset,
+        hashes: &ChainHashes,
+    ) -> Result<(SyncKind, ChainSelection), Error> {
+        let canary_ok = self.canary_ok()?;
         match (&self.applied, canary_ok) {
             (Some(applied), true) => {
-                let rewrite = hashes
+                let mut rewrite: BTreeSet<_> = hashes
                     .iter()
                     .filter(|(key, hash)| applied.get(*key) != Some(*hash))
                     .map(|(key, _)| key.clone())
                     .collect();
+                rewrite.extend(self.always_rewrite.iter().cloned());
                 let delete = applied
                     .keys()
                     .filter(|key| !hashes.contains_key(*key))

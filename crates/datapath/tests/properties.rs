@@ -142,3 +142,76 @@ proptest! {
         }
     }
 }
+
+#[derive(Debug, Clone)]
+enum Edit {
+    Replace(usize, SvcSpec),
+    Add(SvcSpec),
+    Remove(usize),
+    /// Changes one endpoint's address, as a pod restart does.
+    MoveEndpoint(usize, u8),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (any::<usize>(), svc_spec()).prop_map(|(i, s)| Edit::Replace(i, s)),
+        svc_spec().prop_map(Edit::Add),
+        any::<usize>().prop_map(Edit::Remove),
+        (any::<usize>(), 1u8..40).prop_map(|(i, host)| Edit::MoveEndpoint(i, host)),
+    ]
+}
+
+fn apply_edit(specs: &mut Vec<SvcSpec>, edit: &Edit) {
+    let len = specs.len();
+    match edit.clone() {
+        Edit::Add(spec) => specs.push(spec),
+        Edit::Replace(i, spec) if len > 0 => specs[i % len] = spec,
+        Edit::Remove(i) if len > 0 => {
+            specs.remove(i % len);
+        }
+        Edit::MoveEndpoint(i, host) if len > 0 => {
+            if let Some(ep) = specs[i % len].endpoints.first_mut() {
+                ep.0 = host;
+            }
+        }
+        _ => {}
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// The incremental planner always holds exactly the ruleset `plan` gives from scratch, and
+    /// syncing only the chains it reports leaves iptables exactly as a full sync would.
+    #[test]
+    fn incremental_planning_equals_a_full_plan(
+        initial in proptest::collection::vec(svc_spec(), 0..16),
+        batches in proptest::collection::vec(proptest::collection::vec(edit(), 1..4), 1..8),
+        tree in any::<bool>(),
+        leaf in 1usize..4,
+    ) {
+        let mut options = mk_options(if tree { Dispatch::Tree } else { Dispatch::Linear });
+        options.leaf_size = leaf;
+        let mut planner = Planner::new(options.clone());
+        let mut syncer = Syncer::new(MemoryIptables::default())
+            .rewriting_every_sync(rewritten_every_sync(options.dispatch));
+        let mut specs = initial;
+        for (step, batch) in std::iter::once(&Vec::new()).chain(&batches).enumerate() {
+            for edit in batch {
+                apply_edit(&mut specs, edit);
+            }
+            let view = mk_view(&specs);
+            planner.update(&view);
+            let expected = plan(&view, &options);
+            prop_assert_eq!(planner.ruleset(), &expected, "step {}", step);
+            let changes = planner.take_changes();
+            prop_assert_eq!(step == 0, changes == Changes::All);
+            syncer.sync_changes(planner.ruleset(), &changes).unwrap();
+            prop_assert_eq!(syncer.iptables().berth_ruleset(), expected.clone());
+            check_consistency(planner.ruleset());
+        }
+        // Nothing changed: nothing to report, and the payload holds only what must be rewritten.
+        planner.update(&mk_view(&specs));
+        prop_assert_eq!(planner.take_changes(), Changes::Chains(Default::default()));
+    }
+}

@@ -1,0 +1,542 @@
+//! `Planner`: the incremental form of [`crate::plan`], for syncs where a few Services changed.
+//!
+//! The planner caches, per Service port (name and protocol), what planning it produced: its own
+//! chains (SVC/SVL/EXT/FW/SEP), its rules in the shared filter chains and its dispatch entries,
+//! with a fingerprint of its inputs. An update re-plans only ports whose fingerprint changed,
+//! rebuilds the shared chains they contribute to, and in tree mode rewrites only the dispatch
+//! chains whose key range holds a changed entry. The ruleset it keeps is always exactly what
+//! [`crate::plan`] would return for the same view; the changed chains are collected until
+//! [`Planner::take_changes`] hands them to [`crate::sync::Syncer::sync_changes`].
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+
+use crate::categorize::categorize;
+use crate::dispatch::{
+    node_ports_jump, range_of, AddrSpace, DispatchEntries, KeySpace, PortSpace, V4Space, V6Space,
+};
+use crate::fixed::plan_fixed_chains;
+use crate::input::{IpFamily, NodeInfo, NodeView, Protocol, ServicePort, ServicePortName};
+use crate::model::{ChainName, Rule, Ruleset, Table, TableRules};
+use crate::names;
+use crate::plan::{builtin_jumps, plan_service_port, Dispatch, PlanOptions};
+
+type ServiceKey = (ServicePortName, Protocol);
+/// A dispatch entry's place among those of one key: its Service port, then its planning order.
+type EntryKey = (ServiceKey, usize);
+/// Dispatch entries by key (address or node port), in the order linear dispatch would list them.
+type Index = BTreeMap<u128, BTreeMap<EntryKey, Rule>>;
+type ChainKey = (Table, ChainName);
+
+/// Chains whose content may differ from what the last [`Planner::take_changes`] reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Changes {
+    /// Everything may have changed (first plan, new node facts).
+    All,
+    /// Only these chains were written or removed since; every other chain is as it was.
+    Chains(BTreeSet<ChainKey>),
+}
+
+/// What planning one Service port (all ports sharing its name and protocol) produced.
+#[derive(Debug, Clone)]
+struct Cached {
+    fingerprint: u64,
+    owned: BTreeMap<ChainKey, Vec<Rule>>,
+    shared: BTreeMap<ChainKey, Vec<Rule>>,
+    dst: Vec<(u128, Rule)>,
+    node_ports: Vec<(Protocol, u128, Rule)>,
+}
+
+/// Holds the current ruleset and the per-Service cache; see the module docs.
+#[derive(Debug, Clone)]
+pub struct Planner {
+    options: PlanOptions,
+    /// `None` until the first update: nothing is planned yet.
+    node: Option<NodeInfo>,
+    /// The fixed chains alone, which Services append to.
+    base: Ruleset,
+    rs: Ruleset,
+    services: BTreeMap<ServiceKey, Cached>,
+    /// Which Service ports write into each shared chain.
+    contributors: BTreeMap<ChainKey, BTreeSet<ServiceKey>>,
+    dst: Index,
+    node_ports: BTreeMap<Protocol, Index>,
+    pending: Option<BTreeSet<ChainKey>>,
+}
+
+fn fingerprint(ports: &[&ServicePort]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    ports.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn key_of(port: &ServicePort) -> (&ServicePortName, Protocol) {
+    (&port.name, port.protocol)
+}
+
+impl Planner {
+    /// An empty planner; the first [`Planner::update`] plans everything.
+    pub fn new(options: PlanOptions) -> Self {
+        let mut base = Ruleset {
+            jumps: builtin_jumps(),
+            ..Ruleset::default()
+        };
+        plan_fixed_chains(&mut base, options.random_fully);
+        let mut rs = base.clone();
+        // What dispatch of no Services at all gives.
+        rs.table_mut(Table::Nat)
+            .push(&names::fixed(names::SERVICES), node_ports_jump());
+        Planner {
+            options,
+            node: None,
+            rs,
+            base,
+            services: BTreeMap::new(),
+            contributors: BTreeMap::new(),
+            dst: Index::new(),
+            node_ports: BTreeMap::new(),
+            pending: None,
+        }
+    }
+
+    pub fn options(&self) -> &PlanOptions {
+        &self.options
+    }
+
+    /// The planned ruleset: always equal to `plan(view, options)` of the last update's view.
+    pub fn ruleset(&self) -> &Ruleset {
+        &self.rs
+    }
+
+    /// The chains changed since the last call (everything, before the first call).
+    pub fn take_changes(&mut self) -> Changes {
+        match self.pending.replace(BTreeSet::new()) {
+            Some(chains) => Changes::Chains(chains),
+            None => Changes::All,
+        }
+    }
+
+    /// Brings the ruleset to `plan(view, options)`, re-planning only Service ports whose inputs
+    /// changed. Cost: one fingerprint per Service port plus the re-planning of the changed ones.
+    pub fn update(&mut self, view: &NodeView) {
+        if self.node.as_ref() != Some(&view.node) {
+            // Node facts enter every Service's plan: start over.
+            *self = Planner::new(self.options.clone());
+            self.node = Some(view.node.clone());
+        }
+        let mut ports: Vec<&ServicePort> = view.services.iter().collect();
+        ports.sort_by(|a, b| key_of(a).cmp(&key_of(b)));
+        let groups: Vec<&[&ServicePort]> = ports.chunk_by(|a, b| key_of(a) == key_of(b)).collect();
+
+        // Merge the sorted groups with the sorted cache, without cloning any unchanged key.
+        let mut upserts: Vec<(&[&ServicePort], u64)> = Vec::new();
+        let mut removals: Vec<ServiceKey> = Vec::new();
+        let mut cached = self.services.iter().peekable();
+        for group in &groups {
+            let Some(first) = group.first() else {
+                continue;
+            };
+            let key = key_of(first);
+            while let Some((old, _)) = cached.next_if(|(old, _)| (&old.0, old.1) < key) {
+                removals.push(old.clone());
+            }
+            let print = fingerprint(group);
+            match cached.next_if(|(old, _)| (&old.0, old.1) == key) {
+                Some((_, entry)) if entry.fingerprint == print => {}
+                _ => upserts.push((group, print)),
+            }
+        }
+        removals.extend(cached.map(|(old, _)| old.clone()));
+
+        let mut changes = Touched::default();
+        for key in removals {
+            self.replace_service(key, None, &mut changes);
+        }
+        for (group, print) in upserts {
+            let Some(first) = group.first() else {
+                continue;
+            };
+            let planned = self.plan_group(group, print);
+            self.replace_service(
+                (first.name.clone(), first.protocol),
+                Some(planned),
+                &mut changes,
+            );
+        }
+        self.rebuild_shared(&changes.shared);
+        match self.options.dispatch {
+            Dispatch::Linear => {
+                if !changes.dst.is_empty() || changes.node_ports.values().any(|d| !d.is_empty()) {
+                    self.rebuild_linear_dispatch();
+                }
+            }
+            Dispatch::Tree => self.rebuild_tree_dispatch(&changes),
+        }
+    }
+
+    fn plan_group(&self, group: &[&ServicePort], print: u64) -> Cached {
+        let node = self.node.clone().unwrap_or_default();
+        let mut rs = Ruleset::default();
+        let mut entries = DispatchEntries::default();
+        for port in group {
+            let categorized = categorize(port, &node, self.options.family);
+            plan_service_port(
+                &mut rs,
+                &mut entries,
+                &node,
+                port,
+                &categorized,
+                &self.options,
+            );
+        }
+        let mut owned = BTreeMap::new();
+        let mut shared = BTreeMap::new();
+        for (table, rules) in rs.tables {
+            for (chain, chain_rules) in rules.chains {
+                if self.base.chain(table, &chain).is_some() {
+                    shared.insert((table, chain), chain_rules);
+                } else {
+                    owned.insert((table, chain), chain_rules);
+                }
+            }
+        }
+        Cached {
+            fingerprint: print,
+            owned,
+            shared,
+            dst: entries.by_dst,
+            node_ports: entries.by_node_port,
+        }
+    }
+
+    fn touch(&mut self, key: ChainKey) {
+        if let Some(pending) = &mut self.pending {
+            pending.insert(key);
+        }
+    }
+
+    /// Swaps one Service port's cached plan for `new` (or drops it), updating its own chains in
+    /// place and recording what the shared chains and dispatch must redo.
+    fn replace_service(&mut self, key: ServiceKey, new: Option<Cached>, changes: &mut Touched) {
+        let old = self.services.remove(&key);
+        let empty = BTreeMap::new();
+        let old_owned = old.as_ref().map_or(&empty, |c| &c.owned);
+        let new_owned = new.as_ref().map_or(&empty, |c| &c.owned);
+        for (chain, rules) in old_owned {
+            if !new_owned.contains_key(chain) {
+                if let Some(table) = self.rs.tables.get_mut(&chain.0) {
+                    table.chains.remove(&chain.1);
+                }
+                self.touch(chain.clone());
+            } else if new_owned.get(chain) != Some(rules) {
+                self.touch(chain.clone());
+            }
+        }
+        for (chain, rules) in new_owned {
+            if !old_owned.contains_key(chain) {
+                self.touch(chain.clone());
+            }
+            self.rs
+                .table_mut(chain.0)
+                .chains
+                .insert(chain.1.clone(), rules.clone());
+        }
+
+        let old_shared = old.as_ref().map(|c| c.shared.keys()).into_iter().flatten();
+        let new_shared: BTreeSet<&ChainKey> = new
+            .as_ref()
+            .map(|c| c.shared.keys())
+            .into_iter()
+            .flatten()
+            .collect();
+        for chain in old_shared {
+            changes.shared.insert(chain.clone());
+            if !new_shared.contains(chain) {
+                if let Some(set) = self.contributors.get_mut(chain) {
+                    set.remove(&key);
+                }
+            }
+        }
+        for chain in new_shared {
+            changes.shared.insert(chain.clone());
+            self.contributors
+                .entry(chain.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+
+        let dst_old = old.as_ref().map_or(&[][..], |c| &c.dst[..]);
+        let dst_new = new.as_ref().map_or(&[][..], |c| &c.dst[..]);
+        swap_entries(
+            &mut self.dst,
+            &key,
+            dst_old.iter().map(|(k, r)| (*k, r)),
+            dst_new.iter().map(|(k, r)| (*k, r)),
+            &mut changes.dst,
+        );
+        for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+            let (np_old, np_new) = (node_ports_of(&old, proto), node_ports_of(&new, proto));
+            if np_old.is_empty() && np_new.is_empty() {
+                continue;
+            }
+            swap_entries(
+                self.node_ports.entry(proto).or_default(),
+                &key,
+                np_old.into_iter(),
+                np_new.into_iter(),
+                changes.node_ports.entry(proto).or_default(),
+            );
+        }
+        if let Some(new) = new {
+            self.services.insert(key, new);
+        }
+    }
+
+    /// Refills each shared chain a changed Service port writes to: its fixed rules, then every
+    /// contributor's rules in Service order, as `plan` appends them.
+    fn rebuild_shared(&mut self, chains: &BTreeSet<ChainKey>) {
+        for chain in chains {
+            let mut rules = self
+                .base
+                .chain(chain.0, &chain.1)
+                .cloned()
+                .unwrap_or_default();
+            for key in self.contributors.get(chain).into_iter().flatten() {
+                if let Some(part) = self.services.get(key).and_then(|c| c.shared.get(chain)) {
+                    rules.extend(part.iter().cloned());
+                }
+            }
+            let table = self.rs.table_mut(chain.0);
+            if table.chains.get(&chain.1) != Some(&rules) {
+                table.chains.insert(chain.1.clone(), rules);
+                self.touch(chain.clone());
+            }
+        }
+    }
+
+    fn rebuild_linear_dispatch(&mut self) {
+        let mut services = Vec::new();
+        let mut node_ports = Vec::new();
+        for cached in self.services.values() {
+            services.extend(cached.dst.iter().map(|(_, rule)| rule.clone()));
+            node_ports.extend(cached.node_ports.iter().map(|(_, _, rule)| rule.clone()));
+        }
+        services.push(node_ports_jump());
+        let nat = self.rs.table_mut(Table::Nat);
+        nat.chains.insert(names::fixed(names::SERVICES), services);
+        nat.chains
+            .insert(names::fixed(names::NODEPORTS), node_ports);
+        self.touch((Table::Nat, names::fixed(names::SERVICES)));
+        self.touch((Table::Nat, names::fixed(names::NODEPORTS)));
+    }
+
+    fn rebuild_tree_dispatch(&mut self, changes: &Touched) {
+        let leaf_size = self.options.leaf_size;
+        let mut walk = TreeWalk {
+            existing: self.rs.table(Table::Nat),
+            leaf_size,
+            rewritten: BTreeMap::new(),
+            reached: BTreeSet::new(),
+        };
+        if !changes.dst.is_empty() {
+            let mut rules = match self.options.family {
+                IpFamily::V4 => walk.node(
+                    &V4Space(AddrSpace(IpFamily::V4)),
+                    &self.dst,
+                    &changes.dst,
+                    range_of(32, 0, 0),
+                ),
+                IpFamily::V6 => walk.node(
+                    &V6Space(AddrSpace(IpFamily::V6)),
+                    &self.dst,
+                    &changes.dst,
+                    range_of(128, 0, 0),
+                ),
+            };
+            rules.push(node_ports_jump());
+            walk.rewritten.insert(names::fixed(names::SERVICES), rules);
+        }
+        if changes.node_ports.values().any(|dirty| !dirty.is_empty()) {
+            let empty_index = Index::new();
+            let no_dirty = BTreeSet::new();
+            let mut rules = Vec::new();
+            for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+                rules.extend(walk.node(
+                    &PortSpace(proto),
+                    self.node_ports.get(&proto).unwrap_or(&empty_index),
+                    changes.node_ports.get(&proto).unwrap_or(&no_dirty),
+                    range_of(16, 0, 0),
+                ));
+            }
+            walk.rewritten.insert(names::fixed(names::NODEPORTS), rules);
+        }
+        let orphans = walk.orphans();
+        let TreeWalk { rewritten, .. } = walk;
+        for (chain, rules) in rewritten {
+            let nat = self.rs.table_mut(Table::Nat);
+            if nat.chains.get(&chain) != Some(&rules) {
+                nat.chains.insert(chain.clone(), rules);
+                self.touch((Table::Nat, chain));
+            }
+        }
+        for chain in orphans {
+            self.rs.table_mut(Table::Nat).chains.remove(&chain);
+            self.touch((Table::Nat, chain));
+        }
+    }
+}
+
+/// What an update must redo beyond the changed Services' own chains.
+#[derive(Debug, Default)]
+struct Touched {
+    shared: BTreeSet<ChainKey>,
+    /// Dispatch keys whose entries changed.
+    dst: BTreeSet<u128>,
+    node_ports: BTreeMap<Protocol, BTreeSet<u128>>,
+}
+
+fn node_ports_of(cached: &Option<Cached>, proto: Protocol) -> Vec<(u128, &Rule)> {
+    cached
+        .as_ref()
+        .map(|c| {
+            c.node_ports
+                .iter()
+                .filter(|(p, _, _)| *p == proto)
+                .map(|(_, k, r)| (*k, r))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Replaces one Service port's entries in `index`, marking the keys whose entries differ.
+fn swap_entries<'a>(
+    index: &mut Index,
+    key: &ServiceKey,
+    old: impl Iterator<Item = (u128, &'a Rule)>,
+    new: impl Iterator<Item = (u128, &'a Rule)>,
+    dirty: &mut BTreeSet<u128>,
+) {
+    let mut removed: BTreeMap<(u128, usize), Rule> = BTreeMap::new();
+    for (i, (k, _)) in old.enumerate() {
+        if let Some(entries) = index.get_mut(&k) {
+            if let Some(rule) = entries.remove(&(key.clone(), i)) {
+                removed.insert((k, i), rule);
+            }
+            if entries.is_empty() {
+                index.remove(&k);
+            }
+        }
+    }
+    for (i, (k, rule)) in new.enumerate() {
+        if removed.remove(&(k, i)).as_ref() != Some(rule) {
+            dirty.insert(k);
+        }
+        index
+            .entry(k)
+            .or_default()
+            .insert((key.clone(), i), rule.clone());
+    }
+    dirty.extend(removed.into_keys().map(|(k, _)| k));
+}
+
+/// One incremental pass over a dispatch tree. A chain's content is a function of the entries in
+/// its key range alone and its name of that range, so a chain that exists and whose range holds
+/// no changed key is kept as it is, with everything below it.
+struct TreeWalk<'a> {
+    existing: Option<&'a TableRules>,
+    leaf_size: usize,
+    rewritten: BTreeMap<ChainName, Vec<Rule>>,
+    /// Every tree chain of the new layout that the walk saw, kept or rewritten.
+    reached: BTreeSet<ChainName>,
+}
+
+impl TreeWalk<'_> {
+    fn exists(&self, chain: &ChainName) -> bool {
+        self.existing
+            .is_some_and(|table| table.chains.contains_key(chain))
+    }
+
+    /// The rules of the chain covering `lo..=hi`, as [`crate::dispatch`]'s `fill` lays them out,
+    /// rewriting the children that need it.
+    fn node<S: KeySpace>(
+        &mut self,
+        space: &S,
+        index: &Index,
+        dirty: &BTreeSet<u128>,
+        (lo, hi): (u128, u128),
+    ) -> Vec<Rule> {
+        let (Some((&first, _)), Some((&last, _))) = (
+            index.range(lo..=hi).next(),
+            index.range(lo..=hi).next_back(),
+        ) else {
+            return Vec::new();
+        };
+        let common = if first == last {
+            S::BITS
+        } else {
+            (first ^ last).leading_zeros() - (128 - S::BITS)
+        };
+        let limit = self.leaf_size.max(1);
+        let mut count = 0;
+        for (_, entries) in index.range(lo..=hi) {
+            count += entries.len();
+            if count > limit {
+                break;
+            }
+        }
+        if count <= limit || common >= S::BITS {
+            return index
+                .range(lo..=hi)
+                .flat_map(|(_, entries)| entries.values().cloned())
+                .collect();
+        }
+        let child_len = common + 1;
+        let mask = !((1u128 << (S::BITS - child_len)) - 1) & range_of(S::BITS, 0, 0).1;
+        let mut rules = Vec::with_capacity(2);
+        // The first and last keys differ at the split bit, so they head the two halves.
+        for prefix in [first & mask, last & mask] {
+            let child = names::dispatch_chain(space.kind(), &space.label(prefix, child_len));
+            rules.push(Rule::jump(space.matches(prefix, child_len), &child));
+            let range = range_of(S::BITS, prefix, child_len);
+            let changed = dirty.range(range.0..=range.1).next().is_some();
+            if changed || !self.exists(&child) {
+                let child_rules = self.node(space, index, dirty, range);
+                self.rewritten.insert(child.clone(), child_rules);
+            }
+            self.reached.insert(child);
+        }
+        rules
+    }
+
+    /// Tree chains the rewritten chains used to jump to that the new layout no longer reaches,
+    /// with whatever below them is not reached either.
+    fn orphans(&self) -> BTreeSet<ChainName> {
+        let mut orphans = BTreeSet::new();
+        let mut stack: Vec<&ChainName> = self
+            .rewritten
+            .keys()
+            .flat_map(|chain| self.old_children(chain))
+            .collect();
+        while let Some(chain) = stack.pop() {
+            if self.reached.contains(chain) || !orphans.insert(chain.clone()) {
+                continue;
+            }
+            stack.extend(self.old_children(chain));
+        }
+        orphans
+    }
+
+    fn old_children(&self, chain: &ChainName) -> Vec<&ChainName> {
+        self.existing
+            .and_then(|table| table.chains.get(chain))
+            .map(|rules| {
+                rules
+                    .iter()
+                    .filter_map(Rule::jump_target)
+                    .filter(|target| names::is_dispatch_chain(target))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
