@@ -137,8 +137,8 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     pub fn allocate(&mut self, owner: &K, family: IpFamily) -> Result<IpAddr, IpamError> {
         let f = family.index();
         // One owner lookup serves both the idempotency check and the recording.
-        let id = self.owners.find(owner);
-        if let Some(ip) = id.and_then(|id| self.owners.get(id)[f]) {
+        let id = self.owners.lookup(owner);
+        if let Some(ip) = id.ok().and_then(|id| self.owners.get(id)[f]) {
             return Ok(ip);
         }
         let range = self.ranges[f]
@@ -149,8 +149,8 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         range.used.insert(offset);
         let ip = range.ip_at(offset);
         let id = match id {
-            Some(id) => id,
-            None => self.owners.intern(owner),
+            Ok(id) => id,
+            Err(absent) => self.owners.insert(owner, absent),
         };
         self.owners.get_mut(id)[f] = Some(ip);
         range.owners.set(offset, id);

@@ -35,6 +35,12 @@ struct Slot<K, V> {
     data: V,
 }
 
+/// Proof of a failed [`Owners::lookup`], carrying the key's hash.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Absent {
+    hash: u64,
+}
+
 /// Live owners by id, with their data `V`.
 #[derive(Debug, Clone)]
 pub(crate) struct Owners<K, V> {
@@ -61,19 +67,31 @@ impl<K: Clone + Eq + std::hash::Hash, V: Default + Reset> Owners<K, V> {
 
     /// The id of a live owner.
     pub(crate) fn find(&self, key: &K) -> Option<u32> {
+        self.lookup(key).ok()
+    }
+
+    /// The id of a live owner, or what [`Self::insert`] needs to add it.
+    pub(crate) fn lookup(&self, key: &K) -> Result<u32, Absent> {
+        let hash = Self::hash(key);
         let slots = &self.slots;
         self.table
-            .find(Self::hash(key), |&id| slots[id as usize].key == *key)
+            .find(hash, |&id| slots[id as usize].key == *key)
             .copied()
+            .ok_or(Absent { hash })
     }
 
     /// The id of `key`, adding it (with reset data) when it is not live.
     pub(crate) fn intern(&mut self, key: &K) -> u32 {
-        let hash = Self::hash(key);
-        let slots = &self.slots;
-        if let Some(&id) = self.table.find(hash, |&id| slots[id as usize].key == *key) {
-            return id;
+        match self.lookup(key) {
+            Ok(id) => id,
+            Err(absent) => self.insert(key, absent),
         }
+    }
+
+    /// Adds `key`, which [`Self::lookup`] just reported absent (no owner was added in
+    /// between), with reset data; saves hashing and probing for it again.
+    pub(crate) fn insert(&mut self, key: &K, absent: Absent) -> u32 {
+        let hash = absent.hash;
         let id = match self.free.pop() {
             Some(id) => {
                 let slot = &mut self.slots[id as usize];

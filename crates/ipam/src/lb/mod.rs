@@ -27,7 +27,7 @@ use index::FreeIndex;
 use crate::error::IpamError;
 use crate::family::IpFamily;
 use crate::hash::FxHashMap;
-use crate::owners::{Owners, Reset};
+use crate::owners::{Absent, Owners, Reset};
 use crate::pool::{Pool, PoolSpec, PoolStatus};
 use crate::selector::Labels;
 use crate::sharing::{check_sharing, Holder, LbPort, TrafficPolicy};
@@ -57,9 +57,14 @@ pub struct ServiceView {
 
 impl ServiceView {
     /// Writes this Service's sharing data into `out`, reusing its buffers, so a steady
-    /// stream of assignments does not allocate.
+    /// stream of assignments does not allocate. Without a sharing key the rest is left
+    /// as it was: the sharing rules refuse such a Service before they look at anything
+    /// else (see [`check_sharing`]).
     fn holder_into(&self, out: &mut Holder) {
         out.sharing_key.clone_from(&self.sharing_key);
+        if self.sharing_key.is_none() {
+            return;
+        }
         out.policy = self.external_traffic_policy;
         if out.selector != self.selector {
             out.selector.clone_from(&self.selector);
@@ -101,25 +106,27 @@ pub struct Orphan<K> {
 struct OwnerState {
     /// Indexed by `IpFamily::index`.
     held: [Option<IpAddr>; 2],
-    /// Sharing data of the Service as last granted; read only while it holds addresses.
-    holder: Holder,
+    /// Whether the owner was granted with a sharing key; its sharing data is then in
+    /// `LbIpAllocator::sharing`.
+    shares: bool,
 }
 
 impl Reset for OwnerState {
-    /// The sharing data is left for its buffers; it is rewritten before any address is
-    /// recorded for the new occupant.
     fn reset(&mut self) {
-        self.held = [None, None];
+        *self = Self::default();
     }
 }
 
-/// The holders (owner ids) of one address. Nearly always a single Service, kept inline.
+/// The holders (owner ids) of one address. Nearly always a single Service, kept inline;
+/// a boxed slice keeps the whole value at 16 bytes, so the per-address map stays small.
 #[derive(Debug, Clone)]
 enum Holders {
     One(u32),
     /// Sorted by owner key; two or more.
-    Many(Vec<u32>),
+    Many(Box<[u32]>),
 }
+
+const _: () = assert!(std::mem::size_of::<Holders>() == 16);
 
 impl Holders {
     fn as_slice(&self) -> &[u32] {
@@ -140,6 +147,12 @@ pub struct LbIpAllocator<K: OwnerKey> {
     /// Per pool and family: in-use addresses the pool contains.
     assigned: Vec<[u128; 2]>,
     owners: Owners<K, OwnerState>,
+    /// Sharing data by owner id, for owners with a sharing key (others are refused by
+    /// the sharing rules on their key alone, so nothing else about them is kept). Stale
+    /// entries keep their buffers for reuse.
+    sharing: Vec<Holder>,
+    /// The sharing data of every owner without a sharing key.
+    no_sharing: Holder,
     /// Per family: holders of each address in use (as a number).
     holders: [FxHashMap<u128, Holders>; 2],
     /// Addresses in use per sharing key, so a sharing Service finds the lowest shareable
@@ -157,6 +170,8 @@ impl<K: OwnerKey> Default for LbIpAllocator<K> {
             index: Vec::new(),
             assigned: Vec::new(),
             owners: Owners::default(),
+            sharing: Vec::new(),
+            no_sharing: Holder::default(),
             holders: [FxHashMap::default(), FxHashMap::default()],
             shared: FxHashMap::default(),
             scratch: Holder::default(),
@@ -257,8 +272,8 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     pub fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
         let mut holder = std::mem::take(&mut self.scratch);
         svc.holder_into(&mut holder);
-        let me = self.owners.find(owner);
-        let chosen = self.choose(me, svc, &holder);
+        let me = self.owners.lookup(owner);
+        let chosen = self.choose(me.ok(), svc, &holder);
         if let Ok(ips) = &chosen {
             self.install(owner, me, &mut holder, ips);
         }
@@ -410,7 +425,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 hs.as_slice()
                     .iter()
                     .filter(|&&id| Some(id) != me)
-                    .map(|&id| (self.owners.key(id), &self.owners.get(id).holder))
+                    .map(|&id| (self.owners.key(id), self.holder_of(id)))
                     .collect()
             })
             .unwrap_or_default()
@@ -423,8 +438,8 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     pub fn adopt(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), IpamError> {
         let mut holder = std::mem::take(&mut self.scratch);
         svc.holder_into(&mut holder);
-        let me = self.owners.find(owner);
-        let checked = self.check_adoption(me, &holder, ips);
+        let me = self.owners.lookup(owner);
+        let checked = self.check_adoption(me.ok(), &holder, ips);
         if checked.is_ok() {
             self.install(owner, me, &mut holder, ips);
         }
@@ -486,16 +501,26 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             .unwrap_or_default()
     }
 
+    /// The sharing data owner `id` holds its addresses with.
+    fn holder_of(&self, id: u32) -> &Holder {
+        if self.owners.get(id).shares {
+            if let Some(h) = self.sharing.get(id as usize) {
+                return h;
+            }
+        }
+        &self.no_sharing
+    }
+
     /// Distinct addresses in use of `family`.
     pub fn used(&self, family: IpFamily) -> u128 {
         self.holders[family.index()].len() as u128
     }
 
-    /// Makes `owner` (id `me` when known) hold exactly `ips` with `holder`'s sharing data;
-    /// `holder` gets the owner's previous data back, for reuse. Callers have checked the
-    /// rules. An owner left holding nothing is forgotten.
-    fn install(&mut self, owner: &K, me: Option<u32>, holder: &mut Holder, ips: &[IpAddr]) {
-        if let Some(id) = me {
+    /// Makes `owner` (`me`: its id, or proof it has none) hold exactly `ips` with
+    /// `holder`'s sharing data; `holder` gets the owner's previous data back, for reuse.
+    /// Callers have checked the rules. An owner left holding nothing is forgotten.
+    fn install(&mut self, owner: &K, me: Result<u32, Absent>, holder: &mut Holder, ips: &[IpAddr]) {
+        if let Ok(id) = me {
             let held = std::mem::take(&mut self.owners.get_mut(id).held);
             for ip in held.into_iter().flatten() {
                 self.remove_holder(id, ip);
@@ -509,10 +534,18 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             return;
         }
         let id = match me {
-            Some(id) => id,
-            None => self.owners.intern(owner),
+            Ok(id) => id,
+            Err(absent) => self.owners.insert(owner, absent),
         };
-        std::mem::swap(&mut self.owners.get_mut(id).holder, holder);
+        let shares = holder.sharing_key.is_some();
+        self.owners.get_mut(id).shares = shares;
+        if shares {
+            let i = id as usize;
+            if self.sharing.len() <= i {
+                self.sharing.resize_with(i + 1, Holder::default);
+            }
+            std::mem::swap(&mut self.sharing[i], holder);
+        }
         for ip in ips {
             let slot = &mut self.owners.get_mut(id).held[IpFamily::of(*ip).index()];
             // A family listed twice yields the same address twice; it is held once.
@@ -530,14 +563,11 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         let owners = &self.owners;
         let newly_used = match self.holders[fam.index()].entry(value) {
             Entry::Occupied(mut e) => {
-                let mut ids = match std::mem::replace(e.get_mut(), Holders::Many(Vec::new())) {
-                    Holders::One(first) => vec![first],
-                    Holders::Many(ids) => ids,
-                };
+                let mut ids = e.get().as_slice().to_vec();
                 let key = owners.key(id);
                 let pos = ids.partition_point(|&x| owners.key(x) < key);
                 ids.insert(pos, id);
-                *e.get_mut() = Holders::Many(ids);
+                *e.get_mut() = Holders::Many(ids.into_boxed_slice());
                 false
             }
             Entry::Vacant(e) => {
@@ -545,7 +575,12 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 true
             }
         };
-        if let Some(key) = &owners.get(id).holder.sharing_key {
+        let shares = owners.get(id).shares;
+        if let Some(key) = shares
+            .then(|| self.sharing.get(id as usize))
+            .flatten()
+            .and_then(|h| h.sharing_key.as_ref())
+        {
             match self.shared.get_mut(key) {
                 Some(sets) => {
                     sets[fam.index()].insert(value);
@@ -563,7 +598,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     }
 
     /// Removes owner `id` from the holders of `ip`, using the sharing data it holds `ip`
-    /// with (its current [`OwnerState::holder`]).
+    /// with (its current entry in `sharing`).
     fn remove_holder(&mut self, id: u32, ip: IpAddr) {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
@@ -574,25 +609,30 @@ impl<K: OwnerKey> LbIpAllocator<K> {
             Holders::One(x) if *x == id => true,
             Holders::One(_) => return,
             Holders::Many(ids) => {
-                let Some(pos) = ids.iter().position(|&x| x == id) else {
+                if !ids.contains(&id) {
                     return;
-                };
-                ids.remove(pos);
-                if let [only] = ids[..] {
-                    *entry.get_mut() = Holders::One(only);
                 }
+                let rest: Vec<u32> = ids.iter().copied().filter(|&x| x != id).collect();
+                *entry.get_mut() = match rest[..] {
+                    [only] => Holders::One(only),
+                    _ => Holders::Many(rest.into_boxed_slice()),
+                };
                 false
             }
         };
-        let owners = &self.owners;
-        let removed_key = owners.get(id).holder.sharing_key.as_ref();
+        let (owners, sharing, none) = (&self.owners, &self.sharing, &self.no_sharing);
+        let holder_of = |x: u32| match owners.get(x).shares {
+            true => sharing.get(x as usize).unwrap_or(none),
+            false => none,
+        };
+        let removed_key = holder_of(id).sharing_key.as_ref();
         let key_still_used = removed_key.is_some_and(|key| {
             !now_empty
                 && entry
                     .get()
                     .as_slice()
                     .iter()
-                    .any(|&x| owners.get(x).holder.sharing_key.as_ref() == Some(key))
+                    .any(|&x| holder_of(x).sharing_key.as_ref() == Some(key))
         });
         if now_empty {
             entry.remove();
