@@ -119,7 +119,11 @@ async fn run(
     };
     let start = {
         let store = app.store();
-        match params.resource_version {
+        // A streaming list always starts with the current state (which is never older than asked).
+        match params
+            .resource_version
+            .filter(|_| !params.send_initial_events)
+        {
             Some(rv) => store.changes_since(rv).map(|_| (rv, Vec::new())),
             None => store
                 .list(&info, scope.as_deref(), &selection)
@@ -208,5 +212,64 @@ async fn run(
         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn params_from_query() {
+        let p = WatchParams::from_query(&q(&[
+            ("resourceVersion", "42"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", "5"),
+        ]))
+        .unwrap();
+        assert_eq!(p.resource_version, Some(42));
+        assert!(p.bookmarks && !p.send_initial_events);
+        assert_eq!(p.timeout, Some(Duration::from_secs(5)));
+        for rv in ["", "0"] {
+            assert_eq!(
+                WatchParams::from_query(&q(&[("resourceVersion", rv)]))
+                    .unwrap()
+                    .resource_version,
+                None
+            );
+        }
+        assert_eq!(
+            WatchParams::from_query(&q(&[("resourceVersion", "x")]))
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(
+            WatchParams::from_query(&q(&[("sendInitialEvents", "true")]))
+                .unwrap_err()
+                .code,
+            422
+        );
+    }
+
+    #[test]
+    fn bookmark_shapes() {
+        let info = crate::apiserver::resource::built_ins().remove(1);
+        let line: Value = serde_json::from_slice(&bookmark(&info, 7, true)).unwrap();
+        assert_eq!(line["type"], "BOOKMARK");
+        assert_eq!(line["object"]["metadata"]["resourceVersion"], "7");
+        assert_eq!(
+            line["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
+        let plain: Value = serde_json::from_slice(&bookmark(&info, 8, false)).unwrap();
+        assert!(plain["object"]["metadata"].get("annotations").is_none());
     }
 }
