@@ -1,38 +1,16 @@
-//! Plan + render cost of full syncs and one-endpoint-change partial syncs, tree vs linear
-//! dispatch, and the number of dispatch rules a first packet walks.
+//! Full syncs and one-endpoint-change partial syncs through the incremental planner, tree vs
+//! linear dispatch: planning, rendering and applying to the in-memory iptables, with the payload
+//! size, and the number of dispatch rules a first packet walks. Change syncs are repeated and
+//! their median reported, as the machine running this is shared.
 #![allow(clippy::unwrap_used)]
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
-use berth_datapath::sync::{Iptables, Syncer};
+use berth_datapath::memory::MemoryIptables;
+use berth_datapath::sync::{SyncKind, SyncReport, Syncer};
 use berth_datapath::trace::{dispatch_rules_walked, Origin, Packet, TraceEnv};
 use berth_datapath::*;
-
-/// Accepts every payload and only measures it, so the numbers are berth's own cost.
-#[derive(Default)]
-struct CountingIptables {
-    last_payload_bytes: usize,
-}
-
-impl Iptables for CountingIptables {
-    fn restore(&mut self, payload: &str) -> Result<(), Error> {
-        self.last_payload_bytes = payload.len();
-        Ok(())
-    }
-    fn save(&mut self, _table: Table) -> Result<String, Error> {
-        Ok(String::new())
-    }
-    fn ensure_chain(&mut self, _table: Table, _chain: &ChainName) -> Result<(), Error> {
-        Ok(())
-    }
-    fn chain_exists(&mut self, _table: Table, _chain: &ChainName) -> Result<bool, Error> {
-        Ok(true)
-    }
-    fn ensure_jump(&mut self, _jump: &JumpRule) -> Result<(), Error> {
-        Ok(())
-    }
-}
 
 fn service_ip(i: usize) -> IpAddr {
     // 10.96.0.0/16 holds 65k Services, enough for 30k.
@@ -105,25 +83,50 @@ fn ms(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1000.0
 }
 
-fn measure(services: usize, dispatch: Dispatch) -> Row {
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// One sync as the agent runs it: update the planner with the Service ports its watch events
+/// named (`None`: it cannot tell, so every port is fingerprinted), then apply the chains the
+/// planner reports. Returns the whole wall time, the planning part of it, and the report.
+fn sync_once(
+    planner: &mut Planner,
+    syncer: &mut Syncer<MemoryIptables>,
+    view: &NodeView,
+    changed: Option<&ServicePortName>,
+) -> (f64, f64, SyncReport) {
+    let start = Instant::now();
+    match changed {
+        Some(changed) => planner.update_changed(view, &|name| name == changed),
+        None => planner.update(view),
+    }
+    let changes = planner.take_changes();
+    let plan_ms = ms(start);
+    let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
+    (ms(start), plan_ms, report)
+}
+
+fn measure(services: usize, dispatch: Dispatch, reps: usize) -> Row {
     let mut view = mk_view(services, 10);
     let options = PlanOptions {
         dispatch,
         cluster_cidr: Some("10.128.0.0/9".parse().unwrap()),
         ..PlanOptions::default()
     };
-    let mut syncer = Syncer::new(CountingIptables::default());
+    let mut planner = Planner::new(options.clone());
+    let mut syncer =
+        Syncer::new(MemoryIptables::default()).rewriting_every_sync(rewritten_every_sync(dispatch));
 
-    let start = Instant::now();
-    let rs = plan(&view, &options);
-    let full = syncer.sync(&rs).unwrap();
-    let full_ms = ms(start);
+    let (full_ms, _, full) = sync_once(&mut planner, &mut syncer, &view, None);
+    assert_eq!(full.kind, SyncKind::Full);
 
     let env = TraceEnv {
         local_addresses: view.node.addresses.clone(),
         ..TraceEnv::default()
     };
-    let walk = |i: usize| {
+    let walk = |rs: &Ruleset, i: usize| {
         let packet = Packet {
             src: "10.128.0.1".parse().unwrap(),
             dst: service_ip(i),
@@ -132,38 +135,45 @@ fn measure(services: usize, dispatch: Dispatch) -> Row {
             origin: Origin::Network,
             bridged: false,
         };
-        dispatch_rules_walked(&rs, &env, &packet).unwrap().unwrap()
+        dispatch_rules_walked(rs, &env, &packet).unwrap().unwrap()
     };
-    let (walk_first, walk_last) = (walk(0), walk(services - 1));
-    drop(rs);
+    let (walk_first, walk_last) = (
+        walk(planner.ruleset(), 0),
+        walk(planner.ruleset(), services - 1),
+    );
 
-    // One endpoint of one Service in the middle changes address, as a pod restart does.
-    view.services[services / 2].endpoints[3].ip = "10.255.0.1".parse().unwrap();
-    let start = Instant::now();
-    let rs = plan(&view, &options);
-    let change_plan_ms = ms(start);
-    let change = syncer.sync(&rs).unwrap();
-    let change_ms = ms(start);
-    assert_eq!(change.kind, sync::SyncKind::Partial);
+    // One endpoint of one Service changes address, as a pod restart does; a different Service
+    // each time, so no repetition finds its work already done.
+    let mut change_ms = Vec::new();
+    let mut change_plan_ms = Vec::new();
+    let mut change_bytes = Vec::new();
+    for rep in 0..reps {
+        let changed = &mut view.services[(services / 2 + rep) % services];
+        changed.endpoints[3].ip = IpAddr::V4(Ipv4Addr::new(10, 255, 0, rep as u8));
+        let name = changed.name.clone();
+        let (wall, plan_part, change) = sync_once(&mut planner, &mut syncer, &view, Some(&name));
+        assert_eq!(change.kind, SyncKind::Partial);
+        change_ms.push(wall);
+        change_plan_ms.push(plan_part);
+        change_bytes.push(change.payload_bytes as f64);
+    }
 
     // A new Service: linear dispatch rewrites its whole entry chain, the tree one leaf.
     let mut added = mk_view(services + 1, 10).services.pop().unwrap();
     added.node_port = None;
+    let name = added.name.clone();
     view.services.push(added);
-    let start = Instant::now();
-    let rs = plan(&view, &options);
-    let add = syncer.sync(&rs).unwrap();
-    let add_ms = ms(start);
+    let (add_ms, _, add) = sync_once(&mut planner, &mut syncer, &view, Some(&name));
     Row {
-        add_bytes: add.payload_bytes,
-        add_ms,
         services,
         dispatch,
         full_bytes: full.payload_bytes,
         full_ms,
-        change_bytes: change.payload_bytes,
-        change_ms,
-        change_plan_ms,
+        change_bytes: median(change_bytes) as usize,
+        change_ms: median(change_ms),
+        change_plan_ms: median(change_plan_ms),
+        add_bytes: add.payload_bytes,
+        add_ms,
         walk_first,
         walk_last,
     }
@@ -174,6 +184,10 @@ fn main() {
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000, 10_000, 30_000]);
+    let reps: usize = std::env::var("BERTH_BENCH_REPS")
+        .ok()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(7);
     println!(
         "{:>8} {:>7} {:>12} {:>10} {:>13} {:>11} {:>14} {:>10} {:>9} {:>11} {:>10}",
         "services",
@@ -191,7 +205,11 @@ fn main() {
     let mut rows = Vec::new();
     for &n in &sizes {
         for dispatch in [Dispatch::Linear, Dispatch::Tree] {
-            let row = measure(n, dispatch);
+            let name = format!("{dispatch:?}").to_lowercase();
+            if std::env::var("BERTH_BENCH_DISPATCH").is_ok_and(|only| only != name) {
+                continue;
+            }
+            let row = measure(n, dispatch, reps);
             println!(
                 "{:>8} {:>7} {:>12} {:>10.1} {:>13} {:>11.1} {:>14.1} {:>10} {:>9.1} {:>11} {:>10}",
                 row.services,

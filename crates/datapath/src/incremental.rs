@@ -120,6 +120,26 @@ impl Planner {
     /// Brings the ruleset to `plan(view, options)`, re-planning only Service ports whose inputs
     /// changed. Cost: one fingerprint per Service port plus the re-planning of the changed ones.
     pub fn update(&mut self, view: &NodeView) {
+        self.update_inner(view, &|_| true);
+    }
+
+    /// Like [`Planner::update`], for a caller that knows which Service ports may have changed
+    /// since the last update (added and removed ones included), as the agent does from its watch
+    /// events: `may_have_changed` false skips even the fingerprint of a port. Removed ports are
+    /// found either way.
+    pub fn update_changed(
+        &mut self,
+        view: &NodeView,
+        may_have_changed: &dyn Fn(&ServicePortName) -> bool,
+    ) {
+        self.update_inner(view, may_have_changed);
+    }
+
+    fn update_inner(
+        &mut self,
+        view: &NodeView,
+        may_have_changed: &dyn Fn(&ServicePortName) -> bool,
+    ) {
         if self.node.as_ref() != Some(&view.node) {
             // Node facts enter every Service's plan: start over.
             *self = Planner::new(self.options.clone());
@@ -141,10 +161,15 @@ impl Planner {
             while let Some((old, _)) = cached.next_if(|(old, _)| (&old.0, old.1) < key) {
                 removals.push(old.clone());
             }
-            let print = fingerprint(group);
             match cached.next_if(|(old, _)| (&old.0, old.1) == key) {
-                Some((_, entry)) if entry.fingerprint == print => {}
-                _ => upserts.push((group, print)),
+                Some(_) if !may_have_changed(key.0) => {}
+                Some((_, entry)) => {
+                    let print = fingerprint(group);
+                    if entry.fingerprint != print {
+                        upserts.push((group, print));
+                    }
+                }
+                None => upserts.push((group, fingerprint(group))),
             }
         }
         removals.extend(cached.map(|(old, _)| old.clone()));

@@ -51,9 +51,12 @@ fn restore_error(line: &str, reason: &str) -> Error {
     }
 }
 
-fn check_table(chains: &BTreeMap<ChainName, Vec<Rule>>) -> Result<(), Error> {
-    for (chain, rules) in chains {
-        for rule in rules {
+fn check_chains<'a>(
+    chains: &BTreeMap<ChainName, Vec<Rule>>,
+    which: impl Iterator<Item = &'a ChainName>,
+) -> Result<(), Error> {
+    for chain in which {
+        for rule in chains.get(chain).into_iter().flatten() {
             if let Some(target) = rule.jump_target() {
                 if !chains.contains_key(target) {
                     return Err(restore_error(
@@ -101,10 +104,36 @@ impl MemoryIptables {
         rs
     }
 
+    /// Applies one table's lines in place; on any error every chain it touched is put back, so
+    /// the table is committed whole or not at all.
     fn apply_table(
         chains: &mut BTreeMap<ChainName, Vec<Rule>>,
         lines: &[&str],
     ) -> Result<(), Error> {
+        let mut undo: BTreeMap<ChainName, Option<Vec<Rule>>> = BTreeMap::new();
+        let result = Self::apply_lines(chains, lines, &mut undo);
+        if result.is_err() {
+            for (chain, before) in undo {
+                match before {
+                    Some(rules) => chains.insert(chain, rules),
+                    None => chains.remove(&chain),
+                };
+            }
+        }
+        result
+    }
+
+    fn apply_lines(
+        chains: &mut BTreeMap<ChainName, Vec<Rule>>,
+        lines: &[&str],
+        undo: &mut BTreeMap<ChainName, Option<Vec<Rule>>>,
+    ) -> Result<(), Error> {
+        let mut remember = |chains: &BTreeMap<ChainName, Vec<Rule>>, chain: &ChainName| {
+            if !undo.contains_key(chain) {
+                undo.insert(chain.clone(), chains.get(chain).cloned());
+            }
+        };
+        let mut deleted = Vec::new();
         for line in lines {
             let words = split_words(line)?;
             let (Some(op), Some(name)) = (words.first(), words.get(1)) else {
@@ -113,28 +142,43 @@ impl MemoryIptables {
             let chain = ChainName::new(name.trim_start_matches(':'));
             match op.as_str() {
                 s if s.starts_with(':') => {
-                    chains.insert(ChainName::new(&s[1..]), Vec::new());
+                    let declared = ChainName::new(&s[1..]);
+                    remember(chains, &declared);
+                    chains.insert(declared, Vec::new());
                 }
                 "-A" => {
                     let rule = parse_rule(line, words[2..].to_vec())?;
+                    remember(chains, &chain);
                     chains
                         .get_mut(&chain)
                         .ok_or_else(|| restore_error(line, "no such chain"))?
                         .push(rule);
                 }
-                "-F" => chains
-                    .get_mut(&chain)
-                    .ok_or_else(|| restore_error(line, "no such chain"))?
-                    .clear(),
+                "-F" => {
+                    remember(chains, &chain);
+                    chains
+                        .get_mut(&chain)
+                        .ok_or_else(|| restore_error(line, "no such chain"))?
+                        .clear()
+                }
                 "-X" => {
+                    remember(chains, &chain);
                     if chains.remove(&chain).is_none() || chain.is_builtin() {
                         return Err(restore_error(line, "cannot delete chain"));
                     }
+                    deleted.push(chain);
                 }
                 _ => return Err(restore_error(line, "unsupported command")),
             }
         }
-        check_table(chains)
+        // Only written chains can have gained a jump to a missing chain; only deletions can
+        // have left a jump dangling anywhere else.
+        let written: Vec<&ChainName> = undo.keys().filter(|c| chains.contains_key(*c)).collect();
+        check_chains(chains, written.into_iter())?;
+        if !deleted.is_empty() {
+            check_chains(chains, chains.keys())?;
+        }
+        Ok(())
     }
 }
 
@@ -161,10 +205,7 @@ impl Iptables for MemoryIptables {
                 let current = table
                     .take()
                     .ok_or_else(|| restore_error(line, "COMMIT outside a table"))?;
-                // Commit on a copy so a bad line leaves the table as it was.
-                let mut chains = self.tables.get(&current).cloned().unwrap_or_default();
-                Self::apply_table(&mut chains, &lines)?;
-                self.tables.insert(current, chains);
+                Self::apply_table(self.tables.entry(current).or_default(), &lines)?;
             } else if table.is_some() {
                 lines.push(line);
             } else {

@@ -189,7 +189,9 @@ proptest! {
         batches in proptest::collection::vec(proptest::collection::vec(edit(), 1..4), 1..8),
         tree in any::<bool>(),
         leaf in 1usize..4,
+        hinted in any::<bool>(),
     ) {
+        let mut previous = NodeView::default();
         let mut options = mk_options(if tree { Dispatch::Tree } else { Dispatch::Linear });
         options.leaf_size = leaf;
         let mut planner = Planner::new(options.clone());
@@ -201,7 +203,19 @@ proptest! {
                 apply_edit(&mut specs, edit);
             }
             let view = mk_view(&specs);
-            planner.update(&view);
+            if hinted {
+                // Every edit can rename later Services (names follow positions), so hint by
+                // comparing with the previous view, as the agent's index would.
+                let before: std::collections::BTreeMap<_, _> =
+                    previous.services.iter().map(|s| (s.name.clone(), s.clone())).collect();
+                let changed = |name: &ServicePortName| {
+                    before.get(name) != view.services.iter().find(|s| &s.name == name)
+                };
+                planner.update_changed(&view, &changed);
+            } else {
+                planner.update(&view);
+            }
+            previous = view.clone();
             let expected = plan(&view, &options);
             prop_assert_eq!(planner.ruleset(), &expected, "step {}", step);
             let changes = planner.take_changes();

@@ -214,3 +214,48 @@ fn payloads_never_touch_foreign_chains() {
         }
     }
 }
+
+#[test]
+fn linear_dispatch_rewrites_the_entry_chains_on_every_partial_sync_as_kube_proxy_does() {
+    for dispatch in [Dispatch::Linear, Dispatch::Tree] {
+        let mut view = mk_many(50);
+        let options = mk_options(dispatch);
+        let mut planner = Planner::new(options.clone());
+        let mut syncer = Syncer::new(MemoryIptables::default())
+            .rewriting_every_sync(rewritten_every_sync(dispatch));
+        planner.update(&view);
+        let changes = planner.take_changes();
+        assert_eq!(changes, Changes::All);
+        let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
+        assert_eq!(report.kind, SyncKind::Full);
+
+        view.services[7].endpoints[0].ip = ip("10.244.3.9");
+        planner.update(&view);
+        let changes = planner.take_changes();
+        let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
+        assert_eq!(report.kind, SyncKind::Partial);
+        let payload = syncer.iptables().restores.last().unwrap().clone();
+        let linear = dispatch == Dispatch::Linear;
+        for chain in [
+            ":BERTH-SERVICES ",
+            ":BERTH-NODEPORTS ",
+            ":BERTH-EXTERNAL-SERVICES ",
+        ] {
+            assert_eq!(payload.contains(chain), linear, "{dispatch:?} {chain}");
+        }
+        // SVC, new SEP, old SEP deleted: the same in both layouts.
+        assert_eq!(report.deleted_chains, 1, "{dispatch:?}");
+        assert_eq!(
+            report.rewritten_chains,
+            2 + if linear { 9 } else { 0 },
+            "{dispatch:?}"
+        );
+        assert_eq!(syncer.iptables().berth_ruleset(), plan(&view, &options));
+
+        // Nothing changed: tree dispatch sends nothing, linear still refills its entry chains.
+        planner.update(&view);
+        let changes = planner.take_changes();
+        let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
+        assert_eq!(report.payload_bytes == 0, !linear, "{dispatch:?}");
+    }
+}
