@@ -6,7 +6,18 @@
 //!
 //! The allocators are single-threaded, so the figures that matter are per core: rates and
 //! times are taken from this thread's on-CPU time (Linux schedstat), which other load on
-//! the machine does not dilute. Wall-clock figures are printed beside them.
+//! the machine does not dilute. Wall-clock figures are printed beside them. Other load
+//! still evicts the allocators' state from the shared caches, so compare runs made back
+//! to back, or interleaved, rather than runs from different hours.
+//!
+//! What one pair is, per row (the owner is drawn at random from every owner, as a
+//! controller reconciling a large cluster would meet them, so owners' keys and state are
+//! mostly not in cache):
+//! - ClusterIP: `release(address)` of the owner's address, then `allocate(owner, IPv4)`.
+//! - NodePort: `release(port)`, then `allocate(owner)`.
+//! - LB IP: `release_owner(owner)` (which forgets the owner), then `assign(owner, view)`,
+//!   including the returned `Vec`s. The `ServiceView` is built once, as a controller
+//!   holds the Service already; the owner key is borrowed, never rebuilt.
 
 #![allow(clippy::unwrap_used)]
 

@@ -16,7 +16,11 @@
 //!
 //! - **Owners** are any `Clone + Eq + Hash + Ord + Display` key; [`ServiceKey`] is the usual
 //!   one. Every request is idempotent for an owner (asking again for what it holds changes
-//!   nothing), so a reconcile whose write failed can simply run again.
+//!   nothing), so a reconcile whose write failed can simply run again. The ClusterIP and
+//!   LoadBalancer allocators intern owners to dense ids on entry (one hash and compare of
+//!   the key per call); state behind that is indexed by id. A forgotten owner's slot, and
+//!   its key's buffers, are reused by the next new owner, so memory follows the peak number
+//!   of owners.
 //! - **Release**: `release(address)` frees one value and is idempotent;
 //!   `release_owner(owner)` frees everything the owner holds at once and forgets it.
 //! - **Adoption** (`adopt`, `adopt_all`) records values found on existing Services; called
@@ -38,6 +42,9 @@
 //!   address it holds while an eligible pool still contains it. Within a pool the lowest
 //!   usable address wins; for a Service with a sharing key an address already shared
 //!   compatibly counts as usable. `avoidBuggyIPs` skips every IPv4 `.0` and `.255`.
+//!   Each pool keeps its own index of its addresses in use (a bitmap up to 4 Mi addresses,
+//!   run-length beyond), updated for every pool containing an address as it is taken or
+//!   freed, so the lowest free address is a lookup in that pool alone.
 //! - **Sharing**: same sharing key, no port in common per protocol, and either both
 //!   Services use `externalTrafficPolicy: Cluster` or both have the same selector.
 //! - **Pool changes**: [`LbIpAllocator::set_pools`] replaces all pools or none; addresses
