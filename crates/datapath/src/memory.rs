@@ -176,7 +176,19 @@ impl MemoryIptables {
         let written: Vec<&ChainName> = undo.keys().filter(|c| chains.contains_key(*c)).collect();
         check_chains(chains, written.into_iter())?;
         if !deleted.is_empty() {
-            check_chains(chains, chains.keys())?;
+            for (chain, rules) in chains.iter() {
+                for rule in rules {
+                    if rule
+                        .jump_target()
+                        .is_some_and(|target| deleted.contains(target))
+                    {
+                        return Err(restore_error(
+                            &render_rule(chain, rule),
+                            "jump to missing chain",
+                        ));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -269,5 +281,35 @@ impl Iptables for MemoryIptables {
             rules.insert(0, jump.rule.clone());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nat_chains(ipt: &MemoryIptables) -> BTreeMap<ChainName, Vec<Rule>> {
+        ipt.tables.get(&Table::Nat).cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn failed_restores_leave_the_table_as_it_was() {
+        let mut ipt = MemoryIptables::default();
+        ipt.restore("*nat\n:BERTH-A - [0:0]\n:BERTH-B - [0:0]\n-A BERTH-A -j BERTH-B\nCOMMIT\n")
+            .unwrap();
+        let before = nat_chains(&ipt);
+        // A referenced chain cannot be deleted, even by a payload that rewrote other chains.
+        let err = ipt.restore("*nat\n:BERTH-C - [0:0]\n:BERTH-A - [0:0]\n:BERTH-B - [0:0]\n-A BERTH-A -j BERTH-C\n-A BERTH-C -j BERTH-B\n-X BERTH-B\nCOMMIT\n");
+        assert!(err.is_err());
+        assert_eq!(nat_chains(&ipt), before);
+        // A jump to a chain that does not exist.
+        assert!(ipt
+            .restore("*nat\n:BERTH-B - [0:0]\n-A BERTH-B -j BERTH-NOPE\nCOMMIT\n")
+            .is_err());
+        assert_eq!(nat_chains(&ipt), before);
+        // Deleting an unreferenced chain works.
+        ipt.restore("*nat\n:BERTH-A - [0:0]\n-X BERTH-B\nCOMMIT\n")
+            .unwrap();
+        assert!(!nat_chains(&ipt).contains_key(&ChainName::new("BERTH-B")));
     }
 }
