@@ -140,19 +140,32 @@ impl Planner {
         view: &NodeView,
         may_have_changed: &dyn Fn(&ServicePortName) -> bool,
     ) {
+        let everything = |_: &ServicePortName| true;
+        let mut may_have_changed = may_have_changed;
         if self.node.as_ref() != Some(&view.node) {
             // Node facts enter every Service's plan: start over.
             *self = Planner::new(self.options.clone());
             self.node = Some(view.node.clone());
+            may_have_changed = &everything;
         }
-        let mut ports: Vec<&ServicePort> = view.services.iter().collect();
+        // Both sides of the merge skip the ports that cannot have changed, so a hinted update
+        // sorts and fingerprints only those.
+        let mut ports: Vec<&ServicePort> = view
+            .services
+            .iter()
+            .filter(|port| may_have_changed(&port.name))
+            .collect();
         ports.sort_by(|a, b| key_of(a).cmp(&key_of(b)));
         let groups: Vec<&[&ServicePort]> = ports.chunk_by(|a, b| key_of(a) == key_of(b)).collect();
 
         // Merge the sorted groups with the sorted cache, without cloning any unchanged key.
         let mut upserts: Vec<(&[&ServicePort], u64)> = Vec::new();
         let mut removals: Vec<ServiceKey> = Vec::new();
-        let mut cached = self.services.iter().peekable();
+        let mut cached = self
+            .services
+            .iter()
+            .filter(|(key, _)| may_have_changed(&key.0))
+            .peekable();
         for group in &groups {
             let Some(first) = group.first() else {
                 continue;
@@ -162,7 +175,6 @@ impl Planner {
                 removals.push(old.clone());
             }
             match cached.next_if(|(old, _)| (&old.0, old.1) == key) {
-                Some(_) if !may_have_changed(key.0) => {}
                 Some((_, entry)) => {
                     let print = fingerprint(group);
                     if entry.fingerprint != print {
