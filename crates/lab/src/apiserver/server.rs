@@ -34,6 +34,7 @@ pub struct LabApiServerBuilder {
     history_capacity: usize,
     faults: Faults,
     bookmark_interval: Duration,
+    graceful_pod_deletion: bool,
 }
 
 impl Default for LabApiServerBuilder {
@@ -43,6 +44,7 @@ impl Default for LabApiServerBuilder {
             history_capacity: 100_000,
             faults: Faults::default(),
             bookmark_interval: Duration::from_secs(10),
+            graceful_pod_deletion: false,
         }
     }
 }
@@ -75,10 +77,18 @@ impl LabApiServerBuilder {
         self
     }
 
+    /// Pods bound to a node stay, terminating, until deleted with grace period 0 (what a kubelet
+    /// does); off by default, since the lab API server alone has no kubelet.
+    pub fn graceful_pod_deletion(mut self, on: bool) -> Self {
+        self.graceful_pod_deletion = on;
+        self
+    }
+
     /// Bind (127.0.0.1 on a free port when no listener was given) and start serving.
     pub async fn start(self) -> Result<LabApiServerHandle, LabError> {
         self.faults.validate().map_err(LabError::Faults)?;
-        let store = Store::new(self.history_capacity, &super::http::now());
+        let mut store = Store::new(self.history_capacity, &super::http::now());
+        store.set_graceful_pod_deletion(self.graceful_pod_deletion);
         let app = Arc::new(App::new(store, self.faults, self.bookmark_interval));
         let mut listeners = self.listeners;
         if listeners.is_empty() {
@@ -245,6 +255,7 @@ pub struct ApiServerOptions {
     pub kubeconfig: Option<PathBuf>,
     pub faults: Faults,
     pub history_capacity: Option<usize>,
+    pub graceful_pod_deletion: bool,
 }
 
 /// Serve until `shutdown` resolves. Prints each address, and writes the kubeconfig for the first.
@@ -252,7 +263,9 @@ pub async fn run_apiserver(
     opts: ApiServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), LabError> {
-    let mut builder = LabApiServer::builder().faults(opts.faults);
+    let mut builder = LabApiServer::builder()
+        .faults(opts.faults)
+        .graceful_pod_deletion(opts.graceful_pod_deletion);
     if let Some(n) = opts.history_capacity {
         builder = builder.history_capacity(n);
     }

@@ -23,6 +23,8 @@ pub struct Store {
     pub(super) tables: HashMap<String, Table>,
     pub(super) history: History,
     pub(super) catalogue: Catalogue,
+    /// Pods bound to a node wait out their grace period on delete, for a kubelet to finish them.
+    pub(super) graceful_pods: bool,
 }
 
 /// One page of a list.
@@ -59,6 +61,7 @@ impl Store {
             tables: HashMap::new(),
             history: History::new(history_capacity),
             catalogue: Catalogue::build([]),
+            graceful_pods: false,
         };
         for ns in INITIAL_NAMESPACES {
             store.rv += 1;
@@ -73,6 +76,12 @@ impl Store {
                 .insert((String::new(), (*ns).to_owned()), Arc::new(obj));
         }
         store
+    }
+
+    /// Delete pods bound to a node gracefully (deletionTimestamp in the future; a second delete with
+    /// grace period 0 removes them), as a cluster with kubelets does.
+    pub fn set_graceful_pod_deletion(&mut self, on: bool) {
+        self.graceful_pods = on;
     }
 
     pub fn resource_version(&self) -> u64 {

@@ -264,7 +264,7 @@ fn delete_preconditions() {
         .unwrap();
     let opts = DeleteOptions {
         uid: Some("other".into()),
-        resource_version: None,
+        ..Default::default()
     };
     assert_eq!(
         store
@@ -485,4 +485,74 @@ fn put_creates_leases() {
             .code,
         404
     );
+}
+
+#[test]
+fn graceful_pod_deletion_waits_for_grace_zero() {
+    let mut store = Store::new(100, NOW);
+    store.set_graceful_pod_deletion(true);
+    let pods = info("", "pods");
+    let bound = json!({"metadata": {"name": "bound"}, "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 10, "containers": [{"name": "c"}]}});
+    store.create(&pods, "default", bound, &ctx()).unwrap();
+    store
+        .create(
+            &pods,
+            "default",
+            json!({"metadata": {"name": "unbound"}, "spec": {"containers": [{"name": "c"}]}}),
+            &ctx(),
+        )
+        .unwrap();
+
+    store
+        .delete(&pods, "default", "unbound", &DeleteOptions::default(), NOW)
+        .unwrap();
+    assert!(
+        store.get(&pods, "default", "unbound").is_err(),
+        "unscheduled pods go at once"
+    );
+
+    let marked = store
+        .delete(&pods, "default", "bound", &DeleteOptions::default(), NOW)
+        .unwrap();
+    assert_eq!(
+        marked["metadata"]["deletionTimestamp"],
+        "2026-01-01T00:00:10Z"
+    );
+    assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 10);
+    let again = store
+        .delete(&pods, "default", "bound", &DeleteOptions::default(), NOW)
+        .unwrap();
+    assert_eq!(rv(&again), rv(&marked));
+    let shorter = DeleteOptions {
+        grace_period_seconds: Some(2),
+        ..Default::default()
+    };
+    let shortened = store
+        .delete(&pods, "default", "bound", &shorter, NOW)
+        .unwrap();
+    assert_eq!(shortened["metadata"]["deletionGracePeriodSeconds"], 2);
+    let now = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    store.delete(&pods, "default", "bound", &now, NOW).unwrap();
+    assert!(store.get(&pods, "default", "bound").is_err());
+}
+
+#[test]
+fn pods_go_at_once_without_graceful_deletion() {
+    let mut store = Store::new(100, NOW);
+    let pods = info("", "pods");
+    store
+        .create(
+            &pods,
+            "default",
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}}),
+            &ctx(),
+        )
+        .unwrap();
+    store
+        .delete(&pods, "default", "p", &DeleteOptions::default(), NOW)
+        .unwrap();
+    assert!(store.get(&pods, "default", "p").is_err());
 }

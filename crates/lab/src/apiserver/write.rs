@@ -39,6 +39,7 @@ pub struct WriteCtx<'a> {
 pub struct DeleteOptions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    pub grace_period_seconds: Option<i64>,
 }
 
 const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -457,6 +458,9 @@ impl Store {
                 return Err(ApiError::conflict_with(&info.plural, &info.group, name, &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {have}")));
             }
         }
+        if let Some(grace) = self.termination_grace(info, &old, opts) {
+            return self.start_termination(info, ns, name, old, grace, now);
+        }
         let has_finalizers = old["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty());
@@ -494,6 +498,66 @@ impl Store {
             self.rebuild_catalogue();
         }
         Ok(removed)
+    }
+
+    /// The grace period of a pod deletion that must wait for its kubelet: only with graceful pod
+    /// deletion on, only for pods bound to a node, only when the period is not zero.
+    fn termination_grace(
+        &self,
+        info: &ResourceInfo,
+        old: &Value,
+        opts: &DeleteOptions,
+    ) -> Option<i64> {
+        if !(self.graceful_pods && info.group.is_empty() && info.plural == "pods") {
+            return None;
+        }
+        if old["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+            return None;
+        }
+        let grace = opts
+            .grace_period_seconds
+            .or_else(|| old["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(30);
+        let current = old["metadata"]["deletionGracePeriodSeconds"].as_i64();
+        match current {
+            // Already terminating: only a shorter period changes anything; zero finishes it.
+            Some(c) if grace > 0 && grace >= c => Some(c),
+            _ if grace > 0 => Some(grace),
+            _ => None,
+        }
+    }
+
+    /// Mark a pod as terminating: `deletionTimestamp` = now + grace, as the apiserver does, and leave
+    /// its removal to whoever plays the kubelet (a delete with grace period 0).
+    fn start_termination(
+        &mut self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        old: Obj,
+        grace: i64,
+        now: &str,
+    ) -> Result<Obj, ApiError> {
+        if old["metadata"]["deletionGracePeriodSeconds"].as_i64() == Some(grace) {
+            return Ok(old);
+        }
+        let deadline = chrono::DateTime::parse_from_rfc3339(now)
+            .map(|t| {
+                (t + chrono::Duration::seconds(grace))
+                    .to_utc()
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            })
+            .unwrap_or_else(|_| now.to_owned());
+        let mut marked = (*old).clone();
+        let rv = self.next_rv();
+        let meta = meta_mut(&mut marked)?;
+        meta.insert("deletionTimestamp".to_owned(), Value::String(deadline));
+        meta.insert("deletionGracePeriodSeconds".to_owned(), json!(grace));
+        meta.insert("resourceVersion".to_owned(), Value::String(rv.to_string()));
+        let marked = Arc::new(marked);
+        self.put(info, ns, name, marked.clone());
+        self.record(info, ns, EventType::Modified, marked.clone(), Some(old));
+        Ok(marked)
     }
 
     fn remove_now(&mut self, info: &ResourceInfo, ns: &str, name: &str, old: Obj) -> Obj {

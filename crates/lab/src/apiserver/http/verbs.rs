@@ -227,14 +227,14 @@ pub async fn handle(
             Ok(object_response(StatusCode::OK, &patched, &info))
         }
         (Method::DELETE, Some(name)) => {
-            let opts = delete_options(&body)?;
+            let opts = delete_options(&body, &query)?;
             let t = now();
             let deleted = app.write(|s| s.delete(&info, &ns, name, &opts, &t))?;
             Ok(object_response(StatusCode::OK, &deleted, &info))
         }
         (Method::DELETE, None) => {
             let q = list_query(&query, &info)?;
-            let opts = delete_options(&body)?;
+            let opts = delete_options(&body, &query)?;
             let t = now();
             let deleted = app.write(|s| -> Result<Vec<Obj>, ApiError> {
                 let page = s.list(
@@ -299,15 +299,19 @@ fn list(
     ))
 }
 
-fn delete_options(body: &[u8]) -> Result<DeleteOptions, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(DeleteOptions::default());
-    }
-    let v = parse_body(body)?;
+fn delete_options(body: &[u8], query: &HashMap<String, String>) -> Result<DeleteOptions, ApiError> {
+    let v = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        parse_body(body)?
+    };
     let pre = &v["preconditions"];
     Ok(DeleteOptions {
         uid: pre["uid"].as_str().map(str::to_owned),
         resource_version: pre["resourceVersion"].as_str().map(str::to_owned),
+        grace_period_seconds: v["gracePeriodSeconds"]
+            .as_i64()
+            .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok())),
     })
 }
 
