@@ -11,6 +11,7 @@
 //! addresses in use ([`index::FreeIndex`]), so finding its lowest free address never
 //! looks at another pool.
 
+mod holders;
 mod index;
 #[cfg(test)]
 mod reference;
@@ -18,10 +19,10 @@ mod reference;
 mod tests;
 
 use std::borrow::Cow;
-use std::collections::hash_map::Entry;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use holders::HolderMap;
 use index::FreeIndex;
 
 use crate::error::IpamError;
@@ -117,26 +118,6 @@ impl Reset for OwnerState {
     }
 }
 
-/// The holders (owner ids) of one address. Nearly always a single Service, kept inline;
-/// a boxed slice keeps the whole value at 16 bytes, so the per-address map stays small.
-#[derive(Debug, Clone)]
-enum Holders {
-    One(u32),
-    /// Sorted by owner key; two or more.
-    Many(Box<[u32]>),
-}
-
-const _: () = assert!(std::mem::size_of::<Holders>() == 16);
-
-impl Holders {
-    fn as_slice(&self) -> &[u32] {
-        match self {
-            Self::One(id) => std::slice::from_ref(id),
-            Self::Many(ids) => ids,
-        }
-    }
-}
-
 /// LoadBalancer-IP allocator over IPPools.
 #[derive(Debug, Clone)]
 pub struct LbIpAllocator<K: OwnerKey> {
@@ -154,7 +135,7 @@ pub struct LbIpAllocator<K: OwnerKey> {
     /// The sharing data of every owner without a sharing key.
     no_sharing: Holder,
     /// Per family: holders of each address in use (as a number).
-    holders: [FxHashMap<u128, Holders>; 2],
+    holders: [HolderMap; 2],
     /// Addresses in use per sharing key, so a sharing Service finds the lowest shareable
     /// address without scanning the pool.
     shared: FxHashMap<String, [BTreeSet<u128>; 2]>,
@@ -172,7 +153,7 @@ impl<K: OwnerKey> Default for LbIpAllocator<K> {
             owners: Owners::default(),
             sharing: Vec::new(),
             no_sharing: Holder::default(),
-            holders: [FxHashMap::default(), FxHashMap::default()],
+            holders: [HolderMap::default(), HolderMap::default()],
             shared: FxHashMap::default(),
             scratch: Holder::default(),
         }
@@ -208,7 +189,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         let mut orphans = Vec::new();
         for fam in [IpFamily::V4, IpFamily::V6] {
             let f = fam.index();
-            for (&value, holders) in &self.holders[f] {
+            for (value, holders) in self.holders[f].iter() {
                 let mut in_any = false;
                 for (i, pool) in self.pools.iter().enumerate() {
                     if let Some(offset) = self.index[i][f].offset_of(pool, fam, value) {
@@ -218,7 +199,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                     }
                 }
                 if !in_any {
-                    orphans.extend(holders.as_slice().iter().map(|&id| Orphan {
+                    orphans.extend(holders.iter().map(|&id| Orphan {
                         owner: self.owners.key(id).clone(),
                         ip: u128_to_ip(fam, value),
                     }));
@@ -420,15 +401,11 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     fn others(&self, ip: IpAddr, me: Option<u32>) -> Vec<(&K, &Holder)> {
         let fam = IpFamily::of(ip).index();
         self.holders[fam]
-            .get(&ip_to_u128(ip))
-            .map(|hs| {
-                hs.as_slice()
-                    .iter()
-                    .filter(|&&id| Some(id) != me)
-                    .map(|&id| (self.owners.key(id), self.holder_of(id)))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .get(ip_to_u128(ip))
+            .iter()
+            .filter(|&&id| Some(id) != me)
+            .map(|&id| (self.owners.key(id), self.holder_of(id)))
+            .collect()
     }
 
     /// Records addresses found in existing Services' status while rebuilding state. Call
@@ -491,14 +468,10 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// Everyone holding `ip`, sorted.
     pub fn holders_of(&self, ip: IpAddr) -> Vec<K> {
         self.holders[IpFamily::of(ip).index()]
-            .get(&ip_to_u128(ip))
-            .map(|hs| {
-                hs.as_slice()
-                    .iter()
-                    .map(|&id| self.owners.key(id).clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+            .get(ip_to_u128(ip))
+            .iter()
+            .map(|&id| self.owners.key(id).clone())
+            .collect()
     }
 
     /// The sharing data owner `id` holds its addresses with.
@@ -513,7 +486,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
 
     /// Distinct addresses in use of `family`.
     pub fn used(&self, family: IpFamily) -> u128 {
-        self.holders[family.index()].len() as u128
+        self.holders[family.index()].len()
     }
 
     /// Makes `owner` (`me`: its id, or proof it has none) hold exactly `ips` with
@@ -561,20 +534,8 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
         let owners = &self.owners;
-        let newly_used = match self.holders[fam.index()].entry(value) {
-            Entry::Occupied(mut e) => {
-                let mut ids = e.get().as_slice().to_vec();
-                let key = owners.key(id);
-                let pos = ids.partition_point(|&x| owners.key(x) < key);
-                ids.insert(pos, id);
-                *e.get_mut() = Holders::Many(ids.into_boxed_slice());
-                false
-            }
-            Entry::Vacant(e) => {
-                e.insert(Holders::One(id));
-                true
-            }
-        };
+        let newly_used =
+            self.holders[fam.index()].insert(value, id, |a, b| owners.key(a) < owners.key(b));
         let shares = owners.get(id).shares;
         if let Some(key) = shares
             .then(|| self.sharing.get(id as usize))
@@ -602,23 +563,8 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     fn remove_holder(&mut self, id: u32, ip: IpAddr) {
         let fam = IpFamily::of(ip);
         let value = ip_to_u128(ip);
-        let Entry::Occupied(mut entry) = self.holders[fam.index()].entry(value) else {
+        let Some(now_empty) = self.holders[fam.index()].remove(value, id) else {
             return;
-        };
-        let now_empty = match entry.get_mut() {
-            Holders::One(x) if *x == id => true,
-            Holders::One(_) => return,
-            Holders::Many(ids) => {
-                if !ids.contains(&id) {
-                    return;
-                }
-                let rest: Vec<u32> = ids.iter().copied().filter(|&x| x != id).collect();
-                *entry.get_mut() = match rest[..] {
-                    [only] => Holders::One(only),
-                    _ => Holders::Many(rest.into_boxed_slice()),
-                };
-                false
-            }
         };
         let (owners, sharing, none) = (&self.owners, &self.sharing, &self.no_sharing);
         let holder_of = |x: u32| match owners.get(x).shares {
@@ -627,16 +573,11 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         };
         let removed_key = holder_of(id).sharing_key.as_ref();
         let key_still_used = removed_key.is_some_and(|key| {
-            !now_empty
-                && entry
-                    .get()
-                    .as_slice()
-                    .iter()
-                    .any(|&x| holder_of(x).sharing_key.as_ref() == Some(key))
+            self.holders[fam.index()]
+                .get(value)
+                .iter()
+                .any(|&x| holder_of(x).sharing_key.as_ref() == Some(key))
         });
-        if now_empty {
-            entry.remove();
-        }
         if let Some(key) = removed_key {
             if !key_still_used {
                 if let Some(sets) = self.shared.get_mut(key) {
