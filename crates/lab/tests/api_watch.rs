@@ -311,3 +311,55 @@ async fn watcher_recovers_from_dropped_watches_and_410() {
     reflector_sees_every_change(watcher::Config::default(), Some(faults.clone())).await;
     reflector_sees_every_change(watcher::Config::default().streaming_lists(), Some(faults)).await;
 }
+
+#[tokio::test]
+async fn streaming_list_sends_state_then_initial_events_end() {
+    let (server, client) = common::start().await;
+    let cms = Api::<ConfigMap>::default_namespaced(client);
+    for name in ["a", "b"] {
+        cms.create(&PostParams::default(), &mk_cm(name, "1"))
+            .await
+            .unwrap();
+    }
+    // Even with a resourceVersion, a streaming list starts from the current state.
+    let mut expected = vec!["ADDED a 1".to_owned(), "ADDED b 1".to_owned()];
+    for rv in ["", "1"] {
+        let mut stream = cms
+            .watch(&WatchParams::streaming_lists(), rv)
+            .await
+            .unwrap()
+            .boxed();
+        let mut initial = Vec::new();
+        loop {
+            match next_event(&mut stream).await {
+                WatchEvent::Bookmark(b) => {
+                    assert_eq!(
+                        b.metadata.resource_version,
+                        server.resource_version().to_string()
+                    );
+                    let end = b
+                        .metadata
+                        .annotations
+                        .get("k8s.io/initial-events-end")
+                        .map(String::as_str);
+                    assert_eq!(end, Some("true"));
+                    break;
+                }
+                other => initial.push(describe(&other)),
+            }
+        }
+        initial.sort();
+        expected.sort();
+        assert_eq!(initial, expected);
+        let name = format!("after{}", rv.len());
+        cms.create(&PostParams::default(), &mk_cm(&name, "2"))
+            .await
+            .unwrap();
+        assert_eq!(
+            describe(&next_event(&mut stream).await),
+            format!("ADDED {name} 2")
+        );
+        expected.push(format!("ADDED {name} 2"));
+    }
+    server.shutdown().await.unwrap();
+}
