@@ -134,34 +134,7 @@ fn check_names(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    fn mk_selector(
-        match_labels: &[(&str, &str)],
-        exprs: &[(&str, &str, &[&str])],
-    ) -> LabelSelector {
-        LabelSelector {
-            match_labels: (!match_labels.is_empty()).then(|| labels(match_labels)),
-            match_expressions: (!exprs.is_empty()).then(|| {
-                exprs
-                    .iter()
-                    .map(|(k, op, vs)| LabelSelectorRequirement {
-                        key: k.to_string(),
-                        operator: op.to_string(),
-                        values: (!vs.is_empty())
-                            .then(|| vs.iter().map(|v| v.to_string()).collect()),
-                    })
-                    .collect()
-            }),
-        }
-    }
+    use crate::selector::tests::{labels, mk_selector};
 
     #[test]
     fn empty_spec_selects_everything() {

@@ -27,18 +27,18 @@ pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, Stri
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pub(crate) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     }
 
-    fn mk_selector(
+    pub(crate) fn mk_selector(
         match_labels: &[(&str, &str)],
         exprs: &[(&str, &str, &[&str])],
     ) -> LabelSelector {
