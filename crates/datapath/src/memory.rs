@@ -17,12 +17,49 @@ fn builtins(table: Table) -> &'static [&'static str] {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Change `tables` only through the [`Iptables`] methods: they keep the reference counts.
+#[derive(Debug, Clone)]
 pub struct MemoryIptables {
     pub tables: BTreeMap<Table, BTreeMap<ChainName, Vec<Rule>>>,
     /// Makes the next restore fail before changing anything, as a kernel or lock error would.
     pub fail_next_restore: bool,
     pub restores: Vec<String>,
+    /// How many rules jump to each chain, so deleting one need not scan every rule (the kernel
+    /// keeps the same count).
+    refs: BTreeMap<Table, Refs>,
+}
+
+type Refs = BTreeMap<ChainName, usize>;
+
+impl PartialEq for MemoryIptables {
+    fn eq(&self, other: &Self) -> bool {
+        // The reference counts follow from the tables.
+        (&self.tables, self.fail_next_restore, &self.restores)
+            == (&other.tables, other.fail_next_restore, &other.restores)
+    }
+}
+
+impl Eq for MemoryIptables {}
+
+fn count_refs(refs: &mut Refs, rules: &[Rule], up: bool) {
+    for target in rules.iter().filter_map(Rule::jump_target) {
+        if up {
+            *refs.entry(target.clone()).or_default() += 1;
+        } else if let Some(count) = refs.get_mut(target) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                refs.remove(target);
+            }
+        }
+    }
+}
+
+fn all_refs(chains: &BTreeMap<ChainName, Vec<Rule>>) -> Refs {
+    let mut refs = Refs::new();
+    for rules in chains.values() {
+        count_refs(&mut refs, rules, true);
+    }
+    refs
 }
 
 impl Default for MemoryIptables {
@@ -41,6 +78,7 @@ impl Default for MemoryIptables {
             tables,
             fail_next_restore: false,
             restores: Vec::new(),
+            refs: BTreeMap::new(),
         }
     }
 }
@@ -108,10 +146,11 @@ impl MemoryIptables {
     /// the table is committed whole or not at all.
     fn apply_table(
         chains: &mut BTreeMap<ChainName, Vec<Rule>>,
+        refs: &mut Refs,
         lines: &[&str],
     ) -> Result<(), Error> {
         let mut undo: BTreeMap<ChainName, Option<Vec<Rule>>> = BTreeMap::new();
-        let result = Self::apply_lines(chains, lines, &mut undo);
+        let result = Self::apply_lines(chains, refs, lines, &mut undo);
         if result.is_err() {
             for (chain, before) in undo {
                 match before {
@@ -119,12 +158,15 @@ impl MemoryIptables {
                     None => chains.remove(&chain),
                 };
             }
+            // Rare: recounting is simpler than undoing each count.
+            *refs = all_refs(chains);
         }
         result
     }
 
     fn apply_lines(
         chains: &mut BTreeMap<ChainName, Vec<Rule>>,
+        refs: &mut Refs,
         lines: &[&str],
         undo: &mut BTreeMap<ChainName, Option<Vec<Rule>>>,
     ) -> Result<(), Error> {
@@ -144,27 +186,32 @@ impl MemoryIptables {
                 s if s.starts_with(':') => {
                     let declared = ChainName::new(&s[1..]);
                     remember(chains, &declared);
-                    chains.insert(declared, Vec::new());
+                    if let Some(old) = chains.insert(declared, Vec::new()) {
+                        count_refs(refs, &old, false);
+                    }
                 }
                 "-A" => {
                     let rule = parse_rule(line, words[2..].to_vec())?;
                     remember(chains, &chain);
-                    chains
+                    let rules = chains
                         .get_mut(&chain)
-                        .ok_or_else(|| restore_error(line, "no such chain"))?
-                        .push(rule);
+                        .ok_or_else(|| restore_error(line, "no such chain"))?;
+                    count_refs(refs, std::slice::from_ref(&rule), true);
+                    rules.push(rule);
                 }
                 "-F" => {
                     remember(chains, &chain);
-                    chains
+                    let rules = chains
                         .get_mut(&chain)
-                        .ok_or_else(|| restore_error(line, "no such chain"))?
-                        .clear()
+                        .ok_or_else(|| restore_error(line, "no such chain"))?;
+                    count_refs(refs, rules, false);
+                    rules.clear();
                 }
                 "-X" => {
                     remember(chains, &chain);
-                    if chains.remove(&chain).is_none() || chain.is_builtin() {
-                        return Err(restore_error(line, "cannot delete chain"));
+                    match chains.remove(&chain) {
+                        Some(rules) if !chain.is_builtin() => count_refs(refs, &rules, false),
+                        _ => return Err(restore_error(line, "cannot delete chain")),
                     }
                     deleted.push(chain);
                 }
@@ -175,19 +222,12 @@ impl MemoryIptables {
         // have left a jump dangling anywhere else.
         let written: Vec<&ChainName> = undo.keys().filter(|c| chains.contains_key(*c)).collect();
         check_chains(chains, written.into_iter())?;
-        if !deleted.is_empty() {
-            for (chain, rules) in chains.iter() {
-                for rule in rules {
-                    if rule
-                        .jump_target()
-                        .is_some_and(|target| deleted.contains(target))
-                    {
-                        return Err(restore_error(
-                            &render_rule(chain, rule),
-                            "jump to missing chain",
-                        ));
-                    }
-                }
+        for chain in &deleted {
+            if !chains.contains_key(chain) && refs.contains_key(chain) {
+                return Err(restore_error(
+                    chain.as_str(),
+                    "deleted chain is still referenced",
+                ));
             }
         }
         Ok(())
@@ -217,7 +257,11 @@ impl Iptables for MemoryIptables {
                 let current = table
                     .take()
                     .ok_or_else(|| restore_error(line, "COMMIT outside a table"))?;
-                Self::apply_table(self.tables.entry(current).or_default(), &lines)?;
+                Self::apply_table(
+                    self.tables.entry(current).or_default(),
+                    self.refs.entry(current).or_default(),
+                    &lines,
+                )?;
             } else if table.is_some() {
                 lines.push(line);
             } else {
@@ -279,6 +323,11 @@ impl Iptables for MemoryIptables {
         let wanted = rule_args(&jump.rule);
         if !rules.iter().any(|rule| rule_args(rule) == wanted) {
             rules.insert(0, jump.rule.clone());
+            count_refs(
+                self.refs.entry(jump.table).or_default(),
+                std::slice::from_ref(&jump.rule),
+                true,
+            );
         }
         Ok(())
     }
@@ -302,6 +351,7 @@ mod tests {
         let err = ipt.restore("*nat\n:BERTH-C - [0:0]\n:BERTH-A - [0:0]\n:BERTH-B - [0:0]\n-A BERTH-A -j BERTH-C\n-A BERTH-C -j BERTH-B\n-X BERTH-B\nCOMMIT\n");
         assert!(err.is_err());
         assert_eq!(nat_chains(&ipt), before);
+        assert_eq!(ipt.refs.get(&Table::Nat), Some(&all_refs(&before)));
         // A jump to a chain that does not exist.
         assert!(ipt
             .restore("*nat\n:BERTH-B - [0:0]\n-A BERTH-B -j BERTH-NOPE\nCOMMIT\n")
@@ -311,5 +361,9 @@ mod tests {
         ipt.restore("*nat\n:BERTH-A - [0:0]\n-X BERTH-B\nCOMMIT\n")
             .unwrap();
         assert!(!nat_chains(&ipt).contains_key(&ChainName::new("BERTH-B")));
+        assert_eq!(
+            ipt.refs.get(&Table::Nat),
+            Some(&all_refs(&nat_chains(&ipt)))
+        );
     }
 }

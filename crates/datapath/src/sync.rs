@@ -40,7 +40,9 @@ pub struct SyncReport {
 /// Tables whose canary is watched; berth programs nothing in mangle.
 const CANARY_TABLES: [Table; 2] = [Table::Filter, Table::Nat];
 
-type ChainHashes = BTreeMap<(Table, ChainName), u64>;
+/// A chain's rules as far as change detection needs them: their hash and how many there are.
+type ChainState = (u64, usize);
+type ChainHashes = BTreeMap<(Table, ChainName), ChainState>;
 
 fn chain_hash(rules: &[Rule]) -> u64 {
     // Hashing the typed rules is equivalent to hashing their text (rendering is a pure function
@@ -54,7 +56,10 @@ fn chain_hashes(rs: &Ruleset) -> ChainHashes {
     let mut hashes = BTreeMap::new();
     for (table, rules) in &rs.tables {
         for (chain, chain_rules) in &rules.chains {
-            hashes.insert((*table, chain.clone()), chain_hash(chain_rules));
+            hashes.insert(
+                (*table, chain.clone()),
+                (chain_hash(chain_rules), chain_rules.len()),
+            );
         }
     }
     hashes
@@ -77,6 +82,8 @@ pub struct Syncer<I> {
     applied: Option<ChainHashes>,
     /// Chains every partial sync rewrites whether or not they changed.
     always_rewrite: BTreeSet<(Table, ChainName)>,
+    /// Rules in the applied chains.
+    applied_rules: usize,
 }
 
 impl<I: Iptables> Syncer<I> {
@@ -85,6 +92,7 @@ impl<I: Iptables> Syncer<I> {
             iptables,
             applied: None,
             always_rewrite: BTreeSet::new(),
+            applied_rules: 0,
         }
     }
 
@@ -140,7 +148,7 @@ impl<I: Iptables> Syncer<I> {
         let Some(applied) = &self.applied else {
             return self.try_sync(rs);
         };
-        let mut updates: Vec<((Table, ChainName), Option<u64>)> = Vec::new();
+        let mut updates: Vec<((Table, ChainName), Option<ChainState>)> = Vec::new();
         let mut selection = ChainSelection {
             rewrite: Some(self.always_rewrite.clone()),
             delete: BTreeSet::new(),
@@ -148,7 +156,7 @@ impl<I: Iptables> Syncer<I> {
         for key in chains {
             match rs.chain(key.0, &key.1) {
                 Some(rules) => {
-                    let hash = chain_hash(rules);
+                    let hash = (chain_hash(rules), rules.len());
                     if applied.get(key) != Some(&hash) {
                         selection
                             .rewrite
@@ -170,10 +178,15 @@ impl<I: Iptables> Syncer<I> {
         }
         if let Some(applied) = &mut self.applied {
             for (key, hash) in updates {
-                match hash {
+                let before = match hash {
                     Some(hash) => applied.insert(key, hash),
                     None => applied.remove(&key),
                 };
+                // A running count: walking every chain of `rs` is what this sync avoids.
+                self.applied_rules = self
+                    .applied_rules
+                    .saturating_sub(before.map_or(0, |(_, rules)| rules))
+                    + hash.map_or(0, |(_, rules)| rules);
             }
         }
         Ok(SyncReport {
@@ -181,7 +194,7 @@ impl<I: Iptables> Syncer<I> {
             rewritten_chains: selection.rewrite.as_ref().map_or(0, BTreeSet::len),
             deleted_chains: selection.delete.len(),
             payload_bytes: payload.len(),
-            rule_count: rs.rule_count(),
+            rule_count: self.applied_rules,
         })
     }
 
@@ -269,13 +282,14 @@ impl<I: Iptables> Syncer<I> {
                     .ensure_chain(table, &names::fixed(names::CANARY))?;
             }
         }
+        self.applied_rules = rs.rule_count();
         self.applied = Some(hashes);
         Ok(SyncReport {
             kind,
             rewritten_chains,
             deleted_chains: selection.delete.len(),
             payload_bytes: payload.len(),
-            rule_count: rs.rule_count(),
+            rule_count: self.applied_rules,
         })
     }
 }
