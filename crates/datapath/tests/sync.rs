@@ -259,3 +259,29 @@ fn linear_dispatch_rewrites_the_entry_chains_on_every_partial_sync_as_kube_proxy
         assert_eq!(report.payload_bytes == 0, !linear, "{dispatch:?}");
     }
 }
+
+#[test]
+fn planner_follows_node_changes_and_ports_sharing_a_name() {
+    let mut view = mk_fixed_view();
+    // Two ports with the same name and protocol are planned together, as `plan` does.
+    let mut twin = view.services[0].clone();
+    twin.cluster_ips = vec![ip("10.96.0.99")];
+    view.services.push(twin);
+    for dispatch in [Dispatch::Linear, Dispatch::Tree] {
+        let options = mk_options(dispatch);
+        let mut planner = Planner::new(options.clone());
+        planner.update(&view);
+        assert_eq!(planner.ruleset(), &plan(&view, &options), "{dispatch:?}");
+        planner.take_changes();
+
+        let mut moved = view.clone();
+        moved.node.addresses = vec![ip("198.18.0.13")];
+        planner.update(&moved);
+        assert_eq!(planner.ruleset(), &plan(&moved, &options), "{dispatch:?}");
+        assert_eq!(planner.take_changes(), Changes::All, "{dispatch:?}");
+
+        moved.services.pop();
+        planner.update_changed(&moved, &|name| *name == view.services[0].name);
+        assert_eq!(planner.ruleset(), &plan(&moved, &options), "{dispatch:?}");
+    }
+}
