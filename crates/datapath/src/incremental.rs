@@ -28,6 +28,7 @@ type EntryKey = (ServiceKey, usize);
 /// Dispatch entries by key (address or node port), in the order linear dispatch would list them.
 type Index = BTreeMap<u128, BTreeMap<EntryKey, Rule>>;
 type ChainKey = (Table, ChainName);
+type ChainRules = BTreeMap<ChainKey, Vec<Rule>>;
 
 /// Chains whose content may differ from what the last [`Planner::take_changes`] reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +43,8 @@ pub enum Changes {
 #[derive(Debug, Clone)]
 struct Cached {
     fingerprint: u64,
-    owned: BTreeMap<ChainKey, Vec<Rule>>,
+    /// Its own chains; their rules live only in the ruleset, so the cache costs little memory.
+    owned: BTreeSet<ChainKey>,
     shared: BTreeMap<ChainKey, Vec<Rule>>,
     dst: Vec<(u128, Rule)>,
     node_ports: Vec<(Protocol, u128, Rule)>,
@@ -212,7 +214,7 @@ impl Planner {
         }
     }
 
-    fn plan_group(&self, group: &[&ServicePort], print: u64) -> Cached {
+    fn plan_group(&self, group: &[&ServicePort], print: u64) -> (Cached, ChainRules) {
         let node = self.node.clone().unwrap_or_default();
         let mut rs = Ruleset::default();
         let mut entries = DispatchEntries::default();
@@ -238,13 +240,14 @@ impl Planner {
                 }
             }
         }
-        Cached {
+        let cached = Cached {
             fingerprint: print,
-            owned,
+            owned: owned.keys().cloned().collect(),
             shared,
             dst: entries.by_dst,
             node_ports: entries.by_node_port,
-        }
+        };
+        (cached, owned)
     }
 
     fn touch(&mut self, key: ChainKey) {
@@ -255,29 +258,31 @@ impl Planner {
 
     /// Swaps one Service port's cached plan for `new` (or drops it), updating its own chains in
     /// place and recording what the shared chains and dispatch must redo.
-    fn replace_service(&mut self, key: ServiceKey, new: Option<Cached>, changes: &mut Touched) {
+    fn replace_service(
+        &mut self,
+        key: ServiceKey,
+        new: Option<(Cached, ChainRules)>,
+        changes: &mut Touched,
+    ) {
         let old = self.services.remove(&key);
-        let empty = BTreeMap::new();
-        let old_owned = old.as_ref().map_or(&empty, |c| &c.owned);
-        let new_owned = new.as_ref().map_or(&empty, |c| &c.owned);
-        for (chain, rules) in old_owned {
+        let (new, new_owned) = match new {
+            Some((cached, owned)) => (Some(cached), owned),
+            None => (None, ChainRules::new()),
+        };
+        for chain in old.iter().flat_map(|c| &c.owned) {
             if !new_owned.contains_key(chain) {
                 if let Some(table) = self.rs.tables.get_mut(&chain.0) {
                     table.chains.remove(&chain.1);
                 }
                 self.touch(chain.clone());
-            } else if new_owned.get(chain) != Some(rules) {
-                self.touch(chain.clone());
             }
         }
         for (chain, rules) in new_owned {
-            if !old_owned.contains_key(chain) {
-                self.touch(chain.clone());
+            let table = self.rs.table_mut(chain.0);
+            if table.chains.get(&chain.1) != Some(&rules) {
+                table.chains.insert(chain.1.clone(), rules);
+                self.touch(chain);
             }
-            self.rs
-                .table_mut(chain.0)
-                .chains
-                .insert(chain.1.clone(), rules.clone());
         }
 
         let old_shared = old.as_ref().map(|c| c.shared.keys()).into_iter().flatten();
