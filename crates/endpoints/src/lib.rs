@@ -41,21 +41,19 @@ pub use slices::{
     SliceGroup,
 };
 
-/// Label naming the Service an EndpointSlice belongs to.
-pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
-/// Label naming the controller that manages an EndpointSlice.
-pub const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
-/// Our value of [`LABEL_MANAGED_BY`]; kube-controller-manager uses
-/// `endpointslice-controller.k8s.io`, so the two never fight over a slice.
-pub const MANAGED_BY_BERTH: &str = "berth.dev/controller";
-/// Label set on the Endpoints and slices of a Service without a cluster IP.
-pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
-/// Node label holding the zone copied into `Endpoint.zone`.
-pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
-/// Annotation set on an Endpoints object whose addresses were cut to [`MAX_ENDPOINTS_ADDRESSES`].
-pub const ANNOTATION_OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
-/// The only value [`ANNOTATION_OVER_CAPACITY`] takes.
-pub const OVER_CAPACITY_TRUNCATED: &str = "truncated";
+// The well-known names live in berth-api with every other name berth reads or writes; the
+// short aliases keep this crate's code readable.
+pub use berth_api::names::annotation::{
+    ENDPOINTS_OVER_CAPACITY as ANNOTATION_OVER_CAPACITY,
+    ENDPOINTS_OVER_CAPACITY_TRUNCATED as OVER_CAPACITY_TRUNCATED,
+};
+pub use berth_api::names::label::{
+    ENDPOINTSLICE_MANAGED_BY as LABEL_MANAGED_BY,
+    ENDPOINTSLICE_MANAGED_BY_BERTH as MANAGED_BY_BERTH,
+    ENDPOINTSLICE_SERVICE_NAME as LABEL_SERVICE_NAME, HEADLESS as LABEL_HEADLESS,
+    TOPOLOGY_ZONE as LABEL_TOPOLOGY_ZONE,
+};
+
 /// Most addresses (ready and not ready, counted per subset) one Endpoints object carries.
 pub const MAX_ENDPOINTS_ADDRESSES: usize = 1000;
 /// Default for the endpoints-per-slice limit (kube-controller-manager's default too).
