@@ -12,7 +12,34 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub type Obj = Arc<Value>;
-type Table = BTreeMap<(String, String), Obj>;
+type Table = BTreeMap<(String, String), Stored>;
+
+/// A stored object with its JSON text, encoded once when it is written: lists and watch events
+/// are built by copying this text, so reading 100k objects costs no serialization.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub obj: Obj,
+    pub json: Arc<str>,
+}
+
+impl Stored {
+    pub fn new(obj: Obj) -> Self {
+        let json = Arc::from(obj.to_string());
+        Self { obj, json }
+    }
+
+    /// The JSON text as `api_version` shows the object. Custom resources are stored once for all
+    /// their versions, so a read through another version re-encodes with its apiVersion.
+    pub fn json_as(&self, api_version: &str) -> std::borrow::Cow<'_, str> {
+        if self.obj["apiVersion"].as_str() == Some(api_version) {
+            std::borrow::Cow::Borrowed(&self.json)
+        } else {
+            let mut o = (*self.obj).clone();
+            o["apiVersion"] = Value::String(api_version.to_owned());
+            std::borrow::Cow::Owned(o.to_string())
+        }
+    }
+}
 
 /// Namespaces that exist before anyone creates anything, as on a fresh cluster.
 pub const INITIAL_NAMESPACES: &[&str] =
@@ -30,7 +57,7 @@ pub struct Store {
 /// One page of a list.
 #[derive(Debug, Clone)]
 pub struct ListPage {
-    pub items: Vec<Obj>,
+    pub items: Vec<Stored>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<u64>,
@@ -71,9 +98,10 @@ impl Store {
                     "creationTimestamp": now, "labels": {"kubernetes.io/metadata.name": ns}},
                 "spec": {}, "status": {"phase": "Active"}
             });
-            store
-                .table_mut("/namespaces")
-                .insert((String::new(), (*ns).to_owned()), Arc::new(obj));
+            store.table_mut("/namespaces").insert(
+                (String::new(), (*ns).to_owned()),
+                Stored::new(Arc::new(obj)),
+            );
         }
         store
     }
@@ -111,7 +139,7 @@ impl Store {
     pub fn get(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<Obj, ApiError> {
         self.table(&info.storage_key())
             .and_then(|t| t.get(&(Self::scope(info, ns), name.to_owned())))
-            .cloned()
+            .map(|s| s.obj.clone())
             .ok_or_else(|| ApiError::not_found(&info.plural, &info.group, name))
     }
 
@@ -152,10 +180,10 @@ impl Store {
         let mut iter = table
             .range((start, std::ops::Bound::Unbounded))
             .take_while(|((k_ns, _), _)| scope.is_none_or(|ns| k_ns == ns))
-            .filter(|(_, obj)| q.matches(obj));
+            .filter(|(_, stored)| q.matches(&stored.obj));
         let limit = q.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-        for (key, obj) in iter.by_ref() {
-            items.push(obj.clone());
+        for (key, stored) in iter.by_ref() {
+            items.push(stored.clone());
             if items.len() == limit {
                 let rest = iter.by_ref().count() as u64;
                 if rest > 0 {
@@ -197,7 +225,15 @@ impl Store {
         old: Option<Obj>,
     ) {
         let ns = Self::scope(info, ns);
-        self.record_raw(&info.storage_key(), &ns, kind, object, old);
+        let key = info.storage_key();
+        // A created or updated object was just put: its text is already encoded.
+        let stored = self
+            .table(&key)
+            .and_then(|t| t.get(&(ns.clone(), meta_str(&object, "name").to_owned())))
+            .filter(|s| Arc::ptr_eq(&s.obj, &object))
+            .cloned()
+            .unwrap_or_else(|| Stored::new(object));
+        self.record_stored(&key, &ns, kind, stored, old);
     }
 
     pub(super) fn record_raw(
@@ -208,19 +244,32 @@ impl Store {
         object: Obj,
         old: Option<Obj>,
     ) {
+        self.record_stored(storage_key, ns, kind, Stored::new(object), old);
+    }
+
+    fn record_stored(
+        &mut self,
+        storage_key: &str,
+        ns: &str,
+        kind: EventType,
+        stored: Stored,
+        old: Option<Obj>,
+    ) {
         self.history.push(Change {
             rv: self.rv,
             storage_key: storage_key.to_owned(),
             namespace: ns.to_owned(),
             kind,
-            object,
+            object: stored.obj,
+            json: stored.json,
             old,
         });
     }
 
     pub(super) fn put(&mut self, info: &ResourceInfo, ns: &str, name: &str, obj: Obj) {
         let key = (Self::scope(info, ns), name.to_owned());
-        self.table_mut(&info.storage_key()).insert(key, obj);
+        self.table_mut(&info.storage_key())
+            .insert(key, Stored::new(obj));
     }
 
     pub(super) fn take(&mut self, info: &ResourceInfo, ns: &str, name: &str) -> Option<Obj> {
@@ -228,12 +277,13 @@ impl Store {
         self.tables
             .get_mut(&info.storage_key())
             .and_then(|t| t.remove(&key))
+            .map(|s| s.obj)
     }
 
     pub(super) fn rebuild_catalogue(&mut self) {
         let crds: Vec<Value> = self
             .table("apiextensions.k8s.io/customresourcedefinitions")
-            .map(|t| t.values().map(|v| (**v).clone()).collect())
+            .map(|t| t.values().map(|v| (*v.obj).clone()).collect())
             .unwrap_or_default();
         self.catalogue = Catalogue::build(crds.iter());
     }
@@ -255,5 +305,31 @@ fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
     match (v["ns"].as_str(), v["name"].as_str()) {
         (Some(ns), Some(name)) => Ok((ns.to_owned(), name.to_owned())),
         _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::borrow::Cow;
+
+    #[test]
+    fn stored_text_is_the_object() {
+        let obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let stored = Stored::new(Arc::new(obj.clone()));
+        assert_eq!(serde_json::from_str::<Value>(&stored.json).unwrap(), obj);
+        assert!(matches!(stored.json_as("v1"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn stored_text_through_another_version() {
+        let obj = json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"size": 3}});
+        let stored = Stored::new(Arc::new(obj));
+        let shown: Value = serde_json::from_str(&stored.json_as("example.com/v2")).unwrap();
+        assert_eq!(
+            shown,
+            json!({"apiVersion": "example.com/v2", "kind": "Widget", "spec": {"size": 3}})
+        );
+        assert_eq!(stored.obj["apiVersion"], "example.com/v1");
     }
 }

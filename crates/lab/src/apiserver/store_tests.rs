@@ -367,7 +367,7 @@ fn list_selectors_and_pages() {
         names.extend(
             page.items
                 .iter()
-                .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned()),
+                .map(|o| o.obj["metadata"]["name"].as_str().unwrap().to_owned()),
         );
         match page.continue_token {
             Some(t) => token = Some(t),
@@ -555,4 +555,42 @@ fn pods_go_at_once_without_graceful_deletion() {
         .delete(&pods, "default", "p", &DeleteOptions::default(), NOW)
         .unwrap();
     assert!(store.get(&pods, "default", "p").is_err());
+}
+
+#[test]
+fn stored_text_follows_every_write() {
+    let mut store = Store::new(100, NOW);
+    let svc = info("", "services");
+    let start = store.resource_version();
+    let v1 = store
+        .create(&svc, "default", mk_svc("web", json!({"a": "1"})), &ctx())
+        .unwrap();
+    let mut edit = (*v1).clone();
+    edit["metadata"]["labels"] = json!({"a": "2"});
+    let v2 = store.update(&svc, "default", "web", edit, &ctx()).unwrap();
+    let page = store.list(&svc, None, &ListQuery::default()).unwrap();
+    assert_eq!(page.items.len(), 1);
+    let listed: Value = serde_json::from_str(&page.items[0].json).unwrap();
+    assert_eq!(listed, *v2);
+    assert_eq!(listed["metadata"]["labels"]["a"], "2");
+
+    store
+        .delete(&svc, "default", "web", &DeleteOptions::default(), NOW)
+        .unwrap();
+    let changes = store.changes_since(start).unwrap();
+    let kinds: Vec<EventType> = changes.iter().map(|c| c.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![EventType::Added, EventType::Modified, EventType::Deleted]
+    );
+    for change in &changes {
+        let text: Value = serde_json::from_str(&change.json).unwrap();
+        assert_eq!(text, *change.object, "{:?}", change.kind);
+        assert_eq!(rv(&text), change.rv);
+    }
+    assert!(store
+        .list(&svc, None, &ListQuery::default())
+        .unwrap()
+        .items
+        .is_empty());
 }

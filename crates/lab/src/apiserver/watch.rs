@@ -32,6 +32,8 @@ pub struct Change {
     pub namespace: String,
     pub kind: EventType,
     pub object: Arc<Value>,
+    /// `object` as JSON text, encoded once and shared by every watcher.
+    pub json: Arc<str>,
     pub old: Option<Arc<Value>>,
 }
 
@@ -113,6 +115,7 @@ mod tests {
             namespace: "default".into(),
             kind,
             object: Arc::new(json!({"app": app})),
+            json: Arc::from(json!({"app": app}).to_string()),
             old: old_app.map(|a| Arc::new(json!({"app": a}))),
         }
     }

@@ -575,9 +575,14 @@ impl Store {
     fn purge(&mut self, doomed: impl Fn(&str, &str) -> bool) {
         let mut victims = Vec::new();
         for (key, table) in &self.tables {
-            for ((k_ns, k_name), obj) in table {
+            for ((k_ns, k_name), stored) in table {
                 if doomed(key, k_ns) {
-                    victims.push((key.clone(), k_ns.clone(), k_name.clone(), obj.clone()));
+                    victims.push((
+                        key.clone(),
+                        k_ns.clone(),
+                        k_name.clone(),
+                        stored.obj.clone(),
+                    ));
                 }
             }
         }

@@ -139,7 +139,7 @@ async fn run(
     };
     for obj in &initial {
         if tx
-            .send(Ok(event_line("ADDED", &shown(obj, &api_version))))
+            .send(Ok(event_line("ADDED", &shown(&obj.obj, &api_version))))
             .await
             .is_err()
         {
