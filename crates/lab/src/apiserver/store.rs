@@ -8,6 +8,7 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::watch::{Change, EventType, History};
 use base64::Engine;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -28,16 +29,20 @@ impl Stored {
         Self { obj, json }
     }
 
-    /// The JSON text as `api_version` shows the object. Custom resources are stored once for all
-    /// their versions, so a read through another version re-encodes with its apiVersion.
-    pub fn json_as(&self, api_version: &str) -> std::borrow::Cow<'_, str> {
-        if self.obj["apiVersion"].as_str() == Some(api_version) {
-            std::borrow::Cow::Borrowed(&self.json)
-        } else {
-            let mut o = (*self.obj).clone();
-            o["apiVersion"] = Value::String(api_version.to_owned());
-            std::borrow::Cow::Owned(o.to_string())
-        }
+    pub fn json_as(&self, api_version: &str) -> Cow<'_, str> {
+        text_as(&self.obj, &self.json, api_version)
+    }
+}
+
+/// An object's stored text `json` as `api_version` shows it. Custom resources are stored once for
+/// all their versions, so a read through another version re-encodes with its apiVersion.
+pub fn text_as<'a>(obj: &Value, json: &'a str, api_version: &str) -> Cow<'a, str> {
+    if obj["apiVersion"].as_str() == Some(api_version) {
+        Cow::Borrowed(json)
+    } else {
+        let mut o = obj.clone();
+        o["apiVersion"] = Value::String(api_version.to_owned());
+        Cow::Owned(o.to_string())
     }
 }
 
@@ -311,7 +316,6 @@ fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::borrow::Cow;
 
     #[test]
     fn stored_text_is_the_object() {

@@ -37,6 +37,14 @@ pub struct Change {
     pub old: Option<Arc<Value>>,
 }
 
+impl Change {
+    /// The object's JSON text as `api_version` shows it (custom resources are stored once for all
+    /// their versions).
+    pub fn json_as(&self, api_version: &str) -> std::borrow::Cow<'_, str> {
+        super::store::text_as(&self.object, &self.json, api_version)
+    }
+}
+
 /// What one watcher should see of a change, given whether the old and new object match its filter.
 pub fn project(change: &Change, matches: impl Fn(&Value) -> bool) -> Option<EventType> {
     let new_matches = matches(&change.object);

@@ -3,7 +3,7 @@
 
 use super::{ApiError, App};
 use crate::apiserver::resource::ResourceInfo;
-use crate::apiserver::store::{ListQuery, Obj};
+use crate::apiserver::store::ListQuery;
 use crate::apiserver::watch::project;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -63,6 +63,17 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(out)
 }
 
+/// An event around an object's stored JSON text: watchers copy the text encoded once per change.
+fn event_line_text(kind: &str, object: &str) -> Bytes {
+    let mut out = Vec::with_capacity(object.len() + kind.len() + 24);
+    out.extend_from_slice(b"{\"type\":");
+    out.extend_from_slice(Value::String(kind.to_owned()).to_string().as_bytes());
+    out.extend_from_slice(b",\"object\":");
+    out.extend_from_slice(object.as_bytes());
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
 fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if initial_end {
@@ -72,14 +83,6 @@ fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
         "BOOKMARK",
         &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta}),
     )
-}
-
-fn shown(obj: &Obj, api_version: &str) -> Value {
-    let mut o = (**obj).clone();
-    if o["apiVersion"].as_str() != Some(api_version) {
-        o["apiVersion"] = Value::String(api_version.to_owned());
-    }
-    o
 }
 
 pub fn serve_watch(
@@ -137,9 +140,9 @@ async fn run(
             return;
         }
     };
-    for obj in &initial {
+    for stored in &initial {
         if tx
-            .send(Ok(event_line("ADDED", &shown(&obj.obj, &api_version))))
+            .send(Ok(event_line_text("ADDED", &stored.json_as(&api_version))))
             .await
             .is_err()
         {
@@ -176,7 +179,7 @@ async fn run(
                 continue;
             }
             if let Some(kind) = project(change, |o| q.matches(o)) {
-                let line = event_line(kind.as_str(), &shown(&change.object, &api_version));
+                let line = event_line_text(kind.as_str(), &change.json_as(&api_version));
                 if tx.send(Ok(line)).await.is_err() {
                     return;
                 }
@@ -271,5 +274,19 @@ mod tests {
         );
         let plain: Value = serde_json::from_slice(&bookmark(&info, 8, false)).unwrap();
         assert!(plain["object"]["metadata"].get("annotations").is_none());
+    }
+
+    #[test]
+    fn event_around_stored_text() {
+        let object = json!({"kind": "Pod", "metadata": {"name": "p\"q"}});
+        let line = event_line_text("MODIFIED", &object.to_string());
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
+        let parsed: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(parsed, json!({"type": "MODIFIED", "object": object}));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&line).unwrap(),
+            serde_json::from_slice::<Value>(&event_line("MODIFIED", &object)).unwrap()
+        );
     }
 }
