@@ -25,7 +25,7 @@ TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSI
 NETNS_PREFIX := berth-
 
 # Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
-BENCHES := ipam endpoints datapath lab
+BENCHES := ipam endpoints datapath lab-api
 BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
 TEST_LOG := $(TARGET_DIR)/cargo-test.log
 
@@ -127,7 +127,7 @@ bench-endpoints: check-cargo
 bench-datapath: check-cargo
 	$(CARGO) bench -p berth-datapath --bench datapath_plan_table
 
-bench-lab: check-cargo
+bench-lab-api: check-cargo
 	$(CARGO) bench -p berth-lab --bench lab_api_table
 
 ## Recovery

@@ -2,6 +2,8 @@
 //! telemetry and hands over to the crates. Wiring only; the logic lives in `crates/`.
 
 use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::Context;
 use berth_telemetry::{resolve_log_filter, LogConfig, LogFormat};
@@ -63,13 +65,101 @@ impl From<LogFormatArg> for LogFormat {
     }
 }
 
-// `controller`, `agent` and `lab` join this enum as their crates land.
+// `controller` and `agent` join this enum as their crates land.
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the CustomResourceDefinitions berth installs, as one multi-document YAML stream.
     Crds,
     /// Print the version of this binary.
     Version,
+    /// The lab: berth on one Linux host, for tests and demos (never for production).
+    #[command(subcommand)]
+    Lab(LabCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum LabCommand {
+    /// Serve the in-memory Kubernetes API server until interrupted.
+    Apiserver(ApiserverArgs),
+}
+
+#[derive(Debug, Args)]
+struct ApiserverArgs {
+    /// Address to serve plain HTTP on; repeat for several. Port 0 picks a free port. Only loopback
+    /// addresses are accepted here: the lab reaches its namespaces through pre-bound sockets.
+    #[arg(
+        long,
+        env = "BERTH_LAB_LISTEN",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:0"
+    )]
+    listen: Vec<SocketAddr>,
+
+    /// Write a kubeconfig for the first address to this file.
+    #[arg(long, env = "BERTH_LAB_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Fault injection as JSON, e.g. `{"errorRate":0.1,"watchDropRate":0.05,"seed":7}`; also
+    /// changeable at run time through `PUT /lab/faults`.
+    #[arg(long, env = "BERTH_LAB_FAULTS", value_parser = parse_faults)]
+    faults: Option<berth_lab::Faults>,
+
+    /// Changes kept for resuming watches; older resourceVersions get 410 Gone.
+    #[arg(long, env = "BERTH_LAB_HISTORY")]
+    history: Option<usize>,
+
+    /// Keep deleted pods that run on a node until deleted again with grace period 0, as a kubelet
+    /// would.
+    #[arg(long, env = "BERTH_LAB_GRACEFUL_POD_DELETION")]
+    graceful_pod_deletion: bool,
+}
+
+fn parse_faults(json: &str) -> Result<berth_lab::Faults, String> {
+    serde_json::from_str(json).map_err(|e| format!("invalid fault settings: {e}"))
+}
+
+fn check_loopback(addrs: &[SocketAddr]) -> anyhow::Result<()> {
+    match addrs.iter().find(|a| !a.ip().is_loopback()) {
+        Some(a) => {
+            anyhow::bail!("--listen {a}: the lab API server listens on loopback addresses only")
+        }
+        None => Ok(()),
+    }
+}
+
+fn run_lab_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
+    check_loopback(&args.listen)?;
+    let opts = berth_lab::ApiServerOptions {
+        listeners: args
+            .listen
+            .into_iter()
+            .map(berth_lab::Listener::Addr)
+            .collect(),
+        kubeconfig: args.kubeconfig,
+        faults: args.faults.unwrap_or_default(),
+        history_capacity: args.history,
+        graceful_pod_deletion: args.graceful_pod_deletion,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime
+        .block_on(berth_lab::run_apiserver(opts, shutdown_signal()))
+        .context("running the lab API server")
+}
+
+/// Resolves on SIGINT or SIGTERM, so both Ctrl-C and `kill` stop servers cleanly.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -84,6 +174,7 @@ fn main() -> anyhow::Result<()> {
             write_stdout(&yaml)
         }
         Command::Version => write_stdout(&version_line()),
+        Command::Lab(LabCommand::Apiserver(args)) => run_lab_apiserver(args),
     }
 }
 
@@ -171,6 +262,37 @@ mod tests {
     fn a_subcommand_is_required() {
         assert!(parse(&[]).is_err());
         assert!(parse(&["nonsense"]).is_err());
+    }
+
+    #[test]
+    fn lab_apiserver_flags() {
+        let cli = parse(&[
+            "lab",
+            "apiserver",
+            "--listen",
+            "127.0.0.1:0,[::1]:6443",
+            "--faults",
+            r#"{"errorRate":0.1,"seed":3}"#,
+        ])
+        .unwrap();
+        let Command::Lab(LabCommand::Apiserver(args)) = cli.command else {
+            panic!("parsed {:?}", cli.command);
+        };
+        assert_eq!(args.listen.len(), 2);
+        check_loopback(&args.listen).unwrap();
+        let faults = args.faults.unwrap();
+        assert_eq!((faults.error_rate, faults.seed), (0.1, 3));
+        assert!(parse(&["lab", "apiserver", "--faults", "{oops"]).is_err());
+    }
+
+    #[test]
+    fn lab_apiserver_refuses_non_loopback_addresses() {
+        let cli = parse(&["lab", "apiserver", "--listen", "198.18.0.1:6443"]).unwrap();
+        let Command::Lab(LabCommand::Apiserver(args)) = cli.command else {
+            panic!("parsed {:?}", cli.command);
+        };
+        let err = check_loopback(&args.listen).unwrap_err();
+        assert!(err.to_string().contains("loopback"), "{err}");
     }
 
     #[test]
