@@ -95,6 +95,12 @@ struct ApiserverArgs {
     )]
     listen: Vec<SocketAddr>,
 
+    /// `NAME=ADDRESS`: also serve inside the named network namespace (one made by the lab, e.g. its
+    /// control-plane namespace on the LAN), so agents in node namespaces reach the same server.
+    /// Repeatable.
+    #[arg(long, env = "BERTH_LAB_LISTEN_NETNS", value_delimiter = ',', value_parser = parse_netns_listen)]
+    listen_netns: Vec<(String, SocketAddr)>,
+
     /// Write a kubeconfig for the first address to this file.
     #[arg(long, env = "BERTH_LAB_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -116,6 +122,17 @@ struct ApiserverArgs {
 
 fn parse_faults(json: &str) -> Result<berth_lab::Faults, String> {
     serde_json::from_str(json).map_err(|e| format!("invalid fault settings: {e}"))
+}
+
+fn parse_netns_listen(spec: &str) -> Result<(String, SocketAddr), String> {
+    let (name, addr) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("{spec:?}: expected NAME=ADDRESS"))?;
+    let addr = addr
+        .parse()
+        .map_err(|e| format!("{spec:?}: invalid address: {e}"))?;
+    berth_lab::netns::netns_path(name).map_err(|e| e.to_string())?;
+    Ok((name.to_string(), addr))
 }
 
 fn check_loopback(addrs: &[SocketAddr]) -> anyhow::Result<()> {
@@ -283,6 +300,33 @@ mod tests {
         let faults = args.faults.unwrap();
         assert_eq!((faults.error_rate, faults.seed), (0.1, 3));
         assert!(parse(&["lab", "apiserver", "--faults", "{oops"]).is_err());
+    }
+
+    #[test]
+    fn lab_apiserver_netns_listeners() {
+        let cli = parse(&[
+            "lab",
+            "apiserver",
+            "--listen-netns",
+            "berth-lab-cp=198.18.0.2:6443",
+        ])
+        .unwrap();
+        let Command::Lab(LabCommand::Apiserver(args)) = cli.command else {
+            panic!("parsed {:?}", cli.command);
+        };
+        assert_eq!(
+            args.listen_netns,
+            vec![(
+                "berth-lab-cp".to_string(),
+                "198.18.0.2:6443".parse().unwrap()
+            )]
+        );
+        for bad in ["no-equals", "ns=notanaddress", "../x=127.0.0.1:1"] {
+            assert!(
+                parse(&["lab", "apiserver", "--listen-netns", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

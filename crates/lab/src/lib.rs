@@ -3,8 +3,12 @@
 //! [`apiserver`] is an in-memory Kubernetes API server that speaks the real HTTP API, so that kube-rs
 //! clients, watchers and `kubectl` run against it unchanged. It allocates nothing and runs no
 //! controllers: it is the ground truth that berth's controller and agents are tested against.
+//!
+//! [`netns`] binds sockets inside named network namespaces, so that one process can serve the lab's
+//! namespaces (agents in node namespaces reach the API server there) and loopback in its own.
 
 pub mod apiserver;
+pub mod netns;
 
 pub use apiserver::{
     run_apiserver, ApiServerOptions, Faults, LabApiServer, LabApiServerBuilder, LabApiServerHandle,
