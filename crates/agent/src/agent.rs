@@ -1,0 +1,407 @@
+//! The agent: watch tasks feed the [`Index`]; one loop decides when to sync
+//! ([`SyncSchedule`]), plans and applies each family's datapath off the async threads, clears
+//! stale UDP flows, and keeps the health-check servers and metrics current.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use berth_datapath::convert::ProxyMode;
+use berth_datapath::sync::{Iptables, SyncKind};
+use berth_datapath::IpFamily;
+use berth_telemetry::{MetricsRegistry, Readiness, ReadinessCheck, SharedRegistry};
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube::Client;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AgentConfig;
+use crate::conntrack::Conntrack;
+use crate::datapath::FamilyDatapath;
+use crate::healthcheck::{build_health_targets, HealthCheckServers, HealthTarget};
+use crate::index::{Index, Pending};
+use crate::metrics::AgentMetrics;
+use crate::schedule::{AgentHealth, SyncSchedule};
+use crate::watch::{run_watch, Handlers};
+use crate::Error;
+
+/// What the sync loop last did, published for tests and diagnostics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// Successful syncs.
+    pub syncs: u64,
+    pub failures: u64,
+    /// Kind of the last successful sync (full when any family's was).
+    pub last_kind: Option<SyncKind>,
+    pub last_error: Option<String>,
+    /// Rules in the berth chains, all families.
+    pub rules: usize,
+    pub health_check_ports: Vec<u16>,
+}
+
+/// The blocking half of a sync: planners, Syncers and conntrack.
+struct Engine<I, C> {
+    datapaths: Vec<FamilyDatapath<I>>,
+    conntrack: C,
+}
+
+struct Outcome {
+    kind: SyncKind,
+    rules: usize,
+    error: Option<Error>,
+    targets: BTreeMap<u16, HealthTarget>,
+    conntrack_failures: u64,
+}
+
+fn lock(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
+    index.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<I: Iptables, C: Conntrack> Engine<I, C> {
+    fn sync(&mut self, index: &Mutex<Index>, work: &Pending, full: bool) -> Outcome {
+        let targets = {
+            let index = lock(index);
+            for datapath in &mut self.datapaths {
+                datapath.plan(index.view(), &work.services, full);
+            }
+            build_health_targets(index.view())
+        };
+        let mut kind = SyncKind::Partial;
+        let mut rules = 0;
+        let mut error = None;
+        for datapath in &mut self.datapaths {
+            match datapath.apply(full) {
+                Ok(report) => {
+                    rules += report.rule_count;
+                    if report.kind == SyncKind::Full {
+                        kind = SyncKind::Full;
+                    }
+                }
+                Err(source) => {
+                    error.get_or_insert(Error::Sync {
+                        family: datapath.family_name(),
+                        source,
+                    });
+                }
+            }
+        }
+        let mut conntrack_failures = 0;
+        if error.is_none() {
+            for flow in &work.conntrack {
+                if let Err(err) = self.conntrack.delete(flow) {
+                    tracing::warn!(error = %err, "clearing stale UDP flows failed");
+                    conntrack_failures += 1;
+                }
+            }
+        }
+        Outcome {
+            kind,
+            rules,
+            error,
+            targets,
+            conntrack_failures,
+        }
+    }
+}
+
+pub struct Agent<I, C> {
+    config: AgentConfig,
+    client: Client,
+    engine: Engine<I, C>,
+    metrics: AgentMetrics,
+    readiness: Readiness,
+    datapath_ready: ReadinessCheck,
+    status: watch::Sender<AgentStatus>,
+}
+
+/// `/healthz` from the sync health (kube-proxy's meaning), the rest from berth-telemetry.
+pub fn admin_router(registry: SharedRegistry, readiness: Readiness, health: AgentHealth) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(move || {
+                let healthy = health.is_healthy();
+                async move {
+                    if healthy {
+                        (StatusCode::OK, "ok\n")
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "no datapath sync succeeded within two sync periods\n",
+                        )
+                    }
+                }
+            }),
+        )
+        .fallback_service(berth_telemetry::admin_router(registry, readiness))
+}
+
+impl<I, C> Agent<I, C>
+where
+    I: Iptables + Send + 'static,
+    C: Conntrack + Send + 'static,
+{
+    /// Builds the agent; nothing runs until [`Agent::run`]. `iptables` gives the iptables of one
+    /// family; with `--proxy-mode=none` it is never called and iptables is never touched.
+    pub fn new(
+        config: AgentConfig,
+        client: Client,
+        mut iptables: impl FnMut(IpFamily) -> I,
+        conntrack: C,
+        registry: &mut MetricsRegistry,
+        readiness: &Readiness,
+    ) -> Result<Self, Error> {
+        let datapaths = if config.proxy_mode() == ProxyMode::None {
+            Vec::new()
+        } else {
+            config
+                .families()
+                .iter()
+                .map(|family| FamilyDatapath::new(config.plan_options(*family), iptables(*family)))
+                .collect()
+        };
+        let datapath_ready = readiness.register("datapath").map_err(Error::Telemetry)?;
+        Ok(Agent {
+            config,
+            client,
+            engine: Engine {
+                datapaths,
+                conntrack,
+            },
+            metrics: AgentMetrics::register(registry),
+            readiness: readiness.clone(),
+            datapath_ready,
+            status: watch::channel(AgentStatus::default()).0,
+        })
+    }
+
+    pub fn status(&self) -> watch::Receiver<AgentStatus> {
+        self.status.subscribe()
+    }
+
+    pub fn metrics(&self) -> &AgentMetrics {
+        &self.metrics
+    }
+
+    fn spawn_watches(
+        &self,
+        index: &Arc<Mutex<Index>>,
+        wake: &Arc<Notify>,
+        stop: &CancellationToken,
+    ) -> Vec<JoinHandle<()>> {
+        let node_selector = format!("metadata.name={}", self.config.node_name());
+        vec![
+            tokio::spawn(run_watch(
+                Api::<Service>::all(self.client.clone()),
+                watcher::Config::default(),
+                index.clone(),
+                wake.clone(),
+                Handlers {
+                    kind: "Service",
+                    apply: Index::apply_service,
+                    delete: Index::delete_service,
+                    reset: Index::reset_services,
+                },
+                stop.clone(),
+            )),
+            tokio::spawn(run_watch(
+                Api::<EndpointSlice>::all(self.client.clone()),
+                watcher::Config::default(),
+                index.clone(),
+                wake.clone(),
+                Handlers {
+                    kind: "EndpointSlice",
+                    apply: Index::apply_slice,
+                    delete: Index::delete_slice,
+                    reset: Index::reset_slices,
+                },
+                stop.clone(),
+            )),
+            tokio::spawn(run_watch(
+                Api::<Node>::all(self.client.clone()),
+                watcher::Config::default().fields(&node_selector),
+                index.clone(),
+                wake.clone(),
+                Handlers {
+                    kind: "Node",
+                    apply: Index::apply_node,
+                    delete: Index::delete_node,
+                    reset: Index::reset_node,
+                },
+                stop.clone(),
+            )),
+        ]
+    }
+
+    /// Runs until `shutdown` resolves, serving the admin endpoint on `admin`. Stopping leaves the
+    /// programmed rules in place.
+    pub async fn run(
+        self,
+        admin: TcpListener,
+        registry: SharedRegistry,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
+        let health = AgentHealth::new(self.config.sync_period(), Instant::now());
+        let stop = CancellationToken::new();
+        let on_shutdown = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown => on_shutdown.cancel(),
+                () = on_shutdown.cancelled() => {}
+            }
+        });
+        let index = Arc::new(Mutex::new(Index::new(
+            self.config.node_name(),
+            self.config.proxy_mode(),
+            Utc::now(),
+        )));
+        let wake = Arc::new(Notify::new());
+        let watches = self.spawn_watches(&index, &wake, &stop);
+        let router = admin_router(registry, self.readiness.clone(), health.clone());
+        let admin_task = tokio::spawn(berth_telemetry::serve_admin(
+            admin,
+            router,
+            stop.clone().cancelled_owned(),
+        ));
+        let mut servers =
+            HealthCheckServers::new(self.config.healthz_bind_address(), health.clone());
+        let result = self
+            .sync_loop(&index, &wake, &stop, &health, &mut servers)
+            .await;
+        servers.stop_all().await;
+        stop.cancel();
+        for task in watches {
+            let _ = task.await;
+        }
+        let admin_result = admin_task
+            .await
+            .map_err(|err| Error::Task(err.to_string()))?;
+        tracing::info!("agent stopped; the programmed rules stay in place");
+        result?;
+        admin_result.map_err(Error::Admin)
+    }
+
+    async fn sync_loop(
+        self,
+        index: &Arc<Mutex<Index>>,
+        wake: &Notify,
+        stop: &CancellationToken,
+        health: &AgentHealth,
+        servers: &mut HealthCheckServers,
+    ) -> Result<(), Error> {
+        let Agent {
+            config,
+            client: _,
+            engine,
+            metrics,
+            readiness: _,
+            datapath_ready,
+            status,
+        } = self;
+        let mut schedule = SyncSchedule::new(config.min_sync_interval(), config.sync_period());
+        let mut carried = Pending::default();
+        let mut engine = Some(engine);
+        loop {
+            let (listed, pending) = {
+                let index = lock(index);
+                (
+                    index.is_listed(),
+                    index.has_pending() || !carried.is_empty(),
+                )
+            };
+            if !listed {
+                tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    () = wake.notified() => continue,
+                }
+            }
+            let (at, reason) = schedule.next_sync(Instant::now(), pending);
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return Ok(()),
+                () = tokio::time::sleep_until(at.into()) => {}
+                () = wake.notified(), if !pending => continue,
+            }
+            let mut work = std::mem::take(&mut carried);
+            work.merge(lock(index).take_pending());
+            let Some(mut running) = engine.take() else {
+                return Err(Error::Task("the datapath engine was lost".into()));
+            };
+            let shared = index.clone();
+            let full = reason.is_full();
+            let began = Instant::now();
+            let (running, work, outcome) = tokio::task::spawn_blocking(move || {
+                let outcome = running.sync(&shared, &work, full);
+                (running, work, outcome)
+            })
+            .await
+            .map_err(|err| Error::Task(err.to_string()))?;
+            engine = Some(running);
+            let elapsed = began.elapsed();
+            schedule.record(began, reason, outcome.error.is_none());
+            metrics
+                .conntrack_failures
+                .inc_by(outcome.conntrack_failures);
+            match outcome.error {
+                None => {
+                    health.record_success(Instant::now());
+                    datapath_ready.set_ready(true);
+                    metrics.observe_sync(outcome.kind, elapsed.as_secs_f64());
+                    metrics
+                        .rules
+                        .set(i64::try_from(outcome.rules).unwrap_or(i64::MAX));
+                    let now = Utc::now();
+                    for trigger in &work.triggers {
+                        let latency = (now - *trigger).to_std().unwrap_or_default();
+                        metrics.network_programming.observe(latency.as_secs_f64());
+                    }
+                    tracing::debug!(
+                        ?reason,
+                        kind = ?outcome.kind,
+                        services = work.services.len(),
+                        rules = outcome.rules,
+                        ms = elapsed.as_millis(),
+                        "datapath synced"
+                    );
+                    status.send_modify(|s| {
+                        s.syncs += 1;
+                        s.last_kind = Some(outcome.kind);
+                        s.last_error = None;
+                        s.rules = outcome.rules;
+                    });
+                }
+                Some(err) => {
+                    metrics.restore_failures.inc();
+                    tracing::warn!(error = %err, source = ?std::error::Error::source(&err), retry_in = ?schedule.backoff(), "datapath sync failed; the next one is full");
+                    // Trigger times and stale flows still wait for a successful sync.
+                    carried = work;
+                    status.send_modify(|s| {
+                        s.failures += 1;
+                        s.last_error =
+                            Some(format!("{err}: {:?}", std::error::Error::source(&err)));
+                    });
+                }
+            }
+            servers.update(&outcome.targets).await;
+            let ports = servers.ports();
+            metrics
+                .health_check_servers
+                .set(i64::try_from(ports.len()).unwrap_or(i64::MAX));
+            status.send_if_modified(|s| {
+                let changed = s.health_check_ports != ports;
+                s.health_check_ports = ports;
+                changed
+            });
+        }
+    }
+}

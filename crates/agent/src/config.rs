@@ -1,0 +1,257 @@
+//! `AgentOptions` (what the flags say) -> `AgentConfig` (checked once, then trusted).
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use berth_datapath::convert::ProxyMode;
+use berth_datapath::{Dispatch, IpFamily, PlanOptions};
+use ipnet::IpNet;
+
+use crate::Error;
+
+/// The agent's settings as given; [`AgentOptions::validate`] turns them into an [`AgentConfig`].
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    pub node_name: String,
+    pub proxy_mode: ProxyMode,
+    pub dispatch: Dispatch,
+    /// Pod CIDRs, at most one per family; their families are the ones the agent programs.
+    pub cluster_cidrs: Vec<IpNet>,
+    pub masquerade_all: bool,
+    /// Least time between two syncs: changes arriving faster are coalesced.
+    pub min_sync_interval: Duration,
+    /// A full-consistency sync runs at least this often.
+    pub sync_period: Duration,
+    /// Address the health-check node-port servers bind (the port is each Service's).
+    pub healthz_bind_address: IpAddr,
+    pub admin_listen: SocketAddr,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            node_name: String::new(),
+            proxy_mode: ProxyMode::Full,
+            dispatch: Dispatch::Tree,
+            cluster_cidrs: Vec::new(),
+            masquerade_all: false,
+            min_sync_interval: Duration::from_secs(1),
+            sync_period: Duration::from_secs(30),
+            healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
+            admin_listen: SocketAddr::from(([0, 0, 0, 0], 10256)),
+        }
+    }
+}
+
+/// Validated agent settings.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    options: AgentOptions,
+    families: Vec<IpFamily>,
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidConfig {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// RFC 1123 subdomain, what Kubernetes accepts as a Node name.
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+impl AgentOptions {
+    pub fn validate(self) -> Result<AgentConfig, Error> {
+        if !is_dns_subdomain(&self.node_name) {
+            return Err(invalid(
+                "node name",
+                format!("{:?} is not a valid Node name", self.node_name),
+            ));
+        }
+        if self.sync_period.is_zero() {
+            return Err(invalid("sync period", "must be greater than zero"));
+        }
+        if self.min_sync_interval > self.sync_period {
+            return Err(invalid(
+                "min sync interval",
+                format!(
+                    "{:?} is longer than the sync period {:?}",
+                    self.min_sync_interval, self.sync_period
+                ),
+            ));
+        }
+        let mut families = Vec::new();
+        for cidr in &self.cluster_cidrs {
+            let family = IpFamily::of(&cidr.addr());
+            if families.contains(&family) {
+                return Err(invalid(
+                    "cluster CIDR",
+                    format!("{cidr}: at most one CIDR per address family"),
+                ));
+            }
+            families.push(family);
+        }
+        if families.is_empty() {
+            families.push(IpFamily::V4);
+        }
+        families.sort();
+        Ok(AgentConfig {
+            options: self,
+            families,
+        })
+    }
+}
+
+impl AgentConfig {
+    pub fn node_name(&self) -> &str {
+        &self.options.node_name
+    }
+
+    pub fn proxy_mode(&self) -> ProxyMode {
+        self.options.proxy_mode
+    }
+
+    pub fn dispatch(&self) -> Dispatch {
+        self.options.dispatch
+    }
+
+    /// The address families the agent programs, IPv4 first.
+    pub fn families(&self) -> &[IpFamily] {
+        &self.families
+    }
+
+    pub fn min_sync_interval(&self) -> Duration {
+        self.options.min_sync_interval
+    }
+
+    pub fn sync_period(&self) -> Duration {
+        self.options.sync_period
+    }
+
+    pub fn healthz_bind_address(&self) -> IpAddr {
+        self.options.healthz_bind_address
+    }
+
+    pub fn admin_listen(&self) -> SocketAddr {
+        self.options.admin_listen
+    }
+
+    /// What the planner of one family is given.
+    pub fn plan_options(&self, family: IpFamily) -> PlanOptions {
+        PlanOptions {
+            family,
+            dispatch: self.options.dispatch,
+            cluster_cidr: self
+                .options
+                .cluster_cidrs
+                .iter()
+                .find(|cidr| IpFamily::of(&cidr.addr()) == family)
+                .copied(),
+            masquerade_all: self.options.masquerade_all,
+            ..PlanOptions::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn mk_options() -> AgentOptions {
+        AgentOptions {
+            node_name: "node-1".into(),
+            ..AgentOptions::default()
+        }
+    }
+
+    #[test]
+    fn defaults_validate_to_ipv4_only() {
+        let config = mk_options().validate().unwrap();
+        assert_eq!(config.families(), &[IpFamily::V4]);
+        assert_eq!(config.plan_options(IpFamily::V4).cluster_cidr, None);
+        assert_eq!(config.dispatch(), Dispatch::Tree);
+    }
+
+    #[test]
+    fn node_names_must_be_kubernetes_names() {
+        for bad in ["", "Node1", "-a", "a..b", "a_b", "a-"] {
+            let options = AgentOptions {
+                node_name: bad.into(),
+                ..mk_options()
+            };
+            assert!(options.validate().is_err(), "{bad:?}");
+        }
+        for good in ["a", "node-1", "ip-10-0-0-1.ec2.internal"] {
+            let options = AgentOptions {
+                node_name: good.into(),
+                ..mk_options()
+            };
+            assert!(options.validate().is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_cidrs_choose_families_and_plan_options() {
+        let options = AgentOptions {
+            cluster_cidrs: vec![
+                "fd00::/48".parse().unwrap(),
+                "10.244.0.0/16".parse().unwrap(),
+            ],
+            masquerade_all: true,
+            dispatch: Dispatch::Linear,
+            ..mk_options()
+        };
+        let config = options.validate().unwrap();
+        assert_eq!(config.families(), &[IpFamily::V4, IpFamily::V6]);
+        let v6 = config.plan_options(IpFamily::V6);
+        assert_eq!(v6.cluster_cidr, Some("fd00::/48".parse().unwrap()));
+        assert!(v6.masquerade_all);
+        assert_eq!(v6.dispatch, Dispatch::Linear);
+        assert_eq!(
+            config.plan_options(IpFamily::V4).cluster_cidr,
+            Some("10.244.0.0/16".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn two_cidrs_of_one_family_are_refused() {
+        let options = AgentOptions {
+            cluster_cidrs: vec![
+                "10.244.0.0/16".parse().unwrap(),
+                "10.245.0.0/16".parse().unwrap(),
+            ],
+            ..mk_options()
+        };
+        let err = options.validate().unwrap_err().to_string();
+        assert!(err.contains("one CIDR per address family"), "{err}");
+    }
+
+    #[test]
+    fn intervals_must_be_ordered_and_positive() {
+        let zero = AgentOptions {
+            sync_period: Duration::ZERO,
+            min_sync_interval: Duration::ZERO,
+            ..mk_options()
+        };
+        assert!(zero.validate().is_err());
+        let inverted = AgentOptions {
+            sync_period: Duration::from_secs(1),
+            min_sync_interval: Duration::from_secs(2),
+            ..mk_options()
+        };
+        assert!(inverted.validate().is_err());
+    }
+}

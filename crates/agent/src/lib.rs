@@ -1,0 +1,69 @@
+//! berth-agent: the node side of berth (DESIGN.md §6).
+//!
+//! Watches feed a synchronous [`index::Index`] that keeps the node's view of Services and
+//! endpoints and knows which Services changed; the sync loop ([`agent::Agent`]) hands those to
+//! the datapath's incremental `Planner` and `Syncer`, rate limited and retried by the pure
+//! [`schedule::SyncSchedule`]. Health-check node ports ([`healthcheck`]) and UDP conntrack
+//! cleanup ([`conntrack`]) follow each successful sync.
+//!
+//! Decisions:
+//! - One datapath per address family of the cluster CIDRs (IPv4 when none is given).
+//! - The agent is healthy while a sync succeeded within two sync periods of now (counting from
+//!   start-up before the first one), as kube-proxy's `/healthz`; health-check node ports answer
+//!   503 while it is not.
+//! - Network-programming latency is observed only for slices whose trigger-time annotation
+//!   changed, so a relist after a dropped watch does not report old changes again.
+//! - Stopping leaves every rule in place: a restarted agent adopts them with one full sync.
+
+pub mod agent;
+pub mod config;
+pub mod conntrack;
+pub mod datapath;
+pub mod healthcheck;
+pub mod index;
+pub mod metrics;
+pub mod schedule;
+mod watch;
+
+pub use agent::{Agent, AgentStatus};
+pub use config::{AgentConfig, AgentOptions};
+pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
+pub use datapath::SharedIptables;
+pub use index::Index;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid agent configuration: {field}: {reason}")]
+    InvalidConfig { field: &'static str, reason: String },
+    #[error("syncing the {family} datapath failed")]
+    Sync {
+        family: &'static str,
+        #[source]
+        source: berth_datapath::Error,
+    },
+    #[error("running {command} failed")]
+    Conntrack {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{command} exited with {status}: {stderr}")]
+    ConntrackCommand {
+        command: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("binding {what} on {addr} failed")]
+    Bind {
+        what: &'static str,
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("registering with the process telemetry failed")]
+    Telemetry(#[source] berth_telemetry::Error),
+    #[error("serving the admin endpoint failed")]
+    Admin(#[source] berth_telemetry::Error),
+    #[error("a datapath task stopped unexpectedly: {0}")]
+    Task(String),
+}

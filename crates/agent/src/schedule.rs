@@ -1,0 +1,243 @@
+//! When to sync: the pure timing rules of the sync loop, tested with made-up instants.
+//!
+//! - Changes are synced at most once per `min_interval`: a burst waits and is coalesced.
+//! - A full-consistency sync runs when `period` has passed since the last full one.
+//! - After a failure the next attempt waits an exponential backoff (from [`RETRY_INITIAL`], at
+//!   most `period`), whether or not anything changed; the Syncer makes that attempt full.
+
+use std::time::{Duration, Instant};
+
+pub const RETRY_INITIAL: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncReason {
+    /// Nothing synced yet.
+    Initial,
+    Changes,
+    Periodic,
+    Retry,
+}
+
+impl SyncReason {
+    /// Whether this sync must rewrite everything rather than what changed.
+    pub fn is_full(self) -> bool {
+        matches!(self, SyncReason::Initial | SyncReason::Periodic)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncSchedule {
+    min_interval: Duration,
+    period: Duration,
+    last_attempt: Option<Instant>,
+    last_full: Option<Instant>,
+    failures: u32,
+}
+
+impl SyncSchedule {
+    pub fn new(min_interval: Duration, period: Duration) -> Self {
+        SyncSchedule {
+            min_interval,
+            period,
+            last_attempt: None,
+            last_full: None,
+            failures: 0,
+        }
+    }
+
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// The wait after `failures` consecutive failures.
+    pub fn backoff(&self) -> Duration {
+        let exponent = self.failures.saturating_sub(1).min(16);
+        RETRY_INITIAL
+            .saturating_mul(1 << exponent)
+            .min(self.period.max(RETRY_INITIAL))
+    }
+
+    /// When the next sync is due (never before `now`) and why, given whether changes wait.
+    pub fn next_sync(&self, now: Instant, pending: bool) -> (Instant, SyncReason) {
+        let Some(last) = self.last_attempt else {
+            return (now, SyncReason::Initial);
+        };
+        let earliest = last + self.min_interval;
+        if self.failures > 0 {
+            return (
+                (last + self.backoff()).max(earliest).max(now),
+                SyncReason::Retry,
+            );
+        }
+        let periodic = (self.last_full.unwrap_or(last) + self.period).max(earliest);
+        if pending {
+            let changes = earliest.max(now);
+            if changes < periodic {
+                return (changes, SyncReason::Changes);
+            }
+        }
+        (periodic.max(now), SyncReason::Periodic)
+    }
+
+    /// Records an attempt made at `now`.
+    pub fn record(&mut self, now: Instant, reason: SyncReason, ok: bool) {
+        self.last_attempt = Some(now);
+        if ok {
+            self.failures = 0;
+            // A retry after a failure is full too (the Syncer forces it).
+            if reason != SyncReason::Changes {
+                self.last_full = Some(now);
+            }
+        } else {
+            self.failures = self.failures.saturating_add(1);
+        }
+    }
+}
+
+/// Healthy while the last successful sync (or start-up, before the first) is at most two sync
+/// periods old.
+pub fn is_healthy(last_success_or_start: Instant, now: Instant, period: Duration) -> bool {
+    now.saturating_duration_since(last_success_or_start) <= period.saturating_mul(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_secs(1);
+    const PERIOD: Duration = Duration::from_secs(30);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn first_sync_is_immediate_and_full() {
+        let t0 = Instant::now();
+        let schedule = SyncSchedule::new(MIN, PERIOD);
+        assert_eq!(schedule.next_sync(t0, false), (t0, SyncReason::Initial));
+        assert!(SyncReason::Initial.is_full());
+    }
+
+    #[test]
+    fn changes_wait_for_the_min_interval_and_coalesce() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(MIN, PERIOD);
+        schedule.record(t0, SyncReason::Initial, true);
+        // A change 100 ms later waits until a second after the last sync.
+        assert_eq!(
+            schedule.next_sync(t0 + ms(100), true),
+            (t0 + MIN, SyncReason::Changes)
+        );
+        // Long after, it runs at once.
+        assert_eq!(
+            schedule.next_sync(t0 + ms(5000), true),
+            (t0 + ms(5000), SyncReason::Changes)
+        );
+        assert!(!SyncReason::Changes.is_full());
+    }
+
+    #[test]
+    fn without_changes_the_next_sync_is_the_periodic_one() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(MIN, PERIOD);
+        schedule.record(t0, SyncReason::Initial, true);
+        schedule.record(t0 + ms(2000), SyncReason::Changes, true);
+        // Counted from the last full sync, not the last partial one.
+        assert_eq!(
+            schedule.next_sync(t0 + ms(2500), false),
+            (t0 + PERIOD, SyncReason::Periodic)
+        );
+        // Past due: now.
+        let late = t0 + PERIOD + ms(1);
+        assert_eq!(
+            schedule.next_sync(late, false),
+            (late, SyncReason::Periodic)
+        );
+        // Changes that come due with the periodic sync are folded into it.
+        assert_eq!(schedule.next_sync(late, true), (late, SyncReason::Periodic));
+    }
+
+    #[test]
+    fn failures_back_off_exponentially_up_to_the_period() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(ms(100), Duration::from_secs(4));
+        schedule.record(t0, SyncReason::Initial, false);
+        assert_eq!(schedule.backoff(), ms(500));
+        assert_eq!(
+            schedule.next_sync(t0, false),
+            (t0 + ms(500), SyncReason::Retry)
+        );
+        let mut waits = Vec::new();
+        let mut now = t0;
+        for _ in 0..5 {
+            let (at, reason) = schedule.next_sync(now, true);
+            assert_eq!(reason, SyncReason::Retry);
+            waits.push(at - now);
+            now = at;
+            schedule.record(now, reason, false);
+        }
+        assert_eq!(waits, vec![ms(500), ms(1000), ms(2000), ms(4000), ms(4000)]);
+        schedule.record(now, SyncReason::Retry, true);
+        assert_eq!(schedule.failures(), 0);
+        // A successful retry was full: the periodic clock restarts from it.
+        assert_eq!(
+            schedule.next_sync(now, false),
+            (now + Duration::from_secs(4), SyncReason::Periodic)
+        );
+    }
+
+    #[test]
+    fn backoff_respects_the_min_interval() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(ms(2000), Duration::from_secs(30));
+        schedule.record(t0, SyncReason::Initial, false);
+        assert_eq!(
+            schedule.next_sync(t0, true),
+            (t0 + ms(2000), SyncReason::Retry)
+        );
+    }
+
+    #[test]
+    fn health_allows_two_periods() {
+        let t0 = Instant::now();
+        let period = Duration::from_secs(10);
+        assert!(is_healthy(t0, t0, period));
+        assert!(is_healthy(t0, t0 + Duration::from_secs(20), period));
+        assert!(!is_healthy(t0, t0 + Duration::from_secs(21), period));
+        // A clock reading before the last success is not a failure.
+        assert!(is_healthy(t0 + period, t0, period));
+    }
+}
+
+/// The agent's health as `/healthz` and the health-check node ports see it. Clones share it.
+#[derive(Debug, Clone)]
+pub struct AgentHealth {
+    period: Duration,
+    last_success_or_start: std::sync::Arc<std::sync::Mutex<Instant>>,
+}
+
+impl AgentHealth {
+    pub fn new(period: Duration, started: Instant) -> Self {
+        AgentHealth {
+            period,
+            last_success_or_start: std::sync::Arc::new(std::sync::Mutex::new(started)),
+        }
+    }
+
+    pub fn record_success(&self, at: Instant) {
+        let mut last = self
+            .last_success_or_start
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = (*last).max(at);
+    }
+
+    pub fn is_healthy(&self) -> bool {
+        let last = *self
+            .last_success_or_start
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        is_healthy(last, Instant::now(), self.period)
+    }
+}

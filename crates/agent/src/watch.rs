@@ -1,0 +1,78 @@
+//! Watch tasks: each turns one kube-rs watcher stream into index calls and wakes the sync loop.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::index::Index;
+
+/// How one kind of object enters the index.
+pub(crate) struct Handlers<K> {
+    pub kind: &'static str,
+    pub apply: fn(&mut Index, &K),
+    pub delete: fn(&mut Index, &K),
+    pub reset: fn(&mut Index, &[K]),
+}
+
+/// Drops what no index reads before objects are buffered, which matters during a large list.
+fn slim<K: Resource>(mut obj: K) -> K {
+    obj.meta_mut().managed_fields = None;
+    obj
+}
+
+pub(crate) async fn run_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    index: Arc<Mutex<Index>>,
+    wake: Arc<Notify>,
+    handlers: Handlers<K>,
+    stop: CancellationToken,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    // Objects of a (re)list, applied at once when it completes so deletions are seen.
+    let mut listing: Vec<K> = Vec::new();
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return,
+            event = stream.next() => event,
+        };
+        let Some(event) = event else {
+            tracing::warn!(kind = handlers.kind, "watch stream ended");
+            return;
+        };
+        let event = match event {
+            Ok(event) => event,
+            Err(err) => {
+                tracing::warn!(kind = handlers.kind, error = %err, "watch failed; retrying");
+                continue;
+            }
+        };
+        let mut index = index.lock().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Init => listing.clear(),
+            watcher::Event::InitApply(obj) => {
+                drop(index);
+                listing.push(slim(obj));
+                continue;
+            }
+            watcher::Event::InitDone => {
+                (handlers.reset)(&mut index, &listing);
+                tracing::debug!(kind = handlers.kind, objects = listing.len(), "listed");
+                listing = Vec::new();
+            }
+            watcher::Event::Apply(obj) => (handlers.apply)(&mut index, &obj),
+            watcher::Event::Delete(obj) => (handlers.delete)(&mut index, &obj),
+        }
+        drop(index);
+        wake.notify_one();
+    }
+}
