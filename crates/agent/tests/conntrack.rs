@@ -54,7 +54,10 @@ fn service_ip(ip: &str) -> ConntrackFlow {
 
 #[test]
 fn a_removed_udp_endpoint_clears_its_flows_from_the_service_ip() {
-    let old = [mk_port(Protocol::Udp, &[("10.244.1.5", true), ("10.244.1.6", true)])];
+    let old = [mk_port(
+        Protocol::Udp,
+        &[("10.244.1.5", true), ("10.244.1.6", true)],
+    )];
     let new = [mk_port(Protocol::Udp, &[("10.244.1.5", true)])];
     assert_eq!(
         plan_conntrack_cleanup(&old, &new),
@@ -64,8 +67,14 @@ fn a_removed_udp_endpoint_clears_its_flows_from_the_service_ip() {
 
 #[test]
 fn an_endpoint_turning_unready_counts_as_gone() {
-    let old = [mk_port(Protocol::Udp, &[("10.244.1.5", true), ("10.244.1.6", true)])];
-    let new = [mk_port(Protocol::Udp, &[("10.244.1.5", true), ("10.244.1.6", false)])];
+    let old = [mk_port(
+        Protocol::Udp,
+        &[("10.244.1.5", true), ("10.244.1.6", true)],
+    )];
+    let new = [mk_port(
+        Protocol::Udp,
+        &[("10.244.1.5", true), ("10.244.1.6", false)],
+    )];
     assert_eq!(
         plan_conntrack_cleanup(&old, &new),
         vec![to_endpoint("10.96.0.10", "10.244.1.6")]
@@ -145,7 +154,10 @@ fn gaining_the_first_endpoint_clears_flows_cached_while_it_rejected() {
 #[test]
 fn unchanged_or_growing_endpoint_sets_need_nothing() {
     let old = [mk_port(Protocol::Udp, &[("10.244.1.5", true)])];
-    let new = [mk_port(Protocol::Udp, &[("10.244.1.5", true), ("10.244.1.6", true)])];
+    let new = [mk_port(
+        Protocol::Udp,
+        &[("10.244.1.5", true), ("10.244.1.6", true)],
+    )];
     assert!(plan_conntrack_cleanup(&old, &old).is_empty());
     assert!(plan_conntrack_cleanup(&old, &new).is_empty());
 }
@@ -153,17 +165,29 @@ fn unchanged_or_growing_endpoint_sets_need_nothing() {
 #[test]
 fn tcp_and_sctp_need_no_cleanup() {
     for protocol in [Protocol::Tcp, Protocol::Sctp] {
-        let old = [mk_port(protocol, &[("10.244.1.5", true), ("10.244.1.6", true)])];
+        let old = [mk_port(
+            protocol,
+            &[("10.244.1.5", true), ("10.244.1.6", true)],
+        )];
         let new = [mk_port(protocol, &[])];
-        assert!(plan_conntrack_cleanup(&old, &new).is_empty(), "{protocol:?}");
-        assert!(plan_conntrack_cleanup(&new, &old).is_empty(), "{protocol:?}");
+        assert!(
+            plan_conntrack_cleanup(&old, &new).is_empty(),
+            "{protocol:?}"
+        );
+        assert!(
+            plan_conntrack_cleanup(&new, &old).is_empty(),
+            "{protocol:?}"
+        );
         assert!(plan_conntrack_cleanup(&old, &[]).is_empty(), "{protocol:?}");
     }
 }
 
 #[test]
 fn ipv6_endpoints_pair_with_ipv6_service_addresses_only() {
-    let mut old = mk_port(Protocol::Udp, &[("fd00:10:244::5", true), ("10.244.1.5", true)]);
+    let mut old = mk_port(
+        Protocol::Udp,
+        &[("fd00:10:244::5", true), ("10.244.1.5", true)],
+    );
     old.cluster_ips.push("fd00:10:96::10".parse().unwrap());
     let mut new = old.clone();
     new.endpoints.retain(|ep| ep.ip.is_ipv4());

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use berth_agent::healthcheck::{build_health_targets, health_response, HealthCheckServers, HealthTarget};
+use berth_agent::healthcheck::{
+    build_health_targets, health_response, HealthCheckServers, HealthTarget,
+};
 use berth_agent::index::Index;
 use berth_agent::schedule::AgentHealth;
 use berth_datapath::convert::ProxyMode;
@@ -48,7 +50,10 @@ fn targets_count_ready_endpoints_on_this_node_only() {
 #[test]
 fn responses_are_200_only_with_local_endpoints_and_a_healthy_agent() {
     let body = r#"{"localEndpoints":2,"service":{"name":"web","namespace":"default"}}"#;
-    assert_eq!(health_response(&mk_target(2), true), (StatusCode::OK, body.to_string()));
+    assert_eq!(
+        health_response(&mk_target(2), true),
+        (StatusCode::OK, body.to_string())
+    );
     assert_eq!(
         health_response(&mk_target(2), false),
         (StatusCode::SERVICE_UNAVAILABLE, body.to_string())
@@ -65,13 +70,20 @@ async fn servers_start_answer_follow_counts_and_stop() {
     let health = AgentHealth::new(Duration::from_secs(30), Instant::now());
     let mut servers = HealthCheckServers::new("127.0.0.1".parse().unwrap(), health);
     let port = http::free_port();
-    servers.update(&BTreeMap::from([(port, mk_target(1))])).await;
+    servers
+        .update(&BTreeMap::from([(port, mk_target(1))]))
+        .await;
     assert_eq!(servers.ports(), vec![port]);
     let (status, body) = http::get(port, "/healthz").await.unwrap();
     assert_eq!(status, 200);
-    assert_eq!(body, r#"{"localEndpoints":1,"service":{"name":"web","namespace":"default"}}"#);
+    assert_eq!(
+        body,
+        r#"{"localEndpoints":1,"service":{"name":"web","namespace":"default"}}"#
+    );
 
-    servers.update(&BTreeMap::from([(port, mk_target(0))])).await;
+    servers
+        .update(&BTreeMap::from([(port, mk_target(0))]))
+        .await;
     let (status, _) = http::get(port, "/").await.unwrap();
     assert_eq!(status, 503);
 
@@ -87,7 +99,9 @@ async fn an_unhealthy_agent_answers_503_even_with_endpoints() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     let mut servers = HealthCheckServers::new("127.0.0.1".parse().unwrap(), health);
     let port = http::free_port();
-    servers.update(&BTreeMap::from([(port, mk_target(3))])).await;
+    servers
+        .update(&BTreeMap::from([(port, mk_target(3))]))
+        .await;
     let (status, body) = http::get(port, "/").await.unwrap();
     assert_eq!(status, 503);
     assert!(body.contains(r#""localEndpoints":3"#), "{body}");

@@ -28,7 +28,12 @@ fn endpoint_ips(index: &Index, name: &str) -> Vec<String> {
         .services
         .iter()
         .filter(|p| p.name.name == name)
-        .flat_map(|p| p.endpoints.iter().filter(|e| e.ready).map(|e| e.ip.to_string()))
+        .flat_map(|p| {
+            p.endpoints
+                .iter()
+                .filter(|e| e.ready)
+                .map(|e| e.ip.to_string())
+        })
         .collect()
 }
 
@@ -62,13 +67,23 @@ fn slices_fill_endpoints_and_report_their_service_only() {
     index.apply_service(&mk_service("default", "web", "10.96.0.10"));
     index.apply_service(&mk_service("default", "api", "10.96.0.11"));
     index.take_pending();
-    index.apply_slice(&mk_slice("default", "web", "web-abc", &[("10.244.1.5", true, NODE)]));
+    index.apply_slice(&mk_slice(
+        "default",
+        "web",
+        "web-abc",
+        &[("10.244.1.5", true, NODE)],
+    ));
     assert_eq!(changed(&mut index), vec!["default/web"]);
     assert_eq!(endpoint_ips(&index, "web"), vec!["10.244.1.5"]);
     assert!(endpoint_ips(&index, "api").is_empty());
 
     // Readiness flips are changes; the endpoint stays in the view as not ready.
-    index.apply_slice(&mk_slice("default", "web", "web-abc", &[("10.244.1.5", false, NODE)]));
+    index.apply_slice(&mk_slice(
+        "default",
+        "web",
+        "web-abc",
+        &[("10.244.1.5", false, NODE)],
+    ));
     assert_eq!(changed(&mut index), vec!["default/web"]);
     assert!(endpoint_ips(&index, "web").is_empty());
     assert_eq!(index.view().services[1].endpoints.len(), 1);
@@ -77,7 +92,12 @@ fn slices_fill_endpoints_and_report_their_service_only() {
 #[test]
 fn slices_may_arrive_before_their_service() {
     let mut index = mk_index();
-    index.apply_slice(&mk_slice("default", "web", "web-abc", &[("10.244.1.5", true, NODE)]));
+    index.apply_slice(&mk_slice(
+        "default",
+        "web",
+        "web-abc",
+        &[("10.244.1.5", true, NODE)],
+    ));
     // No Service yet: nothing to program.
     assert!(changed(&mut index).is_empty());
     index.apply_service(&mk_service("default", "web", "10.96.0.10"));
@@ -89,8 +109,18 @@ fn slices_may_arrive_before_their_service() {
 fn several_slices_of_one_service_are_merged_and_deleted_one_by_one() {
     let mut index = mk_index();
     index.apply_service(&mk_service("default", "web", "10.96.0.10"));
-    index.apply_slice(&mk_slice("default", "web", "web-a", &[("10.244.1.5", true, NODE)]));
-    index.apply_slice(&mk_slice("default", "web", "web-b", &[("10.244.2.5", true, "node-2")]));
+    index.apply_slice(&mk_slice(
+        "default",
+        "web",
+        "web-a",
+        &[("10.244.1.5", true, NODE)],
+    ));
+    index.apply_slice(&mk_slice(
+        "default",
+        "web",
+        "web-b",
+        &[("10.244.2.5", true, "node-2")],
+    ));
     index.take_pending();
     let mut ips = endpoint_ips(&index, "web");
     ips.sort();
@@ -105,7 +135,12 @@ fn a_slice_in_another_namespace_is_not_the_services() {
     let mut index = mk_index();
     index.apply_service(&mk_service("default", "web", "10.96.0.10"));
     index.take_pending();
-    index.apply_slice(&mk_slice("other", "web", "web-a", &[("10.244.1.5", true, NODE)]));
+    index.apply_slice(&mk_slice(
+        "other",
+        "web",
+        "web-a",
+        &[("10.244.1.5", true, NODE)],
+    ));
     assert!(changed(&mut index).is_empty());
     assert!(endpoint_ips(&index, "web").is_empty());
 }
@@ -119,7 +154,12 @@ fn deleting_a_service_removes_its_ports_and_reports_it() {
     index.take_pending();
     index.delete_service(&svc);
     assert_eq!(changed(&mut index), vec!["default/web"]);
-    let names: Vec<_> = index.view().services.iter().map(|p| p.name.name.clone()).collect();
+    let names: Vec<_> = index
+        .view()
+        .services
+        .iter()
+        .map(|p| p.name.name.clone())
+        .collect();
     assert_eq!(names, vec!["api"]);
 }
 
@@ -137,7 +177,12 @@ fn reset_deletes_what_the_list_no_longer_has_and_reports_only_differences() {
     ]);
     assert_eq!(changed(&mut index), vec!["default/a", "default/c"]);
 
-    index.apply_slice(&mk_slice("default", "b", "b-1", &[("10.244.1.5", true, NODE)]));
+    index.apply_slice(&mk_slice(
+        "default",
+        "b",
+        "b-1",
+        &[("10.244.1.5", true, NODE)],
+    ));
     index.take_pending();
     index.reset_slices(&[]);
     assert_eq!(changed(&mut index), vec!["default/b"]);
@@ -150,11 +195,19 @@ fn reset_deletes_what_the_list_no_longer_has_and_reports_only_differences() {
 fn proxy_modes_and_labels_decide_what_is_programmed() {
     let mut labeled = mk_service("default", "mine", "10.96.0.10");
     labeled.metadata.labels = Some(
-        [("service.kubernetes.io/service-proxy-name".to_string(), "berth".to_string())].into(),
+        [(
+            "service.kubernetes.io/service-proxy-name".to_string(),
+            "berth".to_string(),
+        )]
+        .into(),
     );
     let mut other_proxy = mk_service("default", "theirs", "10.96.0.11");
     other_proxy.metadata.labels = Some(
-        [("service.kubernetes.io/service-proxy-name".to_string(), "cilium".to_string())].into(),
+        [(
+            "service.kubernetes.io/service-proxy-name".to_string(),
+            "cilium".to_string(),
+        )]
+        .into(),
     );
     let plain = mk_service("default", "plain", "10.96.0.12");
     let mut headless = mk_service("default", "headless", "None");
@@ -163,7 +216,12 @@ fn proxy_modes_and_labels_decide_what_is_programmed() {
     let names = |mode| {
         let mut index = Index::new(NODE, mode, started());
         index.reset_services(&all);
-        let mut names: Vec<_> = index.view().services.iter().map(|p| p.name.name.clone()).collect();
+        let mut names: Vec<_> = index
+            .view()
+            .services
+            .iter()
+            .map(|p| p.name.name.clone())
+            .collect();
         names.dedup();
         names
     };
@@ -190,7 +248,10 @@ fn an_unreadable_service_update_keeps_the_programmed_ports() {
     broken.spec.as_mut().unwrap().cluster_ips = Some(vec!["not-an-ip".into()]);
     index.apply_service(&broken);
     assert!(!index.has_pending());
-    assert_eq!(index.view().services[0].cluster_ips[0].to_string(), "10.96.0.10");
+    assert_eq!(
+        index.view().services[0].cluster_ips[0].to_string(),
+        "10.96.0.10"
+    );
 }
 
 #[test]
@@ -215,8 +276,11 @@ fn trigger_times_are_collected_once_and_only_after_start() {
     let mut slice = mk_slice("default", "web", "web-a", &[("10.244.1.5", true, NODE)]);
     let annotate = |slice: &mut k8s_openapi::api::discovery::v1::EndpointSlice, at: &str| {
         slice.metadata.annotations = Some(
-            [("endpoints.kubernetes.io/last-change-trigger-time".to_string(), at.to_string())]
-                .into(),
+            [(
+                "endpoints.kubernetes.io/last-change-trigger-time".to_string(),
+                at.to_string(),
+            )]
+            .into(),
         );
     };
     annotate(&mut slice, "2025-12-31T23:59:00Z");
@@ -225,7 +289,10 @@ fn trigger_times_are_collected_once_and_only_after_start() {
     annotate(&mut slice, "2026-01-01T00:00:05Z");
     index.apply_slice(&slice);
     let pending = index.take_pending();
-    assert_eq!(pending.triggers, vec!["2026-01-01T00:00:05Z".parse::<DateTime<Utc>>().unwrap()]);
+    assert_eq!(
+        pending.triggers,
+        vec!["2026-01-01T00:00:05Z".parse::<DateTime<Utc>>().unwrap()]
+    );
     // The same annotation seen again (a relist) is not a new change.
     index.reset_slices(&[slice]);
     assert!(index.take_pending().triggers.is_empty());
@@ -236,10 +303,25 @@ fn udp_endpoint_removal_queues_conntrack_cleanup_and_tcp_does_not() {
     let mut index = mk_index();
     index.apply_service(&mk_udp_service("kube-system", "dns", "10.96.0.10"));
     index.apply_service(&mk_service("default", "web", "10.96.0.11"));
-    index.apply_slice(&mk_udp_slice("kube-system", "dns", "dns-a", &[("10.244.1.5", true, NODE), ("10.244.1.6", true, NODE)]));
-    index.apply_slice(&mk_slice("default", "web", "web-a", &[("10.244.1.7", true, NODE)]));
+    index.apply_slice(&mk_udp_slice(
+        "kube-system",
+        "dns",
+        "dns-a",
+        &[("10.244.1.5", true, NODE), ("10.244.1.6", true, NODE)],
+    ));
+    index.apply_slice(&mk_slice(
+        "default",
+        "web",
+        "web-a",
+        &[("10.244.1.7", true, NODE)],
+    ));
     index.take_pending();
-    index.apply_slice(&mk_udp_slice("kube-system", "dns", "dns-a", &[("10.244.1.5", true, NODE)]));
+    index.apply_slice(&mk_udp_slice(
+        "kube-system",
+        "dns",
+        "dns-a",
+        &[("10.244.1.5", true, NODE)],
+    ));
     index.apply_slice(&mk_slice("default", "web", "web-a", &[]));
     assert_eq!(
         index.take_pending().conntrack,

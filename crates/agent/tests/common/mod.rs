@@ -59,8 +59,18 @@ pub fn mk_local_lb_json(ns: &str, name: &str, ip: &str, hc_port: u16) -> Value {
 }
 
 /// `(ip, ready, node)` per endpoint; port name `http`, target 8080 (or `dns`/53 for UDP).
-pub fn mk_slice_json(ns: &str, service: &str, name: &str, protocol: &str, eps: &[(&str, bool, &str)]) -> Value {
-    let (port_name, port) = if protocol == "UDP" { ("dns", 5353) } else { ("http", 8080) };
+pub fn mk_slice_json(
+    ns: &str,
+    service: &str,
+    name: &str,
+    protocol: &str,
+    eps: &[(&str, bool, &str)],
+) -> Value {
+    let (port_name, port) = if protocol == "UDP" {
+        ("dns", 5353)
+    } else {
+        ("http", 8080)
+    };
     json!({
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -83,7 +93,12 @@ pub fn mk_slice(ns: &str, service: &str, name: &str, eps: &[(&str, bool, &str)])
     serde_json::from_value(mk_slice_json(ns, service, name, "TCP", eps)).unwrap()
 }
 
-pub fn mk_udp_slice(ns: &str, service: &str, name: &str, eps: &[(&str, bool, &str)]) -> EndpointSlice {
+pub fn mk_udp_slice(
+    ns: &str,
+    service: &str,
+    name: &str,
+    eps: &[(&str, bool, &str)],
+) -> EndpointSlice {
     serde_json::from_value(mk_slice_json(ns, service, name, "UDP", eps)).unwrap()
 }
 
