@@ -164,6 +164,33 @@ impl AgentConfig {
     }
 }
 
+/// A duration flag: a number with `ms`, `s`, `m` or `h` (`500ms`, `1s`, `2m`); a bare number is
+/// seconds.
+pub fn parse_duration(value: &str) -> Result<Duration, Error> {
+    let value = value.trim();
+    let split = value
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| invalid("duration", format!("{value:?} is not a number with a unit")))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => {
+            return Err(invalid(
+                "duration",
+                format!("{value:?}: unit must be ms, s, m or h"),
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| invalid("duration", format!("{value:?} is out of range")))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -237,6 +264,18 @@ mod tests {
         };
         let err = options.validate().unwrap_err().to_string();
         assert!(err.contains("one CIDR per address family"), "{err}");
+    }
+
+    #[test]
+    fn durations_take_the_usual_units() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("1.5m").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        for bad in ["", "s", "1d", "-1s", "1 s x"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

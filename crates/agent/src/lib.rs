@@ -16,6 +16,7 @@
 //! - Stopping leaves every rule in place: a restarted agent adopts them with one full sync.
 
 pub mod agent;
+mod client;
 pub mod config;
 pub mod conntrack;
 pub mod datapath;
@@ -25,11 +26,18 @@ pub mod metrics;
 pub mod schedule;
 mod watch;
 
-pub use agent::{Agent, AgentStatus};
-pub use config::{AgentConfig, AgentOptions};
+pub use agent::{admin_router, Agent, AgentStatus};
+pub use client::build_client;
+pub use config::{parse_duration, AgentConfig, AgentOptions};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
 pub use datapath::SharedIptables;
 pub use index::Index;
+
+/// What a binary needs to configure and run the agent without depending on the datapath itself.
+pub use berth_datapath::convert::ProxyMode;
+pub use berth_datapath::exec::CommandIptables;
+pub use berth_datapath::{Dispatch, IpFamily};
+pub use ipnet::IpNet;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -64,6 +72,16 @@ pub enum Error {
     Telemetry(#[source] berth_telemetry::Error),
     #[error("serving the admin endpoint failed")]
     Admin(#[source] berth_telemetry::Error),
+    #[error("loading the kubeconfig {path} failed")]
+    Kubeconfig {
+        path: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no Kubernetes client configuration found (in-cluster or kubeconfig)")]
+    InferConfig(#[source] kube::config::InferConfigError),
+    #[error("building the Kubernetes client failed")]
+    Client(#[source] kube::Error),
     #[error("a datapath task stopped unexpectedly: {0}")]
     Task(String),
 }
