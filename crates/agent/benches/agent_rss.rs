@@ -1,2 +1,214 @@
+//! Agent memory at scale: `agent_rss_mb=<n>` for 10,000 Services x 10 endpoints.
+//!
+//! The lab API server runs in a child process (this same executable, `--lab-apiserver-child`)
+//! so its store is not counted. The parent reads `VmHWM` (peak resident set) from
+//! /proc/self/status before the agent starts (the baseline: runtime and client set-up only) and
+//! again once the agent's first full sync of every Service has succeeded; the difference is the
+//! agent's peak: watch lists, the index, the planner's ruleset, the Syncer's chain hashes and the
+//! rendered restore payload. iptables is a null implementation that accepts every call, so no
+//! kernel or fake-kernel state is counted.
+//!
+//! Run: `cargo bench -p berth-agent --bench agent_rss [-- --services N]`.
+
 #![allow(clippy::unwrap_used)]
-fn main() {}
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth_agent::{Agent, AgentOptions, Conntrack, ConntrackFlow};
+use berth_datapath::sync::Iptables;
+use berth_datapath::{ChainName, Dispatch, JumpRule, Table};
+use berth_lab::LabApiServer;
+use berth_telemetry::{MetricsRegistry, Readiness};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+const ENDPOINTS: usize = 10;
+const NODES: usize = 10;
+
+/// Accepts everything; reports every chain as present so partial syncs stay partial.
+struct NullIptables;
+
+impl Iptables for NullIptables {
+    fn restore(&mut self, _payload: &str) -> Result<(), berth_datapath::Error> {
+        Ok(())
+    }
+    fn save(&mut self, _table: Table) -> Result<String, berth_datapath::Error> {
+        Ok(String::new())
+    }
+    fn ensure_chain(&mut self, _: Table, _: &ChainName) -> Result<(), berth_datapath::Error> {
+        Ok(())
+    }
+    fn chain_exists(&mut self, _: Table, _: &ChainName) -> Result<bool, berth_datapath::Error> {
+        Ok(true)
+    }
+    fn ensure_jump(&mut self, _: &JumpRule) -> Result<(), berth_datapath::Error> {
+        Ok(())
+    }
+}
+
+struct NullConntrack;
+
+impl Conntrack for NullConntrack {
+    fn delete(&mut self, _: &ConntrackFlow) -> Result<(), berth_agent::Error> {
+        Ok(())
+    }
+}
+
+fn vm_hwm_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn mk_objects(services: usize) -> Vec<Value> {
+    let mut objects = Vec::with_capacity(services * 2);
+    for i in 0..services {
+        let name = format!("svc-{i}");
+        let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
+        objects.push(json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"namespace": "default", "name": name},
+            "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
+        }));
+        let endpoints: Vec<Value> = (0..ENDPOINTS)
+            .map(|e| {
+                let n = i * ENDPOINTS + e;
+                json!({
+                    "addresses": [format!("10.{}.{}.{}", 128 + n / 62_500, (n / 250) % 250, n % 250 + 1)],
+                    "conditions": {"ready": true, "serving": true, "terminating": false},
+                    "nodeName": format!("node-{}", n % NODES)
+                })
+            })
+            .collect();
+        objects.push(json!({
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"namespace": "default", "name": format!("{name}-1"),
+                         "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": endpoints
+        }));
+    }
+    objects
+}
+
+/// The child: serve `services` Services until the parent closes stdin.
+fn run_apiserver_child(services: usize, kubeconfig: PathBuf) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let server = LabApiServer::builder().start().await.unwrap();
+        server.seed(mk_objects(services)).unwrap();
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        println!("ready");
+        std::io::stdout().flush().unwrap();
+        tokio::task::spawn_blocking(|| {
+            let mut sink = String::new();
+            while std::io::stdin()
+                .read_line(&mut sink)
+                .map(|n| n > 0)
+                .unwrap_or(false)
+            {}
+        })
+        .await
+        .unwrap();
+        server.shutdown().await.unwrap();
+    });
+}
+
+fn arg_value(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let services: usize = arg_value(&args, "--services")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(10_000);
+    let kubeconfig =
+        std::env::temp_dir().join(format!("berth-agent-rss-{}.kubeconfig", std::process::id()));
+    if args.iter().any(|a| a == "--lab-apiserver-child") {
+        let path = PathBuf::from(arg_value(&args, "--kubeconfig").unwrap());
+        run_apiserver_child(services, path);
+        return;
+    }
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--lab-apiserver-child",
+            "--services",
+            &services.to_string(),
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (baseline, peak, first_sync) = runtime.block_on(async {
+        let client = berth_agent::build_client(Some(&kubeconfig)).await.unwrap();
+        let options = AgentOptions {
+            node_name: "node-0".into(),
+            dispatch: Dispatch::Tree,
+            cluster_cidrs: vec!["10.128.0.0/9".parse().unwrap()],
+            min_sync_interval: Duration::from_millis(100),
+            sync_period: Duration::from_secs(300),
+            healthz_bind_address: "127.0.0.1".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            ..AgentOptions::default()
+        };
+        let mut registry = MetricsRegistry::new();
+        let agent = Agent::new(
+            options.validate().unwrap(),
+            client,
+            |_| NullIptables,
+            NullConntrack,
+            &mut registry,
+            &Readiness::new(),
+        )
+        .unwrap();
+        let mut status = agent.status();
+        let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stop = CancellationToken::new();
+        let baseline = vm_hwm_kib();
+        let started = Instant::now();
+        let task = tokio::spawn(agent.run(
+            admin,
+            registry.into_shared(),
+            stop.clone().cancelled_owned(),
+        ));
+        // The first sync waits for complete lists, so it already holds every Service.
+        status.wait_for(|s| s.syncs > 0).await.unwrap();
+        let first_sync = started.elapsed();
+        let rules = status.borrow().rules;
+        assert!(rules > services * ENDPOINTS, "only {rules} rules");
+        let peak = vm_hwm_kib();
+        stop.cancel();
+        task.await.unwrap().unwrap();
+        (baseline, peak, first_sync)
+    });
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    let _ = std::fs::remove_file(&kubeconfig);
+    let agent_mb = peak.saturating_sub(baseline) as f64 / 1024.0;
+    println!(
+        "services={services} endpoints_per_service={ENDPOINTS} first_sync_ms={} baseline_hwm_mb={:.1}",
+        first_sync.as_millis(),
+        baseline as f64 / 1024.0
+    );
+    println!("agent_rss_mb={agent_mb:.1}");
+}
