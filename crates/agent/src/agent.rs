@@ -63,6 +63,18 @@ struct Outcome {
     conntrack_failures: u64,
 }
 
+/// `err: cause: cause...`, as one log field.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 fn lock(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
     index.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -210,7 +222,8 @@ where
                     kind: "Service",
                     apply: Index::apply_service,
                     delete: Index::delete_service,
-                    reset: Index::reset_services,
+                    begin: Index::begin_services,
+                    finish: Index::finish_services,
                 },
                 stop.clone(),
             )),
@@ -223,7 +236,8 @@ where
                     kind: "EndpointSlice",
                     apply: Index::apply_slice,
                     delete: Index::delete_slice,
-                    reset: Index::reset_slices,
+                    begin: Index::begin_slices,
+                    finish: Index::finish_slices,
                 },
                 stop.clone(),
             )),
@@ -236,7 +250,8 @@ where
                     kind: "Node",
                     apply: Index::apply_node,
                     delete: Index::delete_node,
-                    reset: Index::reset_node,
+                    begin: Index::begin_node,
+                    finish: Index::finish_node,
                 },
                 stop.clone(),
             )),
@@ -348,6 +363,7 @@ where
             .map_err(|err| Error::Task(err.to_string()))?;
             engine = Some(running);
             let elapsed = began.elapsed();
+            let was_failing = schedule.failures() > 0;
             schedule.record(began, reason, outcome.error.is_none());
             metrics
                 .conntrack_failures
@@ -364,6 +380,14 @@ where
                     for trigger in &work.triggers {
                         let latency = (now - *trigger).to_std().unwrap_or_default();
                         metrics.network_programming.observe(latency.as_secs_f64());
+                    }
+                    if was_failing || status.borrow().syncs == 0 {
+                        tracing::info!(
+                            kind = ?outcome.kind,
+                            rules = outcome.rules,
+                            ms = elapsed.as_millis(),
+                            "datapath in sync"
+                        );
                     }
                     tracing::debug!(
                         ?reason,
@@ -382,7 +406,8 @@ where
                 }
                 Some(err) => {
                     metrics.restore_failures.inc();
-                    tracing::warn!(error = %err, source = ?std::error::Error::source(&err), retry_in = ?schedule.backoff(), "datapath sync failed; the next one is full");
+                    let message = error_chain(&err);
+                    tracing::warn!(error = %message, retry_in = ?schedule.backoff(), "datapath sync failed; the next one is full");
                     // Trigger times and stale flows still wait for a successful sync.
                     carried = work;
                     status.send_modify(|s| {

@@ -3,17 +3,20 @@
 //! collects, until the sync loop takes them, the Services whose ports changed, the trigger times
 //! of the EndpointSlice changes behind them and the conntrack entries they made stale.
 //!
-//! Only what the datapath reads is kept: the view's ports, and slices stripped to their
-//! endpoints and ports. Objects that cannot be read are logged and skipped.
+//! Only what the datapath reads is kept: the view's ports, and each slice's endpoints already
+//! converted per port. A relist is streamed (`begin_*`, `apply_*` per listed object, `finish_*`)
+//! so a 10,000-object list is never held whole; `reset_*` does all three for one list. Objects
+//! that cannot be read are logged and skipped.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
 
 use berth_api::names::{annotation, label};
 use berth_datapath::convert::{build_endpoints, build_node_info, build_service_ports, ProxyMode};
-use berth_datapath::{NodeInfo, NodeView, ServicePort, ServicePortName};
+use berth_datapath::{Endpoint, NodeInfo, NodeView, Protocol, ServicePort, ServicePortName};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::conntrack::{plan_conntrack_cleanup, ConntrackFlow};
@@ -97,13 +100,24 @@ impl Pending {
 
 type SliceKey = (String, String);
 
+/// One port of one slice with its endpoints, as [`build_endpoints`] reads them.
+#[derive(Debug, Clone)]
+struct SlicePort {
+    name: String,
+    protocol: Protocol,
+    endpoints: Vec<Endpoint>,
+}
+
 #[derive(Debug, Clone)]
 struct SliceEntry {
     /// The Service it belongs to (`kubernetes.io/service-name`), if labelled.
     service: Option<String>,
     trigger: Option<String>,
-    slice: EndpointSlice,
+    ports: Vec<SlicePort>,
 }
+
+/// Ports of Services listed so far in a relist, without endpoints, by (namespace, name).
+type Staged = BTreeMap<SliceKey, Vec<ServicePort>>;
 
 #[derive(Debug, Clone)]
 pub struct Index {
@@ -119,6 +133,10 @@ pub struct Index {
     /// Which kinds have been listed completely: syncing before all are would remove the rules
     /// of Services not yet seen.
     listed: Listed,
+    relist_services: Option<Staged>,
+    relist_slices: Option<HashSet<SliceKey>>,
+    /// During a Node relist: whether our Node was in it.
+    relist_node: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -126,6 +144,26 @@ struct Listed {
     services: bool,
     slices: bool,
     node: bool,
+}
+
+fn sort_ports(ports: &mut [ServicePort]) {
+    ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
+}
+
+/// Records a Service whose ports go from `old` to `new`; false when they are the same.
+fn note_change(
+    pending: &mut Pending,
+    namespace: &str,
+    name: &str,
+    old: &[ServicePort],
+    new: &[ServicePort],
+) -> bool {
+    if old == new {
+        return false;
+    }
+    pending.conntrack.extend(plan_conntrack_cleanup(old, new));
+    pending.services.insert(namespace, name);
+    true
 }
 
 fn meta_key(meta: &ObjectMeta) -> Option<SliceKey> {
@@ -141,35 +179,29 @@ fn service_of(slice: &EndpointSlice) -> Option<String> {
         .cloned()
 }
 
-/// Keeps only what [`build_endpoints`] and [`build_service_ports`] read, so 10,000 slices cost
-/// their endpoints and little else.
-fn strip_slice(slice: EndpointSlice, service: Option<&str>) -> EndpointSlice {
-    let labels = service.map(|service| {
-        BTreeMap::from([(
-            label::ENDPOINTSLICE_SERVICE_NAME.to_string(),
-            service.to_string(),
-        )])
-    });
-    EndpointSlice {
-        metadata: ObjectMeta {
-            name: slice.metadata.name,
-            namespace: slice.metadata.namespace,
-            labels,
-            ..ObjectMeta::default()
-        },
-        address_type: slice.address_type,
-        ports: slice.ports,
-        endpoints: slice
-            .endpoints
-            .into_iter()
-            .map(|ep| Endpoint {
-                addresses: ep.addresses.into_iter().take(1).collect(),
-                conditions: ep.conditions,
-                node_name: ep.node_name,
-                ..Endpoint::default()
-            })
-            .collect(),
+/// A slice's endpoints per port, converted once: a few dozen bytes per endpoint instead of the
+/// whole object.
+fn compact_slice(slice: &EndpointSlice) -> Vec<SlicePort> {
+    let mut ports: Vec<SlicePort> = Vec::new();
+    for port in slice.ports.iter().flatten() {
+        let Some(protocol) = Protocol::from_kubernetes(port.protocol.as_deref()) else {
+            continue;
+        };
+        let name = port.name.clone().unwrap_or_default();
+        if ports
+            .iter()
+            .any(|p| p.name == name && p.protocol == protocol)
+        {
+            continue;
+        }
+        let endpoints = build_endpoints(&[slice], &name, protocol);
+        ports.push(SlicePort {
+            name,
+            protocol,
+            endpoints,
+        });
     }
+    ports
 }
 
 impl Index {
@@ -190,6 +222,9 @@ impl Index {
             slices_by_service: HashMap::new(),
             pending: Pending::default(),
             listed: Listed::default(),
+            relist_services: None,
+            relist_slices: None,
+            relist_node: None,
         }
     }
 
@@ -222,54 +257,84 @@ impl Index {
         start..end
     }
 
+    /// Fills each port's endpoints from the Service's slices, in slice-name order, keeping the
+    /// first of duplicate addresses: what [`build_endpoints`] does over all slices at once.
     fn with_endpoints(&self, namespace: &str, name: &str, ports: &mut [ServicePort]) {
         let key = (namespace.to_string(), name.to_string());
-        let slices: Vec<&EndpointSlice> = self
+        let slices: Vec<&SliceEntry> = self
             .slices_by_service
             .get(&key)
             .into_iter()
             .flatten()
             .filter_map(|slice| self.slices.get(&(namespace.to_string(), slice.clone())))
-            .map(|entry| &entry.slice)
             .collect();
         for port in ports.iter_mut() {
-            port.endpoints = build_endpoints(&slices, &port.name.port, port.protocol);
+            let mut seen: HashSet<(IpAddr, u16)> = HashSet::new();
+            port.endpoints = slices
+                .iter()
+                .filter_map(|entry| {
+                    entry
+                        .ports
+                        .iter()
+                        .find(|p| p.name == port.name.port && p.protocol == port.protocol)
+                })
+                .flat_map(|p| p.endpoints.iter())
+                .filter(|ep| seen.insert((ep.ip, ep.port)))
+                .cloned()
+                .collect();
         }
     }
 
     /// Puts `ports` in place of the Service's current ones; a change is recorded only when they
     /// differ.
     fn replace(&mut self, namespace: &str, name: &str, mut ports: Vec<ServicePort>) {
-        ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
+        sort_ports(&mut ports);
         let range = self.range_of(namespace, name);
         let old = &self.view.services[range.clone()];
-        if old == ports.as_slice() {
-            return;
+        if note_change(&mut self.pending, namespace, name, old, &ports) {
+            self.view.services.splice(range, ports);
         }
-        self.pending
-            .conntrack
-            .extend(plan_conntrack_cleanup(old, &ports));
-        self.pending.services.insert(namespace, name);
-        self.view.services.splice(range, ports);
+    }
+
+    /// The ports a Service should have, without endpoints; `None` when it cannot be read.
+    fn service_ports(
+        &self,
+        svc: &Service,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Vec<ServicePort>> {
+        if !berth_datapath::convert::is_proxied(svc, self.mode) {
+            return Some(Vec::new());
+        }
+        match build_service_ports(svc, &[]) {
+            Ok(mut ports) => {
+                sort_ports(&mut ports);
+                Some(ports)
+            }
+            Err(err) => {
+                tracing::warn!(%namespace, %name, error = %err, "skipping a Service that cannot be read");
+                None
+            }
+        }
     }
 
     pub fn apply_service(&mut self, svc: &Service) {
         let Some((namespace, name)) = meta_key(&svc.metadata) else {
             return;
         };
-        if !berth_datapath::convert::is_proxied(svc, self.mode) {
-            self.replace(&namespace, &name, Vec::new());
+        // `None`: keep what was programmed, a bad update must not take a working Service down.
+        let ports = self.service_ports(svc, &namespace, &name);
+        if self.relist_services.is_some() {
+            let ports = ports
+                .unwrap_or_else(|| self.view.services[self.range_of(&namespace, &name)].to_vec());
+            if let Some(staged) = &mut self.relist_services {
+                staged.insert((namespace, name), ports);
+            }
             return;
         }
-        match build_service_ports(svc, &[]) {
-            Ok(mut ports) => {
-                self.with_endpoints(&namespace, &name, &mut ports);
-                self.replace(&namespace, &name, ports);
-            }
-            Err(err) => {
-                // Keep what was programmed: a bad update must not take a working Service down.
-                tracing::warn!(%namespace, %name, error = %err, "skipping a Service that cannot be read");
-            }
+        if let Some(mut ports) = ports {
+            self.with_endpoints(&namespace, &name, &mut ports);
+            self.replace(&namespace, &name, ports);
         }
     }
 
@@ -279,26 +344,57 @@ impl Index {
         }
     }
 
+    /// A Service list starts: until [`Index::finish_services`] listed Services are staged.
+    pub fn begin_services(&mut self) {
+        self.relist_services = Some(Staged::new());
+    }
+
+    /// The list is complete: Services not in it are deleted, and the view is rebuilt in one
+    /// sorted pass (inserting 10,000 Services one by one would move the view each time).
+    pub fn finish_services(&mut self) {
+        let Some(staged) = self.relist_services.take() else {
+            return;
+        };
+        let old = std::mem::take(&mut self.view.services);
+        let mut view = Vec::with_capacity(old.len().max(staged.len()));
+        let mut old = old.into_iter().peekable();
+        let mut staged = staged.into_iter().peekable();
+        loop {
+            let old_key = old
+                .peek()
+                .map(|p| (p.name.namespace.clone(), p.name.name.clone()));
+            let staged_key = staged.peek().map(|(key, _)| key.clone());
+            let key = match (old_key, staged_key) {
+                (None, None) => break,
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (Some(a), Some(b)) => a.min(b),
+            };
+            let mut before = Vec::new();
+            while let Some(port) =
+                old.next_if(|p| p.name.namespace == key.0 && p.name.name == key.1)
+            {
+                before.push(port);
+            }
+            let mut after = match staged.next_if(|(k, _)| *k == key) {
+                Some((_, ports)) => ports,
+                None => Vec::new(),
+            };
+            self.with_endpoints(&key.0, &key.1, &mut after);
+            note_change(&mut self.pending, &key.0, &key.1, &before, &after);
+            view.extend(after);
+        }
+        self.view.services = view;
+        self.listed.services = true;
+    }
+
     /// The complete list of Services (a watch (re)started): those not in it are deleted.
     pub fn reset_services(&mut self, services: &[Service]) {
-        let listed: BTreeSet<SliceKey> = services
-            .iter()
-            .filter_map(|svc| meta_key(&svc.metadata))
-            .collect();
-        let gone: BTreeSet<SliceKey> = self
-            .view
-            .services
-            .iter()
-            .map(|p| (p.name.namespace.clone(), p.name.name.clone()))
-            .filter(|key| !listed.contains(key))
-            .collect();
-        for (namespace, name) in gone {
-            self.replace(&namespace, &name, Vec::new());
-        }
+        self.begin_services();
         for svc in services {
             self.apply_service(svc);
         }
-        self.listed.services = true;
+        self.finish_services();
     }
 
     /// Recomputes the endpoints of a Service after one of its slices changed.
@@ -354,13 +450,15 @@ impl Index {
                 .or_default()
                 .insert(key.1.clone());
         }
-        let stripped = strip_slice(slice.clone(), service.as_deref());
+        if let Some(seen) = &mut self.relist_slices {
+            seen.insert(key.clone());
+        }
         self.slices.insert(
             key.clone(),
             SliceEntry {
                 service: service.clone(),
                 trigger,
-                slice: stripped,
+                ports: compact_slice(slice),
             },
         );
         for affected in previous_service.iter().chain(service.iter()) {
@@ -379,10 +477,14 @@ impl Index {
     }
 
     pub fn delete_slice(&mut self, slice: &EndpointSlice) {
-        let Some(key) = meta_key(&slice.metadata) else {
-            return;
-        };
-        if let Some(entry) = self.slices.remove(&key) {
+        if let Some(key) = meta_key(&slice.metadata) {
+            self.delete_slice_key(&key);
+        }
+    }
+
+    fn delete_slice_key(&mut self, key: &SliceKey) {
+        if let Some(entry) = self.slices.remove(key) {
+            let key = key.clone();
             if let Some(service) = entry.service {
                 self.unlink(&key, &service);
                 self.refresh_endpoints(&key.0, &service);
@@ -390,24 +492,33 @@ impl Index {
         }
     }
 
-    pub fn reset_slices(&mut self, slices: &[EndpointSlice]) {
-        let listed: BTreeSet<SliceKey> = slices
-            .iter()
-            .filter_map(|slice| meta_key(&slice.metadata))
-            .collect();
-        let gone: Vec<EndpointSlice> = self
+    /// An EndpointSlice list starts; slices not applied before [`Index::finish_slices`] go.
+    pub fn begin_slices(&mut self) {
+        self.relist_slices = Some(HashSet::new());
+    }
+
+    pub fn finish_slices(&mut self) {
+        let Some(seen) = self.relist_slices.take() else {
+            return;
+        };
+        let gone: Vec<SliceKey> = self
             .slices
-            .iter()
-            .filter(|(key, _)| !listed.contains(*key))
-            .map(|(_, entry)| entry.slice.clone())
+            .keys()
+            .filter(|key| !seen.contains(*key))
+            .cloned()
             .collect();
-        for slice in &gone {
-            self.delete_slice(slice);
+        for key in &gone {
+            self.delete_slice_key(key);
         }
+        self.listed.slices = true;
+    }
+
+    pub fn reset_slices(&mut self, slices: &[EndpointSlice]) {
+        self.begin_slices();
         for slice in slices {
             self.apply_slice(slice);
         }
-        self.listed.slices = true;
+        self.finish_slices();
     }
 
     fn set_node(&mut self, info: NodeInfo) {
@@ -421,30 +532,42 @@ impl Index {
         if node.metadata.name.as_deref() != Some(self.node_name.as_str()) {
             return;
         }
+        if let Some(seen) = &mut self.relist_node {
+            *seen = true;
+        }
         self.set_node(build_node_info(node));
+    }
+
+    fn forget_node(&mut self) {
+        self.set_node(NodeInfo {
+            name: self.node_name.clone(),
+            addresses: Vec::new(),
+        });
     }
 
     pub fn delete_node(&mut self, node: &Node) {
         if node.metadata.name.as_deref() == Some(self.node_name.as_str()) {
-            self.set_node(NodeInfo {
-                name: self.node_name.clone(),
-                addresses: Vec::new(),
-            });
+            self.forget_node();
         }
     }
 
-    pub fn reset_node(&mut self, nodes: &[Node]) {
-        self.listed.node = true;
-        match nodes
-            .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(self.node_name.as_str()))
-        {
-            Some(node) => self.apply_node(node),
-            None => self.set_node(NodeInfo {
-                name: self.node_name.clone(),
-                addresses: Vec::new(),
-            }),
+    pub fn begin_node(&mut self) {
+        self.relist_node = Some(false);
+    }
+
+    pub fn finish_node(&mut self) {
+        if self.relist_node.take() == Some(false) {
+            self.forget_node();
         }
+        self.listed.node = true;
+    }
+
+    pub fn reset_node(&mut self, nodes: &[Node]) {
+        self.begin_node();
+        for node in nodes {
+            self.apply_node(node);
+        }
+        self.finish_node();
     }
 
     pub fn service_port_count(&self) -> usize {

@@ -18,13 +18,10 @@ pub(crate) struct Handlers<K> {
     pub kind: &'static str,
     pub apply: fn(&mut Index, &K),
     pub delete: fn(&mut Index, &K),
-    pub reset: fn(&mut Index, &[K]),
-}
-
-/// Drops what no index reads before objects are buffered, which matters during a large list.
-fn slim<K: Resource>(mut obj: K) -> K {
-    obj.meta_mut().managed_fields = None;
-    obj
+    /// A (re)list starts; listed objects then come through `apply`.
+    pub begin: fn(&mut Index),
+    /// The list is complete: what it did not name is gone.
+    pub finish: fn(&mut Index),
 }
 
 pub(crate) async fn run_watch<K>(
@@ -38,8 +35,7 @@ pub(crate) async fn run_watch<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let mut stream = watcher(api, config).default_backoff().boxed();
-    // Objects of a (re)list, applied at once when it completes so deletions are seen.
-    let mut listing: Vec<K> = Vec::new();
+    let mut listed = 0usize;
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => return,
@@ -58,16 +54,19 @@ pub(crate) async fn run_watch<K>(
         };
         let mut index = index.lock().unwrap_or_else(PoisonError::into_inner);
         match event {
-            watcher::Event::Init => listing.clear(),
+            watcher::Event::Init => {
+                listed = 0;
+                (handlers.begin)(&mut index);
+            }
             watcher::Event::InitApply(obj) => {
-                drop(index);
-                listing.push(slim(obj));
+                listed += 1;
+                (handlers.apply)(&mut index, &obj);
+                // The sync loop waits for the end of the list anyway.
                 continue;
             }
             watcher::Event::InitDone => {
-                (handlers.reset)(&mut index, &listing);
-                tracing::debug!(kind = handlers.kind, objects = listing.len(), "listed");
-                listing = Vec::new();
+                (handlers.finish)(&mut index);
+                tracing::debug!(kind = handlers.kind, objects = listed, "listed");
             }
             watcher::Event::Apply(obj) => (handlers.apply)(&mut index, &obj),
             watcher::Event::Delete(obj) => (handlers.delete)(&mut index, &obj),

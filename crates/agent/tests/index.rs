@@ -345,3 +345,108 @@ fn changed_services_match_ports_by_namespace_and_name() {
     assert_eq!(set.len(), 2);
     assert_eq!(set.names(), vec!["default/web", "other/web"]);
 }
+
+#[test]
+fn a_streamed_relist_changes_nothing_until_it_finishes() {
+    let mut index = mk_index();
+    index.reset_services(&[
+        mk_service("default", "a", "10.96.0.10"),
+        mk_service("default", "b", "10.96.0.11"),
+    ]);
+    index.apply_slice(&mk_slice(
+        "default",
+        "a",
+        "a-1",
+        &[("10.244.1.5", true, NODE)],
+    ));
+    index.take_pending();
+
+    // A watch restarted: "b" is gone, "c" is new, "a" moved to another address.
+    index.begin_services();
+    index.apply_service(&mk_service("default", "c", "10.96.0.12"));
+    index.apply_service(&mk_service("default", "a", "10.96.0.20"));
+    let names = |index: &Index| -> Vec<String> {
+        index
+            .view()
+            .services
+            .iter()
+            .map(|p| p.name.name.clone())
+            .collect()
+    };
+    assert_eq!(names(&index), vec!["a", "b"], "nothing removed mid-list");
+    assert!(!index.has_pending());
+    index.finish_services();
+    assert_eq!(names(&index), vec!["a", "c"]);
+    assert_eq!(
+        changed(&mut index),
+        vec!["default/a", "default/b", "default/c"]
+    );
+    // Endpoints survive the relist of their Service.
+    assert_eq!(endpoint_ips(&index, "a"), vec!["10.244.1.5"]);
+    assert_eq!(
+        index.view().services[0].cluster_ips[0].to_string(),
+        "10.96.0.20"
+    );
+}
+
+#[test]
+fn a_streamed_slice_relist_removes_unlisted_slices_at_the_end() {
+    let mut index = mk_index();
+    index.apply_service(&mk_service("default", "a", "10.96.0.10"));
+    index.apply_slice(&mk_slice(
+        "default",
+        "a",
+        "a-1",
+        &[("10.244.1.5", true, NODE)],
+    ));
+    index.apply_slice(&mk_slice(
+        "default",
+        "a",
+        "a-2",
+        &[("10.244.1.6", true, NODE)],
+    ));
+    index.take_pending();
+    index.begin_slices();
+    index.apply_slice(&mk_slice(
+        "default",
+        "a",
+        "a-2",
+        &[("10.244.1.6", true, NODE)],
+    ));
+    assert_eq!(endpoint_ips(&index, "a").len(), 2);
+    assert!(!index.has_pending());
+    index.finish_slices();
+    assert_eq!(endpoint_ips(&index, "a"), vec!["10.244.1.6"]);
+    assert_eq!(changed(&mut index), vec!["default/a"]);
+}
+
+#[test]
+fn endpoints_merge_across_slices_as_the_datapath_conversion_does() {
+    use berth_datapath::convert::build_node_view;
+    let svc = mk_service("default", "a", "10.96.0.10");
+    let slices = [
+        // The same address twice, in two slices: kept once.
+        mk_slice(
+            "default",
+            "a",
+            "a-1",
+            &[("10.244.1.5", true, NODE), ("10.244.1.6", false, "node-2")],
+        ),
+        mk_slice(
+            "default",
+            "a",
+            "a-2",
+            &[("10.244.1.5", true, NODE), ("10.244.1.7", true, "node-3")],
+        ),
+        mk_udp_slice("default", "a", "a-3", &[("10.244.1.8", true, NODE)]),
+    ];
+    let mut index = mk_index();
+    index.apply_slice(&slices[2]);
+    index.apply_service(&svc);
+    index.apply_slice(&slices[1]);
+    index.apply_slice(&slices[0]);
+    let node = mk_node(NODE, "198.18.0.11");
+    let (expected, errors) = build_node_view(&node, &[svc], &slices, ProxyMode::Full);
+    assert!(errors.is_empty());
+    assert_eq!(index.view().services, expected.services);
+}
