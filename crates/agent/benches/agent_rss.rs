@@ -8,6 +8,12 @@
 //! rendered restore payload. iptables is a null implementation that accepts every call, so no
 //! kernel or fake-kernel state is counted.
 //!
+//! A second child (`--breakdown-child`) then replays the same objects through the agent's parts
+//! without any API server, printing the resident set after each stage, so the total can be
+//! attributed: `index_mb` (the node view and the slices' endpoints), `planner_mb` (the planned
+//! ruleset and its per-Service cache) and `full_sync_peak_mb` (rendering and applying the first,
+//! full payload).
+//!
 //! Run: `cargo bench -p berth-agent --bench agent_rss [-- --services N]`.
 
 #![allow(clippy::unwrap_used)]
@@ -17,11 +23,15 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use berth_agent::index::Index;
 use berth_agent::{Agent, AgentOptions, Conntrack, ConntrackFlow};
-use berth_datapath::sync::Iptables;
-use berth_datapath::{ChainName, Dispatch, JumpRule, Table};
+use berth_datapath::convert::ProxyMode;
+use berth_datapath::sync::{Iptables, Syncer};
+use berth_datapath::{ChainName, Dispatch, JumpRule, PlanOptions, Planner, Table};
 use berth_lab::LabApiServer;
 use berth_telemetry::{MetricsRegistry, Readiness};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -57,27 +67,74 @@ impl Conntrack for NullConntrack {
     }
 }
 
-fn vm_hwm_kib() -> u64 {
+fn status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
 
-fn mk_objects(services: usize) -> Vec<Value> {
-    let mut objects = Vec::with_capacity(services * 2);
-    for i in 0..services {
+fn vm_hwm_kib() -> u64 {
+    status_kib("VmHWM:")
+}
+
+fn mb(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// The stages of the agent one by one, in this process, objects built and dropped one at a time.
+fn run_breakdown_child(services: usize) {
+    let cluster_cidr = "10.128.0.0/9".parse().unwrap();
+    let start = status_kib("VmRSS:");
+    let mut index = Index::new("node-0", ProxyMode::Full, chrono::Utc::now());
+    index.begin_services();
+    index.begin_slices();
+    index.begin_node();
+    for obj in mk_objects(services) {
+        if obj["kind"] == "Service" {
+            index.apply_service(&serde_json::from_value::<Service>(obj).unwrap());
+        } else {
+            index.apply_slice(&serde_json::from_value::<EndpointSlice>(obj).unwrap());
+        }
+    }
+    index.finish_services();
+    index.finish_slices();
+    index.finish_node();
+    let after_index = status_kib("VmRSS:");
+    let mut planner = Planner::new(PlanOptions {
+        cluster_cidr: Some(cluster_cidr),
+        ..PlanOptions::default()
+    });
+    planner.update(index.view());
+    let after_plan = status_kib("VmRSS:");
+    let mut syncer = Syncer::new(NullIptables);
+    let changes = planner.take_changes();
+    let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
+    let peak = vm_hwm_kib();
+    println!(
+        "index_mb={:.1} planner_mb={:.1} full_sync_peak_mb={:.1} rules={} payload_mb={:.1}",
+        mb(after_index.saturating_sub(start)),
+        mb(after_plan.saturating_sub(after_index)),
+        mb(peak.saturating_sub(after_plan)),
+        report.rule_count,
+        report.payload_bytes as f64 / 1e6,
+    );
+}
+
+/// Service `i` and its one EndpointSlice, built on demand so no caller holds all of them.
+fn mk_objects(services: usize) -> impl Iterator<Item = Value> {
+    (0..services).flat_map(|i| {
         let name = format!("svc-{i}");
         let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
-        objects.push(json!({
+        let service = json!({
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"namespace": "default", "name": name},
             "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
                      "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
-        }));
+        });
         let endpoints: Vec<Value> = (0..ENDPOINTS)
             .map(|e| {
                 let n = i * ENDPOINTS + e;
@@ -88,7 +145,7 @@ fn mk_objects(services: usize) -> Vec<Value> {
                 })
             })
             .collect();
-        objects.push(json!({
+        let slice = json!({
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
             "metadata": {"namespace": "default", "name": format!("{name}-1"),
@@ -96,9 +153,9 @@ fn mk_objects(services: usize) -> Vec<Value> {
             "addressType": "IPv4",
             "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
             "endpoints": endpoints
-        }));
-    }
-    objects
+        });
+        [service, slice]
+    })
 }
 
 /// The child: serve `services` Services until the parent closes stdin.
@@ -137,6 +194,10 @@ fn main() {
         .unwrap_or(10_000);
     let kubeconfig =
         std::env::temp_dir().join(format!("berth-agent-rss-{}.kubeconfig", std::process::id()));
+    if args.iter().any(|a| a == "--breakdown-child") {
+        run_breakdown_child(services);
+        return;
+    }
     if args.iter().any(|a| a == "--lab-apiserver-child") {
         let path = PathBuf::from(arg_value(&args, "--kubeconfig").unwrap());
         run_apiserver_child(services, path);
@@ -204,11 +265,15 @@ fn main() {
     drop(child.stdin.take());
     child.wait().unwrap();
     let _ = std::fs::remove_file(&kubeconfig);
-    let agent_mb = peak.saturating_sub(baseline) as f64 / 1024.0;
     println!(
         "services={services} endpoints_per_service={ENDPOINTS} first_sync_ms={} baseline_hwm_mb={:.1}",
         first_sync.as_millis(),
-        baseline as f64 / 1024.0
+        mb(baseline)
     );
-    println!("agent_rss_mb={agent_mb:.1}");
+    let breakdown = Command::new(std::env::current_exe().unwrap())
+        .args(["--breakdown-child", "--services", &services.to_string()])
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&breakdown.stdout));
+    println!("agent_rss_mb={:.1}", mb(peak.saturating_sub(baseline)));
 }
