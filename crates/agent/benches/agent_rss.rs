@@ -88,6 +88,7 @@ fn mb(kib: u64) -> f64 {
 fn run_breakdown_child(services: usize) {
     let cluster_cidr = "10.128.0.0/9".parse().unwrap();
     let start = status_kib("VmRSS:");
+    let clock = Instant::now();
     let mut index = Index::new("node-0", ProxyMode::Full, chrono::Utc::now());
     index.begin_services();
     index.begin_slices();
@@ -103,16 +104,27 @@ fn run_breakdown_child(services: usize) {
     index.finish_slices();
     index.finish_node();
     let after_index = status_kib("VmRSS:");
+    let index_time = clock.elapsed();
+    let clock = Instant::now();
     let mut planner = Planner::new(PlanOptions {
         cluster_cidr: Some(cluster_cidr),
         ..PlanOptions::default()
     });
     planner.update(index.view());
     let after_plan = status_kib("VmRSS:");
+    let plan_time = clock.elapsed();
+    let clock = Instant::now();
     let mut syncer = Syncer::new(NullIptables);
     let changes = planner.take_changes();
     let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
+    let sync_time = clock.elapsed();
     let peak = vm_hwm_kib();
+    println!(
+        "index_ms={} plan_ms={} full_sync_ms={} (objects decoded from JSON included in index_ms)",
+        index_time.as_millis(),
+        plan_time.as_millis(),
+        sync_time.as_millis()
+    );
     println!(
         "index_mb={:.1} planner_mb={:.1} full_sync_peak_mb={:.1} rules={} payload_mb={:.1}",
         mb(after_index.saturating_sub(start)),
