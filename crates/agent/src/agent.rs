@@ -412,8 +412,7 @@ where
                     carried = work;
                     status.send_modify(|s| {
                         s.failures += 1;
-                        s.last_error =
-                            Some(format!("{err}: {:?}", std::error::Error::source(&err)));
+                        s.last_error = Some(message);
                     });
                 }
             }

@@ -112,6 +112,8 @@ async fn healthz_fails_while_syncs_fail_and_recovers() {
 
     h.fail.store(true, Ordering::SeqCst);
     h.wait_for("a failed sync", |s, _| s.failures > 0).await;
+    let error = h.status.borrow().last_error.clone().unwrap();
+    assert!(error.contains("injected failure"), "{error}");
     let mut code = 0;
     for _ in 0..100 {
         code = http::get(h.admin_port, "/healthz").await.unwrap().0;
