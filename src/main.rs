@@ -116,8 +116,9 @@ struct AgentArgs {
     #[arg(long, env = "BERTH_HEALTHZ_BIND_ADDRESS", default_value = "0.0.0.0")]
     healthz_bind_address: IpAddr,
 
-    /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`).
-    #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "0.0.0.0:10256")]
+    /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`). Not kube-proxy's 10256,
+    /// so both can run on one node.
+    #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "0.0.0.0:10356")]
     admin_listen: SocketAddr,
 
     /// Kubeconfig to use; in-cluster configuration (or the default kubeconfig) when unset.
@@ -512,6 +513,7 @@ mod tests {
         assert_eq!(config.dispatch(), berth_agent::Dispatch::Tree);
         assert_eq!(config.sync_period(), Duration::from_secs(30));
         assert_eq!(config.min_sync_interval(), Duration::from_secs(1));
+        assert_eq!(config.admin_listen(), "0.0.0.0:10356".parse().unwrap());
         assert!(parse(&["agent", "--node-name", "n", "--sync-period", "soon"]).is_err());
     }
 

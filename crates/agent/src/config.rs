@@ -38,7 +38,8 @@ impl Default for AgentOptions {
             min_sync_interval: Duration::from_secs(1),
             sync_period: Duration::from_secs(30),
             healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
-            admin_listen: SocketAddr::from(([0, 0, 0, 0], 10256)),
+            // Next to kube-proxy's 10256, which may run on the same node (labeled mode).
+            admin_listen: SocketAddr::from(([0, 0, 0, 0], 10356)),
         }
     }
 }
