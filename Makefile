@@ -124,8 +124,10 @@ bench-ipam: check-cargo
 bench-endpoints: check-cargo
 	$(CARGO) bench -p berth-endpoints --bench endpoints_table
 
+# Planning and sync (both dispatch modes), first-packet latency through real iptables in network
+# namespaces (root), and the agent's memory; ends with the `datapath: ...` summary line.
 bench-datapath: check-cargo
-	$(CARGO) bench -p berth-datapath --bench datapath_plan_table
+	@CARGO=$(CARGO) scripts/bench-datapath.sh
 
 bench-lab-api: check-cargo
 	$(CARGO) bench -p berth-lab --bench lab_api_table

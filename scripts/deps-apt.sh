@@ -10,6 +10,7 @@ wanted=(
     "iptables:iptables"
     "kubernetes-client:kubectl"
     "procps:pgrep"
+    "conntrack:conntrack"
     "curl:curl"
     "python3-venv:py:venv ensurepip"
 )

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs the datapath benchmarks in one go — rule planning and sync (both dispatch modes), first-packet
+# latency through real iptables in network namespaces, and the agent's memory — and ends with the
+# one-line summary `datapath: ...` built from their own result lines.
+#
+# The first-packet benchmark needs root (it creates network namespaces named berth-*); without root
+# it is skipped and its ratios are reported as `na`.
+set -euo pipefail
+
+cargo=${CARGO:-cargo}
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+run() {
+    local name=$1
+    shift
+    "$@" 2>&1 | tee "$logs/$name.log"
+}
+
+# value <log> <key>: the value of the last `key=...` the log printed.
+value() {
+    grep -oE "(^| )$2=[^ ]+" "$logs/$1.log" | tail -n 1 | sed -E "s/^ ?$2=//" || true
+}
+
+run plan "$cargo" bench -p berth-datapath --bench datapath_plan_table
+if [[ $(id -u) -eq 0 ]]; then
+    run first_packet "$cargo" bench -p berth-lab --bench first_packet
+else
+    echo "first-packet: skipped (needs root to create network namespaces)" | tee "$logs/first_packet.log"
+fi
+run rss "$cargo" bench -p berth-agent --bench agent_rss
+
+tree_ms=$(value plan change_10k_tree_ms)
+linear_ms=$(value plan change_10k_linear_ms)
+fp_tree=$(value first_packet tree_30k_vs_100)
+fp_linear=$(value first_packet linear_30k_vs_100)
+rss=$(value rss agent_rss_mb)
+
+echo "datapath: change_10k_tree_ms=${tree_ms:-na} change_10k_linear_ms=${linear_ms:-na}" \
+    "first_packet_30k_vs_100_tree=${fp_tree:-na} first_packet_30k_vs_100_linear=${fp_linear:-na}" \
+    "agent_rss_mb=${rss:-na}"
