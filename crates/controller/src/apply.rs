@@ -269,7 +269,14 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
         if !ctx.leading() {
             return JobOutcome::NotLeading;
         }
-        let patch = build_status_patch(ingress.as_deref(), job.conditions.as_deref());
+        // The spec write moved the generation; the condition speaks for the new one.
+        let conditions = job.conditions.clone().map(|mut cs| {
+            for c in cs.iter_mut().filter(|c| c.type_ == cond::ALLOCATED) {
+                c.observed_generation = latest.metadata.generation;
+            }
+            cs
+        });
+        let patch = build_status_patch(ingress.as_deref(), conditions.as_deref());
         ctx.metrics.write("status");
         if let Err(e) = api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
