@@ -46,7 +46,11 @@ pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
     if fill.node_ports.iter().any(Option::is_some) {
         // A merge patch replaces the whole list, so every entry is sent as read, with only
         // the empty nodePorts filled in.
-        let ports = svc.spec.as_ref().and_then(|s| s.ports.clone()).unwrap_or_default();
+        let ports = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.clone())
+            .unwrap_or_default();
         let mut out = Vec::with_capacity(ports.len());
         for (i, p) in ports.iter().enumerate() {
             let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
@@ -160,7 +164,9 @@ pub enum JobOutcome {
     /// Not leading any more: nothing was (or will be) written.
     NotLeading,
     /// Try again later; `category` is the metric label.
-    Retry { category: &'static str },
+    Retry {
+        category: &'static str,
+    },
 }
 
 /// Shared by every job.
@@ -220,34 +226,57 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             return JobOutcome::NotLeading;
         }
         ctx.metrics.write("spec");
-        match api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
             Ok(svc) => latest = Arc::new(svc),
             Err(e) => return outcome_of(&e),
         }
     }
     if let Some(message) = &job.failure {
-        ctx.event(&latest, EventType::Warning, ev::ALLOCATION_FAILED, message.clone())
-            .await;
+        ctx.event(
+            &latest,
+            EventType::Warning,
+            ev::ALLOCATION_FAILED,
+            message.clone(),
+        )
+        .await;
     }
 
     let mut ingress: Option<Vec<LoadBalancerIngress>> = None;
     let mut lb_failed = false;
     match &job.ingress {
         Some(ips) if ips.is_empty() => {
-            ctx.event(&latest, EventType::Normal, ev::DELETING_LOAD_BALANCER, "Deleting load balancer".into())
-                .await;
+            ctx.event(
+                &latest,
+                EventType::Normal,
+                ev::DELETING_LOAD_BALANCER,
+                "Deleting load balancer".into(),
+            )
+            .await;
             match ctx.provider.delete(&job.key).await {
                 Ok(()) => ingress = Some(Vec::new()),
                 Err(e) => {
                     lb_failed = true;
-                    ctx.event(&latest, EventType::Warning, ev::SYNC_LOAD_BALANCER_FAILED, format!("Error deleting load balancer: {e}"))
-                        .await;
+                    ctx.event(
+                        &latest,
+                        EventType::Warning,
+                        ev::SYNC_LOAD_BALANCER_FAILED,
+                        format!("Error deleting load balancer: {e}"),
+                    )
+                    .await;
                 }
             }
         }
         Some(ips) => {
-            ctx.event(&latest, EventType::Normal, ev::ENSURING_LOAD_BALANCER, "Ensuring load balancer".into())
-                .await;
+            ctx.event(
+                &latest,
+                EventType::Normal,
+                ev::ENSURING_LOAD_BALANCER,
+                "Ensuring load balancer".into(),
+            )
+            .await;
             let req = LbRequest {
                 service: &job.key,
                 addresses: ips,
@@ -257,8 +286,13 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
                 Ok(i) => ingress = Some(i),
                 Err(e) => {
                     lb_failed = true;
-                    ctx.event(&latest, EventType::Warning, ev::SYNC_LOAD_BALANCER_FAILED, format!("Error syncing load balancer: {e}"))
-                        .await;
+                    ctx.event(
+                        &latest,
+                        EventType::Warning,
+                        ev::SYNC_LOAD_BALANCER_FAILED,
+                        format!("Error syncing load balancer: {e}"),
+                    )
+                    .await;
                 }
             }
         }
@@ -287,23 +321,40 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
     }
     match (&job.ingress, ingress.is_some()) {
         (Some(ips), true) if ips.is_empty() => {
-            ctx.event(&latest, EventType::Normal, ev::DELETED_LOAD_BALANCER, "Deleted load balancer".into())
-                .await;
+            ctx.event(
+                &latest,
+                EventType::Normal,
+                ev::DELETED_LOAD_BALANCER,
+                "Deleted load balancer".into(),
+            )
+            .await;
         }
         (Some(ips), true) => {
             if !job.new_lb_ips.is_empty() {
                 let list: Vec<String> = job.new_lb_ips.iter().map(IpAddr::to_string).collect();
-                ctx.event(&latest, EventType::Normal, ev::IP_ALLOCATED, format!("Assigned IP [{}]", list.join(", ")))
-                    .await;
+                ctx.event(
+                    &latest,
+                    EventType::Normal,
+                    ev::IP_ALLOCATED,
+                    format!("Assigned IP [{}]", list.join(", ")),
+                )
+                .await;
             }
             let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
-            ctx.event(&latest, EventType::Normal, ev::ENSURED_LOAD_BALANCER, format!("Ensured load balancer with [{}]", list.join(", ")))
-                .await;
+            ctx.event(
+                &latest,
+                EventType::Normal,
+                ev::ENSURED_LOAD_BALANCER,
+                format!("Ensured load balancer with [{}]", list.join(", ")),
+            )
+            .await;
         }
         _ => {}
     }
     if lb_failed {
-        return JobOutcome::Retry { category: "provider" };
+        return JobOutcome::Retry {
+            category: "provider",
+        };
     }
     JobOutcome::Done
 }
@@ -353,19 +404,34 @@ mod tests {
         let failed = Allocation {
             fill: SpecFill::default(),
             ingress: None,
-            result: Some(Err(Failure { reason: "RangeFull", message: "range is full".into() })),
+            result: Some(Err(Failure {
+                reason: "RangeFull",
+                message: "range is full".into(),
+            })),
             new_lb_ips: vec![],
         };
         let c = build_conditions(&svc, &failed, at(1)).unwrap();
-        assert_eq!((c[0].status.as_str(), c[0].reason.as_str()), ("False", "RangeFull"));
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("False", "RangeFull")
+        );
         assert_eq!(c[0].observed_generation, Some(3));
         let mut again = svc.clone();
         again.status = Some(serde_json::from_value(json!({"conditions": c})).unwrap());
         assert!(build_conditions(&again, &failed, at(2)).is_none());
-        let ok = Allocation { result: Some(Ok(())), ..failed.clone() };
+        let ok = Allocation {
+            result: Some(Ok(())),
+            ..failed.clone()
+        };
         let c = build_conditions(&again, &ok, at(3)).unwrap();
-        assert_eq!((c[0].status.as_str(), c[0].last_transition_time.clone()), ("True", at(3)));
-        let none = Allocation { result: None, ..failed };
+        assert_eq!(
+            (c[0].status.as_str(), c[0].last_transition_time.clone()),
+            ("True", at(3))
+        );
+        let none = Allocation {
+            result: None,
+            ..failed
+        };
         assert!(build_conditions(&svc, &none, at(4)).is_none());
     }
 
@@ -378,6 +444,9 @@ mod tests {
         assert!(ingress_differs(&svc, &[]));
         assert!(ingress_differs(&svc, &["198.18.0.201".parse().unwrap()]));
         let cleared = build_status_patch(Some(&[]), None);
-        assert_eq!(cleared, json!({"status": {"loadBalancer": {"ingress": null}}}));
+        assert_eq!(
+            cleared,
+            json!({"status": {"loadBalancer": {"ingress": null}}})
+        );
     }
 }

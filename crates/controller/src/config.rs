@@ -132,7 +132,12 @@ mod tests {
     #[test]
     fn service_cidrs() {
         assert_eq!(parse_service_cidrs("10.96.0.0/16").unwrap().len(), 1);
-        assert_eq!(parse_service_cidrs("10.96.0.0/16, fd00::/108").unwrap().len(), 2);
+        assert_eq!(
+            parse_service_cidrs("10.96.0.0/16, fd00::/108")
+                .unwrap()
+                .len(),
+            2
+        );
         assert!(parse_service_cidrs("10.96.0.0/16,10.97.0.0/16").is_err());
         assert!(parse_service_cidrs("bogus").is_err());
         assert!(parse_service_cidrs("").is_err());
@@ -141,7 +146,10 @@ mod tests {
     #[test]
     fn default_classes() {
         assert_eq!(parse_default_class("l2").unwrap(), Some(class::L2));
-        assert_eq!(parse_default_class("berth.dev/aws-nlb").unwrap(), Some(class::AWS_NLB));
+        assert_eq!(
+            parse_default_class("berth.dev/aws-nlb").unwrap(),
+            Some(class::AWS_NLB)
+        );
         assert_eq!(parse_default_class("none").unwrap(), None);
         assert!(parse_default_class("metallb").is_err());
     }

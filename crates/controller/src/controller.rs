@@ -99,7 +99,11 @@ impl AllocationController {
         Ok(())
     }
 
-    async fn lead(&self, leading: watch::Receiver<bool>, token: CancellationToken) -> Result<(), Error> {
+    async fn lead(
+        &self,
+        leading: watch::Receiver<bool>,
+        token: CancellationToken,
+    ) -> Result<(), Error> {
         let recorder = Recorder::new(
             self.client.clone(),
             Reporter {

@@ -87,8 +87,8 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
     });
 
     let cluster_ips = read_cluster_ips(svc, &mut problems);
-    let families_unset = spec.ip_families.as_ref().is_none_or(Vec::is_empty)
-        || spec.ip_family_policy.is_none();
+    let families_unset =
+        spec.ip_families.as_ref().is_none_or(Vec::is_empty) || spec.ip_family_policy.is_none();
 
     let etp = match spec.external_traffic_policy.as_deref() {
         Some("Local") => TrafficPolicy::Local,
@@ -303,7 +303,10 @@ mod tests {
         assert_eq!(f.node_ports.health_check, Some(Some(31000)));
         assert_eq!(f.node_ports.ports.len(), 2);
         assert_eq!(f.node_ports.ports[0].node_port, Some(30080));
-        assert_eq!(f.lb_view.requested_ips, vec!["198.18.0.210".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            f.lb_view.requested_ips,
+            vec!["198.18.0.210".parse::<IpAddr>().unwrap()]
+        );
         assert_eq!(f.lb_view.sharing_key.as_deref(), Some("k"));
         assert_eq!(f.ingress_ips.len(), 1);
         assert!(f.problems.is_empty());
@@ -318,7 +321,10 @@ mod tests {
             }
             mk_svc(v)
         };
-        assert_eq!(read_service(&lb(None), Some(class::L2)).lb_class, LbClass::L2);
+        assert_eq!(
+            read_service(&lb(None), Some(class::L2)).lb_class,
+            LbClass::L2
+        );
         assert_eq!(read_service(&lb(None), None).lb_class, LbClass::Foreign);
         assert_eq!(
             read_service(&lb(Some("example.com/other")), Some(class::L2)).lb_class,

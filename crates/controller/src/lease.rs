@@ -243,7 +243,10 @@ mod tests {
             decide_lease(Some(&s), "a", at(14), D),
             LeaseAction::Wait { holder: "b".into() }
         );
-        assert_eq!(decide_lease(Some(&s), "a", at(15), D), LeaseAction::TakeOver);
+        assert_eq!(
+            decide_lease(Some(&s), "a", at(15), D),
+            LeaseAction::TakeOver
+        );
     }
 
     #[test]

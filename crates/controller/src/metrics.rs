@@ -35,7 +35,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers under `controller_` in `registry` (the process registry adds `berth_`).
+    /// Registers into `registry`, which the binary hands over already prefixed
+    /// (`berth_controller_`).
     pub fn new(registry: &mut Registry) -> Self {
         let m = Self {
             pool_addresses: Family::default(),
@@ -47,7 +48,7 @@ impl Metrics {
             leader: Gauge::default(),
             services: Gauge::default(),
         };
-        let r = registry.sub_registry_with_prefix("controller");
+        let r = registry;
         r.register(
             "pool_addresses",
             "IPPool addresses by pool, family and state (assigned, available)",
@@ -70,14 +71,28 @@ impl Metrics {
             m.reconcile_duration.clone(),
         );
         r.register("errors", "Errors by category", m.errors.clone());
-        r.register("api_writes", "Writes sent to the API server by kind", m.writes.clone());
-        r.register("leader", "1 while this replica is the leader", m.leader.clone());
-        r.register("services", "Services known to the allocation loop", m.services.clone());
+        r.register(
+            "api_writes",
+            "Writes sent to the API server by kind",
+            m.writes.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica is the leader",
+            m.leader.clone(),
+        );
+        r.register(
+            "services",
+            "Services known to the allocation loop",
+            m.services.clone(),
+        );
         m
     }
 
     pub fn error(&self, category: &'static str) {
-        self.errors.get_or_create(&vec![("category", category)]).inc();
+        self.errors
+            .get_or_create(&vec![("category", category)])
+            .inc();
     }
 
     pub fn write(&self, kind: &'static str) {
@@ -118,18 +133,29 @@ mod tests {
 
     #[test]
     fn metrics_are_prefixed_and_encoded() {
-        let mut registry = Registry::with_prefix("berth");
+        let mut registry = Registry::with_prefix("berth_controller");
         let m = Metrics::new(&mut registry);
         m.error("conflict");
         m.conflicts.inc();
         drop(ReconcileTimer::start(&m, "service"));
         m.pool_addresses
-            .get_or_create(&vec![("pool", "a".into()), ("family", "IPv4".into()), ("state", "assigned".into())])
+            .get_or_create(&vec![
+                ("pool", "a".into()),
+                ("family", "IPv4".into()),
+                ("state", "assigned".into()),
+            ])
             .set(3);
         let text = berth_telemetry::encode_registry(&registry).unwrap();
-        assert!(text.contains("berth_controller_errors_total{category=\"conflict\"} 1"), "{text}");
+        assert!(
+            text.contains("berth_controller_errors_total{category=\"conflict\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("berth_controller_conflicts_total 1"));
-        assert!(text.contains("berth_controller_reconcile_duration_seconds_count{kind=\"service\"} 1"));
-        assert!(text.contains("berth_controller_pool_addresses{pool=\"a\",family=\"IPv4\",state=\"assigned\"} 3"));
+        assert!(
+            text.contains("berth_controller_reconcile_duration_seconds_count{kind=\"service\"} 1")
+        );
+        assert!(text.contains(
+            "berth_controller_pool_addresses{pool=\"a\",family=\"IPv4\",state=\"assigned\"} 3"
+        ));
     }
 }

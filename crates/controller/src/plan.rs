@@ -200,7 +200,10 @@ fn clear_ingress(alloc: &Allocators, f: &ServiceFacts, had_lb: bool) -> Option<V
     if f.lb_class == LbClass::Foreign || !f.has_ingress {
         return None;
     }
-    let ours = had_lb || f.ingress_ips.iter().any(|ip| alloc.lb.pool_of(*ip).is_some());
+    let ours = had_lb
+        || f.ingress_ips
+            .iter()
+            .any(|ip| alloc.lb.pool_of(*ip).is_some());
     ours.then(Vec::new)
 }
 
@@ -236,7 +239,13 @@ fn plan_node_port_stage(
         .ports
         .iter()
         .zip(&got.node_ports)
-        .map(|(asked, given)| if asked.node_port.is_none() { *given } else { None })
+        .map(|(asked, given)| {
+            if asked.node_port.is_none() {
+                *given
+            } else {
+                None
+            }
+        })
         .collect();
     if req.health_check == Some(None) {
         fill.health_check_node_port = got.health_check_node_port;

@@ -14,9 +14,11 @@ fn mk_alloc(dual: bool) -> Allocators {
         cidrs.push("fd00:96::/112".parse().unwrap());
     }
     let mut a = Allocators::new(&cidrs, PortRange::DEFAULT, 7).unwrap();
-    a.lb
-        .set_pools(vec![PoolSpec::new("default", &["198.18.0.200-198.18.0.250"])])
-        .unwrap();
+    a.lb.set_pools(vec![PoolSpec::new(
+        "default",
+        &["198.18.0.200-198.18.0.250"],
+    )])
+    .unwrap();
     a
 }
 
@@ -102,7 +104,10 @@ fn node_port_out_of_range_and_colliding() {
     let mut a = mk_alloc(false);
     let out = plan(
         &mut a,
-        &mk_facts("a", json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 40000}]})),
+        &mk_facts(
+            "a",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 40000}]}),
+        ),
     );
     assert_eq!(
         out.result.unwrap().unwrap_err().message,
@@ -110,11 +115,17 @@ fn node_port_out_of_range_and_colliding() {
     );
     plan(
         &mut a,
-        &mk_facts("b", json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]})),
+        &mk_facts(
+            "b",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]}),
+        ),
     );
     let out = plan(
         &mut a,
-        &mk_facts("c", json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]})),
+        &mk_facts(
+            "c",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]}),
+        ),
     );
     let err = out.result.unwrap().unwrap_err();
     assert_eq!(err.reason, reason::PORT_ALREADY_ALLOCATED);
@@ -129,17 +140,26 @@ fn health_check_node_port_only_for_load_balancer_local() {
     let mut a = mk_alloc(false);
     let local = plan(
         &mut a,
-        &mk_facts("lb", json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]})),
+        &mk_facts(
+            "lb",
+            json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}),
+        ),
     );
     assert!(local.fill.health_check_node_port.is_some());
     let np = plan(
         &mut a,
-        &mk_facts("np", json!({"type": "NodePort", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]})),
+        &mk_facts(
+            "np",
+            json!({"type": "NodePort", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}),
+        ),
     );
     assert_eq!(np.fill.health_check_node_port, None);
     let cluster = plan(
         &mut a,
-        &mk_facts("lbc", json!({"type": "LoadBalancer", "ports": [{"port": 80}]})),
+        &mk_facts(
+            "lbc",
+            json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+        ),
     );
     assert_eq!(cluster.fill.health_check_node_port, None);
 }
@@ -149,7 +169,10 @@ fn load_balancer_gets_lowest_pool_address_and_new_ip_is_reported() {
     let mut a = mk_alloc(false);
     let out = plan(
         &mut a,
-        &mk_facts("lb", json!({"type": "LoadBalancer", "ports": [{"port": 80}]})),
+        &mk_facts(
+            "lb",
+            json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+        ),
     );
     let want: IpAddr = "198.18.0.200".parse().unwrap();
     assert_eq!(out.ingress, Some(vec![want]));
@@ -161,7 +184,10 @@ fn foreign_class_gets_node_ports_but_no_address_nor_status() {
     let mut a = mk_alloc(false);
     let out = plan(
         &mut a,
-        &mk_facts("lb", json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/x", "ports": [{"port": 80}]})),
+        &mk_facts(
+            "lb",
+            json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/x", "ports": [{"port": 80}]}),
+        ),
     );
     assert_eq!(out.ingress, None);
     assert!(out.fill.node_ports[0].is_some());
@@ -174,7 +200,10 @@ fn type_changes_release_exactly_what_they_should() {
     let key = ServiceKey::new("default", "s");
     let lb = plan(
         &mut a,
-        &mk_facts("s", json!({"type": "LoadBalancer", "ports": [{"port": 80}]})),
+        &mk_facts(
+            "s",
+            json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+        ),
     );
     let ip = lb.fill.cluster_ips.unwrap()[0].to_string();
     let port = lb.fill.node_ports[0].unwrap();
@@ -217,7 +246,10 @@ fn dual_stack_policies() {
     assert_eq!(out.fill.ip_families, Some(vec![IpFamily::V4, IpFamily::V6]));
     let out = plan(
         &mut a,
-        &mk_facts("p", json!({"ipFamilyPolicy": "PreferDualStack", "ipFamilies": ["IPv6"]})),
+        &mk_facts(
+            "p",
+            json!({"ipFamilyPolicy": "PreferDualStack", "ipFamilies": ["IPv6"]}),
+        ),
     );
     let ips = out.fill.cluster_ips.unwrap();
     assert!(ips[0].is_ipv6() && ips[1].is_ipv4());
@@ -237,14 +269,19 @@ fn adoption_keeps_the_older_claim() {
     let mut a = mk_alloc(false);
     let older = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "old",
         "creationTimestamp": "2024-01-01T00:00:00Z"}, "spec": {"clusterIP": "10.96.1.1"}}));
-    let younger = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "a-young",
-        "creationTimestamp": "2025-01-01T00:00:00Z"}, "spec": {"clusterIP": "10.96.1.1"}}));
+    let younger = mk_facts_full(
+        json!({"metadata": {"namespace": "default", "name": "a-young",
+        "creationTimestamp": "2025-01-01T00:00:00Z"}, "spec": {"clusterIP": "10.96.1.1"}}),
+    );
     let labels = Labels::new();
     let refused = adopt_all(&mut a, [(&younger, &labels), (&older, &labels)]);
     assert_eq!(refused.len(), 1);
     assert_eq!(refused[0].0.name, "a-young");
     assert_eq!(
-        a.cluster.owner_of("10.96.1.1".parse().unwrap()).unwrap().name,
+        a.cluster
+            .owner_of("10.96.1.1".parse().unwrap())
+            .unwrap()
+            .name,
         "old"
     );
     let out = plan(&mut a, &younger);
@@ -258,7 +295,10 @@ fn adoption_keeps_the_older_claim() {
 fn invalid_services_keep_what_they_hold() {
     let mut a = mk_alloc(false);
     plan(&mut a, &mk_facts("a", json!({"clusterIP": "10.96.0.7"})));
-    let out = plan(&mut a, &mk_facts("a", json!({"clusterIP": "10.96.0.7", "type": "Bogus"})));
+    let out = plan(
+        &mut a,
+        &mk_facts("a", json!({"clusterIP": "10.96.0.7", "type": "Bogus"})),
+    );
     assert_eq!(
         out.result.unwrap().unwrap_err().reason,
         reason::INVALID_REQUEST

@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 use berth_api::names::condition::{self as cond, reason};
 use berth_api::{overlapping_pools, set_condition, IPPool, IPPoolStatus};
 use berth_ipam::{
-    LabelSelector as IpamSelector, LabelSelectorRequirement, PoolSpec, PoolStatus,
-    SelectorOperator,
+    LabelSelector as IpamSelector, LabelSelectorRequirement, PoolSpec, PoolStatus, SelectorOperator,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 
@@ -90,10 +89,15 @@ pub fn pool_overlaps(pools: &[IPPool]) -> BTreeMap<String, Vec<String>> {
         .iter()
         .map(|p| p.metadata.name.clone().unwrap_or_default())
         .collect();
-    overlapping_pools(names.iter().map(String::as_str).zip(pools.iter().map(|p| &p.spec)))
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))
-        .collect()
+    overlapping_pools(
+        names
+            .iter()
+            .map(String::as_str)
+            .zip(pools.iter().map(|p| &p.spec)),
+    )
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))
+    .collect()
 }
 
 /// The status a pool should have. `counts` is `None` for an invalid pool (it serves nothing);
@@ -162,9 +166,12 @@ mod tests {
     #[test]
     fn valid_and_invalid_pools() {
         let pools = vec![
-            mk_pool("a", json!({"addresses": ["198.18.0.200-198.18.0.250"],
+            mk_pool(
+                "a",
+                json!({"addresses": ["198.18.0.200-198.18.0.250"],
                 "serviceAllocation": {"priority": 5, "namespaces": ["x"],
-                    "serviceSelector": {"matchExpressions": [{"key": "k", "operator": "Exists"}]}}})),
+                    "serviceSelector": {"matchExpressions": [{"key": "k", "operator": "Exists"}]}}}),
+            ),
             mk_pool("b", json!({"addresses": ["not-an-address"]})),
         ];
         let (specs, invalid) = build_pool_specs(&pools);
@@ -193,7 +200,11 @@ mod tests {
         let s = build_pool_status(&pools[0], Some(counts), None, &overlaps["a"], at(10));
         assert_eq!((s.assigned_ipv4, s.available_ipv4), (2, 254));
         assert_eq!(s.available_ipv6, "18446744073709551616");
-        let overlap = s.conditions.iter().find(|c| c.type_ == cond::OVERLAPPING).unwrap();
+        let overlap = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == cond::OVERLAPPING)
+            .unwrap();
         assert_eq!(overlap.status, cond::TRUE);
         assert_eq!(overlap.message, "addresses overlap IPPool b");
         let mut again = pools[0].clone();
@@ -201,7 +212,14 @@ mod tests {
         let s2 = build_pool_status(&again, Some(counts), None, &overlaps["a"], at(20));
         assert_eq!(s2.conditions[0].last_transition_time, at(10));
         let s3 = build_pool_status(&again, Some(counts), Some("bad"), &[], at(30));
-        let valid = s3.conditions.iter().find(|c| c.type_ == cond::VALID).unwrap();
-        assert_eq!((valid.status.as_str(), valid.last_transition_time.clone()), (cond::FALSE, at(30)));
+        let valid = s3
+            .conditions
+            .iter()
+            .find(|c| c.type_ == cond::VALID)
+            .unwrap();
+        assert_eq!(
+            (valid.status.as_str(), valid.last_transition_time.clone()),
+            (cond::FALSE, at(30))
+        );
     }
 }

@@ -101,14 +101,22 @@ mod tests {
         let key = ServiceKey::new("ns", "a");
         let ips: Vec<IpAddr> = vec!["198.18.0.200".parse().unwrap(), "fd00::1".parse().unwrap()];
         let ingress = L2Provider
-            .ensure(LbRequest { service: &key, addresses: &ips, nodes: &[] })
+            .ensure(LbRequest {
+                service: &key,
+                addresses: &ips,
+                nodes: &[],
+            })
             .await
             .unwrap();
         assert_eq!(ingress.len(), 2);
         assert_eq!(ingress[0].ip.as_deref(), Some("198.18.0.200"));
         assert_eq!(ingress[0].ip_mode.as_deref(), Some("VIP"));
         let none = L2Provider
-            .ensure(LbRequest { service: &key, addresses: &[], nodes: &[] })
+            .ensure(LbRequest {
+                service: &key,
+                addresses: &[],
+                nodes: &[],
+            })
             .await;
         assert!(none.is_err());
         assert!(L2Provider.delete(&key).await.is_ok());

@@ -21,7 +21,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::apply::{self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, WriteCtx, WriteJob};
+use crate::apply::{
+    self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, WriteCtx, WriteJob,
+};
 use crate::config::ControllerConfig;
 use crate::error::api_error_category;
 use crate::facts::{read_service, LbClass};
@@ -80,7 +82,9 @@ impl<K: kube::Resource> Cache<K> {
                 false
             }
             watcher::Event::InitApply(o) => {
-                self.buffer.get_or_insert_with(BTreeMap::new).insert(name_of(&o), o);
+                self.buffer
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name_of(&o), o);
                 false
             }
             watcher::Event::InitDone => {
@@ -317,7 +321,10 @@ impl Worker {
 
     fn maybe_start(&mut self) {
         if self.started
-            || !(self.svc_synced && self.pools.synced && self.namespaces.synced && self.nodes.synced)
+            || !(self.svc_synced
+                && self.pools.synced
+                && self.namespaces.synced
+                && self.nodes.synced)
         {
             return;
         }
@@ -340,7 +347,12 @@ impl Worker {
             tracing::warn!(service = %key, error = %e, "conflicting value on an existing Service; the older Service keeps it");
         }
         self.started = true;
-        tracing::info!(services = self.services.len(), pools = self.pools.objects.len(), conflicts = refused.len(), "adopted existing allocations");
+        tracing::info!(
+            services = self.services.len(),
+            pools = self.pools.objects.len(),
+            conflicts = refused.len(),
+            "adopted existing allocations"
+        );
         let mut keys: Vec<ServiceKey> = self.services.keys().cloned().collect();
         keys.sort();
         for k in keys {
@@ -456,15 +468,23 @@ impl Worker {
         }
         let failure = match &out.result {
             Some(Err(f)) => {
-                self.metrics.allocations.get_or_create(&vec![("result", "failed")]).inc();
-                if f.reason == reason::IP_ALREADY_ALLOCATED || f.reason == reason::PORT_ALREADY_ALLOCATED {
+                self.metrics
+                    .allocations
+                    .get_or_create(&vec![("result", "failed")])
+                    .inc();
+                if f.reason == reason::IP_ALREADY_ALLOCATED
+                    || f.reason == reason::PORT_ALREADY_ALLOCATED
+                {
                     self.metrics.conflicts.inc();
                 }
                 self.failed.insert(key.clone());
                 Some(f.message.clone())
             }
             Some(Ok(())) => {
-                self.metrics.allocations.get_or_create(&vec![("result", "ok")]).inc();
+                self.metrics
+                    .allocations
+                    .get_or_create(&vec![("result", "ok")])
+                    .inc();
                 self.failed.remove(&key);
                 None
             }
@@ -474,10 +494,7 @@ impl Worker {
             }
         };
         let conditions = build_conditions(&svc, &out, apply::now());
-        let ingress = out
-            .ingress
-            .clone()
-            .filter(|ips| ingress_differs(&svc, ips));
+        let ingress = out.ingress.clone().filter(|ips| ingress_differs(&svc, ips));
         let nodes = if ingress.is_some() && facts.lb_class != LbClass::None {
             eligible_nodes(&self.nodes.objects)
         } else {
@@ -500,7 +517,11 @@ impl Worker {
             self.attempts.remove(&key);
             return;
         }
-        tracing::info!(spec = job.spec_patch.is_some(), status = job.conditions.is_some() || job.ingress.is_some(), "writing allocation");
+        tracing::info!(
+            spec = job.spec_patch.is_some(),
+            status = job.conditions.is_some() || job.ingress.is_some(),
+            "writing allocation"
+        );
         self.in_flight.insert(key.clone());
         let ctx = self.ctx.clone();
         self.jobs.push(

@@ -60,7 +60,8 @@ pub async fn create_pool(client: &Client, name: &str, spec: Value) {
     let api: Api<berth_api::IPPool> = Api::all(client.clone());
     let pool: berth_api::IPPool = serde_json::from_value(json!({
         "apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
-        "metadata": {"name": name}, "spec": spec})).unwrap();
+        "metadata": {"name": name}, "spec": spec}))
+    .unwrap();
     api.create(&PostParams::default(), &pool).await.unwrap();
 }
 
@@ -69,7 +70,10 @@ pub async fn create_svc(client: &Client, name: &str, spec: Value) -> Service {
 }
 
 pub async fn create_svc_full(client: &Client, v: Value) -> Service {
-    let ns = v["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+    let ns = v["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
     let api: Api<Service> = Api::namespaced(client.clone(), &ns);
     let svc: Service = serde_json::from_value(v).unwrap();
     api.create(&PostParams::default(), &svc).await.unwrap()
@@ -109,7 +113,10 @@ where
 {
     let mut last = None;
     for _ in 0..400 {
-        if let Ok(svc) = Api::<Service>::default_namespaced(client.clone()).get(name).await {
+        if let Ok(svc) = Api::<Service>::default_namespaced(client.clone())
+            .get(name)
+            .await
+        {
             if check(&svc) {
                 return svc;
             }
@@ -136,7 +143,11 @@ where
 }
 
 pub fn cluster_ip(svc: &Service) -> Option<String> {
-    svc.spec.as_ref()?.cluster_ip.clone().filter(|s| !s.is_empty())
+    svc.spec
+        .as_ref()?
+        .cluster_ip
+        .clone()
+        .filter(|s| !s.is_empty())
 }
 
 pub fn node_ports(svc: &Service) -> Vec<Option<i32>> {
