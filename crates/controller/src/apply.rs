@@ -227,7 +227,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
         }
         ctx.metrics.write("spec");
         match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(name, &writer_params(), &Patch::Merge(patch))
             .await
         {
             Ok(svc) => latest = Arc::new(svc),
@@ -313,7 +313,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
         let patch = build_status_patch(ingress.as_deref(), conditions.as_deref());
         ctx.metrics.write("status");
         if let Err(e) = api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(name, &writer_params(), &Patch::Merge(&patch))
             .await
         {
             return outcome_of(&e);
@@ -357,6 +357,14 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
         };
     }
     JobOutcome::Done
+}
+
+/// Every write carries berth's field manager, so ownership of the fields it fills is visible.
+pub fn writer_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(berth_api::names::field_manager::CONTROLLER.to_string()),
+        ..PatchParams::default()
+    }
 }
 
 /// `now` as a condition time.

@@ -65,17 +65,34 @@ impl AllocationController {
             return Ok(());
         };
         let elector = LeaderElector::new(self.client.clone(), lease_cfg)?;
-        let (tx, mut rx) = watch::channel(false);
+        let (tx, rx) = watch::channel(false);
         let election_stop = CancellationToken::new();
-        let election = tokio::spawn(elector.run(tx, election_stop.clone()));
+        // The election runs inside this future, not as a task of its own: if the controller
+        // dies, so does its claim on the Lease.
+        let election = elector.run(tx, election_stop.clone());
+        let terms = async {
+            let result = self.terms(rx, &shutdown).await;
+            election_stop.cancel();
+            result
+        };
+        let ((), result) = tokio::join!(election, terms);
+        result
+    }
+
+    /// Leads whenever elected, starting afresh each term, until shutdown.
+    async fn terms(
+        &self,
+        mut rx: watch::Receiver<bool>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
         loop {
             self.metrics.leader.set(0);
             if let Some(r) = &self.readiness {
                 r.set_ready(true);
             }
             tokio::select! {
-                _ = shutdown.cancelled() => break,
-                changed = rx.wait_for(|leading| *leading) => if changed.is_err() { break },
+                _ = shutdown.cancelled() => return Ok(()),
+                changed = rx.wait_for(|leading| *leading) => if changed.is_err() { return Ok(()) },
             }
             self.metrics.leader.set(1);
             if let Some(r) = &self.readiness {
@@ -83,20 +100,15 @@ impl AllocationController {
             }
             let term = shutdown.child_token();
             let mut watch_rx = rx.clone();
-            let stop = term.clone();
             let lost = async move {
                 let _ = watch_rx.wait_for(|leading| !*leading).await;
-                stop.cancel();
             };
             tokio::select! {
                 r = self.lead(rx.clone(), term.clone()) => r?,
-                _ = lost => {}
+                _ = lost => tracing::warn!("leadership lost; standing by"),
             }
             term.cancel();
         }
-        election_stop.cancel();
-        let _ = election.await;
-        Ok(())
     }
 
     async fn lead(

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use tokio::time::Instant;
@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::apply::{
-    self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, WriteCtx, WriteJob,
+    self, build_conditions, build_spec_patch, ingress_differs, writer_params, JobOutcome, WriteCtx,
+    WriteJob,
 };
 use crate::config::ControllerConfig;
 use crate::error::api_error_category;
@@ -640,7 +641,7 @@ impl Worker {
                     ctx.metrics.write("pool_status");
                     let patch = serde_json::json!({ "status": status });
                     let result = api
-                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .patch_status(&name, &writer_params(), &Patch::Merge(&patch))
                         .await
                         .map(|_| status)
                         .map_err(|e| api_error_category(&e));

@@ -36,6 +36,24 @@ pub fn mk_config() -> ControllerConfig {
 pub struct Running {
     pub token: CancellationToken,
     pub task: JoinHandle<()>,
+    pub registry: std::sync::Arc<Registry>,
+}
+
+impl Running {
+    /// The value of a metric line `name` (exact label set included), 0 when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = berth_telemetry::encode_registry(&self.registry).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0.0)
+    }
+
+    /// Ends the task as a crash would: no lease release, writes in flight dropped.
+    pub async fn crash(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
 }
 
 impl Running {
@@ -46,14 +64,18 @@ impl Running {
 }
 
 pub fn spawn_controller(client: Client, cfg: ControllerConfig) -> Running {
-    let mut registry = Registry::default();
+    let mut registry = Registry::with_prefix("berth_controller");
     let ctrl = AllocationController::new(client, cfg, &mut registry);
     let token = CancellationToken::new();
     let t = token.clone();
     let task = tokio::spawn(async move {
         ctrl.run(t).await.unwrap();
     });
-    Running { token, task }
+    Running {
+        token,
+        task,
+        registry: std::sync::Arc::new(registry),
+    }
 }
 
 pub async fn create_pool(client: &Client, name: &str, spec: Value) {
