@@ -178,6 +178,12 @@ pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels
                     out.ingress = Some(ips);
                 }
                 Err(e) => {
+                    // An address no pool contains any more is given up rather than kept
+                    // for lack of a new one (see `pools`).
+                    let held = alloc.lb.ips_of(owner);
+                    if held.iter().any(|ip| alloc.lb.pool_of(*ip).is_none()) {
+                        alloc.lb.release_owner(owner);
+                    }
                     out.ingress = Some(alloc.lb.ips_of(owner));
                     out.result = Some(Err(Failure::from_ipam(&e)));
                 }

@@ -305,3 +305,24 @@ fn invalid_services_keep_what_they_hold() {
     );
     assert_eq!(a.cluster.ips_of(&ServiceKey::new("default", "a")).len(), 1);
 }
+
+#[test]
+fn an_address_left_outside_every_pool_is_given_up() {
+    let mut a = mk_alloc(false);
+    let svc = mk_facts("lb", json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    assert_eq!(plan(&mut a, &svc).ingress.unwrap().len(), 1);
+    // The pool moves: a new address from the pools as they are now.
+    a.lb.set_pools(vec![PoolSpec::new("moved", &["198.18.0.10-198.18.0.10"])])
+        .unwrap();
+    let out = plan(&mut a, &svc);
+    assert_eq!(out.ingress, Some(vec!["198.18.0.10".parse().unwrap()]));
+    // No pool left: the address is released, not kept.
+    a.lb.set_pools(vec![]).unwrap();
+    let out = plan(&mut a, &svc);
+    assert_eq!(out.ingress, Some(vec![]));
+    assert_eq!(
+        out.result.unwrap().unwrap_err().reason,
+        reason::NO_AVAILABLE_POOL
+    );
+    assert_eq!(a.lb.used(IpFamily::V4), 0);
+}
