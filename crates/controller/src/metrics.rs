@@ -7,6 +7,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 type Labels2 = Vec<(&'static str, String)>;
+type StaticLabels = Vec<(&'static str, &'static str)>;
 
 fn mk_histogram() -> Histogram {
     // 100 µs to ~6.5 s.
@@ -19,15 +20,15 @@ pub struct Metrics {
     /// `pool`, `family`, `state` (assigned | available).
     pub pool_addresses: Family<Labels2, Gauge>,
     /// `result` (ok | failed).
-    pub allocations: Family<Vec<(&'static str, &'static str)>, Counter>,
+    pub allocations: Family<StaticLabels, Counter>,
     /// Values claimed by two Services (adoption or request).
     pub conflicts: Counter,
     /// One observation per Service decision.
-    pub reconcile_duration: Family<Vec<(&'static str, &'static str)>, Histogram, fn() -> Histogram>,
+    pub reconcile_duration: Family<StaticLabels, Histogram, fn() -> Histogram>,
     /// `category`: conflict, not_found, invalid, throttled, server, transport, lease, ...
-    pub errors: Family<Vec<(&'static str, &'static str)>, Counter>,
+    pub errors: Family<StaticLabels, Counter>,
     /// Writes sent to the API server, by `kind` (spec, status, event, pool_status).
-    pub writes: Family<Vec<(&'static str, &'static str)>, Counter>,
+    pub writes: Family<StaticLabels, Counter>,
     /// 1 while this replica leads.
     pub leader: Gauge,
     /// Services known to the allocation loop.

@@ -34,11 +34,13 @@ use crate::pools::{build_pool_specs, build_pool_status, pool_overlaps};
 use crate::provider::eligible_nodes;
 use crate::Error;
 
+// Boxed: a Node or Namespace event is far larger than the others, and events are moved
+// through the merged stream one by one.
 enum Input {
-    Svc(Result<watcher::Event<Service>, watcher::Error>),
-    Pool(Result<watcher::Event<IPPool>, watcher::Error>),
-    Ns(Result<watcher::Event<Namespace>, watcher::Error>),
-    Node(Result<watcher::Event<Node>, watcher::Error>),
+    Svc(Box<Result<watcher::Event<Service>, watcher::Error>>),
+    Pool(Box<Result<watcher::Event<IPPool>, watcher::Error>>),
+    Ns(Box<Result<watcher::Event<Namespace>, watcher::Error>>),
+    Node(Box<Result<watcher::Event<Node>, watcher::Error>>),
 }
 
 enum Done {
@@ -169,16 +171,16 @@ impl Worker {
         let cfg = watcher::Config::default();
         let svc = watcher(Api::<Service>::all(self.client.clone()), cfg.clone())
             .default_backoff()
-            .map(Input::Svc);
+            .map(|e| Input::Svc(Box::new(e)));
         let pool = watcher(Api::<IPPool>::all(self.client.clone()), cfg.clone())
             .default_backoff()
-            .map(Input::Pool);
+            .map(|e| Input::Pool(Box::new(e)));
         let ns = watcher(Api::<Namespace>::all(self.client.clone()), cfg.clone())
             .default_backoff()
-            .map(Input::Ns);
+            .map(|e| Input::Ns(Box::new(e)));
         let node = watcher(Api::<Node>::all(self.client.clone()), cfg)
             .default_backoff()
-            .map(Input::Node);
+            .map(|e| Input::Node(Box::new(e)));
         stream::select_all([svc.boxed(), pool.boxed(), ns.boxed(), node.boxed()]).boxed()
     }
 
@@ -204,26 +206,32 @@ impl Worker {
     }
 
     fn on_input(&mut self, input: Input) {
-        match input {
-            Input::Svc(Ok(e)) => self.on_service(e),
-            Input::Pool(Ok(e)) => {
-                if self.pools.apply(e) && self.started {
-                    self.apply_pools();
-                }
-            }
-            Input::Ns(Ok(e)) => {
-                if self.namespaces.apply(e) && self.started {
-                    // Pools may select namespaces by label: their Services decide again.
-                    self.mark_lb_services(|_| true);
-                }
-            }
-            Input::Node(Ok(e)) => {
-                self.nodes.apply(e);
-            }
-            Input::Svc(Err(e)) | Input::Pool(Err(e)) | Input::Ns(Err(e)) | Input::Node(Err(e)) => {
-                self.metrics.error("watch");
-                tracing::warn!(error = %e, "watch failed; retrying");
-            }
+        let failed = match input {
+            Input::Svc(r) => r.map(|e| self.on_service(e)).err(),
+            Input::Pool(r) => r
+                .map(|e| {
+                    if self.pools.apply(e) && self.started {
+                        self.apply_pools();
+                    }
+                })
+                .err(),
+            Input::Ns(r) => r
+                .map(|e| {
+                    if self.namespaces.apply(e) && self.started {
+                        // Pools may select namespaces by label: their Services decide again.
+                        self.mark_lb_services(|_| true);
+                    }
+                })
+                .err(),
+            Input::Node(r) => r
+                .map(|e| {
+                    self.nodes.apply(e);
+                })
+                .err(),
+        };
+        if let Some(e) = failed {
+            self.metrics.error("watch");
+            tracing::warn!(error = %e, "watch failed; retrying");
         }
         self.maybe_start();
     }

@@ -27,7 +27,7 @@ async fn node_ports_assigned_requested_out_of_range_colliding_and_shared() {
         {"name": "tcp", "port": 53, "protocol": "TCP"}, {"name": "udp", "port": 53, "protocol": "UDP"}]})).await;
 
     let auto = wait_svc(&client, "auto", "node ports", |s| {
-        node_ports(&s).iter().all(Option::is_some)
+        node_ports(s).iter().all(Option::is_some)
     })
     .await;
     let ports: Vec<i32> = node_ports(&auto).into_iter().flatten().collect();
@@ -40,7 +40,7 @@ async fn node_ports_assigned_requested_out_of_range_colliding_and_shared() {
     assert_eq!(allocated(&asked).unwrap().0, "True");
     assert_eq!(node_ports(&asked), vec![Some(30080)]);
     let dns = wait_svc(&client, "dns", "node ports", |s| {
-        node_ports(&s).iter().all(Option::is_some)
+        node_ports(s).iter().all(Option::is_some)
     })
     .await;
     let p = node_ports(&dns);
