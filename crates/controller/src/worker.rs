@@ -101,6 +101,8 @@ impl<K: kube::Resource> Cache<K> {
 
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+const PROVIDER_RETRY_MIN: Duration = Duration::from_secs(5);
+const PROVIDER_RETRY_MAX: Duration = Duration::from_secs(300);
 const POOL_STATUS_DELAY: Duration = Duration::from_millis(200);
 
 pub(crate) struct Worker {
@@ -556,6 +558,11 @@ impl Worker {
                         let delay = if category == "conflict" {
                             // The newer object is on its way through the watch.
                             Duration::from_millis(50)
+                        } else if category == "provider" {
+                            // Load balancers back off as the cloud-controller-manager does.
+                            PROVIDER_RETRY_MIN
+                                .saturating_mul(1u32 << (*n).min(6))
+                                .min(PROVIDER_RETRY_MAX)
                         } else {
                             RETRY_MIN
                                 .saturating_mul(1u32 << (*n).min(12))

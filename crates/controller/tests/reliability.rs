@@ -193,7 +193,7 @@ async fn killed_at_random_moments_while_services_churn() {
     });
     let mut rng = SmallRng::seed_from_u64(5);
     let mut kills = 0;
-    while !churn.is_finished() || kills < 30 {
+    while !churn.is_finished() || kills < 50 {
         let mut cfg = mk_config();
         cfg.seed = rng.random();
         let ctrl = spawn_controller(client.clone(), cfg);
@@ -208,7 +208,7 @@ async fn killed_at_random_moments_while_services_churn() {
     churn.await.unwrap();
     let ctrl = spawn_controller(client.clone(), mk_config());
     wait_converged(&client).await;
-    assert!(kills >= 30, "{kills} kills");
+    assert!(kills >= 50, "{kills} kills");
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
