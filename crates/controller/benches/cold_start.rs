@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 
 use berth_controller::{run_controller, CancellationToken, ControllerConfig, RunOptions};
 use berth_lab::LabApiServer;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -43,7 +45,9 @@ async fn child(kubeconfig: String) {
         admin_listen: admin,
         version: "bench".into(),
     };
-    run_controller(opts, CancellationToken::new()).await.unwrap();
+    run_controller(opts, CancellationToken::new())
+        .await
+        .unwrap();
 }
 
 async fn scrape(addr: std::net::SocketAddr) -> String {
@@ -63,6 +67,18 @@ fn peak_rss_mb(pid: u32) -> f64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn is_published(s: &Service) -> bool {
+    s.status
+        .as_ref()
+        .and_then(|st| st.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
+        && s.spec
+            .as_ref()
+            .and_then(|sp| sp.cluster_ip.as_ref())
+            .is_some()
 }
 
 async fn parent() {
@@ -100,6 +116,24 @@ async fn parent() {
         .unwrap();
     let rv_before = server.resource_version();
 
+    // Published = ClusterIP in the spec and an ingress in the status, as seen by a watch of
+    // our own (the pool's count moves when addresses are decided, before they are written).
+    let (published_tx, mut published_rx) = tokio::sync::watch::channel(0usize);
+    let watch_api: Api<Service> = Api::all(client.clone());
+    let counter = tokio::spawn(async move {
+        let mut done = std::collections::HashSet::new();
+        let mut events = std::pin::pin!(watcher(watch_api, watcher::Config::default()));
+        while let Some(Ok(ev)) = events.next().await {
+            if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = ev {
+                if is_published(&s) {
+                    done.insert(s.metadata.name.clone().unwrap_or_default());
+                    published_tx.send_replace(done.len());
+                }
+            }
+        }
+    });
+    published_rx.wait_for(|_| true).await.unwrap();
+
     let started = Instant::now();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env(CHILD_KUBECONFIG, &kubeconfig)
@@ -112,17 +146,14 @@ async fn parent() {
     let mut peak = 0.0f64;
     loop {
         peak = peak.max(peak_rss_mb(pid));
-        let done = pools
-            .get("bench")
-            .await
-            .ok()
-            .and_then(|p| p.status)
-            .is_some_and(|s| s.assigned_ipv4 == n as i64);
-        if done {
+        if *published_rx.borrow() == n {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(600), "did not finish");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "did not finish"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(20), published_rx.changed()).await;
     }
     let elapsed = started.elapsed();
     peak = peak.max(peak_rss_mb(pid));
@@ -135,17 +166,8 @@ async fn parent() {
         .await
         .unwrap()
         .items;
-    let published = services
-        .iter()
-        .filter(|s| {
-            s.status
-                .as_ref()
-                .and_then(|st| st.load_balancer.as_ref())
-                .and_then(|lb| lb.ingress.as_ref())
-                .is_some_and(|i| !i.is_empty())
-                && s.spec.as_ref().and_then(|sp| sp.cluster_ip.as_ref()).is_some()
-        })
-        .count();
+    counter.abort();
+    let published = services.iter().filter(|s| is_published(s)).count();
     assert_eq!(published, n, "every Service allocated and published");
     let writes: f64 = metrics
         .lines()
@@ -154,7 +176,9 @@ async fn parent() {
         .sum();
     let changes = server.resource_version() - rv_before;
     let per_sec = n as f64 / elapsed.as_secs_f64();
-    println!("| services | seconds | services/s | writes/Service | API changes/Service | peak RSS MB |");
+    println!(
+        "| services | seconds | services/s | writes/Service | API changes/Service | peak RSS MB |"
+    );
     println!("|---|---|---|---|---|---|");
     println!(
         "| {n} | {:.2} | {per_sec:.0} | {:.2} | {:.2} | {peak:.1} |",

@@ -59,6 +59,8 @@ pub struct ServiceFacts {
     pub cluster_ips: ClusterIpRequest,
     /// `spec.ipFamilies` and `spec.ipFamilyPolicy` are unset, so the plan fills them.
     pub families_unset: bool,
+    /// `spec.clusterIPs` is empty (perhaps with `spec.clusterIP` set), so the plan fills it.
+    pub cluster_ips_unset: bool,
     /// Node-port needs; empty `ports` for ClusterIP and ExternalName Services.
     pub node_ports: NodePortRequest,
     pub lb_class: LbClass,
@@ -223,6 +225,7 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         type_,
         cluster_ips,
         families_unset,
+        cluster_ips_unset: spec.cluster_ips.as_ref().is_none_or(Vec::is_empty),
         node_ports,
         lb_class,
         lb_view,

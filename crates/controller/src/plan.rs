@@ -149,10 +149,13 @@ pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels
         return out;
     }
 
-    if let Err(e) = plan_cluster_stage(alloc, f, &mut out.fill) {
-        out.result = Some(Err(Failure::from_ipam(&e)));
-        return out;
-    }
+    let families = match plan_cluster_stage(alloc, f, &mut out.fill) {
+        Ok(families) => families,
+        Err(e) => {
+            out.result = Some(Err(Failure::from_ipam(&e)));
+            return out;
+        }
+    };
     if let Err(e) = plan_node_port_stage(alloc, f, &mut out.fill) {
         out.result = Some(Err(Failure::from_ipam(&e)));
         return out;
@@ -162,6 +165,9 @@ pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels
         LbClass::L2 => {
             let mut view = f.lb_view.clone();
             view.namespace_labels = ns_labels.clone();
+            // The families just decided, so a dual-stack Service gets both addresses in
+            // one pass, before its spec says so.
+            view.families = families;
             let before = alloc.lb.ips_of(owner);
             if before.is_empty() && !f.ingress_ips.is_empty() {
                 // Status written by an earlier run that this one has not adopted yet (a
@@ -217,17 +223,17 @@ fn plan_cluster_stage(
     alloc: &mut Allocators,
     f: &ServiceFacts,
     fill: &mut SpecFill,
-) -> Result<(), IpamError> {
+) -> Result<Vec<IpFamily>, IpamError> {
     let plan = plan_cluster_ips(&f.cluster_ips, alloc.cluster.families())?;
     let ips = alloc.cluster.apply_plan(&f.key, &plan)?;
-    if !ips.is_empty() && ips != f.cluster_ips.cluster_ips {
+    if !ips.is_empty() && (ips != f.cluster_ips.cluster_ips || f.cluster_ips_unset) {
         fill.cluster_ips = Some(ips);
     }
     if f.families_unset {
         fill.ip_families = Some(plan.families.clone());
         fill.ip_family_policy = Some(plan.policy);
     }
-    Ok(())
+    Ok(plan.families)
 }
 
 fn plan_node_port_stage(

@@ -329,3 +329,39 @@ fn an_address_left_outside_every_pool_is_given_up() {
     );
     assert_eq!(a.lb.used(IpFamily::V4), 0);
 }
+
+#[test]
+fn dual_stack_load_balancer_gets_both_addresses_in_one_pass() {
+    let mut a = mk_alloc(true);
+    a.lb.set_pools(vec![PoolSpec::new(
+        "dual",
+        &["198.18.0.200-198.18.0.210", "fd00:18::/120"],
+    )])
+    .unwrap();
+    let out = plan(
+        &mut a,
+        &mk_facts(
+            "lb",
+            json!({"type": "LoadBalancer", "ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}),
+        ),
+    );
+    let ingress = out.ingress.unwrap();
+    assert_eq!(ingress.len(), 2);
+    assert!(ingress[0].is_ipv4() && ingress[1].is_ipv6());
+}
+
+#[test]
+fn headless_services_get_families_but_no_address() {
+    let mut a = mk_alloc(false);
+    let out = plan(
+        &mut a,
+        &mk_facts("h", json!({"clusterIP": "None", "selector": {"app": "x"}})),
+    );
+    assert_eq!(out.result, Some(Ok(())));
+    assert_eq!(out.fill.cluster_ips, None);
+    assert_eq!(out.fill.ip_families, Some(vec![IpFamily::V4]));
+    assert!(a
+        .cluster
+        .ips_of(&ServiceKey::new("default", "h"))
+        .is_empty());
+}
