@@ -66,11 +66,13 @@ impl From<LogFormatArg> for LogFormat {
     }
 }
 
-// `controller` joins this enum as its crate lands.
 #[derive(Debug, Subcommand)]
 enum Command {
     /// The node agent: programs this node's datapath (iptables) and serves health-check node ports.
     Agent(AgentArgs),
+    /// Allocate ClusterIPs, NodePorts and LoadBalancer IPs, keep IPPool status, and serve
+    /// LoadBalancer Services of berth's classes (leader-elected; run several replicas).
+    Controller(ControllerArgs),
     /// Print the CustomResourceDefinitions berth installs, as one multi-document YAML stream.
     Crds,
     /// Print the version of this binary.
@@ -139,6 +141,7 @@ enum DispatchArg {
     Linear,
 }
 
+/// One duration syntax for every flag: `500ms`, `2s`, `1m`, `1h`; a bare number is seconds.
 fn parse_duration(value: &str) -> Result<Duration, String> {
     berth_agent::parse_duration(value).map_err(|e| e.to_string())
 }
@@ -237,6 +240,124 @@ struct ApiserverArgs {
     graceful_pod_deletion: bool,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Debug, Args)]
+struct ControllerArgs {
+    /// Kubeconfig file; unset: in-cluster configuration, then the usual kubeconfig lookup.
+    #[arg(long, env = "BERTH_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Service CIDRs: one, or two of different families (the first is the default family).
+    #[arg(long, env = "BERTH_SERVICE_CIDR", default_value = "10.96.0.0/16")]
+    service_cidr: String,
+
+    /// Node port range, `first-last`.
+    #[arg(long, env = "BERTH_NODE_PORT_RANGE", default_value = "30000-32767")]
+    node_port_range: String,
+
+    /// Class served for LoadBalancer Services without `loadBalancerClass`: l2, aws-nlb or none.
+    #[arg(long, env = "BERTH_DEFAULT_CLASS", default_value = "l2")]
+    default_class: String,
+
+    /// Maintain Endpoints and EndpointSlices (off when kube-controller-manager does it).
+    #[arg(long, env = "BERTH_ENDPOINTS", value_enum, default_value_t = OnOff::Off)]
+    endpoints: OnOff,
+
+    /// Elect one active replica through a Lease.
+    #[arg(long, env = "BERTH_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "BERTH_LEASE_NAME", default_value = berth_api::names::lease::CONTROLLER)]
+    lease_name: String,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "BERTH_LEASE_NAMESPACE", default_value = "kube-system")]
+    lease_namespace: String,
+
+    /// This replica's identity in the Lease; unset: the host name and process id.
+    #[arg(long, env = "BERTH_IDENTITY")]
+    identity: Option<String>,
+
+    /// How long a leader's claim lasts after its last renewal, e.g. `15s`.
+    #[arg(long, env = "BERTH_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+
+    /// A leader that cannot renew for this long stops leading, e.g. `10s`.
+    #[arg(long, env = "BERTH_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: Duration,
+
+    /// Time between attempts to acquire or renew the Lease, e.g. `2s`.
+    #[arg(long, env = "BERTH_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    retry_period: Duration,
+
+    /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`).
+    #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    admin_listen: SocketAddr,
+}
+
+fn controller_options(args: ControllerArgs) -> anyhow::Result<berth_controller::RunOptions> {
+    if args.endpoints == OnOff::On {
+        anyhow::bail!("--endpoints on: the endpoints controller is not part of this build");
+    }
+    let mut config = berth_controller::ControllerConfig::new(
+        berth_controller::parse_service_cidrs(&args.service_cidr)?,
+    );
+    config.node_port_range = args
+        .node_port_range
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--node-port-range: {e}"))?;
+    config.default_class = berth_controller::parse_default_class(&args.default_class)?;
+    let identity = args.identity.unwrap_or_else(default_identity);
+    config.instance = identity.clone();
+    if args.leader_election {
+        let mut lease = berth_controller::LeaseConfig::new(args.lease_namespace, identity);
+        lease.name = args.lease_name;
+        lease.lease_duration = args.lease_duration;
+        lease.renew_deadline = args.renew_deadline;
+        lease.retry_period = args.retry_period;
+        lease.validate()?;
+        config.lease = Some(lease);
+    }
+    Ok(berth_controller::RunOptions {
+        kubeconfig: args.kubeconfig,
+        config,
+        admin_listen: args.admin_listen,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "berth-controller".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
+    let opts = controller_options(args)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let token = berth_controller::CancellationToken::new();
+        let stop = token.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stop.cancel();
+        });
+        berth_controller::run_controller(opts, token)
+            .await
+            .context("running the controller")
+    })
+}
+
 fn parse_faults(json: &str) -> Result<berth_lab::Faults, String> {
     serde_json::from_str(json).map_err(|e| format!("invalid fault settings: {e}"))
 }
@@ -310,6 +431,7 @@ fn main() -> anyhow::Result<()> {
         Command::Version => write_stdout(&version_line()),
         Command::Agent(args) => run_agent(args),
         Command::Lab(LabCommand::Apiserver(args)) => run_lab_apiserver(args),
+        Command::Controller(args) => run_controller(args),
     }
 }
 
@@ -515,6 +637,57 @@ mod tests {
         assert_eq!(config.min_sync_interval(), Duration::from_secs(1));
         assert_eq!(config.admin_listen(), "0.0.0.0:10356".parse().unwrap());
         assert!(parse(&["agent", "--node-name", "n", "--sync-period", "soon"]).is_err());
+    }
+
+    #[test]
+    fn controller_flags_become_options() {
+        let cli = parse(&[
+            "controller",
+            "--service-cidr",
+            "10.96.0.0/16,fd00::/108",
+            "--node-port-range",
+            "31000-31999",
+            "--default-class",
+            "none",
+            "--lease-duration",
+            "4s",
+            "--renew-deadline",
+            "3s",
+            "--retry-period",
+            "500ms",
+            "--identity",
+            "r1",
+        ])
+        .unwrap();
+        let Command::Controller(args) = cli.command else {
+            panic!("parsed {:?}", cli.command);
+        };
+        let opts = controller_options(args).unwrap();
+        assert_eq!(opts.config.service_cidrs.len(), 2);
+        assert_eq!(opts.config.node_port_range.to_string(), "31000-31999");
+        assert_eq!(opts.config.default_class, None);
+        let lease = opts.config.lease.unwrap();
+        assert_eq!(lease.identity, "r1");
+        assert_eq!(lease.retry_period, Duration::from_millis(500));
+        for bad in [
+            vec!["controller", "--default-class", "metallb"],
+            vec!["controller", "--service-cidr", "nonsense"],
+            vec!["controller", "--renew-deadline", "20s"],
+            vec!["controller", "--endpoints", "on"],
+        ] {
+            let Command::Controller(args) = parse(&bad).unwrap().command else {
+                panic!("not a controller command");
+            };
+            assert!(controller_options(args).is_err(), "{bad:?}");
+        }
+        assert!(parse(&["controller", "--lease-duration", "soon"]).is_err());
+        let Command::Controller(args) = parse(&["controller", "--leader-election", "false"])
+            .unwrap()
+            .command
+        else {
+            panic!("not a controller command");
+        };
+        assert!(controller_options(args).unwrap().config.lease.is_none());
     }
 
     #[test]
