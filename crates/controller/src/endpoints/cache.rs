@@ -7,7 +7,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_endpoints::{NodeZones, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE};
+use berth_endpoints::{
+    NodeZones, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE, MANAGED_BY_BERTH,
+};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -411,7 +413,22 @@ impl Cache {
 
     // ---- EndpointSlices (berth's own, as the watch selects) -------------------------------
 
+    /// Whether berth manages `slice`; the watch cannot select on the label (its value is no valid
+    /// label value for a selector), so the cache filters.
+    pub(crate) fn is_berth_slice(slice: &EndpointSlice) -> bool {
+        slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_MANAGED_BY))
+            .is_some_and(|v| v == MANAGED_BY_BERTH)
+    }
+
+    /// The Service a berth slice belongs to; `None` for anyone else's slice.
     fn service_of_slice(slice: &EndpointSlice) -> Option<ObjectKey> {
+        if !Self::is_berth_slice(slice) {
+            return None;
+        }
         let service = slice.metadata.labels.as_ref()?.get(LABEL_SERVICE_NAME)?;
         Some(ObjectKey::new(
             slice.metadata.namespace.as_deref().unwrap_or("default"),
@@ -430,8 +447,8 @@ impl Cache {
         Some(service)
     }
 
-    /// The Service the slice belongs to (and the one it left, if relabelled), unless the event
-    /// only shows the controller's own write.
+    /// The Service the slice belongs to (and the one it left, if relabelled or handed to another
+    /// manager), unless the event only shows the controller's own write.
     pub(crate) fn apply_slice(&mut self, mut slice: EndpointSlice) -> Vec<ObjectKey> {
         slice.metadata.managed_fields = None;
         let slice_key = ObjectKey::of(&slice.metadata);

@@ -36,7 +36,7 @@ fn mk_node(name: &str, zone: Option<&str>) -> Node {
 fn mk_slice(ns: &str, name: &str, service: &str, rv: &str) -> EndpointSlice {
     serde_json::from_value(json!({
         "metadata": {"namespace": ns, "name": name, "resourceVersion": rv,
-                     "labels": {LABEL_SERVICE_NAME: service}},
+                     "labels": {LABEL_SERVICE_NAME: service, LABEL_MANAGED_BY: MANAGED_BY_BERTH}},
         "addressType": "IPv4", "endpoints": []
     }))
     .unwrap()
@@ -265,4 +265,22 @@ fn all_keys_lists_selector_services_once() {
             key("shop", "web")
         ]
     );
+}
+
+#[test]
+fn slices_of_other_managers_are_not_cached_and_a_handover_leaves_the_cache() {
+    let mut cache = mk_cache();
+    let web = key("shop", "web");
+    let mut foreign = mk_slice("shop", "web-x", "web", "1");
+    foreign.metadata.labels.as_mut().unwrap().insert(
+        LABEL_MANAGED_BY.to_owned(),
+        "endpointslice-controller.k8s.io".to_owned(),
+    );
+    assert!(cache.apply_slice(foreign.clone()).is_empty());
+    assert!(cache.take_inputs(&web).slices.is_empty());
+    // One of berth's slices handed to another manager is no longer berth's to plan with.
+    cache.apply_slice(mk_slice("shop", "web-1", "web", "2"));
+    foreign.metadata.name = Some("web-1".to_owned());
+    assert_eq!(cache.apply_slice(foreign), vec![web.clone()]);
+    assert!(cache.take_inputs(&web).slices.is_empty());
 }

@@ -20,7 +20,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use berth_endpoints::{SliceConfig, LABEL_MANAGED_BY, MANAGED_BY_BERTH};
+use berth_endpoints::SliceConfig;
 use chrono::Utc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
@@ -244,8 +244,17 @@ impl EndpointsController {
             &stop,
             "EndpointSlice",
             Api::<EndpointSlice>::all(client.clone()),
-            all().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_BERTH}")),
-            Some,
+            all(),
+            |mut slice: EndpointSlice| {
+                if !Cache::is_berth_slice(&slice) {
+                    // Only its name and labels matter: they say it is not (or no longer) ours.
+                    slice.endpoints = Vec::new();
+                    slice.ports = None;
+                    slice.metadata.managed_fields = None;
+                    slice.metadata.annotations = None;
+                }
+                Some(slice)
+            },
             |cache, change| match change {
                 Change::Apply(s) => cache.apply_slice(s),
                 Change::Delete(s) => cache.delete_slice(&s),
