@@ -554,8 +554,19 @@ impl Cache {
         deleted: bool,
         now: Instant,
     ) {
+        let cached: Option<Option<&str>> = match &target {
+            Target::Endpoints => self
+                .endpoints
+                .get(service)
+                .map(|e| e.metadata.resource_version.as_deref()),
+            Target::Slice(name) => self
+                .slices
+                .get(service)
+                .and_then(|s| s.get(name))
+                .map(|s| s.metadata.resource_version.as_deref()),
+        };
         self.expectations
-            .expect(service, target, resource_version, deleted, now);
+            .expect(service, target, resource_version, deleted, cached, now);
     }
 
     pub(crate) fn is_settled(&mut self, service: &ObjectKey, now: Instant) -> bool {

@@ -61,15 +61,29 @@ impl Expectations {
         }
     }
 
-    /// Records a write. A write whose resourceVersion is unknown leaves nothing to wait for.
+    /// Records a write. A write whose resourceVersion is unknown leaves nothing to wait for, and
+    /// neither does one the cache already shows: its event can beat the write's response.
+    /// `cached` is the cache's copy of the object: `None` when it holds none, else its version.
     pub(crate) fn expect(
         &mut self,
         service: &ObjectKey,
         target: Target,
         resource_version: Option<&str>,
         deleted: bool,
+        cached: Option<Option<&str>>,
         now: Instant,
     ) {
+        let shown = match (deleted, cached) {
+            (true, None) => true,
+            (true, Some(_)) | (false, None) => false,
+            (false, Some(have)) => match (parse_version(have), parse_version(resource_version)) {
+                (Some(have), Some(want)) => have >= want,
+                _ => false,
+            },
+        };
+        if shown {
+            return;
+        }
         let want = if deleted {
             Want::Gone
         } else {
@@ -171,8 +185,15 @@ mod tests {
         let now = Instant::now();
         let mut e = Expectations::new(Duration::from_secs(10));
         assert!(e.is_settled(&key(), now));
-        e.expect(&key(), slice("web-1"), Some("10"), false, now);
-        e.expect(&key(), Target::Endpoints, Some("11"), false, now);
+        e.expect(&key(), slice("web-1"), Some("10"), false, Some(None), now);
+        e.expect(
+            &key(),
+            Target::Endpoints,
+            Some("11"),
+            false,
+            Some(None),
+            now,
+        );
         assert!(!e.is_settled(&key(), now));
         assert_eq!(e.observe(&key(), &slice("web-1"), Some("9")), Seen::Other);
         assert_eq!(
@@ -192,7 +213,7 @@ mod tests {
     fn a_delete_blocks_until_the_object_is_gone() {
         let now = Instant::now();
         let mut e = Expectations::new(Duration::from_secs(10));
-        e.expect(&key(), slice("web-1"), None, true, now);
+        e.expect(&key(), slice("web-1"), None, true, Some(Some("4")), now);
         assert_eq!(e.observe(&key(), &slice("web-1"), Some("5")), Seen::Other);
         assert!(!e.is_settled(&key(), now));
         assert_eq!(e.observe(&key(), &slice("web-1"), None), Seen::OwnWrite);
@@ -203,7 +224,7 @@ mod tests {
     fn an_object_deleted_by_someone_else_settles_a_write() {
         let now = Instant::now();
         let mut e = Expectations::new(Duration::from_secs(10));
-        e.expect(&key(), slice("web-1"), Some("10"), false, now);
+        e.expect(&key(), slice("web-1"), Some("10"), false, Some(None), now);
         assert_eq!(e.observe(&key(), &slice("web-1"), None), Seen::Other);
         assert!(e.is_settled(&key(), now));
     }
@@ -212,19 +233,59 @@ mod tests {
     fn expectations_expire_and_unknown_versions_are_not_awaited() {
         let now = Instant::now();
         let mut e = Expectations::new(Duration::from_secs(10));
-        e.expect(&key(), slice("web-1"), Some("opaque"), false, now);
+        e.expect(
+            &key(),
+            slice("web-1"),
+            Some("opaque"),
+            false,
+            Some(None),
+            now,
+        );
         assert!(e.is_settled(&key(), now));
-        e.expect(&key(), slice("web-1"), Some("10"), false, now);
+        e.expect(&key(), slice("web-1"), Some("10"), false, Some(None), now);
         assert!(!e.is_settled(&key(), now + Duration::from_secs(9)));
         assert!(e.is_settled(&key(), now + Duration::from_secs(10)));
         assert_eq!(e.observe(&key(), &slice("web-1"), Some("10")), Seen::Other);
     }
 
     #[test]
+    fn a_write_the_cache_already_shows_is_not_awaited() {
+        let now = Instant::now();
+        let mut e = Expectations::new(Duration::from_secs(10));
+        e.expect(
+            &key(),
+            slice("web-1"),
+            Some("10"),
+            false,
+            Some(Some("10")),
+            now,
+        );
+        e.expect(
+            &key(),
+            slice("web-2"),
+            Some("10"),
+            false,
+            Some(Some("12")),
+            now,
+        );
+        e.expect(&key(), slice("web-3"), None, true, None, now);
+        assert!(e.is_settled(&key(), now));
+        e.expect(
+            &key(),
+            slice("web-1"),
+            Some("10"),
+            false,
+            Some(Some("9")),
+            now,
+        );
+        assert!(!e.is_settled(&key(), now));
+    }
+
+    #[test]
     fn other_services_and_objects_are_unaffected() {
         let now = Instant::now();
         let mut e = Expectations::new(Duration::from_secs(10));
-        e.expect(&key(), slice("web-1"), Some("10"), false, now);
+        e.expect(&key(), slice("web-1"), Some("10"), false, Some(None), now);
         let other = ObjectKey::new("ns", "api");
         assert!(e.is_settled(&other, now));
         assert_eq!(e.observe(&other, &slice("web-1"), Some("10")), Seen::Other);
