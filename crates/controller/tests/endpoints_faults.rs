@@ -196,10 +196,6 @@ async fn converges_after_errors_and_dropped_watches() {
         },
     )
     .await;
-    eprintln!(
-        "converged {:?} after the faults stopped",
-        faults_off.elapsed()
-    );
     env.stop().await;
 }
 
