@@ -497,5 +497,7 @@ async fn metrics_count_syncs_and_slice_changes() {
     ] {
         assert!(text.contains(needle), "{needle} missing from\n{text}");
     }
+    let requests = env.server.request_counts();
+    assert!(requests.writes >= 3 && requests.reads >= 5, "{requests:?}");
     env.server.shutdown().await.unwrap();
 }
