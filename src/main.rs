@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use berth_telemetry::{resolve_log_filter, LogConfig, LogFormat};
@@ -65,9 +66,12 @@ impl From<LogFormatArg> for LogFormat {
     }
 }
 
-// `controller` and `agent` join this enum as their crates land.
+// `agent` joins this enum as its crate lands.
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Allocate ClusterIPs, NodePorts and LoadBalancer IPs, keep IPPool status, and serve
+    /// LoadBalancer Services of berth's classes (leader-elected; run several replicas).
+    Controller(ControllerArgs),
     /// Print the CustomResourceDefinitions berth installs, as one multi-document YAML stream.
     Crds,
     /// Print the version of this binary.
@@ -118,6 +122,146 @@ struct ApiserverArgs {
     /// would.
     #[arg(long, env = "BERTH_LAB_GRACEFUL_POD_DELETION")]
     graceful_pod_deletion: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Debug, Args)]
+struct ControllerArgs {
+    /// Kubeconfig file; unset: in-cluster configuration, then the usual kubeconfig lookup.
+    #[arg(long, env = "BERTH_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Service CIDRs: one, or two of different families (the first is the default family).
+    #[arg(long, env = "BERTH_SERVICE_CIDR", default_value = "10.96.0.0/16")]
+    service_cidr: String,
+
+    /// Node port range, `first-last`.
+    #[arg(long, env = "BERTH_NODE_PORT_RANGE", default_value = "30000-32767")]
+    node_port_range: String,
+
+    /// Class served for LoadBalancer Services without `loadBalancerClass`: l2, aws-nlb or none.
+    #[arg(long, env = "BERTH_DEFAULT_CLASS", default_value = "l2")]
+    default_class: String,
+
+    /// Maintain Endpoints and EndpointSlices (off when kube-controller-manager does it).
+    #[arg(long, env = "BERTH_ENDPOINTS", value_enum, default_value_t = OnOff::Off)]
+    endpoints: OnOff,
+
+    /// Elect one active replica through a Lease.
+    #[arg(long, env = "BERTH_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "BERTH_LEASE_NAME", default_value = berth_api::names::lease::CONTROLLER)]
+    lease_name: String,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "BERTH_LEASE_NAMESPACE", default_value = "kube-system")]
+    lease_namespace: String,
+
+    /// This replica's identity in the Lease; unset: the host name and process id.
+    #[arg(long, env = "BERTH_IDENTITY")]
+    identity: Option<String>,
+
+    /// How long a leader's claim lasts after its last renewal, e.g. `15s`.
+    #[arg(long, env = "BERTH_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+
+    /// A leader that cannot renew for this long stops leading, e.g. `10s`.
+    #[arg(long, env = "BERTH_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: Duration,
+
+    /// Time between attempts to acquire or renew the Lease, e.g. `2s`.
+    #[arg(long, env = "BERTH_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    retry_period: Duration,
+
+    /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`).
+    #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    admin_listen: SocketAddr,
+}
+
+/// `500ms`, `2s`, `1m`; a bare number is seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a duration such as 500ms, 2s or 1m"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("{text:?}: must be a non-negative duration"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+fn controller_options(args: ControllerArgs) -> anyhow::Result<berth_controller::RunOptions> {
+    if args.endpoints == OnOff::On {
+        anyhow::bail!("--endpoints on: the endpoints controller is not part of this build");
+    }
+    let mut config = berth_controller::ControllerConfig::new(
+        berth_controller::parse_service_cidrs(&args.service_cidr)?,
+    );
+    config.node_port_range = args
+        .node_port_range
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--node-port-range: {e}"))?;
+    config.default_class = berth_controller::parse_default_class(&args.default_class)?;
+    let identity = args.identity.unwrap_or_else(default_identity);
+    config.instance = identity.clone();
+    if args.leader_election {
+        let mut lease = berth_controller::LeaseConfig::new(args.lease_namespace, identity);
+        lease.name = args.lease_name;
+        lease.lease_duration = args.lease_duration;
+        lease.renew_deadline = args.renew_deadline;
+        lease.retry_period = args.retry_period;
+        lease.validate()?;
+        config.lease = Some(lease);
+    }
+    Ok(berth_controller::RunOptions {
+        kubeconfig: args.kubeconfig,
+        config,
+        admin_listen: args.admin_listen,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "berth-controller".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
+    let opts = controller_options(args)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let token = berth_controller::CancellationToken::new();
+        let stop = token.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stop.cancel();
+        });
+        berth_controller::run_controller(opts, token)
+            .await
+            .context("running the controller")
+    })
 }
 
 fn parse_faults(json: &str) -> Result<berth_lab::Faults, String> {
@@ -192,6 +336,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Version => write_stdout(&version_line()),
         Command::Lab(LabCommand::Apiserver(args)) => run_lab_apiserver(args),
+        Command::Controller(args) => run_controller(args),
     }
 }
 
@@ -337,6 +482,57 @@ mod tests {
         };
         let err = check_loopback(&args.listen).unwrap_err();
         assert!(err.to_string().contains("loopback"), "{err}");
+    }
+
+    #[test]
+    fn controller_flags_become_options() {
+        let cli = parse(&[
+            "controller",
+            "--service-cidr",
+            "10.96.0.0/16,fd00::/108",
+            "--node-port-range",
+            "31000-31999",
+            "--default-class",
+            "none",
+            "--lease-duration",
+            "4s",
+            "--renew-deadline",
+            "3s",
+            "--retry-period",
+            "500ms",
+            "--identity",
+            "r1",
+        ])
+        .unwrap();
+        let Command::Controller(args) = cli.command else {
+            panic!("parsed {:?}", cli.command);
+        };
+        let opts = controller_options(args).unwrap();
+        assert_eq!(opts.config.service_cidrs.len(), 2);
+        assert_eq!(opts.config.node_port_range.to_string(), "31000-31999");
+        assert_eq!(opts.config.default_class, None);
+        let lease = opts.config.lease.unwrap();
+        assert_eq!(lease.identity, "r1");
+        assert_eq!(lease.retry_period, Duration::from_millis(500));
+        for bad in [
+            vec!["controller", "--default-class", "metallb"],
+            vec!["controller", "--service-cidr", "nonsense"],
+            vec!["controller", "--renew-deadline", "20s"],
+            vec!["controller", "--endpoints", "on"],
+        ] {
+            let Command::Controller(args) = parse(&bad).unwrap().command else {
+                panic!("not a controller command");
+            };
+            assert!(controller_options(args).is_err(), "{bad:?}");
+        }
+        assert!(parse(&["controller", "--lease-duration", "soon"]).is_err());
+        let Command::Controller(args) = parse(&["controller", "--leader-election", "false"])
+            .unwrap()
+            .command
+        else {
+            panic!("not a controller command");
+        };
+        assert!(controller_options(args).unwrap().config.lease.is_none());
     }
 
     #[test]

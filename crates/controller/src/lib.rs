@@ -1,6 +1,26 @@
 //! berth-controller: the kube-runtime controllers of DESIGN.md §2–5 — allocation (ClusterIPs,
 //! NodePorts, LoadBalancer IPs), Endpoints and EndpointSlices, load balancers, status, Events and
-//! leader election. The decisions are made by the pure crates (`berth-ipam`, `berth-endpoints`);
-//! this crate reads the cluster, feeds them, and writes their answers back.
+//! leader election. The decisions are made by the pure crates (`berth-ipam`, `berth-endpoints`)
+//! and the pure modules here (`facts`, `plan`, `pools`, `lease::decide_lease`, the patch
+//! builders in `apply`); the rest reads the cluster, feeds them, and writes their answers back.
 
+pub mod apply;
+pub mod config;
+mod controller;
 pub mod endpoints;
+mod error;
+pub mod facts;
+pub mod lease;
+pub mod metrics;
+pub mod plan;
+pub mod pools;
+pub mod provider;
+mod run;
+mod worker;
+
+pub use config::{parse_default_class, parse_service_cidrs, ControllerConfig, LeaseConfig};
+pub use controller::AllocationController;
+pub use error::{api_error_category, Error};
+pub use run::{build_client, run_controller, RunOptions};
+/// Re-exported so the binary can stop the controller without its own dependency.
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,460 @@
+//! Writing one Service's decision back: pure builders for the spec patch, the condition and
+//! the status, and the thin async job that sends them. Spec patches carry the
+//! resourceVersion the decision was made from, so a value set meanwhile by someone else is
+//! never overwritten (the API server answers 409 and the Service is decided again).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use berth_api::names::{condition as cond, event as ev};
+use berth_api::set_condition;
+use berth_ipam::ServiceKey;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::Resource;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::error::api_error_category;
+use crate::metrics::Metrics;
+use crate::plan::{Allocation, SpecFill};
+use crate::provider::{LbRequest, Provider};
+
+/// The merge patch that fills empty spec fields, or `None` when there is nothing to fill.
+pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
+    if fill.is_empty() {
+        return None;
+    }
+    let mut spec = serde_json::Map::new();
+    if let Some(ips) = &fill.cluster_ips {
+        let texts: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+        if let Some(first) = texts.first() {
+            spec.insert("clusterIP".into(), json!(first));
+        }
+        spec.insert("clusterIPs".into(), json!(texts));
+    }
+    if let Some(fams) = &fill.ip_families {
+        let names: Vec<&str> = fams.iter().map(|f| f.as_str()).collect();
+        spec.insert("ipFamilies".into(), json!(names));
+    }
+    if let Some(policy) = fill.ip_family_policy {
+        spec.insert("ipFamilyPolicy".into(), json!(policy.as_str()));
+    }
+    if fill.node_ports.iter().any(Option::is_some) {
+        // A merge patch replaces the whole list, so every entry is sent as read, with only
+        // the empty nodePorts filled in.
+        let ports = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.clone())
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(ports.len());
+        for (i, p) in ports.iter().enumerate() {
+            let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
+            if let (Some(Some(n)), Some(map)) = (fill.node_ports.get(i), v.as_object_mut()) {
+                map.insert("nodePort".into(), json!(n));
+            }
+            out.push(v);
+        }
+        spec.insert("ports".into(), Value::Array(out));
+    }
+    if let Some(hc) = fill.health_check_node_port {
+        spec.insert("healthCheckNodePort".into(), json!(hc));
+    }
+    Some(json!({
+        "metadata": {"resourceVersion": svc.metadata.resource_version},
+        "spec": spec,
+    }))
+}
+
+/// The `berth.dev/Allocated` conditions after this decision, or `None` when unchanged.
+pub fn build_conditions(svc: &Service, out: &Allocation, now: Time) -> Option<Vec<Condition>> {
+    let result = out.result.as_ref()?;
+    let (status, reason, message) = match result {
+        Ok(()) => (cond::TRUE, cond::reason::ALLOCATED, String::new()),
+        Err(f) => (cond::FALSE, f.reason, f.message.clone()),
+    };
+    let mut conditions = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let changed = set_condition(
+        &mut conditions,
+        Condition {
+            type_: cond::ALLOCATED.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message,
+            observed_generation: svc.metadata.generation,
+            last_transition_time: now,
+        },
+    );
+    changed.then_some(conditions)
+}
+
+/// Whether the published ingress differs from the desired addresses (as VIPs).
+pub fn ingress_differs(svc: &Service, desired: &[IpAddr]) -> bool {
+    let current = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.clone())
+        .unwrap_or_default();
+    current.len() != desired.len()
+        || current.iter().zip(desired).any(|(c, d)| {
+            c.ip.as_deref() != Some(d.to_string().as_str())
+                || c.ip_mode.as_deref().is_some_and(|m| m != "VIP")
+                || c.hostname.is_some()
+        })
+}
+
+/// The status merge patch.
+pub fn build_status_patch(
+    ingress: Option<&[LoadBalancerIngress]>,
+    conditions: Option<&[Condition]>,
+) -> Value {
+    let mut status = serde_json::Map::new();
+    if let Some(ingress) = ingress {
+        let value = if ingress.is_empty() {
+            Value::Null
+        } else {
+            serde_json::to_value(ingress).unwrap_or(Value::Null)
+        };
+        status.insert("loadBalancer".into(), json!({ "ingress": value }));
+    }
+    if let Some(c) = conditions {
+        status.insert(
+            "conditions".into(),
+            serde_json::to_value(c).unwrap_or(Value::Null),
+        );
+    }
+    json!({ "status": status })
+}
+
+/// The writes for one Service, decided synchronously by the loop, sent by [`run_job`].
+pub struct WriteJob {
+    pub key: ServiceKey,
+    pub svc: Arc<Service>,
+    pub spec_patch: Option<Value>,
+    pub conditions: Option<Vec<Condition>>,
+    /// Desired ingress addresses when they differ from the published ones.
+    pub ingress: Option<Vec<IpAddr>>,
+    pub nodes: Vec<String>,
+    /// Warning Event for a newly failed allocation.
+    pub failure: Option<String>,
+    pub new_lb_ips: Vec<IpAddr>,
+}
+
+impl WriteJob {
+    pub fn is_empty(&self) -> bool {
+        self.spec_patch.is_none() && self.conditions.is_none() && self.ingress.is_none()
+    }
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    Done,
+    /// The Service is gone; its delete event releases it.
+    Gone,
+    /// Not leading any more: nothing was (or will be) written.
+    NotLeading,
+    /// Try again later; `category` is the metric label.
+    Retry {
+        category: &'static str,
+    },
+}
+
+/// Shared by every job.
+pub struct WriteCtx {
+    pub api: Api<Service>,
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    pub provider: Arc<dyn Provider>,
+    pub metrics: Metrics,
+    pub leading: watch::Receiver<bool>,
+}
+
+impl WriteCtx {
+    fn leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    async fn event(&self, svc: &Service, type_: EventType, reason: &str, note: String) {
+        if !self.leading() {
+            return;
+        }
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Allocate".to_string(),
+            secondary: None,
+        };
+        self.metrics.write("event");
+        if let Err(e) = self.recorder.publish(&event, &svc.object_ref(&())).await {
+            self.metrics.error(api_error_category(&e));
+            tracing::debug!(error = %e, "publishing an event failed");
+        }
+    }
+}
+
+fn outcome_of(e: &kube::Error) -> JobOutcome {
+    match api_error_category(e) {
+        "not_found" => JobOutcome::Gone,
+        category => JobOutcome::Retry { category },
+    }
+}
+
+/// Sends one job: spec first (so the status never names an address the spec lost), then the
+/// status with the provider's ingress, then Events.
+pub async fn run_job(ctx: Arc<WriteCtx>, job: WriteJob) -> (ServiceKey, JobOutcome) {
+    let outcome = run_job_inner(&ctx, &job).await;
+    (job.key, outcome)
+}
+
+async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
+    let name = job.key.name.as_str();
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
+    let mut latest = job.svc.clone();
+    if let Some(patch) = &job.spec_patch {
+        if !ctx.leading() {
+            return JobOutcome::NotLeading;
+        }
+        ctx.metrics.write("spec");
+        match api
+            .patch(name, &writer_params(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(svc) => latest = Arc::new(svc),
+            Err(e) => return outcome_of(&e),
+        }
+    }
+    if let Some(message) = &job.failure {
+        ctx.event(
+            &latest,
+            EventType::Warning,
+            ev::ALLOCATION_FAILED,
+            message.clone(),
+        )
+        .await;
+    }
+
+    let mut ingress: Option<Vec<LoadBalancerIngress>> = None;
+    let mut lb_failed = false;
+    match &job.ingress {
+        Some(ips) if ips.is_empty() => {
+            ctx.event(
+                &latest,
+                EventType::Normal,
+                ev::DELETING_LOAD_BALANCER,
+                "Deleting load balancer".into(),
+            )
+            .await;
+            match ctx.provider.delete(&job.key).await {
+                Ok(()) => ingress = Some(Vec::new()),
+                Err(e) => {
+                    lb_failed = true;
+                    ctx.event(
+                        &latest,
+                        EventType::Warning,
+                        ev::SYNC_LOAD_BALANCER_FAILED,
+                        format!("Error deleting load balancer: {e}"),
+                    )
+                    .await;
+                }
+            }
+        }
+        Some(ips) => {
+            ctx.event(
+                &latest,
+                EventType::Normal,
+                ev::ENSURING_LOAD_BALANCER,
+                "Ensuring load balancer".into(),
+            )
+            .await;
+            let req = LbRequest {
+                service: &job.key,
+                addresses: ips,
+                nodes: &job.nodes,
+            };
+            match ctx.provider.ensure(req).await {
+                Ok(i) => ingress = Some(i),
+                Err(e) => {
+                    lb_failed = true;
+                    ctx.event(
+                        &latest,
+                        EventType::Warning,
+                        ev::SYNC_LOAD_BALANCER_FAILED,
+                        format!("Error syncing load balancer: {e}"),
+                    )
+                    .await;
+                }
+            }
+        }
+        None => {}
+    }
+
+    if ingress.is_some() || job.conditions.is_some() {
+        if !ctx.leading() {
+            return JobOutcome::NotLeading;
+        }
+        // The spec write moved the generation; the condition speaks for the new one.
+        let conditions = job.conditions.clone().map(|mut cs| {
+            for c in cs.iter_mut().filter(|c| c.type_ == cond::ALLOCATED) {
+                c.observed_generation = latest.metadata.generation;
+            }
+            cs
+        });
+        let patch = build_status_patch(ingress.as_deref(), conditions.as_deref());
+        ctx.metrics.write("status");
+        if let Err(e) = api
+            .patch_status(name, &writer_params(), &Patch::Merge(&patch))
+            .await
+        {
+            return outcome_of(&e);
+        }
+    }
+    match (&job.ingress, ingress.is_some()) {
+        (Some(ips), true) if ips.is_empty() => {
+            ctx.event(
+                &latest,
+                EventType::Normal,
+                ev::DELETED_LOAD_BALANCER,
+                "Deleted load balancer".into(),
+            )
+            .await;
+        }
+        (Some(ips), true) => {
+            if !job.new_lb_ips.is_empty() {
+                let list: Vec<String> = job.new_lb_ips.iter().map(IpAddr::to_string).collect();
+                ctx.event(
+                    &latest,
+                    EventType::Normal,
+                    ev::IP_ALLOCATED,
+                    format!("Assigned IP [{}]", list.join(", ")),
+                )
+                .await;
+            }
+            let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+            ctx.event(
+                &latest,
+                EventType::Normal,
+                ev::ENSURED_LOAD_BALANCER,
+                format!("Ensured load balancer with [{}]", list.join(", ")),
+            )
+            .await;
+        }
+        _ => {}
+    }
+    if lb_failed {
+        return JobOutcome::Retry {
+            category: "provider",
+        };
+    }
+    JobOutcome::Done
+}
+
+/// Every write carries berth's field manager, so ownership of the fields it fills is visible.
+pub fn writer_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(berth_api::names::field_manager::CONTROLLER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
+/// `now` as a condition time.
+pub fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Failure;
+    use berth_ipam::IpFamily;
+    use serde_json::json;
+
+    fn mk_svc(v: Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn at(s: i64) -> Time {
+        Time(Timestamp::from_second(s).unwrap())
+    }
+
+    #[test]
+    fn spec_patch_fills_only_empty_node_ports_and_carries_the_version() {
+        let svc = mk_svc(json!({"metadata": {"name": "a", "resourceVersion": "42"},
+            "spec": {"ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}, {"port": 53, "protocol": "UDP"}]}}));
+        let fill = SpecFill {
+            cluster_ips: Some(vec!["10.96.0.9".parse().unwrap()]),
+            ip_families: Some(vec![IpFamily::V4]),
+            node_ports: vec![None, Some(31000)],
+            ..SpecFill::default()
+        };
+        let p = build_spec_patch(&svc, &fill).unwrap();
+        assert_eq!(p["metadata"]["resourceVersion"], "42");
+        assert_eq!(p["spec"]["clusterIP"], "10.96.0.9");
+        assert_eq!(p["spec"]["ipFamilies"], json!(["IPv4"]));
+        assert_eq!(p["spec"]["ports"][0]["nodePort"], 30080);
+        assert_eq!(p["spec"]["ports"][1]["nodePort"], 31000);
+        assert!(build_spec_patch(&svc, &SpecFill::default()).is_none());
+    }
+
+    #[test]
+    fn conditions_change_only_on_news() {
+        let svc = mk_svc(json!({"metadata": {"name": "a", "generation": 3}}));
+        let failed = Allocation {
+            fill: SpecFill::default(),
+            ingress: None,
+            result: Some(Err(Failure {
+                reason: "RangeFull",
+                message: "range is full".into(),
+            })),
+            new_lb_ips: vec![],
+        };
+        let c = build_conditions(&svc, &failed, at(1)).unwrap();
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("False", "RangeFull")
+        );
+        assert_eq!(c[0].observed_generation, Some(3));
+        let mut again = svc.clone();
+        again.status = Some(serde_json::from_value(json!({"conditions": c})).unwrap());
+        assert!(build_conditions(&again, &failed, at(2)).is_none());
+        let ok = Allocation {
+            result: Some(Ok(())),
+            ..failed.clone()
+        };
+        let c = build_conditions(&again, &ok, at(3)).unwrap();
+        assert_eq!(
+            (c[0].status.as_str(), c[0].last_transition_time.clone()),
+            ("True", at(3))
+        );
+        let none = Allocation {
+            result: None,
+            ..failed
+        };
+        assert!(build_conditions(&svc, &none, at(4)).is_none());
+    }
+
+    #[test]
+    fn ingress_comparison_and_status_patch() {
+        let svc = mk_svc(json!({"metadata": {"name": "a"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.200", "ipMode": "VIP"}]}}}));
+        let ip: IpAddr = "198.18.0.200".parse().unwrap();
+        assert!(!ingress_differs(&svc, &[ip]));
+        assert!(ingress_differs(&svc, &[]));
+        assert!(ingress_differs(&svc, &["198.18.0.201".parse().unwrap()]));
+        let cleared = build_status_patch(Some(&[]), None);
+        assert_eq!(
+            cleared,
+            json!({"status": {"loadBalancer": {"ingress": null}}})
+        );
+    }
+}

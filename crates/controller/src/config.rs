@@ -1,0 +1,167 @@
+//! The controller's configuration, parsed once from flags into checked values.
+
+use std::time::Duration;
+
+use berth_api::names::{class, lease};
+use berth_ipam::PortRange;
+use ipnet::IpNet;
+
+use crate::Error;
+
+/// Leader election settings (client-go's names and meaning).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseConfig {
+    pub name: String,
+    pub namespace: String,
+    /// This replica's identity in `holderIdentity`.
+    pub identity: String,
+    /// How long a holder's claim lasts after its last renewal; standbys wait this long.
+    pub lease_duration: Duration,
+    /// A leader that cannot renew for this long stops leading (before the lease expires).
+    pub renew_deadline: Duration,
+    /// Time between attempts to acquire or renew.
+    pub retry_period: Duration,
+}
+
+impl LeaseConfig {
+    /// Defaults as in kube-controller-manager: 15 s, 10 s, 2 s.
+    pub fn new(namespace: impl Into<String>, identity: impl Into<String>) -> Self {
+        Self {
+            name: lease::CONTROLLER.to_string(),
+            namespace: namespace.into(),
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    /// The durations must nest: retry < renew deadline < lease duration, so a leader gives
+    /// up before anyone else may take over.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.lease_duration.as_secs() < 1 {
+            return Err(Error::Config("--lease-duration must be at least 1s".into()));
+        }
+        if self.renew_deadline >= self.lease_duration {
+            return Err(Error::Config(
+                "--renew-deadline must be shorter than --lease-duration".into(),
+            ));
+        }
+        if self.retry_period.is_zero() || self.retry_period >= self.renew_deadline {
+            return Err(Error::Config(
+                "--retry-period must be positive and shorter than --renew-deadline".into(),
+            ));
+        }
+        if self.name.is_empty() || self.namespace.is_empty() || self.identity.is_empty() {
+            return Err(Error::Config(
+                "lease name, namespace and identity must not be empty".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Everything the allocation and load-balancer controllers need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// One CIDR, or two of different families; the first is the default family.
+    pub service_cidrs: Vec<IpNet>,
+    pub node_port_range: PortRange,
+    /// The class served for LoadBalancer Services without `loadBalancerClass`.
+    pub default_class: Option<&'static str>,
+    /// `None` runs without leader election (one replica).
+    pub lease: Option<LeaseConfig>,
+    /// Seed of the random ClusterIP and NodePort picks.
+    pub seed: u64,
+    /// Writes to the API server in flight at once.
+    pub max_in_flight: usize,
+    /// Reporting instance on Events.
+    pub instance: String,
+}
+
+impl ControllerConfig {
+    pub fn new(service_cidrs: Vec<IpNet>) -> Self {
+        Self {
+            service_cidrs,
+            node_port_range: PortRange::DEFAULT,
+            default_class: Some(class::L2),
+            lease: None,
+            seed: 0,
+            max_in_flight: 64,
+            instance: "berth-controller".to_string(),
+        }
+    }
+}
+
+/// Parses `--service-cidr`: one CIDR or two comma-separated ones of different families.
+pub fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, Error> {
+    let cidrs = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<IpNet>()
+                .map_err(|e| Error::Config(format!("--service-cidr {s:?}: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    match cidrs.as_slice() {
+        [_] => Ok(cidrs),
+        [a, b] if matches!(a, IpNet::V4(_)) != matches!(b, IpNet::V4(_)) => Ok(cidrs),
+        _ => Err(Error::Config(format!(
+            "--service-cidr {text:?}: expected one CIDR, or two of different IP families"
+        ))),
+    }
+}
+
+/// Parses `--default-class`: `l2`, `aws-nlb` (or their full class names) or `none`.
+pub fn parse_default_class(text: &str) -> Result<Option<&'static str>, Error> {
+    match text.trim() {
+        "none" | "" => Ok(None),
+        "l2" | class::L2 => Ok(Some(class::L2)),
+        "aws-nlb" | class::AWS_NLB => Ok(Some(class::AWS_NLB)),
+        other => Err(Error::Config(format!(
+            "--default-class {other:?}: expected l2, aws-nlb or none"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_cidrs() {
+        assert_eq!(parse_service_cidrs("10.96.0.0/16").unwrap().len(), 1);
+        assert_eq!(
+            parse_service_cidrs("10.96.0.0/16, fd00::/108")
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(parse_service_cidrs("10.96.0.0/16,10.97.0.0/16").is_err());
+        assert!(parse_service_cidrs("bogus").is_err());
+        assert!(parse_service_cidrs("").is_err());
+    }
+
+    #[test]
+    fn default_classes() {
+        assert_eq!(parse_default_class("l2").unwrap(), Some(class::L2));
+        assert_eq!(
+            parse_default_class("berth.dev/aws-nlb").unwrap(),
+            Some(class::AWS_NLB)
+        );
+        assert_eq!(parse_default_class("none").unwrap(), None);
+        assert!(parse_default_class("metallb").is_err());
+    }
+
+    #[test]
+    fn lease_durations_must_nest() {
+        let mut c = LeaseConfig::new("kube-system", "me");
+        assert!(c.validate().is_ok());
+        c.renew_deadline = c.lease_duration;
+        assert!(c.validate().is_err());
+        let mut c = LeaseConfig::new("kube-system", "me");
+        c.retry_period = c.renew_deadline;
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! `berth controller`'s allocation and load-balancer controller: leader election around the
+//! single-writer loop, and readiness.
+
+use std::sync::Arc;
+
+use berth_api::names::event;
+use berth_telemetry::ReadinessCheck;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::Client;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::apply::WriteCtx;
+use crate::config::ControllerConfig;
+use crate::lease::LeaderElector;
+use crate::metrics::Metrics;
+use crate::provider::{L2Provider, Provider};
+use crate::worker::Worker;
+use crate::Error;
+
+/// Allocation (ClusterIPs, NodePorts, LoadBalancer IPs), IPPool status and the `l2`
+/// load balancer.
+pub struct AllocationController {
+    client: Client,
+    cfg: ControllerConfig,
+    metrics: Metrics,
+    provider: Arc<dyn Provider>,
+    readiness: Option<Arc<ReadinessCheck>>,
+}
+
+impl AllocationController {
+    /// Builds; nothing runs until [`Self::run`].
+    pub fn new(client: Client, cfg: ControllerConfig, registry: &mut Registry) -> Self {
+        Self {
+            client,
+            cfg,
+            metrics: Metrics::new(registry),
+            provider: Arc::new(L2Provider),
+            readiness: None,
+        }
+    }
+
+    /// Ready once existing allocations are adopted while leading, or while standing by.
+    pub fn with_readiness(mut self, check: ReadinessCheck) -> Self {
+        self.readiness = Some(Arc::new(check));
+        self
+    }
+
+    /// Replaces the `l2` provider (tests inject failing ones).
+    pub fn with_provider(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.provider = provider;
+        self
+    }
+
+    /// Runs until `shutdown`; with leader election, only while leading, starting afresh
+    /// (list, adopt, assign) each time leadership is gained.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let Some(lease_cfg) = self.cfg.lease.clone() else {
+            let (_tx, rx) = watch::channel(true);
+            self.metrics.leader.set(1);
+            self.lead(rx, shutdown).await?;
+            return Ok(());
+        };
+        let elector = LeaderElector::new(self.client.clone(), lease_cfg)?;
+        let (tx, rx) = watch::channel(false);
+        let election_stop = CancellationToken::new();
+        // The election runs inside this future, not as a task of its own: if the controller
+        // dies, so does its claim on the Lease.
+        let election = elector.run(tx, election_stop.clone());
+        let terms = async {
+            let result = self.terms(rx, &shutdown).await;
+            election_stop.cancel();
+            result
+        };
+        let ((), result) = tokio::join!(election, terms);
+        result
+    }
+
+    /// Leads whenever elected, starting afresh each term, until shutdown.
+    async fn terms(
+        &self,
+        mut rx: watch::Receiver<bool>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), Error> {
+        loop {
+            self.metrics.leader.set(0);
+            if let Some(r) = &self.readiness {
+                r.set_ready(true);
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                changed = rx.wait_for(|leading| *leading) => if changed.is_err() { return Ok(()) },
+            }
+            self.metrics.leader.set(1);
+            if let Some(r) = &self.readiness {
+                r.set_ready(false);
+            }
+            let term = shutdown.child_token();
+            let mut watch_rx = rx.clone();
+            let lost = async move {
+                let _ = watch_rx.wait_for(|leading| !*leading).await;
+            };
+            tokio::select! {
+                r = self.lead(rx.clone(), term.clone()) => r?,
+                _ = lost => tracing::warn!("leadership lost; standing by"),
+            }
+            term.cancel();
+        }
+    }
+
+    async fn lead(
+        &self,
+        leading: watch::Receiver<bool>,
+        token: CancellationToken,
+    ) -> Result<(), Error> {
+        let recorder = Recorder::new(
+            self.client.clone(),
+            Reporter {
+                controller: event::CONTROLLER_COMPONENT.to_string(),
+                instance: Some(self.cfg.instance.clone()),
+            },
+        );
+        let ctx = Arc::new(WriteCtx {
+            api: Api::<Service>::all(self.client.clone()),
+            client: self.client.clone(),
+            recorder,
+            provider: self.provider.clone(),
+            metrics: self.metrics.clone(),
+            leading,
+        });
+        let readiness = self.readiness.clone();
+        let worker = Worker::new(
+            self.cfg.clone(),
+            self.metrics.clone(),
+            self.client.clone(),
+            ctx,
+            Box::new(move || {
+                if let Some(r) = &readiness {
+                    r.set_ready(true);
+                }
+            }),
+        )?;
+        worker.run(token).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,365 @@
+//! A Service as allocation sees it: the raw object read once into plain data. Reading never
+//! fails as a whole; a field berth cannot understand becomes a problem that the plan turns
+//! into a condition and a Warning Event, so hostile input is reported, not crashed on.
+
+use std::net::IpAddr;
+
+use berth_api::names::class;
+use berth_ipam::{
+    ClusterIpRequest, IpFamily, IpFamilyPolicy, LbPort, NodePortRequest, Protocol, ServiceKey,
+    ServicePortSpec, ServiceView, TrafficPolicy,
+};
+use k8s_openapi::api::core::v1::Service;
+
+/// `spec.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceType {
+    ClusterIp,
+    NodePort,
+    LoadBalancer,
+    ExternalName,
+}
+
+impl ServiceType {
+    fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value.unwrap_or("ClusterIP") {
+            "ClusterIP" | "" => Ok(Self::ClusterIp),
+            "NodePort" => Ok(Self::NodePort),
+            "LoadBalancer" => Ok(Self::LoadBalancer),
+            "ExternalName" => Ok(Self::ExternalName),
+            other => Err(format!(
+                "spec.type: Unsupported value: {other:?}: supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""
+            )),
+        }
+    }
+}
+
+/// Who serves a LoadBalancer Service's external address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LbClass {
+    /// Not a LoadBalancer Service.
+    None,
+    /// An IPPool address announced by the agents.
+    L2,
+    /// A cloud load balancer; its provider publishes the status.
+    AwsNlb,
+    /// A class berth does not serve: no address, no status.
+    Foreign,
+}
+
+/// Everything allocation needs from one Service.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceFacts {
+    pub key: ServiceKey,
+    pub uid: String,
+    pub resource_version: String,
+    /// `metadata.creationTimestamp` as RFC 3339 text (sorts by time); empty when unset.
+    pub created: String,
+    pub type_: ServiceType,
+    pub cluster_ips: ClusterIpRequest,
+    /// `spec.ipFamilies` and `spec.ipFamilyPolicy` are unset, so the plan fills them.
+    pub families_unset: bool,
+    /// Node-port needs; empty `ports` for ClusterIP and ExternalName Services.
+    pub node_ports: NodePortRequest,
+    pub lb_class: LbClass,
+    /// What the LoadBalancer allocator needs (namespace labels are added by the caller).
+    pub lb_view: ServiceView,
+    /// Addresses in `status.loadBalancer.ingress[].ip`.
+    pub ingress_ips: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress` has entries (addresses or hostnames).
+    pub has_ingress: bool,
+    /// Fields that could not be read, in the API server's words where it has them.
+    pub problems: Vec<String>,
+}
+
+/// Reads a Service; `default_class` is the controller's `--default-class`.
+pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts {
+    let meta = &svc.metadata;
+    let key = ServiceKey::new(
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    );
+    let spec = svc.spec.clone().unwrap_or_default();
+    let mut problems = Vec::new();
+    let type_ = ServiceType::parse(spec.type_.as_deref()).unwrap_or_else(|p| {
+        problems.push(p);
+        ServiceType::ClusterIp
+    });
+
+    let cluster_ips = read_cluster_ips(svc, &mut problems);
+    let families_unset =
+        spec.ip_families.as_ref().is_none_or(Vec::is_empty) || spec.ip_family_policy.is_none();
+
+    let etp = match spec.external_traffic_policy.as_deref() {
+        Some("Local") => TrafficPolicy::Local,
+        _ => TrafficPolicy::Cluster,
+    };
+    let mut port_specs = Vec::new();
+    for (i, p) in spec.ports.iter().flatten().enumerate() {
+        let protocol = match p.protocol.as_deref().unwrap_or("TCP").parse::<Protocol>() {
+            Ok(proto) => proto,
+            Err(_) => {
+                problems.push(format!(
+                    "spec.ports[{i}].protocol: Unsupported value: {:?}: supported values: \"SCTP\", \"TCP\", \"UDP\"",
+                    p.protocol.as_deref().unwrap_or_default()
+                ));
+                continue;
+            }
+        };
+        let Some(port) = u16::try_from(p.port).ok().filter(|v| *v > 0) else {
+            problems.push(format!(
+                "spec.ports[{i}].port: Invalid value: {}: must be between 1 and 65535, inclusive",
+                p.port
+            ));
+            continue;
+        };
+        let node_port = match p.node_port {
+            None | Some(0) => None,
+            Some(n) => match u16::try_from(n) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    problems.push(format!(
+                        "spec.ports[{i}].nodePort: Invalid value: {n}: must be between 1 and 65535, inclusive"
+                    ));
+                    continue;
+                }
+            },
+        };
+        port_specs.push(ServicePortSpec {
+            port,
+            protocol,
+            node_port,
+        });
+    }
+    let lb_ports: Vec<LbPort> = port_specs
+        .iter()
+        .map(|p| LbPort::new(p.protocol, p.port))
+        .collect();
+
+    let wants_node_ports = matches!(type_, ServiceType::NodePort | ServiceType::LoadBalancer);
+    let health_check = (type_ == ServiceType::LoadBalancer && etp == TrafficPolicy::Local).then(
+        || match spec.health_check_node_port {
+            None | Some(0) => None,
+            Some(n) => u16::try_from(n).ok().or_else(|| {
+                problems.push(format!(
+                    "spec.healthCheckNodePort: Invalid value: {n}: must be between 1 and 65535, inclusive"
+                ));
+                None
+            }),
+        },
+    );
+    let node_ports = NodePortRequest {
+        ports: if wants_node_ports {
+            port_specs
+        } else {
+            Vec::new()
+        },
+        allocate_node_ports: type_ == ServiceType::NodePort
+            || spec.allocate_load_balancer_node_ports != Some(false),
+        health_check,
+    };
+
+    let lb_class = match type_ {
+        ServiceType::LoadBalancer => {
+            match class::served_class(spec.load_balancer_class.as_deref(), default_class) {
+                Some(class::L2) => LbClass::L2,
+                Some(_) => LbClass::AwsNlb,
+                None => LbClass::Foreign,
+            }
+        }
+        _ if spec.load_balancer_class.is_some()
+            && class::served_class(spec.load_balancer_class.as_deref(), None).is_none() =>
+        {
+            LbClass::Foreign
+        }
+        _ => LbClass::None,
+    };
+
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let requested_ips = if lb_class == LbClass::L2 {
+        match berth_api::requested_ips_with_spec(&annotations, spec.load_balancer_ip.as_deref()) {
+            Ok(r) => r.map(|r| r.ips).unwrap_or_default(),
+            Err(e) => {
+                problems.push(e.to_string());
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let lb_view = ServiceView {
+        namespace: key.namespace.clone(),
+        namespace_labels: Default::default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        requested_ips,
+        requested_pool: berth_api::ip_pool(&annotations).map(|a| a.value.to_string()),
+        sharing_key: berth_api::sharing_key(&annotations).map(|a| a.value.to_string()),
+        ports: lb_ports,
+        external_traffic_policy: etp,
+        selector: spec.selector.clone().unwrap_or_default(),
+        families: cluster_ips.families.clone(),
+    };
+
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref());
+    let ingress_ips = ingress
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect();
+
+    ServiceFacts {
+        key,
+        uid: meta.uid.clone().unwrap_or_default(),
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+        created: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        type_,
+        cluster_ips,
+        families_unset,
+        node_ports,
+        lb_class,
+        lb_view,
+        ingress_ips,
+        has_ingress: ingress.is_some_and(|i| !i.is_empty()),
+        problems,
+    }
+}
+
+fn read_cluster_ips(svc: &Service, problems: &mut Vec<String>) -> ClusterIpRequest {
+    let spec = svc.spec.clone().unwrap_or_default();
+    let mut req = ClusterIpRequest {
+        has_selector: spec.selector.as_ref().is_some_and(|s| !s.is_empty()),
+        ..ClusterIpRequest::default()
+    };
+    if let Some(policy) = spec.ip_family_policy.as_deref() {
+        match policy.parse::<IpFamilyPolicy>() {
+            Ok(p) => req.policy = Some(p),
+            Err(_) => problems.push(format!(
+                "spec.ipFamilyPolicy: Unsupported value: {policy:?}: supported values: \"PreferDualStack\", \"RequireDualStack\", \"SingleStack\""
+            )),
+        }
+    }
+    for (i, fam) in spec.ip_families.iter().flatten().enumerate() {
+        match fam.parse::<IpFamily>() {
+            Ok(f) => req.families.push(f),
+            Err(_) => problems.push(format!(
+                "spec.ipFamilies[{i}]: Unsupported value: {fam:?}: supported values: \"IPv4\", \"IPv6\""
+            )),
+        }
+    }
+    let listed: Vec<String> = match (&spec.cluster_ips, &spec.cluster_ip) {
+        (Some(list), _) if !list.is_empty() => list.clone(),
+        (_, Some(one)) if !one.is_empty() => vec![one.clone()],
+        _ => Vec::new(),
+    };
+    for (i, text) in listed.iter().enumerate() {
+        if text == "None" {
+            if i == 0 {
+                req.headless = true;
+            } else {
+                problems.push(format!(
+                    "spec.clusterIPs[{i}]: Invalid value: \"None\": may only be set for the first entry"
+                ));
+            }
+            continue;
+        }
+        match text.parse::<IpAddr>() {
+            Ok(ip) => req.cluster_ips.push(ip),
+            Err(_) => problems.push(format!(
+                "spec.clusterIPs[{i}]: Invalid value: {text:?}: must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+            )),
+        }
+    }
+    req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mk_svc(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn load_balancer_facts() {
+        let svc = mk_svc(json!({
+            "metadata": {"namespace": "ns", "name": "web", "uid": "u1",
+                "annotations": {"berth.dev/load-balancer-ips": "198.18.0.210", "berth.dev/sharing-key": "k"}},
+            "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000,
+                "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}, {"port": 53, "protocol": "UDP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.210"}]}}
+        }));
+        let f = read_service(&svc, Some(class::L2));
+        assert_eq!(f.lb_class, LbClass::L2);
+        assert_eq!(f.node_ports.health_check, Some(Some(31000)));
+        assert_eq!(f.node_ports.ports.len(), 2);
+        assert_eq!(f.node_ports.ports[0].node_port, Some(30080));
+        assert_eq!(
+            f.lb_view.requested_ips,
+            vec!["198.18.0.210".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(f.lb_view.sharing_key.as_deref(), Some("k"));
+        assert_eq!(f.ingress_ips.len(), 1);
+        assert!(f.problems.is_empty());
+    }
+
+    #[test]
+    fn classes() {
+        let lb = |class: Option<&str>| {
+            let mut v = json!({"metadata": {"name": "a"}, "spec": {"type": "LoadBalancer"}});
+            if let Some(c) = class {
+                v["spec"]["loadBalancerClass"] = json!(c);
+            }
+            mk_svc(v)
+        };
+        assert_eq!(
+            read_service(&lb(None), Some(class::L2)).lb_class,
+            LbClass::L2
+        );
+        assert_eq!(read_service(&lb(None), None).lb_class, LbClass::Foreign);
+        assert_eq!(
+            read_service(&lb(Some("example.com/other")), Some(class::L2)).lb_class,
+            LbClass::Foreign
+        );
+        assert_eq!(
+            read_service(&lb(Some(class::AWS_NLB)), Some(class::L2)).lb_class,
+            LbClass::AwsNlb
+        );
+        let cip = mk_svc(json!({"metadata": {"name": "a"}, "spec": {}}));
+        assert_eq!(read_service(&cip, Some(class::L2)).lb_class, LbClass::None);
+    }
+
+    #[test]
+    fn hostile_fields_become_problems() {
+        let svc = mk_svc(json!({
+            "metadata": {"name": "a", "annotations": {"berth.dev/load-balancer-ips": "nonsense"}},
+            "spec": {"type": "Weird", "clusterIPs": ["10.0.0.1", "None", "x"], "ipFamilies": ["IPv5"],
+                "ipFamilyPolicy": "Maybe", "ports": [{"port": 70000}, {"port": 1, "protocol": "ICMP"},
+                {"port": 2, "nodePort": -4}]}
+        }));
+        let f = read_service(&svc, Some(class::L2));
+        assert_eq!(f.type_, ServiceType::ClusterIp);
+        assert_eq!(f.problems.len(), 8, "{:?}", f.problems);
+        assert!(f.problems[0].starts_with("spec.type: Unsupported value: \"Weird\""));
+    }
+
+    #[test]
+    fn headless_and_cluster_ip_fallback() {
+        let svc = mk_svc(json!({"metadata": {"name": "a"}, "spec": {"clusterIP": "None"}}));
+        assert!(read_service(&svc, None).cluster_ips.headless);
+        let svc = mk_svc(json!({"metadata": {"name": "a"}, "spec": {"clusterIP": "10.96.0.9"}}));
+        assert_eq!(
+            read_service(&svc, None).cluster_ips.cluster_ips,
+            vec!["10.96.0.9".parse::<IpAddr>().unwrap()]
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! Leader election on a coordination.k8s.io Lease, as client-go does it: acquire when the
+//! Lease is free or expired, renew every retry period, stop leading when renewals fail for
+//! the renew deadline (shorter than the lease duration, so the old leader has stopped
+//! before anyone may take over), and hand the Lease back on shutdown. The decision is a pure
+//! function; the loop around it is thin.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, PostParams};
+use kube::Client;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::LeaseConfig;
+use crate::Error;
+
+/// What to do with the Lease on this attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseAction {
+    /// It does not exist: create it, holding it.
+    Create,
+    /// We hold it: renew.
+    Renew,
+    /// Free or expired: take it over.
+    TakeOver,
+    /// Someone else holds it and their claim is current.
+    Wait { holder: String },
+}
+
+/// Decides from the Lease as read (`None`: absent) at `now`. A Lease without its own
+/// duration counts with `default_duration`.
+pub fn decide_lease(
+    spec: Option<&LeaseSpec>,
+    me: &str,
+    now: Timestamp,
+    default_duration: Duration,
+) -> LeaseAction {
+    let Some(spec) = spec else {
+        return LeaseAction::Create;
+    };
+    let holder = spec.holder_identity.as_deref().unwrap_or_default();
+    if holder.is_empty() {
+        return LeaseAction::TakeOver;
+    }
+    if holder == me {
+        return LeaseAction::Renew;
+    }
+    let duration = spec
+        .lease_duration_seconds
+        .map(|s| SignedDuration::from_secs(i64::from(s.max(0))))
+        .unwrap_or_else(|| SignedDuration::from_secs(default_duration.as_secs() as i64));
+    let last = spec.renew_time.as_ref().or(spec.acquire_time.as_ref());
+    match last {
+        Some(MicroTime(t)) if t.checked_add(duration).is_ok_and(|end| end > now) => {
+            LeaseAction::Wait {
+                holder: holder.to_string(),
+            }
+        }
+        _ => LeaseAction::TakeOver,
+    }
+}
+
+/// Runs the election until shutdown, publishing whether this replica leads.
+pub struct LeaderElector {
+    api: Api<Lease>,
+    cfg: LeaseConfig,
+}
+
+impl LeaderElector {
+    pub fn new(client: Client, cfg: LeaseConfig) -> Result<Self, Error> {
+        cfg.validate()?;
+        Ok(Self {
+            api: Api::namespaced(client, &cfg.namespace),
+            cfg,
+        })
+    }
+
+    /// Attempts every retry period; `leading` follows the outcome. On shutdown the flag drops
+    /// first (nothing more is written) and then a held Lease is handed back, so a standby
+    /// takes over at once instead of after the lease duration.
+    pub async fn run(self, leading: watch::Sender<bool>, shutdown: CancellationToken) {
+        let mut last_renew: Option<Instant> = None;
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    last_renew = Some(Instant::now());
+                    if !*leading.borrow() {
+                        tracing::info!(identity = %self.cfg.identity, lease = %self.cfg.name, "became leader");
+                    }
+                    leading.send_replace(true);
+                }
+                Ok(false) => {
+                    last_renew = None;
+                    if leading.send_replace(false) {
+                        tracing::warn!(identity = %self.cfg.identity, "lost the lease to another replica");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "lease attempt failed");
+                    let expired = last_renew.is_none_or(|t| t.elapsed() >= self.cfg.renew_deadline);
+                    if expired && leading.send_replace(false) {
+                        tracing::warn!(identity = %self.cfg.identity, "renew deadline passed; stopped leading");
+                    }
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(self.cfg.retry_period) => {}
+            }
+        }
+        if leading.send_replace(false) {
+            if let Err(e) = self.release().await {
+                tracing::warn!(error = %e, "releasing the lease failed; a standby takes over when it expires");
+            } else {
+                tracing::info!(identity = %self.cfg.identity, "released the lease");
+            }
+        }
+    }
+
+    /// One attempt; `Ok(true)` when this replica holds the Lease afterwards.
+    pub async fn try_acquire_or_renew(&self) -> Result<bool, Error> {
+        let current = self
+            .api
+            .get_opt(&self.cfg.name)
+            .await
+            .map_err(|e| Error::kube("reading the lease", e))?;
+        let now = Timestamp::now();
+        let action = decide_lease(
+            current.as_ref().and_then(|l| l.spec.as_ref()),
+            &self.cfg.identity,
+            now,
+            self.cfg.lease_duration,
+        );
+        let secs = i32::try_from(self.cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let result = match (action, current) {
+            (LeaseAction::Wait { .. }, _) => return Ok(false),
+            (LeaseAction::Create, _) => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.cfg.name.clone()),
+                        namespace: Some(self.cfg.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.cfg.identity.clone()),
+                        lease_duration_seconds: Some(secs),
+                        acquire_time: Some(MicroTime(now)),
+                        renew_time: Some(MicroTime(now)),
+                        lease_transitions: Some(0),
+                        ..LeaseSpec::default()
+                    }),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            (action, Some(mut lease)) => {
+                let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+                if action == LeaseAction::TakeOver {
+                    spec.holder_identity = Some(self.cfg.identity.clone());
+                    spec.acquire_time = Some(MicroTime(now));
+                    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+                }
+                spec.lease_duration_seconds = Some(secs);
+                spec.renew_time = Some(MicroTime(now));
+                // The resourceVersion read above makes this a compare-and-swap: of two
+                // replicas racing for an expired Lease, one gets 409.
+                self.api
+                    .replace(&self.cfg.name, &PostParams::default(), &lease)
+                    .await
+            }
+            (_, None) => return Ok(false),
+        };
+        match result {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(Error::kube("writing the lease", e)),
+        }
+    }
+
+    /// Hands the Lease back if this replica holds it.
+    pub async fn release(&self) -> Result<(), Error> {
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.cfg.name)
+            .await
+            .map_err(|e| Error::kube("reading the lease", e))?
+        else {
+            return Ok(());
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return Ok(());
+        };
+        if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        self.api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::kube("releasing the lease", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + s).unwrap()
+    }
+
+    fn mk_spec(holder: Option<&str>, renewed: i64, secs: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            renew_time: Some(MicroTime(at(renewed))),
+            lease_duration_seconds: Some(secs),
+            ..LeaseSpec::default()
+        }
+    }
+
+    const D: Duration = Duration::from_secs(15);
+
+    #[test]
+    fn absent_lease_is_created() {
+        assert_eq!(decide_lease(None, "a", at(0), D), LeaseAction::Create);
+    }
+
+    #[test]
+    fn own_lease_is_renewed_even_when_expired() {
+        let s = mk_spec(Some("a"), 0, 15);
+        assert_eq!(decide_lease(Some(&s), "a", at(100), D), LeaseAction::Renew);
+    }
+
+    #[test]
+    fn others_current_claim_is_respected_until_it_expires() {
+        let s = mk_spec(Some("b"), 0, 15);
+        assert_eq!(
+            decide_lease(Some(&s), "a", at(14), D),
+            LeaseAction::Wait { holder: "b".into() }
+        );
+        assert_eq!(
+            decide_lease(Some(&s), "a", at(15), D),
+            LeaseAction::TakeOver
+        );
+    }
+
+    #[test]
+    fn released_or_timeless_leases_are_free() {
+        let s = mk_spec(None, 0, 15);
+        assert_eq!(decide_lease(Some(&s), "a", at(1), D), LeaseAction::TakeOver);
+        let s = LeaseSpec {
+            holder_identity: Some("b".into()),
+            ..LeaseSpec::default()
+        };
+        assert_eq!(decide_lease(Some(&s), "a", at(1), D), LeaseAction::TakeOver);
+    }
+}

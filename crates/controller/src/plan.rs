@@ -1,0 +1,302 @@
+//! The allocation decision for one Service, as a pure function over the allocators: what to
+//! fill into empty spec fields, what the load-balancer ingress should be, and the
+//! `berth.dev/Allocated` condition. No I/O; the caller writes the answer.
+//!
+//! Stages run in the API server's order — ClusterIPs, node ports, LoadBalancer IPs — and
+//! the first failure stops the later stages: a Service the API server would have rejected
+//! gets nothing new beyond what earlier stages already gave it, and its failure is reported
+//! once. Each allocator call is all-or-nothing, so a failed stage changes nothing.
+
+use std::net::IpAddr;
+
+use berth_api::names::condition::reason;
+use berth_ipam::{
+    plan_cluster_ips, ClusterIpAllocator, IpFamily, IpFamilyPolicy, IpamError, Labels,
+    LbIpAllocator, NodePortAllocator, PortRange, ServiceKey,
+};
+use ipnet::IpNet;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::facts::{LbClass, ServiceFacts, ServiceType};
+
+/// The three allocators, owned by the one task that writes.
+#[derive(Debug)]
+pub struct Allocators {
+    pub cluster: ClusterIpAllocator<ServiceKey>,
+    pub ports: NodePortAllocator<ServiceKey>,
+    pub lb: LbIpAllocator<ServiceKey>,
+}
+
+impl Allocators {
+    /// Empty allocators over the service CIDRs and node-port range; `seed` makes the random
+    /// picks reproducible.
+    pub fn new(cidrs: &[IpNet], range: PortRange, seed: u64) -> Result<Self, IpamError> {
+        Ok(Self {
+            cluster: ClusterIpAllocator::new(cidrs, SmallRng::seed_from_u64(seed))?,
+            ports: NodePortAllocator::new(range, SmallRng::seed_from_u64(seed.wrapping_add(1))),
+            lb: LbIpAllocator::new(),
+        })
+    }
+
+    /// Forgets everything `owner` holds (the Service was deleted).
+    pub fn release_all(&mut self, owner: &ServiceKey) -> bool {
+        let a = self.cluster.release_owner(owner);
+        let b = self.ports.release_owner(owner);
+        let c = self.lb.release_owner(owner);
+        !(a.is_empty() && b.is_empty() && c.is_empty())
+    }
+}
+
+/// Values for spec fields that are empty on the Service; berth never changes a set value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecFill {
+    /// The full `spec.clusterIPs` (the set ones first, unchanged); `spec.clusterIP` is the first.
+    pub cluster_ips: Option<Vec<IpAddr>>,
+    pub ip_families: Option<Vec<IpFamily>>,
+    pub ip_family_policy: Option<IpFamilyPolicy>,
+    /// Per `spec.ports` index: a node port for an entry that has none.
+    pub node_ports: Vec<Option<u16>>,
+    pub health_check_node_port: Option<u16>,
+}
+
+impl SpecFill {
+    pub fn is_empty(&self) -> bool {
+        self.cluster_ips.is_none()
+            && self.ip_families.is_none()
+            && self.ip_family_policy.is_none()
+            && self.node_ports.iter().all(Option::is_none)
+            && self.health_check_node_port.is_none()
+    }
+}
+
+/// Why allocation failed: a bounded reason (condition, metric label) and the message (the
+/// API server's words where it has them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Failure {
+    fn from_ipam(e: &IpamError) -> Self {
+        Self {
+            reason: failure_reason(e),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// The outcome for one Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    pub fill: SpecFill,
+    /// The desired `status.loadBalancer.ingress` addresses; `None` leaves the status alone
+    /// (not berth's to write). `Some(empty)` clears it.
+    pub ingress: Option<Vec<IpAddr>>,
+    /// `None` when berth allocates nothing for the Service (ExternalName).
+    pub result: Option<Result<(), Failure>>,
+    /// LoadBalancer IPs newly given in this decision, for an `IPAllocated` Event.
+    pub new_lb_ips: Vec<IpAddr>,
+}
+
+/// The condition reason for an allocator error.
+pub fn failure_reason(e: &IpamError) -> &'static str {
+    match e {
+        IpamError::IpAlreadyAllocated { .. } => reason::IP_ALREADY_ALLOCATED,
+        IpamError::PortAlreadyAllocated { .. } | IpamError::HealthCheckPort { .. } => {
+            reason::PORT_ALREADY_ALLOCATED
+        }
+        IpamError::NotAllowedByConfig { .. } => reason::NOT_IN_ANY_POOL,
+        IpamError::UnknownPool { .. } => reason::POOL_NOT_FOUND,
+        IpamError::PoolNotCompatible { .. } | IpamError::IpNotInPool { .. } => {
+            reason::POOL_NOT_ADMITTING
+        }
+        IpamError::NoAvailableIps { .. } => reason::NO_AVAILABLE_POOL,
+        IpamError::IpRangeFull { .. }
+        | IpamError::PortRangeFull
+        | IpamError::HealthCheckPortRangeFull
+        | IpamError::PoolExhausted { .. } => reason::RANGE_FULL,
+        IpamError::CannotShare { .. } | IpamError::PortInUse { .. } => reason::SHARING_CONFLICT,
+        _ => reason::INVALID_REQUEST,
+    }
+}
+
+/// Decides and records one Service's allocations. `ns_labels` are its Namespace's labels
+/// (for pools restricted by namespace selector).
+pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels) -> Allocation {
+    let owner = &f.key;
+    let mut out = Allocation {
+        fill: SpecFill::default(),
+        ingress: None,
+        result: Some(Ok(())),
+        new_lb_ips: Vec::new(),
+    };
+    if !f.problems.is_empty() {
+        // What the Service holds stays held: an unreadable edit must not free its addresses
+        // for someone else.
+        out.result = Some(Err(Failure {
+            reason: reason::INVALID_REQUEST,
+            message: f.problems.join("; "),
+        }));
+        return out;
+    }
+    if f.type_ == ServiceType::ExternalName {
+        let had_lb = !alloc.lb.ips_of(owner).is_empty();
+        alloc.release_all(owner);
+        out.ingress = clear_ingress(alloc, f, had_lb);
+        out.result = None;
+        return out;
+    }
+
+    if let Err(e) = plan_cluster_stage(alloc, f, &mut out.fill) {
+        out.result = Some(Err(Failure::from_ipam(&e)));
+        return out;
+    }
+    if let Err(e) = plan_node_port_stage(alloc, f, &mut out.fill) {
+        out.result = Some(Err(Failure::from_ipam(&e)));
+        return out;
+    }
+
+    match f.lb_class {
+        LbClass::L2 => {
+            let mut view = f.lb_view.clone();
+            view.namespace_labels = ns_labels.clone();
+            let before = alloc.lb.ips_of(owner);
+            if before.is_empty() && !f.ingress_ips.is_empty() {
+                // Status written by an earlier run that this one has not adopted yet (a
+                // Service first seen after startup); a refusal just means a new address.
+                let _ = alloc.lb.adopt(owner, &view, &f.ingress_ips);
+            }
+            match alloc.lb.assign(owner, &view) {
+                Ok(ips) => {
+                    out.new_lb_ips = ips
+                        .iter()
+                        .filter(|ip| !f.ingress_ips.contains(ip))
+                        .copied()
+                        .collect();
+                    out.ingress = Some(ips);
+                }
+                Err(e) => {
+                    // An address no pool contains any more is given up rather than kept
+                    // for lack of a new one (see `pools`).
+                    let held = alloc.lb.ips_of(owner);
+                    if held.iter().any(|ip| alloc.lb.pool_of(*ip).is_none()) {
+                        alloc.lb.release_owner(owner);
+                    }
+                    out.ingress = Some(alloc.lb.ips_of(owner));
+                    out.result = Some(Err(Failure::from_ipam(&e)));
+                }
+            }
+        }
+        LbClass::AwsNlb | LbClass::Foreign => {
+            alloc.lb.release_owner(owner);
+        }
+        LbClass::None => {
+            let had = !alloc.lb.release_owner(owner).is_empty();
+            out.ingress = clear_ingress(alloc, f, had);
+        }
+    }
+    out
+}
+
+/// Clears the ingress of a Service berth no longer serves, when the addresses there were
+/// berth's (held until now, or from one of its pools); someone else's status stays.
+fn clear_ingress(alloc: &Allocators, f: &ServiceFacts, had_lb: bool) -> Option<Vec<IpAddr>> {
+    if f.lb_class == LbClass::Foreign || !f.has_ingress {
+        return None;
+    }
+    let ours = had_lb
+        || f.ingress_ips
+            .iter()
+            .any(|ip| alloc.lb.pool_of(*ip).is_some());
+    ours.then(Vec::new)
+}
+
+fn plan_cluster_stage(
+    alloc: &mut Allocators,
+    f: &ServiceFacts,
+    fill: &mut SpecFill,
+) -> Result<(), IpamError> {
+    let plan = plan_cluster_ips(&f.cluster_ips, alloc.cluster.families())?;
+    let ips = alloc.cluster.apply_plan(&f.key, &plan)?;
+    if !ips.is_empty() && ips != f.cluster_ips.cluster_ips {
+        fill.cluster_ips = Some(ips);
+    }
+    if f.families_unset {
+        fill.ip_families = Some(plan.families.clone());
+        fill.ip_family_policy = Some(plan.policy);
+    }
+    Ok(())
+}
+
+fn plan_node_port_stage(
+    alloc: &mut Allocators,
+    f: &ServiceFacts,
+    fill: &mut SpecFill,
+) -> Result<(), IpamError> {
+    let req = &f.node_ports;
+    if req.ports.is_empty() && req.health_check.is_none() {
+        alloc.ports.release_owner(&f.key);
+        return Ok(());
+    }
+    let got = alloc.ports.assign_service(&f.key, req)?;
+    fill.node_ports = req
+        .ports
+        .iter()
+        .zip(&got.node_ports)
+        .map(|(asked, given)| {
+            if asked.node_port.is_none() {
+                *given
+            } else {
+                None
+            }
+        })
+        .collect();
+    if req.health_check == Some(None) {
+        fill.health_check_node_port = got.health_check_node_port;
+    }
+    Ok(())
+}
+
+/// Records the values existing Services already hold, oldest first (DESIGN.md §3), before
+/// anything is assigned. Returns the refused claims, younger Service first in each pair's
+/// order of discovery; those Services get their condition when they are reconciled.
+pub fn adopt_all<'a>(
+    alloc: &mut Allocators,
+    services: impl IntoIterator<Item = (&'a ServiceFacts, &'a Labels)>,
+) -> Vec<(ServiceKey, IpamError)> {
+    let mut sorted: Vec<(&ServiceFacts, &Labels)> = services.into_iter().collect();
+    sorted.sort_by(|a, b| (&a.0.created, &a.0.key).cmp(&(&b.0.created, &b.0.key)));
+    let mut refused = Vec::new();
+    for (f, ns_labels) in sorted {
+        if !f.problems.is_empty() || f.type_ == ServiceType::ExternalName {
+            continue;
+        }
+        let owner = &f.key;
+        for ip in &f.cluster_ips.cluster_ips {
+            if let Err(e) = alloc.cluster.adopt(owner, *ip) {
+                refused.push((owner.clone(), e));
+            }
+        }
+        let np = &f.node_ports;
+        let hc = np.health_check.flatten();
+        for port in np.ports.iter().filter_map(|p| p.node_port).chain(hc) {
+            if let Err(e) = alloc.ports.adopt(owner, port) {
+                refused.push((owner.clone(), e));
+            }
+        }
+        if f.lb_class == LbClass::L2 && !f.ingress_ips.is_empty() {
+            let mut view = f.lb_view.clone();
+            view.namespace_labels = ns_labels.clone();
+            if let Err(e) = alloc.lb.adopt(owner, &view, &f.ingress_ips) {
+                refused.push((owner.clone(), e));
+            }
+        }
+    }
+    refused
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

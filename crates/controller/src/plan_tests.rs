@@ -1,0 +1,328 @@
+//! Address plan: service CIDR 10.96.0.0/16 (+ fd00:96::/112 when dual), node ports
+//! 30000-32767, pool "default" 198.18.0.200-198.18.0.250.
+
+use super::*;
+use crate::facts::read_service;
+use berth_api::names::class;
+use berth_ipam::PoolSpec;
+use k8s_openapi::api::core::v1::Service;
+use serde_json::{json, Value};
+
+fn mk_alloc(dual: bool) -> Allocators {
+    let mut cidrs: Vec<IpNet> = vec!["10.96.0.0/16".parse().unwrap()];
+    if dual {
+        cidrs.push("fd00:96::/112".parse().unwrap());
+    }
+    let mut a = Allocators::new(&cidrs, PortRange::DEFAULT, 7).unwrap();
+    a.lb.set_pools(vec![PoolSpec::new(
+        "default",
+        &["198.18.0.200-198.18.0.250"],
+    )])
+    .unwrap();
+    a
+}
+
+fn mk_facts(name: &str, spec: Value) -> ServiceFacts {
+    mk_facts_full(json!({"metadata": {"namespace": "default", "name": name}, "spec": spec}))
+}
+
+fn mk_facts_full(v: Value) -> ServiceFacts {
+    let svc: Service = serde_json::from_value(v).unwrap();
+    read_service(&svc, Some(class::L2))
+}
+
+fn plan(a: &mut Allocators, f: &ServiceFacts) -> Allocation {
+    plan_service(a, f, &Labels::new())
+}
+
+#[test]
+fn cluster_ip_is_filled_with_families_and_policy() {
+    let mut a = mk_alloc(false);
+    let out = plan(&mut a, &mk_facts("a", json!({"ports": [{"port": 80}]})));
+    assert_eq!(out.result, Some(Ok(())));
+    let ips = out.fill.cluster_ips.unwrap();
+    assert_eq!(ips.len(), 1);
+    assert_ne!(ips[0], "10.96.0.0".parse::<IpAddr>().unwrap());
+    assert_eq!(out.fill.ip_families, Some(vec![IpFamily::V4]));
+    assert_eq!(out.fill.ip_family_policy, Some(IpFamilyPolicy::SingleStack));
+    assert!(out.fill.node_ports.is_empty());
+    assert_eq!(out.ingress, None);
+}
+
+#[test]
+fn a_second_plan_is_a_no_op_once_written() {
+    let mut a = mk_alloc(false);
+    let first = plan(&mut a, &mk_facts("a", json!({})));
+    let ip = first.fill.cluster_ips.unwrap()[0].to_string();
+    let written = mk_facts(
+        "a",
+        json!({"clusterIP": ip, "clusterIPs": [ip], "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}),
+    );
+    let again = plan(&mut a, &written);
+    assert!(again.fill.is_empty(), "{:?}", again.fill);
+    assert_eq!(again.result, Some(Ok(())));
+}
+
+#[test]
+fn duplicate_requested_cluster_ip_fails_with_apiserver_words() {
+    let mut a = mk_alloc(false);
+    let one = plan(&mut a, &mk_facts("a", json!({"clusterIP": "10.96.0.5"})));
+    assert_eq!(one.result, Some(Ok(())));
+    let two = plan(&mut a, &mk_facts("b", json!({"clusterIP": "10.96.0.5"})));
+    let err = two.result.unwrap().unwrap_err();
+    assert_eq!(err.reason, reason::IP_ALREADY_ALLOCATED);
+    assert_eq!(
+        err.message,
+        "failed to allocate IP 10.96.0.5: provided IP is already allocated"
+    );
+    assert!(two.fill.is_empty());
+}
+
+#[test]
+fn node_ports_fill_only_empty_entries_and_share_tcp_udp() {
+    let mut a = mk_alloc(false);
+    let out = plan(
+        &mut a,
+        &mk_facts(
+            "dns",
+            json!({"type": "NodePort", "ports": [
+                {"port": 53, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"},
+                {"port": 80, "nodePort": 30080}]}),
+        ),
+    );
+    assert_eq!(out.result, Some(Ok(())));
+    let np = out.fill.node_ports;
+    assert_eq!(np.len(), 3);
+    assert!(np[0].is_some());
+    assert_eq!(np[0], np[1]);
+    assert_eq!(np[2], None, "a set nodePort is never rewritten");
+    assert_eq!(a.ports.owner_of(30080).unwrap().name, "dns");
+}
+
+#[test]
+fn node_port_out_of_range_and_colliding() {
+    let mut a = mk_alloc(false);
+    let out = plan(
+        &mut a,
+        &mk_facts(
+            "a",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 40000}]}),
+        ),
+    );
+    assert_eq!(
+        out.result.unwrap().unwrap_err().message,
+        "spec.ports[0].nodePort: Invalid value: 40000: provided port is not in the valid range. The range of valid ports is 30000-32767"
+    );
+    plan(
+        &mut a,
+        &mk_facts(
+            "b",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]}),
+        ),
+    );
+    let out = plan(
+        &mut a,
+        &mk_facts(
+            "c",
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]}),
+        ),
+    );
+    let err = out.result.unwrap().unwrap_err();
+    assert_eq!(err.reason, reason::PORT_ALREADY_ALLOCATED);
+    assert_eq!(
+        err.message,
+        "spec.ports[0].nodePort: Invalid value: 30500: provided port is already allocated"
+    );
+}
+
+#[test]
+fn health_check_node_port_only_for_load_balancer_local() {
+    let mut a = mk_alloc(false);
+    let local = plan(
+        &mut a,
+        &mk_facts(
+            "lb",
+            json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}),
+        ),
+    );
+    assert!(local.fill.health_check_node_port.is_some());
+    let np = plan(
+        &mut a,
+        &mk_facts(
+            "np",
+            json!({"type": "NodePort", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}),
+        ),
+    );
+    assert_eq!(np.fill.health_check_node_port, None);
+    let cluster = plan(
+        &mut a,
+        &mk_facts(
+            "lbc",
+            json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+        ),
+    );
+    assert_eq!(cluster.fill.health_check_node_port, None);
+}
+
+#[test]
+fn load_balancer_gets_lowest_pool_address_and_new_ip_is_reported() {
+    let mut a = mk_alloc(false);
+    let out = plan(
+        &mut a,
+        &mk_facts(
+            "lb",
+            json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+        ),
+    );
+    let want: IpAddr = "198.18.0.200".parse().unwrap();
+    assert_eq!(out.ingress, Some(vec![want]));
+    assert_eq!(out.new_lb_ips, vec![want]);
+}
+
+#[test]
+fn foreign_class_gets_node_ports_but_no_address_nor_status() {
+    let mut a = mk_alloc(false);
+    let out = plan(
+        &mut a,
+        &mk_facts(
+            "lb",
+            json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/x", "ports": [{"port": 80}]}),
+        ),
+    );
+    assert_eq!(out.ingress, None);
+    assert!(out.fill.node_ports[0].is_some());
+    assert!(a.lb.ips_of(&ServiceKey::new("default", "lb")).is_empty());
+}
+
+#[test]
+fn type_changes_release_exactly_what_they_should() {
+    let mut a = mk_alloc(false);
+    let key = ServiceKey::new("default", "s");
+    let lb = plan(
+        &mut a,
+        &mk_facts(
+            "s",
+            json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+        ),
+    );
+    let ip = lb.fill.cluster_ips.unwrap()[0].to_string();
+    let port = lb.fill.node_ports[0].unwrap();
+    let lb_ip = lb.ingress.unwrap()[0].to_string();
+    let status = json!({"loadBalancer": {"ingress": [{"ip": lb_ip, "ipMode": "VIP"}]}});
+    let as_type = |t: &str| {
+        mk_facts_full(json!({"metadata": {"namespace": "default", "name": "s"},
+            "spec": {"type": t, "clusterIP": ip, "clusterIPs": [ip], "ipFamilies": ["IPv4"],
+                "ipFamilyPolicy": "SingleStack", "ports": [{"port": 80, "nodePort": port}]},
+            "status": status}))
+    };
+    // LoadBalancer -> NodePort: keeps the node port, drops the external address.
+    let out = plan(&mut a, &as_type("NodePort"));
+    assert_eq!(out.ingress, Some(vec![]));
+    assert!(a.lb.ips_of(&key).is_empty());
+    assert_eq!(a.ports.ports_of(&key), vec![port]);
+    // NodePort -> ClusterIP: drops the node port too, keeps the ClusterIP.
+    plan(&mut a, &as_type("ClusterIP"));
+    assert!(a.ports.ports_of(&key).is_empty());
+    assert_eq!(a.cluster.ips_of(&key).len(), 1);
+    // ClusterIP -> LoadBalancer: everything again.
+    let out = plan(&mut a, &as_type("LoadBalancer"));
+    assert_eq!(out.ingress.unwrap().len(), 1);
+    assert_eq!(a.ports.ports_of(&key), vec![port]);
+    // -> ExternalName: nothing is held.
+    let out = plan(&mut a, &as_type("ExternalName"));
+    assert_eq!(out.result, None);
+    assert_eq!(out.ingress, Some(vec![]));
+    assert!(a.cluster.ips_of(&key).is_empty() && a.ports.ports_of(&key).is_empty());
+}
+
+#[test]
+fn dual_stack_policies() {
+    let mut a = mk_alloc(true);
+    let out = plan(
+        &mut a,
+        &mk_facts("d", json!({"ipFamilyPolicy": "RequireDualStack"})),
+    );
+    assert_eq!(out.fill.cluster_ips.unwrap().len(), 2);
+    assert_eq!(out.fill.ip_families, Some(vec![IpFamily::V4, IpFamily::V6]));
+    let out = plan(
+        &mut a,
+        &mk_facts(
+            "p",
+            json!({"ipFamilyPolicy": "PreferDualStack", "ipFamilies": ["IPv6"]}),
+        ),
+    );
+    let ips = out.fill.cluster_ips.unwrap();
+    assert!(ips[0].is_ipv6() && ips[1].is_ipv4());
+    let mut single = mk_alloc(false);
+    let out = plan(
+        &mut single,
+        &mk_facts("r", json!({"ipFamilyPolicy": "RequireDualStack"})),
+    );
+    assert_eq!(
+        out.result.unwrap().unwrap_err().message,
+        "spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services"
+    );
+}
+
+#[test]
+fn adoption_keeps_the_older_claim() {
+    let mut a = mk_alloc(false);
+    let older = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "old",
+        "creationTimestamp": "2024-01-01T00:00:00Z"}, "spec": {"clusterIP": "10.96.1.1"}}));
+    let younger = mk_facts_full(
+        json!({"metadata": {"namespace": "default", "name": "a-young",
+        "creationTimestamp": "2025-01-01T00:00:00Z"}, "spec": {"clusterIP": "10.96.1.1"}}),
+    );
+    let labels = Labels::new();
+    let refused = adopt_all(&mut a, [(&younger, &labels), (&older, &labels)]);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].0.name, "a-young");
+    assert_eq!(
+        a.cluster
+            .owner_of("10.96.1.1".parse().unwrap())
+            .unwrap()
+            .name,
+        "old"
+    );
+    let out = plan(&mut a, &younger);
+    assert_eq!(
+        out.result.unwrap().unwrap_err().reason,
+        reason::IP_ALREADY_ALLOCATED
+    );
+}
+
+#[test]
+fn invalid_services_keep_what_they_hold() {
+    let mut a = mk_alloc(false);
+    plan(&mut a, &mk_facts("a", json!({"clusterIP": "10.96.0.7"})));
+    let out = plan(
+        &mut a,
+        &mk_facts("a", json!({"clusterIP": "10.96.0.7", "type": "Bogus"})),
+    );
+    assert_eq!(
+        out.result.unwrap().unwrap_err().reason,
+        reason::INVALID_REQUEST
+    );
+    assert_eq!(a.cluster.ips_of(&ServiceKey::new("default", "a")).len(), 1);
+}
+
+#[test]
+fn an_address_left_outside_every_pool_is_given_up() {
+    let mut a = mk_alloc(false);
+    let svc = mk_facts("lb", json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    assert_eq!(plan(&mut a, &svc).ingress.unwrap().len(), 1);
+    // The pool moves: a new address from the pools as they are now.
+    a.lb.set_pools(vec![PoolSpec::new("moved", &["198.18.0.10-198.18.0.10"])])
+        .unwrap();
+    let out = plan(&mut a, &svc);
+    assert_eq!(out.ingress, Some(vec!["198.18.0.10".parse().unwrap()]));
+    // No pool left: the address is released, not kept.
+    a.lb.set_pools(vec![]).unwrap();
+    let out = plan(&mut a, &svc);
+    assert_eq!(out.ingress, Some(vec![]));
+    assert_eq!(
+        out.result.unwrap().unwrap_err().reason,
+        reason::NO_AVAILABLE_POOL
+    );
+    assert_eq!(a.lb.used(IpFamily::V4), 0);
+}

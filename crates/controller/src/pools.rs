@@ -1,0 +1,225 @@
+//! IPPools: the custom resources read into allocator pools, and the status written back
+//! (counts per family, `Valid` and `Overlapping` conditions). Pure.
+//!
+//! Pool changes: an address that no longer lies in any pool is not kept. Every Service that
+//! holds one is reconciled again at once and gets an address from the pools as they are now
+//! (or `Allocated=False` when none is left). This differs from MetalLB, which leaves such a
+//! Service alone until it changes; berth prefers that the pools always describe what is
+//! announced, since the agents never answer for an address outside the pools.
+
+use std::collections::BTreeMap;
+
+use berth_api::names::condition::{self as cond, reason};
+use berth_api::{overlapping_pools, set_condition, IPPool, IPPoolStatus};
+use berth_ipam::{
+    LabelSelector as IpamSelector, LabelSelectorRequirement, PoolSpec, PoolStatus, SelectorOperator,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+
+/// The allocator pools for every valid IPPool, and the problem of each invalid one.
+pub fn build_pool_specs(pools: &[IPPool]) -> (Vec<PoolSpec>, BTreeMap<String, String>) {
+    let mut specs = Vec::new();
+    let mut invalid = BTreeMap::new();
+    for pool in pools {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        match to_pool_spec(&name, pool) {
+            Ok(spec) => specs.push(spec),
+            Err(problem) => {
+                invalid.insert(name, problem);
+            }
+        }
+    }
+    (specs, invalid)
+}
+
+fn to_pool_spec(name: &str, pool: &IPPool) -> Result<PoolSpec, String> {
+    pool.spec.validate().map_err(|e| e.to_string())?;
+    let alloc = pool.spec.service_allocation.clone().unwrap_or_default();
+    let spec = PoolSpec {
+        name: name.to_string(),
+        addresses: pool.spec.addresses.clone(),
+        auto_assign: pool.spec.auto_assign,
+        avoid_buggy_ips: pool.spec.avoid_buggy_ips,
+        priority: alloc.priority,
+        namespaces: alloc.namespaces,
+        namespace_selectors: alloc
+            .namespace_selector
+            .as_ref()
+            .map(to_selector)
+            .transpose()?
+            .into_iter()
+            .collect(),
+        service_selectors: alloc
+            .service_selector
+            .as_ref()
+            .map(to_selector)
+            .transpose()?
+            .into_iter()
+            .collect(),
+    };
+    spec.validate().map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+fn to_selector(s: &LabelSelector) -> Result<IpamSelector, String> {
+    let mut out = IpamSelector {
+        match_labels: s.match_labels.clone().unwrap_or_default(),
+        match_expressions: Vec::new(),
+    };
+    for e in s.match_expressions.iter().flatten() {
+        let operator = match e.operator.as_str() {
+            "In" => SelectorOperator::In,
+            "NotIn" => SelectorOperator::NotIn,
+            "Exists" => SelectorOperator::Exists,
+            "DoesNotExist" => SelectorOperator::DoesNotExist,
+            other => return Err(format!("unknown selector operator {other:?}")),
+        };
+        out.match_expressions.push(LabelSelectorRequirement {
+            key: e.key.clone(),
+            operator,
+            values: e.values.clone().unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+/// For each pool, the names of the pools it overlaps.
+pub fn pool_overlaps(pools: &[IPPool]) -> BTreeMap<String, Vec<String>> {
+    let names: Vec<String> = pools
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect();
+    overlapping_pools(
+        names
+            .iter()
+            .map(String::as_str)
+            .zip(pools.iter().map(|p| &p.spec)),
+    )
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))
+    .collect()
+}
+
+/// The status a pool should have. `counts` is `None` for an invalid pool (it serves nothing);
+/// existing conditions keep their transition time unless their status changes.
+pub fn build_pool_status(
+    pool: &IPPool,
+    counts: Option<PoolStatus>,
+    problem: Option<&str>,
+    overlaps: &[String],
+    now: Time,
+) -> IPPoolStatus {
+    let counts = counts.unwrap_or_default();
+    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    let mut status = IPPoolStatus::from_counts(
+        u32::try_from(counts.assigned_ipv4).unwrap_or(u32::MAX),
+        clamp(counts.available_ipv4),
+        clamp(counts.assigned_ipv6),
+        counts.available_ipv6,
+    );
+    let old = pool.status.as_ref();
+    status.conditions = old.map(|s| s.conditions.clone()).unwrap_or_default();
+    let generation = pool.metadata.generation;
+    let mk = |type_: &str, ok: bool, reason: &str, message: String| Condition {
+        type_: type_.to_string(),
+        status: if ok { cond::TRUE } else { cond::FALSE }.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    };
+    let valid = match problem {
+        None => mk(cond::VALID, true, reason::VALID_SPEC, String::new()),
+        Some(p) => mk(cond::VALID, false, reason::INVALID_SPEC, p.to_string()),
+    };
+    set_condition(&mut status.conditions, valid);
+    let overlap = if overlaps.is_empty() {
+        mk(cond::OVERLAPPING, false, reason::NO_OVERLAP, String::new())
+    } else {
+        mk(
+            cond::OVERLAPPING,
+            true,
+            reason::OVERLAPS_POOL,
+            format!("addresses overlap IPPool {}", overlaps.join(", ")),
+        )
+    };
+    set_condition(&mut status.conditions, overlap);
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    fn mk_pool(name: &str, spec: serde_json::Value) -> IPPool {
+        serde_json::from_value(json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": name, "generation": 1}, "spec": spec}))
+        .unwrap()
+    }
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn valid_and_invalid_pools() {
+        let pools = vec![
+            mk_pool(
+                "a",
+                json!({"addresses": ["198.18.0.200-198.18.0.250"],
+                "serviceAllocation": {"priority": 5, "namespaces": ["x"],
+                    "serviceSelector": {"matchExpressions": [{"key": "k", "operator": "Exists"}]}}}),
+            ),
+            mk_pool("b", json!({"addresses": ["not-an-address"]})),
+        ];
+        let (specs, invalid) = build_pool_specs(&pools);
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].priority, Some(5));
+        assert_eq!(specs[0].service_selectors.len(), 1);
+        assert!(invalid["b"].contains("not-an-address"), "{invalid:?}");
+    }
+
+    #[test]
+    fn status_counts_and_conditions_keep_transition_times() {
+        let pools = vec![
+            mk_pool("a", json!({"addresses": ["198.18.0.0/24"]})),
+            mk_pool("b", json!({"addresses": ["198.18.0.128/25"]})),
+            mk_pool("c", json!({"addresses": ["fd00::/64"]})),
+        ];
+        let overlaps = pool_overlaps(&pools);
+        assert_eq!(overlaps["a"], vec!["b".to_string()]);
+        assert!(!overlaps.contains_key("c"));
+        let counts = PoolStatus {
+            assigned_ipv4: 2,
+            available_ipv4: 254,
+            assigned_ipv6: 0,
+            available_ipv6: 1 << 64,
+        };
+        let s = build_pool_status(&pools[0], Some(counts), None, &overlaps["a"], at(10));
+        assert_eq!((s.assigned_ipv4, s.available_ipv4), (2, 254));
+        assert_eq!(s.available_ipv6, "18446744073709551616");
+        let overlap = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == cond::OVERLAPPING)
+            .unwrap();
+        assert_eq!(overlap.status, cond::TRUE);
+        assert_eq!(overlap.message, "addresses overlap IPPool b");
+        let mut again = pools[0].clone();
+        again.status = Some(s);
+        let s2 = build_pool_status(&again, Some(counts), None, &overlaps["a"], at(20));
+        assert_eq!(s2.conditions[0].last_transition_time, at(10));
+        let s3 = build_pool_status(&again, Some(counts), Some("bad"), &[], at(30));
+        let valid = s3
+            .conditions
+            .iter()
+            .find(|c| c.type_ == cond::VALID)
+            .unwrap();
+        assert_eq!(
+            (valid.status.as_str(), valid.last_transition_time.clone()),
+            (cond::FALSE, at(30))
+        );
+    }
+}

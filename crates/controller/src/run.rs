@@ -1,0 +1,71 @@
+//! `berth controller` end to end: client, metrics, readiness, the admin endpoint and the
+//! controller, stopped together by one token.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use berth_telemetry::{admin_router, serve_admin, MetricsRegistry, Readiness};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::{AllocationController, ControllerConfig, Error};
+
+/// Everything `berth controller` needs, parsed by the binary.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// `None`: in-cluster configuration, else the usual kubeconfig lookup.
+    pub kubeconfig: Option<PathBuf>,
+    pub config: ControllerConfig,
+    pub admin_listen: SocketAddr,
+    /// Reported as `berth_build_info`.
+    pub version: String,
+}
+
+/// A client for the configured cluster.
+pub async fn build_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Error> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| Error::Config(format!("no cluster configuration: {e}")))?,
+    };
+    Client::try_from(config).map_err(|e| Error::kube("building the client", e))
+}
+
+/// Runs until `shutdown` is cancelled (or the controller fails).
+pub async fn run_controller(opts: RunOptions, shutdown: CancellationToken) -> Result<(), Error> {
+    let client = build_client(opts.kubeconfig.as_deref()).await?;
+    let mut registry = MetricsRegistry::new();
+    registry.register_build_info(&opts.version);
+    let readiness = Readiness::new();
+    let check = readiness.register("controller")?;
+    let controller =
+        AllocationController::new(client, opts.config, registry.sub_registry("controller"))
+            .with_readiness(check);
+    let router = admin_router(registry.into_shared(), readiness);
+    let listener = tokio::net::TcpListener::bind(opts.admin_listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: opts.admin_listen.to_string(),
+            source,
+        })?;
+    let admin = tokio::spawn(serve_admin(
+        listener,
+        router,
+        shutdown.clone().cancelled_owned(),
+    ));
+    let result = controller.run(shutdown.clone()).await;
+    shutdown.cancel();
+    match admin.await {
+        Ok(r) => r?,
+        Err(e) => tracing::warn!(error = %e, "admin endpoint task ended abnormally"),
+    }
+    result
+}

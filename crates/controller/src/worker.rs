@@ -1,0 +1,661 @@
+//! The one task that owns the allocators (single writer). It watches Services, IPPools,
+//! Namespaces and Nodes; adopts every existing value oldest-first once all four are listed;
+//! then decides dirty Services one at a time and hands their writes to a bounded set of
+//! concurrent jobs. A Service never has two jobs at once, so its writes stay in order.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_api::names::condition::reason;
+use berth_api::{IPPool, IPPoolStatus};
+use berth_ipam::{Labels, ServiceKey};
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream, FuturesUnordered};
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use kube::api::{Api, Patch};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::apply::{
+    self, build_conditions, build_spec_patch, ingress_differs, writer_params, JobOutcome, WriteCtx,
+    WriteJob,
+};
+use crate::config::ControllerConfig;
+use crate::error::api_error_category;
+use crate::facts::{read_service, LbClass};
+use crate::metrics::{Metrics, ReconcileTimer};
+use crate::plan::{adopt_all, plan_service, Allocators};
+use crate::pools::{build_pool_specs, build_pool_status, pool_overlaps};
+use crate::provider::eligible_nodes;
+use crate::Error;
+
+enum Input {
+    Svc(Result<watcher::Event<Service>, watcher::Error>),
+    Pool(Result<watcher::Event<IPPool>, watcher::Error>),
+    Ns(Result<watcher::Event<Namespace>, watcher::Error>),
+    Node(Result<watcher::Event<Node>, watcher::Error>),
+}
+
+enum Done {
+    Service(ServiceKey, JobOutcome),
+    /// A deleted Service's provider cleanup finished.
+    Deleted(ServiceKey, Result<(), String>),
+    Pool(String, Result<IPPoolStatus, &'static str>),
+}
+
+/// A watched kind's objects and its relist buffer.
+struct Cache<K> {
+    objects: BTreeMap<String, K>,
+    buffer: Option<BTreeMap<String, K>>,
+    synced: bool,
+}
+
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            buffer: None,
+            synced: false,
+        }
+    }
+}
+
+fn name_of<K: kube::Resource>(obj: &K) -> String {
+    obj.meta().name.clone().unwrap_or_default()
+}
+
+impl<K: kube::Resource> Cache<K> {
+    /// Applies a watch event; true when the set of objects changed.
+    fn apply(&mut self, event: watcher::Event<K>) -> bool {
+        match event {
+            watcher::Event::Apply(o) => {
+                self.objects.insert(name_of(&o), o);
+                true
+            }
+            watcher::Event::Delete(o) => self.objects.remove(&name_of(&o)).is_some(),
+            watcher::Event::Init => {
+                self.buffer = Some(BTreeMap::new());
+                false
+            }
+            watcher::Event::InitApply(o) => {
+                self.buffer
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name_of(&o), o);
+                false
+            }
+            watcher::Event::InitDone => {
+                self.objects = self.buffer.take().unwrap_or_default();
+                self.synced = true;
+                true
+            }
+        }
+    }
+}
+
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+const POOL_STATUS_DELAY: Duration = Duration::from_millis(200);
+
+pub(crate) struct Worker {
+    cfg: ControllerConfig,
+    metrics: Metrics,
+    client: Client,
+    ctx: Arc<WriteCtx>,
+    alloc: Allocators,
+    services: HashMap<ServiceKey, Arc<Service>>,
+    svc_buffer: Option<HashMap<ServiceKey, Arc<Service>>>,
+    svc_synced: bool,
+    pools: Cache<IPPool>,
+    pool_problems: BTreeMap<String, String>,
+    namespaces: Cache<Namespace>,
+    nodes: Cache<Node>,
+    started: bool,
+    dirty: VecDeque<ServiceKey>,
+    dirty_set: HashSet<ServiceKey>,
+    in_flight: HashSet<ServiceKey>,
+    failed: HashSet<ServiceKey>,
+    retries: BTreeMap<(Instant, u64), ServiceKey>,
+    attempts: HashMap<ServiceKey, u32>,
+    seq: u64,
+    pool_status_due: Option<Instant>,
+    pools_in_flight: HashSet<String>,
+    jobs: FuturesUnordered<BoxFuture<'static, Done>>,
+    on_started: Box<dyn FnMut() + Send>,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        cfg: ControllerConfig,
+        metrics: Metrics,
+        client: Client,
+        ctx: Arc<WriteCtx>,
+        on_started: Box<dyn FnMut() + Send>,
+    ) -> Result<Self, Error> {
+        let alloc = Allocators::new(&cfg.service_cidrs, cfg.node_port_range, cfg.seed)?;
+        Ok(Self {
+            cfg,
+            metrics,
+            client,
+            ctx,
+            alloc,
+            services: HashMap::new(),
+            svc_buffer: None,
+            svc_synced: false,
+            pools: Cache::default(),
+            pool_problems: BTreeMap::new(),
+            namespaces: Cache::default(),
+            nodes: Cache::default(),
+            started: false,
+            dirty: VecDeque::new(),
+            dirty_set: HashSet::new(),
+            in_flight: HashSet::new(),
+            failed: HashSet::new(),
+            retries: BTreeMap::new(),
+            attempts: HashMap::new(),
+            seq: 0,
+            pool_status_due: None,
+            pools_in_flight: HashSet::new(),
+            jobs: FuturesUnordered::new(),
+            on_started,
+        })
+    }
+
+    fn inputs(&self) -> BoxStream<'static, Input> {
+        let cfg = watcher::Config::default();
+        let svc = watcher(Api::<Service>::all(self.client.clone()), cfg.clone())
+            .default_backoff()
+            .map(Input::Svc);
+        let pool = watcher(Api::<IPPool>::all(self.client.clone()), cfg.clone())
+            .default_backoff()
+            .map(Input::Pool);
+        let ns = watcher(Api::<Namespace>::all(self.client.clone()), cfg.clone())
+            .default_backoff()
+            .map(Input::Ns);
+        let node = watcher(Api::<Node>::all(self.client.clone()), cfg)
+            .default_backoff()
+            .map(Input::Node);
+        stream::select_all([svc.boxed(), pool.boxed(), ns.boxed(), node.boxed()]).boxed()
+    }
+
+    /// Runs until `token` is cancelled. Jobs in flight are dropped with the loop.
+    pub(crate) async fn run(mut self, token: CancellationToken) {
+        let mut inputs = self.inputs();
+        loop {
+            self.pump();
+            let next_retry = self.retries.keys().next().map(|(t, _)| *t);
+            let pool_due = self.pool_status_due;
+            tokio::select! {
+                biased;
+                _ = token.cancelled() => break,
+                Some(done) = self.jobs.next(), if !self.jobs.is_empty() => self.on_done(done),
+                input = inputs.next() => match input {
+                    Some(input) => self.on_input(input),
+                    None => break,
+                },
+                _ = sleep_until(next_retry), if next_retry.is_some() => self.due_retries(),
+                _ = sleep_until(pool_due), if pool_due.is_some() => self.write_pool_statuses(),
+            }
+        }
+    }
+
+    fn on_input(&mut self, input: Input) {
+        match input {
+            Input::Svc(Ok(e)) => self.on_service(e),
+            Input::Pool(Ok(e)) => {
+                if self.pools.apply(e) && self.started {
+                    self.apply_pools();
+                }
+            }
+            Input::Ns(Ok(e)) => {
+                if self.namespaces.apply(e) && self.started {
+                    // Pools may select namespaces by label: their Services decide again.
+                    self.mark_lb_services(|_| true);
+                }
+            }
+            Input::Node(Ok(e)) => {
+                self.nodes.apply(e);
+            }
+            Input::Svc(Err(e)) | Input::Pool(Err(e)) | Input::Ns(Err(e)) | Input::Node(Err(e)) => {
+                self.metrics.error("watch");
+                tracing::warn!(error = %e, "watch failed; retrying");
+            }
+        }
+        self.maybe_start();
+    }
+
+    fn on_service(&mut self, event: watcher::Event<Service>) {
+        let key_of = |s: &Service| {
+            ServiceKey::new(
+                s.metadata.namespace.clone().unwrap_or_default(),
+                s.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        match event {
+            watcher::Event::Apply(s) => {
+                let key = key_of(&s);
+                self.upsert(key, Arc::new(s));
+            }
+            watcher::Event::Delete(s) => self.remove(&key_of(&s)),
+            watcher::Event::Init => self.svc_buffer = Some(HashMap::new()),
+            watcher::Event::InitApply(s) => {
+                let key = key_of(&s);
+                self.svc_buffer
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key, Arc::new(s));
+            }
+            watcher::Event::InitDone => {
+                let listed = self.svc_buffer.take().unwrap_or_default();
+                if !self.started {
+                    self.services = listed;
+                } else {
+                    // A relist after a broken watch: whatever is gone was deleted meanwhile.
+                    let gone: Vec<ServiceKey> = self
+                        .services
+                        .keys()
+                        .filter(|k| !listed.contains_key(*k))
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        self.remove(&k);
+                    }
+                    for (k, s) in listed {
+                        self.upsert(k, s);
+                    }
+                }
+                self.svc_synced = true;
+            }
+        }
+        self.metrics.services.set(self.services.len() as i64);
+    }
+
+    fn upsert(&mut self, key: ServiceKey, svc: Arc<Service>) {
+        if self.started {
+            if let Some(old) = self.services.get(&key) {
+                if old.metadata.uid != svc.metadata.uid {
+                    // Deleted and created again under the same name between two events.
+                    self.release(&key);
+                }
+            }
+        }
+        self.services.insert(key.clone(), svc);
+        if self.started {
+            self.mark(key);
+        }
+    }
+
+    fn remove(&mut self, key: &ServiceKey) {
+        if self.services.remove(key).is_none() {
+            return;
+        }
+        if self.started {
+            self.release(key);
+            let provider = self.ctx.provider.clone();
+            let key = key.clone();
+            // Providers with outside state clean up; the Service itself is gone.
+            self.jobs.push(
+                async move {
+                    let result = provider.delete(&key).await.map_err(|e| e.to_string());
+                    Done::Deleted(key, result)
+                }
+                .boxed(),
+            );
+        }
+    }
+
+    fn release(&mut self, key: &ServiceKey) {
+        if self.alloc.release_all(key) {
+            self.schedule_pool_status();
+            // Something was freed: Services waiting for space try again.
+            let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
+            for k in waiting {
+                self.mark(k);
+            }
+        }
+        self.failed.remove(key);
+        self.attempts.remove(key);
+    }
+
+    fn maybe_start(&mut self) {
+        if self.started
+            || !(self.svc_synced
+                && self.pools.synced
+                && self.namespaces.synced
+                && self.nodes.synced)
+        {
+            return;
+        }
+        self.apply_pool_specs();
+        let labels: HashMap<String, Labels> = self.namespace_labels();
+        let empty = Labels::new();
+        let facts: Vec<_> = self
+            .services
+            .values()
+            .map(|s| read_service(s, self.cfg.default_class))
+            .collect();
+        let refused = adopt_all(
+            &mut self.alloc,
+            facts
+                .iter()
+                .map(|f| (f, labels.get(&f.key.namespace).unwrap_or(&empty))),
+        );
+        for (key, e) in &refused {
+            self.metrics.conflicts.inc();
+            tracing::warn!(service = %key, error = %e, "conflicting value on an existing Service; the older Service keeps it");
+        }
+        self.started = true;
+        tracing::info!(
+            services = self.services.len(),
+            pools = self.pools.objects.len(),
+            conflicts = refused.len(),
+            "adopted existing allocations"
+        );
+        let mut keys: Vec<ServiceKey> = self.services.keys().cloned().collect();
+        keys.sort();
+        for k in keys {
+            self.mark(k);
+        }
+        self.schedule_pool_status();
+        (self.on_started)();
+    }
+
+    fn namespace_labels(&self) -> HashMap<String, Labels> {
+        self.namespaces
+            .objects
+            .iter()
+            .map(|(n, ns)| (n.clone(), ns.metadata.labels.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    fn apply_pool_specs(&mut self) {
+        let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
+        let (specs, problems) = build_pool_specs(&pools);
+        self.pool_problems = problems;
+        match self.alloc.lb.set_pools(specs) {
+            Ok(orphans) => {
+                for o in orphans {
+                    tracing::info!(service = %o.owner, ip = %o.ip, "address left every pool; the Service gets a new one");
+                }
+            }
+            Err(e) => {
+                self.metrics.error("config");
+                tracing::warn!(error = %e, "IPPools not installed; keeping the previous ones");
+            }
+        }
+    }
+
+    fn apply_pools(&mut self) {
+        self.apply_pool_specs();
+        self.mark_lb_services(|_| true);
+        self.schedule_pool_status();
+    }
+
+    fn mark_lb_services(&mut self, filter: impl Fn(&Service) -> bool) {
+        let keys: Vec<ServiceKey> = self
+            .services
+            .iter()
+            .filter(|(_, s)| {
+                s.spec.as_ref().and_then(|sp| sp.type_.as_deref()) == Some("LoadBalancer")
+                    || s.status
+                        .as_ref()
+                        .and_then(|st| st.load_balancer.as_ref())
+                        .is_some_and(|lb| lb.ingress.as_ref().is_some_and(|i| !i.is_empty()))
+            })
+            .filter(|(_, s)| filter(s))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.mark(k);
+        }
+    }
+
+    fn mark(&mut self, key: ServiceKey) {
+        if self.dirty_set.insert(key.clone()) {
+            self.dirty.push_back(key);
+        }
+    }
+
+    fn schedule_pool_status(&mut self) {
+        if self.pool_status_due.is_none() {
+            self.pool_status_due = Some(Instant::now() + POOL_STATUS_DELAY);
+        }
+    }
+
+    /// Decides dirty Services while there is room for their writes.
+    fn pump(&mut self) {
+        if !self.started {
+            return;
+        }
+        let mut deferred = Vec::new();
+        while self.jobs.len() < self.cfg.max_in_flight {
+            let Some(key) = self.dirty.pop_front() else {
+                break;
+            };
+            if self.in_flight.contains(&key) {
+                deferred.push(key);
+                continue;
+            }
+            self.dirty_set.remove(&key);
+            self.decide(key);
+        }
+        for key in deferred {
+            self.dirty.push_back(key);
+        }
+    }
+
+    fn decide(&mut self, key: ServiceKey) {
+        let Some(svc) = self.services.get(&key).cloned() else {
+            return;
+        };
+        let span = tracing::info_span!("reconcile", namespace = %key.namespace, name = %key.name);
+        let _enter = span.enter();
+        let metrics = self.metrics.clone();
+        let timer = ReconcileTimer::start(&metrics, "service");
+        let facts = read_service(&svc, self.cfg.default_class);
+        let labels = self
+            .namespaces
+            .objects
+            .get(&key.namespace)
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default();
+        let lb_before = self.alloc.lb.ips_of(&key);
+        let out = plan_service(&mut self.alloc, &facts, &labels);
+        if self.alloc.lb.ips_of(&key) != lb_before {
+            self.schedule_pool_status();
+        }
+        let failure = match &out.result {
+            Some(Err(f)) => {
+                self.metrics
+                    .allocations
+                    .get_or_create(&vec![("result", "failed")])
+                    .inc();
+                if f.reason == reason::IP_ALREADY_ALLOCATED
+                    || f.reason == reason::PORT_ALREADY_ALLOCATED
+                {
+                    self.metrics.conflicts.inc();
+                }
+                self.failed.insert(key.clone());
+                Some(f.message.clone())
+            }
+            Some(Ok(())) => {
+                self.metrics
+                    .allocations
+                    .get_or_create(&vec![("result", "ok")])
+                    .inc();
+                self.failed.remove(&key);
+                None
+            }
+            None => {
+                self.failed.remove(&key);
+                None
+            }
+        };
+        let conditions = build_conditions(&svc, &out, apply::now());
+        let ingress = out.ingress.clone().filter(|ips| ingress_differs(&svc, ips));
+        let nodes = if ingress.is_some() && facts.lb_class != LbClass::None {
+            eligible_nodes(&self.nodes.objects)
+        } else {
+            Vec::new()
+        };
+        let job = WriteJob {
+            key: key.clone(),
+            spec_patch: build_spec_patch(&svc, &out.fill),
+            // A failure is announced once, when the condition says so for the first time.
+            failure: failure.filter(|_| conditions.is_some()),
+            conditions,
+            ingress,
+            nodes,
+            new_lb_ips: out.new_lb_ips.clone(),
+            svc,
+        };
+        drop(timer);
+        if job.is_empty() {
+            tracing::debug!("nothing to write");
+            self.attempts.remove(&key);
+            return;
+        }
+        tracing::info!(
+            spec = job.spec_patch.is_some(),
+            status = job.conditions.is_some() || job.ingress.is_some(),
+            "writing allocation"
+        );
+        self.in_flight.insert(key.clone());
+        let ctx = self.ctx.clone();
+        self.jobs.push(
+            apply::run_job(ctx, job)
+                .map(|(k, o)| Done::Service(k, o))
+                .instrument(span.clone())
+                .boxed(),
+        );
+    }
+
+    fn on_done(&mut self, done: Done) {
+        match done {
+            Done::Service(key, outcome) => {
+                self.in_flight.remove(&key);
+                match outcome {
+                    JobOutcome::Done | JobOutcome::Gone | JobOutcome::NotLeading => {
+                        self.attempts.remove(&key);
+                    }
+                    JobOutcome::Retry { category } => {
+                        self.metrics.error(category);
+                        let n = self.attempts.entry(key.clone()).or_insert(0);
+                        *n += 1;
+                        let delay = if category == "conflict" {
+                            // The newer object is on its way through the watch.
+                            Duration::from_millis(50)
+                        } else {
+                            RETRY_MIN
+                                .saturating_mul(1u32 << (*n).min(12))
+                                .min(RETRY_MAX)
+                        };
+                        self.seq += 1;
+                        self.retries.insert((Instant::now() + delay, self.seq), key);
+                    }
+                }
+            }
+            Done::Deleted(key, result) => {
+                if let Err(e) = result {
+                    self.metrics.error("provider");
+                    tracing::warn!(service = %key, error = %e, "load balancer cleanup failed");
+                }
+            }
+            Done::Pool(name, result) => {
+                self.pools_in_flight.remove(&name);
+                match result {
+                    Ok(status) => {
+                        if let Some(p) = self.pools.objects.get_mut(&name) {
+                            p.status = Some(status);
+                        }
+                    }
+                    Err(category) => {
+                        self.metrics.error(category);
+                        self.schedule_pool_status();
+                    }
+                }
+            }
+        }
+    }
+
+    fn due_retries(&mut self) {
+        let now = Instant::now();
+        while let Some(entry) = self.retries.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let key = entry.remove();
+            self.mark(key);
+        }
+    }
+
+    fn write_pool_statuses(&mut self) {
+        self.pool_status_due = None;
+        let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
+        let overlaps = pool_overlaps(&pools);
+        let now = apply::now();
+        for pool in pools {
+            let name = name_of(&pool);
+            let counts = self.alloc.lb.pool_status(&name);
+            for (family, assigned, available) in counts.iter().flat_map(|c| {
+                [
+                    ("IPv4", c.assigned_ipv4, c.available_ipv4),
+                    ("IPv6", c.assigned_ipv6, c.available_ipv6),
+                ]
+            }) {
+                for (state, v) in [("assigned", assigned), ("available", available)] {
+                    self.metrics
+                        .pool_addresses
+                        .get_or_create(&vec![
+                            ("pool", name.clone()),
+                            ("family", family.to_string()),
+                            ("state", state.to_string()),
+                        ])
+                        .set(i64::try_from(v).unwrap_or(i64::MAX));
+                }
+            }
+            let status = build_pool_status(
+                &pool,
+                counts,
+                self.pool_problems.get(&name).map(String::as_str),
+                overlaps.get(&name).map(Vec::as_slice).unwrap_or(&[]),
+                now.clone(),
+            );
+            if pool.status.as_ref() == Some(&status) {
+                continue;
+            }
+            if !self.pools_in_flight.insert(name.clone()) {
+                self.schedule_pool_status();
+                continue;
+            }
+            let api: Api<IPPool> = Api::all(self.client.clone());
+            let ctx = self.ctx.clone();
+            self.jobs.push(
+                async move {
+                    if !*ctx.leading.borrow() {
+                        return Done::Pool(name, Err("not_leading"));
+                    }
+                    ctx.metrics.write("pool_status");
+                    let patch = serde_json::json!({ "status": status });
+                    let result = api
+                        .patch_status(&name, &writer_params(), &Patch::Merge(&patch))
+                        .await
+                        .map(|_| status)
+                        .map_err(|e| api_error_category(&e));
+                    Done::Pool(name, result)
+                }
+                .boxed(),
+            );
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => futures::future::pending().await,
+    }
+}

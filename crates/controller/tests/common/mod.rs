@@ -1,0 +1,218 @@
+//! Shared helpers for the controller tests against the lab API server (127.0.0.1, free port).
+//!
+//! Address plan: service CIDR 10.96.0.0/16 (and fd00:96::/112 for dual-stack tests), node
+//! ports 30000-32767, LoadBalancer pools inside 198.18.0.0/24.
+
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use berth_controller::{AllocationController, ControllerConfig};
+use berth_lab::{LabApiServer, LabApiServerHandle};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use prometheus_client::registry::Registry;
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub async fn start_lab() -> (LabApiServerHandle, Client) {
+    let server = LabApiServer::builder().start().await.unwrap();
+    let client = server.client().unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in berth_api::crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    (server, client)
+}
+
+pub fn mk_config() -> ControllerConfig {
+    ControllerConfig::new(vec!["10.96.0.0/16".parse().unwrap()])
+}
+
+pub struct Running {
+    pub token: CancellationToken,
+    pub task: JoinHandle<()>,
+    pub registry: std::sync::Arc<Registry>,
+}
+
+impl Running {
+    /// The value of a metric line `name` (exact label set included), 0 when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = berth_telemetry::encode_registry(&self.registry).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0.0)
+    }
+
+    /// Ends the task as a crash would: no lease release, writes in flight dropped.
+    pub async fn crash(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+impl Running {
+    pub async fn stop(self) {
+        self.token.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
+
+pub fn spawn_controller(client: Client, cfg: ControllerConfig) -> Running {
+    let mut registry = Registry::with_prefix("berth_controller");
+    let ctrl = AllocationController::new(client, cfg, &mut registry);
+    let token = CancellationToken::new();
+    let t = token.clone();
+    let task = tokio::spawn(async move {
+        ctrl.run(t).await.unwrap();
+    });
+    Running {
+        token,
+        task,
+        registry: std::sync::Arc::new(registry),
+    }
+}
+
+pub async fn create_pool(client: &Client, name: &str, spec: Value) {
+    let api: Api<berth_api::IPPool> = Api::all(client.clone());
+    let pool: berth_api::IPPool = serde_json::from_value(json!({
+        "apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
+        "metadata": {"name": name}, "spec": spec}))
+    .unwrap();
+    api.create(&PostParams::default(), &pool).await.unwrap();
+}
+
+pub async fn create_svc(client: &Client, name: &str, spec: Value) -> Service {
+    create_svc_full(client, json!({"metadata": {"name": name}, "spec": spec})).await
+}
+
+pub async fn create_svc_full(client: &Client, v: Value) -> Service {
+    let ns = v["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
+    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let svc: Service = serde_json::from_value(v).unwrap();
+    api.create(&PostParams::default(), &svc).await.unwrap()
+}
+
+pub async fn patch_svc(client: &Client, name: &str, patch: Value) {
+    let api: Api<Service> = Api::default_namespaced(client.clone());
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+pub async fn delete_svc(client: &Client, name: &str) {
+    let api: Api<Service> = Api::default_namespaced(client.clone());
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+pub async fn get_svc(client: &Client, name: &str) -> Service {
+    Api::<Service>::default_namespaced(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+}
+
+pub async fn all_services(client: &Client) -> Vec<Service> {
+    Api::<Service>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+/// Polls `check` on the Service until it holds (20 s at most).
+pub async fn wait_svc<F>(client: &Client, name: &str, what: &str, check: F) -> Service
+where
+    F: Fn(&Service) -> bool,
+{
+    let mut last = None;
+    for _ in 0..400 {
+        if let Ok(svc) = Api::<Service>::default_namespaced(client.clone())
+            .get(name)
+            .await
+        {
+            if check(&svc) {
+                return svc;
+            }
+            last = Some(svc);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {name}: {what}; last seen {last:#?}");
+}
+
+/// Polls until `f` returns true (30 s at most).
+pub async fn wait_until<F, Fut>(what: &str, f: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    for _ in 0..600 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+pub fn cluster_ip(svc: &Service) -> Option<String> {
+    svc.spec
+        .as_ref()?
+        .cluster_ip
+        .clone()
+        .filter(|s| !s.is_empty())
+}
+
+pub fn node_ports(svc: &Service) -> Vec<Option<i32>> {
+    svc.spec
+        .as_ref()
+        .and_then(|s| s.ports.clone())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p.node_port)
+        .collect()
+}
+
+pub fn ingress_ips(svc: &Service) -> Vec<String> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|i| i.ip.clone())
+        .collect()
+}
+
+/// The `berth.dev/Allocated` condition as (status, reason, message).
+pub fn allocated(svc: &Service) -> Option<(String, String, String)> {
+    svc.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "berth.dev/Allocated")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Notes of events.k8s.io Events about `name`.
+pub async fn events_for(client: &Client, name: &str) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
