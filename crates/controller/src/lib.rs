@@ -7,6 +7,7 @@
 pub mod apply;
 pub mod config;
 mod controller;
+pub mod endpoints;
 mod error;
 pub mod facts;
 pub mod lease;

@@ -12,5 +12,5 @@ pub mod netns;
 
 pub use apiserver::{
     run_apiserver, ApiServerOptions, Faults, LabApiServer, LabApiServerBuilder, LabApiServerHandle,
-    LabError, Listener,
+    LabError, Listener, RequestCounts,
 };

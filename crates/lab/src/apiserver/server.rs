@@ -3,7 +3,7 @@
 
 use super::error::{ApiError, LabError};
 use super::faults::Faults;
-use super::http::{router, App};
+use super::http::{router, App, RequestCounts};
 use super::store::Store;
 use super::write::{Door, Managed, WriteCtx};
 use serde_json::Value;
@@ -216,6 +216,11 @@ impl LabApiServerHandle {
             }
             Ok(n)
         })
+    }
+
+    /// Kubernetes API requests served so far.
+    pub fn request_counts(&self) -> RequestCounts {
+        self.app.request_counts()
     }
 
     pub fn resource_version(&self) -> u64 {

@@ -19,6 +19,7 @@ use axum::Router;
 use route::Route;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +32,18 @@ pub struct App {
     pub shutdown: CancellationToken,
     pub bookmark_interval: Duration,
     pub server_address: Mutex<String>,
+    reads: AtomicU64,
+    writes: AtomicU64,
+}
+
+/// Kubernetes API requests served so far (admin and health endpoints not counted), so that
+/// benchmarks can report what a client costs the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestCounts {
+    /// get, list and watch.
+    pub reads: u64,
+    /// create, update, patch and delete.
+    pub writes: u64,
 }
 
 impl App {
@@ -43,6 +56,15 @@ impl App {
             shutdown: CancellationToken::new(),
             bookmark_interval,
             server_address: Mutex::new(String::new()),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        }
+    }
+
+    pub fn request_counts(&self) -> RequestCounts {
+        RequestCounts {
+            reads: self.reads.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
         }
     }
 
@@ -173,6 +195,12 @@ async fn dispatch(
         Route::Healthz => return bytes_response(StatusCode::OK, b"ok".to_vec()),
         _ => {}
     }
+    let counter = if method == Method::GET || method == Method::HEAD {
+        &app.reads
+    } else {
+        &app.writes
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
     let latency = app.fault_state().faults().latency();
     if let Some(latency) = latency {
         tokio::time::sleep(latency).await;

@@ -1,0 +1,414 @@
+//! The endpoints controller (DESIGN.md §4): keeps each selector Service's `Endpoints` and its
+//! berth-managed `EndpointSlice`s in line with the pods it selects.
+//!
+//! Watches on Services, Pods, Nodes, berth's EndpointSlices and Endpoints feed one [`cache`] that
+//! knows, for each change, which Services it touches; those go into a coalescing [`queue`], and
+//! workers sync one Service at a time each: read the inputs from the cache, plan the writes with
+//! the pure `berth-endpoints` functions ([`sync`]), write them ([`apply`]). Own writes are
+//! remembered ([`tracker`]) so that no sync plans against a cache that has not seen them yet.
+
+mod apply;
+mod cache;
+mod error;
+mod metrics;
+mod pod_facts;
+mod queue;
+mod sync;
+mod tracker;
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use berth_endpoints::SliceConfig;
+use chrono::Utc;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+pub use error::{Error, ErrorCategory};
+
+use apply::Applier;
+use cache::{Cache, ObjectKey};
+use metrics::Metrics;
+use pod_facts::PodFacts;
+use queue::{Outcome, WorkQueue};
+
+/// How the endpoints controller works; every value is already valid.
+#[derive(Debug, Clone)]
+pub struct EndpointsConfig {
+    /// Endpoints per slice (`--max-endpoints-per-slice`).
+    pub slices: SliceConfig,
+    /// Services synced at the same time.
+    pub workers: usize,
+    /// How long a change waits before its Service is synced, so that a burst of pod changes
+    /// becomes one write. Zero syncs at once; changes during a sync still coalesce.
+    pub batch_period: Duration,
+}
+
+impl Default for EndpointsConfig {
+    fn default() -> Self {
+        EndpointsConfig {
+            slices: SliceConfig::default(),
+            workers: 8,
+            batch_period: Duration::ZERO,
+        }
+    }
+}
+
+/// How long a Service waits for the caches to show the controller's own writes before it is
+/// synced regardless (an event lost for good must not hold it forever).
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How soon a Service waiting for the caches is looked at again.
+const WAIT_FOR_CACHE: Duration = Duration::from_millis(20);
+
+/// Writes Endpoints and EndpointSlices for Services with a selector. Run it only while leading.
+pub struct EndpointsController {
+    client: Client,
+    config: EndpointsConfig,
+    metrics: Metrics,
+}
+
+struct Shared {
+    client: Client,
+    config: EndpointsConfig,
+    metrics: Metrics,
+    cache: Mutex<Cache>,
+    queue: WorkQueue,
+}
+
+impl Shared {
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        // Cache updates do not unwind half way in practice; a poisoned lock still holds usable state.
+        match self.cache.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    async fn sync(&self, key: &ObjectKey) -> Outcome {
+        let started = Instant::now();
+        let inputs = {
+            let mut cache = self.cache();
+            if !cache.is_settled(key, started) {
+                self.metrics.sync("waiting", 0.0);
+                return Outcome::After(WAIT_FOR_CACHE);
+            }
+            cache.take_inputs(key)
+        };
+        let trigger = inputs.trigger;
+        let writes = sync::plan_sync(&inputs, &self.config.slices);
+        drop(inputs);
+        for skipped in &writes.skipped {
+            debug!(reason = %skipped, "input skipped");
+        }
+        if writes.is_empty() {
+            self.metrics
+                .sync("unchanged", started.elapsed().as_secs_f64());
+            debug!("endpoints up to date");
+            return Outcome::Done;
+        }
+        let applier = Applier {
+            client: &self.client,
+            cache: &self.cache,
+            metrics: &self.metrics,
+        };
+        match applier.apply(key, writes).await {
+            Ok(()) => {
+                self.metrics
+                    .sync("changed", started.elapsed().as_secs_f64());
+                Outcome::Done
+            }
+            Err(error) => {
+                self.cache().restore_trigger(key, trigger);
+                let category = error.category();
+                self.metrics.sync("error", started.elapsed().as_secs_f64());
+                self.metrics.error(category.as_str());
+                warn!(error = %error, cause = %source_text(&error), category = category.as_str(), "endpoints sync failed");
+                if error.is_retryable() {
+                    Outcome::Failed
+                } else {
+                    Outcome::Done
+                }
+            }
+        }
+    }
+}
+
+fn source_text(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = Vec::new();
+    let mut next = error.source();
+    while let Some(e) = next {
+        parts.push(e.to_string());
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
+/// A watched object as the cache takes it.
+enum Change<S> {
+    Apply(S),
+    Delete(S),
+    /// The full set after a (re-)list.
+    Reset(Vec<S>),
+}
+
+impl EndpointsController {
+    /// Builds the controller and registers its metrics in `registry`; nothing runs until
+    /// [`EndpointsController::run`].
+    pub fn new(client: Client, config: EndpointsConfig, registry: &mut Registry) -> Self {
+        EndpointsController {
+            client,
+            config,
+            metrics: Metrics::register(registry),
+        }
+    }
+
+    /// Watches and writes until `shutdown` fires. Errors from the API server are retried inside;
+    /// only a watch that ends for good stops it with an error.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let shared = Arc::new(Shared {
+            client: self.client.clone(),
+            metrics: self.metrics,
+            cache: Mutex::new(Cache::new(EXPECTATION_TIMEOUT)),
+            queue: WorkQueue::new(self.config.batch_period),
+            config: self.config,
+        });
+        let stop = shutdown.child_token();
+        let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
+        let mut synced = Vec::new();
+        let client = &self.client;
+        let all = watcher::Config::default;
+
+        synced.push(spawn_watch(
+            &mut tasks,
+            &shared,
+            &stop,
+            "Service",
+            Api::<Service>::all(client.clone()),
+            all(),
+            Some,
+            |cache, change| {
+                let now = Utc::now();
+                match change {
+                    Change::Apply(s) => cache.apply_service(s, now),
+                    Change::Delete(s) => cache.delete_service(&key_of(&s.metadata), now),
+                    Change::Reset(all) => cache.reset_services(all),
+                }
+            },
+        ));
+        synced.push(spawn_watch(
+            &mut tasks,
+            &shared,
+            &stop,
+            "Pod",
+            Api::<Pod>::all(client.clone()),
+            all(),
+            |pod: Pod| Some(PodFacts::from_pod(&pod)),
+            |cache, change| {
+                let now = Utc::now();
+                match change {
+                    Change::Apply(p) => cache.apply_pod(p, now),
+                    Change::Delete(p) => {
+                        cache.delete_pod(&ObjectKey::new(p.namespace, p.name), now)
+                    }
+                    Change::Reset(all) => cache.reset_pods(all),
+                }
+            },
+        ));
+        synced.push(spawn_watch(
+            &mut tasks,
+            &shared,
+            &stop,
+            "Node",
+            Api::<Node>::all(client.clone()),
+            all(),
+            Some,
+            |cache, change| match change {
+                Change::Apply(n) => cache.apply_node(&n),
+                Change::Delete(n) => cache.delete_node(n.metadata.name.as_deref().unwrap_or("")),
+                Change::Reset(all) => cache.reset_nodes(&all),
+            },
+        ));
+        synced.push(spawn_watch(
+            &mut tasks,
+            &shared,
+            &stop,
+            "EndpointSlice",
+            Api::<EndpointSlice>::all(client.clone()),
+            all(),
+            |mut slice: EndpointSlice| {
+                if !Cache::is_berth_slice(&slice) {
+                    // Only its name and labels matter: they say it is not (or no longer) ours.
+                    slice.endpoints = Vec::new();
+                    slice.ports = None;
+                    slice.metadata.managed_fields = None;
+                    slice.metadata.annotations = None;
+                }
+                Some(slice)
+            },
+            |cache, change| match change {
+                Change::Apply(s) => cache.apply_slice(s),
+                Change::Delete(s) => cache.delete_slice(&s),
+                Change::Reset(all) => cache.reset_slices(all),
+            },
+        ));
+        synced.push(spawn_watch(
+            &mut tasks,
+            &shared,
+            &stop,
+            "Endpoints",
+            Api::<Endpoints>::all(client.clone()),
+            all(),
+            Some,
+            |cache, change| match change {
+                Change::Apply(e) => cache.apply_endpoints(e),
+                Change::Delete(e) => cache.delete_endpoints(&key_of(&e.metadata)),
+                Change::Reset(all) => cache.reset_endpoints(all),
+            },
+        ));
+
+        // Nothing is synced from a partial view: a missing Node would drop its pods' endpoints.
+        let all_synced = futures::future::join_all(synced);
+        tokio::select! {
+            () = stop.cancelled() => {}
+            _ = all_synced => {
+                let keys = {
+                    let mut cache = shared.cache();
+                    cache.start_recording_triggers();
+                    cache.all_keys()
+                };
+                info!(services = keys.len(), "endpoints caches synced");
+                shared.queue.add_all(keys);
+                for _ in 0..shared.config.workers.max(1) {
+                    let (shared, stop) = (shared.clone(), stop.clone());
+                    tasks.spawn(async move {
+                        while let Some(key) = shared.queue.next(&stop).await {
+                            let span = info_span!("endpoints_sync", namespace = %key.namespace, service = %key.name);
+                            let outcome = shared.sync(&key).instrument(span).await;
+                            shared.queue.finish(&key, outcome);
+                            shared.metrics.queue_depth.set(gauge(shared.queue.len()));
+                        }
+                        Ok(())
+                    });
+                }
+            }
+        }
+
+        let mut result = Ok(());
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    // One part failed for good: stop the others and report it.
+                    stop.cancel();
+                    result = result.and(Err(error));
+                }
+                Err(join) => {
+                    stop.cancel();
+                    warn!(error = %join, "endpoints task ended abnormally");
+                }
+            }
+        }
+        result
+    }
+}
+
+fn gauge(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectKey {
+    ObjectKey::new(
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or(""),
+    )
+}
+
+/// Runs one watch into the cache; the receiver fires after its first full list.
+#[allow(clippy::too_many_arguments)]
+fn spawn_watch<K, S>(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shared: &Arc<Shared>,
+    stop: &CancellationToken,
+    kind: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    slim: impl Fn(K) -> Option<S> + Send + 'static,
+    apply: impl Fn(&mut Cache, Change<S>) -> Vec<ObjectKey> + Send + 'static,
+) -> oneshot::Receiver<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Debug + Send + 'static,
+    S: Send + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    let stream = watcher::watcher(api, config).default_backoff();
+    let (shared, stop) = (shared.clone(), stop.clone());
+    tasks.spawn(async move {
+        let watched = feed(stream, kind, &shared, slim, apply, tx);
+        tokio::select! {
+            () = stop.cancelled() => Ok(()),
+            result = watched => result,
+        }
+    });
+    rx
+}
+
+async fn feed<K, S>(
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+    kind: &'static str,
+    shared: &Shared,
+    slim: impl Fn(K) -> Option<S>,
+    apply: impl Fn(&mut Cache, Change<S>) -> Vec<ObjectKey>,
+    synced: oneshot::Sender<()>,
+) -> Result<(), Error> {
+    let mut synced = Some(synced);
+    let mut buffer: Vec<S> = Vec::new();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        let change = match event {
+            Ok(Event::Init) => {
+                buffer = Vec::new();
+                continue;
+            }
+            Ok(Event::InitApply(obj)) => {
+                buffer.extend(slim(obj));
+                continue;
+            }
+            Ok(Event::InitDone) => Change::Reset(std::mem::take(&mut buffer)),
+            Ok(Event::Apply(obj)) => match slim(obj) {
+                Some(s) => Change::Apply(s),
+                None => continue,
+            },
+            Ok(Event::Delete(obj)) => match slim(obj) {
+                Some(s) => Change::Delete(s),
+                None => continue,
+            },
+            Err(source) => {
+                // The stream backs off and resumes by itself; the error is only reported.
+                let error = Error::Watch { kind, source };
+                shared.metrics.error(error.category().as_str());
+                warn!(kind, error = %error, cause = %source_text(&error), "watch failed, retrying");
+                continue;
+            }
+        };
+        let is_reset = matches!(change, Change::Reset(_));
+        let keys = apply(&mut shared.cache(), change);
+        shared.queue.add_all(keys);
+        if is_reset {
+            if let Some(tx) = synced.take() {
+                // The receiver is gone only when the controller is stopping.
+                let _ = tx.send(());
+            }
+        }
+    }
+    Err(Error::WatcherEnded { kind })
+}

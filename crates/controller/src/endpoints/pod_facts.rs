@@ -1,0 +1,292 @@
+//! The part of a Pod that endpoints depend on, kept instead of the whole object: a cluster's pods
+//! are the largest thing the controller caches, and most of a Pod (container specs, statuses,
+//! managed fields) never reaches an Endpoints object.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+const SIDECAR_RESTART_POLICY: &str = "Always";
+
+/// A named container port; unnamed ports cannot be a Service's `targetPort` and are dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NamedPort {
+    name: String,
+    number: i32,
+    protocol: Option<String>,
+}
+
+/// Everything `berth-endpoints` reads from a Pod. Two pods with equal facts give equal endpoints,
+/// so a change that leaves the facts equal (a restart count, an unrelated condition) needs no sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PodFacts {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    uid: Option<String>,
+    deletion_timestamp: Option<Time>,
+    node_name: Option<String>,
+    hostname: Option<String>,
+    subdomain: Option<String>,
+    phase: Option<String>,
+    pod_ip: Option<String>,
+    pod_ips: Vec<String>,
+    /// The Ready condition's status, as reported.
+    ready: Option<String>,
+    /// Ports of regular containers, in container order.
+    ports: Vec<NamedPort>,
+    /// Ports of sidecars (init containers with `restartPolicy: Always`), in order.
+    sidecar_ports: Vec<NamedPort>,
+}
+
+fn named_ports<'c>(containers: impl Iterator<Item = &'c Container>) -> Vec<NamedPort> {
+    containers
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            Some(NamedPort {
+                name: p.name.clone().filter(|n| !n.is_empty())?,
+                number: p.container_port,
+                protocol: p.protocol.clone(),
+            })
+        })
+        .collect()
+}
+
+fn container(name: &str, ports: &[NamedPort], restart_policy: Option<&str>) -> Container {
+    Container {
+        name: name.to_owned(),
+        restart_policy: restart_policy.map(str::to_owned),
+        ports: Some(
+            ports
+                .iter()
+                .map(|p| ContainerPort {
+                    name: Some(p.name.clone()),
+                    container_port: p.number,
+                    protocol: p.protocol.clone(),
+                    ..ContainerPort::default()
+                })
+                .collect(),
+        ),
+        ..Container::default()
+    }
+}
+
+impl PodFacts {
+    pub(crate) fn from_pod(pod: &Pod) -> Self {
+        let meta = &pod.metadata;
+        let spec = pod.spec.as_ref();
+        let status = pod.status.as_ref();
+        let sidecars = spec
+            .and_then(|s| s.init_containers.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|c| c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY));
+        PodFacts {
+            namespace: meta
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
+            name: meta.name.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+            deletion_timestamp: meta.deletion_timestamp.clone(),
+            node_name: spec.and_then(|s| s.node_name.clone()),
+            hostname: spec.and_then(|s| s.hostname.clone()),
+            subdomain: spec.and_then(|s| s.subdomain.clone()),
+            phase: status.and_then(|s| s.phase.clone()),
+            pod_ip: status.and_then(|s| s.pod_ip.clone()),
+            pod_ips: status
+                .and_then(|s| s.pod_ips.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|p| p.ip.clone())
+                .collect(),
+            ready: status
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status.clone()),
+            ports: named_ports(spec.map(|s| s.containers.iter()).into_iter().flatten()),
+            sidecar_ports: named_ports(sidecars),
+        }
+    }
+
+    /// A Pod that carries exactly these facts, for the pure endpoint builders.
+    pub(crate) fn to_pod(&self) -> Pod {
+        let mut init_containers = Vec::new();
+        if !self.sidecar_ports.is_empty() {
+            init_containers.push(container(
+                "sidecars",
+                &self.sidecar_ports,
+                Some(SIDECAR_RESTART_POLICY),
+            ));
+        }
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some(self.namespace.clone()),
+                name: Some(self.name.clone()),
+                labels: Some(self.labels.clone()),
+                uid: self.uid.clone(),
+                deletion_timestamp: self.deletion_timestamp.clone(),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![container("containers", &self.ports, None)],
+                init_containers: Some(init_containers),
+                node_name: self.node_name.clone(),
+                hostname: self.hostname.clone(),
+                subdomain: self.subdomain.clone(),
+                ..PodSpec::default()
+            }),
+            status: Some(PodStatus {
+                phase: self.phase.clone(),
+                pod_ip: self.pod_ip.clone(),
+                pod_ips: Some(
+                    self.pod_ips
+                        .iter()
+                        .map(|ip| PodIP { ip: ip.clone() })
+                        .collect(),
+                ),
+                conditions: self.ready.as_ref().map(|status| {
+                    vec![PodCondition {
+                        type_: "Ready".to_owned(),
+                        status: status.clone(),
+                        ..PodCondition::default()
+                    }]
+                }),
+                ..PodStatus::default()
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_endpoints::{build_endpoints, compute_desired_slices, NodeZones};
+    use k8s_openapi::api::core::v1::Service;
+    use serde_json::json;
+
+    fn mk_pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn mk_service(target_port: serde_json::Value, publish_not_ready: bool) -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "svc-1"},
+            "spec": {
+                "selector": {"app": "web"},
+                "clusterIP": "10.96.0.10",
+                "ipFamilies": ["IPv4"],
+                "publishNotReadyAddresses": publish_not_ready,
+                "ports": [
+                    {"name": "http", "port": 80, "targetPort": target_port},
+                    {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": "dns"}
+                ]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn fixtures() -> Vec<Pod> {
+        vec![
+            mk_pod(json!({
+                "metadata": {"name": "a", "namespace": "shop", "uid": "u-a",
+                             "labels": {"app": "web", "tier": "x"},
+                             "annotations": {"big": "ignored"}, "resourceVersion": "7"},
+                "spec": {"nodeName": "n1", "hostname": "a", "subdomain": "web",
+                         "containers": [
+                            {"name": "app", "image": "x", "ports": [
+                                {"containerPort": 8080, "name": "http"},
+                                {"containerPort": 9000},
+                                {"containerPort": 5353, "name": "dns", "protocol": "UDP"}]}],
+                         "initContainers": [
+                            {"name": "setup", "ports": [{"containerPort": 1, "name": "http"}]},
+                            {"name": "proxy", "restartPolicy": "Always",
+                             "ports": [{"containerPort": 15001, "name": "admin"}]}]},
+                "status": {"phase": "Running", "podIP": "10.244.1.5",
+                           "podIPs": [{"ip": "10.244.1.5"}, {"ip": "fd00::5"}],
+                           "conditions": [{"type": "PodScheduled", "status": "True"},
+                                          {"type": "Ready", "status": "True"}],
+                           "containerStatuses": [{"name": "app", "ready": true, "restartCount": 3,
+                                                  "image": "x", "imageID": ""}]}
+            })),
+            mk_pod(json!({
+                "metadata": {"name": "b", "namespace": "shop", "uid": "u-b",
+                             "labels": {"app": "web"},
+                             "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"nodeName": "n2", "containers": [
+                    {"name": "app", "ports": [{"containerPort": 8081, "name": "http"}]}]},
+                "status": {"phase": "Running", "podIP": "10.244.2.6",
+                           "conditions": [{"type": "Ready", "status": "False"}]}
+            })),
+            mk_pod(json!({
+                "metadata": {"name": "c", "namespace": "shop", "labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app"}]},
+                "status": {"phase": "Succeeded", "podIP": "10.244.2.7"}
+            })),
+            mk_pod(json!({
+                "metadata": {"name": "d", "namespace": "shop", "labels": {"app": "web"}},
+                "spec": {"nodeName": "n1", "initContainers": [
+                    {"name": "proxy", "restartPolicy": "Always",
+                     "ports": [{"containerPort": 15000, "name": "http"}]}],
+                    "containers": [{"name": "app"}]},
+                "status": {"phase": "Running", "podIP": "10.244.1.9"}
+            })),
+        ]
+    }
+
+    #[test]
+    fn facts_give_the_same_endpoints_and_slices_as_the_pod() {
+        let pods = fixtures();
+        let slim: Vec<Pod> = pods
+            .iter()
+            .map(|p| PodFacts::from_pod(p).to_pod())
+            .collect();
+        let mut nodes = NodeZones::new();
+        nodes.insert("n1", Some("z1".to_owned()));
+        nodes.insert("n2", None);
+        for publish in [false, true] {
+            for target in [json!("http"), json!(8443), json!("admin")] {
+                let svc = mk_service(target.clone(), publish);
+                assert_eq!(
+                    build_endpoints(&svc, &pods).value,
+                    build_endpoints(&svc, &slim).value,
+                    "{target} {publish}"
+                );
+                assert_eq!(
+                    compute_desired_slices(&svc, &pods, &nodes).value,
+                    compute_desired_slices(&svc, &slim, &nodes).value,
+                    "{target} {publish}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn facts_ignore_what_endpoints_do_not_read() {
+        let pod = fixtures().remove(0);
+        let mut changed = pod.clone();
+        changed.metadata.resource_version = Some("8".to_owned());
+        changed.metadata.annotations = None;
+        if let Some(status) = changed.status.as_mut() {
+            status.container_statuses = None;
+        }
+        assert_eq!(PodFacts::from_pod(&pod), PodFacts::from_pod(&changed));
+
+        let mut unready = pod.clone();
+        if let Some(c) = unready
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.last_mut())
+        {
+            c.status = "False".to_owned();
+        }
+        assert_ne!(PodFacts::from_pod(&pod), PodFacts::from_pod(&unready));
+    }
+}
