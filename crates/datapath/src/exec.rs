@@ -1,5 +1,7 @@
 //! The real [`Iptables`]: `iptables-restore --noflush`, `iptables-save` and `iptables` for the
 //! built-in jumps, for one family (`ip6tables*` for IPv6). Works with iptables-nft and -legacy.
+//! [`CommandIptables::in_netns`] runs the same commands inside a named network namespace
+//! (`ip netns exec`), which is how the lab programs its node namespaces.
 
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
@@ -18,6 +20,8 @@ pub struct CommandIptables {
     iptables: String,
     restore: String,
     save: String,
+    /// Named network namespace to run in; `None` is the agent's own.
+    netns: Option<String>,
 }
 
 impl CommandIptables {
@@ -30,17 +34,48 @@ impl CommandIptables {
             iptables: base.to_string(),
             restore: format!("{base}-restore"),
             save: format!("{base}-save"),
+            netns: None,
+        }
+    }
+
+    /// Runs every command inside the named network namespace (`ip netns exec <name> ...`).
+    pub fn in_netns(family: IpFamily, name: impl Into<String>) -> Self {
+        CommandIptables {
+            netns: Some(name.into()),
+            ..CommandIptables::new(family)
+        }
+    }
+
+    pub fn netns(&self) -> Option<&str> {
+        self.netns.as_deref()
+    }
+
+    /// The program and arguments that run `program args` where this instance works.
+    fn command_line(&self, program: &str, args: &[String]) -> (String, Vec<String>) {
+        match &self.netns {
+            None => (program.to_string(), args.to_vec()),
+            Some(ns) => {
+                let mut full = vec![
+                    "netns".to_string(),
+                    "exec".into(),
+                    ns.clone(),
+                    program.into(),
+                ];
+                full.extend(args.iter().cloned());
+                ("ip".to_string(), full)
+            }
         }
     }
 
     fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output, Error> {
+        let (program, args) = self.command_line(program, args);
         let command = format!("{program} {}", args.join(" "));
         let spawn_err = |source| Error::Spawn {
             command: command.clone(),
             source,
         };
-        let mut child = Command::new(program)
-            .args(args)
+        let mut child = Command::new(&program)
+            .args(&args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -61,6 +96,7 @@ impl CommandIptables {
         if output.status.success() {
             Ok(output)
         } else {
+            let (program, args) = self.command_line(program, args);
             Err(Error::Command {
                 command: format!("{program} {}", args.join(" ")),
                 status: output.status.to_string(),
@@ -134,5 +170,41 @@ impl Iptables for CommandIptables {
         insert.extend(rule);
         self.run_ok(&self.iptables.clone(), &insert, None)
             .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn runs_in_its_own_namespace_by_default() {
+        let ipt = CommandIptables::new(IpFamily::V6);
+        assert_eq!(ipt.netns(), None);
+        let (program, args) = ipt.command_line("ip6tables-save", &strings(&["-t", "nat"]));
+        assert_eq!(program, "ip6tables-save");
+        assert_eq!(args, ["-t", "nat"]);
+    }
+
+    #[test]
+    fn a_named_namespace_prefixes_ip_netns_exec() {
+        let ipt = CommandIptables::in_netns(IpFamily::V4, "berth-t1-node1");
+        assert_eq!(ipt.netns(), Some("berth-t1-node1"));
+        let (program, args) = ipt.command_line(&ipt.restore, &strings(&["--noflush"]));
+        assert_eq!(program, "ip");
+        assert_eq!(
+            args,
+            [
+                "netns",
+                "exec",
+                "berth-t1-node1",
+                "iptables-restore",
+                "--noflush"
+            ]
+        );
     }
 }

@@ -8,7 +8,9 @@
 //! namespaces (agents in node namespaces reach the API server there) and loopback in its own.
 
 pub mod apiserver;
+pub mod echo;
 pub mod netns;
+pub mod topology;
 
 pub use apiserver::{
     run_apiserver, ApiServerOptions, Faults, LabApiServer, LabApiServerBuilder, LabApiServerHandle,

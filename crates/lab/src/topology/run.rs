@@ -1,0 +1,363 @@
+//! Running the steps: the [`Runner`] trait, the real `ip` runner, and the [`Topology`] handle
+//! that owns the namespaces it made.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+
+use super::layout::{layout, Layout};
+use super::steps::{plan_create, plan_destroy, Step};
+use super::{TopologyError, TopologySpec, NETNS_PREFIX};
+use crate::netns::NETNS_RUN_DIR;
+
+/// Runs one command line and returns its standard output.
+pub trait Runner {
+    fn run(&mut self, argv: &[String]) -> Result<String, TopologyError>;
+}
+
+/// Runs commands as child processes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IpCommand;
+
+impl Runner for IpCommand {
+    fn run(&mut self, argv: &[String]) -> Result<String, TopologyError> {
+        let command = argv.join(" ");
+        let Some((program, args)) = argv.split_first() else {
+            return Err(TopologyError::Invalid("an empty command line".into()));
+        };
+        let output = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| TopologyError::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(TopologyError::Command {
+                command,
+                status: output.status.to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            })
+        }
+    }
+}
+
+/// A built topology. Dropping it deletes every namespace it made, also after a failed build or a
+/// panicking test; [`Topology::destroy`] does the same and reports what could not be deleted.
+pub struct Topology<R: Runner = IpCommand> {
+    layout: Layout,
+    /// Namespaces made so far, in creation order.
+    created: Vec<String>,
+    runner: R,
+}
+
+impl Topology<IpCommand> {
+    pub fn create(spec: &TopologySpec) -> Result<Self, TopologyError> {
+        Topology::create_with(spec, IpCommand)
+    }
+}
+
+impl<R: Runner> Topology<R> {
+    /// Builds `spec` with `runner`. On failure, what was made is deleted before returning.
+    pub fn create_with(spec: &TopologySpec, runner: R) -> Result<Self, TopologyError> {
+        let layout = layout(spec)?;
+        let steps = plan_create(&layout);
+        let mut topology = Topology {
+            layout,
+            created: Vec::new(),
+            runner,
+        };
+        for step in steps {
+            topology.runner.run(&step.argv())?;
+            if let Step::AddNetns(ns) = step {
+                topology.created.push(ns);
+            }
+        }
+        Ok(topology)
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The namespace of a node, pod or client, by its name in the spec.
+    pub fn netns(&self, name: &str) -> Result<&str, TopologyError> {
+        let l = &self.layout;
+        l.node(name)
+            .map(|n| n.netns.as_str())
+            .or_else(|| l.pod(name).map(|(_, p)| p.netns.as_str()))
+            .or_else(|| l.client(name).map(|c| c.netns.as_str()))
+            .ok_or_else(|| TopologyError::Unknown {
+                kind: "node, pod or client",
+                name: name.to_string(),
+            })
+    }
+
+    fn owned(&self, netns: &str) -> Result<(), TopologyError> {
+        if self.created.iter().any(|ns| ns == netns) {
+            Ok(())
+        } else {
+            Err(TopologyError::Foreign(netns.to_string()))
+        }
+    }
+
+    /// Runs a command inside one of this topology's namespaces (`ip netns exec`) and returns its
+    /// output; any other namespace is refused.
+    pub fn exec(&mut self, netns: &str, argv: &[&str]) -> Result<String, TopologyError> {
+        self.owned(netns)?;
+        let mut full = vec![
+            "ip".to_string(),
+            "netns".into(),
+            "exec".into(),
+            netns.to_string(),
+        ];
+        full.extend(argv.iter().map(|a| a.to_string()));
+        self.runner.run(&full)
+    }
+
+    /// Sends a client's traffic for `dst` to `node`, as the node announcing `dst` on the LAN
+    /// would attract it.
+    pub fn steer(&mut self, client: &str, dst: Ipv4Addr, node: &str) -> Result<(), TopologyError> {
+        let via = self
+            .layout
+            .node(node)
+            .ok_or_else(|| TopologyError::Unknown {
+                kind: "node",
+                name: node.to_string(),
+            })?
+            .lan_ip
+            .to_string();
+        let netns = self
+            .layout
+            .client(client)
+            .ok_or_else(|| TopologyError::Unknown {
+                kind: "client",
+                name: client.to_string(),
+            })?
+            .netns
+            .clone();
+        self.owned(&netns)?;
+        let step = Step::Ip {
+            netns,
+            args: [
+                "route",
+                "replace",
+                &format!("{dst}/32"),
+                "via",
+                &via,
+                "dev",
+                "eth0",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        };
+        self.runner.run(&step.argv()).map(|_| ())
+    }
+
+    /// Deletes every namespace now, reporting the ones that could not be deleted.
+    pub fn destroy(mut self) -> Result<(), TopologyError> {
+        self.delete_all()
+    }
+
+    fn delete_all(&mut self) -> Result<(), TopologyError> {
+        let created = std::mem::take(&mut self.created);
+        let failures: Vec<String> = plan_destroy(created.iter().map(String::as_str))
+            .into_iter()
+            .filter_map(|step| self.runner.run(&step.argv()).err())
+            .map(|err| err.to_string())
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(TopologyError::Cleanup(failures))
+        }
+    }
+}
+
+impl<R: Runner> Drop for Topology<R> {
+    fn drop(&mut self) {
+        // Nothing to report to from a destructor: a namespace left behind is removed by
+        // `remove_leftovers` (`make clean-netns`).
+        let _ = self.delete_all();
+    }
+}
+
+/// The names among `names` that a topology with `prefix` made.
+pub fn leftovers<'a>(names: impl IntoIterator<Item = &'a str>, prefix: &str) -> Vec<String> {
+    let owned = format!("{prefix}-");
+    names
+        .into_iter()
+        .filter(|name| name.starts_with(&owned))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Deletes namespaces a topology with `prefix` left behind (after a crash or a kill), and returns
+/// their names. Only berth prefixes are accepted, so this cannot delete anyone else's namespaces.
+pub fn remove_leftovers(prefix: &str) -> Result<Vec<String>, TopologyError> {
+    if !prefix.starts_with(NETNS_PREFIX) {
+        return Err(TopologyError::Invalid(format!(
+            "prefix {prefix:?} must start with {NETNS_PREFIX:?}"
+        )));
+    }
+    let entries = match std::fs::read_dir(NETNS_RUN_DIR) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(TopologyError::List {
+                dir: NETNS_RUN_DIR.to_string(),
+                source,
+            })
+        }
+    };
+    let names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    let stale = leftovers(names.iter().map(String::as_str), prefix);
+    let mut runner = IpCommand;
+    let failures: Vec<String> = plan_destroy(stale.iter().map(String::as_str))
+        .into_iter()
+        .filter_map(|step| runner.run(&step.argv()).err())
+        .map(|err| err.to_string())
+        .collect();
+    if failures.is_empty() {
+        Ok(stale)
+    } else {
+        Err(TopologyError::Cleanup(failures))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records every command; fails the `fail_at`-th one (0-based) when set.
+    #[derive(Default)]
+    struct Recorder {
+        log: Vec<String>,
+        fail_at: Option<usize>,
+    }
+
+    impl Runner for &mut Recorder {
+        fn run(&mut self, argv: &[String]) -> Result<String, TopologyError> {
+            let n = self.log.len();
+            self.log.push(argv.join(" "));
+            if self.fail_at == Some(n) {
+                return Err(TopologyError::Command {
+                    command: argv.join(" "),
+                    status: "exit status: 2".into(),
+                    stderr: "RTNETLINK answers: File exists".into(),
+                });
+            }
+            Ok(String::new())
+        }
+    }
+
+    fn mk_spec() -> TopologySpec {
+        TopologySpec::new("berth-t9")
+            .node("node1", ["a1"])
+            .node("node2", ["b1"])
+            .client("client")
+    }
+
+    fn deletes(log: &[String]) -> Vec<&str> {
+        log.iter()
+            .filter_map(|l| l.strip_prefix("ip netns delete "))
+            .collect()
+    }
+
+    #[test]
+    fn dropping_deletes_every_namespace_it_made() {
+        let mut rec = Recorder::default();
+        {
+            let topo = Topology::create_with(&mk_spec(), &mut rec).unwrap();
+            assert_eq!(topo.netns("a1").unwrap(), "berth-t9-a1");
+            assert_eq!(topo.netns("node2").unwrap(), "berth-t9-node2");
+            assert_eq!(topo.netns("client").unwrap(), "berth-t9-client");
+            assert!(topo.netns("nobody").is_err());
+        }
+        assert_eq!(
+            deletes(&rec.log),
+            [
+                "berth-t9-client",
+                "berth-t9-b1",
+                "berth-t9-node2",
+                "berth-t9-a1",
+                "berth-t9-node1",
+                "berth-t9-lan"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_build_deletes_what_it_made_so_far() {
+        // Steps 0-5 add the six namespaces; 6 brings the LAN's loopback up.
+        for fail_at in [0, 3, 6, 30] {
+            let mut rec = Recorder {
+                fail_at: Some(fail_at),
+                ..Recorder::default()
+            };
+            let err = Topology::create_with(&mk_spec(), &mut rec).err().unwrap();
+            assert!(matches!(err, TopologyError::Command { .. }), "{err}");
+            let added: Vec<&str> = rec.log[..fail_at]
+                .iter()
+                .filter_map(|l| l.strip_prefix("ip netns add "))
+                .collect();
+            let mut deleted = deletes(&rec.log);
+            deleted.reverse();
+            assert_eq!(deleted, added, "failing at step {fail_at}");
+        }
+    }
+
+    #[test]
+    fn exec_and_steer_stay_inside_the_topology() {
+        let mut rec = Recorder::default();
+        let mut topo = Topology::create_with(&mk_spec(), &mut rec).unwrap();
+        topo.exec("berth-t9-node1", &["iptables-save"]).unwrap();
+        assert!(matches!(
+            topo.exec("berth-other-node1", &["iptables-save"]),
+            Err(TopologyError::Foreign(_))
+        ));
+        topo.steer("client", Ipv4Addr::new(198, 18, 0, 200), "node2")
+            .unwrap();
+        assert!(topo
+            .steer("client", Ipv4Addr::new(198, 18, 0, 200), "node9")
+            .is_err());
+        assert!(topo
+            .steer("node1", Ipv4Addr::new(198, 18, 0, 200), "node2")
+            .is_err());
+        topo.destroy().unwrap();
+        assert!(rec
+            .log
+            .contains(&"ip netns exec berth-t9-node1 iptables-save".to_string()));
+        assert!(rec.log.contains(
+            &"ip -n berth-t9-client route replace 198.18.0.200/32 via 198.18.0.12 dev eth0"
+                .to_string()
+        ));
+        assert_eq!(deletes(&rec.log).len(), 6);
+    }
+
+    #[test]
+    fn leftovers_match_the_prefix_and_a_dash_only() {
+        let names = [
+            "berth-t1-lan",
+            "berth-t12-lan",
+            "berth-t1",
+            "other",
+            "berth-t1-a",
+        ];
+        assert_eq!(leftovers(names, "berth-t1"), ["berth-t1-lan", "berth-t1-a"]);
+    }
+
+    #[test]
+    fn leftovers_refuse_foreign_prefixes() {
+        assert!(matches!(
+            remove_leftovers("cni-"),
+            Err(TopologyError::Invalid(_))
+        ));
+    }
+}
