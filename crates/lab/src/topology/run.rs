@@ -185,6 +185,37 @@ impl<R: Runner> Drop for Topology<R> {
     }
 }
 
+/// Why this process cannot build topologies, if it cannot: it must run as root (effective uid 0)
+/// and find every program in `tools` (e.g. `ip`, `sysctl`, `iptables-restore`).
+pub fn preflight(tools: &[&str]) -> Result<(), String> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|err| format!("cannot read /proc/self/status: {err}"))?;
+    if effective_uid(&status) != Some(0) {
+        return Err("network namespace tests need root".to_string());
+    }
+    for tool in tools {
+        let found = Command::new(tool)
+            .arg("-V")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if let Err(err) = found {
+            return Err(format!("`{tool}` is not available: {err}"));
+        }
+    }
+    Ok(())
+}
+
+/// The effective uid from the text of `/proc/<pid>/status`.
+fn effective_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        .and_then(|euid| euid.parse().ok())
+}
+
 /// The names among `names` that a topology with `prefix` made.
 pub fn leftovers<'a>(names: impl IntoIterator<Item = &'a str>, prefix: &str) -> Vec<String> {
     let owned = format!("{prefix}-");
@@ -351,6 +382,26 @@ mod tests {
             "berth-t1-a",
         ];
         assert_eq!(leftovers(names, "berth-t1"), ["berth-t1-lan", "berth-t1-a"]);
+    }
+
+    #[test]
+    fn effective_uid_is_the_second_uid_field() {
+        assert_eq!(effective_uid("Name:\tx\nUid:\t1000\t0\t0\t0\n"), Some(0));
+        assert_eq!(effective_uid("Uid:\t0\t1000\t0\t0\n"), Some(1000));
+        assert_eq!(effective_uid("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn preflight_names_a_missing_tool() {
+        let missing = "berth-no-such-program-anywhere";
+        if let Err(reason) = preflight(&[missing]) {
+            assert!(
+                reason.contains(missing) || reason.contains("root"),
+                "{reason}"
+            );
+        } else {
+            panic!("a missing program passed the preflight");
+        }
     }
 
     #[test]
