@@ -355,19 +355,19 @@ pub fn udp_echo(netns: &str, addr: SocketAddr, timeout: Duration) -> Result<Echo
     EchoReply::parse(&String::from_utf8_lossy(&buf[..len]))
 }
 
-/// Runs `connections` TCP questions from one thread inside `netns`, for tests and benchmarks
-/// that need many connections without a thread per connection.
+/// Runs `connections` TCP questions one after another from one thread inside `netns`, for tests
+/// that need many connections without a thread each. Stops at the first failure.
 pub fn tcp_echo_many(
     netns: &str,
     addr: SocketAddr,
     connections: usize,
     timeout: Duration,
-) -> Result<Vec<Result<EchoReply, EchoError>>, EchoError> {
-    Ok(run_in_netns(netns, move || {
+) -> Result<Vec<EchoReply>, EchoError> {
+    run_in_netns(netns, move || {
         (0..connections)
             .map(|_| ask_here(addr, timeout))
-            .collect::<Vec<_>>()
-    })?)
+            .collect::<Result<Vec<_>, _>>()
+    })?
 }
 
 /// One TCP question from the calling thread's namespace.

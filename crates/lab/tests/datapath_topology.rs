@@ -115,7 +115,7 @@ fn many_connections_from_one_thread_and_a_long_lived_one() {
 
     let replies = tcp_echo_many(client, target, 50, TIMEOUT).unwrap();
     assert_eq!(replies.len(), 50);
-    assert!(replies.iter().all(|r| r.as_ref().unwrap().pod == "a1"));
+    assert!(replies.iter().all(|r| r.pod == "a1"));
 
     let (mut conn, first) = EchoConnection::open(client, target, TIMEOUT).unwrap();
     for _ in 0..3 {

@@ -27,7 +27,10 @@ mod steps;
 use std::net::Ipv4Addr;
 
 pub use layout::{layout, ClientLayout, Layout, NodeLayout, PodLayout};
-pub use run::{leftovers, preflight, remove_leftovers, IpCommand, Runner, Topology};
+pub use run::{
+    leftovers, orphan_prefixes, preflight, remove_leftovers, remove_orphans, IpCommand, Runner,
+    Topology,
+};
 pub use steps::{plan_create, plan_destroy, Step};
 
 /// Every namespace the lab and its tests make starts with this.

@@ -226,6 +226,52 @@ pub fn leftovers<'a>(names: impl IntoIterator<Item = &'a str>, prefix: &str) -> 
         .collect()
 }
 
+/// Prefixes `berth-<tag><pid>` among `names` whose process is gone (`alive` says it is not).
+pub fn orphan_prefixes<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    tag: &str,
+    alive: impl Fn(u32) -> bool,
+) -> Vec<String> {
+    let start = format!("{NETNS_PREFIX}{tag}");
+    let mut out: Vec<String> = names
+        .into_iter()
+        .filter_map(|name| name.strip_prefix(&start))
+        .filter_map(|rest| rest.split_once('-'))
+        .filter_map(|(pid, _)| pid.parse::<u32>().ok())
+        .filter(|pid| !alive(*pid))
+        .map(|pid| format!("{start}{pid}"))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn netns_names() -> Result<Vec<String>, TopologyError> {
+    match std::fs::read_dir(NETNS_RUN_DIR) {
+        Ok(entries) => Ok(entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(source) => Err(TopologyError::List {
+            dir: NETNS_RUN_DIR.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Deletes the namespaces of topologies named [`TopologySpec::unique_prefix`]`(tag)` whose process
+/// has exited (killed before its cleanup ran), and returns their names.
+pub fn remove_orphans(tag: &str) -> Result<Vec<String>, TopologyError> {
+    let names = netns_names()?;
+    let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let mut removed = Vec::new();
+    for prefix in orphan_prefixes(names.iter().map(String::as_str), tag, alive) {
+        removed.extend(remove_leftovers(&prefix)?);
+    }
+    Ok(removed)
+}
+
 /// Deletes namespaces a topology with `prefix` left behind (after a crash or a kill), and returns
 /// their names. Only berth prefixes are accepted, so this cannot delete anyone else's namespaces.
 pub fn remove_leftovers(prefix: &str) -> Result<Vec<String>, TopologyError> {
@@ -234,20 +280,7 @@ pub fn remove_leftovers(prefix: &str) -> Result<Vec<String>, TopologyError> {
             "prefix {prefix:?} must start with {NETNS_PREFIX:?}"
         )));
     }
-    let entries = match std::fs::read_dir(NETNS_RUN_DIR) {
-        Ok(entries) => entries,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(TopologyError::List {
-                dir: NETNS_RUN_DIR.to_string(),
-                source,
-            })
-        }
-    };
-    let names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
+    let names = netns_names()?;
     let stale = leftovers(names.iter().map(String::as_str), prefix);
     let mut runner = IpCommand;
     let failures: Vec<String> = plan_destroy(stale.iter().map(String::as_str))
@@ -402,6 +435,24 @@ mod tests {
         } else {
             panic!("a missing program passed the preflight");
         }
+    }
+
+    #[test]
+    fn orphans_are_prefixes_of_processes_that_are_gone() {
+        let names = [
+            "berth-tr100-lan",
+            "berth-tr100-node1",
+            "berth-tr200-lan",
+            "berth-tr3x-lan",
+            "berth-tt300-lan",
+            "berth-tr",
+            "other-tr400-lan",
+        ];
+        assert_eq!(
+            orphan_prefixes(names, "tr", |pid| pid == 200),
+            ["berth-tr100"]
+        );
+        assert!(orphan_prefixes(names, "tr", |_| true).is_empty());
     }
 
     #[test]
