@@ -15,6 +15,28 @@ use crate::Error;
 /// Seconds to wait for the xtables lock held by another program.
 const LOCK_WAIT_SECONDS: &str = "5";
 
+/// Which iptables implementation runs the commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// `iptables`, whichever implementation the system's alternatives point at.
+    #[default]
+    System,
+    /// `iptables-nft`: rules become nf_tables rules.
+    Nft,
+    /// `iptables-legacy`: the x_tables blob, replaced whole on every restore.
+    Legacy,
+}
+
+impl Backend {
+    fn suffix(self) -> &'static str {
+        match self {
+            Backend::System => "",
+            Backend::Nft => "-nft",
+            Backend::Legacy => "-legacy",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CommandIptables {
     iptables: String,
@@ -26,23 +48,33 @@ pub struct CommandIptables {
 
 impl CommandIptables {
     pub fn new(family: IpFamily) -> Self {
-        let base = match family {
+        CommandIptables::with_backend(family, Backend::System)
+    }
+
+    pub fn with_backend(family: IpFamily, backend: Backend) -> Self {
+        let family_base = match family {
             IpFamily::V4 => "iptables",
             IpFamily::V6 => "ip6tables",
         };
+        let base = format!("{family_base}{}", backend.suffix());
         CommandIptables {
-            iptables: base.to_string(),
             restore: format!("{base}-restore"),
             save: format!("{base}-save"),
+            iptables: base,
             netns: None,
         }
     }
 
     /// Runs every command inside the named network namespace (`ip netns exec <name> ...`).
     pub fn in_netns(family: IpFamily, name: impl Into<String>) -> Self {
+        CommandIptables::new(family).netns_named(name)
+    }
+
+    /// The same commands, run inside the named network namespace.
+    pub fn netns_named(self, name: impl Into<String>) -> Self {
         CommandIptables {
             netns: Some(name.into()),
-            ..CommandIptables::new(family)
+            ..self
         }
     }
 
@@ -188,6 +220,39 @@ mod tests {
         let (program, args) = ipt.command_line("ip6tables-save", &strings(&["-t", "nat"]));
         assert_eq!(program, "ip6tables-save");
         assert_eq!(args, ["-t", "nat"]);
+    }
+
+    #[test]
+    fn backends_name_their_programs() {
+        let legacy = CommandIptables::with_backend(IpFamily::V4, Backend::Legacy);
+        assert_eq!(
+            (
+                legacy.iptables.as_str(),
+                legacy.restore.as_str(),
+                legacy.save.as_str()
+            ),
+            (
+                "iptables-legacy",
+                "iptables-legacy-restore",
+                "iptables-legacy-save"
+            )
+        );
+        let nft = CommandIptables::with_backend(IpFamily::V6, Backend::Nft).netns_named("ns");
+        assert_eq!(
+            (
+                nft.iptables.as_str(),
+                nft.restore.as_str(),
+                nft.save.as_str()
+            ),
+            (
+                "ip6tables-nft",
+                "ip6tables-nft-restore",
+                "ip6tables-nft-save"
+            )
+        );
+        assert_eq!(nft.netns(), Some("ns"));
+        let system = CommandIptables::new(IpFamily::V4);
+        assert_eq!(system.restore, "iptables-restore");
     }
 
     #[test]
