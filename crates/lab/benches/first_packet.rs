@@ -34,6 +34,8 @@ use berth_lab::topology::{preflight, remove_orphans, Topology, TopologySpec};
 const TAG: &str = "fp";
 const FIRST_PORT: u16 = 8080;
 const WARMUP: usize = 20;
+/// Measurement rounds over all configurations; each takes its share of `--connections`.
+const ROUNDS: usize = 10;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Times `iptables-restore` on its own; everything else passes through.
@@ -197,8 +199,8 @@ fn percentiles(mut samples: Vec<Duration>) -> Percentiles {
 }
 
 /// Connect times from inside the client pod: one thread, one connection at a time.
-fn connect_times(netns: &str, target: SocketAddr, connections: usize) -> Percentiles {
-    let samples = run_in_netns(netns, move || {
+fn connect_times(netns: &str, target: SocketAddr, connections: usize) -> Vec<Duration> {
+    run_in_netns(netns, move || {
         for _ in 0..WARMUP {
             drop(TcpStream::connect_timeout(&target, CONNECT_TIMEOUT).unwrap());
         }
@@ -213,23 +215,29 @@ fn connect_times(netns: &str, target: SocketAddr, connections: usize) -> Percent
             })
             .collect::<Vec<_>>()
     })
-    .unwrap();
-    percentiles(samples)
+    .unwrap()
 }
 
-struct Row {
+/// One programmed node, ready to be measured.
+struct Setup {
     services: usize,
     dispatch: Dispatch,
     rules: usize,
     payload_bytes: usize,
     restore_ms: f64,
     sync_ms: f64,
-    first: Percentiles,
-    last: Percentiles,
+    client: String,
+    first: Vec<Duration>,
+    last: Vec<Duration>,
+    // Dropped last: the servers, then the namespaces.
+    _echoes: Vec<EchoHandle>,
+    _topo: Topology,
 }
 
-fn run_one(n: usize, dispatch: Dispatch, options: &Options) -> Result<Row, String> {
-    let spec = TopologySpec::new(TopologySpec::unique_prefix(TAG)).node("node", ["srv", "cli"]);
+fn set_up(index: usize, n: usize, dispatch: Dispatch, options: &Options) -> Result<Setup, String> {
+    // One prefix per configuration; all of them end with the pid for the orphan sweep.
+    let prefix = format!("{}-c{index}", TopologySpec::unique_prefix(TAG));
+    let spec = TopologySpec::new(prefix).node("node", ["srv", "cli"]);
     let topo = Topology::create(&spec).unwrap();
     let layout = topo.layout();
     let node = layout.node("node").unwrap();
@@ -258,40 +266,35 @@ fn run_one(n: usize, dispatch: Dispatch, options: &Options) -> Result<Row, Strin
     };
     let mut syncer = Syncer::new(iptables).rewriting_every_sync(rewritten_every_sync(dispatch));
     let start = Instant::now();
-    let report: SyncReport = match syncer.sync(&rs) {
-        Ok(report) => report,
-        Err(err) => {
-            drop(echoes);
-            topo.destroy().unwrap();
-            return Err(format!("full sync failed: {err}"));
-        }
-    };
+    let report: SyncReport = syncer
+        .sync(&rs)
+        .map_err(|err| format!("full sync failed: {err}"))?;
     let sync_ms = start.elapsed().as_secs_f64() * 1e3;
     let restore_ms = syncer.iptables().restore.as_secs_f64() * 1e3;
-
-    let client = topo.netns("cli").unwrap().to_string();
-    let first = connect_times(
-        &client,
-        SocketAddr::new(service_ip(0), 80),
-        options.connections,
-    );
-    let last = connect_times(
-        &client,
-        SocketAddr::new(service_ip(n - 1), 80),
-        options.connections,
-    );
-    drop(echoes);
-    topo.destroy().unwrap();
-    Ok(Row {
+    Ok(Setup {
         services: n,
         dispatch,
         rules: report.rule_count,
         payload_bytes: report.payload_bytes,
         restore_ms,
         sync_ms,
-        first,
-        last,
+        client: topo.netns("cli").unwrap().to_string(),
+        first: Vec::new(),
+        last: Vec::new(),
+        _echoes: echoes,
+        _topo: topo,
     })
+}
+
+impl Setup {
+    fn measure(&mut self, connections: usize) {
+        let first = SocketAddr::new(service_ip(0), 80);
+        let last = SocketAddr::new(service_ip(self.services - 1), 80);
+        self.first
+            .extend(connect_times(&self.client, first, connections));
+        self.last
+            .extend(connect_times(&self.client, last, connections));
+    }
 }
 
 fn label(n: usize) -> String {
@@ -332,32 +335,43 @@ fn main() {
         "last_p50",
         "last_p99"
     );
-    let mut rows = Vec::new();
+    let mut setups = Vec::new();
     for &n in &options.sizes {
         for dispatch in [Dispatch::Tree, Dispatch::Linear] {
-            let row = match run_one(n, dispatch, &options) {
-                Ok(row) => row,
+            match set_up(setups.len(), n, dispatch, &options) {
+                Ok(setup) => setups.push(setup),
                 Err(err) => {
                     let mode = format!("{dispatch:?}").to_lowercase();
                     println!("{n:>8} {mode:>8} {err}");
-                    continue;
                 }
-            };
-            println!(
-                "{:>8} {:>8} {:>9} {:>12} {:>11.0} {:>10.0} {:>8.1}us {:>8.1}us {:>8.1}us {:>8.1}us",
-                row.services,
-                format!("{:?}", row.dispatch).to_lowercase(),
-                row.rules,
-                row.payload_bytes,
-                row.restore_ms,
-                row.sync_ms,
-                row.first.p50_us,
-                row.first.p99_us,
-                row.last.p50_us,
-                row.last.p99_us,
-            );
-            rows.push(row);
+            }
         }
+    }
+    // Rounds over every configuration in turn, so that the load of a shared machine drifting
+    // during the run weighs on all of them alike.
+    let per_round = options.connections.div_ceil(ROUNDS);
+    for _ in 0..ROUNDS {
+        for setup in &mut setups {
+            setup.measure(per_round);
+        }
+    }
+    let mut rows = Vec::new();
+    for setup in setups {
+        let (first, last) = (percentiles(setup.first), percentiles(setup.last));
+        println!(
+            "{:>8} {:>8} {:>9} {:>12} {:>11.0} {:>10.0} {:>8.1}us {:>8.1}us {:>8.1}us {:>8.1}us",
+            setup.services,
+            format!("{:?}", setup.dispatch).to_lowercase(),
+            setup.rules,
+            setup.payload_bytes,
+            setup.restore_ms,
+            setup.sync_ms,
+            first.p50_us,
+            first.p99_us,
+            last.p50_us,
+            last.p99_us,
+        );
+        rows.push((setup.services, setup.dispatch, last));
     }
     let (Some(&small), Some(&large)) = (options.sizes.iter().min(), options.sizes.iter().max())
     else {
@@ -366,8 +380,8 @@ fn main() {
     let ratio = |dispatch: Dispatch| {
         let p50 = |n: usize| {
             rows.iter()
-                .find(|r| r.services == n && r.dispatch == dispatch)
-                .map(|r| r.last.p50_us)
+                .find(|(services, mode, _)| *services == n && *mode == dispatch)
+                .map(|(_, _, last)| last.p50_us)
         };
         match (p50(large), p50(small)) {
             (Some(large), Some(small)) => format!("{:.2}", large / small),
