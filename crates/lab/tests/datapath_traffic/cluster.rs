@@ -128,6 +128,31 @@ impl Cluster {
         }
         self.dispatch = dispatch;
     }
+
+    /// Syncs the current Services on every node with the running agents' Syncers.
+    pub fn sync_all(&mut self, expected: SyncKind) {
+        let options = Self::options(self.dispatch);
+        for node in NODES {
+            let rs = plan(&self.view(node), &options);
+            let syncer = self.syncers.get_mut(node).unwrap();
+            let report = syncer
+                .sync(&rs)
+                .unwrap_or_else(|err| panic!("sync on {node}: {err}"));
+            assert_eq!(report.kind, expected, "{node}: {report:?}");
+        }
+    }
+
+    /// How many chains of `node`'s nat table start with `prefix`.
+    pub fn nat_chains(&mut self, node: &str, prefix: &str) -> usize {
+        let ns = self.netns(node);
+        let dump = self
+            .topo
+            .exec(&ns, &["iptables-save", "-t", "nat"])
+            .unwrap();
+        dump.lines()
+            .filter(|l| l.strip_prefix(':').is_some_and(|c| c.starts_with(prefix)))
+            .count()
+    }
 }
 
 pub fn pod_ip(topo: &Topology, pod: &str) -> IpAddr {
