@@ -33,6 +33,10 @@ pub use run::{
 };
 pub use steps::{plan_create, plan_destroy, Step};
 
+/// The interface of a node, pod or client namespace towards the rest of the topology: the LAN for
+/// nodes and clients (where an L2 announcer answers ARP), the node for pods.
+pub const ETH0: &str = "eth0";
+
 /// Every namespace the lab and its tests make starts with this.
 pub const NETNS_PREFIX: &str = "berth-";
 

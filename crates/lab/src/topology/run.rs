@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use super::layout::{layout, Layout};
 use super::steps::{plan_create, plan_destroy, Step};
-use super::{TopologyError, TopologySpec, NETNS_PREFIX};
+use super::{TopologyError, TopologySpec, ETH0, NETNS_PREFIX};
 use crate::netns::NETNS_RUN_DIR;
 
 /// Runs one command line and returns its standard output.
@@ -148,7 +148,7 @@ impl<R: Runner> Topology<R> {
                 "via",
                 &via,
                 "dev",
-                "eth0",
+                ETH0,
             ]
             .iter()
             .map(|s| s.to_string())

@@ -5,7 +5,7 @@
 //! namespace untouched, and the tests below check it for every step.
 
 use super::layout::{Layout, NodeLayout};
-use super::SERVICE_CIDR;
+use super::{ETH0, SERVICE_CIDR};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -115,17 +115,17 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
     for node in &layout.nodes {
         let ns = &node.netns;
         steps.extend(node_sysctls(node));
-        steps.push(veth(lan, &node.lan_port, ns, "eth0"));
+        steps.push(veth(lan, &node.lan_port, ns, ETH0));
         steps.push(ip(
             lan,
             &["link", "set", &node.lan_port, "master", br, "up"],
         ));
         let lan_addr = format!("{}/{lan_len}", node.lan_ip);
-        steps.push(ip(ns, &["addr", "add", &lan_addr, "dev", "eth0"]));
-        steps.push(ip(ns, &["link", "set", "eth0", "up"]));
+        steps.push(ip(ns, &["addr", "add", &lan_addr, "dev", ETH0]));
+        steps.push(ip(ns, &["link", "set", ETH0, "up"]));
         steps.push(ip(
             ns,
-            &["route", "add", SERVICE_CIDR, "dev", "eth0", "scope", "link"],
+            &["route", "add", SERVICE_CIDR, "dev", ETH0, "scope", "link"],
         ));
         for other in layout.nodes.iter().filter(|o| o.name != node.name) {
             steps.push(ip(
@@ -137,7 +137,7 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
                     "via",
                     &other.lan_ip.to_string(),
                     "dev",
-                    "eth0",
+                    ETH0,
                 ],
             ));
         }
@@ -146,7 +146,7 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
         for pod in &node.pods {
             let (pns, veth_name) = (&pod.netns, &pod.node_veth);
             let pod_ip = pod.ip.to_string();
-            steps.push(veth(ns, veth_name, pns, "eth0"));
+            steps.push(veth(ns, veth_name, pns, ETH0));
             // The same gateway address on every pod veth: each pod finds its gateway on its own
             // link, and the node routes each pod address to that pod's veth.
             steps.push(ip(ns, &["addr", "add", &gateway_host, "dev", veth_name]));
@@ -165,37 +165,29 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
             ));
             steps.push(ip(
                 pns,
-                &["addr", "add", &format!("{pod_ip}/32"), "dev", "eth0"],
+                &["addr", "add", &format!("{pod_ip}/32"), "dev", ETH0],
             ));
-            steps.push(ip(pns, &["link", "set", "eth0", "up"]));
+            steps.push(ip(pns, &["link", "set", ETH0, "up"]));
             steps.push(ip(
                 pns,
-                &[
-                    "route",
-                    "add",
-                    &gateway_host,
-                    "dev",
-                    "eth0",
-                    "scope",
-                    "link",
-                ],
+                &["route", "add", &gateway_host, "dev", ETH0, "scope", "link"],
             ));
             steps.push(ip(
                 pns,
-                &["route", "add", "default", "via", &gateway, "dev", "eth0"],
+                &["route", "add", "default", "via", &gateway, "dev", ETH0],
             ));
         }
     }
     for client in &layout.clients {
         let ns = &client.netns;
-        steps.push(veth(lan, &client.lan_port, ns, "eth0"));
+        steps.push(veth(lan, &client.lan_port, ns, ETH0));
         steps.push(ip(
             lan,
             &["link", "set", &client.lan_port, "master", br, "up"],
         ));
         let addr = format!("{}/{lan_len}", client.ip);
-        steps.push(ip(ns, &["addr", "add", &addr, "dev", "eth0"]));
-        steps.push(ip(ns, &["link", "set", "eth0", "up"]));
+        steps.push(ip(ns, &["addr", "add", &addr, "dev", ETH0]));
+        steps.push(ip(ns, &["link", "set", ETH0, "up"]));
     }
     steps
 }

@@ -20,6 +20,7 @@ mod cluster;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
 
+use berth_datapath::plan::builtin_jumps;
 use berth_datapath::sync::SyncKind;
 use berth_datapath::{plan, Dispatch};
 use berth_lab::echo::{udp_echo, EchoConnection};
@@ -249,6 +250,18 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
         before,
         "rules berth does not own are untouched"
     );
+    // The restarted agent found its jumps in place rather than inserting them again.
+    let dump = c.topo.exec(&ns, &["iptables-save"]).unwrap();
+    let jumps = dump
+        .lines()
+        .filter(|l| {
+            let chain = l
+                .strip_prefix("-A ")
+                .and_then(|r| r.split_whitespace().next());
+            chain.is_some_and(|chain| !chain.starts_with("BERTH-")) && l.contains("-j BERTH-")
+        })
+        .count();
+    assert_eq!(jumps, builtin_jumps().len(), "{dump}");
 
     // A steady state after the restart: the next sync writes nothing but what linear
     // dispatch rewrites every time.
