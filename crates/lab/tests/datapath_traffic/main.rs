@@ -327,6 +327,13 @@ const SCENARIOS: &[(&str, Scenario)] = &[
 ];
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in SCENARIOS {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
     if let Err(reason) = preflight(&[
         "ip",
         "sysctl",
@@ -343,10 +350,7 @@ fn main() -> ExitCode {
             eprintln!("removed leftover namespaces {removed:?}");
         }
     }
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let filters: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
     let selected: Vec<&(&str, Scenario)> = SCENARIOS
         .iter()
         .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
