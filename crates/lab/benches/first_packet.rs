@@ -33,9 +33,10 @@ use berth_lab::topology::{preflight, remove_orphans, Topology, TopologySpec};
 
 const TAG: &str = "fp";
 const FIRST_PORT: u16 = 8080;
-const WARMUP: usize = 20;
-/// Measurement rounds over all configurations; each takes its share of `--connections`.
-const ROUNDS: usize = 10;
+const WARMUP: usize = 3;
+/// Measurement rounds over all configurations, each taking its share of `--connections`: many
+/// short rounds spread a busy moment of a shared machine over every configuration.
+const ROUNDS: usize = 50;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Times `iptables-restore` on its own; everything else passes through.
