@@ -1,5 +1,7 @@
 //! The real [`Iptables`]: `iptables-restore --noflush`, `iptables-save` and `iptables` for the
 //! built-in jumps, for one family (`ip6tables*` for IPv6). Works with iptables-nft and -legacy.
+//! [`CommandIptables::in_netns`] runs the same commands inside a named network namespace
+//! (`ip netns exec`), which is how the lab programs its node namespaces.
 
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
@@ -13,34 +15,99 @@ use crate::Error;
 /// Seconds to wait for the xtables lock held by another program.
 const LOCK_WAIT_SECONDS: &str = "5";
 
+/// Which iptables implementation runs the commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// `iptables`, whichever implementation the system's alternatives point at.
+    #[default]
+    System,
+    /// `iptables-nft`: rules become nf_tables rules.
+    Nft,
+    /// `iptables-legacy`: the x_tables blob, replaced whole on every restore.
+    Legacy,
+}
+
+impl Backend {
+    fn suffix(self) -> &'static str {
+        match self {
+            Backend::System => "",
+            Backend::Nft => "-nft",
+            Backend::Legacy => "-legacy",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CommandIptables {
     iptables: String,
     restore: String,
     save: String,
+    /// Named network namespace to run in; `None` is the agent's own.
+    netns: Option<String>,
 }
 
 impl CommandIptables {
     pub fn new(family: IpFamily) -> Self {
-        let base = match family {
+        CommandIptables::with_backend(family, Backend::System)
+    }
+
+    pub fn with_backend(family: IpFamily, backend: Backend) -> Self {
+        let family_base = match family {
             IpFamily::V4 => "iptables",
             IpFamily::V6 => "ip6tables",
         };
+        let base = format!("{family_base}{}", backend.suffix());
         CommandIptables {
-            iptables: base.to_string(),
             restore: format!("{base}-restore"),
             save: format!("{base}-save"),
+            iptables: base,
+            netns: None,
+        }
+    }
+
+    /// Runs every command inside the named network namespace (`ip netns exec <name> ...`).
+    pub fn in_netns(family: IpFamily, name: impl Into<String>) -> Self {
+        CommandIptables::new(family).netns_named(name)
+    }
+
+    /// The same commands, run inside the named network namespace.
+    pub fn netns_named(self, name: impl Into<String>) -> Self {
+        CommandIptables {
+            netns: Some(name.into()),
+            ..self
+        }
+    }
+
+    pub fn netns(&self) -> Option<&str> {
+        self.netns.as_deref()
+    }
+
+    /// The program and arguments that run `program args` where this instance works.
+    fn command_line(&self, program: &str, args: &[String]) -> (String, Vec<String>) {
+        match &self.netns {
+            None => (program.to_string(), args.to_vec()),
+            Some(ns) => {
+                let mut full = vec![
+                    "netns".to_string(),
+                    "exec".into(),
+                    ns.clone(),
+                    program.into(),
+                ];
+                full.extend(args.iter().cloned());
+                ("ip".to_string(), full)
+            }
         }
     }
 
     fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output, Error> {
+        let (program, args) = self.command_line(program, args);
         let command = format!("{program} {}", args.join(" "));
         let spawn_err = |source| Error::Spawn {
             command: command.clone(),
             source,
         };
-        let mut child = Command::new(program)
-            .args(args)
+        let mut child = Command::new(&program)
+            .args(&args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -61,6 +128,7 @@ impl CommandIptables {
         if output.status.success() {
             Ok(output)
         } else {
+            let (program, args) = self.command_line(program, args);
             Err(Error::Command {
                 command: format!("{program} {}", args.join(" ")),
                 status: output.status.to_string(),
@@ -134,5 +202,74 @@ impl Iptables for CommandIptables {
         insert.extend(rule);
         self.run_ok(&self.iptables.clone(), &insert, None)
             .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn runs_in_its_own_namespace_by_default() {
+        let ipt = CommandIptables::new(IpFamily::V6);
+        assert_eq!(ipt.netns(), None);
+        let (program, args) = ipt.command_line("ip6tables-save", &strings(&["-t", "nat"]));
+        assert_eq!(program, "ip6tables-save");
+        assert_eq!(args, ["-t", "nat"]);
+    }
+
+    #[test]
+    fn backends_name_their_programs() {
+        let legacy = CommandIptables::with_backend(IpFamily::V4, Backend::Legacy);
+        assert_eq!(
+            (
+                legacy.iptables.as_str(),
+                legacy.restore.as_str(),
+                legacy.save.as_str()
+            ),
+            (
+                "iptables-legacy",
+                "iptables-legacy-restore",
+                "iptables-legacy-save"
+            )
+        );
+        let nft = CommandIptables::with_backend(IpFamily::V6, Backend::Nft).netns_named("ns");
+        assert_eq!(
+            (
+                nft.iptables.as_str(),
+                nft.restore.as_str(),
+                nft.save.as_str()
+            ),
+            (
+                "ip6tables-nft",
+                "ip6tables-nft-restore",
+                "ip6tables-nft-save"
+            )
+        );
+        assert_eq!(nft.netns(), Some("ns"));
+        let system = CommandIptables::new(IpFamily::V4);
+        assert_eq!(system.restore, "iptables-restore");
+    }
+
+    #[test]
+    fn a_named_namespace_prefixes_ip_netns_exec() {
+        let ipt = CommandIptables::in_netns(IpFamily::V4, "berth-t1-node1");
+        assert_eq!(ipt.netns(), Some("berth-t1-node1"));
+        let (program, args) = ipt.command_line(&ipt.restore, &strings(&["--noflush"]));
+        assert_eq!(program, "ip");
+        assert_eq!(
+            args,
+            [
+                "netns",
+                "exec",
+                "berth-t1-node1",
+                "iptables-restore",
+                "--noflush"
+            ]
+        );
     }
 }

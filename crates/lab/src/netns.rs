@@ -1,12 +1,14 @@
 //! Sockets inside named network namespaces (the `ip netns` convention: `/run/netns/<name>`).
 //!
 //! A socket belongs to the namespace it was created in, for its whole life. So a short-lived thread
-//! enters the namespace, binds, and ends; the listener it returns keeps serving that namespace while
-//! every thread of the process stays in its own. Nothing here creates or changes a namespace.
+//! enters the namespace, binds or connects, and ends; the socket it returns keeps working in that
+//! namespace while every thread of the process stays in its own. Nothing here creates or changes
+//! a namespace.
 
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use nix::sched::{setns, CloneFlags};
 
@@ -37,8 +39,28 @@ pub enum NetnsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the thread binding in network namespace {0} ended without an answer")]
+    #[error("connecting to {addr} from network namespace {name}")]
+    Connect {
+        name: String,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the thread working in network namespace {0} ended without an answer")]
     Thread(String),
+}
+
+impl NetnsError {
+    /// The socket error behind a failed bind or connect, so callers can tell "refused" from
+    /// "timed out" (a REJECT from a DROP).
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            NetnsError::Bind { source, .. } | NetnsError::Connect { source, .. } => {
+                Some(source.kind())
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The path of a named namespace, refusing names that would escape [`NETNS_RUN_DIR`].
@@ -55,8 +77,13 @@ pub fn netns_path(name: &str) -> Result<PathBuf, NetnsError> {
     }
 }
 
-/// Binds a TCP listener to `addr` inside the named network namespace.
-pub fn bind_tcp_in_netns(name: &str, addr: SocketAddr) -> Result<TcpListener, NetnsError> {
+/// Runs `work` on a fresh thread that has entered the named namespace, and returns its result.
+/// Sockets `work` creates stay in that namespace; the calling thread never moves.
+pub fn run_in_netns<T, F>(name: &str, work: F) -> Result<T, NetnsError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     let path = netns_path(name)?;
     let ns = File::open(&path).map_err(|source| NetnsError::Open {
         name: name.to_string(),
@@ -64,20 +91,49 @@ pub fn bind_tcp_in_netns(name: &str, addr: SocketAddr) -> Result<TcpListener, Ne
         source,
     })?;
     let owned = name.to_string();
-    let binder = std::thread::spawn(move || {
+    let worker = std::thread::spawn(move || {
         setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Enter {
-            name: owned.clone(),
+            name: owned,
             source,
         })?;
-        TcpListener::bind(addr).map_err(|source| NetnsError::Bind {
-            name: owned,
-            addr,
-            source,
-        })
+        Ok(work())
     });
-    binder
+    worker
         .join()
         .map_err(|_| NetnsError::Thread(name.to_string()))?
+}
+
+/// Binds a TCP listener to `addr` inside the named network namespace.
+pub fn bind_tcp_in_netns(name: &str, addr: SocketAddr) -> Result<TcpListener, NetnsError> {
+    run_in_netns(name, move || TcpListener::bind(addr))?.map_err(|source| NetnsError::Bind {
+        name: name.to_string(),
+        addr,
+        source,
+    })
+}
+
+/// Binds a UDP socket to `addr` inside the named network namespace.
+pub fn bind_udp_in_netns(name: &str, addr: SocketAddr) -> Result<UdpSocket, NetnsError> {
+    run_in_netns(name, move || UdpSocket::bind(addr))?.map_err(|source| NetnsError::Bind {
+        name: name.to_string(),
+        addr,
+        source,
+    })
+}
+
+/// Opens a TCP connection from inside the named network namespace, as a client living there would.
+pub fn connect_tcp_in_netns(
+    name: &str,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<TcpStream, NetnsError> {
+    run_in_netns(name, move || TcpStream::connect_timeout(&addr, timeout))?.map_err(|source| {
+        NetnsError::Connect {
+            name: name.to_string(),
+            addr,
+            source,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -100,11 +156,24 @@ mod tests {
 
     #[test]
     fn a_missing_namespace_is_an_error_not_a_panic() {
-        let err = bind_tcp_in_netns(
-            "berth-no-such-namespace-for-sure",
-            "127.0.0.1:0".parse().unwrap(),
-        )
-        .unwrap_err();
+        let missing = "berth-no-such-namespace-for-sure";
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let err = bind_tcp_in_netns(missing, any).unwrap_err();
         assert!(matches!(err, NetnsError::Open { .. }), "{err}");
+        let err = bind_udp_in_netns(missing, any).unwrap_err();
+        assert!(matches!(err, NetnsError::Open { .. }), "{err}");
+        let err = connect_tcp_in_netns(missing, any, Duration::from_millis(10)).unwrap_err();
+        assert!(matches!(err, NetnsError::Open { .. }), "{err}");
+        assert_eq!(err.io_kind(), None);
+    }
+
+    #[test]
+    fn io_kind_exposes_the_socket_error() {
+        let err = NetnsError::Connect {
+            name: "n".into(),
+            addr: "127.0.0.1:1".parse().unwrap(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert_eq!(err.io_kind(), Some(std::io::ErrorKind::ConnectionRefused));
     }
 }

@@ -1,0 +1,322 @@
+//! Spec -> layout: namespace names and every address, from the lab's address plan.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+
+use super::{
+    TopologyError, TopologySpec, FIRST_CLIENT_HOST, FIRST_NODE_HOST, LAN_NETWORK, LAN_PREFIX_LEN,
+    LB_POOL_FIRST_HOST, NETNS_PREFIX, POD_NETWORK,
+};
+
+/// The name reserved for the LAN namespace (`<prefix>-lan`).
+const LAN_NAME: &str = "lan";
+
+/// Longest user-given name; namespace names are files, but short ones read well in `ip netns`.
+const MAX_NAME_LEN: usize = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLayout {
+    pub name: String,
+    pub netns: String,
+    pub ip: Ipv4Addr,
+    /// The node's end of the pod's veth, in the node namespace.
+    pub node_veth: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLayout {
+    pub name: String,
+    pub netns: String,
+    pub lan_ip: Ipv4Addr,
+    /// The node's port on the LAN bridge, in the LAN namespace.
+    pub lan_port: String,
+    pub pod_cidr: Ipv4Net,
+    /// The pods' gateway: the node's address on every pod veth.
+    pub gateway: Ipv4Addr,
+    pub pods: Vec<PodLayout>,
+    pub route_localnet: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientLayout {
+    pub name: String,
+    pub netns: String,
+    pub ip: Ipv4Addr,
+    pub lan_port: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub prefix: String,
+    pub lan_netns: String,
+    pub lan_bridge: String,
+    pub lan: Ipv4Net,
+    pub nodes: Vec<NodeLayout>,
+    pub clients: Vec<ClientLayout>,
+}
+
+impl Layout {
+    /// Every namespace, in creation order.
+    pub fn namespaces(&self) -> Vec<&str> {
+        let mut out = vec![self.lan_netns.as_str()];
+        for node in &self.nodes {
+            out.push(&node.netns);
+            out.extend(node.pods.iter().map(|p| p.netns.as_str()));
+        }
+        out.extend(self.clients.iter().map(|c| c.netns.as_str()));
+        out
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeLayout> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// A pod and the node that hosts it.
+    pub fn pod(&self, name: &str) -> Option<(&NodeLayout, &PodLayout)> {
+        self.nodes
+            .iter()
+            .find_map(|n| n.pods.iter().find(|p| p.name == name).map(|p| (n, p)))
+    }
+
+    pub fn client(&self, name: &str) -> Option<&ClientLayout> {
+        self.clients.iter().find(|c| c.name == name)
+    }
+}
+
+fn host(net: [u8; 3], last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(net[0], net[1], net[2], last)
+}
+
+fn invalid(msg: String) -> TopologyError {
+    TopologyError::Invalid(msg)
+}
+
+fn check_name(kind: &str, name: &str, seen: &mut BTreeSet<String>) -> Result<(), TopologyError> {
+    let plain = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !plain {
+        return Err(invalid(format!(
+            "{kind} name {name:?}: use 1-{MAX_NAME_LEN} of a-z, 0-9 and '-'"
+        )));
+    }
+    if name == LAN_NAME {
+        return Err(invalid(format!(
+            "{kind} name {name:?} is reserved for the LAN"
+        )));
+    }
+    if !seen.insert(name.to_string()) {
+        return Err(invalid(format!(
+            "{kind} name {name:?} is used twice (names are unique across nodes, pods and clients)"
+        )));
+    }
+    Ok(())
+}
+
+/// Assigns names and addresses. Fails on anything the address plan cannot hold.
+pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
+    let prefix = &spec.prefix;
+    if !prefix.starts_with(NETNS_PREFIX) || prefix.len() <= NETNS_PREFIX.len() {
+        return Err(invalid(format!(
+            "prefix {prefix:?} must start with {NETNS_PREFIX:?} and name its owner"
+        )));
+    }
+    if prefix.contains('/') || prefix.contains('\0') {
+        return Err(invalid(format!("prefix {prefix:?} is not a plain name")));
+    }
+    let max_nodes = usize::from(FIRST_CLIENT_HOST - FIRST_NODE_HOST);
+    if spec.nodes.len() > max_nodes {
+        return Err(invalid(format!(
+            "{} nodes: the LAN holds {max_nodes} (198.18.0.{FIRST_NODE_HOST}-{})",
+            spec.nodes.len(),
+            FIRST_CLIENT_HOST - 1
+        )));
+    }
+    let max_clients = usize::from(LB_POOL_FIRST_HOST - FIRST_CLIENT_HOST);
+    if spec.clients.len() > max_clients {
+        return Err(invalid(format!(
+            "{} clients: the LAN holds {max_clients} below the load-balancer pool",
+            spec.clients.len()
+        )));
+    }
+    let lan_octets = LAN_NETWORK.octets();
+    let lan_net = [lan_octets[0], lan_octets[1], lan_octets[2]];
+    let mut seen = BTreeSet::new();
+    let mut nodes = Vec::with_capacity(spec.nodes.len());
+    for (i, node) in (1u8..).zip(&spec.nodes) {
+        check_name("node", &node.name, &mut seen)?;
+        // .0 is the network, .1 the gateway, .255 the broadcast of a /24.
+        if node.pods.len() > 253 {
+            return Err(invalid(format!(
+                "node {}: {} pods, a /24 pod CIDR holds 253",
+                node.name,
+                node.pods.len()
+            )));
+        }
+        let pod_net = [POD_NETWORK[0], POD_NETWORK[1], i];
+        let mut pods = Vec::with_capacity(node.pods.len());
+        for (k, pod) in (1u8..).zip(&node.pods) {
+            check_name("pod", pod, &mut seen)?;
+            pods.push(PodLayout {
+                name: pod.clone(),
+                netns: format!("{prefix}-{pod}"),
+                ip: host(pod_net, k + 1),
+                node_veth: format!("vp{k}"),
+            });
+        }
+        nodes.push(NodeLayout {
+            name: node.name.clone(),
+            netns: format!("{prefix}-{}", node.name),
+            lan_ip: host(lan_net, FIRST_NODE_HOST + i - 1),
+            lan_port: format!("n{i}"),
+            pod_cidr: Ipv4Net::new(host(pod_net, 0), 24)
+                .map_err(|e| invalid(format!("pod CIDR of node {}: {e}", node.name)))?,
+            gateway: host(pod_net, 1),
+            pods,
+            route_localnet: node.route_localnet,
+        });
+    }
+    let mut clients = Vec::with_capacity(spec.clients.len());
+    for (j, client) in (0u8..).zip(&spec.clients) {
+        check_name("client", client, &mut seen)?;
+        clients.push(ClientLayout {
+            name: client.clone(),
+            netns: format!("{prefix}-{client}"),
+            ip: host(lan_net, FIRST_CLIENT_HOST + j),
+            lan_port: format!("c{j}"),
+        });
+    }
+    Ok(Layout {
+        prefix: prefix.clone(),
+        lan_netns: format!("{prefix}-{LAN_NAME}"),
+        lan_bridge: "br0".to_string(),
+        lan: Ipv4Net::new(LAN_NETWORK, LAN_PREFIX_LEN).map_err(|e| invalid(format!("LAN: {e}")))?,
+        nodes,
+        clients,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mk_spec() -> TopologySpec {
+        TopologySpec::new("berth-t1")
+            .node("node1", ["a1", "a2"])
+            .node("node2", ["b1"])
+            .client("client")
+            .client("other")
+    }
+
+    #[test]
+    fn addresses_follow_the_lab_plan() {
+        let l = layout(&mk_spec()).unwrap();
+        assert_eq!(l.lan_netns, "berth-t1-lan");
+        assert_eq!(l.lan.to_string(), "198.18.0.0/24");
+        let n1 = l.node("node1").unwrap();
+        assert_eq!(n1.netns, "berth-t1-node1");
+        assert_eq!(n1.lan_ip, Ipv4Addr::new(198, 18, 0, 11));
+        assert_eq!(n1.pod_cidr.to_string(), "10.244.1.0/24");
+        assert_eq!(n1.gateway, Ipv4Addr::new(10, 244, 1, 1));
+        assert_eq!(n1.pods[0].ip, Ipv4Addr::new(10, 244, 1, 2));
+        assert_eq!(n1.pods[1].ip, Ipv4Addr::new(10, 244, 1, 3));
+        let (host_node, b1) = l.pod("b1").unwrap();
+        assert_eq!(host_node.name, "node2");
+        assert_eq!(host_node.lan_ip, Ipv4Addr::new(198, 18, 0, 12));
+        assert_eq!(b1.ip, Ipv4Addr::new(10, 244, 2, 2));
+        assert_eq!(b1.netns, "berth-t1-b1");
+        assert_eq!(
+            l.client("client").unwrap().ip,
+            Ipv4Addr::new(198, 18, 0, 100)
+        );
+        assert_eq!(
+            l.client("other").unwrap().ip,
+            Ipv4Addr::new(198, 18, 0, 101)
+        );
+        assert_eq!(
+            l.namespaces(),
+            [
+                "berth-t1-lan",
+                "berth-t1-node1",
+                "berth-t1-a1",
+                "berth-t1-a2",
+                "berth-t1-node2",
+                "berth-t1-b1",
+                "berth-t1-client",
+                "berth-t1-other"
+            ]
+        );
+    }
+
+    #[test]
+    fn interface_names_fit_the_kernel_limit() {
+        let pods: Vec<String> = (0..253).map(|k| format!("p{k}")).collect();
+        let mut spec = TopologySpec::new("berth-t1");
+        for i in 0..89 {
+            spec = spec.node(&format!("n{i}"), pods.iter().map(|p| format!("{p}x{i}")));
+        }
+        for j in 0..100 {
+            spec = spec.client(&format!("c{j}"));
+        }
+        let l = layout(&spec).unwrap();
+        let mut names = vec![l.lan_bridge.clone()];
+        for node in &l.nodes {
+            names.push(node.lan_port.clone());
+            names.extend(node.pods.iter().map(|p| p.node_veth.clone()));
+        }
+        names.extend(l.clients.iter().map(|c| c.lan_port.clone()));
+        assert!(names.iter().all(|n| n.len() <= 15), "{names:?}");
+        let last = l.nodes.last().unwrap();
+        assert_eq!(last.lan_ip, Ipv4Addr::new(198, 18, 0, 99));
+        assert_eq!(
+            last.pods.last().unwrap().ip,
+            Ipv4Addr::new(10, 244, 89, 254)
+        );
+        assert_eq!(l.clients.last().unwrap().ip, Ipv4Addr::new(198, 18, 0, 199));
+    }
+
+    #[test]
+    fn refuses_what_the_plan_cannot_hold() {
+        let cases = [
+            TopologySpec::new("lab-t1").node("n", ["p"]),
+            TopologySpec::new("berth-").node("n", ["p"]),
+            TopologySpec::new("berth-a/b").node("n", ["p"]),
+            TopologySpec::new("berth-t1").node("n", ["n"]),
+            TopologySpec::new("berth-t1").node("lan", Vec::<String>::new()),
+            TopologySpec::new("berth-t1").node("Node1", Vec::<String>::new()),
+            TopologySpec::new("berth-t1").node("", Vec::<String>::new()),
+            TopologySpec::new("berth-t1")
+                .node("n1", ["p"])
+                .node("n2", ["p"]),
+            TopologySpec::new("berth-t1").client("c").client("c"),
+            TopologySpec::new("berth-t1").node("n", (0..254).map(|k| format!("p{k}"))),
+            (0..90).fold(TopologySpec::new("berth-t1"), |s, i| {
+                s.node(&format!("n{i}"), Vec::<String>::new())
+            }),
+            (0..101).fold(TopologySpec::new("berth-t1"), |s, j| {
+                s.client(&format!("c{j}"))
+            }),
+        ];
+        for spec in cases {
+            assert!(
+                matches!(layout(&spec), Err(TopologyError::Invalid(_))),
+                "{spec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn route_localnet_applies_to_the_node_added_last() {
+        let spec = TopologySpec::new("berth-t1")
+            .node("n1", Vec::<String>::new())
+            .with_route_localnet()
+            .node("n2", Vec::<String>::new());
+        let l = layout(&spec).unwrap();
+        assert!(l.nodes[0].route_localnet);
+        assert!(!l.nodes[1].route_localnet);
+    }
+}

@@ -1,0 +1,313 @@
+//! The cluster every traffic scenario runs against: the namespaces, the echo servers, the
+//! Services, and one berth datapath (Syncer) per node; plus the helpers scenarios ask with.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use berth_datapath::exec::CommandIptables;
+use berth_datapath::sync::{SyncKind, Syncer};
+use berth_datapath::{
+    plan, rewritten_every_sync, Dispatch, Endpoint, IpFamily, IpMode, LoadBalancerIngress,
+    NodeInfo, NodeView, PlanOptions, Protocol, ServicePort, ServicePortName, SessionAffinity,
+    TrafficPolicy,
+};
+use berth_lab::echo::{tcp_echo, tcp_echo_many, EchoHandle, EchoReply, EchoServer};
+use berth_lab::topology::{Topology, TopologySpec};
+
+pub const OK_TIMEOUT: Duration = Duration::from_secs(3);
+/// Long enough for a SYN to be answered on a quiet LAN, short enough to keep DROP tests fast.
+pub const DROP_TIMEOUT: Duration = Duration::from_millis(800);
+pub const TCP_PORT: u16 = 8080;
+pub const UDP_PORT: u16 = 8053;
+pub const NODES: [&str; 2] = ["node1", "node2"];
+
+/// The namespace tag of this test binary: namespaces are `berth-tr<pid>-*`.
+pub const TAG: &str = "tr";
+
+pub fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+}
+
+pub fn svc_ip(last: u8) -> IpAddr {
+    v4(10, 96, 0, last)
+}
+
+pub fn sa(ip: IpAddr, port: u16) -> SocketAddr {
+    SocketAddr::new(ip, port)
+}
+
+pub struct Cluster {
+    pub topo: Topology,
+    /// Kept alive for the whole run.
+    pub echoes: Vec<EchoHandle>,
+    pub services: Vec<ServicePort>,
+    pub syncers: BTreeMap<&'static str, Syncer<CommandIptables>>,
+    /// The dispatch mode of the last restart.
+    pub dispatch: Dispatch,
+}
+
+impl Cluster {
+    pub fn build() -> Cluster {
+        let spec = TopologySpec::new(TopologySpec::unique_prefix(TAG))
+            .node("node1", ["a1", "a2", "c1"])
+            .with_route_localnet()
+            .node("node2", ["b1", "b2"])
+            .client("client")
+            .client("other");
+        let mut topo = Topology::create(&spec).unwrap();
+        let echoes = ["a1", "a2", "b1", "b2"]
+            .into_iter()
+            .map(|pod| {
+                let ip = pod_ip(&topo, pod);
+                EchoServer::bind(
+                    topo.netns(pod).unwrap(),
+                    pod,
+                    Some(sa(ip, TCP_PORT)),
+                    Some(sa(ip, UDP_PORT)),
+                )
+                .unwrap()
+                .start()
+                .unwrap()
+            })
+            .collect();
+        for (client, lb, node) in [
+            ("client", 200, "node2"),
+            ("client", 201, "node1"),
+            ("client", 202, "node1"),
+            ("other", 202, "node1"),
+            ("client", 203, "node2"),
+        ] {
+            topo.steer(client, Ipv4Addr::new(198, 18, 0, lb), node)
+                .unwrap();
+        }
+        let services = mk_services(&topo);
+        Cluster {
+            topo,
+            echoes,
+            services,
+            syncers: BTreeMap::new(),
+            dispatch: Dispatch::Tree,
+        }
+    }
+
+    pub fn netns(&self, name: &str) -> String {
+        self.topo.netns(name).unwrap().to_string()
+    }
+
+    pub fn view(&self, node: &str) -> NodeView {
+        NodeView {
+            node: NodeInfo {
+                name: node.to_string(),
+                addresses: vec![IpAddr::V4(self.topo.layout().node(node).unwrap().lan_ip)],
+            },
+            services: self.services.clone(),
+        }
+    }
+
+    pub fn options(dispatch: Dispatch) -> PlanOptions {
+        PlanOptions {
+            family: IpFamily::V4,
+            dispatch,
+            cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
+            ..PlanOptions::default()
+        }
+    }
+
+    /// Starts a fresh agent datapath (a new Syncer, as after a restart) on every node and syncs.
+    pub fn restart_agents(&mut self, dispatch: Dispatch) {
+        for node in NODES {
+            let ipt = CommandIptables::in_netns(IpFamily::V4, self.netns(node));
+            let mut syncer = Syncer::new(ipt).rewriting_every_sync(rewritten_every_sync(dispatch));
+            let report = syncer
+                .sync(&plan(&self.view(node), &Self::options(dispatch)))
+                .unwrap_or_else(|err| panic!("sync on {node}: {err}"));
+            assert_eq!(report.kind, SyncKind::Full);
+            self.syncers.insert(node, syncer);
+        }
+        self.dispatch = dispatch;
+    }
+
+    /// Syncs the current Services on every node with the running agents' Syncers.
+    pub fn sync_all(&mut self, expected: SyncKind) {
+        let options = Self::options(self.dispatch);
+        for node in NODES {
+            let rs = plan(&self.view(node), &options);
+            let syncer = self.syncers.get_mut(node).unwrap();
+            let report = syncer
+                .sync(&rs)
+                .unwrap_or_else(|err| panic!("sync on {node}: {err}"));
+            assert_eq!(report.kind, expected, "{node}: {report:?}");
+        }
+    }
+
+    /// How many chains of `node`'s nat table start with `prefix`.
+    pub fn nat_chains(&mut self, node: &str, prefix: &str) -> usize {
+        let ns = self.netns(node);
+        let dump = self
+            .topo
+            .exec(&ns, &["iptables-save", "-t", "nat"])
+            .unwrap();
+        dump.lines()
+            .filter(|l| l.strip_prefix(':').is_some_and(|c| c.starts_with(prefix)))
+            .count()
+    }
+}
+
+pub fn pod_ip(topo: &Topology, pod: &str) -> IpAddr {
+    IpAddr::V4(topo.layout().pod(pod).unwrap().1.ip)
+}
+
+pub fn mk_port(name: &str, cluster_ip: IpAddr, endpoints: Vec<Endpoint>) -> ServicePort {
+    ServicePort {
+        name: ServicePortName {
+            namespace: "default".into(),
+            name: name.into(),
+            port: String::new(),
+        },
+        protocol: Protocol::Tcp,
+        port: 80,
+        cluster_ips: vec![cluster_ip],
+        node_port: None,
+        external_ips: vec![],
+        load_balancer_ingress: vec![],
+        source_ranges: vec![],
+        session_affinity: SessionAffinity::None,
+        external_traffic_policy: TrafficPolicy::Cluster,
+        internal_traffic_policy: TrafficPolicy::Cluster,
+        health_check_node_port: None,
+        endpoints,
+    }
+}
+
+pub fn lb(ip: IpAddr) -> LoadBalancerIngress {
+    LoadBalancerIngress {
+        ip,
+        mode: IpMode::Vip,
+    }
+}
+
+pub fn mk_services(topo: &Topology) -> Vec<ServicePort> {
+    let ep = |pod: &str, port: u16| Endpoint {
+        ip: pod_ip(topo, pod),
+        port,
+        ready: true,
+        serving: true,
+        terminating: false,
+        node_name: Some(topo.layout().pod(pod).unwrap().0.name.clone()),
+    };
+    let tcp = |pod: &str| ep(pod, TCP_PORT);
+
+    let web = mk_port("web", svc_ip(10), vec![tcp("a1"), tcp("b1")]);
+    let mut web_dns = mk_port(
+        "web",
+        svc_ip(10),
+        vec![ep("a1", UDP_PORT), ep("b1", UDP_PORT)],
+    );
+    web_dns.name.port = "dns".into();
+    web_dns.protocol = Protocol::Udp;
+    web_dns.port = 53;
+
+    let mut public = mk_port("public", svc_ip(11), vec![tcp("a2")]);
+    public.node_port = Some(30080);
+    public.load_balancer_ingress = vec![lb(v4(198, 18, 0, 203))];
+
+    let mut local = mk_port("lb-local", svc_ip(12), vec![tcp("b2")]);
+    local.node_port = Some(30081);
+    local.load_balancer_ingress = vec![lb(v4(198, 18, 0, 200)), lb(v4(198, 18, 0, 201))];
+    local.external_traffic_policy = TrafficPolicy::Local;
+    local.health_check_node_port = Some(30086);
+
+    let mut affinity = mk_port(
+        "affinity",
+        svc_ip(13),
+        vec![tcp("a1"), tcp("a2"), tcp("b1")],
+    );
+    affinity.session_affinity = SessionAffinity::ClientIp {
+        timeout_seconds: 600,
+    };
+
+    let spread = mk_port("spread", svc_ip(14), vec![tcp("a1"), tcp("a2"), tcp("b1")]);
+
+    let mut empty = mk_port("empty", svc_ip(15), vec![]);
+    empty.node_port = Some(30085);
+
+    let state = |pod: &str, ready: bool, serving: bool, terminating: bool| Endpoint {
+        ready,
+        serving,
+        terminating,
+        ..tcp(pod)
+    };
+    let terminating = mk_port(
+        "terminating",
+        svc_ip(16),
+        vec![
+            state("a1", false, true, true),
+            state("b1", false, false, true),
+            state("a2", false, false, false),
+        ],
+    );
+
+    let mut ranges = mk_port("ranges", svc_ip(17), vec![tcp("a2")]);
+    ranges.node_port = Some(30087);
+    ranges.load_balancer_ingress = vec![lb(v4(198, 18, 0, 202))];
+    ranges.source_ranges = vec!["198.18.0.100/32".parse().unwrap()];
+
+    let hairpin = mk_port("hairpin", svc_ip(18), vec![tcp("a1")]);
+
+    vec![
+        web,
+        web_dns,
+        public,
+        local,
+        affinity,
+        spread,
+        empty,
+        terminating,
+        ranges,
+        hairpin,
+    ]
+}
+
+pub fn pods_of(replies: &[EchoReply]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in replies {
+        *counts.entry(r.pod.clone()).or_insert(0) += 1;
+    }
+    counts
+}
+
+pub fn ask_many(c: &Cluster, from: &str, addr: SocketAddr, n: usize) -> Vec<EchoReply> {
+    tcp_echo_many(&c.netns(from), addr, n, OK_TIMEOUT)
+        .unwrap_or_else(|err| panic!("{from} -> {addr}: {err}"))
+}
+
+pub fn ask(c: &Cluster, from: &str, addr: SocketAddr) -> EchoReply {
+    tcp_echo(&c.netns(from), addr, OK_TIMEOUT)
+        .unwrap_or_else(|err| panic!("{from} -> {addr}: {err}"))
+}
+
+pub fn assert_dropped(c: &Cluster, from: &str, addr: SocketAddr) {
+    let err = tcp_echo(&c.netns(from), addr, DROP_TIMEOUT).unwrap_err();
+    assert!(
+        matches!(
+            err.io_kind(),
+            Some(ErrorKind::TimedOut | ErrorKind::WouldBlock)
+        ),
+        "{from} -> {addr} should be dropped (time out), got {err}"
+    );
+}
+
+pub fn assert_refused(c: &Cluster, from: &str, addr: SocketAddr) {
+    let err = tcp_echo(&c.netns(from), addr, OK_TIMEOUT).unwrap_err();
+    assert_eq!(
+        err.io_kind(),
+        Some(ErrorKind::ConnectionRefused),
+        "{from} -> {addr} should be refused, got {err}"
+    );
+}
+
+pub fn node_ip(c: &Cluster, node: &str) -> IpAddr {
+    IpAddr::V4(c.topo.layout().node(node).unwrap().lan_ip)
+}

@@ -1,0 +1,405 @@
+//! berth's real datapath with real traffic: the planned rules applied by the real
+//! `CommandIptables` inside node namespaces, exercised by TCP and UDP between pod, node and client
+//! namespaces. Root only (skips with a message elsewhere); runs serially.
+//!
+//! Address plan (DESIGN.md §9):
+//! - LAN 198.18.0.0/24: node1 .11, node2 .12, client .100, other .101; LB IPs .200-.203, steered
+//!   by the clients' routes to the node that would announce them.
+//! - node1 pods a1 10.244.1.2, a2 10.244.1.3, c1 10.244.1.4 (a client pod); node2 pods
+//!   b1 10.244.2.2, b2 10.244.2.3. Each node is its pods' gateway at 10.244.<n>.1.
+//! - Services 10.96.0.0/16, node ports 30080-30087. Echo servers: TCP 8080, UDP 8053.
+//!
+//! One cluster is built, every scenario runs with tree dispatch, then every scenario again after
+//! a restart of the agents with linear dispatch. The namespaces are deleted at the end, also when
+//! a scenario fails. `cargo test --test datapath_traffic -- <substring>` runs matching scenarios.
+
+#![allow(clippy::unwrap_used)]
+
+mod cluster;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::ExitCode;
+
+use berth_datapath::plan::builtin_jumps;
+use berth_datapath::sync::SyncKind;
+use berth_datapath::{plan, Dispatch};
+use berth_lab::echo::{udp_echo, EchoConnection};
+use berth_lab::topology::{preflight, remove_orphans, TopologyError};
+
+use cluster::*;
+
+fn cluster_ip_from_a_pod(c: &mut Cluster) {
+    let replies = ask_many(c, "c1", sa(svc_ip(10), 80), 20);
+    let pods = pods_of(&replies);
+    assert_eq!(pods.keys().collect::<Vec<_>>(), ["a1", "b1"], "{pods:?}");
+    let c1 = pod_ip(&c.topo, "c1");
+    assert!(
+        replies.iter().all(|r| r.client.ip() == c1),
+        "pod traffic is not masqueraded"
+    );
+}
+
+fn cluster_ip_udp_from_a_pod(c: &mut Cluster) {
+    let reply = udp_echo(&c.netns("c1"), sa(svc_ip(10), 53), OK_TIMEOUT).unwrap();
+    assert!(["a1", "b1"].contains(&reply.pod.as_str()), "{reply:?}");
+    assert_eq!(reply.client.ip(), pod_ip(&c.topo, "c1"));
+}
+
+fn cluster_ip_from_the_nodes(c: &mut Cluster) {
+    for node in NODES {
+        let replies = ask_many(c, node, sa(svc_ip(10), 80), 10);
+        assert!(
+            replies.iter().all(|r| r.pod == "a1" || r.pod == "b1"),
+            "{node}: {replies:?}"
+        );
+    }
+}
+
+fn node_port_with_cluster_policy_masquerades(c: &mut Cluster) {
+    // Endpoint a2 lives on node1: through node2 the pod sees node2's LAN address.
+    let reply = ask(c, "client", sa(node_ip(c, "node2"), 30080));
+    assert_eq!(reply.pod, "a2");
+    assert_eq!(reply.client.ip(), node_ip(c, "node2"));
+    // Through node1 itself the source is node1's address on the pod's link.
+    let reply = ask(c, "client", sa(node_ip(c, "node1"), 30080));
+    assert_eq!(reply.pod, "a2");
+    assert_eq!(reply.client.ip(), v4(10, 244, 1, 1));
+}
+
+fn load_balancer_ip_with_cluster_policy(c: &mut Cluster) {
+    let reply = ask(c, "client", sa(v4(198, 18, 0, 203), 80));
+    assert_eq!(reply.pod, "a2");
+    assert_eq!(
+        reply.client.ip(),
+        node_ip(c, "node2"),
+        "masqueraded by node2"
+    );
+}
+
+fn local_policy_keeps_the_client_address(c: &mut Cluster) {
+    let client_ip = v4(198, 18, 0, 100);
+    let reply = ask(c, "client", sa(v4(198, 18, 0, 200), 80));
+    assert_eq!(reply.pod, "b2");
+    assert_eq!(reply.client.ip(), client_ip);
+    let reply = ask(c, "client", sa(node_ip(c, "node2"), 30081));
+    assert_eq!(reply.pod, "b2");
+    assert_eq!(reply.client.ip(), client_ip);
+}
+
+fn local_policy_drops_on_a_node_without_endpoints(c: &mut Cluster) {
+    assert_dropped(c, "client", sa(v4(198, 18, 0, 201), 80));
+    assert_dropped(c, "client", sa(node_ip(c, "node1"), 30081));
+    // Inside the cluster the Service still reaches its endpoint from every node.
+    let reply = ask(c, "c1", sa(svc_ip(12), 80));
+    assert_eq!(reply.pod, "b2");
+}
+
+fn client_ip_affinity_sticks(c: &mut Cluster) {
+    for from in ["c1", "node2"] {
+        let pods = pods_of(&ask_many(c, from, sa(svc_ip(13), 80), 30));
+        assert_eq!(
+            pods.len(),
+            1,
+            "{from} should stick to one endpoint: {pods:?}"
+        );
+    }
+}
+
+fn three_endpoints_share_the_load(c: &mut Cluster) {
+    const N: usize = 300;
+    let pods = pods_of(&ask_many(c, "c1", sa(svc_ip(14), 80), N));
+    // Binomial(300, 1/3): mean 100, sigma 8.2; 5 sigma either side.
+    let (mean, sigma) = (
+        N as f64 / 3.0,
+        (N as f64 * (1.0 / 3.0) * (2.0 / 3.0)).sqrt(),
+    );
+    let (low, high) = (mean - 5.0 * sigma, mean + 5.0 * sigma);
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    for (pod, count) in &pods {
+        let count = *count as f64;
+        assert!(
+            (low..=high).contains(&count),
+            "{pod} got {count} of {N} (expected {low:.0}..={high:.0}): {pods:?}"
+        );
+    }
+}
+
+fn no_endpoints_is_refused(c: &mut Cluster) {
+    assert_refused(c, "c1", sa(svc_ip(15), 80));
+    assert_refused(c, "node2", sa(svc_ip(15), 80));
+    assert_refused(c, "client", sa(node_ip(c, "node1"), 30085));
+}
+
+fn terminating_endpoints_serve_when_none_is_ready(c: &mut Cluster) {
+    let pods = pods_of(&ask_many(c, "c1", sa(svc_ip(16), 80), 20));
+    assert_eq!(
+        pods.keys().collect::<Vec<_>>(),
+        ["a1"],
+        "only the serving one: {pods:?}"
+    );
+}
+
+fn load_balancer_source_ranges(c: &mut Cluster) {
+    let reply = ask(c, "client", sa(v4(198, 18, 0, 202), 80));
+    assert_eq!(reply.pod, "a2");
+    assert_dropped(c, "other", sa(v4(198, 18, 0, 202), 80));
+    // The ranges guard the load-balancer address, not the node port.
+    let reply = ask(c, "other", sa(node_ip(c, "node1"), 30087));
+    assert_eq!(reply.pod, "a2");
+}
+
+fn hairpin_lands_on_the_pod_itself(c: &mut Cluster) {
+    let reply = ask(c, "a1", sa(svc_ip(18), 80));
+    assert_eq!(reply.pod, "a1");
+    // Masqueraded to the gateway, or a1 would answer itself directly and drop the reply.
+    assert_eq!(reply.client.ip(), v4(10, 244, 1, 1));
+}
+
+fn node_port_on_localhost(c: &mut Cluster) {
+    let reply = ask(c, "node1", sa(v4(127, 0, 0, 1), 30080));
+    assert_eq!(reply.pod, "a2");
+}
+
+fn a_partial_sync_moves_traffic_and_removes_stale_chains(c: &mut Cluster) {
+    let original = c.services.clone();
+    let a1 = pod_ip(&c.topo, "a1");
+    let seps_before = c.nat_chains("node1", "BERTH-SEP-");
+    for port in c.services.iter_mut().filter(|p| p.name.name == "spread") {
+        port.endpoints.retain(|ep| ep.ip == a1);
+    }
+    c.sync_all(SyncKind::Partial);
+    assert_eq!(c.nat_chains("node1", "BERTH-SEP-"), seps_before - 2);
+    let pods = pods_of(&ask_many(c, "c1", sa(svc_ip(14), 80), 30));
+    assert_eq!(pods.keys().collect::<Vec<_>>(), ["a1"], "{pods:?}");
+
+    c.services = original;
+    c.sync_all(SyncKind::Partial);
+    assert_eq!(c.nat_chains("node1", "BERTH-SEP-"), seps_before);
+    // Missing one of three endpoints in 60 tries has a probability of about 1e-10.
+    let pods = pods_of(&ask_many(c, "c1", sa(svc_ip(14), 80), 60));
+    assert_eq!(pods.len(), 3, "{pods:?}");
+}
+
+/// `iptables-save` without berth's own lines and without packet counters.
+fn foreign_rules(c: &mut Cluster, node: &str) -> Vec<String> {
+    let ns = c.netns(node);
+    let dump = c.topo.exec(&ns, &["iptables-save"]).unwrap();
+    dump.lines()
+        .filter(|l| !l.starts_with('#') && !l.contains("BERTH-"))
+        .map(|l| match l.strip_prefix(':') {
+            Some(decl) => decl
+                .split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => l.to_string(),
+        })
+        .collect()
+}
+
+fn iptables(c: &mut Cluster, ns: &str, line: &str) -> Result<String, TopologyError> {
+    let argv: Vec<&str> = std::iter::once("iptables")
+        .chain(line.split_whitespace())
+        .collect();
+    c.topo.exec(ns, &argv)
+}
+
+/// Removes the foreign chains of [`agent_restart_breaks_and_flushes_nothing`], whatever state an
+/// earlier failed run left them in.
+fn remove_foreign_chains(c: &mut Cluster, ns: &str) {
+    for line in [
+        "-t filter -D INPUT -j KEEP-FILTER",
+        "-t filter -F KEEP-FILTER",
+        "-t filter -X KEEP-FILTER",
+        "-t nat -F KEEP-NAT",
+        "-t nat -X KEEP-NAT",
+    ] {
+        // Absent chains are what this wants.
+        let _ = iptables(c, ns, line);
+    }
+}
+
+fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
+    let ns = c.netns("node1");
+    remove_foreign_chains(c, &ns);
+    for line in [
+        "-t nat -N KEEP-NAT",
+        "-t nat -A KEEP-NAT -s 10.244.9.9 -j RETURN",
+        "-t filter -N KEEP-FILTER",
+        "-t filter -A KEEP-FILTER -s 10.244.9.9 -j DROP",
+        "-t filter -A INPUT -j KEEP-FILTER",
+    ] {
+        iptables(c, &ns, line).unwrap();
+    }
+    let before = foreign_rules(c, "node1");
+    assert!(before.iter().any(|l| l.contains("KEEP-NAT")), "{before:?}");
+
+    let (mut conn, first) =
+        EchoConnection::open(&c.netns("c1"), sa(svc_ip(10), 80), OK_TIMEOUT).unwrap();
+    let dispatch = c.dispatch;
+    c.restart_agents(dispatch);
+    for _ in 0..3 {
+        assert_eq!(
+            conn.ping().unwrap(),
+            first,
+            "the open connection keeps its endpoint"
+        );
+    }
+    assert_eq!(
+        foreign_rules(c, "node1"),
+        before,
+        "rules berth does not own are untouched"
+    );
+    // The restarted agent found its jumps in place rather than inserting them again.
+    let dump = c.topo.exec(&ns, &["iptables-save"]).unwrap();
+    let jumps = dump
+        .lines()
+        .filter(|l| {
+            let chain = l
+                .strip_prefix("-A ")
+                .and_then(|r| r.split_whitespace().next());
+            chain.is_some_and(|chain| !chain.starts_with("BERTH-")) && l.contains("-j BERTH-")
+        })
+        .count();
+    assert_eq!(jumps, builtin_jumps().len(), "{dump}");
+
+    // A steady state after the restart: the next sync writes nothing but what linear
+    // dispatch rewrites every time.
+    let view = c.view("node1");
+    let syncer = c.syncers.get_mut("node1").unwrap();
+    let report = syncer
+        .sync(&plan(&view, &Cluster::options(dispatch)))
+        .unwrap();
+    assert_eq!(report.kind, SyncKind::Partial);
+    if dispatch == Dispatch::Tree {
+        assert_eq!(report.payload_bytes, 0, "{report:?}");
+    }
+
+    remove_foreign_chains(c, &ns);
+}
+
+type Scenario = fn(&mut Cluster);
+
+const SCENARIOS: &[(&str, Scenario)] = &[
+    ("cluster_ip_from_a_pod", cluster_ip_from_a_pod),
+    ("cluster_ip_udp_from_a_pod", cluster_ip_udp_from_a_pod),
+    ("cluster_ip_from_the_nodes", cluster_ip_from_the_nodes),
+    (
+        "node_port_with_cluster_policy_masquerades",
+        node_port_with_cluster_policy_masquerades,
+    ),
+    (
+        "load_balancer_ip_with_cluster_policy",
+        load_balancer_ip_with_cluster_policy,
+    ),
+    (
+        "local_policy_keeps_the_client_address",
+        local_policy_keeps_the_client_address,
+    ),
+    (
+        "local_policy_drops_on_a_node_without_endpoints",
+        local_policy_drops_on_a_node_without_endpoints,
+    ),
+    ("client_ip_affinity_sticks", client_ip_affinity_sticks),
+    (
+        "three_endpoints_share_the_load",
+        three_endpoints_share_the_load,
+    ),
+    ("no_endpoints_is_refused", no_endpoints_is_refused),
+    (
+        "terminating_endpoints_serve_when_none_is_ready",
+        terminating_endpoints_serve_when_none_is_ready,
+    ),
+    ("load_balancer_source_ranges", load_balancer_source_ranges),
+    (
+        "hairpin_lands_on_the_pod_itself",
+        hairpin_lands_on_the_pod_itself,
+    ),
+    ("node_port_on_localhost", node_port_on_localhost),
+    (
+        "a_partial_sync_moves_traffic_and_removes_stale_chains",
+        a_partial_sync_moves_traffic_and_removes_stale_chains,
+    ),
+    (
+        "agent_restart_breaks_and_flushes_nothing",
+        agent_restart_breaks_and_flushes_nothing,
+    ),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in SCENARIOS {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if let Err(reason) = preflight(&[
+        "ip",
+        "sysctl",
+        "iptables",
+        "iptables-restore",
+        "iptables-save",
+    ]) {
+        eprintln!("skipping datapath traffic tests: {reason}");
+        return ExitCode::SUCCESS;
+    }
+    // Namespaces of an earlier run that was killed before it could clean up.
+    if let Ok(removed) = remove_orphans(TAG) {
+        if !removed.is_empty() {
+            eprintln!("removed leftover namespaces {removed:?}");
+        }
+    }
+    let filters: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
+    let selected: Vec<&(&str, Scenario)> = SCENARIOS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    if selected.is_empty() {
+        println!("no scenario matches {filters:?}");
+        return ExitCode::SUCCESS;
+    }
+
+    let mut cluster = Cluster::build();
+    let mut failed = Vec::new();
+    let mut passed = 0;
+    for dispatch in [Dispatch::Tree, Dispatch::Linear] {
+        let label = format!("{dispatch:?}").to_lowercase();
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cluster.restart_agents(dispatch))) {
+            println!("sync {label} ... FAILED");
+            failed.push(format!("sync {label}: {panic:?}"));
+            continue;
+        }
+        for (name, scenario) in &selected {
+            let result = catch_unwind(AssertUnwindSafe(|| scenario(&mut cluster)));
+            match result {
+                Ok(()) => {
+                    passed += 1;
+                    println!("test {label}::{name} ... ok");
+                }
+                Err(_) => {
+                    println!("test {label}::{name} ... FAILED");
+                    failed.push(format!("{label}::{name}"));
+                }
+            }
+        }
+    }
+    let Cluster { topo, echoes, .. } = cluster;
+    drop(echoes);
+    let cleanup = topo.destroy();
+    println!(
+        "\ntest result: {}. {passed} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len()
+    );
+    if let Err(err) = cleanup {
+        println!("cleanup: {err}");
+        return ExitCode::FAILURE;
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("failures: {failed:?}");
+        ExitCode::FAILURE
+    }
+}
