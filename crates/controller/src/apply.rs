@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Resource;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -173,7 +172,7 @@ pub enum JobOutcome {
 pub struct WriteCtx {
     pub api: Api<Service>,
     pub client: kube::Client,
-    pub recorder: Recorder,
+    pub events: EventSink,
     pub provider: Arc<dyn Provider>,
     pub metrics: Metrics,
     pub leading: watch::Receiver<bool>,
@@ -188,18 +187,79 @@ impl WriteCtx {
         if !self.leading() {
             return;
         }
-        let event = Event {
-            type_,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: "Allocate".to_string(),
-            secondary: None,
-        };
         self.metrics.write("event");
-        if let Err(e) = self.recorder.publish(&event, &svc.object_ref(&())).await {
+        if let Err(e) = self.events.publish(svc, type_, reason, note).await {
             self.metrics.error(api_error_category(&e));
             tracing::debug!(error = %e, "publishing an event failed");
         }
+    }
+}
+
+/// `Normal` or `Warning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// Writes events.k8s.io/v1 Events about Services. Events are only emitted on transitions,
+/// so each is created as is; kube-runtime's recorder would add series bookkeeping whose
+/// cache it sweeps on every publish, which costs O(events) per Event at scale.
+pub struct EventSink {
+    client: kube::Client,
+    instance: String,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+impl EventSink {
+    pub fn new(client: kube::Client, instance: impl Into<String>) -> Self {
+        Self {
+            client,
+            instance: instance.into(),
+            seq: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    async fn publish(
+        &self,
+        svc: &Service,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) -> Result<(), kube::Error> {
+        use k8s_openapi::api::events::v1::Event;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+        let now = Timestamp::now();
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ns = svc
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = svc.metadata.name.clone().unwrap_or_default();
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{:x}{seq:x}", now.as_nanosecond())),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            action: Some("Allocate".into()),
+            reason: Some(reason.to_string()),
+            note: Some(note),
+            type_: Some(match type_ {
+                EventType::Normal => "Normal".into(),
+                EventType::Warning => "Warning".into(),
+            }),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(svc.object_ref(&())),
+            reporting_controller: Some(ev::CONTROLLER_COMPONENT.into()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Event::default()
+        };
+        Api::<Event>::namespaced(self.client.clone(), &ns)
+            .create(&kube::api::PostParams::default(), &event)
+            .await
+            .map(|_| ())
     }
 }
 

@@ -3,17 +3,15 @@
 
 use std::sync::Arc;
 
-use berth_api::names::event;
 use berth_telemetry::ReadinessCheck;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::WriteCtx;
+use crate::apply::{EventSink, WriteCtx};
 use crate::config::ControllerConfig;
 use crate::lease::LeaderElector;
 use crate::metrics::Metrics;
@@ -116,17 +114,11 @@ impl AllocationController {
         leading: watch::Receiver<bool>,
         token: CancellationToken,
     ) -> Result<(), Error> {
-        let recorder = Recorder::new(
-            self.client.clone(),
-            Reporter {
-                controller: event::CONTROLLER_COMPONENT.to_string(),
-                instance: Some(self.cfg.instance.clone()),
-            },
-        );
+        let events = EventSink::new(self.client.clone(), self.cfg.instance.clone());
         let ctx = Arc::new(WriteCtx {
             api: Api::<Service>::all(self.client.clone()),
             client: self.client.clone(),
-            recorder,
+            events,
             provider: self.provider.clone(),
             metrics: self.metrics.clone(),
             leading,

@@ -248,7 +248,7 @@ impl Worker {
         match event {
             watcher::Event::Apply(s) => {
                 let key = key_of(&s);
-                self.upsert(key, Arc::new(s));
+                self.upsert(key, Arc::new(trim(s)));
             }
             watcher::Event::Delete(s) => self.remove(&key_of(&s)),
             watcher::Event::Init => self.svc_buffer = Some(HashMap::new()),
@@ -256,7 +256,7 @@ impl Worker {
                 let key = key_of(&s);
                 self.svc_buffer
                     .get_or_insert_with(HashMap::new)
-                    .insert(key, Arc::new(s));
+                    .insert(key, Arc::new(trim(s)));
             }
             watcher::Event::InitDone => {
                 let listed = self.svc_buffer.take().unwrap_or_default();
@@ -666,6 +666,13 @@ impl Worker {
             );
         }
     }
+}
+
+/// What the loop keeps of a Service: managedFields are most of a written object's size and
+/// nothing here reads them.
+fn trim(mut svc: Service) -> Service {
+    svc.metadata.managed_fields = None;
+    svc
 }
 
 async fn sleep_until(at: Option<Instant>) {
