@@ -309,7 +309,10 @@ fn invalid_services_keep_what_they_hold() {
 #[test]
 fn an_address_left_outside_every_pool_is_given_up() {
     let mut a = mk_alloc(false);
-    let svc = mk_facts("lb", json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    let svc = mk_facts(
+        "lb",
+        json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+    );
     assert_eq!(plan(&mut a, &svc).ingress.unwrap().len(), 1);
     // The pool moves: a new address from the pools as they are now.
     a.lb.set_pools(vec![PoolSpec::new("moved", &["198.18.0.10-198.18.0.10"])])

@@ -26,13 +26,26 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_endpoint_reports_health_readiness_and_metrics() {
     let (server, client) = start_lab().await;
-    create_pool(&client, "default", json!({"addresses": ["198.18.0.200-198.18.0.209"]})).await;
-    create_svc(&client, "web", json!({"type": "LoadBalancer", "ports": [{"port": 80}]})).await;
+    create_pool(
+        &client,
+        "default",
+        json!({"addresses": ["198.18.0.200-198.18.0.209"]}),
+    )
+    .await;
+    create_svc(
+        &client,
+        "web",
+        json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+    )
+    .await;
     let dir = std::env::temp_dir().join(format!("berth-controller-admin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let mut config = mk_config();
     let mut lease = berth_controller::LeaseConfig::new("kube-system", "admin-test");
     lease.lease_duration = Duration::from_secs(3);
@@ -41,12 +54,23 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
     config.lease = Some(lease);
     let token = CancellationToken::new();
     let run = tokio::spawn(run_controller(
-        RunOptions { kubeconfig: Some(kubeconfig), config, admin_listen: addr, version: "test".into() },
+        RunOptions {
+            kubeconfig: Some(kubeconfig),
+            config,
+            admin_listen: addr,
+            version: "test".into(),
+        },
         token.clone(),
     ));
-    wait_until("healthz", || async { get(addr, "/healthz").await.is_some_and(|r| r.0 == 200) }).await;
+    wait_until("healthz", || async {
+        get(addr, "/healthz").await.is_some_and(|r| r.0 == 200)
+    })
+    .await;
     wait_svc(&client, "web", "ingress", |s| !ingress_ips(s).is_empty()).await;
-    wait_until("ready", || async { get(addr, "/readyz").await.is_some_and(|r| r.0 == 200) }).await;
+    wait_until("ready", || async {
+        get(addr, "/readyz").await.is_some_and(|r| r.0 == 200)
+    })
+    .await;
     wait_until("pool metrics", || async {
         let (_, body) = get(addr, "/metrics").await.unwrap();
         body.contains("berth_controller_pool_addresses{pool=\"default\",family=\"IPv4\",state=\"assigned\"} 1")
@@ -63,8 +87,15 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
         assert!(body.contains(needle), "{needle} missing from\n{body}");
     }
     token.cancel();
-    tokio::time::timeout(Duration::from_secs(10), run).await.unwrap().unwrap().unwrap();
-    assert!(get(addr, "/healthz").await.is_none(), "the admin endpoint stopped");
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        get(addr, "/healthz").await.is_none(),
+        "the admin endpoint stopped"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     server.shutdown().await.unwrap();
 }

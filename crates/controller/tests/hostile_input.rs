@@ -49,7 +49,12 @@ fn port_value() -> impl Strategy<Value = Value> {
 
 fn service() -> impl Strategy<Value = Value> {
     let ty = prop_oneof![
-        Just("ClusterIP"), Just("NodePort"), Just("LoadBalancer"), Just("ExternalName"), Just("Bogus"), Just("")
+        Just("ClusterIP"),
+        Just("NodePort"),
+        Just("LoadBalancer"),
+        Just("ExternalName"),
+        Just("Bogus"),
+        Just("")
     ];
     let proto = prop_oneof![Just("TCP"), Just("UDP"), Just("SCTP"), Just("ICMP")];
     let port = (port_value(), proto, proptest::option::of(port_value()))

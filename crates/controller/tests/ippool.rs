@@ -23,20 +23,37 @@ fn condition(p: &IPPool, type_: &str) -> Option<String> {
 async fn counts_overlaps_and_pool_changes() {
     let (server, client) = start_lab().await;
     let pools: Api<IPPool> = Api::all(client.clone());
-    create_pool(&client, "a", json!({"addresses": ["198.18.0.200-198.18.0.209"]})).await;
+    create_pool(
+        &client,
+        "a",
+        json!({"addresses": ["198.18.0.200-198.18.0.209"]}),
+    )
+    .await;
     let ctrl = spawn_controller(client.clone(), mk_config());
-    create_svc(&client, "web", json!({"type": "LoadBalancer", "ports": [{"port": 80}]})).await;
+    create_svc(
+        &client,
+        "web",
+        json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+    )
+    .await;
     let web = wait_svc(&client, "web", "ingress", |s| !ingress_ips(s).is_empty()).await;
     assert_eq!(ingress_ips(&web), vec!["198.18.0.200"]);
     wait_until("counts", || async {
         let p = pools.get("a").await.unwrap();
-        p.status.as_ref().is_some_and(|s| s.assigned_ipv4 == 1 && s.available_ipv4 == 9)
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.assigned_ipv4 == 1 && s.available_ipv4 == 9)
             && condition(&p, "Valid").as_deref() == Some("True")
             && condition(&p, "Overlapping").as_deref() == Some("False")
     })
     .await;
 
-    create_pool(&client, "b", json!({"addresses": ["198.18.0.205-198.18.0.220", "fd00:18::/120"]})).await;
+    create_pool(
+        &client,
+        "b",
+        json!({"addresses": ["198.18.0.205-198.18.0.220", "fd00:18::/120"]}),
+    )
+    .await;
     wait_until("overlap on both pools", || async {
         let a = pools.get("a").await.unwrap();
         let b = pools.get("b").await.unwrap();
@@ -49,10 +66,17 @@ async fn counts_overlaps_and_pool_changes() {
     // Pool "a" moves away from the address the Service holds: it gets one from the pools
     // as they are now.
     pools
-        .patch("a", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"addresses": ["198.18.0.100-198.18.0.109"]}})))
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"addresses": ["198.18.0.100-198.18.0.109"]}})),
+        )
         .await
         .unwrap();
-    let web = wait_svc(&client, "web", "a new address", |s| ingress_ips(s) == vec!["198.18.0.100"]).await;
+    let web = wait_svc(&client, "web", "a new address", |s| {
+        ingress_ips(s) == vec!["198.18.0.100"]
+    })
+    .await;
     assert_eq!(allocated(&web).unwrap().0, "True");
     wait_until("overlap cleared and counts moved", || async {
         let a = pools.get("a").await.unwrap();
@@ -64,7 +88,10 @@ async fn counts_overlaps_and_pool_changes() {
     // The last pool goes: the Service keeps nothing berth would not announce.
     pools.delete("a", &DeleteParams::default()).await.unwrap();
     pools.delete("b", &DeleteParams::default()).await.unwrap();
-    let web = wait_svc(&client, "web", "no pool left", |s| allocated(s).is_some_and(|c| c.0 == "False")).await;
+    let web = wait_svc(&client, "web", "no pool left", |s| {
+        allocated(s).is_some_and(|c| c.0 == "False")
+    })
+    .await;
     assert_eq!(allocated(&web).unwrap().1, "NoAvailablePool");
     assert!(ingress_ips(&web).is_empty(), "{:?}", ingress_ips(&web));
     ctrl.stop().await;

@@ -30,8 +30,10 @@ fn mk_service(name: &str, kind: u32) -> Service {
     let spec = match kind {
         0 => json!({"ports": [{"port": 80}]}),
         1 => json!({"type": "NodePort", "ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}),
-        _ => json!({"type": "LoadBalancer", "externalTrafficPolicy": if kind == 3 {"Local"} else {"Cluster"},
-            "ports": [{"port": 80}]}),
+        _ => {
+            json!({"type": "LoadBalancer", "externalTrafficPolicy": if kind == 3 {"Local"} else {"Cluster"},
+            "ports": [{"port": 80}]})
+        }
     };
     serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
 }
@@ -43,7 +45,9 @@ async fn churn_step(api: &Api<Service>, rng: &mut SmallRng, names: usize) {
     let kind = rng.random_range(0..4u32);
     match rng.random_range(0..10) {
         0..=4 => {
-            let _ = api.create(&PostParams::default(), &mk_service(&name, kind)).await;
+            let _ = api
+                .create(&PostParams::default(), &mk_service(&name, kind))
+                .await;
         }
         5..=7 => {
             let ty = ["ClusterIP", "NodePort", "LoadBalancer"][rng.random_range(0..3)];
@@ -53,7 +57,9 @@ async fn churn_step(api: &Api<Service>, rng: &mut SmallRng, names: usize) {
                 json!([{"port": 80}, {"port": 81}])
             };
             let patch = json!({"spec": {"type": ty, "ports": ports}});
-            let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+            let _ = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
         }
         _ => {
             let _ = api.delete(&name, &DeleteParams::default()).await;
@@ -95,7 +101,8 @@ fn check_invariants(services: &[Service]) -> Result<usize, String> {
                 .map(|p| p.ok_or(format!("{name} lacks a node port")))
                 .collect::<Result<_, _>>()?;
             let hc = s.spec.as_ref().unwrap().health_check_node_port;
-            let local = s.spec.as_ref().unwrap().external_traffic_policy.as_deref() == Some("Local");
+            let local =
+                s.spec.as_ref().unwrap().external_traffic_policy.as_deref() == Some("Local");
             let mut all: Vec<i32> = mine.into_iter().collect();
             if is_lb(s) && local {
                 all.push(hc.ok_or(format!("{name} lacks a healthCheckNodePort"))?);
@@ -112,7 +119,10 @@ fn check_invariants(services: &[Service]) -> Result<usize, String> {
                 return Err(format!("{name} has ingress {got:?}"));
             }
             if let Some(other) = lb_ips.insert(got[0].clone(), name.clone()) {
-                return Err(format!("LoadBalancer IP {} held by {other} and {name}", got[0]));
+                return Err(format!(
+                    "LoadBalancer IP {} held by {other} and {name}",
+                    got[0]
+                ));
             }
         } else if !ingress_ips(s).is_empty() {
             return Err(format!("{name} is not a LoadBalancer but has ingress"));
@@ -129,9 +139,17 @@ async fn converged(client: &Client) -> Result<(), String> {
     let services = all_services(client).await;
     let lb_count = check_invariants(&services)?;
     let pools: Api<berth_api::IPPool> = Api::all(client.clone());
-    let status = pools.get("pool").await.map_err(|e| e.to_string())?.status.ok_or("no pool status")?;
+    let status = pools
+        .get("pool")
+        .await
+        .map_err(|e| e.to_string())?
+        .status
+        .ok_or("no pool status")?;
     if status.assigned_ipv4 != lb_count as i64 {
-        return Err(format!("pool says {} assigned, Services hold {lb_count}", status.assigned_ipv4));
+        return Err(format!(
+            "pool says {} assigned, Services hold {lb_count}",
+            status.assigned_ipv4
+        ));
     }
     if status.available_ipv4 != (POOL_SIZE - lb_count) as i64 {
         return Err(format!("pool says {} available", status.available_ipv4));
@@ -158,9 +176,12 @@ async fn killed_at_random_moments_while_services_churn() {
     let api: Api<Service> = Api::default_namespaced(client.clone());
     let names = 300;
     for i in 0..names {
-        api.create(&PostParams::default(), &mk_service(&format!("svc-{i}"), (i % 4) as u32))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &mk_service(&format!("svc-{i}"), (i % 4) as u32),
+        )
+        .await
+        .unwrap();
     }
     let churn_client = api.clone();
     let churn = tokio::spawn(async move {
@@ -199,9 +220,12 @@ async fn converges_once_injected_faults_stop() {
     let api: Api<Service> = Api::default_namespaced(client.clone());
     let names = 200;
     for i in 0..names {
-        api.create(&PostParams::default(), &mk_service(&format!("svc-{i}"), (i % 4) as u32))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &mk_service(&format!("svc-{i}"), (i % 4) as u32),
+        )
+        .await
+        .unwrap();
     }
     server
         .set_faults(Faults {
@@ -227,7 +251,10 @@ async fn converges_once_injected_faults_stop() {
     }
     server.set_faults(Faults::default()).unwrap();
     wait_converged(&client).await;
-    assert!(ctrl.metric("berth_controller_errors_total{category=\"server\"}") > 0.0, "faults were injected");
+    assert!(
+        ctrl.metric("berth_controller_errors_total{category=\"server\"}") > 0.0,
+        "faults were injected"
+    );
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
