@@ -1,0 +1,441 @@
+//! Cold start of berth's controller against the lab API server: the API server runs in this
+//! process, already holding the objects; the controller runs as a child process, so its peak RSS
+//! (VmHWM) is its own. Timing starts when the child is spawned and ends when a watch in this
+//! process has seen every Service done. Request counts come from the lab's counter, taken after
+//! this process's own watch has listed, so they are the controller's.
+//!
+//! Rows:
+//! - allocation: `berth controller` (found through `BERTH_BIN`, else `target/release/berth`) with
+//!   10,000 LoadBalancer Services and one IPPool; done = ClusterIP and LoadBalancer ingress set.
+//! - endpoints: the endpoints controller alone (this bench re-run as a child) with 10,000
+//!   Services and 100,000 ready pods; done = every Endpoints object lists its 10 pods.
+//!
+//! Ends with `controller: services_per_sec=<n> rss_mb=<n>` for the allocation row (the endpoints
+//! row when no `berth` binary is found). `BERTH_BENCH_SERVICES` shrinks the run for a quick check.
+//! Everything stays on 127.0.0.1; the addresses are data in the API server, never configured.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth_controller::endpoints::{EndpointsConfig, EndpointsController};
+use berth_lab::{LabApiServer, LabApiServerHandle, RequestCounts};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
+use kube::Resource;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// Set in the child that runs the endpoints controller: the API server's URL.
+const CHILD_ENV: &str = "BERTH_BENCH_ENDPOINTS_CHILD";
+const NAMESPACES: usize = 10;
+const NODES: usize = 10;
+const PODS_PER_SERVICE: usize = 10;
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+fn services() -> usize {
+    std::env::var("BERTH_BENCH_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if let Ok(url) = std::env::var(CHILD_ENV) {
+        rt.block_on(run_endpoints_child(url));
+        return;
+    }
+    rt.block_on(run());
+}
+
+async fn run_endpoints_child(url: String) {
+    let config = kube::Config::new(url.parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let controller = EndpointsController::new(client, EndpointsConfig::default(), &mut registry);
+    // The parent kills this process once it has measured.
+    controller.run(CancellationToken::new()).await.unwrap();
+}
+
+/// Kills the controller process if the bench fails half way, so that none is left running.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Row {
+    name: &'static str,
+    services: usize,
+    seconds: f64,
+    rss_mb: f64,
+    requests: RequestCounts,
+}
+
+impl Row {
+    fn services_per_sec(&self) -> f64 {
+        self.services as f64 / self.seconds
+    }
+}
+
+fn ns(i: usize) -> String {
+    format!("load-{}", i % NAMESPACES)
+}
+
+async fn start_lab() -> LabApiServerHandle {
+    let server = LabApiServer::builder()
+        .history_capacity(1_000_000)
+        .start()
+        .await
+        .unwrap();
+    let namespaces = (0..NAMESPACES).map(|n| {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("load-{n}")}})
+    });
+    server.seed(namespaces).unwrap();
+    let nodes = (0..NODES).map(|n| {
+        json!({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": format!("n{n}"),
+                            "labels": {"topology.kubernetes.io/zone": format!("z{}", n % 3)}}})
+    });
+    server.seed(nodes).unwrap();
+    server
+}
+
+/// Peak resident set of a process, from /proc (kB there).
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn berth_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("BERTH_BIN") {
+        return Some(PathBuf::from(path));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let path = target.join("release/berth");
+    path.exists().then_some(path)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Watches `api` until `done` holds for `expected` objects, after calling `start` once this
+/// watch has listed. Returns the seconds from `start` to the end, and the child it started.
+async fn measure<K>(
+    server: &LabApiServerHandle,
+    api: Api<K>,
+    expected: usize,
+    done: impl Fn(&K) -> bool,
+    start: impl FnOnce() -> Child,
+) -> (f64, ChildGuard, RequestCounts)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let stream = watcher::watcher(api, watcher::Config::default());
+    futures::pin_mut!(stream);
+    let mut finished: HashSet<String> = HashSet::new();
+    let key = |o: &K| {
+        format!(
+            "{}/{}",
+            o.meta().namespace.clone().unwrap_or_default(),
+            o.meta().name.clone().unwrap_or_default()
+        )
+    };
+    let mut start = Some(start);
+    let mut child = None;
+    let mut started = Instant::now();
+    let mut before = RequestCounts::default();
+    let deadline = Instant::now() + TIMEOUT;
+    while let Some(event) = tokio::time::timeout_at(deadline.into(), stream.next())
+        .await
+        .expect("the controller did not finish in time")
+    {
+        match event.unwrap() {
+            Event::Apply(o) | Event::InitApply(o) => {
+                if done(&o) {
+                    finished.insert(key(&o));
+                } else {
+                    finished.remove(&key(&o));
+                }
+            }
+            Event::Delete(o) => {
+                finished.remove(&key(&o));
+            }
+            Event::Init => {}
+            Event::InitDone => {
+                if let Some(start) = start.take() {
+                    eprintln!("starting the controller");
+                    before = server.request_counts();
+                    started = Instant::now();
+                    child = Some(ChildGuard(start()));
+                }
+            }
+        }
+        if child.is_some() && finished.len() >= expected {
+            break;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let after = server.request_counts();
+    let used = RequestCounts {
+        reads: after.reads - before.reads,
+        writes: after.writes - before.writes,
+    };
+    (seconds, child.unwrap(), used)
+}
+
+async fn allocation_row(binary: &PathBuf, n: usize) -> Row {
+    let server = start_lab().await;
+    let crds = berth_api::crds()
+        .into_iter()
+        .map(|c| serde_json::to_value(c).unwrap());
+    server.seed(crds).unwrap();
+    server
+        .seed(
+            [json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
+                      "metadata": {"name": "bench"},
+                      "spec": {"addresses": ["198.19.0.0/16"]}})],
+        )
+        .unwrap();
+    let svcs = (0..n).map(|i| {
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": format!("svc-{i}"), "namespace": ns(i)},
+               "spec": {"type": "LoadBalancer", "selector": {"app": format!("app-{i}")},
+                        "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
+    });
+    server.seed(svcs).unwrap();
+    eprintln!("allocation: {n} Services seeded");
+    let dir = std::env::temp_dir().join(format!("berth-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+
+    let client = server.client().unwrap();
+    let (seconds, child, requests) = measure(
+        &server,
+        Api::<Service>::all(client),
+        n,
+        |s: &Service| {
+            let ip = s.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
+            let ingress = s
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|l| l.ingress.as_ref())
+                .is_some_and(|i| !i.is_empty());
+            ip.is_some_and(|ip| !ip.is_empty()) && ingress
+        },
+        || {
+            Command::new(binary)
+                .args(["controller", "--kubeconfig"])
+                .arg(&kubeconfig)
+                .args([
+                    "--service-cidr",
+                    "10.96.0.0/16",
+                    "--node-port-range",
+                    "30000-49999",
+                    "--default-class",
+                    "l2",
+                    "--leader-election",
+                    "false",
+                    "--log-level",
+                    "warn",
+                    "--admin-listen",
+                    &format!("127.0.0.1:{}", free_port()),
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        },
+    )
+    .await;
+    let rss_mb = peak_rss_mb(child.0.id());
+    drop(child);
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    Row {
+        name: "allocation (berth controller)",
+        services: n,
+        seconds,
+        rss_mb,
+        requests,
+    }
+}
+
+fn pod_ip(k: usize) -> String {
+    let k = k + 1;
+    format!("10.{}.{}.{}", 64 + (k >> 16), (k >> 8) & 255, k & 255)
+}
+
+fn endpoints_objects(n: usize) -> (Vec<Value>, Vec<Value>) {
+    let services = (0..n)
+        .map(|i| {
+            let ip = format!("10.96.{}.{}", (i + 1) >> 8, (i + 1) & 255);
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": format!("svc-{i}"), "namespace": ns(i)},
+                   "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+                            "ipFamilies": ["IPv4"], "selector": {"app": format!("app-{i}")},
+                            "ports": [{"name": "http", "port": 80, "targetPort": 8080,
+                                       "protocol": "TCP"}]}})
+        })
+        .collect();
+    let pods = (0..n * PODS_PER_SERVICE)
+        .map(|k| {
+            let i = k / PODS_PER_SERVICE;
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("svc-{i}-{}", k % PODS_PER_SERVICE),
+                         "namespace": ns(i),
+                         "labels": {"app": format!("app-{i}"), "pod-template-hash": "5d8f7"}},
+            "spec": {"nodeName": format!("n{}", k % NODES),
+                     "containers": [{"name": "app", "image": "echo",
+                                     "ports": [{"name": "http", "containerPort": 8080}]}]},
+            })
+        })
+        .collect();
+    (services, pods)
+}
+
+/// What a kubelet reports: the API server takes status only through `/status`.
+async fn set_pod_statuses(client: &kube::Client, n: usize) {
+    futures::stream::iter(0..n * PODS_PER_SERVICE)
+        .map(|k| {
+            let i = k / PODS_PER_SERVICE;
+            let api: Api<Pod> = Api::namespaced(client.clone(), &ns(i));
+            let name = format!("svc-{i}-{}", k % PODS_PER_SERVICE);
+            let ip = pod_ip(k);
+            async move {
+                let status = json!({"status": {
+                    "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                    "conditions": [{"type": "Ready", "status": "True"}]}});
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+async fn endpoints_row(n: usize) -> Row {
+    let server = start_lab().await;
+    let (services, pods) = endpoints_objects(n);
+    server.seed(services).unwrap();
+    server.seed(pods).unwrap();
+    let client = server.client().unwrap();
+    set_pod_statuses(&client, n).await;
+    eprintln!(
+        "endpoints: {n} Services and {} ready pods seeded",
+        n * PODS_PER_SERVICE
+    );
+    let url = server.url();
+    let (seconds, child, requests) = measure(
+        &server,
+        Api::<Endpoints>::all(client.clone()),
+        n,
+        |e: &Endpoints| {
+            let ready: usize = e
+                .subsets
+                .iter()
+                .flatten()
+                .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+                .sum();
+            ready == PODS_PER_SERVICE
+        },
+        || {
+            Command::new(std::env::current_exe().unwrap())
+                .env(CHILD_ENV, &url)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        },
+    )
+    .await;
+    let rss_mb = peak_rss_mb(child.0.id());
+    drop(child);
+    // Slices are written before Endpoints in each sync, so they are complete too; check it.
+    let slices = Api::<EndpointSlice>::all(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let in_slices: usize = slices.items.iter().map(|s| s.endpoints.len()).sum();
+    assert_eq!(slices.items.len(), n, "one slice per Service");
+    assert_eq!(in_slices, n * PODS_PER_SERVICE);
+    server.shutdown().await.unwrap();
+    Row {
+        name: "endpoints (controller alone)",
+        services: n,
+        seconds,
+        rss_mb,
+        requests,
+    }
+}
+
+async fn run() {
+    let n = services();
+    let mut rows = Vec::new();
+    let binary = berth_binary();
+    match &binary {
+        Some(binary) => rows.push(allocation_row(binary, n).await),
+        None => println!(
+            "no berth binary (set BERTH_BIN or run `cargo build --release --bin berth`): allocation row skipped"
+        ),
+    }
+    rows.push(endpoints_row(n).await);
+
+    println!();
+    println!(
+        "| cold start ({n} Services)       | pods    | seconds | Services/s | writes/Service | reads/Service | peak RSS (MB) |"
+    );
+    println!(
+        "|---------------------------------|---------|---------|------------|----------------|---------------|---------------|"
+    );
+    for row in &rows {
+        let pods = if row.name.starts_with("endpoints") {
+            n * PODS_PER_SERVICE
+        } else {
+            0
+        };
+        println!(
+            "| {:<31} | {:>7} | {:>7.2} | {:>10.0} | {:>14.2} | {:>13.3} | {:>13.1} |",
+            row.name,
+            pods,
+            row.seconds,
+            row.services_per_sec(),
+            row.requests.writes as f64 / row.services as f64,
+            row.requests.reads as f64 / row.services as f64,
+            row.rss_mb
+        );
+    }
+    let headline = &rows[0];
+    println!(
+        "controller: services_per_sec={:.0} rss_mb={:.0}",
+        headline.services_per_sec(),
+        headline.rss_mb
+    );
+}
