@@ -268,6 +268,10 @@ struct ControllerArgs {
     #[arg(long, env = "BERTH_ENDPOINTS", value_enum, default_value_t = OnOff::Off)]
     endpoints: OnOff,
 
+    /// Endpoints per EndpointSlice when `--endpoints on` (1-1000, as the API server allows).
+    #[arg(long, env = "BERTH_MAX_ENDPOINTS_PER_SLICE", default_value_t = 100)]
+    max_endpoints_per_slice: usize,
+
     /// Elect one active replica through a Lease.
     #[arg(long, env = "BERTH_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     leader_election: bool,
@@ -302,9 +306,6 @@ struct ControllerArgs {
 }
 
 fn controller_options(args: ControllerArgs) -> anyhow::Result<berth_controller::RunOptions> {
-    if args.endpoints == OnOff::On {
-        anyhow::bail!("--endpoints on: the endpoints controller is not part of this build");
-    }
     let mut config = berth_controller::ControllerConfig::new(
         berth_controller::parse_service_cidrs(&args.service_cidr)?,
     );
@@ -313,6 +314,14 @@ fn controller_options(args: ControllerArgs) -> anyhow::Result<berth_controller::
         .parse()
         .map_err(|e| anyhow::anyhow!("--node-port-range: {e}"))?;
     config.default_class = berth_controller::parse_default_class(&args.default_class)?;
+    if args.endpoints == OnOff::On {
+        let slices = berth_endpoints::SliceConfig::new(args.max_endpoints_per_slice)
+            .map_err(|e| anyhow::anyhow!("--max-endpoints-per-slice: {e}"))?;
+        config.endpoints = Some(berth_controller::endpoints::EndpointsConfig {
+            slices,
+            ..Default::default()
+        });
+    }
     let identity = args.identity.unwrap_or_else(default_identity);
     config.instance = identity.clone();
     if args.leader_election {
@@ -673,7 +682,13 @@ mod tests {
             vec!["controller", "--default-class", "metallb"],
             vec!["controller", "--service-cidr", "nonsense"],
             vec!["controller", "--renew-deadline", "20s"],
-            vec!["controller", "--endpoints", "on"],
+            vec![
+                "controller",
+                "--endpoints",
+                "on",
+                "--max-endpoints-per-slice",
+                "0",
+            ],
         ] {
             let Command::Controller(args) = parse(&bad).unwrap().command else {
                 panic!("not a controller command");
@@ -688,6 +703,12 @@ mod tests {
             panic!("not a controller command");
         };
         assert!(controller_options(args).unwrap().config.lease.is_none());
+        let Command::Controller(args) =
+            parse(&["controller", "--endpoints", "on"]).unwrap().command
+        else {
+            panic!("not a controller command");
+        };
+        assert!(controller_options(args).unwrap().config.endpoints.is_some());
     }
 
     #[test]

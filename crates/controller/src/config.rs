@@ -77,6 +77,8 @@ pub struct ControllerConfig {
     pub max_in_flight: usize,
     /// Reporting instance on Events.
     pub instance: String,
+    /// `Some`: also maintain Endpoints and EndpointSlices (`--endpoints on`).
+    pub endpoints: Option<crate::endpoints::EndpointsConfig>,
 }
 
 impl ControllerConfig {
@@ -89,6 +91,7 @@ impl ControllerConfig {
             seed: 0,
             max_in_flight: 64,
             instance: "berth-controller".to_string(),
+            endpoints: None,
         }
     }
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apply::{EventSink, WriteCtx};
 use crate::config::ControllerConfig;
+use crate::endpoints::EndpointsController;
 use crate::lease::LeaderElector;
 use crate::metrics::Metrics;
 use crate::provider::{L2Provider, Provider};
@@ -27,14 +28,24 @@ pub struct AllocationController {
     metrics: Metrics,
     provider: Arc<dyn Provider>,
     readiness: Option<Arc<ReadinessCheck>>,
+    /// Runs beside the allocation worker in every leadership term, when configured.
+    endpoints: Option<EndpointsController>,
 }
 
 impl AllocationController {
     /// Builds; nothing runs until [`Self::run`].
     pub fn new(client: Client, cfg: ControllerConfig, registry: &mut Registry) -> Self {
+        let endpoints = cfg.endpoints.clone().map(|config| {
+            EndpointsController::new(
+                client.clone(),
+                config,
+                registry.sub_registry_with_prefix("endpoints"),
+            )
+        });
         Self {
             client,
             cfg,
+            endpoints,
             metrics: Metrics::new(registry),
             provider: Arc::new(L2Provider),
             readiness: None,
@@ -135,7 +146,18 @@ impl AllocationController {
                 }
             }),
         )?;
-        worker.run(token).await;
-        Ok(())
+        let Some(endpoints) = self.endpoints.clone() else {
+            worker.run(token).await;
+            return Ok(());
+        };
+        // A failed endpoints controller ends the term, so the replica stops rather than leading
+        // with half its job undone.
+        let endpoints = async {
+            let result = endpoints.run(token.clone()).await;
+            token.cancel();
+            result
+        };
+        let ((), result) = tokio::join!(worker.run(token.clone()), endpoints);
+        Ok(result?)
     }
 }

@@ -23,6 +23,8 @@ pub enum Error {
     },
     #[error("leader election: {0}")]
     Lease(String),
+    #[error("endpoints controller: {0}")]
+    Endpoints(#[from] crate::endpoints::Error),
 }
 
 impl Error {
@@ -40,6 +42,7 @@ impl Error {
             Self::Kube { source, .. } => api_error_category(source),
             Self::Telemetry(_) | Self::Bind { .. } => "admin",
             Self::Lease(_) => "lease",
+            Self::Endpoints(_) => "endpoints",
         }
     }
 }

@@ -43,7 +43,7 @@ use pod_facts::PodFacts;
 use queue::{Outcome, WorkQueue};
 
 /// How the endpoints controller works; every value is already valid.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointsConfig {
     /// Endpoints per slice (`--max-endpoints-per-slice`).
     pub slices: SliceConfig,
@@ -71,6 +71,8 @@ const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 const WAIT_FOR_CACHE: Duration = Duration::from_millis(20);
 
 /// Writes Endpoints and EndpointSlices for Services with a selector. Run it only while leading.
+/// A clone shares the metrics, so each leadership term can run a fresh one.
+#[derive(Clone)]
 pub struct EndpointsController {
     client: Client,
     config: EndpointsConfig,
