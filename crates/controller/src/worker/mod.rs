@@ -3,6 +3,8 @@
 //! then decides dirty Services one at a time and hands their writes to a bounded set of
 //! concurrent jobs. A Service never has two jobs at once, so its writes stay in order.
 
+mod pool_status;
+
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +16,7 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
-use kube::api::{Api, Patch};
+use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use tokio::time::Instant;
@@ -22,15 +24,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::apply::{
-    self, build_conditions, build_spec_patch, ingress_differs, writer_params, JobOutcome, WriteCtx,
-    WriteJob,
+    self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, WriteCtx, WriteJob,
 };
 use crate::config::ControllerConfig;
-use crate::error::api_error_category;
 use crate::facts::{read_service, LbClass};
 use crate::metrics::{Metrics, ReconcileTimer};
 use crate::plan::{adopt_all, plan_service, Allocators};
-use crate::pools::{build_pool_specs, build_pool_status, pool_overlaps};
+use crate::pools::build_pool_specs;
 use crate::provider::eligible_nodes;
 use crate::Error;
 
@@ -604,66 +604,6 @@ impl Worker {
             }
             let key = entry.remove();
             self.mark(key);
-        }
-    }
-
-    fn write_pool_statuses(&mut self) {
-        self.pool_status_due = None;
-        let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
-        let overlaps = pool_overlaps(&pools);
-        let now = apply::now();
-        for pool in pools {
-            let name = name_of(&pool);
-            let counts = self.alloc.lb.pool_status(&name);
-            for (family, assigned, available) in counts.iter().flat_map(|c| {
-                [
-                    ("IPv4", c.assigned_ipv4, c.available_ipv4),
-                    ("IPv6", c.assigned_ipv6, c.available_ipv6),
-                ]
-            }) {
-                for (state, v) in [("assigned", assigned), ("available", available)] {
-                    self.metrics
-                        .pool_addresses
-                        .get_or_create(&vec![
-                            ("pool", name.clone()),
-                            ("family", family.to_string()),
-                            ("state", state.to_string()),
-                        ])
-                        .set(i64::try_from(v).unwrap_or(i64::MAX));
-                }
-            }
-            let status = build_pool_status(
-                &pool,
-                counts,
-                self.pool_problems.get(&name).map(String::as_str),
-                overlaps.get(&name).map(Vec::as_slice).unwrap_or(&[]),
-                now.clone(),
-            );
-            if pool.status.as_ref() == Some(&status) {
-                continue;
-            }
-            if !self.pools_in_flight.insert(name.clone()) {
-                self.schedule_pool_status();
-                continue;
-            }
-            let api: Api<IPPool> = Api::all(self.client.clone());
-            let ctx = self.ctx.clone();
-            self.jobs.push(
-                async move {
-                    if !*ctx.leading.borrow() {
-                        return Done::Pool(name, Err("not_leading"));
-                    }
-                    ctx.metrics.write("pool_status");
-                    let patch = serde_json::json!({ "status": status });
-                    let result = api
-                        .patch_status(&name, &writer_params(), &Patch::Merge(&patch))
-                        .await
-                        .map(|_| status)
-                        .map_err(|e| api_error_category(&e));
-                    Done::Pool(name, result)
-                }
-                .boxed(),
-            );
         }
     }
 }
