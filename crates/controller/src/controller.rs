@@ -158,6 +158,6 @@ impl AllocationController {
             result
         };
         let ((), result) = tokio::join!(worker.run(token.clone()), endpoints);
-        Ok(result?)
+        result.map_err(|e| Error::Endpoints(Box::new(e)))
     }
 }

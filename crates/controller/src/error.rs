@@ -24,7 +24,7 @@ pub enum Error {
     #[error("leader election: {0}")]
     Lease(String),
     #[error("endpoints controller: {0}")]
-    Endpoints(#[from] crate::endpoints::Error),
+    Endpoints(Box<crate::endpoints::Error>),
 }
 
 impl Error {
