@@ -410,7 +410,8 @@ async fn run() {
 
     println!();
     println!(
-        "| cold start ({n} Services)       | pods    | seconds | Services/s | writes/Service | reads/Service | peak RSS (MB) |"
+        "| {:<31} | pods    | seconds | Services/s | writes/Service | reads/Service | peak RSS (MB) |",
+        format!("cold start, {n} Services")
     );
     println!(
         "|---------------------------------|---------|---------|------------|----------------|---------------|---------------|"

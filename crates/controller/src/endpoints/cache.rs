@@ -62,8 +62,13 @@ fn selector_of(service: &Service) -> Option<&BTreeMap<String, String>> {
     spec.selector.as_ref().filter(|s| !s.is_empty())
 }
 
-fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+/// `labels` sorted by key, as [`PodFacts`] keeps them.
+fn selects(selector: &BTreeMap<String, String>, labels: &[(String, String)]) -> bool {
+    selector.iter().all(|(k, v)| {
+        labels
+            .binary_search_by(|(key, _)| key.as_str().cmp(k))
+            .is_ok_and(|i| labels[i].1 == *v)
+    })
 }
 
 /// Whether two versions of a Service can give different endpoints. Status and most metadata
@@ -233,11 +238,7 @@ impl Cache {
     }
 
     /// Services whose selector matches `labels` in `namespace`.
-    fn services_selecting(
-        &self,
-        namespace: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> Vec<ObjectKey> {
+    fn services_selecting(&self, namespace: &str, labels: &[(String, String)]) -> Vec<ObjectKey> {
         let mut out = Vec::new();
         for (k, v) in labels {
             let Some(candidates) = self.services_by_label.get(&label_key(namespace, k, v)) else {

@@ -2,8 +2,6 @@
 //! are the largest thing the controller caches, and most of a Pod (container specs, statuses,
 //! managed fields) never reaches an Endpoints object.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus,
 };
@@ -25,7 +23,8 @@ struct NamedPort {
 pub(crate) struct PodFacts {
     pub(crate) namespace: String,
     pub(crate) name: String,
-    pub(crate) labels: BTreeMap<String, String>,
+    /// Sorted by key: a pod has few labels, and a map would cost a node of eleven pairs.
+    pub(crate) labels: Vec<(String, String)>,
     uid: Option<String>,
     deletion_timestamp: Option<Time>,
     node_name: Option<String>,
@@ -90,7 +89,13 @@ impl PodFacts {
                 .clone()
                 .unwrap_or_else(|| "default".to_owned()),
             name: meta.name.clone().unwrap_or_default(),
-            labels: meta.labels.clone().unwrap_or_default(),
+            // From a BTreeMap, so already sorted.
+            labels: meta
+                .labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             uid: meta.uid.clone(),
             deletion_timestamp: meta.deletion_timestamp.clone(),
             node_name: spec.and_then(|s| s.node_name.clone()),
@@ -129,7 +134,7 @@ impl PodFacts {
             metadata: ObjectMeta {
                 namespace: Some(self.namespace.clone()),
                 name: Some(self.name.clone()),
-                labels: Some(self.labels.clone()),
+                labels: Some(self.labels.iter().cloned().collect()),
                 uid: self.uid.clone(),
                 deletion_timestamp: self.deletion_timestamp.clone(),
                 ..ObjectMeta::default()
