@@ -25,7 +25,7 @@ TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSI
 NETNS_PREFIX := berth-
 
 # Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
-BENCHES := ipam endpoints datapath lab-api
+BENCHES := ipam endpoints datapath lab-api controller
 BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
 TEST_LOG := $(TARGET_DIR)/cargo-test.log
 
@@ -131,6 +131,12 @@ bench-datapath: check-cargo
 
 bench-lab-api: check-cargo
 	$(CARGO) bench -p berth-lab --bench lab_api_table
+
+# Cold start of `berth controller` (a release build, run as a child) against 10,000 LoadBalancer
+# Services, and of the endpoints controller against 100,000 pods.
+bench-controller: check-cargo
+	$(CARGO) build --release --bin berth
+	BERTH_BIN=$(abspath $(TARGET_DIR))/release/berth $(CARGO) bench -p berth-controller --bench controller_table
 
 ## Recovery
 

@@ -118,8 +118,9 @@ pub mod annotation {
 pub mod label {
     /// Marks EndpointSlices by their controller.
     pub const ENDPOINTSLICE_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
-    /// Value of [`ENDPOINTSLICE_MANAGED_BY`] on slices berth owns.
-    pub const ENDPOINTSLICE_MANAGED_BY_BERTH: &str = "berth.dev/controller";
+    /// Value of [`ENDPOINTSLICE_MANAGED_BY`] on slices berth owns. A label value may not hold a
+    /// `/`, so this follows upstream's `endpointslice-controller.k8s.io`.
+    pub const ENDPOINTSLICE_MANAGED_BY_BERTH: &str = "endpointslice-controller.berth.dev";
     /// The Service an EndpointSlice belongs to.
     pub const ENDPOINTSLICE_SERVICE_NAME: &str = "kubernetes.io/service-name";
     /// Names the proxy that programs a Service; kube-proxy skips Services that carry it.
@@ -236,6 +237,15 @@ pub mod aws_tag {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_label_berth_writes_is_a_valid_label() {
+        use crate::validation::{label_key_problem, label_value_problem};
+        let key = label::ENDPOINTSLICE_MANAGED_BY;
+        assert_eq!(label_key_problem(key), None, "{key}");
+        let value = label::ENDPOINTSLICE_MANAGED_BY_BERTH;
+        assert_eq!(label_value_problem(value), None, "{value}");
+    }
 
     #[test]
     fn api_version_is_group_slash_version() {

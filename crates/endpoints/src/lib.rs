@@ -18,7 +18,7 @@
 //!   endpoints inside a slice are sorted, so equal inputs give equal objects;
 //! - a subset emptied by the 1000-address cut is dropped rather than kept
 //!   without addresses; `nodeName` is omitted when the pod has none;
-//! - slices are labelled `managed-by: berth.dev/controller`, so berth and
+//! - slices are labelled `managed-by: endpointslice-controller.berth.dev`, so berth and
 //!   kube-controller-manager never adopt each other's slices;
 //! - a pod that reports only `podIP` is read as if `podIPs` held it, as the
 //!   API server's defaulting does;
