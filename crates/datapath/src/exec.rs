@@ -1,11 +1,12 @@
 //! The real [`Iptables`]: `iptables-restore --noflush`, `iptables-save` and `iptables` for the
 //! built-in jumps, for one family (`ip6tables*` for IPv6). Works with iptables-nft and -legacy.
 
-use std::io::Write as _;
+use std::io::{BufWriter, Write as _};
 use std::process::{Command, Output, Stdio};
 
 use crate::input::IpFamily;
 use crate::model::{ChainName, JumpRule, Table};
+use crate::render::Payload;
 use crate::rule_text::{rule_args, split_words};
 use crate::sync::Iptables;
 use crate::Error;
@@ -33,7 +34,12 @@ impl CommandIptables {
         }
     }
 
-    fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output, Error> {
+    fn run(
+        &self,
+        program: &str,
+        args: &[String],
+        stdin: Option<&dyn Payload>,
+    ) -> Result<Output, Error> {
         let command = format!("{program} {}", args.join(" "));
         let spawn_err = |source| Error::Spawn {
             command: command.clone(),
@@ -50,13 +56,21 @@ impl CommandIptables {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(spawn_err)?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(text.as_bytes()).map_err(spawn_err)?;
+        if let (Some(payload), Some(pipe)) = (stdin, child.stdin.take()) {
+            // Streamed through a buffer: the payload is rendered as the restore reads it.
+            let mut pipe = BufWriter::with_capacity(1 << 16, pipe);
+            payload.write_to(&mut pipe).map_err(spawn_err)?;
+            pipe.flush().map_err(spawn_err)?;
         }
         child.wait_with_output().map_err(spawn_err)
     }
 
-    fn run_ok(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output, Error> {
+    fn run_ok(
+        &self,
+        program: &str,
+        args: &[String],
+        stdin: Option<&dyn Payload>,
+    ) -> Result<Output, Error> {
         let output = self.run(program, args, stdin)?;
         if output.status.success() {
             Ok(output)
@@ -82,7 +96,7 @@ impl CommandIptables {
 }
 
 impl Iptables for CommandIptables {
-    fn restore(&mut self, payload: &str) -> Result<(), Error> {
+    fn restore(&mut self, payload: &dyn Payload) -> Result<(), Error> {
         let args = vec![
             "--noflush".to_string(),
             "-w".into(),

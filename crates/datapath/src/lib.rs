@@ -41,7 +41,7 @@ pub use incremental::{Changes, Planner};
 pub use input::*;
 pub use model::*;
 pub use plan::{plan, rewritten_every_sync, Dispatch, PlanOptions};
-pub use render::{render, ChainSelection};
+pub use render::{render, ChainSelection, Payload, Rendered};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

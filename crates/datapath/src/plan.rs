@@ -4,6 +4,7 @@
 //! firewalling), under the `BERTH-` prefix; only the entry dispatch differs (see [`crate::dispatch`]).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -68,7 +69,7 @@ fn proto_port(protocol: Protocol, port: u16) -> [Match; 2] {
 /// Matches `-m proto -p proto -d addr --dport port` in kube-proxy's order.
 fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> Vec<Match> {
     vec![
-        Match::Comment(comment),
+        Match::comment(comment),
         Match::Protocol(protocol),
         Match::dst(addr),
         Match::DestPort(PortMatch::Single(port)),
@@ -162,6 +163,9 @@ pub(crate) fn plan_service_port(
         return;
     }
     let name = port.name.to_string();
+    // One allocation for the comment of every endpoint rule of this port.
+    let name_comment: Arc<str> = Arc::from(name.as_str());
+    let masq = masq();
     let (proto, svc_port) = (port.protocol, port.port);
     let chains = Chains {
         cluster: names::service_chain(ServiceChain::Cluster, &port.name, proto),
@@ -285,13 +289,13 @@ pub(crate) fn plan_service_port(
     }
     if let Some(node_port) = port.node_port {
         if has_endpoints {
-            let mut matches = vec![Match::Comment(name.clone())];
+            let mut matches = vec![Match::Comment(name_comment.clone())];
             matches.extend(proto_port(proto, node_port));
             entries.push_node_port(proto, node_port, Rule::jump(matches, &chains.external));
         }
         if !has_external {
             let mut matches = vec![
-                Match::Comment(filter_comment_external.clone()),
+                Match::comment(&filter_comment_external),
                 Match::AddrTypeLocal {
                     side: AddrSide::Dst,
                     negated: false,
@@ -317,14 +321,14 @@ pub(crate) fn plan_service_port(
         for ip in &cluster_ips {
             let mut matches = dst_matches(format!("{name} cluster IP"), proto, *ip, svc_port);
             if options.masquerade_all {
-                nat.push(internal_chain, Rule::jump(matches, &masq()));
+                nat.push(internal_chain, Rule::jump(matches, &masq));
             } else if let Some(cidr) = options.cluster_cidr {
                 // Off-cluster clients routed to a ClusterIP through this node must get replies back here.
                 matches.push(Match::Source {
                     net: cidr,
                     negated: true,
                 });
-                nat.push(internal_chain, Rule::jump(matches, &masq()));
+                nat.push(internal_chain, Rule::jump(matches, &masq));
             }
         }
     }
@@ -339,7 +343,7 @@ pub(crate) fn plan_service_port(
                     vec![Match::comment(format!(
                         "masquerade traffic for {name} external destinations"
                     ))],
-                    &masq(),
+                    &masq,
                 ),
             );
         } else {
@@ -373,7 +377,7 @@ pub(crate) fn plan_service_port(
                         )),
                         local_src.clone(),
                     ],
-                    &masq(),
+                    &masq,
                 ),
             );
             nat.push(
@@ -396,7 +400,7 @@ pub(crate) fn plan_service_port(
     if uses_firewall {
         let fw = &chains.firewall;
         nat.chain_mut(fw);
-        let comment = format!("{name} loadbalancer IP");
+        let comment: Arc<str> = Arc::from(format!("{name} loadbalancer IP"));
         let mut allow_from_node = false;
         for range in &port.source_ranges {
             nat.push(
@@ -428,13 +432,10 @@ pub(crate) fn plan_service_port(
         }
         nat.push(
             fw,
-            Rule {
-                matches: vec![Match::comment(format!(
-                    "other traffic to {name} will be dropped by {}",
-                    names::PROXY_FIREWALL
-                ))],
-                target: None,
-            },
+            Rule::counting(vec![Match::comment(format!(
+                "other traffic to {name} will be dropped by {}",
+                names::PROXY_FIREWALL
+            ))]),
         );
     }
 
@@ -453,11 +454,11 @@ pub(crate) fn plan_service_port(
         nat.push(
             &sep,
             Rule::jump(
-                vec![Match::Comment(name.clone()), Match::src(ep.ip)],
-                &masq(),
+                vec![Match::Comment(name_comment.clone()), Match::src(ep.ip)],
+                &masq,
             ),
         );
-        let mut matches = vec![Match::Comment(name.clone())];
+        let mut matches = vec![Match::Comment(name_comment.clone())];
         if let SessionAffinity::ClientIp { .. } = port.session_affinity {
             matches.push(Match::Recent {
                 name: sep.clone(),
@@ -481,12 +482,12 @@ fn plan_policy_chain(
 ) {
     let nat = rs.table_mut(Table::Nat);
     nat.chain_mut(chain);
-    let seps: Vec<(ChainName, String)> = endpoints
+    let seps: Vec<(ChainName, Arc<str>)> = endpoints
         .iter()
         .map(|ep| {
             (
                 names::endpoint_chain(&port.name, port.protocol, ep),
-                format!("{name} -> {}", ep.address()),
+                Arc::from(format!("{name} -> {}", ep.address())),
             )
         })
         .collect();

@@ -279,7 +279,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                     "tcp" | "udp" | "sctp" => {}
                     "comment" => {
                         w.expect("--comment")?;
-                        matches.push(Match::Comment(w.next_word()?));
+                        matches.push(Match::comment(w.next_word()?));
                     }
                     "mark" => {
                         let mut word = w.next_word()?;
@@ -411,7 +411,10 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
         }
         negated = false;
     }
-    Ok(Rule { matches, target })
+    Ok(Rule {
+        matches: matches.into(),
+        target,
+    })
 }
 
 #[cfg(test)]
@@ -520,7 +523,7 @@ mod tests {
             // Quotes inside comments are rendered as apostrophes.
             expected_matches[0] = Match::comment("a 'quoted' comment");
             let rule = Rule {
-                matches: matches.clone(),
+                matches: matches.clone().into(),
                 target: target.clone(),
             };
             let text = rule_args(&rule);
@@ -528,7 +531,7 @@ mod tests {
             assert_eq!(
                 parsed,
                 Rule {
-                    matches: expected_matches,
+                    matches: expected_matches.into(),
                     target
                 }
             );
