@@ -228,18 +228,19 @@ pub enum Target {
 }
 
 /// A rule; `target: None` is a counting rule that only documents where traffic goes next.
-/// Matches are a boxed slice: a planned rule never grows, and a `Vec` built by pushing would
-/// keep room for twice the matches in each of hundreds of thousands of rules.
+/// Matches are a shared slice: a planned rule never grows (a `Vec` built by pushing would keep
+/// room for twice its matches), rules that differ only in their target share one list (the
+/// DNAT rules of a Service's endpoints), and the planner's copies of a rule cost a count.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rule {
-    pub matches: Box<[Match]>,
+    pub matches: Arc<[Match]>,
     pub target: Option<Target>,
 }
 
 impl Rule {
     pub fn new(matches: Vec<Match>, target: Target) -> Self {
         Rule {
-            matches: matches.into_boxed_slice(),
+            matches: Arc::from(matches),
             target: Some(target),
         }
     }
@@ -247,8 +248,16 @@ impl Rule {
     /// A rule without a target, counting what passes it.
     pub fn counting(matches: Vec<Match>) -> Self {
         Rule {
-            matches: matches.into_boxed_slice(),
+            matches: Arc::from(matches),
             target: None,
+        }
+    }
+
+    /// A rule whose matches other rules hold too.
+    pub fn shared(matches: &Arc<[Match]>, target: Target) -> Self {
+        Rule {
+            matches: Arc::clone(matches),
+            target: Some(target),
         }
     }
 

@@ -446,6 +446,11 @@ pub(crate) fn plan_service_port(
     if !eps.local.is_empty() {
         plan_policy_chain(rs, port, &name, &chains.local, &eps.local);
     }
+    // Without affinity, every endpoint's DNAT rule has the same matches.
+    let dnat_matches: Arc<[Match]> = Arc::from(vec![
+        Match::Comment(name_comment.clone()),
+        Match::Protocol(proto),
+    ]);
     for ep in &eps.reachable {
         let sep = names::endpoint_chain(&port.name, proto, ep);
         let nat = rs.table_mut(Table::Nat);
@@ -458,18 +463,22 @@ pub(crate) fn plan_service_port(
                 &masq,
             ),
         );
-        let mut matches = vec![Match::Comment(name_comment.clone())];
-        if let SessionAffinity::ClientIp { .. } = port.session_affinity {
-            matches.push(Match::Recent {
-                name: sep.clone(),
-                action: RecentAction::Set,
-            });
-        }
-        matches.push(Match::Protocol(proto));
-        nat.push(
-            &sep,
-            Rule::new(matches, Target::Dnat(SocketAddr::new(ep.ip, ep.port))),
-        );
+        let dnat = Target::Dnat(SocketAddr::new(ep.ip, ep.port));
+        let rule = match port.session_affinity {
+            SessionAffinity::ClientIp { .. } => Rule::new(
+                vec![
+                    Match::Comment(name_comment.clone()),
+                    Match::Recent {
+                        name: sep.clone(),
+                        action: RecentAction::Set,
+                    },
+                    Match::Protocol(proto),
+                ],
+                dnat,
+            ),
+            SessionAffinity::None => Rule::shared(&dnat_matches, dnat),
+        };
+        nat.push(&sep, rule);
     }
 }
 

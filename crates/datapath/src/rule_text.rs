@@ -130,7 +130,7 @@ fn write_target(out: &mut String, target: &Target) {
 /// The rule's arguments after the chain name (no leading space).
 pub fn rule_args(rule: &Rule) -> String {
     let mut out = String::new();
-    for m in &rule.matches {
+    for m in rule.matches.iter() {
         write_match(&mut out, m);
     }
     if let Some(target) = &rule.target {
