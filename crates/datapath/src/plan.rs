@@ -3,6 +3,7 @@
 //! Semantics follow kube-proxy's iptables mode (chain roles, masquerading, traffic policies,
 //! firewalling), under the `BERTH-` prefix; only the entry dispatch differs (see [`crate::dispatch`]).
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -12,7 +13,9 @@ use crate::categorize::{categorize, Categorized};
 use crate::dispatch::{build_dispatch, DispatchEntries};
 pub use crate::fixed::builtin_jumps;
 use crate::fixed::plan_fixed_chains;
-use crate::input::{IpFamily, NodeInfo, NodeView, Protocol, ServicePort, SessionAffinity};
+use crate::input::{
+    Endpoint, IpFamily, NodeInfo, NodeView, Protocol, ServicePort, SessionAffinity,
+};
 use crate::model::{
     AddrSide, ChainName, Match, PortMatch, RecentAction, Rule, Ruleset, Table, Target,
 };
@@ -440,11 +443,22 @@ pub(crate) fn plan_service_port(
     }
 
     // Categorizing leaves a list empty when its policy is unused, so non-empty means "referenced".
+    // Each endpoint chain's name is made once: the chain and every jump to it share it.
+    let sep_names: SepNames = eps
+        .reachable
+        .iter()
+        .map(|ep| {
+            (
+                (ep.ip, ep.port),
+                names::endpoint_chain(&port.name, proto, ep),
+            )
+        })
+        .collect();
     if !eps.cluster.is_empty() {
-        plan_policy_chain(rs, port, &name, &chains.cluster, &eps.cluster);
+        plan_policy_chain(rs, port, &name, &chains.cluster, &eps.cluster, &sep_names);
     }
     if !eps.local.is_empty() {
-        plan_policy_chain(rs, port, &name, &chains.local, &eps.local);
+        plan_policy_chain(rs, port, &name, &chains.local, &eps.local, &sep_names);
     }
     // Without affinity, every endpoint's DNAT rule has the same matches.
     let dnat_matches: Arc<[Match]> = Arc::from(vec![
@@ -452,7 +466,7 @@ pub(crate) fn plan_service_port(
         Match::Protocol(proto),
     ]);
     for ep in &eps.reachable {
-        let sep = names::endpoint_chain(&port.name, proto, ep);
+        let sep = sep_name(&sep_names, port, ep);
         let nat = rs.table_mut(Table::Nat);
         nat.chain_mut(&sep);
         // Hairpin: an endpoint reaching itself through the Service needs a source it will answer.
@@ -482,12 +496,22 @@ pub(crate) fn plan_service_port(
     }
 }
 
+type SepNames = BTreeMap<(IpAddr, u16), ChainName>;
+
+fn sep_name(names: &SepNames, port: &ServicePort, ep: &Endpoint) -> ChainName {
+    names
+        .get(&(ep.ip, ep.port))
+        .cloned()
+        .unwrap_or_else(|| names::endpoint_chain(&port.name, port.protocol, ep))
+}
+
 fn plan_policy_chain(
     rs: &mut Ruleset,
     port: &ServicePort,
     name: &str,
     chain: &ChainName,
-    endpoints: &[&crate::input::Endpoint],
+    endpoints: &[&Endpoint],
+    sep_names: &SepNames,
 ) {
     let nat = rs.table_mut(Table::Nat);
     nat.chain_mut(chain);
@@ -495,7 +519,7 @@ fn plan_policy_chain(
         .iter()
         .map(|ep| {
             (
-                names::endpoint_chain(&port.name, port.protocol, ep),
+                sep_name(sep_names, port, ep),
                 Arc::from(format!("{name} -> {}", ep.address())),
             )
         })
