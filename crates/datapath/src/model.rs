@@ -173,8 +173,9 @@ pub enum Match {
         side: AddrSide,
         negated: bool,
     },
+    /// Boxed, not a `Vec`: it keeps every match at 24 bytes rather than 32.
     Conntrack {
-        states: Vec<CtState>,
+        states: Box<[CtState]>,
     },
     /// `-m physdev [!] --physdev-is-in`: the packet entered through a bridge port.
     PhysDevIsIn {
@@ -334,5 +335,31 @@ impl Ruleset {
 
     pub fn rule_count(&self) -> usize {
         self.tables.values().map(TableRules::rule_count).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The planner holds hundreds of thousands of these at 10,000 Services; growing one is a
+    /// memory regression the agent's RSS bench would otherwise catch only later.
+    #[test]
+    fn rules_and_matches_stay_compact() {
+        assert!(std::mem::size_of::<Match>() <= 24);
+        assert!(std::mem::size_of::<ChainName>() <= 16);
+        assert!(std::mem::size_of::<Rule>() <= 48);
+    }
+
+    #[test]
+    fn rules_with_the_same_matches_share_them() {
+        let matches: Arc<[Match]> = Arc::from(vec![
+            Match::comment("ns/svc:p"),
+            Match::Protocol(Protocol::Tcp),
+        ]);
+        let a = Rule::shared(&matches, Target::Drop);
+        let b = Rule::shared(&matches, Target::Accept);
+        assert!(Arc::ptr_eq(&a.matches, &b.matches));
+        assert_eq!(a.matches, Rule::new(matches.to_vec(), Target::Drop).matches);
     }
 }

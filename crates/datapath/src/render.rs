@@ -163,3 +163,79 @@ pub fn render(rs: &Ruleset, selection: &ChainSelection) -> String {
     String::from_utf8(out)
         .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Match, Rule, Target};
+
+    fn mk_ruleset() -> Ruleset {
+        let mut rs = Ruleset::default();
+        let nat = rs.table_mut(Table::Nat);
+        let chain = ChainName::new("BERTH-SVC-A");
+        nat.push(
+            &chain,
+            Rule::new(vec![Match::comment("ns/a:p")], Target::Return),
+        );
+        nat.chain_mut(&ChainName::new("KUBE-OTHER"));
+        rs
+    }
+
+    /// Fails after `left` bytes, as a restore that exits early closes its input.
+    struct ShortPipe {
+        left: usize,
+    }
+
+    impl Write for ShortPipe {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if buf.len() > self.left {
+                return Err(io::Error::from(io::ErrorKind::BrokenPipe));
+            }
+            self.left -= buf.len();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn streamed_payload_counts_what_it_wrote_and_matches_the_text() {
+        let rs = mk_ruleset();
+        let selection = ChainSelection::all();
+        let payload = Rendered::new(&rs, &selection);
+        assert!(!payload.is_empty());
+        assert_eq!(payload.written(), 0);
+        let mut out = Vec::new();
+        payload.write_to(&mut out).unwrap();
+        let text = render(&rs, &selection);
+        assert_eq!(String::from_utf8(out).unwrap(), text);
+        assert_eq!(payload.written(), text.len());
+        assert_eq!(
+            text,
+            "*nat\n:BERTH-SVC-A - [0:0]\n-A BERTH-SVC-A -m comment --comment \"ns/a:p\" -j RETURN\nCOMMIT\n"
+        );
+    }
+
+    #[test]
+    fn nothing_selected_is_an_empty_payload() {
+        let rs = mk_ruleset();
+        let selection = ChainSelection {
+            rewrite: Some(BTreeSet::new()),
+            delete: BTreeSet::from([(Table::Nat, ChainName::new("KUBE-OTHER"))]),
+        };
+        let payload = Rendered::new(&rs, &selection);
+        assert!(payload.is_empty());
+        assert_eq!(render(&rs, &selection), "");
+    }
+
+    #[test]
+    fn a_closed_pipe_fails_the_payload() {
+        let rs = mk_ruleset();
+        let selection = ChainSelection::all();
+        let payload = Rendered::new(&rs, &selection);
+        let err = payload.write_to(&mut ShortPipe { left: 10 }).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }
+}

@@ -353,7 +353,9 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                             .split(',')
                             .map(|s| CtState::parse(s).ok_or_else(|| w.fail("bad ctstate")))
                             .collect::<Result<Vec<_>, _>>()?;
-                        matches.push(Match::Conntrack { states });
+                        matches.push(Match::Conntrack {
+                            states: states.into(),
+                        });
                     }
                     "physdev" => {
                         let mut word = w.next_word()?;
@@ -492,7 +494,7 @@ mod tests {
                 negated: false,
             },
             Match::Conntrack {
-                states: vec![CtState::Related, CtState::Established],
+                states: Box::new([CtState::Related, CtState::Established]),
             },
             Match::PhysDevIsIn { negated: true },
         ];
