@@ -27,7 +27,7 @@ use berth_agent::index::Index;
 use berth_agent::{Agent, AgentOptions, Conntrack, ConntrackFlow};
 use berth_datapath::convert::ProxyMode;
 use berth_datapath::sync::{Iptables, Syncer};
-use berth_datapath::{ChainName, Dispatch, JumpRule, PlanOptions, Planner, Table};
+use berth_datapath::{ChainName, Dispatch, JumpRule, Payload, PlanOptions, Planner, Table};
 use berth_lab::LabApiServer;
 use berth_telemetry::{MetricsRegistry, Readiness};
 use k8s_openapi::api::core::v1::Service;
@@ -42,8 +42,13 @@ const NODES: usize = 10;
 struct NullIptables;
 
 impl Iptables for NullIptables {
-    fn restore(&mut self, _payload: &str) -> Result<(), berth_datapath::Error> {
-        Ok(())
+    /// Renders the payload into nothing, as a restore reading it would consume it.
+    fn restore(&mut self, payload: &dyn Payload) -> Result<(), berth_datapath::Error> {
+        payload
+            .write_to(&mut std::io::sink())
+            .map_err(|err| berth_datapath::Error::Restore {
+                reason: err.to_string(),
+            })
     }
     fn save(&mut self, _table: Table) -> Result<String, berth_datapath::Error> {
         Ok(String::new())

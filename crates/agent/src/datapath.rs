@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use berth_datapath::sync::{Iptables, SyncReport, Syncer};
 use berth_datapath::{
-    rewritten_every_sync, ChainName, Changes, IpFamily, JumpRule, NodeView, PlanOptions, Planner,
-    Table,
+    rewritten_every_sync, ChainName, Changes, IpFamily, JumpRule, NodeView, Payload, PlanOptions,
+    Planner, Table,
 };
 
 use crate::index::ChangedServices;
@@ -32,7 +32,7 @@ impl<I> SharedIptables<I> {
 }
 
 impl<I: Iptables> Iptables for SharedIptables<I> {
-    fn restore(&mut self, payload: &str) -> Result<(), berth_datapath::Error> {
+    fn restore(&mut self, payload: &dyn Payload) -> Result<(), berth_datapath::Error> {
         self.lock().restore(payload)
     }
 

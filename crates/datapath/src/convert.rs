@@ -162,6 +162,8 @@ pub fn build_endpoints(
             });
         }
     }
+    // Held by the agent's index until the slice changes: no room for endpoints never coming.
+    out.shrink_to_fit();
     out
 }
 

@@ -3,11 +3,12 @@
 //! [`CommandIptables::in_netns`] runs the same commands inside a named network namespace
 //! (`ip netns exec`), which is how the lab programs its node namespaces.
 
-use std::io::Write as _;
+use std::io::{BufWriter, Write as _};
 use std::process::{Command, Output, Stdio};
 
 use crate::input::IpFamily;
 use crate::model::{ChainName, JumpRule, Table};
+use crate::render::Payload;
 use crate::rule_text::{rule_args, split_words};
 use crate::sync::Iptables;
 use crate::Error;
@@ -99,7 +100,12 @@ impl CommandIptables {
         }
     }
 
-    fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output, Error> {
+    fn run(
+        &self,
+        program: &str,
+        args: &[String],
+        stdin: Option<&dyn Payload>,
+    ) -> Result<Output, Error> {
         let (program, args) = self.command_line(program, args);
         let command = format!("{program} {}", args.join(" "));
         let spawn_err = |source| Error::Spawn {
@@ -117,13 +123,27 @@ impl CommandIptables {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(spawn_err)?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(text.as_bytes()).map_err(spawn_err)?;
+        let mut written = Ok(());
+        if let (Some(payload), Some(pipe)) = (stdin, child.stdin.take()) {
+            // Streamed through a buffer: the payload is rendered as the restore reads it.
+            let mut pipe = BufWriter::with_capacity(1 << 16, pipe);
+            written = payload.write_to(&mut pipe).and_then(|()| pipe.flush());
         }
-        child.wait_with_output().map_err(spawn_err)
+        let output = child.wait_with_output().map_err(spawn_err)?;
+        match written {
+            // A program that stops reading early (a rejected line) closes the pipe; its exit
+            // status and stderr then say why, which beats the broken-pipe error.
+            Err(e) if output.status.success() => Err(spawn_err(e)),
+            _ => Ok(output),
+        }
     }
 
-    fn run_ok(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output, Error> {
+    fn run_ok(
+        &self,
+        program: &str,
+        args: &[String],
+        stdin: Option<&dyn Payload>,
+    ) -> Result<Output, Error> {
         let output = self.run(program, args, stdin)?;
         if output.status.success() {
             Ok(output)
@@ -150,7 +170,7 @@ impl CommandIptables {
 }
 
 impl Iptables for CommandIptables {
-    fn restore(&mut self, payload: &str) -> Result<(), Error> {
+    fn restore(&mut self, payload: &dyn Payload) -> Result<(), Error> {
         let args = vec![
             "--noflush".to_string(),
             "-w".into(),

@@ -12,7 +12,7 @@ fn masq() -> ChainName {
 
 fn ct_new() -> Match {
     Match::Conntrack {
-        states: vec![CtState::New],
+        states: Box::new([CtState::New]),
     }
 }
 
@@ -165,7 +165,7 @@ pub(crate) fn plan_fixed_chains(rs: &mut Ruleset, random_fully: bool) {
         &forward,
         Rule::new(
             vec![Match::Conntrack {
-                states: vec![CtState::Invalid],
+                states: Box::new([CtState::Invalid]),
             }],
             Target::Drop,
         ),
@@ -191,7 +191,7 @@ pub(crate) fn plan_fixed_chains(rs: &mut Ruleset, random_fully: bool) {
             vec![
                 Match::comment("berth forwarding conntrack rule"),
                 Match::Conntrack {
-                    states: vec![CtState::Related, CtState::Established],
+                    states: Box::new([CtState::Related, CtState::Established]),
                 },
             ],
             Target::Accept,

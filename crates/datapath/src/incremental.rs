@@ -26,7 +26,50 @@ type ServiceKey = (ServicePortName, Protocol);
 /// A dispatch entry's place among those of one key: its Service port, then its planning order.
 type EntryKey = (ServiceKey, usize);
 /// Dispatch entries by key (address or node port), in the order linear dispatch would list them.
-type Index = BTreeMap<u128, BTreeMap<EntryKey, Rule>>;
+type Index = BTreeMap<u128, Entries>;
+
+/// One key's dispatch entries, sorted. Nearly every key has exactly one, where a `BTreeMap`
+/// would allocate a node for eleven: 15 MB at 10,000 Services.
+#[derive(Debug, Clone, Default)]
+struct Entries(Vec<(EntryKey, Rule)>);
+
+impl Entries {
+    fn position(&self, key: &EntryKey) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.cmp(key))
+    }
+
+    fn remove(&mut self, key: &EntryKey) -> Option<Rule> {
+        let at = self.position(key).ok()?;
+        Some(self.0.remove(at).1)
+    }
+
+    fn insert(&mut self, key: EntryKey, rule: Rule) {
+        match self.position(&key) {
+            Ok(at) => {
+                if let Some(entry) = self.0.get_mut(at) {
+                    entry.1 = rule;
+                }
+            }
+            Err(at) => {
+                // Exactly one slot for the usual single entry, not the four a push would reserve.
+                self.0.reserve_exact(1);
+                self.0.insert(at, (key, rule));
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Rule> {
+        self.0.iter().map(|(_, rule)| rule)
+    }
+}
 type ChainKey = (Table, ChainName);
 type ChainRules = BTreeMap<ChainKey, Vec<Rule>>;
 
@@ -232,7 +275,10 @@ impl Planner {
         let mut owned = BTreeMap::new();
         let mut shared = BTreeMap::new();
         for (table, rules) in rs.tables {
-            for (chain, chain_rules) in rules.chains {
+            for (chain, mut chain_rules) in rules.chains {
+                // Kept until the Service changes: an endpoint chain's two rules would otherwise
+                // sit in room for four, 10 MB at 10,000 Services.
+                chain_rules.shrink_to_fit();
                 if self.base.chain(table, &chain).is_some() {
                     shared.insert((table, chain), chain_rules);
                 } else {
@@ -240,12 +286,16 @@ impl Planner {
                 }
             }
         }
+        let (mut dst, mut node_ports) = (entries.by_dst, entries.by_node_port);
+        // Kept for the Service's lifetime: no room for entries that will never come.
+        dst.shrink_to_fit();
+        node_ports.shrink_to_fit();
         let cached = Cached {
             fingerprint: print,
             owned: owned.keys().cloned().collect(),
             shared,
-            dst: entries.by_dst,
-            node_ports: entries.by_node_port,
+            dst,
+            node_ports,
         };
         (cached, owned)
     }

@@ -17,6 +17,10 @@
 //! - [`incremental::Planner`] re-plans only the Service ports whose inputs changed and reports
 //!   which chains it touched, so a partial sync hashes and renders only those
 //!   ([`sync::Syncer::sync_changes`]); [`plan`] stays the reference it is tested against.
+//! - A payload is rendered while `iptables-restore` reads it ([`render::Rendered`] through
+//!   [`sync::Iptables::restore`]): a full sync of 10,000 Services never holds its 50 MB of text.
+//!   Rules share their chain names, comments and match lists (`Arc`), as the planner holds
+//!   hundreds of thousands of them.
 //! - Dispatch trees split on the first differing bit of the sorted keys (path-compressed binary
 //!   trees), so a tree chain's name and rules change only when Services are added or removed
 //!   below it.
@@ -41,7 +45,7 @@ pub use incremental::{Changes, Planner};
 pub use input::*;
 pub use model::*;
 pub use plan::{plan, rewritten_every_sync, Dispatch, PlanOptions};
-pub use render::{render, ChainSelection};
+pub use render::{render, ChainSelection, Payload, Rendered};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

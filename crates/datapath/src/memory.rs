@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::{ChainName, JumpRule, Rule, Ruleset, Table, TableRules};
+use crate::render::Payload;
 use crate::rule_text::{parse_rule, render_rule, rule_args, split_words};
 use crate::sync::Iptables;
 use crate::Error;
@@ -234,8 +235,9 @@ impl MemoryIptables {
     }
 }
 
-impl Iptables for MemoryIptables {
-    fn restore(&mut self, payload: &str) -> Result<(), Error> {
+impl MemoryIptables {
+    /// Applies a payload given as text, as `iptables-restore --noflush` would.
+    pub fn restore_text(&mut self, payload: &str) -> Result<(), Error> {
         self.restores.push(payload.to_string());
         if std::mem::take(&mut self.fail_next_restore) {
             return Err(Error::Restore {
@@ -274,6 +276,16 @@ impl Iptables for MemoryIptables {
             });
         }
         Ok(())
+    }
+}
+
+impl Iptables for MemoryIptables {
+    fn restore(&mut self, payload: &dyn Payload) -> Result<(), Error> {
+        let mut text = Vec::new();
+        payload.write_to(&mut text).map_err(|err| Error::Restore {
+            reason: format!("rendering the payload failed: {err}"),
+        })?;
+        self.restore_text(&String::from_utf8_lossy(&text))
     }
 
     fn save(&mut self, table: Table) -> Result<String, Error> {
@@ -344,21 +356,23 @@ mod tests {
     #[test]
     fn failed_restores_leave_the_table_as_it_was() {
         let mut ipt = MemoryIptables::default();
-        ipt.restore("*nat\n:BERTH-A - [0:0]\n:BERTH-B - [0:0]\n-A BERTH-A -j BERTH-B\nCOMMIT\n")
-            .unwrap();
+        ipt.restore_text(
+            "*nat\n:BERTH-A - [0:0]\n:BERTH-B - [0:0]\n-A BERTH-A -j BERTH-B\nCOMMIT\n",
+        )
+        .unwrap();
         let before = nat_chains(&ipt);
         // A referenced chain cannot be deleted, even by a payload that rewrote other chains.
-        let err = ipt.restore("*nat\n:BERTH-C - [0:0]\n:BERTH-A - [0:0]\n:BERTH-B - [0:0]\n-A BERTH-A -j BERTH-C\n-A BERTH-C -j BERTH-B\n-X BERTH-B\nCOMMIT\n");
+        let err = ipt.restore_text("*nat\n:BERTH-C - [0:0]\n:BERTH-A - [0:0]\n:BERTH-B - [0:0]\n-A BERTH-A -j BERTH-C\n-A BERTH-C -j BERTH-B\n-X BERTH-B\nCOMMIT\n");
         assert!(err.is_err());
         assert_eq!(nat_chains(&ipt), before);
         assert_eq!(ipt.refs.get(&Table::Nat), Some(&all_refs(&before)));
         // A jump to a chain that does not exist.
         assert!(ipt
-            .restore("*nat\n:BERTH-B - [0:0]\n-A BERTH-B -j BERTH-NOPE\nCOMMIT\n")
+            .restore_text("*nat\n:BERTH-B - [0:0]\n-A BERTH-B -j BERTH-NOPE\nCOMMIT\n")
             .is_err());
         assert_eq!(nat_chains(&ipt), before);
         // Deleting an unreferenced chain works.
-        ipt.restore("*nat\n:BERTH-A - [0:0]\n-X BERTH-B\nCOMMIT\n")
+        ipt.restore_text("*nat\n:BERTH-A - [0:0]\n-X BERTH-B\nCOMMIT\n")
             .unwrap();
         assert!(!nat_chains(&ipt).contains_key(&ChainName::new("BERTH-B")));
         assert_eq!(

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -45,12 +46,14 @@ impl fmt::Display for Table {
 }
 
 /// A chain name; construction through [`crate::names`] keeps berth's own chains prefixed.
+/// Shared, not copied: a name is the key of its chain, the target of every jump to it and an
+/// entry in the Syncer's hashes, and 10,000 Services plan over 100,000 chains.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ChainName(String);
+pub struct ChainName(Arc<str>);
 
 impl ChainName {
-    pub fn new(name: impl Into<String>) -> Self {
-        ChainName(name.into())
+    pub fn new(name: impl AsRef<str>) -> Self {
+        ChainName(Arc::from(name.as_ref()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -63,7 +66,7 @@ impl ChainName {
 
     pub fn is_builtin(&self) -> bool {
         matches!(
-            self.0.as_str(),
+            &*self.0,
             "PREROUTING" | "INPUT" | "FORWARD" | "OUTPUT" | "POSTROUTING"
         )
     }
@@ -138,7 +141,8 @@ impl PortMatch {
 /// One match of a rule. Rendering keeps the order in which matches are listed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Match {
-    Comment(String),
+    /// Shared: every rule planned for one Service port carries the same few comments.
+    Comment(Arc<str>),
     Source {
         net: IpNet,
         negated: bool,
@@ -169,8 +173,9 @@ pub enum Match {
         side: AddrSide,
         negated: bool,
     },
+    /// Boxed, not a `Vec`: it keeps every match at 24 bytes rather than 32.
     Conntrack {
-        states: Vec<CtState>,
+        states: Box<[CtState]>,
     },
     /// `-m physdev [!] --physdev-is-in`: the packet entered through a bridge port.
     PhysDevIsIn {
@@ -179,8 +184,8 @@ pub enum Match {
 }
 
 impl Match {
-    pub fn comment(text: impl Into<String>) -> Self {
-        Match::Comment(text.into())
+    pub fn comment(text: impl AsRef<str>) -> Self {
+        Match::Comment(Arc::from(text.as_ref()))
     }
 
     pub fn src(addr: IpAddr) -> Self {
@@ -224,16 +229,35 @@ pub enum Target {
 }
 
 /// A rule; `target: None` is a counting rule that only documents where traffic goes next.
+/// Matches are a shared slice: a planned rule never grows (a `Vec` built by pushing would keep
+/// room for twice its matches), rules that differ only in their target share one list (the
+/// DNAT rules of a Service's endpoints), and the planner's copies of a rule cost a count.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rule {
-    pub matches: Vec<Match>,
+    pub matches: Arc<[Match]>,
     pub target: Option<Target>,
 }
 
 impl Rule {
     pub fn new(matches: Vec<Match>, target: Target) -> Self {
         Rule {
-            matches,
+            matches: Arc::from(matches),
+            target: Some(target),
+        }
+    }
+
+    /// A rule without a target, counting what passes it.
+    pub fn counting(matches: Vec<Match>) -> Self {
+        Rule {
+            matches: Arc::from(matches),
+            target: None,
+        }
+    }
+
+    /// A rule whose matches other rules hold too.
+    pub fn shared(matches: &Arc<[Match]>, target: Target) -> Self {
+        Rule {
+            matches: Arc::clone(matches),
             target: Some(target),
         }
     }
@@ -311,5 +335,31 @@ impl Ruleset {
 
     pub fn rule_count(&self) -> usize {
         self.tables.values().map(TableRules::rule_count).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The planner holds hundreds of thousands of these at 10,000 Services; growing one is a
+    /// memory regression the agent's RSS bench would otherwise catch only later.
+    #[test]
+    fn rules_and_matches_stay_compact() {
+        assert!(std::mem::size_of::<Match>() <= 24);
+        assert!(std::mem::size_of::<ChainName>() <= 16);
+        assert!(std::mem::size_of::<Rule>() <= 48);
+    }
+
+    #[test]
+    fn rules_with_the_same_matches_share_them() {
+        let matches: Arc<[Match]> = Arc::from(vec![
+            Match::comment("ns/svc:p"),
+            Match::Protocol(Protocol::Tcp),
+        ]);
+        let a = Rule::shared(&matches, Target::Drop);
+        let b = Rule::shared(&matches, Target::Accept);
+        assert!(Arc::ptr_eq(&a.matches, &b.matches));
+        assert_eq!(a.matches, Rule::new(matches.to_vec(), Target::Drop).matches);
     }
 }

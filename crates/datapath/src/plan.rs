@@ -3,7 +3,9 @@
 //! Semantics follow kube-proxy's iptables mode (chain roles, masquerading, traffic policies,
 //! firewalling), under the `BERTH-` prefix; only the entry dispatch differs (see [`crate::dispatch`]).
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -11,7 +13,9 @@ use crate::categorize::{categorize, Categorized};
 use crate::dispatch::{build_dispatch, DispatchEntries};
 pub use crate::fixed::builtin_jumps;
 use crate::fixed::plan_fixed_chains;
-use crate::input::{IpFamily, NodeInfo, NodeView, Protocol, ServicePort, SessionAffinity};
+use crate::input::{
+    Endpoint, IpFamily, NodeInfo, NodeView, Protocol, ServicePort, SessionAffinity,
+};
 use crate::model::{
     AddrSide, ChainName, Match, PortMatch, RecentAction, Rule, Ruleset, Table, Target,
 };
@@ -68,7 +72,7 @@ fn proto_port(protocol: Protocol, port: u16) -> [Match; 2] {
 /// Matches `-m proto -p proto -d addr --dport port` in kube-proxy's order.
 fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> Vec<Match> {
     vec![
-        Match::Comment(comment),
+        Match::comment(comment),
         Match::Protocol(protocol),
         Match::dst(addr),
         Match::DestPort(PortMatch::Single(port)),
@@ -162,6 +166,9 @@ pub(crate) fn plan_service_port(
         return;
     }
     let name = port.name.to_string();
+    // One allocation for the comment of every endpoint rule of this port.
+    let name_comment: Arc<str> = Arc::from(name.as_str());
+    let masq = masq();
     let (proto, svc_port) = (port.protocol, port.port);
     let chains = Chains {
         cluster: names::service_chain(ServiceChain::Cluster, &port.name, proto),
@@ -285,13 +292,13 @@ pub(crate) fn plan_service_port(
     }
     if let Some(node_port) = port.node_port {
         if has_endpoints {
-            let mut matches = vec![Match::Comment(name.clone())];
+            let mut matches = vec![Match::Comment(name_comment.clone())];
             matches.extend(proto_port(proto, node_port));
             entries.push_node_port(proto, node_port, Rule::jump(matches, &chains.external));
         }
         if !has_external {
             let mut matches = vec![
-                Match::Comment(filter_comment_external.clone()),
+                Match::comment(&filter_comment_external),
                 Match::AddrTypeLocal {
                     side: AddrSide::Dst,
                     negated: false,
@@ -317,14 +324,14 @@ pub(crate) fn plan_service_port(
         for ip in &cluster_ips {
             let mut matches = dst_matches(format!("{name} cluster IP"), proto, *ip, svc_port);
             if options.masquerade_all {
-                nat.push(internal_chain, Rule::jump(matches, &masq()));
+                nat.push(internal_chain, Rule::jump(matches, &masq));
             } else if let Some(cidr) = options.cluster_cidr {
                 // Off-cluster clients routed to a ClusterIP through this node must get replies back here.
                 matches.push(Match::Source {
                     net: cidr,
                     negated: true,
                 });
-                nat.push(internal_chain, Rule::jump(matches, &masq()));
+                nat.push(internal_chain, Rule::jump(matches, &masq));
             }
         }
     }
@@ -339,7 +346,7 @@ pub(crate) fn plan_service_port(
                     vec![Match::comment(format!(
                         "masquerade traffic for {name} external destinations"
                     ))],
-                    &masq(),
+                    &masq,
                 ),
             );
         } else {
@@ -373,7 +380,7 @@ pub(crate) fn plan_service_port(
                         )),
                         local_src.clone(),
                     ],
-                    &masq(),
+                    &masq,
                 ),
             );
             nat.push(
@@ -396,7 +403,7 @@ pub(crate) fn plan_service_port(
     if uses_firewall {
         let fw = &chains.firewall;
         nat.chain_mut(fw);
-        let comment = format!("{name} loadbalancer IP");
+        let comment: Arc<str> = Arc::from(format!("{name} loadbalancer IP"));
         let mut allow_from_node = false;
         for range in &port.source_ranges {
             nat.push(
@@ -428,48 +435,74 @@ pub(crate) fn plan_service_port(
         }
         nat.push(
             fw,
-            Rule {
-                matches: vec![Match::comment(format!(
-                    "other traffic to {name} will be dropped by {}",
-                    names::PROXY_FIREWALL
-                ))],
-                target: None,
-            },
+            Rule::counting(vec![Match::comment(format!(
+                "other traffic to {name} will be dropped by {}",
+                names::PROXY_FIREWALL
+            ))]),
         );
     }
 
     // Categorizing leaves a list empty when its policy is unused, so non-empty means "referenced".
+    // Each endpoint chain's name is made once: the chain and every jump to it share it.
+    let sep_names: SepNames = eps
+        .reachable
+        .iter()
+        .map(|ep| {
+            (
+                (ep.ip, ep.port),
+                names::endpoint_chain(&port.name, proto, ep),
+            )
+        })
+        .collect();
     if !eps.cluster.is_empty() {
-        plan_policy_chain(rs, port, &name, &chains.cluster, &eps.cluster);
+        plan_policy_chain(rs, port, &name, &chains.cluster, &eps.cluster, &sep_names);
     }
     if !eps.local.is_empty() {
-        plan_policy_chain(rs, port, &name, &chains.local, &eps.local);
+        plan_policy_chain(rs, port, &name, &chains.local, &eps.local, &sep_names);
     }
+    // Without affinity, every endpoint's DNAT rule has the same matches.
+    let dnat_matches: Arc<[Match]> = Arc::from(vec![
+        Match::Comment(name_comment.clone()),
+        Match::Protocol(proto),
+    ]);
     for ep in &eps.reachable {
-        let sep = names::endpoint_chain(&port.name, proto, ep);
+        let sep = sep_name(&sep_names, port, ep);
         let nat = rs.table_mut(Table::Nat);
         nat.chain_mut(&sep);
         // Hairpin: an endpoint reaching itself through the Service needs a source it will answer.
         nat.push(
             &sep,
             Rule::jump(
-                vec![Match::Comment(name.clone()), Match::src(ep.ip)],
-                &masq(),
+                vec![Match::Comment(name_comment.clone()), Match::src(ep.ip)],
+                &masq,
             ),
         );
-        let mut matches = vec![Match::Comment(name.clone())];
-        if let SessionAffinity::ClientIp { .. } = port.session_affinity {
-            matches.push(Match::Recent {
-                name: sep.clone(),
-                action: RecentAction::Set,
-            });
-        }
-        matches.push(Match::Protocol(proto));
-        nat.push(
-            &sep,
-            Rule::new(matches, Target::Dnat(SocketAddr::new(ep.ip, ep.port))),
-        );
+        let dnat = Target::Dnat(SocketAddr::new(ep.ip, ep.port));
+        let rule = match port.session_affinity {
+            SessionAffinity::ClientIp { .. } => Rule::new(
+                vec![
+                    Match::Comment(name_comment.clone()),
+                    Match::Recent {
+                        name: sep.clone(),
+                        action: RecentAction::Set,
+                    },
+                    Match::Protocol(proto),
+                ],
+                dnat,
+            ),
+            SessionAffinity::None => Rule::shared(&dnat_matches, dnat),
+        };
+        nat.push(&sep, rule);
     }
+}
+
+type SepNames = BTreeMap<(IpAddr, u16), ChainName>;
+
+fn sep_name(names: &SepNames, port: &ServicePort, ep: &Endpoint) -> ChainName {
+    names
+        .get(&(ep.ip, ep.port))
+        .cloned()
+        .unwrap_or_else(|| names::endpoint_chain(&port.name, port.protocol, ep))
 }
 
 fn plan_policy_chain(
@@ -477,16 +510,17 @@ fn plan_policy_chain(
     port: &ServicePort,
     name: &str,
     chain: &ChainName,
-    endpoints: &[&crate::input::Endpoint],
+    endpoints: &[&Endpoint],
+    sep_names: &SepNames,
 ) {
     let nat = rs.table_mut(Table::Nat);
     nat.chain_mut(chain);
-    let seps: Vec<(ChainName, String)> = endpoints
+    let seps: Vec<(ChainName, Arc<str>)> = endpoints
         .iter()
         .map(|ep| {
             (
-                names::endpoint_chain(&port.name, port.protocol, ep),
-                format!("{name} -> {}", ep.address()),
+                sep_name(sep_names, port, ep),
+                Arc::from(format!("{name} -> {}", ep.address())),
             )
         })
         .collect();

@@ -130,7 +130,7 @@ fn write_target(out: &mut String, target: &Target) {
 /// The rule's arguments after the chain name (no leading space).
 pub fn rule_args(rule: &Rule) -> String {
     let mut out = String::new();
-    for m in &rule.matches {
+    for m in rule.matches.iter() {
         write_match(&mut out, m);
     }
     if let Some(target) = &rule.target {
@@ -279,7 +279,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                     "tcp" | "udp" | "sctp" => {}
                     "comment" => {
                         w.expect("--comment")?;
-                        matches.push(Match::Comment(w.next_word()?));
+                        matches.push(Match::comment(w.next_word()?));
                     }
                     "mark" => {
                         let mut word = w.next_word()?;
@@ -353,7 +353,9 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                             .split(',')
                             .map(|s| CtState::parse(s).ok_or_else(|| w.fail("bad ctstate")))
                             .collect::<Result<Vec<_>, _>>()?;
-                        matches.push(Match::Conntrack { states });
+                        matches.push(Match::Conntrack {
+                            states: states.into(),
+                        });
                     }
                     "physdev" => {
                         let mut word = w.next_word()?;
@@ -411,7 +413,10 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
         }
         negated = false;
     }
-    Ok(Rule { matches, target })
+    Ok(Rule {
+        matches: matches.into(),
+        target,
+    })
 }
 
 #[cfg(test)]
@@ -489,7 +494,7 @@ mod tests {
                 negated: false,
             },
             Match::Conntrack {
-                states: vec![CtState::Related, CtState::Established],
+                states: Box::new([CtState::Related, CtState::Established]),
             },
             Match::PhysDevIsIn { negated: true },
         ];
@@ -520,7 +525,7 @@ mod tests {
             // Quotes inside comments are rendered as apostrophes.
             expected_matches[0] = Match::comment("a 'quoted' comment");
             let rule = Rule {
-                matches: matches.clone(),
+                matches: matches.clone().into(),
                 target: target.clone(),
             };
             let text = rule_args(&rule);
@@ -528,7 +533,7 @@ mod tests {
             assert_eq!(
                 parsed,
                 Rule {
-                    matches: expected_matches,
+                    matches: expected_matches.into(),
                     target
                 }
             );

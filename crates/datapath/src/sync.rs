@@ -7,13 +7,14 @@ use std::hash::{Hash, Hasher};
 use crate::incremental::Changes;
 use crate::model::{ChainName, JumpRule, Rule, Ruleset, Table};
 use crate::names;
-use crate::render::{render, ChainSelection};
+use crate::render::{ChainSelection, Payload, Rendered};
 use crate::Error;
 
 /// The iptables operations berth needs, for one address family.
 pub trait Iptables {
-    /// One `iptables-restore --noflush` of a whole payload.
-    fn restore(&mut self, payload: &str) -> Result<(), Error>;
+    /// One `iptables-restore --noflush` of a whole payload, which writes itself into the
+    /// restore's input as it is rendered.
+    fn restore(&mut self, payload: &dyn Payload) -> Result<(), Error>;
     /// `iptables-save -t <table>`.
     fn save(&mut self, table: Table) -> Result<String, Error>;
     fn ensure_chain(&mut self, table: Table, chain: &ChainName) -> Result<(), Error>;
@@ -172,10 +173,12 @@ impl<I: Iptables> Syncer<I> {
                 None => {}
             }
         }
-        let payload = render(rs, &selection);
+        let payload = Rendered::new(rs, &selection);
         if !payload.is_empty() {
             self.iptables.restore(&payload)?;
         }
+        let payload_bytes = payload.written();
+        drop(payload);
         if let Some(applied) = &mut self.applied {
             for (key, hash) in updates {
                 let before = match hash {
@@ -193,7 +196,7 @@ impl<I: Iptables> Syncer<I> {
             kind: SyncKind::Partial,
             rewritten_chains: selection.rewrite.as_ref().map_or(0, BTreeSet::len),
             deleted_chains: selection.delete.len(),
-            payload_bytes: payload.len(),
+            payload_bytes,
             rule_count: self.applied_rules,
         })
     }
@@ -267,7 +270,7 @@ impl<I: Iptables> Syncer<I> {
                 self.iptables.ensure_jump(jump)?;
             }
         }
-        let payload = render(rs, &selection);
+        let payload = Rendered::new(rs, &selection);
         let rewritten_chains = selection
             .rewrite
             .as_ref()
@@ -275,6 +278,8 @@ impl<I: Iptables> Syncer<I> {
         if !payload.is_empty() {
             self.iptables.restore(&payload)?;
         }
+        let payload_bytes = payload.written();
+        drop(payload);
         if kind == SyncKind::Full {
             // Created last, so a sync that failed half-way is never mistaken for a complete one.
             for table in CANARY_TABLES {
@@ -288,7 +293,7 @@ impl<I: Iptables> Syncer<I> {
             kind,
             rewritten_chains,
             deleted_chains: selection.delete.len(),
-            payload_bytes: payload.len(),
+            payload_bytes,
             rule_count: self.applied_rules,
         })
     }

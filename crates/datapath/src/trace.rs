@@ -88,7 +88,7 @@ impl Tracer<'_> {
     /// Probability that the rule's matches hold (0, 1, or the statistic's 1/n).
     fn match_probability(&self, rule: &Rule, state: &State) -> f64 {
         let mut p = 1.0;
-        for m in &rule.matches {
+        for m in rule.matches.iter() {
             let ok = match m {
                 Match::Comment(_) => true,
                 Match::Source { net, negated } => net.contains(&self.packet.src) != *negated,
@@ -159,7 +159,7 @@ impl Tracer<'_> {
         }
         let mut hit = state;
         hit.prob *= p;
-        for m in &rule.matches {
+        for m in rule.matches.iter() {
             if let Match::Recent {
                 name,
                 action: RecentAction::Set,

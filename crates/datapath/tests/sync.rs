@@ -4,7 +4,7 @@
 mod common;
 
 use berth_datapath::memory::MemoryIptables;
-use berth_datapath::sync::{Iptables, SyncKind, Syncer};
+use berth_datapath::sync::{SyncKind, Syncer};
 use berth_datapath::*;
 use common::*;
 
@@ -179,7 +179,7 @@ fn missing_canary_forces_a_full_sync() {
 fn stale_chains_are_removed_and_foreign_chains_kept() {
     let mut memory = MemoryIptables::default();
     memory
-        .restore("*nat\n:BERTH-SVC-OLDOLDOLDOLDOLDO - [0:0]\n:KUBE-SVC-XYZ - [0:0]\n-A KUBE-SVC-XYZ -j RETURN\nCOMMIT\n")
+        .restore_text("*nat\n:BERTH-SVC-OLDOLDOLDOLDOLDO - [0:0]\n:KUBE-SVC-XYZ - [0:0]\n-A KUBE-SVC-XYZ -j RETURN\nCOMMIT\n")
         .unwrap();
     let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Tree));
     let mut syncer = Syncer::new(memory);

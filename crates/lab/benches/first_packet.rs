@@ -46,7 +46,10 @@ struct TimedIptables {
 }
 
 impl Iptables for TimedIptables {
-    fn restore(&mut self, payload: &str) -> Result<(), berth_datapath::Error> {
+    fn restore(
+        &mut self,
+        payload: &dyn berth_datapath::Payload,
+    ) -> Result<(), berth_datapath::Error> {
         let start = Instant::now();
         let result = self.inner.restore(payload);
         self.restore += start.elapsed();

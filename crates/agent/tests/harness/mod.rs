@@ -14,7 +14,9 @@ use berth_datapath::memory::MemoryIptables;
 use berth_datapath::names::{service_chain, ServiceChain};
 use berth_datapath::sync::Iptables;
 use berth_datapath::IpFamily;
-use berth_datapath::{plan, ChainName, Dispatch, JumpRule, Protocol, ServicePortName, Table};
+use berth_datapath::{
+    plan, ChainName, Dispatch, JumpRule, Payload, Protocol, ServicePortName, Table,
+};
 use berth_lab::{LabApiServer, LabApiServerHandle};
 use berth_telemetry::{MetricsRegistry, Readiness};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -34,7 +36,7 @@ pub struct Flaky {
 }
 
 impl Iptables for Flaky {
-    fn restore(&mut self, payload: &str) -> Result<(), berth_datapath::Error> {
+    fn restore(&mut self, payload: &dyn Payload) -> Result<(), berth_datapath::Error> {
         if self.fail.load(Ordering::SeqCst) {
             return Err(berth_datapath::Error::Restore {
                 reason: "injected failure".into(),

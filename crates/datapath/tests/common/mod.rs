@@ -229,7 +229,7 @@ pub fn check_consistency(rs: &Ruleset) {
                     );
                     referenced.insert(target);
                 }
-                for m in &rule.matches {
+                for m in rule.matches.iter() {
                     if let Match::Recent { name, .. } = m {
                         assert!(
                             rules.chains.contains_key(name),
