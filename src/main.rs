@@ -123,7 +123,7 @@ struct AgentArgs {
     #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "0.0.0.0:10356")]
     admin_listen: SocketAddr,
 
-    /// Kubeconfig to use; in-cluster configuration (or the default kubeconfig) when unset.
+    /// Kubeconfig to use; when unset, KUBECONFIG or ~/.kube/config, then in-cluster configuration.
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
 }
@@ -174,7 +174,7 @@ fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     let config = args.to_options().validate()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
-        let client = berth_agent::build_client(args.kubeconfig.as_deref()).await?;
+        let client = build_client(args.kubeconfig.as_deref()).await?;
         let mut registry = berth_telemetry::MetricsRegistry::new();
         registry.register_build_info(env!("CARGO_PKG_VERSION"));
         let readiness = berth_telemetry::Readiness::new();
@@ -248,7 +248,7 @@ enum OnOff {
 
 #[derive(Debug, Args)]
 struct ControllerArgs {
-    /// Kubeconfig file; unset: in-cluster configuration, then the usual kubeconfig lookup.
+    /// Kubeconfig to use; when unset, KUBECONFIG or ~/.kube/config, then in-cluster configuration.
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
 
@@ -334,7 +334,6 @@ fn controller_options(args: ControllerArgs) -> anyhow::Result<berth_controller::
         config.lease = Some(lease);
     }
     Ok(berth_controller::RunOptions {
-        kubeconfig: args.kubeconfig,
         config,
         admin_listen: args.admin_listen,
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -352,16 +351,18 @@ fn default_identity() -> String {
 }
 
 fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
+    let kubeconfig = args.kubeconfig.clone();
     let opts = controller_options(args)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
+        let client = build_client(kubeconfig.as_deref()).await?;
         let token = berth_controller::CancellationToken::new();
         let stop = token.clone();
         tokio::spawn(async move {
             shutdown_signal().await;
             stop.cancel();
         });
-        berth_controller::run_controller(opts, token)
+        berth_controller::run_controller(client, opts, token)
             .await
             .context("running the controller")
     })
@@ -408,6 +409,25 @@ fn run_lab_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     runtime
         .block_on(berth_lab::run_apiserver(opts, shutdown_signal()))
         .context("running the lab API server")
+}
+
+/// The client for `--kubeconfig`; without one, the usual lookup (`KUBECONFIG`,
+/// `~/.kube/config`), then the in-cluster service account. One function for every command
+/// that talks to a cluster.
+async fn build_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading the kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no Kubernetes client configuration found (in-cluster or kubeconfig)")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
 }
 
 /// Resolves on SIGINT or SIGTERM, so both Ctrl-C and `kill` stop servers cleanly.

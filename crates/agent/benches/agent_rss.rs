@@ -238,7 +238,11 @@ fn main() {
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (baseline, peak, first_sync) = runtime.block_on(async {
-        let client = berth_agent::build_client(Some(&kubeconfig)).await.unwrap();
+        let file = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
         let options = AgentOptions {
             node_name: "node-0".into(),
             dispatch: Dispatch::Tree,

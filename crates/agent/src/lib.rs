@@ -16,7 +16,6 @@
 //! - Stopping leaves every rule in place: a restarted agent adopts them with one full sync.
 
 pub mod agent;
-mod client;
 pub mod config;
 pub mod conntrack;
 pub mod datapath;
@@ -27,7 +26,6 @@ pub mod schedule;
 mod watch;
 
 pub use agent::{admin_router, Agent, AgentStatus};
-pub use client::build_client;
 pub use config::{parse_duration, AgentConfig, AgentOptions};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
 pub use datapath::SharedIptables;
@@ -72,16 +70,6 @@ pub enum Error {
     Telemetry(#[source] berth_telemetry::Error),
     #[error("serving the admin endpoint failed")]
     Admin(#[source] berth_telemetry::Error),
-    #[error("loading the kubeconfig {path} failed")]
-    Kubeconfig {
-        path: String,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    #[error("no Kubernetes client configuration found (in-cluster or kubeconfig)")]
-    InferConfig(#[source] kube::config::InferConfigError),
-    #[error("building the Kubernetes client failed")]
-    Client(#[source] kube::Error),
     #[error("a datapath task stopped unexpectedly: {0}")]
     Task(String),
 }

@@ -21,6 +21,6 @@ mod worker;
 pub use config::{parse_default_class, parse_service_cidrs, ControllerConfig, LeaseConfig};
 pub use controller::AllocationController;
 pub use error::{api_error_category, Error};
-pub use run::{build_client, run_controller, RunOptions};
+pub use run::{run_controller, RunOptions};
 /// Re-exported so the binary can stop the controller without its own dependency.
 pub use tokio_util::sync::CancellationToken;

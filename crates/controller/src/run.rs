@@ -1,11 +1,9 @@
-//! `berth controller` end to end: client, metrics, readiness, the admin endpoint and the
-//! controller, stopped together by one token.
+//! `berth controller` end to end: metrics, readiness, the admin endpoint and the controller,
+//! stopped together by one token. The binary builds the client.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use berth_telemetry::{admin_router, serve_admin, MetricsRegistry, Readiness};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
@@ -14,34 +12,18 @@ use crate::{AllocationController, ControllerConfig, Error};
 /// Everything `berth controller` needs, parsed by the binary.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// `None`: in-cluster configuration, else the usual kubeconfig lookup.
-    pub kubeconfig: Option<PathBuf>,
     pub config: ControllerConfig,
     pub admin_listen: SocketAddr,
     /// Reported as `berth_build_info`.
     pub version: String,
 }
 
-/// A client for the configured cluster.
-pub async fn build_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Error> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| Error::Config(format!("--kubeconfig {}: {e}", path.display())))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| Error::Config(format!("no cluster configuration: {e}")))?,
-    };
-    Client::try_from(config).map_err(|e| Error::kube("building the client", e))
-}
-
 /// Runs until `shutdown` is cancelled (or the controller fails).
-pub async fn run_controller(opts: RunOptions, shutdown: CancellationToken) -> Result<(), Error> {
-    let client = build_client(opts.kubeconfig.as_deref()).await?;
+pub async fn run_controller(
+    client: Client,
+    opts: RunOptions,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let mut registry = MetricsRegistry::new();
     registry.register_build_info(&opts.version);
     let readiness = Readiness::new();

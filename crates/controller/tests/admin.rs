@@ -1,4 +1,4 @@
-//! `run_controller` end to end: kubeconfig, admin endpoint (`/healthz`, `/readyz`,
+//! `run_controller` end to end: admin endpoint (`/healthz`, `/readyz`,
 //! `/metrics`) on loopback, and a clean stop.
 
 #![allow(clippy::unwrap_used)]
@@ -38,10 +38,8 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
         json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
     )
     .await;
-    let dir = std::env::temp_dir().join(format!("berth-controller-admin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
+    // A client of its own, as the binary builds one.
+    let controller_client = server.client().unwrap();
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -54,8 +52,8 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
     config.lease = Some(lease);
     let token = CancellationToken::new();
     let run = tokio::spawn(run_controller(
+        controller_client,
         RunOptions {
-            kubeconfig: Some(kubeconfig),
             config,
             admin_listen: addr,
             version: "test".into(),
@@ -96,6 +94,5 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
         get(addr, "/healthz").await.is_none(),
         "the admin endpoint stopped"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
     server.shutdown().await.unwrap();
 }
