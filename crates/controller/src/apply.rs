@@ -111,8 +111,11 @@ pub fn ingress_differs(svc: &Service, desired: &[IpAddr]) -> bool {
         })
 }
 
-/// The status merge patch.
+/// The status merge patch, guarded by the resourceVersion the decision was made from (or
+/// that the spec write returned): a decision about an older version of the Service must not
+/// land on a newer one, which may have changed type or already name other addresses.
 pub fn build_status_patch(
+    resource_version: Option<&str>,
     ingress: Option<&[LoadBalancerIngress]>,
     conditions: Option<&[Condition]>,
 ) -> Value {
@@ -131,7 +134,10 @@ pub fn build_status_patch(
             serde_json::to_value(c).unwrap_or(Value::Null),
         );
     }
-    json!({ "status": status })
+    json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": status,
+    })
 }
 
 /// The writes for one Service, decided synchronously by the loop, sent by [`run_job`].
@@ -370,7 +376,11 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             }
             cs
         });
-        let patch = build_status_patch(ingress.as_deref(), conditions.as_deref());
+        let patch = build_status_patch(
+            latest.metadata.resource_version.as_deref(),
+            ingress.as_deref(),
+            conditions.as_deref(),
+        );
         ctx.metrics.write("status");
         if let Err(e) = api
             .patch_status(name, &writer_params(), &Patch::Merge(&patch))
@@ -511,10 +521,11 @@ mod tests {
         assert!(!ingress_differs(&svc, &[ip]));
         assert!(ingress_differs(&svc, &[]));
         assert!(ingress_differs(&svc, &["198.18.0.201".parse().unwrap()]));
-        let cleared = build_status_patch(Some(&[]), None);
+        let cleared = build_status_patch(Some("7"), Some(&[]), None);
         assert_eq!(
             cleared,
-            json!({"status": {"loadBalancer": {"ingress": null}}})
+            json!({"metadata": {"resourceVersion": "7"},
+                "status": {"loadBalancer": {"ingress": null}}})
         );
     }
 }
