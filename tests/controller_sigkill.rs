@@ -158,7 +158,12 @@ async fn wait_converged(
 ) -> (Holdings, Duration) {
     let start = Instant::now();
     let mut last = String::new();
+    let mut reported = Instant::now();
     while start.elapsed() < CONVERGE_LIMIT {
+        if reported.elapsed() > Duration::from_secs(5) && !last.is_empty() {
+            println!("controller_sigkill: converging for {:.0?}: {last}", start.elapsed());
+            reported = Instant::now();
+        }
         replicas.assert_all_running();
         let services = Api::<Service>::all(client.clone())
             .list(&ListParams::default())

@@ -35,7 +35,7 @@ impl ScratchDir {
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("BERTH_SIGKILL_KEEP_LOGS").is_some() {
             eprintln!("replica logs kept in {}", self.path.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.path);

@@ -278,12 +278,34 @@ fn outcome_of(e: &kube::Error) -> JobOutcome {
 
 /// Sends one job: spec first (so the status never names an address the spec lost), then the
 /// status with the provider's ingress, then Events.
-pub async fn run_job(ctx: Arc<WriteCtx>, job: WriteJob) -> (ServiceKey, JobOutcome) {
-    let outcome = run_job_inner(&ctx, &job).await;
-    (job.key, outcome)
+pub async fn run_job(
+    ctx: Arc<WriteCtx>,
+    job: WriteJob,
+) -> (ServiceKey, JobOutcome, Option<WrittenSpec>) {
+    let mut written = None;
+    let outcome = run_job_inner(&ctx, &job, &mut written).await;
+    let written = written.map(|svc| WrittenSpec {
+        base_version: job.svc.metadata.resource_version.clone(),
+        svc,
+    });
+    (job.key, outcome, written)
 }
 
-async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
+/// The Service as the spec write returned it, and the version the decision was made from.
+/// The loop decides a retry from it when its cache has not moved on: decided again from the
+/// older version, the written values would be assigned afresh and the written ones freed for
+/// others while the Service still names them.
+#[derive(Debug, Clone)]
+pub struct WrittenSpec {
+    pub base_version: Option<String>,
+    pub svc: Arc<Service>,
+}
+
+async fn run_job_inner(
+    ctx: &WriteCtx,
+    job: &WriteJob,
+    written: &mut Option<Arc<Service>>,
+) -> JobOutcome {
     let name = job.key.name.as_str();
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
     let mut latest = job.svc.clone();
@@ -296,7 +318,10 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             .patch(name, &writer_params(), &Patch::Merge(patch))
             .await
         {
-            Ok(svc) => latest = Arc::new(svc),
+            Ok(svc) => {
+                latest = Arc::new(svc);
+                *written = Some(latest.clone());
+            }
             Err(e) => return outcome_of(&e),
         }
     }

@@ -44,7 +44,7 @@ enum Input {
 }
 
 enum Done {
-    Service(ServiceKey, JobOutcome),
+    Service(ServiceKey, JobOutcome, Option<apply::WrittenSpec>),
     /// A deleted Service's provider cleanup finished.
     Deleted(ServiceKey, Result<(), String>),
     Pool(String, Result<IPPoolStatus, &'static str>),
@@ -337,6 +337,20 @@ impl Worker {
         self.clearing.remove(key);
     }
 
+    /// Takes the version a spec write returned as the cached one, unless the watch has
+    /// already moved the cache past the version the decision was made from.
+    fn remember_written(&mut self, key: &ServiceKey, w: apply::WrittenSpec) {
+        let Some(cached) = self.services.get(key) else {
+            return;
+        };
+        if cached.metadata.resource_version == w.base_version
+            && cached.metadata.uid == w.svc.metadata.uid
+        {
+            let svc = trim(Service::clone(&w.svc));
+            self.services.insert(key.clone(), Arc::new(svc));
+        }
+    }
+
     /// Frees the LoadBalancer addresses of a Service whose status no longer names them.
     fn release_cleared(&mut self, key: &ServiceKey) {
         if self.clearing.remove(key) && !self.alloc.lb.release_owner(key).is_empty() {
@@ -579,7 +593,7 @@ impl Worker {
         let ctx = self.ctx.clone();
         self.jobs.push(
             apply::run_job(ctx, job)
-                .map(|(k, o)| Done::Service(k, o))
+                .map(|(k, o, w)| Done::Service(k, o, w))
                 .instrument(span.clone())
                 .boxed(),
         );
@@ -587,8 +601,11 @@ impl Worker {
 
     fn on_done(&mut self, done: Done) {
         match done {
-            Done::Service(key, outcome) => {
+            Done::Service(key, outcome, written) => {
                 self.in_flight.remove(&key);
+                if let Some(w) = written {
+                    self.remember_written(&key, w);
+                }
                 if outcome == JobOutcome::Done {
                     self.release_cleared(&key);
                 }
