@@ -71,14 +71,6 @@ impl Replica {
     pub async fn metrics(&self) -> String {
         http_get(self.admin, "/metrics").await.unwrap_or_default()
     }
-
-    /// The value of the metric line `name` (exact label set included) from `/metrics`.
-    pub async fn metric(&self, name: &str) -> Option<f64> {
-        let body = self.metrics().await;
-        body.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-    }
 }
 
 impl Drop for Replica {

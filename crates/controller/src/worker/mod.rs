@@ -610,8 +610,18 @@ impl Worker {
                     self.release_cleared(&key);
                 }
                 match outcome {
-                    JobOutcome::Done | JobOutcome::Gone | JobOutcome::NotLeading => {
+                    JobOutcome::Done | JobOutcome::Gone => {
                         self.attempts.remove(&key);
+                    }
+                    // Leadership dropped while the job ran. When it comes back before this
+                    // term notices (a renewal that missed its deadline, then a quick
+                    // re-acquire), the term goes on and nothing else would decide the
+                    // Service again; when the term ends, the retry goes with it.
+                    JobOutcome::NotLeading => {
+                        self.attempts.remove(&key);
+                        self.seq += 1;
+                        self.retries
+                            .insert((Instant::now() + RETRY_MIN, self.seq), key);
                     }
                     JobOutcome::Retry { category } => {
                         self.metrics.error(category);
