@@ -111,8 +111,11 @@ pub fn ingress_differs(svc: &Service, desired: &[IpAddr]) -> bool {
         })
 }
 
-/// The status merge patch.
+/// The status merge patch, guarded by the resourceVersion the decision was made from (or
+/// that the spec write returned): a decision about an older version of the Service must not
+/// land on a newer one, which may have changed type or already name other addresses.
 pub fn build_status_patch(
+    resource_version: Option<&str>,
     ingress: Option<&[LoadBalancerIngress]>,
     conditions: Option<&[Condition]>,
 ) -> Value {
@@ -131,7 +134,10 @@ pub fn build_status_patch(
             serde_json::to_value(c).unwrap_or(Value::Null),
         );
     }
-    json!({ "status": status })
+    json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": status,
+    })
 }
 
 /// The writes for one Service, decided synchronously by the loop, sent by [`run_job`].
@@ -272,12 +278,34 @@ fn outcome_of(e: &kube::Error) -> JobOutcome {
 
 /// Sends one job: spec first (so the status never names an address the spec lost), then the
 /// status with the provider's ingress, then Events.
-pub async fn run_job(ctx: Arc<WriteCtx>, job: WriteJob) -> (ServiceKey, JobOutcome) {
-    let outcome = run_job_inner(&ctx, &job).await;
-    (job.key, outcome)
+pub async fn run_job(
+    ctx: Arc<WriteCtx>,
+    job: WriteJob,
+) -> (ServiceKey, JobOutcome, Option<WrittenSpec>) {
+    let mut written = None;
+    let outcome = run_job_inner(&ctx, &job, &mut written).await;
+    let written = written.map(|svc| WrittenSpec {
+        base_version: job.svc.metadata.resource_version.clone(),
+        svc,
+    });
+    (job.key, outcome, written)
 }
 
-async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
+/// The Service as the spec write returned it, and the version the decision was made from.
+/// The loop decides a retry from it when its cache has not moved on: decided again from the
+/// older version, the written values would be assigned afresh and the written ones freed for
+/// others while the Service still names them.
+#[derive(Debug, Clone)]
+pub struct WrittenSpec {
+    pub base_version: Option<String>,
+    pub svc: Arc<Service>,
+}
+
+async fn run_job_inner(
+    ctx: &WriteCtx,
+    job: &WriteJob,
+    written: &mut Option<Arc<Service>>,
+) -> JobOutcome {
     let name = job.key.name.as_str();
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
     let mut latest = job.svc.clone();
@@ -290,7 +318,10 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             .patch(name, &writer_params(), &Patch::Merge(patch))
             .await
         {
-            Ok(svc) => latest = Arc::new(svc),
+            Ok(svc) => {
+                latest = Arc::new(svc);
+                *written = Some(latest.clone());
+            }
             Err(e) => return outcome_of(&e),
         }
     }
@@ -370,7 +401,11 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             }
             cs
         });
-        let patch = build_status_patch(ingress.as_deref(), conditions.as_deref());
+        let patch = build_status_patch(
+            latest.metadata.resource_version.as_deref(),
+            ingress.as_deref(),
+            conditions.as_deref(),
+        );
         ctx.metrics.write("status");
         if let Err(e) = api
             .patch_status(name, &writer_params(), &Patch::Merge(&patch))
@@ -511,10 +546,11 @@ mod tests {
         assert!(!ingress_differs(&svc, &[ip]));
         assert!(ingress_differs(&svc, &[]));
         assert!(ingress_differs(&svc, &["198.18.0.201".parse().unwrap()]));
-        let cleared = build_status_patch(Some(&[]), None);
+        let cleared = build_status_patch(Some("7"), Some(&[]), None);
         assert_eq!(
             cleared,
-            json!({"status": {"loadBalancer": {"ingress": null}}})
+            json!({"metadata": {"resourceVersion": "7"},
+                "status": {"loadBalancer": {"ingress": null}}})
         );
     }
 }

@@ -20,6 +20,15 @@ use crate::provider::{L2Provider, Provider};
 use crate::worker::Worker;
 use crate::Error;
 
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Allocation (ClusterIPs, NodePorts, LoadBalancer IPs), IPPool status and the `l2`
 /// load balancer.
 pub struct AllocationController {
@@ -76,15 +85,17 @@ impl AllocationController {
         let elector = LeaderElector::new(self.client.clone(), lease_cfg)?;
         let (tx, rx) = watch::channel(false);
         let election_stop = CancellationToken::new();
-        // The election runs inside this future, not as a task of its own: if the controller
-        // dies, so does its claim on the Lease.
-        let election = elector.run(tx, election_stop.clone());
-        let terms = async {
-            let result = self.terms(rx, &shutdown).await;
-            election_stop.cancel();
-            result
-        };
-        let ((), result) = tokio::join!(election, terms);
+        // A task of its own, so that a busy allocation loop cannot delay the renewals past
+        // the renew deadline (polled from this future, it could, and the replica stepped
+        // down again and again under load); aborted with this future, so that if the
+        // controller dies, so does its claim on the Lease.
+        let mut election = AbortOnDrop(tokio::spawn(elector.run(tx, election_stop.clone())));
+        let result = self.terms(rx, &shutdown).await;
+        election_stop.cancel();
+        // Waits for the Lease to be handed back.
+        if let Err(e) = (&mut election.0).await {
+            tracing::warn!(error = %e, "leader election task ended abnormally");
+        }
         result
     }
 

@@ -63,6 +63,21 @@ pub fn decide_lease(
     }
 }
 
+/// When an attempt must have an answer: a leader by its renew deadline, counted from its last
+/// successful renewal (a hung request must not keep it leading while a standby takes over);
+/// anyone else within one renew deadline.
+pub fn attempt_limit(
+    started: Instant,
+    last_renew: Option<Instant>,
+    leading: bool,
+    cfg: &LeaseConfig,
+) -> Instant {
+    match last_renew {
+        Some(t) if leading => t + cfg.renew_deadline,
+        _ => started + cfg.renew_deadline,
+    }
+}
+
 /// Runs the election until shutdown, publishing whether this replica leads.
 pub struct LeaderElector {
     api: Api<Lease>,
@@ -84,9 +99,20 @@ impl LeaderElector {
     pub async fn run(self, leading: watch::Sender<bool>, shutdown: CancellationToken) {
         let mut last_renew: Option<Instant> = None;
         loop {
-            match self.try_acquire_or_renew().await {
+            // The Lease records the time the attempt started, so that is when the claim
+            // began; counting from the answer would let a slow answer stretch it past the
+            // moment a standby may take over.
+            let started = Instant::now();
+            let limit = attempt_limit(started, last_renew, *leading.borrow(), &self.cfg);
+            let attempt = tokio::time::timeout_at(limit.into(), self.try_acquire_or_renew()).await;
+            let result = attempt.unwrap_or_else(|_| {
+                Err(Error::Lease(
+                    "no answer from the API server before the renew deadline".into(),
+                ))
+            });
+            match result {
                 Ok(true) => {
-                    last_renew = Some(Instant::now());
+                    last_renew = Some(started);
                     if !*leading.borrow() {
                         tracing::info!(identity = %self.cfg.identity, lease = %self.cfg.name, "became leader");
                     }
@@ -224,6 +250,25 @@ mod tests {
     }
 
     const D: Duration = Duration::from_secs(15);
+
+    #[test]
+    fn a_leader_must_be_answered_by_its_renew_deadline() {
+        let cfg = LeaseConfig::new("kube-system", "a");
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(4);
+        assert_eq!(
+            attempt_limit(later, Some(t0), true, &cfg),
+            t0 + cfg.renew_deadline
+        );
+        assert_eq!(
+            attempt_limit(later, Some(t0), false, &cfg),
+            later + cfg.renew_deadline
+        );
+        assert_eq!(
+            attempt_limit(later, None, false, &cfg),
+            later + cfg.renew_deadline
+        );
+    }
 
     #[test]
     fn absent_lease_is_created() {

@@ -268,6 +268,11 @@ fn plan_node_port_stage(
 /// Records the values existing Services already hold, oldest first (DESIGN.md §3), before
 /// anything is assigned. Returns the refused claims, younger Service first in each pair's
 /// order of discovery; those Services get their condition when they are reconciled.
+///
+/// Addresses still named by a Service that is no longer a LoadBalancer (its status was not
+/// cleared before the last leader stopped) are held too, after every live claim, until the
+/// clearing write lands: handed out at once, they would be named by two Services, and a
+/// change back to LoadBalancer before the clear would bring the old one back as a claim.
 pub fn adopt_all<'a>(
     alloc: &mut Allocators,
     services: impl IntoIterator<Item = (&'a ServiceFacts, &'a Labels)>,
@@ -275,7 +280,7 @@ pub fn adopt_all<'a>(
     let mut sorted: Vec<(&ServiceFacts, &Labels)> = services.into_iter().collect();
     sorted.sort_by(|a, b| (&a.0.created, &a.0.key).cmp(&(&b.0.created, &b.0.key)));
     let mut refused = Vec::new();
-    for (f, ns_labels) in sorted {
+    for &(f, ns_labels) in &sorted {
         if !f.problems.is_empty() || f.type_ == ServiceType::ExternalName {
             continue;
         }
@@ -298,6 +303,14 @@ pub fn adopt_all<'a>(
             if let Err(e) = alloc.lb.adopt(owner, &view, &f.ingress_ips) {
                 refused.push((owner.clone(), e));
             }
+        }
+    }
+    for (f, ns_labels) in &sorted {
+        if f.lb_class == LbClass::None && !f.ingress_ips.is_empty() && f.problems.is_empty() {
+            let mut view = f.lb_view.clone();
+            view.namespace_labels = (*ns_labels).clone();
+            // Refused: someone live holds it, and this stale claim is cleared anyway.
+            let _ = alloc.lb.adopt(&f.key, &view, &f.ingress_ips);
         }
     }
     refused

@@ -292,6 +292,58 @@ fn adoption_keeps_the_older_claim() {
 }
 
 #[test]
+fn stale_ingress_of_a_former_load_balancer_is_held_until_cleared_after_live_claims() {
+    let mut a = mk_alloc(false);
+    // Older, no longer a LoadBalancer, status not yet cleared: 198.18.0.200 and .201.
+    let stale = |name: &str, ip: &str| {
+        mk_facts_full(json!({"metadata": {"namespace": "default", "name": name,
+            "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"type": "NodePort", "clusterIP": "10.96.1.1", "ports": [{"port": 80, "nodePort": 30080}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": ip}]}}}))
+    };
+    let old = stale("old", "198.18.0.200");
+    let mut other = stale("other", "198.18.0.201");
+    other.cluster_ips = mk_facts("x", json!({"clusterIP": "10.96.1.2"})).cluster_ips;
+    other.node_ports = mk_facts(
+        "x",
+        json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30081}]}),
+    )
+    .node_ports;
+    // Younger, a LoadBalancer that holds .201 in its status: the live claim wins.
+    let live = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "live",
+        "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"type": "LoadBalancer", "clusterIP": "10.96.1.3", "ports": [{"port": 80, "nodePort": 30082}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.201"}]}}}));
+    let labels = Labels::new();
+    let refused = adopt_all(
+        &mut a,
+        [(&old, &labels), (&other, &labels), (&live, &labels)],
+    );
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(
+        a.lb.ips_of(&live.key),
+        ["198.18.0.201".parse::<IpAddr>().unwrap()]
+    );
+    assert_eq!(
+        a.lb.ips_of(&old.key),
+        ["198.18.0.200".parse::<IpAddr>().unwrap()]
+    );
+    assert!(a.lb.ips_of(&other.key).is_empty());
+    // A new LoadBalancer cannot get .200 while "old" still names it.
+    let new = mk_facts(
+        "new",
+        json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+    );
+    assert_eq!(
+        plan(&mut a, &new).ingress,
+        Some(vec!["198.18.0.202".parse().unwrap()])
+    );
+    // Deciding "old" clears its status; the release waits for that write (the worker's job).
+    let out = plan(&mut a, &old);
+    assert_eq!(out.ingress, Some(vec![]));
+}
+
+#[test]
 fn invalid_services_keep_what_they_hold() {
     let mut a = mk_alloc(false);
     plan(&mut a, &mk_facts("a", json!({"clusterIP": "10.96.0.7"})));

@@ -44,7 +44,7 @@ enum Input {
 }
 
 enum Done {
-    Service(ServiceKey, JobOutcome),
+    Service(ServiceKey, JobOutcome, Option<apply::WrittenSpec>),
     /// A deleted Service's provider cleanup finished.
     Deleted(ServiceKey, Result<(), String>),
     Pool(String, Result<IPPoolStatus, &'static str>),
@@ -123,6 +123,9 @@ pub(crate) struct Worker {
     dirty_set: HashSet<ServiceKey>,
     in_flight: HashSet<ServiceKey>,
     failed: HashSet<ServiceKey>,
+    /// Services whose LoadBalancer addresses stay held until the write clearing their
+    /// status has landed (see `withhold_until_cleared`).
+    clearing: HashSet<ServiceKey>,
     retries: BTreeMap<(Instant, u64), ServiceKey>,
     attempts: HashMap<ServiceKey, u32>,
     seq: u64,
@@ -159,6 +162,7 @@ impl Worker {
             dirty_set: HashSet::new(),
             in_flight: HashSet::new(),
             failed: HashSet::new(),
+            clearing: HashSet::new(),
             retries: BTreeMap::new(),
             attempts: HashMap::new(),
             seq: 0,
@@ -193,8 +197,10 @@ impl Worker {
             self.pump();
             let next_retry = self.retries.keys().next().map(|(t, _)| *t);
             let pool_due = self.pool_status_due;
+            // Unbiased: with jobs preferred, a steady stream of finished jobs (Services whose
+            // writes keep conflicting with newer versions) starved the watches that would
+            // deliver those newer versions, and the loop spun on a stale cache for good.
             tokio::select! {
-                biased;
                 _ = token.cancelled() => break,
                 Some(done) = self.jobs.next(), if !self.jobs.is_empty() => self.on_done(done),
                 input = inputs.next() => match input {
@@ -328,6 +334,55 @@ impl Worker {
         }
         self.failed.remove(key);
         self.attempts.remove(key);
+        self.clearing.remove(key);
+    }
+
+    /// Takes the version a spec write returned as the cached one, unless the watch has
+    /// already moved the cache past the version the decision was made from.
+    fn remember_written(&mut self, key: &ServiceKey, w: apply::WrittenSpec) {
+        let Some(cached) = self.services.get(key) else {
+            return;
+        };
+        if cached.metadata.resource_version == w.base_version
+            && cached.metadata.uid == w.svc.metadata.uid
+        {
+            let svc = trim(Service::clone(&w.svc));
+            self.services.insert(key.clone(), Arc::new(svc));
+        }
+    }
+
+    /// Frees the LoadBalancer addresses of a Service whose status no longer names them.
+    fn release_cleared(&mut self, key: &ServiceKey) {
+        if self.clearing.remove(key) && !self.alloc.lb.release_owner(key).is_empty() {
+            self.schedule_pool_status();
+            let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
+            for k in waiting {
+                self.mark(k);
+            }
+        }
+    }
+
+    /// The plan frees the addresses of a Service that stops being a LoadBalancer at once,
+    /// but its status names them until the clearing write (`ingress`) lands. Given to another Service
+    /// meanwhile, a crash in between would leave two Services naming one address, and the
+    /// next leader would take it from one of them. So they stay held until then.
+    fn withhold_until_cleared(
+        &mut self,
+        key: &ServiceKey,
+        facts: &crate::facts::ServiceFacts,
+        labels: &berth_ipam::Labels,
+        before: &[std::net::IpAddr],
+        ingress: Option<&Vec<std::net::IpAddr>>,
+    ) {
+        let clears = ingress.is_some_and(Vec::is_empty);
+        if !clears || before.is_empty() || !self.alloc.lb.ips_of(key).is_empty() {
+            return;
+        }
+        let mut view = facts.lb_view.clone();
+        view.namespace_labels = labels.clone();
+        if self.alloc.lb.adopt(key, &view, before).is_ok() {
+            self.clearing.insert(key.clone());
+        }
     }
 
     fn maybe_start(&mut self) {
@@ -506,6 +561,7 @@ impl Worker {
         };
         let conditions = build_conditions(&svc, &out, apply::now());
         let ingress = out.ingress.clone().filter(|ips| ingress_differs(&svc, ips));
+        self.withhold_until_cleared(&key, &facts, &labels, &lb_before, ingress.as_ref());
         let nodes = if ingress.is_some() && facts.lb_class != LbClass::None {
             eligible_nodes(&self.nodes.objects)
         } else {
@@ -537,7 +593,7 @@ impl Worker {
         let ctx = self.ctx.clone();
         self.jobs.push(
             apply::run_job(ctx, job)
-                .map(|(k, o)| Done::Service(k, o))
+                .map(|(k, o, w)| Done::Service(k, o, w))
                 .instrument(span.clone())
                 .boxed(),
         );
@@ -545,11 +601,27 @@ impl Worker {
 
     fn on_done(&mut self, done: Done) {
         match done {
-            Done::Service(key, outcome) => {
+            Done::Service(key, outcome, written) => {
                 self.in_flight.remove(&key);
+                if let Some(w) = written {
+                    self.remember_written(&key, w);
+                }
+                if outcome == JobOutcome::Done {
+                    self.release_cleared(&key);
+                }
                 match outcome {
-                    JobOutcome::Done | JobOutcome::Gone | JobOutcome::NotLeading => {
+                    JobOutcome::Done | JobOutcome::Gone => {
                         self.attempts.remove(&key);
+                    }
+                    // Leadership dropped while the job ran. When it comes back before this
+                    // term notices (a renewal that missed its deadline, then a quick
+                    // re-acquire), the term goes on and nothing else would decide the
+                    // Service again; when the term ends, the retry goes with it.
+                    JobOutcome::NotLeading => {
+                        self.attempts.remove(&key);
+                        self.seq += 1;
+                        self.retries
+                            .insert((Instant::now() + RETRY_MIN, self.seq), key);
                     }
                     JobOutcome::Retry { category } => {
                         self.metrics.error(category);
