@@ -9,7 +9,7 @@ use std::sync::Arc;
 use berth_api::names::{condition as cond, event as ev};
 use berth_api::set_condition;
 use berth_ipam::ServiceKey;
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::error::api_error_category;
+use crate::events::{EventRecorder, EventType};
 use crate::metrics::Metrics;
 use crate::plan::{Allocation, SpecFill};
 use crate::provider::{LbRequest, Provider};
@@ -157,22 +158,21 @@ impl WriteJob {
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobOutcome {
-    Done,
+    /// Everything was written; `written` are the resourceVersions of the Service that this
+    /// job's writes produced, in order, so their watch echoes can be told from others' changes.
+    Done { written: Vec<String> },
     /// The Service is gone; its delete event releases it.
     Gone,
     /// Not leading any more: nothing was (or will be) written.
     NotLeading,
     /// Try again later; `category` is the metric label.
-    Retry {
-        category: &'static str,
-    },
+    Retry { category: &'static str },
 }
 
 /// Shared by every job.
 pub struct WriteCtx {
-    pub api: Api<Service>,
     pub client: kube::Client,
-    pub events: EventSink,
+    pub events: EventRecorder,
     pub provider: Arc<dyn Provider>,
     pub metrics: Metrics,
     pub leading: watch::Receiver<bool>,
@@ -183,83 +183,16 @@ impl WriteCtx {
         *self.leading.borrow()
     }
 
-    async fn event(&self, svc: &Service, type_: EventType, reason: &str, note: String) {
-        if !self.leading() {
-            return;
-        }
-        self.metrics.write("event");
-        if let Err(e) = self.events.publish(svc, type_, reason, note).await {
-            self.metrics.error(api_error_category(&e));
-            tracing::debug!(error = %e, "publishing an event failed");
-        }
-    }
-}
-
-/// `Normal` or `Warning`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// Writes events.k8s.io/v1 Events about Services. Events are only emitted on transitions,
-/// so each is created as is; kube-runtime's recorder would add series bookkeeping whose
-/// cache it sweeps on every publish, which costs O(events) per Event at scale.
-pub struct EventSink {
-    client: kube::Client,
-    instance: String,
-    seq: std::sync::atomic::AtomicU64,
-}
-
-impl EventSink {
-    pub fn new(client: kube::Client, instance: impl Into<String>) -> Self {
-        Self {
-            client,
-            instance: instance.into(),
-            seq: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-
-    async fn publish(
+    async fn event(
         &self,
-        svc: &Service,
+        regarding: &Arc<ObjectReference>,
         type_: EventType,
-        reason: &str,
+        reason: &'static str,
         note: String,
-    ) -> Result<(), kube::Error> {
-        use k8s_openapi::api::events::v1::Event;
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-        let now = Timestamp::now();
-        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ns = svc
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let name = svc.metadata.name.clone().unwrap_or_default();
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}.{:x}{seq:x}", now.as_nanosecond())),
-                namespace: Some(ns.clone()),
-                ..ObjectMeta::default()
-            },
-            action: Some("Allocate".into()),
-            reason: Some(reason.to_string()),
-            note: Some(note),
-            type_: Some(match type_ {
-                EventType::Normal => "Normal".into(),
-                EventType::Warning => "Warning".into(),
-            }),
-            event_time: Some(MicroTime(now)),
-            regarding: Some(svc.object_ref(&())),
-            reporting_controller: Some(ev::CONTROLLER_COMPONENT.into()),
-            reporting_instance: Some(self.instance.clone()),
-            ..Event::default()
-        };
-        Api::<Event>::namespaced(self.client.clone(), &ns)
-            .create(&kube::api::PostParams::default(), &event)
-            .await
-            .map(|_| ())
+    ) {
+        if self.leading() {
+            self.events.record(regarding, type_, reason, note).await;
+        }
     }
 }
 
@@ -271,7 +204,8 @@ fn outcome_of(e: &kube::Error) -> JobOutcome {
 }
 
 /// Sends one job: spec first (so the status never names an address the spec lost), then the
-/// status with the provider's ingress, then Events.
+/// status with the provider's ingress. Events are queued in between and sent by the event
+/// writer, so they never hold up the next Service.
 pub async fn run_job(ctx: Arc<WriteCtx>, job: WriteJob) -> (ServiceKey, JobOutcome) {
     let outcome = run_job_inner(&ctx, &job).await;
     (job.key, outcome)
@@ -280,7 +214,9 @@ pub async fn run_job(ctx: Arc<WriteCtx>, job: WriteJob) -> (ServiceKey, JobOutco
 async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
     let name = job.key.name.as_str();
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
-    let mut latest = job.svc.clone();
+    let mut written = Vec::new();
+    let mut generation = job.svc.metadata.generation;
+    let mut regarding = job.svc.object_ref(&());
     if let Some(patch) = &job.spec_patch {
         if !ctx.leading() {
             return JobOutcome::NotLeading;
@@ -290,13 +226,18 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             .patch(name, &writer_params(), &Patch::Merge(patch))
             .await
         {
-            Ok(svc) => latest = Arc::new(svc),
+            Ok(svc) => {
+                generation = svc.metadata.generation;
+                regarding = svc.object_ref(&());
+                written.extend(svc.metadata.resource_version);
+            }
             Err(e) => return outcome_of(&e),
         }
     }
+    let regarding = Arc::new(regarding);
     if let Some(message) = &job.failure {
         ctx.event(
-            &latest,
+            &regarding,
             EventType::Warning,
             ev::ALLOCATION_FAILED,
             message.clone(),
@@ -309,7 +250,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
     match &job.ingress {
         Some(ips) if ips.is_empty() => {
             ctx.event(
-                &latest,
+                &regarding,
                 EventType::Normal,
                 ev::DELETING_LOAD_BALANCER,
                 "Deleting load balancer".into(),
@@ -320,7 +261,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
                 Err(e) => {
                     lb_failed = true;
                     ctx.event(
-                        &latest,
+                        &regarding,
                         EventType::Warning,
                         ev::SYNC_LOAD_BALANCER_FAILED,
                         format!("Error deleting load balancer: {e}"),
@@ -331,7 +272,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
         }
         Some(ips) => {
             ctx.event(
-                &latest,
+                &regarding,
                 EventType::Normal,
                 ev::ENSURING_LOAD_BALANCER,
                 "Ensuring load balancer".into(),
@@ -347,7 +288,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
                 Err(e) => {
                     lb_failed = true;
                     ctx.event(
-                        &latest,
+                        &regarding,
                         EventType::Warning,
                         ev::SYNC_LOAD_BALANCER_FAILED,
                         format!("Error syncing load balancer: {e}"),
@@ -366,23 +307,24 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
         // The spec write moved the generation; the condition speaks for the new one.
         let conditions = job.conditions.clone().map(|mut cs| {
             for c in cs.iter_mut().filter(|c| c.type_ == cond::ALLOCATED) {
-                c.observed_generation = latest.metadata.generation;
+                c.observed_generation = generation;
             }
             cs
         });
         let patch = build_status_patch(ingress.as_deref(), conditions.as_deref());
         ctx.metrics.write("status");
-        if let Err(e) = api
+        match api
             .patch_status(name, &writer_params(), &Patch::Merge(&patch))
             .await
         {
-            return outcome_of(&e);
+            Ok(svc) => written.extend(svc.metadata.resource_version),
+            Err(e) => return outcome_of(&e),
         }
     }
     match (&job.ingress, ingress.is_some()) {
         (Some(ips), true) if ips.is_empty() => {
             ctx.event(
-                &latest,
+                &regarding,
                 EventType::Normal,
                 ev::DELETED_LOAD_BALANCER,
                 "Deleted load balancer".into(),
@@ -393,7 +335,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             if !job.new_lb_ips.is_empty() {
                 let list: Vec<String> = job.new_lb_ips.iter().map(IpAddr::to_string).collect();
                 ctx.event(
-                    &latest,
+                    &regarding,
                     EventType::Normal,
                     ev::IP_ALLOCATED,
                     format!("Assigned IP [{}]", list.join(", ")),
@@ -402,7 +344,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             }
             let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
             ctx.event(
-                &latest,
+                &regarding,
                 EventType::Normal,
                 ev::ENSURED_LOAD_BALANCER,
                 format!("Ensured load balancer with [{}]", list.join(", ")),
@@ -416,7 +358,7 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             category: "provider",
         };
     }
-    JobOutcome::Done
+    JobOutcome::Done { written }
 }
 
 /// Every write carries berth's field manager, so ownership of the fields it fills is visible.
