@@ -12,8 +12,9 @@ use berth_ipam::ServiceKey;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::Resource;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -212,8 +213,6 @@ pub async fn run_job(ctx: Arc<WriteCtx>, job: WriteJob) -> (ServiceKey, JobOutco
 }
 
 async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
-    let name = job.key.name.as_str();
-    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
     let mut written = Vec::new();
     let mut generation = job.svc.metadata.generation;
     let mut regarding = job.svc.object_ref(&());
@@ -222,14 +221,11 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
             return JobOutcome::NotLeading;
         }
         ctx.metrics.write("spec");
-        match api
-            .patch(name, &writer_params(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(svc) => {
-                generation = svc.metadata.generation;
-                regarding = svc.object_ref(&());
-                written.extend(svc.metadata.resource_version);
+        match send_patch(&ctx.client, &job.key, None, patch).await {
+            Ok(meta) => {
+                generation = meta.generation;
+                regarding.resource_version = meta.resource_version.clone();
+                written.extend(meta.resource_version);
             }
             Err(e) => return outcome_of(&e),
         }
@@ -313,11 +309,8 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
         });
         let patch = build_status_patch(ingress.as_deref(), conditions.as_deref());
         ctx.metrics.write("status");
-        match api
-            .patch_status(name, &writer_params(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(svc) => written.extend(svc.metadata.resource_version),
+        match send_patch(&ctx.client, &job.key, Some("status"), &patch).await {
+            Ok(meta) => written.extend(meta.resource_version),
             Err(e) => return outcome_of(&e),
         }
     }
@@ -359,6 +352,43 @@ async fn run_job_inner(ctx: &WriteCtx, job: &WriteJob) -> JobOutcome {
         };
     }
     JobOutcome::Done { written }
+}
+
+/// What berth reads back from its own writes. The full object is not needed, and decoding it
+/// (managedFields included) would cost the loop more than sending the write.
+#[derive(Debug, Default, Deserialize)]
+struct Written {
+    #[serde(default)]
+    metadata: WrittenMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    resource_version: Option<String>,
+    generation: Option<i64>,
+}
+
+/// A merge patch of the Service (or of its `subresource`) with berth's field manager.
+async fn send_patch(
+    client: &kube::Client,
+    key: &ServiceKey,
+    subresource: Option<&str>,
+    patch: &Value,
+) -> Result<WrittenMeta, kube::Error> {
+    let request = kube::core::Request::new(Service::url_path(&(), Some(&key.namespace)));
+    let patch = Patch::Merge(patch);
+    let mut req = match subresource {
+        Some(sub) => request.patch_subresource(sub, &key.name, &writer_params(), &patch),
+        None => request.patch(&key.name, &writer_params(), &patch),
+    }
+    .map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert(if subresource.is_some() {
+        "patch_status"
+    } else {
+        "patch"
+    });
+    client.request::<Written>(req).await.map(|w| w.metadata)
 }
 
 /// Every write carries berth's field manager, so ownership of the fields it fills is visible.

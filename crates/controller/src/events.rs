@@ -266,6 +266,100 @@ mod tests {
         assert_ne!(a, b);
     }
 
+    async fn lab() -> (berth_lab::LabApiServerHandle, kube::Client) {
+        let server = berth_lab::LabApiServer::builder().start().await.unwrap();
+        server
+            .seed([serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                                      "metadata": {"name": "web"}})])
+            .unwrap();
+        let client = server.client().unwrap();
+        (server, client)
+    }
+
+    async fn sent(client: &kube::Client) -> Vec<String> {
+        let mut events = Api::<Event>::namespaced(client.clone(), "web")
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
+        events.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
+        events.into_iter().filter_map(|e| e.note).collect()
+    }
+
+    fn mk_metrics() -> Metrics {
+        Metrics::new(&mut prometheus_client::registry::Registry::default())
+    }
+
+    #[tokio::test]
+    async fn queued_events_are_sent_with_their_own_times_and_the_queue_drains() {
+        let (server, client) = lab().await;
+        let metrics = mk_metrics();
+        let (_tx, leading) = watch::channel(true);
+        let (recorder, writer) = event_queue(client.clone(), "r", metrics.clone(), leading, 2, 1);
+        let regarding = mk_pending("api", ev::IP_ALLOCATED).regarding;
+        // More Events than the queue holds: recording waits for room, nothing is dropped.
+        let record = async move {
+            for i in 0..5 {
+                recorder
+                    .record(
+                        &regarding,
+                        EventType::Normal,
+                        ev::IP_ALLOCATED,
+                        format!("n{i}"),
+                    )
+                    .await;
+            }
+        };
+        let token = CancellationToken::new();
+        tokio::join!(record, writer.run(token));
+        assert_eq!(sent(&client).await, ["n0", "n1", "n2", "n3", "n4"]);
+        assert_eq!(metrics.events_queued.get(), 0);
+        server.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn nothing_is_sent_while_not_leading() {
+        let (server, client) = lab().await;
+        let metrics = mk_metrics();
+        let (_tx, leading) = watch::channel(false);
+        let (recorder, writer) = event_queue(client.clone(), "r", metrics.clone(), leading, 8, 2);
+        let regarding = mk_pending("api", ev::IP_ALLOCATED).regarding;
+        recorder
+            .record(&regarding, EventType::Normal, ev::IP_ALLOCATED, "x".into())
+            .await;
+        assert_eq!(metrics.events_queued.get(), 1);
+        drop(recorder);
+        writer.run(CancellationToken::new()).await;
+        assert!(sent(&client).await.is_empty());
+        assert_eq!(metrics.events_queued.get(), 0);
+        server.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn events_still_queued_when_the_term_ends_are_not_sent() {
+        let (server, client) = lab().await;
+        let metrics = mk_metrics();
+        let (_tx, leading) = watch::channel(true);
+        let (recorder, writer) = event_queue(client.clone(), "r", metrics.clone(), leading, 8, 1);
+        let regarding = mk_pending("api", ev::IP_ALLOCATED).regarding;
+        for note in ["a", "b"] {
+            recorder
+                .record(&regarding, EventType::Normal, ev::IP_ALLOCATED, note.into())
+                .await;
+        }
+        let token = CancellationToken::new();
+        token.cancel();
+        writer.run(token).await;
+        assert!(sent(&client).await.is_empty());
+        assert_eq!(metrics.events_queued.get(), 0);
+        // Recording after the term is a no-op.
+        recorder
+            .record(&regarding, EventType::Normal, ev::IP_ALLOCATED, "c".into())
+            .await;
+        assert_eq!(metrics.events_queued.get(), 0);
+        server.shutdown().await.unwrap();
+    }
+
     #[test]
     fn a_missing_namespace_is_the_default_one() {
         let mut p = mk_pending("api", ev::IP_ALLOCATED);
