@@ -9,15 +9,17 @@ use std::sync::Arc;
 use berth_api::names::{condition as cond, event as ev};
 use berth_api::set_condition;
 use berth_ipam::ServiceKey;
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Resource;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::error::api_error_category;
+use crate::events::{EventRecorder, EventType};
 use crate::metrics::Metrics;
 use crate::plan::{Allocation, SpecFill};
 use crate::provider::{LbRequest, Provider};
@@ -163,22 +165,21 @@ impl WriteJob {
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobOutcome {
-    Done,
+    /// Everything was written; `written` are the resourceVersions of the Service that this
+    /// job's writes produced, in order, so their watch echoes can be told from others' changes.
+    Done { written: Vec<String> },
     /// The Service is gone; its delete event releases it.
     Gone,
     /// Not leading any more: nothing was (or will be) written.
     NotLeading,
     /// Try again later; `category` is the metric label.
-    Retry {
-        category: &'static str,
-    },
+    Retry { category: &'static str },
 }
 
 /// Shared by every job.
 pub struct WriteCtx {
-    pub api: Api<Service>,
     pub client: kube::Client,
-    pub events: EventSink,
+    pub events: EventRecorder,
     pub provider: Arc<dyn Provider>,
     pub metrics: Metrics,
     pub leading: watch::Receiver<bool>,
@@ -189,83 +190,16 @@ impl WriteCtx {
         *self.leading.borrow()
     }
 
-    async fn event(&self, svc: &Service, type_: EventType, reason: &str, note: String) {
-        if !self.leading() {
-            return;
-        }
-        self.metrics.write("event");
-        if let Err(e) = self.events.publish(svc, type_, reason, note).await {
-            self.metrics.error(api_error_category(&e));
-            tracing::debug!(error = %e, "publishing an event failed");
-        }
-    }
-}
-
-/// `Normal` or `Warning`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// Writes events.k8s.io/v1 Events about Services. Events are only emitted on transitions,
-/// so each is created as is; kube-runtime's recorder would add series bookkeeping whose
-/// cache it sweeps on every publish, which costs O(events) per Event at scale.
-pub struct EventSink {
-    client: kube::Client,
-    instance: String,
-    seq: std::sync::atomic::AtomicU64,
-}
-
-impl EventSink {
-    pub fn new(client: kube::Client, instance: impl Into<String>) -> Self {
-        Self {
-            client,
-            instance: instance.into(),
-            seq: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-
-    async fn publish(
+    async fn event(
         &self,
-        svc: &Service,
+        regarding: &Arc<ObjectReference>,
         type_: EventType,
-        reason: &str,
+        reason: &'static str,
         note: String,
-    ) -> Result<(), kube::Error> {
-        use k8s_openapi::api::events::v1::Event;
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-        let now = Timestamp::now();
-        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ns = svc
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let name = svc.metadata.name.clone().unwrap_or_default();
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}.{:x}{seq:x}", now.as_nanosecond())),
-                namespace: Some(ns.clone()),
-                ..ObjectMeta::default()
-            },
-            action: Some("Allocate".into()),
-            reason: Some(reason.to_string()),
-            note: Some(note),
-            type_: Some(match type_ {
-                EventType::Normal => "Normal".into(),
-                EventType::Warning => "Warning".into(),
-            }),
-            event_time: Some(MicroTime(now)),
-            regarding: Some(svc.object_ref(&())),
-            reporting_controller: Some(ev::CONTROLLER_COMPONENT.into()),
-            reporting_instance: Some(self.instance.clone()),
-            ..Event::default()
-        };
-        Api::<Event>::namespaced(self.client.clone(), &ns)
-            .create(&kube::api::PostParams::default(), &event)
-            .await
-            .map(|_| ())
+    ) {
+        if self.leading() {
+            self.events.record(regarding, type_, reason, note).await;
+        }
     }
 }
 
@@ -277,18 +211,19 @@ fn outcome_of(e: &kube::Error) -> JobOutcome {
 }
 
 /// Sends one job: spec first (so the status never names an address the spec lost), then the
-/// status with the provider's ingress, then Events.
+/// status with the provider's ingress. Events are queued in between and sent by the event
+/// writer, so they never hold up the next Service.
 pub async fn run_job(
     ctx: Arc<WriteCtx>,
     job: WriteJob,
 ) -> (ServiceKey, JobOutcome, Option<WrittenSpec>) {
-    let mut written = None;
-    let outcome = run_job_inner(&ctx, &job, &mut written).await;
-    let written = written.map(|svc| WrittenSpec {
+    let mut spec = None;
+    let outcome = run_job_inner(&ctx, &job, &mut spec).await;
+    let spec = spec.map(|svc| WrittenSpec {
         base_version: job.svc.metadata.resource_version.clone(),
         svc,
     });
-    (job.key, outcome, written)
+    (job.key, outcome, spec)
 }
 
 /// The Service as the spec write returned it, and the version the decision was made from.
@@ -304,30 +239,39 @@ pub struct WrittenSpec {
 async fn run_job_inner(
     ctx: &WriteCtx,
     job: &WriteJob,
-    written: &mut Option<Arc<Service>>,
+    spec: &mut Option<Arc<Service>>,
 ) -> JobOutcome {
-    let name = job.key.name.as_str();
-    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
-    let mut latest = job.svc.clone();
+    let mut written = Vec::new();
+    let mut generation = job.svc.metadata.generation;
+    // The version the status write must find: the one decided from, or the spec write's.
+    let mut version = job.svc.metadata.resource_version.clone();
+    let mut regarding = job.svc.object_ref(&());
     if let Some(patch) = &job.spec_patch {
         if !ctx.leading() {
             return JobOutcome::NotLeading;
         }
         ctx.metrics.write("spec");
+        // The whole object is read back (once per Service that gets values), so that a retry
+        // can be decided from it; status writes read back only their metadata.
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
         match api
-            .patch(name, &writer_params(), &Patch::Merge(patch))
+            .patch(&job.key.name, &writer_params(), &Patch::Merge(patch))
             .await
         {
             Ok(svc) => {
-                latest = Arc::new(svc);
-                *written = Some(latest.clone());
+                generation = svc.metadata.generation;
+                version = svc.metadata.resource_version.clone();
+                regarding.resource_version = version.clone();
+                written.extend(version.clone());
+                *spec = Some(Arc::new(svc));
             }
             Err(e) => return outcome_of(&e),
         }
     }
+    let regarding = Arc::new(regarding);
     if let Some(message) = &job.failure {
         ctx.event(
-            &latest,
+            &regarding,
             EventType::Warning,
             ev::ALLOCATION_FAILED,
             message.clone(),
@@ -340,7 +284,7 @@ async fn run_job_inner(
     match &job.ingress {
         Some(ips) if ips.is_empty() => {
             ctx.event(
-                &latest,
+                &regarding,
                 EventType::Normal,
                 ev::DELETING_LOAD_BALANCER,
                 "Deleting load balancer".into(),
@@ -351,7 +295,7 @@ async fn run_job_inner(
                 Err(e) => {
                     lb_failed = true;
                     ctx.event(
-                        &latest,
+                        &regarding,
                         EventType::Warning,
                         ev::SYNC_LOAD_BALANCER_FAILED,
                         format!("Error deleting load balancer: {e}"),
@@ -362,7 +306,7 @@ async fn run_job_inner(
         }
         Some(ips) => {
             ctx.event(
-                &latest,
+                &regarding,
                 EventType::Normal,
                 ev::ENSURING_LOAD_BALANCER,
                 "Ensuring load balancer".into(),
@@ -378,7 +322,7 @@ async fn run_job_inner(
                 Err(e) => {
                     lb_failed = true;
                     ctx.event(
-                        &latest,
+                        &regarding,
                         EventType::Warning,
                         ev::SYNC_LOAD_BALANCER_FAILED,
                         format!("Error syncing load balancer: {e}"),
@@ -397,27 +341,25 @@ async fn run_job_inner(
         // The spec write moved the generation; the condition speaks for the new one.
         let conditions = job.conditions.clone().map(|mut cs| {
             for c in cs.iter_mut().filter(|c| c.type_ == cond::ALLOCATED) {
-                c.observed_generation = latest.metadata.generation;
+                c.observed_generation = generation;
             }
             cs
         });
         let patch = build_status_patch(
-            latest.metadata.resource_version.as_deref(),
+            version.as_deref(),
             ingress.as_deref(),
             conditions.as_deref(),
         );
         ctx.metrics.write("status");
-        if let Err(e) = api
-            .patch_status(name, &writer_params(), &Patch::Merge(&patch))
-            .await
-        {
-            return outcome_of(&e);
+        match send_patch(&ctx.client, &job.key, Some("status"), &patch).await {
+            Ok(meta) => written.extend(meta.resource_version),
+            Err(e) => return outcome_of(&e),
         }
     }
     match (&job.ingress, ingress.is_some()) {
         (Some(ips), true) if ips.is_empty() => {
             ctx.event(
-                &latest,
+                &regarding,
                 EventType::Normal,
                 ev::DELETED_LOAD_BALANCER,
                 "Deleted load balancer".into(),
@@ -428,7 +370,7 @@ async fn run_job_inner(
             if !job.new_lb_ips.is_empty() {
                 let list: Vec<String> = job.new_lb_ips.iter().map(IpAddr::to_string).collect();
                 ctx.event(
-                    &latest,
+                    &regarding,
                     EventType::Normal,
                     ev::IP_ALLOCATED,
                     format!("Assigned IP [{}]", list.join(", ")),
@@ -437,7 +379,7 @@ async fn run_job_inner(
             }
             let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
             ctx.event(
-                &latest,
+                &regarding,
                 EventType::Normal,
                 ev::ENSURED_LOAD_BALANCER,
                 format!("Ensured load balancer with [{}]", list.join(", ")),
@@ -451,7 +393,43 @@ async fn run_job_inner(
             category: "provider",
         };
     }
-    JobOutcome::Done
+    JobOutcome::Done { written }
+}
+
+/// What berth reads back from its status writes. The full object is not needed, and decoding it
+/// (managedFields included) would cost the loop more than sending the write.
+#[derive(Debug, Default, Deserialize)]
+struct Written {
+    #[serde(default)]
+    metadata: WrittenMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    resource_version: Option<String>,
+}
+
+/// A merge patch of the Service (or of its `subresource`) with berth's field manager.
+async fn send_patch(
+    client: &kube::Client,
+    key: &ServiceKey,
+    subresource: Option<&str>,
+    patch: &Value,
+) -> Result<WrittenMeta, kube::Error> {
+    let request = kube::core::Request::new(Service::url_path(&(), Some(&key.namespace)));
+    let patch = Patch::Merge(patch);
+    let mut req = match subresource {
+        Some(sub) => request.patch_subresource(sub, &key.name, &writer_params(), &patch),
+        None => request.patch(&key.name, &writer_params(), &patch),
+    }
+    .map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert(if subresource.is_some() {
+        "patch_status"
+    } else {
+        "patch"
+    });
+    client.request::<Written>(req).await.map(|w| w.metadata)
 }
 
 /// Every write carries berth's field manager, so ownership of the fields it fills is visible.

@@ -4,16 +4,15 @@
 use std::sync::Arc;
 
 use berth_telemetry::ReadinessCheck;
-use k8s_openapi::api::core::v1::Service;
-use kube::api::Api;
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::{EventSink, WriteCtx};
+use crate::apply::WriteCtx;
 use crate::config::ControllerConfig;
 use crate::endpoints::EndpointsController;
+use crate::events::{event_queue, EVENT_QUEUE, EVENT_WRITERS};
 use crate::lease::LeaderElector;
 use crate::metrics::Metrics;
 use crate::provider::{L2Provider, Provider};
@@ -136,9 +135,15 @@ impl AllocationController {
         leading: watch::Receiver<bool>,
         token: CancellationToken,
     ) -> Result<(), Error> {
-        let events = EventSink::new(self.client.clone(), self.cfg.instance.clone());
+        let (events, event_writer) = event_queue(
+            self.client.clone(),
+            self.cfg.instance.clone(),
+            self.metrics.clone(),
+            leading.clone(),
+            EVENT_QUEUE,
+            EVENT_WRITERS,
+        );
         let ctx = Arc::new(WriteCtx {
-            api: Api::<Service>::all(self.client.clone()),
             client: self.client.clone(),
             events,
             provider: self.provider.clone(),
@@ -157,8 +162,12 @@ impl AllocationController {
                 }
             }),
         )?;
+        // Events end with the term: queued ones are not the next leader's to send.
+        let worker = async {
+            tokio::join!(worker.run(token.clone()), event_writer.run(token.clone()));
+        };
         let Some(endpoints) = self.endpoints.clone() else {
-            worker.run(token).await;
+            worker.await;
             return Ok(());
         };
         // A failed endpoints controller ends the term, so the replica stops rather than leading
@@ -168,7 +177,7 @@ impl AllocationController {
             token.cancel();
             result
         };
-        let ((), result) = tokio::join!(worker.run(token.clone()), endpoints);
+        let ((), result) = tokio::join!(worker, endpoints);
         result.map_err(|e| Error::Endpoints(Box::new(e)))
     }
 }

@@ -9,6 +9,7 @@ pub mod config;
 mod controller;
 pub mod endpoints;
 mod error;
+pub mod events;
 pub mod facts;
 pub mod lease;
 pub mod metrics;

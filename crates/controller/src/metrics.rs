@@ -33,6 +33,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Services known to the allocation loop.
     pub services: Gauge,
+    /// Events recorded and not yet sent.
+    pub events_queued: Gauge,
 }
 
 impl Metrics {
@@ -48,6 +50,7 @@ impl Metrics {
             writes: Family::default(),
             leader: Gauge::default(),
             services: Gauge::default(),
+            events_queued: Gauge::default(),
         };
         let r = registry;
         r.register(
@@ -86,6 +89,11 @@ impl Metrics {
             "services",
             "Services known to the allocation loop",
             m.services.clone(),
+        );
+        r.register(
+            "events_queued",
+            "Events recorded and not yet sent",
+            m.events_queued.clone(),
         );
         m
     }

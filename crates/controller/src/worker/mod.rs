@@ -1,11 +1,15 @@
 //! The one task that owns the allocators (single writer). It watches Services, IPPools,
-//! Namespaces and Nodes; adopts every existing value oldest-first once all four are listed;
-//! then decides dirty Services one at a time and hands their writes to a bounded set of
-//! concurrent jobs. A Service never has two jobs at once, so its writes stay in order.
+//! Namespaces and Nodes (`watch`); adopts every existing value oldest-first once all four are
+//! listed; then decides dirty Services one at a time (`queue` says which) and hands their writes
+//! to a bounded set of concurrent jobs. A Service never has two jobs at once, so its writes
+//! stay in order.
 
+mod held;
 mod pool_status;
+mod queue;
+mod watch;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,11 +17,9 @@ use berth_api::names::condition::reason;
 use berth_api::{IPPool, IPPoolStatus};
 use berth_ipam::{Labels, ServiceKey};
 use futures::future::BoxFuture;
-use futures::stream::{self, BoxStream, FuturesUnordered};
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
-use kube::api::Api;
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -33,15 +35,8 @@ use crate::plan::{adopt_all, plan_service, Allocators};
 use crate::pools::build_pool_specs;
 use crate::provider::eligible_nodes;
 use crate::Error;
-
-// Boxed: a Node or Namespace event is far larger than the others, and events are moved
-// through the merged stream one by one.
-enum Input {
-    Svc(Box<Result<watcher::Event<Service>, watcher::Error>>),
-    Pool(Box<Result<watcher::Event<IPPool>, watcher::Error>>),
-    Ns(Box<Result<watcher::Event<Namespace>, watcher::Error>>),
-    Node(Box<Result<watcher::Event<Node>, watcher::Error>>),
-}
+use queue::Queue;
+use watch::{name_of, Cache};
 
 enum Done {
     Service(ServiceKey, JobOutcome, Option<apply::WrittenSpec>),
@@ -50,59 +45,6 @@ enum Done {
     Pool(String, Result<IPPoolStatus, &'static str>),
 }
 
-/// A watched kind's objects and its relist buffer.
-struct Cache<K> {
-    objects: BTreeMap<String, K>,
-    buffer: Option<BTreeMap<String, K>>,
-    synced: bool,
-}
-
-impl<K> Default for Cache<K> {
-    fn default() -> Self {
-        Self {
-            objects: BTreeMap::new(),
-            buffer: None,
-            synced: false,
-        }
-    }
-}
-
-fn name_of<K: kube::Resource>(obj: &K) -> String {
-    obj.meta().name.clone().unwrap_or_default()
-}
-
-impl<K: kube::Resource> Cache<K> {
-    /// Applies a watch event; true when the set of objects changed.
-    fn apply(&mut self, event: watcher::Event<K>) -> bool {
-        match event {
-            watcher::Event::Apply(o) => {
-                self.objects.insert(name_of(&o), o);
-                true
-            }
-            watcher::Event::Delete(o) => self.objects.remove(&name_of(&o)).is_some(),
-            watcher::Event::Init => {
-                self.buffer = Some(BTreeMap::new());
-                false
-            }
-            watcher::Event::InitApply(o) => {
-                self.buffer
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(name_of(&o), o);
-                false
-            }
-            watcher::Event::InitDone => {
-                self.objects = self.buffer.take().unwrap_or_default();
-                self.synced = true;
-                true
-            }
-        }
-    }
-}
-
-const RETRY_MIN: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(30);
-const PROVIDER_RETRY_MIN: Duration = Duration::from_secs(5);
-const PROVIDER_RETRY_MAX: Duration = Duration::from_secs(300);
 const POOL_STATUS_DELAY: Duration = Duration::from_millis(200);
 
 pub(crate) struct Worker {
@@ -119,19 +61,16 @@ pub(crate) struct Worker {
     namespaces: Cache<Namespace>,
     nodes: Cache<Node>,
     started: bool,
-    dirty: VecDeque<ServiceKey>,
-    dirty_set: HashSet<ServiceKey>,
-    in_flight: HashSet<ServiceKey>,
+    queue: Queue,
     failed: HashSet<ServiceKey>,
     /// Services whose LoadBalancer addresses stay held until the write clearing their
     /// status has landed (see `withhold_until_cleared`).
     clearing: HashSet<ServiceKey>,
-    retries: BTreeMap<(Instant, u64), ServiceKey>,
-    attempts: HashMap<ServiceKey, u32>,
-    seq: u64,
     pool_status_due: Option<Instant>,
     pools_in_flight: HashSet<String>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
+    /// Service write jobs among `jobs` (the rest are provider cleanups and pool statuses).
+    service_jobs: usize,
     on_started: Box<dyn FnMut() + Send>,
 }
 
@@ -158,36 +97,15 @@ impl Worker {
             namespaces: Cache::default(),
             nodes: Cache::default(),
             started: false,
-            dirty: VecDeque::new(),
-            dirty_set: HashSet::new(),
-            in_flight: HashSet::new(),
+            queue: Queue::default(),
             failed: HashSet::new(),
             clearing: HashSet::new(),
-            retries: BTreeMap::new(),
-            attempts: HashMap::new(),
-            seq: 0,
             pool_status_due: None,
             pools_in_flight: HashSet::new(),
             jobs: FuturesUnordered::new(),
+            service_jobs: 0,
             on_started,
         })
-    }
-
-    fn inputs(&self) -> BoxStream<'static, Input> {
-        let cfg = watcher::Config::default();
-        let svc = watcher(Api::<Service>::all(self.client.clone()), cfg.clone())
-            .default_backoff()
-            .map(|e| Input::Svc(Box::new(e)));
-        let pool = watcher(Api::<IPPool>::all(self.client.clone()), cfg.clone())
-            .default_backoff()
-            .map(|e| Input::Pool(Box::new(e)));
-        let ns = watcher(Api::<Namespace>::all(self.client.clone()), cfg.clone())
-            .default_backoff()
-            .map(|e| Input::Ns(Box::new(e)));
-        let node = watcher(Api::<Node>::all(self.client.clone()), cfg)
-            .default_backoff()
-            .map(|e| Input::Node(Box::new(e)));
-        stream::select_all([svc.boxed(), pool.boxed(), ns.boxed(), node.boxed()]).boxed()
     }
 
     /// Runs until `token` is cancelled. Jobs in flight are dropped with the loop.
@@ -195,7 +113,7 @@ impl Worker {
         let mut inputs = self.inputs();
         loop {
             self.pump();
-            let next_retry = self.retries.keys().next().map(|(t, _)| *t);
+            let next_retry = self.queue.next_retry();
             let pool_due = self.pool_status_due;
             // Unbiased: with jobs preferred, a steady stream of finished jobs (Services whose
             // writes keep conflicting with newer versions) starved the watches that would
@@ -207,181 +125,11 @@ impl Worker {
                     Some(input) => self.on_input(input),
                     None => break,
                 },
-                _ = sleep_until(next_retry), if next_retry.is_some() => self.due_retries(),
+                _ = sleep_until(next_retry), if next_retry.is_some() => {
+                    self.queue.due(Instant::now());
+                }
                 _ = sleep_until(pool_due), if pool_due.is_some() => self.write_pool_statuses(),
             }
-        }
-    }
-
-    fn on_input(&mut self, input: Input) {
-        let failed = match input {
-            Input::Svc(r) => r.map(|e| self.on_service(e)).err(),
-            Input::Pool(r) => r
-                .map(|e| {
-                    if self.pools.apply(e) && self.started {
-                        self.apply_pools();
-                    }
-                })
-                .err(),
-            Input::Ns(r) => r
-                .map(|e| {
-                    if self.namespaces.apply(e) && self.started {
-                        // Pools may select namespaces by label: their Services decide again.
-                        self.mark_lb_services(|_| true);
-                    }
-                })
-                .err(),
-            Input::Node(r) => r
-                .map(|e| {
-                    self.nodes.apply(e);
-                })
-                .err(),
-        };
-        if let Some(e) = failed {
-            self.metrics.error("watch");
-            tracing::warn!(error = %e, "watch failed; retrying");
-        }
-        self.maybe_start();
-    }
-
-    fn on_service(&mut self, event: watcher::Event<Service>) {
-        let key_of = |s: &Service| {
-            ServiceKey::new(
-                s.metadata.namespace.clone().unwrap_or_default(),
-                s.metadata.name.clone().unwrap_or_default(),
-            )
-        };
-        match event {
-            watcher::Event::Apply(s) => {
-                let key = key_of(&s);
-                self.upsert(key, Arc::new(trim(s)));
-            }
-            watcher::Event::Delete(s) => self.remove(&key_of(&s)),
-            watcher::Event::Init => self.svc_buffer = Some(HashMap::new()),
-            watcher::Event::InitApply(s) => {
-                let key = key_of(&s);
-                self.svc_buffer
-                    .get_or_insert_with(HashMap::new)
-                    .insert(key, Arc::new(trim(s)));
-            }
-            watcher::Event::InitDone => {
-                let listed = self.svc_buffer.take().unwrap_or_default();
-                if !self.started {
-                    self.services = listed;
-                } else {
-                    // A relist after a broken watch: whatever is gone was deleted meanwhile.
-                    let gone: Vec<ServiceKey> = self
-                        .services
-                        .keys()
-                        .filter(|k| !listed.contains_key(*k))
-                        .cloned()
-                        .collect();
-                    for k in gone {
-                        self.remove(&k);
-                    }
-                    for (k, s) in listed {
-                        self.upsert(k, s);
-                    }
-                }
-                self.svc_synced = true;
-            }
-        }
-        self.metrics.services.set(self.services.len() as i64);
-    }
-
-    fn upsert(&mut self, key: ServiceKey, svc: Arc<Service>) {
-        if self.started {
-            if let Some(old) = self.services.get(&key) {
-                if old.metadata.uid != svc.metadata.uid {
-                    // Deleted and created again under the same name between two events.
-                    self.release(&key);
-                }
-            }
-        }
-        self.services.insert(key.clone(), svc);
-        if self.started {
-            self.mark(key);
-        }
-    }
-
-    fn remove(&mut self, key: &ServiceKey) {
-        if self.services.remove(key).is_none() {
-            return;
-        }
-        if self.started {
-            self.release(key);
-            let provider = self.ctx.provider.clone();
-            let key = key.clone();
-            // Providers with outside state clean up; the Service itself is gone.
-            self.jobs.push(
-                async move {
-                    let result = provider.delete(&key).await.map_err(|e| e.to_string());
-                    Done::Deleted(key, result)
-                }
-                .boxed(),
-            );
-        }
-    }
-
-    fn release(&mut self, key: &ServiceKey) {
-        if self.alloc.release_all(key) {
-            self.schedule_pool_status();
-            // Something was freed: Services waiting for space try again.
-            let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
-            for k in waiting {
-                self.mark(k);
-            }
-        }
-        self.failed.remove(key);
-        self.attempts.remove(key);
-        self.clearing.remove(key);
-    }
-
-    /// Takes the version a spec write returned as the cached one, unless the watch has
-    /// already moved the cache past the version the decision was made from.
-    fn remember_written(&mut self, key: &ServiceKey, w: apply::WrittenSpec) {
-        let Some(cached) = self.services.get(key) else {
-            return;
-        };
-        if cached.metadata.resource_version == w.base_version
-            && cached.metadata.uid == w.svc.metadata.uid
-        {
-            let svc = trim(Service::clone(&w.svc));
-            self.services.insert(key.clone(), Arc::new(svc));
-        }
-    }
-
-    /// Frees the LoadBalancer addresses of a Service whose status no longer names them.
-    fn release_cleared(&mut self, key: &ServiceKey) {
-        if self.clearing.remove(key) && !self.alloc.lb.release_owner(key).is_empty() {
-            self.schedule_pool_status();
-            let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
-            for k in waiting {
-                self.mark(k);
-            }
-        }
-    }
-
-    /// The plan frees the addresses of a Service that stops being a LoadBalancer at once,
-    /// but its status names them until the clearing write (`ingress`) lands. Given to another Service
-    /// meanwhile, a crash in between would leave two Services naming one address, and the
-    /// next leader would take it from one of them. So they stay held until then.
-    fn withhold_until_cleared(
-        &mut self,
-        key: &ServiceKey,
-        facts: &crate::facts::ServiceFacts,
-        labels: &berth_ipam::Labels,
-        before: &[std::net::IpAddr],
-        ingress: Option<&Vec<std::net::IpAddr>>,
-    ) {
-        let clears = ingress.is_some_and(Vec::is_empty);
-        if !clears || before.is_empty() || !self.alloc.lb.ips_of(key).is_empty() {
-            return;
-        }
-        let mut view = facts.lb_view.clone();
-        view.namespace_labels = labels.clone();
-        if self.alloc.lb.adopt(key, &view, before).is_ok() {
-            self.clearing.insert(key.clone());
         }
     }
 
@@ -422,7 +170,7 @@ impl Worker {
         let mut keys: Vec<ServiceKey> = self.services.keys().cloned().collect();
         keys.sort();
         for k in keys {
-            self.mark(k);
+            self.queue.mark(k);
         }
         self.schedule_pool_status();
         (self.on_started)();
@@ -455,11 +203,12 @@ impl Worker {
 
     fn apply_pools(&mut self) {
         self.apply_pool_specs();
-        self.mark_lb_services(|_| true);
+        self.mark_lb_services();
         self.schedule_pool_status();
     }
 
-    fn mark_lb_services(&mut self, filter: impl Fn(&Service) -> bool) {
+    /// LoadBalancer Services, and Services still showing an ingress, decide again.
+    fn mark_lb_services(&mut self) {
         let keys: Vec<ServiceKey> = self
             .services
             .iter()
@@ -470,17 +219,10 @@ impl Worker {
                         .and_then(|st| st.load_balancer.as_ref())
                         .is_some_and(|lb| lb.ingress.as_ref().is_some_and(|i| !i.is_empty()))
             })
-            .filter(|(_, s)| filter(s))
             .map(|(k, _)| k.clone())
             .collect();
         for k in keys {
-            self.mark(k);
-        }
-    }
-
-    fn mark(&mut self, key: ServiceKey) {
-        if self.dirty_set.insert(key.clone()) {
-            self.dirty.push_back(key);
+            self.queue.mark(k);
         }
     }
 
@@ -495,20 +237,11 @@ impl Worker {
         if !self.started {
             return;
         }
-        let mut deferred = Vec::new();
-        while self.jobs.len() < self.cfg.max_in_flight {
-            let Some(key) = self.dirty.pop_front() else {
+        while self.service_jobs < self.cfg.max_in_flight {
+            let Some(key) = self.queue.pop() else {
                 break;
             };
-            if self.in_flight.contains(&key) {
-                deferred.push(key);
-                continue;
-            }
-            self.dirty_set.remove(&key);
             self.decide(key);
-        }
-        for key in deferred {
-            self.dirty.push_back(key);
         }
     }
 
@@ -581,7 +314,7 @@ impl Worker {
         drop(timer);
         if job.is_empty() {
             tracing::debug!("nothing to write");
-            self.attempts.remove(&key);
+            self.queue.settled(&key);
             return;
         }
         tracing::info!(
@@ -589,7 +322,8 @@ impl Worker {
             status = job.conditions.is_some() || job.ingress.is_some(),
             "writing allocation"
         );
-        self.in_flight.insert(key.clone());
+        self.queue.started(key);
+        self.service_jobs += 1;
         let ctx = self.ctx.clone();
         self.jobs.push(
             apply::run_job(ctx, job)
@@ -602,47 +336,15 @@ impl Worker {
     fn on_done(&mut self, done: Done) {
         match done {
             Done::Service(key, outcome, written) => {
-                self.in_flight.remove(&key);
+                self.service_jobs = self.service_jobs.saturating_sub(1);
                 if let Some(w) = written {
                     self.remember_written(&key, w);
                 }
-                if outcome == JobOutcome::Done {
+                if matches!(outcome, JobOutcome::Done { .. }) {
                     self.release_cleared(&key);
                 }
-                match outcome {
-                    JobOutcome::Done | JobOutcome::Gone => {
-                        self.attempts.remove(&key);
-                    }
-                    // Leadership dropped while the job ran. When it comes back before this
-                    // term notices (a renewal that missed its deadline, then a quick
-                    // re-acquire), the term goes on and nothing else would decide the
-                    // Service again; when the term ends, the retry goes with it.
-                    JobOutcome::NotLeading => {
-                        self.attempts.remove(&key);
-                        self.seq += 1;
-                        self.retries
-                            .insert((Instant::now() + RETRY_MIN, self.seq), key);
-                    }
-                    JobOutcome::Retry { category } => {
-                        self.metrics.error(category);
-                        let n = self.attempts.entry(key.clone()).or_insert(0);
-                        *n += 1;
-                        let delay = if category == "conflict" {
-                            // The newer object is on its way through the watch.
-                            Duration::from_millis(50)
-                        } else if category == "provider" {
-                            // Load balancers back off as the cloud-controller-manager does.
-                            PROVIDER_RETRY_MIN
-                                .saturating_mul(1u32 << (*n).min(6))
-                                .min(PROVIDER_RETRY_MAX)
-                        } else {
-                            RETRY_MIN
-                                .saturating_mul(1u32 << (*n).min(12))
-                                .min(RETRY_MAX)
-                        };
-                        self.seq += 1;
-                        self.retries.insert((Instant::now() + delay, self.seq), key);
-                    }
+                if let Some(category) = self.queue.finished(&key, outcome, Instant::now()) {
+                    self.metrics.error(category);
                 }
             }
             Done::Deleted(key, result) => {
@@ -667,24 +369,6 @@ impl Worker {
             }
         }
     }
-
-    fn due_retries(&mut self) {
-        let now = Instant::now();
-        while let Some(entry) = self.retries.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let key = entry.remove();
-            self.mark(key);
-        }
-    }
-}
-
-/// What the loop keeps of a Service: managedFields are most of a written object's size and
-/// nothing here reads them.
-fn trim(mut svc: Service) -> Service {
-    svc.metadata.managed_fields = None;
-    svc
 }
 
 async fn sleep_until(at: Option<Instant>) {

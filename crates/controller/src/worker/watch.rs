@@ -1,0 +1,229 @@
+//! What the loop knows of the cluster: the four watches merged into one stream, the cached
+//! objects, and how a Service change, delete or relist reaches the allocators and the queue.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use berth_api::IPPool;
+use berth_ipam::ServiceKey;
+use futures::stream::{self, BoxStream};
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use kube::api::Api;
+use kube::runtime::{watcher, WatchStreamExt};
+
+use super::{Done, Worker};
+
+// Boxed: a Node or Namespace event is far larger than the others, and events are moved
+// through the merged stream one by one.
+pub(super) enum Input {
+    Svc(Box<Result<watcher::Event<Service>, watcher::Error>>),
+    Pool(Box<Result<watcher::Event<IPPool>, watcher::Error>>),
+    Ns(Box<Result<watcher::Event<Namespace>, watcher::Error>>),
+    Node(Box<Result<watcher::Event<Node>, watcher::Error>>),
+}
+
+/// A watched kind's objects and its relist buffer.
+pub(super) struct Cache<K> {
+    pub(super) objects: BTreeMap<String, K>,
+    buffer: Option<BTreeMap<String, K>>,
+    pub(super) synced: bool,
+}
+
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            buffer: None,
+            synced: false,
+        }
+    }
+}
+
+pub(super) fn name_of<K: kube::Resource>(obj: &K) -> String {
+    obj.meta().name.clone().unwrap_or_default()
+}
+
+impl<K: kube::Resource> Cache<K> {
+    /// Applies a watch event; true when the set of objects changed.
+    pub(super) fn apply(&mut self, event: watcher::Event<K>) -> bool {
+        match event {
+            watcher::Event::Apply(o) => {
+                self.objects.insert(name_of(&o), o);
+                true
+            }
+            watcher::Event::Delete(o) => self.objects.remove(&name_of(&o)).is_some(),
+            watcher::Event::Init => {
+                self.buffer = Some(BTreeMap::new());
+                false
+            }
+            watcher::Event::InitApply(o) => {
+                self.buffer
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name_of(&o), o);
+                false
+            }
+            watcher::Event::InitDone => {
+                self.objects = self.buffer.take().unwrap_or_default();
+                self.synced = true;
+                true
+            }
+        }
+    }
+}
+
+/// What the loop keeps of a Service: managedFields are most of a written object's size and
+/// nothing here reads them.
+pub(super) fn trim(mut svc: Service) -> Service {
+    svc.metadata.managed_fields = None;
+    svc
+}
+
+fn key_of(s: &Service) -> ServiceKey {
+    ServiceKey::new(
+        s.metadata.namespace.clone().unwrap_or_default(),
+        s.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl Worker {
+    pub(super) fn inputs(&self) -> BoxStream<'static, Input> {
+        let cfg = watcher::Config::default();
+        let svc = watcher(Api::<Service>::all(self.client.clone()), cfg.clone())
+            .default_backoff()
+            .map(|e| Input::Svc(Box::new(e)));
+        let pool = watcher(Api::<IPPool>::all(self.client.clone()), cfg.clone())
+            .default_backoff()
+            .map(|e| Input::Pool(Box::new(e)));
+        let ns = watcher(Api::<Namespace>::all(self.client.clone()), cfg.clone())
+            .default_backoff()
+            .map(|e| Input::Ns(Box::new(e)));
+        let node = watcher(Api::<Node>::all(self.client.clone()), cfg)
+            .default_backoff()
+            .map(|e| Input::Node(Box::new(e)));
+        stream::select_all([svc.boxed(), pool.boxed(), ns.boxed(), node.boxed()]).boxed()
+    }
+
+    pub(super) fn on_input(&mut self, input: Input) {
+        let failed = match input {
+            Input::Svc(r) => r.map(|e| self.on_service(e)).err(),
+            Input::Pool(r) => r
+                .map(|e| {
+                    if self.pools.apply(e) && self.started {
+                        self.apply_pools();
+                    }
+                })
+                .err(),
+            Input::Ns(r) => r
+                .map(|e| {
+                    if self.namespaces.apply(e) && self.started {
+                        // Pools may select namespaces by label: their Services decide again.
+                        self.mark_lb_services();
+                    }
+                })
+                .err(),
+            Input::Node(r) => r
+                .map(|e| {
+                    self.nodes.apply(e);
+                })
+                .err(),
+        };
+        if let Some(e) = failed {
+            self.metrics.error("watch");
+            tracing::warn!(error = %e, "watch failed; retrying");
+        }
+        self.maybe_start();
+    }
+
+    fn on_service(&mut self, event: watcher::Event<Service>) {
+        match event {
+            watcher::Event::Apply(s) => {
+                let key = key_of(&s);
+                self.upsert(key, Arc::new(trim(s)));
+            }
+            watcher::Event::Delete(s) => self.remove(&key_of(&s)),
+            watcher::Event::Init => self.svc_buffer = Some(HashMap::new()),
+            watcher::Event::InitApply(s) => {
+                let key = key_of(&s);
+                self.svc_buffer
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key, Arc::new(trim(s)));
+            }
+            watcher::Event::InitDone => {
+                let listed = self.svc_buffer.take().unwrap_or_default();
+                if !self.started {
+                    self.services = listed;
+                } else {
+                    // A relist after a broken watch: whatever is gone was deleted meanwhile.
+                    let gone: Vec<ServiceKey> = self
+                        .services
+                        .keys()
+                        .filter(|k| !listed.contains_key(*k))
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        self.remove(&k);
+                    }
+                    for (k, s) in listed {
+                        self.upsert(k, s);
+                    }
+                }
+                self.svc_synced = true;
+            }
+        }
+        self.metrics.services.set(self.services.len() as i64);
+    }
+
+    fn upsert(&mut self, key: ServiceKey, svc: Arc<Service>) {
+        if !self.started {
+            self.services.insert(key, svc);
+            return;
+        }
+        let rv = svc.metadata.resource_version.clone();
+        let recreated = self
+            .services
+            .insert(key.clone(), svc.clone())
+            .is_some_and(|old| old.metadata.uid != svc.metadata.uid);
+        if recreated {
+            // Deleted and created again under the same name between two events.
+            self.release(&key);
+            self.queue.forget(&key);
+            self.queue.mark(key);
+        } else {
+            self.queue.observe(key, rv.as_deref());
+        }
+    }
+
+    fn remove(&mut self, key: &ServiceKey) {
+        if self.services.remove(key).is_none() {
+            return;
+        }
+        if self.started {
+            self.release(key);
+            self.queue.forget(key);
+            let provider = self.ctx.provider.clone();
+            let key = key.clone();
+            // Providers with outside state clean up; the Service itself is gone.
+            self.jobs.push(
+                async move {
+                    let result = provider.delete(&key).await.map_err(|e| e.to_string());
+                    Done::Deleted(key, result)
+                }
+                .boxed(),
+            );
+        }
+    }
+
+    pub(super) fn release(&mut self, key: &ServiceKey) {
+        if self.alloc.release_all(key) {
+            self.schedule_pool_status();
+            // Something was freed: Services waiting for space try again.
+            let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
+            for k in waiting {
+                self.queue.mark(k);
+            }
+        }
+        self.failed.remove(key);
+        self.clearing.remove(key);
+    }
+}
