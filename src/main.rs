@@ -732,6 +732,40 @@ mod tests {
     }
 
     #[test]
+    fn controller_help_documents_every_flag_the_chart_maps() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let help = cmd
+            .find_subcommand_mut("controller")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for flag in [
+            "--kubeconfig",
+            "--service-cidr",
+            "--node-port-range",
+            "--default-class",
+            "--endpoints",
+            "--leader-election",
+            "--lease-name",
+            "--lease-namespace",
+            "--lease-duration",
+            "--renew-deadline",
+            "--retry-period",
+            "--admin-listen",
+            "--log-format",
+            "--log-level",
+        ] {
+            assert!(
+                help.contains(flag),
+                "`berth controller --help` lacks {flag}"
+            );
+            let env = format!("BERTH_{}", flag[2..].replace('-', "_").to_uppercase());
+            assert!(help.contains(&env), "`berth controller --help` lacks {env}");
+        }
+    }
+
+    #[test]
     fn version_line_names_the_package_version() {
         assert_eq!(
             version_line(),

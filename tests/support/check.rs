@@ -388,3 +388,88 @@ fn check_sharing(ip: &str, owners: &[&Service]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn mk_svc(name: &str, step: u64, spec: Value, ingress: &[&str]) -> Service {
+        let ingress: Vec<Value> = ingress.iter().map(|ip| json!({"ip": ip})).collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": name, "annotations": {STEP: step.to_string()}},
+            "spec": spec,
+            "status": {
+                "loadBalancer": {"ingress": ingress},
+                "conditions": [{"type": "berth.dev/Allocated", "status": "True", "reason": "Allocated",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn lb(np: i32) -> Value {
+        json!({"type": "LoadBalancer", "clusterIPs": ["10.96.1.1"],
+            "ports": [{"port": 80, "protocol": "TCP", "nodePort": np}]})
+    }
+
+    fn snap(step: u64, spec: Value, ingress: &[&str]) -> Snapshot {
+        Snapshot::of(&mk_svc("svc-1", step, spec, ingress))
+    }
+
+    #[test]
+    fn the_controller_alone_may_only_add() {
+        let before = snap(1, lb(30001), &["198.18.0.1"]);
+        assert!(compare(&before, &snap(1, lb(30001), &["198.18.0.1"])).is_ok());
+        assert!(compare(&before, &snap(1, lb(30002), &["198.18.0.1"])).is_err());
+        assert!(compare(&before, &snap(1, lb(30001), &["198.18.0.2"])).is_err());
+        assert!(compare(&before, &snap(1, lb(30001), &[])).is_err());
+        let mut moved = lb(30001);
+        moved["clusterIPs"] = json!(["10.96.1.2"]);
+        assert!(compare(&before, &snap(1, moved, &["198.18.0.1"])).is_err());
+        let mut dual = lb(30001);
+        dual["clusterIPs"] = json!(["10.96.1.1", "fd00:96::1"]);
+        assert!(compare(&before, &snap(1, dual, &["198.18.0.1"])).is_ok());
+    }
+
+    #[test]
+    fn one_churn_change_may_drop_only_what_it_made_unnecessary() {
+        let before = snap(1, lb(30001), &["198.18.0.1"]);
+        let cluster_ip = json!({"type": "ClusterIP", "clusterIPs": ["10.96.1.1"],
+            "ports": [{"port": 80, "protocol": "TCP"}]});
+        assert!(compare(&before, &snap(2, cluster_ip, &[])).is_ok());
+        let node_port = json!({"type": "NodePort", "clusterIPs": ["10.96.1.1"],
+            "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30001}]});
+        assert!(compare(&before, &snap(2, node_port.clone(), &[])).is_ok());
+        let mut renumbered = node_port;
+        renumbered["ports"][0]["nodePort"] = json!(30002);
+        assert!(compare(&before, &snap(2, renumbered.clone(), &[])).is_err());
+        // Several churn changes in between: only the ClusterIPs are fixed.
+        assert!(compare(&before, &snap(4, renumbered, &[])).is_ok());
+        assert!(compare(&before, &snap(2, lb(30001), &["198.18.0.9"])).is_err());
+    }
+
+    #[test]
+    fn final_state_rules() {
+        let svc = |name: &str, cip: &str, np: i32, ip: &str| {
+            let mut spec = lb(np);
+            spec["clusterIPs"] = json!([cip]);
+            mk_svc(name, 1, spec, &[ip])
+        };
+        let a = svc("svc-1200", "10.96.1.1", 30001, "198.18.0.1");
+        let b = svc("svc-1201", "10.96.1.2", 30002, "198.18.0.2");
+        let h = check_final(&[a.clone(), b], &[]).unwrap();
+        assert_eq!((h.cluster_ips, h.node_ports, h.lb_ips), (2, 2, 2));
+        let same_port = svc("svc-1201", "10.96.1.2", 30001, "198.18.0.2");
+        assert!(check_final(&[a.clone(), same_port], &[]).is_err());
+        let same_ip = svc("svc-1201", "10.96.1.2", 30002, "198.18.0.1");
+        assert!(check_final(&[a.clone(), same_ip], &[]).is_err());
+        // TCP and UDP of one Service may share a node port.
+        let mut both = lb(30003);
+        both["ports"] = json!([{"port": 53, "protocol": "UDP", "nodePort": 30003},
+            {"port": 53, "protocol": "TCP", "nodePort": 30003}]);
+        both["clusterIPs"] = json!(["10.96.1.3"]);
+        let c = mk_svc("svc-1202", 1, both, &["198.18.0.3"]);
+        assert!(check_final(&[a, c], &[]).is_ok());
+    }
+}
