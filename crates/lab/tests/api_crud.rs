@@ -246,6 +246,54 @@ async fn finalizers_hold_deletion_until_removed() {
     server.shutdown().await.unwrap();
 }
 
+/// A list read in pages speaks for the version of its first page, so that a watch from it
+/// replays what changed while the pages were read: here a ConfigMap created behind the
+/// cursor, which no page shows.
+#[tokio::test]
+async fn paged_lists_keep_the_first_page_version() {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let (server, client) = common::start().await;
+    let cms = Api::<ConfigMap>::default_namespaced(client);
+    let mk = |name: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
+    };
+    for name in ["b", "c", "d", "e"] {
+        cms.create(&PostParams::default(), &mk(name)).await.unwrap();
+    }
+    let first = cms.list(&ListParams::default().limit(2)).await.unwrap();
+    let rv = first.metadata.resource_version.clone().unwrap();
+    let token = first.metadata.continue_.clone().unwrap();
+    cms.create(&PostParams::default(), &mk("a")).await.unwrap();
+    let rest = cms
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(rest.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    let names: Vec<_> = first
+        .items
+        .iter()
+        .chain(&rest.items)
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["b", "c", "d", "e"]);
+    let mut events = cms
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let event = tokio::time::timeout(std::time::Duration::from_secs(10), events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match event {
+        WatchEvent::Added(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("a")),
+        other => panic!("expected the creation of a, got {other:?}"),
+    }
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn selectors_pagination_and_delete_collection() {
     let (server, client) = common::start().await;

@@ -165,13 +165,25 @@ impl Store {
             .as_deref()
             .map(decode_continue)
             .transpose()?;
+        // Every page of one list speaks for the version of its first page, as the apiserver's
+        // do: a watch from it then replays whatever changed while the pages were read (the
+        // pages themselves show the current objects, so a replay may repeat a change, never
+        // miss one). A token whose version is no longer in the history has expired.
+        let list_rv = match &after {
+            Some((rv, _)) if *rv < self.history.oldest_resumable() => {
+                return Err(ApiError::gone(CONTINUE_EXPIRED));
+            }
+            Some((rv, _)) => *rv,
+            None => self.rv,
+        };
+        let after = after.map(|(_, key)| key);
         let mut items = Vec::new();
         let mut continue_token = None;
         let mut remaining = None;
         let Some(table) = self.table(&info.storage_key()) else {
             return Ok(ListPage {
                 items,
-                resource_version: self.rv,
+                resource_version: list_rv,
                 continue_token,
                 remaining,
             });
@@ -192,7 +204,7 @@ impl Store {
             if items.len() == limit {
                 let rest = iter.by_ref().count() as u64;
                 if rest > 0 {
-                    continue_token = Some(encode_continue(self.rv, key));
+                    continue_token = Some(encode_continue(list_rv, key));
                     remaining = Some(rest);
                 }
                 break;
@@ -200,7 +212,7 @@ impl Store {
         }
         Ok(ListPage {
             items,
-            resource_version: self.rv,
+            resource_version: list_rv,
             continue_token,
             remaining,
         })
@@ -299,7 +311,10 @@ fn encode_continue(rv: u64, key: &(String, String)) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
 }
 
-fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
+/// The apiserver's words for a continue token older than the retained history.
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
     let bad = || {
         ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
     };
@@ -307,8 +322,8 @@ fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
         .decode(token)
         .map_err(|_| bad())?;
     let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    match (v["ns"].as_str(), v["name"].as_str()) {
-        (Some(ns), Some(name)) => Ok((ns.to_owned(), name.to_owned())),
+    match (v["rv"].as_u64(), v["ns"].as_str(), v["name"].as_str()) {
+        (Some(rv), Some(ns), Some(name)) => Ok((rv, (ns.to_owned(), name.to_owned()))),
         _ => Err(bad()),
     }
 }
