@@ -70,6 +70,25 @@ impl<K: kube::Resource> Cache<K> {
             }
         }
     }
+
+    /// [`Cache::apply`], where an update counts as a change only when `differs(old, new)`: the
+    /// loop's own status writes come back as updates, and must not set every Service deciding
+    /// again.
+    pub(super) fn apply_with(
+        &mut self,
+        event: watcher::Event<K>,
+        differs: impl Fn(&K, &K) -> bool,
+    ) -> bool {
+        match event {
+            watcher::Event::Apply(o) => {
+                let name = name_of(&o);
+                let changed = self.objects.get(&name).is_none_or(|old| differs(old, &o));
+                self.objects.insert(name, o);
+                changed
+            }
+            other => self.apply(other),
+        }
+    }
 }
 
 /// What the loop keeps of a Service: managedFields are most of a written object's size and
@@ -109,14 +128,21 @@ impl Worker {
             Input::Svc(r) => r.map(|e| self.on_service(e)).err(),
             Input::Pool(r) => r
                 .map(|e| {
-                    if self.pools.apply(e) && self.started {
+                    let changed = self.pools.apply_with(e, |a, b| a.spec != b.spec);
+                    if changed && self.started {
                         self.apply_pools();
+                    } else if self.started {
+                        // Only a status changed: put it right if it is not what berth counts.
+                        self.schedule_pool_status();
                     }
                 })
                 .err(),
             Input::Ns(r) => r
                 .map(|e| {
-                    if self.namespaces.apply(e) && self.started {
+                    let changed = self
+                        .namespaces
+                        .apply_with(e, |a, b| a.metadata.labels != b.metadata.labels);
+                    if changed && self.started {
                         // Pools may select namespaces by label: their Services decide again.
                         self.mark_lb_services();
                     }
@@ -225,5 +251,54 @@ impl Worker {
         }
         self.failed.remove(key);
         self.clearing.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mk_pool(addresses: &str, assigned: u64) -> IPPool {
+        serde_json::from_value(json!({
+            "apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": "p"},
+            "spec": {"addresses": [addresses]},
+            "status": {"assignedIPv4": assigned}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_relevant_updates_count_as_changes() {
+        let mut cache = Cache::<IPPool>::default();
+        let spec_differs = |a: &IPPool, b: &IPPool| a.spec != b.spec;
+        assert!(!cache.apply_with(watcher::Event::Init, spec_differs));
+        assert!(!cache.apply_with(
+            watcher::Event::InitApply(mk_pool("198.18.0.0/24", 0)),
+            spec_differs
+        ));
+        assert!(cache.apply_with(watcher::Event::InitDone, spec_differs));
+        // A status update is stored, but is no change.
+        assert!(!cache.apply_with(
+            watcher::Event::Apply(mk_pool("198.18.0.0/24", 5)),
+            spec_differs
+        ));
+        let stored = cache.objects["p"].status.clone().unwrap();
+        assert_eq!(stored.assigned_ipv4, 5);
+        assert!(cache.apply_with(
+            watcher::Event::Apply(mk_pool("198.18.1.0/24", 5)),
+            spec_differs
+        ));
+        assert!(cache.apply_with(
+            watcher::Event::Delete(mk_pool("198.18.1.0/24", 5)),
+            spec_differs
+        ));
+        assert!(cache.objects.is_empty());
+        // A new object is a change.
+        assert!(cache.apply_with(
+            watcher::Event::Apply(mk_pool("198.18.1.0/24", 0)),
+            spec_differs
+        ));
     }
 }
