@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::pod_facts::PodFacts;
+use super::stored::{StoredEndpoints, StoredSlice};
 use super::tracker::{Expectations, Seen, Target};
 
 /// A namespaced object's identity.
@@ -63,11 +64,11 @@ fn selector_of(service: &Service) -> Option<&BTreeMap<String, String>> {
 }
 
 /// `labels` sorted by key, as [`PodFacts`] keeps them.
-fn selects(selector: &BTreeMap<String, String>, labels: &[(String, String)]) -> bool {
+fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)]) -> bool {
     selector.iter().all(|(k, v)| {
         labels
-            .binary_search_by(|(key, _)| key.as_str().cmp(k))
-            .is_ok_and(|i| labels[i].1 == *v)
+            .binary_search_by(|(key, _)| (**key).cmp(k.as_str()))
+            .is_ok_and(|i| *labels[i].1 == **v)
     })
 }
 
@@ -86,7 +87,7 @@ pub(crate) struct Inputs {
     pub(crate) nodes: Arc<NodeZones>,
     /// The slices berth manages for a Service of this name.
     pub(crate) slices: Vec<EndpointSlice>,
-    pub(crate) endpoints: Option<Arc<Endpoints>>,
+    pub(crate) endpoints: Option<Arc<StoredEndpoints>>,
     /// The newest change that made this sync necessary, when one was seen.
     pub(crate) trigger: Option<DateTime<Utc>>,
 }
@@ -105,9 +106,9 @@ pub(crate) struct Cache {
     node_zones: BTreeMap<String, Option<String>>,
     nodes: Arc<NodeZones>,
     /// Slices by the Service named in their label, and the reverse, for relabels and deletes.
-    slices: HashMap<ObjectKey, BTreeMap<String, Arc<EndpointSlice>>>,
+    slices: HashMap<ObjectKey, BTreeMap<String, StoredSlice>>,
     slice_service: HashMap<ObjectKey, ObjectKey>,
-    endpoints: HashMap<ObjectKey, Arc<Endpoints>>,
+    endpoints: HashMap<ObjectKey, Arc<StoredEndpoints>>,
     triggers: HashMap<ObjectKey, DateTime<Utc>>,
     expectations: Expectations,
     /// Change times are recorded only once the first full view exists: before that every Service
@@ -238,7 +239,11 @@ impl Cache {
     }
 
     /// Services whose selector matches `labels` in `namespace`.
-    fn services_selecting(&self, namespace: &str, labels: &[(String, String)]) -> Vec<ObjectKey> {
+    fn services_selecting(
+        &self,
+        namespace: &str,
+        labels: &[(Arc<str>, Arc<str>)],
+    ) -> Vec<ObjectKey> {
         let mut out = Vec::new();
         for (k, v) in labels {
             let Some(candidates) = self.services_by_label.get(&label_key(namespace, k, v)) else {
@@ -261,7 +266,7 @@ impl Cache {
     // ---- Pods -----------------------------------------------------------------------------
 
     fn index_pod(&mut self, id: u32, facts: &PodFacts, add: bool) {
-        for (k, v) in &facts.labels {
+        for (k, v) in facts.labels.iter() {
             let label = label_key(&facts.namespace, k, v);
             if add {
                 self.pods_by_label.entry(label).or_default().insert(id);
@@ -283,7 +288,7 @@ impl Cache {
     }
 
     fn insert_pod(&mut self, facts: PodFacts) {
-        let key = ObjectKey::new(facts.namespace.clone(), facts.name.clone());
+        let key = ObjectKey::new(&*facts.namespace, &*facts.name);
         let id = match self.free_pod_ids.pop() {
             Some(id) => id,
             None => {
@@ -301,7 +306,7 @@ impl Cache {
 
     /// The Services of the old and the new labels: a pod that stops matching leaves them.
     pub(crate) fn apply_pod(&mut self, facts: PodFacts, at: DateTime<Utc>) -> Vec<ObjectKey> {
-        let key = ObjectKey::new(facts.namespace.clone(), facts.name.clone());
+        let key = ObjectKey::new(&*facts.namespace, &*facts.name);
         let unchanged = self
             .pod_ids
             .get(&key)
@@ -414,9 +419,9 @@ impl Cache {
 
     // ---- EndpointSlices (berth's own, as the watch selects) -------------------------------
 
-    /// Whether berth manages `slice`; the watch cannot select on the label (its value is no valid
-    /// label value for a selector), so the cache filters.
-    pub(crate) fn is_berth_slice(slice: &EndpointSlice) -> bool {
+    /// Whether berth manages `slice`. The watch selects only berth's slices; the cache checks
+    /// again, so that it never plans with a slice it does not own whatever feeds it.
+    fn is_berth_slice(slice: &EndpointSlice) -> bool {
         slice
             .metadata
             .labels
@@ -450,8 +455,7 @@ impl Cache {
 
     /// The Service the slice belongs to (and the one it left, if relabelled or handed to another
     /// manager), unless the event only shows the controller's own write.
-    pub(crate) fn apply_slice(&mut self, mut slice: EndpointSlice) -> Vec<ObjectKey> {
-        slice.metadata.managed_fields = None;
+    pub(crate) fn apply_slice(&mut self, slice: EndpointSlice) -> Vec<ObjectKey> {
         let slice_key = ObjectKey::of(&slice.metadata);
         let previous = self.forget_slice(&slice_key);
         let service = Self::service_of_slice(&slice);
@@ -471,7 +475,7 @@ impl Cache {
             self.slices
                 .entry(service.clone())
                 .or_default()
-                .insert(slice_key.name.clone(), Arc::new(slice));
+                .insert(slice_key.name.clone(), StoredSlice::from(slice));
         }
         if let Some(previous) = previous.filter(|p| Some(p) != service.as_ref()) {
             keys.push(previous);
@@ -508,15 +512,15 @@ impl Cache {
 
     /// Endpoints changed by someone else bring back their Service's content; Endpoints without a
     /// Service are not berth's business.
-    pub(crate) fn apply_endpoints(&mut self, mut endpoints: Endpoints) -> Vec<ObjectKey> {
-        endpoints.metadata.managed_fields = None;
+    pub(crate) fn apply_endpoints(&mut self, endpoints: Endpoints) -> Vec<ObjectKey> {
         let key = ObjectKey::of(&endpoints.metadata);
         let seen = self.expectations.observe(
             &key,
             &Target::Endpoints,
             endpoints.metadata.resource_version.as_deref(),
         );
-        self.endpoints.insert(key.clone(), Arc::new(endpoints));
+        self.endpoints
+            .insert(key.clone(), Arc::new(StoredEndpoints::from(endpoints)));
         if seen == Seen::Other && self.services.contains_key(&key) {
             vec![key]
         } else {
@@ -585,7 +589,7 @@ impl Cache {
         let slices = self
             .slices
             .get(key)
-            .map(|s| s.values().map(|s| EndpointSlice::clone(s)).collect())
+            .map(|s| s.values().map(StoredSlice::to_slice).collect())
             .unwrap_or_default();
         Inputs {
             service,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::endpoints::intern::Interner;
 use chrono::TimeZone;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
@@ -25,7 +26,7 @@ fn mk_pod(ns: &str, name: &str, labels: serde_json::Value, ready: bool) -> PodFa
                    "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
     }))
     .unwrap();
-    PodFacts::from_pod(&pod)
+    PodFacts::from_pod(&pod, &mut Interner::default())
 }
 
 fn mk_node(name: &str, zone: Option<&str>) -> Node {

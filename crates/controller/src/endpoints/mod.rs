@@ -10,9 +10,11 @@
 mod apply;
 mod cache;
 mod error;
+mod intern;
 mod metrics;
 mod pod_facts;
 mod queue;
+mod stored;
 mod sync;
 mod tracker;
 
@@ -20,7 +22,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use berth_endpoints::SliceConfig;
+use berth_endpoints::{SliceConfig, LABEL_MANAGED_BY, MANAGED_BY_BERTH};
 use chrono::Utc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
@@ -38,6 +40,7 @@ pub use error::{Error, ErrorCategory};
 
 use apply::Applier;
 use cache::{Cache, ObjectKey};
+use intern::Interner;
 use metrics::Metrics;
 use pod_facts::PodFacts;
 use queue::{Outcome, WorkQueue};
@@ -214,13 +217,16 @@ impl EndpointsController {
             "Pod",
             Api::<Pod>::all(client.clone()),
             all(),
-            |pod: Pod| Some(PodFacts::from_pod(&pod)),
+            {
+                let mut interner = Interner::default();
+                move |pod: Pod| Some(PodFacts::from_pod(&pod, &mut interner))
+            },
             |cache, change| {
                 let now = Utc::now();
                 match change {
                     Change::Apply(p) => cache.apply_pod(p, now),
                     Change::Delete(p) => {
-                        cache.delete_pod(&ObjectKey::new(p.namespace, p.name), now)
+                        cache.delete_pod(&ObjectKey::new(&*p.namespace, &*p.name), now)
                     }
                     Change::Reset(all) => cache.reset_pods(all),
                 }
@@ -246,17 +252,10 @@ impl EndpointsController {
             &stop,
             "EndpointSlice",
             Api::<EndpointSlice>::all(client.clone()),
-            all(),
-            |mut slice: EndpointSlice| {
-                if !Cache::is_berth_slice(&slice) {
-                    // Only its name and labels matter: they say it is not (or no longer) ours.
-                    slice.endpoints = Vec::new();
-                    slice.ports = None;
-                    slice.metadata.managed_fields = None;
-                    slice.metadata.annotations = None;
-                }
-                Some(slice)
-            },
+            // Only berth's slices: other managers' would cost memory for nothing. A slice
+            // relabelled away from berth arrives as a delete.
+            all().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_BERTH}")),
+            Some,
             |cache, change| match change {
                 Change::Apply(s) => cache.apply_slice(s),
                 Change::Delete(s) => cache.delete_slice(&s),
@@ -344,7 +343,7 @@ fn spawn_watch<K, S>(
     kind: &'static str,
     api: Api<K>,
     config: watcher::Config,
-    slim: impl Fn(K) -> Option<S> + Send + 'static,
+    slim: impl FnMut(K) -> Option<S> + Send + 'static,
     apply: impl Fn(&mut Cache, Change<S>) -> Vec<ObjectKey> + Send + 'static,
 ) -> oneshot::Receiver<()>
 where
@@ -368,7 +367,7 @@ async fn feed<K, S>(
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     kind: &'static str,
     shared: &Shared,
-    slim: impl Fn(K) -> Option<S>,
+    mut slim: impl FnMut(K) -> Option<S>,
     apply: impl Fn(&mut Cache, Change<S>) -> Vec<ObjectKey>,
     synced: oneshot::Sender<()>,
 ) -> Result<(), Error> {

@@ -1,0 +1,399 @@
+//! berth's own Endpoints and EndpointSlices as the cache keeps them. There is one of each per
+//! Service, so the whole objects would be most of the controller's memory; the cache keeps only
+//! what planning a sync reads, in compact form, and rebuilds a slice for the planner on demand.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use berth_endpoints::ANNOTATION_OVER_CAPACITY;
+use k8s_openapi::api::core::v1::{EndpointSubset, Endpoints, ObjectReference};
+use k8s_openapi::api::discovery::v1::{
+    Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Feeds serialized JSON straight into a hasher, so a fingerprint needs no text buffer.
+struct HashWriter<'h>(&'h mut dyn Hasher);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Subsets as `berth-endpoints` compares them: absent = empty, pod resourceVersions ignored.
+fn subsets_fingerprint(keys: &RandomState, subsets: Option<&Vec<EndpointSubset>>) -> u64 {
+    let mut subsets = subsets.cloned().unwrap_or_default();
+    for subset in &mut subsets {
+        for list in [&mut subset.addresses, &mut subset.not_ready_addresses] {
+            for address in list.iter_mut().flatten() {
+                if let Some(r) = address.target_ref.as_mut() {
+                    r.resource_version = None;
+                }
+            }
+        }
+    }
+    let mut hasher = keys.build_hasher();
+    // Serializing plain data into a sink that cannot fail does not fail.
+    let _ = serde_json::to_writer(HashWriter(&mut hasher), &subsets);
+    hasher.finish()
+}
+
+/// An Endpoints object: its metadata (a replace sends it back) and a fingerprint of its subsets.
+/// The hash keys are random per object, so no one can craft content that looks unchanged.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredEndpoints {
+    pub(crate) metadata: ObjectMeta,
+    keys: RandomState,
+    subsets: u64,
+}
+
+impl From<Endpoints> for StoredEndpoints {
+    fn from(endpoints: Endpoints) -> Self {
+        let mut metadata = endpoints.metadata;
+        metadata.managed_fields = None;
+        let keys = RandomState::new();
+        let subsets = subsets_fingerprint(&keys, endpoints.subsets.as_ref());
+        StoredEndpoints {
+            metadata,
+            keys,
+            subsets,
+        }
+    }
+}
+
+fn over_capacity(meta: &ObjectMeta) -> Option<&String> {
+    meta.annotations.as_ref()?.get(ANNOTATION_OVER_CAPACITY)
+}
+
+impl StoredEndpoints {
+    /// Whether `desired` differs from this object in what berth owns: the answer of
+    /// `berth_endpoints::endpoints_need_update` for the whole object.
+    pub(crate) fn needs_update(&self, desired: &Endpoints) -> bool {
+        let labels = |m: &ObjectMeta| m.labels.clone().unwrap_or_default();
+        labels(&self.metadata) != labels(&desired.metadata)
+            || over_capacity(&self.metadata) != over_capacity(&desired.metadata)
+            || self.subsets != subsets_fingerprint(&self.keys, desired.subsets.as_ref())
+    }
+}
+
+/// An address as written: IPs in their canonical text take no allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Address {
+    V4(Ipv4Addr),
+    V6(Ipv6Addr),
+    Text(Box<str>),
+}
+
+impl Address {
+    pub(crate) fn new(text: &str) -> Self {
+        match text.parse::<IpAddr>() {
+            Ok(IpAddr::V4(ip)) if ip.to_string() == text => Address::V4(ip),
+            Ok(IpAddr::V6(ip)) if ip.to_string() == text => Address::V6(ip),
+            _ => Address::Text(Box::from(text)),
+        }
+    }
+
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Address::V4(ip) => ip.to_string(),
+            Address::V6(ip) => ip.to_string(),
+            Address::Text(t) => t.to_string(),
+        }
+    }
+}
+
+fn boxed(s: Option<String>) -> Option<Box<str>> {
+    s.map(String::into_boxed_str)
+}
+
+fn unboxed(s: Option<&Box<str>>) -> Option<String> {
+    s.map(|s| s.to_string())
+}
+
+/// An endpoint's reference to its pod. Its resourceVersion is left out: the planner ignores it,
+/// and a slice rebuilt for rewriting drops it anyway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reference {
+    api_version: Option<Box<str>>,
+    field_path: Option<Box<str>>,
+    kind: Option<Box<str>>,
+    name: Option<Box<str>>,
+    namespace: Option<Box<str>>,
+    uid: Option<Box<str>>,
+}
+
+/// Fields berth does not write; kept so that a slice someone changed is seen as changed.
+#[derive(Debug, Clone, PartialEq)]
+struct Rare {
+    deprecated_topology: Option<std::collections::BTreeMap<String, String>>,
+    hints: Option<EndpointHints>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct StoredEndpoint {
+    addresses: Box<[Address]>,
+    conditions: Option<EndpointConditions>,
+    hostname: Option<Box<str>>,
+    node_name: Option<Box<str>>,
+    zone: Option<Box<str>>,
+    target_ref: Option<Box<Reference>>,
+    rare: Option<Box<Rare>>,
+}
+
+impl From<Endpoint> for StoredEndpoint {
+    fn from(endpoint: Endpoint) -> Self {
+        // Destructured so that a new Endpoint field cannot be forgotten here.
+        let Endpoint {
+            addresses,
+            conditions,
+            deprecated_topology,
+            hints,
+            hostname,
+            node_name,
+            target_ref,
+            zone,
+        } = endpoint;
+        let rare = (deprecated_topology.is_some() || hints.is_some()).then(|| {
+            Box::new(Rare {
+                deprecated_topology,
+                hints,
+            })
+        });
+        StoredEndpoint {
+            addresses: addresses.iter().map(|a| Address::new(a)).collect(),
+            conditions,
+            hostname: boxed(hostname),
+            node_name: boxed(node_name),
+            zone: boxed(zone),
+            target_ref: target_ref.map(|r| {
+                Box::new(Reference {
+                    api_version: boxed(r.api_version),
+                    field_path: boxed(r.field_path),
+                    kind: boxed(r.kind),
+                    name: boxed(r.name),
+                    namespace: boxed(r.namespace),
+                    uid: boxed(r.uid),
+                })
+            }),
+            rare,
+        }
+    }
+}
+
+impl StoredEndpoint {
+    fn to_endpoint(&self) -> Endpoint {
+        let (deprecated_topology, hints) = match self.rare.as_deref() {
+            Some(rare) => (rare.deprecated_topology.clone(), rare.hints.clone()),
+            None => (None, None),
+        };
+        Endpoint {
+            addresses: self.addresses.iter().map(Address::text).collect(),
+            conditions: self.conditions.clone(),
+            deprecated_topology,
+            hints,
+            hostname: unboxed(self.hostname.as_ref()),
+            node_name: unboxed(self.node_name.as_ref()),
+            target_ref: self.target_ref.as_deref().map(|r| ObjectReference {
+                api_version: unboxed(r.api_version.as_ref()),
+                field_path: unboxed(r.field_path.as_ref()),
+                kind: unboxed(r.kind.as_ref()),
+                name: unboxed(r.name.as_ref()),
+                namespace: unboxed(r.namespace.as_ref()),
+                resource_version: None,
+                uid: unboxed(r.uid.as_ref()),
+            }),
+            zone: unboxed(self.zone.as_ref()),
+        }
+    }
+}
+
+/// An EndpointSlice berth manages, with its endpoints in compact form.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredSlice {
+    pub(crate) metadata: ObjectMeta,
+    address_type: Box<str>,
+    ports: Option<Vec<EndpointPort>>,
+    endpoints: Box<[StoredEndpoint]>,
+}
+
+impl From<EndpointSlice> for StoredSlice {
+    fn from(slice: EndpointSlice) -> Self {
+        let EndpointSlice {
+            address_type,
+            endpoints,
+            mut metadata,
+            ports,
+        } = slice;
+        metadata.managed_fields = None;
+        StoredSlice {
+            metadata,
+            address_type: address_type.into_boxed_str(),
+            ports,
+            endpoints: endpoints.into_iter().map(StoredEndpoint::from).collect(),
+        }
+    }
+}
+
+impl StoredSlice {
+    /// The slice as the planner reads it; pod resourceVersions are absent.
+    pub(crate) fn to_slice(&self) -> EndpointSlice {
+        EndpointSlice {
+            address_type: self.address_type.to_string(),
+            endpoints: self
+                .endpoints
+                .iter()
+                .map(StoredEndpoint::to_endpoint)
+                .collect(),
+            metadata: self.metadata.clone(),
+            ports: self.ports.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_endpoints::endpoints_need_update;
+    use serde_json::json;
+
+    fn mk_endpoints(value: serde_json::Value) -> Endpoints {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn base() -> serde_json::Value {
+        json!({
+            "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "5",
+                         "labels": {"app": "web"},
+                         "annotations": {"someone/else": "x"},
+                         "managedFields": [{"manager": "berth"}]},
+            "subsets": [{
+                "addresses": [{"ip": "10.244.1.5", "nodeName": "n1",
+                               "targetRef": {"kind": "Pod", "name": "a", "namespace": "shop",
+                                             "uid": "u-a", "resourceVersion": "3"}}],
+                "notReadyAddresses": [{"ip": "10.244.1.6"}],
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
+            }]
+        })
+    }
+
+    #[test]
+    fn endpoints_need_an_update_exactly_when_the_pure_check_says_so() {
+        let existing = mk_endpoints(base());
+        let stored = StoredEndpoints::from(existing.clone());
+        assert_eq!(stored.metadata.managed_fields, None);
+        let variants = [
+            base(),
+            {
+                let mut v = base();
+                v["subsets"][0]["addresses"][0]["targetRef"]["resourceVersion"] = json!("9");
+                v
+            },
+            {
+                let mut v = base();
+                v["metadata"]["annotations"] = json!({"other": "y"});
+                v["metadata"]["resourceVersion"] = json!("77");
+                v
+            },
+            {
+                let mut v = base();
+                v["subsets"][0]["addresses"][0]["ip"] = json!("10.244.1.7");
+                v
+            },
+            {
+                let mut v = base();
+                v["subsets"][0]["notReadyAddresses"] = json!([]);
+                v
+            },
+            {
+                let mut v = base();
+                v["subsets"][0]["ports"][0]["port"] = json!(8081);
+                v
+            },
+            {
+                let mut v = base();
+                v["metadata"]["labels"] = json!({"app": "api"});
+                v
+            },
+            {
+                let mut v = base();
+                v["metadata"]["labels"] = serde_json::Value::Null;
+                v
+            },
+            {
+                let mut v = base();
+                v["metadata"]["annotations"] = json!({ANNOTATION_OVER_CAPACITY: "truncated"});
+                v
+            },
+            {
+                let mut v = base();
+                v["subsets"] = serde_json::Value::Null;
+                v
+            },
+        ];
+        for variant in variants {
+            let desired = mk_endpoints(variant);
+            assert_eq!(
+                stored.needs_update(&desired),
+                endpoints_need_update(&existing, &desired),
+                "{desired:?}"
+            );
+        }
+        // No subsets and empty subsets are the same, as the pure check has them.
+        let empty = mk_endpoints(json!({"metadata": {"name": "web"}}));
+        let mut with_empty = empty.clone();
+        with_empty.subsets = Some(Vec::new());
+        assert!(!StoredEndpoints::from(empty).needs_update(&with_empty));
+    }
+
+    #[test]
+    fn a_slice_comes_back_as_it_was_less_pod_versions_and_managed_fields() {
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "web-abc", "namespace": "shop", "resourceVersion": "12",
+                         "labels": {"kubernetes.io/service-name": "web"},
+                         "annotations": {"a": "b"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Service",
+                                              "name": "web", "uid": "s-1"}],
+                         "managedFields": [{"manager": "berth"}]},
+            "addressType": "IPv6",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": [
+                {"addresses": ["fd00::5"], "conditions": {"ready": true, "serving": true,
+                                                          "terminating": false},
+                 "hostname": "a", "nodeName": "n1", "zone": "z1",
+                 "targetRef": {"kind": "Pod", "name": "a", "namespace": "shop", "uid": "u-a",
+                               "resourceVersion": "4", "apiVersion": "v1",
+                               "fieldPath": "spec"}},
+                {"addresses": ["FD00:0:0::6", "not an address"],
+                 "deprecatedTopology": {"k": "v"},
+                 "hints": {"forZones": [{"name": "z1"}]}},
+                {"addresses": []}
+            ]
+        }))
+        .unwrap();
+        let mut want = slice.clone();
+        want.metadata.managed_fields = None;
+        if let Some(r) = want.endpoints[0].target_ref.as_mut() {
+            r.resource_version = None;
+        }
+        assert_eq!(StoredSlice::from(slice).to_slice(), want);
+    }
+
+    #[test]
+    fn canonical_addresses_are_stored_without_text() {
+        assert_eq!(
+            Address::new("10.0.0.1"),
+            Address::V4(Ipv4Addr::new(10, 0, 0, 1))
+        );
+        assert!(matches!(Address::new("fd00::1"), Address::V6(_)));
+        for text in ["010.0.0.1", "FD00::1", "fd00:0::1", "x"] {
+            assert_eq!(Address::new(text).text(), text);
+        }
+    }
+}
