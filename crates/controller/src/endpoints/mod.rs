@@ -14,6 +14,7 @@ mod intern;
 mod metrics;
 mod pod_facts;
 mod queue;
+mod slim_pod;
 mod stored;
 mod sync;
 mod tracker;
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 use berth_endpoints::{SliceConfig, LABEL_MANAGED_BY, MANAGED_BY_BERTH};
 use chrono::Utc;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -43,6 +44,7 @@ use cache::{Cache, ObjectKey};
 use intern::Interner;
 use metrics::Metrics;
 use pod_facts::PodFacts;
+use slim_pod::SlimPod;
 use queue::{Outcome, WorkQueue};
 
 /// How the endpoints controller works; every value is already valid.
@@ -215,11 +217,11 @@ impl EndpointsController {
             &shared,
             &stop,
             "Pod",
-            Api::<Pod>::all(client.clone()),
+            Api::<SlimPod>::all(client.clone()),
             all(),
             {
                 let mut interner = Interner::default();
-                move |pod: Pod| Some(PodFacts::from_pod(&pod, &mut interner))
+                move |pod: SlimPod| Some(PodFacts::from_pod(&pod, &mut interner))
             },
             |cache, change| {
                 let now = Utc::now();

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::intern::Interner;
+use super::slim_pod::{SlimContainer, SlimPod};
 use super::stored::Address;
 
 const SIDECAR_RESTART_POLICY: &str = "Always";
@@ -48,7 +49,7 @@ pub(crate) struct PodFacts {
 }
 
 fn named_ports<'c>(
-    containers: impl Iterator<Item = &'c Container>,
+    containers: impl Iterator<Item = &'c SlimContainer>,
     interner: &mut Interner,
 ) -> Box<[NamedPort]> {
     containers
@@ -92,7 +93,7 @@ fn text<S: AsRef<str> + ?Sized>(s: Option<&S>) -> Option<String> {
 }
 
 impl PodFacts {
-    pub(crate) fn from_pod(pod: &Pod, interner: &mut Interner) -> Self {
+    pub(crate) fn from_pod(pod: &SlimPod, interner: &mut Interner) -> Self {
         let meta = &pod.metadata;
         let spec = pod.spec.as_ref();
         let status = pod.status.as_ref();
@@ -101,6 +102,10 @@ impl PodFacts {
             .into_iter()
             .flatten()
             .filter(|c| c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY));
+        let containers = spec
+            .and_then(|s| s.containers.as_ref())
+            .into_iter()
+            .flatten();
         let mut shared = |s: Option<&String>| s.map(|s| interner.intern(s));
         PodFacts {
             namespace: shared(meta.namespace.as_ref()).unwrap_or_else(|| Arc::from("default")),
@@ -135,10 +140,7 @@ impl PodFacts {
                 .flatten()
                 .map(|(k, v)| (interner.intern(k), interner.intern(v)))
                 .collect(),
-            ports: named_ports(
-                spec.map(|s| s.containers.iter()).into_iter().flatten(),
-                interner,
-            ),
+            ports: named_ports(containers, interner),
             sidecar_ports: named_ports(sidecars, interner),
         }
     }
@@ -203,6 +205,12 @@ mod tests {
     use berth_endpoints::{build_endpoints, compute_desired_slices, NodeZones};
     use k8s_openapi::api::core::v1::Service;
     use serde_json::json;
+
+    /// The facts of `pod` as decoded from its JSON, the way the watch gets them.
+    fn facts(pod: &Pod) -> PodFacts {
+        let slim: SlimPod = serde_json::from_value(serde_json::to_value(pod).unwrap()).unwrap();
+        PodFacts::from_pod(&slim, &mut Interner::default())
+    }
 
     fn mk_pod(value: serde_json::Value) -> Pod {
         serde_json::from_value(value).unwrap()
@@ -278,7 +286,7 @@ mod tests {
         let pods = fixtures();
         let slim: Vec<Pod> = pods
             .iter()
-            .map(|p| PodFacts::from_pod(p, &mut Interner::default()).to_pod())
+            .map(|p| facts(p).to_pod())
             .collect();
         let mut nodes = NodeZones::new();
         nodes.insert("n1", Some("z1".to_owned()));
@@ -310,8 +318,8 @@ mod tests {
             status.container_statuses = None;
         }
         assert_eq!(
-            PodFacts::from_pod(&pod, &mut Interner::default()),
-            PodFacts::from_pod(&changed, &mut Interner::default())
+            facts(&pod),
+            facts(&changed)
         );
 
         let mut unready = pod.clone();
@@ -324,8 +332,8 @@ mod tests {
             c.status = "False".to_owned();
         }
         assert_ne!(
-            PodFacts::from_pod(&pod, &mut Interner::default()),
-            PodFacts::from_pod(&unready, &mut Interner::default())
+            facts(&pod),
+            facts(&unready)
         );
     }
 }
