@@ -106,7 +106,8 @@ pub(crate) struct Cache {
     node_zones: BTreeMap<String, Option<String>>,
     nodes: Arc<NodeZones>,
     /// Slices by the Service named in their label, and the reverse, for relabels and deletes.
-    slices: HashMap<ObjectKey, BTreeMap<String, StoredSlice>>,
+    /// A Service has few slices: a list, where a map's first node would have room for eleven.
+    slices: HashMap<ObjectKey, Vec<StoredSlice>>,
     slice_service: HashMap<ObjectKey, ObjectKey>,
     endpoints: HashMap<ObjectKey, Arc<StoredEndpoints>>,
     triggers: HashMap<ObjectKey, DateTime<Utc>>,
@@ -342,6 +343,9 @@ impl Cache {
         self.free_pod_ids.clear();
         self.pod_ids.clear();
         self.pods_by_label.clear();
+        // Exactly the listed pods: doubling as they come would leave up to half the slab unused.
+        self.pods.shrink_to_fit();
+        self.pods.reserve_exact(pods.len());
         for facts in pods {
             self.insert_pod(facts);
         }
@@ -445,7 +449,7 @@ impl Cache {
     fn forget_slice(&mut self, slice_key: &ObjectKey) -> Option<ObjectKey> {
         let service = self.slice_service.remove(slice_key)?;
         if let Some(slices) = self.slices.get_mut(&service) {
-            slices.remove(&slice_key.name);
+            slices.retain(|s| s.metadata.name() != slice_key.name);
             if slices.is_empty() {
                 self.slices.remove(&service);
             }
@@ -475,7 +479,7 @@ impl Cache {
             self.slices
                 .entry(service.clone())
                 .or_default()
-                .insert(slice_key.name.clone(), StoredSlice::from(slice));
+                .push(StoredSlice::from(slice));
         }
         if let Some(previous) = previous.filter(|p| Some(p) != service.as_ref()) {
             keys.push(previous);
@@ -563,12 +567,12 @@ impl Cache {
             Target::Endpoints => self
                 .endpoints
                 .get(service)
-                .map(|e| e.metadata.resource_version.as_deref()),
+                .map(|e| e.metadata.resource_version()),
             Target::Slice(name) => self
                 .slices
                 .get(service)
-                .and_then(|s| s.get(name))
-                .map(|s| s.metadata.resource_version.as_deref()),
+                .and_then(|s| s.iter().find(|s| s.metadata.name() == name))
+                .map(|s| s.metadata.resource_version()),
         };
         self.expectations
             .expect(service, target, resource_version, deleted, cached, now);
@@ -589,7 +593,7 @@ impl Cache {
         let slices = self
             .slices
             .get(key)
-            .map(|s| s.values().map(StoredSlice::to_slice).collect())
+            .map(|s| s.iter().map(StoredSlice::to_slice).collect())
             .unwrap_or_default();
         Inputs {
             service,

@@ -32,11 +32,8 @@ pub(crate) struct PodFacts {
     pub(crate) name: Box<str>,
     /// Sorted by key: a pod has few labels, and a map would cost a node of eleven pairs.
     pub(crate) labels: Box<[(Arc<str>, Arc<str>)]>,
-    uid: Option<Box<str>>,
-    deletion_timestamp: Option<Time>,
+    uid: Option<Uid>,
     node_name: Option<Arc<str>>,
-    hostname: Option<Box<str>>,
-    subdomain: Option<Box<str>>,
     phase: Option<Arc<str>>,
     pod_ip: Option<Address>,
     pod_ips: Box<[Address]>,
@@ -44,8 +41,65 @@ pub(crate) struct PodFacts {
     ready: Option<Arc<str>>,
     /// Ports of regular containers, in container order.
     ports: Box<[NamedPort]>,
+    /// What most pods leave unset, so that it costs one pointer when unset.
+    rare: Option<Box<RareFacts>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct RareFacts {
+    deletion_timestamp: Option<Time>,
+    hostname: Option<Box<str>>,
+    subdomain: Option<Box<str>>,
     /// Ports of sidecars (init containers with `restartPolicy: Always`), in order.
     sidecar_ports: Box<[NamedPort]>,
+}
+
+/// A pod's uid: a UUID as its 16 bytes, anything else as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Uid {
+    Uuid([u8; 16]),
+    Text(Box<str>),
+}
+
+const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
+
+impl Uid {
+    fn new(text: &str) -> Self {
+        let hex: String = text.chars().filter(|c| *c != '-').collect();
+        let mut bytes = [0u8; 16];
+        let parsed = hex.len() == 32
+            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            && bytes.iter_mut().enumerate().all(|(i, b)| {
+                hex.get(2 * i..2 * i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .map(|v| *b = v)
+                    .is_some()
+            });
+        let uid = Uid::Uuid(bytes);
+        if parsed && uid.text() == text {
+            uid
+        } else {
+            Uid::Text(Box::from(text))
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Uid::Uuid(bytes) => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let mut out = String::with_capacity(36);
+                for b in bytes {
+                    if UUID_DASHES.contains(&out.len()) {
+                        out.push('-');
+                    }
+                    out.push(char::from(HEX[usize::from(b >> 4)]));
+                    out.push(char::from(HEX[usize::from(b & 15)]));
+                }
+                out
+            }
+            Uid::Text(t) => t.to_string(),
+        }
+    }
 }
 
 fn named_ports<'c>(
@@ -110,11 +164,8 @@ impl PodFacts {
         PodFacts {
             namespace: shared(meta.namespace.as_ref()).unwrap_or_else(|| Arc::from("default")),
             name: boxed(meta.name.as_ref()).unwrap_or_default(),
-            uid: boxed(meta.uid.as_ref()),
-            deletion_timestamp: meta.deletion_timestamp.clone(),
+            uid: meta.uid.as_deref().map(Uid::new),
             node_name: shared(spec.and_then(|s| s.node_name.as_ref())),
-            hostname: boxed(spec.and_then(|s| s.hostname.as_ref())),
-            subdomain: boxed(spec.and_then(|s| s.subdomain.as_ref())),
             phase: shared(status.and_then(|s| s.phase.as_ref())),
             pod_ip: status
                 .and_then(|s| s.pod_ip.as_ref())
@@ -141,17 +192,24 @@ impl PodFacts {
                 .map(|(k, v)| (interner.intern(k), interner.intern(v)))
                 .collect(),
             ports: named_ports(containers, interner),
-            sidecar_ports: named_ports(sidecars, interner),
+            rare: Some(Box::new(RareFacts {
+                deletion_timestamp: meta.deletion_timestamp.clone(),
+                hostname: boxed(spec.and_then(|s| s.hostname.as_ref())),
+                subdomain: boxed(spec.and_then(|s| s.subdomain.as_ref())),
+                sidecar_ports: named_ports(sidecars, interner),
+            }))
+            .filter(|r| **r != RareFacts::default()),
         }
     }
 
     /// A Pod that carries exactly these facts, for the pure endpoint builders.
     pub(crate) fn to_pod(&self) -> Pod {
+        let rare = self.rare.as_deref().cloned().unwrap_or_default();
         let mut init_containers = Vec::new();
-        if !self.sidecar_ports.is_empty() {
+        if !rare.sidecar_ports.is_empty() {
             init_containers.push(container(
                 "sidecars",
-                &self.sidecar_ports,
+                &rare.sidecar_ports,
                 Some(SIDECAR_RESTART_POLICY),
             ));
         }
@@ -165,16 +223,16 @@ impl PodFacts {
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
                 ),
-                uid: text(self.uid.as_deref()),
-                deletion_timestamp: self.deletion_timestamp.clone(),
+                uid: self.uid.as_ref().map(Uid::text),
+                deletion_timestamp: rare.deletion_timestamp,
                 ..ObjectMeta::default()
             },
             spec: Some(PodSpec {
                 containers: vec![container("containers", &self.ports, None)],
                 init_containers: Some(init_containers),
                 node_name: text(self.node_name.as_deref()),
-                hostname: text(self.hostname.as_deref()),
-                subdomain: text(self.subdomain.as_deref()),
+                hostname: text(rare.hostname.as_deref()),
+                subdomain: text(rare.subdomain.as_deref()),
                 ..PodSpec::default()
             }),
             status: Some(PodStatus {
@@ -305,6 +363,15 @@ mod tests {
                     "{target} {publish}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn uids_come_back_as_they_were() {
+        let uuid = "0f8e2c1a-9b3d-4e5f-a617-28394a5b6c7d";
+        assert!(matches!(Uid::new(uuid), Uid::Uuid(_)));
+        for text in [uuid, "0F8E2C1A-9B3D-4E5F-A617-28394A5B6C7D", "u-a", "", "0f8e2c1a9b3d4e5fa61728394a5b6c7d"] {
+            assert_eq!(Uid::new(text).text(), text);
         }
     }
 

@@ -3,6 +3,7 @@
 //! what planning a sync reads, in compact form, and rebuilds a slice for the planner on demand.
 
 use std::collections::hash_map::RandomState;
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -11,7 +12,104 @@ use k8s_openapi::api::core::v1::{EndpointSubset, Endpoints, ObjectReference};
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+type Pairs = Box<[(Box<str>, Box<str>)]>;
+
+fn pairs(map: Option<BTreeMap<String, String>>) -> Pairs {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+        .collect()
+}
+
+fn map(pairs: &Pairs) -> Option<BTreeMap<String, String>> {
+    (!pairs.is_empty()).then(|| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
+}
+
+/// The metadata a replace sends back. The fields the API server keeps from the stored object on
+/// an update (uid, creationTimestamp, generation, deletion and managed fields) are left out, and
+/// labels and annotations are flat pairs: a map's first node has room for eleven.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredMeta {
+    name: Option<Box<str>>,
+    namespace: Option<Box<str>>,
+    generate_name: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    /// Sorted by key, as they came from a map.
+    labels: Pairs,
+    annotations: Pairs,
+    owner_references: Box<[OwnerReference]>,
+    finalizers: Box<[Box<str>]>,
+}
+
+impl From<ObjectMeta> for StoredMeta {
+    fn from(meta: ObjectMeta) -> Self {
+        StoredMeta {
+            name: boxed(meta.name),
+            namespace: boxed(meta.namespace),
+            generate_name: boxed(meta.generate_name),
+            resource_version: boxed(meta.resource_version),
+            labels: pairs(meta.labels),
+            annotations: pairs(meta.annotations),
+            owner_references: meta.owner_references.unwrap_or_default().into(),
+            finalizers: meta
+                .finalizers
+                .into_iter()
+                .flatten()
+                .map(String::into_boxed_str)
+                .collect(),
+        }
+    }
+}
+
+impl StoredMeta {
+    pub(crate) fn to_meta(&self) -> ObjectMeta {
+        ObjectMeta {
+            name: unboxed(self.name.as_ref()),
+            namespace: unboxed(self.namespace.as_ref()),
+            generate_name: unboxed(self.generate_name.as_ref()),
+            resource_version: unboxed(self.resource_version.as_ref()),
+            labels: map(&self.labels),
+            annotations: map(&self.annotations),
+            owner_references: (!self.owner_references.is_empty())
+                .then(|| self.owner_references.to_vec()),
+            finalizers: (!self.finalizers.is_empty())
+                .then(|| self.finalizers.iter().map(|f| f.to_string()).collect()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or("")
+    }
+
+    pub(crate) fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+
+    fn labels_equal(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let labels = labels.into_iter().flatten();
+        self.labels.len() == labels.clone().count()
+            && self
+                .labels
+                .iter()
+                .zip(labels)
+                .all(|((k, v), (k2, v2))| **k == **k2 && **v == **v2)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations
+            .iter()
+            .find(|(k, _)| **k == *key)
+            .map(|(_, v)| &**v)
+    }
+}
 
 /// Feeds serialized JSON straight into a hasher, so a fingerprint needs no text buffer.
 struct HashWriter<'h>(&'h mut dyn Hasher);
@@ -49,15 +147,14 @@ fn subsets_fingerprint(keys: &RandomState, subsets: Option<&Vec<EndpointSubset>>
 /// The hash keys are random per object, so no one can craft content that looks unchanged.
 #[derive(Debug, Clone)]
 pub(crate) struct StoredEndpoints {
-    pub(crate) metadata: ObjectMeta,
+    pub(crate) metadata: StoredMeta,
     keys: RandomState,
     subsets: u64,
 }
 
 impl From<Endpoints> for StoredEndpoints {
     fn from(endpoints: Endpoints) -> Self {
-        let mut metadata = endpoints.metadata;
-        metadata.managed_fields = None;
+        let metadata = StoredMeta::from(endpoints.metadata);
         let keys = RandomState::new();
         let subsets = subsets_fingerprint(&keys, endpoints.subsets.as_ref());
         StoredEndpoints {
@@ -68,17 +165,17 @@ impl From<Endpoints> for StoredEndpoints {
     }
 }
 
-fn over_capacity(meta: &ObjectMeta) -> Option<&String> {
-    meta.annotations.as_ref()?.get(ANNOTATION_OVER_CAPACITY)
-}
-
 impl StoredEndpoints {
     /// Whether `desired` differs from this object in what berth owns: the answer of
     /// `berth_endpoints::endpoints_need_update` for the whole object.
     pub(crate) fn needs_update(&self, desired: &Endpoints) -> bool {
-        let labels = |m: &ObjectMeta| m.labels.clone().unwrap_or_default();
-        labels(&self.metadata) != labels(&desired.metadata)
-            || over_capacity(&self.metadata) != over_capacity(&desired.metadata)
+        let over_capacity = desired
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_OVER_CAPACITY));
+        !self.metadata.labels_equal(desired.metadata.labels.as_ref())
+            || self.metadata.annotation(ANNOTATION_OVER_CAPACITY) != over_capacity.map(String::as_str)
             || self.subsets != subsets_fingerprint(&self.keys, desired.subsets.as_ref())
     }
 }
@@ -217,7 +314,7 @@ impl StoredEndpoint {
 /// An EndpointSlice berth manages, with its endpoints in compact form.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredSlice {
-    pub(crate) metadata: ObjectMeta,
+    pub(crate) metadata: StoredMeta,
     address_type: Box<str>,
     ports: Option<Vec<EndpointPort>>,
     endpoints: Box<[StoredEndpoint]>,
@@ -228,12 +325,11 @@ impl From<EndpointSlice> for StoredSlice {
         let EndpointSlice {
             address_type,
             endpoints,
-            mut metadata,
+            metadata,
             ports,
         } = slice;
-        metadata.managed_fields = None;
         StoredSlice {
-            metadata,
+            metadata: StoredMeta::from(metadata),
             address_type: address_type.into_boxed_str(),
             ports,
             endpoints: endpoints.into_iter().map(StoredEndpoint::from).collect(),
@@ -251,7 +347,7 @@ impl StoredSlice {
                 .iter()
                 .map(StoredEndpoint::to_endpoint)
                 .collect(),
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.to_meta(),
             ports: self.ports.clone(),
         }
     }
@@ -287,7 +383,6 @@ mod tests {
     fn endpoints_need_an_update_exactly_when_the_pure_check_says_so() {
         let existing = mk_endpoints(base());
         let stored = StoredEndpoints::from(existing.clone());
-        assert_eq!(stored.metadata.managed_fields, None);
         let variants = [
             base(),
             {
@@ -356,6 +451,9 @@ mod tests {
     fn a_slice_comes_back_as_it_was_less_pod_versions_and_managed_fields() {
         let slice: EndpointSlice = serde_json::from_value(json!({
             "metadata": {"name": "web-abc", "namespace": "shop", "resourceVersion": "12",
+                         "generateName": "web-", "uid": "x", "generation": 3,
+                         "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "finalizers": ["someone/else"],
                          "labels": {"kubernetes.io/service-name": "web"},
                          "annotations": {"a": "b"},
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Service",
@@ -379,6 +477,9 @@ mod tests {
         .unwrap();
         let mut want = slice.clone();
         want.metadata.managed_fields = None;
+        want.metadata.uid = None;
+        want.metadata.creation_timestamp = None;
+        want.metadata.generation = None;
         if let Some(r) = want.endpoints[0].target_ref.as_mut() {
             r.resource_version = None;
         }

@@ -75,7 +75,7 @@ fn plan_endpoints(
         return None;
     }
     let mut replaced = Endpoints {
-        metadata: existing.metadata.clone(),
+        metadata: existing.metadata.to_meta(),
         subsets: None,
     };
     replaced.metadata.labels = desired.metadata.labels;
