@@ -11,9 +11,11 @@ use berth_endpoints::{
     NodeZones, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE, MANAGED_BY_BERTH,
 };
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::intern::Interner;
 use super::pod_facts::PodFacts;
 use super::stored::{StoredEndpoints, StoredSlice};
 use super::tracker::{Expectations, Seen, Target};
@@ -72,6 +74,36 @@ fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)])
     })
 }
 
+/// The fields of a Service that `berth-endpoints` reads; the rest (status, annotations,
+/// load-balancer and traffic settings) would only cost memory and trigger syncs that change nothing.
+fn slim_service(service: Service) -> Service {
+    let Service {
+        metadata,
+        spec,
+        status: _,
+    } = service;
+    Service {
+        metadata: ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            uid: metadata.uid,
+            labels: metadata.labels,
+            deletion_timestamp: metadata.deletion_timestamp,
+            ..ObjectMeta::default()
+        },
+        spec: spec.map(|s| ServiceSpec {
+            type_: s.type_,
+            selector: s.selector,
+            ip_families: s.ip_families,
+            publish_not_ready_addresses: s.publish_not_ready_addresses,
+            ports: s.ports,
+            cluster_ip: s.cluster_ip,
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
 /// Whether two versions of a Service can give different endpoints. Status and most metadata
 /// (the load-balancer controller's writes, resourceVersion) cannot.
 fn same_for_endpoints(a: &Service, b: &Service) -> bool {
@@ -112,6 +144,8 @@ pub(crate) struct Cache {
     endpoints: HashMap<ObjectKey, Arc<StoredEndpoints>>,
     triggers: HashMap<ObjectKey, DateTime<Utc>>,
     expectations: Expectations,
+    /// Shared node, zone and namespace names of the slices' endpoints.
+    interner: Interner,
     /// Change times are recorded only once the first full view exists: before that every Service
     /// is synced anyway, and no single change caused it.
     record_triggers: bool,
@@ -133,6 +167,7 @@ impl Cache {
             endpoints: HashMap::new(),
             triggers: HashMap::new(),
             expectations: Expectations::new(expectation_timeout),
+            interner: Interner::default(),
             record_triggers: false,
         }
     }
@@ -185,13 +220,8 @@ impl Cache {
         }
     }
 
-    pub(crate) fn apply_service(
-        &mut self,
-        mut service: Service,
-        at: DateTime<Utc>,
-    ) -> Vec<ObjectKey> {
-        service.metadata.managed_fields = None;
-        service.status = None;
+    pub(crate) fn apply_service(&mut self, service: Service, at: DateTime<Utc>) -> Vec<ObjectKey> {
+        let service = slim_service(service);
         let key = ObjectKey::of(&service.metadata);
         let changed = match self.services.get(&key) {
             Some(old) if same_for_endpoints(old, &service) => false,
@@ -479,7 +509,7 @@ impl Cache {
             self.slices
                 .entry(service.clone())
                 .or_default()
-                .push(StoredSlice::from(slice));
+                .push(StoredSlice::new(slice, &mut self.interner));
         }
         if let Some(previous) = previous.filter(|p| Some(p) != service.as_ref()) {
             keys.push(previous);

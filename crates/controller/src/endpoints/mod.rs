@@ -44,8 +44,8 @@ use cache::{Cache, ObjectKey};
 use intern::Interner;
 use metrics::Metrics;
 use pod_facts::PodFacts;
-use slim_pod::SlimPod;
 use queue::{Outcome, WorkQueue};
+use slim_pod::SlimPod;
 
 /// How the endpoints controller works; every value is already valid.
 #[derive(Debug, Clone, PartialEq, Eq)]

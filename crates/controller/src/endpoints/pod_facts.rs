@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::intern::Interner;
 use super::slim_pod::{SlimContainer, SlimPod};
-use super::stored::Address;
+use super::stored::{Address, Uid};
 
 const SIDECAR_RESTART_POLICY: &str = "Always";
 
@@ -52,54 +52,6 @@ struct RareFacts {
     subdomain: Option<Box<str>>,
     /// Ports of sidecars (init containers with `restartPolicy: Always`), in order.
     sidecar_ports: Box<[NamedPort]>,
-}
-
-/// A pod's uid: a UUID as its 16 bytes, anything else as text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Uid {
-    Uuid([u8; 16]),
-    Text(Box<str>),
-}
-
-const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
-
-impl Uid {
-    fn new(text: &str) -> Self {
-        let hex: String = text.chars().filter(|c| *c != '-').collect();
-        let mut bytes = [0u8; 16];
-        let parsed = hex.len() == 32
-            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-            && bytes.iter_mut().enumerate().all(|(i, b)| {
-                hex.get(2 * i..2 * i + 2)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .map(|v| *b = v)
-                    .is_some()
-            });
-        let uid = Uid::Uuid(bytes);
-        if parsed && uid.text() == text {
-            uid
-        } else {
-            Uid::Text(Box::from(text))
-        }
-    }
-
-    fn text(&self) -> String {
-        match self {
-            Uid::Uuid(bytes) => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let mut out = String::with_capacity(36);
-                for b in bytes {
-                    if UUID_DASHES.contains(&out.len()) {
-                        out.push('-');
-                    }
-                    out.push(char::from(HEX[usize::from(b >> 4)]));
-                    out.push(char::from(HEX[usize::from(b & 15)]));
-                }
-                out
-            }
-            Uid::Text(t) => t.to_string(),
-        }
-    }
 }
 
 fn named_ports<'c>(
@@ -342,10 +294,7 @@ mod tests {
     #[test]
     fn facts_give_the_same_endpoints_and_slices_as_the_pod() {
         let pods = fixtures();
-        let slim: Vec<Pod> = pods
-            .iter()
-            .map(|p| facts(p).to_pod())
-            .collect();
+        let slim: Vec<Pod> = pods.iter().map(|p| facts(p).to_pod()).collect();
         let mut nodes = NodeZones::new();
         nodes.insert("n1", Some("z1".to_owned()));
         nodes.insert("n2", None);
@@ -367,15 +316,6 @@ mod tests {
     }
 
     #[test]
-    fn uids_come_back_as_they_were() {
-        let uuid = "0f8e2c1a-9b3d-4e5f-a617-28394a5b6c7d";
-        assert!(matches!(Uid::new(uuid), Uid::Uuid(_)));
-        for text in [uuid, "0F8E2C1A-9B3D-4E5F-A617-28394A5B6C7D", "u-a", "", "0f8e2c1a9b3d4e5fa61728394a5b6c7d"] {
-            assert_eq!(Uid::new(text).text(), text);
-        }
-    }
-
-    #[test]
     fn facts_ignore_what_endpoints_do_not_read() {
         let pod = fixtures().remove(0);
         let mut changed = pod.clone();
@@ -384,10 +324,7 @@ mod tests {
         if let Some(status) = changed.status.as_mut() {
             status.container_statuses = None;
         }
-        assert_eq!(
-            facts(&pod),
-            facts(&changed)
-        );
+        assert_eq!(facts(&pod), facts(&changed));
 
         let mut unready = pod.clone();
         if let Some(c) = unready
@@ -398,9 +335,6 @@ mod tests {
         {
             c.status = "False".to_owned();
         }
-        assert_ne!(
-            facts(&pod),
-            facts(&unready)
-        );
+        assert_ne!(facts(&pod), facts(&unready));
     }
 }

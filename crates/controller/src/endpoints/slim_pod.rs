@@ -127,7 +127,10 @@ mod tests {
 
     #[test]
     fn addresses_the_same_api_as_a_pod() {
-        assert_eq!(SlimPod::url_path(&(), Some("shop")), Pod::url_path(&(), Some("shop")));
+        assert_eq!(
+            SlimPod::url_path(&(), Some("shop")),
+            Pod::url_path(&(), Some("shop"))
+        );
         assert_eq!(SlimPod::api_version(&()), Pod::api_version(&()));
         assert_eq!(SlimPod::kind(&()), Pod::kind(&()));
     }

@@ -6,6 +6,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use berth_endpoints::ANNOTATION_OVER_CAPACITY;
 use k8s_openapi::api::core::v1::{EndpointSubset, Endpoints, ObjectReference};
@@ -13,6 +14,8 @@ use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use super::intern::Interner;
 
 type Pairs = Box<[(Box<str>, Box<str>)]>;
 
@@ -175,7 +178,8 @@ impl StoredEndpoints {
             .as_ref()
             .and_then(|a| a.get(ANNOTATION_OVER_CAPACITY));
         !self.metadata.labels_equal(desired.metadata.labels.as_ref())
-            || self.metadata.annotation(ANNOTATION_OVER_CAPACITY) != over_capacity.map(String::as_str)
+            || self.metadata.annotation(ANNOTATION_OVER_CAPACITY)
+                != over_capacity.map(String::as_str)
             || self.subsets != subsets_fingerprint(&self.keys, desired.subsets.as_ref())
     }
 }
@@ -214,38 +218,88 @@ fn unboxed(s: Option<&Box<str>>) -> Option<String> {
     s.map(|s| s.to_string())
 }
 
+/// A uid: a UUID as its 16 bytes, anything else as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Uid {
+    Uuid([u8; 16]),
+    Text(Box<str>),
+}
+
+const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
+
+impl Uid {
+    pub(crate) fn new(text: &str) -> Self {
+        let hex: String = text.chars().filter(|c| *c != '-').collect();
+        let mut bytes = [0u8; 16];
+        let parsed = hex.len() == 32
+            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            && bytes.iter_mut().enumerate().all(|(i, b)| {
+                hex.get(2 * i..2 * i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .map(|v| *b = v)
+                    .is_some()
+            });
+        let uid = Uid::Uuid(bytes);
+        if parsed && uid.text() == text {
+            uid
+        } else {
+            Uid::Text(Box::from(text))
+        }
+    }
+
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Uid::Uuid(bytes) => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let mut out = String::with_capacity(36);
+                for b in bytes {
+                    if UUID_DASHES.contains(&out.len()) {
+                        out.push('-');
+                    }
+                    out.push(char::from(HEX[usize::from(b >> 4)]));
+                    out.push(char::from(HEX[usize::from(b & 15)]));
+                }
+                out
+            }
+            Uid::Text(t) => t.to_string(),
+        }
+    }
+}
+
 /// An endpoint's reference to its pod. Its resourceVersion is left out: the planner ignores it,
 /// and a slice rebuilt for rewriting drops it anyway.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Reference {
-    api_version: Option<Box<str>>,
-    field_path: Option<Box<str>>,
-    kind: Option<Box<str>>,
+    kind: Option<Arc<str>>,
+    namespace: Option<Arc<str>>,
     name: Option<Box<str>>,
-    namespace: Option<Box<str>>,
-    uid: Option<Box<str>>,
+    uid: Option<Uid>,
 }
 
-/// Fields berth does not write; kept so that a slice someone changed is seen as changed.
-#[derive(Debug, Clone, PartialEq)]
+/// Fields berth does not write, or writes for few pods: one pointer when unset.
+#[derive(Debug, Clone, Default, PartialEq)]
 struct Rare {
-    deprecated_topology: Option<std::collections::BTreeMap<String, String>>,
+    hostname: Option<String>,
+    ref_api_version: Option<String>,
+    ref_field_path: Option<String>,
+    deprecated_topology: Option<BTreeMap<String, String>>,
     hints: Option<EndpointHints>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct StoredEndpoint {
-    addresses: Box<[Address]>,
+    /// The first address inline: an endpoint has one per family, and nearly always one family.
+    address: Option<Address>,
+    more_addresses: Box<[Address]>,
     conditions: Option<EndpointConditions>,
-    hostname: Option<Box<str>>,
-    node_name: Option<Box<str>>,
-    zone: Option<Box<str>>,
-    target_ref: Option<Box<Reference>>,
+    node_name: Option<Arc<str>>,
+    zone: Option<Arc<str>>,
+    target_ref: Option<Reference>,
     rare: Option<Box<Rare>>,
 }
 
-impl From<Endpoint> for StoredEndpoint {
-    fn from(endpoint: Endpoint) -> Self {
+impl StoredEndpoint {
+    fn new(endpoint: Endpoint, interner: &mut Interner) -> Self {
         // Destructured so that a new Endpoint field cannot be forgotten here.
         let Endpoint {
             addresses,
@@ -257,56 +311,59 @@ impl From<Endpoint> for StoredEndpoint {
             target_ref,
             zone,
         } = endpoint;
-        let rare = (deprecated_topology.is_some() || hints.is_some()).then(|| {
-            Box::new(Rare {
-                deprecated_topology,
-                hints,
-            })
-        });
-        StoredEndpoint {
-            addresses: addresses.iter().map(|a| Address::new(a)).collect(),
-            conditions,
-            hostname: boxed(hostname),
-            node_name: boxed(node_name),
-            zone: boxed(zone),
-            target_ref: target_ref.map(|r| {
-                Box::new(Reference {
-                    api_version: boxed(r.api_version),
-                    field_path: boxed(r.field_path),
-                    kind: boxed(r.kind),
-                    name: boxed(r.name),
-                    namespace: boxed(r.namespace),
-                    uid: boxed(r.uid),
-                })
-            }),
-            rare,
-        }
-    }
-}
-
-impl StoredEndpoint {
-    fn to_endpoint(&self) -> Endpoint {
-        let (deprecated_topology, hints) = match self.rare.as_deref() {
-            Some(rare) => (rare.deprecated_topology.clone(), rare.hints.clone()),
-            None => (None, None),
-        };
-        Endpoint {
-            addresses: self.addresses.iter().map(Address::text).collect(),
-            conditions: self.conditions.clone(),
+        let mut rare = Rare {
+            hostname,
             deprecated_topology,
             hints,
-            hostname: unboxed(self.hostname.as_ref()),
-            node_name: unboxed(self.node_name.as_ref()),
-            target_ref: self.target_ref.as_deref().map(|r| ObjectReference {
-                api_version: unboxed(r.api_version.as_ref()),
-                field_path: unboxed(r.field_path.as_ref()),
-                kind: unboxed(r.kind.as_ref()),
+            ..Rare::default()
+        };
+        let target_ref = target_ref.map(|r| {
+            rare.ref_api_version = r.api_version;
+            rare.ref_field_path = r.field_path;
+            Reference {
+                kind: r.kind.as_deref().map(|k| interner.intern(k)),
+                namespace: r.namespace.as_deref().map(|n| interner.intern(n)),
+                name: boxed(r.name),
+                uid: r.uid.as_deref().map(Uid::new),
+            }
+        });
+        let mut addresses = addresses.iter().map(|a| Address::new(a));
+        StoredEndpoint {
+            address: addresses.next(),
+            more_addresses: addresses.collect(),
+            conditions,
+            node_name: node_name.as_deref().map(|n| interner.intern(n)),
+            zone: zone.as_deref().map(|z| interner.intern(z)),
+            target_ref,
+            rare: Some(Box::new(rare)).filter(|r| **r != Rare::default()),
+        }
+    }
+
+    fn to_endpoint(&self) -> Endpoint {
+        let rare = self.rare.as_deref().cloned().unwrap_or_default();
+        let shared = |s: Option<&Arc<str>>| s.map(|s| s.to_string());
+        Endpoint {
+            addresses: self
+                .address
+                .iter()
+                .chain(self.more_addresses.iter())
+                .map(Address::text)
+                .collect(),
+            conditions: self.conditions.clone(),
+            deprecated_topology: rare.deprecated_topology,
+            hints: rare.hints,
+            hostname: rare.hostname,
+            node_name: shared(self.node_name.as_ref()),
+            target_ref: self.target_ref.as_ref().map(|r| ObjectReference {
+                api_version: rare.ref_api_version,
+                field_path: rare.ref_field_path,
+                kind: shared(r.kind.as_ref()),
                 name: unboxed(r.name.as_ref()),
-                namespace: unboxed(r.namespace.as_ref()),
+                namespace: shared(r.namespace.as_ref()),
                 resource_version: None,
-                uid: unboxed(r.uid.as_ref()),
+                uid: r.uid.as_ref().map(Uid::text),
             }),
-            zone: unboxed(self.zone.as_ref()),
+            zone: shared(self.zone.as_ref()),
         }
     }
 }
@@ -320,8 +377,8 @@ pub(crate) struct StoredSlice {
     endpoints: Box<[StoredEndpoint]>,
 }
 
-impl From<EndpointSlice> for StoredSlice {
-    fn from(slice: EndpointSlice) -> Self {
+impl StoredSlice {
+    pub(crate) fn new(slice: EndpointSlice, interner: &mut Interner) -> Self {
         let EndpointSlice {
             address_type,
             endpoints,
@@ -332,7 +389,10 @@ impl From<EndpointSlice> for StoredSlice {
             metadata: StoredMeta::from(metadata),
             address_type: address_type.into_boxed_str(),
             ports,
-            endpoints: endpoints.into_iter().map(StoredEndpoint::from).collect(),
+            endpoints: endpoints
+                .into_iter()
+                .map(|e| StoredEndpoint::new(e, interner))
+                .collect(),
         }
     }
 }
@@ -483,7 +543,25 @@ mod tests {
         if let Some(r) = want.endpoints[0].target_ref.as_mut() {
             r.resource_version = None;
         }
-        assert_eq!(StoredSlice::from(slice).to_slice(), want);
+        assert_eq!(
+            StoredSlice::new(slice, &mut Interner::default()).to_slice(),
+            want
+        );
+    }
+
+    #[test]
+    fn uids_come_back_as_they_were() {
+        let uuid = "0f8e2c1a-9b3d-4e5f-a617-28394a5b6c7d";
+        assert!(matches!(Uid::new(uuid), Uid::Uuid(_)));
+        for text in [
+            uuid,
+            "0F8E2C1A-9B3D-4E5F-A617-28394A5B6C7D",
+            "u-a",
+            "",
+            "0f8e2c1a9b3d4e5fa61728394a5b6c7d",
+        ] {
+            assert_eq!(Uid::new(text).text(), text);
+        }
     }
 
     #[test]
