@@ -371,9 +371,9 @@ fn slice_done(s: &EndpointSlice) -> Option<String> {
 
 /// One watch of the endpoints row, tagged with what it watches.
 enum Seen {
-    Service(watcher::Event<Service>),
-    Endpoints(watcher::Event<Endpoints>),
-    Slice(watcher::Event<EndpointSlice>),
+    Service(Box<watcher::Event<Service>>),
+    Endpoints(Box<watcher::Event<Endpoints>>),
+    Slice(Box<watcher::Event<EndpointSlice>>),
 }
 
 /// Which objects are done, per kind, keyed by `namespace/name` (slices by their Service).
@@ -420,9 +420,9 @@ fn track<K: Resource>(
 impl Progress {
     fn apply(&mut self, seen: Seen) {
         let listed = match seen {
-            Seen::Service(e) => track(&mut self.services, e, service_done),
-            Seen::Endpoints(e) => track(&mut self.endpoints, e, endpoints_done),
-            Seen::Slice(e) => match e {
+            Seen::Service(e) => track(&mut self.services, *e, service_done),
+            Seen::Endpoints(e) => track(&mut self.endpoints, *e, endpoints_done),
+            Seen::Slice(e) => match *e {
                 Event::Apply(s) | Event::InitApply(s) => {
                     // One slice per Service here (10 pods, up to 100 per slice).
                     if let Some(service) = slice_done(&s) {
@@ -452,11 +452,11 @@ async fn measure_endpoints_on(
     let client = server.client().unwrap();
     let config = watcher::Config::default;
     let services = watcher::watcher(Api::<Service>::all(client.clone()), config())
-        .map(|e| e.map(Seen::Service));
+        .map(|e| e.map(|e| Seen::Service(Box::new(e))));
     let endpoints = watcher::watcher(Api::<Endpoints>::all(client.clone()), config())
-        .map(|e| e.map(Seen::Endpoints));
-    let slices =
-        watcher::watcher(Api::<EndpointSlice>::all(client), config()).map(|e| e.map(Seen::Slice));
+        .map(|e| e.map(|e| Seen::Endpoints(Box::new(e))));
+    let slices = watcher::watcher(Api::<EndpointSlice>::all(client), config())
+        .map(|e| e.map(|e| Seen::Slice(Box::new(e))));
     let stream = futures::stream::select(services, futures::stream::select(endpoints, slices));
     futures::pin_mut!(stream);
     let mut progress = Progress::default();

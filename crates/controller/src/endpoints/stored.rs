@@ -74,10 +74,10 @@ impl From<ObjectMeta> for StoredMeta {
 impl StoredMeta {
     pub(crate) fn to_meta(&self) -> ObjectMeta {
         ObjectMeta {
-            name: unboxed(self.name.as_ref()),
-            namespace: unboxed(self.namespace.as_ref()),
-            generate_name: unboxed(self.generate_name.as_ref()),
-            resource_version: unboxed(self.resource_version.as_ref()),
+            name: unboxed(self.name.as_deref()),
+            namespace: unboxed(self.namespace.as_deref()),
+            generate_name: unboxed(self.generate_name.as_deref()),
+            resource_version: unboxed(self.resource_version.as_deref()),
             labels: map(&self.labels),
             annotations: map(&self.annotations),
             owner_references: (!self.owner_references.is_empty())
@@ -214,7 +214,7 @@ fn boxed(s: Option<String>) -> Option<Box<str>> {
     s.map(String::into_boxed_str)
 }
 
-fn unboxed(s: Option<&Box<str>>) -> Option<String> {
+fn unboxed(s: Option<&str>) -> Option<String> {
     s.map(|s| s.to_string())
 }
 
@@ -358,7 +358,7 @@ impl StoredEndpoint {
                 api_version: rare.ref_api_version,
                 field_path: rare.ref_field_path,
                 kind: shared(r.kind.as_ref()),
-                name: unboxed(r.name.as_ref()),
+                name: unboxed(r.name.as_deref()),
                 namespace: shared(r.namespace.as_ref()),
                 resource_version: None,
                 uid: r.uid.as_ref().map(Uid::text),
