@@ -506,10 +506,10 @@ impl Cache {
             }
             self.slice_service
                 .insert(slice_key.clone(), service.clone());
-            self.slices
-                .entry(service.clone())
-                .or_default()
-                .push(StoredSlice::new(slice, &mut self.interner));
+            let slices = self.slices.entry(service.clone()).or_default();
+            slices.push(StoredSlice::new(slice, &mut self.interner));
+            // A first push reserves room for four; most Services have one slice.
+            slices.shrink_to_fit();
         }
         if let Some(previous) = previous.filter(|p| Some(p) != service.as_ref()) {
             keys.push(previous);
