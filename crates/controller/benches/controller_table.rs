@@ -1,20 +1,22 @@
 //! Cold start of berth's controller against the lab API server: the API server runs in this
-//! process, already holding the objects; the controller runs as a child process, so its peak RSS
-//! (VmHWM) is its own. Timing starts when the child is spawned and ends when a watch in this
-//! process has seen every Service done. Request counts come from the lab's counter, taken after
-//! this process's own watch has listed, so they are the controller's.
+//! process, already holding the objects; `berth controller` (found through `BERTH_BIN`, else
+//! `target/release/berth`) runs as a child process, so its peak RSS (VmHWM) is its own. Timing
+//! starts when the child is spawned and ends when watches in this process have seen every Service
+//! done. Request counts come from the lab's counter, taken after this process's own watches have
+//! listed, so they are the controller's.
 //!
 //! Rows:
-//! - allocation: `berth controller` (found through `BERTH_BIN`, else `target/release/berth`) with
-//!   10,000 LoadBalancer Services and one IPPool; done = ClusterIP and LoadBalancer ingress set.
-//!   Its Events trail the status, so its requests are counted once the controller has stopped
-//!   writing.
-//! - endpoints: the endpoints controller alone (this bench re-run as a child) with 10,000
-//!   Services and 100,000 ready pods; done = every Endpoints object lists its 10 pods.
+//! - allocation: 10,000 LoadBalancer Services and one IPPool; done = ClusterIP and LoadBalancer
+//!   ingress set. Its Events trail the status, so its requests are counted once the controller
+//!   has stopped writing.
+//! - endpoints on: `--endpoints on`, the same Services and 100,000 ready pods (10 per Service);
+//!   done = every Service allocated with ingress, every Endpoints object lists its 10 pods, and
+//!   every Service has a berth EndpointSlice listing them.
 //!
-//! Ends with `controller: services_per_sec=<n> rss_mb=<n>` for the allocation row (the endpoints
-//! row when no `berth` binary is found). `BERTH_BENCH_SERVICES` shrinks the run for a quick check.
-//! Everything stays on 127.0.0.1; the addresses are data in the API server, never configured.
+//! Ends with `controller: services_per_sec=<n> rss_mb=<n>`: the allocation row's rate, and the
+//! highest peak RSS of the rows (so the memory figure covers endpoints on).
+//! `BERTH_BENCH_SERVICES` shrinks the run for a quick check. Everything stays on 127.0.0.1; the
+//! addresses are data in the API server, never configured.
 
 #![allow(clippy::unwrap_used)]
 
@@ -23,7 +25,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth_controller::endpoints::{EndpointsConfig, EndpointsController};
 use berth_lab::{LabApiServer, LabApiServerHandle, RequestCounts};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
@@ -32,10 +33,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::Resource;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
-/// Set in the child that runs the endpoints controller: the API server's URL.
-const CHILD_ENV: &str = "BERTH_BENCH_ENDPOINTS_CHILD";
 const NAMESPACES: usize = 10;
 const NODES: usize = 10;
 const PODS_PER_SERVICE: usize = 10;
@@ -53,20 +51,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    if let Ok(url) = std::env::var(CHILD_ENV) {
-        rt.block_on(run_endpoints_child(url));
-        return;
-    }
     rt.block_on(run());
-}
-
-async fn run_endpoints_child(url: String) {
-    let config = kube::Config::new(url.parse().unwrap());
-    let client = kube::Client::try_from(config).unwrap();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let controller = EndpointsController::new(client, EndpointsConfig::default(), &mut registry);
-    // The parent kills this process once it has measured.
-    controller.run(CancellationToken::new()).await.unwrap();
 }
 
 /// Kills the controller process if the bench fails half way, so that none is left running.
@@ -330,14 +315,13 @@ fn pod_ip(k: usize) -> String {
     format!("10.{}.{}.{}", 64 + (k >> 16), (k >> 8) & 255, k & 255)
 }
 
+/// The allocation row's Services (no addresses yet) and `PODS_PER_SERVICE` pods for each.
 fn endpoints_objects(n: usize) -> (Vec<Value>, Vec<Value>) {
     let services = (0..n)
         .map(|i| {
-            let ip = format!("10.96.{}.{}", (i + 1) >> 8, (i + 1) & 255);
             json!({"apiVersion": "v1", "kind": "Service",
                    "metadata": {"name": format!("svc-{i}"), "namespace": ns(i)},
-                   "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
-                            "ipFamilies": ["IPv4"], "selector": {"app": format!("app-{i}")},
+                   "spec": {"type": "LoadBalancer", "selector": {"app": format!("app-{i}")},
                             "ports": [{"name": "http", "port": 80, "targetPort": 8080,
                                        "protocol": "TCP"}]}})
         })
@@ -380,8 +364,185 @@ async fn set_pod_statuses(client: &kube::Client, n: usize) {
         .await;
 }
 
-async fn endpoints_row(n: usize) -> Row {
+fn service_done(s: &Service) -> bool {
+    let ip = s.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
+    let ingress = s
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty());
+    ip.is_some_and(|ip| !ip.is_empty()) && ingress
+}
+
+fn endpoints_done(e: &Endpoints) -> bool {
+    let ready: usize = e
+        .subsets
+        .iter()
+        .flatten()
+        .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+        .sum();
+    ready == PODS_PER_SERVICE
+}
+
+/// The Service a berth slice serves, when it already lists every pod of that Service.
+fn slice_done(s: &EndpointSlice) -> Option<String> {
+    let labels = s.metadata.labels.as_ref()?;
+    let berth = labels.get("endpointslice.kubernetes.io/managed-by")
+        == Some(&"endpointslice-controller.berth.dev".to_owned());
+    let ready = s
+        .endpoints
+        .iter()
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .count();
+    (berth && ready == PODS_PER_SERVICE).then(|| {
+        format!(
+            "{}/{}",
+            s.metadata.namespace.clone().unwrap_or_default(),
+            labels
+                .get("kubernetes.io/service-name")
+                .cloned()
+                .unwrap_or_default()
+        )
+    })
+}
+
+/// One watch of the endpoints row, tagged with what it watches.
+enum Seen {
+    Service(Box<watcher::Event<Service>>),
+    Endpoints(Box<watcher::Event<Endpoints>>),
+    Slice(Box<watcher::Event<EndpointSlice>>),
+}
+
+/// Which objects are done, per kind, keyed by `namespace/name` (slices by their Service).
+#[derive(Default)]
+struct Progress {
+    services: HashSet<String>,
+    endpoints: HashSet<String>,
+    slices: HashSet<String>,
+    /// Watches that have listed; the controller starts once all three have.
+    listed: usize,
+}
+
+fn object_key(meta: &kube::api::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default()
+    )
+}
+
+fn track<K: Resource>(
+    set: &mut HashSet<String>,
+    event: Event<K>,
+    done: impl Fn(&K) -> bool,
+) -> bool {
+    match event {
+        Event::Apply(o) | Event::InitApply(o) => {
+            if done(&o) {
+                set.insert(object_key(o.meta()));
+            } else {
+                set.remove(&object_key(o.meta()));
+            }
+            false
+        }
+        Event::Delete(o) => {
+            set.remove(&object_key(o.meta()));
+            false
+        }
+        Event::Init => false,
+        Event::InitDone => true,
+    }
+}
+
+impl Progress {
+    fn apply(&mut self, seen: Seen) {
+        let listed = match seen {
+            Seen::Service(e) => track(&mut self.services, *e, service_done),
+            Seen::Endpoints(e) => track(&mut self.endpoints, *e, endpoints_done),
+            Seen::Slice(e) => match *e {
+                Event::Apply(s) | Event::InitApply(s) => {
+                    // One slice per Service here (10 pods, up to 100 per slice).
+                    if let Some(service) = slice_done(&s) {
+                        self.slices.insert(service);
+                    }
+                    false
+                }
+                Event::Delete(_) | Event::Init => false,
+                Event::InitDone => true,
+            },
+        };
+        self.listed += usize::from(listed);
+    }
+
+    fn all_done(&self, n: usize) -> bool {
+        self.services.len() >= n && self.endpoints.len() >= n && self.slices.len() >= n
+    }
+}
+
+/// Like the allocation row's measurement, but done only when Services, Endpoints and
+/// EndpointSlices all are.
+async fn measure_endpoints_on(
+    server: &LabApiServerHandle,
+    n: usize,
+    start: impl FnOnce() -> Child,
+) -> (f64, ChildGuard, RequestCounts) {
+    let client = server.client().unwrap();
+    let config = watcher::Config::default;
+    let services = watcher::watcher(Api::<Service>::all(client.clone()), config())
+        .map(|e| e.map(|e| Seen::Service(Box::new(e))));
+    let endpoints = watcher::watcher(Api::<Endpoints>::all(client.clone()), config())
+        .map(|e| e.map(|e| Seen::Endpoints(Box::new(e))));
+    let slices = watcher::watcher(Api::<EndpointSlice>::all(client), config())
+        .map(|e| e.map(|e| Seen::Slice(Box::new(e))));
+    let stream = futures::stream::select(services, futures::stream::select(endpoints, slices));
+    futures::pin_mut!(stream);
+    let mut progress = Progress::default();
+    let mut start = Some(start);
+    let mut child = None;
+    let mut started = Instant::now();
+    let mut before = RequestCounts::default();
+    let deadline = Instant::now() + TIMEOUT;
+    while let Some(event) = tokio::time::timeout_at(deadline.into(), stream.next())
+        .await
+        .expect("the controller did not finish in time")
+    {
+        progress.apply(event.unwrap());
+        if progress.listed == 3 {
+            if let Some(start) = start.take() {
+                eprintln!("starting the controller");
+                before = server.request_counts();
+                started = Instant::now();
+                child = Some(ChildGuard(start()));
+            }
+        }
+        if child.is_some() && progress.all_done(n) {
+            break;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let after = server.request_counts();
+    let used = RequestCounts {
+        reads: after.reads - before.reads,
+        writes: after.writes - before.writes,
+    };
+    (seconds, child.unwrap(), used)
+}
+
+/// `berth controller --endpoints on`, the allocation row's Services plus their pods.
+async fn endpoints_row(binary: &PathBuf, n: usize) -> Row {
     let server = start_lab().await;
+    let crds = berth_api::crds()
+        .into_iter()
+        .map(|c| serde_json::to_value(c).unwrap());
+    server.seed(crds).unwrap();
+    server
+        .seed(
+            [json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
+                      "metadata": {"name": "bench"},
+                      "spec": {"addresses": ["198.19.0.0/16"]}})],
+        )
+        .unwrap();
     let (services, pods) = endpoints_objects(n);
     server.seed(services).unwrap();
     server.seed(pods).unwrap();
@@ -391,33 +552,37 @@ async fn endpoints_row(n: usize) -> Row {
         "endpoints: {n} Services and {} ready pods seeded",
         n * PODS_PER_SERVICE
     );
-    let url = server.url();
-    let (seconds, child, requests) = measure(
-        &server,
-        Api::<Endpoints>::all(client.clone()),
-        n,
-        |e: &Endpoints| {
-            let ready: usize = e
-                .subsets
-                .iter()
-                .flatten()
-                .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
-                .sum();
-            ready == PODS_PER_SERVICE
-        },
-        || {
-            Command::new(std::env::current_exe().unwrap())
-                .env(CHILD_ENV, &url)
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
-        },
-    )
+    let dir = std::env::temp_dir().join(format!("berth-bench-ep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let (seconds, child, requests) = measure_endpoints_on(&server, n, || {
+        Command::new(binary)
+            .args(["controller", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args([
+                "--service-cidr",
+                "10.96.0.0/16",
+                "--node-port-range",
+                "30000-49999",
+                "--default-class",
+                "l2",
+                "--endpoints",
+                "on",
+                "--leader-election",
+                "false",
+                "--log-level",
+                "warn",
+                "--admin-listen",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    })
     .await;
     let rss_mb = peak_rss_mb(child.0.id());
     drop(child);
-    // Slices are written before Endpoints in each sync, so they are complete too; check it.
     let slices = Api::<EndpointSlice>::all(client)
         .list(&ListParams::default())
         .await
@@ -426,8 +591,9 @@ async fn endpoints_row(n: usize) -> Row {
     assert_eq!(slices.items.len(), n, "one slice per Service");
     assert_eq!(in_slices, n * PODS_PER_SERVICE);
     server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     Row {
-        name: "endpoints (controller alone)",
+        name: "endpoints on (berth controller)",
         services: n,
         seconds,
         rss_mb,
@@ -437,15 +603,13 @@ async fn endpoints_row(n: usize) -> Row {
 
 async fn run() {
     let n = services();
-    let mut rows = Vec::new();
-    let binary = berth_binary();
-    match &binary {
-        Some(binary) => rows.push(allocation_row(binary, n).await),
-        None => println!(
-            "no berth binary (set BERTH_BIN or run `cargo build --release --bin berth`): allocation row skipped"
-        ),
-    }
-    rows.push(endpoints_row(n).await);
+    let Some(binary) = berth_binary() else {
+        panic!("no berth binary: set BERTH_BIN or run `cargo build --release -p berth`");
+    };
+    let rows = vec![
+        allocation_row(&binary, n).await,
+        endpoints_row(&binary, n).await,
+    ];
 
     println!();
     println!(
@@ -472,10 +636,10 @@ async fn run() {
             row.rss_mb
         );
     }
-    let headline = &rows[0];
+    let rss_mb = rows.iter().map(|r| r.rss_mb).fold(f64::NAN, f64::max);
     println!(
         "controller: services_per_sec={:.0} rss_mb={:.0}",
-        headline.services_per_sec(),
-        headline.rss_mb
+        rows[0].services_per_sec(),
+        rss_mb
     );
 }

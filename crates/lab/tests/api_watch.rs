@@ -102,11 +102,23 @@ async fn label_selected_watch_sees_objects_enter_and_leave() {
         .unwrap();
     let mut left = cm.clone();
     left.metadata.labels = None;
-    cms.replace("joins", &PostParams::default(), &left)
+    let left = cms
+        .replace("joins", &PostParams::default(), &left)
         .await
         .unwrap();
     assert_eq!(describe(&next_event(&mut stream).await), "ADDED joins 1");
-    assert_eq!(describe(&next_event(&mut stream).await), "DELETED joins");
+    // As from the apiserver's watch cache: the object as it last matched, at the new version.
+    match next_event(&mut stream).await {
+        WatchEvent::Deleted(gone) => {
+            assert_eq!(gone.metadata.name.as_deref(), Some("joins"));
+            assert_eq!(gone.metadata.labels, cm.metadata.labels);
+            assert_eq!(
+                gone.metadata.resource_version,
+                left.metadata.resource_version
+            );
+        }
+        other => panic!("expected DELETED, got {}", describe(&other)),
+    }
     server.shutdown().await.unwrap();
 }
 

@@ -11,10 +11,13 @@ use berth_endpoints::{
     NodeZones, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE, MANAGED_BY_BERTH,
 };
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::intern::Interner;
 use super::pod_facts::PodFacts;
+use super::stored::{StoredEndpoints, StoredSlice};
 use super::tracker::{Expectations, Seen, Target};
 
 /// A namespaced object's identity.
@@ -63,12 +66,42 @@ fn selector_of(service: &Service) -> Option<&BTreeMap<String, String>> {
 }
 
 /// `labels` sorted by key, as [`PodFacts`] keeps them.
-fn selects(selector: &BTreeMap<String, String>, labels: &[(String, String)]) -> bool {
+fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)]) -> bool {
     selector.iter().all(|(k, v)| {
         labels
-            .binary_search_by(|(key, _)| key.as_str().cmp(k))
-            .is_ok_and(|i| labels[i].1 == *v)
+            .binary_search_by(|(key, _)| (**key).cmp(k.as_str()))
+            .is_ok_and(|i| *labels[i].1 == **v)
     })
+}
+
+/// The fields of a Service that `berth-endpoints` reads; the rest (status, annotations,
+/// load-balancer and traffic settings) would only cost memory and trigger syncs that change nothing.
+fn slim_service(service: Service) -> Service {
+    let Service {
+        metadata,
+        spec,
+        status: _,
+    } = service;
+    Service {
+        metadata: ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            uid: metadata.uid,
+            labels: metadata.labels,
+            deletion_timestamp: metadata.deletion_timestamp,
+            ..ObjectMeta::default()
+        },
+        spec: spec.map(|s| ServiceSpec {
+            type_: s.type_,
+            selector: s.selector,
+            ip_families: s.ip_families,
+            publish_not_ready_addresses: s.publish_not_ready_addresses,
+            ports: s.ports,
+            cluster_ip: s.cluster_ip,
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
 }
 
 /// Whether two versions of a Service can give different endpoints. Status and most metadata
@@ -86,7 +119,7 @@ pub(crate) struct Inputs {
     pub(crate) nodes: Arc<NodeZones>,
     /// The slices berth manages for a Service of this name.
     pub(crate) slices: Vec<EndpointSlice>,
-    pub(crate) endpoints: Option<Arc<Endpoints>>,
+    pub(crate) endpoints: Option<Arc<StoredEndpoints>>,
     /// The newest change that made this sync necessary, when one was seen.
     pub(crate) trigger: Option<DateTime<Utc>>,
 }
@@ -105,11 +138,14 @@ pub(crate) struct Cache {
     node_zones: BTreeMap<String, Option<String>>,
     nodes: Arc<NodeZones>,
     /// Slices by the Service named in their label, and the reverse, for relabels and deletes.
-    slices: HashMap<ObjectKey, BTreeMap<String, Arc<EndpointSlice>>>,
+    /// A Service has few slices: a list, where a map's first node would have room for eleven.
+    slices: HashMap<ObjectKey, Vec<StoredSlice>>,
     slice_service: HashMap<ObjectKey, ObjectKey>,
-    endpoints: HashMap<ObjectKey, Arc<Endpoints>>,
+    endpoints: HashMap<ObjectKey, Arc<StoredEndpoints>>,
     triggers: HashMap<ObjectKey, DateTime<Utc>>,
     expectations: Expectations,
+    /// Shared node, zone and namespace names of the slices' endpoints.
+    interner: Interner,
     /// Change times are recorded only once the first full view exists: before that every Service
     /// is synced anyway, and no single change caused it.
     record_triggers: bool,
@@ -131,6 +167,7 @@ impl Cache {
             endpoints: HashMap::new(),
             triggers: HashMap::new(),
             expectations: Expectations::new(expectation_timeout),
+            interner: Interner::default(),
             record_triggers: false,
         }
     }
@@ -183,13 +220,8 @@ impl Cache {
         }
     }
 
-    pub(crate) fn apply_service(
-        &mut self,
-        mut service: Service,
-        at: DateTime<Utc>,
-    ) -> Vec<ObjectKey> {
-        service.metadata.managed_fields = None;
-        service.status = None;
+    pub(crate) fn apply_service(&mut self, service: Service, at: DateTime<Utc>) -> Vec<ObjectKey> {
+        let service = slim_service(service);
         let key = ObjectKey::of(&service.metadata);
         let changed = match self.services.get(&key) {
             Some(old) if same_for_endpoints(old, &service) => false,
@@ -238,7 +270,11 @@ impl Cache {
     }
 
     /// Services whose selector matches `labels` in `namespace`.
-    fn services_selecting(&self, namespace: &str, labels: &[(String, String)]) -> Vec<ObjectKey> {
+    fn services_selecting(
+        &self,
+        namespace: &str,
+        labels: &[(Arc<str>, Arc<str>)],
+    ) -> Vec<ObjectKey> {
         let mut out = Vec::new();
         for (k, v) in labels {
             let Some(candidates) = self.services_by_label.get(&label_key(namespace, k, v)) else {
@@ -261,7 +297,7 @@ impl Cache {
     // ---- Pods -----------------------------------------------------------------------------
 
     fn index_pod(&mut self, id: u32, facts: &PodFacts, add: bool) {
-        for (k, v) in &facts.labels {
+        for (k, v) in facts.labels.iter() {
             let label = label_key(&facts.namespace, k, v);
             if add {
                 self.pods_by_label.entry(label).or_default().insert(id);
@@ -283,7 +319,7 @@ impl Cache {
     }
 
     fn insert_pod(&mut self, facts: PodFacts) {
-        let key = ObjectKey::new(facts.namespace.clone(), facts.name.clone());
+        let key = ObjectKey::new(&*facts.namespace, &*facts.name);
         let id = match self.free_pod_ids.pop() {
             Some(id) => id,
             None => {
@@ -301,7 +337,7 @@ impl Cache {
 
     /// The Services of the old and the new labels: a pod that stops matching leaves them.
     pub(crate) fn apply_pod(&mut self, facts: PodFacts, at: DateTime<Utc>) -> Vec<ObjectKey> {
-        let key = ObjectKey::new(facts.namespace.clone(), facts.name.clone());
+        let key = ObjectKey::new(&*facts.namespace, &*facts.name);
         let unchanged = self
             .pod_ids
             .get(&key)
@@ -337,6 +373,9 @@ impl Cache {
         self.free_pod_ids.clear();
         self.pod_ids.clear();
         self.pods_by_label.clear();
+        // Exactly the listed pods: doubling as they come would leave up to half the slab unused.
+        self.pods.shrink_to_fit();
+        self.pods.reserve_exact(pods.len());
         for facts in pods {
             self.insert_pod(facts);
         }
@@ -414,9 +453,9 @@ impl Cache {
 
     // ---- EndpointSlices (berth's own, as the watch selects) -------------------------------
 
-    /// Whether berth manages `slice`; the watch cannot select on the label (its value is no valid
-    /// label value for a selector), so the cache filters.
-    pub(crate) fn is_berth_slice(slice: &EndpointSlice) -> bool {
+    /// Whether berth manages `slice`. The watch selects only berth's slices; the cache checks
+    /// again, so that it never plans with a slice it does not own whatever feeds it.
+    fn is_berth_slice(slice: &EndpointSlice) -> bool {
         slice
             .metadata
             .labels
@@ -440,7 +479,7 @@ impl Cache {
     fn forget_slice(&mut self, slice_key: &ObjectKey) -> Option<ObjectKey> {
         let service = self.slice_service.remove(slice_key)?;
         if let Some(slices) = self.slices.get_mut(&service) {
-            slices.remove(&slice_key.name);
+            slices.retain(|s| s.metadata.name() != slice_key.name);
             if slices.is_empty() {
                 self.slices.remove(&service);
             }
@@ -450,8 +489,7 @@ impl Cache {
 
     /// The Service the slice belongs to (and the one it left, if relabelled or handed to another
     /// manager), unless the event only shows the controller's own write.
-    pub(crate) fn apply_slice(&mut self, mut slice: EndpointSlice) -> Vec<ObjectKey> {
-        slice.metadata.managed_fields = None;
+    pub(crate) fn apply_slice(&mut self, slice: EndpointSlice) -> Vec<ObjectKey> {
         let slice_key = ObjectKey::of(&slice.metadata);
         let previous = self.forget_slice(&slice_key);
         let service = Self::service_of_slice(&slice);
@@ -468,10 +506,10 @@ impl Cache {
             }
             self.slice_service
                 .insert(slice_key.clone(), service.clone());
-            self.slices
-                .entry(service.clone())
-                .or_default()
-                .insert(slice_key.name.clone(), Arc::new(slice));
+            let slices = self.slices.entry(service.clone()).or_default();
+            slices.push(StoredSlice::new(slice, &mut self.interner));
+            // A first push reserves room for four; most Services have one slice.
+            slices.shrink_to_fit();
         }
         if let Some(previous) = previous.filter(|p| Some(p) != service.as_ref()) {
             keys.push(previous);
@@ -508,15 +546,15 @@ impl Cache {
 
     /// Endpoints changed by someone else bring back their Service's content; Endpoints without a
     /// Service are not berth's business.
-    pub(crate) fn apply_endpoints(&mut self, mut endpoints: Endpoints) -> Vec<ObjectKey> {
-        endpoints.metadata.managed_fields = None;
+    pub(crate) fn apply_endpoints(&mut self, endpoints: Endpoints) -> Vec<ObjectKey> {
         let key = ObjectKey::of(&endpoints.metadata);
         let seen = self.expectations.observe(
             &key,
             &Target::Endpoints,
             endpoints.metadata.resource_version.as_deref(),
         );
-        self.endpoints.insert(key.clone(), Arc::new(endpoints));
+        self.endpoints
+            .insert(key.clone(), Arc::new(StoredEndpoints::from(endpoints)));
         if seen == Seen::Other && self.services.contains_key(&key) {
             vec![key]
         } else {
@@ -559,12 +597,12 @@ impl Cache {
             Target::Endpoints => self
                 .endpoints
                 .get(service)
-                .map(|e| e.metadata.resource_version.as_deref()),
+                .map(|e| e.metadata.resource_version()),
             Target::Slice(name) => self
                 .slices
                 .get(service)
-                .and_then(|s| s.get(name))
-                .map(|s| s.metadata.resource_version.as_deref()),
+                .and_then(|s| s.iter().find(|s| s.metadata.name() == name))
+                .map(|s| s.metadata.resource_version()),
         };
         self.expectations
             .expect(service, target, resource_version, deleted, cached, now);
@@ -585,7 +623,7 @@ impl Cache {
         let slices = self
             .slices
             .get(key)
-            .map(|s| s.values().map(|s| EndpointSlice::clone(s)).collect())
+            .map(|s| s.iter().map(StoredSlice::to_slice).collect())
             .unwrap_or_default();
         Inputs {
             service,

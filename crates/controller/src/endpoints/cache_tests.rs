@@ -1,6 +1,7 @@
 use super::*;
+use crate::endpoints::intern::Interner;
+use crate::endpoints::slim_pod::SlimPod;
 use chrono::TimeZone;
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 fn at(second: u32) -> DateTime<Utc> {
@@ -18,14 +19,14 @@ fn mk_service(ns: &str, name: &str, selector: serde_json::Value) -> Service {
 }
 
 fn mk_pod(ns: &str, name: &str, labels: serde_json::Value, ready: bool) -> PodFacts {
-    let pod: Pod = serde_json::from_value(json!({
+    let pod: SlimPod = serde_json::from_value(json!({
         "metadata": {"namespace": ns, "name": name, "labels": labels},
         "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
         "status": {"podIP": "10.244.0.1",
                    "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
     }))
     .unwrap();
-    PodFacts::from_pod(&pod)
+    PodFacts::from_pod(&pod, &mut Interner::default())
 }
 
 fn mk_node(name: &str, zone: Option<&str>) -> Node {

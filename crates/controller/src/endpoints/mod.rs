@@ -10,9 +10,12 @@
 mod apply;
 mod cache;
 mod error;
+mod intern;
 mod metrics;
 mod pod_facts;
 mod queue;
+mod slim_pod;
+mod stored;
 mod sync;
 mod tracker;
 
@@ -20,10 +23,10 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use berth_endpoints::SliceConfig;
+use berth_endpoints::{SliceConfig, LABEL_MANAGED_BY, MANAGED_BY_BERTH};
 use chrono::Utc;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -38,9 +41,11 @@ pub use error::{Error, ErrorCategory};
 
 use apply::Applier;
 use cache::{Cache, ObjectKey};
+use intern::Interner;
 use metrics::Metrics;
 use pod_facts::PodFacts;
 use queue::{Outcome, WorkQueue};
+use slim_pod::SlimPod;
 
 /// How the endpoints controller works; every value is already valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,15 +217,18 @@ impl EndpointsController {
             &shared,
             &stop,
             "Pod",
-            Api::<Pod>::all(client.clone()),
+            Api::<SlimPod>::all(client.clone()),
             all(),
-            |pod: Pod| Some(PodFacts::from_pod(&pod)),
+            {
+                let mut interner = Interner::default();
+                move |pod: SlimPod| Some(PodFacts::from_pod(&pod, &mut interner))
+            },
             |cache, change| {
                 let now = Utc::now();
                 match change {
                     Change::Apply(p) => cache.apply_pod(p, now),
                     Change::Delete(p) => {
-                        cache.delete_pod(&ObjectKey::new(p.namespace, p.name), now)
+                        cache.delete_pod(&ObjectKey::new(&*p.namespace, &*p.name), now)
                     }
                     Change::Reset(all) => cache.reset_pods(all),
                 }
@@ -246,17 +254,10 @@ impl EndpointsController {
             &stop,
             "EndpointSlice",
             Api::<EndpointSlice>::all(client.clone()),
-            all(),
-            |mut slice: EndpointSlice| {
-                if !Cache::is_berth_slice(&slice) {
-                    // Only its name and labels matter: they say it is not (or no longer) ours.
-                    slice.endpoints = Vec::new();
-                    slice.ports = None;
-                    slice.metadata.managed_fields = None;
-                    slice.metadata.annotations = None;
-                }
-                Some(slice)
-            },
+            // Only berth's slices: other managers' would cost memory for nothing. A slice
+            // relabelled away from berth arrives as a delete.
+            all().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_BERTH}")),
+            Some,
             |cache, change| match change {
                 Change::Apply(s) => cache.apply_slice(s),
                 Change::Delete(s) => cache.delete_slice(&s),
@@ -344,7 +345,7 @@ fn spawn_watch<K, S>(
     kind: &'static str,
     api: Api<K>,
     config: watcher::Config,
-    slim: impl Fn(K) -> Option<S> + Send + 'static,
+    slim: impl FnMut(K) -> Option<S> + Send + 'static,
     apply: impl Fn(&mut Cache, Change<S>) -> Vec<ObjectKey> + Send + 'static,
 ) -> oneshot::Receiver<()>
 where
@@ -368,7 +369,7 @@ async fn feed<K, S>(
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     kind: &'static str,
     shared: &Shared,
-    slim: impl Fn(K) -> Option<S>,
+    mut slim: impl FnMut(K) -> Option<S>,
     apply: impl Fn(&mut Cache, Change<S>) -> Vec<ObjectKey>,
     synced: oneshot::Sender<()>,
 ) -> Result<(), Error> {

@@ -2,53 +2,70 @@
 //! are the largest thing the controller caches, and most of a Pod (container specs, statuses,
 //! managed fields) never reaches an Endpoints object.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use super::intern::Interner;
+use super::slim_pod::{SlimContainer, SlimPod};
+use super::stored::{Address, Uid};
 
 const SIDECAR_RESTART_POLICY: &str = "Always";
 
 /// A named container port; unnamed ports cannot be a Service's `targetPort` and are dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct NamedPort {
-    name: String,
+    name: Arc<str>,
     number: i32,
-    protocol: Option<String>,
+    protocol: Option<Arc<str>>,
 }
 
 /// Everything `berth-endpoints` reads from a Pod. Two pods with equal facts give equal endpoints,
 /// so a change that leaves the facts equal (a restart count, an unrelated condition) needs no sync.
+/// Strings that repeat across pods are shared through an [`Interner`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PodFacts {
-    pub(crate) namespace: String,
-    pub(crate) name: String,
+    pub(crate) namespace: Arc<str>,
+    pub(crate) name: Box<str>,
     /// Sorted by key: a pod has few labels, and a map would cost a node of eleven pairs.
-    pub(crate) labels: Vec<(String, String)>,
-    uid: Option<String>,
-    deletion_timestamp: Option<Time>,
-    node_name: Option<String>,
-    hostname: Option<String>,
-    subdomain: Option<String>,
-    phase: Option<String>,
-    pod_ip: Option<String>,
-    pod_ips: Vec<String>,
+    pub(crate) labels: Box<[(Arc<str>, Arc<str>)]>,
+    uid: Option<Uid>,
+    node_name: Option<Arc<str>>,
+    phase: Option<Arc<str>>,
+    pod_ip: Option<Address>,
+    pod_ips: Box<[Address]>,
     /// The Ready condition's status, as reported.
-    ready: Option<String>,
+    ready: Option<Arc<str>>,
     /// Ports of regular containers, in container order.
-    ports: Vec<NamedPort>,
-    /// Ports of sidecars (init containers with `restartPolicy: Always`), in order.
-    sidecar_ports: Vec<NamedPort>,
+    ports: Box<[NamedPort]>,
+    /// What most pods leave unset, so that it costs one pointer when unset.
+    rare: Option<Box<RareFacts>>,
 }
 
-fn named_ports<'c>(containers: impl Iterator<Item = &'c Container>) -> Vec<NamedPort> {
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct RareFacts {
+    deletion_timestamp: Option<Time>,
+    hostname: Option<Box<str>>,
+    subdomain: Option<Box<str>>,
+    /// Ports of sidecars (init containers with `restartPolicy: Always`), in order.
+    sidecar_ports: Box<[NamedPort]>,
+}
+
+fn named_ports<'c>(
+    containers: impl Iterator<Item = &'c SlimContainer>,
+    interner: &mut Interner,
+) -> Box<[NamedPort]> {
     containers
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
+            let name = p.name.as_deref().filter(|n| !n.is_empty())?;
             Some(NamedPort {
-                name: p.name.clone().filter(|n| !n.is_empty())?,
+                name: interner.intern(name),
                 number: p.container_port,
-                protocol: p.protocol.clone(),
+                protocol: p.protocol.as_deref().map(|s| interner.intern(s)),
             })
         })
         .collect()
@@ -62,9 +79,9 @@ fn container(name: &str, ports: &[NamedPort], restart_policy: Option<&str>) -> C
             ports
                 .iter()
                 .map(|p| ContainerPort {
-                    name: Some(p.name.clone()),
+                    name: Some(p.name.to_string()),
                     container_port: p.number,
-                    protocol: p.protocol.clone(),
+                    protocol: p.protocol.as_deref().map(str::to_owned),
                     ..ContainerPort::default()
                 })
                 .collect(),
@@ -73,8 +90,16 @@ fn container(name: &str, ports: &[NamedPort], restart_policy: Option<&str>) -> C
     }
 }
 
+fn boxed(s: Option<&String>) -> Option<Box<str>> {
+    s.map(|s| Box::from(s.as_str()))
+}
+
+fn text<S: AsRef<str> + ?Sized>(s: Option<&S>) -> Option<String> {
+    s.map(|s| s.as_ref().to_owned())
+}
+
 impl PodFacts {
-    pub(crate) fn from_pod(pod: &Pod) -> Self {
+    pub(crate) fn from_pod(pod: &SlimPod, interner: &mut Interner) -> Self {
         let meta = &pod.metadata;
         let spec = pod.spec.as_ref();
         let status = pod.status.as_ref();
@@ -83,83 +108,98 @@ impl PodFacts {
             .into_iter()
             .flatten()
             .filter(|c| c.restart_policy.as_deref() == Some(SIDECAR_RESTART_POLICY));
+        let containers = spec
+            .and_then(|s| s.containers.as_ref())
+            .into_iter()
+            .flatten();
+        let mut shared = |s: Option<&String>| s.map(|s| interner.intern(s));
         PodFacts {
-            namespace: meta
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".to_owned()),
-            name: meta.name.clone().unwrap_or_default(),
+            namespace: shared(meta.namespace.as_ref()).unwrap_or_else(|| Arc::from("default")),
+            name: boxed(meta.name.as_ref()).unwrap_or_default(),
+            uid: meta.uid.as_deref().map(Uid::new),
+            node_name: shared(spec.and_then(|s| s.node_name.as_ref())),
+            phase: shared(status.and_then(|s| s.phase.as_ref())),
+            pod_ip: status
+                .and_then(|s| s.pod_ip.as_ref())
+                .map(|ip| Address::new(ip)),
+            pod_ips: status
+                .and_then(|s| s.pod_ips.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|p| Address::new(&p.ip))
+                .collect(),
+            ready: shared(
+                status
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c.type_ == "Ready")
+                    .map(|c| &c.status),
+            ),
             // From a BTreeMap, so already sorted.
             labels: meta
                 .labels
                 .iter()
                 .flatten()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (interner.intern(k), interner.intern(v)))
                 .collect(),
-            uid: meta.uid.clone(),
-            deletion_timestamp: meta.deletion_timestamp.clone(),
-            node_name: spec.and_then(|s| s.node_name.clone()),
-            hostname: spec.and_then(|s| s.hostname.clone()),
-            subdomain: spec.and_then(|s| s.subdomain.clone()),
-            phase: status.and_then(|s| s.phase.clone()),
-            pod_ip: status.and_then(|s| s.pod_ip.clone()),
-            pod_ips: status
-                .and_then(|s| s.pod_ips.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|p| p.ip.clone())
-                .collect(),
-            ready: status
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .find(|c| c.type_ == "Ready")
-                .map(|c| c.status.clone()),
-            ports: named_ports(spec.map(|s| s.containers.iter()).into_iter().flatten()),
-            sidecar_ports: named_ports(sidecars),
+            ports: named_ports(containers, interner),
+            rare: Some(Box::new(RareFacts {
+                deletion_timestamp: meta.deletion_timestamp.clone(),
+                hostname: boxed(spec.and_then(|s| s.hostname.as_ref())),
+                subdomain: boxed(spec.and_then(|s| s.subdomain.as_ref())),
+                sidecar_ports: named_ports(sidecars, interner),
+            }))
+            .filter(|r| **r != RareFacts::default()),
         }
     }
 
     /// A Pod that carries exactly these facts, for the pure endpoint builders.
     pub(crate) fn to_pod(&self) -> Pod {
+        let rare = self.rare.as_deref().cloned().unwrap_or_default();
         let mut init_containers = Vec::new();
-        if !self.sidecar_ports.is_empty() {
+        if !rare.sidecar_ports.is_empty() {
             init_containers.push(container(
                 "sidecars",
-                &self.sidecar_ports,
+                &rare.sidecar_ports,
                 Some(SIDECAR_RESTART_POLICY),
             ));
         }
         Pod {
             metadata: ObjectMeta {
-                namespace: Some(self.namespace.clone()),
-                name: Some(self.name.clone()),
-                labels: Some(self.labels.iter().cloned().collect()),
-                uid: self.uid.clone(),
-                deletion_timestamp: self.deletion_timestamp.clone(),
+                namespace: Some(self.namespace.to_string()),
+                name: Some(self.name.to_string()),
+                labels: Some(
+                    self.labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                uid: self.uid.as_ref().map(Uid::text),
+                deletion_timestamp: rare.deletion_timestamp,
                 ..ObjectMeta::default()
             },
             spec: Some(PodSpec {
                 containers: vec![container("containers", &self.ports, None)],
                 init_containers: Some(init_containers),
-                node_name: self.node_name.clone(),
-                hostname: self.hostname.clone(),
-                subdomain: self.subdomain.clone(),
+                node_name: text(self.node_name.as_deref()),
+                hostname: text(rare.hostname.as_deref()),
+                subdomain: text(rare.subdomain.as_deref()),
                 ..PodSpec::default()
             }),
             status: Some(PodStatus {
-                phase: self.phase.clone(),
-                pod_ip: self.pod_ip.clone(),
+                phase: text(self.phase.as_deref()),
+                pod_ip: self.pod_ip.as_ref().map(Address::text),
                 pod_ips: Some(
                     self.pod_ips
                         .iter()
-                        .map(|ip| PodIP { ip: ip.clone() })
+                        .map(|ip| PodIP { ip: ip.text() })
                         .collect(),
                 ),
                 conditions: self.ready.as_ref().map(|status| {
                     vec![PodCondition {
                         type_: "Ready".to_owned(),
-                        status: status.clone(),
+                        status: status.to_string(),
                         ..PodCondition::default()
                     }]
                 }),
@@ -175,6 +215,12 @@ mod tests {
     use berth_endpoints::{build_endpoints, compute_desired_slices, NodeZones};
     use k8s_openapi::api::core::v1::Service;
     use serde_json::json;
+
+    /// The facts of `pod` as decoded from its JSON, the way the watch gets them.
+    fn facts(pod: &Pod) -> PodFacts {
+        let slim: SlimPod = serde_json::from_value(serde_json::to_value(pod).unwrap()).unwrap();
+        PodFacts::from_pod(&slim, &mut Interner::default())
+    }
 
     fn mk_pod(value: serde_json::Value) -> Pod {
         serde_json::from_value(value).unwrap()
@@ -248,10 +294,7 @@ mod tests {
     #[test]
     fn facts_give_the_same_endpoints_and_slices_as_the_pod() {
         let pods = fixtures();
-        let slim: Vec<Pod> = pods
-            .iter()
-            .map(|p| PodFacts::from_pod(p).to_pod())
-            .collect();
+        let slim: Vec<Pod> = pods.iter().map(|p| facts(p).to_pod()).collect();
         let mut nodes = NodeZones::new();
         nodes.insert("n1", Some("z1".to_owned()));
         nodes.insert("n2", None);
@@ -281,7 +324,7 @@ mod tests {
         if let Some(status) = changed.status.as_mut() {
             status.container_statuses = None;
         }
-        assert_eq!(PodFacts::from_pod(&pod), PodFacts::from_pod(&changed));
+        assert_eq!(facts(&pod), facts(&changed));
 
         let mut unready = pod.clone();
         if let Some(c) = unready
@@ -292,6 +335,6 @@ mod tests {
         {
             c.status = "False".to_owned();
         }
-        assert_ne!(PodFacts::from_pod(&pod), PodFacts::from_pod(&unready));
+        assert_ne!(facts(&pod), facts(&unready));
     }
 }

@@ -5,14 +5,15 @@ use std::collections::BTreeMap;
 
 use berth_api::names::annotation::ENDPOINTS_LAST_CHANGE_TRIGGER_TIME;
 use berth_endpoints::{
-    build_endpoints, compute_desired_slices, endpoints_need_update, plan_endpoint_slices,
-    EndpointsError, SliceConfig, SlicePlan, ANNOTATION_OVER_CAPACITY,
+    build_endpoints, compute_desired_slices, plan_endpoint_slices, EndpointsError, SliceConfig,
+    SlicePlan, ANNOTATION_OVER_CAPACITY,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::cache::Inputs;
+use super::stored::StoredEndpoints;
 
 /// What to do with the Service's Endpoints object.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,7 +62,7 @@ fn set_trigger(annotations: &mut Option<BTreeMap<String, String>>, trigger: Opti
 }
 
 fn plan_endpoints(
-    existing: Option<&Endpoints>,
+    existing: Option<&StoredEndpoints>,
     desired: Endpoints,
     trigger: Option<DateTime<Utc>>,
 ) -> Option<EndpointsWrite> {
@@ -70,11 +71,13 @@ fn plan_endpoints(
         set_trigger(&mut created.metadata.annotations, trigger);
         return Some(EndpointsWrite::Create(created));
     };
-    if !endpoints_need_update(existing, &desired) {
+    if !existing.needs_update(&desired) {
         return None;
     }
-    let mut replaced = existing.clone();
-    replaced.metadata.managed_fields = None;
+    let mut replaced = Endpoints {
+        metadata: existing.metadata.to_meta(),
+        subsets: None,
+    };
     replaced.metadata.labels = desired.metadata.labels;
     // Other writers' annotations stay; the two berth owns follow the desired object.
     let mut annotations = replaced.metadata.annotations.take().unwrap_or_default();

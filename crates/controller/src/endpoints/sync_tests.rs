@@ -109,7 +109,7 @@ fn a_sync_of_what_is_already_stored_writes_nothing() {
     let inputs = mk_inputs(Some(mk_service(json!({"app": "web"}))), pods.clone());
     let (endpoints, slices) = stored(&plan_sync(&inputs, &SliceConfig::default()));
     let mut again = mk_inputs(Some(mk_service(json!({"app": "web"}))), pods);
-    again.endpoints = Some(Arc::new(endpoints));
+    again.endpoints = Some(Arc::new(StoredEndpoints::from(endpoints)));
     again.slices = slices;
     // A trigger alone (a change that changed nothing) is no reason to write.
     again.trigger = Some(trigger());
@@ -134,7 +134,7 @@ fn a_changed_service_keeps_other_annotations_and_drops_a_stale_trigger() {
         Some(mk_service(json!({"app": "web"}))),
         vec![mk_pod("a", "10.244.0.1"), mk_pod("b", "10.244.0.2")],
     );
-    next.endpoints = Some(Arc::new(endpoints));
+    next.endpoints = Some(Arc::new(StoredEndpoints::from(endpoints)));
     next.slices = slices;
     let writes = plan_sync(&next, &SliceConfig::default());
     let Some(EndpointsWrite::Replace(replaced)) = &writes.endpoints else {
@@ -157,7 +157,7 @@ fn a_deleted_service_loses_its_endpoints_and_slices() {
     );
     let (endpoints, slices) = stored(&plan_sync(&inputs, &SliceConfig::default()));
     let mut gone = mk_inputs(None, Vec::new());
-    gone.endpoints = Some(Arc::new(endpoints));
+    gone.endpoints = Some(Arc::new(StoredEndpoints::from(endpoints)));
     gone.slices = slices;
     let writes = plan_sync(&gone, &SliceConfig::default());
     assert_eq!(writes.endpoints, Some(EndpointsWrite::Delete));
@@ -174,7 +174,7 @@ fn a_service_without_selector_keeps_its_endpoints_but_not_berth_slices() {
     );
     let (endpoints, slices) = stored(&plan_sync(&inputs, &SliceConfig::default()));
     let mut manual = mk_inputs(Some(mk_service(json!(null))), Vec::new());
-    manual.endpoints = Some(Arc::new(endpoints));
+    manual.endpoints = Some(Arc::new(StoredEndpoints::from(endpoints)));
     manual.slices = slices;
     let writes = plan_sync(&manual, &SliceConfig::default());
     assert_eq!(writes.endpoints, None);

@@ -43,6 +43,26 @@ impl Change {
     pub fn json_as(&self, api_version: &str) -> std::borrow::Cow<'_, str> {
         super::store::text_as(&self.object, &self.json, api_version)
     }
+
+    /// The object's JSON text as a watcher that sees this change as `seen` gets it. An update that
+    /// takes an object out of a watcher's selection reaches it as DELETED carrying the object as it
+    /// last matched, at this change's resourceVersion, as the apiserver's watch cache sends it.
+    pub fn text_seen_as(&self, seen: EventType, api_version: &str) -> std::borrow::Cow<'_, str> {
+        match (self.kind, seen, self.old.as_deref()) {
+            (EventType::Modified, EventType::Deleted, Some(old)) => {
+                let mut last = old.clone();
+                last["apiVersion"] = Value::String(api_version.to_owned());
+                if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert(
+                        "resourceVersion".to_owned(),
+                        Value::String(self.rv.to_string()),
+                    );
+                }
+                std::borrow::Cow::Owned(last.to_string())
+            }
+            _ => self.json_as(api_version),
+        }
+    }
 }
 
 /// What one watcher should see of a change, given whether the old and new object match its filter.
@@ -162,6 +182,28 @@ mod tests {
         h.compact(4);
         assert!(h.since(3).is_err());
         assert!(h.since(4).unwrap().is_empty());
+    }
+
+    #[test]
+    fn leaving_the_selection_shows_the_last_matching_object_at_the_new_version() {
+        let object = json!({"apiVersion": "v1", "metadata": {"resourceVersion": "7", "labels": {"app": "db"}}});
+        let old = json!({"apiVersion": "v1", "metadata": {"resourceVersion": "6", "labels": {"app": "web"}}});
+        let change = Change {
+            rv: 7,
+            storage_key: "/pods".into(),
+            namespace: "default".into(),
+            kind: EventType::Modified,
+            json: Arc::from(object.to_string()),
+            object: Arc::new(object.clone()),
+            old: Some(Arc::new(old)),
+        };
+        let left: Value =
+            serde_json::from_str(&change.text_seen_as(EventType::Deleted, "v1")).unwrap();
+        assert_eq!(left["metadata"]["labels"]["app"], "web");
+        assert_eq!(left["metadata"]["resourceVersion"], "7");
+        let seen: Value =
+            serde_json::from_str(&change.text_seen_as(EventType::Modified, "v1")).unwrap();
+        assert_eq!(seen, object);
     }
 
     #[test]

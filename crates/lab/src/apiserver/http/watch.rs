@@ -179,7 +179,7 @@ async fn run(
                 continue;
             }
             if let Some(kind) = project(change, |o| q.matches(o)) {
-                let line = event_line_text(kind.as_str(), &change.json_as(&api_version));
+                let line = event_line_text(kind.as_str(), &change.text_seen_as(kind, &api_version));
                 if tx.send(Ok(line)).await.is_err() {
                     return;
                 }
