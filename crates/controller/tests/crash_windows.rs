@@ -1,6 +1,6 @@
 //! Windows in which a crash (or a failed write) used to leave two Services naming one address:
 //! an address must stay held while the status of a Service that no longer needs it still
-//! names it.
+//! names it, and a node port while its spec does.
 //!
 //! Address plan: service CIDR 10.96.0.0/16, node ports 30000-32767, one pool of one address,
 //! 198.18.0.10.
