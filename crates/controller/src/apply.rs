@@ -24,7 +24,8 @@ use crate::metrics::Metrics;
 use crate::plan::{Allocation, SpecFill};
 use crate::provider::{LbRequest, Provider};
 
-/// The merge patch that fills empty spec fields, or `None` when there is nothing to fill.
+/// The merge patch that fills empty spec fields and drops unused node ports, or `None` when
+/// there is nothing to write.
 pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
     if fill.is_empty() {
         return None;
@@ -44,7 +45,7 @@ pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
     if let Some(policy) = fill.ip_family_policy {
         spec.insert("ipFamilyPolicy".into(), json!(policy.as_str()));
     }
-    if fill.node_ports.iter().any(Option::is_some) {
+    if fill.node_ports.iter().any(Option::is_some) || fill.drop_node_ports {
         // A merge patch replaces the whole list, so every entry is sent as read, with only
         // the empty nodePorts filled in.
         let ports = svc
@@ -55,8 +56,12 @@ pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
         let mut out = Vec::with_capacity(ports.len());
         for (i, p) in ports.iter().enumerate() {
             let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
-            if let (Some(Some(n)), Some(map)) = (fill.node_ports.get(i), v.as_object_mut()) {
-                map.insert("nodePort".into(), json!(n));
+            if let Some(map) = v.as_object_mut() {
+                if fill.drop_node_ports {
+                    map.remove("nodePort");
+                } else if let Some(Some(n)) = fill.node_ports.get(i) {
+                    map.insert("nodePort".into(), json!(n));
+                }
             }
             out.push(v);
         }
@@ -64,6 +69,9 @@ pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
     }
     if let Some(hc) = fill.health_check_node_port {
         spec.insert("healthCheckNodePort".into(), json!(hc));
+    } else if fill.drop_health_check_node_port {
+        // null removes the field in a merge patch.
+        spec.insert("healthCheckNodePort".into(), Value::Null);
     }
     Some(json!({
         "metadata": {"resourceVersion": svc.metadata.resource_version},
@@ -477,6 +485,31 @@ mod tests {
         assert_eq!(p["spec"]["ports"][0]["nodePort"], 30080);
         assert_eq!(p["spec"]["ports"][1]["nodePort"], 31000);
         assert!(build_spec_patch(&svc, &SpecFill::default()).is_none());
+    }
+
+    #[test]
+    fn spec_patch_drops_node_ports_a_type_change_left_unused() {
+        let svc = mk_svc(json!({"metadata": {"name": "a", "resourceVersion": "7"},
+            "spec": {"type": "ClusterIP", "healthCheckNodePort": 30090,
+                     "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}, {"port": 53, "protocol": "UDP"}]}}));
+        let fill = SpecFill {
+            drop_node_ports: true,
+            drop_health_check_node_port: true,
+            ..SpecFill::default()
+        };
+        assert!(!fill.is_empty());
+        let p = build_spec_patch(&svc, &fill).unwrap();
+        assert_eq!(p["metadata"]["resourceVersion"], "7");
+        // Present as null (a merge patch's removal), not merely absent.
+        assert!(p["spec"]["healthCheckNodePort"].is_null());
+        assert!(p["spec"]
+            .as_object()
+            .unwrap()
+            .contains_key("healthCheckNodePort"));
+        let ports = p["spec"]["ports"].as_array().unwrap();
+        assert_eq!(ports.len(), 2);
+        assert!(ports.iter().all(|e| e.get("nodePort").is_none()));
+        assert_eq!(ports[1]["protocol"], "UDP");
     }
 
     #[test]

@@ -47,6 +47,24 @@ pub enum LbClass {
     Foreign,
 }
 
+/// Node ports named by a Service's spec that its type does not use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StaleNodePorts {
+    pub health_check: Option<u16>,
+    /// `spec.ports[].nodePort` values, in order.
+    pub ports: Vec<u16>,
+}
+
+impl StaleNodePorts {
+    pub fn is_empty(&self) -> bool {
+        self.health_check.is_none() && self.ports.is_empty()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = u16> + '_ {
+        self.ports.iter().copied().chain(self.health_check)
+    }
+}
+
 /// Everything allocation needs from one Service.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServiceFacts {
@@ -63,6 +81,11 @@ pub struct ServiceFacts {
     pub cluster_ips_unset: bool,
     /// Node-port needs; empty `ports` for ClusterIP and ExternalName Services.
     pub node_ports: NodePortRequest,
+    /// Node ports the spec still names that its type no longer uses (`healthCheckNodePort`
+    /// once not LoadBalancer with Local policy, `ports[].nodePort` once ClusterIP or
+    /// ExternalName): a type change on a real cluster drops them from the spec, and until
+    /// berth's write dropping them lands they stay held (see `plan_service`).
+    pub stale_node_ports: StaleNodePorts,
     pub lb_class: LbClass,
     /// What the LoadBalancer allocator needs (namespace labels are added by the caller).
     pub lb_view: ServiceView,
@@ -150,6 +173,20 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
             }),
         },
     );
+    let stale_node_ports = StaleNodePorts {
+        health_check: if health_check.is_none() {
+            spec.health_check_node_port
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|n| *n > 0)
+        } else {
+            None
+        },
+        ports: if wants_node_ports {
+            Vec::new()
+        } else {
+            port_specs.iter().filter_map(|p| p.node_port).collect()
+        },
+    };
     let node_ports = NodePortRequest {
         ports: if wants_node_ports {
             port_specs
@@ -227,6 +264,7 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         families_unset,
         cluster_ips_unset: spec.cluster_ips.as_ref().is_none_or(Vec::is_empty),
         node_ports,
+        stale_node_ports,
         lb_class,
         lb_view,
         ingress_ips,

@@ -48,7 +48,8 @@ impl Allocators {
     }
 }
 
-/// Values for spec fields that are empty on the Service; berth never changes a set value.
+/// Values for spec fields that are empty on the Service; berth never changes a set value,
+/// except to drop node ports a type change left unused, as the API server does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SpecFill {
     /// The full `spec.clusterIPs` (the set ones first, unchanged); `spec.clusterIP` is the first.
@@ -58,6 +59,10 @@ pub struct SpecFill {
     /// Per `spec.ports` index: a node port for an entry that has none.
     pub node_ports: Vec<Option<u16>>,
     pub health_check_node_port: Option<u16>,
+    /// Drop `spec.healthCheckNodePort`: the type no longer uses it.
+    pub drop_health_check_node_port: bool,
+    /// Drop every `spec.ports[].nodePort`: the type no longer uses them.
+    pub drop_node_ports: bool,
 }
 
 impl SpecFill {
@@ -67,6 +72,8 @@ impl SpecFill {
             && self.ip_family_policy.is_none()
             && self.node_ports.iter().all(Option::is_none)
             && self.health_check_node_port.is_none()
+            && !self.drop_health_check_node_port
+            && !self.drop_node_ports
     }
 }
 
@@ -144,6 +151,7 @@ pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels
     if f.type_ == ServiceType::ExternalName {
         let had_lb = !alloc.lb.ips_of(owner).is_empty();
         alloc.release_all(owner);
+        hold_stale_node_ports(alloc, f, &mut out.fill);
         out.ingress = clear_ingress(alloc, f, had_lb);
         out.result = None;
         return out;
@@ -244,6 +252,7 @@ fn plan_node_port_stage(
     let req = &f.node_ports;
     if req.ports.is_empty() && req.health_check.is_none() {
         alloc.ports.release_owner(&f.key);
+        hold_stale_node_ports(alloc, f, fill);
         return Ok(());
     }
     let got = alloc.ports.assign_service(&f.key, req)?;
@@ -262,12 +271,35 @@ fn plan_node_port_stage(
     if req.health_check == Some(None) {
         fill.health_check_node_port = got.health_check_node_port;
     }
+    hold_stale_node_ports(alloc, f, fill);
     Ok(())
+}
+
+/// Keeps the node ports the spec still names after a type change stopped using them, and
+/// asks for them to be dropped from the spec; they are freed by the first decision that no
+/// longer sees them named. Freed at once, another Service could be given one while this
+/// spec still names it: after a crash the next leader adopts both claims, and a change back
+/// to the old type claims it again, so one of the two Services is refused for good.
+fn hold_stale_node_ports(alloc: &mut Allocators, f: &ServiceFacts, fill: &mut SpecFill) {
+    let stale = &f.stale_node_ports;
+    if stale.is_empty() {
+        return;
+    }
+    for port in stale.all() {
+        // Refused: another Service holds it (adopted before this stale claim, or out of
+        // range); the write below drops it from this spec all the same.
+        let _ = alloc.ports.adopt(&f.key, port);
+    }
+    fill.drop_health_check_node_port = stale.health_check.is_some();
+    fill.drop_node_ports = !stale.ports.is_empty();
 }
 
 /// Records the values existing Services already hold, oldest first (DESIGN.md §3), before
 /// anything is assigned. Returns the refused claims, younger Service first in each pair's
 /// order of discovery; those Services get their condition when they are reconciled.
+///
+/// Node ports still named by a Service whose type no longer uses them are held the same way
+/// (see `hold_stale_node_ports`).
 ///
 /// Addresses still named by a Service that is no longer a LoadBalancer (its status was not
 /// cleared before the last leader stopped) are held too, after every live claim, until the
@@ -302,6 +334,14 @@ pub fn adopt_all<'a>(
             view.namespace_labels = ns_labels.clone();
             if let Err(e) = alloc.lb.adopt(owner, &view, &f.ingress_ips) {
                 refused.push((owner.clone(), e));
+            }
+        }
+    }
+    for (f, _) in &sorted {
+        if f.problems.is_empty() {
+            for port in f.stale_node_ports.all() {
+                // Refused: a live claim holds it, and this stale one is dropped anyway.
+                let _ = alloc.ports.adopt(&f.key, port);
             }
         }
     }

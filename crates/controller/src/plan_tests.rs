@@ -220,8 +220,14 @@ fn type_changes_release_exactly_what_they_should() {
     assert_eq!(out.ingress, Some(vec![]));
     assert!(a.lb.ips_of(&key).is_empty());
     assert_eq!(a.ports.ports_of(&key), vec![port]);
-    // NodePort -> ClusterIP: drops the node port too, keeps the ClusterIP.
-    plan(&mut a, &as_type("ClusterIP"));
+    // NodePort -> ClusterIP: drops the node port too (held until the spec stops naming
+    // it), keeps the ClusterIP.
+    let out = plan(&mut a, &as_type("ClusterIP"));
+    assert!(out.fill.drop_node_ports);
+    assert_eq!(a.ports.ports_of(&key), vec![port]);
+    let mut dropped = as_type("ClusterIP");
+    dropped.stale_node_ports.ports.clear();
+    assert!(!plan(&mut a, &dropped).fill.drop_node_ports);
     assert!(a.ports.ports_of(&key).is_empty());
     assert_eq!(a.cluster.ips_of(&key).len(), 1);
     // ClusterIP -> LoadBalancer: everything again.
@@ -232,7 +238,12 @@ fn type_changes_release_exactly_what_they_should() {
     let out = plan(&mut a, &as_type("ExternalName"));
     assert_eq!(out.result, None);
     assert_eq!(out.ingress, Some(vec![]));
-    assert!(a.cluster.ips_of(&key).is_empty() && a.ports.ports_of(&key).is_empty());
+    assert!(out.fill.drop_node_ports);
+    assert!(a.cluster.ips_of(&key).is_empty());
+    let mut dropped = as_type("ExternalName");
+    dropped.stale_node_ports.ports.clear();
+    plan(&mut a, &dropped);
+    assert!(a.ports.ports_of(&key).is_empty());
 }
 
 #[test]
@@ -416,4 +427,126 @@ fn headless_services_get_families_but_no_address() {
         .cluster
         .ips_of(&ServiceKey::new("default", "h"))
         .is_empty());
+}
+
+fn failure_of(out: &Allocation) -> &Failure {
+    match &out.result {
+        Some(Err(f)) => f,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_health_check_port_left_named_by_a_type_change_stays_held_until_dropped() {
+    let mut a = mk_alloc(false);
+    let lb = mk_facts(
+        "a",
+        json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}),
+    );
+    let hc = plan(&mut a, &lb).fill.health_check_node_port.unwrap();
+    // Changed to NodePort by a merge patch that replaced the ports: the spec still names
+    // the health-check port, as nothing dropped it yet.
+    let changed = mk_facts(
+        "a",
+        json!({"type": "NodePort", "externalTrafficPolicy": "Local", "healthCheckNodePort": hc,
+               "ports": [{"port": 80}, {"port": 81}]}),
+    );
+    assert_eq!(changed.stale_node_ports.health_check, Some(hc));
+    let out = plan(&mut a, &changed);
+    assert_eq!(out.result, Some(Ok(())));
+    assert!(out.fill.drop_health_check_node_port);
+    assert!(!out.fill.drop_node_ports);
+    assert_eq!(a.ports.owner_of(hc), Some(&changed.key));
+    let given: Vec<u16> = out.fill.node_ports.iter().flatten().copied().collect();
+    assert_eq!(given.len(), 2);
+    assert!(!given.contains(&hc));
+
+    // Nobody else gets it meanwhile.
+    let other = mk_facts(
+        "b",
+        json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "healthCheckNodePort": hc,
+               "ports": [{"port": 80}]}),
+    );
+    assert_eq!(
+        failure_of(&plan(&mut a, &other)).reason,
+        reason::PORT_ALREADY_ALLOCATED
+    );
+
+    // The drop landed: the port is free, the node ports stay.
+    let dropped = mk_facts(
+        "a",
+        json!({"type": "NodePort", "externalTrafficPolicy": "Local",
+               "ports": [{"port": 80, "nodePort": given[0]}, {"port": 81, "nodePort": given[1]}]}),
+    );
+    let out = plan(&mut a, &dropped);
+    assert!(!out.fill.drop_health_check_node_port, "{:?}", out.fill);
+    assert!(out.fill.node_ports.iter().all(Option::is_none));
+    assert_eq!(a.ports.owner_of(hc), None);
+    assert_eq!(a.ports.ports_of(&dropped.key).len(), 2);
+    assert_eq!(plan(&mut a, &other).result, Some(Ok(())));
+}
+
+#[test]
+fn node_ports_left_named_by_a_change_to_cluster_ip_stay_held_until_dropped() {
+    let mut a = mk_alloc(false);
+    let changed = mk_facts(
+        "a",
+        json!({"type": "ClusterIP", "ports": [{"port": 80, "nodePort": 30080}, {"port": 53, "protocol": "UDP", "nodePort": 30053}]}),
+    );
+    assert_eq!(changed.stale_node_ports.ports, vec![30080, 30053]);
+    let out = plan(&mut a, &changed);
+    assert!(out.fill.drop_node_ports);
+    assert!(!out.fill.drop_health_check_node_port);
+    assert_eq!(a.ports.ports_of(&changed.key), vec![30053, 30080]);
+    let other = mk_facts(
+        "b",
+        json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}),
+    );
+    assert_eq!(
+        failure_of(&plan(&mut a, &other)).reason,
+        reason::PORT_ALREADY_ALLOCATED
+    );
+    let dropped = mk_facts(
+        "a",
+        json!({"type": "ClusterIP", "ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}),
+    );
+    assert!(!plan(&mut a, &dropped).fill.drop_node_ports);
+    assert!(a.ports.ports_of(&dropped.key).is_empty());
+    assert_eq!(plan(&mut a, &other).result, Some(Ok(())));
+}
+
+#[test]
+fn an_external_name_service_holds_the_node_ports_it_names_until_dropped() {
+    let mut a = mk_alloc(false);
+    let changed = mk_facts(
+        "a",
+        json!({"type": "ExternalName", "externalName": "example.invalid",
+               "ports": [{"port": 80, "nodePort": 30080}], "healthCheckNodePort": 30081}),
+    );
+    let out = plan(&mut a, &changed);
+    assert!(out.fill.drop_node_ports && out.fill.drop_health_check_node_port);
+    assert_eq!(a.ports.ports_of(&changed.key), vec![30080, 30081]);
+}
+
+#[test]
+fn stale_node_ports_are_adopted_after_every_live_claim() {
+    let mut a = mk_alloc(false);
+    let labels = Labels::new();
+    // The older Service was changed to ClusterIP, its node port given to the younger one
+    // (by a leader that freed it too early); the live claim wins, the stale one is dropped.
+    let older = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "old",
+        "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"type": "ClusterIP", "clusterIP": "10.96.1.1", "ports": [{"port": 80, "nodePort": 30080}],
+                 "healthCheckNodePort": 30090}}));
+    let younger = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "young",
+        "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"type": "NodePort", "clusterIP": "10.96.1.2", "ports": [{"port": 80, "nodePort": 30080}]}}));
+    let refused = adopt_all(&mut a, [(&older, &labels), (&younger, &labels)]);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(a.ports.owner_of(30080), Some(&younger.key));
+    // Unclaimed by anyone live: held until the drop lands.
+    assert_eq!(a.ports.owner_of(30090), Some(&older.key));
+    let out = plan(&mut a, &older);
+    assert!(out.fill.drop_node_ports && out.fill.drop_health_check_node_port);
+    assert_eq!(a.ports.owner_of(30080), Some(&younger.key));
 }

@@ -1,6 +1,6 @@
 //! Windows in which a crash (or a failed write) used to leave two Services naming one address:
 //! an address must stay held while the status of a Service that no longer needs it still
-//! names it.
+//! names it, and a node port while its spec does.
 //!
 //! Address plan: service CIDR 10.96.0.0/16, node ports 30000-32767, one pool of one address,
 //! 198.18.0.10.
@@ -112,5 +112,81 @@ async fn an_address_is_not_given_away_while_a_former_load_balancer_still_names_i
     assert!(moved, "b never got the address a gave up");
     token.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    server.shutdown().await.unwrap();
+}
+
+fn health_check_port(s: &k8s_openapi::api::core::v1::Service) -> Option<i32> {
+    s.spec.as_ref().and_then(|sp| sp.health_check_node_port)
+}
+
+/// A LoadBalancer with Local policy changed to NodePort by a merge patch: the spec still names
+/// its healthCheckNodePort. Freed at once, the port went to another Service while this spec
+/// named it; after a crash the next leader found two claims, and one Service was refused for
+/// good ("provided port is already allocated"). The port is dropped from the spec, as a real
+/// cluster does on a type change, and freed only once that write has landed.
+#[tokio::test]
+async fn a_health_check_port_is_not_given_away_while_a_former_local_load_balancer_names_it() {
+    let (server, client) = start_lab().await;
+    create_pool(
+        &client,
+        "one",
+        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
+    )
+    .await;
+    let ctrl = spawn_controller(client.clone(), mk_config());
+    let local =
+        json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]});
+    create_svc(&client, "a", local.clone()).await;
+    let a = wait_svc(&client, "a", "a healthCheckNodePort", |s| {
+        health_check_port(s).is_some() && allocated(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let hc = health_check_port(&a).unwrap();
+
+    patch_svc(
+        &client,
+        "a",
+        json!({"spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 81}]}}),
+    )
+    .await;
+    let a = wait_svc(&client, "a", "healthCheckNodePort dropped", |s| {
+        health_check_port(s).is_none() && node_ports(s).iter().all(Option::is_some)
+    })
+    .await;
+    assert_eq!(allocated(&a).unwrap().0, "True", "{a:#?}");
+    assert!(!node_ports(&a).contains(&Some(hc)));
+
+    // Freed once dropped: another Service may ask for it.
+    let mut wants = local.clone();
+    wants["healthCheckNodePort"] = json!(hc);
+    create_svc(&client, "b", wants).await;
+    wait_svc(&client, "b", "the freed port", |s| {
+        allocated(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+
+    // Back to a Local LoadBalancer: a new port, no conflict, also after a crash.
+    patch_svc(
+        &client,
+        "a",
+        json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+    )
+    .await;
+    let a = wait_svc(&client, "a", "a new healthCheckNodePort", |s| {
+        health_check_port(s).is_some() && allocated(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert_ne!(health_check_port(&a), Some(hc));
+    ctrl.crash().await;
+    let ctrl = spawn_controller(client.clone(), mk_config());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for name in ["a", "b"] {
+        let s = wait_svc(&client, name, "still allocated", |s| {
+            allocated(s).is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        assert!(health_check_port(&s).is_some(), "{s:#?}");
+    }
+    ctrl.stop().await;
     server.shutdown().await.unwrap();
 }

@@ -82,6 +82,59 @@ fn is_lb(s: &Service) -> bool {
     s.spec.as_ref().and_then(|sp| sp.type_.as_deref()) == Some("LoadBalancer")
 }
 
+/// Every node port and health-check port a spec names, used by its type or not.
+fn named_ports(s: &Service) -> Vec<i32> {
+    let spec = s.spec.as_ref();
+    let ports = spec
+        .and_then(|sp| sp.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.node_port);
+    ports
+        .chain(spec.and_then(|sp| sp.health_check_node_port))
+        .collect()
+}
+
+fn describe(s: &Service) -> String {
+    let spec = s.spec.as_ref();
+    format!(
+        "{} (type {:?}, policy {:?}, resourceVersion {:?}, uid {:?}, ports {:?}, healthCheckNodePort {:?}, ClusterIPs {:?}, ingress {:?})",
+        s.metadata.name.as_deref().unwrap_or_default(),
+        spec.and_then(|sp| sp.type_.as_deref()),
+        spec.and_then(|sp| sp.external_traffic_policy.as_deref()),
+        s.metadata.resource_version,
+        s.metadata.uid,
+        node_ports(s),
+        spec.and_then(|sp| sp.health_check_node_port),
+        spec.and_then(|sp| sp.cluster_ips.clone()),
+        ingress_ips(s),
+    )
+}
+
+/// For a refused Service: it, and every other Service whose spec names one of its ports or
+/// ClusterIPs, whatever its type.
+fn who_names_the_same(services: &[Service], refused: &Service) -> String {
+    let ports = named_ports(refused);
+    let ips = refused
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.cluster_ips.clone())
+        .unwrap_or_default();
+    let others: Vec<String> = services
+        .iter()
+        .filter(|o| o.metadata.uid != refused.metadata.uid)
+        .filter(|o| {
+            named_ports(o).iter().any(|p| ports.contains(p))
+                || o.spec
+                    .as_ref()
+                    .and_then(|sp| sp.cluster_ips.as_ref())
+                    .is_some_and(|c| c.iter().any(|ip| ips.contains(ip)))
+        })
+        .map(describe)
+        .collect();
+    format!("it is {}; also naming them: {others:?}", describe(refused))
+}
+
 /// Every Service holds what its type needs, and nothing is held twice.
 fn check_invariants(services: &[Service]) -> Result<usize, String> {
     let mut ips: BTreeMap<String, String> = BTreeMap::new();
@@ -129,7 +182,12 @@ fn check_invariants(services: &[Service]) -> Result<usize, String> {
         }
         match allocated(s) {
             Some((st, _, _)) if st == "True" => {}
-            other => return Err(format!("{name} condition {other:?}")),
+            other => {
+                return Err(format!(
+                    "{name} condition {other:?}; {}",
+                    who_names_the_same(services, s)
+                ))
+            }
         }
     }
     Ok(lb_ips.len())

@@ -66,6 +66,9 @@ pub(crate) struct Worker {
     /// Services whose LoadBalancer addresses stay held until the write clearing their
     /// status has landed (see `withhold_until_cleared`).
     clearing: HashSet<ServiceKey>,
+    /// Services whose spec write drops node ports their type no longer uses: decided again
+    /// once it lands, which frees them (the write's echo alone would not be decided).
+    dropping: HashSet<ServiceKey>,
     pool_status_due: Option<Instant>,
     pools_in_flight: HashSet<String>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
@@ -100,6 +103,7 @@ impl Worker {
             queue: Queue::default(),
             failed: HashSet::new(),
             clearing: HashSet::new(),
+            dropping: HashSet::new(),
             pool_status_due: None,
             pools_in_flight: HashSet::new(),
             jobs: FuturesUnordered::new(),
@@ -300,6 +304,9 @@ impl Worker {
         } else {
             Vec::new()
         };
+        if out.fill.drop_node_ports || out.fill.drop_health_check_node_port {
+            self.dropping.insert(key.clone());
+        }
         let job = WriteJob {
             key: key.clone(),
             spec_patch: build_spec_patch(&svc, &out.fill),
@@ -340,11 +347,16 @@ impl Worker {
                 if let Some(w) = written {
                     self.remember_written(&key, w);
                 }
-                if matches!(outcome, JobOutcome::Done { .. }) {
+                let landed = matches!(outcome, JobOutcome::Done { .. });
+                if landed {
                     self.release_cleared(&key);
                 }
                 if let Some(category) = self.queue.finished(&key, outcome, Instant::now()) {
                     self.metrics.error(category);
+                }
+                // Any other outcome decides again by itself.
+                if self.dropping.remove(&key) && landed {
+                    self.queue.mark(key);
                 }
             }
             Done::Deleted(key, result) => {

@@ -251,6 +251,7 @@ impl Worker {
         }
         self.failed.remove(key);
         self.clearing.remove(key);
+        self.dropping.remove(key);
     }
 }
 
