@@ -82,6 +82,16 @@ fn ns(i: usize) -> String {
     format!("load-{}", i % NAMESPACES)
 }
 
+/// The requests the server answered since `before`.
+fn counts_since(server: &LabApiServerHandle, before: &RequestCounts) -> RequestCounts {
+    let after = server.request_counts();
+    RequestCounts {
+        reads: after.reads - before.reads,
+        writes: after.writes - before.writes,
+    }
+}
+
+/// The lab API server with the namespaces, nodes, berth's CRDs and one IPPool every row uses.
 async fn start_lab() -> LabApiServerHandle {
     let server = LabApiServer::builder()
         .history_capacity(1_000_000)
@@ -98,6 +108,17 @@ async fn start_lab() -> LabApiServerHandle {
                             "labels": {"topology.kubernetes.io/zone": format!("z{}", n % 3)}}})
     });
     server.seed(nodes).unwrap();
+    let crds = berth_api::crds()
+        .into_iter()
+        .map(|c| serde_json::to_value(c).unwrap());
+    server.seed(crds).unwrap();
+    server
+        .seed(
+            [json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
+                      "metadata": {"name": "bench"},
+                      "spec": {"addresses": ["198.19.0.0/16"]}})],
+        )
+        .unwrap();
     server
 }
 
@@ -187,27 +208,11 @@ where
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    let after = server.request_counts();
-    let used = RequestCounts {
-        reads: after.reads - before.reads,
-        writes: after.writes - before.writes,
-    };
-    (seconds, child.unwrap(), used)
+    (seconds, child.unwrap(), counts_since(server, &before))
 }
 
 async fn allocation_row(binary: &PathBuf, n: usize) -> Row {
     let server = start_lab().await;
-    let crds = berth_api::crds()
-        .into_iter()
-        .map(|c| serde_json::to_value(c).unwrap());
-    server.seed(crds).unwrap();
-    server
-        .seed(
-            [json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
-                      "metadata": {"name": "bench"},
-                      "spec": {"addresses": ["198.19.0.0/16"]}})],
-        )
-        .unwrap();
     let svcs = (0..n).map(|i| {
         json!({"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": format!("svc-{i}"), "namespace": ns(i)},
@@ -521,28 +526,12 @@ async fn measure_endpoints_on(
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    let after = server.request_counts();
-    let used = RequestCounts {
-        reads: after.reads - before.reads,
-        writes: after.writes - before.writes,
-    };
-    (seconds, child.unwrap(), used)
+    (seconds, child.unwrap(), counts_since(server, &before))
 }
 
 /// `berth controller --endpoints on`, the allocation row's Services plus their pods.
 async fn endpoints_row(binary: &PathBuf, n: usize) -> Row {
     let server = start_lab().await;
-    let crds = berth_api::crds()
-        .into_iter()
-        .map(|c| serde_json::to_value(c).unwrap());
-    server.seed(crds).unwrap();
-    server
-        .seed(
-            [json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool",
-                      "metadata": {"name": "bench"},
-                      "spec": {"addresses": ["198.19.0.0/16"]}})],
-        )
-        .unwrap();
     let (services, pods) = endpoints_objects(n);
     server.seed(services).unwrap();
     server.seed(pods).unwrap();
