@@ -14,7 +14,7 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use berth_lab::Faults;
+use berth_lab::{Faults, LabApiServerHandle};
 use common::*;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -227,12 +227,11 @@ async fn wait_converged(client: &Client) {
     panic!("never converged: {last}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_at_random_moments_while_services_churn() {
+/// The lab with the pool and `names` Services of every kind (`svc-0` ..).
+async fn start_with_services(names: usize) -> (LabApiServerHandle, Client, Api<Service>) {
     let (server, client) = start_lab().await;
     create_pool(&client, "pool", json!({"addresses": [POOL]})).await;
     let api: Api<Service> = Api::default_namespaced(client.clone());
-    let names = 300;
     for i in 0..names {
         api.create(
             &PostParams::default(),
@@ -241,6 +240,13 @@ async fn killed_at_random_moments_while_services_churn() {
         .await
         .unwrap();
     }
+    (server, client, api)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_random_moments_while_services_churn() {
+    let names = 300;
+    let (server, client, api) = start_with_services(names).await;
     let churn_client = api.clone();
     let churn = tokio::spawn(async move {
         let mut rng = SmallRng::seed_from_u64(11);
@@ -273,18 +279,8 @@ async fn killed_at_random_moments_while_services_churn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn converges_once_injected_faults_stop() {
-    let (server, client) = start_lab().await;
-    create_pool(&client, "pool", json!({"addresses": [POOL]})).await;
-    let api: Api<Service> = Api::default_namespaced(client.clone());
     let names = 200;
-    for i in 0..names {
-        api.create(
-            &PostParams::default(),
-            &mk_service(&format!("svc-{i}"), (i % 4) as u32),
-        )
-        .await
-        .unwrap();
-    }
+    let (server, client, api) = start_with_services(names).await;
     server
         .set_faults(Faults {
             error_rate: 0.1,
