@@ -13,9 +13,11 @@
 //!   done = every Service allocated with ingress, every Endpoints object lists its 10 pods, and
 //!   every Service has a berth EndpointSlice listing them.
 //!
-//! Ends with `controller: services_per_sec=<n> rss_mb=<n>`: the allocation row's rate, and the
+//! Ends with `controller: services_per_sec=<n> rss_mb=<n>`: the first row's rate (allocation), and the
 //! highest peak RSS of the rows (so the memory figure covers endpoints on).
-//! `BERTH_BENCH_SERVICES` shrinks the run for a quick check. Everything stays on 127.0.0.1; the
+//! `BERTH_BENCH_SERVICES` shrinks the run for a quick check; `BERTH_BENCH_ROWS=endpoints` (or
+//! `allocation`) runs one row. While the endpoints row runs, progress and the CPU seconds of both
+//! processes go to stderr every 2 s. Everything stays on 127.0.0.1; the
 //! addresses are data in the API server, never configured.
 
 #![allow(clippy::unwrap_used)]
@@ -69,6 +71,8 @@ struct Row {
     services: usize,
     seconds: f64,
     rss_mb: f64,
+    /// CPU seconds the controller process used (user + system) until done.
+    cpu_seconds: f64,
     requests: RequestCounts,
 }
 
@@ -130,6 +134,20 @@ fn peak_rss_mb(pid: u32) -> f64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// User plus system CPU seconds of a process so far, from /proc (clock ticks there; 100 per
+/// second on Linux).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) / 100.0,
+        _ => f64::NAN,
+    }
 }
 
 fn berth_binary() -> Option<PathBuf> {
@@ -269,6 +287,7 @@ async fn allocation_row(binary: &PathBuf, n: usize) -> Row {
     // counted once they have stopped, not when the last status arrived.
     let (requests, settled) = settle_writes(&server, requests, seconds).await;
     let rss_mb = peak_rss_mb(child.0.id());
+    let cpu = cpu_seconds(child.0.id());
     drop(child);
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -283,6 +302,7 @@ async fn allocation_row(binary: &PathBuf, n: usize) -> Row {
         services: n,
         seconds,
         rss_mb,
+        cpu_seconds: cpu,
         requests,
     }
 }
@@ -503,6 +523,7 @@ async fn measure_endpoints_on(
     let stream = futures::stream::select(services, futures::stream::select(endpoints, slices));
     futures::pin_mut!(stream);
     let mut progress = Progress::default();
+    let mut last_report = Instant::now();
     let mut start = Some(start);
     let mut child = None;
     let mut started = Instant::now();
@@ -513,6 +534,18 @@ async fn measure_endpoints_on(
         .expect("the controller did not finish in time")
     {
         progress.apply(event.unwrap());
+        if child.is_some() && last_report.elapsed() >= Duration::from_secs(2) {
+            last_report = Instant::now();
+            eprintln!(
+                "{:>5.1} s: {} Services, {} Endpoints, {} slices done; controller CPU {:.1} s, this process {:.1} s",
+                started.elapsed().as_secs_f64(),
+                progress.services.len(),
+                progress.endpoints.len(),
+                progress.slices.len(),
+                child.as_ref().map_or(f64::NAN, |c: &ChildGuard| cpu_seconds(c.0.id())),
+                cpu_seconds(std::process::id()),
+            );
+        }
         if progress.listed == 3 {
             if let Some(start) = start.take() {
                 eprintln!("starting the controller");
@@ -571,6 +604,7 @@ async fn endpoints_row(binary: &PathBuf, n: usize) -> Row {
     })
     .await;
     let rss_mb = peak_rss_mb(child.0.id());
+    let cpu = cpu_seconds(child.0.id());
     drop(child);
     let slices = Api::<EndpointSlice>::all(client)
         .list(&ListParams::default())
@@ -586,8 +620,14 @@ async fn endpoints_row(binary: &PathBuf, n: usize) -> Row {
         services: n,
         seconds,
         rss_mb,
+        cpu_seconds: cpu,
         requests,
     }
+}
+
+/// The rows to run: `BERTH_BENCH_ROWS` (comma separated: `allocation`, `endpoints`), else both.
+fn wanted(row: &str) -> bool {
+    std::env::var("BERTH_BENCH_ROWS").map_or(true, |rows| rows.split(',').any(|r| r.trim() == row))
 }
 
 async fn run() {
@@ -595,18 +635,21 @@ async fn run() {
     let Some(binary) = berth_binary() else {
         panic!("no berth binary: set BERTH_BIN or run `cargo build --release -p berth`");
     };
-    let rows = vec![
-        allocation_row(&binary, n).await,
-        endpoints_row(&binary, n).await,
-    ];
+    let mut rows = Vec::new();
+    if wanted("allocation") {
+        rows.push(allocation_row(&binary, n).await);
+    }
+    if wanted("endpoints") {
+        rows.push(endpoints_row(&binary, n).await);
+    }
 
     println!();
     println!(
-        "| {:<31} | pods    | seconds | Services/s | writes/Service | reads/Service | peak RSS (MB) |",
+        "| {:<31} | pods    | seconds | Services/s | controller CPU s | writes/Service | reads/Service | peak RSS (MB) |",
         format!("cold start, {n} Services")
     );
     println!(
-        "|---------------------------------|---------|---------|------------|----------------|---------------|---------------|"
+        "|---------------------------------|---------|---------|------------|------------------|----------------|---------------|---------------|"
     );
     for row in &rows {
         let pods = if row.name.starts_with("endpoints") {
@@ -615,11 +658,12 @@ async fn run() {
             0
         };
         println!(
-            "| {:<31} | {:>7} | {:>7.2} | {:>10.0} | {:>14.2} | {:>13.3} | {:>13.1} |",
+            "| {:<31} | {:>7} | {:>7.2} | {:>10.0} | {:>16.1} | {:>14.2} | {:>13.3} | {:>13.1} |",
             row.name,
             pods,
             row.seconds,
             row.services_per_sec(),
+            row.cpu_seconds,
             row.requests.writes as f64 / row.services as f64,
             row.requests.reads as f64 / row.services as f64,
             row.rss_mb

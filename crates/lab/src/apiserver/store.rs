@@ -80,6 +80,11 @@ impl ListQuery {
     pub fn matches(&self, obj: &Value) -> bool {
         self.labels.matches(&obj["metadata"]["labels"]) && self.fields.matches(obj)
     }
+
+    /// Whether the query selects every object (no label or field selector).
+    pub fn is_everything(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
 }
 
 pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
@@ -194,18 +199,21 @@ impl Store {
             (None, Some(ns)) => std::ops::Bound::Included((ns.to_owned(), String::new())),
             (None, None) => std::ops::Bound::Unbounded,
         };
+        let selected = q.is_everything();
         let mut iter = table
             .range((start, std::ops::Bound::Unbounded))
             .take_while(|((k_ns, _), _)| scope.is_none_or(|ns| k_ns == ns))
-            .filter(|(_, stored)| q.matches(&stored.obj));
+            .filter(|(_, stored)| selected || q.matches(&stored.obj));
         let limit = q.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
         for (key, stored) in iter.by_ref() {
             items.push(stored.clone());
             if items.len() == limit {
-                let rest = iter.by_ref().count() as u64;
-                if rest > 0 {
+                // As the apiserver does, the remaining count is told only for a list without
+                // selectors; with one it would take matching every later object on every page.
+                let mut rest = iter.by_ref().peekable();
+                if rest.peek().is_some() {
                     continue_token = Some(encode_continue(list_rv, key));
-                    remaining = Some(rest);
+                    remaining = selected.then(|| rest.count() as u64);
                 }
                 break;
             }

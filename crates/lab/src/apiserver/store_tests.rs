@@ -356,6 +356,7 @@ fn list_selectors_and_pages() {
     assert_eq!(store.list(&svc, None, &q).unwrap().items.len(), 1);
 
     let mut names = Vec::new();
+    let mut remaining = Vec::new();
     let mut token = None;
     loop {
         let q = ListQuery {
@@ -364,6 +365,7 @@ fn list_selectors_and_pages() {
             ..Default::default()
         };
         let page = store.list(&svc, Some("default"), &q).unwrap();
+        remaining.push(page.remaining);
         names.extend(
             page.items
                 .iter()
@@ -375,6 +377,23 @@ fn list_selectors_and_pages() {
         }
     }
     assert_eq!(names, vec!["s0", "s1", "s2", "s3", "s4", "s5", "s6"]);
+    assert_eq!(remaining, vec![Some(4), Some(1), None]);
+    // With a selector the apiserver does not count what is left; the pages still continue.
+    let q = ListQuery {
+        labels: LabelSelector::parse("tier=front").unwrap(),
+        limit: Some(3),
+        ..Default::default()
+    };
+    let page = store.list(&svc, Some("default"), &q).unwrap();
+    assert_eq!(page.items.len(), 3);
+    assert_eq!(page.remaining, None);
+    let q = ListQuery {
+        continue_token: page.continue_token,
+        ..q
+    };
+    let rest = store.list(&svc, Some("default"), &q).unwrap();
+    assert_eq!(rest.items.len(), 1);
+    assert_eq!(rest.continue_token, None);
     let bad = ListQuery {
         continue_token: Some("!!".into()),
         ..Default::default()
