@@ -446,7 +446,28 @@ async fn shutdown_signal() {
     }
 }
 
+/// glibc gives every thread that allocates its own heap arena (up to 8 per core), and memory freed
+/// in one arena is not reused by another. berth's long-running commands use a handful of threads
+/// for one shared cache, so two arenas keep peak RSS lower at no measurable cost in throughput
+/// (`make bench-controller`). `MALLOC_ARENA_MAX` in the environment still wins.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
+    // SAFETY: mallopt takes two integers and touches only the allocator's own settings; it is
+    // called before any other thread exists.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas() {}
+
 fn main() -> anyhow::Result<()> {
+    limit_malloc_arenas();
     let cli = Cli::parse();
     let rust_log = std::env::var("RUST_LOG").ok();
     berth_telemetry::init_tracing(&cli.log.to_config(rust_log.as_deref()))

@@ -128,10 +128,15 @@ async fn start_lab() -> LabApiServerHandle {
 
 /// Peak resident set of a process, from /proc (kB there).
 fn peak_rss_mb(pid: u32) -> f64 {
+    rss_mb(pid, "VmHWM:")
+}
+
+/// A memory figure of a process from /proc/<pid>/status (`VmHWM:` peak, `VmRSS:` now), in MB.
+fn rss_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
@@ -537,12 +542,13 @@ async fn measure_endpoints_on(
         if child.is_some() && last_report.elapsed() >= Duration::from_secs(2) {
             last_report = Instant::now();
             eprintln!(
-                "{:>5.1} s: {} Services, {} Endpoints, {} slices done; controller CPU {:.1} s, this process {:.1} s",
+                "{:>5.1} s: {} Services, {} Endpoints, {} slices done; controller CPU {:.1} s, RSS {:.0} MB; this process {:.1} s",
                 started.elapsed().as_secs_f64(),
                 progress.services.len(),
                 progress.endpoints.len(),
                 progress.slices.len(),
                 child.as_ref().map_or(f64::NAN, |c: &ChildGuard| cpu_seconds(c.0.id())),
+                child.as_ref().map_or(f64::NAN, |c: &ChildGuard| rss_mb(c.0.id(), "VmRSS:")),
                 cpu_seconds(std::process::id()),
             );
         }

@@ -16,6 +16,7 @@ use crate::events::{event_queue, EVENT_QUEUE, EVENT_WRITERS};
 use crate::lease::LeaderElector;
 use crate::metrics::Metrics;
 use crate::provider::{L2Provider, Provider};
+use crate::service_feed::service_feed;
 use crate::worker::Worker;
 use crate::Error;
 
@@ -151,7 +152,7 @@ impl AllocationController {
             leading,
         });
         let readiness = self.readiness.clone();
-        let worker = Worker::new(
+        let mut worker = Worker::new(
             self.cfg.clone(),
             self.metrics.clone(),
             self.client.clone(),
@@ -162,18 +163,25 @@ impl AllocationController {
                 }
             }),
         )?;
+        let endpoints = self.endpoints.clone().map(|endpoints| {
+            let (feed, services) = service_feed();
+            worker.feed_services(feed);
+            (endpoints, services)
+        });
         // Events end with the term: queued ones are not the next leader's to send.
         let worker = async {
             tokio::join!(worker.run(token.clone()), event_writer.run(token.clone()));
         };
-        let Some(endpoints) = self.endpoints.clone() else {
+        let Some((endpoints, services)) = endpoints else {
             worker.await;
             return Ok(());
         };
         // A failed endpoints controller ends the term, so the replica stops rather than leading
         // with half its job undone.
         let endpoints = async {
-            let result = endpoints.run(token.clone()).await;
+            let result = endpoints
+                .run_with_service_feed(token.clone(), services)
+                .await;
             token.cancel();
             result
         };

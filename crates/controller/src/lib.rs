@@ -17,6 +17,7 @@ pub mod plan;
 pub mod pools;
 pub mod provider;
 mod run;
+mod service_feed;
 mod worker;
 
 pub use config::{parse_default_class, parse_service_cidrs, ControllerConfig, LeaseConfig};

@@ -11,12 +11,12 @@ use berth_endpoints::{
     NodeZones, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE, MANAGED_BY_BERTH,
 };
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::intern::Interner;
 use super::pod_facts::PodFacts;
+use super::pod_slab::PodSlab;
 use super::stored::{StoredEndpoints, StoredSlice};
 use super::tracker::{Expectations, Seen, Target};
 
@@ -74,40 +74,46 @@ fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)])
     })
 }
 
-/// The fields of a Service that `berth-endpoints` reads; the rest (status, annotations,
-/// load-balancer and traffic settings) would only cost memory and trigger syncs that change nothing.
-fn slim_service(service: Service) -> Service {
-    let Service {
-        metadata,
-        spec,
-        status: _,
-    } = service;
-    Service {
-        metadata: ObjectMeta {
-            name: metadata.name,
-            namespace: metadata.namespace,
-            uid: metadata.uid,
-            labels: metadata.labels,
-            deletion_timestamp: metadata.deletion_timestamp,
-            ..ObjectMeta::default()
-        },
-        spec: spec.map(|s| ServiceSpec {
-            type_: s.type_,
-            selector: s.selector,
-            ip_families: s.ip_families,
-            publish_not_ready_addresses: s.publish_not_ready_addresses,
-            ports: s.ports,
-            cluster_ip: s.cluster_ip,
-            ..ServiceSpec::default()
-        }),
-        status: None,
-    }
-}
-
 /// Whether two versions of a Service can give different endpoints. Status and most metadata
 /// (the load-balancer controller's writes, resourceVersion) cannot.
 fn same_for_endpoints(a: &Service, b: &Service) -> bool {
-    a.metadata.uid == b.metadata.uid && a.metadata.labels == b.metadata.labels && a.spec == b.spec
+    // The fields `berth-endpoints` reads (its `ServiceView`), and the deletion mark.
+    fn read(s: &Service) -> impl PartialEq + '_ {
+        let spec = s.spec.as_ref();
+        (
+            (
+                &s.metadata.uid,
+                &s.metadata.labels,
+                &s.metadata.deletion_timestamp,
+            ),
+            spec.map(|s| {
+                (
+                    &s.type_,
+                    &s.selector,
+                    &s.ip_families,
+                    &s.publish_not_ready_addresses,
+                    &s.ports,
+                    &s.cluster_ip,
+                )
+            }),
+        )
+    }
+    read(a) == read(b)
+}
+
+/// Adds a pod's labels to the label index, or takes them out.
+fn index_pod(index: &mut HashMap<LabelKey, HashSet<u32>>, id: u32, facts: &PodFacts, add: bool) {
+    for (k, v) in facts.labels.iter() {
+        let label = label_key(&facts.namespace, k, v);
+        if add {
+            index.entry(label).or_default().insert(id);
+        } else if let Some(set) = index.get_mut(&label) {
+            set.remove(&id);
+            if set.is_empty() {
+                index.remove(&label);
+            }
+        }
+    }
 }
 
 /// Everything one Service's sync reads, copied out so that the sync runs without the lock.
@@ -130,10 +136,7 @@ pub(crate) struct Cache {
     services: HashMap<ObjectKey, Arc<Service>>,
     /// Services by the first pair of their selector: any pod they select carries that pair.
     services_by_label: HashMap<LabelKey, HashSet<ObjectKey>>,
-    /// Pods in a slab, so the label index holds small ids instead of names.
-    pods: Vec<Option<PodFacts>>,
-    free_pod_ids: Vec<u32>,
-    pod_ids: HashMap<ObjectKey, u32>,
+    pods: PodSlab,
     pods_by_label: HashMap<LabelKey, HashSet<u32>>,
     node_zones: BTreeMap<String, Option<String>>,
     nodes: Arc<NodeZones>,
@@ -156,9 +159,7 @@ impl Cache {
         Cache {
             services: HashMap::new(),
             services_by_label: HashMap::new(),
-            pods: Vec::new(),
-            free_pod_ids: Vec::new(),
-            pod_ids: HashMap::new(),
+            pods: PodSlab::default(),
             pods_by_label: HashMap::new(),
             node_zones: BTreeMap::new(),
             nodes: Arc::new(NodeZones::new()),
@@ -220,8 +221,11 @@ impl Cache {
         }
     }
 
-    pub(crate) fn apply_service(&mut self, service: Service, at: DateTime<Utc>) -> Vec<ObjectKey> {
-        let service = slim_service(service);
+    pub(crate) fn apply_service(
+        &mut self,
+        service: Arc<Service>,
+        at: DateTime<Utc>,
+    ) -> Vec<ObjectKey> {
         let key = ObjectKey::of(&service.metadata);
         let changed = match self.services.get(&key) {
             Some(old) if same_for_endpoints(old, &service) => false,
@@ -235,7 +239,7 @@ impl Cache {
         if changed {
             self.index_service(&key, &service, true);
         }
-        self.services.insert(key.clone(), Arc::new(service));
+        self.services.insert(key.clone(), service);
         if !changed {
             return Vec::new();
         }
@@ -253,7 +257,7 @@ impl Cache {
         keys
     }
 
-    pub(crate) fn reset_services(&mut self, services: Vec<Service>) -> Vec<ObjectKey> {
+    pub(crate) fn reset_services(&mut self, services: Vec<Arc<Service>>) -> Vec<ObjectKey> {
         let before: Vec<ObjectKey> = self.services.keys().cloned().collect();
         self.services.clear();
         self.services_by_label.clear();
@@ -296,53 +300,25 @@ impl Cache {
 
     // ---- Pods -----------------------------------------------------------------------------
 
-    fn index_pod(&mut self, id: u32, facts: &PodFacts, add: bool) {
-        for (k, v) in facts.labels.iter() {
-            let label = label_key(&facts.namespace, k, v);
-            if add {
-                self.pods_by_label.entry(label).or_default().insert(id);
-            } else if let Some(set) = self.pods_by_label.get_mut(&label) {
-                set.remove(&id);
-                if set.is_empty() {
-                    self.pods_by_label.remove(&label);
-                }
-            }
-        }
-    }
-
     fn remove_pod(&mut self, key: &ObjectKey) -> Option<PodFacts> {
-        let id = self.pod_ids.remove(key)?;
-        let old = self.pods.get_mut(id as usize).and_then(Option::take)?;
-        self.index_pod(id, &old, false);
-        self.free_pod_ids.push(id);
+        let (id, old) = self.pods.remove(&key.namespace, &key.name)?;
+        index_pod(&mut self.pods_by_label, id, &old, false);
         Some(old)
     }
 
     fn insert_pod(&mut self, facts: PodFacts) {
-        let key = ObjectKey::new(&*facts.namespace, &*facts.name);
-        let id = match self.free_pod_ids.pop() {
-            Some(id) => id,
-            None => {
-                self.pods.push(None);
-                // More than 4 billion pods would not fit in memory first.
-                u32::try_from(self.pods.len() - 1).unwrap_or(u32::MAX)
-            }
-        };
-        self.index_pod(id, &facts, true);
-        if let Some(slot) = self.pods.get_mut(id as usize) {
-            *slot = Some(facts);
+        let id = self.pods.insert(facts);
+        if let Some(facts) = self.pods.get(id) {
+            index_pod(&mut self.pods_by_label, id, facts, true);
         }
-        self.pod_ids.insert(key, id);
     }
 
     /// The Services of the old and the new labels: a pod that stops matching leaves them.
     pub(crate) fn apply_pod(&mut self, facts: PodFacts, at: DateTime<Utc>) -> Vec<ObjectKey> {
         let key = ObjectKey::new(&*facts.namespace, &*facts.name);
         let unchanged = self
-            .pod_ids
-            .get(&key)
-            .and_then(|id| self.pods.get(*id as usize))
-            .and_then(Option::as_ref)
+            .pods
+            .find(&key.namespace, &key.name)
             .is_some_and(|old| *old == facts);
         if unchanged {
             return Vec::new();
@@ -369,13 +345,8 @@ impl Cache {
     }
 
     pub(crate) fn reset_pods(&mut self, pods: Vec<PodFacts>) -> Vec<ObjectKey> {
-        self.pods.clear();
-        self.free_pod_ids.clear();
-        self.pod_ids.clear();
+        self.pods.reset(pods.len());
         self.pods_by_label.clear();
-        // Exactly the listed pods: doubling as they come would leave up to half the slab unused.
-        self.pods.shrink_to_fit();
-        self.pods.reserve_exact(pods.len());
         for facts in pods {
             self.insert_pod(facts);
         }
@@ -393,7 +364,7 @@ impl Cache {
         };
         let mut pods: Vec<&PodFacts> = candidates
             .iter()
-            .filter_map(|id| self.pods.get(*id as usize).and_then(Option::as_ref))
+            .filter_map(|id| self.pods.get(*id))
             .filter(|p| selects(selector, &p.labels))
             .collect();
         // Hash order must not leak into which of two pods claiming one address wins.

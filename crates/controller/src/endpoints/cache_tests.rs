@@ -10,12 +10,14 @@ fn at(second: u32) -> DateTime<Utc> {
         .unwrap()
 }
 
-fn mk_service(ns: &str, name: &str, selector: serde_json::Value) -> Service {
-    serde_json::from_value(json!({
-        "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{name}")},
-        "spec": {"selector": selector, "ports": [{"port": 80}]}
-    }))
-    .unwrap()
+fn mk_service(ns: &str, name: &str, selector: serde_json::Value) -> Arc<Service> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"namespace": ns, "name": name, "uid": format!("uid-{name}")},
+            "spec": {"selector": selector, "ports": [{"port": 80}]}
+        }))
+        .unwrap(),
+    )
 }
 
 fn mk_pod(ns: &str, name: &str, labels: serde_json::Value, ready: bool) -> PodFacts {
@@ -130,9 +132,21 @@ fn inputs_hold_exactly_the_selected_pods_of_the_namespace_in_name_order() {
 fn only_changes_that_matter_to_endpoints_reach_a_service() {
     let mut cache = mk_cache();
     let mut svc = mk_service("shop", "web", json!({"app": "web"}));
-    svc.status = Some(Default::default());
-    svc.metadata.resource_version = Some("99".to_owned());
-    assert!(cache.apply_service(svc, at(1)).is_empty());
+    assert!(cache.apply_service(svc.clone(), at(1)).is_empty());
+    // Status, metadata and spec fields that endpoints do not read (the allocation worker's
+    // writes) leave the Service alone.
+    let edit = Arc::make_mut(&mut svc);
+    edit.status = Some(Default::default());
+    edit.metadata.resource_version = Some("99".to_owned());
+    edit.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
+    let spec = edit.spec.as_mut().unwrap();
+    spec.session_affinity = Some("ClientIP".to_owned());
+    spec.health_check_node_port = Some(30_001);
+    spec.load_balancer_class = Some("berth.dev/l2".to_owned());
+    assert!(cache.apply_service(svc.clone(), at(1)).is_empty());
+    // The cluster IP is read: whether a Service is headless changes its Endpoints.
+    Arc::make_mut(&mut svc).spec.as_mut().unwrap().cluster_ip = Some("10.96.0.10".to_owned());
+    assert_eq!(cache.apply_service(svc, at(1)), vec![key("shop", "web")]);
     let keys = cache.apply_service(mk_service("shop", "web", json!({"app": "api"})), at(2));
     assert_eq!(keys, vec![key("shop", "web")]);
     // The selector index follows the new selector.

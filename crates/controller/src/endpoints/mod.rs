@@ -13,6 +13,7 @@ mod error;
 mod intern;
 mod metrics;
 mod pod_facts;
+mod pod_slab;
 mod queue;
 mod slim_pod;
 mod stored;
@@ -46,6 +47,8 @@ use metrics::Metrics;
 use pod_facts::PodFacts;
 use queue::{Outcome, WorkQueue};
 use slim_pod::SlimPod;
+
+use crate::service_feed::{map_event, ServiceFeed};
 
 /// How the endpoints controller works; every value is already valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +185,24 @@ impl EndpointsController {
     /// Watches and writes until `shutdown` fires. Errors from the API server are retried inside;
     /// only a watch that ends for good stops it with an error.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        self.run_fed(shutdown, None).await
+    }
+
+    /// [`EndpointsController::run`] with the Services from the allocation worker's watch
+    /// instead of a watch of its own (see `service_feed`).
+    pub(crate) async fn run_with_service_feed(
+        self,
+        shutdown: CancellationToken,
+        services: ServiceFeed,
+    ) -> Result<(), Error> {
+        self.run_fed(shutdown, Some(services)).await
+    }
+
+    async fn run_fed(
+        self,
+        shutdown: CancellationToken,
+        services: Option<ServiceFeed>,
+    ) -> Result<(), Error> {
         let shared = Arc::new(Shared {
             client: self.client.clone(),
             metrics: self.metrics,
@@ -195,13 +216,21 @@ impl EndpointsController {
         let client = &self.client;
         let all = watcher::Config::default;
 
+        let services = match services {
+            Some(feed) => futures::stream::unfold(feed, |mut feed| async move {
+                feed.recv().await.map(|event| (Ok(event), feed))
+            })
+            .boxed(),
+            None => watched(Api::<Service>::all(client.clone()), all())
+                .map(|event| event.map(|e| map_event(e, Arc::new)))
+                .boxed(),
+        };
         synced.push(spawn_watch(
             &mut tasks,
             &shared,
             &stop,
             "Service",
-            Api::<Service>::all(client.clone()),
-            all(),
+            services,
             Some,
             |cache, change| {
                 let now = Utc::now();
@@ -217,8 +246,7 @@ impl EndpointsController {
             &shared,
             &stop,
             "Pod",
-            Api::<SlimPod>::all(client.clone()),
-            all(),
+            watched(Api::<SlimPod>::all(client.clone()), all()),
             {
                 let mut interner = Interner::default();
                 move |pod: SlimPod| Some(PodFacts::from_pod(&pod, &mut interner))
@@ -239,8 +267,7 @@ impl EndpointsController {
             &shared,
             &stop,
             "Node",
-            Api::<Node>::all(client.clone()),
-            all(),
+            watched(Api::<Node>::all(client.clone()), all()),
             Some,
             |cache, change| match change {
                 Change::Apply(n) => cache.apply_node(&n),
@@ -253,10 +280,12 @@ impl EndpointsController {
             &shared,
             &stop,
             "EndpointSlice",
-            Api::<EndpointSlice>::all(client.clone()),
             // Only berth's slices: other managers' would cost memory for nothing. A slice
             // relabelled away from berth arrives as a delete.
-            all().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_BERTH}")),
+            watched(
+                Api::<EndpointSlice>::all(client.clone()),
+                all().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_BERTH}")),
+            ),
             Some,
             |cache, change| match change {
                 Change::Apply(s) => cache.apply_slice(s),
@@ -269,8 +298,7 @@ impl EndpointsController {
             &shared,
             &stop,
             "Endpoints",
-            Api::<Endpoints>::all(client.clone()),
-            all(),
+            watched(Api::<Endpoints>::all(client.clone()), all()),
             Some,
             |cache, change| match change {
                 Change::Apply(e) => cache.apply_endpoints(e),
@@ -336,24 +364,32 @@ fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> 
     )
 }
 
+/// A watch that backs off and resumes by itself after errors.
+fn watched<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Debug + Send + 'static,
+{
+    watcher::watcher(api, config).default_backoff()
+}
+
 /// Runs one watch into the cache; the receiver fires after its first full list.
-#[allow(clippy::too_many_arguments)]
 fn spawn_watch<K, S>(
     tasks: &mut JoinSet<Result<(), Error>>,
     shared: &Arc<Shared>,
     stop: &CancellationToken,
     kind: &'static str,
-    api: Api<K>,
-    config: watcher::Config,
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     slim: impl FnMut(K) -> Option<S> + Send + 'static,
     apply: impl Fn(&mut Cache, Change<S>) -> Vec<ObjectKey> + Send + 'static,
 ) -> oneshot::Receiver<()>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + Debug + Send + 'static,
+    K: Send + 'static,
     S: Send + 'static,
 {
     let (tx, rx) = oneshot::channel();
-    let stream = watcher::watcher(api, config).default_backoff();
     let (shared, stop) = (shared.clone(), stop.clone());
     tasks.spawn(async move {
         let watched = feed(stream, kind, &shared, slim, apply, tx);

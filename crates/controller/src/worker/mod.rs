@@ -34,6 +34,7 @@ use crate::metrics::{Metrics, ReconcileTimer};
 use crate::plan::{adopt_all, plan_service, Allocators};
 use crate::pools::build_pool_specs;
 use crate::provider::eligible_nodes;
+use crate::service_feed::ServiceFeedSender;
 use crate::Error;
 use queue::Queue;
 use watch::{name_of, Cache};
@@ -75,6 +76,9 @@ pub(crate) struct Worker {
     /// Service write jobs among `jobs` (the rest are provider cleanups and pool statuses).
     service_jobs: usize,
     on_started: Box<dyn FnMut() + Send>,
+    /// The endpoints controller's view of the Services, when it runs: every watch event is
+    /// passed on with the same shared objects, so the Services are watched and held once.
+    service_feed: Option<ServiceFeedSender>,
 }
 
 impl Worker {
@@ -108,8 +112,14 @@ impl Worker {
             pools_in_flight: HashSet::new(),
             jobs: FuturesUnordered::new(),
             service_jobs: 0,
+            service_feed: None,
             on_started,
         })
+    }
+
+    /// Passes every Service watch event on to the endpoints controller of this term.
+    pub(crate) fn feed_services(&mut self, feed: ServiceFeedSender) {
+        self.service_feed = Some(feed);
     }
 
     /// Runs until `token` is cancelled. Jobs in flight are dropped with the loop.

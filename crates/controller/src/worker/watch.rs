@@ -13,6 +13,7 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 
 use super::{Done, Worker};
+use crate::service_feed::map_event;
 
 // Boxed: a Node or Namespace event is far larger than the others, and events are moved
 // through the merged stream one by one.
@@ -162,10 +163,15 @@ impl Worker {
     }
 
     fn on_service(&mut self, event: watcher::Event<Service>) {
+        let event = map_event(event, |s| Arc::new(trim(s)));
+        if let Some(feed) = &self.service_feed {
+            // Gone only when the endpoints controller has stopped, which ends the term.
+            let _ = feed.send(event.clone());
+        }
         match event {
             watcher::Event::Apply(s) => {
                 let key = key_of(&s);
-                self.upsert(key, Arc::new(trim(s)));
+                self.upsert(key, s);
             }
             watcher::Event::Delete(s) => self.remove(&key_of(&s)),
             watcher::Event::Init => self.svc_buffer = Some(HashMap::new()),
@@ -173,7 +179,7 @@ impl Worker {
                 let key = key_of(&s);
                 self.svc_buffer
                     .get_or_insert_with(HashMap::new)
-                    .insert(key, Arc::new(trim(s)));
+                    .insert(key, s);
             }
             watcher::Event::InitDone => {
                 let listed = self.svc_buffer.take().unwrap_or_default();
