@@ -180,8 +180,19 @@ pub enum JobOutcome {
     Gone,
     /// Not leading any more: nothing was (or will be) written.
     NotLeading,
+    /// The API server refused `write` as conflicting (409): the Service changed since the
+    /// version it carried. Nothing of it was written, nor of the writes after it; tried
+    /// again like any conflict.
+    Rejected { write: Write },
     /// Try again later; `category` is the metric label.
     Retry { category: &'static str },
+}
+
+/// One of a job's two writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    Spec,
+    Status,
 }
 
 /// Shared by every job.
@@ -211,9 +222,12 @@ impl WriteCtx {
     }
 }
 
-fn outcome_of(e: &kube::Error) -> JobOutcome {
+fn outcome_of(e: &kube::Error, write: Write) -> JobOutcome {
     match api_error_category(e) {
         "not_found" => JobOutcome::Gone,
+        // Only a 409 says for sure that nothing was written: after a timeout or a lost
+        // connection the write may have landed, and what it names stays held.
+        "conflict" => JobOutcome::Rejected { write },
         category => JobOutcome::Retry { category },
     }
 }
@@ -273,7 +287,7 @@ async fn run_job_inner(
                 written.extend(version.clone());
                 *spec = Some(Arc::new(svc));
             }
-            Err(e) => return outcome_of(&e),
+            Err(e) => return outcome_of(&e, Write::Spec),
         }
     }
     let regarding = Arc::new(regarding);
@@ -361,7 +375,7 @@ async fn run_job_inner(
         ctx.metrics.write("status");
         match send_patch(&ctx.client, &job.key, Some("status"), &patch).await {
             Ok(meta) => written.extend(meta.resource_version),
-            Err(e) => return outcome_of(&e),
+            Err(e) => return outcome_of(&e, Write::Status),
         }
     }
     match (&job.ingress, ingress.is_some()) {

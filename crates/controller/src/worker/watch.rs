@@ -252,6 +252,7 @@ impl Worker {
         self.failed.remove(key);
         self.clearing.remove(key);
         self.dropping.remove(key);
+        self.fresh.remove(key);
     }
 }
 
