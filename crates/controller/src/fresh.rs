@@ -31,6 +31,18 @@ impl Holding {
             lb_ips: alloc.lb.ips_of(owner),
         }
     }
+
+    /// Whether `owner` no longer holds some of these values.
+    pub fn any_released(&self, alloc: &Allocators, owner: &ServiceKey) -> bool {
+        self.cluster_ips
+            .iter()
+            .any(|ip| alloc.cluster.owner_of(*ip) != Some(owner))
+            || self
+                .node_ports
+                .iter()
+                .any(|p| alloc.ports.owner_of(*p) != Some(owner))
+            || (!self.lb_ips.is_empty() && alloc.lb.ips_of(owner) != self.lb_ips)
+    }
 }
 
 /// Values a decision newly gave a Service, by the write that would name them.
@@ -242,6 +254,21 @@ mod tests {
         let t = mk_facts(set);
         assert_eq!(decide(&mut a, &t), Fresh::default());
         assert_eq!(Holding::of(&a, &t.key).lb_ips, [ip("198.18.0.11")]);
+    }
+
+    #[test]
+    fn a_decision_that_lets_values_go_is_seen() {
+        let mut a = mk_alloc();
+        let f = mk_facts(local_lb());
+        decide(&mut a, &f);
+        let before = Holding::of(&a, &f.key);
+        assert!(!before.any_released(&a, &f.key));
+        // Local LoadBalancer -> ClusterIP: the address goes at once.
+        let mut changed = local_lb();
+        changed["spec"] = json!({"type": "ClusterIP", "ports": [{"port": 53}],
+            "clusterIP": before.cluster_ips[0].to_string()});
+        plan_service(&mut a, &mk_facts(changed), &Labels::new());
+        assert!(before.any_released(&a, &f.key));
     }
 
     #[test]

@@ -234,16 +234,20 @@ fn type_changes_release_exactly_what_they_should() {
     let out = plan(&mut a, &as_type("LoadBalancer"));
     assert_eq!(out.ingress.unwrap().len(), 1);
     assert_eq!(a.ports.ports_of(&key), vec![port]);
-    // -> ExternalName: nothing is held.
+    // -> ExternalName: the ClusterIP and node port are dropped from the spec, and held
+    // until then; then nothing is held.
     let out = plan(&mut a, &as_type("ExternalName"));
     assert_eq!(out.result, None);
     assert_eq!(out.ingress, Some(vec![]));
-    assert!(out.fill.drop_node_ports);
-    assert!(a.cluster.ips_of(&key).is_empty());
+    assert!(out.fill.drop_node_ports && out.fill.drop_cluster_ips);
+    assert_eq!(a.cluster.ips_of(&key), vec![ip.parse::<IpAddr>().unwrap()]);
     let mut dropped = as_type("ExternalName");
     dropped.stale_node_ports.ports.clear();
-    plan(&mut a, &dropped);
+    dropped.stale_cluster_ips.clear();
+    let out = plan(&mut a, &dropped);
+    assert!(!out.fill.drop_cluster_ips);
     assert!(a.ports.ports_of(&key).is_empty());
+    assert!(a.cluster.ips_of(&key).is_empty());
 }
 
 #[test]
@@ -549,4 +553,38 @@ fn stale_node_ports_are_adopted_after_every_live_claim() {
     let out = plan(&mut a, &older);
     assert!(out.fill.drop_node_ports && out.fill.drop_health_check_node_port);
     assert_eq!(a.ports.owner_of(30080), Some(&younger.key));
+}
+
+#[test]
+fn stale_cluster_ips_of_external_name_services_are_adopted_after_every_live_claim() {
+    let mut a = mk_alloc(false);
+    let labels = Labels::new();
+    // The older Service became ExternalName and its address went to the younger one (by a
+    // leader that freed it before the spec stopped naming it): the live claim wins.
+    let older = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "old",
+        "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"type": "ExternalName", "externalName": "example.invalid", "clusterIP": "10.96.1.1"}}));
+    let younger = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "young",
+        "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"clusterIP": "10.96.1.1"}}));
+    let unclaimed = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "gone",
+        "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"type": "ExternalName", "externalName": "example.invalid", "clusterIPs": ["10.96.1.3"]}}));
+    let refused = adopt_all(
+        &mut a,
+        [
+            (&older, &labels),
+            (&younger, &labels),
+            (&unclaimed, &labels),
+        ],
+    );
+    assert!(refused.is_empty(), "{refused:?}");
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(a.cluster.owner_of(ip("10.96.1.1")), Some(&younger.key));
+    // Unclaimed by anyone live: held until the drop lands.
+    assert_eq!(a.cluster.owner_of(ip("10.96.1.3")), Some(&unclaimed.key));
+    for f in [&older, &unclaimed] {
+        assert!(plan(&mut a, f).fill.drop_cluster_ips);
+    }
+    assert_eq!(a.cluster.owner_of(ip("10.96.1.1")), Some(&younger.key));
 }

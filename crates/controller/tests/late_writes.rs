@@ -12,38 +12,13 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
-
-/// `client`, except that before its first PATCH of `path` it runs `late` to completion.
-fn late_write_before_first_patch<F>(client: Client, path: &'static str, late: F) -> Client
-where
-    F: Fn(Client) -> BoxFuture<'static, ()> + Send + Sync + 'static,
-{
-    let fired = Arc::new(AtomicBool::new(false));
-    let late = Arc::new(late);
-    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let (client, fired, late) = (client.clone(), fired.clone(), late.clone());
-        async move {
-            if req.method() == http::Method::PATCH
-                && req.uri().path() == path
-                && !fired.swap(true, Ordering::SeqCst)
-            {
-                late(client.clone()).await;
-            }
-            client.send(req).await
-        }
-    });
-    Client::new(service, "default")
-}
 
 async fn merge_patch(client: &Client, name: &str, status: bool, patch: Value) {
     let api: Api<Service> = Api::default_namespaced(client.clone());
@@ -82,9 +57,10 @@ async fn values_a_refused_spec_write_gave_are_released_so_the_landed_ones_are_ad
         json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}),
     )
     .await;
-    let killed = late_write_before_first_patch(
+    let killed = before_patch(
         client.clone(),
         "/api/v1/namespaces/default/services/s",
+        1,
         |c| {
             Box::pin(async move {
                 let spec = json!({"spec": {
@@ -149,9 +125,10 @@ async fn an_address_a_refused_status_write_gave_is_released_so_the_landed_one_is
             "ports": [{"port": 80, "nodePort": 30555}]}),
     )
     .await;
-    let killed = late_write_before_first_patch(
+    let killed = before_patch(
         client.clone(),
         "/api/v1/namespaces/default/services/s/status",
+        1,
         |c| {
             Box::pin(async move {
                 let status = json!({"status": {"loadBalancer": {"ingress": [

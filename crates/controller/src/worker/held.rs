@@ -35,10 +35,21 @@ impl Worker {
     pub(super) fn release_cleared(&mut self, key: &ServiceKey) {
         if self.clearing.remove(key) && !self.alloc.lb.release_owner(key).is_empty() {
             self.schedule_pool_status();
-            let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
-            for k in waiting {
-                self.queue.mark(k);
-            }
+            self.wake_waiting(None);
+        }
+    }
+
+    /// Something was freed: Services waiting for space try again, except `deciding` (whose
+    /// job is about to start: marked now, it would be decided again while in flight).
+    pub(super) fn wake_waiting(&mut self, deciding: Option<&ServiceKey>) {
+        let waiting: Vec<ServiceKey> = self
+            .failed
+            .iter()
+            .filter(|k| Some(*k) != deciding)
+            .cloned()
+            .collect();
+        for k in waiting {
+            self.queue.mark(k);
         }
     }
 
@@ -54,10 +65,7 @@ impl Worker {
         if !fresh.lb_ips.is_empty() {
             self.schedule_pool_status();
         }
-        let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
-        for k in waiting {
-            self.queue.mark(k);
-        }
+        self.wake_waiting(None);
     }
 
     /// The plan frees the addresses of a Service that stops being a LoadBalancer at once,

@@ -67,8 +67,9 @@ pub(crate) struct Worker {
     /// Services whose LoadBalancer addresses stay held until the write clearing their
     /// status has landed (see `withhold_until_cleared`).
     clearing: HashSet<ServiceKey>,
-    /// Services whose spec write drops node ports their type no longer uses: decided again
-    /// once it lands, which frees them (the write's echo alone would not be decided).
+    /// Services whose spec write drops values their type no longer uses (node ports, an
+    /// ExternalName Service's ClusterIPs): decided again once it lands, which frees them
+    /// (the write's echo alone would not be decided).
     dropping: HashSet<ServiceKey>,
     /// What the decision behind each job in flight newly gave its Service; released when
     /// the write naming it is refused (see `release_unwritten`).
@@ -301,6 +302,9 @@ impl Worker {
                 None
             }
         };
+        if before.any_released(&self.alloc, &key) {
+            self.wake_waiting(Some(&key));
+        }
         let conditions = build_conditions(&svc, &out, apply::now());
         let ingress = out.ingress.clone().filter(|ips| ingress_differs(&svc, ips));
         self.withhold_until_cleared(&key, &facts, &labels, &before.lb_ips, ingress.as_ref());
@@ -309,7 +313,10 @@ impl Worker {
         } else {
             Vec::new()
         };
-        if out.fill.drop_node_ports || out.fill.drop_health_check_node_port {
+        if out.fill.drop_node_ports
+            || out.fill.drop_health_check_node_port
+            || out.fill.drop_cluster_ips
+        {
             self.dropping.insert(key.clone());
         }
         let job = WriteJob {
