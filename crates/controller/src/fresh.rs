@@ -234,14 +234,13 @@ mod tests {
     #[test]
     fn values_held_before_or_named_by_the_service_are_never_fresh() {
         let mut a = mk_alloc();
-        // Node ports asked for by number: unnamed ones are picked anew by every decision.
-        let f = mk_facts(json!({"metadata": {"name": "s"},
-            "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}}));
-        let first = decide(&mut a, &f);
-        assert_eq!((first.cluster_ips.len(), first.lb_ips.len()), (1, 1));
-        assert!(first.node_ports.is_empty());
-        // The same version decided again (a retry after a timeout): everything was held.
+        let f = mk_facts(local_lb());
+        decide(&mut a, &f);
+        let held = Holding::of(&a, &f.key);
+        // The same version decided again (a retry after a timeout): everything was held,
+        // and stays so.
         assert_eq!(decide(&mut a, &f), Fresh::default());
+        assert_eq!(Holding::of(&a, &f.key), held);
 
         // A Service read with its values set, first seen now: nothing is fresh, though the
         // decision is the first to hold them.

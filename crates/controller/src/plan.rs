@@ -12,13 +12,13 @@ use std::net::IpAddr;
 use berth_api::names::condition::reason;
 use berth_ipam::{
     plan_cluster_ips, ClusterIpAllocator, IpFamily, IpFamilyPolicy, IpamError, Labels,
-    LbIpAllocator, NodePortAllocator, PortRange, ServiceKey,
+    LbIpAllocator, NodePortAllocator, NodePortRequest, PortRange, ServiceKey,
 };
 use ipnet::IpNet;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use crate::facts::{LbClass, ServiceFacts, ServiceType};
+use crate::facts::{LbClass, ServiceFacts, ServiceType, StaleNodePorts};
 
 /// The three allocators, owned by the one task that writes.
 #[derive(Debug)]
@@ -260,7 +260,11 @@ fn plan_node_port_stage(
         hold_stale_node_ports(alloc, f, fill);
         return Ok(());
     }
-    let got = alloc.ports.assign_service(&f.key, req)?;
+    let held = alloc.ports.ports_of(&f.key);
+    let got = alloc.ports.assign_service(
+        &f.key,
+        &with_held_node_ports(req, &held, &f.stale_node_ports),
+    )?;
     fill.node_ports = req
         .ports
         .iter()
@@ -278,6 +282,53 @@ fn plan_node_port_stage(
     }
     hold_stale_node_ports(alloc, f, fill);
     Ok(())
+}
+
+/// `req` with the node ports the Service holds and its spec does not name given to its
+/// unnamed entries (one per Service port: the others share it) and to an unnamed
+/// healthCheckNodePort, before any new one is picked. Held and unnamed, they were given by an
+/// earlier decision whose write may have landed though it failed (a timeout): picked anew,
+/// they would be freed while the Service may name them. It also keeps a Service's node ports
+/// across an edit that leaves them out, as the API server does. Ports the type no longer
+/// uses are not reused: they are being dropped.
+pub fn with_held_node_ports(
+    req: &NodePortRequest,
+    held: &[u16],
+    stale: &StaleNodePorts,
+) -> NodePortRequest {
+    let mut out = req.clone();
+    let named: Vec<u16> = req
+        .ports
+        .iter()
+        .filter_map(|p| p.node_port)
+        .chain(req.health_check.flatten())
+        .chain(stale.all())
+        .collect();
+    let mut spare = held.iter().copied().filter(|p| !named.contains(p));
+    if req.allocate_node_ports {
+        let mut served: Vec<u16> = req
+            .ports
+            .iter()
+            .filter(|p| p.node_port.is_some())
+            .map(|p| p.port)
+            .collect();
+        for p in out.ports.iter_mut() {
+            if p.node_port.is_some() || served.contains(&p.port) {
+                continue;
+            }
+            let Some(port) = spare.next() else {
+                break;
+            };
+            p.node_port = Some(port);
+            served.push(p.port);
+        }
+    }
+    if out.health_check == Some(None) {
+        if let Some(port) = spare.next() {
+            out.health_check = Some(Some(port));
+        }
+    }
+    out
 }
 
 /// Keeps the ClusterIPs an ExternalName Service still names, and asks for them to be dropped

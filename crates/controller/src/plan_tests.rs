@@ -4,7 +4,7 @@
 use super::*;
 use crate::facts::read_service;
 use berth_api::names::class;
-use berth_ipam::PoolSpec;
+use berth_ipam::{PoolSpec, ServicePortSpec};
 use k8s_openapi::api::core::v1::Service;
 use serde_json::{json, Value};
 
@@ -587,4 +587,79 @@ fn stale_cluster_ips_of_external_name_services_are_adopted_after_every_live_clai
         assert!(plan(&mut a, f).fill.drop_cluster_ips);
     }
     assert_eq!(a.cluster.owner_of(ip("10.96.1.1")), Some(&younger.key));
+}
+
+#[test]
+fn a_decision_made_again_asks_for_the_node_ports_it_gave_before() {
+    let mut a = mk_alloc(false);
+    let f = mk_facts(
+        "s",
+        json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [
+            {"port": 53, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}, {"port": 80}]}),
+    );
+    let first = plan(&mut a, &f).fill;
+    let held = a.ports.ports_of(&f.key);
+    assert_eq!(held.len(), 3);
+    // From the same version again (its write failed, perhaps after landing): the same ports,
+    // the TCP and UDP entries still sharing one.
+    let again = plan(&mut a, &f).fill;
+    assert_eq!(a.ports.ports_of(&f.key), held);
+    assert_eq!(again.node_ports[0], again.node_ports[1]);
+    let given = |fill: &SpecFill| {
+        let mut v: Vec<u16> = fill
+            .node_ports
+            .iter()
+            .flatten()
+            .chain(&fill.health_check_node_port)
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    assert_eq!(given(&again), given(&first));
+}
+
+#[test]
+fn held_node_ports_go_to_unnamed_entries_only_when_the_spec_may_get_them() {
+    let spec = |port: u16, node_port: Option<u16>| ServicePortSpec {
+        port,
+        protocol: berth_ipam::Protocol::Tcp,
+        node_port,
+    };
+    let req = NodePortRequest {
+        ports: vec![
+            spec(80, Some(30080)),
+            spec(81, None),
+            spec(81, None),
+            spec(82, None),
+        ],
+        allocate_node_ports: true,
+        health_check: Some(None),
+    };
+    let stale = crate::facts::StaleNodePorts::default();
+    // 30080 is named; 30001 and 30002 are spare; nothing is left for the health check.
+    let out = with_held_node_ports(&req, &[30001, 30002, 30080], &stale);
+    let got: Vec<Option<u16>> = out.ports.iter().map(|p| p.node_port).collect();
+    assert_eq!(got, [Some(30080), Some(30001), None, Some(30002)]);
+    assert_eq!(out.health_check, Some(None));
+    // A stale port (being dropped) is not reused; the health check gets the spare one.
+    let stale = crate::facts::StaleNodePorts {
+        health_check: None,
+        ports: vec![30002],
+    };
+    let one = NodePortRequest {
+        ports: vec![spec(80, Some(30080))],
+        ..req.clone()
+    };
+    let out = with_held_node_ports(&one, &[30001, 30002, 30080], &stale);
+    assert_eq!(out.health_check, Some(Some(30001)));
+    // allocateLoadBalancerNodePorts: false assigns none, so none is reused either.
+    let off = NodePortRequest {
+        allocate_node_ports: false,
+        health_check: None,
+        ..req
+    };
+    let out = with_held_node_ports(&off, &[30001], &Default::default());
+    assert!(out.ports[1..].iter().all(|p| p.node_port.is_none()));
 }
