@@ -24,8 +24,8 @@ use crate::metrics::Metrics;
 use crate::plan::{Allocation, SpecFill};
 use crate::provider::{LbRequest, Provider};
 
-/// The merge patch that fills empty spec fields and drops unused node ports, or `None` when
-/// there is nothing to write.
+/// The merge patch that fills empty spec fields and drops unused node ports (and an
+/// ExternalName Service's ClusterIPs), or `None` when there is nothing to write.
 pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
     if fill.is_empty() {
         return None;
@@ -44,6 +44,12 @@ pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
     }
     if let Some(policy) = fill.ip_family_policy {
         spec.insert("ipFamilyPolicy".into(), json!(policy.as_str()));
+    }
+    if fill.drop_cluster_ips {
+        // null removes a field in a merge patch.
+        for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            spec.insert(field.into(), Value::Null);
+        }
     }
     if fill.node_ports.iter().any(Option::is_some) || fill.drop_node_ports {
         // A merge patch replaces the whole list, so every entry is sent as read, with only
@@ -180,8 +186,19 @@ pub enum JobOutcome {
     Gone,
     /// Not leading any more: nothing was (or will be) written.
     NotLeading,
+    /// The API server refused `write` as conflicting (409): the Service changed since the
+    /// version it carried. Nothing of it was written, nor of the writes after it; tried
+    /// again like any conflict.
+    Rejected { write: Write },
     /// Try again later; `category` is the metric label.
     Retry { category: &'static str },
+}
+
+/// One of a job's two writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    Spec,
+    Status,
 }
 
 /// Shared by every job.
@@ -211,9 +228,12 @@ impl WriteCtx {
     }
 }
 
-fn outcome_of(e: &kube::Error) -> JobOutcome {
+fn outcome_of(e: &kube::Error, write: Write) -> JobOutcome {
     match api_error_category(e) {
         "not_found" => JobOutcome::Gone,
+        // Only a 409 says for sure that nothing was written: after a timeout or a lost
+        // connection the write may have landed, and what it names stays held.
+        "conflict" => JobOutcome::Rejected { write },
         category => JobOutcome::Retry { category },
     }
 }
@@ -273,7 +293,7 @@ async fn run_job_inner(
                 written.extend(version.clone());
                 *spec = Some(Arc::new(svc));
             }
-            Err(e) => return outcome_of(&e),
+            Err(e) => return outcome_of(&e, Write::Spec),
         }
     }
     let regarding = Arc::new(regarding);
@@ -361,7 +381,7 @@ async fn run_job_inner(
         ctx.metrics.write("status");
         match send_patch(&ctx.client, &job.key, Some("status"), &patch).await {
             Ok(meta) => written.extend(meta.resource_version),
-            Err(e) => return outcome_of(&e),
+            Err(e) => return outcome_of(&e, Write::Status),
         }
     }
     match (&job.ingress, ingress.is_some()) {
@@ -510,6 +530,25 @@ mod tests {
         assert_eq!(ports.len(), 2);
         assert!(ports.iter().all(|e| e.get("nodePort").is_none()));
         assert_eq!(ports[1]["protocol"], "UDP");
+    }
+
+    #[test]
+    fn spec_patch_drops_the_cluster_ips_of_an_external_name_service() {
+        let svc = mk_svc(json!({"metadata": {"name": "a", "resourceVersion": "9"},
+            "spec": {"type": "ExternalName", "externalName": "example.invalid",
+                     "clusterIP": "10.96.0.9", "clusterIPs": ["10.96.0.9"],
+                     "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}}));
+        let fill = SpecFill {
+            drop_cluster_ips: true,
+            ..SpecFill::default()
+        };
+        assert!(!fill.is_empty());
+        let p = build_spec_patch(&svc, &fill).unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {"resourceVersion": "9"},
+                "spec": {"clusterIP": null, "clusterIPs": null, "ipFamilies": null, "ipFamilyPolicy": null}})
+        );
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub struct ServiceFacts {
     /// ExternalName): a type change on a real cluster drops them from the spec, and until
     /// berth's write dropping them lands they stay held (see `plan_service`).
     pub stale_node_ports: StaleNodePorts,
+    /// ClusterIPs an ExternalName Service still names: a change to ExternalName on a real
+    /// cluster drops them (with `ipFamilies` and `ipFamilyPolicy`), and until berth's write
+    /// dropping them lands they stay held (see `plan_service`).
+    pub stale_cluster_ips: Vec<IpAddr>,
     pub lb_class: LbClass,
     /// What the LoadBalancer allocator needs (namespace labels are added by the caller).
     pub lb_view: ServiceView,
@@ -250,6 +254,11 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         .filter_map(|i| i.ip.as_deref()?.parse().ok())
         .collect();
 
+    let stale_cluster_ips = if type_ == ServiceType::ExternalName {
+        cluster_ips.cluster_ips.clone()
+    } else {
+        Vec::new()
+    };
     ServiceFacts {
         key,
         uid: meta.uid.clone().unwrap_or_default(),
@@ -265,6 +274,7 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         cluster_ips_unset: spec.cluster_ips.as_ref().is_none_or(Vec::is_empty),
         node_ports,
         stale_node_ports,
+        stale_cluster_ips,
         lb_class,
         lb_view,
         ingress_ips,

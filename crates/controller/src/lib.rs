@@ -1,7 +1,7 @@
 //! berth-controller: the kube-runtime controllers of DESIGN.md §2–5 — allocation (ClusterIPs,
 //! NodePorts, LoadBalancer IPs), Endpoints and EndpointSlices, load balancers, status, Events and
 //! leader election. The decisions are made by the pure crates (`berth-ipam`, `berth-endpoints`)
-//! and the pure modules here (`facts`, `plan`, `pools`, `lease::decide_lease`, the patch
+//! and the pure modules here (`facts`, `plan`, `fresh`, `pools`, `lease::decide_lease`, the patch
 //! builders in `apply`); the rest reads the cluster, feeds them, and writes their answers back.
 
 pub mod apply;
@@ -11,6 +11,7 @@ pub mod endpoints;
 mod error;
 pub mod events;
 pub mod facts;
+pub mod fresh;
 pub mod lease;
 pub mod metrics;
 pub mod plan;

@@ -12,13 +12,13 @@ use std::net::IpAddr;
 use berth_api::names::condition::reason;
 use berth_ipam::{
     plan_cluster_ips, ClusterIpAllocator, IpFamily, IpFamilyPolicy, IpamError, Labels,
-    LbIpAllocator, NodePortAllocator, PortRange, ServiceKey,
+    LbIpAllocator, NodePortAllocator, NodePortRequest, PortRange, ServiceKey,
 };
 use ipnet::IpNet;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use crate::facts::{LbClass, ServiceFacts, ServiceType};
+use crate::facts::{LbClass, ServiceFacts, ServiceType, StaleNodePorts};
 
 /// The three allocators, owned by the one task that writes.
 #[derive(Debug)]
@@ -59,6 +59,9 @@ pub struct SpecFill {
     /// Per `spec.ports` index: a node port for an entry that has none.
     pub node_ports: Vec<Option<u16>>,
     pub health_check_node_port: Option<u16>,
+    /// Drop `spec.clusterIP(s)`, `spec.ipFamilies` and `spec.ipFamilyPolicy`: an ExternalName
+    /// Service has none.
+    pub drop_cluster_ips: bool,
     /// Drop `spec.healthCheckNodePort`: the type no longer uses it.
     pub drop_health_check_node_port: bool,
     /// Drop every `spec.ports[].nodePort`: the type no longer uses them.
@@ -72,6 +75,7 @@ impl SpecFill {
             && self.ip_family_policy.is_none()
             && self.node_ports.iter().all(Option::is_none)
             && self.health_check_node_port.is_none()
+            && !self.drop_cluster_ips
             && !self.drop_health_check_node_port
             && !self.drop_node_ports
     }
@@ -151,6 +155,7 @@ pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels
     if f.type_ == ServiceType::ExternalName {
         let had_lb = !alloc.lb.ips_of(owner).is_empty();
         alloc.release_all(owner);
+        hold_stale_cluster_ips(alloc, f, &mut out.fill);
         hold_stale_node_ports(alloc, f, &mut out.fill);
         out.ingress = clear_ingress(alloc, f, had_lb);
         out.result = None;
@@ -255,7 +260,11 @@ fn plan_node_port_stage(
         hold_stale_node_ports(alloc, f, fill);
         return Ok(());
     }
-    let got = alloc.ports.assign_service(&f.key, req)?;
+    let held = alloc.ports.ports_of(&f.key);
+    let got = alloc.ports.assign_service(
+        &f.key,
+        &with_held_node_ports(req, &held, &f.stale_node_ports),
+    )?;
     fill.node_ports = req
         .ports
         .iter()
@@ -273,6 +282,70 @@ fn plan_node_port_stage(
     }
     hold_stale_node_ports(alloc, f, fill);
     Ok(())
+}
+
+/// `req` with the node ports the Service holds and its spec does not name given to its
+/// unnamed entries (one per Service port: the others share it) and to an unnamed
+/// healthCheckNodePort, before any new one is picked. Held and unnamed, they were given by an
+/// earlier decision whose write may have landed though it failed (a timeout): picked anew,
+/// they would be freed while the Service may name them. It also keeps a Service's node ports
+/// across an edit that leaves them out, as the API server does. Ports the type no longer
+/// uses are not reused: they are being dropped.
+pub fn with_held_node_ports(
+    req: &NodePortRequest,
+    held: &[u16],
+    stale: &StaleNodePorts,
+) -> NodePortRequest {
+    let mut out = req.clone();
+    let named: Vec<u16> = req
+        .ports
+        .iter()
+        .filter_map(|p| p.node_port)
+        .chain(req.health_check.flatten())
+        .chain(stale.all())
+        .collect();
+    let mut spare = held.iter().copied().filter(|p| !named.contains(p));
+    if req.allocate_node_ports {
+        let mut served: Vec<u16> = req
+            .ports
+            .iter()
+            .filter(|p| p.node_port.is_some())
+            .map(|p| p.port)
+            .collect();
+        for p in out.ports.iter_mut() {
+            if p.node_port.is_some() || served.contains(&p.port) {
+                continue;
+            }
+            let Some(port) = spare.next() else {
+                break;
+            };
+            p.node_port = Some(port);
+            served.push(p.port);
+        }
+    }
+    if out.health_check == Some(None) {
+        if let Some(port) = spare.next() {
+            out.health_check = Some(Some(port));
+        }
+    }
+    out
+}
+
+/// Keeps the ClusterIPs an ExternalName Service still names, and asks for them to be dropped
+/// from the spec, as a real apiserver drops them on the change to ExternalName; freed by the
+/// first decision that no longer sees them named. Freed at once, another Service could be
+/// given one while this spec still names it, and a change back to ClusterIP would claim it
+/// again and be refused for good.
+fn hold_stale_cluster_ips(alloc: &mut Allocators, f: &ServiceFacts, fill: &mut SpecFill) {
+    if f.stale_cluster_ips.is_empty() {
+        return;
+    }
+    for ip in &f.stale_cluster_ips {
+        // Refused: another Service holds it (adopted before this stale claim); the write
+        // below drops it from this spec all the same.
+        let _ = alloc.cluster.adopt(&f.key, *ip);
+    }
+    fill.drop_cluster_ips = true;
 }
 
 /// Keeps the node ports the spec still names after a type change stopped using them, and
@@ -298,8 +371,9 @@ fn hold_stale_node_ports(alloc: &mut Allocators, f: &ServiceFacts, fill: &mut Sp
 /// anything is assigned. Returns the refused claims, younger Service first in each pair's
 /// order of discovery; those Services get their condition when they are reconciled.
 ///
-/// Node ports still named by a Service whose type no longer uses them are held the same way
-/// (see `hold_stale_node_ports`).
+/// Node ports still named by a Service whose type no longer uses them, and ClusterIPs still
+/// named by an ExternalName Service, are held the same way, after every live claim (see
+/// `hold_stale_node_ports`, `hold_stale_cluster_ips`).
 ///
 /// Addresses still named by a Service that is no longer a LoadBalancer (its status was not
 /// cleared before the last leader stopped) are held too, after every live claim, until the
@@ -342,6 +416,10 @@ pub fn adopt_all<'a>(
             for port in f.stale_node_ports.all() {
                 // Refused: a live claim holds it, and this stale one is dropped anyway.
                 let _ = alloc.ports.adopt(&f.key, port);
+            }
+            for ip in &f.stale_cluster_ips {
+                // Refused: likewise.
+                let _ = alloc.cluster.adopt(&f.key, *ip);
             }
         }
     }

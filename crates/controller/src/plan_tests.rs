@@ -4,7 +4,7 @@
 use super::*;
 use crate::facts::read_service;
 use berth_api::names::class;
-use berth_ipam::PoolSpec;
+use berth_ipam::{PoolSpec, ServicePortSpec};
 use k8s_openapi::api::core::v1::Service;
 use serde_json::{json, Value};
 
@@ -234,16 +234,20 @@ fn type_changes_release_exactly_what_they_should() {
     let out = plan(&mut a, &as_type("LoadBalancer"));
     assert_eq!(out.ingress.unwrap().len(), 1);
     assert_eq!(a.ports.ports_of(&key), vec![port]);
-    // -> ExternalName: nothing is held.
+    // -> ExternalName: the ClusterIP and node port are dropped from the spec, and held
+    // until then; then nothing is held.
     let out = plan(&mut a, &as_type("ExternalName"));
     assert_eq!(out.result, None);
     assert_eq!(out.ingress, Some(vec![]));
-    assert!(out.fill.drop_node_ports);
-    assert!(a.cluster.ips_of(&key).is_empty());
+    assert!(out.fill.drop_node_ports && out.fill.drop_cluster_ips);
+    assert_eq!(a.cluster.ips_of(&key), vec![ip.parse::<IpAddr>().unwrap()]);
     let mut dropped = as_type("ExternalName");
     dropped.stale_node_ports.ports.clear();
-    plan(&mut a, &dropped);
+    dropped.stale_cluster_ips.clear();
+    let out = plan(&mut a, &dropped);
+    assert!(!out.fill.drop_cluster_ips);
     assert!(a.ports.ports_of(&key).is_empty());
+    assert!(a.cluster.ips_of(&key).is_empty());
 }
 
 #[test]
@@ -549,4 +553,113 @@ fn stale_node_ports_are_adopted_after_every_live_claim() {
     let out = plan(&mut a, &older);
     assert!(out.fill.drop_node_ports && out.fill.drop_health_check_node_port);
     assert_eq!(a.ports.owner_of(30080), Some(&younger.key));
+}
+
+#[test]
+fn stale_cluster_ips_of_external_name_services_are_adopted_after_every_live_claim() {
+    let mut a = mk_alloc(false);
+    let labels = Labels::new();
+    // The older Service became ExternalName and its address went to the younger one (by a
+    // leader that freed it before the spec stopped naming it): the live claim wins.
+    let older = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "old",
+        "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"type": "ExternalName", "externalName": "example.invalid", "clusterIP": "10.96.1.1"}}));
+    let younger = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "young",
+        "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"clusterIP": "10.96.1.1"}}));
+    let unclaimed = mk_facts_full(json!({"metadata": {"namespace": "default", "name": "gone",
+        "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"type": "ExternalName", "externalName": "example.invalid", "clusterIPs": ["10.96.1.3"]}}));
+    let refused = adopt_all(
+        &mut a,
+        [
+            (&older, &labels),
+            (&younger, &labels),
+            (&unclaimed, &labels),
+        ],
+    );
+    assert!(refused.is_empty(), "{refused:?}");
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(a.cluster.owner_of(ip("10.96.1.1")), Some(&younger.key));
+    // Unclaimed by anyone live: held until the drop lands.
+    assert_eq!(a.cluster.owner_of(ip("10.96.1.3")), Some(&unclaimed.key));
+    for f in [&older, &unclaimed] {
+        assert!(plan(&mut a, f).fill.drop_cluster_ips);
+    }
+    assert_eq!(a.cluster.owner_of(ip("10.96.1.1")), Some(&younger.key));
+}
+
+#[test]
+fn a_decision_made_again_asks_for_the_node_ports_it_gave_before() {
+    let mut a = mk_alloc(false);
+    let f = mk_facts(
+        "s",
+        json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [
+            {"port": 53, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}, {"port": 80}]}),
+    );
+    let first = plan(&mut a, &f).fill;
+    let held = a.ports.ports_of(&f.key);
+    assert_eq!(held.len(), 3);
+    // From the same version again (its write failed, perhaps after landing): the same ports,
+    // the TCP and UDP entries still sharing one.
+    let again = plan(&mut a, &f).fill;
+    assert_eq!(a.ports.ports_of(&f.key), held);
+    assert_eq!(again.node_ports[0], again.node_ports[1]);
+    let given = |fill: &SpecFill| {
+        let mut v: Vec<u16> = fill
+            .node_ports
+            .iter()
+            .flatten()
+            .chain(&fill.health_check_node_port)
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    assert_eq!(given(&again), given(&first));
+}
+
+#[test]
+fn held_node_ports_go_to_unnamed_entries_only_when_the_spec_may_get_them() {
+    let spec = |port: u16, node_port: Option<u16>| ServicePortSpec {
+        port,
+        protocol: berth_ipam::Protocol::Tcp,
+        node_port,
+    };
+    let req = NodePortRequest {
+        ports: vec![
+            spec(80, Some(30080)),
+            spec(81, None),
+            spec(81, None),
+            spec(82, None),
+        ],
+        allocate_node_ports: true,
+        health_check: Some(None),
+    };
+    let stale = crate::facts::StaleNodePorts::default();
+    // 30080 is named; 30001 and 30002 are spare; nothing is left for the health check.
+    let out = with_held_node_ports(&req, &[30001, 30002, 30080], &stale);
+    let got: Vec<Option<u16>> = out.ports.iter().map(|p| p.node_port).collect();
+    assert_eq!(got, [Some(30080), Some(30001), None, Some(30002)]);
+    assert_eq!(out.health_check, Some(None));
+    // A stale port (being dropped) is not reused; the health check gets the spare one.
+    let stale = crate::facts::StaleNodePorts {
+        health_check: None,
+        ports: vec![30002],
+    };
+    let one = NodePortRequest {
+        ports: vec![spec(80, Some(30080))],
+        ..req.clone()
+    };
+    let out = with_held_node_ports(&one, &[30001, 30002, 30080], &stale);
+    assert_eq!(out.health_check, Some(Some(30001)));
+    // allocateLoadBalancerNodePorts: false assigns none, so none is reused either.
+    let off = NodePortRequest {
+        allocate_node_ports: false,
+        health_check: None,
+        ..req
+    };
+    let out = with_held_node_ports(&off, &[30001], &Default::default());
+    assert!(out.ports[1..].iter().all(|p| p.node_port.is_none()));
 }

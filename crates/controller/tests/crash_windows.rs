@@ -190,3 +190,79 @@ async fn a_health_check_port_is_not_given_away_while_a_former_local_load_balance
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
+
+/// A Service changed to ExternalName still names its ClusterIP until berth drops it from the
+/// spec, as a real apiserver does on that change. Freed at once, the address could go to
+/// another Service while this spec named it, and a change back to ClusterIP claimed it again:
+/// refused for good ("provided IP is already allocated"). It is dropped, and held until then.
+#[tokio::test]
+async fn a_cluster_ip_is_not_given_away_while_a_former_cluster_ip_service_names_it() {
+    let (server, client) = start_lab().await;
+    // a's second spec write (the drop; the first filled the ClusterIP) waits until b, asking
+    // for the address a still names, has been refused.
+    let gated = before_patch(
+        client.clone(),
+        "/api/v1/namespaces/default/services/a",
+        2,
+        |c| {
+            Box::pin(async move {
+                wait_svc(&c, "b", "refused while a names the address", |s| {
+                    allocated(s).is_some_and(|c| c.0 == "False")
+                })
+                .await;
+            })
+        },
+    );
+    let ctrl = spawn_controller(gated, mk_config());
+    create_svc(&client, "a", json!({"ports": [{"port": 80}]})).await;
+    let a = wait_svc(&client, "a", "a ClusterIP", |s| {
+        cluster_ip(s).is_some() && allocated(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    let ip = cluster_ip(&a).unwrap();
+
+    patch_svc(
+        &client,
+        "a",
+        json!({"spec": {"type": "ExternalName", "externalName": "example.invalid"}}),
+    )
+    .await;
+    // Refused while a names it; given once the drop has landed.
+    create_svc(
+        &client,
+        "b",
+        json!({"clusterIP": ip, "ports": [{"port": 80}]}),
+    )
+    .await;
+    let a = wait_svc(&client, "a", "the ClusterIP dropped", |s| {
+        cluster_ip(s).is_none()
+    })
+    .await;
+    let spec = a.spec.unwrap();
+    assert_eq!(spec.cluster_ips, None);
+    assert_eq!((spec.ip_families, spec.ip_family_policy), (None, None));
+    wait_svc(&client, "b", "the freed address", |s| {
+        allocated(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+
+    // Back to ClusterIP: a new address, no conflict, also after a crash.
+    patch_svc(&client, "a", json!({"spec": {"type": "ClusterIP"}})).await;
+    let a = wait_svc(&client, "a", "a new ClusterIP", |s| {
+        cluster_ip(s).is_some() && allocated(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert_ne!(cluster_ip(&a), Some(ip));
+    ctrl.crash().await;
+    let ctrl = spawn_controller(client.clone(), mk_config());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for name in ["a", "b"] {
+        let s = wait_svc(&client, name, "still allocated", |s| {
+            allocated(s).is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        assert!(cluster_ip(&s).is_some(), "{s:#?}");
+    }
+    ctrl.stop().await;
+    server.shutdown().await.unwrap();
+}

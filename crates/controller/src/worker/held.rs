@@ -1,6 +1,8 @@
-//! Keeping what a Service's object still names: a LoadBalancer address stays held until the
-//! write clearing it has landed, and a retry decides from the version berth's own spec write
-//! returned. Both close windows in which a crash would leave two Services naming one value.
+//! Holding exactly what a Service's object names: a LoadBalancer address stays held until
+//! the write clearing it has landed, a retry decides from the version berth's own spec write
+//! returned, and what a refused write would have named is let go. The first two close windows
+//! in which a crash would leave two Services naming one value; the last, one in which a
+//! value nothing names stands against the value the Service does name.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use super::watch::trim;
 use super::Worker;
 use crate::apply::WrittenSpec;
 use crate::facts::ServiceFacts;
+use crate::fresh::{release_fresh, Fresh};
 
 impl Worker {
     /// Takes the version a spec write returned as the cached one, unless the watch has
@@ -32,11 +35,38 @@ impl Worker {
     pub(super) fn release_cleared(&mut self, key: &ServiceKey) {
         if self.clearing.remove(key) && !self.alloc.lb.release_owner(key).is_empty() {
             self.schedule_pool_status();
-            let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
-            for k in waiting {
-                self.queue.mark(k);
-            }
+            self.wake_waiting(None);
         }
+    }
+
+    /// Something was freed: Services waiting for space try again, except `deciding` (whose
+    /// job is about to start: marked now, it would be decided again while in flight; or
+    /// which is being released and is queued again by its caller if it still exists).
+    pub(super) fn wake_waiting(&mut self, deciding: Option<&ServiceKey>) {
+        let waiting: Vec<ServiceKey> = self
+            .failed
+            .iter()
+            .filter(|k| Some(*k) != deciding)
+            .cloned()
+            .collect();
+        for k in waiting {
+            self.queue.mark(k);
+        }
+    }
+
+    /// Frees what a decision newly gave a Service once the write that would have named it
+    /// was refused (409): no object names it. Held, it would stand against what the Service
+    /// names now — such as values a killed leader's write set after this decision was made
+    /// from the older version, which the next decision would refuse as a changed ClusterIP.
+    pub(super) fn release_unwritten(&mut self, key: &ServiceKey, fresh: &Fresh) {
+        if !release_fresh(&mut self.alloc, key, fresh) {
+            return;
+        }
+        tracing::debug!(service = %key, ?fresh, "write refused; released what it would have named");
+        if !fresh.lb_ips.is_empty() {
+            self.schedule_pool_status();
+        }
+        self.wake_waiting(None);
     }
 
     /// The plan frees the addresses of a Service that stops being a LoadBalancer at once,

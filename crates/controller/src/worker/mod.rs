@@ -30,6 +30,7 @@ use crate::apply::{
 };
 use crate::config::ControllerConfig;
 use crate::facts::{read_service, LbClass};
+use crate::fresh::{compute_fresh, Fresh, Holding};
 use crate::metrics::{Metrics, ReconcileTimer};
 use crate::plan::{adopt_all, plan_service, Allocators};
 use crate::pools::build_pool_specs;
@@ -67,9 +68,13 @@ pub(crate) struct Worker {
     /// Services whose LoadBalancer addresses stay held until the write clearing their
     /// status has landed (see `withhold_until_cleared`).
     clearing: HashSet<ServiceKey>,
-    /// Services whose spec write drops node ports their type no longer uses: decided again
-    /// once it lands, which frees them (the write's echo alone would not be decided).
+    /// Services whose spec write drops values their type no longer uses (node ports, an
+    /// ExternalName Service's ClusterIPs): decided again once it lands, which frees them
+    /// (the write's echo alone would not be decided).
     dropping: HashSet<ServiceKey>,
+    /// What the decision behind each job in flight newly gave its Service; released when
+    /// the write naming it is refused (see `release_unwritten`).
+    fresh: HashMap<ServiceKey, Fresh>,
     pool_status_due: Option<Instant>,
     pools_in_flight: HashSet<String>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
@@ -108,6 +113,7 @@ impl Worker {
             failed: HashSet::new(),
             clearing: HashSet::new(),
             dropping: HashSet::new(),
+            fresh: HashMap::new(),
             pool_status_due: None,
             pools_in_flight: HashSet::new(),
             jobs: FuturesUnordered::new(),
@@ -274,9 +280,9 @@ impl Worker {
             .get(&key.namespace)
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
-        let lb_before = self.alloc.lb.ips_of(&key);
+        let before = Holding::of(&self.alloc, &key);
         let out = plan_service(&mut self.alloc, &facts, &labels);
-        if self.alloc.lb.ips_of(&key) != lb_before {
+        if self.alloc.lb.ips_of(&key) != before.lb_ips {
             self.schedule_pool_status();
         }
         let failure = match &out.result {
@@ -306,15 +312,21 @@ impl Worker {
                 None
             }
         };
+        if before.any_released(&self.alloc, &key) {
+            self.wake_waiting(Some(&key));
+        }
         let conditions = build_conditions(&svc, &out, apply::now());
         let ingress = out.ingress.clone().filter(|ips| ingress_differs(&svc, ips));
-        self.withhold_until_cleared(&key, &facts, &labels, &lb_before, ingress.as_ref());
+        self.withhold_until_cleared(&key, &facts, &labels, &before.lb_ips, ingress.as_ref());
         let nodes = if ingress.is_some() && facts.lb_class != LbClass::None {
             eligible_nodes(&self.nodes.objects)
         } else {
             Vec::new()
         };
-        if out.fill.drop_node_ports || out.fill.drop_health_check_node_port {
+        if out.fill.drop_node_ports
+            || out.fill.drop_health_check_node_port
+            || out.fill.drop_cluster_ips
+        {
             self.dropping.insert(key.clone());
         }
         let job = WriteJob {
@@ -339,6 +351,10 @@ impl Worker {
             status = job.conditions.is_some() || job.ingress.is_some(),
             "writing allocation"
         );
+        let fresh = compute_fresh(&before, &facts, &out.fill, job.ingress.as_deref());
+        if !fresh.is_empty() {
+            self.fresh.insert(key.clone(), fresh);
+        }
         self.queue.started(key);
         self.service_jobs += 1;
         let ctx = self.ctx.clone();
@@ -360,6 +376,10 @@ impl Worker {
                 let landed = matches!(outcome, JobOutcome::Done { .. });
                 if landed {
                     self.release_cleared(&key);
+                }
+                let fresh = self.fresh.remove(&key);
+                if let (JobOutcome::Rejected { write }, Some(fresh)) = (&outcome, fresh) {
+                    self.release_unwritten(&key, &fresh.unwritten(*write));
                 }
                 if let Some(category) = self.queue.finished(&key, outcome, Instant::now()) {
                     self.metrics.error(category);

@@ -146,7 +146,11 @@ impl Queue {
                     .insert((now + RETRY_MIN, self.seq), key.clone());
                 None
             }
-            JobOutcome::Retry { category } => {
+            JobOutcome::Retry { .. } | JobOutcome::Rejected { .. } => {
+                let category = match outcome {
+                    JobOutcome::Retry { category } => category,
+                    _ => "conflict",
+                };
                 again |= !f.seen.is_empty();
                 let n = self.attempts.entry(key.clone()).or_insert(0);
                 *n += 1;
@@ -187,6 +191,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apply::Write;
 
     fn mk_key(name: &str) -> ServiceKey {
         ServiceKey::new("ns".to_string(), name.to_string())
@@ -365,6 +370,21 @@ mod tests {
         q.started(k.clone());
         q.finished(&k, JobOutcome::Retry { category: "server" }, t0);
         assert_eq!(q.next_retry().unwrap() - t0, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_rejected_write_is_retried_as_a_conflict() {
+        let mut q = Queue::default();
+        let k = mk_key("a");
+        let t0 = Instant::now();
+        for write in [Write::Spec, Write::Status] {
+            q.started(k.clone());
+            let category = q.finished(&k, JobOutcome::Rejected { write }, t0);
+            assert_eq!(category, Some("conflict"));
+            assert_eq!(q.next_retry(), Some(t0 + CONFLICT_RETRY));
+            q.due(t0 + CONFLICT_RETRY);
+            assert_eq!(drain(&mut q), ["a"]);
+        }
     }
 
     #[test]

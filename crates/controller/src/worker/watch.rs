@@ -249,15 +249,12 @@ impl Worker {
     pub(super) fn release(&mut self, key: &ServiceKey) {
         if self.alloc.release_all(key) {
             self.schedule_pool_status();
-            // Something was freed: Services waiting for space try again.
-            let waiting: Vec<ServiceKey> = self.failed.iter().cloned().collect();
-            for k in waiting {
-                self.queue.mark(k);
-            }
+            self.wake_waiting(Some(key));
         }
         self.failed.remove(key);
         self.clearing.remove(key);
         self.dropping.remove(key);
+        self.fresh.remove(key);
     }
 }
 

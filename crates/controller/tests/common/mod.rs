@@ -6,10 +6,13 @@
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use berth_controller::{AllocationController, ControllerConfig};
 use berth_lab::{LabApiServer, LabApiServerHandle};
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -76,6 +79,30 @@ pub fn spawn_controller(client: Client, cfg: ControllerConfig) -> Running {
         task,
         registry: std::sync::Arc::new(registry),
     }
+}
+
+/// `client`, except that before sending its `nth` PATCH of `path` (1 for the first) it runs
+/// `before` to completion: another writer's change lands just ahead of it, or the write waits
+/// for something to happen first.
+pub fn before_patch<F>(client: Client, path: &'static str, nth: usize, before: F) -> Client
+where
+    F: Fn(Client) -> BoxFuture<'static, ()> + Send + Sync + 'static,
+{
+    let seen = Arc::new(AtomicUsize::new(0));
+    let before = Arc::new(before);
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (client, seen, before) = (client.clone(), seen.clone(), before.clone());
+        async move {
+            if req.method() == http::Method::PATCH
+                && req.uri().path() == path
+                && seen.fetch_add(1, Ordering::SeqCst) + 1 == nth
+            {
+                before(client.clone()).await;
+            }
+            client.send(req).await
+        }
+    });
+    Client::new(service, "default")
 }
 
 pub async fn create_pool(client: &Client, name: &str, spec: Value) {

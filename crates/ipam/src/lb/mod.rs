@@ -457,6 +457,26 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         held.into_iter().flatten().collect()
     }
 
+    /// Frees `ip` for `owner` alone (others sharing it keep it); returns whether `owner` held
+    /// it. Idempotent. An owner left holding nothing is forgotten, as by
+    /// [`Self::release_owner`].
+    pub fn release(&mut self, owner: &K, ip: IpAddr) -> bool {
+        let Some(id) = self.owners.find(owner) else {
+            return false;
+        };
+        let slot = IpFamily::of(ip).index();
+        if self.owners.get(id).held[slot] != Some(ip) {
+            return false;
+        }
+        self.remove_holder(id, ip);
+        let held = &mut self.owners.get_mut(id).held;
+        held[slot] = None;
+        if held.iter().all(Option::is_none) {
+            self.owners.remove(id);
+        }
+        true
+    }
+
     /// The addresses `owner` holds, IPv4 first.
     pub fn ips_of(&self, owner: &K) -> Vec<IpAddr> {
         self.owners

@@ -411,6 +411,23 @@ impl<K: OwnerKey> Reference<K> {
         held
     }
 
+    /// Frees `ip` for `owner` alone; returns whether `owner` held it.
+    pub(crate) fn release(&mut self, owner: &K, ip: IpAddr) -> bool {
+        let Some((key, mut held)) = self.by_owner.remove_entry(owner) else {
+            return false;
+        };
+        let slot = IpFamily::of(ip).index();
+        let had = held[slot] == Some(ip);
+        if had {
+            self.remove_holder(&key, ip);
+            held[slot] = None;
+        }
+        if held.iter().any(Option::is_some) {
+            self.by_owner.insert(key, held);
+        }
+        had
+    }
+
     /// The addresses `owner` holds, IPv4 first.
     pub(crate) fn ips_of(&self, owner: &K) -> Vec<IpAddr> {
         self.by_owner

@@ -99,6 +99,7 @@ enum Op {
     Assign(u8, ServiceView),
     Adopt(u8, ServiceView, Vec<IpAddr>),
     Release(u8),
+    ReleaseOne(u8, IpAddr),
     Pools(u8),
 }
 
@@ -108,6 +109,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (0u8..6, view()).prop_map(|(o, v)| Op::Assign(o, v)),
         2 => (0u8..6, view(), proptest::sample::subsequence(ips, 0..3)).prop_map(|(o, v, ips)| Op::Adopt(o, v, ips)),
         2 => (0u8..6).prop_map(Op::Release),
+        2 => (0u8..6, proptest::sample::select(candidate_ips())).prop_map(|(o, ip)| Op::ReleaseOne(o, ip)),
         1 => (0u8..8).prop_map(Op::Pools),
     ]
 }
@@ -132,6 +134,7 @@ proptest! {
                     r.adopt(&name(o), &v, &ips).map_err(err)
                 ),
                 Op::Release(o) => prop_assert_eq!(a.release_owner(&name(o)), r.release_owner(&name(o))),
+                Op::ReleaseOne(o, ip) => prop_assert_eq!(a.release(&name(o), ip), r.release(&name(o), ip)),
                 Op::Pools(variant) => prop_assert_eq!(
                     a.set_pools(pools(variant)).map_err(err),
                     r.set_pools(pools(variant)).map_err(err)

@@ -1,0 +1,161 @@
+//! A killed controller's write landing after its replacement decided the same Service from the
+//! older version: the replacement's write is refused (409, nothing written), and what its
+//! decision gave the Service must not stay held, or the values the Service now names are
+//! refused as changed ("a cluster IP may not change once set") or replaced.
+//!
+//! The late write is made deterministic by the controller's client: the first time it sends a
+//! matching write, the late write is sent first.
+//!
+//! Address plan: service CIDR 10.96.0.0/16, node ports 30000-32767, one pool 198.18.0.10-11.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+async fn merge_patch(client: &Client, name: &str, status: bool, patch: Value) {
+    let api: Api<Service> = Api::default_namespaced(client.clone());
+    let params = PatchParams::default();
+    if status {
+        api.patch_status(name, &params, &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    } else {
+        api.patch(name, &params, &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+}
+
+fn health_check_port(s: &Service) -> Option<i32> {
+    s.spec.as_ref().and_then(|sp| sp.health_check_node_port)
+}
+
+/// The sequence of the reliability test's flake: the replacement decides ClusterIP, node port
+/// and healthCheckNodePort from a version without them; the killed controller's spec write with
+/// other values lands first; the replacement's write is refused. The Service keeps the values
+/// that landed, and nothing is reported as a conflict.
+#[tokio::test]
+async fn values_a_refused_spec_write_gave_are_released_so_the_landed_ones_are_adopted() {
+    let (server, client) = start_lab().await;
+    create_pool(
+        &client,
+        "pool",
+        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
+    )
+    .await;
+    create_svc(
+        &client,
+        "s",
+        json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}),
+    )
+    .await;
+    let killed = before_patch(
+        client.clone(),
+        "/api/v1/namespaces/default/services/s",
+        1,
+        |c| {
+            Box::pin(async move {
+                let spec = json!({"spec": {
+                    "clusterIP": "10.96.0.77", "clusterIPs": ["10.96.0.77"],
+                    "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                    "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30555}],
+                    "healthCheckNodePort": 30556}});
+                merge_patch(&c, "s", false, spec).await;
+            })
+        },
+    );
+    let ctrl = spawn_controller(killed, mk_config());
+    let s = wait_svc(&client, "s", "a decision after the late write", |s| {
+        allocated(s).is_some()
+    })
+    .await;
+    assert_eq!(allocated(&s).unwrap().0, "True", "{:?}", allocated(&s));
+    assert_eq!(cluster_ip(&s).as_deref(), Some("10.96.0.77"));
+    assert_eq!(node_ports(&s), [Some(30555)]);
+    assert_eq!(health_check_port(&s), Some(30556));
+    assert_eq!(ingress_ips(&s), ["198.18.0.10"]);
+    assert_eq!(ctrl.metric("berth_controller_conflicts_total"), 0.0);
+
+    // A real change of a set ClusterIP is still refused, in the apiserver's words.
+    merge_patch(
+        &client,
+        "s",
+        false,
+        json!({"spec": {"clusterIP": "10.96.0.78", "clusterIPs": ["10.96.0.78"]}}),
+    )
+    .await;
+    let s = wait_svc(&client, "s", "the change refused", |s| {
+        allocated(s).is_some_and(|c| c.0 == "False")
+    })
+    .await;
+    let message = allocated(&s).unwrap().2;
+    assert!(
+        message.contains("a cluster IP may not change once set"),
+        "{message}"
+    );
+    ctrl.stop().await;
+    server.shutdown().await.unwrap();
+}
+
+/// The same with the status: the replacement picks 198.18.0.10 for a Service whose killed
+/// controller's status write naming 198.18.0.11 lands first. The Service keeps 198.18.0.11.
+#[tokio::test]
+async fn an_address_a_refused_status_write_gave_is_released_so_the_landed_one_is_kept() {
+    let (server, client) = start_lab().await;
+    create_pool(
+        &client,
+        "pool",
+        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
+    )
+    .await;
+    // The spec is complete, so the status write is the first write.
+    create_svc(
+        &client,
+        "s",
+        json!({"type": "LoadBalancer", "clusterIP": "10.96.0.77", "clusterIPs": ["10.96.0.77"],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+            "ports": [{"port": 80, "nodePort": 30555}]}),
+    )
+    .await;
+    let killed = before_patch(
+        client.clone(),
+        "/api/v1/namespaces/default/services/s/status",
+        1,
+        |c| {
+            Box::pin(async move {
+                let status = json!({"status": {"loadBalancer": {"ingress": [
+                    {"ip": "198.18.0.11", "ipMode": "VIP"}]}}});
+                merge_patch(&c, "s", true, status).await;
+            })
+        },
+    );
+    let ctrl = spawn_controller(killed, mk_config());
+    let s = wait_svc(&client, "s", "a decision after the late write", |s| {
+        allocated(s).is_some()
+    })
+    .await;
+    assert_eq!(allocated(&s).unwrap().0, "True", "{:?}", allocated(&s));
+    assert_eq!(ingress_ips(&s), ["198.18.0.11"]);
+    // And it stays there: nothing decides it away afterwards.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ingress_ips(&get_svc(&client, "s").await), ["198.18.0.11"]);
+    // The other address is free: a second Service gets it.
+    create_svc(
+        &client,
+        "t",
+        json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+    )
+    .await;
+    let t = wait_svc(&client, "t", "an address", |s| !ingress_ips(s).is_empty()).await;
+    assert_eq!(ingress_ips(&t), ["198.18.0.10"]);
+    ctrl.stop().await;
+    server.shutdown().await.unwrap();
+}
