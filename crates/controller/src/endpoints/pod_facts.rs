@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::intern::Interner;
+use super::intern::{Interner, Labels};
 use super::slim_pod::{SlimContainer, SlimPod};
 use super::stored::{Address, Uid};
 
@@ -30,15 +30,18 @@ struct NamedPort {
 pub(crate) struct PodFacts {
     pub(crate) namespace: Arc<str>,
     pub(crate) name: Box<str>,
-    /// Sorted by key: a pod has few labels, and a map would cost a node of eleven pairs.
-    pub(crate) labels: Box<[(Arc<str>, Arc<str>)]>,
+    /// Sorted by key: a pod has few labels, and a map would cost a node of eleven pairs. Shared
+    /// with the other pods that carry the same labels.
+    pub(crate) labels: Labels,
     uid: Option<Uid>,
     node_name: Option<Arc<str>>,
-    phase: Option<Arc<str>>,
-    pod_ip: Option<Address>,
-    pod_ips: Box<[Address]>,
+    phase: Word,
     /// The Ready condition's status, as reported.
-    ready: Option<Arc<str>>,
+    ready: Word,
+    /// Whether `status.podIP` is `pod_ips[0]`, as it is unless the kubelet is mid-update;
+    /// otherwise it is kept in `rare`.
+    pod_ip_is_first: bool,
+    pod_ips: Box<[Address]>,
     /// Ports of regular containers, in container order.
     ports: Box<[NamedPort]>,
     /// What most pods leave unset, so that it costs one pointer when unset.
@@ -48,10 +51,51 @@ pub(crate) struct PodFacts {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct RareFacts {
     deletion_timestamp: Option<Time>,
+    /// A phase or Ready status outside the known words.
+    phase: Option<Box<str>>,
+    ready: Option<Box<str>>,
+    /// `status.podIP` when it is not `pod_ips[0]`.
+    pod_ip: Option<Address>,
     hostname: Option<Box<str>>,
     subdomain: Option<Box<str>>,
     /// Ports of sidecars (init containers with `restartPolicy: Always`), in order.
     sidecar_ports: Box<[NamedPort]>,
+}
+
+const PHASES: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown"];
+const CONDITION_STATUSES: [&str; 3] = ["True", "False", "Unknown"];
+
+/// A status word as one byte: unset, its place in a list of known words, or `OTHER`, with the
+/// text kept in [`RareFacts`]. An interned string would cost sixteen bytes on each of 100,000 pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Word(u8);
+
+impl Word {
+    const UNSET: Word = Word(0);
+    const OTHER: Word = Word(u8::MAX);
+
+    /// The word for `text`, and the text to keep aside when it is not a known one.
+    fn new(text: Option<&str>, known: &[&str]) -> (Word, Option<Box<str>>) {
+        let Some(text) = text else {
+            return (Word::UNSET, None);
+        };
+        match known
+            .iter()
+            .position(|w| *w == text)
+            .and_then(|i| u8::try_from(i + 1).ok())
+        {
+            Some(code) if code != Word::OTHER.0 => (Word(code), None),
+            _ => (Word::OTHER, Some(Box::from(text))),
+        }
+    }
+
+    fn text(self, known: &[&str], other: Option<&str>) -> Option<String> {
+        match self {
+            Word::UNSET => None,
+            Word::OTHER => other.map(str::to_owned),
+            Word(code) => known.get(usize::from(code - 1)).map(|w| (*w).to_owned()),
+        }
+    }
 }
 
 fn named_ports<'c>(
@@ -113,39 +157,41 @@ impl PodFacts {
             .into_iter()
             .flatten();
         let mut shared = |s: Option<&String>| s.map(|s| interner.intern(s));
+        let (phase, other_phase) = Word::new(status.and_then(|s| s.phase.as_deref()), &PHASES);
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status.as_str());
+        let (ready, other_ready) = Word::new(ready, &CONDITION_STATUSES);
+        let pod_ips: Box<[Address]> = status
+            .and_then(|s| s.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|p| Address::new(&p.ip))
+            .collect();
+        let pod_ip = status
+            .and_then(|s| s.pod_ip.as_ref())
+            .map(|ip| Address::new(ip));
+        let pod_ip_is_first = pod_ip.is_some() && pod_ip.as_ref() == pod_ips.first();
         PodFacts {
             namespace: shared(meta.namespace.as_ref()).unwrap_or_else(|| Arc::from("default")),
             name: boxed(meta.name.as_ref()).unwrap_or_default(),
             uid: meta.uid.as_deref().map(Uid::new),
             node_name: shared(spec.and_then(|s| s.node_name.as_ref())),
-            phase: shared(status.and_then(|s| s.phase.as_ref())),
-            pod_ip: status
-                .and_then(|s| s.pod_ip.as_ref())
-                .map(|ip| Address::new(ip)),
-            pod_ips: status
-                .and_then(|s| s.pod_ips.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|p| Address::new(&p.ip))
-                .collect(),
-            ready: shared(
-                status
-                    .and_then(|s| s.conditions.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .find(|c| c.type_ == "Ready")
-                    .map(|c| &c.status),
-            ),
+            phase,
+            ready,
+            pod_ip_is_first,
+            pod_ips,
             // From a BTreeMap, so already sorted.
-            labels: meta
-                .labels
-                .iter()
-                .flatten()
-                .map(|(k, v)| (interner.intern(k), interner.intern(v)))
-                .collect(),
+            labels: interner.intern_labels(meta.labels.iter().flatten()),
             ports: named_ports(containers, interner),
             rare: Some(Box::new(RareFacts {
                 deletion_timestamp: meta.deletion_timestamp.clone(),
+                phase: other_phase,
+                ready: other_ready,
+                pod_ip: pod_ip.filter(|_| !pod_ip_is_first),
                 hostname: boxed(spec.and_then(|s| s.hostname.as_ref())),
                 subdomain: boxed(spec.and_then(|s| s.subdomain.as_ref())),
                 sidecar_ports: named_ports(sidecars, interner),
@@ -188,21 +234,28 @@ impl PodFacts {
                 ..PodSpec::default()
             }),
             status: Some(PodStatus {
-                phase: text(self.phase.as_deref()),
-                pod_ip: self.pod_ip.as_ref().map(Address::text),
+                phase: self.phase.text(&PHASES, rare.phase.as_deref()),
+                pod_ip: if self.pod_ip_is_first {
+                    self.pod_ips.first().map(Address::text)
+                } else {
+                    rare.pod_ip.as_ref().map(Address::text)
+                },
                 pod_ips: Some(
                     self.pod_ips
                         .iter()
                         .map(|ip| PodIP { ip: ip.text() })
                         .collect(),
                 ),
-                conditions: self.ready.as_ref().map(|status| {
-                    vec![PodCondition {
-                        type_: "Ready".to_owned(),
-                        status: status.to_string(),
-                        ..PodCondition::default()
-                    }]
-                }),
+                conditions: self
+                    .ready
+                    .text(&CONDITION_STATUSES, rare.ready.as_deref())
+                    .map(|status| {
+                        vec![PodCondition {
+                            type_: "Ready".to_owned(),
+                            status,
+                            ..PodCondition::default()
+                        }]
+                    }),
                 ..PodStatus::default()
             }),
         }
@@ -288,7 +341,52 @@ mod tests {
                     "containers": [{"name": "app"}]},
                 "status": {"phase": "Running", "podIP": "10.244.1.9"}
             })),
+            // Words outside the known ones, and a podIP that is not podIPs[0].
+            mk_pod(json!({
+                "metadata": {"name": "e", "namespace": "shop", "labels": {"app": "web"}},
+                "spec": {"nodeName": "n2", "containers": [
+                    {"name": "app", "ports": [{"containerPort": 8080, "name": "http"}]}]},
+                "status": {"phase": "Evicting", "podIP": "10.244.2.20",
+                           "podIPs": [{"ip": "10.244.2.21"}],
+                           "conditions": [{"type": "Ready", "status": "Maybe"}]}
+            })),
+            mk_pod(json!({
+                "metadata": {"name": "f", "namespace": "shop", "labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app"}]}
+            })),
         ]
+    }
+
+    #[test]
+    fn facts_keep_status_words_and_addresses_as_written() {
+        for pod in fixtures() {
+            let back = facts(&pod).to_pod();
+            let (want, got) = (pod.status.clone().unwrap_or_default(), back.status.unwrap());
+            assert_eq!(got.phase, want.phase);
+            assert_eq!(got.pod_ip, want.pod_ip);
+            assert_eq!(
+                got.pod_ips.clone().unwrap_or_default(),
+                want.pod_ips.clone().unwrap_or_default()
+            );
+            let ready = |s: &PodStatus| {
+                s.conditions
+                    .iter()
+                    .flatten()
+                    .find(|c| c.type_ == "Ready")
+                    .map(|c| c.status.clone())
+            };
+            assert_eq!(ready(&got), ready(&want));
+            assert_eq!(facts(&facts(&pod).to_pod()), facts(&pod));
+        }
+        let words = |pod: &Pod| {
+            let f = facts(pod);
+            (f.phase, f.ready, f.pod_ip_is_first, f.rare.is_some())
+        };
+        let all = fixtures();
+        assert_eq!(words(&all[0]), (Word(2), Word(1), true, true));
+        assert_eq!(words(&all[3]), (Word(2), Word::UNSET, false, true));
+        assert_eq!(words(&all[4]), (Word::OTHER, Word::OTHER, false, true));
+        assert_eq!(words(&all[5]), (Word::UNSET, Word::UNSET, false, false));
     }
 
     #[test]

@@ -93,9 +93,33 @@ impl<K: kube::Resource> Cache<K> {
 }
 
 /// What the loop keeps of a Service: managedFields are most of a written object's size and
-/// nothing here reads them.
+/// nothing here reads them. Lists are decoded by doubling from four slots, so a one-port
+/// Service would keep room for four: each is cut to its length.
 pub(super) fn trim(mut svc: Service) -> Service {
+    fn fit<T>(v: &mut Option<Vec<T>>) {
+        if let Some(v) = v {
+            v.shrink_to_fit();
+        }
+    }
     svc.metadata.managed_fields = None;
+    fit(&mut svc.metadata.finalizers);
+    fit(&mut svc.metadata.owner_references);
+    if let Some(spec) = &mut svc.spec {
+        fit(&mut spec.ports);
+        fit(&mut spec.cluster_ips);
+        fit(&mut spec.external_ips);
+        fit(&mut spec.ip_families);
+        fit(&mut spec.load_balancer_source_ranges);
+    }
+    if let Some(status) = &mut svc.status {
+        fit(&mut status.conditions);
+        if let Some(lb) = &mut status.load_balancer {
+            fit(&mut lb.ingress);
+            for ingress in lb.ingress.iter_mut().flatten() {
+                fit(&mut ingress.ports);
+            }
+        }
+    }
     svc
 }
 
@@ -271,6 +295,46 @@ mod tests {
             "status": {"assignedIPv4": assigned}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn trim_drops_managed_fields_and_spare_room_only() {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default", "finalizers": ["a"],
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"type": "LoadBalancer", "clusterIPs": ["10.96.0.10"],
+                "ipFamilies": ["IPv4"], "ports": [{"port": 80, "nodePort": 30080}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.200", "ipMode": "VIP",
+                "ports": [{"port": 80, "protocol": "TCP"}]}]},
+                "conditions": [{"type": "a", "status": "True", "reason": "R", "message": "",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap();
+        let mut want = svc.clone();
+        want.metadata.managed_fields = None;
+        let trimmed = trim(svc);
+        assert_eq!(trimmed, want);
+        let spec = trimmed.spec.as_ref().unwrap();
+        let status = trimmed.status.as_ref().unwrap();
+        let ingress = status
+            .load_balancer
+            .as_ref()
+            .unwrap()
+            .ingress
+            .as_ref()
+            .unwrap();
+        let fitted = [
+            spec.ports.as_ref().map(|v| (v.len(), v.capacity())),
+            spec.cluster_ips.as_ref().map(|v| (v.len(), v.capacity())),
+            spec.ip_families.as_ref().map(|v| (v.len(), v.capacity())),
+            status.conditions.as_ref().map(|v| (v.len(), v.capacity())),
+            Some((ingress.len(), ingress.capacity())),
+            ingress[0].ports.as_ref().map(|v| (v.len(), v.capacity())),
+        ];
+        assert!(
+            fitted.iter().all(|f| matches!(f, Some((1, 1)))),
+            "{fitted:?}"
+        );
     }
 
     #[test]
