@@ -1,14 +1,22 @@
 //! Shared copies of what repeats across a cluster's pods: strings (namespaces, node names, label
-//! keys and values, phases; 100,000 pods name a few hundred distinct ones) and whole label sets
-//! (every replica of a workload carries the same labels).
+//! keys and values, phases; 100,000 pods name a few hundred distinct ones) and whole label and
+//! port sets (every replica of a workload carries the same).
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::Arc;
 
+use super::pod_facts::NamedPort;
+
 /// A pod's labels, sorted by key.
 pub(crate) type Labels = Arc<[(Arc<str>, Arc<str>)]>;
+
+/// A pod's named container ports, in container order.
+pub(crate) type Ports = Arc<[NamedPort]>;
+
+/// Two names that travel together: an endpoint's node and zone, its pod's kind and namespace.
+pub(crate) type Pair = (Option<Arc<str>>, Option<Arc<str>>);
 
 /// One set of shared values, purged of those no one else holds as it grows.
 #[derive(Debug)]
@@ -56,6 +64,8 @@ impl<T: ?Sized + Eq + Hash> Shared<T> {
 pub(crate) struct Interner {
     strings: Shared<str>,
     label_sets: Shared<[(Arc<str>, Arc<str>)]>,
+    port_sets: Shared<[NamedPort]>,
+    pairs: Shared<Pair>,
 }
 
 impl Interner {
@@ -74,10 +84,23 @@ impl Interner {
         self.label_sets.get(pairs.as_slice(), |p| Arc::from(p))
     }
 
+    /// The shared copy of a pod's named ports (every replica of a workload has the same).
+    pub(crate) fn intern_ports(&mut self, ports: Vec<NamedPort>) -> Ports {
+        self.port_sets.get(ports.as_slice(), |p| Arc::from(p))
+    }
+
+    /// The shared copy of a pair of names.
+    pub(crate) fn intern_pair(&mut self, a: Option<&str>, b: Option<&str>) -> Arc<Pair> {
+        let pair = (a.map(|a| self.intern(a)), b.map(|b| self.intern(b)));
+        self.pairs.get(&pair, |p| Arc::new(p.clone()))
+    }
+
     #[cfg(test)]
     fn purge(&mut self) {
         self.strings.purge();
         self.label_sets.purge();
+        self.port_sets.purge();
+        self.pairs.purge();
     }
 
     #[cfg(test)]

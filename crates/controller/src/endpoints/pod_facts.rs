@@ -9,15 +9,15 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::intern::{Interner, Labels};
+use super::intern::{Interner, Labels, Ports};
 use super::slim_pod::{SlimContainer, SlimPod};
 use super::stored::{Address, Uid};
 
 const SIDECAR_RESTART_POLICY: &str = "Always";
 
 /// A named container port; unnamed ports cannot be a Service's `targetPort` and are dropped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct NamedPort {
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct NamedPort {
     name: Arc<str>,
     number: i32,
     protocol: Option<Arc<str>>,
@@ -43,7 +43,7 @@ pub(crate) struct PodFacts {
     pod_ip_is_first: bool,
     pod_ips: Box<[Address]>,
     /// Ports of regular containers, in container order.
-    ports: Box<[NamedPort]>,
+    ports: Ports,
     /// What most pods leave unset, so that it costs one pointer when unset.
     rare: Option<Box<RareFacts>>,
 }
@@ -59,7 +59,7 @@ struct RareFacts {
     hostname: Option<Box<str>>,
     subdomain: Option<Box<str>>,
     /// Ports of sidecars (init containers with `restartPolicy: Always`), in order.
-    sidecar_ports: Box<[NamedPort]>,
+    sidecar_ports: Ports,
 }
 
 const PHASES: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown"];
@@ -101,8 +101,8 @@ impl Word {
 fn named_ports<'c>(
     containers: impl Iterator<Item = &'c SlimContainer>,
     interner: &mut Interner,
-) -> Box<[NamedPort]> {
-    containers
+) -> Ports {
+    let ports: Vec<NamedPort> = containers
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
             let name = p.name.as_deref().filter(|n| !n.is_empty())?;
@@ -112,7 +112,8 @@ fn named_ports<'c>(
                 protocol: p.protocol.as_deref().map(|s| interner.intern(s)),
             })
         })
-        .collect()
+        .collect();
+    interner.intern_ports(ports)
 }
 
 fn container(name: &str, ports: &[NamedPort], restart_policy: Option<&str>) -> Container {
@@ -355,6 +356,24 @@ mod tests {
                 "spec": {"containers": [{"name": "app"}]}
             })),
         ]
+    }
+
+    #[test]
+    fn replicas_share_labels_and_ports() {
+        let mut interner = Interner::default();
+        let mut facts_of = |pod: &Pod| {
+            let slim: SlimPod = serde_json::from_value(serde_json::to_value(pod).unwrap()).unwrap();
+            PodFacts::from_pod(&slim, &mut interner)
+        };
+        let a = fixtures().remove(0);
+        let mut b = a.clone();
+        b.metadata.name = Some("a-2".to_owned());
+        let (fa, fb) = (facts_of(&a), facts_of(&b));
+        assert!(Arc::ptr_eq(&fa.labels, &fb.labels));
+        assert!(Arc::ptr_eq(&fa.ports, &fb.ports));
+        assert_eq!(fa.ports.len(), 2);
+        let other = facts_of(&fixtures().remove(1));
+        assert!(!Arc::ptr_eq(&fa.ports, &other.ports));
     }
 
     #[test]

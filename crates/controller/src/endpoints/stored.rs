@@ -15,7 +15,7 @@ use k8s_openapi::api::discovery::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::intern::Interner;
+use super::intern::{Interner, Pair};
 
 type Pairs = Box<[(Box<str>, Box<str>)]>;
 
@@ -267,11 +267,11 @@ impl Uid {
 }
 
 /// An endpoint's reference to its pod. Its resourceVersion is left out: the planner ignores it,
-/// and a slice rebuilt for rewriting drops it anyway.
+/// and a slice rebuilt for rewriting drops it anyway. Kind and namespace are the same for most
+/// of a slice's endpoints, so they are one shared pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Reference {
-    kind: Option<Arc<str>>,
-    namespace: Option<Arc<str>>,
+    kind_namespace: Arc<Pair>,
     name: Option<Box<str>>,
     uid: Option<Uid>,
 }
@@ -279,6 +279,8 @@ struct Reference {
 /// Fields berth does not write, or writes for few pods: one pointer when unset.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Rare {
+    /// Addresses after the first: an endpoint has one per family, and nearly always one family.
+    more_addresses: Box<[Address]>,
     hostname: Option<String>,
     ref_api_version: Option<String>,
     ref_field_path: Option<String>,
@@ -286,14 +288,13 @@ struct Rare {
     hints: Option<EndpointHints>,
 }
 
+/// 96 bytes: a slice lists up to 100 of them, and there is one per pod behind a Service.
 #[derive(Debug, Clone, PartialEq)]
 struct StoredEndpoint {
-    /// The first address inline: an endpoint has one per family, and nearly always one family.
     address: Option<Address>,
-    more_addresses: Box<[Address]>,
     conditions: Option<EndpointConditions>,
-    node_name: Option<Arc<str>>,
-    zone: Option<Arc<str>>,
+    /// Node name and zone, shared with the node's other endpoints.
+    node_zone: Arc<Pair>,
     target_ref: Option<Reference>,
     rare: Option<Box<Rare>>,
 }
@@ -311,7 +312,10 @@ impl StoredEndpoint {
             target_ref,
             zone,
         } = endpoint;
+        let mut addresses = addresses.iter().map(|a| Address::new(a));
+        let address = addresses.next();
         let mut rare = Rare {
+            more_addresses: addresses.collect(),
             hostname,
             deprecated_topology,
             hints,
@@ -321,19 +325,15 @@ impl StoredEndpoint {
             rare.ref_api_version = r.api_version;
             rare.ref_field_path = r.field_path;
             Reference {
-                kind: r.kind.as_deref().map(|k| interner.intern(k)),
-                namespace: r.namespace.as_deref().map(|n| interner.intern(n)),
+                kind_namespace: interner.intern_pair(r.kind.as_deref(), r.namespace.as_deref()),
                 name: boxed(r.name),
                 uid: r.uid.as_deref().map(Uid::new),
             }
         });
-        let mut addresses = addresses.iter().map(|a| Address::new(a));
         StoredEndpoint {
-            address: addresses.next(),
-            more_addresses: addresses.collect(),
+            address,
             conditions,
-            node_name: node_name.as_deref().map(|n| interner.intern(n)),
-            zone: zone.as_deref().map(|z| interner.intern(z)),
+            node_zone: interner.intern_pair(node_name.as_deref(), zone.as_deref()),
             target_ref,
             rare: Some(Box::new(rare)).filter(|r| **r != Rare::default()),
         }
@@ -342,28 +342,29 @@ impl StoredEndpoint {
     fn to_endpoint(&self) -> Endpoint {
         let rare = self.rare.as_deref().cloned().unwrap_or_default();
         let shared = |s: Option<&Arc<str>>| s.map(|s| s.to_string());
+        let (node_name, zone) = &*self.node_zone;
         Endpoint {
             addresses: self
                 .address
                 .iter()
-                .chain(self.more_addresses.iter())
+                .chain(rare.more_addresses.iter())
                 .map(Address::text)
                 .collect(),
             conditions: self.conditions.clone(),
             deprecated_topology: rare.deprecated_topology,
             hints: rare.hints,
             hostname: rare.hostname,
-            node_name: shared(self.node_name.as_ref()),
+            node_name: shared(node_name.as_ref()),
             target_ref: self.target_ref.as_ref().map(|r| ObjectReference {
                 api_version: rare.ref_api_version,
                 field_path: rare.ref_field_path,
-                kind: shared(r.kind.as_ref()),
+                kind: shared(r.kind_namespace.0.as_ref()),
                 name: unboxed(r.name.as_deref()),
-                namespace: shared(r.namespace.as_ref()),
+                namespace: shared(r.kind_namespace.1.as_ref()),
                 resource_version: None,
                 uid: r.uid.as_ref().map(Uid::text),
             }),
-            zone: shared(self.zone.as_ref()),
+            zone: shared(zone.as_ref()),
         }
     }
 }
@@ -437,6 +438,12 @@ mod tests {
                 "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
             }]
         })
+    }
+
+    #[test]
+    fn an_endpoint_stays_small() {
+        // One per pod behind a Service: 100,000 pods keep this many of them.
+        assert!(std::mem::size_of::<StoredEndpoint>() <= 96);
     }
 
     #[test]
