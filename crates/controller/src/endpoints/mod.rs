@@ -324,7 +324,12 @@ impl EndpointsController {
                     tasks.spawn(async move {
                         while let Some(key) = shared.queue.next(&stop).await {
                             let span = info_span!("endpoints_sync", namespace = %key.namespace, service = %key.name);
-                            let outcome = shared.sync(&key).instrument(span).await;
+                            // A sync in flight is dropped on shutdown: a request that cannot
+                            // reach the API server must not hold the process up.
+                            let outcome = tokio::select! {
+                                outcome = shared.sync(&key).instrument(span) => outcome,
+                                () = stop.cancelled() => break,
+                            };
                             shared.queue.finish(&key, outcome);
                             shared.metrics.queue_depth.set(gauge(shared.queue.len()));
                         }

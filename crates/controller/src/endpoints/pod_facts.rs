@@ -38,10 +38,11 @@ pub(crate) struct PodFacts {
     phase: Word,
     /// The Ready condition's status, as reported.
     ready: Word,
-    /// Whether `status.podIP` is `pod_ips[0]`, as it is unless the kubelet is mid-update;
+    /// Whether `status.podIP` is `status.podIPs[0]`, as it is unless the kubelet is mid-update;
     /// otherwise it is kept in `rare`.
     pod_ip_is_first: bool,
-    pod_ips: Box<[Address]>,
+    /// `status.podIPs[0]`; the rest (a dual-stack pod's second family) are in `rare`.
+    first_ip: Option<Address>,
     /// Ports of regular containers, in container order.
     ports: Ports,
     /// What most pods leave unset, so that it costs one pointer when unset.
@@ -54,8 +55,10 @@ struct RareFacts {
     /// A phase or Ready status outside the known words.
     phase: Option<Box<str>>,
     ready: Option<Box<str>>,
-    /// `status.podIP` when it is not `pod_ips[0]`.
+    /// `status.podIP` when it is not `status.podIPs[0]`.
     pod_ip: Option<Address>,
+    /// `status.podIPs` after the first.
+    more_ips: Box<[Address]>,
     hostname: Option<Box<str>>,
     subdomain: Option<Box<str>>,
     /// Ports of sidecars (init containers with `restartPolicy: Always`), in order.
@@ -166,16 +169,16 @@ impl PodFacts {
             .find(|c| c.type_ == "Ready")
             .map(|c| c.status.as_str());
         let (ready, other_ready) = Word::new(ready, &CONDITION_STATUSES);
-        let pod_ips: Box<[Address]> = status
+        let mut pod_ips = status
             .and_then(|s| s.pod_ips.as_ref())
             .into_iter()
             .flatten()
-            .map(|p| Address::new(&p.ip))
-            .collect();
+            .map(|p| Address::new(&p.ip));
+        let first_ip = pod_ips.next();
         let pod_ip = status
             .and_then(|s| s.pod_ip.as_ref())
             .map(|ip| Address::new(ip));
-        let pod_ip_is_first = pod_ip.is_some() && pod_ip.as_ref() == pod_ips.first();
+        let pod_ip_is_first = pod_ip.is_some() && pod_ip == first_ip;
         PodFacts {
             namespace: shared(meta.namespace.as_ref()).unwrap_or_else(|| Arc::from("default")),
             name: boxed(meta.name.as_ref()).unwrap_or_default(),
@@ -184,7 +187,7 @@ impl PodFacts {
             phase,
             ready,
             pod_ip_is_first,
-            pod_ips,
+            first_ip,
             // From a BTreeMap, so already sorted.
             labels: interner.intern_labels(meta.labels.iter().flatten()),
             ports: named_ports(containers, interner),
@@ -193,6 +196,7 @@ impl PodFacts {
                 phase: other_phase,
                 ready: other_ready,
                 pod_ip: pod_ip.filter(|_| !pod_ip_is_first),
+                more_ips: pod_ips.collect(),
                 hostname: boxed(spec.and_then(|s| s.hostname.as_ref())),
                 subdomain: boxed(spec.and_then(|s| s.subdomain.as_ref())),
                 sidecar_ports: named_ports(sidecars, interner),
@@ -237,13 +241,14 @@ impl PodFacts {
             status: Some(PodStatus {
                 phase: self.phase.text(&PHASES, rare.phase.as_deref()),
                 pod_ip: if self.pod_ip_is_first {
-                    self.pod_ips.first().map(Address::text)
+                    self.first_ip.as_ref().map(Address::text)
                 } else {
                     rare.pod_ip.as_ref().map(Address::text)
                 },
                 pod_ips: Some(
-                    self.pod_ips
+                    self.first_ip
                         .iter()
+                        .chain(rare.more_ips.iter())
                         .map(|ip| PodIP { ip: ip.text() })
                         .collect(),
                 ),
@@ -356,6 +361,12 @@ mod tests {
                 "spec": {"containers": [{"name": "app"}]}
             })),
         ]
+    }
+
+    #[test]
+    fn pod_facts_stay_small() {
+        // One per pod in the cluster, in one slab.
+        assert!(std::mem::size_of::<PodFacts>() <= 144);
     }
 
     #[test]
