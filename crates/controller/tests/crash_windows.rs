@@ -115,6 +115,28 @@ async fn an_address_is_not_given_away_while_a_former_load_balancer_still_names_i
     server.shutdown().await.unwrap();
 }
 
+/// Kills the controller and starts a new one, which lists and adopts from scratch.
+async fn crash_and_restart(ctrl: Running, client: &kube::Client) -> Running {
+    ctrl.crash().await;
+    let ctrl = spawn_controller(client.clone(), mk_config());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ctrl
+}
+
+/// Services `a` and `b` are allocated and both still hold the value `held` reads.
+async fn assert_still_allocated<T>(
+    client: &kube::Client,
+    held: impl Fn(&k8s_openapi::api::core::v1::Service) -> Option<T>,
+) {
+    for name in ["a", "b"] {
+        let s = wait_svc(client, name, "still allocated", |s| {
+            allocated(s).is_some_and(|c| c.0 == "True")
+        })
+        .await;
+        assert!(held(&s).is_some(), "{s:#?}");
+    }
+}
+
 fn health_check_port(s: &k8s_openapi::api::core::v1::Service) -> Option<i32> {
     s.spec.as_ref().and_then(|sp| sp.health_check_node_port)
 }
@@ -177,16 +199,8 @@ async fn a_health_check_port_is_not_given_away_while_a_former_local_load_balance
     })
     .await;
     assert_ne!(health_check_port(&a), Some(hc));
-    ctrl.crash().await;
-    let ctrl = spawn_controller(client.clone(), mk_config());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for name in ["a", "b"] {
-        let s = wait_svc(&client, name, "still allocated", |s| {
-            allocated(s).is_some_and(|c| c.0 == "True")
-        })
-        .await;
-        assert!(health_check_port(&s).is_some(), "{s:#?}");
-    }
+    let ctrl = crash_and_restart(ctrl, &client).await;
+    assert_still_allocated(&client, health_check_port).await;
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
@@ -253,16 +267,8 @@ async fn a_cluster_ip_is_not_given_away_while_a_former_cluster_ip_service_names_
     })
     .await;
     assert_ne!(cluster_ip(&a), Some(ip));
-    ctrl.crash().await;
-    let ctrl = spawn_controller(client.clone(), mk_config());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for name in ["a", "b"] {
-        let s = wait_svc(&client, name, "still allocated", |s| {
-            allocated(s).is_some_and(|c| c.0 == "True")
-        })
-        .await;
-        assert!(cluster_ip(&s).is_some(), "{s:#?}");
-    }
+    let ctrl = crash_and_restart(ctrl, &client).await;
+    assert_still_allocated(&client, cluster_ip).await;
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
