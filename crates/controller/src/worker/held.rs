@@ -82,7 +82,14 @@ impl Worker {
         ingress: Option<&Vec<IpAddr>>,
     ) {
         let clears = ingress.is_some_and(Vec::is_empty);
-        if !clears || before.is_empty() || !self.alloc.lb.ips_of(key).is_empty() {
+        if !clears {
+            // The Service keeps (or is given) load-balancer addresses: what an earlier clearing
+            // write that never landed withheld is its own again. Left marked, the next write
+            // that lands would free addresses its status still names.
+            self.clearing.remove(key);
+            return;
+        }
+        if before.is_empty() || !self.alloc.lb.ips_of(key).is_empty() {
             return;
         }
         let mut view = facts.lb_view.clone();
