@@ -17,18 +17,20 @@ pub(crate) struct PodSlab {
     hasher: RandomState,
 }
 
+/// The pod in slot `id`, if any.
+fn slot(slots: &[Option<PodFacts>], id: u32) -> Option<&PodFacts> {
+    slots.get(id as usize).and_then(Option::as_ref)
+}
+
+fn is(slots: &[Option<PodFacts>], id: u32, namespace: &str, name: &str) -> bool {
+    slot(slots, id).is_some_and(|p| &*p.namespace == namespace && &*p.name == name)
+}
+
+fn hash(hasher: &RandomState, namespace: &str, name: &str) -> u64 {
+    hasher.hash_one((namespace, name))
+}
+
 impl PodSlab {
-    fn hash(&self, namespace: &str, name: &str) -> u64 {
-        self.hasher.hash_one((namespace, name))
-    }
-
-    fn is(slots: &[Option<PodFacts>], id: u32, namespace: &str, name: &str) -> bool {
-        slots
-            .get(id as usize)
-            .and_then(Option::as_ref)
-            .is_some_and(|p| &*p.namespace == namespace && &*p.name == name)
-    }
-
     /// Empties the slab and makes room for exactly `pods` pods: doubling as they come would
     /// leave up to half of it unused.
     pub(crate) fn reset(&mut self, pods: usize) {
@@ -38,21 +40,21 @@ impl PodSlab {
     }
 
     pub(crate) fn get(&self, id: u32) -> Option<&PodFacts> {
-        self.slots.get(id as usize).and_then(Option::as_ref)
+        slot(&self.slots, id)
     }
 
     /// The pod of that namespace and name.
     pub(crate) fn find(&self, namespace: &str, name: &str) -> Option<&PodFacts> {
-        let hash = self.hash(namespace, name);
+        let hash = hash(&self.hasher, namespace, name);
         let id = self
             .ids
-            .find(hash, |&id| Self::is(&self.slots, id, namespace, name))?;
+            .find(hash, |&id| is(&self.slots, id, namespace, name))?;
         self.get(*id)
     }
 
     /// Adds a pod whose name is not in the slab (remove the old one first); returns its id.
     pub(crate) fn insert(&mut self, facts: PodFacts) -> u32 {
-        let hash = self.hash(&facts.namespace, &facts.name);
+        let hash = hash(&self.hasher, &facts.namespace, &facts.name);
         let id = match self.free.pop() {
             Some(id) => id,
             None => {
@@ -66,21 +68,18 @@ impl PodSlab {
         }
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.ids.insert_unique(hash, id, |&other| {
-            slots
-                .get(other as usize)
-                .and_then(Option::as_ref)
-                .map_or(0, |p| hasher.hash_one((&*p.namespace, &*p.name)))
+            slot(slots, other).map_or(0, |p| self::hash(hasher, &p.namespace, &p.name))
         });
         id
     }
 
     /// Takes the pod of that namespace and name out, with the id it had.
     pub(crate) fn remove(&mut self, namespace: &str, name: &str) -> Option<(u32, PodFacts)> {
-        let hash = self.hash(namespace, name);
+        let hash = hash(&self.hasher, namespace, name);
         let slots = &self.slots;
         let entry = self
             .ids
-            .find_entry(hash, |&id| Self::is(slots, id, namespace, name))
+            .find_entry(hash, |&id| is(slots, id, namespace, name))
             .ok()?;
         let (id, _) = entry.remove();
         let facts = self.slots.get_mut(id as usize).and_then(Option::take)?;
