@@ -272,6 +272,11 @@ struct ControllerArgs {
     #[arg(long, env = "BERTH_MAX_ENDPOINTS_PER_SLICE", default_value_t = 100)]
     max_endpoints_per_slice: usize,
 
+    /// Services whose Endpoints and EndpointSlices are synced at the same time when
+    /// `--endpoints on` (kube-controller-manager's `--concurrent-service-endpoint-syncs`).
+    #[arg(long, env = "BERTH_CONCURRENT_ENDPOINT_SYNCS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    concurrent_endpoint_syncs: u16,
+
     /// Elect one active replica through a Lease.
     #[arg(long, env = "BERTH_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     leader_election: bool,
@@ -319,6 +324,7 @@ fn controller_options(args: ControllerArgs) -> anyhow::Result<berth_controller::
             .map_err(|e| anyhow::anyhow!("--max-endpoints-per-slice: {e}"))?;
         config.endpoints = Some(berth_controller::endpoints::EndpointsConfig {
             slices,
+            workers: usize::from(args.concurrent_endpoint_syncs),
             ..Default::default()
         });
     }
@@ -750,6 +756,21 @@ mod tests {
             panic!("not a controller command");
         };
         assert!(controller_options(args).unwrap().config.endpoints.is_some());
+        let Command::Controller(args) = parse(&[
+            "controller",
+            "--endpoints",
+            "on",
+            "--concurrent-endpoint-syncs",
+            "32",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not a controller command");
+        };
+        let endpoints = controller_options(args).unwrap().config.endpoints.unwrap();
+        assert_eq!(endpoints.workers, 32);
+        assert!(parse(&["controller", "--concurrent-endpoint-syncs", "0"]).is_err());
     }
 
     #[test]
@@ -767,6 +788,8 @@ mod tests {
             "--node-port-range",
             "--default-class",
             "--endpoints",
+            "--max-endpoints-per-slice",
+            "--concurrent-endpoint-syncs",
             "--leader-election",
             "--lease-name",
             "--lease-namespace",

@@ -14,7 +14,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Resource;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -23,6 +22,7 @@ use crate::events::{EventRecorder, EventType};
 use crate::metrics::Metrics;
 use crate::plan::{Allocation, SpecFill};
 use crate::provider::{LbRequest, Provider};
+use crate::written::{send_write, WrittenMeta};
 
 /// The merge patch that fills empty spec fields and drops unused node ports (and an
 /// ExternalName Service's ClusterIPs), or `None` when there is nothing to write.
@@ -424,20 +424,6 @@ async fn run_job_inner(
     JobOutcome::Done { written }
 }
 
-/// What berth reads back from its status writes. The full object is not needed, and decoding it
-/// (managedFields included) would cost the loop more than sending the write.
-#[derive(Debug, Default, Deserialize)]
-struct Written {
-    #[serde(default)]
-    metadata: WrittenMeta,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WrittenMeta {
-    resource_version: Option<String>,
-}
-
 /// A merge patch of the Service (or of its `subresource`) with berth's field manager.
 async fn send_patch(
     client: &kube::Client,
@@ -447,17 +433,17 @@ async fn send_patch(
 ) -> Result<WrittenMeta, kube::Error> {
     let request = kube::core::Request::new(Service::url_path(&(), Some(&key.namespace)));
     let patch = Patch::Merge(patch);
-    let mut req = match subresource {
+    let req = match subresource {
         Some(sub) => request.patch_subresource(sub, &key.name, &writer_params(), &patch),
         None => request.patch(&key.name, &writer_params(), &patch),
     }
     .map_err(kube::Error::BuildRequest)?;
-    req.extensions_mut().insert(if subresource.is_some() {
+    let verb = if subresource.is_some() {
         "patch_status"
     } else {
         "patch"
-    });
-    client.request::<Written>(req).await.map(|w| w.metadata)
+    };
+    send_write(client, req, verb).await
 }
 
 /// Every write carries berth's field manager, so ownership of the fields it fills is visible.

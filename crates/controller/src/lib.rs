@@ -20,6 +20,7 @@ pub mod provider;
 mod run;
 mod service_feed;
 mod worker;
+mod written;
 
 pub use config::{parse_default_class, parse_service_cidrs, ControllerConfig, LeaseConfig};
 pub use controller::AllocationController;

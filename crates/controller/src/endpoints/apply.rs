@@ -6,8 +6,9 @@ use std::time::Instant;
 use berth_api::names::field_manager;
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, PostParams};
-use kube::Client;
+use kube::api::{DeleteParams, PostParams};
+use kube::core::Request;
+use kube::{Client, Resource};
 use tracing::{debug, info};
 
 use super::cache::{Cache, ObjectKey};
@@ -15,6 +16,7 @@ use super::error::{status_code, Error};
 use super::metrics::Metrics;
 use super::sync::{EndpointsWrite, Writes};
 use super::tracker::Target;
+use crate::written::send_write;
 
 fn post_params() -> PostParams {
     PostParams {
@@ -56,47 +58,25 @@ impl Applier<'_> {
         cache.expect(key, target, rv, deleted, Instant::now());
     }
 
-    /// Stops at the first failure: what is left is planned again on the retry, from fresher state.
+    /// Slice creates and updates go out together with the Endpoints write (they are read by
+    /// different consumers, and neither removes anything); slice deletes only after both landed,
+    /// so a consumer of slices never sees fewer endpoints than there are while a change is half
+    /// applied. Stops at the first failure: what is left is planned again on the retry, from
+    /// fresher state.
     pub(crate) async fn apply(&self, key: &ObjectKey, writes: Writes) -> Result<(), Error> {
-        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &key.namespace);
-        let pp = post_params();
-        for slice in &writes.slices.create {
-            let created = slices.create(&pp, slice).await.map_err(write_error(
-                "create",
-                "EndpointSlice",
-                key,
-                &key.name,
-            ))?;
-            let name = created.metadata.name.clone().unwrap_or_default();
-            self.expect(
-                key,
-                Target::Slice(name.clone()),
-                created.metadata.resource_version.as_deref(),
-                false,
-            );
-            self.metrics.slice_change("create");
-            debug!(slice = %name, endpoints = slice.endpoints.len(), "created EndpointSlice");
-        }
-        for slice in &writes.slices.update {
-            let name = slice.metadata.name.clone().unwrap_or_default();
-            let replaced = slices
-                .replace(&name, &pp, slice)
-                .await
-                .map_err(write_error("update", "EndpointSlice", key, &name))?;
-            self.expect(
-                key,
-                Target::Slice(name.clone()),
-                replaced.metadata.resource_version.as_deref(),
-                false,
-            );
-            self.metrics.slice_change("update");
-            debug!(slice = %name, endpoints = slice.endpoints.len(), "updated EndpointSlice");
-        }
-        if let Some(write) = &writes.endpoints {
-            self.apply_endpoints(key, write).await?;
-        }
+        let (upserted, endpoints) = futures::join!(self.upsert_slices(key, &writes), async {
+            match &writes.endpoints {
+                Some(write) => self.apply_endpoints(key, write).await,
+                None => Ok(()),
+            }
+        });
+        upserted.and(endpoints)?;
         for name in &writes.slices.delete {
-            match slices.delete(name, &DeleteParams::default()).await {
+            let request = slice_request(&key.namespace)
+                .delete(name, &DeleteParams::default())
+                .map_err(kube::Error::BuildRequest)
+                .map_err(write_error("delete", "EndpointSlice", key, name))?;
+            match send_write(self.client, request, "delete").await {
                 Ok(_) => self.expect(key, Target::Slice(name.clone()), None, true),
                 // Already gone: the watch tells the cache, nothing to wait for.
                 Err(e) if status_code(&e) == Some(404) => {}
@@ -124,39 +104,99 @@ impl Applier<'_> {
         Ok(())
     }
 
-    async fn apply_endpoints(&self, key: &ObjectKey, write: &EndpointsWrite) -> Result<(), Error> {
-        let api: Api<Endpoints> = Api::namespaced(self.client.clone(), &key.namespace);
+    async fn upsert_slices(&self, key: &ObjectKey, writes: &Writes) -> Result<(), Error> {
+        let request = slice_request(&key.namespace);
         let pp = post_params();
-        match write {
-            EndpointsWrite::Create(endpoints) => {
-                let created = api.create(&pp, endpoints).await.map_err(write_error(
-                    "create",
-                    "Endpoints",
-                    key,
-                    &key.name,
-                ))?;
-                let rv = created.metadata.resource_version.as_deref();
-                self.expect(key, Target::Endpoints, rv, false);
-                self.metrics.endpoints_change("create");
-            }
-            EndpointsWrite::Replace(endpoints) => {
-                let replaced = api
-                    .replace(&key.name, &pp, endpoints)
-                    .await
-                    .map_err(write_error("update", "Endpoints", key, &key.name))?;
-                let rv = replaced.metadata.resource_version.as_deref();
-                self.expect(key, Target::Endpoints, rv, false);
-                self.metrics.endpoints_change("update");
-            }
-            EndpointsWrite::Delete => match api.delete(&key.name, &DeleteParams::default()).await {
-                Ok(_) => {
-                    self.expect(key, Target::Endpoints, None, true);
-                    self.metrics.endpoints_change("delete");
-                }
-                Err(e) if status_code(&e) == Some(404) => {}
-                Err(e) => return Err(write_error("delete", "Endpoints", key, &key.name)(e)),
-            },
+        for slice in &writes.slices.create {
+            let fail = || write_error("create", "EndpointSlice", key, &key.name);
+            let body = serde_json::to_vec(slice).map_err(|e| fail()(kube::Error::SerdeError(e)))?;
+            let req = request
+                .create(&pp, body)
+                .map_err(|e| fail()(kube::Error::BuildRequest(e)))?;
+            let created = send_write(self.client, req, "create")
+                .await
+                .map_err(fail())?;
+            let name = created.name.unwrap_or_default();
+            self.expect(
+                key,
+                Target::Slice(name.clone()),
+                created.resource_version.as_deref(),
+                false,
+            );
+            self.metrics.slice_change("create");
+            debug!(slice = %name, endpoints = slice.endpoints.len(), "created EndpointSlice");
+        }
+        for slice in &writes.slices.update {
+            let name = slice.metadata.name.clone().unwrap_or_default();
+            let fail = || write_error("update", "EndpointSlice", key, &name);
+            let body = serde_json::to_vec(slice).map_err(|e| fail()(kube::Error::SerdeError(e)))?;
+            let req = request
+                .replace(&name, &pp, body)
+                .map_err(|e| fail()(kube::Error::BuildRequest(e)))?;
+            let replaced = send_write(self.client, req, "replace")
+                .await
+                .map_err(fail())?;
+            self.expect(
+                key,
+                Target::Slice(name.clone()),
+                replaced.resource_version.as_deref(),
+                false,
+            );
+            self.metrics.slice_change("update");
+            debug!(slice = %name, endpoints = slice.endpoints.len(), "updated EndpointSlice");
         }
         Ok(())
     }
+
+    async fn apply_endpoints(&self, key: &ObjectKey, write: &EndpointsWrite) -> Result<(), Error> {
+        let request = Request::new(Endpoints::url_path(&(), Some(&key.namespace)));
+        let pp = post_params();
+        let (verb, change) = match write {
+            EndpointsWrite::Create(_) => ("create", "create"),
+            EndpointsWrite::Replace(_) => ("update", "update"),
+            EndpointsWrite::Delete => ("delete", "delete"),
+        };
+        let fail = || write_error(verb, "Endpoints", key, &key.name);
+        let req = match write {
+            EndpointsWrite::Create(endpoints) => serde_json::to_vec(endpoints)
+                .map_err(kube::Error::SerdeError)
+                .and_then(|body| request.create(&pp, body).map_err(kube::Error::BuildRequest)),
+            EndpointsWrite::Replace(endpoints) => serde_json::to_vec(endpoints)
+                .map_err(kube::Error::SerdeError)
+                .and_then(|body| {
+                    request
+                        .replace(&key.name, &pp, body)
+                        .map_err(kube::Error::BuildRequest)
+                }),
+            EndpointsWrite::Delete => request
+                .delete(&key.name, &DeleteParams::default())
+                .map_err(kube::Error::BuildRequest),
+        }
+        .map_err(fail())?;
+        let kube_verb = if verb == "update" { "replace" } else { verb };
+        match send_write(self.client, req, kube_verb).await {
+            Ok(written) => {
+                let deleted = matches!(write, EndpointsWrite::Delete);
+                let rv = if deleted {
+                    None
+                } else {
+                    written.resource_version.as_deref()
+                };
+                self.expect(key, Target::Endpoints, rv, deleted);
+                self.metrics.endpoints_change(change);
+            }
+            // Already gone: the watch tells the cache, nothing to wait for.
+            Err(e) if deleted_already(write, &e) => {}
+            Err(e) => return Err(fail()(e)),
+        }
+        Ok(())
+    }
+}
+
+fn slice_request(namespace: &str) -> Request {
+    Request::new(EndpointSlice::url_path(&(), Some(namespace)))
+}
+
+fn deleted_already(write: &EndpointsWrite, error: &kube::Error) -> bool {
+    matches!(write, EndpointsWrite::Delete) && status_code(error) == Some(404)
 }

@@ -175,13 +175,14 @@ impl Store {
         // pages themselves show the current objects, so a replay may repeat a change, never
         // miss one). A token whose version is no longer in the history has expired.
         let list_rv = match &after {
-            Some((rv, _)) if *rv < self.history.oldest_resumable() => {
+            Some(t) if t.rv < self.history.oldest_resumable() => {
                 return Err(ApiError::gone(CONTINUE_EXPIRED));
             }
-            Some((rv, _)) => *rv,
+            Some(t) => t.rv,
             None => self.rv,
         };
-        let after = after.map(|(_, key)| key);
+        let returned_before = after.as_ref().and_then(|t| t.returned);
+        let after = after.map(|t| t.key);
         let mut items = Vec::new();
         let mut continue_token = None;
         let mut remaining = None;
@@ -212,8 +213,17 @@ impl Store {
                 // selectors; with one it would take matching every later object on every page.
                 let mut rest = iter.by_ref().peekable();
                 if rest.peek().is_some() {
-                    continue_token = Some(encode_continue(list_rv, key));
-                    remaining = selected.then(|| rest.count() as u64);
+                    let returned = returned_before.unwrap_or(0) + items.len() as u64;
+                    continue_token = Some(encode_continue(list_rv, key, returned));
+                    // Across a whole table the count follows from what the earlier pages
+                    // returned (counting the rest on every page made a paged list quadratic);
+                    // like the apiserver's, it is an estimate when objects change meanwhile.
+                    remaining = selected.then(|| match scope {
+                        None if after.is_none() || returned_before.is_some() => {
+                            (table.len() as u64).saturating_sub(returned).max(1)
+                        }
+                        _ => rest.count() as u64,
+                    });
                 }
                 break;
             }
@@ -314,15 +324,25 @@ impl Store {
     }
 }
 
-fn encode_continue(rv: u64, key: &(String, String)) -> String {
-    let token = json!({"rv": rv, "ns": key.0, "name": key.1});
+fn encode_continue(rv: u64, key: &(String, String), returned: u64) -> String {
+    let token = json!({"rv": rv, "ns": key.0, "name": key.1, "n": returned});
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
 }
 
 /// The apiserver's words for a continue token older than the retained history.
 const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
-fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
+/// What a continue token carries.
+struct ContinueToken {
+    /// The version every page of the list speaks for.
+    rv: u64,
+    /// The last key returned.
+    key: (String, String),
+    /// How many items the earlier pages returned (absent from tokens that do not say).
+    returned: Option<u64>,
+}
+
+fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
     let bad = || {
         ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
     };
@@ -331,7 +351,11 @@ fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
         .map_err(|_| bad())?;
     let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
     match (v["rv"].as_u64(), v["ns"].as_str(), v["name"].as_str()) {
-        (Some(rv), Some(ns), Some(name)) => Ok((rv, (ns.to_owned(), name.to_owned()))),
+        (Some(rv), Some(ns), Some(name)) => Ok(ContinueToken {
+            rv,
+            key: (ns.to_owned(), name.to_owned()),
+            returned: v["n"].as_u64(),
+        }),
         _ => Err(bad()),
     }
 }

@@ -378,6 +378,29 @@ fn list_selectors_and_pages() {
     }
     assert_eq!(names, vec!["s0", "s1", "s2", "s3", "s4", "s5", "s6"]);
     assert_eq!(remaining, vec![Some(4), Some(1), None]);
+    // Across every namespace the count follows from what the earlier pages returned.
+    let total = store
+        .list(&svc, None, &ListQuery::default())
+        .unwrap()
+        .items
+        .len();
+    let (mut seen, mut token) = (0, None);
+    loop {
+        let q = ListQuery {
+            limit: Some(3),
+            continue_token: token.clone(),
+            ..Default::default()
+        };
+        let page = store.list(&svc, None, &q).unwrap();
+        seen += page.items.len();
+        let left = (total - seen) as u64;
+        assert_eq!(page.remaining, (left > 0).then_some(left));
+        match page.continue_token {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(seen, total);
     // With a selector the apiserver does not count what is left; the pages still continue.
     let q = ListQuery {
         labels: LabelSelector::parse("tier=front").unwrap(),
