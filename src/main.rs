@@ -274,7 +274,7 @@ struct ControllerArgs {
 
     /// Services whose Endpoints and EndpointSlices are synced at the same time when
     /// `--endpoints on` (kube-controller-manager's `--concurrent-service-endpoint-syncs`).
-    #[arg(long, env = "BERTH_CONCURRENT_ENDPOINT_SYNCS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, env = "BERTH_CONCURRENT_ENDPOINT_SYNCS", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=256))]
     concurrent_endpoint_syncs: u16,
 
     /// Elect one active replica through a Lease.

@@ -107,43 +107,32 @@ impl Applier<'_> {
     async fn upsert_slices(&self, key: &ObjectKey, writes: &Writes) -> Result<(), Error> {
         let request = slice_request(&key.namespace);
         let pp = post_params();
-        for slice in &writes.slices.create {
-            let fail = || write_error("create", "EndpointSlice", key, &key.name);
+        let creates = writes.slices.create.iter().map(|s| ("create", s));
+        let updates = writes.slices.update.iter().map(|s| ("update", s));
+        for (verb, slice) in creates.chain(updates) {
+            // A new slice has only a generateName: its Service names it in errors.
+            let planned = slice.metadata.name.as_deref();
+            let fail = || write_error(verb, "EndpointSlice", key, planned.unwrap_or(&key.name));
             let body = serde_json::to_vec(slice).map_err(|e| fail()(kube::Error::SerdeError(e)))?;
-            let req = request
-                .create(&pp, body)
-                .map_err(|e| fail()(kube::Error::BuildRequest(e)))?;
-            let created = send_write(self.client, req, "create")
+            let req = if verb == "update" {
+                request.replace(planned.unwrap_or_default(), &pp, body)
+            } else {
+                request.create(&pp, body)
+            }
+            .map_err(|e| fail()(kube::Error::BuildRequest(e)))?;
+            let kube_verb = if verb == "update" { "replace" } else { verb };
+            let written = send_write(self.client, req, kube_verb)
                 .await
                 .map_err(fail())?;
-            let name = created.name.unwrap_or_default();
+            let name = written.name.as_deref().or(planned).unwrap_or_default();
             self.expect(
                 key,
-                Target::Slice(name.clone()),
-                created.resource_version.as_deref(),
+                Target::Slice(name.to_owned()),
+                written.resource_version.as_deref(),
                 false,
             );
-            self.metrics.slice_change("create");
-            debug!(slice = %name, endpoints = slice.endpoints.len(), "created EndpointSlice");
-        }
-        for slice in &writes.slices.update {
-            let name = slice.metadata.name.clone().unwrap_or_default();
-            let fail = || write_error("update", "EndpointSlice", key, &name);
-            let body = serde_json::to_vec(slice).map_err(|e| fail()(kube::Error::SerdeError(e)))?;
-            let req = request
-                .replace(&name, &pp, body)
-                .map_err(|e| fail()(kube::Error::BuildRequest(e)))?;
-            let replaced = send_write(self.client, req, "replace")
-                .await
-                .map_err(fail())?;
-            self.expect(
-                key,
-                Target::Slice(name.clone()),
-                replaced.resource_version.as_deref(),
-                false,
-            );
-            self.metrics.slice_change("update");
-            debug!(slice = %name, endpoints = slice.endpoints.len(), "updated EndpointSlice");
+            self.metrics.slice_change(verb);
+            debug!(slice = %name, endpoints = slice.endpoints.len(), "{verb}d EndpointSlice");
         }
         Ok(())
     }

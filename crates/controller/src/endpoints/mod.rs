@@ -66,7 +66,10 @@ impl Default for EndpointsConfig {
     fn default() -> Self {
         EndpointsConfig {
             slices: SliceConfig::default(),
-            workers: 8,
+            // Measured at a cold start of 10,000 Services and 100,000 pods: 8 -> 32 took 10-20%
+            // off the time, 7-15% off the CPU of the controller and the API server, and 0.3
+            // writes off each Service.
+            workers: 32,
             batch_period: Duration::ZERO,
         }
     }
