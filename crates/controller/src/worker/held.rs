@@ -1,8 +1,9 @@
 //! Holding exactly what a Service's object names: a LoadBalancer address stays held until
 //! the write clearing it has landed, a retry decides from the version berth's own spec write
-//! returned, and what a refused write would have named is let go. The first two close windows
-//! in which a crash would leave two Services naming one value; the last, one in which a
-//! value nothing names stands against the value the Service does name.
+//! returned, and what a refused write would have named is held until the Service is read
+//! again, then let go unless named. The first two close windows in which a crash would leave
+//! two Services naming one value; the last, one in which a value nothing names stands against
+//! the value the Service does name, without freeing a value the write that won may name.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use k8s_openapi::api::core::v1::Service;
 use super::watch::trim;
 use super::Worker;
 use crate::apply::WrittenSpec;
-use crate::facts::ServiceFacts;
+use crate::facts::{read_service, ServiceFacts};
 use crate::fresh::{release_fresh, Fresh};
 
 impl Worker {
@@ -54,19 +55,61 @@ impl Worker {
         }
     }
 
-    /// Frees what a decision newly gave a Service once the write that would have named it
-    /// was refused (409): no object names it. Held, it would stand against what the Service
-    /// names now — such as values a killed leader's write set after this decision was made
-    /// from the older version, which the next decision would refuse as a changed ClusterIP.
-    pub(super) fn release_unwritten(&mut self, key: &ServiceKey, fresh: &Fresh) {
-        if !release_fresh(&mut self.alloc, key, fresh) {
-            return;
+    /// Keeps what a decision newly gave a Service after the write that would have named it
+    /// was refused (409). Nothing of that write landed, but the write that made it stale may
+    /// name the same values: a killed leader's, decided from the same state, picks the same
+    /// lowest free address. Freed now, that address would go to the next Service decided
+    /// while the status names it. So it stays held until `settle_refused` knows better.
+    pub(super) fn hold_refused(&mut self, key: &ServiceKey, unwritten: Fresh) {
+        if !unwritten.is_empty() {
+            self.refused.insert(key.clone(), unwritten);
         }
-        tracing::debug!(service = %key, ?fresh, "write refused; released what it would have named");
+    }
+
+    /// Lets go of what refused writes would have named, once it is known that no object
+    /// names it: the Service's own when it is decided again from `facts` and they do not
+    /// name it (held, it would stand against what they do name — such as values a killed
+    /// leader's write set meanwhile, which would be refused as "a cluster IP may not change
+    /// once set" or replaced); another Service's when `facts` name it and that Service, as
+    /// last read, does not (two leaders handing out the same addresses in another order).
+    pub(super) fn settle_refused(&mut self, key: &ServiceKey, facts: &ServiceFacts) {
+        let mut freed = false;
+        if let Some(own) = self.refused.remove(key) {
+            freed |= self.let_go(key, &own.unnamed_by(facts));
+        }
+        let claimed: Vec<(ServiceKey, Fresh)> = self
+            .refused
+            .iter()
+            .map(|(k, held)| (k.clone(), held.without(&held.unnamed_by(facts))))
+            .filter(|(_, named)| !named.is_empty())
+            .collect();
+        for (other, named) in claimed {
+            let give = match self.services.get(&other) {
+                Some(svc) => named.unnamed_by(&read_service(svc, self.cfg.default_class)),
+                None => named,
+            };
+            if let Some(held) = self.refused.get_mut(&other) {
+                *held = held.without(&give);
+                if held.is_empty() {
+                    self.refused.remove(&other);
+                }
+            }
+            freed |= self.let_go(&other, &give);
+        }
+        if freed {
+            self.wake_waiting(Some(key));
+        }
+    }
+
+    fn let_go(&mut self, key: &ServiceKey, fresh: &Fresh) -> bool {
+        if !release_fresh(&mut self.alloc, key, fresh) {
+            return false;
+        }
+        tracing::debug!(service = %key, ?fresh, "released what a refused write would have named");
         if !fresh.lb_ips.is_empty() {
             self.schedule_pool_status();
         }
-        self.wake_waiting(None);
+        true
     }
 
     /// The plan frees the addresses of a Service that stops being a LoadBalancer at once,

@@ -72,9 +72,12 @@ pub(crate) struct Worker {
     /// ExternalName Service's ClusterIPs): decided again once it lands, which frees them
     /// (the write's echo alone would not be decided).
     dropping: HashSet<ServiceKey>,
-    /// What the decision behind each job in flight newly gave its Service; released when
-    /// the write naming it is refused (see `release_unwritten`).
+    /// What the decision behind each job in flight newly gave its Service; kept in
+    /// `refused` when the write naming it is refused.
     fresh: HashMap<ServiceKey, Fresh>,
+    /// What refused writes would have named: held until the Service is decided again, which
+    /// lets go of what it does not name by then (see `settle_refused`).
+    refused: HashMap<ServiceKey, Fresh>,
     pool_status_due: Option<Instant>,
     pools_in_flight: HashSet<String>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
@@ -114,6 +117,7 @@ impl Worker {
             clearing: HashSet::new(),
             dropping: HashSet::new(),
             fresh: HashMap::new(),
+            refused: HashMap::new(),
             pool_status_due: None,
             pools_in_flight: HashSet::new(),
             jobs: FuturesUnordered::new(),
@@ -280,6 +284,7 @@ impl Worker {
             .get(&key.namespace)
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
+        self.settle_refused(&key, &facts);
         let before = Holding::of(&self.alloc, &key);
         let out = plan_service(&mut self.alloc, &facts, &labels);
         if self.alloc.lb.ips_of(&key) != before.lb_ips {
@@ -379,7 +384,7 @@ impl Worker {
                 }
                 let fresh = self.fresh.remove(&key);
                 if let (JobOutcome::Rejected { write }, Some(fresh)) = (&outcome, fresh) {
-                    self.release_unwritten(&key, &fresh.unwritten(*write));
+                    self.hold_refused(&key, fresh.unwritten(*write));
                 }
                 if let Some(category) = self.queue.finished(&key, outcome, Instant::now()) {
                     self.metrics.error(category);

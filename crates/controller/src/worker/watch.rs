@@ -279,6 +279,7 @@ impl Worker {
         self.clearing.remove(key);
         self.dropping.remove(key);
         self.fresh.remove(key);
+        self.refused.remove(key);
     }
 }
 
