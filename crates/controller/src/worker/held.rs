@@ -75,7 +75,12 @@ impl Worker {
     pub(super) fn settle_refused(&mut self, key: &ServiceKey, facts: &ServiceFacts) {
         let mut freed = false;
         if let Some(own) = self.refused.remove(key) {
-            freed |= self.let_go(key, &own.unnamed_by(facts));
+            let unnamed = own.unnamed_by(facts);
+            let named = own.without(&unnamed);
+            if !named.is_empty() {
+                tracing::debug!(service = %key, ?named, "kept what a refused write would have named: the Service names it now");
+            }
+            freed |= self.let_go(key, &unnamed);
         }
         let claimed: Vec<(ServiceKey, Fresh)> = self
             .refused
@@ -93,6 +98,9 @@ impl Worker {
                 if held.is_empty() {
                     self.refused.remove(&other);
                 }
+            }
+            if !give.is_empty() {
+                tracing::debug!(service = %other, to = %key, ?give, "what a refused write would have named goes to the Service naming it");
             }
             freed |= self.let_go(&other, &give);
         }
