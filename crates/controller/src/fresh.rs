@@ -89,6 +89,20 @@ impl Fresh {
         }
     }
 
+    /// Adds the values of `other` that `self` lacks.
+    pub fn merge(&mut self, other: Self) {
+        fn add<T: PartialEq>(to: &mut Vec<T>, from: Vec<T>) {
+            for x in from {
+                if !to.contains(&x) {
+                    to.push(x);
+                }
+            }
+        }
+        add(&mut self.cluster_ips, other.cluster_ips);
+        add(&mut self.node_ports, other.node_ports);
+        add(&mut self.lb_ips, other.lb_ips);
+    }
+
     /// The values of `self` that are not in `other`.
     pub fn without(&self, other: &Self) -> Self {
         Self {

@@ -17,6 +17,14 @@ use crate::apply::WrittenSpec;
 use crate::facts::{read_service, ServiceFacts};
 use crate::fresh::{release_fresh, Fresh};
 
+/// Values only a decision's writes would name (see `fresh`), and the version of the Service
+/// those writes were made against.
+#[derive(Debug)]
+pub(super) struct Unwritten {
+    pub(super) version: Option<String>,
+    pub(super) fresh: Fresh,
+}
+
 impl Worker {
     /// Takes the version a spec write returned as the cached one, unless the watch has
     /// already moved the cache past the version the decision was made from.
@@ -56,36 +64,51 @@ impl Worker {
     }
 
     /// Keeps what a decision newly gave a Service after the write that would have named it
-    /// was refused (409). Nothing of that write landed, but the write that made it stale may
-    /// name the same values: a killed leader's, decided from the same state, picks the same
-    /// lowest free address. Freed now, that address would go to the next Service decided
-    /// while the status names it. So it stays held until `settle_refused` knows better.
-    pub(super) fn hold_refused(&mut self, key: &ServiceKey, unwritten: Fresh) {
-        if !unwritten.is_empty() {
-            self.refused.insert(key.clone(), unwritten);
+    /// was refused (409), made against `version`. Nothing of that write landed, but the write
+    /// that made it stale may name the same values: a killed leader's, decided from the same
+    /// state, picks the same lowest free address. Freed now, that address would go to the
+    /// next Service decided while the status names it. So it stays held until
+    /// `settle_refused` reads a newer version.
+    pub(super) fn hold_refused(&mut self, key: &ServiceKey, version: Option<String>, fresh: Fresh) {
+        if !fresh.is_empty() {
+            self.refused
+                .insert(key.clone(), Unwritten { version, fresh });
         }
     }
 
     /// Lets go of what refused writes would have named, once it is known that no object
-    /// names it: the Service's own when it is decided again from `facts` and they do not
-    /// name it (held, it would stand against what they do name — such as values a killed
-    /// leader's write set meanwhile, which would be refused as "a cluster IP may not change
-    /// once set" or replaced); another Service's when `facts` name it and that Service, as
-    /// last read, does not (two leaders handing out the same addresses in another order).
-    pub(super) fn settle_refused(&mut self, key: &ServiceKey, facts: &ServiceFacts) {
+    /// names it: the Service's own when it is decided again from a newer version `svc` that
+    /// does not name it (held, it would stand against what that version does name — such as
+    /// values a killed leader's write set meanwhile, which would be refused as "a cluster IP
+    /// may not change once set" or replaced); another Service's when `facts` name it and
+    /// that Service, as last read, does not (two leaders handing out the same addresses in
+    /// another order). Decided again from the version the refused write carried (a retry
+    /// before the watch brought the newer one), nothing new is known: the values are
+    /// returned, still held, for this decision's writes to name.
+    pub(super) fn settle_refused(
+        &mut self,
+        key: &ServiceKey,
+        svc: &Service,
+        facts: &ServiceFacts,
+    ) -> Fresh {
         let mut freed = false;
+        let mut carried = Fresh::default();
         if let Some(own) = self.refused.remove(key) {
-            let unnamed = own.unnamed_by(facts);
-            let named = own.without(&unnamed);
-            if !named.is_empty() {
-                tracing::debug!(service = %key, ?named, "kept what a refused write would have named: the Service names it now");
+            if own.version.is_some() && own.version == svc.metadata.resource_version {
+                carried = own.fresh;
+            } else {
+                let unnamed = own.fresh.unnamed_by(facts);
+                let named = own.fresh.without(&unnamed);
+                if !named.is_empty() {
+                    tracing::debug!(service = %key, ?named, "kept what a refused write would have named: the Service names it now");
+                }
+                freed |= self.let_go(key, &unnamed);
             }
-            freed |= self.let_go(key, &unnamed);
         }
         let claimed: Vec<(ServiceKey, Fresh)> = self
             .refused
             .iter()
-            .map(|(k, held)| (k.clone(), held.without(&held.unnamed_by(facts))))
+            .map(|(k, held)| (k.clone(), held.fresh.without(&held.fresh.unnamed_by(facts))))
             .filter(|(_, named)| !named.is_empty())
             .collect();
         for (other, named) in claimed {
@@ -94,8 +117,8 @@ impl Worker {
                 None => named,
             };
             if let Some(held) = self.refused.get_mut(&other) {
-                *held = held.without(&give);
-                if held.is_empty() {
+                held.fresh = held.fresh.without(&give);
+                if held.fresh.is_empty() {
                     self.refused.remove(&other);
                 }
             }
@@ -107,6 +130,7 @@ impl Worker {
         if freed {
             self.wake_waiting(Some(key));
         }
+        carried
     }
 
     fn let_go(&mut self, key: &ServiceKey, fresh: &Fresh) -> bool {

@@ -26,17 +26,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::apply::{
-    self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, WriteCtx, WriteJob,
+    self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteCtx,
+    WriteJob,
 };
 use crate::config::ControllerConfig;
 use crate::facts::{read_service, LbClass};
-use crate::fresh::{compute_fresh, Fresh, Holding};
+use crate::fresh::{compute_fresh, Holding};
 use crate::metrics::{Metrics, ReconcileTimer};
 use crate::plan::{adopt_all, plan_service, Allocators};
 use crate::pools::build_pool_specs;
 use crate::provider::eligible_nodes;
 use crate::service_feed::ServiceFeedSender;
 use crate::Error;
+use held::Unwritten;
 use queue::Queue;
 use watch::{name_of, Cache};
 
@@ -74,10 +76,10 @@ pub(crate) struct Worker {
     dropping: HashSet<ServiceKey>,
     /// What the decision behind each job in flight newly gave its Service; kept in
     /// `refused` when the write naming it is refused.
-    fresh: HashMap<ServiceKey, Fresh>,
-    /// What refused writes would have named: held until the Service is decided again, which
-    /// lets go of what it does not name by then (see `settle_refused`).
-    refused: HashMap<ServiceKey, Fresh>,
+    fresh: HashMap<ServiceKey, Unwritten>,
+    /// What refused writes would have named: held until the Service is decided again from a
+    /// newer version, which lets go of what that version does not name (see `settle_refused`).
+    refused: HashMap<ServiceKey, Unwritten>,
     pool_status_due: Option<Instant>,
     pools_in_flight: HashSet<String>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
@@ -284,7 +286,7 @@ impl Worker {
             .get(&key.namespace)
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
-        self.settle_refused(&key, &facts);
+        let carried = self.settle_refused(&key, &svc, &facts);
         let before = Holding::of(&self.alloc, &key);
         let out = plan_service(&mut self.alloc, &facts, &labels);
         if self.alloc.lb.ips_of(&key) != before.lb_ips {
@@ -349,6 +351,7 @@ impl Worker {
         if job.is_empty() {
             tracing::debug!("nothing to write");
             self.queue.settled(&key);
+            self.hold_refused(&key, job.svc.metadata.resource_version.clone(), carried);
             return;
         }
         tracing::info!(
@@ -356,9 +359,11 @@ impl Worker {
             status = job.conditions.is_some() || job.ingress.is_some(),
             "writing allocation"
         );
-        let fresh = compute_fresh(&before, &facts, &out.fill, job.ingress.as_deref());
+        let mut fresh = compute_fresh(&before, &facts, &out.fill, job.ingress.as_deref());
+        fresh.merge(carried);
         if !fresh.is_empty() {
-            self.fresh.insert(key.clone(), fresh);
+            let version = job.svc.metadata.resource_version.clone();
+            self.fresh.insert(key.clone(), Unwritten { version, fresh });
         }
         self.queue.started(key);
         self.service_jobs += 1;
@@ -375,6 +380,10 @@ impl Worker {
         match done {
             Done::Service(key, outcome, written) => {
                 self.service_jobs = self.service_jobs.saturating_sub(1);
+                // The version a status write carried when the spec write before it landed.
+                let spec_version = written
+                    .as_ref()
+                    .and_then(|w| w.svc.metadata.resource_version.clone());
                 if let Some(w) = written {
                     self.remember_written(&key, w);
                 }
@@ -383,8 +392,12 @@ impl Worker {
                     self.release_cleared(&key);
                 }
                 let fresh = self.fresh.remove(&key);
-                if let (JobOutcome::Rejected { write }, Some(fresh)) = (&outcome, fresh) {
-                    self.hold_refused(&key, fresh.unwritten(*write));
+                if let (JobOutcome::Rejected { write }, Some(u)) = (&outcome, fresh) {
+                    let version = match write {
+                        Write::Status => spec_version.or(u.version),
+                        Write::Spec => u.version,
+                    };
+                    self.hold_refused(&key, version, u.fresh.unwritten(*write));
                 }
                 if let Some(category) = self.queue.finished(&key, outcome, Instant::now()) {
                     self.metrics.error(category);
