@@ -268,3 +268,56 @@ async fn an_address_a_refused_write_would_have_named_gives_way_to_a_service_nami
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
+
+/// The killed controller's status write lands after the replacement listed, on a Service `z`
+/// the replacement decides last: the address it names is held from the moment the watch shows
+/// it, so `c`, decided first and needing an address, gets the other one. One write at a time:
+/// `a`'s spec write is the one the late write lands before.
+#[tokio::test]
+async fn an_address_a_late_write_names_is_held_before_its_service_is_decided() {
+    let (server, client) = start_lab().await;
+    create_pool(
+        &client,
+        "pool",
+        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
+    )
+    .await;
+    let lb = |ip: &str, port: u16| {
+        json!({"type": "LoadBalancer", "clusterIP": ip, "clusterIPs": [ip],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+            "ports": [{"port": 80, "nodePort": port}]})
+    };
+    create_svc(&client, "a", json!({"ports": [{"port": 80}]})).await;
+    create_svc(&client, "c", lb("10.96.0.78", 30556)).await;
+    create_svc(&client, "z", lb("10.96.0.79", 30557)).await;
+    let killed = before_patch(
+        client.clone(),
+        "/api/v1/namespaces/default/services/a",
+        1,
+        |c| {
+            Box::pin(async move {
+                let status = json!({"status": {"loadBalancer": {"ingress": [
+                    {"ip": "198.18.0.10", "ipMode": "VIP"}]}}});
+                merge_patch(&c, "z", true, status).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            })
+        },
+    );
+    let mut cfg = mk_config();
+    cfg.max_in_flight = 1;
+    let ctrl = spawn_controller(killed, cfg);
+    for name in ["a", "c", "z"] {
+        let s = wait_svc(&client, name, "allocated", |s| allocated(s).is_some()).await;
+        assert_eq!(
+            allocated(&s).unwrap().0,
+            "True",
+            "{name}: {:?}",
+            allocated(&s)
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ingress_ips(&get_svc(&client, "c").await), ["198.18.0.11"]);
+    assert_eq!(ingress_ips(&get_svc(&client, "z").await), ["198.18.0.10"]);
+    ctrl.stop().await;
+    server.shutdown().await.unwrap();
+}
