@@ -13,7 +13,11 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use berth_controller::LeaseConfig;
 
 use common::*;
 use k8s_openapi::api::core::v1::Service;
@@ -318,6 +322,80 @@ async fn an_address_a_late_write_names_is_held_before_its_service_is_decided() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(ingress_ips(&get_svc(&client, "c").await), ["198.18.0.11"]);
     assert_eq!(ingress_ips(&get_svc(&client, "z").await), ["198.18.0.10"]);
+    ctrl.stop().await;
+    server.shutdown().await.unwrap();
+}
+
+/// This replica's own write, sent just before it stopped leading (a renewal that missed its
+/// deadline) and answered late, must land before the replica's next term lists: the next term
+/// would hand the address out again. Here the write waits (up to 2.5 s) for the other Service
+/// to get an address; the next term must not have started meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_that_ends_lets_its_writes_land_before_the_next_term_lists() {
+    let (server, client) = start_lab().await;
+    create_pool(
+        &client,
+        "pool",
+        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
+    )
+    .await;
+    let lb = |ip: &str, port: u16| {
+        json!({"type": "LoadBalancer", "clusterIP": ip, "clusterIPs": [ip],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+            "ports": [{"port": 80, "nodePort": port}]})
+    };
+    create_svc(&client, "s", lb("10.96.0.77", 30555)).await;
+    let slow_lease = Arc::new(AtomicBool::new(false));
+    let first = Arc::new(AtomicBool::new(true));
+    let service = tower::service_fn({
+        let (client, slow_lease) = (client.clone(), slow_lease.clone());
+        move |req: http::Request<kube::client::Body>| {
+            let (client, slow_lease, first) = (client.clone(), slow_lease.clone(), first.clone());
+            let t_spec = lb("10.96.0.78", 30556);
+            async move {
+                let path = req.uri().path().to_string();
+                if path.contains("/leases/") && slow_lease.swap(false, Ordering::SeqCst) {
+                    // The renewal misses the deadline: the replica stops leading.
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                } else if req.method() == http::Method::PATCH
+                    && path == "/api/v1/namespaces/default/services/s/status"
+                    && first.swap(false, Ordering::SeqCst)
+                {
+                    // A task of its own, as a request on the wire: dropping the job that sent it
+                    // does not stop it.
+                    let sent = tokio::spawn(async move {
+                        create_svc(&client, "a-t", t_spec).await;
+                        slow_lease.store(true, Ordering::SeqCst);
+                        for _ in 0..50 {
+                            if !ingress_ips(&get_svc(&client, "a-t").await).is_empty() {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        client.send(req).await
+                    });
+                    return sent.await.unwrap();
+                }
+                client.send(req).await
+            }
+        }
+    });
+    let replica = Client::new(service, "default");
+    let mut cfg = mk_config();
+    // `a-t` waits for the one write slot `s` holds, until the term ends.
+    cfg.max_in_flight = 1;
+    let mut lease = LeaseConfig::new("kube-system", "replica-a");
+    lease.lease_duration = Duration::from_secs(2);
+    lease.renew_deadline = Duration::from_millis(1500);
+    lease.retry_period = Duration::from_millis(200);
+    cfg.lease = Some(lease);
+    let ctrl = spawn_controller(replica, cfg);
+    let t = wait_svc(&client, "a-t", "an address", |s| !ingress_ips(s).is_empty()).await;
+    assert_eq!(ingress_ips(&t), ["198.18.0.11"]);
+    let s = wait_svc(&client, "s", "an address", |s| !ingress_ips(s).is_empty()).await;
+    assert_eq!(ingress_ips(&s), ["198.18.0.10"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ingress_ips(&get_svc(&client, "s").await), ["198.18.0.10"]);
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }

@@ -50,6 +50,8 @@ enum Done {
 }
 
 const POOL_STATUS_DELAY: Duration = Duration::from_millis(200);
+/// How long the end of a term waits for its writes without leader election.
+const FINISH_WRITES_LIMIT: Duration = Duration::from_secs(10);
 
 pub(crate) struct Worker {
     cfg: ControllerConfig,
@@ -134,7 +136,8 @@ impl Worker {
         self.service_feed = Some(feed);
     }
 
-    /// Runs until `token` is cancelled. Jobs in flight are dropped with the loop.
+    /// Runs until `token` is cancelled, then lets the writes already sent finish (see
+    /// `finish_writes`).
     pub(crate) async fn run(mut self, token: CancellationToken) {
         let mut inputs = self.inputs();
         loop {
@@ -156,6 +159,32 @@ impl Worker {
                 }
                 _ = sleep_until(pool_due), if pool_due.is_some() => self.write_pool_statuses(),
             }
+        }
+        self.finish_writes().await;
+    }
+
+    /// Waits for the jobs in flight when the term ends: a write already sent lands whether
+    /// its job is dropped or not, and dropped, it could land after the next term of this
+    /// replica (leadership lost, then regained at the next renewal) has listed, naming a
+    /// value that term hands out again. A job starts no further write unless this replica
+    /// leads (again). At most a lease duration: by then a standby may have taken over anyway.
+    async fn finish_writes(&mut self) {
+        if self.jobs.is_empty() {
+            return;
+        }
+        let limit = self
+            .cfg
+            .lease
+            .as_ref()
+            .map_or(FINISH_WRITES_LIMIT, |l| l.lease_duration);
+        let jobs = self.jobs.len();
+        let drain = async { while self.jobs.next().await.is_some() {} };
+        if tokio::time::timeout(limit, drain).await.is_err() {
+            tracing::warn!(
+                jobs,
+                ?limit,
+                "writes still in flight when the term ended; left behind"
+            );
         }
     }
 
