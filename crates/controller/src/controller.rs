@@ -123,9 +123,18 @@ impl AllocationController {
             let lost = async move {
                 let _ = watch_rx.wait_for(|leading| !*leading).await;
             };
+            let lead = self.lead(rx.clone(), term.clone());
+            tokio::pin!(lead);
             tokio::select! {
-                r = self.lead(rx.clone(), term.clone()) => r?,
-                _ = lost => tracing::warn!("leadership lost; standing by"),
+                r = &mut lead => r?,
+                _ = lost => {
+                    tracing::warn!("leadership lost; standing by");
+                    term.cancel();
+                    // The writes already sent finish before the next term lists.
+                    if let Err(e) = lead.await {
+                        tracing::warn!(error = %e, "term ended with an error after leadership was lost");
+                    }
+                }
             }
             term.cancel();
         }

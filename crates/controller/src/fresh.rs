@@ -61,6 +61,57 @@ impl Fresh {
         self.cluster_ips.is_empty() && self.node_ports.is_empty() && self.lb_ips.is_empty()
     }
 
+    /// The values `f` does not name: of what a refused write would have named, those the
+    /// Service, read again, does not name either.
+    pub fn unnamed_by(&self, f: &ServiceFacts) -> Self {
+        let ports = named_node_ports(f);
+        Self {
+            cluster_ips: self
+                .cluster_ips
+                .iter()
+                .copied()
+                .filter(|ip| {
+                    !f.cluster_ips.cluster_ips.contains(ip) && !f.stale_cluster_ips.contains(ip)
+                })
+                .collect(),
+            node_ports: self
+                .node_ports
+                .iter()
+                .copied()
+                .filter(|p| !ports.contains(p))
+                .collect(),
+            lb_ips: self
+                .lb_ips
+                .iter()
+                .copied()
+                .filter(|ip| !f.ingress_ips.contains(ip))
+                .collect(),
+        }
+    }
+
+    /// Adds the values of `other` that `self` lacks.
+    pub fn merge(&mut self, other: Self) {
+        fn add<T: PartialEq>(to: &mut Vec<T>, from: Vec<T>) {
+            for x in from {
+                if !to.contains(&x) {
+                    to.push(x);
+                }
+            }
+        }
+        add(&mut self.cluster_ips, other.cluster_ips);
+        add(&mut self.node_ports, other.node_ports);
+        add(&mut self.lb_ips, other.lb_ips);
+    }
+
+    /// The values of `self` that are not in `other`.
+    pub fn without(&self, other: &Self) -> Self {
+        Self {
+            cluster_ips: minus(&self.cluster_ips, &other.cluster_ips),
+            node_ports: minus(&self.node_ports, &other.node_ports),
+            lb_ips: minus(&self.lb_ips, &other.lb_ips),
+        }
+    }
+
     /// What stays unwritten when `rejected` is refused: the status write is sent only after
     /// the spec write has landed, so a refused spec write leaves both unwritten, and a
     /// refused status write only the status.
@@ -85,14 +136,7 @@ pub fn compute_fresh(
     fill: &SpecFill,
     ingress: Option<&[IpAddr]>,
 ) -> Fresh {
-    let named_ports: Vec<u16> = f
-        .node_ports
-        .ports
-        .iter()
-        .filter_map(|p| p.node_port)
-        .chain(f.node_ports.health_check.flatten())
-        .chain(f.stale_node_ports.all())
-        .collect();
+    let named_ports = named_node_ports(f);
     let mut node_ports: Vec<u16> = fill
         .node_ports
         .iter()
@@ -122,6 +166,21 @@ pub fn compute_fresh(
             .filter(|ip| !before.lb_ips.contains(ip) && !f.ingress_ips.contains(ip))
             .collect(),
     }
+}
+
+/// Node ports and the healthCheckNodePort `f` names, those its type no longer uses included.
+fn named_node_ports(f: &ServiceFacts) -> Vec<u16> {
+    f.node_ports
+        .ports
+        .iter()
+        .filter_map(|p| p.node_port)
+        .chain(f.node_ports.health_check.flatten())
+        .chain(f.stale_node_ports.all())
+        .collect()
+}
+
+fn minus<T: PartialEq + Copy>(a: &[T], b: &[T]) -> Vec<T> {
+    a.iter().copied().filter(|x| !b.contains(x)).collect()
 }
 
 /// Frees the values of `fresh` that `owner` still holds; true when any was.
@@ -268,6 +327,32 @@ mod tests {
             "clusterIP": before.cluster_ips[0].to_string()});
         plan_service(&mut a, &mk_facts(changed), &Labels::new());
         assert!(before.any_released(&a, &f.key));
+    }
+
+    #[test]
+    fn what_the_service_names_when_read_again_is_not_let_go() {
+        let mut a = mk_alloc();
+        let f = mk_facts(local_lb());
+        let fresh = decide(&mut a, &f);
+        // Read again with nothing set: all of it is unnamed.
+        assert_eq!(fresh.unnamed_by(&f), fresh);
+        // Read again after another writer set the same address and one of the node ports.
+        let mut landed = local_lb();
+        landed["spec"]["ports"][0]["nodePort"] = json!(fresh.node_ports[0]);
+        landed["spec"]["ports"][1]["nodePort"] = json!(fresh.node_ports[0]);
+        landed["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}});
+        let unnamed = fresh.unnamed_by(&mk_facts(landed));
+        assert_eq!(unnamed.cluster_ips, fresh.cluster_ips);
+        assert_eq!(unnamed.node_ports, fresh.node_ports[1..]);
+        assert!(unnamed.lb_ips.is_empty());
+        assert_eq!(
+            fresh.without(&unnamed),
+            Fresh {
+                node_ports: vec![fresh.node_ports[0]],
+                lb_ips: vec![ip("198.18.0.10")],
+                ..Fresh::default()
+            }
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Holding exactly what a Service's object names: a LoadBalancer address stays held until
 //! the write clearing it has landed, a retry decides from the version berth's own spec write
-//! returned, and what a refused write would have named is let go. The first two close windows
-//! in which a crash would leave two Services naming one value; the last, one in which a
-//! value nothing names stands against the value the Service does name.
+//! returned, and what a refused write would have named is held until the Service is read
+//! again, then let go unless named. The first two close windows in which a crash would leave
+//! two Services naming one value; the last, one in which a value nothing names stands against
+//! the value the Service does name, without freeing a value the write that won may name.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -13,8 +14,16 @@ use k8s_openapi::api::core::v1::Service;
 use super::watch::trim;
 use super::Worker;
 use crate::apply::WrittenSpec;
-use crate::facts::ServiceFacts;
+use crate::facts::{read_service, ServiceFacts};
 use crate::fresh::{release_fresh, Fresh};
+
+/// Values only a decision's writes would name (see `fresh`), and the version of the Service
+/// those writes were made against.
+#[derive(Debug)]
+pub(super) struct Unwritten {
+    pub(super) version: Option<String>,
+    pub(super) fresh: Fresh,
+}
 
 impl Worker {
     /// Takes the version a spec write returned as the cached one, unless the watch has
@@ -54,19 +63,85 @@ impl Worker {
         }
     }
 
-    /// Frees what a decision newly gave a Service once the write that would have named it
-    /// was refused (409): no object names it. Held, it would stand against what the Service
-    /// names now — such as values a killed leader's write set after this decision was made
-    /// from the older version, which the next decision would refuse as a changed ClusterIP.
-    pub(super) fn release_unwritten(&mut self, key: &ServiceKey, fresh: &Fresh) {
-        if !release_fresh(&mut self.alloc, key, fresh) {
-            return;
+    /// Keeps what a decision newly gave a Service after the write that would have named it
+    /// was refused (409), made against `version`. Nothing of that write landed, but the write
+    /// that made it stale may name the same values: a killed leader's, decided from the same
+    /// state, picks the same lowest free address. Freed now, that address would go to the
+    /// next Service decided while the status names it. So it stays held until
+    /// `settle_refused` reads a newer version.
+    pub(super) fn hold_refused(&mut self, key: &ServiceKey, version: Option<String>, fresh: Fresh) {
+        if !fresh.is_empty() {
+            self.refused
+                .insert(key.clone(), Unwritten { version, fresh });
         }
-        tracing::debug!(service = %key, ?fresh, "write refused; released what it would have named");
+    }
+
+    /// Lets go of what refused writes would have named, once it is known that no object
+    /// names it: the Service's own when it is decided again from a newer version `svc` that
+    /// does not name it (held, it would stand against what that version does name — such as
+    /// values a killed leader's write set meanwhile, which would be refused as "a cluster IP
+    /// may not change once set" or replaced); another Service's when `facts` name it and
+    /// that Service, as last read, does not (two leaders handing out the same addresses in
+    /// another order). Decided again from the version the refused write carried (a retry
+    /// before the watch brought the newer one), nothing new is known: the values are
+    /// returned, still held, for this decision's writes to name.
+    pub(super) fn settle_refused(
+        &mut self,
+        key: &ServiceKey,
+        svc: &Service,
+        facts: &ServiceFacts,
+    ) -> Fresh {
+        let mut freed = false;
+        let mut carried = Fresh::default();
+        if let Some(own) = self.refused.remove(key) {
+            if own.version.is_some() && own.version == svc.metadata.resource_version {
+                carried = own.fresh;
+            } else {
+                let unnamed = own.fresh.unnamed_by(facts);
+                let named = own.fresh.without(&unnamed);
+                if !named.is_empty() {
+                    tracing::debug!(service = %key, ?named, "kept what a refused write would have named: the Service names it now");
+                }
+                freed |= self.let_go(key, &unnamed);
+            }
+        }
+        let claimed: Vec<(ServiceKey, Fresh)> = self
+            .refused
+            .iter()
+            .map(|(k, held)| (k.clone(), held.fresh.without(&held.fresh.unnamed_by(facts))))
+            .filter(|(_, named)| !named.is_empty())
+            .collect();
+        for (other, named) in claimed {
+            let give = match self.services.get(&other) {
+                Some(svc) => named.unnamed_by(&read_service(svc, self.cfg.default_class)),
+                None => named,
+            };
+            if let Some(held) = self.refused.get_mut(&other) {
+                held.fresh = held.fresh.without(&give);
+                if held.fresh.is_empty() {
+                    self.refused.remove(&other);
+                }
+            }
+            if !give.is_empty() {
+                tracing::debug!(service = %other, to = %key, ?give, "what a refused write would have named goes to the Service naming it");
+            }
+            freed |= self.let_go(&other, &give);
+        }
+        if freed {
+            self.wake_waiting(Some(key));
+        }
+        carried
+    }
+
+    fn let_go(&mut self, key: &ServiceKey, fresh: &Fresh) -> bool {
+        if !release_fresh(&mut self.alloc, key, fresh) {
+            return false;
+        }
+        tracing::debug!(service = %key, ?fresh, "released what a refused write would have named");
         if !fresh.lb_ips.is_empty() {
             self.schedule_pool_status();
         }
-        self.wake_waiting(None);
+        true
     }
 
     /// The plan frees the addresses of a Service that stops being a LoadBalancer at once,

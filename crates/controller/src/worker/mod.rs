@@ -26,17 +26,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::apply::{
-    self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, WriteCtx, WriteJob,
+    self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteCtx,
+    WriteJob,
 };
 use crate::config::ControllerConfig;
 use crate::facts::{read_service, LbClass};
-use crate::fresh::{compute_fresh, Fresh, Holding};
+use crate::fresh::{compute_fresh, Holding};
 use crate::metrics::{Metrics, ReconcileTimer};
 use crate::plan::{adopt_all, plan_service, Allocators};
 use crate::pools::build_pool_specs;
 use crate::provider::eligible_nodes;
 use crate::service_feed::ServiceFeedSender;
 use crate::Error;
+use held::Unwritten;
 use queue::Queue;
 use watch::{name_of, Cache};
 
@@ -48,6 +50,8 @@ enum Done {
 }
 
 const POOL_STATUS_DELAY: Duration = Duration::from_millis(200);
+/// How long the end of a term waits for its writes without leader election.
+const FINISH_WRITES_LIMIT: Duration = Duration::from_secs(10);
 
 pub(crate) struct Worker {
     cfg: ControllerConfig,
@@ -72,9 +76,12 @@ pub(crate) struct Worker {
     /// ExternalName Service's ClusterIPs): decided again once it lands, which frees them
     /// (the write's echo alone would not be decided).
     dropping: HashSet<ServiceKey>,
-    /// What the decision behind each job in flight newly gave its Service; released when
-    /// the write naming it is refused (see `release_unwritten`).
-    fresh: HashMap<ServiceKey, Fresh>,
+    /// What the decision behind each job in flight newly gave its Service; kept in
+    /// `refused` when the write naming it is refused.
+    fresh: HashMap<ServiceKey, Unwritten>,
+    /// What refused writes would have named: held until the Service is decided again from a
+    /// newer version, which lets go of what that version does not name (see `settle_refused`).
+    refused: HashMap<ServiceKey, Unwritten>,
     pool_status_due: Option<Instant>,
     pools_in_flight: HashSet<String>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
@@ -114,6 +121,7 @@ impl Worker {
             clearing: HashSet::new(),
             dropping: HashSet::new(),
             fresh: HashMap::new(),
+            refused: HashMap::new(),
             pool_status_due: None,
             pools_in_flight: HashSet::new(),
             jobs: FuturesUnordered::new(),
@@ -128,7 +136,8 @@ impl Worker {
         self.service_feed = Some(feed);
     }
 
-    /// Runs until `token` is cancelled. Jobs in flight are dropped with the loop.
+    /// Runs until `token` is cancelled, then lets the writes already sent finish (see
+    /// `finish_writes`).
     pub(crate) async fn run(mut self, token: CancellationToken) {
         let mut inputs = self.inputs();
         loop {
@@ -150,6 +159,32 @@ impl Worker {
                 }
                 _ = sleep_until(pool_due), if pool_due.is_some() => self.write_pool_statuses(),
             }
+        }
+        self.finish_writes().await;
+    }
+
+    /// Waits for the jobs in flight when the term ends: a write already sent lands whether
+    /// its job is dropped or not, and dropped, it could land after the next term of this
+    /// replica (leadership lost, then regained at the next renewal) has listed, naming a
+    /// value that term hands out again. A job starts no further write unless this replica
+    /// leads (again). At most a lease duration: by then a standby may have taken over anyway.
+    async fn finish_writes(&mut self) {
+        if self.jobs.is_empty() {
+            return;
+        }
+        let limit = self
+            .cfg
+            .lease
+            .as_ref()
+            .map_or(FINISH_WRITES_LIMIT, |l| l.lease_duration);
+        let jobs = self.jobs.len();
+        let drain = async { while self.jobs.next().await.is_some() {} };
+        if tokio::time::timeout(limit, drain).await.is_err() {
+            tracing::warn!(
+                jobs,
+                ?limit,
+                "writes still in flight when the term ended; left behind"
+            );
         }
     }
 
@@ -280,6 +315,7 @@ impl Worker {
             .get(&key.namespace)
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
+        let carried = self.settle_refused(&key, &svc, &facts);
         let before = Holding::of(&self.alloc, &key);
         let out = plan_service(&mut self.alloc, &facts, &labels);
         if self.alloc.lb.ips_of(&key) != before.lb_ips {
@@ -344,6 +380,7 @@ impl Worker {
         if job.is_empty() {
             tracing::debug!("nothing to write");
             self.queue.settled(&key);
+            self.hold_refused(&key, job.svc.metadata.resource_version.clone(), carried);
             return;
         }
         tracing::info!(
@@ -351,9 +388,11 @@ impl Worker {
             status = job.conditions.is_some() || job.ingress.is_some(),
             "writing allocation"
         );
-        let fresh = compute_fresh(&before, &facts, &out.fill, job.ingress.as_deref());
+        let mut fresh = compute_fresh(&before, &facts, &out.fill, job.ingress.as_deref());
+        fresh.merge(carried);
         if !fresh.is_empty() {
-            self.fresh.insert(key.clone(), fresh);
+            let version = job.svc.metadata.resource_version.clone();
+            self.fresh.insert(key.clone(), Unwritten { version, fresh });
         }
         self.queue.started(key);
         self.service_jobs += 1;
@@ -370,6 +409,10 @@ impl Worker {
         match done {
             Done::Service(key, outcome, written) => {
                 self.service_jobs = self.service_jobs.saturating_sub(1);
+                // The version a status write carried when the spec write before it landed.
+                let spec_version = written
+                    .as_ref()
+                    .and_then(|w| w.svc.metadata.resource_version.clone());
                 if let Some(w) = written {
                     self.remember_written(&key, w);
                 }
@@ -378,8 +421,12 @@ impl Worker {
                     self.release_cleared(&key);
                 }
                 let fresh = self.fresh.remove(&key);
-                if let (JobOutcome::Rejected { write }, Some(fresh)) = (&outcome, fresh) {
-                    self.release_unwritten(&key, &fresh.unwritten(*write));
+                if let (JobOutcome::Rejected { write }, Some(u)) = (&outcome, fresh) {
+                    let version = match write {
+                        Write::Status => spec_version.or(u.version),
+                        Write::Spec => u.version,
+                    };
+                    self.hold_refused(&key, version, u.fresh.unwritten(*write));
                 }
                 if let Some(category) = self.queue.finished(&key, outcome, Instant::now()) {
                     self.metrics.error(category);

@@ -13,6 +13,7 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 
 use super::{Done, Worker};
+use crate::facts::{read_service, LbClass};
 use crate::service_feed::map_event;
 
 // Boxed: a Node or Namespace event is far larger than the others, and events are moved
@@ -244,9 +245,49 @@ impl Worker {
             // Deleted and created again under the same name between two events.
             self.release(&key);
             self.queue.forget(&key);
+            self.adopt_named(&key, &svc);
             self.queue.mark(key);
         } else {
+            self.adopt_named(&key, &svc);
             self.queue.observe(key, rv.as_deref());
+        }
+    }
+
+    /// A LoadBalancer Service seen naming addresses while it holds none — written after this
+    /// term listed, by an earlier leader or an earlier term of this replica whose write was
+    /// still on its way — holds them at once when they are free, as adoption at startup would
+    /// have (the plan does the same when it decides the Service). Left free until then, they
+    /// would go to whichever Service needing an address is decided first: the lowest free
+    /// address is the one that earlier leader picked too.
+    fn adopt_named(&mut self, key: &ServiceKey, svc: &Service) {
+        let names = svc
+            .status
+            .as_ref()
+            .and_then(|st| st.load_balancer.as_ref())
+            .is_some_and(|lb| lb.ingress.as_ref().is_some_and(|i| !i.is_empty()));
+        if !names || !self.alloc.lb.ips_of(key).is_empty() {
+            return;
+        }
+        let facts = read_service(svc, self.cfg.default_class);
+        if !facts.problems.is_empty()
+            || facts.ingress_ips.is_empty()
+            || facts.lb_class != LbClass::L2
+        {
+            return;
+        }
+        let mut view = facts.lb_view.clone();
+        if let Some(labels) = self
+            .namespaces
+            .objects
+            .get(&key.namespace)
+            .and_then(|n| n.metadata.labels.clone())
+        {
+            view.namespace_labels = labels;
+        }
+        // Refused: someone holds them already; deciding the Service sorts it out.
+        if self.alloc.lb.adopt(key, &view, &facts.ingress_ips).is_ok() {
+            tracing::debug!(service = %key, ips = ?facts.ingress_ips, "adopted addresses the Service names");
+            self.schedule_pool_status();
         }
     }
 
@@ -279,6 +320,7 @@ impl Worker {
         self.clearing.remove(key);
         self.dropping.remove(key);
         self.fresh.remove(key);
+        self.refused.remove(key);
     }
 }
 
