@@ -17,7 +17,9 @@
 //! goal's measure), and until everything the row waits for is done (with endpoints on, also
 //! every Endpoints object and slice). Ends with `controller: services_per_sec=<n> rss_mb=<n>`:
 //! the first row's rate (allocation), and the highest peak RSS of the rows (so the memory figure
-//! covers endpoints on).
+//! covers endpoints on). Each row gives the controller's CPU seconds and this process's ("API
+//! server + watches"), both from the controller's start until done: on a small machine they
+//! compete for the same cores.
 //! `BERTH_BENCH_SERVICES` shrinks the run for a quick check; `BERTH_BENCH_ROWS=endpoints` (or
 //! `allocation`) runs one row. While the endpoints row runs, progress and the CPU seconds of both
 //! processes go to stderr every 2 s. Everything stays on 127.0.0.1; the
