@@ -28,7 +28,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -182,6 +182,32 @@ fn berth_binary() -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
+/// `berth controller` against the lab API server in this process: the bench's address plan, no
+/// leader election, warnings only, `extra` flags last.
+fn spawn_berth_controller(binary: &PathBuf, kubeconfig: &Path, extra: &[&str]) -> Child {
+    Command::new(binary)
+        .args(["controller", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args([
+            "--service-cidr",
+            "10.96.0.0/16",
+            "--node-port-range",
+            "30000-49999",
+            "--default-class",
+            "l2",
+            "--leader-election",
+            "false",
+            "--log-level",
+            "warn",
+            "--admin-listen",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -288,28 +314,7 @@ async fn allocation_row(binary: &PathBuf, n: usize) -> Row {
                 .is_some_and(|i| !i.is_empty());
             ip.is_some_and(|ip| !ip.is_empty()) && ingress
         },
-        || {
-            Command::new(binary)
-                .args(["controller", "--kubeconfig"])
-                .arg(&kubeconfig)
-                .args([
-                    "--service-cidr",
-                    "10.96.0.0/16",
-                    "--node-port-range",
-                    "30000-49999",
-                    "--default-class",
-                    "l2",
-                    "--leader-election",
-                    "false",
-                    "--log-level",
-                    "warn",
-                    "--admin-listen",
-                    &format!("127.0.0.1:{}", free_port()),
-                ])
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
-        },
+        || spawn_berth_controller(binary, &kubeconfig, &[]),
     )
     .await;
     // Events are sent after the status, off the allocation path: the controller's writes are
@@ -626,28 +631,7 @@ async fn endpoints_row(binary: &PathBuf, n: usize) -> Row {
     server.write_kubeconfig(&kubeconfig).unwrap();
     let (seconds, allocated_seconds, server_cpu, child, requests) =
         measure_endpoints_on(&server, n, || {
-            Command::new(binary)
-                .args(["controller", "--kubeconfig"])
-                .arg(&kubeconfig)
-                .args([
-                    "--service-cidr",
-                    "10.96.0.0/16",
-                    "--node-port-range",
-                    "30000-49999",
-                    "--default-class",
-                    "l2",
-                    "--endpoints",
-                    "on",
-                    "--leader-election",
-                    "false",
-                    "--log-level",
-                    "warn",
-                    "--admin-listen",
-                    &format!("127.0.0.1:{}", free_port()),
-                ])
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
+            spawn_berth_controller(binary, &kubeconfig, &["--endpoints", "on"])
         })
         .await;
     let rss_mb = peak_rss_mb(child.0.id());

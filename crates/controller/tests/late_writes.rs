@@ -39,6 +39,38 @@ async fn merge_patch(client: &Client, name: &str, status: bool, patch: Value) {
     }
 }
 
+/// The lab with the one pool of the address plan.
+async fn start_lab_with_pool() -> (berth_lab::LabApiServerHandle, Client) {
+    let (server, client) = start_lab().await;
+    create_pool(
+        &client,
+        "pool",
+        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
+    )
+    .await;
+    (server, client)
+}
+
+/// A LoadBalancer Service whose spec is complete: its first write is the status write.
+fn complete_lb(ip: &str, port: u16) -> Value {
+    json!({"type": "LoadBalancer", "clusterIP": ip, "clusterIPs": [ip],
+        "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+        "ports": [{"port": 80, "nodePort": port}]})
+}
+
+/// Waits until each of `names` is decided, and checks that each got everything it asked for.
+async fn wait_allocated(client: &Client, names: &[&str]) {
+    for name in names {
+        let s = wait_svc(client, name, "allocated", |s| allocated(s).is_some()).await;
+        assert_eq!(
+            allocated(&s).unwrap().0,
+            "True",
+            "{name}: {:?}",
+            allocated(&s)
+        );
+    }
+}
+
 fn health_check_port(s: &Service) -> Option<i32> {
     s.spec.as_ref().and_then(|sp| sp.health_check_node_port)
 }
@@ -49,13 +81,7 @@ fn health_check_port(s: &Service) -> Option<i32> {
 /// that landed, and nothing is reported as a conflict.
 #[tokio::test]
 async fn values_a_refused_spec_write_gave_are_released_so_the_landed_ones_are_adopted() {
-    let (server, client) = start_lab().await;
-    create_pool(
-        &client,
-        "pool",
-        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
-    )
-    .await;
+    let (server, client) = start_lab_with_pool().await;
     create_svc(
         &client,
         "s",
@@ -114,22 +140,9 @@ async fn values_a_refused_spec_write_gave_are_released_so_the_landed_ones_are_ad
 /// controller's status write naming 198.18.0.11 lands first. The Service keeps 198.18.0.11.
 #[tokio::test]
 async fn an_address_a_refused_status_write_gave_is_released_so_the_landed_one_is_kept() {
-    let (server, client) = start_lab().await;
-    create_pool(
-        &client,
-        "pool",
-        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
-    )
-    .await;
+    let (server, client) = start_lab_with_pool().await;
     // The spec is complete, so the status write is the first write.
-    create_svc(
-        &client,
-        "s",
-        json!({"type": "LoadBalancer", "clusterIP": "10.96.0.77", "clusterIPs": ["10.96.0.77"],
-            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
-            "ports": [{"port": 80, "nodePort": 30555}]}),
-    )
-    .await;
+    create_svc(&client, "s", complete_lb("10.96.0.77", 30555)).await;
     let killed = before_patch(
         client.clone(),
         "/api/v1/namespaces/default/services/s/status",
@@ -173,20 +186,9 @@ async fn an_address_a_refused_status_write_gave_is_released_so_the_landed_one_is
 #[tokio::test]
 async fn an_address_a_refused_status_write_gave_is_not_handed_out_while_the_landed_write_names_it()
 {
-    let (server, client) = start_lab().await;
-    create_pool(
-        &client,
-        "pool",
-        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
-    )
-    .await;
-    let complete = |ip: &str, port: u16| {
-        json!({"type": "LoadBalancer", "clusterIP": ip, "clusterIPs": [ip],
-            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
-            "ports": [{"port": 80, "nodePort": port}]})
-    };
-    create_svc(&client, "s", complete("10.96.0.77", 30555)).await;
-    let t_spec = complete("10.96.0.78", 30556);
+    let (server, client) = start_lab_with_pool().await;
+    create_svc(&client, "s", complete_lb("10.96.0.77", 30555)).await;
+    let t_spec = complete_lb("10.96.0.78", 30556);
     let killed = before_patch(
         client.clone(),
         "/api/v1/namespaces/default/services/s/status",
@@ -224,20 +226,9 @@ async fn an_address_a_refused_status_write_gave_is_not_handed_out_while_the_land
 /// Service names), and `a` keeps the other.
 #[tokio::test]
 async fn an_address_a_refused_write_would_have_named_gives_way_to_a_service_naming_it() {
-    let (server, client) = start_lab().await;
-    create_pool(
-        &client,
-        "pool",
-        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
-    )
-    .await;
-    let complete = |ip: &str, port: u16| {
-        json!({"type": "LoadBalancer", "clusterIP": ip, "clusterIPs": [ip],
-            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
-            "ports": [{"port": 80, "nodePort": port}]})
-    };
-    create_svc(&client, "a", complete("10.96.0.77", 30555)).await;
-    create_svc(&client, "b", complete("10.96.0.78", 30556)).await;
+    let (server, client) = start_lab_with_pool().await;
+    create_svc(&client, "a", complete_lb("10.96.0.77", 30555)).await;
+    create_svc(&client, "b", complete_lb("10.96.0.78", 30556)).await;
     let killed = before_patch(
         client.clone(),
         "/api/v1/namespaces/default/services/a/status",
@@ -257,15 +248,7 @@ async fn an_address_a_refused_write_would_have_named_gives_way_to_a_service_nami
     let mut cfg = mk_config();
     cfg.max_in_flight = 1;
     let ctrl = spawn_controller(killed, cfg);
-    for name in ["a", "b"] {
-        let s = wait_svc(&client, name, "allocated", |s| allocated(s).is_some()).await;
-        assert_eq!(
-            allocated(&s).unwrap().0,
-            "True",
-            "{name}: {:?}",
-            allocated(&s)
-        );
-    }
+    wait_allocated(&client, &["a", "b"]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(ingress_ips(&get_svc(&client, "a").await), ["198.18.0.11"]);
     assert_eq!(ingress_ips(&get_svc(&client, "b").await), ["198.18.0.10"]);
@@ -279,21 +262,10 @@ async fn an_address_a_refused_write_would_have_named_gives_way_to_a_service_nami
 /// `a`'s spec write is the one the late write lands before.
 #[tokio::test]
 async fn an_address_a_late_write_names_is_held_before_its_service_is_decided() {
-    let (server, client) = start_lab().await;
-    create_pool(
-        &client,
-        "pool",
-        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
-    )
-    .await;
-    let lb = |ip: &str, port: u16| {
-        json!({"type": "LoadBalancer", "clusterIP": ip, "clusterIPs": [ip],
-            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
-            "ports": [{"port": 80, "nodePort": port}]})
-    };
+    let (server, client) = start_lab_with_pool().await;
     create_svc(&client, "a", json!({"ports": [{"port": 80}]})).await;
-    create_svc(&client, "c", lb("10.96.0.78", 30556)).await;
-    create_svc(&client, "z", lb("10.96.0.79", 30557)).await;
+    create_svc(&client, "c", complete_lb("10.96.0.78", 30556)).await;
+    create_svc(&client, "z", complete_lb("10.96.0.79", 30557)).await;
     let killed = before_patch(
         client.clone(),
         "/api/v1/namespaces/default/services/a",
@@ -310,15 +282,7 @@ async fn an_address_a_late_write_names_is_held_before_its_service_is_decided() {
     let mut cfg = mk_config();
     cfg.max_in_flight = 1;
     let ctrl = spawn_controller(killed, cfg);
-    for name in ["a", "c", "z"] {
-        let s = wait_svc(&client, name, "allocated", |s| allocated(s).is_some()).await;
-        assert_eq!(
-            allocated(&s).unwrap().0,
-            "True",
-            "{name}: {:?}",
-            allocated(&s)
-        );
-    }
+    wait_allocated(&client, &["a", "c", "z"]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(ingress_ips(&get_svc(&client, "c").await), ["198.18.0.11"]);
     assert_eq!(ingress_ips(&get_svc(&client, "z").await), ["198.18.0.10"]);
@@ -332,26 +296,15 @@ async fn an_address_a_late_write_names_is_held_before_its_service_is_decided() {
 /// to get an address; the next term must not have started meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_term_that_ends_lets_its_writes_land_before_the_next_term_lists() {
-    let (server, client) = start_lab().await;
-    create_pool(
-        &client,
-        "pool",
-        json!({"addresses": ["198.18.0.10-198.18.0.11"]}),
-    )
-    .await;
-    let lb = |ip: &str, port: u16| {
-        json!({"type": "LoadBalancer", "clusterIP": ip, "clusterIPs": [ip],
-            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
-            "ports": [{"port": 80, "nodePort": port}]})
-    };
-    create_svc(&client, "s", lb("10.96.0.77", 30555)).await;
+    let (server, client) = start_lab_with_pool().await;
+    create_svc(&client, "s", complete_lb("10.96.0.77", 30555)).await;
     let slow_lease = Arc::new(AtomicBool::new(false));
     let first = Arc::new(AtomicBool::new(true));
     let service = tower::service_fn({
         let (client, slow_lease) = (client.clone(), slow_lease.clone());
         move |req: http::Request<kube::client::Body>| {
             let (client, slow_lease, first) = (client.clone(), slow_lease.clone(), first.clone());
-            let t_spec = lb("10.96.0.78", 30556);
+            let t_spec = complete_lb("10.96.0.78", 30556);
             async move {
                 let path = req.uri().path().to_string();
                 if path.contains("/leases/") && slow_lease.swap(false, Ordering::SeqCst) {
