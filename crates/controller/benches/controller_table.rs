@@ -184,7 +184,7 @@ fn berth_binary() -> Option<PathBuf> {
 
 /// `berth controller` against the lab API server in this process: the bench's address plan, no
 /// leader election, warnings only, `extra` flags last.
-fn spawn_berth_controller(binary: &PathBuf, kubeconfig: &Path, extra: &[&str]) -> Child {
+fn spawn_berth_controller(binary: &Path, kubeconfig: &Path, extra: &[&str]) -> Child {
     Command::new(binary)
         .args(["controller", "--kubeconfig"])
         .arg(kubeconfig)
@@ -284,7 +284,7 @@ where
     )
 }
 
-async fn allocation_row(binary: &PathBuf, n: usize) -> Row {
+async fn allocation_row(binary: &Path, n: usize) -> Row {
     let server = start_lab().await;
     let svcs = (0..n).map(|i| {
         json!({"apiVersion": "v1", "kind": "Service",
@@ -614,7 +614,7 @@ async fn measure_endpoints_on(
 }
 
 /// `berth controller --endpoints on`, the allocation row's Services plus their pods.
-async fn endpoints_row(binary: &PathBuf, n: usize) -> Row {
+async fn endpoints_row(binary: &Path, n: usize) -> Row {
     let server = start_lab().await;
     let (services, pods) = endpoints_objects(n);
     server.seed(services).unwrap();

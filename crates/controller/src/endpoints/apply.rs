@@ -16,7 +16,7 @@ use super::error::{status_code, Error};
 use super::metrics::Metrics;
 use super::sync::{EndpointsWrite, Writes};
 use super::tracker::Target;
-use crate::written::send_write;
+use crate::written::{send_write, WrittenMeta};
 
 fn post_params() -> PostParams {
     PostParams {
@@ -72,11 +72,10 @@ impl Applier<'_> {
         });
         upserted.and(endpoints)?;
         for name in &writes.slices.delete {
-            let request = slice_request(&key.namespace)
+            let built = slice_request(&key.namespace)
                 .delete(name, &DeleteParams::default())
-                .map_err(kube::Error::BuildRequest)
-                .map_err(write_error("delete", "EndpointSlice", key, name))?;
-            match send_write(self.client, request, "delete").await {
+                .map_err(kube::Error::BuildRequest);
+            match send(self.client, built, "delete").await {
                 Ok(_) => self.expect(key, Target::Slice(name.clone()), None, true),
                 // Already gone: the watch tells the cache, nothing to wait for.
                 Err(e) if status_code(&e) == Some(404) => {}
@@ -94,11 +93,7 @@ impl Applier<'_> {
             slices_created = created,
             slices_updated = updated,
             slices_deleted = deleted,
-            endpoints = ?writes.endpoints.as_ref().map(|w| match w {
-                EndpointsWrite::Create(_) => "create",
-                EndpointsWrite::Replace(_) => "update",
-                EndpointsWrite::Delete => "delete",
-            }),
+            endpoints = ?writes.endpoints.as_ref().map(EndpointsWrite::verb),
             "synced endpoints"
         );
         Ok(())
@@ -106,24 +101,20 @@ impl Applier<'_> {
 
     async fn upsert_slices(&self, key: &ObjectKey, writes: &Writes) -> Result<(), Error> {
         let request = slice_request(&key.namespace);
-        let pp = post_params();
         let creates = writes.slices.create.iter().map(|s| ("create", s));
         let updates = writes.slices.update.iter().map(|s| ("update", s));
         for (verb, slice) in creates.chain(updates) {
             // A new slice has only a generateName: its Service names it in errors.
             let planned = slice.metadata.name.as_deref();
-            let fail = || write_error(verb, "EndpointSlice", key, planned.unwrap_or(&key.name));
-            let body = serde_json::to_vec(slice).map_err(|e| fail()(kube::Error::SerdeError(e)))?;
-            let req = if verb == "update" {
-                request.replace(planned.unwrap_or_default(), &pp, body)
-            } else {
-                request.create(&pp, body)
-            }
-            .map_err(|e| fail()(kube::Error::BuildRequest(e)))?;
-            let kube_verb = if verb == "update" { "replace" } else { verb };
-            let written = send_write(self.client, req, kube_verb)
+            let replace = (verb == "update").then(|| planned.unwrap_or_default());
+            let written = send(self.client, upsert(&request, replace, slice), verb)
                 .await
-                .map_err(fail())?;
+                .map_err(write_error(
+                    verb,
+                    "EndpointSlice",
+                    key,
+                    planned.unwrap_or(&key.name),
+                ))?;
             let name = written.name.as_deref().or(planned).unwrap_or_default();
             self.expect(
                 key,
@@ -139,53 +130,56 @@ impl Applier<'_> {
 
     async fn apply_endpoints(&self, key: &ObjectKey, write: &EndpointsWrite) -> Result<(), Error> {
         let request = Request::new(Endpoints::url_path(&(), Some(&key.namespace)));
-        let pp = post_params();
-        let (verb, change) = match write {
-            EndpointsWrite::Create(_) => ("create", "create"),
-            EndpointsWrite::Replace(_) => ("update", "update"),
-            EndpointsWrite::Delete => ("delete", "delete"),
-        };
-        let fail = || write_error(verb, "Endpoints", key, &key.name);
-        let req = match write {
-            EndpointsWrite::Create(endpoints) => serde_json::to_vec(endpoints)
-                .map_err(kube::Error::SerdeError)
-                .and_then(|body| request.create(&pp, body).map_err(kube::Error::BuildRequest)),
-            EndpointsWrite::Replace(endpoints) => serde_json::to_vec(endpoints)
-                .map_err(kube::Error::SerdeError)
-                .and_then(|body| {
-                    request
-                        .replace(&key.name, &pp, body)
-                        .map_err(kube::Error::BuildRequest)
-                }),
+        let verb = write.verb();
+        let built = match write {
+            EndpointsWrite::Create(endpoints) => upsert(&request, None, endpoints),
+            EndpointsWrite::Replace(endpoints) => upsert(&request, Some(&key.name), endpoints),
             EndpointsWrite::Delete => request
                 .delete(&key.name, &DeleteParams::default())
                 .map_err(kube::Error::BuildRequest),
-        }
-        .map_err(fail())?;
-        let kube_verb = if verb == "update" { "replace" } else { verb };
-        match send_write(self.client, req, kube_verb).await {
+        };
+        let deleted = matches!(write, EndpointsWrite::Delete);
+        match send(self.client, built, verb).await {
             Ok(written) => {
-                let deleted = matches!(write, EndpointsWrite::Delete);
-                let rv = if deleted {
-                    None
-                } else {
-                    written.resource_version.as_deref()
-                };
+                let rv = written.resource_version.as_deref().filter(|_| !deleted);
                 self.expect(key, Target::Endpoints, rv, deleted);
-                self.metrics.endpoints_change(change);
+                self.metrics.endpoints_change(verb);
             }
             // Already gone: the watch tells the cache, nothing to wait for.
-            Err(e) if deleted_already(write, &e) => {}
-            Err(e) => return Err(fail()(e)),
+            Err(e) if deleted && status_code(&e) == Some(404) => {}
+            Err(e) => return Err(write_error(verb, "Endpoints", key, &key.name)(e)),
         }
         Ok(())
     }
 }
 
-fn slice_request(namespace: &str) -> Request {
-    Request::new(EndpointSlice::url_path(&(), Some(namespace)))
+/// A create (no `replace` name) or a replace of `object`, as a request with berth's field
+/// manager.
+fn upsert<K: serde::Serialize>(
+    request: &Request,
+    replace: Option<&str>,
+    object: &K,
+) -> Result<http::Request<Vec<u8>>, kube::Error> {
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let pp = post_params();
+    match replace {
+        Some(name) => request.replace(name, &pp, body),
+        None => request.create(&pp, body),
+    }
+    .map_err(kube::Error::BuildRequest)
 }
 
-fn deleted_already(write: &EndpointsWrite, error: &kube::Error) -> bool {
-    matches!(write, EndpointsWrite::Delete) && status_code(error) == Some(404)
+/// Sends a write built for `verb` (berth's word: create, update or delete).
+async fn send(
+    client: &Client,
+    built: Result<http::Request<Vec<u8>>, kube::Error>,
+    verb: &'static str,
+) -> Result<WrittenMeta, kube::Error> {
+    // The client's name for an update is a replace.
+    let kube_verb = if verb == "update" { "replace" } else { verb };
+    send_write(client, built?, kube_verb).await
+}
+
+fn slice_request(namespace: &str) -> Request {
+    Request::new(EndpointSlice::url_path(&(), Some(namespace)))
 }

@@ -24,6 +24,17 @@ pub(crate) enum EndpointsWrite {
     Delete,
 }
 
+impl EndpointsWrite {
+    /// berth's word for the write, in logs, metrics and errors.
+    pub(crate) fn verb(&self) -> &'static str {
+        match self {
+            EndpointsWrite::Create(_) => "create",
+            EndpointsWrite::Replace(_) => "update",
+            EndpointsWrite::Delete => "delete",
+        }
+    }
+}
+
 /// Every write of one sync. Slices: creates first, then updates, then deletes, so consumers never
 /// see fewer endpoints than there are while a change is half applied.
 #[derive(Debug, Clone, Default, PartialEq)]

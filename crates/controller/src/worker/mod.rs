@@ -239,6 +239,15 @@ impl Worker {
             .collect()
     }
 
+    /// The labels of one namespace (none while it is unknown).
+    fn labels_of_namespace(&self, namespace: &str) -> Labels {
+        self.namespaces
+            .objects
+            .get(namespace)
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
     fn apply_pool_specs(&mut self) {
         let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
         let (specs, problems) = build_pool_specs(&pools);
@@ -309,12 +318,7 @@ impl Worker {
         let metrics = self.metrics.clone();
         let timer = ReconcileTimer::start(&metrics, "service");
         let facts = read_service(&svc, self.cfg.default_class);
-        let labels = self
-            .namespaces
-            .objects
-            .get(&key.namespace)
-            .and_then(|n| n.metadata.labels.clone())
-            .unwrap_or_default();
+        let labels = self.labels_of_namespace(&key.namespace);
         let carried = self.settle_refused(&key, &svc, &facts);
         let before = Holding::of(&self.alloc, &key);
         let out = plan_service(&mut self.alloc, &facts, &labels);

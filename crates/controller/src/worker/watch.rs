@@ -276,14 +276,7 @@ impl Worker {
             return;
         }
         let mut view = facts.lb_view.clone();
-        if let Some(labels) = self
-            .namespaces
-            .objects
-            .get(&key.namespace)
-            .and_then(|n| n.metadata.labels.clone())
-        {
-            view.namespace_labels = labels;
-        }
+        view.namespace_labels = self.labels_of_namespace(&key.namespace);
         // Refused: someone holds them already; deciding the Service sorts it out.
         if self.alloc.lb.adopt(key, &view, &facts.ingress_ips).is_ok() {
             tracing::debug!(service = %key, ips = ?facts.ingress_ips, "adopted addresses the Service names");
