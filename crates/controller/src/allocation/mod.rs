@@ -4,8 +4,13 @@
 //! to a bounded set of concurrent jobs. A Service never has two jobs at once, so its writes
 //! stay in order.
 
+pub mod apply;
+pub mod facts;
+pub mod fresh;
 mod held;
+pub mod plan;
 mod pool_status;
+pub mod pools;
 mod queue;
 mod watch;
 
@@ -25,17 +30,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::apply::{
-    self, build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteCtx,
-    WriteJob,
+use crate::allocation::apply::{
+    build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteCtx, WriteJob,
 };
+use crate::allocation::facts::{read_service, LbClass};
+use crate::allocation::fresh::{compute_fresh, Holding};
+use crate::allocation::plan::{adopt_all, plan_service, Allocators};
+use crate::allocation::pools::build_pool_specs;
 use crate::config::ControllerConfig;
-use crate::facts::{read_service, LbClass};
-use crate::fresh::{compute_fresh, Holding};
+use crate::load_balancer::eligible_nodes;
 use crate::metrics::{Metrics, ReconcileTimer};
-use crate::plan::{adopt_all, plan_service, Allocators};
-use crate::pools::build_pool_specs;
-use crate::provider::eligible_nodes;
 use crate::service_feed::ServiceFeedSender;
 use crate::Error;
 use held::Unwritten;

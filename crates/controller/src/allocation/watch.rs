@@ -13,7 +13,7 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 
 use super::{Done, Worker};
-use crate::facts::{read_service, LbClass};
+use crate::allocation::facts::{read_service, LbClass};
 use crate::service_feed::map_event;
 
 // Boxed: a Node or Namespace event is far larger than the others, and events are moved

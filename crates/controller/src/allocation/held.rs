@@ -13,9 +13,9 @@ use k8s_openapi::api::core::v1::Service;
 
 use super::watch::trim;
 use super::Worker;
-use crate::apply::WrittenSpec;
-use crate::facts::{read_service, ServiceFacts};
-use crate::fresh::{release_fresh, Fresh};
+use crate::allocation::apply::WrittenSpec;
+use crate::allocation::facts::{read_service, ServiceFacts};
+use crate::allocation::fresh::{release_fresh, Fresh};
 
 /// Values only a decision's writes would name (see `fresh`), and the version of the Service
 /// those writes were made against.

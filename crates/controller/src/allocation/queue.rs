@@ -12,7 +12,7 @@ use std::time::Duration;
 use berth_ipam::ServiceKey;
 use tokio::time::Instant;
 
-use crate::apply::JobOutcome;
+use crate::allocation::apply::JobOutcome;
 
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -191,7 +191,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::Write;
+    use crate::allocation::apply::Write;
 
     fn mk_key(name: &str) -> ServiceKey {
         ServiceKey::new("ns".to_string(), name.to_string())

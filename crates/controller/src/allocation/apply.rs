@@ -17,11 +17,11 @@ use kube::Resource;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::allocation::plan::{Allocation, SpecFill};
 use crate::error::api_error_category;
 use crate::events::{EventRecorder, EventType};
+use crate::load_balancer::{LbRequest, Provider};
 use crate::metrics::Metrics;
-use crate::plan::{Allocation, SpecFill};
-use crate::provider::{LbRequest, Provider};
 use crate::written::{send_write, WrittenMeta};
 
 /// The merge patch that fills empty spec fields and drops unused node ports (and an
@@ -462,7 +462,7 @@ pub fn now() -> Time {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Failure;
+    use crate::allocation::plan::Failure;
     use berth_ipam::IpFamily;
     use serde_json::json;
 

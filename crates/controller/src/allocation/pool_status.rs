@@ -6,9 +6,9 @@ use futures::FutureExt;
 use kube::api::{Api, Patch};
 
 use super::{name_of, Done, Worker};
-use crate::apply::{self, writer_params};
+use crate::allocation::apply::{self, writer_params};
+use crate::allocation::pools::{build_pool_status, pool_overlaps};
 use crate::error::api_error_category;
-use crate::pools::{build_pool_status, pool_overlaps};
 
 impl Worker {
     pub(super) fn write_pool_statuses(&mut self) {
