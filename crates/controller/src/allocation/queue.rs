@@ -7,10 +7,9 @@
 //! resourceVersion — including one that landed between two of berth's writes — is.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use berth_ipam::ServiceKey;
-use tokio::time::Instant;
 
 use crate::allocation::apply::JobOutcome;
 
