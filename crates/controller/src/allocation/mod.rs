@@ -22,3 +22,5 @@ mod watch;
 mod worker;
 
 pub(crate) use worker::Worker;
+#[cfg(test)]
+mod history;
