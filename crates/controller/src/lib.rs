@@ -1,8 +1,9 @@
 //! berth-controller: the kube-runtime controllers of DESIGN.md §2–5 — allocation (ClusterIPs,
 //! NodePorts, LoadBalancer IPs), Endpoints and EndpointSlices, load balancers, status, Events and
 //! leader election. The decisions are made by the pure crates (`berth-ipam`, `berth-endpoints`)
-//! and the pure modules here (`facts`, `plan`, `fresh`, `pools`, `lease::decide_lease`, the patch
-//! builders in `apply`); the rest reads the cluster, feeds them, and writes their answers back.
+//! and the pure modules here (the allocation state machine with its `facts`, `plan`, `fresh` and
+//! `pools`, `lease::decide_lease`, the patch builders in `allocation::apply`); the rest reads the
+//! cluster, feeds them, and writes their answers back.
 
 pub mod allocation;
 pub mod config;
