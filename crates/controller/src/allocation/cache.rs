@@ -29,7 +29,7 @@ pub(crate) fn name_of<K: kube::Resource>(obj: &K) -> String {
 
 impl<K: kube::Resource> Cache<K> {
     /// Applies a watch event; true when the set of objects changed.
-    pub(crate) fn apply(&mut self, event: watcher::Event<K>) -> bool {
+    pub(crate) fn observe(&mut self, event: watcher::Event<K>) -> bool {
         match event {
             watcher::Event::Apply(o) => {
                 self.objects.insert(name_of(&o), o);
@@ -54,10 +54,10 @@ impl<K: kube::Resource> Cache<K> {
         }
     }
 
-    /// [`Cache::apply`], where an update counts as a change only when `differs(old, new)`: the
+    /// [`Cache::observe`], where an update counts as a change only when `differs(old, new)`: the
     /// loop's own status writes come back as updates, and must not set every Service deciding
     /// again.
-    pub(crate) fn apply_with(
+    pub(crate) fn observe_with(
         &mut self,
         event: watcher::Event<K>,
         differs: impl Fn(&K, &K) -> bool,
@@ -69,7 +69,7 @@ impl<K: kube::Resource> Cache<K> {
                 self.objects.insert(name, o);
                 changed
             }
-            other => self.apply(other),
+            other => self.observe(other),
         }
     }
 }
@@ -172,30 +172,30 @@ mod tests {
     fn only_relevant_updates_count_as_changes() {
         let mut cache = Cache::<IPPool>::default();
         let spec_differs = |a: &IPPool, b: &IPPool| a.spec != b.spec;
-        assert!(!cache.apply_with(watcher::Event::Init, spec_differs));
-        assert!(!cache.apply_with(
+        assert!(!cache.observe_with(watcher::Event::Init, spec_differs));
+        assert!(!cache.observe_with(
             watcher::Event::InitApply(mk_pool("198.18.0.0/24", 0)),
             spec_differs
         ));
-        assert!(cache.apply_with(watcher::Event::InitDone, spec_differs));
+        assert!(cache.observe_with(watcher::Event::InitDone, spec_differs));
         // A status update is stored, but is no change.
-        assert!(!cache.apply_with(
+        assert!(!cache.observe_with(
             watcher::Event::Apply(mk_pool("198.18.0.0/24", 5)),
             spec_differs
         ));
         let stored = cache.objects["p"].status.clone().unwrap();
         assert_eq!(stored.assigned_ipv4, 5);
-        assert!(cache.apply_with(
+        assert!(cache.observe_with(
             watcher::Event::Apply(mk_pool("198.18.1.0/24", 5)),
             spec_differs
         ));
-        assert!(cache.apply_with(
+        assert!(cache.observe_with(
             watcher::Event::Delete(mk_pool("198.18.1.0/24", 5)),
             spec_differs
         ));
         assert!(cache.objects.is_empty());
         // A new object is a change.
-        assert!(cache.apply_with(
+        assert!(cache.observe_with(
             watcher::Event::Apply(mk_pool("198.18.1.0/24", 0)),
             spec_differs
         ));

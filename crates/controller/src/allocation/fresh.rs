@@ -10,9 +10,9 @@ use std::net::IpAddr;
 
 use berth_ipam::ServiceKey;
 
-use crate::allocation::apply::Write;
 use crate::allocation::facts::ServiceFacts;
 use crate::allocation::plan::{Allocators, SpecFill};
+use crate::allocation::write::Write;
 
 /// What a Service holds in the allocators.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use berth_ipam::{Labels, ServiceKey};
 use k8s_openapi::api::core::v1::Service;
 
-use super::apply::WrittenSpec;
 use super::cache::trim;
 use super::facts::ServiceFacts;
 use super::fresh::{release_fresh, Fresh};
 use super::state::AllocationState;
+use super::write::WrittenSpec;
 
 /// Values only a decision's writes would name (see `fresh`), and the version of the Service
 /// those writes were made against.

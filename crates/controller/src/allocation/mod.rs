@@ -20,6 +20,7 @@ mod queue;
 mod state;
 mod watch;
 mod worker;
+pub mod write;
 
 pub(crate) use worker::Worker;
 #[cfg(test)]

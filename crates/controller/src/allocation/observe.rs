@@ -18,9 +18,9 @@ impl AllocationState {
         match observed {
             Observed::Service(e) => self.on_service(e),
             Observed::Pool(e) => {
-                let changed = self.pools.apply_with(e, |a, b| a.spec != b.spec);
+                let changed = self.pools.observe_with(e, |a, b| a.spec != b.spec);
                 if changed && self.started {
-                    self.apply_pools();
+                    self.pools_changed();
                 } else if self.started {
                     // Only a status changed: put it right if it is not what berth counts.
                     self.schedule_pool_status();
@@ -29,14 +29,14 @@ impl AllocationState {
             Observed::Namespace(e) => {
                 let changed = self
                     .namespaces
-                    .apply_with(e, |a, b| a.metadata.labels != b.metadata.labels);
+                    .observe_with(e, |a, b| a.metadata.labels != b.metadata.labels);
                 if changed && self.started {
                     // Pools may select namespaces by label: their Services decide again.
                     self.mark_lb_services();
                 }
             }
             Observed::Node(e) => {
-                self.nodes.apply(e);
+                self.nodes.observe(e);
             }
         }
         self.maybe_start();

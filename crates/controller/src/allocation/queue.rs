@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use berth_ipam::ServiceKey;
 
-use crate::allocation::apply::JobOutcome;
+use crate::allocation::write::JobOutcome;
 
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -190,7 +190,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allocation::apply::Write;
+    use crate::allocation::write::Write;
 
     fn mk_key(name: &str) -> ServiceKey {
         ServiceKey::new("ns".to_string(), name.to_string())

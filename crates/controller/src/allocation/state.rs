@@ -18,9 +18,6 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::watcher;
 
-use super::apply::{
-    build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteJob, WrittenSpec,
-};
 use super::cache::Cache;
 use super::facts::{read_service, LbClass};
 use super::fresh::{compute_fresh, Holding};
@@ -28,6 +25,9 @@ use super::held::Unwritten;
 use super::plan::{adopt_all, plan_service, Allocators};
 use super::pools::build_pool_specs;
 use super::queue::Queue;
+use super::write::{
+    build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteJob, WrittenSpec,
+};
 use crate::config::ControllerConfig;
 use crate::load_balancer::eligible_nodes;
 use crate::metrics::{Metrics, ReconcileTimer};
@@ -192,7 +192,7 @@ impl AllocationState {
         {
             return;
         }
-        self.apply_pool_specs();
+        self.install_pools();
         let labels: HashMap<String, Labels> = self.namespace_labels();
         let empty = Labels::new();
         let facts: Vec<_> = self.services.values().map(|s| self.read(s)).collect();
@@ -238,7 +238,7 @@ impl AllocationState {
             .unwrap_or_default()
     }
 
-    fn apply_pool_specs(&mut self) {
+    fn install_pools(&mut self) {
         let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
         let (specs, problems) = build_pool_specs(&pools);
         self.pool_problems = problems;
@@ -255,8 +255,8 @@ impl AllocationState {
         }
     }
 
-    pub(super) fn apply_pools(&mut self) {
-        self.apply_pool_specs();
+    pub(super) fn pools_changed(&mut self) {
+        self.install_pools();
         self.mark_lb_services();
         self.schedule_pool_status();
     }

@@ -17,9 +17,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::apply::{self, writer_params, JobOutcome, WriteCtx, WrittenSpec};
+use super::apply::{self, writer_params, WriteCtx};
 use super::state::{AllocationState, Observed, PoolStatusWrite};
 use super::watch::{watch_all, Input};
+use super::write::{JobOutcome, WrittenSpec};
 use crate::config::ControllerConfig;
 use crate::error::api_error_category;
 use crate::metrics::Metrics;

@@ -11,8 +11,8 @@ use kube::runtime::watcher::Event;
 use serde_json::{json, Value};
 
 use super::Fault;
-use crate::allocation::apply::{build_status_patch, JobOutcome, Write, WriteJob, WrittenSpec};
 use crate::allocation::fresh::Holding;
+use crate::allocation::write::{build_status_patch, JobOutcome, Write, WriteJob, WrittenSpec};
 use crate::load_balancer::build_l2_ingress;
 
 /// One watch event, of any kind the leader follows.

@@ -28,9 +28,9 @@ use kube::runtime::watcher::Event;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
-use super::apply::WriteJob;
 use super::fresh::Holding;
 use super::state::{AllocationState, Observed};
+use super::write::WriteJob;
 use crate::config::ControllerConfig;
 use crate::metrics::Metrics;
 use api::{Api, Logged};
