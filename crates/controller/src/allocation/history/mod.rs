@@ -430,19 +430,17 @@ impl Run {
     }
 }
 
-/// Runs every row; each fails with its name.
-pub(super) fn run(rows: Vec<Row>) {
-    for row in rows {
-        let mut run = Run {
-            row: row.name,
-            api: Api::default(),
-            leader: None,
-            max_in_flight: 64,
-            writes: 0,
-        };
-        for op in row.ops {
-            run.step(op);
-        }
-        run.api.assert_no_value_named_twice(row.name);
+/// Runs one history; a failure names the row and the step.
+pub(super) fn run(row: Row) {
+    let mut run = Run {
+        row: row.name,
+        api: Api::default(),
+        leader: None,
+        max_in_flight: 64,
+        writes: 0,
+    };
+    for op in row.ops {
+        run.step(op);
     }
+    run.api.assert_no_value_named_twice(row.name);
 }
