@@ -15,6 +15,7 @@ pub mod fresh;
 mod held;
 mod observe;
 pub mod plan;
+mod pool_status;
 pub mod pools;
 mod queue;
 mod state;

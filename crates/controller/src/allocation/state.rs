@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use berth_api::names::condition::reason;
-use berth_api::{IPPool, IPPoolStatus};
+use berth_api::IPPool;
 use berth_ipam::{Labels, ServiceKey};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::watcher;
 
 use super::cache::Cache;
-use super::facts::{read_service, LbClass};
+use super::facts::{read_service, LbClass, ServiceFacts};
 use super::fresh::{compute_fresh, Holding};
 use super::held::Unwritten;
 use super::plan::{adopt_all, plan_service, Allocators};
@@ -78,13 +78,6 @@ impl ServiceState {
     }
 }
 
-/// What the loop is to do for the pools: their status writes, computed from the allocators.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct PoolStatusWrite {
-    pub(crate) pool: String,
-    pub(crate) status: IPPoolStatus,
-}
-
 pub(crate) struct AllocationState {
     default_class: Option<&'static str>,
     max_in_flight: usize,
@@ -104,7 +97,7 @@ pub(crate) struct AllocationState {
     in_flight: usize,
     /// The pool statuses may differ from the counts: the loop is to compute them soon.
     pool_status_wanted: bool,
-    pools_in_flight: HashSet<String>,
+    pub(super) pools_in_flight: HashSet<String>,
     /// Deleted Services whose provider state is to be cleaned up.
     cleanups: Vec<ServiceKey>,
 }
@@ -150,7 +143,7 @@ impl AllocationState {
         }
     }
 
-    pub(crate) fn read(&self, svc: &Service) -> super::facts::ServiceFacts {
+    pub(crate) fn read(&self, svc: &Service) -> ServiceFacts {
         read_service(svc, self.default_class)
     }
 
@@ -436,71 +429,5 @@ impl AllocationState {
             self.queue.mark(key.clone());
         }
         self.tidy(&key);
-    }
-
-    /// The status writes the pools need: their counts as the allocators see them, where the
-    /// pool shows something else and no write for it is in flight. Mirrors the counts into
-    /// the pool metrics.
-    pub(crate) fn pool_status_writes(&mut self, now: &Time) -> Vec<PoolStatusWrite> {
-        let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
-        let overlaps = super::pools::pool_overlaps(&pools);
-        let mut writes = Vec::new();
-        for pool in pools {
-            let name = super::cache::name_of(&pool);
-            let counts = self.alloc.lb.pool_status(&name);
-            for (family, assigned, available) in counts.iter().flat_map(|c| {
-                [
-                    ("IPv4", c.assigned_ipv4, c.available_ipv4),
-                    ("IPv6", c.assigned_ipv6, c.available_ipv6),
-                ]
-            }) {
-                for (state, v) in [("assigned", assigned), ("available", available)] {
-                    self.metrics
-                        .pool_addresses
-                        .get_or_create(&vec![
-                            ("pool", name.clone()),
-                            ("family", family.to_string()),
-                            ("state", state.to_string()),
-                        ])
-                        .set(i64::try_from(v).unwrap_or(i64::MAX));
-                }
-            }
-            let status = super::pools::build_pool_status(
-                &pool,
-                counts,
-                self.pool_problems.get(&name).map(String::as_str),
-                overlaps.get(&name).map(Vec::as_slice).unwrap_or(&[]),
-                now.clone(),
-            );
-            if pool.status.as_ref() == Some(&status) {
-                continue;
-            }
-            if !self.pools_in_flight.insert(name.clone()) {
-                self.schedule_pool_status();
-                continue;
-            }
-            writes.push(PoolStatusWrite { pool: name, status });
-        }
-        writes
-    }
-
-    /// A pool status write ended: on success the pool shows `status` now.
-    pub(crate) fn pool_status_done(
-        &mut self,
-        name: &str,
-        result: Result<IPPoolStatus, &'static str>,
-    ) {
-        self.pools_in_flight.remove(name);
-        match result {
-            Ok(status) => {
-                if let Some(p) = self.pools.objects.get_mut(name) {
-                    p.status = Some(status);
-                }
-            }
-            Err(category) => {
-                self.metrics.error(category);
-                self.schedule_pool_status();
-            }
-        }
     }
 }

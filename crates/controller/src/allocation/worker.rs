@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::apply::{self, writer_params, WriteCtx};
-use super::state::{AllocationState, Observed, PoolStatusWrite};
+use super::pool_status::PoolStatusWrite;
+use super::state::{AllocationState, Observed};
 use super::watch::{watch_all, Input};
 use super::write::{JobOutcome, WrittenSpec};
 use crate::config::ControllerConfig;
