@@ -243,3 +243,62 @@ fn after_a_restart_a_live_claim_goes_before_a_stale_one_whose_drop_never_landed(
         ],
     });
 }
+
+#[test]
+fn a_change_back_to_load_balancer_before_the_clear_lands_keeps_the_address() {
+    run(Row {
+        name: "a change back to LoadBalancer before the clear lands keeps the address",
+        ops: vec![
+            Pool("p", POOL),
+            Create("a", lb()),
+            Start,
+            Settle,
+            Patch(
+                "a",
+                json!({"spec": {"type": "ClusterIP", "ports": [{"port": 80}]}}),
+            ),
+            Watch,
+            Decide("a"),
+            Expect(HoldsLb("a", &["198.18.0.10"])),
+            Patch(
+                "a",
+                json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+            ),
+            Create("b", lb()),
+            Watch,
+            // The clear is refused: the Service moved on.
+            Send("a"),
+            Settle,
+            Expect(Ingress("a", &["198.18.0.10"])),
+            Expect(Ingress("b", &["198.18.0.11"])),
+            Expect(Exact("a")),
+            Expect(Exact("b")),
+            Expect(Entry("a", false)),
+        ],
+    });
+}
+
+#[test]
+fn a_service_deleted_while_a_refused_write_s_values_are_held_frees_them() {
+    run(Row {
+        name: "a Service deleted while a refused write's values are held frees them",
+        ops: vec![
+            Pool("p", ONE),
+            Create("a", lb()),
+            Create("b", lb()),
+            MaxInFlight(1),
+            Start,
+            Decide("a"),
+            Patch("a", json!({"metadata": {"labels": {"team": "a"}}})),
+            Send("a"),
+            Expect(Entry("a", true)),
+            Delete("a"),
+            Watch,
+            Expect(Entry("a", false)),
+            Expect(HoldsLb("a", &[])),
+            Settle,
+            Expect(Ingress("b", &["198.18.0.10"])),
+            Expect(Allocated("b", "True")),
+        ],
+    });
+}
