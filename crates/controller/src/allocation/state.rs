@@ -78,6 +78,8 @@ impl ServiceState {
     }
 }
 
+/// The single writer's state: the allocators, the objects they are decided from, the queue,
+/// and one [`ServiceState`] per Service that needs one.
 pub(crate) struct AllocationState {
     default_class: Option<&'static str>,
     max_in_flight: usize,
@@ -143,6 +145,7 @@ impl AllocationState {
         }
     }
 
+    /// The Service read with this controller's default class.
     pub(crate) fn read(&self, svc: &Service) -> ServiceFacts {
         read_service(svc, self.default_class)
     }
