@@ -9,15 +9,15 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::apply::WriteCtx;
+use crate::allocation::apply::WriteCtx;
+use crate::allocation::Worker;
 use crate::config::ControllerConfig;
 use crate::endpoints::EndpointsController;
 use crate::events::{event_queue, EVENT_QUEUE, EVENT_WRITERS};
 use crate::lease::LeaderElector;
+use crate::load_balancer::{L2Provider, Provider};
 use crate::metrics::Metrics;
-use crate::provider::{L2Provider, Provider};
 use crate::service_feed::service_feed;
-use crate::worker::Worker;
 use crate::Error;
 
 /// Aborts the task when dropped.

@@ -1,25 +1,21 @@
 //! berth-controller: the kube-runtime controllers of DESIGN.md §2–5 — allocation (ClusterIPs,
 //! NodePorts, LoadBalancer IPs), Endpoints and EndpointSlices, load balancers, status, Events and
 //! leader election. The decisions are made by the pure crates (`berth-ipam`, `berth-endpoints`)
-//! and the pure modules here (`facts`, `plan`, `fresh`, `pools`, `lease::decide_lease`, the patch
-//! builders in `apply`); the rest reads the cluster, feeds them, and writes their answers back.
+//! and the pure modules here (the allocation state machine with its `facts`, `plan`, `fresh` and
+//! `pools`, `lease::decide_lease`, the patch builders in `allocation::apply`); the rest reads the
+//! cluster, feeds them, and writes their answers back.
 
-pub mod apply;
+pub mod allocation;
 pub mod config;
 mod controller;
 pub mod endpoints;
 mod error;
 pub mod events;
-pub mod facts;
-pub mod fresh;
 pub mod lease;
+pub mod load_balancer;
 pub mod metrics;
-pub mod plan;
-pub mod pools;
-pub mod provider;
 mod run;
 mod service_feed;
-mod worker;
 mod written;
 
 pub use config::{parse_default_class, parse_service_cidrs, ControllerConfig, LeaseConfig};

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_controller::provider::{build_l2_ingress, LbRequest, Provider, ProviderError};
+use berth_controller::load_balancer::{build_l2_ingress, LbRequest, Provider, ProviderError};
 use berth_controller::AllocationController;
 use berth_ipam::ServiceKey;
 use common::*;

@@ -11,8 +11,9 @@ use kube::core::Request;
 use kube::{Client, Resource};
 use tracing::{debug, info};
 
-use super::cache::{Cache, ObjectKey};
+use super::cache::Cache;
 use super::error::{status_code, Error};
+use super::key::ObjectKey;
 use super::metrics::Metrics;
 use super::sync::{EndpointsWrite, Writes};
 use super::tracker::Target;

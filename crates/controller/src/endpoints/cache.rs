@@ -3,7 +3,6 @@
 //! Pods and Services are indexed by label so neither question scans a namespace.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,39 +14,11 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::intern::Interner;
+use super::key::ObjectKey;
 use super::pod_facts::PodFacts;
 use super::pod_slab::PodSlab;
 use super::stored::{StoredEndpoints, StoredSlice};
 use super::tracker::{Expectations, Seen, Target};
-
-/// A namespaced object's identity.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct ObjectKey {
-    pub(crate) namespace: String,
-    pub(crate) name: String,
-}
-
-impl ObjectKey {
-    pub(crate) fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        ObjectKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
-        ObjectKey::new(
-            meta.namespace.as_deref().unwrap_or("default"),
-            meta.name.as_deref().unwrap_or(""),
-        )
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// One label of one namespace: `(namespace, key, value)`.
 type LabelKey = (String, String, String);

@@ -7,13 +7,19 @@ use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use super::pod_facts::NamedPort;
-
 /// A pod's labels, sorted by key.
 pub(crate) type Labels = Arc<[(Arc<str>, Arc<str>)]>;
 
 /// A pod's named container ports, in container order.
 pub(crate) type Ports = Arc<[NamedPort]>;
+
+/// A named container port; unnamed ports cannot be a Service's `targetPort` and are dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct NamedPort {
+    pub(super) name: Arc<str>,
+    pub(super) number: i32,
+    pub(super) protocol: Option<Arc<str>>,
+}
 
 /// Two names that travel together: an endpoint's node and zone, its pod's kind and namespace.
 pub(crate) type Pair = (Option<Arc<str>>, Option<Arc<str>>);

@@ -11,6 +11,7 @@ mod apply;
 mod cache;
 mod error;
 mod intern;
+mod key;
 mod metrics;
 mod pod_facts;
 mod pod_slab;
@@ -41,8 +42,9 @@ use tracing::{debug, info, info_span, warn, Instrument};
 pub use error::{Error, ErrorCategory};
 
 use apply::Applier;
-use cache::{Cache, ObjectKey};
+use cache::Cache;
 use intern::Interner;
+use key::ObjectKey;
 use metrics::Metrics;
 use pod_facts::PodFacts;
 use queue::{Outcome, WorkQueue};

@@ -9,19 +9,11 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::intern::{Interner, Labels, Ports};
+use super::intern::{Interner, Labels, NamedPort, Ports};
 use super::slim_pod::{SlimContainer, SlimPod};
 use super::stored::{Address, Uid};
 
 const SIDECAR_RESTART_POLICY: &str = "Always";
-
-/// A named container port; unnamed ports cannot be a Service's `targetPort` and are dropped.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct NamedPort {
-    name: Arc<str>,
-    number: i32,
-    protocol: Option<Arc<str>>,
-}
 
 /// Everything `berth-endpoints` reads from a Pod. Two pods with equal facts give equal endpoints,
 /// so a change that leaves the facts equal (a restart count, an unrelated condition) needs no sync.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::cache::ObjectKey;
+use super::key::ObjectKey;
 
 /// How a sync ended, which decides when the Service comes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

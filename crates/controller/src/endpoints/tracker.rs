@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::cache::ObjectKey;
+use super::key::ObjectKey;
 
 /// What the cache must show about one object before its Service is synced again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,28 +1,19 @@
-//! Writing one Service's decision back: pure builders for the spec patch, the condition and
-//! the status, and the thin async job that sends them. Spec patches carry the
+//! One Service's decision as writes, in plain data: the spec merge patch, the conditions and
+//! the status patch, the job that carries them, and how the job ended. Spec patches carry the
 //! resourceVersion the decision was made from, so a value set meanwhile by someone else is
 //! never overwritten (the API server answers 409 and the Service is decided again).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use berth_api::names::{condition as cond, event as ev};
+use berth_api::names::condition as cond;
 use berth_api::set_condition;
 use berth_ipam::ServiceKey;
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
-use kube::Resource;
 use serde_json::{json, Value};
-use tokio::sync::watch;
 
-use crate::error::api_error_category;
-use crate::events::{EventRecorder, EventType};
-use crate::metrics::Metrics;
-use crate::plan::{Allocation, SpecFill};
-use crate::provider::{LbRequest, Provider};
-use crate::written::{send_write, WrittenMeta};
+use crate::allocation::plan::{Allocation, SpecFill};
 
 /// The merge patch that fills empty spec fields and drops unused node ports (and an
 /// ExternalName Service's ClusterIPs), or `None` when there is nothing to write.
@@ -156,7 +147,7 @@ pub fn build_status_patch(
     })
 }
 
-/// The writes for one Service, decided synchronously by the loop, sent by [`run_job`].
+/// The writes for one Service, decided synchronously by the loop, sent by `apply::run_job`.
 pub struct WriteJob {
     pub key: ServiceKey,
     pub svc: Arc<Service>,
@@ -201,59 +192,6 @@ pub enum Write {
     Status,
 }
 
-/// Shared by every job.
-pub struct WriteCtx {
-    pub client: kube::Client,
-    pub events: EventRecorder,
-    pub provider: Arc<dyn Provider>,
-    pub metrics: Metrics,
-    pub leading: watch::Receiver<bool>,
-}
-
-impl WriteCtx {
-    fn leading(&self) -> bool {
-        *self.leading.borrow()
-    }
-
-    async fn event(
-        &self,
-        regarding: &Arc<ObjectReference>,
-        type_: EventType,
-        reason: &'static str,
-        note: String,
-    ) {
-        if self.leading() {
-            self.events.record(regarding, type_, reason, note).await;
-        }
-    }
-}
-
-fn outcome_of(e: &kube::Error, write: Write) -> JobOutcome {
-    match api_error_category(e) {
-        "not_found" => JobOutcome::Gone,
-        // Only a 409 says for sure that nothing was written: after a timeout or a lost
-        // connection the write may have landed, and what it names stays held.
-        "conflict" => JobOutcome::Rejected { write },
-        category => JobOutcome::Retry { category },
-    }
-}
-
-/// Sends one job: spec first (so the status never names an address the spec lost), then the
-/// status with the provider's ingress. Events are queued in between and sent by the event
-/// writer, so they never hold up the next Service.
-pub async fn run_job(
-    ctx: Arc<WriteCtx>,
-    job: WriteJob,
-) -> (ServiceKey, JobOutcome, Option<WrittenSpec>) {
-    let mut spec = None;
-    let outcome = run_job_inner(&ctx, &job, &mut spec).await;
-    let spec = spec.map(|svc| WrittenSpec {
-        base_version: job.svc.metadata.resource_version.clone(),
-        svc,
-    });
-    (job.key, outcome, spec)
-}
-
 /// The Service as the spec write returned it, and the version the decision was made from.
 /// The loop decides a retry from it when its cache has not moved on: decided again from the
 /// older version, the written values would be assigned afresh and the written ones freed for
@@ -264,206 +202,12 @@ pub struct WrittenSpec {
     pub svc: Arc<Service>,
 }
 
-async fn run_job_inner(
-    ctx: &WriteCtx,
-    job: &WriteJob,
-    spec: &mut Option<Arc<Service>>,
-) -> JobOutcome {
-    let mut written = Vec::new();
-    let mut generation = job.svc.metadata.generation;
-    // The version the status write must find: the one decided from, or the spec write's.
-    let mut version = job.svc.metadata.resource_version.clone();
-    let mut regarding = job.svc.object_ref(&());
-    if let Some(patch) = &job.spec_patch {
-        if !ctx.leading() {
-            return JobOutcome::NotLeading;
-        }
-        ctx.metrics.write("spec");
-        // The whole object is read back (once per Service that gets values), so that a retry
-        // can be decided from it; status writes read back only their metadata.
-        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
-        match api
-            .patch(&job.key.name, &writer_params(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(svc) => {
-                generation = svc.metadata.generation;
-                version = svc.metadata.resource_version.clone();
-                regarding.resource_version = version.clone();
-                written.extend(version.clone());
-                *spec = Some(Arc::new(svc));
-            }
-            Err(e) => return outcome_of(&e, Write::Spec),
-        }
-    }
-    let regarding = Arc::new(regarding);
-    if let Some(message) = &job.failure {
-        ctx.event(
-            &regarding,
-            EventType::Warning,
-            ev::ALLOCATION_FAILED,
-            message.clone(),
-        )
-        .await;
-    }
-
-    let mut ingress: Option<Vec<LoadBalancerIngress>> = None;
-    let mut lb_failed = false;
-    match &job.ingress {
-        Some(ips) if ips.is_empty() => {
-            ctx.event(
-                &regarding,
-                EventType::Normal,
-                ev::DELETING_LOAD_BALANCER,
-                "Deleting load balancer".into(),
-            )
-            .await;
-            match ctx.provider.delete(&job.key).await {
-                Ok(()) => ingress = Some(Vec::new()),
-                Err(e) => {
-                    lb_failed = true;
-                    ctx.event(
-                        &regarding,
-                        EventType::Warning,
-                        ev::SYNC_LOAD_BALANCER_FAILED,
-                        format!("Error deleting load balancer: {e}"),
-                    )
-                    .await;
-                }
-            }
-        }
-        Some(ips) => {
-            ctx.event(
-                &regarding,
-                EventType::Normal,
-                ev::ENSURING_LOAD_BALANCER,
-                "Ensuring load balancer".into(),
-            )
-            .await;
-            let req = LbRequest {
-                service: &job.key,
-                addresses: ips,
-                nodes: &job.nodes,
-            };
-            match ctx.provider.ensure(req).await {
-                Ok(i) => ingress = Some(i),
-                Err(e) => {
-                    lb_failed = true;
-                    ctx.event(
-                        &regarding,
-                        EventType::Warning,
-                        ev::SYNC_LOAD_BALANCER_FAILED,
-                        format!("Error syncing load balancer: {e}"),
-                    )
-                    .await;
-                }
-            }
-        }
-        None => {}
-    }
-
-    if ingress.is_some() || job.conditions.is_some() {
-        if !ctx.leading() {
-            return JobOutcome::NotLeading;
-        }
-        // The spec write moved the generation; the condition speaks for the new one.
-        let conditions = job.conditions.clone().map(|mut cs| {
-            for c in cs.iter_mut().filter(|c| c.type_ == cond::ALLOCATED) {
-                c.observed_generation = generation;
-            }
-            cs
-        });
-        let patch = build_status_patch(
-            version.as_deref(),
-            ingress.as_deref(),
-            conditions.as_deref(),
-        );
-        ctx.metrics.write("status");
-        match send_patch(&ctx.client, &job.key, Some("status"), &patch).await {
-            Ok(meta) => written.extend(meta.resource_version),
-            Err(e) => return outcome_of(&e, Write::Status),
-        }
-    }
-    match (&job.ingress, ingress.is_some()) {
-        (Some(ips), true) if ips.is_empty() => {
-            ctx.event(
-                &regarding,
-                EventType::Normal,
-                ev::DELETED_LOAD_BALANCER,
-                "Deleted load balancer".into(),
-            )
-            .await;
-        }
-        (Some(ips), true) => {
-            if !job.new_lb_ips.is_empty() {
-                let list: Vec<String> = job.new_lb_ips.iter().map(IpAddr::to_string).collect();
-                ctx.event(
-                    &regarding,
-                    EventType::Normal,
-                    ev::IP_ALLOCATED,
-                    format!("Assigned IP [{}]", list.join(", ")),
-                )
-                .await;
-            }
-            let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
-            ctx.event(
-                &regarding,
-                EventType::Normal,
-                ev::ENSURED_LOAD_BALANCER,
-                format!("Ensured load balancer with [{}]", list.join(", ")),
-            )
-            .await;
-        }
-        _ => {}
-    }
-    if lb_failed {
-        return JobOutcome::Retry {
-            category: "provider",
-        };
-    }
-    JobOutcome::Done { written }
-}
-
-/// A merge patch of the Service (or of its `subresource`) with berth's field manager.
-async fn send_patch(
-    client: &kube::Client,
-    key: &ServiceKey,
-    subresource: Option<&str>,
-    patch: &Value,
-) -> Result<WrittenMeta, kube::Error> {
-    let request = kube::core::Request::new(Service::url_path(&(), Some(&key.namespace)));
-    let patch = Patch::Merge(patch);
-    let req = match subresource {
-        Some(sub) => request.patch_subresource(sub, &key.name, &writer_params(), &patch),
-        None => request.patch(&key.name, &writer_params(), &patch),
-    }
-    .map_err(kube::Error::BuildRequest)?;
-    let verb = if subresource.is_some() {
-        "patch_status"
-    } else {
-        "patch"
-    };
-    send_write(client, req, verb).await
-}
-
-/// Every write carries berth's field manager, so ownership of the fields it fills is visible.
-pub fn writer_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(berth_api::names::field_manager::CONTROLLER.to_string()),
-        ..PatchParams::default()
-    }
-}
-
-/// `now` as a condition time.
-pub fn now() -> Time {
-    Time(Timestamp::now())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Failure;
+    use crate::allocation::plan::Failure;
     use berth_ipam::IpFamily;
+    use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 
     fn mk_svc(v: Value) -> Service {

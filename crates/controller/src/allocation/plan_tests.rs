@@ -2,7 +2,7 @@
 //! 30000-32767, pool "default" 198.18.0.200-198.18.0.250.
 
 use super::*;
-use crate::facts::read_service;
+use crate::allocation::facts::read_service;
 use berth_api::names::class;
 use berth_ipam::{PoolSpec, ServicePortSpec};
 use k8s_openapi::api::core::v1::Service;
@@ -637,14 +637,14 @@ fn held_node_ports_go_to_unnamed_entries_only_when_the_spec_may_get_them() {
         allocate_node_ports: true,
         health_check: Some(None),
     };
-    let stale = crate::facts::StaleNodePorts::default();
+    let stale = crate::allocation::facts::StaleNodePorts::default();
     // 30080 is named; 30001 and 30002 are spare; nothing is left for the health check.
     let out = with_held_node_ports(&req, &[30001, 30002, 30080], &stale);
     let got: Vec<Option<u16>> = out.ports.iter().map(|p| p.node_port).collect();
     assert_eq!(got, [Some(30080), Some(30001), None, Some(30002)]);
     assert_eq!(out.health_check, Some(None));
     // A stale port (being dropped) is not reused; the health check gets the spare one.
-    let stale = crate::facts::StaleNodePorts {
+    let stale = crate::allocation::facts::StaleNodePorts {
         health_check: None,
         ports: vec![30002],
     };

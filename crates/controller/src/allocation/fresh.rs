@@ -10,9 +10,9 @@ use std::net::IpAddr;
 
 use berth_ipam::ServiceKey;
 
-use crate::apply::Write;
-use crate::facts::ServiceFacts;
-use crate::plan::{Allocators, SpecFill};
+use crate::allocation::facts::ServiceFacts;
+use crate::allocation::plan::{Allocators, SpecFill};
+use crate::allocation::write::Write;
 
 /// What a Service holds in the allocators.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -205,8 +205,8 @@ pub fn release_fresh(alloc: &mut Allocators, owner: &ServiceKey, fresh: &Fresh) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::read_service;
-    use crate::plan::plan_service;
+    use crate::allocation::facts::read_service;
+    use crate::allocation::plan::plan_service;
     use berth_api::names::class;
     use berth_ipam::{Labels, PoolSpec, PortRange};
     use k8s_openapi::api::core::v1::Service;

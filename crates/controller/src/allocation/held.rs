@@ -11,24 +11,24 @@ use std::sync::Arc;
 use berth_ipam::{Labels, ServiceKey};
 use k8s_openapi::api::core::v1::Service;
 
-use super::watch::trim;
-use super::Worker;
-use crate::apply::WrittenSpec;
-use crate::facts::{read_service, ServiceFacts};
-use crate::fresh::{release_fresh, Fresh};
+use super::cache::trim;
+use super::facts::ServiceFacts;
+use super::fresh::{release_fresh, Fresh};
+use super::state::AllocationState;
+use super::write::WrittenSpec;
 
 /// Values only a decision's writes would name (see `fresh`), and the version of the Service
 /// those writes were made against.
 #[derive(Debug)]
-pub(super) struct Unwritten {
-    pub(super) version: Option<String>,
-    pub(super) fresh: Fresh,
+pub(crate) struct Unwritten {
+    pub(crate) version: Option<String>,
+    pub(crate) fresh: Fresh,
 }
 
-impl Worker {
+impl AllocationState {
     /// Takes the version a spec write returned as the cached one, unless the watch has
     /// already moved the cache past the version the decision was made from.
-    pub(super) fn remember_written(&mut self, key: &ServiceKey, w: WrittenSpec) {
+    pub(crate) fn remember_written(&mut self, key: &ServiceKey, w: WrittenSpec) {
         let Some(cached) = self.services.get(key) else {
             return;
         };
@@ -41,8 +41,12 @@ impl Worker {
     }
 
     /// Frees the LoadBalancer addresses of a Service whose status no longer names them.
-    pub(super) fn release_cleared(&mut self, key: &ServiceKey) {
-        if self.clearing.remove(key) && !self.alloc.lb.release_owner(key).is_empty() {
+    pub(crate) fn release_cleared(&mut self, key: &ServiceKey) {
+        let clearing = self
+            .states
+            .get_mut(key)
+            .is_some_and(|s| std::mem::take(&mut s.clearing));
+        if clearing && !self.alloc.lb.release_owner(key).is_empty() {
             self.schedule_pool_status();
             self.wake_waiting(None);
         }
@@ -51,12 +55,12 @@ impl Worker {
     /// Something was freed: Services waiting for space try again, except `deciding` (whose
     /// job is about to start: marked now, it would be decided again while in flight; or
     /// which is being released and is queued again by its caller if it still exists).
-    pub(super) fn wake_waiting(&mut self, deciding: Option<&ServiceKey>) {
+    pub(crate) fn wake_waiting(&mut self, deciding: Option<&ServiceKey>) {
         let waiting: Vec<ServiceKey> = self
-            .failed
+            .states
             .iter()
-            .filter(|k| Some(*k) != deciding)
-            .cloned()
+            .filter(|(k, s)| s.waiting && Some(*k) != deciding)
+            .map(|(k, _)| k.clone())
             .collect();
         for k in waiting {
             self.queue.mark(k);
@@ -69,10 +73,9 @@ impl Worker {
     /// state, picks the same lowest free address. Freed now, that address would go to the
     /// next Service decided while the status names it. So it stays held until
     /// `settle_refused` reads a newer version.
-    pub(super) fn hold_refused(&mut self, key: &ServiceKey, version: Option<String>, fresh: Fresh) {
+    pub(crate) fn hold_refused(&mut self, key: &ServiceKey, version: Option<String>, fresh: Fresh) {
         if !fresh.is_empty() {
-            self.refused
-                .insert(key.clone(), Unwritten { version, fresh });
+            self.state_mut(key).refused = Some(Unwritten { version, fresh });
         }
     }
 
@@ -85,7 +88,7 @@ impl Worker {
     /// another order). Decided again from the version the refused write carried (a retry
     /// before the watch brought the newer one), nothing new is known: the values are
     /// returned, still held, for this decision's writes to name.
-    pub(super) fn settle_refused(
+    pub(crate) fn settle_refused(
         &mut self,
         key: &ServiceKey,
         svc: &Service,
@@ -93,7 +96,7 @@ impl Worker {
     ) -> Fresh {
         let mut freed = false;
         let mut carried = Fresh::default();
-        if let Some(own) = self.refused.remove(key) {
+        if let Some(own) = self.states.get_mut(key).and_then(|s| s.refused.take()) {
             if own.version.is_some() && own.version == svc.metadata.resource_version {
                 carried = own.fresh;
             } else {
@@ -106,22 +109,26 @@ impl Worker {
             }
         }
         let claimed: Vec<(ServiceKey, Fresh)> = self
-            .refused
+            .states
             .iter()
+            .filter_map(|(k, s)| Some((k, s.refused.as_ref()?)))
             .map(|(k, held)| (k.clone(), held.fresh.without(&held.fresh.unnamed_by(facts))))
             .filter(|(_, named)| !named.is_empty())
             .collect();
         for (other, named) in claimed {
             let give = match self.services.get(&other) {
-                Some(svc) => named.unnamed_by(&read_service(svc, self.cfg.default_class)),
+                Some(svc) => named.unnamed_by(&self.read(svc)),
                 None => named,
             };
-            if let Some(held) = self.refused.get_mut(&other) {
-                held.fresh = held.fresh.without(&give);
-                if held.fresh.is_empty() {
-                    self.refused.remove(&other);
+            if let Some(state) = self.states.get_mut(&other) {
+                if let Some(held) = &mut state.refused {
+                    held.fresh = held.fresh.without(&give);
+                    if held.fresh.is_empty() {
+                        state.refused = None;
+                    }
                 }
             }
+            self.tidy(&other);
             if !give.is_empty() {
                 tracing::debug!(service = %other, to = %key, ?give, "what a refused write would have named goes to the Service naming it");
             }
@@ -148,7 +155,7 @@ impl Worker {
     /// but its status names them until the clearing write (`ingress`) lands. Given to another
     /// Service meanwhile, a crash in between would leave two Services naming one address, and
     /// the next leader would take it from one of them. So they stay held until then.
-    pub(super) fn withhold_until_cleared(
+    pub(crate) fn withhold_until_cleared(
         &mut self,
         key: &ServiceKey,
         facts: &ServiceFacts,
@@ -161,7 +168,9 @@ impl Worker {
             // The Service keeps (or is given) load-balancer addresses: what an earlier clearing
             // write that never landed withheld is its own again. Left marked, the next write
             // that lands would free addresses its status still names.
-            self.clearing.remove(key);
+            if let Some(s) = self.states.get_mut(key) {
+                s.clearing = false;
+            }
             return;
         }
         if before.is_empty() || !self.alloc.lb.ips_of(key).is_empty() {
@@ -170,7 +179,7 @@ impl Worker {
         let mut view = facts.lb_view.clone();
         view.namespace_labels = labels.clone();
         if self.alloc.lb.adopt(key, &view, before).is_ok() {
-            self.clearing.insert(key.clone());
+            self.state_mut(key).clearing = true;
         }
     }
 }

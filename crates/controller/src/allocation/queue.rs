@@ -7,12 +7,11 @@
 //! resourceVersion — including one that landed between two of berth's writes — is.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use berth_ipam::ServiceKey;
-use tokio::time::Instant;
 
-use crate::apply::JobOutcome;
+use crate::allocation::write::JobOutcome;
 
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -191,7 +190,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::Write;
+    use crate::allocation::write::Write;
 
     fn mk_key(name: &str) -> ServiceKey {
         ServiceKey::new("ns".to_string(), name.to_string())

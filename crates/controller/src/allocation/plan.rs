@@ -18,7 +18,7 @@ use ipnet::IpNet;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use crate::facts::{LbClass, ServiceFacts, ServiceType, StaleNodePorts};
+use crate::allocation::facts::{LbClass, ServiceFacts, ServiceType, StaleNodePorts};
 
 /// The three allocators, owned by the one task that writes.
 #[derive(Debug)]

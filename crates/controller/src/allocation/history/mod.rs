@@ -1,0 +1,446 @@
+//! Histories of the allocation state machine, without an API server: each row is a sequence
+//! of operations — objects created and changed, leaders started (a restart is a new state
+//! machine listing the objects as the API server holds them), writes decided, held back, let
+//! land or refused — and what the objects and the allocators must show at each point.
+//!
+//! The API server is a map of objects with resourceVersions: a write carries the version it
+//! was decided from and is refused (409) when the object moved on, as a merge patch with a
+//! resourceVersion is. Writes are sent as `run_job` sends them: spec, then the provider, then
+//! status. After every row, no two Services may name one value.
+//!
+//! Address plan: service CIDR 10.96.0.0/16, node ports 30000-32767, pools in 198.18.0.0/24.
+
+mod api;
+mod rows_adoption;
+mod rows_crash_windows;
+mod rows_late_writes;
+mod rows_pools;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_ipam::ServiceKey;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::watcher::Event;
+use prometheus_client::registry::Registry;
+use serde_json::{json, Value};
+
+use super::fresh::Holding;
+use super::state::{AllocationState, Observed};
+use super::write::WriteJob;
+use crate::config::ControllerConfig;
+use crate::metrics::Metrics;
+use api::{Api, Logged};
+
+/// One step of a history.
+#[derive(Debug, Clone)]
+pub(super) enum Op {
+    /// Creates the pool, or replaces its addresses.
+    Pool(&'static str, &'static [&'static str]),
+    /// Creates or replaces a pool from its whole spec.
+    PoolSpec(&'static str, Value),
+    DeletePool(&'static str),
+    /// Creates or relabels a namespace.
+    Namespace(&'static str, Value),
+    /// Creates a Service in `default` from its whole object (`spec`, and `status` when set).
+    Create(&'static str, Value),
+    /// A merge patch of the Service (someone else's write: a user's, or a killed leader's).
+    Patch(&'static str, Value),
+    /// A merge patch of the Service's status (likewise).
+    PatchStatus(&'static str, Value),
+    Delete(&'static str),
+    /// Deleted and created again from `Value`; the watch shows only the new object.
+    Recreate(&'static str, Value),
+    /// The next leader decides with at most this many writes in flight.
+    MaxInFlight(usize),
+    /// A new leader (the first, or after a crash) lists the objects and adopts.
+    Start,
+    /// The leader's watch delivers every change so far.
+    Watch,
+    /// The leader decides its next write, which must be the named Service's, and holds it.
+    Decide(&'static str),
+    /// The leader has nothing to write now.
+    DecideNothing,
+    /// The held write of the named Service is sent, and its outcome reported.
+    Send(&'static str),
+    /// The held write of the named Service is lost with its leader: never sent.
+    Drop(&'static str),
+    /// Writes are sent and retries come due until nothing is left to do (five minutes at most).
+    Settle,
+    /// The earliest retry comes due, and nothing else happens.
+    Due,
+    /// The leader's watch breaks and lists the Services again: it sees them as they are now,
+    /// without the events in between.
+    Relist,
+    /// The next write the API server gets fails like this.
+    Fail(Fault),
+    /// Whether the provider's deletes fail.
+    ProviderDeleteFails(bool),
+    Expect(Want),
+}
+
+/// A failure of one write.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Fault {
+    /// The write goes through (to let a later write fail).
+    Pass,
+    /// 409 as if the object had moved on; it did not.
+    Conflict,
+    /// 500: retried with backoff.
+    Server,
+    /// Leadership was lost before the write was sent.
+    NotLeading,
+}
+
+/// What must hold at a point of a history.
+#[derive(Debug, Clone)]
+pub(super) enum Want {
+    /// The addresses the Service's status names.
+    Ingress(&'static str, &'static [&'static str]),
+    /// `spec.clusterIP`, `None` when unset.
+    ClusterIp(&'static str, Option<&'static str>),
+    /// `spec.clusterIP` is set, and differs from this one.
+    ClusterIpOtherThan(&'static str, &'static str),
+    /// `spec.ports[].nodePort`.
+    NodePorts(&'static str, &'static [Option<i32>]),
+    /// Every `spec.ports[].nodePort` is set.
+    NodePortsSet(&'static str),
+    /// `spec.healthCheckNodePort`.
+    HealthCheck(&'static str, Option<i32>),
+    /// `spec.healthCheckNodePort` is set, and differs from this one.
+    HealthCheckOtherThan(&'static str, i32),
+    /// The `berth.dev/Allocated` condition's status ("True", "False"), "" when absent.
+    Allocated(&'static str, &'static str),
+    /// Its message contains this.
+    Message(&'static str, &'static str),
+    /// The conflicts counted so far by the current leader.
+    Conflicts(u64),
+    /// The LoadBalancer addresses the allocators hold for the Service.
+    HoldsLb(&'static str, &'static [&'static str]),
+    /// The ClusterIPs the allocators hold for the Service.
+    HoldsClusterIps(&'static str, &'static [&'static str]),
+    /// Whether the allocators hold this node port for the Service.
+    HoldsPort(&'static str, u16, bool),
+    /// The allocators hold for the Service exactly the values its object names.
+    Exact(&'static str),
+    /// Whether the state machine keeps an entry for the Service beyond its holdings.
+    Entry(&'static str, bool),
+    /// Writes the API server took (spec and status), since the last leader started.
+    Writes(usize),
+}
+
+/// A Service object with this spec.
+pub(super) fn svc(spec: Value) -> Value {
+    json!({ "spec": spec })
+}
+
+/// A LoadBalancer Service on port 80, with nothing set.
+pub(super) fn lb() -> Value {
+    svc(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}))
+}
+
+/// The same with `externalTrafficPolicy: Local`.
+pub(super) fn local_lb() -> Value {
+    svc(json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}))
+}
+
+/// A LoadBalancer Service whose spec is complete: its first write is the status write.
+pub(super) fn complete_lb(ip: &str, port: u16) -> Value {
+    svc(
+        json!({"type": "LoadBalancer", "clusterIP": ip, "clusterIPs": [ip],
+        "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+        "ports": [{"port": 80, "nodePort": port}]}),
+    )
+}
+
+/// A status naming one LoadBalancer address, as a leader writes it.
+pub(super) fn ingress(ip: &str) -> Value {
+    json!({"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}})
+}
+
+/// A history and its name.
+pub(super) struct Row {
+    pub(super) name: &'static str,
+    pub(super) ops: Vec<Op>,
+}
+
+fn key(name: &str) -> ServiceKey {
+    ServiceKey::new("default".to_string(), name.to_string())
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("an address")
+}
+
+/// The time every changed condition carries.
+fn condition_time() -> Time {
+    Time(Timestamp::from_second(1_700_000_000).expect("a valid time"))
+}
+
+/// A leader: the state machine, the writes it holds back, its clock.
+struct Leader {
+    state: AllocationState,
+    metrics: Metrics,
+    held: BTreeMap<String, WriteJob>,
+    /// How far into the API server's log the leader's watch has read.
+    seen: usize,
+    clock: Instant,
+}
+
+struct Run {
+    row: &'static str,
+    api: Api,
+    leader: Option<Leader>,
+    max_in_flight: usize,
+    /// Writes taken since the last leader started.
+    writes: usize,
+}
+
+impl Run {
+    fn leader(&mut self) -> &mut Leader {
+        let row = self.row;
+        self.leader
+            .as_mut()
+            .unwrap_or_else(|| panic!("{row}: no leader started"))
+    }
+
+    fn start(&mut self) {
+        let mut cfg = ControllerConfig::new(vec!["10.96.0.0/16".parse().expect("a CIDR")]);
+        cfg.max_in_flight = self.max_in_flight;
+        let metrics = Metrics::new(&mut Registry::default());
+        let mut state = AllocationState::new(&cfg, metrics.clone()).expect("allocators");
+        let (services, pools, namespaces) = self.api.list();
+        state.observe(Observed::Node(Event::Init));
+        state.observe(Observed::Node(Event::InitDone));
+        state.observe(Observed::Namespace(Event::Init));
+        for ns in namespaces {
+            state.observe(Observed::Namespace(Event::InitApply(ns)));
+        }
+        state.observe(Observed::Namespace(Event::InitDone));
+        state.observe(Observed::Pool(Event::Init));
+        for p in pools {
+            state.observe(Observed::Pool(Event::InitApply(p)));
+        }
+        state.observe(Observed::Pool(Event::InitDone));
+        state.observe(Observed::Service(Event::Init));
+        for s in services {
+            state.observe(Observed::Service(Event::InitApply(Arc::new(s))));
+        }
+        state.observe(Observed::Service(Event::InitDone));
+        assert!(state.started(), "{}: started once all is listed", self.row);
+        self.writes = 0;
+        self.leader = Some(Leader {
+            state,
+            metrics,
+            held: BTreeMap::new(),
+            seen: self.api.log.len(),
+            clock: Instant::now(),
+        });
+    }
+
+    fn watch(&mut self) {
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        for logged in &self.api.log[leader.seen..] {
+            let observed = match logged.clone() {
+                Logged::Service(e) => Observed::Service(e),
+                Logged::Pool(e) => Observed::Pool(e),
+                Logged::Namespace(e) => Observed::Namespace(e),
+            };
+            leader.state.observe(observed);
+        }
+        leader.seen = self.api.log.len();
+    }
+
+    fn send(&mut self, job: WriteJob) {
+        let (outcome, written, writes) = self.api.run_job(&job);
+        self.writes += writes;
+        let leader = self.leader();
+        leader.clock += Duration::from_millis(1);
+        let now = leader.clock;
+        leader.state.done(job.key, outcome, written, now);
+    }
+
+    fn settle(&mut self) {
+        let row = self.row;
+        // Long enough for a provider retry at its longest backoff.
+        let until = self.leader().clock + Duration::from_secs(301);
+        for _ in 0..1000 {
+            self.watch();
+            let leader = self.leader();
+            if let Some(job) = leader.state.decide(&condition_time()) {
+                self.send(job);
+                continue;
+            }
+            match leader.state.next_retry() {
+                Some(at) if at <= until => {
+                    leader.clock = leader.clock.max(at);
+                    let now = leader.clock;
+                    leader.state.due(now);
+                }
+                _ => return,
+            }
+        }
+        panic!("{row}: never settled");
+    }
+
+    fn step(&mut self, op: Op) {
+        let row = self.row;
+        match op {
+            Op::Pool(name, addresses) => self
+                .api
+                .put_pool(name, serde_json::json!({ "addresses": addresses })),
+            Op::PoolSpec(name, spec) => self.api.put_pool(name, spec),
+            Op::DeletePool(name) => self.api.delete_pool(name),
+            Op::Namespace(name, labels) => self.api.put_namespace(name, labels),
+            Op::Create(name, object) => self.api.create(name, object),
+            Op::Patch(name, patch) => self.api.patch(name, &patch, false),
+            Op::PatchStatus(name, patch) => self.api.patch(name, &patch, true),
+            Op::Delete(name) => self.api.delete(name),
+            Op::Recreate(name, object) => self.api.recreate(name, object),
+            Op::MaxInFlight(n) => self.max_in_flight = n,
+            Op::Start => self.start(),
+            Op::Watch => self.watch(),
+            Op::Decide(name) => {
+                let leader = self.leader();
+                let job = leader.state.decide(&condition_time());
+                let job = job.unwrap_or_else(|| panic!("{row}: nothing decided, {name} expected"));
+                assert_eq!(job.key, key(name), "{row}: decided the wrong Service");
+                leader.held.insert(name.to_string(), job);
+            }
+            Op::DecideNothing => {
+                let job = self.leader().state.decide(&condition_time());
+                assert!(job.is_none(), "{row}: decided {:?}", job.map(|j| j.key));
+            }
+            Op::Send(name) => {
+                let job = self.leader().held.remove(name);
+                let job = job.unwrap_or_else(|| panic!("{row}: no write of {name} held"));
+                self.send(job);
+            }
+            Op::Drop(name) => {
+                self.leader().held.remove(name);
+            }
+            Op::Settle => self.settle(),
+            Op::Due => {
+                let leader = self.leader();
+                let at = leader.state.next_retry();
+                let at = at.unwrap_or_else(|| panic!("{row}: no retry pending"));
+                leader.clock = leader.clock.max(at);
+                leader.state.due(at);
+            }
+            Op::Relist => {
+                let (services, _, _) = self.api.list();
+                let seen = self.api.log.len();
+                let leader = self.leader();
+                leader.state.observe(Observed::Service(Event::Init));
+                for s in services {
+                    leader
+                        .state
+                        .observe(Observed::Service(Event::InitApply(Arc::new(s))));
+                }
+                leader.state.observe(Observed::Service(Event::InitDone));
+                leader.seen = seen;
+            }
+            Op::Fail(fault) => self.api.faults.push_back(fault),
+            Op::ProviderDeleteFails(fails) => self.api.provider_delete_fails = fails,
+            Op::Expect(want) => self.check(&want),
+        }
+    }
+
+    fn check(&mut self, want: &Want) {
+        let row = self.row;
+        let ctx = format!("{row}: {want:?}");
+        match *want {
+            Want::Ingress(name, ips) => assert_eq!(self.api.ingress(name), ips, "{ctx}"),
+            Want::ClusterIp(name, ip) => {
+                assert_eq!(self.api.cluster_ip(name).as_deref(), ip, "{ctx}")
+            }
+            Want::ClusterIpOtherThan(name, other) => {
+                let got = self.api.cluster_ip(name);
+                assert!(
+                    got.is_some() && got.as_deref() != Some(other),
+                    "{ctx}: {got:?}"
+                );
+            }
+            Want::NodePorts(name, ports) => assert_eq!(self.api.node_ports(name), ports, "{ctx}"),
+            Want::NodePortsSet(name) => {
+                let ports = self.api.node_ports(name);
+                assert!(
+                    !ports.is_empty() && ports.iter().all(Option::is_some),
+                    "{ctx}: {ports:?}"
+                );
+            }
+            Want::HealthCheck(name, port) => {
+                assert_eq!(self.api.health_check(name), port, "{ctx}")
+            }
+            Want::HealthCheckOtherThan(name, other) => {
+                let got = self.api.health_check(name);
+                assert!(got.is_some() && got != Some(other), "{ctx}: {got:?}");
+            }
+            Want::Allocated(name, status) => {
+                let got = self.api.allocated(name).map(|c| c.0);
+                assert_eq!(
+                    got.as_deref().unwrap_or(""),
+                    status,
+                    "{ctx}: {:?}",
+                    self.api.allocated(name)
+                );
+            }
+            Want::Message(name, text) => {
+                let got = self.api.allocated(name).map(|c| c.1).unwrap_or_default();
+                assert!(got.contains(text), "{ctx}: {got}");
+            }
+            Want::Conflicts(n) => assert_eq!(self.leader().metrics.conflicts.get(), n, "{ctx}"),
+            Want::HoldsLb(name, ips) => {
+                let want: Vec<IpAddr> = ips.iter().map(|s| ip(s)).collect();
+                assert_eq!(
+                    self.leader().state.alloc.lb.ips_of(&key(name)),
+                    want,
+                    "{ctx}"
+                );
+            }
+            Want::HoldsClusterIps(name, ips) => {
+                let want: Vec<IpAddr> = ips.iter().map(|s| ip(s)).collect();
+                assert_eq!(
+                    self.leader().state.alloc.cluster.ips_of(&key(name)),
+                    want,
+                    "{ctx}"
+                );
+            }
+            Want::HoldsPort(name, port, held) => {
+                let owner = self.leader().state.alloc.ports.owner_of(port).cloned();
+                assert_eq!(owner == Some(key(name)), held, "{ctx}: held by {owner:?}");
+            }
+            Want::Entry(name, present) => {
+                let got = self.leader().state.states.contains_key(&key(name));
+                assert_eq!(got, present, "{ctx}");
+            }
+            Want::Exact(name) => {
+                let named = self.api.named(name);
+                let mut held = Holding::of(&self.leader().state.alloc, &key(name));
+                held.lb_ips.sort_unstable();
+                assert_eq!(held, named, "{ctx}");
+            }
+            Want::Writes(n) => assert_eq!(self.writes, n, "{ctx}"),
+        }
+    }
+}
+
+/// Runs one history; a failure names the row and the step.
+pub(super) fn run(row: Row) {
+    let mut run = Run {
+        row: row.name,
+        api: Api::default(),
+        leader: None,
+        max_in_flight: 64,
+        writes: 0,
+    };
+    for op in row.ops {
+        run.step(op);
+    }
+    run.api.assert_no_value_named_twice(row.name);
+}

@@ -1,0 +1,84 @@
+//! IPPool status from the allocators' counts: a write where a pool shows something else, at
+//! most one per pool at a time, and the counts mirrored into the pool metrics.
+
+use berth_api::{IPPool, IPPoolStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::cache::name_of;
+use super::pools::{build_pool_status, pool_overlaps};
+use super::state::AllocationState;
+
+/// What the loop is to do for the pools: their status writes, computed from the allocators.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PoolStatusWrite {
+    pub(crate) pool: String,
+    pub(crate) status: IPPoolStatus,
+}
+
+impl AllocationState {
+    /// The status writes the pools need: their counts as the allocators see them, where the
+    /// pool shows something else and no write for it is in flight. Mirrors the counts into
+    /// the pool metrics.
+    pub(crate) fn pool_status_writes(&mut self, now: &Time) -> Vec<PoolStatusWrite> {
+        let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
+        let overlaps = pool_overlaps(&pools);
+        let mut writes = Vec::new();
+        for pool in pools {
+            let name = name_of(&pool);
+            let counts = self.alloc.lb.pool_status(&name);
+            for (family, assigned, available) in counts.iter().flat_map(|c| {
+                [
+                    ("IPv4", c.assigned_ipv4, c.available_ipv4),
+                    ("IPv6", c.assigned_ipv6, c.available_ipv6),
+                ]
+            }) {
+                for (state, v) in [("assigned", assigned), ("available", available)] {
+                    self.metrics
+                        .pool_addresses
+                        .get_or_create(&vec![
+                            ("pool", name.clone()),
+                            ("family", family.to_string()),
+                            ("state", state.to_string()),
+                        ])
+                        .set(i64::try_from(v).unwrap_or(i64::MAX));
+                }
+            }
+            let status = build_pool_status(
+                &pool,
+                counts,
+                self.pool_problems.get(&name).map(String::as_str),
+                overlaps.get(&name).map(Vec::as_slice).unwrap_or(&[]),
+                now.clone(),
+            );
+            if pool.status.as_ref() == Some(&status) {
+                continue;
+            }
+            if !self.pools_in_flight.insert(name.clone()) {
+                self.schedule_pool_status();
+                continue;
+            }
+            writes.push(PoolStatusWrite { pool: name, status });
+        }
+        writes
+    }
+
+    /// A pool status write ended: on success the pool shows `status` now.
+    pub(crate) fn pool_status_done(
+        &mut self,
+        name: &str,
+        result: Result<IPPoolStatus, &'static str>,
+    ) {
+        self.pools_in_flight.remove(name);
+        match result {
+            Ok(status) => {
+                if let Some(p) = self.pools.objects.get_mut(name) {
+                    p.status = Some(status);
+                }
+            }
+            Err(category) => {
+                self.metrics.error(category);
+                self.schedule_pool_status();
+            }
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! The allocation state machine: everything the single writer knows and decides, with no
+//! client, no runtime and no clock of its own. The loop around it (`worker`) feeds it watch
+//! events (`observe`), asks it for the next write (`decide`), hands it the write's outcome
+//! (`done`) and tells it the time; everything it returns is plain data.
+//!
+//! Per Service it keeps one [`ServiceState`]: what the Service still holds beyond what its
+//! object asks for, what the write in flight would newly name, and what refused writes would
+//! have named. A release removes that one entry.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use berth_api::names::condition::reason;
+use berth_api::IPPool;
+use berth_ipam::{Labels, ServiceKey};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::watcher;
+
+use super::cache::Cache;
+use super::facts::{read_service, LbClass, ServiceFacts};
+use super::fresh::{compute_fresh, Holding};
+use super::held::Unwritten;
+use super::plan::{adopt_all, plan_service, Allocators};
+use super::pools::build_pool_specs;
+use super::queue::Queue;
+use super::write::{
+    build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteJob, WrittenSpec,
+};
+use crate::config::ControllerConfig;
+use crate::load_balancer::eligible_nodes;
+use crate::metrics::{Metrics, ReconcileTimer};
+use crate::Error;
+
+/// One watch event of a kind the state machine follows.
+// Not boxed: an event is moved once, from the watch into `observe`.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Observed {
+    Service(watcher::Event<Arc<Service>>),
+    Pool(watcher::Event<IPPool>),
+    Namespace(watcher::Event<Namespace>),
+    Node(watcher::Event<Node>),
+}
+
+/// What the state machine keeps of one Service besides its cached object and the values the
+/// allocators hold for it. Absent (the default) for most Services.
+#[derive(Debug, Default)]
+pub(crate) struct ServiceState {
+    /// Its last decision failed for want of a value: it is decided again whenever a value is
+    /// let go.
+    pub(crate) waiting: bool,
+    /// It holds LoadBalancer addresses its type no longer uses until the write clearing its
+    /// status has landed (see `withhold_until_cleared`).
+    pub(crate) clearing: bool,
+    /// Its spec write drops values its type no longer uses (node ports, an ExternalName
+    /// Service's ClusterIPs): decided again once it lands, which frees them (the write's echo
+    /// alone would not be decided).
+    pub(crate) dropping: bool,
+    /// What the decision behind its write in flight newly gave it; kept as `refused` when the
+    /// write naming it is refused.
+    pub(crate) in_flight: Option<Unwritten>,
+    /// What refused writes would have named: held until the Service is decided again from a
+    /// newer version, which lets go of what that version does not name (see `settle_refused`).
+    pub(crate) refused: Option<Unwritten>,
+}
+
+impl ServiceState {
+    fn is_idle(&self) -> bool {
+        let Self {
+            waiting,
+            clearing,
+            dropping,
+            in_flight,
+            refused,
+        } = self;
+        !waiting && !clearing && !dropping && in_flight.is_none() && refused.is_none()
+    }
+}
+
+/// The single writer's state: the allocators, the objects they are decided from, the queue,
+/// and one [`ServiceState`] per Service that needs one.
+pub(crate) struct AllocationState {
+    default_class: Option<&'static str>,
+    max_in_flight: usize,
+    pub(super) metrics: Metrics,
+    pub(super) alloc: Allocators,
+    pub(super) services: HashMap<ServiceKey, Arc<Service>>,
+    pub(super) svc_buffer: Option<HashMap<ServiceKey, Arc<Service>>>,
+    pub(super) svc_synced: bool,
+    pub(super) pools: Cache<IPPool>,
+    pub(super) pool_problems: BTreeMap<String, String>,
+    pub(super) namespaces: Cache<Namespace>,
+    pub(super) nodes: Cache<Node>,
+    pub(super) started: bool,
+    pub(super) queue: Queue,
+    pub(super) states: HashMap<ServiceKey, ServiceState>,
+    /// Services whose writes are in flight.
+    in_flight: usize,
+    /// The pool statuses may differ from the counts: the loop is to compute them soon.
+    pool_status_wanted: bool,
+    pub(super) pools_in_flight: HashSet<String>,
+    /// Deleted Services whose provider state is to be cleaned up.
+    cleanups: Vec<ServiceKey>,
+}
+
+impl AllocationState {
+    pub(crate) fn new(cfg: &ControllerConfig, metrics: Metrics) -> Result<Self, Error> {
+        let alloc = Allocators::new(&cfg.service_cidrs, cfg.node_port_range, cfg.seed)?;
+        Ok(Self {
+            default_class: cfg.default_class,
+            max_in_flight: cfg.max_in_flight,
+            metrics,
+            alloc,
+            services: HashMap::new(),
+            svc_buffer: None,
+            svc_synced: false,
+            pools: Cache::default(),
+            pool_problems: BTreeMap::new(),
+            namespaces: Cache::default(),
+            nodes: Cache::default(),
+            started: false,
+            queue: Queue::default(),
+            states: HashMap::new(),
+            in_flight: 0,
+            pool_status_wanted: false,
+            pools_in_flight: HashSet::new(),
+            cleanups: Vec::new(),
+        })
+    }
+
+    /// Whether every existing value has been adopted, so that new ones may be assigned.
+    pub(crate) fn started(&self) -> bool {
+        self.started
+    }
+
+    /// The Service's entry, made when missing; [`Self::tidy`] removes it once idle again.
+    pub(super) fn state_mut(&mut self, key: &ServiceKey) -> &mut ServiceState {
+        self.states.entry(key.clone()).or_default()
+    }
+
+    pub(super) fn tidy(&mut self, key: &ServiceKey) {
+        if self.states.get(key).is_some_and(ServiceState::is_idle) {
+            self.states.remove(key);
+        }
+    }
+
+    /// The Service read with this controller's default class.
+    pub(crate) fn read(&self, svc: &Service) -> ServiceFacts {
+        read_service(svc, self.default_class)
+    }
+
+    pub(super) fn schedule_pool_status(&mut self) {
+        self.pool_status_wanted = true;
+    }
+
+    /// True once after something changed the pool counts (or a pool status write failed).
+    pub(crate) fn take_pool_status_wanted(&mut self) -> bool {
+        std::mem::take(&mut self.pool_status_wanted)
+    }
+
+    /// The deleted Services whose provider state is to be cleaned up.
+    pub(crate) fn take_cleanups(&mut self) -> Vec<ServiceKey> {
+        std::mem::take(&mut self.cleanups)
+    }
+
+    pub(super) fn push_cleanup(&mut self, key: ServiceKey) {
+        self.cleanups.push(key);
+    }
+
+    /// When the earliest retry is due.
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
+        self.queue.next_retry()
+    }
+
+    /// Marks the Services whose retry is due at `now`.
+    pub(crate) fn due(&mut self, now: Instant) {
+        self.queue.due(now);
+    }
+
+    /// Adopts every existing value oldest first, once all four kinds are listed.
+    pub(super) fn maybe_start(&mut self) {
+        if self.started
+            || !(self.svc_synced
+                && self.pools.synced
+                && self.namespaces.synced
+                && self.nodes.synced)
+        {
+            return;
+        }
+        self.install_pools();
+        let labels: HashMap<String, Labels> = self.namespace_labels();
+        let empty = Labels::new();
+        let facts: Vec<_> = self.services.values().map(|s| self.read(s)).collect();
+        let refused = adopt_all(
+            &mut self.alloc,
+            facts
+                .iter()
+                .map(|f| (f, labels.get(&f.key.namespace).unwrap_or(&empty))),
+        );
+        for (key, e) in &refused {
+            self.metrics.conflicts.inc();
+            tracing::warn!(service = %key, error = %e, "conflicting value on an existing Service; the older Service keeps it");
+        }
+        self.started = true;
+        tracing::info!(
+            services = self.services.len(),
+            pools = self.pools.objects.len(),
+            conflicts = refused.len(),
+            "adopted existing allocations"
+        );
+        let mut keys: Vec<ServiceKey> = self.services.keys().cloned().collect();
+        keys.sort();
+        for k in keys {
+            self.queue.mark(k);
+        }
+        self.schedule_pool_status();
+    }
+
+    fn namespace_labels(&self) -> HashMap<String, Labels> {
+        self.namespaces
+            .objects
+            .iter()
+            .map(|(n, ns)| (n.clone(), ns.metadata.labels.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    /// The labels of one namespace (none while it is unknown).
+    pub(super) fn labels_of_namespace(&self, namespace: &str) -> Labels {
+        self.namespaces
+            .objects
+            .get(namespace)
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
+    fn install_pools(&mut self) {
+        let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
+        let (specs, problems) = build_pool_specs(&pools);
+        self.pool_problems = problems;
+        match self.alloc.lb.set_pools(specs) {
+            Ok(orphans) => {
+                for o in orphans {
+                    tracing::info!(service = %o.owner, ip = %o.ip, "address left every pool; the Service gets a new one");
+                }
+            }
+            Err(e) => {
+                self.metrics.error("config");
+                tracing::warn!(error = %e, "IPPools not installed; keeping the previous ones");
+            }
+        }
+    }
+
+    pub(super) fn pools_changed(&mut self) {
+        self.install_pools();
+        self.mark_lb_services();
+        self.schedule_pool_status();
+    }
+
+    /// LoadBalancer Services, and Services still showing an ingress, decide again.
+    pub(super) fn mark_lb_services(&mut self) {
+        let keys: Vec<ServiceKey> = self
+            .services
+            .iter()
+            .filter(|(_, s)| {
+                s.spec.as_ref().and_then(|sp| sp.type_.as_deref()) == Some("LoadBalancer")
+                    || s.status
+                        .as_ref()
+                        .and_then(|st| st.load_balancer.as_ref())
+                        .is_some_and(|lb| lb.ingress.as_ref().is_some_and(|i| !i.is_empty()))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.queue.mark(k);
+        }
+    }
+
+    /// The next write, decided from the dirty Services while there is room for one; `now` is
+    /// the time a changed condition carries.
+    pub(crate) fn decide(&mut self, now: &Time) -> Option<WriteJob> {
+        if !self.started {
+            return None;
+        }
+        while self.in_flight < self.max_in_flight {
+            let key = self.queue.pop()?;
+            if let Some(job) = self.decide_one(key, now) {
+                return Some(job);
+            }
+        }
+        None
+    }
+
+    fn decide_one(&mut self, key: ServiceKey, now: &Time) -> Option<WriteJob> {
+        let svc = self.services.get(&key).cloned()?;
+        let span = tracing::info_span!("reconcile", namespace = %key.namespace, name = %key.name);
+        let _enter = span.enter();
+        let metrics = self.metrics.clone();
+        let timer = ReconcileTimer::start(&metrics, "service");
+        let facts = self.read(&svc);
+        let labels = self.labels_of_namespace(&key.namespace);
+        let carried = self.settle_refused(&key, &svc, &facts);
+        let before = Holding::of(&self.alloc, &key);
+        let out = plan_service(&mut self.alloc, &facts, &labels);
+        if self.alloc.lb.ips_of(&key) != before.lb_ips {
+            self.schedule_pool_status();
+        }
+        let failure = match &out.result {
+            Some(Err(f)) => {
+                self.metrics
+                    .allocations
+                    .get_or_create(&vec![("result", "failed")])
+                    .inc();
+                if f.reason == reason::IP_ALREADY_ALLOCATED
+                    || f.reason == reason::PORT_ALREADY_ALLOCATED
+                {
+                    self.metrics.conflicts.inc();
+                }
+                self.state_mut(&key).waiting = true;
+                Some(f.message.clone())
+            }
+            Some(Ok(())) => {
+                self.metrics
+                    .allocations
+                    .get_or_create(&vec![("result", "ok")])
+                    .inc();
+                self.stop_waiting(&key);
+                None
+            }
+            None => {
+                self.stop_waiting(&key);
+                None
+            }
+        };
+        if before.any_released(&self.alloc, &key) {
+            self.wake_waiting(Some(&key));
+        }
+        let conditions = build_conditions(&svc, &out, now.clone());
+        let ingress = out.ingress.clone().filter(|ips| ingress_differs(&svc, ips));
+        self.withhold_until_cleared(&key, &facts, &labels, &before.lb_ips, ingress.as_ref());
+        let nodes = if ingress.is_some() && facts.lb_class != LbClass::None {
+            eligible_nodes(&self.nodes.objects)
+        } else {
+            Vec::new()
+        };
+        if out.fill.drop_node_ports
+            || out.fill.drop_health_check_node_port
+            || out.fill.drop_cluster_ips
+        {
+            self.state_mut(&key).dropping = true;
+        }
+        let job = WriteJob {
+            key: key.clone(),
+            spec_patch: build_spec_patch(&svc, &out.fill),
+            // A failure is announced once, when the condition says so for the first time.
+            failure: failure.filter(|_| conditions.is_some()),
+            conditions,
+            ingress,
+            nodes,
+            new_lb_ips: out.new_lb_ips.clone(),
+            svc,
+        };
+        drop(timer);
+        if job.is_empty() {
+            tracing::debug!("nothing to write");
+            self.queue.settled(&key);
+            self.hold_refused(&key, job.svc.metadata.resource_version.clone(), carried);
+            self.tidy(&key);
+            return None;
+        }
+        tracing::info!(
+            spec = job.spec_patch.is_some(),
+            status = job.conditions.is_some() || job.ingress.is_some(),
+            "writing allocation"
+        );
+        let mut fresh = compute_fresh(&before, &facts, &out.fill, job.ingress.as_deref());
+        fresh.merge(carried);
+        if !fresh.is_empty() {
+            let version = job.svc.metadata.resource_version.clone();
+            self.state_mut(&key).in_flight = Some(Unwritten { version, fresh });
+        }
+        self.tidy(&key);
+        self.queue.started(key);
+        self.in_flight += 1;
+        Some(job)
+    }
+
+    fn stop_waiting(&mut self, key: &ServiceKey) {
+        if let Some(s) = self.states.get_mut(key) {
+            s.waiting = false;
+        }
+    }
+
+    /// A Service's write job ended at `now` with `outcome`; `written` is the Service as its
+    /// spec write returned it, when that write landed.
+    pub(crate) fn done(
+        &mut self,
+        key: ServiceKey,
+        outcome: JobOutcome,
+        written: Option<WrittenSpec>,
+        now: Instant,
+    ) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        // The version a status write carried when the spec write before it landed.
+        let spec_version = written
+            .as_ref()
+            .and_then(|w| w.svc.metadata.resource_version.clone());
+        if let Some(w) = written {
+            self.remember_written(&key, w);
+        }
+        let landed = matches!(outcome, JobOutcome::Done { .. });
+        if landed {
+            self.release_cleared(&key);
+        }
+        let fresh = self.states.get_mut(&key).and_then(|s| s.in_flight.take());
+        if let (JobOutcome::Rejected { write }, Some(u)) = (&outcome, fresh) {
+            let version = match write {
+                Write::Status => spec_version.or(u.version),
+                Write::Spec => u.version,
+            };
+            self.hold_refused(&key, version, u.fresh.unwritten(*write));
+        }
+        if let Some(category) = self.queue.finished(&key, outcome, now) {
+            self.metrics.error(category);
+        }
+        // Any other outcome decides again by itself.
+        let dropped = self
+            .states
+            .get_mut(&key)
+            .is_some_and(|s| std::mem::take(&mut s.dropping));
+        if dropped && landed {
+            self.queue.mark(key.clone());
+        }
+        self.tidy(&key);
+    }
+}
