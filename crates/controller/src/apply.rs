@@ -17,7 +17,7 @@ use kube::Resource;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::error::api_error_category;
+use crate::error::ErrorCategory;
 use crate::events::{EventRecorder, EventType};
 use crate::metrics::Metrics;
 use crate::plan::{Allocation, SpecFill};
@@ -190,8 +190,8 @@ pub enum JobOutcome {
     /// version it carried. Nothing of it was written, nor of the writes after it; tried
     /// again like any conflict.
     Rejected { write: Write },
-    /// Try again later; `category` is the metric label.
-    Retry { category: &'static str },
+    /// Failed; `category` says when it is tried again and is the metric label.
+    Retry { category: ErrorCategory },
 }
 
 /// One of a job's two writes.
@@ -229,11 +229,11 @@ impl WriteCtx {
 }
 
 fn outcome_of(e: &kube::Error, write: Write) -> JobOutcome {
-    match api_error_category(e) {
-        "not_found" => JobOutcome::Gone,
+    match ErrorCategory::of_api(e) {
+        ErrorCategory::NotFound => JobOutcome::Gone,
         // Only a 409 says for sure that nothing was written: after a timeout or a lost
         // connection the write may have landed, and what it names stays held.
-        "conflict" => JobOutcome::Rejected { write },
+        ErrorCategory::Conflict => JobOutcome::Rejected { write },
         category => JobOutcome::Retry { category },
     }
 }
@@ -418,7 +418,7 @@ async fn run_job_inner(
     }
     if lb_failed {
         return JobOutcome::Retry {
-            category: "provider",
+            category: ErrorCategory::Provider,
         };
     }
     JobOutcome::Done { written }

@@ -22,9 +22,15 @@ mod service_feed;
 mod worker;
 mod written;
 
-pub use config::{parse_default_class, parse_service_cidrs, ControllerConfig, LeaseConfig};
+/// Re-exported so the binary can name the flags' types and stop the controller without
+/// dependencies of its own.
+pub use berth_ipam::PortRange;
+pub use config::{
+    parse_default_class, parse_node_port_range, parse_service_cidrs, ControllerConfig,
+    ControllerOptions, LeaseConfig,
+};
 pub use controller::AllocationController;
-pub use error::{api_error_category, Error};
+pub use error::{Error, ErrorCategory, Retry};
+pub use ipnet::IpNet;
 pub use run::{run_controller, RunOptions};
-/// Re-exported so the binary can stop the controller without its own dependency.
 pub use tokio_util::sync::CancellationToken;

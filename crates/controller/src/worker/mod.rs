@@ -30,6 +30,7 @@ use crate::apply::{
     WriteJob,
 };
 use crate::config::ControllerConfig;
+use crate::error::ErrorCategory;
 use crate::facts::{read_service, LbClass};
 use crate::fresh::{compute_fresh, Holding};
 use crate::metrics::{Metrics, ReconcileTimer};
@@ -46,7 +47,7 @@ enum Done {
     Service(ServiceKey, JobOutcome, Option<apply::WrittenSpec>),
     /// A deleted Service's provider cleanup finished.
     Deleted(ServiceKey, Result<(), String>),
-    Pool(String, Result<IPPoolStatus, &'static str>),
+    Pool(String, Result<IPPoolStatus, ErrorCategory>),
 }
 
 const POOL_STATUS_DELAY: Duration = Duration::from_millis(200);
@@ -259,7 +260,7 @@ impl Worker {
                 }
             }
             Err(e) => {
-                self.metrics.error("config");
+                self.metrics.error(ErrorCategory::Config);
                 tracing::warn!(error = %e, "IPPools not installed; keeping the previous ones");
             }
         }
@@ -442,7 +443,7 @@ impl Worker {
             }
             Done::Deleted(key, result) => {
                 if let Err(e) = result {
-                    self.metrics.error("provider");
+                    self.metrics.error(ErrorCategory::Provider);
                     tracing::warn!(service = %key, error = %e, "load balancer cleanup failed");
                 }
             }

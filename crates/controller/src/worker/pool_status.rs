@@ -7,7 +7,7 @@ use kube::api::{Api, Patch};
 
 use super::{name_of, Done, Worker};
 use crate::apply::{self, writer_params};
-use crate::error::api_error_category;
+use crate::error::ErrorCategory;
 use crate::pools::{build_pool_status, pool_overlaps};
 
 impl Worker {
@@ -55,7 +55,7 @@ impl Worker {
             self.jobs.push(
                 async move {
                     if !*ctx.leading.borrow() {
-                        return Done::Pool(name, Err("not_leading"));
+                        return Done::Pool(name, Err(ErrorCategory::NotLeading));
                     }
                     ctx.metrics.write("pool_status");
                     let patch = serde_json::json!({ "status": status });
@@ -63,7 +63,7 @@ impl Worker {
                         .patch_status(&name, &writer_params(), &Patch::Merge(&patch))
                         .await
                         .map(|_| status)
-                        .map_err(|e| api_error_category(&e));
+                        .map_err(|e| ErrorCategory::of_api(&e));
                     Done::Pool(name, result)
                 }
                 .boxed(),

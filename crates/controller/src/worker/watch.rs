@@ -13,6 +13,7 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 
 use super::{Done, Worker};
+use crate::error::ErrorCategory;
 use crate::facts::{read_service, LbClass};
 use crate::service_feed::map_event;
 
@@ -181,7 +182,7 @@ impl Worker {
                 .err(),
         };
         if let Some(e) = failed {
-            self.metrics.error("watch");
+            self.metrics.error(ErrorCategory::Watch);
             tracing::warn!(error = %e, "watch failed; retrying");
         }
         self.maybe_start();
