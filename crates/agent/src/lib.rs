@@ -73,3 +73,31 @@ pub enum Error {
     #[error("a datapath task stopped unexpectedly: {0}")]
     Task(String),
 }
+
+impl Error {
+    /// A bounded label for logs and metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::InvalidConfig { .. } => "config",
+            Error::Sync { source, .. } => source.category(),
+            Error::Conntrack { .. } | Error::ConntrackCommand { .. } => "conntrack",
+            Error::Bind { .. } | Error::Telemetry(_) | Error::Admin(_) => "admin",
+            Error::Task(_) => "task",
+        }
+    }
+
+    /// Whether trying again can help. The sync loop retries every failed sync regardless, with
+    /// backoff and a full resync, because the Services it programs may change meanwhile; this
+    /// says whether the failure can heal without such a change.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Sync { source, .. } => source.is_retryable(),
+            Error::Conntrack { .. } | Error::ConntrackCommand { .. } => true,
+            Error::InvalidConfig { .. }
+            | Error::Bind { .. }
+            | Error::Telemetry(_)
+            | Error::Admin(_)
+            | Error::Task(_) => false,
+        }
+    }
+}
