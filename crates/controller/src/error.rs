@@ -16,7 +16,7 @@ use kube::runtime::watcher;
 /// | `provider`    | a load balancer provider failed         | with the provider's slower backoff   |
 /// | `watch`       | a watch failed or ended                 | with backoff (the watcher resumes)   |
 /// | `lease`       | leader election                         | with backoff (the next attempt)      |
-/// | `not_found`   | 404                                     | no: the object is gone, its delete event follows |
+/// | `not_found`   | 404: the object went away under the write | with backoff, once the cache has seen it go (the allocation takes a 404 as the Service gone and releases it) |
 /// | `invalid`     | 400, 422: the API server refuses what berth sent | not until the object changes |
 /// | `rejected`    | any other 4xx (401, 403, ...)            | not until the object changes         |
 /// | `not_leading` | leadership was lost before the write    | no: the next term decides afresh     |
@@ -92,13 +92,11 @@ impl ErrorCategory {
             | Self::Transport
             | Self::Provider
             | Self::Watch
-            | Self::Lease => Retry::Backoff,
-            Self::NotFound
-            | Self::Invalid
-            | Self::Rejected
-            | Self::NotLeading
-            | Self::Config
-            | Self::Admin => Retry::Never,
+            | Self::Lease
+            | Self::NotFound => Retry::Backoff,
+            Self::Invalid | Self::Rejected | Self::NotLeading | Self::Config | Self::Admin => {
+                Retry::Never
+            }
         }
     }
 
@@ -205,7 +203,7 @@ mod tests {
             (429, "throttled", Retry::Backoff),
             (500, "server", Retry::Backoff),
             (503, "server", Retry::Backoff),
-            (404, "not_found", Retry::Never),
+            (404, "not_found", Retry::Backoff),
             (400, "invalid", Retry::Never),
             (422, "invalid", Retry::Never),
             (403, "rejected", Retry::Never),
