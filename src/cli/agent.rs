@@ -94,23 +94,15 @@ impl AgentArgs {
 /// Programs the iptables of the network namespace it runs in; stopping leaves the rules in place.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let config = args.to_options().validate()?;
+    let admin_listen = config.admin_listen();
+    let opts = berth_agent::RunOptions {
+        config,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    };
     super::run(|shutdown| async move {
         let client = super::build_client(args.kubeconfig.as_deref()).await?;
-        let mut registry = berth_telemetry::MetricsRegistry::new();
-        registry.register_build_info(env!("CARGO_PKG_VERSION"));
-        let readiness = berth_telemetry::Readiness::new();
-        let admin_listen = config.admin_listen();
-        let agent = berth_agent::Agent::new(
-            config,
-            client,
-            berth_agent::CommandIptables::new,
-            berth_agent::CommandConntrack::new(),
-            &mut registry,
-            &readiness,
-        )?;
         let admin = super::bind_admin(admin_listen).await?;
-        agent
-            .run(admin, registry.into_shared(), shutdown.cancelled_owned())
+        berth_agent::run_agent(client, admin, opts, shutdown)
             .await
             .context("running the agent")
     })

@@ -22,6 +22,7 @@ pub mod datapath;
 pub mod healthcheck;
 pub mod index;
 pub mod metrics;
+mod run;
 pub mod schedule;
 mod watch;
 
@@ -30,6 +31,7 @@ pub use config::{parse_duration, AgentConfig, AgentOptions};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
 pub use datapath::SharedIptables;
 pub use index::Index;
+pub use run::{run_agent, RunOptions};
 
 /// What a binary needs to configure and run the agent without depending on the datapath itself.
 pub use berth_datapath::convert::ProxyMode;
