@@ -22,15 +22,16 @@ mod service_feed;
 mod worker;
 mod written;
 
-/// Re-exported so the binary can name the flags' types and stop the controller without
-/// dependencies of its own.
-pub use berth_ipam::PortRange;
 pub use config::{
     parse_default_class, parse_node_port_range, parse_service_cidrs, ControllerConfig,
     ControllerOptions, LeaseConfig,
 };
 pub use controller::AllocationController;
 pub use error::{Error, ErrorCategory, Retry};
-pub use ipnet::IpNet;
 pub use run::{run_controller, RunOptions};
+
+// Re-exported so the binary can name the flags' types and stop the controller without
+// dependencies of its own.
+pub use berth_ipam::PortRange;
+pub use ipnet::IpNet;
 pub use tokio_util::sync::CancellationToken;
