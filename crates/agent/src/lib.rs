@@ -103,3 +103,41 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_sync_carries_the_datapath_category() {
+        let refused = Error::Sync {
+            family: "IPv4",
+            source: berth_datapath::Error::Restore {
+                reason: "line 3 failed".into(),
+            },
+        };
+        assert_eq!(
+            (refused.category(), refused.is_retryable()),
+            ("restore", true)
+        );
+        let unparsable = Error::Sync {
+            family: "IPv4",
+            source: berth_datapath::Error::Parse {
+                line: "-A".into(),
+                reason: "no chain".into(),
+            },
+        };
+        assert_eq!(
+            (unparsable.category(), unparsable.is_retryable()),
+            ("parse", false)
+        );
+        let config = Error::InvalidConfig {
+            field: "node name",
+            reason: "empty".into(),
+        };
+        assert_eq!(
+            (config.category(), config.is_retryable()),
+            ("config", false)
+        );
+    }
+}
