@@ -407,7 +407,13 @@ where
                 Some(err) => {
                     metrics.restore_failures.inc();
                     let message = error_chain(&err);
-                    tracing::warn!(error = %message, retry_in = ?schedule.backoff(), "datapath sync failed; the next one is full");
+                    tracing::warn!(
+                        error = %message,
+                        category = err.category(),
+                        retryable = err.is_retryable(),
+                        retry_in = ?schedule.backoff(),
+                        "datapath sync failed; the next one is full"
+                    );
                     // Trigger times and stale flows still wait for a successful sync.
                     carried = work;
                     status.send_modify(|s| {

@@ -22,6 +22,7 @@ pub mod datapath;
 pub mod healthcheck;
 pub mod index;
 pub mod metrics;
+mod run;
 pub mod schedule;
 mod watch;
 
@@ -30,6 +31,7 @@ pub use config::{parse_duration, AgentConfig, AgentOptions};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
 pub use datapath::SharedIptables;
 pub use index::Index;
+pub use run::{run_agent, RunOptions};
 
 /// What a binary needs to configure and run the agent without depending on the datapath itself.
 pub use berth_datapath::convert::ProxyMode;
@@ -72,4 +74,70 @@ pub enum Error {
     Admin(#[source] berth_telemetry::Error),
     #[error("a datapath task stopped unexpectedly: {0}")]
     Task(String),
+}
+
+impl Error {
+    /// A bounded label for logs and metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::InvalidConfig { .. } => "config",
+            Error::Sync { source, .. } => source.category(),
+            Error::Conntrack { .. } | Error::ConntrackCommand { .. } => "conntrack",
+            Error::Bind { .. } | Error::Telemetry(_) | Error::Admin(_) => "admin",
+            Error::Task(_) => "task",
+        }
+    }
+
+    /// Whether trying again can help. The sync loop retries every failed sync regardless, with
+    /// backoff and a full resync, because the Services it programs may change meanwhile; this
+    /// says whether the failure can heal without such a change.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Sync { source, .. } => source.is_retryable(),
+            Error::Conntrack { .. } | Error::ConntrackCommand { .. } => true,
+            Error::InvalidConfig { .. }
+            | Error::Bind { .. }
+            | Error::Telemetry(_)
+            | Error::Admin(_)
+            | Error::Task(_) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_sync_carries_the_datapath_category() {
+        let refused = Error::Sync {
+            family: "IPv4",
+            source: berth_datapath::Error::Restore {
+                reason: "line 3 failed".into(),
+            },
+        };
+        assert_eq!(
+            (refused.category(), refused.is_retryable()),
+            ("restore", true)
+        );
+        let unparsable = Error::Sync {
+            family: "IPv4",
+            source: berth_datapath::Error::Parse {
+                line: "-A".into(),
+                reason: "no chain".into(),
+            },
+        };
+        assert_eq!(
+            (unparsable.category(), unparsable.is_retryable()),
+            ("parse", false)
+        );
+        let config = Error::InvalidConfig {
+            field: "node name",
+            reason: "empty".into(),
+        };
+        assert_eq!(
+            (config.category(), config.is_retryable()),
+            ("config", false)
+        );
+    }
 }

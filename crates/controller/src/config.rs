@@ -1,4 +1,5 @@
-//! The controller's configuration, parsed once from flags into checked values.
+//! `ControllerOptions` (what the flags say, already typed) -> `ControllerConfig` (checked once,
+//! then trusted). The binary parses each flag with the functions here.
 
 use std::time::Duration;
 
@@ -37,7 +38,8 @@ impl LeaseConfig {
     }
 
     /// The durations must nest: retry < renew deadline < lease duration, so a leader gives
-    /// up before anyone else may take over.
+    /// up before anyone else may take over. [`ControllerOptions::validate`] checks this once;
+    /// the elector trusts what it is given.
     pub fn validate(&self) -> Result<(), Error> {
         if self.lease_duration.as_secs() < 1 {
             return Err(Error::Config("--lease-duration must be at least 1s".into()));
@@ -96,6 +98,89 @@ impl ControllerConfig {
     }
 }
 
+/// The controller's settings as the flags give them, each already parsed into its type;
+/// [`ControllerOptions::validate`] checks how they fit together.
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// As [`parse_service_cidrs`] returns them.
+    pub service_cidrs: Vec<IpNet>,
+    pub node_port_range: PortRange,
+    /// As [`parse_default_class`] returns it.
+    pub default_class: Option<&'static str>,
+    /// Maintain Endpoints and EndpointSlices.
+    pub endpoints: bool,
+    pub max_endpoints_per_slice: usize,
+    /// Services whose Endpoints are synced at the same time.
+    pub concurrent_endpoint_syncs: usize,
+    /// `false` runs without a Lease (one replica).
+    pub leader_election: bool,
+    pub lease_name: String,
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease and on Events.
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl ControllerOptions {
+    pub fn validate(self) -> Result<ControllerConfig, Error> {
+        let ControllerOptions {
+            service_cidrs,
+            node_port_range,
+            default_class,
+            endpoints,
+            max_endpoints_per_slice,
+            concurrent_endpoint_syncs,
+            leader_election,
+            lease_name,
+            lease_namespace,
+            identity,
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        } = self;
+        let endpoints = if endpoints {
+            let slices = berth_endpoints::SliceConfig::new(max_endpoints_per_slice)
+                .map_err(|e| Error::Config(format!("--max-endpoints-per-slice: {e}")))?;
+            if concurrent_endpoint_syncs == 0 {
+                return Err(Error::Config(
+                    "--concurrent-endpoint-syncs must be at least 1".into(),
+                ));
+            }
+            Some(crate::endpoints::EndpointsConfig {
+                slices,
+                workers: concurrent_endpoint_syncs,
+                ..Default::default()
+            })
+        } else {
+            None
+        };
+        let lease = if leader_election {
+            let lease = LeaseConfig {
+                name: lease_name,
+                namespace: lease_namespace,
+                identity: identity.clone(),
+                lease_duration,
+                renew_deadline,
+                retry_period,
+            };
+            lease.validate()?;
+            Some(lease)
+        } else {
+            None
+        };
+        Ok(ControllerConfig {
+            node_port_range,
+            default_class,
+            lease,
+            instance: identity,
+            endpoints,
+            ..ControllerConfig::new(service_cidrs)
+        })
+    }
+}
+
 /// Parses `--service-cidr`: one CIDR or two comma-separated ones of different families.
 pub fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, Error> {
     let cidrs = text
@@ -114,6 +199,12 @@ pub fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, Error> {
             "--service-cidr {text:?}: expected one CIDR, or two of different IP families"
         ))),
     }
+}
+
+/// Parses `--node-port-range`: `first-last`.
+pub fn parse_node_port_range(text: &str) -> Result<PortRange, Error> {
+    text.parse()
+        .map_err(|e| Error::Config(format!("--node-port-range: {e}")))
 }
 
 /// Parses `--default-class`: `l2`, `aws-nlb` (or their full class names) or `none`.

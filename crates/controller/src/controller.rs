@@ -82,7 +82,7 @@ impl AllocationController {
             self.lead(rx, shutdown).await?;
             return Ok(());
         };
-        let elector = LeaderElector::new(self.client.clone(), lease_cfg)?;
+        let elector = LeaderElector::new(self.client.clone(), lease_cfg);
         let (tx, rx) = watch::channel(false);
         let election_stop = CancellationToken::new();
         // A task of its own, so that a busy allocation loop cannot delay the renewals past
@@ -195,6 +195,6 @@ impl AllocationController {
             result
         };
         let ((), result) = tokio::join!(worker, endpoints);
-        result.map_err(|e| Error::Endpoints(Box::new(e)))
+        result
     }
 }

@@ -18,7 +18,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::api_error_category;
+use crate::error::ErrorCategory;
 use crate::metrics::Metrics;
 
 /// Events waiting to be sent. A cold start of 10,000 LoadBalancer Services queues three
@@ -203,7 +203,7 @@ impl EventSender {
             .create(&PostParams::default(), &event)
             .await
         {
-            self.metrics.error(api_error_category(&e));
+            self.metrics.error(ErrorCategory::of_api(&e));
             tracing::debug!(error = %e, reason = pending.reason, "publishing an event failed");
         }
     }

@@ -85,12 +85,12 @@ pub struct LeaderElector {
 }
 
 impl LeaderElector {
-    pub fn new(client: Client, cfg: LeaseConfig) -> Result<Self, Error> {
-        cfg.validate()?;
-        Ok(Self {
+    /// `cfg` as [`crate::ControllerOptions::validate`] checked it.
+    pub fn new(client: Client, cfg: LeaseConfig) -> Self {
+        Self {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
-        })
+        }
     }
 
     /// Attempts every retry period; `leading` follows the outcome. On shutdown the flag drops

@@ -18,9 +18,16 @@ mod run;
 mod service_feed;
 mod written;
 
-pub use config::{parse_default_class, parse_service_cidrs, ControllerConfig, LeaseConfig};
+pub use config::{
+    parse_default_class, parse_node_port_range, parse_service_cidrs, ControllerConfig,
+    ControllerOptions, LeaseConfig,
+};
 pub use controller::AllocationController;
-pub use error::{api_error_category, Error};
+pub use error::{Error, ErrorCategory, Retry};
 pub use run::{run_controller, RunOptions};
-/// Re-exported so the binary can stop the controller without its own dependency.
+
+// Re-exported so the binary can name the flags' types and stop the controller without
+// dependencies of its own.
+pub use berth_ipam::PortRange;
+pub use ipnet::IpNet;
 pub use tokio_util::sync::CancellationToken;

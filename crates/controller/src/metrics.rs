@@ -6,6 +6,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::error::ErrorCategory;
+
 type Labels2 = Vec<(&'static str, String)>;
 type StaticLabels = Vec<(&'static str, &'static str)>;
 
@@ -25,7 +27,7 @@ pub struct Metrics {
     pub conflicts: Counter,
     /// One observation per Service decision.
     pub reconcile_duration: Family<StaticLabels, Histogram, fn() -> Histogram>,
-    /// `category`: conflict, not_found, invalid, throttled, server, transport, lease, ...
+    /// `category`: one of [`ErrorCategory`]'s labels.
     pub errors: Family<StaticLabels, Counter>,
     /// Writes sent to the API server, by `kind` (spec, status, event, pool_status).
     pub writes: Family<StaticLabels, Counter>,
@@ -98,9 +100,9 @@ impl Metrics {
         m
     }
 
-    pub fn error(&self, category: &'static str) {
+    pub fn error(&self, category: ErrorCategory) {
         self.errors
-            .get_or_create(&vec![("category", category)])
+            .get_or_create(&vec![("category", category.as_str())])
             .inc();
     }
 
@@ -144,7 +146,7 @@ mod tests {
     fn metrics_are_prefixed_and_encoded() {
         let mut registry = Registry::with_prefix("berth_controller");
         let m = Metrics::new(&mut registry);
-        m.error("conflict");
+        m.error(ErrorCategory::Conflict);
         m.conflicts.inc();
         drop(ReconcileTimer::start(&m, "service"));
         m.pool_addresses

@@ -1,10 +1,9 @@
 //! `berth controller` end to end: metrics, readiness, the admin endpoint and the controller,
-//! stopped together by one token. The binary builds the client.
-
-use std::net::SocketAddr;
+//! stopped together by one token. The binary builds the client and binds the admin endpoint.
 
 use berth_telemetry::{admin_router, serve_admin, MetricsRegistry, Readiness};
 use kube::Client;
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{AllocationController, ControllerConfig, Error};
@@ -13,14 +12,15 @@ use crate::{AllocationController, ControllerConfig, Error};
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     pub config: ControllerConfig,
-    pub admin_listen: SocketAddr,
     /// Reported as `berth_build_info`.
     pub version: String,
 }
 
-/// Runs until `shutdown` is cancelled (or the controller fails).
+/// Runs until `shutdown` is cancelled (or the controller fails), serving the admin endpoint on
+/// `admin`.
 pub async fn run_controller(
     client: Client,
+    admin: TcpListener,
     opts: RunOptions,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
@@ -32,14 +32,8 @@ pub async fn run_controller(
         AllocationController::new(client, opts.config, registry.sub_registry("controller"))
             .with_readiness(check);
     let router = admin_router(registry.into_shared(), readiness);
-    let listener = tokio::net::TcpListener::bind(opts.admin_listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: opts.admin_listen.to_string(),
-            source,
-        })?;
     let admin = tokio::spawn(serve_admin(
-        listener,
+        admin,
         router,
         shutdown.clone().cancelled_owned(),
     ));

@@ -40,10 +40,8 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
     .await;
     // A client of its own, as the binary builds one.
     let controller_client = server.client().unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = admin.local_addr().unwrap();
     let mut config = mk_config();
     let mut lease = berth_controller::LeaseConfig::new("kube-system", "admin-test");
     lease.lease_duration = Duration::from_secs(3);
@@ -53,9 +51,9 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
     let token = CancellationToken::new();
     let run = tokio::spawn(run_controller(
         controller_client,
+        admin,
         RunOptions {
             config,
-            admin_listen: addr,
             version: "test".into(),
         },
         token.clone(),

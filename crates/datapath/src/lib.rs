@@ -74,3 +74,27 @@ pub enum Error {
         value: String,
     },
 }
+
+impl Error {
+    /// A bounded label for logs and metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Parse { .. } => "parse",
+            Error::Restore { .. } => "restore",
+            Error::Spawn { .. } => "spawn",
+            Error::Command { .. } => "command",
+            Error::Trace { .. } => "trace",
+            Error::InvalidInput { .. } => "invalid",
+        }
+    }
+
+    /// Whether the same step can succeed when tried again unchanged: a tool that failed to
+    /// run or was refused (the xtables lock, a chain changed under it) can, a full resync
+    /// rewriting every chain; input berth cannot express cannot.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Restore { .. } | Error::Spawn { .. } | Error::Command { .. } => true,
+            Error::Parse { .. } | Error::Trace { .. } | Error::InvalidInput { .. } => false,
+        }
+    }
+}

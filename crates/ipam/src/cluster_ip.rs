@@ -204,7 +204,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     /// Makes `owner` hold exactly the plan's addresses: reserves requested ones, allocates
     /// the rest, and releases held addresses of families the plan no longer has. All or
     /// nothing: on error the owner keeps what it held before.
-    pub fn apply_plan(
+    pub fn allocate_plan(
         &mut self,
         owner: &K,
         plan: &ClusterIpPlan,
@@ -492,7 +492,7 @@ mod tests {
         };
         let plan = plan_cluster_ips(&req, a.families()).unwrap();
         assert!(matches!(
-            a.apply_plan(&o("new"), &plan),
+            a.allocate_plan(&o("new"), &plan),
             Err(IpamError::IpAlreadyAllocated { .. })
         ));
         assert_eq!(a.owner_of(ip("10.96.0.9")), None, "rolled back");
@@ -503,9 +503,13 @@ mod tests {
             ..Default::default()
         };
         let plan = plan_cluster_ips(&dual, a.families()).unwrap();
-        let got = a.apply_plan(&o("svc"), &plan).unwrap();
+        let got = a.allocate_plan(&o("svc"), &plan).unwrap();
         assert_eq!(got.len(), 2);
-        assert_eq!(a.apply_plan(&o("svc"), &plan).unwrap(), got, "idempotent");
+        assert_eq!(
+            a.allocate_plan(&o("svc"), &plan).unwrap(),
+            got,
+            "idempotent"
+        );
         let single = ClusterIpRequest {
             policy: Some(IpFamilyPolicy::SingleStack),
             cluster_ips: vec![got[0]],
@@ -513,7 +517,7 @@ mod tests {
             ..Default::default()
         };
         let plan = plan_cluster_ips(&single, a.families()).unwrap();
-        assert_eq!(a.apply_plan(&o("svc"), &plan).unwrap(), vec![got[0]]);
+        assert_eq!(a.allocate_plan(&o("svc"), &plan).unwrap(), vec![got[0]]);
         assert_eq!(a.owner_of(got[1]), None);
     }
 }

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::write::{build_status_patch, JobOutcome, Write, WriteJob, WrittenSpec};
-use crate::error::api_error_category;
+use crate::error::ErrorCategory;
 use crate::events::{EventRecorder, EventType};
 use crate::load_balancer::{LbRequest, Provider};
 use crate::metrics::Metrics;
@@ -49,11 +49,11 @@ impl WriteCtx {
 }
 
 fn outcome_of(e: &kube::Error, write: Write) -> JobOutcome {
-    match api_error_category(e) {
-        "not_found" => JobOutcome::Gone,
+    match ErrorCategory::of_api(e) {
+        ErrorCategory::NotFound => JobOutcome::Gone,
         // Only a 409 says for sure that nothing was written: after a timeout or a lost
         // connection the write may have landed, and what it names stays held.
-        "conflict" => JobOutcome::Rejected { write },
+        ErrorCategory::Conflict => JobOutcome::Rejected { write },
         category => JobOutcome::Retry { category },
     }
 }
@@ -228,7 +228,7 @@ async fn run_job_inner(
     }
     if lb_failed {
         return JobOutcome::Retry {
-            category: "provider",
+            category: ErrorCategory::Provider,
         };
     }
     JobOutcome::Done { written }

@@ -238,7 +238,7 @@ fn plan_cluster_stage(
     fill: &mut SpecFill,
 ) -> Result<Vec<IpFamily>, IpamError> {
     let plan = plan_cluster_ips(&f.cluster_ips, alloc.cluster.families())?;
-    let ips = alloc.cluster.apply_plan(&f.key, &plan)?;
+    let ips = alloc.cluster.allocate_plan(&f.key, &plan)?;
     if !ips.is_empty() && (ips != f.cluster_ips.cluster_ips || f.cluster_ips_unset) {
         fill.cluster_ips = Some(ips);
     }

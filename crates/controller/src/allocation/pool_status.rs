@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::cache::name_of;
 use super::pools::{build_pool_status, pool_overlaps};
 use super::state::AllocationState;
+use crate::error::ErrorCategory;
 
 /// What the loop is to do for the pools: their status writes, computed from the allocators.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,7 +67,7 @@ impl AllocationState {
     pub(crate) fn pool_status_done(
         &mut self,
         name: &str,
-        result: Result<IPPoolStatus, &'static str>,
+        result: Result<IPPoolStatus, ErrorCategory>,
     ) {
         self.pools_in_flight.remove(name);
         match result {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use berth_ipam::ServiceKey;
 
 use crate::allocation::write::JobOutcome;
+use crate::error::{ErrorCategory, Retry};
 
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -21,14 +22,14 @@ const PROVIDER_RETRY_MIN: Duration = Duration::from_secs(5);
 const PROVIDER_RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// The wait before attempt `attempt` (1 for the first retry) after an error of `category`.
-pub(crate) fn retry_delay(category: &str, attempt: u32) -> Duration {
-    match category {
-        "conflict" => CONFLICT_RETRY,
+pub(crate) fn retry_delay(category: ErrorCategory, attempt: u32) -> Duration {
+    match (category, category.retry()) {
+        (_, Retry::AtOnce) => CONFLICT_RETRY,
         // Load balancers back off as the cloud-controller-manager does.
-        "provider" => PROVIDER_RETRY_MIN
+        (ErrorCategory::Provider, _) => PROVIDER_RETRY_MIN
             .saturating_mul(1u32 << attempt.min(6))
             .min(PROVIDER_RETRY_MAX),
-        _ => RETRY_MIN
+        (_, Retry::Backoff | Retry::Never) => RETRY_MIN
             .saturating_mul(1u32 << attempt.min(12))
             .min(RETRY_MAX),
     }
@@ -103,13 +104,14 @@ impl Queue {
         self.attempts.remove(key);
     }
 
-    /// Its job ended at `now`. Returns the error category when it is to be retried.
+    /// Its job ended at `now`. Returns the error category when it failed; it is retried when
+    /// the category says so, else decided again only once the Service changes.
     pub(crate) fn finished(
         &mut self,
         key: &ServiceKey,
         outcome: JobOutcome,
         now: Instant,
-    ) -> Option<&'static str> {
+    ) -> Option<ErrorCategory> {
         let f = self.in_flight.remove(key).unwrap_or_default();
         let mut again = f.redo;
         let retry = match outcome {
@@ -148,14 +150,16 @@ impl Queue {
             JobOutcome::Retry { .. } | JobOutcome::Rejected { .. } => {
                 let category = match outcome {
                     JobOutcome::Retry { category } => category,
-                    _ => "conflict",
+                    _ => ErrorCategory::Conflict,
                 };
                 again |= !f.seen.is_empty();
-                let n = self.attempts.entry(key.clone()).or_insert(0);
-                *n += 1;
-                let delay = retry_delay(category, *n);
-                self.seq += 1;
-                self.retries.insert((now + delay, self.seq), key.clone());
+                if category.is_retryable() {
+                    let n = self.attempts.entry(key.clone()).or_insert(0);
+                    *n += 1;
+                    let delay = retry_delay(category, *n);
+                    self.seq += 1;
+                    self.retries.insert((now + delay, self.seq), key.clone());
+                }
                 Some(category)
             }
         };
@@ -333,8 +337,18 @@ mod tests {
         let t0 = Instant::now();
         for (attempt, want) in [(1u64, 200u64), (2, 400), (3, 800)] {
             q.started(k.clone());
-            let category = q.finished(&k, JobOutcome::Retry { category: "server" }, t0);
-            assert_eq!(category, Some("server"), "attempt {attempt}");
+            let category = q.finished(
+                &k,
+                JobOutcome::Retry {
+                    category: ErrorCategory::Server,
+                },
+                t0,
+            );
+            assert_eq!(
+                category.map(ErrorCategory::as_str),
+                Some("server"),
+                "attempt {attempt}"
+            );
             let due = q.next_retry().unwrap();
             assert_eq!(due - t0, Duration::from_millis(want));
             q.due(due - Duration::from_millis(1));
@@ -346,7 +360,13 @@ mod tests {
         q.started(k.clone());
         q.finished(&k, done(&[]), t0);
         q.started(k.clone());
-        q.finished(&k, JobOutcome::Retry { category: "server" }, t0);
+        q.finished(
+            &k,
+            JobOutcome::Retry {
+                category: ErrorCategory::Server,
+            },
+            t0,
+        );
         assert_eq!(q.next_retry().unwrap() - t0, Duration::from_millis(200));
     }
 
@@ -357,17 +377,35 @@ mod tests {
         let t0 = Instant::now();
         for _ in 0..3 {
             q.started(k.clone());
-            q.finished(&k, JobOutcome::Retry { category: "server" }, t0);
+            q.finished(
+                &k,
+                JobOutcome::Retry {
+                    category: ErrorCategory::Server,
+                },
+                t0,
+            );
         }
         q.settled(&k);
         q.started(k.clone());
-        q.finished(&k, JobOutcome::Retry { category: "server" }, t0);
+        q.finished(
+            &k,
+            JobOutcome::Retry {
+                category: ErrorCategory::Server,
+            },
+            t0,
+        );
         q.due(t0 + Duration::from_secs(1));
         drain(&mut q);
         assert_eq!(q.next_retry(), None);
         q.forget(&k);
         q.started(k.clone());
-        q.finished(&k, JobOutcome::Retry { category: "server" }, t0);
+        q.finished(
+            &k,
+            JobOutcome::Retry {
+                category: ErrorCategory::Server,
+            },
+            t0,
+        );
         assert_eq!(q.next_retry().unwrap() - t0, Duration::from_millis(200));
     }
 
@@ -379,7 +417,7 @@ mod tests {
         for write in [Write::Spec, Write::Status] {
             q.started(k.clone());
             let category = q.finished(&k, JobOutcome::Rejected { write }, t0);
-            assert_eq!(category, Some("conflict"));
+            assert_eq!(category.map(ErrorCategory::as_str), Some("conflict"));
             assert_eq!(q.next_retry(), Some(t0 + CONFLICT_RETRY));
             q.due(t0 + CONFLICT_RETRY);
             assert_eq!(drain(&mut q), ["a"]);
@@ -388,10 +426,34 @@ mod tests {
 
     #[test]
     fn retry_delays_by_category() {
-        assert_eq!(retry_delay("conflict", 9), CONFLICT_RETRY);
-        assert_eq!(retry_delay("provider", 1), Duration::from_secs(10));
-        assert_eq!(retry_delay("provider", 30), PROVIDER_RETRY_MAX);
-        assert_eq!(retry_delay("server", 1), Duration::from_millis(200));
-        assert_eq!(retry_delay("server", 40), RETRY_MAX);
+        assert_eq!(retry_delay(ErrorCategory::Conflict, 9), CONFLICT_RETRY);
+        assert_eq!(
+            retry_delay(ErrorCategory::Provider, 1),
+            Duration::from_secs(10)
+        );
+        assert_eq!(retry_delay(ErrorCategory::Provider, 30), PROVIDER_RETRY_MAX);
+        assert_eq!(
+            retry_delay(ErrorCategory::Server, 1),
+            Duration::from_millis(200)
+        );
+        assert_eq!(retry_delay(ErrorCategory::Server, 40), RETRY_MAX);
+    }
+
+    #[test]
+    fn a_write_refused_as_invalid_is_tried_again_with_backoff() {
+        // An admission policy or RBAC change can heal it while the Service stays as it is.
+        for category in [ErrorCategory::Invalid, ErrorCategory::Rejected] {
+            let mut q = Queue::default();
+            let k = mk_key("a");
+            let t0 = Instant::now();
+            q.started(k.clone());
+            let counted = q.finished(&k, JobOutcome::Retry { category }, t0);
+            assert_eq!(counted, Some(category), "still counted");
+            assert_eq!(
+                q.next_retry(),
+                Some(t0 + Duration::from_millis(200)),
+                "{category}: retried after the first backoff step"
+            );
+        }
     }
 }

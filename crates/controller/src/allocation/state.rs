@@ -28,6 +28,7 @@ use super::queue::Queue;
 use super::write::{
     build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteJob, WrittenSpec,
 };
+use crate::error::ErrorCategory;
 use crate::config::ControllerConfig;
 use crate::load_balancer::eligible_nodes;
 use crate::metrics::{Metrics, ReconcileTimer};
@@ -245,7 +246,7 @@ impl AllocationState {
                 }
             }
             Err(e) => {
-                self.metrics.error("config");
+                self.metrics.error(ErrorCategory::Config);
                 tracing::warn!(error = %e, "IPPools not installed; keeping the previous ones");
             }
         }

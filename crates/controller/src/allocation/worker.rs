@@ -23,7 +23,7 @@ use super::state::{AllocationState, Observed};
 use super::watch::{watch_all, Input};
 use super::write::{JobOutcome, WrittenSpec};
 use crate::config::ControllerConfig;
-use crate::error::api_error_category;
+use crate::error::ErrorCategory;
 use crate::metrics::Metrics;
 use crate::service_feed::{map_event, ServiceFeedSender};
 use crate::Error;
@@ -32,7 +32,7 @@ enum Done {
     Service(ServiceKey, JobOutcome, Option<WrittenSpec>),
     /// A deleted Service's provider cleanup finished.
     Deleted(ServiceKey, Result<(), String>),
-    Pool(String, Result<IPPoolStatus, &'static str>),
+    Pool(String, Result<IPPoolStatus, ErrorCategory>),
 }
 
 const POOL_STATUS_DELAY: Duration = Duration::from_millis(200);
@@ -151,7 +151,7 @@ impl Worker {
         match observed {
             Ok(o) => self.state.observe(o),
             Err(e) => {
-                self.metrics.error("watch");
+                self.metrics.error(ErrorCategory::Watch);
                 tracing::warn!(error = %e, "watch failed; retrying");
             }
         }
@@ -202,7 +202,7 @@ impl Worker {
             }
             Done::Deleted(key, result) => {
                 if let Err(e) = result {
-                    self.metrics.error("provider");
+                    self.metrics.error(ErrorCategory::Provider);
                     tracing::warn!(service = %key, error = %e, "load balancer cleanup failed");
                 }
             }
@@ -218,7 +218,7 @@ impl Worker {
             self.jobs.push(
                 async move {
                     if !*ctx.leading.borrow() {
-                        return Done::Pool(name, Err("not_leading"));
+                        return Done::Pool(name, Err(ErrorCategory::NotLeading));
                     }
                     ctx.metrics.write("pool_status");
                     let patch = serde_json::json!({ "status": status });
@@ -226,7 +226,7 @@ impl Worker {
                         .patch_status(&name, &writer_params(), &Patch::Merge(&patch))
                         .await
                         .map(|_| status)
-                        .map_err(|e| api_error_category(&e));
+                        .map_err(|e| ErrorCategory::of_api(&e));
                     Done::Pool(name, result)
                 }
                 .boxed(),

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{json, Value};
 
 use crate::allocation::plan::{Allocation, SpecFill};
+use crate::error::ErrorCategory;
 
 /// The merge patch that fills empty spec fields and drops unused node ports (and an
 /// ExternalName Service's ClusterIPs), or `None` when there is nothing to write.
@@ -181,8 +182,8 @@ pub enum JobOutcome {
     /// version it carried. Nothing of it was written, nor of the writes after it; tried
     /// again like any conflict.
     Rejected { write: Write },
-    /// Try again later; `category` is the metric label.
-    Retry { category: &'static str },
+    /// Failed; `category` says when it is tried again and is the metric label.
+    Retry { category: ErrorCategory },
 }
 
 /// One of a job's two writes.

@@ -12,11 +12,11 @@ use kube::{Client, Resource};
 use tracing::{debug, info};
 
 use super::cache::Cache;
-use super::error::{status_code, Error};
 use super::key::ObjectKey;
 use super::metrics::Metrics;
 use super::sync::{EndpointsWrite, Writes};
 use super::tracker::Target;
+use crate::error::{status_code, Error};
 use crate::written::{send_write, WrittenMeta};
 
 fn post_params() -> PostParams {
@@ -39,7 +39,7 @@ fn write_error(
         kind,
         namespace,
         name,
-        source,
+        source: Box::new(source),
     }
 }
 

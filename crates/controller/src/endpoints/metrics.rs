@@ -7,6 +7,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::error::ErrorCategory;
+
 type Labels = [(&'static str, &'static str); 1];
 
 #[derive(Debug, Clone)]
@@ -36,7 +38,7 @@ impl Metrics {
         );
         registry.register(
             "errors",
-            "Errors, by category (conflict, not_found, throttled, server, rejected, watch)",
+            "Errors, by category (conflict, not_found, throttled, server, transport, invalid, rejected, watch)",
             metrics.errors.clone(),
         );
         registry.register(
@@ -68,8 +70,10 @@ impl Metrics {
         self.sync_duration.observe(seconds);
     }
 
-    pub(crate) fn error(&self, category: &'static str) {
-        self.errors.get_or_create(&[("category", category)]).inc();
+    pub(crate) fn error(&self, category: ErrorCategory) {
+        self.errors
+            .get_or_create(&[("category", category.as_str())])
+            .inc();
     }
 
     pub(crate) fn slice_change(&self, op: &'static str) {

@@ -9,7 +9,6 @@
 
 mod apply;
 mod cache;
-mod error;
 mod intern;
 mod key;
 mod metrics;
@@ -39,7 +38,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-pub use error::{Error, ErrorCategory};
+/// The crate's one error type, under the name this module's users know.
+pub use crate::Error;
 
 use apply::Applier;
 use cache::Cache;
@@ -146,7 +146,7 @@ impl Shared {
                 self.cache().restore_trigger(key, trigger);
                 let category = error.category();
                 self.metrics.sync("error", started.elapsed().as_secs_f64());
-                self.metrics.error(category.as_str());
+                self.metrics.error(category);
                 warn!(error = %error, cause = %source_text(&error), category = category.as_str(), "endpoints sync failed");
                 if error.is_retryable() {
                     Outcome::Failed
@@ -444,7 +444,7 @@ async fn feed<K, S>(
             Err(source) => {
                 // The stream backs off and resumes by itself; the error is only reported.
                 let error = Error::Watch { kind, source };
-                shared.metrics.error(error.category().as_str());
+                shared.metrics.error(error.category());
                 warn!(kind, error = %error, cause = %source_text(&error), "watch failed, retrying");
                 continue;
             }

@@ -4,7 +4,7 @@
 use super::resource::ResourceInfo;
 use serde_json::{json, Value};
 
-pub fn apply_defaults(info: &ResourceInfo, obj: &mut Value) {
+pub fn fill_defaults(info: &ResourceInfo, obj: &mut Value) {
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "services") => service(obj),
         ("", "pods") => pod(obj),
@@ -79,7 +79,7 @@ mod tests {
     #[test]
     fn service_defaults_without_allocation() {
         let mut svc = json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
-        apply_defaults(&info("services"), &mut svc);
+        fill_defaults(&info("services"), &mut svc);
         assert_eq!(
             svc["spec"]["ports"][0],
             json!({"port": 80, "protocol": "TCP", "targetPort": 80})
@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn explicit_values_are_kept() {
         let mut svc = json!({"spec": {"ports": [{"port": 80, "targetPort": "http", "protocol": "UDP"}], "sessionAffinity": "ClientIP"}});
-        apply_defaults(&info("services"), &mut svc);
+        fill_defaults(&info("services"), &mut svc);
         assert_eq!(svc["spec"]["type"], "ClusterIP");
         assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
         assert_eq!(svc["spec"]["ports"][0]["protocol"], "UDP");
@@ -104,7 +104,7 @@ mod tests {
     fn pod_defaults() {
         let mut pod =
             json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 8080}]}]}});
-        apply_defaults(&info("pods"), &mut pod);
+        fill_defaults(&info("pods"), &mut pod);
         assert_eq!(pod["spec"]["containers"][0]["ports"][0]["protocol"], "TCP");
         assert_eq!(pod["spec"]["restartPolicy"], "Always");
     }

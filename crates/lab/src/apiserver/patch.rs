@@ -32,8 +32,8 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))
 }
 
-/// Apply a merge, JSON or strategic patch to a copy of `current`.
-pub fn apply_patch(
+/// `current` with a merge, JSON or strategic patch applied, as a new value.
+pub fn build_patched(
     current: &Value,
     kind: PatchType,
     body: &[u8],
@@ -196,7 +196,7 @@ mod tests {
     use serde_json::json;
 
     fn smp(target: Value, patch: Value) -> Value {
-        apply_patch(
+        build_patched(
             &target,
             PatchType::Strategic,
             patch.to_string().as_bytes(),
@@ -224,7 +224,7 @@ mod tests {
     #[test]
     fn merge_patch_replaces_lists_and_deletes_nulls() {
         let cur = json!({"spec": {"ports": [{"port": 80}, {"port": 81}], "a": 1}});
-        let out = apply_patch(
+        let out = build_patched(
             &cur,
             PatchType::Merge,
             br#"{"spec": {"ports": [{"port": 90}], "a": null}}"#,
@@ -237,7 +237,7 @@ mod tests {
     #[test]
     fn json_patch_ops_and_failed_test() {
         let cur = json!({"metadata": {"labels": {"a": "1"}}});
-        let out = apply_patch(
+        let out = build_patched(
             &cur,
             PatchType::Json,
             br#"[{"op": "add", "path": "/metadata/labels/b", "value": "2"}]"#,
@@ -245,7 +245,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out["metadata"]["labels"], json!({"a": "1", "b": "2"}));
-        let err = apply_patch(
+        let err = build_patched(
             &cur,
             PatchType::Json,
             br#"[{"op": "test", "path": "/metadata/labels/a", "value": "9"}]"#,
@@ -254,7 +254,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.code, 422);
         assert_eq!(
-            apply_patch(&cur, PatchType::Json, b"{}", Schema::BuiltIn)
+            build_patched(&cur, PatchType::Json, b"{}", Schema::BuiltIn)
                 .unwrap_err()
                 .code,
             400
@@ -331,7 +331,8 @@ mod tests {
 
     #[test]
     fn strategic_refused_for_custom_resources() {
-        let err = apply_patch(&json!({}), PatchType::Strategic, b"{}", Schema::Custom).unwrap_err();
+        let err =
+            build_patched(&json!({}), PatchType::Strategic, b"{}", Schema::Custom).unwrap_err();
         assert_eq!(err.code, 415);
     }
 }

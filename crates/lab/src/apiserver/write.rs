@@ -1,7 +1,7 @@
 //! Writes to the [`Store`]: create, update (main resource or `/status`), delete with finalizers.
 //! Each write bumps the global resourceVersion once and records one watch change.
 
-use super::defaults::apply_defaults;
+use super::defaults::fill_defaults;
 use super::error::ApiError;
 use super::fields::Part;
 use super::managed::{track_update, Writer};
@@ -268,7 +268,7 @@ impl Store {
                 map.remove("status");
             }
         }
-        apply_defaults(info, &mut obj);
+        fill_defaults(info, &mut obj);
         if let Managed::Track(manager) = ctx.managed {
             let api_version = info.api_version();
             track_update(None, &mut obj, &writer(info, &api_version, ctx, manager));
@@ -389,7 +389,7 @@ impl Store {
                         None => meta.remove(field),
                     };
                 }
-                apply_defaults(info, &mut r);
+                fill_defaults(info, &mut r);
                 if info.is_crd() {
                     validate_crd(&r)?;
                     r["status"] = crd_status(&r, meta_str(&old, "creationTimestamp"));

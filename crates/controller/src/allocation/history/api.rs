@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::Fault;
 use crate::allocation::fresh::Holding;
 use crate::allocation::write::{build_status_patch, JobOutcome, Write, WriteJob, WrittenSpec};
+use crate::error::ErrorCategory;
 use crate::load_balancer::build_l2_ingress;
 
 /// One watch event, of any kind the leader follows.
@@ -168,7 +169,7 @@ impl Api {
     ) -> Result<Value, JobOutcome> {
         match self.faults.pop_front() {
             Some(Fault::Server) => {
-                return Err(JobOutcome::Retry { category: "server" });
+                return Err(JobOutcome::Retry { category: ErrorCategory::Server });
             }
             Some(Fault::NotLeading) => return Err(JobOutcome::NotLeading),
             Some(Fault::Conflict) => return Err(JobOutcome::Rejected { write: which }),
@@ -243,7 +244,7 @@ impl Api {
         }
         let outcome = if lb_failed {
             JobOutcome::Retry {
-                category: "provider",
+                category: ErrorCategory::Provider,
             }
         } else {
             JobOutcome::Done { written }

@@ -6,7 +6,7 @@ use super::{bytes_response, json_response, App};
 use crate::apiserver::error::ApiError;
 use crate::apiserver::fields::Part;
 use crate::apiserver::managed::{self, Writer};
-use crate::apiserver::patch::{apply_patch, PatchType};
+use crate::apiserver::patch::{build_patched, PatchType};
 use crate::apiserver::resource::ResourceInfo;
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::store::{meta_str, ListQuery, Obj, Stored};
@@ -219,7 +219,7 @@ pub async fn handle(
             };
             let patched = app.write(|s| {
                 let current = s.get(&info, &ns, name)?;
-                let new = apply_patch(&current, kind, &body, info.schema)?;
+                let new = build_patched(&current, kind, &body, info.schema)?;
                 s.update(&info, &ns, name, new, &ctx)
             })?;
             Ok(object_response(StatusCode::OK, &patched, &info))
