@@ -5,16 +5,25 @@
 //! that does not parse is a bug in the test, so builders panic with the reason rather than
 //! returning errors.
 //!
+//! Features: `datapath` (the datapath's input model and iptables hooks) and `lab` (the lab API
+//! server and namespace harness); without them, the Kubernetes object builders alone.
+//!
 //! Address plan the defaults follow: Services 10.96.0.0/16, pods 10.244.<node>.0/24, nodes and
 //! clients on 198.18.0.0/24, load-balancer addresses 198.18.0.200 upward.
 
+#[cfg(feature = "datapath")]
 pub mod datapath;
+#[cfg(feature = "datapath")]
 pub mod iptables;
+#[cfg(feature = "lab")]
 pub mod lab;
 pub mod objects;
 
+#[cfg(feature = "datapath")]
 pub use datapath::{mk_endpoint, mk_node_info, mk_service_port, port_name};
+#[cfg(feature = "datapath")]
 pub use iptables::{FailSwitch, Hooked, RestoreHook, RestoreTimer};
+#[cfg(feature = "lab")]
 pub use lab::{
     eventually, install_crds, netns_ready, start_lab, start_lab_with, unique_dir, DATAPATH_TOOLS,
 };
