@@ -2,9 +2,7 @@
 
 use std::net::IpAddr;
 
-use berth_datapath::{
-    Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName, SessionAffinity, TrafficPolicy,
-};
+use berth_datapath::{Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName};
 
 pub fn port_name(namespace: &str, name: &str, port: &str) -> ServicePortName {
     ServicePortName {
@@ -31,9 +29,10 @@ pub fn mk_service_port(
         external_ips: vec![],
         load_balancer_ingress: vec![],
         source_ranges: vec![],
-        session_affinity: SessionAffinity::None,
-        external_traffic_policy: TrafficPolicy::Cluster,
-        internal_traffic_policy: TrafficPolicy::Cluster,
+        // No affinity, Cluster policies.
+        session_affinity: Default::default(),
+        external_traffic_policy: Default::default(),
+        internal_traffic_policy: Default::default(),
         health_check_node_port: None,
         endpoints,
     }
