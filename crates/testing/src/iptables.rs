@@ -83,3 +83,26 @@ impl<I: Iptables> RestoreHook<I> for RestoreTimer {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_datapath::memory::MemoryIptables;
+
+    #[test]
+    fn the_switch_fails_restores_and_lets_them_through_again() {
+        let payload = "*filter\n:BERTH-TEST - [0:0]\nCOMMIT\n";
+        let fail = FailSwitch::default();
+        let mut iptables = Hooked::new(MemoryIptables::default(), fail.clone());
+        fail.set(true);
+        assert!(matches!(
+            iptables.restore(&payload),
+            Err(Error::Restore { .. })
+        ));
+        fail.set(false);
+        assert!(iptables.restore(&payload).is_ok());
+        assert!(iptables
+            .save(Table::Filter)
+            .is_ok_and(|dump| dump.contains("BERTH-TEST")));
+    }
+}

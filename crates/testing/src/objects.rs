@@ -193,3 +193,55 @@ pub fn mk_pod(facts: &PodFacts<'_>) -> Pod {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_means_absent_and_an_empty_map_is_kept() {
+        let bare = mk_node("n1", Value::Null, &[]);
+        assert_eq!(bare.metadata.labels, None);
+        assert_eq!(bare.status, None);
+
+        let labelled = mk_node("n1", json!({}), &[("InternalIP", "198.18.0.11")]);
+        assert_eq!(labelled.metadata.labels, Some(BTreeMap::new()));
+        let addresses = labelled
+            .status
+            .and_then(|s| s.addresses)
+            .unwrap_or_default();
+        assert_eq!(addresses.len(), 1);
+        assert_eq!(addresses[0].type_, "InternalIP");
+    }
+
+    #[test]
+    fn slices_name_their_service() {
+        let slice = mk_slice("ns1", "web", "web-1", json!([]), json!([]));
+        let labels = slice.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("kubernetes.io/service-name").map(String::as_str),
+            Some("web")
+        );
+        assert_eq!(slice.address_type, "IPv4");
+    }
+
+    #[test]
+    fn a_terminating_pod_carries_its_deletion_timestamp() {
+        let pod = mk_pod(&PodFacts {
+            namespace: "default",
+            name: "web-0".into(),
+            uid: "web-pod-0".into(),
+            app: "web",
+            node: "node-1".into(),
+            ip: "10.244.1.2".into(),
+            ready: false,
+            deleted_at: Some("2026-01-01T00:00:00Z"),
+            ports: &[("http", 8080)],
+        });
+        assert!(pod.metadata.deletion_timestamp.is_some());
+        let status = pod.status.unwrap_or_default();
+        assert_eq!(status.pod_ip.as_deref(), Some("10.244.1.2"));
+        let ready = status.conditions.unwrap_or_default();
+        assert_eq!(ready[0].status, "False");
+    }
+}
