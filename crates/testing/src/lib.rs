@@ -1,4 +1,4 @@
-//! Builders, fakes and harness helpers shared by berth's integration tests and benches.
+//! Builders, fakes and the lab harness shared by berth's integration tests and benches.
 //!
 //! Builders are named `mk_*` and take what their callers vary; everything else gets one fixed
 //! default, so two tests building "the same" object really build the same object. Test input
