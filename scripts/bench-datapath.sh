@@ -24,7 +24,7 @@ value() {
 
 run plan "$cargo" bench -p berth-datapath --bench datapath_plan_table
 if [[ $(id -u) -eq 0 ]]; then
-    run first_packet "$cargo" bench -p berth-lab --bench first_packet
+    run first_packet "$cargo" bench -p berth-datapath --bench first_packet
 else
     echo "first-packet: skipped (needs root to create network namespaces)" | tee "$logs/first_packet.log"
 fi

@@ -23,13 +23,9 @@ pub struct ScratchDir {
 
 impl ScratchDir {
     pub fn new(prefix: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        let path = std::env::temp_dir().join(format!("{prefix}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        Self { path }
+        Self {
+            path: berth_testing::unique_dir(prefix),
+        }
     }
 }
 

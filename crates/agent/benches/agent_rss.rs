@@ -30,6 +30,7 @@ use berth_datapath::sync::{Iptables, Syncer};
 use berth_datapath::{ChainName, Dispatch, JumpRule, Payload, PlanOptions, Planner, Table};
 use berth_lab::LabApiServer;
 use berth_telemetry::{MetricsRegistry, Readiness};
+use berth_testing::{mk_service_json, mk_slice_json};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{json, Value};
@@ -145,13 +146,12 @@ fn mk_objects(services: usize) -> impl Iterator<Item = Value> {
     (0..services).flat_map(|i| {
         let name = format!("svc-{i}");
         let ip = format!("10.96.{}.{}", i / 250, i % 250 + 1);
-        let service = json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"namespace": "default", "name": name},
-            "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
-                     "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
-        });
+        let service = mk_service_json(
+            "default",
+            &name,
+            json!({"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+                   "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}),
+        );
         let endpoints: Vec<Value> = (0..ENDPOINTS)
             .map(|e| {
                 let n = i * ENDPOINTS + e;
@@ -162,15 +162,13 @@ fn mk_objects(services: usize) -> impl Iterator<Item = Value> {
                 })
             })
             .collect();
-        let slice = json!({
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {"namespace": "default", "name": format!("{name}-1"),
-                         "labels": {"kubernetes.io/service-name": name}},
-            "addressType": "IPv4",
-            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-            "endpoints": endpoints
-        });
+        let slice = mk_slice_json(
+            "default",
+            &name,
+            &format!("{name}-1"),
+            json!([{"name": "http", "port": 8080, "protocol": "TCP"}]),
+            Value::Array(endpoints),
+        );
         [service, slice]
     })
 }

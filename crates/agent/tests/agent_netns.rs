@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use berth_agent::{Agent, AgentOptions, AgentStatus, CommandConntrack, CommandIptables};
 use berth_datapath::convert::ProxyMode;
-use berth_lab::LabApiServer;
 use berth_telemetry::{MetricsRegistry, Readiness};
 use common::*;
 use k8s_openapi::api::core::v1::Service;
@@ -111,8 +110,7 @@ async fn scenario() {
         &["-t", "nat", "-A", "OTHER-PROXY", "-j", "RETURN"],
     );
 
-    let server = LabApiServer::builder().start().await.unwrap();
-    let client = server.client().unwrap();
+    let (server, client) = berth_testing::start_lab().await;
     Api::<Service>::namespaced(client.clone(), "default")
         .create(
             &PostParams::default(),

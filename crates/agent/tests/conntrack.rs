@@ -3,40 +3,26 @@
 #![allow(clippy::unwrap_used)]
 
 use berth_agent::{plan_conntrack_cleanup, ConntrackFlow};
-use berth_datapath::{
-    Endpoint, IpFamily, IpMode, LoadBalancerIngress, Protocol, ServicePort, ServicePortName,
-};
+use berth_datapath::{Endpoint, IpFamily, IpMode, LoadBalancerIngress, Protocol, ServicePort};
+use berth_testing::{mk_endpoint, mk_service_port, port_name};
 
 fn mk_port(protocol: Protocol, endpoints: &[(&str, bool)]) -> ServicePort {
-    ServicePort {
-        name: ServicePortName {
-            namespace: "kube-system".into(),
-            name: "dns".into(),
-            port: "dns".into(),
-        },
-        protocol,
-        port: 53,
-        cluster_ips: vec!["10.96.0.10".parse().unwrap()],
-        node_port: None,
-        external_ips: vec![],
-        load_balancer_ingress: vec![],
-        source_ranges: vec![],
-        session_affinity: Default::default(),
-        external_traffic_policy: Default::default(),
-        internal_traffic_policy: Default::default(),
-        health_check_node_port: None,
-        endpoints: endpoints
-            .iter()
-            .map(|(ip, ready)| Endpoint {
-                ip: ip.parse().unwrap(),
-                port: 5353,
-                ready: *ready,
-                serving: *ready,
-                terminating: false,
-                node_name: Some("node-1".into()),
-            })
-            .collect(),
-    }
+    let endpoints = endpoints
+        .iter()
+        .map(|(ip, ready)| Endpoint {
+            ready: *ready,
+            serving: *ready,
+            ..mk_endpoint(ip.parse().unwrap(), 5353, "node-1")
+        })
+        .collect();
+    let mut port = mk_service_port(
+        port_name("kube-system", "dns", "dns"),
+        "10.96.0.10".parse().unwrap(),
+        53,
+        endpoints,
+    );
+    port.protocol = protocol;
+    port
 }
 
 fn to_endpoint(service_ip: &str, endpoint_ip: &str) -> ConntrackFlow {

@@ -11,6 +11,7 @@ use berth_datapath::memory::MemoryIptables;
 use berth_datapath::sync::{SyncKind, SyncReport, Syncer};
 use berth_datapath::trace::{dispatch_rules_walked, Origin, Packet, TraceEnv};
 use berth_datapath::*;
+use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};
 
 fn service_ip(i: usize) -> IpAddr {
     // 10.96.0.0/16 holds 65k Services, enough for 30k.
@@ -24,44 +25,27 @@ fn mk_port(i: usize, endpoints: usize) -> ServicePort {
     let eps = (0..endpoints)
         .map(|e| {
             let n = (i * endpoints + e) as u32;
-            Endpoint {
-                ip: IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + n)),
-                port: 8080,
-                ready: true,
-                serving: true,
-                terminating: false,
-                node_name: Some(format!("node-{}", e % 3)),
-            }
+            mk_endpoint(
+                IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + n)),
+                8080,
+                &format!("node-{}", e % 3),
+            )
         })
         .collect();
-    ServicePort {
-        name: ServicePortName {
-            namespace: format!("ns{}", i % 50),
-            name: format!("svc-{i}"),
-            port: "http".into(),
-        },
-        protocol: Protocol::Tcp,
-        port: 80,
-        cluster_ips: vec![service_ip(i)],
-        node_port: (i < 2700).then(|| 30000 + i as u16),
-        external_ips: vec![],
-        load_balancer_ingress: vec![],
-        source_ranges: vec![],
-        session_affinity: SessionAffinity::None,
-        external_traffic_policy: TrafficPolicy::Cluster,
-        internal_traffic_policy: TrafficPolicy::Cluster,
-        health_check_node_port: None,
-        endpoints: eps,
-    }
+    let mut port = mk_service_port(
+        port_name(&format!("ns{}", i % 50), &format!("svc-{i}"), "http"),
+        service_ip(i),
+        80,
+        eps,
+    );
+    port.node_port = (i < 2700).then(|| 30000 + i as u16);
+    port
 }
 
 fn mk_view(services: usize, endpoints: usize) -> NodeView {
     let services = (0..services).map(|i| mk_port(i, endpoints)).collect();
     NodeView {
-        node: NodeInfo {
-            name: "node-0".into(),
-            addresses: vec!["198.18.0.11".parse().unwrap()],
-        },
+        node: mk_node_info("node-0", "198.18.0.11".parse().unwrap()),
         services,
     }
 }

@@ -13,7 +13,16 @@ use ipnet::IpNet;
 use crate::input::{IpFamily, Protocol};
 use crate::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table};
 use crate::names;
-use crate::plan::{Dispatch, PlanOptions};
+
+/// How the entry chains find a Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dispatch {
+    /// kube-proxy's layout: one rule per Service address and port in `BERTH-SERVICES`.
+    Linear,
+    /// A tree of chains keyed by destination address (node ports by port range).
+    #[default]
+    Tree,
+}
 
 /// The rules that select a Service, before they are laid out.
 #[derive(Debug, Default)]
@@ -168,14 +177,20 @@ fn fill<S: KeySpace>(
 }
 
 /// Lays out the nat entry chains `BERTH-SERVICES` and `BERTH-NODEPORTS`.
-pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &PlanOptions) {
+pub fn build_dispatch(
+    rs: &mut Ruleset,
+    entries: DispatchEntries,
+    dispatch: Dispatch,
+    family: IpFamily,
+    leaf_size: usize,
+) {
     let services = names::fixed(names::SERVICES);
     let node_ports = names::fixed(names::NODEPORTS);
     let DispatchEntries {
         mut by_dst,
         mut by_node_port,
     } = entries;
-    match options.dispatch {
+    match dispatch {
         Dispatch::Linear => {
             let nat = rs.table_mut(Table::Nat);
             for (_, rule) in by_dst {
@@ -188,20 +203,20 @@ pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &Plan
         Dispatch::Tree => {
             // Stable sorts: rules of one address keep the Service order of the linear layout.
             by_dst.sort_by_key(|(key, _)| *key);
-            match options.family {
+            match family {
                 IpFamily::V4 => fill(
                     rs,
                     &V4Space(AddrSpace(IpFamily::V4)),
                     &services,
                     &by_dst,
-                    options.leaf_size,
+                    leaf_size,
                 ),
                 IpFamily::V6 => fill(
                     rs,
                     &V6Space(AddrSpace(IpFamily::V6)),
                     &services,
                     &by_dst,
-                    options.leaf_size,
+                    leaf_size,
                 ),
             }
             by_node_port.sort_by_key(|(proto, key, _)| (*proto, *key));
@@ -211,13 +226,7 @@ pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &Plan
                     .filter(|(p, _, _)| *p == proto)
                     .map(|(_, key, rule)| (*key, rule.clone()))
                     .collect();
-                fill(
-                    rs,
-                    &PortSpace(proto),
-                    &node_ports,
-                    &of_proto,
-                    options.leaf_size,
-                );
+                fill(rs, &PortSpace(proto), &node_ports, &of_proto, leaf_size);
             }
         }
     }

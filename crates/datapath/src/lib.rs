@@ -41,10 +41,11 @@ pub mod rule_text;
 pub mod sync;
 pub mod trace;
 
+pub use dispatch::Dispatch;
 pub use incremental::{Changes, Planner};
 pub use input::*;
 pub use model::*;
-pub use plan::{plan, rewritten_every_sync, Dispatch, PlanOptions};
+pub use plan::{plan, rewritten_every_sync, PlanOptions};
 pub use render::{render, ChainSelection, Payload, Rendered};
 
 #[derive(Debug, thiserror::Error)]

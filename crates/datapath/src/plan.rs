@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use crate::categorize::{categorize, Categorized};
-use crate::dispatch::{build_dispatch, DispatchEntries};
+use crate::dispatch::{build_dispatch, Dispatch, DispatchEntries};
 pub use crate::fixed::builtin_jumps;
 use crate::fixed::plan_fixed_chains;
 use crate::input::{
@@ -20,16 +20,6 @@ use crate::model::{
     AddrSide, ChainName, Match, PortMatch, RecentAction, Rule, Ruleset, Table, Target,
 };
 use crate::names::{self, ServiceChain};
-
-/// How the entry chains find a Service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Dispatch {
-    /// kube-proxy's layout: one rule per Service address and port in `BERTH-SERVICES`.
-    Linear,
-    /// A tree of chains keyed by destination address (node ports by port range).
-    #[default]
-    Tree,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanOptions {
@@ -124,7 +114,13 @@ pub fn plan(view: &NodeView, options: &PlanOptions) -> Ruleset {
             options,
         );
     }
-    build_dispatch(&mut rs, entries, options);
+    build_dispatch(
+        &mut rs,
+        entries,
+        options.dispatch,
+        options.family,
+        options.leaf_size,
+    );
     rs
 }
 

@@ -14,34 +14,32 @@ fn mk_service(
     spec: serde_json::Value,
     status: serde_json::Value,
 ) -> Service {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns1", "labels": labels},
-        "spec": spec,
-        "status": status,
-    }))
-    .unwrap()
+    let mut service = berth_testing::mk_service_json("ns1", name, spec);
+    service["metadata"]["labels"] = labels;
+    service["status"] = status;
+    berth_testing::from_json(service)
 }
 
 fn mk_node() -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": "node-a"},
-        "status": {"addresses": [
-            {"type": "InternalIP", "address": "198.18.0.11"},
-            {"type": "Hostname", "address": "node-a"},
-            {"type": "InternalIP", "address": "fd00::11"}
-        ]}
-    }))
-    .unwrap()
+    berth_testing::mk_node(
+        "node-a",
+        serde_json::Value::Null,
+        &[
+            ("InternalIP", "198.18.0.11"),
+            ("Hostname", "node-a"),
+            ("InternalIP", "fd00::11"),
+        ],
+    )
 }
 
 fn mk_slice(service: &str, name: &str, endpoints: serde_json::Value) -> EndpointSlice {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns1", "labels": {"kubernetes.io/service-name": service}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "dns", "port": 5353, "protocol": "UDP"}],
-        "endpoints": endpoints,
-    }))
-    .unwrap()
+    berth_testing::mk_slice(
+        "ns1",
+        service,
+        name,
+        json!([{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "dns", "port": 5353, "protocol": "UDP"}]),
+        endpoints,
+    )
 }
 
 fn lb_service() -> Service {

@@ -3,19 +3,15 @@
 //! writes after one pod changes. Median of several runs, release build.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use berth_endpoints::{
     build_endpoint_slices, build_endpoints, compute_desired_slices, plan_endpoint_slices,
     NodeZones, SliceConfig,
 };
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus, Service, ServicePort,
-    ServiceSpec,
-};
+use berth_testing::{mk_selector_service, PodFacts};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 const PODS: usize = 10_000;
@@ -23,65 +19,28 @@ const NODES: usize = 100;
 const RUNS: usize = 9;
 
 fn mk_service() -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("default".into()),
-            uid: Some("svc-uid".into()),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            selector: Some(BTreeMap::from([("app".into(), "web".into())])),
-            cluster_ip: Some("10.96.0.10".into()),
-            ip_families: Some(vec!["IPv4".into()]),
-            ports: Some(vec![ServicePort {
-                name: Some("http".into()),
-                port: 80,
-                target_port: Some(IntOrString::String("http".into())),
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    mk_selector_service(
+        "default",
+        "web",
+        "svc-uid",
+        "web",
+        "10.96.0.10",
+        &[("http", 80, IntOrString::String("http".into()))],
+    )
 }
 
 fn mk_pod(i: usize, ready: bool) -> Pod {
-    let ip = format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256);
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("web-{i:05}")),
-            namespace: Some("default".into()),
-            uid: Some(format!("pod-uid-{i}")),
-            labels: Some(BTreeMap::from([("app".into(), "web".into())])),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(format!("node-{}", i % NODES)),
-            containers: vec![Container {
-                name: "app".into(),
-                ports: Some(vec![ContainerPort {
-                    name: Some("http".into()),
-                    container_port: 8080,
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            pod_ip: Some(ip.clone()),
-            pod_ips: Some(vec![PodIP { ip }]),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-    }
+    berth_testing::mk_pod(&PodFacts {
+        namespace: "default",
+        name: format!("web-{i:05}"),
+        uid: format!("pod-uid-{i}"),
+        app: "web",
+        node: format!("node-{}", i % NODES),
+        ip: format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256),
+        ready,
+        deleted_at: None,
+        ports: &[("http", 8080)],
+    })
 }
 
 fn median_ms(mut f: impl FnMut()) -> f64 {

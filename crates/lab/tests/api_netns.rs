@@ -14,12 +14,7 @@ struct TempNetns(String);
 
 impl TempNetns {
     fn create() -> Option<Self> {
-        let is_root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-        if !is_root {
-            eprintln!("skipping: network namespace tests need root");
+        if !berth_testing::netns_ready(&[]) {
             return None;
         }
         let name = format!("berth-t{}-api", std::process::id());

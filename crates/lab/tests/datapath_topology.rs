@@ -13,20 +13,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use berth_lab::echo::{tcp_echo, tcp_echo_many, udp_echo, EchoConnection, EchoHandle, EchoServer};
-use berth_lab::topology::{preflight, remove_leftovers, Topology, TopologySpec};
+use berth_lab::topology::{remove_leftovers, Topology, TopologySpec};
+use berth_testing::netns_ready;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 
 fn ready() -> bool {
-    match preflight(&["ip", "sysctl"]) {
-        Ok(()) => true,
-        Err(reason) => {
-            eprintln!("skipping: {reason}");
-            false
-        }
-    }
+    netns_ready(&["ip", "sysctl"])
 }
 
 fn mk_topology() -> Topology {

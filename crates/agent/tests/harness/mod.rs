@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,11 +14,10 @@ use berth_datapath::memory::MemoryIptables;
 use berth_datapath::names::{service_chain, ServiceChain};
 use berth_datapath::sync::Iptables;
 use berth_datapath::IpFamily;
-use berth_datapath::{
-    plan, ChainName, Dispatch, JumpRule, Payload, Protocol, ServicePortName, Table,
-};
-use berth_lab::{LabApiServer, LabApiServerHandle};
+use berth_datapath::{plan, ChainName, Dispatch, Protocol, ServicePortName, Table};
+use berth_lab::LabApiServerHandle;
 use berth_telemetry::{MetricsRegistry, Readiness};
+use berth_testing::{start_lab, FailSwitch, Hooked};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -27,48 +26,6 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-/// In-memory iptables whose restores fail while `fail` is set.
-#[derive(Clone)]
-pub struct Flaky {
-    inner: SharedIptables<MemoryIptables>,
-    fail: Arc<AtomicBool>,
-}
-
-impl Iptables for Flaky {
-    fn restore(&mut self, payload: &dyn Payload) -> Result<(), berth_datapath::Error> {
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(berth_datapath::Error::Restore {
-                reason: "injected failure".into(),
-            });
-        }
-        self.inner.restore(payload)
-    }
-
-    fn save(&mut self, table: Table) -> Result<String, berth_datapath::Error> {
-        self.inner.save(table)
-    }
-
-    fn ensure_chain(
-        &mut self,
-        table: Table,
-        chain: &ChainName,
-    ) -> Result<(), berth_datapath::Error> {
-        self.inner.ensure_chain(table, chain)
-    }
-
-    fn chain_exists(
-        &mut self,
-        table: Table,
-        chain: &ChainName,
-    ) -> Result<bool, berth_datapath::Error> {
-        self.inner.chain_exists(table, chain)
-    }
-
-    fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), berth_datapath::Error> {
-        self.inner.ensure_jump(jump)
-    }
-}
 
 #[derive(Clone, Default)]
 pub struct RecordingConntrack(pub Arc<std::sync::Mutex<Vec<ConntrackFlow>>>);
@@ -114,14 +71,17 @@ pub async fn start_agent(
     iptables: SharedIptables<MemoryIptables>,
 ) -> Harness {
     let client = server.client().unwrap();
-    let fail = Arc::new(AtomicBool::new(false));
+    let fail = FailSwitch::default();
     let iptables_v6 = SharedIptables::new(MemoryIptables::default());
-    let for_family = |family: IpFamily| Flaky {
-        inner: match family {
-            IpFamily::V4 => iptables.clone(),
-            IpFamily::V6 => iptables_v6.clone(),
-        },
-        fail: fail.clone(),
+    // In-memory iptables whose restores fail while `fail` is set.
+    let for_family = |family: IpFamily| {
+        Hooked::new(
+            match family {
+                IpFamily::V4 => iptables.clone(),
+                IpFamily::V6 => iptables_v6.clone(),
+            },
+            fail.clone(),
+        )
     };
     let conntrack = RecordingConntrack::default();
     let mut registry = MetricsRegistry::new();
@@ -149,7 +109,7 @@ pub async fn start_agent(
         client,
         iptables,
         iptables_v6,
-        fail,
+        fail: fail.0,
         conntrack,
         status,
         admin_port,
@@ -160,7 +120,7 @@ pub async fn start_agent(
 }
 
 pub async fn start(mode: ProxyMode) -> Harness {
-    let server = LabApiServer::builder().start().await.unwrap();
+    let (server, _) = start_lab().await;
     start_agent(
         server,
         mk_options(mode),

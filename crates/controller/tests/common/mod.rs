@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_controller::{AllocationController, ControllerConfig};
-use berth_lab::{LabApiServer, LabApiServerHandle};
+use berth_lab::LabApiServerHandle;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use prometheus_client::registry::Registry;
@@ -23,12 +22,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub async fn start_lab() -> (LabApiServerHandle, Client) {
-    let server = LabApiServer::builder().start().await.unwrap();
-    let client = server.client().unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in berth_api::crds() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
+    let (server, client) = berth_testing::start_lab().await;
+    berth_testing::install_crds(&client).await;
     (server, client)
 }
 
@@ -182,13 +177,17 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = bool>,
 {
-    for _ in 0..600 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
+    let check = || {
+        let holds = f();
+        async move { holds.await.then_some(()) }
+    };
+    berth_testing::eventually(
+        what,
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        check,
+    )
+    .await
 }
 
 pub fn cluster_ip(svc: &Service) -> Option<String> {

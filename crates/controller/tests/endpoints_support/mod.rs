@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use berth_controller::endpoints::{EndpointsConfig, EndpointsController, Error};
 use berth_endpoints::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, MANAGED_BY_BERTH};
@@ -39,8 +39,7 @@ impl Env {
         builder: berth_lab::LabApiServerBuilder,
         config: EndpointsConfig,
     ) -> Env {
-        let server = builder.start().await.unwrap();
-        let client = server.client().unwrap();
+        let (server, client) = berth_testing::start_lab_with(builder).await;
         for (name, zone) in [("n1", "z1"), ("n2", "z2")] {
             Api::<Node>::all(client.clone())
                 .create(&PostParams::default(), &mk_node(name, zone))
@@ -192,24 +191,24 @@ impl Env {
 }
 
 pub fn mk_node(name: &str, zone: &str) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}
-    }))
-    .unwrap()
+    berth_testing::mk_node(name, json!({"topology.kubernetes.io/zone": zone}), &[])
 }
 
 /// A ClusterIP Service selecting `app: <app>`, one TCP port 80 -> `target`.
 pub fn mk_service(name: &str, app: &str, cluster_ip: &str, target: Value) -> Value {
-    json!({
-        "metadata": {"name": name, "namespace": NS, "labels": {"team": "shop"}},
-        "spec": {
+    let mut service = berth_testing::mk_service_json(
+        NS,
+        name,
+        json!({
             "selector": {"app": app},
             "clusterIP": cluster_ip,
             "clusterIPs": [cluster_ip],
             "ipFamilies": ["IPv4"],
             "ports": [{"name": "http", "port": 80, "targetPort": target, "protocol": "TCP"}]
-        }
-    })
+        }),
+    );
+    service["metadata"]["labels"] = json!({"team": "shop"});
+    service
 }
 
 /// A pod labelled `app: <app>` on `node`, with a container port named `http` = `http_port`.
@@ -232,19 +231,12 @@ pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// Polls `check` until it returns `Some`, failing with `what` after `limit`.
-pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    berth_testing::eventually(what, limit, Duration::from_millis(20), check).await
 }
 
 pub const WAIT: Duration = Duration::from_secs(15);

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use berth_datapath::trace::{trace, Origin, Outcome, Packet, TraceEnv, Verdict};
 use berth_datapath::*;
+use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};
 
 pub const NODE_IP: &str = "198.18.0.11";
 pub const CLIENT_IP: &str = "198.18.0.100";
@@ -18,21 +19,11 @@ pub fn ip(s: &str) -> IpAddr {
 }
 
 pub fn mk_node() -> NodeInfo {
-    NodeInfo {
-        name: "node-a".into(),
-        addresses: vec![ip(NODE_IP)],
-    }
+    mk_node_info("node-a", ip(NODE_IP))
 }
 
 pub fn mk_ep(addr: &str, port: u16, node: &str) -> Endpoint {
-    Endpoint {
-        ip: ip(addr),
-        port,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: Some(node.into()),
-    }
+    mk_endpoint(ip(addr), port, node)
 }
 
 pub fn mk_terminating(mut ep: Endpoint) -> Endpoint {
@@ -42,25 +33,12 @@ pub fn mk_terminating(mut ep: Endpoint) -> Endpoint {
 }
 
 pub fn mk_svc(name: &str, cluster_ip: &str, port: u16, endpoints: Vec<Endpoint>) -> ServicePort {
-    ServicePort {
-        name: ServicePortName {
-            namespace: "ns1".into(),
-            name: name.into(),
-            port: "p80".into(),
-        },
-        protocol: Protocol::Tcp,
+    mk_service_port(
+        port_name("ns1", name, "p80"),
+        ip(cluster_ip),
         port,
-        cluster_ips: vec![ip(cluster_ip)],
-        node_port: None,
-        external_ips: vec![],
-        load_balancer_ingress: vec![],
-        source_ranges: vec![],
-        session_affinity: SessionAffinity::None,
-        external_traffic_policy: TrafficPolicy::Cluster,
-        internal_traffic_policy: TrafficPolicy::Cluster,
-        health_check_node_port: None,
         endpoints,
-    }
+    )
 }
 
 pub fn lb(addr: &str) -> LoadBalancerIngress {

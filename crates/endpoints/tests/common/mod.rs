@@ -3,45 +3,27 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus, Service, ServicePort,
-    ServiceSpec,
-};
+use berth_testing::{mk_selector_service, PodFacts};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use berth_endpoints::SlicePlan;
 
 pub fn mk_service(name: &str, ports: &[(&str, IntOrString)]) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            uid: Some(format!("{name}-uid")),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            selector: Some(BTreeMap::from([("app".into(), name.into())])),
-            cluster_ip: Some("10.96.0.10".into()),
-            ip_families: Some(vec!["IPv4".into()]),
-            ports: Some(
-                ports
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (port_name, target))| ServicePort {
-                        name: Some((*port_name).into()),
-                        port: 80 + i as i32,
-                        target_port: Some(target.clone()),
-                        protocol: Some("TCP".into()),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let ports: Vec<(&str, i32, IntOrString)> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (port_name, target))| (*port_name, 80 + i as i32, target.clone()))
+        .collect();
+    mk_selector_service(
+        "default",
+        name,
+        &format!("{name}-uid"),
+        name,
+        "10.96.0.10",
+        &ports,
+    )
 }
 
 pub struct PodArgs<'a> {
@@ -56,48 +38,17 @@ pub struct PodArgs<'a> {
 
 pub fn mk_pod(args: &PodArgs<'_>) -> Pod {
     let i = args.index;
-    let ip = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("{}-{i}", args.app)),
-            namespace: Some("default".into()),
-            uid: Some(format!("{}-pod-{i}", args.app)),
-            labels: Some(BTreeMap::from([("app".into(), args.app.into())])),
-            deletion_timestamp: args
-                .terminating
-                .then(|| Time("2026-01-01T00:00:00Z".parse().unwrap())),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(format!("node-{}", args.node)),
-            containers: vec![Container {
-                name: "app".into(),
-                ports: Some(
-                    args.ports
-                        .iter()
-                        .map(|(name, number)| ContainerPort {
-                            name: Some((*name).into()),
-                            container_port: *number,
-                            ..Default::default()
-                        })
-                        .collect(),
-                ),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            pod_ip: Some(ip.clone()),
-            pod_ips: Some(vec![PodIP { ip }]),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if args.ready { "True" } else { "False" }.into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-    }
+    berth_testing::mk_pod(&PodFacts {
+        namespace: "default",
+        name: format!("{}-{i}", args.app),
+        uid: format!("{}-pod-{i}", args.app),
+        app: args.app,
+        node: format!("node-{}", args.node),
+        ip: format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256),
+        ready: args.ready,
+        deleted_at: args.terminating.then_some("2026-01-01T00:00:00Z"),
+        ports: &args.ports,
+    })
 }
 
 /// What the API server would hold after the controller applied `plan` to

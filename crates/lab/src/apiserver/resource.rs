@@ -1,5 +1,7 @@
 //! The resource catalogue: built-in kinds the lab serves, plus every custom resource its CRDs define.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 /// How lists inside objects of a resource merge (strategic merge patch and server-side apply).
@@ -278,6 +280,18 @@ impl Catalogue {
             }
         }
         out
+    }
+}
+
+/// An object's stored text `json` as `api_version` shows it. Custom resources are stored once for
+/// all their versions, so a read through another version re-encodes with its apiVersion.
+pub fn text_as<'a>(obj: &Value, json: &'a str, api_version: &str) -> Cow<'a, str> {
+    if obj["apiVersion"].as_str() == Some(api_version) {
+        Cow::Borrowed(json)
+    } else {
+        let mut o = obj.clone();
+        o["apiVersion"] = Value::String(api_version.to_owned());
+        Cow::Owned(o.to_string())
     }
 }
 

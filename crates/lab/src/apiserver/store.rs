@@ -3,7 +3,7 @@
 //! behind one lock, so every write is atomic and versions are strictly ordered.
 
 use super::error::ApiError;
-use super::resource::{Catalogue, ResourceInfo};
+use super::resource::{text_as, Catalogue, ResourceInfo};
 use super::selector::{FieldSelector, LabelSelector};
 use super::watch::{Change, EventType, History};
 use base64::Engine;
@@ -31,18 +31,6 @@ impl Stored {
 
     pub fn json_as(&self, api_version: &str) -> Cow<'_, str> {
         text_as(&self.obj, &self.json, api_version)
-    }
-}
-
-/// An object's stored text `json` as `api_version` shows it. Custom resources are stored once for
-/// all their versions, so a read through another version re-encodes with its apiVersion.
-pub fn text_as<'a>(obj: &Value, json: &'a str, api_version: &str) -> Cow<'a, str> {
-    if obj["apiVersion"].as_str() == Some(api_version) {
-        Cow::Borrowed(json)
-    } else {
-        let mut o = obj.clone();
-        o["apiVersion"] = Value::String(api_version.to_owned());
-        Cow::Owned(o.to_string())
     }
 }
 

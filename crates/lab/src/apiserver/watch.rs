@@ -41,7 +41,7 @@ impl Change {
     /// The object's JSON text as `api_version` shows it (custom resources are stored once for all
     /// their versions).
     pub fn json_as(&self, api_version: &str) -> std::borrow::Cow<'_, str> {
-        super::store::text_as(&self.object, &self.json, api_version)
+        super::resource::text_as(&self.object, &self.json, api_version)
     }
 
     /// The object's JSON text as a watcher that sees this change as `seen` gets it. An update that

@@ -2,28 +2,13 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
-use berth_lab::{LabApiServer, LabApiServerHandle};
+use berth_lab::LabApiServerHandle;
 use kube::Client;
 
 pub async fn start() -> (LabApiServerHandle, Client) {
-    let server = LabApiServer::builder().start().await.unwrap();
-    let client = server.client().unwrap();
-    (server, client)
+    berth_testing::start_lab().await
 }
 
 pub fn unique_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "berth-lab-{tag}-{}-{}",
-        std::process::id(),
-        uuid_like()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn uuid_like() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
+    berth_testing::unique_dir(&format!("berth-lab-{tag}"))
 }

@@ -10,11 +10,11 @@ use berth_datapath::exec::CommandIptables;
 use berth_datapath::sync::{SyncKind, Syncer};
 use berth_datapath::{
     plan, rewritten_every_sync, Dispatch, Endpoint, IpFamily, IpMode, LoadBalancerIngress,
-    NodeInfo, NodeView, PlanOptions, Protocol, ServicePort, ServicePortName, SessionAffinity,
-    TrafficPolicy,
+    NodeView, PlanOptions, Protocol, ServicePort, SessionAffinity, TrafficPolicy,
 };
 use berth_lab::echo::{tcp_echo, tcp_echo_many, EchoHandle, EchoReply, EchoServer};
 use berth_lab::topology::{Topology, TopologySpec};
+use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};
 
 pub const OK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Long enough for a SYN to be answered on a quiet LAN, short enough to keep DROP tests fast.
@@ -98,10 +98,7 @@ impl Cluster {
 
     pub fn view(&self, node: &str) -> NodeView {
         NodeView {
-            node: NodeInfo {
-                name: node.to_string(),
-                addresses: vec![IpAddr::V4(self.topo.layout().node(node).unwrap().lan_ip)],
-            },
+            node: mk_node_info(node, node_ip(self, node)),
             services: self.services.clone(),
         }
     }
@@ -160,25 +157,7 @@ pub fn pod_ip(topo: &Topology, pod: &str) -> IpAddr {
 }
 
 pub fn mk_port(name: &str, cluster_ip: IpAddr, endpoints: Vec<Endpoint>) -> ServicePort {
-    ServicePort {
-        name: ServicePortName {
-            namespace: "default".into(),
-            name: name.into(),
-            port: String::new(),
-        },
-        protocol: Protocol::Tcp,
-        port: 80,
-        cluster_ips: vec![cluster_ip],
-        node_port: None,
-        external_ips: vec![],
-        load_balancer_ingress: vec![],
-        source_ranges: vec![],
-        session_affinity: SessionAffinity::None,
-        external_traffic_policy: TrafficPolicy::Cluster,
-        internal_traffic_policy: TrafficPolicy::Cluster,
-        health_check_node_port: None,
-        endpoints,
-    }
+    mk_service_port(port_name("default", name, ""), cluster_ip, 80, endpoints)
 }
 
 pub fn lb(ip: IpAddr) -> LoadBalancerIngress {
@@ -189,13 +168,12 @@ pub fn lb(ip: IpAddr) -> LoadBalancerIngress {
 }
 
 pub fn mk_services(topo: &Topology) -> Vec<ServicePort> {
-    let ep = |pod: &str, port: u16| Endpoint {
-        ip: pod_ip(topo, pod),
-        port,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: Some(topo.layout().pod(pod).unwrap().0.name.clone()),
+    let ep = |pod: &str, port: u16| {
+        mk_endpoint(
+            pod_ip(topo, pod),
+            port,
+            &topo.layout().pod(pod).unwrap().0.name,
+        )
     };
     let tcp = |pod: &str| ep(pod, TCP_PORT);
 

@@ -21,15 +21,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use berth_datapath::exec::{Backend, CommandIptables};
-use berth_datapath::model::{ChainName, JumpRule, Table};
-use berth_datapath::sync::{Iptables, SyncReport, Syncer};
+use berth_datapath::sync::{SyncReport, Syncer};
 use berth_datapath::{
-    plan, rewritten_every_sync, Dispatch, Endpoint, IpFamily, NodeInfo, NodeView, PlanOptions,
-    Protocol, ServicePort, ServicePortName, SessionAffinity, TrafficPolicy,
+    plan, rewritten_every_sync, Dispatch, Endpoint, IpFamily, NodeView, PlanOptions,
 };
 use berth_lab::echo::{EchoHandle, EchoServer};
 use berth_lab::netns::run_in_netns;
 use berth_lab::topology::{preflight, remove_orphans, Topology, TopologySpec};
+use berth_testing::{
+    mk_endpoint, mk_node_info, mk_service_port, port_name, Hooked, RestoreTimer, DATAPATH_TOOLS,
+};
 
 const TAG: &str = "fp";
 const FIRST_PORT: u16 = 8080;
@@ -40,42 +41,7 @@ const ROUNDS: usize = 50;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Times `iptables-restore` on its own; everything else passes through.
-struct TimedIptables {
-    inner: CommandIptables,
-    restore: Duration,
-}
-
-impl Iptables for TimedIptables {
-    fn restore(
-        &mut self,
-        payload: &dyn berth_datapath::Payload,
-    ) -> Result<(), berth_datapath::Error> {
-        let start = Instant::now();
-        let result = self.inner.restore(payload);
-        self.restore += start.elapsed();
-        result
-    }
-    fn save(&mut self, table: Table) -> Result<String, berth_datapath::Error> {
-        self.inner.save(table)
-    }
-    fn ensure_chain(
-        &mut self,
-        table: Table,
-        chain: &ChainName,
-    ) -> Result<(), berth_datapath::Error> {
-        self.inner.ensure_chain(table, chain)
-    }
-    fn chain_exists(
-        &mut self,
-        table: Table,
-        chain: &ChainName,
-    ) -> Result<bool, berth_datapath::Error> {
-        self.inner.chain_exists(table, chain)
-    }
-    fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), berth_datapath::Error> {
-        self.inner.ensure_jump(jump)
-    }
-}
+type TimedIptables = Hooked<CommandIptables, RestoreTimer>;
 
 struct Options {
     sizes: Vec<usize>,
@@ -143,43 +109,22 @@ fn endpoint(i: usize, e: usize, n: usize, server: IpAddr) -> Endpoint {
         let ip = Ipv4Addr::new(10, 244, 10 + e as u8, (i % 250) as u8 + 2);
         (IpAddr::V4(ip), FIRST_PORT + (i / 250) as u16)
     };
-    Endpoint {
-        ip,
-        port,
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: Some(if ip == server { "node" } else { "elsewhere" }.into()),
-    }
+    mk_endpoint(ip, port, if ip == server { "node" } else { "elsewhere" })
 }
 
 fn mk_view(n: usize, endpoints: usize, node_ip: IpAddr, server: IpAddr) -> NodeView {
     let services = (0..n)
-        .map(|i| ServicePort {
-            name: ServicePortName {
-                namespace: format!("ns{}", i % 50),
-                name: format!("svc-{i}"),
-                port: "http".into(),
-            },
-            protocol: Protocol::Tcp,
-            port: 80,
-            cluster_ips: vec![service_ip(i)],
-            node_port: None,
-            external_ips: vec![],
-            load_balancer_ingress: vec![],
-            source_ranges: vec![],
-            session_affinity: SessionAffinity::None,
-            external_traffic_policy: TrafficPolicy::Cluster,
-            internal_traffic_policy: TrafficPolicy::Cluster,
-            health_check_node_port: None,
-            endpoints: (0..endpoints).map(|e| endpoint(i, e, n, server)).collect(),
+        .map(|i| {
+            mk_service_port(
+                port_name(&format!("ns{}", i % 50), &format!("svc-{i}"), "http"),
+                service_ip(i),
+                80,
+                (0..endpoints).map(|e| endpoint(i, e, n, server)).collect(),
+            )
         })
         .collect();
     NodeView {
-        node: NodeInfo {
-            name: "node".into(),
-            addresses: vec![node_ip],
-        },
+        node: mk_node_info("node", node_ip),
         services,
     }
 }
@@ -263,18 +208,18 @@ fn set_up(index: usize, n: usize, dispatch: Dispatch, options: &Options) -> Resu
         ..PlanOptions::default()
     };
     let rs = plan(&view, &plan_options);
-    let iptables = TimedIptables {
-        inner: CommandIptables::with_backend(IpFamily::V4, options.backend)
+    let iptables: TimedIptables = Hooked::new(
+        CommandIptables::with_backend(IpFamily::V4, options.backend)
             .netns_named(node.netns.clone()),
-        restore: Duration::ZERO,
-    };
+        RestoreTimer::default(),
+    );
     let mut syncer = Syncer::new(iptables).rewriting_every_sync(rewritten_every_sync(dispatch));
     let start = Instant::now();
     let report: SyncReport = syncer
         .sync(&rs)
         .map_err(|err| format!("full sync failed: {err}"))?;
     let sync_ms = start.elapsed().as_secs_f64() * 1e3;
-    let restore_ms = syncer.iptables().restore.as_secs_f64() * 1e3;
+    let restore_ms = syncer.iptables().hook.total.as_secs_f64() * 1e3;
     Ok(Setup {
         services: n,
         dispatch,
@@ -310,13 +255,7 @@ fn label(n: usize) -> String {
 }
 
 fn main() {
-    if let Err(reason) = preflight(&[
-        "ip",
-        "sysctl",
-        "iptables",
-        "iptables-restore",
-        "iptables-save",
-    ]) {
+    if let Err(reason) = preflight(DATAPATH_TOOLS) {
         println!("first-packet: skipped ({reason})");
         return;
     }

@@ -25,6 +25,7 @@ use berth_datapath::sync::SyncKind;
 use berth_datapath::{plan, Dispatch};
 use berth_lab::echo::{udp_echo, EchoConnection};
 use berth_lab::topology::{preflight, remove_orphans, TopologyError};
+use berth_testing::DATAPATH_TOOLS;
 
 use cluster::*;
 
@@ -334,13 +335,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    if let Err(reason) = preflight(&[
-        "ip",
-        "sysctl",
-        "iptables",
-        "iptables-restore",
-        "iptables-save",
-    ]) {
+    if let Err(reason) = preflight(DATAPATH_TOOLS) {
         eprintln!("skipping datapath traffic tests: {reason}");
         return ExitCode::SUCCESS;
     }

@@ -1,0 +1,87 @@
+//! The lab as a test harness: an API server per test and a client for it, waiting for
+//! something to become true, and the checks that let a network-namespace test skip where it
+//! cannot run.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use berth_lab::topology::preflight;
+use berth_lab::{LabApiServer, LabApiServerBuilder, LabApiServerHandle};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::Client;
+
+/// The tools a test that programs real iptables inside namespaces runs.
+pub const DATAPATH_TOOLS: &[&str] = &[
+    "ip",
+    "sysctl",
+    "iptables",
+    "iptables-restore",
+    "iptables-save",
+];
+
+/// A lab API server on 127.0.0.1 (a free port) and a client for it.
+pub async fn start_lab() -> (LabApiServerHandle, Client) {
+    start_lab_with(LabApiServer::builder()).await
+}
+
+/// The lab API server `builder` describes, started, and a client for it.
+pub async fn start_lab_with(builder: LabApiServerBuilder) -> (LabApiServerHandle, Client) {
+    let server = builder
+        .start()
+        .await
+        .unwrap_or_else(|err| panic!("starting the lab API server: {err}"));
+    let client = server
+        .client()
+        .unwrap_or_else(|err| panic!("a client for the lab API server: {err}"));
+    (server, client)
+}
+
+/// Creates berth's CRDs, so its custom resources can be served.
+pub async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in berth_api::crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .unwrap_or_else(|err| panic!("creating CRD {:?}: {err}", crd.metadata.name));
+    }
+}
+
+/// Polls `check` every `every` until it returns `Some`, failing with `what` after `limit`.
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, every: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Whether a network-namespace test can run here (root, and `tools` installed); says why not.
+pub fn netns_ready(tools: &[&str]) -> bool {
+    match preflight(tools) {
+        Ok(()) => true,
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            false
+        }
+    }
+}
+
+/// A new directory under the system's temporary directory, unique to this process and moment.
+pub fn unique_dir(prefix: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|err| panic!("creating {}: {err}", dir.display()));
+    dir
+}
