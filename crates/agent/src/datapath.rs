@@ -3,10 +3,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use berth_core::IpFamily;
 use berth_datapath::sync::{Iptables, SyncReport, Syncer};
 use berth_datapath::{
-    rewritten_every_sync, ChainName, Changes, IpFamily, JumpRule, NodeView, Payload, PlanOptions,
-    Planner, Table,
+    rewritten_every_sync, ChainName, Changes, JumpRule, NodeView, Payload, PlanOptions, Planner,
+    Table,
 };
 
 use crate::index::ChangedServices;

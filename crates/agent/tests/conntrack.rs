@@ -3,9 +3,8 @@
 #![allow(clippy::unwrap_used)]
 
 use berth_agent::{plan_conntrack_cleanup, ConntrackFlow};
-use berth_datapath::{
-    Endpoint, IpFamily, IpMode, LoadBalancerIngress, Protocol, ServicePort, ServicePortName,
-};
+use berth_core::{IpFamily, Protocol};
+use berth_datapath::{Endpoint, IpMode, LoadBalancerIngress, ServicePort, ServicePortName};
 
 fn mk_port(protocol: Protocol, endpoints: &[(&str, bool)]) -> ServicePort {
     ServicePort {

@@ -463,7 +463,7 @@ pub fn now() -> Time {
 mod tests {
     use super::*;
     use crate::plan::Failure;
-    use berth_ipam::IpFamily;
+    use berth_core::IpFamily;
     use serde_json::json;
 
     fn mk_svc(v: Value) -> Service {

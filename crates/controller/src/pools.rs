@@ -10,11 +10,10 @@
 use std::collections::BTreeMap;
 
 use berth_api::names::condition::{self as cond, reason};
-use berth_api::{overlapping_pools, set_condition, IPPool, IPPoolStatus};
-use berth_ipam::{
-    LabelSelector as IpamSelector, LabelSelectorRequirement, PoolSpec, PoolStatus, SelectorOperator,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use berth_api::{set_condition, to_selector, IPPool, IPPoolStatus};
+use berth_core::overlapping_pools;
+use berth_ipam::{PoolSpec, PoolStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// The allocator pools for every valid IPPool, and the problem of each invalid one.
 pub fn build_pool_specs(pools: &[IPPool]) -> (Vec<PoolSpec>, BTreeMap<String, String>) {
@@ -46,41 +45,21 @@ fn to_pool_spec(name: &str, pool: &IPPool) -> Result<PoolSpec, String> {
             .namespace_selector
             .as_ref()
             .map(to_selector)
-            .transpose()?
+            .transpose()
+            .map_err(|e| e.to_string())?
             .into_iter()
             .collect(),
         service_selectors: alloc
             .service_selector
             .as_ref()
             .map(to_selector)
-            .transpose()?
+            .transpose()
+            .map_err(|e| e.to_string())?
             .into_iter()
             .collect(),
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
-}
-
-fn to_selector(s: &LabelSelector) -> Result<IpamSelector, String> {
-    let mut out = IpamSelector {
-        match_labels: s.match_labels.clone().unwrap_or_default(),
-        match_expressions: Vec::new(),
-    };
-    for e in s.match_expressions.iter().flatten() {
-        let operator = match e.operator.as_str() {
-            "In" => SelectorOperator::In,
-            "NotIn" => SelectorOperator::NotIn,
-            "Exists" => SelectorOperator::Exists,
-            "DoesNotExist" => SelectorOperator::DoesNotExist,
-            other => return Err(format!("unknown selector operator {other:?}")),
-        };
-        out.match_expressions.push(LabelSelectorRequirement {
-            key: e.key.clone(),
-            operator,
-            values: e.values.clone().unwrap_or_default(),
-        });
-    }
-    Ok(out)
 }
 
 /// For each pool, the names of the pools it overlaps.
@@ -93,7 +72,7 @@ pub fn pool_overlaps(pools: &[IPPool]) -> BTreeMap<String, Vec<String>> {
         names
             .iter()
             .map(String::as_str)
-            .zip(pools.iter().map(|p| &p.spec)),
+            .zip(pools.iter().map(|p| p.spec.addresses.as_slice())),
     )
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))

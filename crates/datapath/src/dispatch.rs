@@ -10,10 +10,11 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::input::{IpFamily, Protocol};
 use crate::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table};
 use crate::names;
 use crate::plan::{Dispatch, PlanOptions};
+use crate::rule_text::iptables_protocol;
+use berth_core::{IpFamily, Protocol};
 
 /// The rules that select a Service, before they are laid out.
 #[derive(Debug, Default)]
@@ -106,7 +107,7 @@ impl KeySpace for PortSpace {
     }
     fn label(&self, prefix: u128, len: u32) -> String {
         let (lo, hi) = range_of(Self::BITS, prefix, len);
-        format!("{} {lo}-{hi}", self.0.as_iptables())
+        format!("{} {lo}-{hi}", iptables_protocol(self.0))
     }
     fn matches(&self, prefix: u128, len: u32) -> Vec<Match> {
         let (lo, hi) = range_of(Self::BITS, prefix, len);

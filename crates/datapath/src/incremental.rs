@@ -17,10 +17,11 @@ use crate::dispatch::{
     node_ports_jump, range_of, AddrSpace, DispatchEntries, KeySpace, PortSpace, V4Space, V6Space,
 };
 use crate::fixed::plan_fixed_chains;
-use crate::input::{IpFamily, NodeInfo, NodeView, Protocol, ServicePort, ServicePortName};
+use crate::input::{NodeInfo, NodeView, ServicePort, ServicePortName};
 use crate::model::{ChainName, Rule, Ruleset, Table, TableRules};
 use crate::names;
 use crate::plan::{builtin_jumps, plan_service_port, Dispatch, PlanOptions};
+use berth_core::{IpFamily, Protocol};
 
 type ServiceKey = (ServicePortName, Protocol);
 /// A dispatch entry's place among those of one key: its Service port, then its planning order.

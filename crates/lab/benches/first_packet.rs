@@ -20,12 +20,13 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use berth_datapath::exec::{Backend, CommandIptables};
 use berth_datapath::model::{ChainName, JumpRule, Table};
 use berth_datapath::sync::{Iptables, SyncReport, Syncer};
 use berth_datapath::{
-    plan, rewritten_every_sync, Dispatch, Endpoint, IpFamily, NodeInfo, NodeView, PlanOptions,
-    Protocol, ServicePort, ServicePortName, SessionAffinity, TrafficPolicy,
+    plan, rewritten_every_sync, Dispatch, Endpoint, NodeInfo, NodeView, PlanOptions, ServicePort,
+    ServicePortName, SessionAffinity,
 };
 use berth_lab::echo::{EchoHandle, EchoServer};
 use berth_lab::netns::run_in_netns;

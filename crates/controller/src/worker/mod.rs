@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use berth_api::names::condition::reason;
 use berth_api::{IPPool, IPPoolStatus};
-use berth_ipam::{Labels, ServiceKey};
+use berth_core::Labels;
+use berth_ipam::ServiceKey;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
