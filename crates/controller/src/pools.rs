@@ -161,6 +161,21 @@ mod tests {
     }
 
     #[test]
+    fn a_cidr_with_host_bits_set_makes_the_pool_invalid() {
+        let pools = vec![
+            mk_pool("a", json!({"addresses": ["198.18.0.1/24"]})),
+            mk_pool("b", json!({"addresses": ["198.18.1.0/24"]})),
+        ];
+        let (specs, invalid) = build_pool_specs(&pools);
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].name, "b");
+        assert!(
+            invalid["a"].contains("did you mean 198.18.0.0/24?"),
+            "{invalid:?}"
+        );
+    }
+
+    #[test]
     fn status_counts_and_conditions_keep_transition_times() {
         let pools = vec![
             mk_pool("a", json!({"addresses": ["198.18.0.0/24"]})),
