@@ -13,7 +13,7 @@ use berth_api::names::condition::{self as cond, reason};
 use berth_api::{set_condition, to_selector, IPPool, IPPoolStatus};
 use berth_core::overlapping_pools;
 use berth_ipam::{PoolSpec, PoolStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 
 /// The allocator pools for every valid IPPool, and the problem of each invalid one.
 pub fn build_pool_specs(pools: &[IPPool]) -> (Vec<PoolSpec>, BTreeMap<String, String>) {
@@ -34,6 +34,13 @@ pub fn build_pool_specs(pools: &[IPPool]) -> (Vec<PoolSpec>, BTreeMap<String, St
 fn to_pool_spec(name: &str, pool: &IPPool) -> Result<PoolSpec, String> {
     pool.spec.validate().map_err(|e| e.to_string())?;
     let alloc = pool.spec.service_allocation.clone().unwrap_or_default();
+    // The CRD holds at most one selector of each kind; the allocator takes a list.
+    let selectors = |s: Option<&LabelSelector>| -> Result<Vec<_>, String> {
+        s.map(to_selector)
+            .transpose()
+            .map(|s| s.into_iter().collect())
+            .map_err(|e| e.to_string())
+    };
     let spec = PoolSpec {
         name: name.to_string(),
         addresses: pool.spec.addresses.clone(),
@@ -41,22 +48,8 @@ fn to_pool_spec(name: &str, pool: &IPPool) -> Result<PoolSpec, String> {
         avoid_buggy_ips: pool.spec.avoid_buggy_ips,
         priority: alloc.priority,
         namespaces: alloc.namespaces,
-        namespace_selectors: alloc
-            .namespace_selector
-            .as_ref()
-            .map(to_selector)
-            .transpose()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .collect(),
-        service_selectors: alloc
-            .service_selector
-            .as_ref()
-            .map(to_selector)
-            .transpose()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .collect(),
+        namespace_selectors: selectors(alloc.namespace_selector.as_ref())?,
+        service_selectors: selectors(alloc.service_selector.as_ref())?,
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
