@@ -216,15 +216,21 @@ impl<K: OwnerKey> LbIpAllocator<K> {
 
     /// Pairs of pools whose addresses overlap (for the pool's overlap condition).
     pub fn overlapping_pools(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        for (i, a) in self.pools.iter().enumerate() {
-            for b in &self.pools[i + 1..] {
-                if a.overlaps(b) {
-                    let (x, y) = if a.name() <= b.name() { (a, b) } else { (b, a) };
-                    out.push((x.name().to_string(), y.name().to_string()));
-                }
-            }
-        }
+        let by_pool = berth_core::overlapping_pools(
+            self.pools
+                .iter()
+                .map(|p| (p.name(), p.spec.addresses.as_slice())),
+        );
+        // Each pair is listed under both pools; keep it once, the lesser name first.
+        let mut out: Vec<(String, String)> = by_pool
+            .iter()
+            .flat_map(|(a, others)| {
+                others
+                    .iter()
+                    .filter(move |b| a < *b)
+                    .map(move |b| (a.to_string(), b.to_string()))
+            })
+            .collect();
         out.sort();
         out
     }
