@@ -86,10 +86,7 @@ impl<I: Iptables> FamilyDatapath<I> {
     }
 
     pub fn family_name(&self) -> &'static str {
-        match self.family {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        }
+        self.family.as_str()
     }
 
     /// Brings the planned ruleset to `view`: every Service when `full`, else those in `changed`.
