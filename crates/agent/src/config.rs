@@ -3,8 +3,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use berth_core::{dns1123_subdomain_problem, IpFamily};
 use berth_datapath::convert::ProxyMode;
-use berth_datapath::{Dispatch, IpFamily, PlanOptions};
+use berth_datapath::{Dispatch, PlanOptions};
 use ipnet::IpNet;
 
 use crate::Error;
@@ -58,23 +59,10 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
     }
 }
 
-/// RFC 1123 subdomain, what Kubernetes accepts as a Node name.
-fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
-}
-
 impl AgentOptions {
     pub fn validate(self) -> Result<AgentConfig, Error> {
-        if !is_dns_subdomain(&self.node_name) {
+        // A Node name is a DNS-1123 subdomain.
+        if dns1123_subdomain_problem(&self.node_name).is_some() {
             return Err(invalid(
                 "node name",
                 format!("{:?} is not a valid Node name", self.node_name),
@@ -94,7 +82,7 @@ impl AgentOptions {
         }
         let mut families = Vec::new();
         for cidr in &self.cluster_cidrs {
-            let family = IpFamily::of(&cidr.addr());
+            let family = IpFamily::of(cidr.addr());
             if families.contains(&family) {
                 return Err(invalid(
                     "cluster CIDR",
@@ -157,7 +145,7 @@ impl AgentConfig {
                 .options
                 .cluster_cidrs
                 .iter()
-                .find(|cidr| IpFamily::of(&cidr.addr()) == family)
+                .find(|cidr| IpFamily::of(cidr.addr()) == family)
                 .copied(),
             masquerade_all: self.options.masquerade_all,
             ..PlanOptions::default()

@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::process::Command;
 
-use berth_datapath::{IpFamily, Protocol, ServicePort};
+use berth_core::{IpFamily, Protocol};
+use berth_datapath::ServicePort;
 
 use crate::Error;
 
@@ -41,7 +42,7 @@ impl ConntrackFlow {
                 service_ip,
                 endpoint_ip,
             } => (
-                IpFamily::of(service_ip),
+                IpFamily::of(*service_ip),
                 vec![
                     "--orig-dst".into(),
                     service_ip.to_string(),
@@ -53,7 +54,7 @@ impl ConntrackFlow {
                 node_port,
                 endpoint_ip,
             } => (
-                IpFamily::of(endpoint_ip),
+                IpFamily::of(*endpoint_ip),
                 vec![
                     "--orig-port-dst".into(),
                     node_port.to_string(),
@@ -62,7 +63,7 @@ impl ConntrackFlow {
                 ],
             ),
             ConntrackFlow::ServiceIp { service_ip } => (
-                IpFamily::of(service_ip),
+                IpFamily::of(*service_ip),
                 vec!["--orig-dst".into(), service_ip.to_string()],
             ),
             ConntrackFlow::NodePort { node_port, family } => (
@@ -113,7 +114,7 @@ pub fn plan_conntrack_cleanup(old: &[ServicePort], new: &[ServicePort]) -> Vec<C
         let now = after.map(usable).unwrap_or_default();
         for (endpoint_ip, _) in was.difference(&now) {
             for service_ip in frontend_ips(before) {
-                if IpFamily::of(&service_ip) == IpFamily::of(endpoint_ip) {
+                if IpFamily::of(service_ip) == IpFamily::of(*endpoint_ip) {
                     flows.insert(ConntrackFlow::ServiceToEndpoint {
                         service_ip,
                         endpoint_ip: *endpoint_ip,
@@ -146,7 +147,7 @@ fn add_frontends(flows: &mut BTreeSet<ConntrackFlow>, port: &ServicePort) {
     let ips = frontend_ips(port);
     let mut families = BTreeSet::new();
     for service_ip in ips {
-        families.insert(IpFamily::of(&service_ip));
+        families.insert(IpFamily::of(service_ip));
         flows.insert(ConntrackFlow::ServiceIp { service_ip });
     }
     if let Some(node_port) = port.node_port {

@@ -3,10 +3,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use berth_core::IpFamily;
 use berth_datapath::sync::{Iptables, SyncReport, Syncer};
 use berth_datapath::{
-    rewritten_every_sync, ChainName, Changes, IpFamily, JumpRule, NodeView, Payload, PlanOptions,
-    Planner, Table,
+    rewritten_every_sync, ChainName, Changes, JumpRule, NodeView, Payload, PlanOptions, Planner,
+    Table,
 };
 
 use crate::index::ChangedServices;
@@ -85,10 +86,7 @@ impl<I: Iptables> FamilyDatapath<I> {
     }
 
     pub fn family_name(&self) -> &'static str {
-        match self.family {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        }
+        self.family.as_str()
     }
 
     /// Brings the planned ruleset to `view`: every Service when `full`, else those in `changed`.

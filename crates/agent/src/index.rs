@@ -12,8 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use berth_api::names::{annotation, label};
+use berth_core::Protocol;
 use berth_datapath::convert::{build_endpoints, build_node_info, build_service_ports, ProxyMode};
-use berth_datapath::{Endpoint, NodeInfo, NodeView, Protocol, ServicePort, ServicePortName};
+use berth_datapath::{Endpoint, NodeInfo, NodeView, ServicePort, ServicePortName};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -184,7 +185,7 @@ fn service_of(slice: &EndpointSlice) -> Option<String> {
 fn compact_slice(slice: &EndpointSlice) -> Vec<SlicePort> {
     let mut ports: Vec<SlicePort> = Vec::new();
     for port in slice.ports.iter().flatten() {
-        let Some(protocol) = Protocol::from_kubernetes(port.protocol.as_deref()) else {
+        let Some(protocol) = Protocol::from_spec(port.protocol.as_deref()) else {
             continue;
         };
         let name = port.name.clone().unwrap_or_default();

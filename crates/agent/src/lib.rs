@@ -33,10 +33,11 @@ pub use datapath::SharedIptables;
 pub use index::Index;
 pub use run::{run_agent, RunOptions};
 
+pub use berth_core::IpFamily;
 /// What a binary needs to configure and run the agent without depending on the datapath itself.
 pub use berth_datapath::convert::ProxyMode;
 pub use berth_datapath::exec::CommandIptables;
-pub use berth_datapath::{Dispatch, IpFamily};
+pub use berth_datapath::Dispatch;
 pub use ipnet::IpNet;
 
 #[derive(Debug, thiserror::Error)]

@@ -340,8 +340,8 @@ async fn dual_stack_programs_each_family_in_its_own_iptables() {
             && nat(&v6_iptables.lock()).contains("[fd00:10:244:1::5]:8080")
     })
     .await;
-    let expected_v4 = h.expected_rules_for(berth_datapath::IpFamily::V4).await;
-    let expected_v6 = h.expected_rules_for(berth_datapath::IpFamily::V6).await;
+    let expected_v4 = h.expected_rules_for(berth_core::IpFamily::V4).await;
+    let expected_v6 = h.expected_rules_for(berth_core::IpFamily::V6).await;
     assert_eq!(h.programmed(), expected_v4);
     assert_eq!(h.iptables_v6.lock().berth_ruleset(), expected_v6);
     assert!(!nat(&h.iptables.lock()).contains("fd00"));

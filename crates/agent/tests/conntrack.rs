@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used)]
 
 use berth_agent::{plan_conntrack_cleanup, ConntrackFlow};
-use berth_datapath::{Endpoint, IpFamily, IpMode, LoadBalancerIngress, Protocol, ServicePort};
+use berth_core::{IpFamily, Protocol};
+use berth_datapath::{Endpoint, IpMode, LoadBalancerIngress, ServicePort};
 use berth_testing::{mk_endpoint, mk_service_port, port_name};
 
 fn mk_port(protocol: Protocol, endpoints: &[(&str, bool)]) -> ServicePort {

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use crate::address::IpFamily;
+use berth_core::IpFamily;
+
 use crate::names::annotation;
 use crate::Error;
 

@@ -7,10 +7,12 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::address::{parse_address, AddressRange, IpFamily};
+use berth_core::{
+    dns1123_label_problem, parse_address, AddressError, AddressRange, FieldErrors, IpFamily,
+};
+
+use crate::convert::validate_label_selector;
 use crate::schema::{self, MAX_ADDRESSES, MAX_PRIORITY, MIN_PRIORITY};
-use crate::validation::{dns1123_label_problem, validate_label_selector, FieldErrors};
-use crate::Error;
 
 /// Addresses for LoadBalancer Services, and which Services may use them.
 // Printer columns repeat `type_ = ...`, which the lint mistakes for a repeated attribute.
@@ -177,10 +179,9 @@ impl IPPoolSpec {
                     }
                     seen.push((i, range));
                 }
-                Err(Error::InvalidAddress { problem, .. }) => {
+                Err(AddressError { problem, .. }) => {
                     errors.push(path, Some(address), problem.to_string());
                 }
-                Err(other) => errors.push(path, Some(address), other.to_string()),
             }
         }
         if let Some(allocation) = &self.service_allocation {
@@ -190,7 +191,7 @@ impl IPPoolSpec {
     }
 
     /// The parsed address ranges, in spec order; the first invalid entry is an error.
-    pub fn ranges(&self) -> Result<Vec<AddressRange>, Error> {
+    pub fn ranges(&self) -> Result<Vec<AddressRange>, AddressError> {
         self.addresses.iter().map(|a| parse_address(a)).collect()
     }
 
@@ -260,7 +261,7 @@ mod tests {
             Ok(()) => Vec::new(),
             Err(errors) => errors
                 .iter()
-                .map(|e| (e.path.clone(), e.reason.clone()))
+                .map(|e| (e.path.clone(), e.detail()))
                 .collect(),
         }
     }

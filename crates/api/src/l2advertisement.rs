@@ -7,11 +7,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use berth_core::{dns1123_subdomain_problem, interface_name_problem, FieldErrors};
+
+use crate::convert::{selector_matches, validate_label_selector};
 use crate::schema::{self, MAX_INTERFACES};
-use crate::selector::selector_matches;
-use crate::validation::{
-    dns1123_subdomain_problem, interface_name_problem, validate_label_selector, FieldErrors,
-};
 
 /// Announces the addresses of the selected pools from the selected nodes. Every list is ORed
 /// within itself; an empty list selects everything (all pools, all nodes, all interfaces).
@@ -134,7 +133,7 @@ fn check_names(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selector::tests::{labels, mk_selector};
+    use crate::convert::tests::{labels, mk_selector};
 
     #[test]
     fn empty_spec_selects_everything() {

@@ -1,46 +1,29 @@
 //! berth's API: the `IPPool` and `L2Advertisement` custom resources, their validation, the CRD
 //! manifests, and every well-known name (annotations, labels, finalizers, classes, conditions).
 
-mod address;
 mod annotations;
 mod condition;
+mod convert;
 mod crds;
 mod ippool;
 mod l2advertisement;
 pub mod names;
-mod pool_choice;
 mod schema;
-mod selector;
-mod validation;
 
-pub use address::{
-    from_u128, is_buggy_ip, parse_address, to_u128, AddressProblem, AddressRange, IpFamily,
-    MAX_ADDRESS_LEN,
-};
 pub use annotations::{
     ip_pool, requested_ips, requested_ips_with_spec, sharing_key, AnnotationValue, RequestSource,
     RequestedIps,
 };
 pub use condition::{find_condition, set_condition};
+pub use convert::{selector_matches, to_selector, validate_label_selector};
 pub use crds::{crds, crds_yaml};
 pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
 pub use l2advertisement::{L2Advertisement, L2AdvertisementSpec};
-pub use pool_choice::overlapping_pools;
 pub use schema::{address_rules, MAX_ADDRESSES, MAX_INTERFACES, MAX_PRIORITY, MIN_PRIORITY};
-pub use selector::selector_matches;
-pub use validation::{
-    dns1123_label_problem, dns1123_subdomain_problem, interface_name_problem, label_key_problem,
-    label_value_problem, validate_label_selector, FieldError, FieldErrors,
-};
 
 /// Everything that can fail in berth-api.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid address {input:?}: {problem}")]
-    InvalidAddress {
-        input: String,
-        problem: AddressProblem,
-    },
     #[error("annotation {key}: invalid value {value:?}: {reason}")]
     InvalidAnnotation {
         key: &'static str,

@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn every_label_berth_writes_is_a_valid_label() {
-        use crate::validation::{label_key_problem, label_value_problem};
+        use berth_core::{label_key_problem, label_value_problem};
         let key = label::ENDPOINTSLICE_MANAGED_BY;
         assert_eq!(label_key_problem(key), None, "{key}");
         let value = label::ENDPOINTSLICE_MANAGED_BY_BERTH;

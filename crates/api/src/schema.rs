@@ -4,10 +4,9 @@
 use schemars::{json_schema, Schema, SchemaGenerator};
 use serde_json::{json, Value};
 
-use crate::address::MAX_ADDRESS_LEN;
-use crate::validation::{
+use berth_core::{
     DNS1123_LABEL_MAX_LEN, DNS1123_LABEL_PATTERN, DNS1123_SUBDOMAIN_MAX_LEN,
-    DNS1123_SUBDOMAIN_PATTERN, INTERFACE_NAME_MAX_LEN, INTERFACE_NAME_PATTERN,
+    DNS1123_SUBDOMAIN_PATTERN, INTERFACE_NAME_MAX_LEN, INTERFACE_NAME_PATTERN, MAX_ADDRESS_LEN,
 };
 
 /// Most entries in `IPPool.spec.addresses`; also bounds the CEL cost estimate of the item rules.

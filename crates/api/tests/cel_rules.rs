@@ -5,7 +5,8 @@
 // Helpers outside #[test] functions unwrap too; a panic is a test failure here.
 #![allow(clippy::unwrap_used)]
 
-use berth_api::{crds, parse_address, AddressProblem, Error};
+use berth_api::crds;
+use berth_core::{parse_address, AddressError, AddressProblem};
 use kube::core::cel::{check_rule_scope, compile_schema, ScopeContext, Validator};
 use serde_json::{json, Value};
 
@@ -152,7 +153,7 @@ fn inverted_ipv6_ranges_are_left_to_berth() {
     let address = "fd00::2-fd00::1";
     assert!(cel_messages(address).is_empty());
     match parse_address(address) {
-        Err(Error::InvalidAddress { problem, .. }) => assert_eq!(problem, AddressProblem::Inverted),
+        Err(AddressError { problem, .. }) => assert_eq!(problem, AddressProblem::Inverted),
         other => panic!("{other:?}"),
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use berth_api::names::{class, lease};
-use berth_ipam::PortRange;
+use berth_core::PortRange;
 use ipnet::IpNet;
 
 use crate::Error;

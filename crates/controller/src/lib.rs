@@ -28,6 +28,6 @@ pub use run::{run_controller, RunOptions};
 
 // Re-exported so the binary can name the flags' types and stop the controller without
 // dependencies of its own.
-pub use berth_ipam::PortRange;
+pub use berth_core::PortRange;
 pub use ipnet::IpNet;
 pub use tokio_util::sync::CancellationToken;

@@ -7,7 +7,7 @@ use berth_api::names::{class, condition::reason};
 use berth_controller::allocation::facts::read_service;
 use berth_controller::allocation::plan::{plan_service, Allocators};
 use berth_controller::allocation::pools::build_pool_specs;
-use berth_ipam::{Labels, PortRange};
+use berth_core::{Labels, PortRange};
 use k8s_openapi::api::core::v1::Service;
 use proptest::prelude::*;
 use serde_json::{json, Value};

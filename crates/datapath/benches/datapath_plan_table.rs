@@ -4,6 +4,7 @@
 //! their median reported, as the machine running this is shared.
 #![allow(clippy::unwrap_used)]
 
+use berth_core::Protocol;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 

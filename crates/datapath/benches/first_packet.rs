@@ -20,11 +20,10 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use berth_core::IpFamily;
 use berth_datapath::exec::{Backend, CommandIptables};
 use berth_datapath::sync::{SyncReport, Syncer};
-use berth_datapath::{
-    plan, rewritten_every_sync, Dispatch, Endpoint, IpFamily, NodeView, PlanOptions,
-};
+use berth_datapath::{plan, rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions};
 use berth_lab::echo::{EchoHandle, EchoServer};
 use berth_lab::netns::run_in_netns;
 use berth_lab::topology::{preflight, remove_orphans, Topology, TopologySpec};

@@ -1,6 +1,7 @@
 //! Which endpoints each traffic policy uses (kube-proxy's `CategorizeEndpoints`, without topology hints).
 
-use crate::input::{Endpoint, IpFamily, NodeInfo, ServicePort};
+use crate::input::{Endpoint, NodeInfo, ServicePort};
+use berth_core::IpFamily;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Categorized<'a> {
@@ -45,7 +46,7 @@ pub fn categorize<'a>(port: &'a ServicePort, node: &NodeInfo, family: IpFamily) 
     let endpoints: Vec<&Endpoint> = port
         .endpoints
         .iter()
-        .filter(|ep| family.contains(&ep.ip))
+        .filter(|ep| family.contains(ep.ip))
         .collect();
     let has_any = endpoints
         .iter()
@@ -76,7 +77,8 @@ pub fn categorize<'a>(port: &'a ServicePort, node: &NodeInfo, family: IpFamily) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::{ServicePortName, TrafficPolicy};
+    use crate::input::ServicePortName;
+    use berth_core::TrafficPolicy;
 
     fn mk_ep(ip: &str, node: &str, ready: bool, serving: bool, terminating: bool) -> Endpoint {
         Endpoint {
@@ -96,7 +98,7 @@ mod tests {
                 name: "svc".into(),
                 port: "p".into(),
             },
-            protocol: crate::input::Protocol::Tcp,
+            protocol: berth_core::Protocol::Tcp,
             port: 80,
             cluster_ips: vec!["10.96.0.1".parse().unwrap()],
             node_port: None,

@@ -9,11 +9,12 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::input::{
-    Endpoint, IpMode, LoadBalancerIngress, NodeInfo, NodeView, Protocol, ServicePort,
-    ServicePortName, SessionAffinity, TrafficPolicy, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
+    Endpoint, IpMode, LoadBalancerIngress, NodeInfo, NodeView, ServicePort, ServicePortName,
+    SessionAffinity, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
 };
 use crate::Error;
 use berth_api::names::label;
+use berth_core::{Protocol, TrafficPolicy};
 
 /// `--proxy-mode`: which Services this agent programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -101,15 +102,6 @@ fn parse_ips(object: &str, field: &str, values: &[String]) -> Result<Vec<IpAddr>
         .collect()
 }
 
-fn policy(value: Option<&str>) -> TrafficPolicy {
-    // "Local" is the only value that changes anything; the apiserver defaults the field to Cluster.
-    if value == Some("Local") {
-        TrafficPolicy::Local
-    } else {
-        TrafficPolicy::Cluster
-    }
-}
-
 fn port_u16(object: &str, field: &str, value: Option<i32>) -> Result<Option<u16>, Error> {
     match value {
         None | Some(0) => Ok(None),
@@ -134,7 +126,7 @@ pub fn build_endpoints(
         }
         let Some(target) = slice.ports.iter().flatten().find(|p| {
             p.name.as_deref().unwrap_or("") == port_name
-                && Protocol::from_kubernetes(p.protocol.as_deref()) == Some(protocol)
+                && Protocol::from_spec(p.protocol.as_deref()) == Some(protocol)
         }) else {
             continue;
         };
@@ -240,7 +232,7 @@ pub fn build_service_ports(
     } else {
         SessionAffinity::None
     };
-    let external_traffic_policy = policy(spec.external_traffic_policy.as_deref());
+    let external_traffic_policy = TrafficPolicy::from_spec(spec.external_traffic_policy.as_deref());
     let health_check_node_port = if is_lb && external_traffic_policy == TrafficPolicy::Local {
         port_u16(
             &object,
@@ -265,7 +257,7 @@ pub fn build_service_ports(
         .collect();
     let mut ports = Vec::new();
     for (i, port) in spec.ports.iter().flatten().enumerate() {
-        let protocol = Protocol::from_kubernetes(port.protocol.as_deref()).ok_or_else(|| {
+        let protocol = Protocol::from_spec(port.protocol.as_deref()).ok_or_else(|| {
             invalid(
                 &object,
                 &format!("spec.ports[{i}].protocol"),
@@ -303,7 +295,9 @@ pub fn build_service_ports(
             source_ranges: source_ranges.clone(),
             session_affinity,
             external_traffic_policy,
-            internal_traffic_policy: policy(spec.internal_traffic_policy.as_deref()),
+            internal_traffic_policy: TrafficPolicy::from_spec(
+                spec.internal_traffic_policy.as_deref(),
+            ),
             health_check_node_port,
             endpoints: build_endpoints(&service_slices, &port_name, protocol),
         });

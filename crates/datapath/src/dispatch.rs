@@ -10,9 +10,10 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::input::{IpFamily, Protocol};
 use crate::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table};
 use crate::names;
+use crate::rule_text::iptables_protocol;
+use berth_core::{IpFamily, Protocol};
 
 /// How the entry chains find a Service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -115,7 +116,7 @@ impl KeySpace for PortSpace {
     }
     fn label(&self, prefix: u128, len: u32) -> String {
         let (lo, hi) = range_of(Self::BITS, prefix, len);
-        format!("{} {lo}-{hi}", self.0.as_iptables())
+        format!("{} {lo}-{hi}", iptables_protocol(self.0))
     }
     fn matches(&self, prefix: u128, len: u32) -> Vec<Match> {
         let (lo, hi) = range_of(Self::BITS, prefix, len);

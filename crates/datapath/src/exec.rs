@@ -6,12 +6,12 @@
 use std::io::{BufWriter, Write as _};
 use std::process::{Command, Output, Stdio};
 
-use crate::input::IpFamily;
 use crate::model::{ChainName, JumpRule, Table};
 use crate::render::Payload;
 use crate::rule_text::{rule_args, split_words};
 use crate::sync::Iptables;
 use crate::Error;
+use berth_core::IpFamily;
 
 /// Seconds to wait for the xtables lock held by another program.
 const LOCK_WAIT_SECONDS: &str = "5";

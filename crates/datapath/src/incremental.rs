@@ -18,10 +18,11 @@ use crate::dispatch::{
     V6Space,
 };
 use crate::fixed::plan_fixed_chains;
-use crate::input::{IpFamily, NodeInfo, NodeView, Protocol, ServicePort, ServicePortName};
+use crate::input::{NodeInfo, NodeView, ServicePort, ServicePortName};
 use crate::model::{ChainName, Rule, Ruleset, Table, TableRules};
 use crate::names;
 use crate::plan::{builtin_jumps, plan_service_port, PlanOptions};
+use berth_core::{IpFamily, Protocol};
 
 type ServiceKey = (ServicePortName, Protocol);
 /// A dispatch entry's place among those of one key: its Service port, then its planning order.

@@ -3,82 +3,11 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use ipnet::IpNet;
 
 /// Default `sessionAffinityConfig.clientIP.timeoutSeconds` (three hours), as on the apiserver.
 pub const DEFAULT_AFFINITY_TIMEOUT_SECONDS: u32 = 10_800;
-
-/// Address family of one iptables instance (`iptables` or `ip6tables`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
-
-impl IpFamily {
-    pub fn of(addr: &IpAddr) -> Self {
-        match addr {
-            IpAddr::V4(_) => IpFamily::V4,
-            IpAddr::V6(_) => IpFamily::V6,
-        }
-    }
-
-    pub fn contains(self, addr: &IpAddr) -> bool {
-        IpFamily::of(addr) == self
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// The spelling iptables uses (`-p tcp`, `-m tcp`).
-    pub fn as_iptables(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-
-    /// The spelling Kubernetes uses (`TCP`), which is also what chain-name hashes are built from.
-    pub fn as_kubernetes(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "TCP",
-            Protocol::Udp => "UDP",
-            Protocol::Sctp => "SCTP",
-        }
-    }
-
-    pub fn from_kubernetes(value: Option<&str>) -> Option<Self> {
-        match value.unwrap_or("TCP") {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    pub fn from_iptables(value: &str) -> Option<Self> {
-        match value {
-            "tcp" => Some(Protocol::Tcp),
-            "udp" => Some(Protocol::Udp),
-            "sctp" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum TrafficPolicy {
-    #[default]
-    Cluster,
-    Local,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum SessionAffinity {
@@ -171,14 +100,14 @@ impl ServicePort {
     pub fn load_balancer_vips(&self, family: IpFamily) -> Vec<IpAddr> {
         self.load_balancer_ingress
             .iter()
-            .filter(|ingress| ingress.mode == IpMode::Vip && family.contains(&ingress.ip))
+            .filter(|ingress| ingress.mode == IpMode::Vip && family.contains(ingress.ip))
             .map(|ingress| ingress.ip)
             .collect()
     }
 
     pub fn externally_accessible(&self, family: IpFamily) -> bool {
         self.node_port.is_some()
-            || self.external_ips.iter().any(|ip| family.contains(ip))
+            || self.external_ips.iter().any(|ip| family.contains(*ip))
             || !self.load_balancer_vips(family).is_empty()
     }
 

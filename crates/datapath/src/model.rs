@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use crate::input::Protocol;
+use berth_core::Protocol;
 
 /// Every chain berth owns starts with this; nothing else is ever flushed or deleted.
 pub const CHAIN_PREFIX: &str = "BERTH-";

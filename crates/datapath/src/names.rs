@@ -2,8 +2,9 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::input::{Endpoint, Protocol, ServicePortName};
+use crate::input::{Endpoint, ServicePortName};
 use crate::model::ChainName;
+use berth_core::Protocol;
 
 pub const SERVICES: &str = "BERTH-SERVICES";
 pub const EXTERNAL_SERVICES: &str = "BERTH-EXTERNAL-SERVICES";
@@ -30,7 +31,7 @@ pub fn hash16(input: &str) -> String {
 
 /// The hash shared by a Service port's SVC/SVL/EXT/FW chains: port name plus protocol.
 pub fn service_port_hash(name: &ServicePortName, protocol: Protocol) -> String {
-    hash16(&format!("{name}{}", protocol.as_kubernetes()))
+    hash16(&format!("{name}{}", protocol.as_str()))
 }
 
 /// Per-Service-port chains, one variant per role.
@@ -74,7 +75,7 @@ pub fn endpoint_chain(
         "BERTH-SEP-{}",
         hash16(&format!(
             "{name}{}{}",
-            protocol.as_kubernetes(),
+            protocol.as_str(),
             endpoint.address()
         ))
     ))

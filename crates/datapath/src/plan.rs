@@ -13,13 +13,12 @@ use crate::categorize::{categorize, Categorized};
 use crate::dispatch::{build_dispatch, Dispatch, DispatchEntries};
 pub use crate::fixed::builtin_jumps;
 use crate::fixed::plan_fixed_chains;
-use crate::input::{
-    Endpoint, IpFamily, NodeInfo, NodeView, Protocol, ServicePort, SessionAffinity,
-};
+use crate::input::{Endpoint, NodeInfo, NodeView, ServicePort, SessionAffinity};
 use crate::model::{
     AddrSide, ChainName, Match, PortMatch, RecentAction, Rule, Ruleset, Table, Target,
 };
 use crate::names::{self, ServiceChain};
+use berth_core::{IpFamily, Protocol};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanOptions {
@@ -148,13 +147,13 @@ pub(crate) fn plan_service_port(
         .cluster_ips
         .iter()
         .copied()
-        .filter(|ip| family.contains(ip))
+        .filter(|ip| family.contains(*ip))
         .collect();
     let external_ips: Vec<IpAddr> = port
         .external_ips
         .iter()
         .copied()
-        .filter(|ip| family.contains(ip))
+        .filter(|ip| family.contains(*ip))
         .collect();
     let lb_ips = port.load_balancer_vips(family);
     if cluster_ips.is_empty() && external_ips.is_empty() && lb_ips.is_empty() {

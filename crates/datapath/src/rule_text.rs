@@ -5,13 +5,28 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use crate::input::Protocol;
 use crate::model::{
     AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Target,
 };
 use crate::Error;
+use berth_core::Protocol;
 
 /// kube-proxy prints probabilities with `%0.10f`; the same text keeps rule dumps comparable.
+/// iptables' spelling of a protocol (`-p tcp`, `-m tcp`).
+pub fn iptables_protocol(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+        Protocol::Sctp => "sctp",
+    }
+}
+
+fn protocol_from_iptables(value: &str) -> Option<Protocol> {
+    [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+        .into_iter()
+        .find(|p| iptables_protocol(*p) == value)
+}
+
 pub fn probability_text(one_in: u32) -> String {
     format!("{:.10}", 1.0 / f64::from(one_in.max(1)))
 }
@@ -45,7 +60,7 @@ fn write_match(out: &mut String, m: &Match) {
             )
         }
         Match::Protocol(proto) => {
-            let p = proto.as_iptables();
+            let p = iptables_protocol(*proto);
             write!(out, " -m {p} -p {p}")
         }
         Match::DestPort(PortMatch::Single(port)) => write!(out, " --dport {port}"),
@@ -257,7 +272,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
             }),
             "-p" => {
                 let proto = w.next_word()?;
-                let proto = Protocol::from_iptables(&proto)
+                let proto = protocol_from_iptables(&proto)
                     .ok_or_else(|| w.fail(format!("unknown protocol {proto}")))?;
                 // `-m tcp -p tcp` is one typed match; the module word was consumed before.
                 matches.push(Match::Protocol(proto));

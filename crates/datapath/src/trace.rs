@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::input::Protocol;
 use crate::model::{
     AddrSide, ChainName, CtState, MarkOp, Match, RecentAction, Rule, Ruleset, Table, Target,
 };
 use crate::Error;
+use berth_core::Protocol;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use berth_api::names::label;
+use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use berth_datapath::convert::*;
 use berth_datapath::*;
 use k8s_openapi::api::core::v1::{Node, Service};

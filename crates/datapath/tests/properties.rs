@@ -4,6 +4,7 @@
 
 mod common;
 
+use berth_core::TrafficPolicy;
 use berth_datapath::memory::MemoryIptables;
 use berth_datapath::sync::Syncer;
 use berth_datapath::trace::Origin;

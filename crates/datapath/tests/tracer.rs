@@ -3,6 +3,7 @@
 
 mod common;
 
+use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use berth_datapath::trace::{trace, Origin, TraceEnv, Verdict};
 use berth_datapath::*;
 use common::*;

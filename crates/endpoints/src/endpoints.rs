@@ -212,7 +212,7 @@ pub fn build_endpoints(service: &Service, pods: &[Pod]) -> Computed<Option<Endpo
                 namespace: pod.namespace.to_owned(),
                 pod: pod.name.to_owned(),
                 service: svc.name.to_owned(),
-                family: family.address_type(),
+                family: family.as_str(),
             });
             continue;
         };

@@ -5,7 +5,8 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{Container, Pod, ServicePort};
 
 use crate::error::EndpointsError;
-use crate::service::{namespace_of, Family, PortSpec, ServiceView, Target, DEFAULT_PROTOCOL};
+use crate::service::{namespace_of, PortSpec, ServiceView, Target, DEFAULT_PROTOCOL};
+use berth_core::IpFamily;
 
 const SIDECAR_RESTART_POLICY: &str = "Always";
 
@@ -26,10 +27,10 @@ pub(crate) struct PodView<'a> {
 }
 
 impl PodView<'_> {
-    pub(crate) fn ips_of(&self, family: Family) -> impl Iterator<Item = &str> + '_ {
+    pub(crate) fn ips_of(&self, family: IpFamily) -> impl Iterator<Item = &str> + '_ {
         self.ips
             .iter()
-            .filter(move |(_, ip)| Family::of(ip) == family)
+            .filter(move |(_, ip)| IpFamily::of(*ip) == family)
             .map(|(text, _)| *text)
     }
 }

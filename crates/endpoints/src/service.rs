@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use berth_core::IpFamily;
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -11,37 +12,6 @@ use crate::LABEL_HEADLESS;
 
 pub(crate) const DEFAULT_PROTOCOL: &str = "TCP";
 const CLUSTER_IP_NONE: &str = "None";
-
-/// An IP family, which is also an EndpointSlice address type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub(crate) fn of(ip: &IpAddr) -> Self {
-        match ip {
-            IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(_) => Family::V6,
-        }
-    }
-
-    pub(crate) fn address_type(self) -> &'static str {
-        match self {
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        }
-    }
-
-    fn from_ip_family(family: &str) -> Option<Self> {
-        match family {
-            "IPv4" => Some(Family::V4),
-            "IPv6" => Some(Family::V6),
-            _ => None,
-        }
-    }
-}
 
 /// Where a Service port sends traffic on a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +57,7 @@ pub(crate) struct ServiceView<'a> {
     pub publish_not_ready: bool,
     pub ports: Vec<PortSpec<'a>>,
     pub cluster_ip: Option<&'a str>,
-    pub ip_families: Vec<Family>,
+    pub ip_families: Vec<IpFamily>,
 }
 
 pub(crate) fn namespace_of(ns: Option<&str>) -> &str {
@@ -106,7 +76,7 @@ impl<'a> ServiceView<'a> {
         let selector = spec.selector.as_ref().filter(|s| !s.is_empty())?;
         let mut ip_families = Vec::new();
         for family in spec.ip_families.iter().flatten() {
-            if let Some(f) = Family::from_ip_family(family) {
+            if let Ok(f) = family.parse::<IpFamily>() {
                 if !ip_families.contains(&f) {
                     ip_families.push(f);
                 }
@@ -146,22 +116,22 @@ impl<'a> ServiceView<'a> {
         self.cluster_ip.is_none() || self.is_cluster_ip_none()
     }
 
-    fn cluster_ip_family(&self) -> Option<Family> {
+    fn cluster_ip_family(&self) -> Option<IpFamily> {
         self.cluster_ip
             .filter(|_| !self.is_cluster_ip_none())
             .and_then(|ip| ip.parse::<IpAddr>().ok())
-            .map(|ip| Family::of(&ip))
+            .map(IpFamily::of)
     }
 
     /// Address types of the slices, sorted: `ipFamilies`, else the family of the
     /// cluster IP, else (an old headless Service) both.
-    pub(crate) fn address_families(&self) -> Vec<Family> {
+    pub(crate) fn address_families(&self) -> Vec<IpFamily> {
         let mut families = if !self.ip_families.is_empty() {
             self.ip_families.clone()
         } else if let Some(f) = self.cluster_ip_family() {
             vec![f]
         } else {
-            vec![Family::V4, Family::V6]
+            vec![IpFamily::V4, IpFamily::V6]
         };
         families.sort();
         families
@@ -169,13 +139,13 @@ impl<'a> ServiceView<'a> {
 
     /// The single family of an Endpoints object: the primary `ipFamilies`
     /// entry, else the cluster IP's, else (headless) the pod's own first IP.
-    pub(crate) fn endpoints_family(&self, pod_first_ip: Option<&IpAddr>) -> Family {
+    pub(crate) fn endpoints_family(&self, pod_first_ip: Option<&IpAddr>) -> IpFamily {
         self.ip_families
             .first()
             .copied()
             .or_else(|| self.cluster_ip_family())
-            .or_else(|| pod_first_ip.map(Family::of))
-            .unwrap_or(Family::V4)
+            .or_else(|| pod_first_ip.copied().map(IpFamily::of))
+            .unwrap_or(IpFamily::V4)
     }
 
     /// Service labels plus the headless marker, as both Endpoints and slices carry.
@@ -216,19 +186,19 @@ mod tests {
 
         let svc = mk_service(Some("10.96.0.1"), &["IPv6", "IPv4", "IPv6"]);
         let view = ServiceView::new(&svc).unwrap();
-        assert_eq!(view.address_families(), vec![Family::V4, Family::V6]);
-        assert_eq!(view.endpoints_family(Some(&v4)), Family::V6);
+        assert_eq!(view.address_families(), vec![IpFamily::V4, IpFamily::V6]);
+        assert_eq!(view.endpoints_family(Some(&v4)), IpFamily::V6);
 
         let svc = mk_service(Some("fd00:96::1"), &[]);
         let view = ServiceView::new(&svc).unwrap();
-        assert_eq!(view.address_families(), vec![Family::V6]);
-        assert_eq!(view.endpoints_family(Some(&v4)), Family::V6);
+        assert_eq!(view.address_families(), vec![IpFamily::V6]);
+        assert_eq!(view.endpoints_family(Some(&v4)), IpFamily::V6);
         assert!(!view.is_headless());
 
         let svc = mk_service(Some("None"), &[]);
         let view = ServiceView::new(&svc).unwrap();
-        assert_eq!(view.address_families(), vec![Family::V4, Family::V6]);
-        assert_eq!(view.endpoints_family(Some(&v6)), Family::V6);
+        assert_eq!(view.address_families(), vec![IpFamily::V4, IpFamily::V6]);
+        assert_eq!(view.endpoints_family(Some(&v6)), IpFamily::V6);
         assert!(view.is_headless() && view.is_cluster_ip_none());
     }
 

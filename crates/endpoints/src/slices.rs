@@ -9,11 +9,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use crate::endpoints::pod_reference;
 use crate::error::EndpointsError;
 use crate::pod::{resolve_port, select_pods, PodView};
-use crate::service::{Family, ServiceView, DEFAULT_PROTOCOL};
+use crate::service::{ServiceView, DEFAULT_PROTOCOL};
 use crate::{
     Computed, DEFAULT_MAX_ENDPOINTS_PER_SLICE, LABEL_HEADLESS, LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE, MANAGED_BY_BERTH, MAX_ENDPOINTS_PER_SLICE_LIMIT,
 };
+use berth_core::IpFamily;
 
 /// Longest object name the API server accepts (a DNS subdomain).
 const MAX_NAME_LENGTH: usize = 253;
@@ -350,7 +351,7 @@ fn slice_ports(svc: &ServiceView<'_>, resolved: &[Option<i32>]) -> Vec<EndpointP
 fn pod_endpoint(
     svc: &ServiceView<'_>,
     pod: &PodView<'_>,
-    family: Family,
+    family: IpFamily,
     zone: Option<&str>,
 ) -> Option<Endpoint> {
     let mut addresses: Vec<String> = pod.ips_of(family).map(str::to_owned).collect();
@@ -399,7 +400,7 @@ pub fn compute_desired_slices(
     // Pods mostly resolve ports alike: build each distinct port set once.
     let mut port_sets: HashMap<Vec<Option<i32>>, usize> = HashMap::new();
     let mut port_lists: Vec<Vec<EndpointPort>> = Vec::new();
-    let mut groups: HashMap<(Family, usize), SliceGroup> = HashMap::new();
+    let mut groups: HashMap<(IpFamily, usize), SliceGroup> = HashMap::new();
     for pod in &selected {
         let node = pod.node_name.unwrap_or("");
         let zone = match nodes.get(node) {
@@ -428,7 +429,7 @@ pub fn compute_desired_slices(
             groups
                 .entry((*family, set))
                 .or_insert_with(|| SliceGroup {
-                    address_type: family.address_type(),
+                    address_type: family.as_str(),
                     ports: port_lists[set].clone(),
                     endpoints: Vec::new(),
                 })
@@ -441,7 +442,7 @@ pub fn compute_desired_slices(
         service_name: svc.name.to_owned(),
         service_uid: svc.uid.to_owned(),
         labels: slice_labels(&svc),
-        address_types: families.iter().map(|f| f.address_type()).collect(),
+        address_types: families.iter().map(|f| f.as_str()).collect(),
         groups: sorted_groups(groups),
     };
     Computed {
@@ -452,8 +453,8 @@ pub fn compute_desired_slices(
 
 /// Groups in canonical order, each with its endpoints sorted and unique.
 /// Sorting once beats keeping an ordered map: endpoints are large to move.
-fn sorted_groups(groups: HashMap<(Family, usize), SliceGroup>) -> Vec<SliceGroup> {
-    let mut groups: Vec<((Family, Vec<PortKey>), SliceGroup)> = groups
+fn sorted_groups(groups: HashMap<(IpFamily, usize), SliceGroup>) -> Vec<SliceGroup> {
+    let mut groups: Vec<((IpFamily, Vec<PortKey>), SliceGroup)> = groups
         .into_iter()
         .map(|((family, _), g)| ((family, g.ports.iter().map(port_key).collect()), g))
         .collect();

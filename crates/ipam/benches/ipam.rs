@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::net::IpAddr;
 
+use berth_core::{
+    IpFamily, IpFamilyPolicy, LabelSelector, LabelSelectorRequirement, PortRange, Protocol,
+    SelectorOperator,
+};
 use berth_ipam::{
-    plan_cluster_ips, ClusterIpAllocator, ClusterIpRequest, IpFamily, IpFamilyPolicy,
-    LabelSelector, LabelSelectorRequirement, LbIpAllocator, LbPort, NodePortAllocator, PoolSpec,
-    PortRange, Protocol, SelectorOperator, ServiceKey, ServiceView,
+    plan_cluster_ips, ClusterIpAllocator, ClusterIpRequest, LbIpAllocator, LbPort,
+    NodePortAllocator, PoolSpec, ServiceKey, ServiceView,
 };
 use criterion::{criterion_group, criterion_main, Criterion};
 use ipnet::IpNet;

@@ -25,9 +25,9 @@ use std::hint::black_box;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use berth_core::{IpFamily, PortRange, Protocol};
 use berth_ipam::{
-    ClusterIpAllocator, IpFamily, LbIpAllocator, LbPort, NodePortAllocator, PoolSpec, PortRange,
-    Protocol, ServiceKey, ServiceView,
+    ClusterIpAllocator, LbIpAllocator, LbPort, NodePortAllocator, PoolSpec, ServiceKey, ServiceView,
 };
 use ipnet::IpNet;
 use rand::rngs::SmallRng;

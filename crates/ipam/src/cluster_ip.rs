@@ -7,11 +7,12 @@ use ipnet::IpNet;
 use rand::rngs::SmallRng;
 
 use crate::band::{pick_random, static_band};
+use crate::cluster_ip_plan::{ClusterIpPlan, ClusterIpSlot};
 use crate::error::IpamError;
-use crate::family::{ClusterIpPlan, ClusterIpSlot, IpFamily};
 use crate::offsets::{OffsetSet, OwnerIndex};
 use crate::owners::Owners;
-use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
+use crate::types::{u128_to_ip, OwnerKey};
+use berth_core::{to_u128, IpFamily};
 
 /// One service CIDR and the offsets (from the first usable address) in use.
 #[derive(Debug, Clone)]
@@ -50,7 +51,7 @@ impl CidrRange {
         Ok(Self {
             cidr,
             family,
-            first: ip_to_u128(cidr.network()) + 1,
+            first: to_u128(cidr.network()) + 1,
             size,
             band: static_band(total, 16, 256, 16),
             used: OffsetSet::for_size(size),
@@ -59,7 +60,7 @@ impl CidrRange {
     }
 
     fn offset_of(&self, ip: IpAddr) -> Option<u128> {
-        let value = ip_to_u128(ip);
+        let value = to_u128(ip);
         let offset = value.checked_sub(self.first)?;
         (IpFamily::of(ip) == self.family && offset < self.size).then_some(offset)
     }
@@ -330,7 +331,8 @@ fn join(cidrs: &[IpNet]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::family::{plan_cluster_ips, ClusterIpRequest, IpFamilyPolicy};
+    use crate::cluster_ip_plan::{plan_cluster_ips, ClusterIpRequest};
+    use berth_core::IpFamilyPolicy;
     use rand::SeedableRng;
 
     fn mk_alloc(cidrs: &[&str]) -> ClusterIpAllocator<String> {
@@ -406,10 +408,10 @@ mod tests {
         // /24: band = max(16, 256/16) = 16 addresses: 10.96.0.1 ..= 10.96.0.16.
         for i in 0..(254 - 16) {
             let got = a.allocate(&format!("s{i}"), IpFamily::V4).unwrap();
-            assert!(ip_to_u128(got) > ip_to_u128(ip("10.96.0.16")), "{got}");
+            assert!(to_u128(got) > to_u128(ip("10.96.0.16")), "{got}");
         }
         let got = a.allocate(&o("late"), IpFamily::V4).unwrap();
-        assert!(ip_to_u128(got) <= ip_to_u128(ip("10.96.0.16")));
+        assert!(to_u128(got) <= to_u128(ip("10.96.0.16")));
     }
 
     #[test]

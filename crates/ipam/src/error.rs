@@ -5,89 +5,8 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use berth_core::{FieldErrors, IpFamily, PortRange, PortRangeError};
 use ipnet::IpNet;
-
-use crate::family::IpFamily;
-use crate::node_port::PortRange;
-
-/// One field-level validation failure, printed the way the API server prints
-/// `field.Error` (`spec.ipFamilyPolicy: Invalid value: "RequireDualStack": ...`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// JSON path of the field, e.g. `spec.ports[0].nodePort`.
-    pub path: String,
-    /// What went wrong.
-    pub kind: FieldErrorKind,
-}
-
-/// The API server's field error types that berth reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FieldErrorKind {
-    /// `Invalid value: <value>: <detail>`; `value` is already rendered (strings quoted).
-    Invalid { value: String, detail: String },
-    /// `Duplicate value: <value>`.
-    Duplicate { value: String },
-    /// `Too many: <count>: must have at most <max> items`.
-    TooMany { count: usize, max: usize },
-}
-
-impl FieldError {
-    pub(crate) fn invalid(
-        path: impl Into<String>,
-        value: String,
-        detail: impl Into<String>,
-    ) -> Self {
-        Self {
-            path: path.into(),
-            kind: FieldErrorKind::Invalid {
-                value,
-                detail: detail.into(),
-            },
-        }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
-            FieldErrorKind::Invalid { value, detail } => {
-                write!(f, "{}: Invalid value: {value}: {detail}", self.path)
-            }
-            FieldErrorKind::Duplicate { value } => {
-                write!(f, "{}: Duplicate value: {value}", self.path)
-            }
-            FieldErrorKind::TooMany { count, max } => {
-                write!(
-                    f,
-                    "{}: Too many: {count}: must have at most {max} items",
-                    self.path
-                )
-            }
-        }
-    }
-}
-
-/// Several field errors, joined as the API server's aggregate does (`[a, b]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldErrors(pub Vec<FieldError>);
-
-impl fmt::Display for FieldErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.as_slice() {
-            [one] => write!(f, "{one}"),
-            many => {
-                f.write_str("[")?;
-                for (i, e) in many.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{e}")?;
-                }
-                f.write_str("]")
-            }
-        }
-    }
-}
 
 /// Where a node port was asked for: printed as the API server's field prefix
 /// (`spec.ports[0].nodePort: Invalid value: 40000: `), or nothing for a bare allocator call.
@@ -114,8 +33,8 @@ pub enum IpamError {
     #[error("invalid service CIDR {cidr}: {reason}")]
     InvalidServiceCidr { cidr: String, reason: String },
     /// `--node-port-range` is unusable.
-    #[error("invalid node port range {range:?}: {reason}")]
-    InvalidPortRange { range: String, reason: String },
+    #[error(transparent)]
+    InvalidPortRange(#[from] PortRangeError),
     /// An IPPool is unusable; the controller reports it on the pool.
     #[error("invalid IPPool {pool:?}: {reason}")]
     InvalidPool { pool: String, reason: String },
@@ -214,7 +133,7 @@ impl IpamError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::InvalidServiceCidr { .. }
-            | Self::InvalidPortRange { .. }
+            | Self::InvalidPortRange(_)
             | Self::InvalidPool { .. } => "InvalidConfig",
             Self::Invalid(_)
             | Self::IpFamilyNotConfigured { .. }
@@ -238,15 +157,4 @@ impl IpamError {
             | Self::RequestedFamilyMismatch { .. } => "NotAllowed",
         }
     }
-}
-
-/// Renders a string value as the API server does (Go `%q`).
-pub(crate) fn quoted(s: &str) -> String {
-    format!("{s:?}")
-}
-
-/// Renders a string list as the API server does (Go `%#v` of `[]string`).
-pub(crate) fn quoted_list<T: fmt::Display>(items: &[T]) -> String {
-    let inner: Vec<String> = items.iter().map(|i| quoted(&i.to_string())).collect();
-    format!("[]string{{{}}}", inner.join(", "))
 }

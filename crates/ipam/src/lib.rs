@@ -56,8 +56,8 @@
 
 mod band;
 mod cluster_ip;
+mod cluster_ip_plan;
 mod error;
-mod family;
 mod hash;
 mod lb;
 mod node_port;
@@ -65,20 +65,14 @@ mod offsets;
 mod owners;
 mod pool;
 mod runset;
-mod selector;
 mod sharing;
 mod types;
 
 pub use cluster_ip::ClusterIpAllocator;
-pub use error::{FieldError, FieldErrorKind, FieldErrors, IpamError, PortField};
-pub use family::{
-    plan_cluster_ips, ClusterIpPlan, ClusterIpRequest, ClusterIpSlot, IpFamily, IpFamilyPolicy,
-};
+pub use cluster_ip_plan::{plan_cluster_ips, ClusterIpPlan, ClusterIpRequest, ClusterIpSlot};
+pub use error::{IpamError, PortField};
 pub use lb::{LbIpAllocator, Orphan, ServiceView};
-pub use node_port::{
-    NodePortAllocator, NodePortAssignment, NodePortRequest, PortRange, ServicePortSpec,
-};
+pub use node_port::{NodePortAllocator, NodePortAssignment, NodePortRequest, ServicePortSpec};
 pub use pool::{PoolSpec, PoolStatus};
-pub use selector::{LabelSelector, LabelSelectorRequirement, Labels, SelectorOperator};
-pub use sharing::{LbPort, TrafficPolicy};
-pub use types::{OwnerKey, Protocol, ServiceKey};
+pub use sharing::LbPort;
+pub use types::{OwnerKey, ServiceKey};

@@ -2,83 +2,16 @@
 //! for TCP and UDP alike.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
+use berth_core::{FieldError, FieldErrorKind, FieldErrors, PortRange, Protocol};
 use rand::rngs::SmallRng;
 
 use crate::band::{pick_random, static_band};
-use crate::error::{FieldError, FieldErrorKind, FieldErrors, IpamError, PortField};
+use crate::error::{IpamError, PortField};
 use crate::hash::FxHashMap;
 use crate::offsets::OffsetSet;
-use crate::types::{OwnerKey, Protocol};
-
-/// An inclusive port range, printed and parsed as `30000-32767`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortRange {
-    pub first: u16,
-    pub last: u16,
-}
-
-impl PortRange {
-    /// Kubernetes' default `--service-node-port-range`.
-    pub const DEFAULT: PortRange = PortRange {
-        first: 30000,
-        last: 32767,
-    };
-
-    /// Number of ports in the range.
-    pub fn size(&self) -> u32 {
-        u32::from(self.last) - u32::from(self.first) + 1
-    }
-
-    pub fn contains(&self, port: u16) -> bool {
-        (self.first..=self.last).contains(&port)
-    }
-}
-
-impl fmt::Display for PortRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.first, self.last)
-    }
-}
-
-impl FromStr for PortRange {
-    type Err = IpamError;
-
-    /// Accepts `first-last`, `first+count` (the API server's other form) and a single port.
-    fn from_str(s: &str) -> Result<Self, IpamError> {
-        let invalid = |reason: &str| IpamError::InvalidPortRange {
-            range: s.to_string(),
-            reason: reason.to_string(),
-        };
-        let num = |t: &str| {
-            t.trim()
-                .parse::<u16>()
-                .map_err(|_| invalid("not a port number"))
-        };
-        let (first, last) = if let Some((a, b)) = s.split_once('-') {
-            (num(a)?, num(b)?)
-        } else if let Some((a, n)) = s.split_once('+') {
-            let first = num(a)?;
-            let last = first
-                .checked_add(num(n)?)
-                .ok_or_else(|| invalid("range ends beyond port 65535"))?;
-            (first, last)
-        } else {
-            let p = num(s)?;
-            (p, p)
-        };
-        if first == 0 {
-            return Err(invalid("port 0 cannot be a node port"));
-        }
-        if first > last {
-            return Err(invalid("the first port is after the last"));
-        }
-        Ok(Self { first, last })
-    }
-}
+use crate::types::OwnerKey;
 
 /// One entry of `spec.ports` as node-port allocation sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -405,23 +338,6 @@ mod tests {
 
     fn o(s: &str) -> String {
         s.to_string()
-    }
-
-    #[test]
-    fn parses_ranges() {
-        assert_eq!(
-            "30000-32767".parse::<PortRange>().unwrap(),
-            PortRange::DEFAULT
-        );
-        assert_eq!(
-            "30000+2767".parse::<PortRange>().unwrap(),
-            PortRange::DEFAULT
-        );
-        assert_eq!("30000".parse::<PortRange>().unwrap().size(), 1);
-        for bad in ["0-10", "20-10", "a-b", "65535+1", ""] {
-            assert!(bad.parse::<PortRange>().is_err(), "{bad}");
-        }
-        assert_eq!(PortRange::DEFAULT.to_string(), "30000-32767");
     }
 
     #[test]

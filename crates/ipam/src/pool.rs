@@ -3,19 +3,20 @@
 use std::cmp::Ordering;
 use std::net::IpAddr;
 
-use ipnet::IpNet;
+use berth_core::{
+    is_buggy_ip, parse_address, to_u128, FieldErrors, IpFamily, LabelSelector, Labels,
+};
 
 use crate::error::IpamError;
-use crate::family::IpFamily;
-use crate::selector::{LabelSelector, Labels};
-use crate::types::ip_to_u128;
+use crate::types::u128_to_ip;
 
 /// An IPPool's spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolSpec {
     pub name: String,
     /// CIDRs (`198.18.0.0/24`, `fd00::/64`) and ranges (`198.18.0.200-198.18.0.250`), both
-    /// families allowed. A CIDR contributes every address in it, network and broadcast too.
+    /// families allowed, read by [`berth_core::parse_address`]: a CIDR with host bits set is
+    /// refused. A CIDR contributes every address in it, network and broadcast too.
     pub addresses: Vec<String>,
     /// Whether Services that name neither an address nor a pool may get addresses here.
     pub auto_assign: bool,
@@ -107,17 +108,21 @@ impl Pool {
         if spec.addresses.is_empty() {
             return Err(invalid("the pool has no addresses".into()));
         }
+        let mut problems = FieldErrors::default();
         for sel in spec
             .namespace_selectors
             .iter()
             .chain(&spec.service_selectors)
         {
-            sel.validate().map_err(invalid)?;
+            sel.validate("", &mut problems);
+        }
+        if !problems.is_empty() {
+            return Err(invalid(problems.to_string()));
         }
         let mut ranges: [Vec<(u128, u128)>; 2] = [Vec::new(), Vec::new()];
         for text in &spec.addresses {
-            let (family, lo, hi) = parse_range(text).map_err(invalid)?;
-            ranges[family.index()].push((lo, hi));
+            let range = parse_address(text).map_err(|e| invalid(e.to_string()))?;
+            ranges[range.family().index()].push((to_u128(range.start()), to_u128(range.end())));
         }
         for r in &mut ranges {
             *r = merge(std::mem::take(r));
@@ -154,13 +159,16 @@ impl Pool {
     }
 
     pub(crate) fn contains(&self, ip: IpAddr) -> bool {
-        self.contains_value(IpFamily::of(ip), ip_to_u128(ip))
+        self.contains_value(IpFamily::of(ip), to_u128(ip))
     }
 
     pub(crate) fn skips(&self, family: IpFamily, value: u128) -> bool {
         self.spec.avoid_buggy_ips && family == IpFamily::V4 && is_buggy(value)
     }
 
+    /// The reference model's overlap test, over merged intervals; the allocator itself asks
+    /// [`berth_core::overlapping_pools`], so the two are checked against each other.
+    #[cfg(test)]
     pub(crate) fn overlaps(&self, other: &Pool) -> bool {
         (0..2).any(|f| {
             self.ranges[f]
@@ -182,9 +190,9 @@ impl Pool {
     }
 }
 
-/// An IPv4 address ending in `.0` or `.255`.
+/// An IPv4 address (as a number) ending in `.0` or `.255`.
 pub(crate) fn is_buggy(value: u128) -> bool {
-    matches!(value & 0xff, 0 | 0xff)
+    is_buggy_ip(u128_to_ip(IpFamily::V4, value))
 }
 
 /// How many values in `lo..=hi` end in `.0` or `.255`.
@@ -193,39 +201,6 @@ fn buggy_in(lo: u128, hi: u128) -> u128 {
     let upto = |n: u128, r: u128| if n < r { 0 } else { (n - r) / 256 + 1 };
     let count = |r: u128| upto(hi, r) - lo.checked_sub(1).map_or(0, |l| upto(l, r));
     count(0) + count(255)
-}
-
-/// Parses `cidr` or `first-last` into a family and an inclusive interval.
-fn parse_range(text: &str) -> Result<(IpFamily, u128, u128), String> {
-    let text = text.trim();
-    if let Some((a, b)) = text.split_once('-') {
-        let parse = |s: &str| {
-            s.trim().parse::<IpAddr>().map_err(|_| {
-                format!(
-                    "invalid IP range {text:?}: {:?} is not an IP address",
-                    s.trim()
-                )
-            })
-        };
-        let (a, b) = (parse(a)?, parse(b)?);
-        if IpFamily::of(a) != IpFamily::of(b) {
-            return Err(format!("invalid IP range {text:?}: mixes IPv4 and IPv6"));
-        }
-        let (lo, hi) = (ip_to_u128(a), ip_to_u128(b));
-        if lo > hi {
-            return Err(format!("invalid IP range {text:?}: start is after end"));
-        }
-        return Ok((IpFamily::of(a), lo, hi));
-    }
-    let net: IpNet = text
-        .parse()
-        .map_err(|_| format!("invalid CIDR {text:?}: expected a CIDR or a range a-b"))?;
-    let net = net.trunc();
-    Ok((
-        IpFamily::of(net.network()),
-        ip_to_u128(net.network()),
-        ip_to_u128(net.broadcast()),
-    ))
 }
 
 /// Sorts and merges overlapping or adjacent intervals.
@@ -244,7 +219,7 @@ fn merge(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selector::SelectorOperator;
+    use berth_core::{LabelSelectorRequirement, SelectorOperator};
 
     fn compile(addrs: &[&str], avoid: bool) -> Pool {
         let mut spec = PoolSpec::new("p", addrs);
@@ -253,7 +228,7 @@ mod tests {
     }
 
     fn v(s: &str) -> u128 {
-        ip_to_u128(s.parse().unwrap())
+        to_u128(s.parse().unwrap())
     }
 
     #[test]
@@ -330,7 +305,7 @@ mod tests {
         assert!(PoolSpec::new("", &["10.0.0.0/24"]).validate().is_err());
         let mut spec = PoolSpec::new("p", &["10.0.0.0/24"]);
         spec.service_selectors.push(LabelSelector {
-            match_expressions: vec![crate::selector::LabelSelectorRequirement::new(
+            match_expressions: vec![LabelSelectorRequirement::new(
                 "k",
                 SelectorOperator::In,
                 &[],
@@ -342,6 +317,23 @@ mod tests {
             err.starts_with("invalid IPPool \"p\": matchExpressions[0].values: Required value"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn cidrs_with_host_bits_set_are_refused() {
+        for (addrs, network) in [
+            (&["198.18.0.1/24"][..], "198.18.0.0/24"),
+            (&["10.0.0.0/24", "10.0.1.7/31"], "10.0.1.6/31"),
+            (&["fd00::1/64"], "fd00::/64"),
+        ] {
+            let err = PoolSpec::new("p", addrs)
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("did you mean {network}?")), "{err}");
+        }
+        let exact = compile(&["198.18.0.0/24", "10.0.0.7/32"], false);
+        assert_eq!(exact.capacity[0], 257);
     }
 
     #[test]

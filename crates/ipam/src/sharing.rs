@@ -5,17 +5,9 @@
 use std::fmt::Display;
 use std::net::IpAddr;
 
-use crate::error::IpamError;
-use crate::selector::Labels;
-use crate::types::Protocol;
+use berth_core::{Labels, Protocol, TrafficPolicy};
 
-/// `spec.externalTrafficPolicy`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum TrafficPolicy {
-    #[default]
-    Cluster,
-    Local,
-}
+use crate::error::IpamError;
 
 /// A port a Service exposes on its LoadBalancer IP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

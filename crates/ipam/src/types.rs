@@ -1,11 +1,10 @@
-//! Plain types shared by the allocators: owner keys and protocols.
+//! Plain types shared by the allocators: owner keys, and addresses as numbers.
 
 use std::fmt;
 use std::hash::Hash;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::str::FromStr;
+use std::net::{IpAddr, Ipv6Addr};
 
-use crate::family::IpFamily;
+use berth_core::{from_u128, IpFamily};
 
 /// What an allocator needs from an owner key: cheap equality, hashing and a total order
 /// (for reproducible reports), and a Display for error messages.
@@ -51,62 +50,20 @@ impl fmt::Display for ServiceKey {
     }
 }
 
-/// A Service port's protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// The API spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Tcp => "TCP",
-            Self::Udp => "UDP",
-            Self::Sctp => "SCTP",
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Protocol {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "TCP" => Ok(Self::Tcp),
-            "UDP" => Ok(Self::Udp),
-            "SCTP" => Ok(Self::Sctp),
-            other => Err(format!("unsupported protocol {other:?}")),
-        }
-    }
-}
-
-/// An address as a number within its family (IPv4 in the low 32 bits).
-pub(crate) fn ip_to_u128(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(v4) => u128::from(u32::from(v4)),
-        IpAddr::V6(v6) => u128::from(v6),
-    }
-}
-
-/// The inverse of [`ip_to_u128`]; IPv4 values above 32 bits wrap, which callers never pass.
+/// The inverse of [`berth_core::to_u128`]. IPv4 values above 32 bits wrap, which callers never pass; the
+/// allocators keep values inside their family, so this needs no `Option`.
 pub(crate) fn u128_to_ip(family: IpFamily, value: u128) -> IpAddr {
-    match family {
-        IpFamily::V4 => IpAddr::V4(Ipv4Addr::from(value as u32)),
-        IpFamily::V6 => IpAddr::V6(Ipv6Addr::from(value)),
-    }
+    let value = match family {
+        IpFamily::V4 => value & u128::from(u32::MAX),
+        IpFamily::V6 => value,
+    };
+    from_u128(family, value).unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_core::to_u128;
 
     #[test]
     fn address_numbers_round_trip() {
@@ -119,16 +76,12 @@ mod tests {
             "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
         ] {
             let ip: IpAddr = s.parse().unwrap();
-            assert_eq!(u128_to_ip(IpFamily::of(ip), ip_to_u128(ip)), ip);
+            assert_eq!(u128_to_ip(IpFamily::of(ip), to_u128(ip)), ip);
         }
     }
 
     #[test]
-    fn protocol_and_key_spellings() {
-        for p in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
-            assert_eq!(p.as_str().parse::<Protocol>().unwrap(), p);
-        }
-        assert!("ICMP".parse::<Protocol>().is_err());
+    fn key_spelling() {
         assert_eq!(ServiceKey::new("default", "web").to_string(), "default/web");
     }
 }

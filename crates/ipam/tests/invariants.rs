@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use berth_ipam::{
-    ClusterIpAllocator, IpFamily, LbIpAllocator, LbPort, NodePortAllocator, PoolSpec, Protocol,
-    ServiceView, TrafficPolicy,
+    ClusterIpAllocator, LbIpAllocator, LbPort, NodePortAllocator, PoolSpec, ServiceView,
 };
 use ipnet::IpNet;
 use proptest::prelude::*;

@@ -7,10 +7,8 @@
 
 use std::net::IpAddr;
 
-use berth_ipam::{
-    IpFamily, LabelSelector, LbIpAllocator, LbPort, Orphan, PoolSpec, PoolStatus, Protocol,
-    ServiceKey, ServiceView, TrafficPolicy,
-};
+use berth_core::{IpFamily, LabelSelector, Protocol, TrafficPolicy};
+use berth_ipam::{LbIpAllocator, LbPort, Orphan, PoolSpec, PoolStatus, ServiceKey, ServiceView};
 
 enum Step {
     /// Assign `svc`; expect these addresses, or an error whose text contains the string.
@@ -496,4 +494,31 @@ fn ipv6_slash_64_pool_hands_out_lowest_addresses_sparsely() {
     );
     assert_eq!(a.used(IpFamily::V6), 1000);
     assert_eq!(a.holders_of(ip("fd00:18::1f4")), vec![key("late")]);
+}
+
+/// A CIDR with host bits set used to be truncated to its network here while the API validation
+/// refused it; now both read addresses through one parser, and installing such a pool fails
+/// and keeps the pools as they were.
+#[test]
+fn a_pool_cidr_with_host_bits_set_is_refused_not_truncated() {
+    let mut a: LbIpAllocator<ServiceKey> = LbIpAllocator::new();
+    a.set_pools(vec![pool("old", &["198.18.0.0/24"])]).unwrap();
+    let err = a
+        .set_pools(vec![pool("new", &["198.18.1.1/24"])])
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid IPPool \"new\": invalid address \"198.18.1.1/24\": a CIDR must not have host \
+         bits set (did you mean 198.18.1.0/24?)"
+    );
+    assert_eq!(err.reason(), "InvalidConfig");
+    assert_eq!(a.pool_names(), vec!["old"]);
+    let v6 = pool("v6", &["fd00:18::1/64"]).validate().unwrap_err();
+    assert!(
+        v6.to_string().contains("did you mean fd00:18::/64?"),
+        "{v6}"
+    );
+    assert!(pool("exact", &["198.18.1.0/24", "fd00:18::/64"])
+        .validate()
+        .is_ok());
 }

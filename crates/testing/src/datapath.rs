@@ -2,7 +2,8 @@
 
 use std::net::IpAddr;
 
-use berth_datapath::{Endpoint, NodeInfo, Protocol, ServicePort, ServicePortName};
+use berth_core::Protocol;
+use berth_datapath::{Endpoint, NodeInfo, ServicePort, ServicePortName};
 
 pub fn port_name(namespace: &str, name: &str, port: &str) -> ServicePortName {
     ServicePortName {

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use crate::common::*;
 use berth_agent::{Agent, AgentOptions, AgentStatus, Conntrack, ConntrackFlow, SharedIptables};
+use berth_core::IpFamily;
+use berth_core::Protocol;
 use berth_datapath::convert::{build_node_view, ProxyMode};
 use berth_datapath::memory::MemoryIptables;
 use berth_datapath::names::{service_chain, ServiceChain};
 use berth_datapath::sync::Iptables;
-use berth_datapath::IpFamily;
-use berth_datapath::{plan, ChainName, Dispatch, Protocol, ServicePortName, Table};
+use berth_datapath::{plan, ChainName, Dispatch, ServicePortName, Table};
 use berth_lab::LabApiServerHandle;
 use berth_telemetry::{MetricsRegistry, Readiness};
 use berth_testing::{start_lab, FailSwitch, Hooked};

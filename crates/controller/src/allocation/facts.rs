@@ -5,9 +5,9 @@
 use std::net::IpAddr;
 
 use berth_api::names::class;
+use berth_core::{IpFamily, IpFamilyPolicy, Protocol, TrafficPolicy};
 use berth_ipam::{
-    ClusterIpRequest, IpFamily, IpFamilyPolicy, LbPort, NodePortRequest, Protocol, ServiceKey,
-    ServicePortSpec, ServiceView, TrafficPolicy,
+    ClusterIpRequest, LbPort, NodePortRequest, ServiceKey, ServicePortSpec, ServiceView,
 };
 use k8s_openapi::api::core::v1::Service;
 
@@ -119,10 +119,7 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
     let families_unset =
         spec.ip_families.as_ref().is_none_or(Vec::is_empty) || spec.ip_family_policy.is_none();
 
-    let etp = match spec.external_traffic_policy.as_deref() {
-        Some("Local") => TrafficPolicy::Local,
-        _ => TrafficPolicy::Cluster,
-    };
+    let etp = TrafficPolicy::from_spec(spec.external_traffic_policy.as_deref());
     let mut port_specs = Vec::new();
     for (i, p) in spec.ports.iter().flatten().enumerate() {
         let protocol = match p.protocol.as_deref().unwrap_or("TCP").parse::<Protocol>() {

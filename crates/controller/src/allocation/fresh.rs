@@ -208,7 +208,8 @@ mod tests {
     use crate::allocation::facts::read_service;
     use crate::allocation::plan::plan_service;
     use berth_api::names::class;
-    use berth_ipam::{Labels, PoolSpec, PortRange};
+    use berth_core::{Labels, PortRange};
+    use berth_ipam::PoolSpec;
     use k8s_openapi::api::core::v1::Service;
     use serde_json::{json, Value};
 

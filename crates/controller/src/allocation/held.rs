@@ -8,7 +8,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use berth_ipam::{Labels, ServiceKey};
+use berth_core::Labels;
+use berth_ipam::ServiceKey;
 use k8s_openapi::api::core::v1::Service;
 
 use super::cache::trim;

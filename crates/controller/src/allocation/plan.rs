@@ -10,9 +10,10 @@
 use std::net::IpAddr;
 
 use berth_api::names::condition::reason;
+use berth_core::{IpFamily, IpFamilyPolicy, Labels, PortRange};
 use berth_ipam::{
-    plan_cluster_ips, ClusterIpAllocator, IpFamily, IpFamilyPolicy, IpamError, Labels,
-    LbIpAllocator, NodePortAllocator, NodePortRequest, PortRange, ServiceKey,
+    plan_cluster_ips, ClusterIpAllocator, IpamError, LbIpAllocator, NodePortAllocator,
+    NodePortRequest, ServiceKey,
 };
 use ipnet::IpNet;
 use rand::rngs::SmallRng;

@@ -624,7 +624,7 @@ fn a_decision_made_again_asks_for_the_node_ports_it_gave_before() {
 fn held_node_ports_go_to_unnamed_entries_only_when_the_spec_may_get_them() {
     let spec = |port: u16, node_port: Option<u16>| ServicePortSpec {
         port,
-        protocol: berth_ipam::Protocol::Tcp,
+        protocol: berth_core::Protocol::Tcp,
         node_port,
     };
     let req = NodePortRequest {

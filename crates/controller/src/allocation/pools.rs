@@ -10,10 +10,9 @@
 use std::collections::BTreeMap;
 
 use berth_api::names::condition::{self as cond, reason};
-use berth_api::{overlapping_pools, set_condition, IPPool, IPPoolStatus};
-use berth_ipam::{
-    LabelSelector as IpamSelector, LabelSelectorRequirement, PoolSpec, PoolStatus, SelectorOperator,
-};
+use berth_api::{set_condition, to_selector, IPPool, IPPoolStatus};
+use berth_core::overlapping_pools;
+use berth_ipam::{PoolSpec, PoolStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 
 /// The allocator pools for every valid IPPool, and the problem of each invalid one.
@@ -35,6 +34,13 @@ pub fn build_pool_specs(pools: &[IPPool]) -> (Vec<PoolSpec>, BTreeMap<String, St
 fn to_pool_spec(name: &str, pool: &IPPool) -> Result<PoolSpec, String> {
     pool.spec.validate().map_err(|e| e.to_string())?;
     let alloc = pool.spec.service_allocation.clone().unwrap_or_default();
+    // The CRD holds at most one selector of each kind; the allocator takes a list.
+    let selectors = |s: Option<&LabelSelector>| -> Result<Vec<_>, String> {
+        s.map(to_selector)
+            .transpose()
+            .map(|s| s.into_iter().collect())
+            .map_err(|e| e.to_string())
+    };
     let spec = PoolSpec {
         name: name.to_string(),
         addresses: pool.spec.addresses.clone(),
@@ -42,45 +48,11 @@ fn to_pool_spec(name: &str, pool: &IPPool) -> Result<PoolSpec, String> {
         avoid_buggy_ips: pool.spec.avoid_buggy_ips,
         priority: alloc.priority,
         namespaces: alloc.namespaces,
-        namespace_selectors: alloc
-            .namespace_selector
-            .as_ref()
-            .map(to_selector)
-            .transpose()?
-            .into_iter()
-            .collect(),
-        service_selectors: alloc
-            .service_selector
-            .as_ref()
-            .map(to_selector)
-            .transpose()?
-            .into_iter()
-            .collect(),
+        namespace_selectors: selectors(alloc.namespace_selector.as_ref())?,
+        service_selectors: selectors(alloc.service_selector.as_ref())?,
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
-}
-
-fn to_selector(s: &LabelSelector) -> Result<IpamSelector, String> {
-    let mut out = IpamSelector {
-        match_labels: s.match_labels.clone().unwrap_or_default(),
-        match_expressions: Vec::new(),
-    };
-    for e in s.match_expressions.iter().flatten() {
-        let operator = match e.operator.as_str() {
-            "In" => SelectorOperator::In,
-            "NotIn" => SelectorOperator::NotIn,
-            "Exists" => SelectorOperator::Exists,
-            "DoesNotExist" => SelectorOperator::DoesNotExist,
-            other => return Err(format!("unknown selector operator {other:?}")),
-        };
-        out.match_expressions.push(LabelSelectorRequirement {
-            key: e.key.clone(),
-            operator,
-            values: e.values.clone().unwrap_or_default(),
-        });
-    }
-    Ok(out)
 }
 
 /// For each pool, the names of the pools it overlaps.
@@ -93,7 +65,7 @@ pub fn pool_overlaps(pools: &[IPPool]) -> BTreeMap<String, Vec<String>> {
         names
             .iter()
             .map(String::as_str)
-            .zip(pools.iter().map(|p| &p.spec)),
+            .zip(pools.iter().map(|p| p.spec.addresses.as_slice())),
     )
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))
@@ -179,6 +151,21 @@ mod tests {
         assert_eq!(specs[0].priority, Some(5));
         assert_eq!(specs[0].service_selectors.len(), 1);
         assert!(invalid["b"].contains("not-an-address"), "{invalid:?}");
+    }
+
+    #[test]
+    fn a_cidr_with_host_bits_set_makes_the_pool_invalid() {
+        let pools = vec![
+            mk_pool("a", json!({"addresses": ["198.18.0.1/24"]})),
+            mk_pool("b", json!({"addresses": ["198.18.1.0/24"]})),
+        ];
+        let (specs, invalid) = build_pool_specs(&pools);
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].name, "b");
+        assert!(
+            invalid["a"].contains("did you mean 198.18.0.0/24?"),
+            "{invalid:?}"
+        );
     }
 
     #[test]

@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use berth_api::names::condition::reason;
 use berth_api::IPPool;
-use berth_ipam::{Labels, ServiceKey};
+use berth_core::Labels;
+use berth_ipam::ServiceKey;
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::watcher;
@@ -28,8 +29,8 @@ use super::queue::Queue;
 use super::write::{
     build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteJob, WrittenSpec,
 };
-use crate::error::ErrorCategory;
 use crate::config::ControllerConfig;
+use crate::error::ErrorCategory;
 use crate::load_balancer::eligible_nodes;
 use crate::metrics::{Metrics, ReconcileTimer};
 use crate::Error;

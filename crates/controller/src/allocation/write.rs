@@ -207,7 +207,7 @@ pub struct WrittenSpec {
 mod tests {
     use super::*;
     use crate::allocation::plan::Failure;
-    use berth_ipam::IpFamily;
+    use berth_core::IpFamily;
     use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 

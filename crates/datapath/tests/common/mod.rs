@@ -4,6 +4,7 @@
 //! - external IPs 198.18.0.150+, load-balancer IPs 198.18.0.200+, off-cluster client 198.18.0.100
 #![allow(dead_code, clippy::unwrap_used)]
 
+use berth_core::{Protocol, TrafficPolicy};
 use std::net::IpAddr;
 
 use berth_datapath::trace::{trace, Origin, Outcome, Packet, TraceEnv, Verdict};

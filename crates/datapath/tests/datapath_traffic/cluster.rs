@@ -6,11 +6,12 @@ use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use berth_datapath::exec::CommandIptables;
 use berth_datapath::sync::{SyncKind, Syncer};
 use berth_datapath::{
-    plan, rewritten_every_sync, Dispatch, Endpoint, IpFamily, IpMode, LoadBalancerIngress,
-    NodeView, PlanOptions, Protocol, ServicePort, SessionAffinity, TrafficPolicy,
+    plan, rewritten_every_sync, Dispatch, Endpoint, IpMode, LoadBalancerIngress, NodeView,
+    PlanOptions, ServicePort, SessionAffinity,
 };
 use berth_lab::echo::{tcp_echo, tcp_echo_many, EchoHandle, EchoReply, EchoServer};
 use berth_lab::topology::{Topology, TopologySpec};

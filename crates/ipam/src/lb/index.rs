@@ -6,7 +6,8 @@
 //! pool may hand out is marked, whichever pool or request it came from, so the pool's
 //! lowest free address is found without looking at any other pool.
 
-use crate::family::IpFamily;
+use berth_core::IpFamily;
+
 use crate::offsets::OffsetSet;
 use crate::pool::Pool;
 
@@ -83,7 +84,7 @@ impl FreeIndex {
 mod tests {
     use super::*;
     use crate::pool::PoolSpec;
-    use crate::types::ip_to_u128;
+    use berth_core::to_u128;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
@@ -94,7 +95,7 @@ mod tests {
     }
 
     fn v(s: &str) -> u128 {
-        ip_to_u128(s.parse().unwrap())
+        to_u128(s.parse().unwrap())
     }
 
     #[test]

@@ -26,13 +26,12 @@ use holders::HolderMap;
 use index::FreeIndex;
 
 use crate::error::IpamError;
-use crate::family::IpFamily;
 use crate::hash::FxHashMap;
 use crate::owners::{Absent, Owners, Reset};
 use crate::pool::{Pool, PoolSpec, PoolStatus};
-use crate::selector::Labels;
-use crate::sharing::{check_sharing, Holder, LbPort, TrafficPolicy};
-use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
+use crate::sharing::{check_sharing, Holder, LbPort};
+use crate::types::{u128_to_ip, OwnerKey};
+use berth_core::{to_u128, IpFamily, Labels, TrafficPolicy};
 
 /// What the LoadBalancer allocator needs to know about a Service.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -217,15 +216,21 @@ impl<K: OwnerKey> LbIpAllocator<K> {
 
     /// Pairs of pools whose addresses overlap (for the pool's overlap condition).
     pub fn overlapping_pools(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        for (i, a) in self.pools.iter().enumerate() {
-            for b in &self.pools[i + 1..] {
-                if a.overlaps(b) {
-                    let (x, y) = if a.name() <= b.name() { (a, b) } else { (b, a) };
-                    out.push((x.name().to_string(), y.name().to_string()));
-                }
-            }
-        }
+        let by_pool = berth_core::overlapping_pools(
+            self.pools
+                .iter()
+                .map(|p| (p.name(), p.spec.addresses.as_slice())),
+        );
+        // Each pair is listed under both pools; keep it once, the lesser name first.
+        let mut out: Vec<(String, String)> = by_pool
+            .iter()
+            .flat_map(|(a, others)| {
+                others
+                    .iter()
+                    .filter(move |b| a < *b)
+                    .map(move |b| (a.to_string(), b.to_string()))
+            })
+            .collect();
         out.sort();
         out
     }
@@ -401,7 +406,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     fn others(&self, ip: IpAddr, me: Option<u32>) -> Vec<(&K, &Holder)> {
         let fam = IpFamily::of(ip).index();
         self.holders[fam]
-            .get(ip_to_u128(ip))
+            .get(to_u128(ip))
             .iter()
             .filter(|&&id| Some(id) != me)
             .map(|&id| (self.owners.key(id), self.holder_of(id)))
@@ -488,7 +493,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// Everyone holding `ip`, sorted.
     pub fn holders_of(&self, ip: IpAddr) -> Vec<K> {
         self.holders[IpFamily::of(ip).index()]
-            .get(ip_to_u128(ip))
+            .get(to_u128(ip))
             .iter()
             .map(|&id| self.owners.key(id).clone())
             .collect()
@@ -552,7 +557,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
 
     fn add_holder(&mut self, id: u32, ip: IpAddr) {
         let fam = IpFamily::of(ip);
-        let value = ip_to_u128(ip);
+        let value = to_u128(ip);
         let owners = &self.owners;
         let newly_used =
             self.holders[fam.index()].insert(value, id, |a, b| owners.key(a) < owners.key(b));
@@ -582,7 +587,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// with (its current entry in `sharing`).
     fn remove_holder(&mut self, id: u32, ip: IpAddr) {
         let fam = IpFamily::of(ip);
-        let value = ip_to_u128(ip);
+        let value = to_u128(ip);
         let Some(now_empty) = self.holders[fam.index()].remove(value, id) else {
             return;
         };

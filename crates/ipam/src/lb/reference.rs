@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use super::{Orphan, ServiceView};
 use crate::error::IpamError;
-use crate::family::IpFamily;
 use crate::hash::FxHashMap;
 use crate::pool::{Pool, PoolSpec, PoolStatus};
 use crate::runset::RunSet;
 use crate::sharing::Holder;
-use crate::types::{ip_to_u128, u128_to_ip, OwnerKey};
+use crate::types::{u128_to_ip, OwnerKey};
+use berth_core::{to_u128, IpFamily};
 
 fn service_holder(svc: &ServiceView) -> Holder {
     let mut ports = svc.ports.clone();
@@ -481,7 +481,7 @@ impl<K: OwnerKey> Reference<K> {
 
     fn add_holder(&mut self, owner: &Arc<K>, holder: &Arc<Holder>, ip: IpAddr) {
         let fam = IpFamily::of(ip);
-        let value = ip_to_u128(ip);
+        let value = to_u128(ip);
         let holding = (owner.clone(), holder.clone());
         match self.holders.entry(ip) {
             Entry::Occupied(mut e) => e.get_mut().insert(holding),
@@ -510,7 +510,7 @@ impl<K: OwnerKey> Reference<K> {
     /// without comparing names.
     fn remove_holder(&mut self, owner: &Arc<K>, ip: IpAddr) {
         let fam = IpFamily::of(ip);
-        let value = ip_to_u128(ip);
+        let value = to_u128(ip);
         let Entry::Occupied(mut entry) = self.holders.entry(ip) else {
             return;
         };
@@ -558,7 +558,7 @@ impl<K: OwnerKey> Reference<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharing::TrafficPolicy;
+    use berth_core::TrafficPolicy;
 
     fn mk_holder(key: Option<&str>) -> Holder {
         Holder {

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::reference::Reference;
 use super::*;
-use crate::types::Protocol;
+use berth_core::{IpFamily, Labels, Protocol, TrafficPolicy};
 
 fn candidate_ips() -> Vec<IpAddr> {
     let mut v: Vec<IpAddr> = (250..=255)
@@ -82,7 +82,9 @@ fn pools(variant: u8) -> Vec<PoolSpec> {
     if variant & 2 != 0 {
         let mut high = PoolSpec::new("high", &["198.18.1.0-198.18.1.5"]);
         high.avoid_buggy_ips = true;
-        high.service_selectors = vec![crate::LabelSelector::from_labels([("expose", "public")])];
+        high.service_selectors = vec![berth_core::LabelSelector::from_labels([(
+            "expose", "public",
+        )])];
         out.push(high);
     }
     if variant & 4 != 0 {

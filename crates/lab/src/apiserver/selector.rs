@@ -2,18 +2,25 @@
 
 use super::error::ApiError;
 use super::resource::ResourceInfo;
+use berth_core::{LabelSelectorRequirement, SelectorOperator};
 use serde_json::Value;
 
+/// One term of a `labelSelector` query. Equality terms are set terms with one value (`a=b` is
+/// `a in (b)`, `a!=b` is `a notin (b)`), so they match with the same rules as an object's
+/// selector; only the query syntax's `>` and `<` go beyond them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelRequirement {
-    Equals(String, String),
-    NotEquals(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
+    Set(LabelSelectorRequirement),
     GreaterThan(String, i64),
     LessThan(String, i64),
+}
+
+fn set(key: String, operator: SelectorOperator, values: Vec<String>) -> LabelRequirement {
+    LabelRequirement::Set(LabelSelectorRequirement {
+        key,
+        operator,
+        values,
+    })
 }
 
 /// A parsed `labelSelector`; the empty selector matches everything.
@@ -78,7 +85,11 @@ fn parse_requirement(term: &str) -> Result<LabelRequirement, ApiError> {
         if key.is_empty() || !key.chars().all(is_key_char) {
             return Err(parse_error(t, "invalid label key"));
         }
-        return Ok(LabelRequirement::DoesNotExist(key.to_owned()));
+        return Ok(set(
+            key.to_owned(),
+            SelectorOperator::DoesNotExist,
+            Vec::new(),
+        ));
     }
     let key_end = t.find(|c: char| !is_key_char(c)).unwrap_or(t.len());
     let key = &t[..key_end];
@@ -88,7 +99,7 @@ fn parse_requirement(term: &str) -> Result<LabelRequirement, ApiError> {
     let key = key.to_owned();
     let rest = t[key_end..].trim_start();
     if rest.is_empty() {
-        return Ok(LabelRequirement::Exists(key));
+        return Ok(set(key, SelectorOperator::Exists, Vec::new()));
     }
     let value = |v: &str| -> Result<String, ApiError> {
         let v = v.trim();
@@ -106,13 +117,13 @@ fn parse_requirement(term: &str) -> Result<LabelRequirement, ApiError> {
             .map_err(|_| parse_error(t, "for 'Gt', 'Lt' operators, the value must be an integer"))
     };
     if let Some(v) = rest.strip_prefix("!=") {
-        return Ok(LabelRequirement::NotEquals(key, value(v)?));
+        return Ok(set(key, SelectorOperator::NotIn, vec![value(v)?]));
     }
     if let Some(v) = rest.strip_prefix("==") {
-        return Ok(LabelRequirement::Equals(key, value(v)?));
+        return Ok(set(key, SelectorOperator::In, vec![value(v)?]));
     }
     if let Some(v) = rest.strip_prefix('=') {
-        return Ok(LabelRequirement::Equals(key, value(v)?));
+        return Ok(set(key, SelectorOperator::In, vec![value(v)?]));
     }
     if let Some(v) = rest.strip_prefix('>') {
         return Ok(LabelRequirement::GreaterThan(key, integer(v)?));
@@ -121,10 +132,10 @@ fn parse_requirement(term: &str) -> Result<LabelRequirement, ApiError> {
         return Ok(LabelRequirement::LessThan(key, integer(v)?));
     }
     if let Some(v) = rest.strip_prefix("notin") {
-        return Ok(LabelRequirement::NotIn(key, parse_set(t, v)?));
+        return Ok(set(key, SelectorOperator::NotIn, parse_set(t, v)?));
     }
     if let Some(v) = rest.strip_prefix("in") {
-        return Ok(LabelRequirement::In(key, parse_set(t, v)?));
+        return Ok(set(key, SelectorOperator::In, parse_set(t, v)?));
     }
     Err(parse_error(t, "found unknown operator"))
 }
@@ -148,12 +159,7 @@ fn parse_set(term: &str, text: &str) -> Result<Vec<String>, ApiError> {
 fn requirement_matches(req: &LabelRequirement, labels: &Value) -> bool {
     let get = |k: &str| labels.get(k).and_then(Value::as_str);
     match req {
-        LabelRequirement::Equals(k, v) => get(k) == Some(v.as_str()),
-        LabelRequirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
-        LabelRequirement::In(k, vs) => get(k).is_some_and(|l| vs.iter().any(|v| v == l)),
-        LabelRequirement::NotIn(k, vs) => get(k).is_none_or(|l| !vs.iter().any(|v| v == l)),
-        LabelRequirement::Exists(k) => get(k).is_some(),
-        LabelRequirement::DoesNotExist(k) => get(k).is_none(),
+        LabelRequirement::Set(r) => r.operator.admits(get(&r.key), &r.values),
         LabelRequirement::GreaterThan(k, n) => get(k)
             .and_then(|l| l.parse::<i64>().ok())
             .is_some_and(|l| l > *n),

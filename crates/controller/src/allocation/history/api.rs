@@ -169,7 +169,9 @@ impl Api {
     ) -> Result<Value, JobOutcome> {
         match self.faults.pop_front() {
             Some(Fault::Server) => {
-                return Err(JobOutcome::Retry { category: ErrorCategory::Server });
+                return Err(JobOutcome::Retry {
+                    category: ErrorCategory::Server,
+                });
             }
             Some(Fault::NotLeading) => return Err(JobOutcome::NotLeading),
             Some(Fault::Conflict) => return Err(JobOutcome::Rejected { write: which }),

@@ -1,105 +1,13 @@
-//! IP families, `ipFamilyPolicy`, and the API server's rules for deciding which ClusterIPs
-//! a Service gets (`initIPFamilyFields` + the clusterIPs validation), as one pure function.
+//! The API server's rules for deciding a Service's `ipFamilyPolicy`, `ipFamilies` and
+//! ClusterIPs (`initIPFamilyFields` + the clusterIPs validation), as one pure function.
 
-use std::fmt;
 use std::net::IpAddr;
-use std::str::FromStr;
 
-use crate::error::{quoted, quoted_list, FieldError, FieldErrorKind, FieldErrors, IpamError};
+use berth_core::{
+    quoted, quoted_list, FieldError, FieldErrorKind, FieldErrors, IpFamily, IpFamilyPolicy,
+};
 
-/// `IPv4` or `IPv6`, as in `spec.ipFamilies`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
-
-impl IpFamily {
-    /// The family of an address. An IPv4-mapped IPv6 address counts as IPv6, as in Go.
-    pub fn of(ip: IpAddr) -> Self {
-        match ip {
-            IpAddr::V4(_) => Self::V4,
-            IpAddr::V6(_) => Self::V6,
-        }
-    }
-
-    /// The other family.
-    pub fn other(self) -> Self {
-        match self {
-            Self::V4 => Self::V6,
-            Self::V6 => Self::V4,
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        match self {
-            Self::V4 => 0,
-            Self::V6 => 1,
-        }
-    }
-
-    /// The API spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::V4 => "IPv4",
-            Self::V6 => "IPv6",
-        }
-    }
-}
-
-impl fmt::Display for IpFamily {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for IpFamily {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "IPv4" => Ok(Self::V4),
-            "IPv6" => Ok(Self::V6),
-            other => Err(format!("unsupported IP family {other:?}")),
-        }
-    }
-}
-
-/// `spec.ipFamilyPolicy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpFamilyPolicy {
-    SingleStack,
-    PreferDualStack,
-    RequireDualStack,
-}
-
-impl IpFamilyPolicy {
-    /// The API spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::SingleStack => "SingleStack",
-            Self::PreferDualStack => "PreferDualStack",
-            Self::RequireDualStack => "RequireDualStack",
-        }
-    }
-}
-
-impl fmt::Display for IpFamilyPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for IpFamilyPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "SingleStack" => Ok(Self::SingleStack),
-            "PreferDualStack" => Ok(Self::PreferDualStack),
-            "RequireDualStack" => Ok(Self::RequireDualStack),
-            other => Err(format!("unsupported IP family policy {other:?}")),
-        }
-    }
-}
+use crate::error::IpamError;
 
 /// The ClusterIP-related fields of a Service that is not ExternalName (which gets nothing
 /// and need not be planned).

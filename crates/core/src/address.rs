@@ -4,40 +4,10 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::Error;
+use crate::family::IpFamily;
 
 /// Longest accepted address string: two full IPv6 addresses, a dash and some spaces.
 pub const MAX_ADDRESS_LEN: usize = 100;
-
-/// An IP family, spelled as Kubernetes spells it in `spec.ipFamilies`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
-
-impl IpFamily {
-    pub fn of(ip: IpAddr) -> Self {
-        match ip {
-            IpAddr::V4(_) => IpFamily::V4,
-            IpAddr::V6(_) => IpFamily::V6,
-        }
-    }
-
-    /// `IPv4` or `IPv6`, as in `Service.spec.ipFamilies`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        }
-    }
-}
-
-impl fmt::Display for IpFamily {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Why a pool address was rejected; the `Display` text is what users see.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,7 +117,7 @@ impl AddressRange {
 
     /// The prefix length when the range is exactly one CIDR block.
     pub fn prefix_len(&self) -> Option<u8> {
-        let bits = family_bits(self.family());
+        let bits = self.family().bits();
         let span = to_u128(self.end) - to_u128(self.start);
         let host_bits = 128 - span.leading_zeros();
         let aligned = span.count_ones() == host_bits && to_u128(self.start) & span == 0;
@@ -165,10 +135,20 @@ impl fmt::Display for AddressRange {
     }
 }
 
-/// Parses one `IPPool.spec.addresses` entry. Spaces around a range's dash are allowed, as in
-/// MetalLB. The rules match the CRD's CEL rules, and go further where CEL cannot (IPv6 order).
-pub fn parse_address(input: &str) -> Result<AddressRange, Error> {
-    parse_inner(input).map_err(|problem| Error::InvalidAddress {
+/// A pool address that did not parse: the input and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid address {input:?}: {problem}")]
+pub struct AddressError {
+    pub input: String,
+    pub problem: AddressProblem,
+}
+
+/// Parses one pool address (`IPPool.spec.addresses`). Spaces around a range's dash are allowed,
+/// as in MetalLB. The rules match the CRD's CEL rules, and go further where CEL cannot (IPv6
+/// order). This is berth's only pool address parser: the API validation and the allocator
+/// both read addresses through it.
+pub fn parse_address(input: &str) -> Result<AddressRange, AddressError> {
+    parse_inner(input).map_err(|problem| AddressError {
         input: input.to_string(),
         problem,
     })
@@ -198,7 +178,7 @@ fn parse_inner(input: &str) -> Result<AddressRange, AddressProblem> {
 
 fn parse_cidr(ip: &str, len: &str) -> Result<AddressRange, AddressProblem> {
     let ip = parse_ip(ip)?;
-    let bits = family_bits(IpFamily::of(ip));
+    let bits = IpFamily::of(ip).bits();
     // Reject `+24` and `024`: Kubernetes' CIDR parser does, so must we.
     let canonical_number = !len.is_empty()
         && len.bytes().all(|b| b.is_ascii_digit())
@@ -236,13 +216,6 @@ fn parse_ip(s: &str) -> Result<IpAddr, AddressProblem> {
         }
     }
     Ok(ip)
-}
-
-fn family_bits(family: IpFamily) -> u32 {
-    match family {
-        IpFamily::V4 => 32,
-        IpFamily::V6 => 128,
-    }
 }
 
 /// The address as an integer, so that ranges can be measured and walked.
@@ -286,7 +259,7 @@ mod tests {
 
     fn problem(s: &str) -> AddressProblem {
         match parse_address(s) {
-            Err(Error::InvalidAddress { input, problem }) => {
+            Err(AddressError { input, problem }) => {
                 assert_eq!(input, s);
                 problem
             }

@@ -1,100 +1,6 @@
-//! Field errors in the apiserver's own words (`spec.addresses[0]: Invalid value: "x": reason`),
-//! and the name and selector checks shared by both kinds.
-
-use std::fmt;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-
-/// One problem with one field.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    /// JSON path from the object root, e.g. `spec.addresses[2]`.
-    pub path: String,
-    /// The offending value as the user wrote it, when there is one to show.
-    pub value: Option<String>,
-    pub reason: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.value {
-            Some(value) => write!(
-                f,
-                "{}: Invalid value: {value:?}: {}",
-                self.path, self.reason
-            ),
-            None => write!(f, "{}: Invalid value: {}", self.path, self.reason),
-        }
-    }
-}
-
-/// Every problem found in one object, in field order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FieldErrors(pub Vec<FieldError>);
-
-impl FieldErrors {
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn iter(&self) -> std::slice::Iter<'_, FieldError> {
-        self.0.iter()
-    }
-
-    pub(crate) fn push(
-        &mut self,
-        path: impl Into<String>,
-        value: Option<&str>,
-        reason: impl Into<String>,
-    ) {
-        self.0.push(FieldError {
-            path: path.into(),
-            value: value.map(str::to_string),
-            reason: reason.into(),
-        });
-    }
-
-    pub(crate) fn into_result(self) -> Result<(), FieldErrors> {
-        if self.is_empty() {
-            Ok(())
-        } else {
-            Err(self)
-        }
-    }
-}
-
-impl fmt::Display for FieldErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Same layout as the apiserver's aggregated errors: one problem, or a bracketed list.
-        match self.0.as_slice() {
-            [one] => write!(f, "{one}"),
-            many => {
-                f.write_str("[")?;
-                for (i, e) in many.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{e}")?;
-                }
-                f.write_str("]")
-            }
-        }
-    }
-}
-
-impl std::error::Error for FieldErrors {}
-
-impl<'a> IntoIterator for &'a FieldErrors {
-    type Item = &'a FieldError;
-    type IntoIter = std::slice::Iter<'a, FieldError>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
-    }
-}
+//! Names: DNS-1123 labels and subdomains (namespaces, object and Node names), label keys and
+//! values, and Linux interface names. Each check returns `None` when the name is valid, else the
+//! apiserver's reason.
 
 /// Pattern of a DNS-1123 label (namespace names); the same text goes into the CRD schema.
 pub const DNS1123_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
@@ -180,63 +86,6 @@ impl NotThen for bool {
     }
 }
 
-/// Checks a label selector as the apiserver does for built-in kinds: operators, values per
-/// operator, and label key/value syntax. The controller matches with the selector afterwards,
-/// so a selector that passes here cannot fail at matching time.
-pub fn validate_label_selector(selector: &LabelSelector, path: &str, errors: &mut FieldErrors) {
-    if let Some(labels) = &selector.match_labels {
-        for (key, value) in labels {
-            let at = format!("{path}.matchLabels");
-            if let Some(problem) = label_key_problem(key) {
-                errors.push(&at, Some(key), problem);
-            }
-            if let Some(problem) = label_value_problem(value) {
-                errors.push(format!("{at}[{key}]"), Some(value), problem);
-            }
-        }
-    }
-    for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
-        validate_requirement(req, &format!("{path}.matchExpressions[{i}]"), errors);
-    }
-}
-
-fn validate_requirement(req: &LabelSelectorRequirement, path: &str, errors: &mut FieldErrors) {
-    if let Some(problem) = label_key_problem(&req.key) {
-        errors.push(format!("{path}.key"), Some(&req.key), problem);
-    }
-    let values = req.values.as_deref().unwrap_or_default();
-    match req.operator.as_str() {
-        "In" | "NotIn" => {
-            if values.is_empty() {
-                errors.push(
-                    format!("{path}.values"),
-                    None,
-                    "must be specified when `operator` is 'In' or 'NotIn'",
-                );
-            }
-        }
-        "Exists" | "DoesNotExist" => {
-            if !values.is_empty() {
-                errors.push(
-                    format!("{path}.values"),
-                    None,
-                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-                );
-            }
-        }
-        other => errors.push(
-            format!("{path}.operator"),
-            Some(other),
-            "not a valid selector operator (In, NotIn, Exists, DoesNotExist)",
-        ),
-    }
-    for (i, value) in values.iter().enumerate() {
-        if let Some(problem) = label_value_problem(value) {
-            errors.push(format!("{path}.values[{i}]"), Some(value), problem);
-        }
-    }
-}
-
 /// `None` when `key` is a valid label key (`[prefix/]name`), else why not.
 pub fn label_key_problem(key: &str) -> Option<String> {
     let (prefix, name) = match key.rsplit_once('/') {
@@ -291,21 +140,6 @@ fn qualified_name_shaped(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    fn req(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
-        LabelSelectorRequirement {
-            key: key.into(),
-            operator: op.into(),
-            values: Some(values.iter().map(|v| v.to_string()).collect()),
-        }
-    }
-
-    fn check(selector: &LabelSelector) -> Vec<String> {
-        let mut errors = FieldErrors::default();
-        validate_label_selector(selector, "spec.sel", &mut errors);
-        errors.iter().map(|e| e.path.clone()).collect()
-    }
 
     #[test]
     fn labels() {
@@ -394,58 +228,12 @@ mod tests {
     }
 
     #[test]
-    fn selectors() {
-        let good = LabelSelector {
-            match_labels: Some(BTreeMap::from([("app".into(), "echo".into())])),
-            match_expressions: Some(vec![
-                req("tier", "In", &["web"]),
-                req("gpu", "DoesNotExist", &[]),
-            ]),
-        };
-        assert!(check(&good).is_empty());
-        assert!(check(&LabelSelector::default()).is_empty());
-
-        let bad = LabelSelector {
-            match_labels: Some(BTreeMap::from([("bad key".into(), "-v".into())])),
-            match_expressions: Some(vec![
-                req("tier", "In", &[]),
-                req("gpu", "Exists", &["yes"]),
-                req("zone", "Near", &["a"]),
-                req("ok", "NotIn", &["bad value"]),
-            ]),
-        };
-        assert_eq!(
-            check(&bad),
-            [
-                "spec.sel.matchLabels",
-                "spec.sel.matchLabels[bad key]",
-                "spec.sel.matchExpressions[0].values",
-                "spec.sel.matchExpressions[1].values",
-                "spec.sel.matchExpressions[2].operator",
-                "spec.sel.matchExpressions[3].values[0]",
-            ]
-        );
-    }
-
-    #[test]
-    fn errors_render_like_the_apiserver() {
-        let mut errors = FieldErrors::default();
-        errors.push("spec.addresses[0]", Some("x"), "bad");
-        assert_eq!(
-            errors.to_string(),
-            "spec.addresses[0]: Invalid value: \"x\": bad"
-        );
-        errors.push(
-            "spec.serviceAllocation.priority",
-            None,
-            "must be at most 1000",
-        );
-        assert_eq!(
-            errors.to_string(),
-            "[spec.addresses[0]: Invalid value: \"x\": bad, spec.serviceAllocation.priority: Invalid value: must be at most 1000]"
-        );
-        assert_eq!(errors.len(), 2);
-        assert!(errors.clone().into_result().is_err());
-        assert!(FieldErrors::default().into_result().is_ok());
+    fn node_names_are_subdomains() {
+        for ok in ["node-1", "ip-10-0-0-1.ec2.internal", "a"] {
+            assert_eq!(dns1123_subdomain_problem(ok), None, "{ok}");
+        }
+        for bad in ["", "Node", "node_1", "-node", "node-", "a..b"] {
+            assert!(dns1123_subdomain_problem(bad).is_some(), "{bad}");
+        }
     }
 }
