@@ -1,4 +1,4 @@
-//! berth-agent: the node side of berth (DESIGN.md §6).
+//! berth-agent: the node side of berth (docs/architecture.md, "How a Service flows in the agent").
 //!
 //! Watches feed a synchronous [`index::Index`] that keeps the node's view of Services and
 //! endpoints and knows which Services changed; the sync loop ([`agent::Agent`]) hands those to

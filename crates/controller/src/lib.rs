@@ -1,9 +1,10 @@
-//! berth-controller: the kube-runtime controllers of DESIGN.md §2–5 — allocation (ClusterIPs,
-//! NodePorts, LoadBalancer IPs), Endpoints and EndpointSlices, load balancers, status, Events and
-//! leader election. The decisions are made by the pure crates (`berth-ipam`, `berth-endpoints`)
-//! and the pure modules here (the allocation state machine with its `facts`, `plan`, `fresh` and
-//! `pools`, `lease::decide_lease`, the patch builders in `allocation::apply`); the rest reads the
-//! cluster, feeds them, and writes their answers back.
+//! berth-controller: the kube-runtime controllers — allocation (ClusterIPs, NodePorts,
+//! LoadBalancer IPs), Endpoints and EndpointSlices, load balancers, status, Events and leader
+//! election (docs/architecture.md, "How a Service flows in the controller"). The decisions are
+//! made by the pure crates (`berth-ipam`, `berth-endpoints`) and the pure modules here (the
+//! allocation state machine with its `facts`, `plan`, `fresh` and `pools`, `lease::decide_lease`,
+//! the patch builders in `allocation::write`); the rest reads the cluster, feeds them, and writes
+//! their answers back.
 
 pub mod allocation;
 pub mod config;

@@ -1,7 +1,7 @@
 //! The namespace topology and the echo server, with real namespaces and no iptables rules: the
 //! plumbing every datapath test stands on. Needs root and iproute2; skips with a message elsewhere.
 //!
-//! Address plan (DESIGN.md §9): LAN 198.18.0.0/24 (node1 .11, node2 .12, client .100), pods
+//! Address plan (docs/architecture.md): LAN 198.18.0.0/24 (node1 .11, node2 .12, client .100), pods
 //! 10.244.<node>.0/24 with the node at .1. Every namespace is named `berth-tt<pid>-*` and deleted
 //! when the topology is dropped. Tests run one at a time (a lock), as they share the host's kernel.
 

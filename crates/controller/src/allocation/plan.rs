@@ -368,7 +368,7 @@ fn hold_stale_node_ports(alloc: &mut Allocators, f: &ServiceFacts, fill: &mut Sp
     fill.drop_node_ports = !stale.ports.is_empty();
 }
 
-/// Records the values existing Services already hold, oldest first (DESIGN.md §3), before
+/// Records the values existing Services already hold, oldest first (docs/architecture.md), before
 /// anything is assigned. Returns the refused claims, younger Service first in each pair's
 /// order of discovery; those Services get their condition when they are reconciled.
 ///

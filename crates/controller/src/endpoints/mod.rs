@@ -1,4 +1,4 @@
-//! The endpoints controller (DESIGN.md §4): keeps each selector Service's `Endpoints` and its
+//! The endpoints controller (docs/architecture.md, "Endpoints semantics"): keeps each selector Service's `Endpoints` and its
 //! berth-managed `EndpointSlice`s in line with the pods it selects.
 //!
 //! Watches on Services, Pods, Nodes, berth's EndpointSlices and Endpoints feed one [`cache`] that

@@ -1,5 +1,5 @@
 //! One Service's sync, planned without I/O: from the cached inputs to the writes that make the
-//! API match (DESIGN.md §4).
+//! API match (docs/architecture.md, "Endpoints semantics").
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! Address plan for every datapath test (DESIGN.md section 9):
+//! Address plan for every datapath test (docs/architecture.md, "Address plan"):
 //! - this node `node-a` 198.18.0.11, its pods 10.244.1.0/24; other node `node-b` 198.18.0.12, pods 10.244.2.0/24
 //! - cluster (pod) CIDR 10.244.0.0/16, Services 10.96.0.0/16, node ports 30000-32767
 //! - external IPs 198.18.0.150+, load-balancer IPs 198.18.0.200+, off-cluster client 198.18.0.100

@@ -2,7 +2,7 @@
 //! `CommandIptables` inside node namespaces, exercised by TCP and UDP between pod, node and client
 //! namespaces. Root only (skips with a message elsewhere); runs serially.
 //!
-//! Address plan (DESIGN.md §9):
+//! Address plan (docs/architecture.md):
 //! - LAN 198.18.0.0/24: node1 .11, node2 .12, client .100, other .101; LB IPs .200-.203, steered
 //!   by the clients' routes to the node that would announce them.
 //! - node1 pods a1 10.244.1.2, a2 10.244.1.3, c1 10.244.1.4 (a client pod); node2 pods

@@ -1,4 +1,4 @@
-//! The lab API server (DESIGN.md §9).
+//! The lab API server (docs/architecture.md, "The lab").
 
 pub mod defaults;
 pub mod discovery;

@@ -40,7 +40,7 @@ pub const ETH0: &str = "eth0";
 /// Every namespace the lab and its tests make starts with this.
 pub const NETNS_PREFIX: &str = "berth-";
 
-/// The lab's LAN (DESIGN.md §9): nodes from .11, clients from .100, load-balancer pool .200-.250.
+/// The lab's LAN (docs/architecture.md, "Address plan"): nodes from .11, clients from .100, load-balancer pool .200-.250.
 pub const LAN_PREFIX_LEN: u8 = 24;
 pub const LAN_NETWORK: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
 pub const FIRST_NODE_HOST: u8 = 11;
