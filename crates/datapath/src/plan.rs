@@ -230,37 +230,27 @@ pub(crate) fn plan_service_port(
             );
         }
     }
-    for ip in &external_ips {
+    // External IPs and LoadBalancer VIPs are dispatched and filtered alike; only the comment, the
+    // chain they jump to and the LB firewall differ. One loop keeps each chain's rule order.
+    let external_dsts = external_ips
+        .iter()
+        .map(|ip| (*ip, "external IP", &chains.external, false))
+        .chain(
+            lb_ips
+                .iter()
+                .map(|ip| (*ip, "loadbalancer IP", lb_chain, uses_firewall)),
+        );
+    for (ip, kind, chain, firewall) in external_dsts {
         if has_endpoints {
             entries.push_dst(
-                *ip,
+                ip,
                 Rule::jump(
-                    dst_matches(format!("{name} external IP"), proto, *ip, svc_port),
-                    &chains.external,
+                    dst_matches(format!("{name} {kind}"), proto, ip, svc_port),
+                    chain,
                 ),
             );
         }
-        if !has_external {
-            rs.table_mut(Table::Filter).push(
-                &filter_external,
-                Rule::new(
-                    dst_matches(filter_comment_external.clone(), proto, *ip, svc_port),
-                    filter_target.clone(),
-                ),
-            );
-        }
-    }
-    for ip in &lb_ips {
-        if has_endpoints {
-            entries.push_dst(
-                *ip,
-                Rule::jump(
-                    dst_matches(format!("{name} loadbalancer IP"), proto, *ip, svc_port),
-                    lb_chain,
-                ),
-            );
-        }
-        if uses_firewall {
+        if firewall {
             // Packets that left BERTH-FW-* without DNAT still carry the LB address here.
             rs.table_mut(Table::Filter).push(
                 &names::fixed(names::PROXY_FIREWALL),
@@ -268,7 +258,7 @@ pub(crate) fn plan_service_port(
                     dst_matches(
                         format!("{name} traffic not accepted by {}", chains.firewall),
                         proto,
-                        *ip,
+                        ip,
                         svc_port,
                     ),
                     Target::Drop,
@@ -279,7 +269,7 @@ pub(crate) fn plan_service_port(
             rs.table_mut(Table::Filter).push(
                 &filter_external,
                 Rule::new(
-                    dst_matches(filter_comment_external.clone(), proto, *ip, svc_port),
+                    dst_matches(filter_comment_external.clone(), proto, ip, svc_port),
                     filter_target.clone(),
                 ),
             );
