@@ -206,21 +206,19 @@ async fn run_job_inner(
         }
         (Some(ips), true) => {
             if !job.new_lb_ips.is_empty() {
-                let list: Vec<String> = job.new_lb_ips.iter().map(IpAddr::to_string).collect();
                 ctx.event(
                     &regarding,
                     EventType::Normal,
                     ev::IP_ALLOCATED,
-                    format!("Assigned IP [{}]", list.join(", ")),
+                    format!("Assigned IP [{}]", ip_list(&job.new_lb_ips)),
                 )
                 .await;
             }
-            let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
             ctx.event(
                 &regarding,
                 EventType::Normal,
                 ev::ENSURED_LOAD_BALANCER,
-                format!("Ensured load balancer with [{}]", list.join(", ")),
+                format!("Ensured load balancer with [{}]", ip_list(ips)),
             )
             .await;
         }
@@ -235,6 +233,12 @@ async fn run_job_inner(
 }
 
 /// A merge patch of the Service (or of its `subresource`) with berth's field manager.
+/// Addresses as the load-balancer Events spell them: `10.0.0.1, fd00::1`.
+fn ip_list(ips: &[IpAddr]) -> String {
+    let texts: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+    texts.join(", ")
+}
+
 async fn send_patch(
     client: &kube::Client,
     key: &ServiceKey,
