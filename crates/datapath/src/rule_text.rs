@@ -219,6 +219,16 @@ impl Words<'_> {
             .ok_or_else(|| self.fail("missing argument"))
     }
 
+    /// A match module's option, which a leading `!` negates: whether it did, and the option.
+    fn maybe_negated(&mut self) -> Result<(bool, String), Error> {
+        let word = self.next_word()?;
+        if word == "!" {
+            Ok((true, self.next_word()?))
+        } else {
+            Ok((false, word))
+        }
+    }
+
     fn expect(&mut self, word: &str) -> Result<(), Error> {
         let got = self.next_word()?;
         if got == word {
@@ -297,12 +307,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                         matches.push(Match::comment(w.next_word()?));
                     }
                     "mark" => {
-                        let mut word = w.next_word()?;
-                        let mut neg = false;
-                        if word == "!" {
-                            neg = true;
-                            word = w.next_word()?;
-                        }
+                        let (neg, word) = w.maybe_negated()?;
                         if word != "--mark" {
                             return Err(w.fail("expected --mark"));
                         }
@@ -347,12 +352,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                         matches.push(Match::Recent { name, action });
                     }
                     "addrtype" => {
-                        let mut word = w.next_word()?;
-                        let mut neg = false;
-                        if word == "!" {
-                            neg = true;
-                            word = w.next_word()?;
-                        }
+                        let (neg, word) = w.maybe_negated()?;
                         let side = match word.as_str() {
                             "--src-type" => AddrSide::Src,
                             "--dst-type" => AddrSide::Dst,
@@ -373,12 +373,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                         });
                     }
                     "physdev" => {
-                        let mut word = w.next_word()?;
-                        let mut neg = false;
-                        if word == "!" {
-                            neg = true;
-                            word = w.next_word()?;
-                        }
+                        let (neg, word) = w.maybe_negated()?;
                         if word != "--physdev-is-in" {
                             return Err(w.fail("expected --physdev-is-in"));
                         }
