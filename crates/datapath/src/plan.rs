@@ -58,6 +58,14 @@ fn proto_port(protocol: Protocol, port: u16) -> [Match; 2] {
     ]
 }
 
+/// The addresses of the family being planned: each family has its own ruleset.
+fn of_family(ips: &[IpAddr], family: IpFamily) -> Vec<IpAddr> {
+    ips.iter()
+        .copied()
+        .filter(|ip| family.contains(*ip))
+        .collect()
+}
+
 /// Matches `-m proto -p proto -d addr --dport port` in kube-proxy's order.
 fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> Vec<Match> {
     vec![
@@ -143,18 +151,8 @@ pub(crate) fn plan_service_port(
     options: &PlanOptions,
 ) {
     let family = options.family;
-    let cluster_ips: Vec<IpAddr> = port
-        .cluster_ips
-        .iter()
-        .copied()
-        .filter(|ip| family.contains(*ip))
-        .collect();
-    let external_ips: Vec<IpAddr> = port
-        .external_ips
-        .iter()
-        .copied()
-        .filter(|ip| family.contains(*ip))
-        .collect();
+    let cluster_ips = of_family(&port.cluster_ips, family);
+    let external_ips = of_family(&port.external_ips, family);
     let lb_ips = port.load_balancer_vips(family);
     if cluster_ips.is_empty() && external_ips.is_empty() && lb_ips.is_empty() {
         // A single-stack Service of the other family.

@@ -39,25 +39,24 @@ fn net_text(net: &IpNet) -> String {
     }
 }
 
+/// The `! ` that negates the option it precedes, as iptables-save places it.
+fn negation(negated: bool) -> &'static str {
+    if negated {
+        "! "
+    } else {
+        ""
+    }
+}
+
 fn write_match(out: &mut String, m: &Match) {
     // `write!` into a String cannot fail.
     let _ = match m {
         Match::Comment(text) => write!(out, " -m comment --comment \"{}\"", text.replace('"', "'")),
         Match::Source { net, negated } => {
-            write!(
-                out,
-                " {}-s {}",
-                if *negated { "! " } else { "" },
-                net_text(net)
-            )
+            write!(out, " {}-s {}", negation(*negated), net_text(net))
         }
         Match::Destination { net, negated } => {
-            write!(
-                out,
-                " {}-d {}",
-                if *negated { "! " } else { "" },
-                net_text(net)
-            )
+            write!(out, " {}-d {}", negation(*negated), net_text(net))
         }
         Match::Protocol(proto) => {
             let p = iptables_protocol(*proto);
@@ -72,7 +71,7 @@ fn write_match(out: &mut String, m: &Match) {
         } => write!(
             out,
             " -m mark {}--mark {value:#x}/{mask:#x}",
-            if *negated { "! " } else { "" }
+            negation(*negated)
         ),
         Match::Random { one_in } => write!(
             out,
@@ -96,7 +95,7 @@ fn write_match(out: &mut String, m: &Match) {
         Match::AddrTypeLocal { side, negated } => write!(
             out,
             " -m addrtype {}--{}-type LOCAL",
-            if *negated { "! " } else { "" },
+            negation(*negated),
             match side {
                 AddrSide::Src => "src",
                 AddrSide::Dst => "dst",
@@ -107,11 +106,7 @@ fn write_match(out: &mut String, m: &Match) {
             write!(out, " -m conntrack --ctstate {}", states.join(","))
         }
         Match::PhysDevIsIn { negated } => {
-            write!(
-                out,
-                " -m physdev {}--physdev-is-in",
-                if *negated { "! " } else { "" }
-            )
+            write!(out, " -m physdev {}--physdev-is-in", negation(*negated))
         }
     };
 }
