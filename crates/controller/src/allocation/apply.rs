@@ -117,9 +117,9 @@ async fn run_job_inner(
         .await;
     }
 
-    let mut ingress: Option<Vec<LoadBalancerIngress>> = None;
-    let mut lb_failed = false;
-    match &job.ingress {
+    // The provider's answer, or the message of the Warning Event when it failed: deleting and
+    // ensuring fail the same way.
+    let provided: Option<Result<Vec<LoadBalancerIngress>, String>> = match &job.ingress {
         Some(ips) if ips.is_empty() => {
             ctx.event(
                 &regarding,
@@ -128,19 +128,13 @@ async fn run_job_inner(
                 "Deleting load balancer".into(),
             )
             .await;
-            match ctx.provider.delete(&job.key).await {
-                Ok(()) => ingress = Some(Vec::new()),
-                Err(e) => {
-                    lb_failed = true;
-                    ctx.event(
-                        &regarding,
-                        EventType::Warning,
-                        ev::SYNC_LOAD_BALANCER_FAILED,
-                        format!("Error deleting load balancer: {e}"),
-                    )
-                    .await;
-                }
-            }
+            Some(
+                ctx.provider
+                    .delete(&job.key)
+                    .await
+                    .map(|()| Vec::new())
+                    .map_err(|e| format!("Error deleting load balancer: {e}")),
+            )
         }
         Some(ips) => {
             ctx.event(
@@ -155,22 +149,29 @@ async fn run_job_inner(
                 addresses: ips,
                 nodes: &job.nodes,
             };
-            match ctx.provider.ensure(req).await {
-                Ok(i) => ingress = Some(i),
-                Err(e) => {
-                    lb_failed = true;
-                    ctx.event(
-                        &regarding,
-                        EventType::Warning,
-                        ev::SYNC_LOAD_BALANCER_FAILED,
-                        format!("Error syncing load balancer: {e}"),
-                    )
-                    .await;
-                }
-            }
+            Some(
+                ctx.provider
+                    .ensure(req)
+                    .await
+                    .map_err(|e| format!("Error syncing load balancer: {e}")),
+            )
         }
-        None => {}
-    }
+        None => None,
+    };
+    let (ingress, lb_failed) = match provided {
+        Some(Ok(ingress)) => (Some(ingress), false),
+        Some(Err(message)) => {
+            ctx.event(
+                &regarding,
+                EventType::Warning,
+                ev::SYNC_LOAD_BALANCER_FAILED,
+                message,
+            )
+            .await;
+            (None, true)
+        }
+        None => (None, false),
+    };
 
     if ingress.is_some() || job.conditions.is_some() {
         if !ctx.leading() {
