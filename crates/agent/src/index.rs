@@ -391,11 +391,12 @@ impl Index {
 
     /// The complete list of Services (a watch (re)started): those not in it are deleted.
     pub fn reset_services(&mut self, services: &[Service]) {
-        self.begin_services();
-        for svc in services {
-            self.apply_service(svc);
-        }
-        self.finish_services();
+        self.relist(
+            services,
+            Self::begin_services,
+            Self::apply_service,
+            Self::finish_services,
+        );
     }
 
     /// Recomputes the endpoints of a Service after one of its slices changed.
@@ -515,11 +516,12 @@ impl Index {
     }
 
     pub fn reset_slices(&mut self, slices: &[EndpointSlice]) {
-        self.begin_slices();
-        for slice in slices {
-            self.apply_slice(slice);
-        }
-        self.finish_slices();
+        self.relist(
+            slices,
+            Self::begin_slices,
+            Self::apply_slice,
+            Self::finish_slices,
+        );
     }
 
     fn set_node(&mut self, info: NodeInfo) {
@@ -564,11 +566,23 @@ impl Index {
     }
 
     pub fn reset_node(&mut self, nodes: &[Node]) {
-        self.begin_node();
-        for node in nodes {
-            self.apply_node(node);
+        self.relist(nodes, Self::begin_node, Self::apply_node, Self::finish_node);
+    }
+
+    /// A whole list delivered at once, taken the way a watch delivers a relist: begin, each
+    /// object, finish (which forgets what the list did not name).
+    fn relist<K>(
+        &mut self,
+        objects: &[K],
+        begin: fn(&mut Self),
+        apply: fn(&mut Self, &K),
+        finish: fn(&mut Self),
+    ) {
+        begin(self);
+        for object in objects {
+            apply(self, object);
         }
-        self.finish_node();
+        finish(self);
     }
 
     pub fn service_port_count(&self) -> usize {

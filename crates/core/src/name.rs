@@ -16,13 +16,8 @@ pub const INTERFACE_NAME_PATTERN: &str = "^[!-.0-9;-~]+$";
 
 /// `None` when `name` is a DNS-1123 label, else why not.
 pub fn dns1123_label_problem(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("must not be empty".into());
-    }
-    if name.len() > DNS1123_LABEL_MAX_LEN {
-        return Some(format!(
-            "must be no more than {DNS1123_LABEL_MAX_LEN} characters"
-        ));
+    if let Some(problem) = length_problem(name, DNS1123_LABEL_MAX_LEN) {
+        return Some(problem);
     }
     is_label_shaped(name).not_then(
         "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', \
@@ -32,13 +27,8 @@ pub fn dns1123_label_problem(name: &str) -> Option<String> {
 
 /// `None` when `name` is a DNS-1123 subdomain, else why not.
 pub fn dns1123_subdomain_problem(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("must not be empty".into());
-    }
-    if name.len() > DNS1123_SUBDOMAIN_MAX_LEN {
-        return Some(format!(
-            "must be no more than {DNS1123_SUBDOMAIN_MAX_LEN} characters"
-        ));
+    if let Some(problem) = length_problem(name, DNS1123_SUBDOMAIN_MAX_LEN) {
+        return Some(problem);
     }
     name.split('.').all(is_label_shaped).not_then(
         "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' \
@@ -48,13 +38,8 @@ pub fn dns1123_subdomain_problem(name: &str) -> Option<String> {
 
 /// `None` when the kernel would accept `name` as a network interface name, else why not.
 pub fn interface_name_problem(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("must not be empty".into());
-    }
-    if name.len() > INTERFACE_NAME_MAX_LEN {
-        return Some(format!(
-            "must be no more than {INTERFACE_NAME_MAX_LEN} characters"
-        ));
+    if let Some(problem) = length_problem(name, INTERFACE_NAME_MAX_LEN) {
+        return Some(problem);
     }
     if name == "." || name == ".." {
         return Some("must not be \".\" or \"..\"".into());
@@ -63,6 +48,17 @@ pub fn interface_name_problem(name: &str) -> Option<String> {
         .bytes()
         .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
     ok.not_then("must be printable ASCII without '/', ':' or spaces")
+}
+
+/// Emptiness and length come before the characters, so an over-long name gets one reason.
+fn length_problem(name: &str, max_len: usize) -> Option<String> {
+    if name.is_empty() {
+        Some("must not be empty".into())
+    } else if name.len() > max_len {
+        Some(format!("must be no more than {max_len} characters"))
+    } else {
+        None
+    }
 }
 
 fn is_label_shaped(s: &str) -> bool {

@@ -58,6 +58,14 @@ fn proto_port(protocol: Protocol, port: u16) -> [Match; 2] {
     ]
 }
 
+/// The addresses of the family being planned: each family has its own ruleset.
+fn of_family(ips: &[IpAddr], family: IpFamily) -> Vec<IpAddr> {
+    ips.iter()
+        .copied()
+        .filter(|ip| family.contains(*ip))
+        .collect()
+}
+
 /// Matches `-m proto -p proto -d addr --dport port` in kube-proxy's order.
 fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> Vec<Match> {
     vec![
@@ -143,18 +151,8 @@ pub(crate) fn plan_service_port(
     options: &PlanOptions,
 ) {
     let family = options.family;
-    let cluster_ips: Vec<IpAddr> = port
-        .cluster_ips
-        .iter()
-        .copied()
-        .filter(|ip| family.contains(*ip))
-        .collect();
-    let external_ips: Vec<IpAddr> = port
-        .external_ips
-        .iter()
-        .copied()
-        .filter(|ip| family.contains(*ip))
-        .collect();
+    let cluster_ips = of_family(&port.cluster_ips, family);
+    let external_ips = of_family(&port.external_ips, family);
     let lb_ips = port.load_balancer_vips(family);
     if cluster_ips.is_empty() && external_ips.is_empty() && lb_ips.is_empty() {
         // A single-stack Service of the other family.
@@ -230,37 +228,27 @@ pub(crate) fn plan_service_port(
             );
         }
     }
-    for ip in &external_ips {
+    // External IPs and LoadBalancer VIPs are dispatched and filtered alike; only the comment, the
+    // chain they jump to and the LB firewall differ. One loop keeps each chain's rule order.
+    let external_dsts = external_ips
+        .iter()
+        .map(|ip| (*ip, "external IP", &chains.external, false))
+        .chain(
+            lb_ips
+                .iter()
+                .map(|ip| (*ip, "loadbalancer IP", lb_chain, uses_firewall)),
+        );
+    for (ip, kind, chain, firewall) in external_dsts {
         if has_endpoints {
             entries.push_dst(
-                *ip,
+                ip,
                 Rule::jump(
-                    dst_matches(format!("{name} external IP"), proto, *ip, svc_port),
-                    &chains.external,
+                    dst_matches(format!("{name} {kind}"), proto, ip, svc_port),
+                    chain,
                 ),
             );
         }
-        if !has_external {
-            rs.table_mut(Table::Filter).push(
-                &filter_external,
-                Rule::new(
-                    dst_matches(filter_comment_external.clone(), proto, *ip, svc_port),
-                    filter_target.clone(),
-                ),
-            );
-        }
-    }
-    for ip in &lb_ips {
-        if has_endpoints {
-            entries.push_dst(
-                *ip,
-                Rule::jump(
-                    dst_matches(format!("{name} loadbalancer IP"), proto, *ip, svc_port),
-                    lb_chain,
-                ),
-            );
-        }
-        if uses_firewall {
+        if firewall {
             // Packets that left BERTH-FW-* without DNAT still carry the LB address here.
             rs.table_mut(Table::Filter).push(
                 &names::fixed(names::PROXY_FIREWALL),
@@ -268,7 +256,7 @@ pub(crate) fn plan_service_port(
                     dst_matches(
                         format!("{name} traffic not accepted by {}", chains.firewall),
                         proto,
-                        *ip,
+                        ip,
                         svc_port,
                     ),
                     Target::Drop,
@@ -279,7 +267,7 @@ pub(crate) fn plan_service_port(
             rs.table_mut(Table::Filter).push(
                 &filter_external,
                 Rule::new(
-                    dst_matches(filter_comment_external.clone(), proto, *ip, svc_port),
+                    dst_matches(filter_comment_external.clone(), proto, ip, svc_port),
                     filter_target.clone(),
                 ),
             );

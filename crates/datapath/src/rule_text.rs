@@ -39,25 +39,24 @@ fn net_text(net: &IpNet) -> String {
     }
 }
 
+/// The `! ` that negates the option it precedes, as iptables-save places it.
+fn negation(negated: bool) -> &'static str {
+    if negated {
+        "! "
+    } else {
+        ""
+    }
+}
+
 fn write_match(out: &mut String, m: &Match) {
     // `write!` into a String cannot fail.
     let _ = match m {
         Match::Comment(text) => write!(out, " -m comment --comment \"{}\"", text.replace('"', "'")),
         Match::Source { net, negated } => {
-            write!(
-                out,
-                " {}-s {}",
-                if *negated { "! " } else { "" },
-                net_text(net)
-            )
+            write!(out, " {}-s {}", negation(*negated), net_text(net))
         }
         Match::Destination { net, negated } => {
-            write!(
-                out,
-                " {}-d {}",
-                if *negated { "! " } else { "" },
-                net_text(net)
-            )
+            write!(out, " {}-d {}", negation(*negated), net_text(net))
         }
         Match::Protocol(proto) => {
             let p = iptables_protocol(*proto);
@@ -72,7 +71,7 @@ fn write_match(out: &mut String, m: &Match) {
         } => write!(
             out,
             " -m mark {}--mark {value:#x}/{mask:#x}",
-            if *negated { "! " } else { "" }
+            negation(*negated)
         ),
         Match::Random { one_in } => write!(
             out,
@@ -96,7 +95,7 @@ fn write_match(out: &mut String, m: &Match) {
         Match::AddrTypeLocal { side, negated } => write!(
             out,
             " -m addrtype {}--{}-type LOCAL",
-            if *negated { "! " } else { "" },
+            negation(*negated),
             match side {
                 AddrSide::Src => "src",
                 AddrSide::Dst => "dst",
@@ -107,11 +106,7 @@ fn write_match(out: &mut String, m: &Match) {
             write!(out, " -m conntrack --ctstate {}", states.join(","))
         }
         Match::PhysDevIsIn { negated } => {
-            write!(
-                out,
-                " -m physdev {}--physdev-is-in",
-                if *negated { "! " } else { "" }
-            )
+            write!(out, " -m physdev {}--physdev-is-in", negation(*negated))
         }
     };
 }
@@ -219,6 +214,16 @@ impl Words<'_> {
             .ok_or_else(|| self.fail("missing argument"))
     }
 
+    /// A match module's option, which a leading `!` negates: whether it did, and the option.
+    fn maybe_negated(&mut self) -> Result<(bool, String), Error> {
+        let word = self.next_word()?;
+        if word == "!" {
+            Ok((true, self.next_word()?))
+        } else {
+            Ok((false, word))
+        }
+    }
+
     fn expect(&mut self, word: &str) -> Result<(), Error> {
         let got = self.next_word()?;
         if got == word {
@@ -297,12 +302,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                         matches.push(Match::comment(w.next_word()?));
                     }
                     "mark" => {
-                        let mut word = w.next_word()?;
-                        let mut neg = false;
-                        if word == "!" {
-                            neg = true;
-                            word = w.next_word()?;
-                        }
+                        let (neg, word) = w.maybe_negated()?;
                         if word != "--mark" {
                             return Err(w.fail("expected --mark"));
                         }
@@ -347,12 +347,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                         matches.push(Match::Recent { name, action });
                     }
                     "addrtype" => {
-                        let mut word = w.next_word()?;
-                        let mut neg = false;
-                        if word == "!" {
-                            neg = true;
-                            word = w.next_word()?;
-                        }
+                        let (neg, word) = w.maybe_negated()?;
                         let side = match word.as_str() {
                             "--src-type" => AddrSide::Src,
                             "--dst-type" => AddrSide::Dst,
@@ -373,12 +368,7 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                         });
                     }
                     "physdev" => {
-                        let mut word = w.next_word()?;
-                        let mut neg = false;
-                        if word == "!" {
-                            neg = true;
-                            word = w.next_word()?;
-                        }
+                        let (neg, word) = w.maybe_negated()?;
                         if word != "--physdev-is-in" {
                             return Err(w.fail("expected --physdev-is-in"));
                         }

@@ -65,6 +65,21 @@ struct State {
     prob: f64,
 }
 
+impl State {
+    /// The packet as it enters the ruleset: untouched, on the one path it certainly takes.
+    fn arriving(packet: &Packet) -> Self {
+        State {
+            dst: packet.dst,
+            dport: packet.dport,
+            mark: 0,
+            dnat: None,
+            masq: false,
+            recent_set: None,
+            prob: 1.0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
     Return,
@@ -273,15 +288,7 @@ fn then_hook(
 /// Every outcome of the packet with its probability, sorted and merged.
 pub fn trace(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Vec<(Outcome, f64)>, Error> {
     let tracer = Tracer { rs, env, packet };
-    let start = State {
-        dst: packet.dst,
-        dport: packet.dport,
-        mark: 0,
-        dnat: None,
-        masq: false,
-        recent_set: None,
-        prob: 1.0,
-    };
+    let start = State::arriving(packet);
     let mut finished = Vec::new();
     let mut delivered = Vec::new();
     match packet.origin {
@@ -401,15 +408,7 @@ pub fn dispatch_rules_walked(
     packet: &Packet,
 ) -> Result<Option<usize>, Error> {
     let tracer = Tracer { rs, env, packet };
-    let state = State {
-        dst: packet.dst,
-        dport: packet.dport,
-        mark: 0,
-        dnat: None,
-        masq: false,
-        recent_set: None,
-        prob: 1.0,
-    };
+    let state = State::arriving(packet);
     let (walked, found) = walk(
         &tracer,
         &crate::names::fixed(crate::names::SERVICES),

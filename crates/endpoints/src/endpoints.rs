@@ -263,8 +263,10 @@ pub fn build_endpoints(service: &Service, pods: &[Pod]) -> Computed<Option<Endpo
     }
 }
 
-fn without_resource_versions(subsets: &Option<Vec<EndpointSubset>>) -> Vec<EndpointSubset> {
-    let mut subsets = subsets.clone().unwrap_or_default();
+/// Subsets as they are compared: absent = empty, pod resourceVersions ignored (a
+/// pod's resourceVersion moves with every write to the pod, which need not change its endpoint).
+pub fn comparable_subsets(subsets: Option<&[EndpointSubset]>) -> Vec<EndpointSubset> {
+    let mut subsets = subsets.map(<[_]>::to_vec).unwrap_or_default();
     for subset in &mut subsets {
         for list in [&mut subset.addresses, &mut subset.not_ready_addresses] {
             for address in list.iter_mut().flatten() {
@@ -288,7 +290,8 @@ pub fn endpoints_need_update(existing: &Endpoints, desired: &Endpoints) -> bool 
             .and_then(|a| a.get(ANNOTATION_OVER_CAPACITY).cloned())
     };
     let labels = |e: &Endpoints| e.metadata.labels.clone().unwrap_or_default();
-    without_resource_versions(&existing.subsets) != without_resource_versions(&desired.subsets)
+    comparable_subsets(existing.subsets.as_deref())
+        != comparable_subsets(desired.subsets.as_deref())
         || labels(existing) != labels(desired)
         || over_capacity(existing) != over_capacity(desired)
 }

@@ -32,7 +32,7 @@ mod pod;
 mod service;
 mod slices;
 
-pub use endpoints::{build_endpoints, endpoints_need_update};
+pub use endpoints::{build_endpoints, comparable_subsets, endpoints_need_update};
 pub use error::EndpointsError;
 pub use plan::{plan_endpoint_slices, SlicePlan};
 pub use pod::find_port;

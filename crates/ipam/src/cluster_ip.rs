@@ -11,7 +11,7 @@ use crate::cluster_ip_plan::{ClusterIpPlan, ClusterIpSlot};
 use crate::error::IpamError;
 use crate::offsets::{OffsetSet, OwnerIndex};
 use crate::owners::Owners;
-use crate::types::{u128_to_ip, OwnerKey};
+use crate::types::{adopt_in_order, u128_to_ip, OwnerKey};
 use berth_core::{to_u128, IpFamily};
 
 /// One service CIDR and the offsets (from the first usable address) in use.
@@ -196,10 +196,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     where
         I: IntoIterator<Item = (K, IpAddr)>,
     {
-        existing
-            .into_iter()
-            .filter_map(|(owner, ip)| self.adopt(&owner, ip).err().map(|e| (owner, ip, e)))
-            .collect()
+        adopt_in_order(existing, |owner, ip| self.adopt(owner, ip))
     }
 
     /// Makes `owner` hold exactly the plan's addresses: reserves requested ones, allocates

@@ -11,7 +11,7 @@ use crate::band::{pick_random, static_band};
 use crate::error::{IpamError, PortField};
 use crate::hash::FxHashMap;
 use crate::offsets::OffsetSet;
-use crate::types::OwnerKey;
+use crate::types::{adopt_in_order, OwnerKey};
 
 /// One entry of `spec.ports` as node-port allocation sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,10 +119,7 @@ impl<K: OwnerKey> NodePortAllocator<K> {
     where
         I: IntoIterator<Item = (K, u16)>,
     {
-        existing
-            .into_iter()
-            .filter_map(|(owner, port)| self.adopt(&owner, port).err().map(|e| (owner, port, e)))
-            .collect()
+        adopt_in_order(existing, |owner, port| self.adopt(owner, port))
     }
 
     /// Frees `port`; returns whether it was held. Freeing a free port does nothing. The

@@ -6,6 +6,8 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use berth_core::{from_u128, IpFamily};
 
+use crate::error::IpamError;
+
 /// What an allocator needs from an owner key: cheap equality, hashing and a total order
 /// (for reproducible reports), and a Display for error messages.
 pub trait OwnerKey: Clone + Eq + Hash + Ord + fmt::Display {}
@@ -58,6 +60,18 @@ pub(crate) fn u128_to_ip(family: IpFamily, value: u128) -> IpAddr {
         IpFamily::V6 => value,
     };
     from_u128(family, value).unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED))
+}
+
+/// Adopts `(owner, value)` pairs one by one in the order given (oldest Service first, so the
+/// first claimant wins) and returns the refused ones with the reason, for Warning Events.
+pub(crate) fn adopt_in_order<K, V: Copy>(
+    existing: impl IntoIterator<Item = (K, V)>,
+    mut adopt: impl FnMut(&K, V) -> Result<(), IpamError>,
+) -> Vec<(K, V, IpamError)> {
+    existing
+        .into_iter()
+        .filter_map(|(owner, value)| adopt(&owner, value).err().map(|e| (owner, value, e)))
+        .collect()
 }
 
 #[cfg(test)]

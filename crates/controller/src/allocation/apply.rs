@@ -117,9 +117,9 @@ async fn run_job_inner(
         .await;
     }
 
-    let mut ingress: Option<Vec<LoadBalancerIngress>> = None;
-    let mut lb_failed = false;
-    match &job.ingress {
+    // The provider's answer, or the message of the Warning Event when it failed: deleting and
+    // ensuring fail the same way.
+    let provided: Option<Result<Vec<LoadBalancerIngress>, String>> = match &job.ingress {
         Some(ips) if ips.is_empty() => {
             ctx.event(
                 &regarding,
@@ -128,19 +128,13 @@ async fn run_job_inner(
                 "Deleting load balancer".into(),
             )
             .await;
-            match ctx.provider.delete(&job.key).await {
-                Ok(()) => ingress = Some(Vec::new()),
-                Err(e) => {
-                    lb_failed = true;
-                    ctx.event(
-                        &regarding,
-                        EventType::Warning,
-                        ev::SYNC_LOAD_BALANCER_FAILED,
-                        format!("Error deleting load balancer: {e}"),
-                    )
-                    .await;
-                }
-            }
+            Some(
+                ctx.provider
+                    .delete(&job.key)
+                    .await
+                    .map(|()| Vec::new())
+                    .map_err(|e| format!("Error deleting load balancer: {e}")),
+            )
         }
         Some(ips) => {
             ctx.event(
@@ -155,22 +149,29 @@ async fn run_job_inner(
                 addresses: ips,
                 nodes: &job.nodes,
             };
-            match ctx.provider.ensure(req).await {
-                Ok(i) => ingress = Some(i),
-                Err(e) => {
-                    lb_failed = true;
-                    ctx.event(
-                        &regarding,
-                        EventType::Warning,
-                        ev::SYNC_LOAD_BALANCER_FAILED,
-                        format!("Error syncing load balancer: {e}"),
-                    )
-                    .await;
-                }
-            }
+            Some(
+                ctx.provider
+                    .ensure(req)
+                    .await
+                    .map_err(|e| format!("Error syncing load balancer: {e}")),
+            )
         }
-        None => {}
-    }
+        None => None,
+    };
+    let (ingress, lb_failed) = match provided {
+        Some(Ok(ingress)) => (Some(ingress), false),
+        Some(Err(message)) => {
+            ctx.event(
+                &regarding,
+                EventType::Warning,
+                ev::SYNC_LOAD_BALANCER_FAILED,
+                message,
+            )
+            .await;
+            (None, true)
+        }
+        None => (None, false),
+    };
 
     if ingress.is_some() || job.conditions.is_some() {
         if !ctx.leading() {
@@ -206,21 +207,19 @@ async fn run_job_inner(
         }
         (Some(ips), true) => {
             if !job.new_lb_ips.is_empty() {
-                let list: Vec<String> = job.new_lb_ips.iter().map(IpAddr::to_string).collect();
                 ctx.event(
                     &regarding,
                     EventType::Normal,
                     ev::IP_ALLOCATED,
-                    format!("Assigned IP [{}]", list.join(", ")),
+                    format!("Assigned IP [{}]", ip_list(&job.new_lb_ips)),
                 )
                 .await;
             }
-            let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
             ctx.event(
                 &regarding,
                 EventType::Normal,
                 ev::ENSURED_LOAD_BALANCER,
-                format!("Ensured load balancer with [{}]", list.join(", ")),
+                format!("Ensured load balancer with [{}]", ip_list(ips)),
             )
             .await;
         }
@@ -235,6 +234,12 @@ async fn run_job_inner(
 }
 
 /// A merge patch of the Service (or of its `subresource`) with berth's field manager.
+/// Addresses as the load-balancer Events spell them: `10.0.0.1, fd00::1`.
+fn ip_list(ips: &[IpAddr]) -> String {
+    let texts: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+    texts.join(", ")
+}
+
 async fn send_patch(
     client: &kube::Client,
     key: &ServiceKey,

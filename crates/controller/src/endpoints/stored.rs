@@ -8,7 +8,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use berth_endpoints::ANNOTATION_OVER_CAPACITY;
+use berth_endpoints::{comparable_subsets, ANNOTATION_OVER_CAPACITY};
 use k8s_openapi::api::core::v1::{EndpointSubset, Endpoints, ObjectReference};
 use k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointHints, EndpointPort, EndpointSlice,
@@ -128,18 +128,9 @@ impl std::io::Write for HashWriter<'_> {
     }
 }
 
-/// Subsets as `berth-endpoints` compares them: absent = empty, pod resourceVersions ignored.
-fn subsets_fingerprint(keys: &RandomState, subsets: Option<&Vec<EndpointSubset>>) -> u64 {
-    let mut subsets = subsets.cloned().unwrap_or_default();
-    for subset in &mut subsets {
-        for list in [&mut subset.addresses, &mut subset.not_ready_addresses] {
-            for address in list.iter_mut().flatten() {
-                if let Some(r) = address.target_ref.as_mut() {
-                    r.resource_version = None;
-                }
-            }
-        }
-    }
+/// Subsets as `berth-endpoints` compares them, so that a fingerprint match means no update.
+fn subsets_fingerprint(keys: &RandomState, subsets: Option<&[EndpointSubset]>) -> u64 {
+    let subsets = comparable_subsets(subsets);
     let mut hasher = keys.build_hasher();
     // Serializing plain data into a sink that cannot fail does not fail.
     let _ = serde_json::to_writer(HashWriter(&mut hasher), &subsets);
@@ -159,7 +150,7 @@ impl From<Endpoints> for StoredEndpoints {
     fn from(endpoints: Endpoints) -> Self {
         let metadata = StoredMeta::from(endpoints.metadata);
         let keys = RandomState::new();
-        let subsets = subsets_fingerprint(&keys, endpoints.subsets.as_ref());
+        let subsets = subsets_fingerprint(&keys, endpoints.subsets.as_deref());
         StoredEndpoints {
             metadata,
             keys,
@@ -180,7 +171,7 @@ impl StoredEndpoints {
         !self.metadata.labels_equal(desired.metadata.labels.as_ref())
             || self.metadata.annotation(ANNOTATION_OVER_CAPACITY)
                 != over_capacity.map(String::as_str)
-            || self.subsets != subsets_fingerprint(&self.keys, desired.subsets.as_ref())
+            || self.subsets != subsets_fingerprint(&self.keys, desired.subsets.as_deref())
     }
 }
 

@@ -256,15 +256,33 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// keeping addresses it already holds while they remain allowed and releasing those it
     /// no longer needs. All or nothing: on error the owner keeps what it held.
     pub fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
+        self.decide_then_install(
+            owner,
+            svc,
+            |this, me, holder| this.choose(me, svc, holder),
+            Vec::as_slice,
+        )
+    }
+
+    /// What assigning and adopting share: `decide` sees the Service's holder (built in the
+    /// reused scratch buffer, so a call allocates nothing for it) and, when it agrees, the
+    /// addresses `installed` names become `owner`'s. On an error nothing changes.
+    fn decide_then_install<T>(
+        &mut self,
+        owner: &K,
+        svc: &ServiceView,
+        decide: impl FnOnce(&Self, Option<u32>, &Holder) -> Result<T, IpamError>,
+        installed: impl FnOnce(&T) -> &[IpAddr],
+    ) -> Result<T, IpamError> {
         let mut holder = std::mem::take(&mut self.scratch);
         svc.holder_into(&mut holder);
         let me = self.owners.lookup(owner);
-        let chosen = self.choose(me.ok(), svc, &holder);
-        if let Ok(ips) = &chosen {
-            self.install(owner, me, &mut holder, ips);
+        let decided = decide(self, me.ok(), &holder);
+        if let Ok(value) = &decided {
+            self.install(owner, me, &mut holder, installed(value));
         }
         self.scratch = holder;
-        chosen
+        decided
     }
 
     fn choose(
@@ -418,15 +436,13 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// holders is refused (the older keeps it). Pool admission is not re-checked here; a
     /// later [`Self::assign`] moves the Service if its pools no longer admit it.
     pub fn adopt(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), IpamError> {
-        let mut holder = std::mem::take(&mut self.scratch);
-        svc.holder_into(&mut holder);
-        let me = self.owners.lookup(owner);
-        let checked = self.check_adoption(me.ok(), &holder, ips);
-        if checked.is_ok() {
-            self.install(owner, me, &mut holder, ips);
-        }
-        self.scratch = holder;
-        checked
+        self.decide_then_install(
+            owner,
+            svc,
+            |this, me, holder| this.check_adoption(me, holder, ips).map(|()| ips),
+            |adopted| adopted,
+        )
+        .map(|_| ())
     }
 
     fn check_adoption(

@@ -56,15 +56,19 @@ pub fn api_group(cat: &Catalogue, group: &str) -> Option<Value> {
         })
 }
 
-pub fn resource_list(cat: &Catalogue, group: &str, version: &str) -> Option<Value> {
+/// The resources served at one group-version; `None` when it serves none, so that the
+/// discovery and OpenAPI documents of an unknown group-version are both a 404.
+fn served<'c>(cat: &'c Catalogue, group: &str, version: &str) -> Option<Vec<&'c ResourceInfo>> {
     let infos: Vec<&ResourceInfo> = cat
         .all()
         .iter()
         .filter(|r| r.group == group && r.version == version)
         .collect();
-    if infos.is_empty() {
-        return None;
-    }
+    (!infos.is_empty()).then_some(infos)
+}
+
+pub fn resource_list(cat: &Catalogue, group: &str, version: &str) -> Option<Value> {
+    let infos = served(cat, group, version)?;
     let mut resources = Vec::new();
     for r in infos {
         let mut doc = json!({
@@ -124,14 +128,7 @@ pub fn openapi_v3_group_version(cat: &Catalogue, gv_path: &str) -> Option<Value>
         ["apis", g, v] => ((*g).to_owned(), (*v).to_owned()),
         _ => return None,
     };
-    let infos: Vec<&ResourceInfo> = cat
-        .all()
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-        .collect();
-    if infos.is_empty() {
-        return None;
-    }
+    let infos = served(cat, &group, &version)?;
     let params: Vec<Value> = ["dryRun", "fieldManager", "fieldValidation", "force"]
         .iter()
         .map(|n| json!({"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": true}}))

@@ -144,15 +144,7 @@ fn collect<'a>(
     out: &mut BTreeSet<FieldPath>,
 ) {
     match value {
-        Value::Object(map) if !map.is_empty() => {
-            for (k, v) in map {
-                names.push(k);
-                tokens.push(format!("f:{k}"));
-                collect(v, schema, names, tokens, out);
-                tokens.pop();
-                names.pop();
-            }
-        }
+        Value::Object(map) if !map.is_empty() => collect_fields(map, schema, names, tokens, out),
         Value::Array(items) if !items.is_empty() => match list_type(schema, names) {
             ListType::Map(keys) => {
                 let item_keys: Option<Vec<_>> = items.iter().map(|i| item_key(i, keys)).collect();
@@ -164,13 +156,7 @@ fn collect<'a>(
                     tokens.push(key_token(&key));
                     out.insert(tokens.clone());
                     if let Value::Object(fields) = item {
-                        for (k, v) in fields {
-                            names.push(k);
-                            tokens.push(format!("f:{k}"));
-                            collect(v, schema, names, tokens, out);
-                            tokens.pop();
-                            names.pop();
-                        }
+                        collect_fields(fields, schema, names, tokens, out);
                     }
                     tokens.pop();
                 }
@@ -189,6 +175,24 @@ fn collect<'a>(
         _ => {
             out.insert(tokens.clone());
         }
+    }
+}
+
+/// Each field of an object, as `f:<name>` below the current path: an object's own fields and a
+/// keyed list item's fields are owned the same way.
+fn collect_fields<'a>(
+    fields: &'a Map<String, Value>,
+    schema: Schema,
+    names: &mut Vec<&'a str>,
+    tokens: &mut Vec<String>,
+    out: &mut BTreeSet<FieldPath>,
+) {
+    for (k, v) in fields {
+        names.push(k);
+        tokens.push(format!("f:{k}"));
+        collect(v, schema, names, tokens, out);
+        tokens.pop();
+        names.pop();
     }
 }
 

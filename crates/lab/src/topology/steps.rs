@@ -81,6 +81,17 @@ fn veth(netns: &str, name: &str, peer_netns: &str, peer: &str) -> Step {
     )
 }
 
+/// Plugs `netns` into the LAN: a veth from `port` on the bridge `br` in `lan` to its eth0,
+/// which gets `addr` (with the LAN's prefix length). Nodes and clients join the LAN alike.
+fn join_lan(lan: &str, br: &str, port: &str, netns: &str, addr: &str) -> [Step; 4] {
+    [
+        veth(lan, port, netns, ETH0),
+        ip(lan, &["link", "set", port, "master", br, "up"]),
+        ip(netns, &["addr", "add", addr, "dev", ETH0]),
+        ip(netns, &["link", "set", ETH0, "up"]),
+    ]
+}
+
 fn node_sysctls(node: &NodeLayout) -> Vec<Step> {
     let ns = &node.netns;
     let mut steps = vec![
@@ -115,14 +126,8 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
     for node in &layout.nodes {
         let ns = &node.netns;
         steps.extend(node_sysctls(node));
-        steps.push(veth(lan, &node.lan_port, ns, ETH0));
-        steps.push(ip(
-            lan,
-            &["link", "set", &node.lan_port, "master", br, "up"],
-        ));
         let lan_addr = format!("{}/{lan_len}", node.lan_ip);
-        steps.push(ip(ns, &["addr", "add", &lan_addr, "dev", ETH0]));
-        steps.push(ip(ns, &["link", "set", ETH0, "up"]));
+        steps.extend(join_lan(lan, br, &node.lan_port, ns, &lan_addr));
         steps.push(ip(
             ns,
             &["route", "add", SERVICE_CIDR, "dev", ETH0, "scope", "link"],
@@ -180,14 +185,8 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
     }
     for client in &layout.clients {
         let ns = &client.netns;
-        steps.push(veth(lan, &client.lan_port, ns, ETH0));
-        steps.push(ip(
-            lan,
-            &["link", "set", &client.lan_port, "master", br, "up"],
-        ));
         let addr = format!("{}/{lan_len}", client.ip);
-        steps.push(ip(ns, &["addr", "add", &addr, "dev", ETH0]));
-        steps.push(ip(ns, &["link", "set", ETH0, "up"]));
+        steps.extend(join_lan(lan, br, &client.lan_port, ns, &addr));
     }
     steps
 }

@@ -108,6 +108,12 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new().fallback(dispatch).with_state(app)
 }
 
+/// A discovery document, or the apiserver's 404 for a group or version it does not serve.
+fn found(doc: Option<Value>, uri: &Uri) -> Result<Response, ApiError> {
+    doc.map(|d| json_response(StatusCode::OK, &d))
+        .ok_or_else(|| ApiError::page_not_found(uri.path()))
+}
+
 pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
     bytes_response(code, serde_json::to_vec(body).unwrap_or_default())
 }
@@ -222,21 +228,19 @@ async fn dispatch(
             StatusCode::OK,
             &discovery::api_group_list(app.store().catalogue()),
         )),
-        Route::Group(g) => discovery::api_group(app.store().catalogue(), &g)
-            .map(|d| json_response(StatusCode::OK, &d))
-            .ok_or_else(|| ApiError::page_not_found(uri.path())),
-        Route::GroupVersion { group, version } => {
-            discovery::resource_list(app.store().catalogue(), &group, &version)
-                .map(|d| json_response(StatusCode::OK, &d))
-                .ok_or_else(|| ApiError::page_not_found(uri.path()))
-        }
+        Route::Group(g) => found(discovery::api_group(app.store().catalogue(), &g), &uri),
+        Route::GroupVersion { group, version } => found(
+            discovery::resource_list(app.store().catalogue(), &group, &version),
+            &uri,
+        ),
         Route::OpenApiV3Root => Ok(json_response(
             StatusCode::OK,
             &discovery::openapi_v3_root(app.store().catalogue()),
         )),
-        Route::OpenApiV3(gv) => discovery::openapi_v3_group_version(app.store().catalogue(), &gv)
-            .map(|d| json_response(StatusCode::OK, &d))
-            .ok_or_else(|| ApiError::page_not_found(uri.path())),
+        Route::OpenApiV3(gv) => found(
+            discovery::openapi_v3_group_version(app.store().catalogue(), &gv),
+            &uri,
+        ),
         Route::Resource(path) => {
             verbs::handle(app.clone(), method, path, query, &headers, body).await
         }

@@ -9,7 +9,7 @@ use crate::apiserver::managed::{self, Writer};
 use crate::apiserver::patch::{build_patched, PatchType};
 use crate::apiserver::resource::ResourceInfo;
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
-use crate::apiserver::store::{meta_str, ListQuery, Obj, Stored};
+use crate::apiserver::store::{meta_str, ListQuery, Obj, Store, Stored};
 use crate::apiserver::write::{DeleteOptions, Door, Managed, WriteCtx};
 use axum::body::Bytes;
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -103,6 +103,25 @@ fn manager_of(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
         .to_owned()
 }
 
+/// Runs a create, update or non-apply patch: the request's field manager owns what it sets,
+/// and the write is stamped with the time it was asked for.
+fn write_as_manager<T>(
+    app: &App,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    door: Door,
+    write: impl FnOnce(&mut Store, &WriteCtx) -> T,
+) -> T {
+    let manager = manager_of(query, headers);
+    let t = now();
+    let ctx = WriteCtx {
+        now: &t,
+        door,
+        managed: Managed::Track(&manager),
+    };
+    app.write(|s| write(s, &ctx))
+}
+
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
@@ -179,26 +198,16 @@ pub async fn handle(
         }
         (Method::POST, None) => {
             let obj = parse_body(&body)?;
-            let manager = manager_of(&query, headers);
-            let t = now();
-            let ctx = WriteCtx {
-                now: &t,
-                door: Door::Main,
-                managed: Managed::Track(&manager),
-            };
-            let created = app.write(|s| s.create(&info, &ns, obj, &ctx))?;
+            let created = write_as_manager(&app, &query, headers, Door::Main, |s, ctx| {
+                s.create(&info, &ns, obj, ctx)
+            })?;
             Ok(object_response(StatusCode::CREATED, &created, &info))
         }
         (Method::PUT, Some(name)) => {
             let obj = parse_body(&body)?;
-            let manager = manager_of(&query, headers);
-            let t = now();
-            let ctx = WriteCtx {
-                now: &t,
-                door,
-                managed: Managed::Track(&manager),
-            };
-            let updated = app.write(|s| s.update(&info, &ns, name, obj, &ctx))?;
+            let updated = write_as_manager(&app, &query, headers, door, |s, ctx| {
+                s.update(&info, &ns, name, obj, ctx)
+            })?;
             Ok(object_response(StatusCode::OK, &updated, &info))
         }
         (Method::PATCH, Some(name)) => {
@@ -210,17 +219,10 @@ pub async fn handle(
             if kind == PatchType::Apply {
                 return server_side_apply(&app, &info, &ns, name, door, &query, &body);
             }
-            let manager = manager_of(&query, headers);
-            let t = now();
-            let ctx = WriteCtx {
-                now: &t,
-                door,
-                managed: Managed::Track(&manager),
-            };
-            let patched = app.write(|s| {
+            let patched = write_as_manager(&app, &query, headers, door, |s, ctx| {
                 let current = s.get(&info, &ns, name)?;
                 let new = build_patched(&current, kind, &body, info.schema)?;
-                s.update(&info, &ns, name, new, &ctx)
+                s.update(&info, &ns, name, new, ctx)
             })?;
             Ok(object_response(StatusCode::OK, &patched, &info))
         }
