@@ -210,6 +210,15 @@ mod tests {
         std::iter::from_fn(|| q.pop()).map(|k| k.name).collect()
     }
 
+    /// One job for `k` that fails with a server error at `at`; the category it was counted as.
+    fn fail_once(q: &mut Queue, k: &ServiceKey, at: Instant) -> Option<ErrorCategory> {
+        q.started(k.clone());
+        let failed = JobOutcome::Retry {
+            category: ErrorCategory::Server,
+        };
+        q.finished(k, failed, at)
+    }
+
     #[test]
     fn a_job_cut_short_by_a_leadership_gap_is_decided_again() {
         let mut q = Queue::default();
@@ -336,14 +345,7 @@ mod tests {
         let k = mk_key("a");
         let t0 = Instant::now();
         for (attempt, want) in [(1u64, 200u64), (2, 400), (3, 800)] {
-            q.started(k.clone());
-            let category = q.finished(
-                &k,
-                JobOutcome::Retry {
-                    category: ErrorCategory::Server,
-                },
-                t0,
-            );
+            let category = fail_once(&mut q, &k, t0);
             assert_eq!(
                 category.map(ErrorCategory::as_str),
                 Some("server"),
@@ -359,14 +361,7 @@ mod tests {
         // Success resets the backoff.
         q.started(k.clone());
         q.finished(&k, done(&[]), t0);
-        q.started(k.clone());
-        q.finished(
-            &k,
-            JobOutcome::Retry {
-                category: ErrorCategory::Server,
-            },
-            t0,
-        );
+        fail_once(&mut q, &k, t0);
         assert_eq!(q.next_retry().unwrap() - t0, Duration::from_millis(200));
     }
 
@@ -376,36 +371,15 @@ mod tests {
         let k = mk_key("a");
         let t0 = Instant::now();
         for _ in 0..3 {
-            q.started(k.clone());
-            q.finished(
-                &k,
-                JobOutcome::Retry {
-                    category: ErrorCategory::Server,
-                },
-                t0,
-            );
+            fail_once(&mut q, &k, t0);
         }
         q.settled(&k);
-        q.started(k.clone());
-        q.finished(
-            &k,
-            JobOutcome::Retry {
-                category: ErrorCategory::Server,
-            },
-            t0,
-        );
+        fail_once(&mut q, &k, t0);
         q.due(t0 + Duration::from_secs(1));
         drain(&mut q);
         assert_eq!(q.next_retry(), None);
         q.forget(&k);
-        q.started(k.clone());
-        q.finished(
-            &k,
-            JobOutcome::Retry {
-                category: ErrorCategory::Server,
-            },
-            t0,
-        );
+        fail_once(&mut q, &k, t0);
         assert_eq!(q.next_retry().unwrap() - t0, Duration::from_millis(200));
     }
 
