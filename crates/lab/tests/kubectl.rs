@@ -1,4 +1,5 @@
-//! The real `kubectl` against the lab API server. Skipped, with a message, where kubectl is missing.
+//! The real `kubectl` against the lab API server. Skipped, with a message, where kubectl is missing
+//! (a failure under `CI=true`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -237,10 +238,8 @@ fn check(k: &Kubectl, dir: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_works_against_the_lab() {
-    let Some(minor) = kubectl_minor() else {
-        eprintln!("SKIPPED: kubectl is not installed (Debian package kubernetes-client)");
-        return;
-    };
+    berth_testing::require!(berth_testing::Requirement::Kubectl);
+    let minor = kubectl_minor().expect("`kubectl version --client` reports a version");
     let validate = if minor >= 27 {
         "--validate=true"
     } else {

@@ -1,25 +1,14 @@
-//! The lab as a test harness: an API server per test and a client for it, waiting for
-//! something to become true, and the checks that let a network-namespace test skip where it
-//! cannot run.
+//! The lab as a test harness: an API server per test and a client for it, and waiting for
+//! something to become true.
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use berth_lab::topology::preflight;
 use berth_lab::{LabApiServer, LabApiServerBuilder, LabApiServerHandle};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::Client;
-
-/// The tools a test that programs real iptables inside namespaces runs.
-pub const DATAPATH_TOOLS: &[&str] = &[
-    "ip",
-    "sysctl",
-    "iptables",
-    "iptables-restore",
-    "iptables-save",
-];
 
 /// A lab API server on 127.0.0.1 (a free port) and a client for it.
 pub async fn start_lab() -> (LabApiServerHandle, Client) {
@@ -61,17 +50,6 @@ where
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(every).await;
-    }
-}
-
-/// Whether a network-namespace test can run here (root, and `tools` installed); says why not.
-pub fn netns_ready(tools: &[&str]) -> bool {
-    match preflight(tools) {
-        Ok(()) => true,
-        Err(reason) => {
-            eprintln!("skipping: {reason}");
-            false
-        }
     }
 }
 
