@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use berth_controller::{AllocationController, ControllerConfig};
 use berth_lab::LabApiServerHandle;
+use berth_telemetry::Readiness;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -31,10 +32,16 @@ pub fn mk_config() -> ControllerConfig {
     ControllerConfig::new(vec!["10.96.0.0/16".parse().unwrap()])
 }
 
+/// How long a cancelled controller may take to return. Not a performance bound: a controller
+/// that has not returned by then hangs on shutdown, which fails the test.
+pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(30);
+
 pub struct Running {
     pub token: CancellationToken,
-    pub task: JoinHandle<()>,
+    pub task: JoinHandle<Result<(), berth_controller::Error>>,
     pub registry: std::sync::Arc<Registry>,
+    /// Ready once this controller has listed and adopted what is already allocated.
+    pub readiness: Readiness,
 }
 
 impl Running {
@@ -47,32 +54,67 @@ impl Running {
             .unwrap_or(0.0)
     }
 
-    /// Ends the task as a crash would: no lease release, writes in flight dropped.
+    /// Ends the task as a crash would: no lease release, writes in flight dropped. A controller
+    /// that already failed on its own fails the test.
     pub async fn crash(self) {
+        assert!(
+            !self.task.is_finished(),
+            "the controller ended before the crash: {:?}",
+            self.task.await
+        );
         self.task.abort();
         let _ = self.task.await;
     }
-}
 
-impl Running {
+    /// Waits until this controller has adopted what the cluster already holds (its readiness).
+    pub async fn adopted(&self) {
+        wait_until("the controller to list and adopt", || async {
+            assert!(!self.task.is_finished(), "the controller ended on its own");
+            self.readiness.is_ready()
+        })
+        .await;
+    }
+
+    /// Cancels the controller and fails the test unless it returns `Ok` within
+    /// [`SHUTDOWN_LIMIT`]: an error, a panic or a hang on shutdown is a failure.
     pub async fn stop(self) {
         self.token.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        finish("controller", self.task).await;
+    }
+}
+
+/// Fails the test unless `task` (already told to stop) returns `Ok` within [`SHUTDOWN_LIMIT`].
+pub async fn finish<E: std::fmt::Display>(what: &str, task: JoinHandle<Result<(), E>>) {
+    match tokio::time::timeout(SHUTDOWN_LIMIT, task).await {
+        Err(_) => panic!("the {what} did not return within {SHUTDOWN_LIMIT:?} of its cancellation"),
+        Ok(Err(join)) => panic!("the {what} task panicked or was aborted: {join}"),
+        Ok(Ok(Err(err))) => panic!("the {what} returned an error: {err}"),
+        Ok(Ok(Ok(()))) => {}
     }
 }
 
 pub fn spawn_controller(client: Client, cfg: ControllerConfig) -> Running {
+    spawn_controller_with(client, cfg, |ctrl| ctrl)
+}
+
+/// [`spawn_controller`], with `customize` applied to the controller first (a provider, ...).
+pub fn spawn_controller_with(
+    client: Client,
+    cfg: ControllerConfig,
+    customize: impl FnOnce(AllocationController) -> AllocationController,
+) -> Running {
     let mut registry = Registry::with_prefix("berth_controller");
-    let ctrl = AllocationController::new(client, cfg, &mut registry);
+    let readiness = Readiness::new();
+    let check = readiness.register("controller").unwrap();
+    let ctrl =
+        customize(AllocationController::new(client, cfg, &mut registry)).with_readiness(check);
     let token = CancellationToken::new();
-    let t = token.clone();
-    let task = tokio::spawn(async move {
-        ctrl.run(t).await.unwrap();
-    });
+    let task = tokio::spawn(ctrl.run(token.clone()));
     Running {
         token,
         task,
         registry: std::sync::Arc::new(registry),
+        readiness,
     }
 }
 
