@@ -142,6 +142,47 @@ where
     Client::new(service, "default")
 }
 
+/// The requests a client sent, as (method, path), in order.
+#[derive(Clone, Default)]
+pub struct Requests(Arc<std::sync::Mutex<Vec<(http::Method, String)>>>);
+
+impl Requests {
+    pub fn all(&self) -> Vec<(http::Method, String)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// How many requests `method` sent to exactly `path`.
+    pub fn count(&self, method: &http::Method, path: &str) -> usize {
+        self.all()
+            .iter()
+            .filter(|(m, p)| m == method && p == path)
+            .count()
+    }
+
+    /// Every request that was not a read (GET), outside paths starting with `except`.
+    pub fn writes_outside(&self, except: &str) -> Vec<(http::Method, String)> {
+        self.all()
+            .into_iter()
+            .filter(|(m, p)| m != http::Method::GET && !p.starts_with(except))
+            .collect()
+    }
+}
+
+/// `client`, recording every request it sends.
+pub fn recording(client: Client) -> (Client, Requests) {
+    let requests = Requests::default();
+    let seen = requests.clone();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (client, seen) = (client.clone(), seen.clone());
+        seen.0
+            .lock()
+            .unwrap()
+            .push((req.method().clone(), req.uri().path().to_string()));
+        async move { client.send(req).await }
+    });
+    (Client::new(service, "default"), requests)
+}
+
 pub async fn create_pool(client: &Client, name: &str, spec: Value) {
     let api: Api<berth_api::IPPool> = Api::all(client.clone());
     let pool: berth_api::IPPool = serde_json::from_value(json!({
