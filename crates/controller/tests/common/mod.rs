@@ -254,6 +254,23 @@ where
     panic!("timed out waiting for {name}: {what}; last seen {last:#?}");
 }
 
+/// Waits until the controller has caught up with everything that happened before this call:
+/// it creates a new ClusterIP Service and waits for its allocation. The controller decides
+/// Services in the order its watch delivers them, in one loop, so once it has decided (and
+/// written) a Service created now, it has seen every earlier event, including the echoes of its
+/// own earlier writes, and made every decision they caused; with `max_in_flight` 1 its earlier
+/// writes have also landed. A test that then finds a value unchanged has seen the decisions
+/// that could have changed it, where a sleep only hoped to.
+pub async fn settled(client: &Client) {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!("settled-{}", NEXT.fetch_add(1, Ordering::SeqCst));
+    create_svc(client, &name, json!({"ports": [{"port": 80}]})).await;
+    wait_svc(client, &name, "allocated (the controller caught up)", |s| {
+        allocated(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
+}
+
 /// Polls until `f` returns true (30 s at most).
 pub async fn wait_until<F, Fut>(what: &str, f: F)
 where
