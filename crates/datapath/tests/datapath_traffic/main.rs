@@ -18,6 +18,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod split;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -327,6 +328,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "agent_restart_breaks_and_flushes_nothing",
         agent_restart_breaks_and_flushes_nothing,
+    ),
+    (
+        "split_trees_reach_every_leaf",
+        split::split_trees_reach_every_leaf,
     ),
 ];
 
