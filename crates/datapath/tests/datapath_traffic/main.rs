@@ -18,6 +18,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod flows;
 mod split;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -332,6 +333,14 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "split_trees_reach_every_leaf",
         split::split_trees_reach_every_leaf,
+    ),
+    (
+        "udp_node_port_load_balancer_and_a_replaced_endpoint",
+        flows::udp_node_port_load_balancer_and_a_replaced_endpoint,
+    ),
+    (
+        "client_ip_affinity_expires",
+        flows::client_ip_affinity_expires,
     ),
 ];
 
