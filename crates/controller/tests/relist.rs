@@ -12,48 +12,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use berth_lab::Faults;
+use berth_testing::WatchGate;
 use common::*;
-use kube::Client;
 use serde_json::json;
-use tokio::sync::Notify;
-
-/// Holds Service watch requests while closed.
-#[derive(Default)]
-struct Gate {
-    closed: AtomicBool,
-    opened: Notify,
-    /// Service watch requests that arrived while the gate was closed.
-    held: AtomicUsize,
-}
-
-fn is_service_watch(req: &http::Request<kube::client::Body>) -> bool {
-    req.uri().path() == "/api/v1/services"
-        && req
-            .uri()
-            .query()
-            .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
-}
-
-fn gated(client: Client, gate: Arc<Gate>) -> Client {
-    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let (client, gate) = (client.clone(), gate.clone());
-        async move {
-            if is_service_watch(&req) && gate.closed.load(Ordering::SeqCst) {
-                let opened = gate.opened.notified();
-                gate.held.fetch_add(1, Ordering::SeqCst);
-                if gate.closed.load(Ordering::SeqCst) {
-                    opened.await;
-                }
-            }
-            client.send(req).await
-        }
-    });
-    Client::new(service, "default")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_deleted_while_the_watch_was_compacted_away_is_freed_by_the_relist() {
@@ -64,8 +28,8 @@ async fn a_service_deleted_while_the_watch_was_compacted_away_is_freed_by_the_re
         json!({"addresses": ["198.18.0.10-198.18.0.10"]}),
     )
     .await;
-    let gate = Arc::new(Gate::default());
-    let ctrl = spawn_controller(gated(client.clone(), gate.clone()), mk_config());
+    let gate = Arc::new(WatchGate::default());
+    let ctrl = spawn_controller(gate.wrap(client.clone(), "/api/v1/services"), mk_config());
     let lb = json!({"type": "LoadBalancer", "ports": [{"port": 80}]});
     create_svc(&client, "a", lb.clone()).await;
     let a = wait_svc(&client, "a", "the pool's address", |s| {
@@ -75,7 +39,7 @@ async fn a_service_deleted_while_the_watch_was_compacted_away_is_freed_by_the_re
     let a_ip = cluster_ip(&a).unwrap();
 
     // Close the gate, drop every open watch, and wait for the Service watch to come back to it.
-    gate.closed.store(true, Ordering::SeqCst);
+    gate.close();
     server
         .set_faults(Faults {
             watch_drop_rate: 1.0,
@@ -83,7 +47,7 @@ async fn a_service_deleted_while_the_watch_was_compacted_away_is_freed_by_the_re
         })
         .unwrap();
     wait_until("the Service watch to reconnect", || async {
-        gate.held.load(Ordering::SeqCst) > 0
+        gate.held() > 0
     })
     .await;
     server.set_faults(Faults::default()).unwrap();
@@ -91,8 +55,7 @@ async fn a_service_deleted_while_the_watch_was_compacted_away_is_freed_by_the_re
     // The gap: `a` is deleted and the history that would tell the watch so is compacted away.
     delete_svc(&client, "a").await;
     server.compact();
-    gate.closed.store(false, Ordering::SeqCst);
-    gate.opened.notify_waiters();
+    gate.open();
 
     // The reconnect gets 410 Gone and relists; `a` is not in the list, so its address and
     // ClusterIP are free: a new Service asking for both gets them.

@@ -28,7 +28,7 @@ pub use datapath::{mk_endpoint, mk_node_info, mk_service_port, port_name};
 #[cfg(feature = "datapath")]
 pub use iptables::{FailSwitch, Hooked, RestoreHook, RestoreTimer};
 #[cfg(feature = "lab")]
-pub use lab::{eventually, install_crds, start_lab, start_lab_with, unique_dir};
+pub use lab::{eventually, install_crds, start_lab, start_lab_with, unique_dir, WatchGate};
 pub use objects::{
     from_json, mk_node, mk_node_json, mk_pod, mk_selector_service, mk_service, mk_service_json,
     mk_slice, mk_slice_json, PodFacts,
