@@ -170,7 +170,16 @@ fn chains(dump: &str) -> Chains {
 /// Where berth's rules differ from kube-proxy's on purpose, as edits to kube-proxy's dump:
 /// (table, chain, kube-proxy's rule or `None` for the whole chain, berth's rule or `None` when
 /// berth has none, why).
-const DIFFERENCES: &[(&str, &str, Option<&str>, Option<&str>, &str)] = &[
+/// One difference: (table, chain, kube-proxy's rule, berth's rule, why).
+type Difference = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    &'static str,
+);
+
+const DIFFERENCES: &[Difference] = &[
     (
         "filter",
         "BERTH-FIREWALL",
