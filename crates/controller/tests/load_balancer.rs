@@ -282,13 +282,18 @@ async fn type_changes_delete_and_foreign_class() {
     })
     .await;
 
-    // A class berth does not serve: node ports as on any cluster, but no address, no status.
+    // A class berth does not serve: node ports as on any cluster, but no address, no status,
+    // although the pool has a free address (v's) that a served Service would get.
+    Api::<k8s_openapi::api::core::v1::Service>::default_namespaced(client.clone())
+        .delete("v", &DeleteParams::default())
+        .await
+        .unwrap();
     create_svc(&client, "foreign", json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/other", "ports": [{"port": 80}]})).await;
     let f = wait_svc(&client, "foreign", "node port", |s| {
         node_ports(s)[0].is_some()
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    settled(&client).await;
     let f2 = get_svc(&client, "foreign").await;
     assert!(ingress_ips(&f2).is_empty());
     assert!(f2
@@ -302,10 +307,9 @@ async fn type_changes_delete_and_foreign_class() {
         .iter()
         .all(|(r, _)| !r.contains("LoadBalancer")));
     drop(f);
-    Api::<k8s_openapi::api::core::v1::Service>::default_namespaced(client.clone())
-        .delete("v", &DeleteParams::default())
-        .await
-        .unwrap();
+    // The free address was there to take: a served Service gets it.
+    create_svc(&client, "x", lb(json!([{"port": 80}]))).await;
+    wait_svc(&client, "x", "ingress", |s| !ingress_ips(s).is_empty()).await;
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }

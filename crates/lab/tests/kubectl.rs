@@ -1,4 +1,5 @@
-//! The real `kubectl` against the lab API server. Skipped, with a message, where kubectl is missing.
+//! The real `kubectl` against the lab API server. Skipped, with a message, where kubectl is missing
+//! (a failure under `CI=true`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -197,26 +198,43 @@ fn check(k: &Kubectl, dir: &Path) {
         "b"
     );
 
-    // watch with a timeout sees a change made meanwhile
-    let kubeconfig = k.kubeconfig.clone();
-    let home = dir.to_path_buf();
-    let watcher = std::thread::spawn(move || {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args([
-                "get",
-                "configmaps",
-                "-w",
-                "--request-timeout=4s",
-                "-o",
-                "name",
-            ])
-            .env("HOME", &home)
-            .output()
-            .unwrap()
-    });
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // watch sees a change made after its list: `late` is created only once the list (which names
+    // `before`) has been printed, so it can only arrive through the watch.
+    let before = k.manifest(
+        "before.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: before\n",
+    );
+    k.ok(&["create", "-f", &before]);
+    let mut watcher = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&k.kubeconfig)
+        .args([
+            "get",
+            "configmaps",
+            "-w",
+            "--request-timeout=30s",
+            "-o",
+            "name",
+        ])
+        .env("HOME", dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(watcher.stdout.take().unwrap()));
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if line == "configmap/before" {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("configmap/before"),
+        "{seen:?}"
+    );
     // `kubectl create configmap ...` (the typed generators) would send protobuf, which the lab does
     // not decode; manifests go as JSON.
     let late = k.manifest(
@@ -224,9 +242,15 @@ fn check(k: &Kubectl, dir: &Path) {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: late\n",
     );
     k.ok(&["create", "-f", &late]);
-    let watched = watcher.join().unwrap();
-    let watched = String::from_utf8_lossy(&watched.stdout);
-    assert!(watched.contains("configmap/late"), "{watched}");
+    let watched = lines
+        .map(Result::unwrap)
+        .find(|line| line == "configmap/late");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    assert!(
+        watched.is_some(),
+        "the watch never showed configmap/late after {seen:?}"
+    );
 
     // delete
     assert!(k.ok(&["delete", "service", "web"]).contains("deleted"));
@@ -237,10 +261,8 @@ fn check(k: &Kubectl, dir: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_works_against_the_lab() {
-    let Some(minor) = kubectl_minor() else {
-        eprintln!("SKIPPED: kubectl is not installed (Debian package kubernetes-client)");
-        return;
-    };
+    berth_testing::require!(berth_testing::Requirement::Kubectl);
+    let minor = kubectl_minor().expect("`kubectl version --client` reports a version");
     let validate = if minor >= 27 {
         "--validate=true"
     } else {
