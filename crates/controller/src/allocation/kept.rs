@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use berth_api::names::condition::{self as cond, reason};
 use berth_api::names::event as ev;
-use berth_ipam::{Orphan, PoolSpec, ServiceKey};
+use berth_ipam::{PoolSpec, ServiceKey};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::facts::{LbClass, ServiceFacts};
-use super::plan::{Allocation, Failure, Kept};
+use super::plan::{pools_give_held, Allocation, Failure, Keep, Kept};
 use super::state::AllocationState;
 
 /// How long a Service keeps its address after naming a pool that does not exist, unless
@@ -58,6 +58,8 @@ impl LbAsk {
 pub(crate) struct Keeping {
     /// What the Service asked for when it started keeping.
     ask: LbAsk,
+    /// A pool change took the addresses (else: the Service named a pool not found).
+    gone: bool,
     /// The pool the address was in, when known (not after a restart).
     pool: Option<String>,
     /// When it was first decided as keeping, and the time its grace runs out.
@@ -66,49 +68,89 @@ pub(crate) struct Keeping {
 }
 
 impl AllocationState {
-    /// Addresses that left every pool at a pool change: their Services keep them, as asked
-    /// for now. `previous` are the pools before the change, to name the one each was in.
-    pub(super) fn note_orphans(&mut self, orphans: &[Orphan<ServiceKey>], previous: &[PoolSpec]) {
-        if orphans.is_empty() {
+    /// After the pools changed (or a leader adopted what the Services name): every Service
+    /// whose addresses the pools as they are would no longer give it keeps them, as it asks
+    /// for now. `previous` are the pools before the change, to name the one an address was in.
+    pub(super) fn note_pool_change(&mut self, previous: &[PoolSpec]) {
+        let mut taken: Vec<ServiceKey> = Vec::new();
+        for (key, svc) in &self.services {
+            // Held for a pool not found, they were not given by the pools before either.
+            let not_found = self
+                .states
+                .get(key)
+                .and_then(|s| s.keeping.as_ref())
+                .is_some_and(|k| !k.gone);
+            if not_found || self.alloc.lb.ips_of(key).is_empty() {
+                continue;
+            }
+            let facts = self.read(svc);
+            let labels = self.labels_of_namespace(&key.namespace);
+            if !pools_give_held(&mut self.alloc, &facts, &labels) {
+                taken.push(key.clone());
+            }
+        }
+        if taken.is_empty() {
             return;
         }
         let mut before = berth_ipam::LbIpAllocator::<ServiceKey>::new();
         let named = before.set_pools(previous.to_vec()).is_ok();
-        for o in orphans {
-            let pool = named
-                .then(|| before.pool_of(o.ip).map(str::to_string))
-                .flatten();
-            tracing::info!(service = %o.owner, ip = %o.ip, pool = ?pool, "address left every pool; the Service keeps it");
-            let Some(svc) = self.services.get(&o.owner).cloned() else {
-                continue;
-            };
-            let ask = LbAsk::of(&self.read(&svc));
-            let state = self.state_mut(&o.owner);
-            if state.keeping.is_none() {
-                state.keeping = Some(Keeping {
-                    ask,
-                    pool,
-                    since: None,
-                    deadline: None,
-                });
-            }
+        taken.sort();
+        for key in taken {
+            let held = self.alloc.lb.ips_of(&key);
+            let pool = held
+                .iter()
+                .filter(|_| named)
+                .find_map(|ip| before.pool_of(*ip).map(str::to_string));
+            tracing::info!(service = %key, ips = ?held, pool = ?pool, "the pools no longer give the Service its address; it keeps it");
+            self.start_keeping(&key, pool);
+        }
+        self.schedule_pool_status();
+    }
+
+    /// The Service keeps what it holds as taken by a pool change (`pool`: the one it was in).
+    pub(super) fn start_keeping(&mut self, key: &ServiceKey, pool: Option<String>) {
+        let Some(svc) = self.services.get(key).cloned() else {
+            return;
+        };
+        let ask = LbAsk::of(&self.read(&svc));
+        let k = self.state_mut(key).keeping.get_or_insert_with(|| Keeping {
+            ask,
+            gone: true,
+            pool: None,
+            since: None,
+            deadline: None,
+        });
+        k.gone = true;
+        if k.pool.is_none() {
+            k.pool = pool;
         }
     }
 
-    /// Whether the Service may keep what the pools no longer give it: not once it changed,
-    /// nor once its grace ran out (either ends keeping).
-    pub(super) fn may_keep(&mut self, key: &ServiceKey, facts: &ServiceFacts, now: &Time) -> bool {
+    /// What the Service may keep of what the pools no longer give it: what a pool change
+    /// took, while it has not changed since and its grace has not run out; the address it
+    /// held when it named a pool that does not exist, until that grace runs out.
+    pub(super) fn may_keep(&mut self, key: &ServiceKey, facts: &ServiceFacts, now: &Time) -> Keep {
         let Some(k) = self.states.get(key).and_then(|s| s.keeping.as_ref()) else {
-            return true;
+            return Keep {
+                pool_gone: false,
+                pool_not_found: true,
+            };
         };
         let changed = k.ask != LbAsk::of(facts);
         let expired = k.deadline.is_some_and(|d| d <= now.0);
+        let gone = k.gone;
         if changed || expired {
             tracing::info!(service = %key, changed, expired, "the Service no longer keeps its address");
             self.stop_keeping(key);
-            return false;
+            return Keep {
+                pool_gone: false,
+                pool_not_found: changed && !expired,
+            };
         }
-        true
+        Keep {
+            pool_gone: gone,
+            pool_not_found: true,
+        }
     }
 
     /// After a decision: starts, goes on or stops keeping, and says in the condition and the
@@ -134,6 +176,7 @@ impl AllocationState {
         let state = self.state_mut(key);
         let k = state.keeping.get_or_insert_with(|| Keeping {
             ask: LbAsk::of(facts),
+            gone: false,
             pool: None,
             since: None,
             deadline: None,

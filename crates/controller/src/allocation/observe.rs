@@ -131,7 +131,11 @@ impl AllocationState {
         // pool, they are kept as its pool going away would have kept them.
         let adopted = match self.alloc.lb.adopt(key, &view, &facts.ingress_ips) {
             Err(berth_ipam::IpamError::NotAllowedByConfig { .. }) => {
-                self.alloc.lb.keep(key, &view, &facts.ingress_ips)
+                let kept = self.alloc.lb.keep(key, &view, &facts.ingress_ips);
+                if kept.is_ok() {
+                    self.start_keeping(key, None);
+                }
+                kept
             }
             other => other,
         };

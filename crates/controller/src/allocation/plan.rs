@@ -149,19 +149,30 @@ pub fn failure_reason(e: &IpamError) -> &'static str {
 /// (for pools restricted by namespace selector). Addresses the pools no longer give the
 /// Service are replaced (see [`plan_service_keeping`]).
 pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels) -> Allocation {
-    plan_service_keeping(alloc, f, ns_labels, false)
+    plan_service_keeping(alloc, f, ns_labels, Keep::default())
+}
+
+/// What a Service may keep of the addresses it holds when the pools as they are would not
+/// give them to it (see [`plan_service_keeping`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    /// A pool change took them away (an address left every pool, or the pools containing it
+    /// no longer give it to the Service), and the Service has not changed since.
+    pub pool_gone: bool,
+    /// The Service names a pool that does not exist.
+    pub pool_not_found: bool,
 }
 
 /// [`plan_service`], where `keep` lets an l2 Service keep the addresses it holds when the
-/// pools no longer give them to it because an address left every pool, or because the pool
-/// it names does not exist: the ingress stays, the result is a failure saying why
-/// (`PoolGone`, `PoolNotFound`) and `kept` is set. Whether a Service may keep them (it did
-/// not change, its grace has not run out) is the caller's to say.
+/// pools as they are would not give them to it — after a pool change, or because the pool it
+/// names does not exist: the ingress stays, the result is a failure saying why (`PoolGone`,
+/// `PoolNotFound`) and `kept` is set. Whether a Service may keep them (a pool change took
+/// them, it has not changed since, its grace has not run out) is the caller's to say.
 pub fn plan_service_keeping(
     alloc: &mut Allocators,
     f: &ServiceFacts,
     ns_labels: &Labels,
-    keep: bool,
+    keep: Keep,
 ) -> Allocation {
     let owner = &f.key;
     let mut out = Allocation {
@@ -214,12 +225,12 @@ pub fn plan_service_keeping(
                 // Status written by an earlier run that this one has not adopted yet (a
                 // Service first seen after startup); a refusal just means a new address.
                 let adopted = alloc.lb.adopt(owner, &view, &f.ingress_ips);
-                if keep && matches!(adopted, Err(IpamError::NotAllowedByConfig { .. })) {
+                if keep.pool_gone && matches!(adopted, Err(IpamError::NotAllowedByConfig { .. })) {
                     // In no pool: kept below, as if its pool had gone while this ran.
                     let _ = alloc.lb.keep(owner, &view, &f.ingress_ips);
                 }
             }
-            if let Some(kept) = keep.then(|| kept_by(alloc, owner, &view)).flatten() {
+            if let Some(kept) = kept_by(alloc, owner, &view, keep) {
                 let held = alloc.lb.ips_of(owner);
                 let (reason, message) = match &kept {
                     Kept::PoolGone => (
@@ -277,27 +288,45 @@ pub fn plan_service_keeping(
     out
 }
 
-/// Why the Service may keep what it holds although `assign` would not give it that now:
-/// an address in no pool, or a named pool that does not exist. `None` when assigning keeps
-/// what it holds, or would move it for another reason (the Service asks for something else,
-/// a pool no longer admits it).
+/// Why the Service keeps what it holds although `assign` would not give it that now, as
+/// `keep` allows; `None` when assigning keeps what it holds, or may move it.
 fn kept_by(
     alloc: &mut Allocators,
     owner: &ServiceKey,
     view: &berth_ipam::ServiceView,
+    keep: Keep,
 ) -> Option<Kept> {
+    if keep == Keep::default() {
+        return None;
+    }
     let held = alloc.lb.ips_of(owner);
     if held.is_empty() {
         return None;
     }
     match alloc.lb.check(owner, view) {
         Ok(ips) if ips == held => None,
-        // Its pool went away (even when the Service names it): the pools changed, not the
-        // Service.
-        _ if held.iter().any(|ip| alloc.lb.pool_of(*ip).is_none()) => Some(Kept::PoolGone),
-        Err(IpamError::UnknownPool { pool }) => Some(Kept::PoolNotFound { pool }),
+        // The pools changed, not the Service (even when the pool it names is the one gone).
+        _ if keep.pool_gone => Some(Kept::PoolGone),
+        Err(IpamError::UnknownPool { pool }) if keep.pool_not_found => {
+            Some(Kept::PoolNotFound { pool })
+        }
         _ => None,
     }
+}
+
+/// Whether the pools as they are would still give `f` what it holds (what a decision keeps
+/// without keeping anything back). False for a Service with problems or no l2 address.
+pub fn pools_give_held(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels) -> bool {
+    let held = alloc.lb.ips_of(&f.key);
+    if held.is_empty() || !f.problems.is_empty() || f.lb_class != LbClass::L2 {
+        return true;
+    }
+    let mut view = f.lb_view.clone();
+    view.namespace_labels = ns_labels.clone();
+    if let Ok(plan) = plan_cluster_ips(&f.cluster_ips, alloc.cluster.families()) {
+        view.families = plan.families;
+    }
+    alloc.lb.check(&f.key, &view).is_ok_and(|ips| ips == held)
 }
 
 fn ip_texts(ips: &[IpAddr]) -> String {

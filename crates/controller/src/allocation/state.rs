@@ -25,7 +25,7 @@ use super::facts::{read_service, LbClass, ServiceFacts};
 use super::fresh::{compute_fresh, Holding};
 use super::held::Unwritten;
 use super::kept::{event_reason, Keeping};
-use super::plan::{adopt_all, plan_service_keeping, Allocators};
+use super::plan::{adopt_all, plan_service_keeping, Allocators, Keep};
 use super::pools::build_pool_specs;
 use super::queue::Queue;
 use super::write::{
@@ -224,6 +224,10 @@ impl AllocationState {
             tracing::warn!(service = %key, error = %e, "conflicting value on an existing Service; the older Service keeps it");
         }
         self.started = true;
+        // What the Services name that the pools no longer give them (a pool deleted while no
+        // leader ran) is kept, as it would have been had this leader seen the pool go.
+        let current = self.pool_specs.clone();
+        self.note_pool_change(&current);
         tracing::info!(
             services = self.services.len(),
             pools = self.pools.objects.len(),
@@ -261,8 +265,13 @@ impl AllocationState {
         self.pool_problems = problems;
         match self.alloc.lb.set_pools(specs.clone()) {
             Ok(orphans) => {
+                for o in &orphans {
+                    tracing::debug!(service = %o.owner, ip = %o.ip, "address left every pool");
+                }
                 let previous = std::mem::replace(&mut self.pool_specs, specs);
-                self.note_orphans(&orphans, &previous);
+                if self.started {
+                    self.note_pool_change(&previous);
+                }
             }
             Err(e) => {
                 self.metrics.error(ErrorCategory::Config);
@@ -348,7 +357,7 @@ impl AllocationState {
         if !self.note_kept(&key, &svc, &facts, &mut out, now) {
             // Its grace ran out as it started: decided as if it did not keep (keeping changed
             // nothing in the allocators, so deciding again is the same decision without it).
-            out = plan_service_keeping(&mut self.alloc, &facts, &labels, false);
+            out = plan_service_keeping(&mut self.alloc, &facts, &labels, Keep::default());
         }
         if self.alloc.lb.ips_of(&key) != before.lb_ips {
             self.schedule_pool_status();
