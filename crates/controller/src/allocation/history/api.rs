@@ -369,6 +369,42 @@ impl Api {
             .collect()
     }
 
+    /// The Services that exist.
+    pub(super) fn service_names(&self) -> Vec<String> {
+        self.services.keys().cloned().collect()
+    }
+
+    pub(super) fn has_service(&self, name: &str) -> bool {
+        self.services.contains_key(name)
+    }
+
+    pub(super) fn has_pool(&self, name: &str) -> bool {
+        self.pools.contains_key(name)
+    }
+
+    /// The Service's object.
+    pub(super) fn service(&self, name: &str) -> Service {
+        service(self.get(name))
+    }
+
+    /// Each pool's address ranges.
+    pub(super) fn pool_ranges(&self) -> BTreeMap<String, Vec<berth_core::AddressRange>> {
+        self.pools
+            .iter()
+            .map(|(name, pool)| {
+                let ranges = pool["spec"]["addresses"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| berth_core::parse_address(t.as_str()?).ok())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (name.clone(), ranges)
+            })
+            .collect()
+    }
+
     /// The `berth.dev/Allocated` condition's status and message.
     pub(super) fn allocated(&self, name: &str) -> Option<(String, String)> {
         let conditions = self.get(name).pointer("/status/conditions")?.as_array()?;

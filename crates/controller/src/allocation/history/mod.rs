@@ -11,6 +11,7 @@
 //! Address plan: service CIDR 10.96.0.0/16, node ports 30000-32767, pools in 198.18.0.0/24.
 
 mod api;
+mod lifecycle;
 mod rows_adoption;
 mod rows_crash_windows;
 mod rows_late_writes;
