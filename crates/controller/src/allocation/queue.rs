@@ -104,6 +104,12 @@ impl Queue {
         self.mark(key);
     }
 
+    /// Whether the Service is waiting to be decided (now, or once its echoes are back).
+    #[cfg(test)]
+    pub(crate) fn is_marked(&self, key: &ServiceKey) -> bool {
+        self.dirty_set.contains(key) || self.echoes.get(key).is_some_and(|e| e.marked)
+    }
+
     /// The next Service to decide.
     pub(crate) fn pop(&mut self) -> Option<ServiceKey> {
         let key = self.dirty.pop_front()?;

@@ -68,6 +68,8 @@ pub(super) enum Op {
     Grace(Option<u64>),
     /// This many seconds pass: retries and graces come due, nothing else happens.
     Wait(u64),
+    /// The periodic resync comes due.
+    Resync,
     /// The leader decides its next write, which must be the named Service's, and holds it.
     Decide(&'static str),
     /// The leader has nothing to write now.
@@ -146,6 +148,8 @@ pub(super) enum Want {
     CountsTrue,
     /// Addresses held in no pool (the `kept_addresses` metric's count).
     KeptAddresses(usize),
+    /// Whether the Service is to be decided.
+    Marked(&'static str, bool),
 }
 
 /// A Service object with this spec.
@@ -364,6 +368,7 @@ impl Run {
             Op::Watch => self.watch(),
             Op::WatchPools => self.watch_pools(),
             Op::Grace(secs) => self.grace = secs,
+            Op::Resync => self.leader().state.resync(),
             Op::Wait(secs) => {
                 let at = self.leader().clock + Duration::from_secs(secs);
                 self.advance(at);
@@ -508,6 +513,10 @@ impl Run {
                         .map(|c| c.assigned_ipv4);
                     assert_eq!(counted, Some(named), "{ctx}: pool {pool}");
                 }
+            }
+            Want::Marked(name, marked) => {
+                let got = self.leader().state.queue.is_marked(&key(name));
+                assert_eq!(got, marked, "{ctx}");
             }
             Want::KeptAddresses(n) => {
                 assert_eq!(self.leader().state.count_kept(), n, "{ctx}")

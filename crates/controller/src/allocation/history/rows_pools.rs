@@ -460,3 +460,38 @@ fn an_externalname_service_gets_nothing_and_nothing_is_written() {
         ],
     });
 }
+
+#[test]
+fn the_periodic_resync_decides_every_service_lacking_an_address_it_should_have() {
+    run(Row {
+        name: "the periodic resync decides every Service lacking an address it should have",
+        ops: vec![
+            Pool("p", ONE),
+            Create("a", lb()),
+            Create("b", lb()),
+            Create(
+                "c",
+                svc(json!({"type": "ClusterIP", "ports": [{"port": 80}]})),
+            ),
+            Create(
+                "d",
+                svc(
+                    json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/other",
+                    "ports": [{"port": 80}]}),
+                ),
+            ),
+            Start,
+            Settle,
+            Expect(Ingress("b", &[])),
+            Expect(Writes(7)),
+            Resync,
+            Expect(Marked("a", false)),
+            Expect(Marked("b", true)),
+            Expect(Marked("c", false)),
+            // A class berth does not serve is decided too, and finds nothing to write.
+            Expect(Marked("d", true)),
+            Settle,
+            Expect(Writes(7)),
+        ],
+    });
+}
