@@ -113,7 +113,7 @@ impl AllocationState {
             return;
         };
         let ask = LbAsk::of(&self.read(&svc));
-        let k = self.state_mut(key).keeping.get_or_insert_with(|| Keeping {
+        let k = self.state_mut(key).keeping.get_or_insert(Keeping {
             ask,
             gone: true,
             pool: None,

@@ -223,15 +223,12 @@ impl Lifecycle {
                 continue;
             }
             let now = self.api().ingress(name);
-            match self.seen.get(name) {
-                Some((before, changed)) if !before.is_empty() && *before != now => {
-                    if !changed && !grace {
-                        self.fail(format!(
-                            "{name}'s address moved from {before:?} to {now:?} unasked"
-                        ));
-                    }
+            if let Some((before, changed)) = self.seen.get(name) {
+                if !before.is_empty() && *before != now && !changed && !grace {
+                    self.fail(format!(
+                        "{name}'s address moved from {before:?} to {now:?} unasked"
+                    ));
                 }
-                _ => {}
             }
             let changed = self.seen.get(name).is_some_and(|s| s.1 && s.0 == now);
             self.seen.insert(name, (now, changed));
