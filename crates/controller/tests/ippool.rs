@@ -121,10 +121,9 @@ async fn counts_overlaps_and_pool_changes() {
     .await;
     ctrl.stop().await;
 
-    // With a grace of nothing, the pools describe what is announced: a new address at once,
-    // none when no pool is left.
+    // With a grace, kept until it runs out, then a new address from the pools as they are.
     let mut cfg = mk_config();
-    cfg.pool_gone_grace = Some(std::time::Duration::ZERO);
+    cfg.pool_gone_grace = Some(std::time::Duration::from_secs(1));
     let ctrl = spawn_controller(client.clone(), cfg);
     pools
         .patch(
@@ -134,11 +133,24 @@ async fn counts_overlaps_and_pool_changes() {
         )
         .await
         .unwrap();
+    let web = wait_svc(&client, "web", "kept for the grace", |s| {
+        allocated(s).is_some_and(|c| c.1 == "PoolGone")
+    })
+    .await;
+    assert_eq!(ingress_ips(&web), vec!["198.18.0.200"]);
+    assert!(allocated(&web).unwrap().2.contains("keeps it until 20"));
     let web = wait_svc(&client, "web", "a new address", |s| {
         ingress_ips(s) == vec!["198.18.0.100"]
     })
     .await;
     assert_eq!(allocated(&web).unwrap().0, "True");
+    ctrl.stop().await;
+
+    // With a grace of nothing, the pools describe what is announced: none when no pool is
+    // left, at once.
+    let mut cfg = mk_config();
+    cfg.pool_gone_grace = Some(std::time::Duration::ZERO);
+    let ctrl = spawn_controller(client.clone(), cfg);
     pools.delete("a", &DeleteParams::default()).await.unwrap();
     let web = wait_svc(&client, "web", "no pool left", |s| {
         allocated(s).is_some_and(|c| c.0 == "False")
