@@ -5,7 +5,7 @@
 //!
 //! After every step: no value is named by two Services and no address has two holders; no
 //! live Service's address changes unless the Service changed (or, with a grace, the grace ran
-//! out). Once settled: every LoadBalancer Service with room in a pool that admits it has an
+//! out; five minutes pass now and then, so a pool not found's grace runs out too). Once settled: every LoadBalancer Service with room in a pool that admits it has an
 //! address, the allocators hold exactly what each Service names, and the pools' counts are
 //! the addresses the Services name in them.
 
@@ -92,6 +92,8 @@ enum Step {
     DecideSend,
     Settle,
     Restart,
+    /// Five minutes pass: a pool not found's grace runs out.
+    Wait,
 }
 
 fn ask() -> impl Strategy<Value = Ask> {
@@ -117,6 +119,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => Just(Step::DecideSend),
         2 => Just(Step::Settle),
         1 => Just(Step::Restart),
+        1 => Just(Step::Wait),
     ]
 }
 
@@ -176,6 +179,7 @@ impl Lifecycle {
             Step::DecideSend => return self.decide_send(),
             Step::Settle => Op::Settle,
             Step::Restart => Op::Start,
+            Step::Wait => Op::Wait(300),
             _ => return,
         };
         self.run.step(op);
