@@ -77,6 +77,12 @@ pub struct ControllerArgs {
     #[arg(long, env = "BERTH_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     retry_period: Duration,
 
+    /// How long a Service keeps a LoadBalancer address that left every IPPool before it is
+    /// given one from the pools as they are: `never` (until the Service changes, as MetalLB)
+    /// or a duration such as `10m` (`0s`: at once).
+    #[arg(long, env = "BERTH_POOL_GONE_GRACE", default_value = "never", value_parser = parse_pool_gone_grace)]
+    pool_gone_grace: ::std::option::Option<Duration>,
+
     /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`).
     #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     admin_listen: SocketAddr,
@@ -88,6 +94,10 @@ fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, String> {
 
 fn parse_node_port_range(text: &str) -> Result<PortRange, String> {
     berth_controller::parse_node_port_range(text).map_err(flag_error)
+}
+
+fn parse_pool_gone_grace(text: &str) -> Result<Option<Duration>, String> {
+    berth_controller::parse_grace(text, parse_duration).map_err(flag_error)
 }
 
 fn parse_default_class(text: &str) -> Result<Option<&'static str>, String> {
@@ -118,6 +128,7 @@ impl ControllerArgs {
             lease_duration: self.lease_duration,
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
+            pool_gone_grace: self.pool_gone_grace,
         }
     }
 }

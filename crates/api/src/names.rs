@@ -195,6 +195,8 @@ pub mod condition {
         pub const PORT_ALREADY_ALLOCATED: &str = "PortAlreadyAllocated";
         pub const NOT_IN_ANY_POOL: &str = "NotInAnyPool";
         pub const POOL_NOT_FOUND: &str = "PoolNotFound";
+        /// The Service keeps an address that no IPPool contains any more.
+        pub const POOL_GONE: &str = "PoolGone";
         pub const POOL_NOT_ADMITTING: &str = "PoolNotAdmitting";
         pub const NO_AVAILABLE_POOL: &str = "NoAvailablePool";
         pub const RANGE_FULL: &str = "RangeFull";
@@ -217,6 +219,8 @@ pub mod event {
     pub const DELETING_LOAD_BALANCER: &str = "DeletingLoadBalancer";
     pub const DELETED_LOAD_BALANCER: &str = "DeletedLoadBalancer";
     pub const ALLOCATION_FAILED: &str = "AllocationFailed";
+    /// Warning: the Service keeps an address that no IPPool contains any more.
+    pub const POOL_GONE: &str = "PoolGone";
     pub const IP_ALLOCATED: &str = "IPAllocated";
     pub const ANNOUNCING: &str = "Announcing";
     /// Component name reported on Events.

@@ -122,6 +122,23 @@ async fn named_pool_requested_ip_and_requests_outside_every_pool() {
     .await;
     let nopool = wait_svc(&client, "nopool", "refused", |s| allocated(s).is_some()).await;
     assert_eq!(allocated(&nopool).unwrap().1, "PoolNotFound");
+    // Named wrongly after it had an address: it keeps it (for a while), and says so.
+    patch_svc(
+        &client,
+        "named",
+        json!({"metadata": {"annotations": {"berth.dev/ip-pool": "missing"}}}),
+    )
+    .await;
+    let named = wait_svc(&client, "named", "pool not found", |s| {
+        allocated(s).is_some_and(|c| c.1 == "PoolNotFound")
+    })
+    .await;
+    assert_eq!(ingress_ips(&named), vec!["198.18.0.50"]);
+    let message = allocated(&named).unwrap().2;
+    assert!(
+        message.starts_with("IPPool \"missing\" not found; the Service keeps 198.18.0.50 until "),
+        "{message}"
+    );
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
@@ -306,6 +323,8 @@ async fn type_changes_delete_and_foreign_class() {
         .await
         .iter()
         .all(|(r, _)| !r.contains("LoadBalancer")));
+    // No condition either: berth writes no status for a class it does not serve.
+    assert_eq!(allocated(&f2), None);
     drop(f);
     // The free address was there to take: a served Service gets it.
     create_svc(&client, "x", lb(json!([{"port": 80}]))).await;
