@@ -3,6 +3,7 @@
 pub mod defaults;
 pub mod discovery;
 pub mod error;
+pub mod events;
 pub mod faults;
 pub mod fields;
 mod http;

@@ -37,8 +37,18 @@ impl ResourceInfo {
     }
 
     /// Objects are stored once per group and resource; versions only change the `apiVersion` shown.
+    /// events.k8s.io Events are the core Events seen through another group, as upstream stores them.
     pub fn storage_key(&self) -> String {
+        if super::events::is_events_group(&self.group, &self.plural) {
+            return "/events".to_owned();
+        }
         format!("{}/{}", self.group, self.plural)
+    }
+
+    /// Whether objects of this resource are stored in another group's shape (core/v1 Events
+    /// written through events.k8s.io), so writes convert them before they are kept.
+    pub fn stored_as_core_events(&self) -> bool {
+        super::events::is_events_group(&self.group, &self.plural)
     }
 
     pub fn list_kind(&self) -> String {
@@ -283,15 +293,26 @@ impl Catalogue {
     }
 }
 
-/// An object's stored text `json` as `api_version` shows it. Custom resources are stored once for
-/// all their versions, so a read through another version re-encodes with its apiVersion.
-pub fn text_as<'a>(obj: &Value, json: &'a str, api_version: &str) -> Cow<'a, str> {
+/// A stored object as `api_version` shows it. Custom resources are stored once for all their
+/// versions (only `apiVersion` changes); core Events read through events.k8s.io are converted.
+pub fn view<'a>(obj: &'a Value, api_version: &str) -> Cow<'a, Value> {
     if obj["apiVersion"].as_str() == Some(api_version) {
-        Cow::Borrowed(json)
+        Cow::Borrowed(obj)
+    } else if api_version == super::events::EVENTS_API_VERSION && obj["kind"] == "Event" {
+        Cow::Owned(super::events::to_events(obj))
     } else {
         let mut o = obj.clone();
         o["apiVersion"] = Value::String(api_version.to_owned());
-        Cow::Owned(o.to_string())
+        Cow::Owned(o)
+    }
+}
+
+/// An object's stored text `json` as `api_version` shows it (see [`view`]): the stored text
+/// itself when the versions agree, so reads pay no encoding.
+pub fn text_as<'a>(obj: &Value, json: &'a str, api_version: &str) -> Cow<'a, str> {
+    match view(obj, api_version) {
+        Cow::Borrowed(_) => Cow::Borrowed(json),
+        Cow::Owned(o) => Cow::Owned(o.to_string()),
     }
 }
 

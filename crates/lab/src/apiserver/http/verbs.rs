@@ -7,7 +7,7 @@ use crate::apiserver::error::ApiError;
 use crate::apiserver::fields::Part;
 use crate::apiserver::managed::{self, Writer};
 use crate::apiserver::patch::{build_patched, PatchType};
-use crate::apiserver::resource::ResourceInfo;
+use crate::apiserver::resource::{view, ResourceInfo};
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::store::{meta_str, ListQuery, Obj, Store, Stored};
 use crate::apiserver::write::{DeleteOptions, Door, Managed, WriteCtx};
@@ -22,15 +22,9 @@ pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// The object as the requested version shows it: custom resources are stored once for all versions.
+/// The object as the requested version shows it (see [`view`]).
 fn as_version<'a>(obj: &'a Obj, api_version: &str) -> std::borrow::Cow<'a, Value> {
-    if obj["apiVersion"].as_str() == Some(api_version) {
-        std::borrow::Cow::Borrowed(&**obj)
-    } else {
-        let mut o = (**obj).clone();
-        o["apiVersion"] = Value::String(api_version.to_owned());
-        std::borrow::Cow::Owned(o)
-    }
+    view(obj, api_version)
 }
 
 fn object_response(code: StatusCode, obj: &Obj, info: &ResourceInfo) -> Response {
@@ -221,6 +215,7 @@ pub async fn handle(
             }
             let patched = write_as_manager(&app, &query, headers, door, |s, ctx| {
                 let current = s.get(&info, &ns, name)?;
+                let current = view(&current, &info.api_version());
                 let new = build_patched(&current, kind, &body, info.schema)?;
                 s.update(&info, &ns, name, new, ctx)
             })?;
@@ -390,7 +385,7 @@ fn server_side_apply(
                 return Err(ApiError::conflict(&info.plural, &info.group, name));
             }
         }
-        let base = current.as_deref().cloned().unwrap_or_else(|| {
+        let base = current.as_deref().map(|c| view(c, &api_version).into_owned()).unwrap_or_else(|| {
             let mut meta = json!({"name": name});
             if info.namespaced {
                 meta["namespace"] = json!(ns);
