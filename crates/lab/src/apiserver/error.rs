@@ -139,6 +139,10 @@ impl ApiError {
 
     /// Bodies other than JSON (kubectl's typed generators send protobuf) are refused, as a server
     /// without that codec would.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
     pub fn unsupported_body(content_type: &str) -> Self {
         Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml; got {content_type:?}"))
     }

@@ -31,7 +31,10 @@ pub fn is_events_group(group: &str, plural: &str) -> bool {
 
 fn rename(obj: &Value, api_version: &str, from_core: bool, always: &[&str]) -> Value {
     let mut out = Map::new();
-    out.insert("apiVersion".to_owned(), Value::String(api_version.to_owned()));
+    out.insert(
+        "apiVersion".to_owned(),
+        Value::String(api_version.to_owned()),
+    );
     out.insert("kind".to_owned(), Value::String("Event".to_owned()));
     if let Some(map) = obj.as_object() {
         for (key, value) in map {
@@ -161,7 +164,11 @@ mod tests {
         assert_eq!(shown["regarding"]["name"], "p");
         assert_eq!(shown["note"], "m");
         assert_eq!(shown["deprecatedCount"], 1);
-        assert_eq!(shown["deprecatedSource"], json!({}), "Go encodes the empty struct");
+        assert_eq!(
+            shown["deprecatedSource"],
+            json!({}),
+            "Go encodes the empty struct"
+        );
         for core_only in ["involvedObject", "message", "count", "source"] {
             assert!(shown.get(core_only).is_none(), "{core_only} left behind");
         }

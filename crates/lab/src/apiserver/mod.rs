@@ -14,6 +14,7 @@ pub mod schema;
 pub mod selector;
 mod server;
 pub mod store;
+pub mod table;
 pub mod watch;
 pub mod write;
 

@@ -4,6 +4,8 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
+use super::table::{printer_columns, PrinterColumn};
+
 /// How lists inside objects of a resource merge (strategic merge patch and server-side apply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schema {
@@ -25,6 +27,8 @@ pub struct ResourceInfo {
     pub short_names: Vec<String>,
     pub categories: Vec<String>,
     pub schema: Schema,
+    /// A custom resource's `additionalPrinterColumns` for this version (none for built-ins).
+    pub printer_columns: Vec<PrinterColumn>,
 }
 
 impl ResourceInfo {
@@ -191,6 +195,7 @@ pub fn built_ins() -> Vec<ResourceInfo> {
             short_names: b.short.iter().map(|s| (*s).to_owned()).collect(),
             categories: Vec::new(),
             schema: Schema::BuiltIn,
+            printer_columns: Vec::new(),
         })
         .collect()
 }
@@ -237,6 +242,7 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
                         short_names: strings(&spec["names"]["shortNames"]),
                         categories: strings(&spec["names"]["categories"]),
                         schema: Schema::Custom,
+                        printer_columns: printer_columns(v),
                     })
                 })
                 .collect()

@@ -659,7 +659,9 @@ fn events_through_both_groups_are_one_store() {
     assert_eq!(seen["message"], "assigned");
     assert_eq!(seen["involvedObject"]["name"], "web");
     assert_eq!(seen["reportingComponent"], "berth");
-    let listed = store.list(&core, Some("default"), &ListQuery::default()).unwrap();
+    let listed = store
+        .list(&core, Some("default"), &ListQuery::default())
+        .unwrap();
     assert_eq!(listed.items.len(), 1);
     let through_new: Value =
         serde_json::from_str(&listed.items[0].json_as("events.k8s.io/v1")).unwrap();
@@ -679,7 +681,10 @@ fn events_through_both_groups_are_one_store() {
         .unwrap();
     assert_eq!(updated["metadata"]["uid"], seen["metadata"]["uid"]);
     assert!(rv(&updated) > rv(&seen));
-    assert_eq!(store.get(&core, "default", "web.1").unwrap()["series"]["count"], 2);
+    assert_eq!(
+        store.get(&core, "default", "web.1").unwrap()["series"]["count"],
+        2
+    );
 
     // A core name sent to the new group is refused as any wrong apiVersion is.
     let err = store

@@ -3,9 +3,9 @@
 
 use super::defaults::fill_defaults;
 use super::error::ApiError;
+use super::events;
 use super::fields::Part;
 use super::managed::{track_update, Writer};
-use super::events;
 use super::resource::{built_ins, ResourceInfo};
 use super::store::{meta_str, Obj, Store};
 use super::watch::EventType;

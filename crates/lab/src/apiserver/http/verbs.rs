@@ -10,6 +10,7 @@ use crate::apiserver::patch::{build_patched, PatchType};
 use crate::apiserver::resource::{view, ResourceInfo};
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::store::{meta_str, ListQuery, Obj, Store, Stored};
+use crate::apiserver::table::{self, IncludeObject, Layout, Wanted};
 use crate::apiserver::write::{DeleteOptions, Door, Managed, WriteCtx};
 use axum::body::Bytes;
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -31,13 +32,38 @@ fn object_response(code: StatusCode, obj: &Obj, info: &ResourceInfo) -> Response
     json_response(code, &as_version(obj, &info.api_version()))
 }
 
-fn list_response(
+/// A Table of stored objects, as `wanted` asks (see [`table`]).
+fn table_response(
     info: &ResourceInfo,
-    items: &[Stored],
-    rv: u64,
-    cont: Option<&str>,
-    remaining: Option<u64>,
+    items: &[&Obj],
+    metadata: Value,
+    api_version: &str,
+    include: IncludeObject,
 ) -> Response {
+    json_response(
+        StatusCode::OK,
+        &build_table(info, items, metadata, api_version, include),
+    )
+}
+
+pub(super) fn build_table(
+    info: &ResourceInfo,
+    items: &[&Obj],
+    metadata: Value,
+    api_version: &str,
+    include: IncludeObject,
+) -> Value {
+    let layout = Layout::of(info);
+    let shown_as = info.api_version();
+    let now = chrono::Utc::now();
+    let rows = items
+        .iter()
+        .map(|obj| layout.row(obj, &view(obj, &shown_as), now, api_version, include))
+        .collect();
+    table::table(api_version, &layout.columns(), rows, metadata)
+}
+
+fn list_meta(rv: u64, cont: Option<&str>, remaining: Option<u64>) -> Value {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         meta["continue"] = json!(c);
@@ -45,6 +71,17 @@ fn list_response(
     if let Some(r) = remaining {
         meta["remainingItemCount"] = json!(r);
     }
+    meta
+}
+
+fn list_response(
+    info: &ResourceInfo,
+    items: &[Stored],
+    rv: u64,
+    cont: Option<&str>,
+    remaining: Option<u64>,
+) -> Response {
+    let meta = list_meta(rv, cont, remaining);
     let api_version = info.api_version();
     let head = json!({"kind": info.list_kind(), "apiVersion": api_version, "metadata": meta});
     // Concatenated from each object's stored text: a 100k-pod list is neither built as one more
@@ -150,6 +187,10 @@ pub async fn handle(
         Some(sub) => return Err(ApiError::page_not_found(&format!("{}/{sub}", info.plural))),
     };
     let ns = path.namespace.clone().unwrap_or_default();
+    let wanted = table::negotiate(
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+        query.get("includeObject").map(String::as_str),
+    )?;
     if matches!(method, Method::POST | Method::PUT) {
         let content_type = headers
             .get(header::CONTENT_TYPE)
@@ -180,15 +221,24 @@ pub async fn handle(
     match (method, path.name.as_deref()) {
         (Method::GET, Some(name)) => {
             let obj = app.store().get(&info, &ns, name)?;
-            Ok(object_response(StatusCode::OK, &obj, &info))
+            match wanted {
+                Wanted::Json => Ok(object_response(StatusCode::OK, &obj, &info)),
+                Wanted::Table {
+                    api_version,
+                    include,
+                } => {
+                    let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
+                    Ok(table_response(&info, &[&obj], meta, api_version, include))
+                }
+            }
         }
         (Method::GET, None) => {
             let q = list_query(&query, &info)?;
             if flag(&query, "watch") {
                 let params = WatchParams::from_query(&query)?;
-                return Ok(serve_watch(app, info, path.namespace, q, params));
+                return Ok(serve_watch(app, info, path.namespace, q, params, wanted));
             }
-            list(&app, &info, path.namespace.as_deref(), &q, &query)
+            list(&app, &info, path.namespace.as_deref(), &q, &query, wanted)
         }
         (Method::POST, None) => {
             let obj = parse_body(&body)?;
@@ -267,6 +317,7 @@ fn list(
     ns: Option<&str>,
     q: &ListQuery,
     query: &HashMap<String, String>,
+    wanted: Wanted,
 ) -> Result<Response, ApiError> {
     let page = {
         let store = app.store();
@@ -286,6 +337,19 @@ fn list(
         }
         store.list(info, ns, q)?
     };
+    if let Wanted::Table {
+        api_version,
+        include,
+    } = wanted
+    {
+        let objs: Vec<&Obj> = page.items.iter().map(|s| &s.obj).collect();
+        let meta = list_meta(
+            page.resource_version,
+            page.continue_token.as_deref(),
+            page.remaining,
+        );
+        return Ok(table_response(info, &objs, meta, api_version, include));
+    }
     Ok(list_response(
         info,
         &page.items,
@@ -385,13 +449,16 @@ fn server_side_apply(
                 return Err(ApiError::conflict(&info.plural, &info.group, name));
             }
         }
-        let base = current.as_deref().map(|c| view(c, &api_version).into_owned()).unwrap_or_else(|| {
-            let mut meta = json!({"name": name});
-            if info.namespaced {
-                meta["namespace"] = json!(ns);
-            }
-            json!({"apiVersion": api_version, "kind": info.kind, "metadata": meta})
-        });
+        let base = current
+            .as_deref()
+            .map(|c| view(c, &api_version).into_owned())
+            .unwrap_or_else(|| {
+                let mut meta = json!({"name": name});
+                if info.namespaced {
+                    meta["namespace"] = json!(ns);
+                }
+                json!({"apiVersion": api_version, "kind": info.kind, "metadata": meta})
+            });
         let merged = managed::apply(&base, &applied, &writer, force)
             .map_err(|c| ApiError::apply_conflicts(&info.plural, &info.group, name, &c.0))?;
         match current {
