@@ -9,6 +9,7 @@ pub mod fields;
 mod http;
 pub mod managed;
 pub mod patch;
+pub mod protobuf;
 pub mod resource;
 pub mod schema;
 pub mod selector;

@@ -7,6 +7,7 @@ use crate::apiserver::error::ApiError;
 use crate::apiserver::fields::Part;
 use crate::apiserver::managed::{self, Writer};
 use crate::apiserver::patch::{build_patched, PatchType};
+use crate::apiserver::protobuf;
 use crate::apiserver::resource::{view, ResourceInfo};
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::store::{meta_str, ListQuery, Obj, Store, Stored};
@@ -191,12 +192,16 @@ pub async fn handle(
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
         query.get("includeObject").map(String::as_str),
     )?;
+    let mut body = body;
     if matches!(method, Method::POST | Method::PUT) {
         let content_type = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json");
-        if !content_type.starts_with("application/json")
+        if content_type.starts_with(protobuf::PROTOBUF) {
+            // Decoded once into the JSON every other path reads.
+            body = Bytes::from(protobuf::decode(&body)?.to_string());
+        } else if !content_type.starts_with("application/json")
             && !content_type.starts_with("application/yaml")
         {
             return Err(ApiError::unsupported_body(content_type));

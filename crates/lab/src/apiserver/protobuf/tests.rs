@@ -1,0 +1,274 @@
+//! Protobuf bodies built with the same types Go's clients encode, decoded to the JSON the store
+//! keeps.
+
+use super::*;
+use k8s_pb::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    let unknown = Unknown {
+        type_meta: Some(TypeMeta {
+            kind: Some(kind.to_owned()),
+            api_version: Some(api_version.to_owned()),
+        }),
+        raw: Some(raw),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    let mut out = MAGIC.to_vec();
+    out.extend(unknown.encode_to_vec());
+    out
+}
+
+fn s(v: &str) -> Option<String> {
+    Some(v.to_owned())
+}
+
+/// What `kubectl create service loadbalancer web --tcp=80:8080` sends: gogo writes every value
+/// field, zero or not, so empty strings and zero numbers arrive and must vanish again.
+fn mk_generated_service() -> core::Service {
+    core::Service {
+        metadata: Some(ObjectMeta {
+            name: s("web"),
+            generate_name: s(""),
+            namespace: s(""),
+            resource_version: s(""),
+            generation: Some(0),
+            creation_timestamp: Some(Time {
+                seconds: Some(-62_135_596_800),
+                nanos: Some(0),
+            }),
+            labels: [("app".to_owned(), "web".to_owned())].into(),
+            ..Default::default()
+        }),
+        spec: Some(core::ServiceSpec {
+            ports: vec![core::ServicePort {
+                name: s("80-8080"),
+                protocol: s("TCP"),
+                app_protocol: None,
+                port: Some(80),
+                target_port: Some(IntOrString {
+                    r#type: Some(0),
+                    int_val: Some(8080),
+                    str_val: s(""),
+                }),
+                node_port: Some(0),
+            }],
+            selector: [("app".to_owned(), "web".to_owned())].into(),
+            cluster_ip: s(""),
+            r#type: s("LoadBalancer"),
+            session_affinity: s(""),
+            external_traffic_policy: s(""),
+            health_check_node_port: Some(0),
+            publish_not_ready_addresses: Some(false),
+            allocate_load_balancer_node_ports: Some(false),
+            ..Default::default()
+        }),
+        status: Some(core::ServiceStatus {
+            load_balancer: Some(core::LoadBalancerStatus { ingress: vec![] }),
+            conditions: vec![],
+        }),
+    }
+}
+
+#[test]
+fn a_generated_service_decodes_to_its_json() {
+    let body = envelope("v1", "Service", mk_generated_service().encode_to_vec());
+    assert_eq!(
+        decode(&body).unwrap(),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {
+                "ports": [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}],
+                "selector": {"app": "web"},
+                "type": "LoadBalancer",
+                // A pointer field keeps its false.
+                "allocateLoadBalancerNodePorts": false
+            }
+        })
+    );
+}
+
+#[test]
+fn every_service_field_reaches_json() {
+    let svc = core::Service {
+        metadata: Some(ObjectMeta {
+            name: s("web"),
+            namespace: s("team"),
+            annotations: [("a".to_owned(), "1".to_owned())].into(),
+            finalizers: vec!["berth.dev/load-balancer".to_owned()],
+            creation_timestamp: Some(Time {
+                seconds: Some(1_767_225_600),
+                nanos: Some(0),
+            }),
+            owner_references: vec![meta::OwnerReference {
+                api_version: s("v1"),
+                kind: s("Pod"),
+                name: s("p"),
+                uid: s("u"),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }],
+            ..Default::default()
+        }),
+        spec: Some(core::ServiceSpec {
+            ports: vec![core::ServicePort {
+                name: s("http"),
+                protocol: s("UDP"),
+                app_protocol: s("h2c"),
+                port: Some(53),
+                target_port: Some(IntOrString {
+                    r#type: Some(1),
+                    int_val: Some(0),
+                    str_val: s("dns"),
+                }),
+                node_port: Some(30053),
+            }],
+            selector: BTreeMap::new(),
+            cluster_ip: s("10.96.0.10"),
+            cluster_ips: vec!["10.96.0.10".to_owned()],
+            r#type: s("NodePort"),
+            external_ips: vec!["198.18.0.9".to_owned()],
+            session_affinity: s("ClientIP"),
+            load_balancer_ip: s("198.18.0.200"),
+            load_balancer_source_ranges: vec!["198.18.0.0/24".to_owned()],
+            external_name: s("x.example"),
+            external_traffic_policy: s("Local"),
+            health_check_node_port: Some(31000),
+            publish_not_ready_addresses: Some(true),
+            session_affinity_config: Some(core::SessionAffinityConfig {
+                client_ip: Some(core::ClientIpConfig {
+                    timeout_seconds: Some(60),
+                }),
+            }),
+            ip_families: vec!["IPv4".to_owned()],
+            ip_family_policy: s("SingleStack"),
+            allocate_load_balancer_node_ports: Some(true),
+            load_balancer_class: s("berth.dev/l2"),
+            internal_traffic_policy: s("Cluster"),
+            traffic_distribution: s("PreferClose"),
+        }),
+        status: Some(core::ServiceStatus {
+            load_balancer: Some(core::LoadBalancerStatus {
+                ingress: vec![core::LoadBalancerIngress {
+                    ip: s("198.18.0.200"),
+                    hostname: s(""),
+                    ip_mode: s("VIP"),
+                    ports: vec![core::PortStatus {
+                        port: Some(53),
+                        protocol: s("UDP"),
+                        error: None,
+                    }],
+                }],
+            }),
+            conditions: vec![meta::Condition {
+                r#type: s("berth.dev/Allocated"),
+                status: s("True"),
+                observed_generation: Some(2),
+                last_transition_time: Some(Time {
+                    seconds: Some(1_767_225_600),
+                    nanos: Some(0),
+                }),
+                reason: s("Allocated"),
+                message: s(""),
+            }],
+        }),
+    };
+    let got = decode(&envelope("v1", "Service", svc.encode_to_vec())).unwrap();
+    assert_eq!(
+        got,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "team", "annotations": {"a": "1"},
+                "finalizers": ["berth.dev/load-balancer"], "creationTimestamp": "2026-01-01T00:00:00Z",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u", "controller": true}]},
+            "spec": {
+                "ports": [{"name": "http", "protocol": "UDP", "appProtocol": "h2c", "port": 53,
+                    "targetPort": "dns", "nodePort": 30053}],
+                "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "type": "NodePort",
+                "externalIPs": ["198.18.0.9"], "sessionAffinity": "ClientIP",
+                "loadBalancerIP": "198.18.0.200", "loadBalancerSourceRanges": ["198.18.0.0/24"],
+                "externalName": "x.example", "externalTrafficPolicy": "Local",
+                "healthCheckNodePort": 31000, "publishNotReadyAddresses": true,
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}},
+                "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                "allocateLoadBalancerNodePorts": true, "loadBalancerClass": "berth.dev/l2",
+                "internalTrafficPolicy": "Cluster", "trafficDistribution": "PreferClose"
+            },
+            "status": {
+                "loadBalancer": {"ingress": [{"ip": "198.18.0.200", "ipMode": "VIP",
+                    "ports": [{"port": 53, "protocol": "UDP"}]}]},
+                "conditions": [{"type": "berth.dev/Allocated", "status": "True", "observedGeneration": 2,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "Allocated", "message": ""}]
+            }
+        })
+    );
+}
+
+#[test]
+fn config_maps_and_namespaces() {
+    let cm = core::ConfigMap {
+        metadata: Some(ObjectMeta {
+            name: s("settings"),
+            ..Default::default()
+        }),
+        immutable: Some(false),
+        data: [("a".to_owned(), "1".to_owned())].into(),
+        binary_data: [("b".to_owned(), vec![0u8, 255])].into(),
+    };
+    assert_eq!(
+        decode(&envelope("v1", "ConfigMap", cm.encode_to_vec())).unwrap(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+            "immutable": false, "data": {"a": "1"}, "binaryData": {"b": "AP8="}})
+    );
+    let ns = core::Namespace {
+        metadata: Some(ObjectMeta {
+            name: s("team"),
+            ..Default::default()
+        }),
+        spec: Some(core::NamespaceSpec {
+            finalizers: vec!["kubernetes".to_owned()],
+        }),
+        status: Some(core::NamespaceStatus {
+            phase: s(""),
+            conditions: vec![],
+        }),
+    };
+    assert_eq!(
+        decode(&envelope("v1", "Namespace", ns.encode_to_vec())).unwrap(),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"},
+            "spec": {"finalizers": ["kubernetes"]}})
+    );
+}
+
+#[test]
+fn bodies_that_cannot_be_decoded_are_refused_clearly() {
+    // (body, status code, words in the message)
+    let deployment = envelope("apps/v1", "Deployment", vec![]);
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"{\"kind\": \"Service\"}".to_vec(), 400, "k8s envelope"),
+        (b"k8s\x00\xff\xff\xff".to_vec(), 400, "could not be decoded"),
+        (envelope("v1", "Service", vec![0x0a, 0xff]), 400, "could not be decoded"),
+        (deployment, 415, "\"Deployment\""),
+        (envelope("v1", "Pod", vec![]), 415, "application/json"),
+    ];
+    for (body, code, words) in cases {
+        let err = decode(&body).unwrap_err();
+        assert_eq!(err.code, code, "{}", err.message);
+        assert!(err.message.contains(words), "{}", err.message);
+    }
+}
+
+#[test]
+fn times_are_rfc3339_and_go_zero_is_absent() {
+    let t = |seconds, nanos| {
+        time(Some(Time {
+            seconds: Some(seconds),
+            nanos: Some(nanos),
+        }))
+    };
+    assert_eq!(t(1_767_225_600, 0).as_deref(), Some("2026-01-01T00:00:00Z"));
+    assert_eq!(t(-62_135_596_800, 0), None);
+    assert_eq!(t(0, 0), None);
+    assert_eq!(time(None), None);
+}
