@@ -228,7 +228,10 @@ fn check(k: &Kubectl, dir: &Path) {
     k.ok(&["create", "configmap", "late", "--from-literal=a=1"]);
     let watched = watcher.join().unwrap();
     let watched = String::from_utf8_lossy(&watched.stdout);
-    let row = watched.lines().find(|l| l.starts_with("late ")).unwrap_or_default();
+    let row = watched
+        .lines()
+        .find(|l| l.starts_with("late "))
+        .unwrap_or_default();
     assert_eq!(columns(row)[..2], ["late", "1"], "{watched}");
     assert!(watched.starts_with("NAME"), "{watched}");
 
@@ -263,12 +266,25 @@ fn tables(k: &Kubectl) {
     let table = k.ok(&["get", "svc"]);
     assert_eq!(
         columns(table.lines().next().unwrap()),
-        ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"],
+        [
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE"
+        ],
         "{table}"
     );
     assert_eq!(
         row_of(&table, "tables")[..5],
-        ["tables", "LoadBalancer", "10.96.0.20", "<pending>", "80:30080/TCP"]
+        [
+            "tables",
+            "LoadBalancer",
+            "10.96.0.20",
+            "<pending>",
+            "80:30080/TCP"
+        ]
     );
     // The controller's part, written by hand: the address shows in EXTERNAL-IP.
     k.ok(&[
@@ -283,7 +299,16 @@ fn tables(k: &Kubectl) {
     let wide = k.ok(&["get", "svc", "-A", "-o", "wide"]);
     assert_eq!(
         columns(wide.lines().next().unwrap()),
-        ["NAMESPACE", "NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE", "SELECTOR"]
+        [
+            "NAMESPACE",
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE",
+            "SELECTOR"
+        ]
     );
     let row: Vec<&str> = wide
         .lines()
@@ -352,11 +377,23 @@ fn events(k: &Kubectl) {
     );
     // The same object through both groups.
     assert_eq!(
-        k.ok(&["get", "events", "tables.1", "-o", "jsonpath={.message}/{.involvedObject.name}"]),
+        k.ok(&[
+            "get",
+            "events",
+            "tables.1",
+            "-o",
+            "jsonpath={.message}/{.involvedObject.name}"
+        ]),
         "assigned 198.18.0.200/tables"
     );
     assert_eq!(
-        k.ok(&["get", "events.events.k8s.io", "tables.1", "-o", "jsonpath={.note}/{.regarding.name}"]),
+        k.ok(&[
+            "get",
+            "events.events.k8s.io",
+            "tables.1",
+            "-o",
+            "jsonpath={.note}/{.regarding.name}"
+        ]),
         "assigned 198.18.0.200/tables"
     );
 }
@@ -371,16 +408,44 @@ fn generators(k: &Kubectl) {
         "LoadBalancer 80 8080 gen"
     );
     k.ok(&["create", "namespace", "team"]);
-    k.ok(&["create", "configmap", "settings", "-n", "team", "--from-literal=a=1"]);
+    k.ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "-n",
+        "team",
+        "--from-literal=a=1",
+    ]);
     assert_eq!(
-        k.ok(&["get", "cm", "settings", "-n", "team", "-o", "jsonpath={.data.a}"]),
+        k.ok(&[
+            "get",
+            "cm",
+            "settings",
+            "-n",
+            "team",
+            "-o",
+            "jsonpath={.data.a}"
+        ]),
         "1"
     );
     assert!(k
-        .ok(&["expose", "service", "gen", "--name=gen-copy", "--port=81", "--target-port=8080"])
+        .ok(&[
+            "expose",
+            "service",
+            "gen",
+            "--name=gen-copy",
+            "--port=81",
+            "--target-port=8080"
+        ])
         .contains("service/gen-copy exposed"));
     assert_eq!(
-        k.ok(&["get", "svc", "gen-copy", "-o", "jsonpath={.spec.ports[0].port} {.spec.selector.app}"]),
+        k.ok(&[
+            "get",
+            "svc",
+            "gen-copy",
+            "-o",
+            "jsonpath={.spec.ports[0].port} {.spec.selector.app}"
+        ]),
         "81 gen"
     );
     // Deployments are not served: the lab has no workload controllers, and says so.

@@ -17,7 +17,10 @@ use std::process::Command;
 
 /// The project's venv (`make deps`) when there is one, else `python3` from PATH.
 fn python() -> Option<PathBuf> {
-    let venv = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv/bin/python"));
+    let venv = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../.venv/bin/python"
+    ));
     let python = if venv.exists() {
         venv
     } else {
@@ -84,7 +87,10 @@ async fn the_python_client_sees_a_cluster() {
     let server = LabApiServer::builder().start().await.unwrap();
     let client = server.client().unwrap();
     let request = http::Request::post("/api/v1/namespaces/default/services")
-        .header(http::header::CONTENT_TYPE, "application/vnd.kubernetes.protobuf")
+        .header(
+            http::header::CONTENT_TYPE,
+            "application/vnd.kubernetes.protobuf",
+        )
         .header(
             http::header::ACCEPT,
             "application/vnd.kubernetes.protobuf,application/json",

@@ -8,7 +8,10 @@
 use super::error::ApiError;
 use base64::Engine;
 use chrono::{DateTime, SecondsFormat};
+use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
+use k8s_pb::api::discovery::v1 as discovery;
+use k8s_pb::api::events::v1 as events;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
@@ -24,6 +27,11 @@ pub const DECODED_KINDS: &[(&str, &str)] = &[
     ("v1", "Service"),
     ("v1", "ConfigMap"),
     ("v1", "Namespace"),
+    ("v1", "Endpoints"),
+    ("v1", "Event"),
+    ("discovery.k8s.io/v1", "EndpointSlice"),
+    ("coordination.k8s.io/v1", "Lease"),
+    ("events.k8s.io/v1", "Event"),
 ];
 
 const MAGIC: &[u8] = b"k8s\x00";
@@ -60,6 +68,19 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         }
         ("v1", "Namespace") => {
             namespace(core::Namespace::decode(raw.as_slice()).map_err(undecodable)?)
+        }
+        ("v1", "Endpoints") => {
+            endpoints(core::Endpoints::decode(raw.as_slice()).map_err(undecodable)?)
+        }
+        ("v1", "Event") => core_event(core::Event::decode(raw.as_slice()).map_err(undecodable)?),
+        ("discovery.k8s.io/v1", "EndpointSlice") => {
+            endpoint_slice(discovery::EndpointSlice::decode(raw.as_slice()).map_err(undecodable)?)
+        }
+        ("coordination.k8s.io/v1", "Lease") => {
+            lease(coordination::Lease::decode(raw.as_slice()).map_err(undecodable)?)
+        }
+        ("events.k8s.io/v1", "Event") => {
+            new_event(events::Event::decode(raw.as_slice()).map_err(undecodable)?)
         }
         _ => {
             let kinds: Vec<String> = DECODED_KINDS
@@ -159,6 +180,12 @@ fn timestamp(seconds: Option<i64>, nanos: Option<i32>, format: SecondsFormat) ->
     }
     let t = DateTime::from_timestamp(seconds, u32::try_from(nanos).unwrap_or_default())?;
     Some(t.to_rfc3339_opts(format, true))
+}
+
+/// `metav1.MicroTime` as RFC 3339 with microseconds.
+fn micro_time(t: Option<meta::MicroTime>) -> Option<String> {
+    let meta::MicroTime { seconds, nanos } = t?;
+    timestamp(seconds, nanos, SecondsFormat::Micros)
 }
 
 fn int_or_string(v: Option<IntOrString>) -> Value {
@@ -340,7 +367,10 @@ fn service_spec(s: core::ServiceSpec) -> Value {
         .nested("sessionAffinityConfig", affinity)
         .strings("ipFamilies", ip_families)
         .some("ipFamilyPolicy", ip_family_policy)
-        .some("allocateLoadBalancerNodePorts", allocate_load_balancer_node_ports)
+        .some(
+            "allocateLoadBalancerNodePorts",
+            allocate_load_balancer_node_ports,
+        )
         .some("loadBalancerClass", load_balancer_class)
         .some("internalTrafficPolicy", internal_traffic_policy)
         .some("trafficDistribution", traffic_distribution)
@@ -406,7 +436,10 @@ fn lb_ingress(i: core::LoadBalancerIngress) -> Value {
         .text("ip", ip)
         .text("hostname", hostname)
         .some("ipMode", ip_mode)
-        .nested("ports", Value::Array(ports.into_iter().map(port_status).collect()))
+        .nested(
+            "ports",
+            Value::Array(ports.into_iter().map(port_status).collect()),
+        )
         .done()
 }
 
@@ -469,6 +502,315 @@ fn namespace(n: core::Namespace) -> Value {
         .nested("metadata", object_meta(metadata))
         .nested("spec", spec)
         .nested("status", status)
+        .done()
+}
+
+fn object_reference(r: core::ObjectReference) -> Value {
+    let core::ObjectReference {
+        kind,
+        namespace,
+        name,
+        uid,
+        api_version,
+        resource_version,
+        field_path,
+    } = r;
+    Fields::default()
+        .text("kind", kind)
+        .text("namespace", namespace)
+        .text("name", name)
+        .text("uid", uid)
+        .text("apiVersion", api_version)
+        .text("resourceVersion", resource_version)
+        .text("fieldPath", field_path)
+        .done()
+}
+
+fn endpoints(e: core::Endpoints) -> Value {
+    let core::Endpoints { metadata, subsets } = e;
+    let address = |a: core::EndpointAddress| {
+        let core::EndpointAddress {
+            ip,
+            hostname,
+            node_name,
+            target_ref,
+        } = a;
+        Fields::default()
+            .some("ip", ip)
+            .text("hostname", hostname)
+            .some("nodeName", node_name)
+            .nested(
+                "targetRef",
+                target_ref.map_or(Value::Null, object_reference),
+            )
+            .done()
+    };
+    let port = |p: core::EndpointPort| {
+        let core::EndpointPort {
+            name,
+            port,
+            protocol,
+            app_protocol,
+        } = p;
+        Fields::default()
+            .text("name", name)
+            .some("port", port)
+            .text("protocol", protocol)
+            .some("appProtocol", app_protocol)
+            .done()
+    };
+    let subset = |s: core::EndpointSubset| {
+        let core::EndpointSubset {
+            addresses,
+            not_ready_addresses,
+            ports,
+        } = s;
+        Fields::default()
+            .nested(
+                "addresses",
+                Value::Array(addresses.into_iter().map(address).collect()),
+            )
+            .nested(
+                "notReadyAddresses",
+                Value::Array(not_ready_addresses.into_iter().map(address).collect()),
+            )
+            .nested("ports", Value::Array(ports.into_iter().map(port).collect()))
+            .done()
+    };
+    Fields::default()
+        .nested("metadata", object_meta(metadata))
+        .nested(
+            "subsets",
+            Value::Array(subsets.into_iter().map(subset).collect()),
+        )
+        .done()
+}
+
+fn event_source(s: Option<core::EventSource>) -> Value {
+    let core::EventSource { component, host } = s.unwrap_or_default();
+    Fields::default()
+        .text("component", component)
+        .text("host", host)
+        .done()
+}
+
+fn core_event(e: core::Event) -> Value {
+    let core::Event {
+        metadata,
+        involved_object,
+        reason,
+        message,
+        source,
+        first_timestamp,
+        last_timestamp,
+        count,
+        r#type,
+        event_time,
+        series,
+        action,
+        related,
+        reporting_component,
+        reporting_instance,
+    } = e;
+    let series = series.map_or(Value::Null, |s| {
+        let core::EventSeries {
+            count,
+            last_observed_time,
+        } = s;
+        Fields::default()
+            .int("count", count.map(i64::from))
+            .some("lastObservedTime", micro_time(last_observed_time))
+            .done()
+    });
+    let mut out = Fields::default()
+        .nested("metadata", object_meta(metadata))
+        .text("reason", reason)
+        .text("message", message)
+        .some("firstTimestamp", time(first_timestamp))
+        .some("lastTimestamp", time(last_timestamp))
+        .int("count", count.map(i64::from))
+        .text("type", r#type)
+        .some("eventTime", micro_time(event_time))
+        .nested("series", series)
+        .text("action", action)
+        .nested("related", related.map_or(Value::Null, object_reference))
+        .some("reportingComponent", reporting_component)
+        .some("reportingInstance", reporting_instance);
+    // Struct fields Go always encodes.
+    out.0.insert(
+        "involvedObject".to_owned(),
+        object_reference(involved_object.unwrap_or_default()),
+    );
+    out.0.insert("source".to_owned(), event_source(source));
+    out.done()
+}
+
+fn new_event(e: events::Event) -> Value {
+    let events::Event {
+        metadata,
+        event_time,
+        series,
+        reporting_controller,
+        reporting_instance,
+        action,
+        reason,
+        regarding,
+        related,
+        note,
+        r#type,
+        deprecated_source,
+        deprecated_first_timestamp,
+        deprecated_last_timestamp,
+        deprecated_count,
+    } = e;
+    let series = series.map_or(Value::Null, |s| {
+        let events::EventSeries {
+            count,
+            last_observed_time,
+        } = s;
+        Fields::default()
+            .some("count", count)
+            .some("lastObservedTime", micro_time(last_observed_time))
+            .done()
+    });
+    let mut out = Fields::default()
+        .nested("metadata", object_meta(metadata))
+        .some("eventTime", micro_time(event_time))
+        .nested("series", series)
+        .text("reportingController", reporting_controller)
+        .text("reportingInstance", reporting_instance)
+        .text("action", action)
+        .text("reason", reason)
+        .nested("related", related.map_or(Value::Null, object_reference))
+        .text("note", note)
+        .text("type", r#type)
+        .some("deprecatedFirstTimestamp", time(deprecated_first_timestamp))
+        .some("deprecatedLastTimestamp", time(deprecated_last_timestamp))
+        .int("deprecatedCount", deprecated_count.map(i64::from));
+    out.0.insert(
+        "regarding".to_owned(),
+        object_reference(regarding.unwrap_or_default()),
+    );
+    out.0.insert(
+        "deprecatedSource".to_owned(),
+        event_source(deprecated_source),
+    );
+    out.done()
+}
+
+fn endpoint_slice(s: discovery::EndpointSlice) -> Value {
+    let discovery::EndpointSlice {
+        metadata,
+        address_type,
+        endpoints,
+        ports,
+    } = s;
+    let endpoint = |e: discovery::Endpoint| {
+        let discovery::Endpoint {
+            addresses,
+            conditions,
+            hostname,
+            target_ref,
+            deprecated_topology,
+            node_name,
+            zone,
+            hints,
+        } = e;
+        // A struct in Go: always encoded, `{}` when empty.
+        let conditions = conditions.map_or(json!({}), |c| {
+            let discovery::EndpointConditions {
+                ready,
+                serving,
+                terminating,
+            } = c;
+            Fields::default()
+                .some("ready", ready)
+                .some("serving", serving)
+                .some("terminating", terminating)
+                .done()
+        });
+        let hints = hints.map_or(Value::Null, |h| {
+            let discovery::EndpointHints {
+                for_zones,
+                for_nodes,
+            } = h;
+            let zones: Vec<Value> = for_zones
+                .into_iter()
+                .map(|discovery::ForZone { name }| Fields::default().some("name", name).done())
+                .collect();
+            let nodes: Vec<Value> = for_nodes
+                .into_iter()
+                .map(|discovery::ForNode { name }| Fields::default().some("name", name).done())
+                .collect();
+            Fields::default()
+                .nested("forZones", Value::Array(zones))
+                .nested("forNodes", Value::Array(nodes))
+                .done()
+        });
+        let mut out = Fields::default()
+            .some("addresses", Some(json!(addresses)))
+            .some("hostname", hostname)
+            .nested(
+                "targetRef",
+                target_ref.map_or(Value::Null, object_reference),
+            )
+            .map("deprecatedTopology", deprecated_topology)
+            .some("nodeName", node_name)
+            .some("zone", zone)
+            .nested("hints", hints);
+        out.0.insert("conditions".to_owned(), conditions);
+        out.done()
+    };
+    let port = |p: discovery::EndpointPort| {
+        let discovery::EndpointPort {
+            name,
+            protocol,
+            port,
+            app_protocol,
+        } = p;
+        Fields::default()
+            .some("name", name)
+            .some("protocol", protocol)
+            .some("port", port)
+            .some("appProtocol", app_protocol)
+            .done()
+    };
+    Fields::default()
+        .nested("metadata", object_meta(metadata))
+        .some("addressType", address_type)
+        .some(
+            "endpoints",
+            Some(Value::Array(endpoints.into_iter().map(endpoint).collect())),
+        )
+        .nested("ports", Value::Array(ports.into_iter().map(port).collect()))
+        .done()
+}
+
+fn lease(l: coordination::Lease) -> Value {
+    let coordination::Lease { metadata, spec } = l;
+    let spec = spec.map_or(Value::Null, |s| {
+        let coordination::LeaseSpec {
+            holder_identity,
+            lease_duration_seconds,
+            acquire_time,
+            renew_time,
+            lease_transitions,
+            strategy,
+            preferred_holder,
+        } = s;
+        Fields::default()
+            .some("holderIdentity", holder_identity)
+            .some("leaseDurationSeconds", lease_duration_seconds)
+            .some("acquireTime", micro_time(acquire_time))
+            .some("renewTime", micro_time(renew_time))
+            .some("leaseTransitions", lease_transitions)
+            .some("strategy", strategy)
+            .some("preferredHolder", preferred_holder)
+            .done()
+    });
+    Fields::default()
+        .nested("metadata", object_meta(metadata))
+        .nested("spec", spec)
         .done()
 }
 

@@ -2,6 +2,9 @@
 //! keeps.
 
 use super::*;
+use k8s_pb::api::{
+    coordination::v1 as coordination, discovery::v1 as discovery, events::v1 as events,
+};
 use k8s_pb::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
@@ -248,7 +251,11 @@ fn bodies_that_cannot_be_decoded_are_refused_clearly() {
     let cases: Vec<(Vec<u8>, u16, &str)> = vec![
         (b"{\"kind\": \"Service\"}".to_vec(), 400, "k8s envelope"),
         (b"k8s\x00\xff\xff\xff".to_vec(), 400, "could not be decoded"),
-        (envelope("v1", "Service", vec![0x0a, 0xff]), 400, "could not be decoded"),
+        (
+            envelope("v1", "Service", vec![0x0a, 0xff]),
+            400,
+            "could not be decoded",
+        ),
         (deployment, 415, "\"Deployment\""),
         (envelope("v1", "Pod", vec![]), 415, "application/json"),
     ];
@@ -271,4 +278,205 @@ fn times_are_rfc3339_and_go_zero_is_absent() {
     assert_eq!(t(-62_135_596_800, 0), None);
     assert_eq!(t(0, 0), None);
     assert_eq!(time(None), None);
+}
+
+fn micro(seconds: i64, nanos: i32) -> Option<meta::MicroTime> {
+    Some(meta::MicroTime {
+        seconds: Some(seconds),
+        nanos: Some(nanos),
+    })
+}
+
+fn named(name: &str) -> Option<ObjectMeta> {
+    Some(ObjectMeta {
+        name: s(name),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn leases_as_go_leader_election_writes_them() {
+    let lease = coordination::Lease {
+        metadata: named("berth-controller"),
+        spec: Some(coordination::LeaseSpec {
+            holder_identity: s("controller-0"),
+            lease_duration_seconds: Some(15),
+            acquire_time: micro(1_767_225_600, 123_456_000),
+            renew_time: micro(1_767_225_601, 0),
+            lease_transitions: Some(0),
+            strategy: None,
+            preferred_holder: None,
+        }),
+    };
+    let body = envelope("coordination.k8s.io/v1", "Lease", lease.encode_to_vec());
+    assert_eq!(
+        decode(&body).unwrap(),
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "berth-controller"},
+            "spec": {"holderIdentity": "controller-0", "leaseDurationSeconds": 15,
+                "acquireTime": "2026-01-01T00:00:00.123456Z", "renewTime": "2026-01-01T00:00:01.000000Z",
+                "leaseTransitions": 0}})
+    );
+}
+
+#[test]
+fn endpoints_and_slices() {
+    let target = || {
+        Some(core::ObjectReference {
+            kind: s("Pod"),
+            name: s("web-1"),
+            namespace: s("default"),
+            uid: s(""),
+            ..Default::default()
+        })
+    };
+    let ep = core::Endpoints {
+        metadata: named("web"),
+        subsets: vec![core::EndpointSubset {
+            addresses: vec![core::EndpointAddress {
+                ip: s("10.244.1.5"),
+                hostname: s(""),
+                node_name: s("n1"),
+                target_ref: target(),
+            }],
+            not_ready_addresses: vec![],
+            ports: vec![core::EndpointPort {
+                name: s("http"),
+                port: Some(8080),
+                protocol: s("TCP"),
+                app_protocol: None,
+            }],
+        }],
+    };
+    assert_eq!(
+        decode(&envelope("v1", "Endpoints", ep.encode_to_vec())).unwrap(),
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web"},
+            "subsets": [{"addresses": [{"ip": "10.244.1.5", "nodeName": "n1",
+                    "targetRef": {"kind": "Pod", "name": "web-1", "namespace": "default"}}],
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}]})
+    );
+    let slice = discovery::EndpointSlice {
+        metadata: named("web-abc"),
+        address_type: s("IPv4"),
+        endpoints: vec![
+            discovery::Endpoint {
+                addresses: vec!["10.244.1.5".to_owned()],
+                conditions: Some(discovery::EndpointConditions {
+                    ready: Some(false),
+                    serving: Some(true),
+                    terminating: Some(true),
+                }),
+                hostname: None,
+                target_ref: target(),
+                deprecated_topology: BTreeMap::new(),
+                node_name: s("n1"),
+                zone: s("a"),
+                hints: Some(discovery::EndpointHints {
+                    for_zones: vec![discovery::ForZone { name: s("a") }],
+                    for_nodes: vec![],
+                }),
+            },
+            discovery::Endpoint {
+                addresses: vec!["10.244.2.5".to_owned()],
+                ..Default::default()
+            },
+        ],
+        ports: vec![discovery::EndpointPort {
+            name: s(""),
+            protocol: s("TCP"),
+            port: Some(8080),
+            app_protocol: None,
+        }],
+    };
+    assert_eq!(
+        decode(&envelope(
+            "discovery.k8s.io/v1",
+            "EndpointSlice",
+            slice.encode_to_vec()
+        ))
+        .unwrap(),
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-abc"}, "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.244.1.5"],
+                    "conditions": {"ready": false, "serving": true, "terminating": true},
+                    "targetRef": {"kind": "Pod", "name": "web-1", "namespace": "default"},
+                    "nodeName": "n1", "zone": "a", "hints": {"forZones": [{"name": "a"}]}},
+                {"addresses": ["10.244.2.5"], "conditions": {}}
+            ],
+            "ports": [{"name": "", "protocol": "TCP", "port": 8080}]})
+    );
+}
+
+#[test]
+fn events_of_both_groups() {
+    let old = core::Event {
+        metadata: named("web.1"),
+        involved_object: Some(core::ObjectReference {
+            kind: s("Service"),
+            name: s("web"),
+            ..Default::default()
+        }),
+        reason: s("Ensured"),
+        message: s("done"),
+        source: Some(core::EventSource {
+            component: s("ccm"),
+            host: s(""),
+        }),
+        first_timestamp: Some(Time {
+            seconds: Some(1_767_225_600),
+            nanos: Some(0),
+        }),
+        last_timestamp: None,
+        count: Some(1),
+        r#type: s("Normal"),
+        event_time: micro(-62_135_596_800, 0),
+        series: None,
+        action: s(""),
+        related: None,
+        reporting_component: s(""),
+        reporting_instance: s(""),
+    };
+    assert_eq!(
+        decode(&envelope("v1", "Event", old.encode_to_vec())).unwrap(),
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "web.1"},
+            "involvedObject": {"kind": "Service", "name": "web"}, "reason": "Ensured",
+            "message": "done", "source": {"component": "ccm"},
+            "firstTimestamp": "2026-01-01T00:00:00Z", "count": 1, "type": "Normal",
+            "reportingComponent": "", "reportingInstance": ""})
+    );
+    let new = events::Event {
+        metadata: named("web.2"),
+        event_time: micro(1_767_225_600, 5_000),
+        series: Some(events::EventSeries {
+            count: Some(2),
+            last_observed_time: micro(1_767_225_660, 0),
+        }),
+        reporting_controller: s("berth.dev/controller"),
+        reporting_instance: s("controller-0"),
+        action: s("Allocate"),
+        reason: s("IPAllocated"),
+        regarding: Some(core::ObjectReference {
+            kind: s("Service"),
+            name: s("web"),
+            ..Default::default()
+        }),
+        related: None,
+        note: s("assigned"),
+        r#type: s("Normal"),
+        deprecated_source: None,
+        deprecated_first_timestamp: None,
+        deprecated_last_timestamp: None,
+        deprecated_count: Some(0),
+    };
+    assert_eq!(
+        decode(&envelope("events.k8s.io/v1", "Event", new.encode_to_vec())).unwrap(),
+        json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "web.2"},
+            "eventTime": "2026-01-01T00:00:00.000005Z",
+            "series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"},
+            "reportingController": "berth.dev/controller", "reportingInstance": "controller-0",
+            "action": "Allocate", "reason": "IPAllocated",
+            "regarding": {"kind": "Service", "name": "web"}, "note": "assigned", "type": "Normal",
+            "deprecatedSource": {}})
+    );
 }
