@@ -5,6 +5,7 @@
 //! Everything here is pure: the HTTP layer passes the objects and the time.
 
 pub mod age;
+mod pod;
 pub mod printers;
 
 use super::error::ApiError;
@@ -227,7 +228,7 @@ impl Layout {
     ) -> Value {
         let mut row = json!({"cells": self.cells(stored, shown, now)});
         if self == &Self::BuiltIn(Printer::Pod) {
-            if let Some(conditions) = printers::pod_row_conditions(stored) {
+            if let Some(conditions) = pod::pod_row_conditions(stored) {
                 row["conditions"] = conditions;
             }
         }

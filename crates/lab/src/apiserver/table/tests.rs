@@ -239,10 +239,10 @@ fn pod_readiness_gates_and_finished_rows() {
         json!({"phase": "Running", "conditions": [{"type": "a", "status": "True"}, {"type": "b", "status": "False"}]}),
     );
     assert_eq!(cells(Printer::Pod, obj.clone())[8], json!("1/2"));
-    assert!(printers::pod_row_conditions(&obj).is_none());
+    assert!(super::pod::pod_row_conditions(&obj).is_none());
     let done = pod(json!({}), json!({"phase": "Succeeded"}));
     assert_eq!(
-        printers::pod_row_conditions(&done).unwrap()[0]["type"],
+        super::pod::pod_row_conditions(&done).unwrap()[0]["type"],
         "Completed"
     );
 }
