@@ -317,6 +317,8 @@ fn tables(k: &Kubectl) {
         .unwrap_or_else(|| panic!("no row tables in\n{wide}"));
     assert_eq!(row[4], "198.18.0.200", "{wide}");
     assert_eq!(row[7], "app=tables", "{wide}");
+    let all = k.ok(&["get", "all"]);
+    assert!(all.contains("service/tables"), "{all}");
     let namespaces = k.ok(&["get", "namespaces"]);
     assert_eq!(row_of(&namespaces, "kube-system")[1], "Active");
 
@@ -375,6 +377,9 @@ fn events(k: &Kubectl) {
         line.contains("berth.dev/controller") && line.contains("assigned 198.18.0.200"),
         "{described}"
     );
+    // `kubectl events` reads core Events and prints them itself.
+    let for_svc = k.ok(&["events", "--for", "service/tables"]);
+    assert!(for_svc.contains("IPAllocated"), "{for_svc}");
     // The same object through both groups.
     assert_eq!(
         k.ok(&[

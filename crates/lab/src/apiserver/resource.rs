@@ -193,7 +193,13 @@ pub fn built_ins() -> Vec<ResourceInfo> {
             namespaced: b.namespaced,
             status_subresource: b.status,
             short_names: b.short.iter().map(|s| (*s).to_owned()).collect(),
-            categories: Vec::new(),
+            // `kubectl get all` asks for the kinds in the category "all"; of the served ones,
+            // upstream puts Pods and Services there.
+            categories: if matches!(b.plural, "pods" | "services") && b.group.is_empty() {
+                vec!["all".to_owned()]
+            } else {
+                Vec::new()
+            },
             schema: Schema::BuiltIn,
             printer_columns: Vec::new(),
         })
@@ -339,6 +345,16 @@ mod tests {
                 "versions": [version, {"name": "v0", "served": false}]
             }
         })
+    }
+
+    #[test]
+    fn pods_and_services_are_in_the_category_all() {
+        let all: Vec<String> = built_ins()
+            .into_iter()
+            .filter(|r| r.categories.contains(&"all".to_owned()))
+            .map(|r| r.plural)
+            .collect();
+        assert_eq!(all, ["services", "pods"]);
     }
 
     #[test]
