@@ -235,6 +235,10 @@ pub async fn handle(
                     let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
                     Ok(table_response(&info, &[&obj], meta, api_version, include))
                 }
+                Wanted::Metadata { api_version } => Ok(json_response(
+                    StatusCode::OK,
+                    &table::partial_metadata(&obj, api_version),
+                )),
             }
         }
         (Method::GET, None) => {
@@ -342,18 +346,31 @@ fn list(
         }
         store.list(info, ns, q)?
     };
-    if let Wanted::Table {
-        api_version,
-        include,
-    } = wanted
-    {
-        let objs: Vec<&Obj> = page.items.iter().map(|s| &s.obj).collect();
-        let meta = list_meta(
+    let meta = || {
+        list_meta(
             page.resource_version,
             page.continue_token.as_deref(),
             page.remaining,
-        );
-        return Ok(table_response(info, &objs, meta, api_version, include));
+        )
+    };
+    match wanted {
+        Wanted::Json => {}
+        Wanted::Table {
+            api_version,
+            include,
+        } => {
+            let objs: Vec<&Obj> = page.items.iter().map(|s| &s.obj).collect();
+            return Ok(table_response(info, &objs, meta(), api_version, include));
+        }
+        Wanted::Metadata { api_version } => {
+            let items = page
+                .items
+                .iter()
+                .map(|s| table::partial_metadata(&s.obj, api_version))
+                .collect();
+            let list = table::partial_metadata_list(items, api_version, meta());
+            return Ok(json_response(StatusCode::OK, &list));
+        }
     }
     Ok(list_response(
         info,

@@ -5,7 +5,7 @@ use super::verbs::build_table;
 use super::{ApiError, App};
 use crate::apiserver::resource::ResourceInfo;
 use crate::apiserver::store::ListQuery;
-use crate::apiserver::table::{IncludeObject, Wanted};
+use crate::apiserver::table::{partial_metadata, IncludeObject, Wanted};
 use crate::apiserver::watch::{project, EventType};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -164,6 +164,9 @@ async fn run(
                     api_version,
                     include,
                 } => table_line(&info, "ADDED", &stored.obj, api_version, include),
+                Wanted::Metadata { api_version } => {
+                    event_line("ADDED", &partial_metadata(&stored.obj, api_version))
+                }
             }))
             .await
             .is_err()
@@ -214,6 +217,12 @@ async fn run(
                         api_version,
                         include,
                     } => table_line(&info, kind.as_str(), shown, api_version, include),
+                    Wanted::Metadata { api_version } => {
+                        let mut partial = partial_metadata(shown, api_version);
+                        // Leaving a selection is reported at this change's version.
+                        partial["metadata"]["resourceVersion"] = json!(change.rv.to_string());
+                        event_line(kind.as_str(), &partial)
+                    }
                 };
                 if tx.send(Ok(line)).await.is_err() {
                     return;

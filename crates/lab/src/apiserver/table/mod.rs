@@ -109,9 +109,15 @@ pub enum Wanted {
         api_version: &'static str,
         include: IncludeObject,
     },
+    /// Only the metadata of each object (`as=PartialObjectMetadata` and `...List`), what kube-rs's
+    /// `list_metadata` and `watch_metadata` ask for.
+    Metadata {
+        /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`.
+        api_version: &'static str,
+    },
 }
 
-const ACCEPTED: &str = "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=Table;v=v1beta1;g=meta.k8s.io";
+const ACCEPTED: &str = "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=Table;v=v1beta1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
 
 /// The first media range of `Accept` that the lab can answer, in the client's order. None
 /// acceptable (protobuf only, say) is 406, as upstream.
@@ -142,22 +148,26 @@ pub fn negotiate(accept: Option<&str>, include_object: Option<&str>) -> Result<W
         if !json_media {
             continue;
         }
-        match (
-            params.get("as").and_then(Value::as_str),
-            params.get("g"),
-            params.get("v"),
-        ) {
-            (None, _, _) => return Ok(Wanted::Json),
-            (Some("Table"), Some(g), Some(v)) if g == "meta.k8s.io" => {
-                let api_version = match v.as_str() {
-                    Some("v1") => "meta.k8s.io/v1",
-                    Some("v1beta1") => "meta.k8s.io/v1beta1",
-                    _ => continue,
-                };
+        let Some(target) = params.get("as").and_then(Value::as_str) else {
+            return Ok(Wanted::Json);
+        };
+        if params.get("g").and_then(Value::as_str) != Some("meta.k8s.io") {
+            continue;
+        }
+        let api_version = match params.get("v").and_then(Value::as_str) {
+            Some("v1") => "meta.k8s.io/v1",
+            Some("v1beta1") => "meta.k8s.io/v1beta1",
+            _ => continue,
+        };
+        match target {
+            "Table" => {
                 return Ok(Wanted::Table {
                     api_version,
                     include,
-                });
+                })
+            }
+            "PartialObjectMetadata" | "PartialObjectMetadataList" => {
+                return Ok(Wanted::Metadata { api_version })
             }
             _ => continue,
         }
@@ -234,14 +244,22 @@ impl Layout {
         }
         match include {
             IncludeObject::None => {}
-            IncludeObject::Metadata => {
-                row["object"] = json!({"kind": "PartialObjectMetadata",
-                    "apiVersion": table_api_version, "metadata": shown["metadata"]});
-            }
+            IncludeObject::Metadata => row["object"] = partial_metadata(shown, table_api_version),
             IncludeObject::Object => row["object"] = shown.clone(),
         }
         row
     }
+}
+
+/// An object reduced to its metadata, as `PartialObjectMetadata` of `api_version` (meta.k8s.io).
+pub fn partial_metadata(obj: &Value, api_version: &str) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": obj["metadata"]})
+}
+
+/// A `PartialObjectMetadataList`; `metadata` is the list's.
+pub fn partial_metadata_list(items: Vec<Value>, api_version: &str, metadata: Value) -> Value {
+    json!({"kind": "PartialObjectMetadataList", "apiVersion": api_version, "metadata": metadata,
+        "items": items})
 }
 
 /// A Table of `rows`; `metadata` is the list's (resourceVersion, continue, remainingItemCount).

@@ -583,11 +583,22 @@ fn negotiation_follows_the_clients_order() {
             Err(406),
         ),
         (
-            Some(
-                "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json",
-            ),
+            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+            Ok(Wanted::Metadata {
+                api_version: "meta.k8s.io/v1",
+            }),
+        ),
+        (
+            Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1"),
+            Ok(Wanted::Metadata {
+                api_version: "meta.k8s.io/v1beta1",
+            }),
+        ),
+        (
+            Some("application/json;as=APIGroupDiscoveryList;v=v2;g=apidiscovery.k8s.io,application/json"),
             Ok(Wanted::Json),
         ),
+        (Some("application/json;as=Table;v=v1;g=example.com"), Err(406)),
         (
             Some("application/json, application/json;as=Table;v=v1;g=meta.k8s.io"),
             Ok(Wanted::Json),
