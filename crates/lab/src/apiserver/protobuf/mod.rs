@@ -7,6 +7,7 @@
 
 mod event;
 mod kinds;
+mod node;
 
 use super::error::ApiError;
 use chrono::{DateTime, SecondsFormat};
@@ -32,6 +33,7 @@ pub const DECODED_KINDS: &[(&str, &str)] = &[
     ("v1", "ConfigMap"),
     ("v1", "Namespace"),
     ("v1", "Endpoints"),
+    ("v1", "Node"),
     ("v1", "Event"),
     ("discovery.k8s.io/v1", "EndpointSlice"),
     ("coordination.k8s.io/v1", "Lease"),
@@ -73,6 +75,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         ("v1", "Namespace") => {
             namespace(core::Namespace::decode(raw.as_slice()).map_err(undecodable)?)
         }
+        ("v1", "Node") => node::node(core::Node::decode(raw.as_slice()).map_err(undecodable)?),
         ("v1", "Endpoints") => {
             endpoints(core::Endpoints::decode(raw.as_slice()).map_err(undecodable)?)
         }

@@ -480,3 +480,97 @@ fn events_of_both_groups() {
             "deprecatedSource": {}})
     );
 }
+
+#[test]
+fn nodes_as_a_kubelet_reports_them() {
+    use k8s_pb::apimachinery::pkg::api::resource::Quantity;
+    let q = |s: &str| Quantity {
+        string: Some(s.to_owned()),
+    };
+    let node = core::Node {
+        metadata: named("n1"),
+        spec: Some(core::NodeSpec {
+            pod_cidr: s("10.244.1.0/24"),
+            pod_cid_rs: vec!["10.244.1.0/24".to_owned()],
+            provider_id: s("aws:///eu-west-1a/i-0123"),
+            unschedulable: Some(false),
+            taints: vec![core::Taint {
+                key: s("node.kubernetes.io/not-ready"),
+                value: s(""),
+                effect: s("NoSchedule"),
+                time_added: None,
+            }],
+            config_source: None,
+            external_id: s(""),
+        }),
+        status: Some(core::NodeStatus {
+            capacity: [("cpu".to_owned(), q("4")), ("memory".to_owned(), q("8Gi"))].into(),
+            allocatable: [("pods".to_owned(), q("110"))].into(),
+            phase: s(""),
+            conditions: vec![core::NodeCondition {
+                r#type: s("Ready"),
+                status: s("True"),
+                last_heartbeat_time: Some(Time {
+                    seconds: Some(1_767_225_600),
+                    nanos: Some(0),
+                }),
+                last_transition_time: None,
+                reason: s("KubeletReady"),
+                message: s(""),
+            }],
+            addresses: vec![core::NodeAddress {
+                r#type: s("InternalIP"),
+                address: s("198.18.0.11"),
+            }],
+            daemon_endpoints: Some(core::NodeDaemonEndpoints {
+                kubelet_endpoint: Some(core::DaemonEndpoint { port: Some(10250) }),
+            }),
+            node_info: Some(core::NodeSystemInfo {
+                kubelet_version: s("v1.34.0"),
+                operating_system: s("linux"),
+                swap: Some(core::NodeSwapStatus { capacity: Some(0) }),
+                ..Default::default()
+            }),
+            images: vec![core::ContainerImage {
+                names: vec!["echo:1".to_owned()],
+                size_bytes: Some(1024),
+            }],
+            volumes_in_use: vec![],
+            volumes_attached: vec![],
+            config: None,
+            runtime_handlers: vec![core::NodeRuntimeHandler {
+                name: s(""),
+                features: Some(core::NodeRuntimeHandlerFeatures {
+                    recursive_read_only_mounts: Some(true),
+                    user_namespaces: Some(false),
+                }),
+            }],
+            features: Some(core::NodeFeatures {
+                supplemental_groups_policy: Some(true),
+            }),
+            declared_features: vec![],
+        }),
+    };
+    assert_eq!(
+        decode(&envelope("v1", "Node", node.encode_to_vec())).unwrap(),
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+        "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"],
+            "providerID": "aws:///eu-west-1a/i-0123",
+            "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "8Gi"}, "allocatable": {"pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True",
+                "lastHeartbeatTime": "2026-01-01T00:00:00Z", "reason": "KubeletReady"}],
+            "addresses": [{"type": "InternalIP", "address": "198.18.0.11"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "v1.34.0",
+                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "",
+                "swap": {"capacity": 0}},
+            "images": [{"names": ["echo:1"], "sizeBytes": 1024}],
+            "runtimeHandlers": [{"name": "", "features": {"recursiveReadOnlyMounts": true,
+                "userNamespaces": false}}],
+            "features": {"supplementalGroupsPolicy": true}
+        }})
+    );
+}
