@@ -8,7 +8,7 @@ mod common;
 
 use berth_lab::LabApiServer;
 use k8s_pb::api::core::v1 as pb;
-use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_pb::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use prost::Message;
@@ -64,12 +64,17 @@ fn protobuf_service(name: &str) -> Vec<u8> {
         }),
         status: None,
     };
+    envelope("v1", "Service", svc.encode_to_vec())
+}
+
+/// A message in the `k8s\0` + `runtime.Unknown` envelope.
+fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
     let envelope = Unknown {
         type_meta: Some(TypeMeta {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Service".to_owned()),
+            api_version: Some(api_version.to_owned()),
+            kind: Some(kind.to_owned()),
         }),
-        raw: Some(svc.encode_to_vec()),
+        raw: Some(raw),
         content_encoding: None,
         content_type: None,
     };
@@ -117,6 +122,33 @@ async fn the_python_client_sees_a_cluster() {
         "{script} failed:\nstdout: {stdout}\nstderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // Go clients delete with protobuf DeleteOptions: a wrong uid precondition is a conflict.
+    for (uid, code) in [
+        ("not-its-uid", 409),
+        (created["metadata"]["uid"].as_str().unwrap(), 200),
+    ] {
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let request = http::Request::delete("/api/v1/namespaces/default/services/proto")
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/vnd.kubernetes.protobuf",
+            )
+            .body(envelope("v1", "DeleteOptions", opts.encode_to_vec()))
+            .unwrap();
+        match client.request::<serde_json::Value>(request).await {
+            Ok(_) => assert_eq!(code, 200),
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, code, "{status:?}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -192,20 +192,22 @@ pub async fn handle(
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
         query.get("includeObject").map(String::as_str),
     )?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     let mut body = body;
-    if matches!(method, Method::POST | Method::PUT) {
-        let content_type = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json");
-        if content_type.starts_with(protobuf::PROTOBUF) {
-            // Decoded once into the JSON every other path reads.
-            body = Bytes::from(protobuf::decode(&body)?.to_string());
-        } else if !content_type.starts_with("application/json")
-            && !content_type.starts_with("application/yaml")
-        {
-            return Err(ApiError::unsupported_body(content_type));
-        }
+    if matches!(method, Method::POST | Method::PUT | Method::DELETE)
+        && content_type.starts_with(protobuf::PROTOBUF)
+        && !body.is_empty()
+    {
+        // Decoded once into the JSON every other path reads.
+        body = Bytes::from(protobuf::decode(&body)?.to_string());
+    } else if matches!(method, Method::POST | Method::PUT)
+        && !content_type.starts_with("application/json")
+        && !content_type.starts_with("application/yaml")
+    {
+        return Err(ApiError::unsupported_body(content_type));
     }
     let mutating = matches!(
         method,

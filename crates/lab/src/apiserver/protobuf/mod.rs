@@ -89,13 +89,17 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         ("events.k8s.io/v1", "Event") => {
             new_event(events::Event::decode(raw.as_slice()).map_err(undecodable)?)
         }
+        // Go's typed clients send their delete options in the client's group-version.
+        (_, "DeleteOptions") => {
+            delete_options(meta::DeleteOptions::decode(raw.as_slice()).map_err(undecodable)?)
+        }
         _ => {
             let kinds: Vec<String> = DECODED_KINDS
                 .iter()
                 .map(|(v, k)| format!("{k} ({v})"))
                 .collect();
             return Err(ApiError::unsupported_protobuf(&format!(
-                "the lab decodes protobuf bodies of {} only, not {kind:?} ({api_version:?}); send it as application/json",
+                "the lab decodes protobuf bodies of {} and DeleteOptions only, not {kind:?} ({api_version:?}); send it as application/json",
                 kinds.join(", ")
             )));
         }
@@ -308,6 +312,38 @@ pub(super) fn condition(c: meta::Condition) -> Value {
         .some("lastTransitionTime", time(last_transition_time))
         .some("reason", reason)
         .some("message", message)
+        .done()
+}
+
+fn delete_options(d: meta::DeleteOptions) -> Value {
+    let meta::DeleteOptions {
+        grace_period_seconds,
+        preconditions,
+        orphan_dependents,
+        propagation_policy,
+        dry_run,
+        ignore_store_read_error_with_cluster_breaking_potential,
+    } = d;
+    let preconditions = preconditions.map_or(Value::Null, |p| {
+        let meta::Preconditions {
+            uid,
+            resource_version,
+        } = p;
+        Fields::default()
+            .some("uid", uid)
+            .some("resourceVersion", resource_version)
+            .done()
+    });
+    Fields::default()
+        .some("gracePeriodSeconds", grace_period_seconds)
+        .nested("preconditions", preconditions)
+        .some("orphanDependents", orphan_dependents)
+        .some("propagationPolicy", propagation_policy)
+        .strings("dryRun", dry_run)
+        .some(
+            "ignoreStoreReadErrorWithClusterBreakingPotential",
+            ignore_store_read_error_with_cluster_breaking_potential,
+        )
         .done()
 }
 

@@ -574,3 +574,30 @@ fn nodes_as_a_kubelet_reports_them() {
         }})
     );
 }
+
+#[test]
+fn delete_options_in_any_group_version() {
+    let opts = meta::DeleteOptions {
+        grace_period_seconds: Some(0),
+        preconditions: Some(meta::Preconditions {
+            uid: s("u1"),
+            resource_version: None,
+        }),
+        orphan_dependents: None,
+        propagation_policy: s("Background"),
+        dry_run: vec![],
+        ignore_store_read_error_with_cluster_breaking_potential: None,
+    };
+    for api_version in ["v1", "coordination.k8s.io/v1", "meta.k8s.io/v1"] {
+        assert_eq!(
+            decode(&envelope(
+                api_version,
+                "DeleteOptions",
+                opts.encode_to_vec()
+            ))
+            .unwrap(),
+            json!({"apiVersion": api_version, "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+                "preconditions": {"uid": "u1"}, "propagationPolicy": "Background"})
+        );
+    }
+}
