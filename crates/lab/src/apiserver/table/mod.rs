@@ -122,15 +122,14 @@ const ACCEPTED: &str = "only the following media types are accepted: application
 /// The first media range of `Accept` that the lab can answer, in the client's order. None
 /// acceptable (protobuf only, say) is 406, as upstream.
 pub fn negotiate(accept: Option<&str>, include_object: Option<&str>) -> Result<Wanted, ApiError> {
-    let include = match include_object.unwrap_or_default() {
-        "" | "Metadata" => IncludeObject::Metadata,
-        "None" => IncludeObject::None,
-        "Object" => IncludeObject::Object,
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "includeObject: unsupported value {other:?}: must be one of None, Metadata, Object"
-            )))
-        }
+    // Read only for Tables, as upstream reads it only into its table options.
+    let include = || match include_object.unwrap_or_default() {
+        "" | "Metadata" => Ok(IncludeObject::Metadata),
+        "None" => Ok(IncludeObject::None),
+        "Object" => Ok(IncludeObject::Object),
+        other => Err(ApiError::bad_request(format!(
+            "includeObject: unsupported value {other:?}: must be one of None, Metadata, Object"
+        ))),
     };
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Ok(Wanted::Json);
@@ -163,7 +162,7 @@ pub fn negotiate(accept: Option<&str>, include_object: Option<&str>) -> Result<W
             "Table" => {
                 return Ok(Wanted::Table {
                     api_version,
-                    include,
+                    include: include()?,
                 })
             }
             "PartialObjectMetadata" | "PartialObjectMetadataList" => {

@@ -616,6 +616,11 @@ fn negotiation_follows_the_clients_order() {
         }
     );
     assert_eq!(negotiate(Some(KUBECTL), Some("All")).unwrap_err().code, 400);
+    assert_eq!(
+        negotiate(Some("application/json"), Some("All")).unwrap(),
+        Wanted::Json,
+        "only Tables read includeObject"
+    );
 }
 
 #[test]
