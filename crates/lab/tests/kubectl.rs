@@ -260,7 +260,7 @@ fn row_of<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
 fn tables(k: &Kubectl) {
     let svc = k.manifest(
         "tables.yaml",
-        "apiVersion: v1\nkind: Service\nmetadata:\n  name: tables\nspec:\n  type: LoadBalancer\n  clusterIP: 10.96.0.20\n  clusterIPs: [10.96.0.20]\n  selector:\n    app: tables\n  ports:\n  - port: 80\n    nodePort: 30080\n",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: tables\n  labels:\n    app: tables\nspec:\n  type: LoadBalancer\n  clusterIP: 10.96.0.20\n  clusterIPs: [10.96.0.20]\n  selector:\n    app: tables\n  ports:\n  - port: 80\n    nodePort: 30080\n",
     );
     k.ok(&["create", "-f", &svc]);
     let table = k.ok(&["get", "svc"]);
@@ -317,6 +317,13 @@ fn tables(k: &Kubectl) {
         .unwrap_or_else(|| panic!("no row tables in\n{wide}"));
     assert_eq!(row[4], "198.18.0.200", "{wide}");
     assert_eq!(row[7], "app=tables", "{wide}");
+    // Label columns and sorting read the object each row carries.
+    let labelled = k.ok(&["get", "svc", "-L", "app", "--sort-by=.metadata.name"]);
+    assert!(
+        labelled.lines().next().unwrap().ends_with("APP"),
+        "{labelled}"
+    );
+    assert_eq!(row_of(&labelled, "tables").last(), Some(&"tables"));
     let all = k.ok(&["get", "all"]);
     assert!(all.contains("service/tables"), "{all}");
     let namespaces = k.ok(&["get", "namespaces"]);
