@@ -219,7 +219,7 @@ async fn run(
                     } => table_line(&info, kind.as_str(), shown, api_version, include),
                     Wanted::Metadata { api_version } => {
                         let mut partial = partial_metadata(shown, api_version);
-                        // Leaving a selection is reported at this change's version.
+                        // Every event carries its change's version, where a resumed watch starts.
                         partial["metadata"]["resourceVersion"] = json!(change.rv.to_string());
                         event_line(kind.as_str(), &partial)
                     }
