@@ -1,0 +1,47 @@
+//! The provider's metrics (prefix `berth_aws_`), registered into the binary's one registry.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub operation: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Default)]
+pub struct AwsMetrics {
+    calls: Family<CallLabels, Counter>,
+    swept: Counter,
+}
+
+impl AwsMetrics {
+    /// Registers `berth_aws_calls_total{operation,outcome}` (throttles are `outcome="throttled"`)
+    /// and `berth_aws_swept_resources_total`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = AwsMetrics::default();
+        registry.register(
+            "berth_aws_calls",
+            "ELBv2 API calls by operation and outcome",
+            m.calls.clone(),
+        );
+        registry.register(
+            "berth_aws_swept_resources",
+            "Leaked load balancers and target groups removed by the sweep",
+            m.swept.clone(),
+        );
+        m
+    }
+
+    pub fn call(&self, operation: &'static str, outcome: &'static str) {
+        self.calls
+            .get_or_create(&CallLabels { operation, outcome })
+            .inc();
+    }
+
+    pub fn swept(&self, n: u64) {
+        self.swept.inc_by(n);
+    }
+}
