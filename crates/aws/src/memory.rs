@@ -77,6 +77,32 @@ const MUTATING: [&str; 15] = [
     "RemoveTags",
 ];
 
+/// Every operation berth calls.
+pub const ALL_OPERATIONS: [&str; 22] = [
+    "DescribeLoadBalancers",
+    "DescribeTargetGroups",
+    "DescribeTags",
+    "DescribeListeners",
+    "DescribeTargetHealth",
+    "DescribeLoadBalancerAttributes",
+    "DescribeTargetGroupAttributes",
+    "CreateLoadBalancer",
+    "CreateTargetGroup",
+    "CreateListener",
+    "SetSubnets",
+    "ModifyLoadBalancerAttributes",
+    "ModifyTargetGroup",
+    "ModifyTargetGroupAttributes",
+    "ModifyListener",
+    "RegisterTargets",
+    "DeregisterTargets",
+    "DeleteListener",
+    "DeleteLoadBalancer",
+    "DeleteTargetGroup",
+    "AddTags",
+    "RemoveTags",
+];
+
 /// Whether an ELBv2 operation changes anything.
 pub fn is_mutating(operation: &str) -> bool {
     MUTATING.contains(&operation)

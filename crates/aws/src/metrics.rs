@@ -41,6 +41,34 @@ impl AwsMetrics {
             .inc();
     }
 
+    /// Calls made so far with this operation and outcome.
+    pub fn count(&self, operation: &'static str, outcome: &'static str) -> u64 {
+        self.calls
+            .get_or_create(&CallLabels { operation, outcome })
+            .get()
+    }
+
+    /// Calls made so far, all operations and outcomes.
+    pub fn total(&self) -> u64 {
+        crate::memory::ALL_OPERATIONS
+            .iter()
+            .flat_map(|op| {
+                ["success", "not_found", "throttled", "error"].map(|o| self.count(op, o))
+            })
+            .sum()
+    }
+
+    /// Mutating calls made so far.
+    pub fn mutating(&self) -> u64 {
+        crate::memory::ALL_OPERATIONS
+            .iter()
+            .filter(|op| crate::memory::is_mutating(op))
+            .flat_map(|op| {
+                ["success", "not_found", "throttled", "error"].map(|o| self.count(op, o))
+            })
+            .sum()
+    }
+
     pub fn swept(&self, n: u64) {
         self.swept.inc_by(n);
     }

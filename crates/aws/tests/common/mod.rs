@@ -2,6 +2,8 @@
 //! instances they name.
 #![allow(dead_code)]
 
+pub mod moto;
+
 use std::collections::BTreeMap;
 
 use berth_aws::{MemoryElbv2, NodeFacts, PortFacts, ProviderConfig, ServiceFacts};
