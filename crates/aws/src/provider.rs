@@ -90,6 +90,24 @@ pub struct NlbProvider<C> {
     /// much time has passed (or a sweep saw one of its resources vanish).
     verify_after: Duration,
     converged: Mutex<HashMap<String, Converged>>,
+    /// Services with an ensure under way: the sweep leaves their target groups alone, since a
+    /// new one has no listener until the ensure reaches it.
+    in_flight: Mutex<BTreeSet<String>>,
+}
+
+/// Marks a Service in flight for as long as it lives.
+struct InFlight<'a> {
+    set: &'a Mutex<BTreeSet<String>>,
+    key: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
 }
 
 fn fingerprint(stack: &Stack) -> u64 {
@@ -118,6 +136,7 @@ impl<C: Elbv2> NlbProvider<C> {
             config,
             verify_after,
             converged: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -149,6 +168,7 @@ impl<C: Elbv2> NlbProvider<C> {
     ) -> Result<Ensured, Error> {
         let stack = build_stack(svc, nodes, ip_targets, &self.config)?;
         let key = stack.service.clone();
+        let _in_flight = self.start(&key);
         let print = fingerprint(&stack);
         if let Some(c) = self.cache().get(&key) {
             if c.fingerprint == print && c.at.elapsed() < self.verify_after {
@@ -211,6 +231,17 @@ impl<C: Elbv2> NlbProvider<C> {
         })
     }
 
+    fn start(&self, key: &str) -> InFlight<'_> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string());
+        InFlight {
+            set: &self.in_flight,
+            key: key.to_string(),
+        }
+    }
+
     /// Removes everything the Service has in AWS and confirms that nothing is left. Works
     /// from the Service's last known state, even if its annotations no longer model.
     pub async fn delete(
@@ -219,6 +250,7 @@ impl<C: Elbv2> NlbProvider<C> {
         known_arn: Option<&str>,
     ) -> Result<usize, Error> {
         let key = svc.key();
+        let _in_flight = self.start(&key);
         self.forget(&key);
         let tg_names: Vec<String> = build_stack(svc, &[], &IpTargets::new(), &self.config)
             .map(|s| s.target_groups.values().map(|t| t.name.clone()).collect())
@@ -566,10 +598,27 @@ impl<C: Elbv2> NlbProvider<C> {
                 }
             }
         }
+        let in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let wanted: BTreeSet<String> = self
+            .cache()
+            .values()
+            .flat_map(|c| c.tg_arns.iter().cloned())
+            .collect();
         for tg in &tgs {
             if let Some(service) = service_of(&tg.arn) {
-                if !live.contains(&service) {
-                    tracing::info!(arn = %tg.arn, %service, "sweeping a target group whose Service is gone");
+                // A target group of a live Service that no listener uses and no converged
+                // model wants: left over from a port that went away while its load balancer
+                // was gone (deleted behind berth's back, or replaced).
+                let orphan = live.contains(&service)
+                    && tg.load_balancer_arns.is_empty()
+                    && !in_flight.contains(&service)
+                    && !wanted.contains(&tg.arn);
+                if !live.contains(&service) || orphan {
+                    tracing::info!(arn = %tg.arn, %service, orphan, "sweeping a target group");
                     found(self.client.delete_target_group(tg.arn.clone()).await)?;
                     swept.target_groups.push(tg.arn.clone());
                 }
