@@ -18,8 +18,8 @@ pub struct AwsMetrics {
 }
 
 impl AwsMetrics {
-    /// Registers `berth_aws_calls_total{operation,outcome}` (throttles are `outcome="throttled"`)
-    /// and `berth_aws_swept_resources_total`.
+    /// Registers `calls_total{operation,outcome}` (throttles are `outcome="throttled"`) and
+    /// `swept_resources_total` into `registry` (the binary's `berth_aws_` sub-registry).
     pub fn register(registry: &mut Registry) -> Self {
         let m = AwsMetrics::default();
         registry.register(

@@ -83,12 +83,14 @@ impl SdkElbv2 {
         limits: RateLimits,
         metrics: Arc<AwsMetrics>,
     ) -> Self {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).retry_config(
-            aws_config::retry::RetryConfig::standard()
-                .with_max_attempts(5)
-                .with_initial_backoff(std::time::Duration::from_millis(200))
-                .with_max_backoff(std::time::Duration::from_secs(20)),
-        );
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .http_client(https_client())
+            .retry_config(
+                aws_config::retry::RetryConfig::standard()
+                    .with_max_attempts(5)
+                    .with_initial_backoff(std::time::Duration::from_millis(200))
+                    .with_max_backoff(std::time::Duration::from_secs(20)),
+            );
         if let Some(url) = endpoint_url {
             loader = loader.endpoint_url(url);
         }
@@ -113,6 +115,16 @@ impl SdkElbv2 {
         };
         self.metrics.call(operation, outcome);
     }
+}
+
+/// The SDK's HTTPS client on rustls with ring, the crypto kube's client uses too: one rustls
+/// provider per process, so neither client has to pick one at run time.
+pub fn https_client() -> elbv2::config::SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
 }
 
 fn api_error<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(

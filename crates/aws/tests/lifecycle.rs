@@ -3,6 +3,8 @@
 //! without memory, the next successful ensure leaves exactly the model in AWS, and the one
 //! after it changes nothing.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -1,5 +1,7 @@
 //! The desired model from Services: names, annotations, ports, health checks, targets.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeSet;

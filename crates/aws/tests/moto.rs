@@ -6,6 +6,8 @@
 //! Needs `moto_server` (`make deps` puts it in `.venv`): without it the test says so and
 //! passes, except under `CI=true` or `BERTH_REQUIRE_ROOT=1`, where it fails.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,9 +40,12 @@ fn nodes(moto: &Moto, n: usize) -> Vec<NodeFacts> {
 
 /// Everything in moto tagged with this cluster, by Service: (load balancers, target groups,
 /// listener ports, targets per target group).
+/// A target group as the test checks it: name, port, health-check protocol, `id:port` targets.
+type SeenTargetGroup = (String, u16, HcProtocol, BTreeSet<String>);
+
 struct Ours {
     lbs: BTreeMap<String, Vec<(String, Scheme)>>,
-    tgs: BTreeMap<String, Vec<(String, u16, HcProtocol, BTreeSet<String>)>>,
+    tgs: BTreeMap<String, Vec<SeenTargetGroup>>,
     listeners: BTreeMap<String, Vec<u16>>,
 }
 

@@ -1,6 +1,8 @@
 //! The provider against the in-memory ELBv2, which enforces what AWS enforces: create,
 //! update, replace, delete, drift, leaks, foreign resources, and a crash at every call.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeSet;

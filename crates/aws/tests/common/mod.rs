@@ -1,6 +1,6 @@
 //! Builders shared by the provider's tests: a Service, nodes and a fake with the subnets and
 //! instances they name.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 pub mod moto;
 

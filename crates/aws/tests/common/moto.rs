@@ -116,6 +116,7 @@ impl Moto {
             .behavior_version(elbv2::config::BehaviorVersion::latest())
             .region(elbv2::config::Region::new("us-east-1"))
             .credentials_provider(creds)
+            .http_client(berth_aws::sdk::https_client())
             .endpoint_url(&self.url)
             .build();
         let metrics = Arc::new(AwsMetrics::default());
