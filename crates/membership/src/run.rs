@@ -92,13 +92,14 @@ impl Membership {
         tracing::info!(node = %node, membership = config.enabled(), endpoint = ?endpoint, "agent liveness starting");
 
         let renewer_stop = CancellationToken::new();
-        let renewer = tokio::spawn(renew_lease(
+        // Aborted if this future is dropped: a Lease must not outlive its agent's liveness.
+        let mut renewer = AbortOnDrop(tokio::spawn(renew_lease(
             leases.clone(),
             node.clone(),
             config.clone(),
             endpoint,
             renewer_stop.clone(),
-        ));
+        )));
 
         let mut state = LoopState {
             node: node.clone(),
@@ -156,7 +157,7 @@ impl Membership {
         // Stop: withdraw, delete the Lease first, then leave SWIM.
         state.publish(swim.as_ref(), true);
         renewer_stop.cancel();
-        if let Err(err) = renewer.await {
+        if let Err(err) = (&mut renewer.0).await {
             tracing::warn!(error = %err, "the Lease renewer stopped abnormally");
         }
         let name = lease_names::agent_lease_name(&node);
@@ -274,6 +275,14 @@ async fn renew_lease(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
