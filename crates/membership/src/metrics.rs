@@ -47,10 +47,9 @@ impl Default for MembershipMetrics {
 }
 
 impl MembershipMetrics {
-    /// Registers under `registry` (the caller's `berth_` registry, or a sub-registry of it)
-    /// as `membership_*`.
-    pub fn register(&self, registry: &mut Registry) {
-        let membership = registry.sub_registry_with_prefix("membership");
+    /// Registers into `registry`, which the caller prefixes (`berth_membership_` from the
+    /// process registry's `sub_registry("membership")`).
+    pub fn register(&self, membership: &mut Registry) {
         membership.register(
             "changes",
             "Nodes entering (up) or leaving (down) the set of live agents",
@@ -119,7 +118,7 @@ mod tests {
     fn every_metric_is_registered_under_the_membership_prefix() {
         let metrics = MembershipMetrics::default();
         let mut registry = Registry::with_prefix("berth");
-        metrics.register(&mut registry);
+        metrics.register(registry.sub_registry_with_prefix("membership"));
         metrics.change(true, 2);
         metrics.refuse(Refusal::BadTag);
         metrics.detection.observe(0.7);

@@ -64,7 +64,7 @@ impl Membership {
         &self.metrics
     }
 
-    /// Registers `membership_*` into the caller's registry.
+    /// Registers the metrics into `registry`, which the caller prefixes (`berth_membership_`).
     pub fn register_metrics(&self, registry: &mut Registry) {
         self.metrics.register(registry);
     }
