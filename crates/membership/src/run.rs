@@ -23,13 +23,17 @@ use crate::config::MembershipConfig;
 use crate::frame::{Key, MAX_DATAGRAM};
 use crate::identity::Peer;
 use crate::lease::{build_lease, LeaseView};
-use crate::live::{compute_live, live_set, Mode, PeerFacts, SelfHold, SwimState};
+use crate::live::{compute_live, live_set, LeaseState, Mode, PeerFacts, SelfHold, SwimState};
 use crate::metrics::MembershipMetrics;
 use crate::swim::{Outgoing, Swim, SwimEvent};
 use crate::Error;
 
 /// The set of nodes whose agents are live now, this node included when it counts itself.
 pub type LiveNodes = Arc<BTreeSet<String>>;
+
+/// How often peers with a fresh Lease that SWIM does not count alive are asked to let this
+/// node join.
+const REJOIN_PERIOD: Duration = Duration::from_secs(1);
 
 /// How long a stopping agent waits for the API server to delete its Lease.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -40,6 +44,7 @@ pub struct Membership {
     client: Client,
     live: watch::Sender<LiveNodes>,
     metrics: MembershipMetrics,
+    socket: Option<std::net::UdpSocket>,
 }
 
 impl Membership {
@@ -55,8 +60,16 @@ impl Membership {
             client,
             live,
             metrics: MembershipMetrics::default(),
+            socket: None,
         };
         (membership, receiver)
+    }
+
+    /// Uses `socket` (bound by the caller, e.g. inside another network namespace) instead of
+    /// binding the configured address. Its address is advertised unless one is configured.
+    pub fn with_socket(mut self, socket: std::net::UdpSocket) -> Self {
+        self.socket = Some(socket);
+        self
     }
 
     /// The metrics, shared with the run loop.
@@ -77,13 +90,14 @@ impl Membership {
             client,
             live,
             metrics,
+            socket,
         } = self;
         let node = config.node_name().to_string();
         let leases: Api<Lease> = Api::namespaced(client.clone(), config.lease_namespace());
 
         let (socket, mut swim) = match config.key() {
             Some(key) if config.enabled() => {
-                let (socket, swim) = open_swim(&config, key, &client).await?;
+                let (socket, swim) = open_swim(&config, key, &client, socket).await?;
                 (Some(socket), Some(swim))
             }
             _ => (None, None),
@@ -119,6 +133,8 @@ impl Membership {
             .default_backoff()
             .boxed();
         let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+        let mut rejoin = tokio::time::interval(REJOIN_PERIOD);
+        rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let result = loop {
             let now = Instant::now();
             let wake = state.next_wake(swim.as_ref(), now);
@@ -140,6 +156,11 @@ impl Membership {
                     }
                     Err(err) => tracing::warn!(error = %err, "receiving membership datagrams"),
                 },
+                _ = rejoin.tick(), if swim.is_some() => {
+                    if let Some(swim) = swim.as_mut() {
+                        state.announce_to_unreached(swim);
+                    }
+                }
                 () = tokio::time::sleep_until(wake.into()) => {
                     if let Some(swim) = swim.as_mut() {
                         swim.fire_due(Instant::now());
@@ -151,7 +172,17 @@ impl Membership {
                 send_all(socket.as_ref(), out).await;
                 state.on_swim_events(events);
             }
-            state.publish(swim.as_ref(), false);
+            if state.publish(swim.as_ref(), false) {
+                if let Some(swim) = swim.as_mut().filter(|s| s.has_members()) {
+                    tracing::warn!(
+                        "cut off from the other agents; SWIM starts over as a new identity"
+                    );
+                    swim.restart();
+                    state.announce_to_unreached(swim);
+                    let (out, _) = swim.drain(unix_micros());
+                    send_all(socket.as_ref(), out).await;
+                }
+            }
         };
 
         // Stop: withdraw, delete the Lease first, then leave SWIM.
@@ -191,8 +222,27 @@ async fn open_swim(
     config: &MembershipConfig,
     key: &Key,
     client: &Client,
+    given: Option<std::net::UdpSocket>,
 ) -> Result<(UdpSocket, Swim), Error> {
-    let bind = config.bind();
+    let socket = match given {
+        Some(socket) => {
+            let addr = socket.local_addr().unwrap_or(config.bind());
+            socket
+                .set_nonblocking(true)
+                .and_then(|()| UdpSocket::from_std(socket))
+                .map_err(|source| Error::Bind { addr, source })?
+        }
+        None => UdpSocket::bind(config.bind())
+            .await
+            .map_err(|source| Error::Bind {
+                addr: config.bind(),
+                source,
+            })?,
+    };
+    let bind = socket.local_addr().map_err(|source| Error::Bind {
+        addr: config.bind(),
+        source,
+    })?;
     let advertise = match config.advertise_address() {
         Some(address) => address,
         None if !bind.ip().is_unspecified() => bind.ip(),
@@ -214,16 +264,9 @@ async fn open_swim(
             })?
         }
     };
-    let socket = UdpSocket::bind(bind)
-        .await
-        .map_err(|source| Error::Bind { addr: bind, source })?;
-    let port = socket
-        .local_addr()
-        .map_err(|source| Error::Bind { addr: bind, source })?
-        .port();
     let me = Peer {
         node: config.node_name().to_string(),
-        addr: SocketAddr::new(advertise, port),
+        addr: SocketAddr::new(advertise, bind.port()),
         generation: unix_micros() / 1000,
     };
     let swim = Swim::new(me, config.foca_config(), key.clone(), config.clock_window());
@@ -332,6 +375,23 @@ impl LoopState {
         }
     }
 
+    /// Announces to every peer whose Lease is fresh but whom SWIM does not count alive.
+    fn announce_to_unreached(&self, swim: &mut Swim) {
+        let now_ms = unix_millis();
+        let now = Instant::now();
+        let unreached: Vec<(String, SocketAddr)> = self
+            .view
+            .nodes()
+            .filter(|node| *node != self.node)
+            .filter(|node| self.view.state(node, now_ms) == LeaseState::Fresh)
+            .filter(|node| swim.state(node) != SwimState::Alive)
+            .filter_map(|node| Some((node.to_string(), self.view.endpoint(node)?)))
+            .collect();
+        for (node, endpoint) in unreached {
+            swim.announce(Peer::from_lease(node, endpoint), now);
+        }
+    }
+
     fn on_swim_events(&mut self, events: Vec<SwimEvent>) {
         for event in events {
             match event {
@@ -369,9 +429,11 @@ impl LoopState {
     }
 
     /// Computes the set and publishes it when it changed; `stopping` withdraws this node.
-    fn publish(&mut self, swim: Option<&Swim>, stopping: bool) {
+    /// Returns whether this node is on the losing side of a split (SWIM on, its Lease there,
+    /// yet not eligible).
+    fn publish(&mut self, swim: Option<&Swim>, stopping: bool) -> bool {
         if !self.listed {
-            return;
+            return false;
         }
         let now_ms = unix_millis();
         let mut peers: BTreeMap<String, PeerFacts> = BTreeMap::new();
@@ -393,12 +455,11 @@ impl LoopState {
             }
         }
         peers.remove(&self.node);
-        let verdict = compute_live(
-            self.mode,
-            &self.node,
-            self.view.state(&self.node, now_ms),
-            &peers,
-        );
+        let own_lease = self.view.state(&self.node, now_ms);
+        let verdict = compute_live(self.mode, &self.node, own_lease, &peers);
+        let cut_off = self.mode == Mode::Membership
+            && own_lease != LeaseState::Absent
+            && !verdict.self_eligible;
         let eligible = verdict.self_eligible && !stopping;
         let self_live = self.hold.observe(eligible, Instant::now());
         let set = live_set(verdict, &self.node, self_live);
@@ -420,6 +481,7 @@ impl LoopState {
             *current = Arc::new(set);
             true
         });
+        cut_off
     }
 }
 

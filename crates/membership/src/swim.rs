@@ -37,6 +37,7 @@ type Engine = Foca<Peer, PostcardCodec, StdRng, NoCustomBroadcast>;
 
 pub struct Swim {
     foca: Engine,
+    config: foca::Config,
     runtime: AccumulatingRuntime<Peer>,
     key: Key,
     stamper: Stamper,
@@ -53,7 +54,8 @@ impl Swim {
     pub fn new(me: Peer, config: foca::Config, key: Key, clock_window: Duration) -> Self {
         let rng: StdRng = rand_foca::make_rng();
         Swim {
-            foca: Foca::new(me, config, rng, PostcardCodec),
+            foca: Foca::new(me, config.clone(), rng, PostcardCodec),
+            config,
             runtime: AccumulatingRuntime::new(),
             key,
             stamper: Stamper::default(),
@@ -127,6 +129,28 @@ impl Swim {
             }
             self.collect(now);
         }
+    }
+
+    /// Starts SWIM over as a new identity that knows nobody, keeping what it last knew of each
+    /// peer until SWIM says otherwise. For a node that found itself cut off: its own verdicts
+    /// from the cut (everyone else down) must not spread when the network heals, or every
+    /// peer would have to rejoin.
+    pub fn restart(&mut self) {
+        let me = self.foca.identity();
+        let renewed = Peer {
+            node: me.node.clone(),
+            addr: me.addr,
+            generation: me.generation.saturating_add(1),
+        };
+        let rng: StdRng = rand_foca::make_rng();
+        self.foca = Foca::new(renewed, self.config.clone(), rng, PostcardCodec);
+        self.runtime = AccumulatingRuntime::new();
+        self.timers.clear();
+    }
+
+    /// Whether this node's SWIM currently knows any peer as alive or suspect.
+    pub fn has_members(&self) -> bool {
+        self.foca.num_members() > 0
     }
 
     /// Tells a few peers this node is leaving, so they see it down at once.
