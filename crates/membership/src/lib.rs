@@ -53,6 +53,13 @@
 //!   taken over when its Lease expires, not within a second. A node that neither renews its
 //!   own Lease nor reaches any peer is cut off from everything and withdraws; a lone node
 //!   keeps answering when the API server is down, and so does a cluster whose SWIM works.
+//! - **A healed split does not ripple.** In SWIM a down verdict is final for an identity, so
+//!   the verdicts a cut-off node reached alone (everyone else down) would, once the LAN heals,
+//!   force every healthy peer to rejoin and start its hold over: a gap for every address. So
+//!   a node that finds itself on the losing side discards its SWIM state and starts over as a
+//!   new identity that knows nobody (it keeps its own record of who was down, so it stays
+//!   withdrawn); peers with fresh Leases that SWIM does not count alive are asked to let it
+//!   join every second.
 //! - **Never two answers after a return.** A node that (re)gains liveness — at start, after a
 //!   rejoin, when a partition heals — counts itself only after the takeover hold (300 ms)
 //!   without a break, while its peers count it as soon as they hear it. So the node handing

@@ -148,9 +148,9 @@ impl Swim {
         self.timers.clear();
     }
 
-    /// Whether this node's SWIM currently knows any peer as alive or suspect.
+    /// Whether this node's SWIM holds any verdict about a peer (alive, suspect or down).
     pub fn has_members(&self) -> bool {
-        self.foca.num_members() > 0
+        self.foca.iter_membership_state().len() > 0
     }
 
     /// Tells a few peers this node is leaving, so they see it down at once.

@@ -132,6 +132,7 @@ async fn a_node_cut_off_from_the_lan_withdraws_and_returns_only_after_its_peers_
     })
     .await;
 
+    let cut = Instant::now();
     // node1 loses the LAN; the API server (on loopback in the root namespace) stays reachable,
     // so every Lease stays fresh.
     let node1_netns = topo.netns("node1").unwrap().to_string();
@@ -175,6 +176,14 @@ async fn a_node_cut_off_from_the_lan_withdraws_and_returns_only_after_its_peers_
             !(node1_counts_itself && a_peer_does_not),
             "node1 counted itself before its peers did: {log:?}"
         );
+    }
+
+    // The majority never stopped counting itself: node1's view from the cut (everyone else
+    // down) did not spread when the LAN healed, so no peer had to rejoin and start over.
+    for (at, node, set) in &log {
+        if *at > cut && node != "node1" {
+            assert!(set.contains(node), "{node} withdrew: {log:?}");
+        }
     }
 
     for stop in stops {
