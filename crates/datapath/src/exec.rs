@@ -40,6 +40,9 @@ impl Backend {
 
 #[derive(Debug, Clone)]
 pub struct CommandIptables {
+    backend: Backend,
+    /// Whether the commands are iptables-nft, once asked.
+    nft_based: Option<bool>,
     iptables: String,
     restore: String,
     save: String,
@@ -59,6 +62,8 @@ impl CommandIptables {
         };
         let base = format!("{family_base}{}", backend.suffix());
         CommandIptables {
+            backend,
+            nft_based: None,
             restore: format!("{base}-restore"),
             save: format!("{base}-save"),
             iptables: base,
@@ -235,6 +240,18 @@ impl Iptables for CommandIptables {
             None,
         )?;
         Ok(output.status.success())
+    }
+
+    fn restore_lists_first(&mut self) -> bool {
+        let backend = self.backend;
+        *self.nft_based.get_or_insert_with(|| match backend {
+            Backend::Nft => true,
+            Backend::Legacy => false,
+            // `iptables -V` prints "(nf_tables)" or "(legacy)".
+            Backend::System => run(None, "iptables", &["-V".to_string()], None)
+                .map(|out| String::from_utf8_lossy(&out.stdout).contains("nf_tables"))
+                .unwrap_or(false),
+        })
     }
 
     fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), Error> {

@@ -279,7 +279,8 @@ impl NftRuleset {
                     out.services.insert(key, NftChain::new(Table::Nat, &target));
                 }
                 for (key, target) in converted.node_ports {
-                    out.node_ports.insert(key, NftChain::new(Table::Nat, &target));
+                    out.node_ports
+                        .insert(key, NftChain::new(Table::Nat, &target));
                 }
                 out.chains
                     .insert(NftChain::new(*table, chain), converted.rules);
@@ -440,9 +441,10 @@ fn element_text(element: &Element, with_target: bool) -> String {
             format!("{addr} . {} . {port}", iptables_protocol(*proto)),
             Some(target),
         ),
-        Element::NodePort((proto, port), target) => {
-            (format!("{} . {port}", iptables_protocol(*proto)), Some(target))
-        }
+        Element::NodePort((proto, port), target) => (
+            format!("{} . {port}", iptables_protocol(*proto)),
+            Some(target),
+        ),
         Element::Canary => ("1".to_string(), None),
     };
     match (with_target, target) {
@@ -508,10 +510,20 @@ fn match_text(family: IpFamily, m: &Match) -> Option<String> {
     Some(match m {
         Match::Comment(_) => return None,
         Match::Source { net, negated } => {
-            format!("{} saddr {}{}", addr_keyword(net), op(*negated), net_text(net))
+            format!(
+                "{} saddr {}{}",
+                addr_keyword(net),
+                op(*negated),
+                net_text(net)
+            )
         }
         Match::Destination { net, negated } => {
-            format!("{} daddr {}{}", addr_keyword(net), op(*negated), net_text(net))
+            format!(
+                "{} daddr {}{}",
+                addr_keyword(net),
+                op(*negated),
+                net_text(net)
+            )
         }
         Match::Protocol(p) => format!("meta l4proto {}", iptables_protocol(*p)),
         Match::DestPort(PortMatch::Single(port)) => format!("th dport {port}"),

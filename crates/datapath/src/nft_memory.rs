@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset};
 use crate::nft::{
-    affinity_refs, command_text, rule_jump, Command, Element, Hook, NftChain, NftRule,
-    NodePortKey, ServiceKey, Transaction,
+    affinity_refs, command_text, rule_jump, Command, Element, Hook, NftChain, NftRule, NodePortKey,
+    ServiceKey, Transaction,
 };
 use crate::nft_sync::Nft;
 use crate::Error;
@@ -176,9 +176,7 @@ impl MemoryNft {
                 }
                 let previous = match element {
                     Element::Service(key, target) => table.services.insert(*key, target.clone()),
-                    Element::NodePort(key, target) => {
-                        table.node_ports.insert(*key, target.clone())
-                    }
+                    Element::NodePort(key, target) => table.node_ports.insert(*key, target.clone()),
                     Element::Canary => {
                         table.canary = true;
                         None

@@ -137,13 +137,17 @@ impl<N: Nft> NftSyncer<N> {
         self.applied = None;
     }
 
-    /// Applies `rs` in full. Any failure makes the next sync full too.
+    /// Applies `rs`, diffing every chain against the last successful sync (a full sync when
+    /// one is due). Any failure makes the next sync full.
     pub fn sync(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
-        let result = self.full(rs);
-        if result.is_err() {
-            self.applied = None;
+        let Some(applied) = &self.applied else {
+            return self.sync_changes(rs, &Changes::All);
+        };
+        let mut chains: BTreeSet<ChainKey> = applied.chains.keys().cloned().collect();
+        for (table, rules) in &rs.tables {
+            chains.extend(rules.chains.keys().map(|chain| (*table, chain.clone())));
         }
-        result
+        self.sync_changes(rs, &Changes::Chains(chains))
     }
 
     /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
@@ -349,7 +353,8 @@ impl<N: Nft> NftSyncer<N> {
             tx.commands.extend(element_adds);
             tx.commands
                 .extend(deleted.iter().cloned().map(Command::FlushChain));
-            tx.commands.extend(deleted.into_iter().map(Command::DeleteChain));
+            tx.commands
+                .extend(deleted.into_iter().map(Command::DeleteChain));
             tx.commands.extend(stale_sets);
             self.nft.apply(&tx)?;
         }

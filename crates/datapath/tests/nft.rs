@@ -48,7 +48,12 @@ fn step(s: &mut NftSyncer<MemoryNft>, planner: &mut Planner) -> berth_datapath::
 }
 
 fn last_tx(syncer: &NftSyncer<MemoryNft>) -> String {
-    syncer.nft().transactions.last().cloned().unwrap_or_default()
+    syncer
+        .nft()
+        .transactions
+        .last()
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// What a fresh full sync of `rs` leaves.
@@ -107,7 +112,11 @@ fn the_table_traces_like_the_plan() {
     packets.push(packet(CLIENT_IP, "10.96.9.9", 80, Origin::Network));
     assert!(packets.len() > 50);
     for p in &packets {
-        assert_eq!(outcomes(&rs, &env(), p), outcomes(&table, &env(), p), "{p:?}");
+        assert_eq!(
+            outcomes(&rs, &env(), p),
+            outcomes(&table, &env(), p),
+            "{p:?}"
+        );
     }
 }
 
@@ -168,10 +177,16 @@ fn services_come_and_go_as_map_elements() {
         .collect();
     assert_eq!(deletes.len(), 1, "{tx}");
     assert!(deletes[0].contains(&removed.cluster_ips[0].to_string()));
-    assert!(tx.contains("delete element ip berth node-ports { tcp . 30003 }"), "{tx}");
+    assert!(
+        tx.contains("delete element ip berth node-ports { tcp . 30003 }"),
+        "{tx}"
+    );
     assert!(tx.contains("delete chain ip berth nat-BERTH-SVC-"), "{tx}");
     // The BERTH-SERVICES chain itself is not rewritten: only its elements change.
-    assert!(!tx.contains("flush chain ip berth nat-BERTH-SERVICES"), "{tx}");
+    assert!(
+        !tx.contains("flush chain ip berth nat-BERTH-SERVICES"),
+        "{tx}"
+    );
     assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
 
     view.services.push(removed);
@@ -198,7 +213,9 @@ fn a_failed_transaction_changes_nothing_and_forces_a_full_sync() {
     view.services[2].endpoints[0].ip = ip("10.244.3.3");
     let rs2 = plan(&view, &linear());
     s.nft_mut().fail_next = true;
-    assert!(s.sync_changes(&rs2, &Changes::Chains(all_chains(&rs2))).is_err());
+    assert!(s
+        .sync_changes(&rs2, &Changes::Chains(all_chains(&rs2)))
+        .is_err());
     assert_eq!(s.nft().table, before);
     let report = s
         .sync_changes(&rs2, &Changes::Chains(Default::default()))
@@ -336,6 +353,12 @@ fn ipv6_programs_the_ip6_table() {
     let tx = last_tx(&s);
     assert!(tx.contains("add table ip6 berth"), "{tx}");
     assert!(tx.contains("dnat to [fd00:244:2::5]:8080"), "{tx}");
-    assert!(tx.contains("ip6 daddr . meta l4proto . th dport vmap @service-ips"), "{tx}");
-    assert!(tx.contains("fd00:96::10 . tcp . 80 : jump nat-BERTH-SVC-"), "{tx}");
+    assert!(
+        tx.contains("ip6 daddr . meta l4proto . th dport vmap @service-ips"),
+        "{tx}"
+    );
+    assert!(
+        tx.contains("fd00:96::10 . tcp . 80 : jump nat-BERTH-SVC-"),
+        "{tx}"
+    );
 }

@@ -10,7 +10,8 @@
 //! - Services 10.96.0.0/16, node ports 30080-30087. Echo servers: TCP 8080, UDP 8053.
 //!
 //! One cluster is built, every scenario runs with tree dispatch, then every scenario again after
-//! a restart of the agents with linear dispatch. The namespaces are deleted at the end, also when
+//! a restart of the agents with linear dispatch, then again on the nftables backend (berth's
+//! iptables rules removed, its own nftables table programmed by `nft`). The namespaces are deleted at the end, also when
 //! a scenario fails. `cargo test --test datapath_traffic -- <substring>` runs matching scenarios.
 
 #![allow(clippy::unwrap_used)]
@@ -28,6 +29,12 @@ use berth_lab::topology::{preflight, remove_orphans, TopologyError};
 use berth_testing::DATAPATH_TOOLS;
 
 use cluster::*;
+
+/// Whether a missing requirement fails the run rather than skipping (CI, or asked for).
+fn requirements_enforced() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("BERTH_REQUIRE_ROOT").is_ok_and(|v| v == "1")
+}
 
 fn cluster_ip_from_a_pod(c: &mut Cluster) {
     let replies = ask_many(c, "c1", sa(svc_ip(10), 80), 20);
@@ -234,6 +241,17 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
     }
     let before = foreign_rules(c, "node1");
     assert!(before.iter().any(|l| l.contains("KEEP-NAT")), "{before:?}");
+    let _ = c.topo.exec(&ns, &["nft", "delete", "table", "ip", "keep"]);
+    c.topo
+        .exec(
+            &ns,
+            &[
+                "nft",
+                "add table ip keep; add chain ip keep input { type filter hook input priority 10 ; }; add rule ip keep input ip saddr 10.244.9.9 drop",
+            ],
+        )
+        .unwrap();
+    let foreign_before = foreign_table(c, &ns);
 
     let (mut conn, first) =
         EchoConnection::open(&c.netns("c1"), sa(svc_ip(10), 80), OK_TIMEOUT).unwrap();
@@ -251,6 +269,20 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
         before,
         "rules berth does not own are untouched"
     );
+    assert_eq!(
+        foreign_table(c, &ns),
+        foreign_before,
+        "other programs' nftables tables are untouched"
+    );
+    c.topo
+        .exec(&ns, &["nft", "delete", "table", "ip", "keep"])
+        .unwrap();
+    if c.backend == Backend::Nftables {
+        // The restart replaced berth's table in one transaction; the steady state follows.
+        steady_state_after_restart(c, dispatch);
+        remove_foreign_chains(c, &ns);
+        return;
+    }
     // The restarted agent found its jumps in place rather than inserting them again.
     let dump = c.topo.exec(&ns, &["iptables-save"]).unwrap();
     let jumps = dump
@@ -263,20 +295,48 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
         })
         .count();
     assert_eq!(jumps, builtin_jumps().len(), "{dump}");
+    steady_state_after_restart(c, dispatch);
+    remove_foreign_chains(c, &ns);
+}
 
-    // A steady state after the restart: the next sync writes nothing but what linear
-    // dispatch rewrites every time.
+/// A steady state after a restart: the next sync writes nothing but what linear iptables
+/// dispatch rewrites every time.
+fn steady_state_after_restart(c: &mut Cluster, dispatch: Dispatch) {
     let view = c.view("node1");
     let syncer = c.syncers.get_mut("node1").unwrap();
     let report = syncer
         .sync(&plan(&view, &Cluster::options(dispatch)))
         .unwrap();
     assert_eq!(report.kind, SyncKind::Partial);
-    if dispatch == Dispatch::Tree {
+    if dispatch == Dispatch::Tree || c.backend == Backend::Nftables {
         assert_eq!(report.payload_bytes, 0, "{report:?}");
     }
+}
 
-    remove_foreign_chains(c, &ns);
+/// Another program's nftables table, its rules as `nft` lists them.
+fn foreign_table(c: &mut Cluster, ns: &str) -> String {
+    c.topo
+        .exec(ns, &["nft", "list", "table", "ip", "keep"])
+        .unwrap()
+}
+
+/// berth's rules live in one backend only: after a switch the other holds nothing of berth's.
+fn the_other_backend_holds_no_berth_rules(c: &mut Cluster) {
+    for node in NODES {
+        let ns = c.netns(node);
+        let iptables = c.topo.exec(&ns, &["iptables-save"]).unwrap();
+        let nft_table = c.topo.exec(&ns, &["nft", "list", "table", "ip", "berth"]);
+        match c.backend {
+            Backend::Iptables => {
+                assert!(iptables.contains(":BERTH-SERVICES"), "{node}");
+                assert!(nft_table.is_err(), "{node}: {nft_table:?}");
+            }
+            Backend::Nftables => {
+                assert!(!iptables.contains("BERTH-"), "{node}: {iptables}");
+                assert!(nft_table.unwrap().contains("service-ips"), "{node}");
+            }
+        }
+    }
 }
 
 type Scenario = fn(&mut Cluster);
@@ -325,6 +385,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         "agent_restart_breaks_and_flushes_nothing",
         agent_restart_breaks_and_flushes_nothing,
     ),
+    (
+        "the_other_backend_holds_no_berth_rules",
+        the_other_backend_holds_no_berth_rules,
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -358,9 +422,31 @@ fn main() -> ExitCode {
     let mut cluster = Cluster::build();
     let mut failed = Vec::new();
     let mut passed = 0;
-    for dispatch in [Dispatch::Tree, Dispatch::Linear] {
-        let label = format!("{dispatch:?}").to_lowercase();
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cluster.restart_agents(dispatch))) {
+    // iptables with both dispatch modes, then nftables (whose maps linear dispatch becomes).
+    let mut modes = vec![
+        (Backend::Iptables, Dispatch::Tree),
+        (Backend::Iptables, Dispatch::Linear),
+    ];
+    match preflight(&["nft"]) {
+        Ok(()) => modes.push((Backend::Nftables, Dispatch::Linear)),
+        Err(reason) if requirements_enforced() => {
+            println!("nftables scenarios cannot run: {reason}");
+            failed.push(format!("nftables: {reason}"));
+        }
+        Err(reason) => eprintln!("skipping the nftables scenarios: {reason}"),
+    }
+    for (backend, dispatch) in modes {
+        let label = match backend {
+            Backend::Iptables => format!("{dispatch:?}").to_lowercase(),
+            Backend::Nftables => "nftables".to_string(),
+        };
+        let start = || {
+            if cluster.backend != backend {
+                cluster.switch_backend(backend);
+            }
+            cluster.restart_agents(dispatch)
+        };
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(start)) {
             println!("sync {label} ... FAILED");
             failed.push(format!("sync {label}: {panic:?}"));
             continue;
