@@ -3,12 +3,14 @@
 //! and binds the admin endpoint, as it does for the controller.
 
 use berth_datapath::exec::CommandIptables;
+use berth_datapath::nft_exec::CommandNft;
 use berth_telemetry::{MetricsRegistry, Readiness};
 use kube::Client;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::conntrack::CommandConntrack;
+use crate::datapath::BoxedNft;
 use crate::{Agent, AgentConfig, Error};
 
 /// Everything `berth agent` needs, parsed by the binary.
@@ -30,10 +32,15 @@ pub async fn run_agent(
     let mut registry = MetricsRegistry::new();
     registry.register_build_info(&opts.version);
     let readiness = Readiness::new();
-    let agent = Agent::new(
-        opts.config,
+    // `auto` probes the kernel once (`nft --check`, which changes nothing); the backend not
+    // chosen has berth's rules removed before the first sync.
+    let backend = opts.config.backend().resolve(|| CommandNft::new().usable());
+    tracing::info!(backend = backend.as_str(), "datapath backend");
+    let agent = Agent::with_nft(
+        opts.config.with_backend(backend),
         client,
         CommandIptables::new,
+        |_| -> BoxedNft { Box::new(CommandNft::new()) },
         CommandConntrack::new(),
         &mut registry,
         &readiness,

@@ -34,6 +34,12 @@ pub trait Nft {
     fn apply(&mut self, tx: &Transaction) -> Result<(), Error>;
 }
 
+impl<N: Nft + ?Sized> Nft for Box<N> {
+    fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
+        (**self).apply(tx)
+    }
+}
+
 type ChainKey = (Table, ChainName);
 
 /// What the last successful sync left in the kernel, as far as diffs need it.

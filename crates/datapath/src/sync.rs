@@ -354,3 +354,30 @@ pub fn remove_berth_rules(iptables: &mut dyn Iptables) -> Result<usize, Error> {
     }
     Ok(changed)
 }
+
+/// What the agent needs of a backend's Syncer, whichever programs the kernel.
+pub trait SyncRuleset {
+    /// See [`Syncer::sync_changes`].
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error>;
+    fn force_full_sync(&mut self);
+}
+
+impl<I: Iptables> SyncRuleset for Syncer<I> {
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        Syncer::sync_changes(self, rs, changes)
+    }
+
+    fn force_full_sync(&mut self) {
+        Syncer::force_full_sync(self);
+    }
+}
+
+impl<N: crate::nft_sync::Nft> SyncRuleset for crate::nft_sync::NftSyncer<N> {
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        crate::nft_sync::NftSyncer::sync_changes(self, rs, changes)
+    }
+
+    fn force_full_sync(&mut self) {
+        crate::nft_sync::NftSyncer::force_full_sync(self);
+    }
+}
