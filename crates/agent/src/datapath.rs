@@ -75,6 +75,20 @@ enum Applier<I> {
 /// Removes berth's rules from the backend the agent does not run, once, before its first sync.
 type Cleanup = Box<dyn FnMut() -> Result<(), berth_datapath::Error> + Send>;
 
+/// A node without the other backend's tool has nothing of berth's there to remove.
+fn tool_absent_is_clean(
+    result: Result<(), berth_datapath::Error>,
+) -> Result<(), berth_datapath::Error> {
+    match result {
+        Err(berth_datapath::Error::Spawn { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
 pub struct FamilyDatapath<I> {
     family: IpFamily,
     planner: Planner,
@@ -109,7 +123,7 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
             syncer: Applier::Nftables(NftSyncer::new(nft, family)),
             changes: Changes::All,
             cleanup: Some(Box::new(move || {
-                remove_berth_rules(&mut iptables).map(|_| ())
+                tool_absent_is_clean(remove_berth_rules(&mut iptables).map(|_| ()))
             })),
         }
     }
@@ -174,5 +188,26 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
             Applier::Iptables(_) => "iptables",
             Applier::Nftables(_) => "nftables",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_tool_means_nothing_to_remove() {
+        let missing = berth_datapath::Error::Spawn {
+            command: "nft -f -".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(tool_absent_is_clean(Err(missing)).is_ok());
+        let denied = berth_datapath::Error::Spawn {
+            command: "nft -f -".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert!(tool_absent_is_clean(Err(denied)).is_err());
+        let refused = berth_datapath::Error::Restore { reason: "x".into() };
+        assert!(tool_absent_is_clean(Err(refused)).is_err());
     }
 }

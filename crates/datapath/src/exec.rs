@@ -71,6 +71,14 @@ impl CommandIptables {
         }
     }
 
+    /// Whether full restores start each table with a chain-less listing
+    /// ([`crate::render::Rendered::listing_first`]); by default only on iptables-nft. `false`
+    /// restores as kube-proxy does, for comparison.
+    pub fn listing_first(mut self, listing: bool) -> Self {
+        self.nft_based = Some(listing);
+        self
+    }
+
     /// Runs every command inside the named network namespace (`ip netns exec <name> ...`).
     pub fn in_netns(family: IpFamily, name: impl Into<String>) -> Self {
         CommandIptables::new(family).netns_named(name)

@@ -40,9 +40,6 @@ pub const TABLE: &str = "berth";
 pub const SERVICE_MAP: &str = "service-ips";
 /// The verdict map of node ports.
 pub const NODE_PORT_MAP: &str = "node-ports";
-/// A set holding one element while berth's table is intact: partial transactions delete and re-add
-/// it, so a table deleted or flushed away by someone else fails the next one.
-pub const CANARY_SET: &str = "canary";
 /// Default timeout of an affinity entry when no rule names one (kube-proxy's default).
 pub const DEFAULT_AFFINITY_SECONDS: u32 = 10800;
 /// nft refuses longer comments.
@@ -321,7 +318,6 @@ impl NftRuleset {
 pub enum Element {
     Service(ServiceKey, NftChain),
     NodePort(NodePortKey, NftChain),
-    Canary,
 }
 
 /// One command of a transaction, in `nft` terms.
@@ -329,7 +325,7 @@ pub enum Element {
 pub enum Command {
     AddTable,
     DeleteTable,
-    /// Declares the two verdict maps and the canary set (idempotent).
+    /// Declares the two verdict maps (idempotent).
     AddMaps,
     AddChain(NftChain, Option<Hook>),
     FlushChain(NftChain),
@@ -395,8 +391,7 @@ pub fn command_text(family: IpFamily, command: &Command) -> String {
         Command::DeleteTable => format!("delete table {t}\n"),
         Command::AddMaps => format!(
             "add map {t} {SERVICE_MAP} {{ type {addr_type} . inet_proto . inet_service : verdict ; }}\n\
-             add map {t} {NODE_PORT_MAP} {{ type inet_proto . inet_service : verdict ; }}\n\
-             add set {t} {CANARY_SET} {{ type inet_service ; }}\n"
+             add map {t} {NODE_PORT_MAP} {{ type inet_proto . inet_service : verdict ; }}\n"
         ),
         Command::AddChain(chain, None) => format!("add chain {t} {chain}\n"),
         Command::AddChain(chain, Some(hook)) => format!(
@@ -431,7 +426,6 @@ fn element_set(element: &Element) -> &'static str {
     match element {
         Element::Service(..) => SERVICE_MAP,
         Element::NodePort(..) => NODE_PORT_MAP,
-        Element::Canary => CANARY_SET,
     }
 }
 
@@ -439,17 +433,16 @@ fn element_text(element: &Element, with_target: bool) -> String {
     let (key, target) = match element {
         Element::Service((addr, proto, port), target) => (
             format!("{addr} . {} . {port}", iptables_protocol(*proto)),
-            Some(target),
+            target,
         ),
-        Element::NodePort((proto, port), target) => (
-            format!("{} . {port}", iptables_protocol(*proto)),
-            Some(target),
-        ),
-        Element::Canary => ("1".to_string(), None),
+        Element::NodePort((proto, port), target) => {
+            (format!("{} . {port}", iptables_protocol(*proto)), target)
+        }
     };
-    match (with_target, target) {
-        (true, Some(target)) => format!("{key} : jump {target}"),
-        _ => key,
+    if with_target {
+        format!("{key} : jump {target}")
+    } else {
+        key
     }
 }
 

@@ -21,11 +21,10 @@ use berth_core::IpFamily;
 pub struct NftTable {
     pub chains: BTreeMap<NftChain, Vec<NftRule>>,
     pub hooks: BTreeMap<NftChain, Hook>,
-    /// Whether the maps and the canary set are declared.
+    /// Whether the maps are declared.
     pub maps: bool,
     pub services: BTreeMap<ServiceKey, NftChain>,
     pub node_ports: BTreeMap<NodePortKey, NftChain>,
-    pub canary: bool,
     pub affinity: BTreeMap<ChainName, u32>,
 }
 
@@ -165,24 +164,15 @@ impl MemoryNft {
                 if !table.maps {
                     return Err(fail("No such file or directory (map)"));
                 }
-                let target = match element {
-                    Element::Service(_, target) | Element::NodePort(_, target) => Some(target),
-                    Element::Canary => None,
-                };
-                if let Some(target) = target {
-                    if !table.chains.contains_key(target) {
-                        return Err(fail("No such file or directory (verdict chain)"));
-                    }
+                let (Element::Service(_, target) | Element::NodePort(_, target)) = element;
+                if !table.chains.contains_key(target) {
+                    return Err(fail("No such file or directory (verdict chain)"));
                 }
                 let previous = match element {
                     Element::Service(key, target) => table.services.insert(*key, target.clone()),
                     Element::NodePort(key, target) => table.node_ports.insert(*key, target.clone()),
-                    Element::Canary => {
-                        table.canary = true;
-                        None
-                    }
                 };
-                if previous.is_some_and(|previous| Some(&previous) != target) {
+                if previous.is_some_and(|previous| previous != *target) {
                     return Err(fail("File exists (element with another verdict)"));
                 }
             }
@@ -193,7 +183,6 @@ impl MemoryNft {
                 let present = match element {
                     Element::Service(key, _) => table.services.remove(key).is_some(),
                     Element::NodePort(key, _) => table.node_ports.remove(key).is_some(),
-                    Element::Canary => std::mem::replace(&mut table.canary, false),
                 };
                 if !present {
                     return Err(fail("No such file or directory (element)"));

@@ -9,9 +9,11 @@
 //!   [`crate::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
 //!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds. Desired
 //!   state is diffed in memory; nothing is read back from the kernel.
-//! - Every partial transaction starts by deleting and re-adding the canary set's element: when
-//!   someone deleted berth's table (`nft flush ruleset`, say) the transaction fails as a whole,
-//!   and any failure makes the next sync full.
+//! - Every command of a partial transaction names berth's table, so when someone deleted it
+//!   (`nft flush ruleset`, say) the transaction fails as a whole, and any failure makes the next
+//!   sync full. (The iptables backend needs a canary chain for this; a table needs none.) A
+//!   `flush table` that empties berth's chains but keeps them is repaired by the periodic full
+//!   sync.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
@@ -219,7 +221,6 @@ impl<N: Nft> NftSyncer<N> {
         for (key, target) in planned.node_ports {
             tx.push(Command::AddElement(Element::NodePort(key, target)));
         }
-        tx.push(Command::AddElement(Element::Canary));
         Ok((tx, applied))
     }
 
@@ -349,8 +350,6 @@ impl<N: Nft> NftSyncer<N> {
             && element_adds.is_empty());
         let mut tx = Transaction::new(self.family);
         if changed {
-            tx.push(Command::DeleteElement(Element::Canary));
-            tx.push(Command::AddElement(Element::Canary));
             tx.commands.extend(added);
             tx.commands.extend(flushed);
             tx.commands.extend(sets);

@@ -1,5 +1,5 @@
 //! The nftables backend against the in-memory nftables: the golden transaction, full and partial
-//! syncs, element-level map updates, affinity sets, failures and the canary, and traced outcomes
+//! syncs, element-level map updates, affinity sets, failures and a deleted table, and traced outcomes
 //! equal to the plan's. `UPDATE_GOLDEN=1` rewrites the golden file.
 #![allow(clippy::unwrap_used)]
 
@@ -156,7 +156,6 @@ fn endpoint_change_rewrites_only_that_service_and_no_map() {
     let tx = last_tx(&s);
     assert!(!tx.contains("element ip berth service-ips"), "{tx}");
     assert!(!tx.contains("BERTH-SERVICES"), "{tx}");
-    assert!(tx.starts_with("delete element ip berth canary"), "{tx}");
     assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
 }
 
@@ -232,7 +231,7 @@ fn all_chains(rs: &Ruleset) -> std::collections::BTreeSet<(Table, ChainName)> {
 }
 
 #[test]
-fn a_deleted_table_fails_the_canary_and_the_next_sync_restores_everything() {
+fn a_deleted_table_fails_the_next_partial_sync_and_the_one_after_restores_everything() {
     let mut view = many(10);
     let rs = plan(&view, &linear());
     let mut s = syncer();
@@ -273,7 +272,10 @@ fn the_fake_refuses_what_the_kernel_refuses() {
             (ip("10.96.0.1"), berth_core::Protocol::Tcp, 80),
             NftChain::new(Table::Nat, &missing),
         )),
-        Command::DeleteElement(Element::Canary),
+        Command::DeleteElement(Element::NodePort(
+            (berth_core::Protocol::Tcp, 30000),
+            NftChain::new(Table::Nat, &missing),
+        )),
         Command::DeleteChain(NftChain::new(Table::Nat, &missing)),
     ];
     for command in bad {
