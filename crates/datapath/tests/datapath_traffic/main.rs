@@ -1,6 +1,8 @@
 //! berth's real datapath with real traffic: the planned rules applied by the real
 //! `CommandIptables` inside node namespaces, exercised by TCP and UDP between pod, node and client
-//! namespaces. Root only (skips with a message elsewhere); runs serially.
+//! namespaces. Root only (skips with a message elsewhere, fails under `CI=true`); runs serially.
+//! Each scenario is reported on libtest's lines, and the standard `test result:` line counts them,
+//! skipped ones as ignored.
 //!
 //! Address plan (docs/architecture.md):
 //! - LAN 198.18.0.0/24: node1 .11, node2 .12, client .100, other .101; LB IPs .200-.203, steered
@@ -17,6 +19,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod flows;
+mod split;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -25,16 +29,11 @@ use berth_datapath::plan::builtin_jumps;
 use berth_datapath::sync::SyncKind;
 use berth_datapath::{plan, Dispatch};
 use berth_lab::echo::{udp_echo, EchoConnection};
-use berth_lab::topology::{preflight, remove_orphans, TopologyError};
-use berth_testing::DATAPATH_TOOLS;
+use berth_lab::topology::{remove_orphans, TopologyError};
+use berth_testing::require::{decide, missing, strict, Verdict};
+use berth_testing::{Requirement, DATAPATH_NEEDS};
 
 use cluster::*;
-
-/// Whether a missing requirement fails the run rather than skipping (CI, or asked for).
-fn requirements_enforced() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("BERTH_REQUIRE_ROOT").is_ok_and(|v| v == "1")
-}
 
 fn cluster_ip_from_a_pod(c: &mut Cluster) {
     let replies = ask_many(c, "c1", sa(svc_ip(10), 80), 20);
@@ -241,17 +240,21 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
     }
     let before = foreign_rules(c, "node1");
     assert!(before.iter().any(|l| l.contains("KEEP-NAT")), "{before:?}");
-    let _ = c.topo.exec(&ns, &["nft", "delete", "table", "ip", "keep"]);
-    c.topo
-        .exec(
-            &ns,
-            &[
-                "nft",
-                "add table ip keep; add chain ip keep input { type filter hook input priority 10 ; }; add rule ip keep input ip saddr 10.244.9.9 drop",
-            ],
-        )
-        .unwrap();
-    let foreign_before = foreign_table(c, &ns);
+    // Another program's nftables table too, where `nft` is installed.
+    let with_nft = missing(&[Requirement::Nft]).is_empty();
+    let foreign_before = with_nft.then(|| {
+        let _ = c.topo.exec(&ns, &["nft", "delete", "table", "ip", "keep"]);
+        c.topo
+            .exec(
+                &ns,
+                &[
+                    "nft",
+                    "add table ip keep; add chain ip keep input { type filter hook input priority 10 ; }; add rule ip keep input ip saddr 10.244.9.9 drop",
+                ],
+            )
+            .unwrap();
+        foreign_table(c, &ns)
+    });
 
     let (mut conn, first) =
         EchoConnection::open(&c.netns("c1"), sa(svc_ip(10), 80), OK_TIMEOUT).unwrap();
@@ -269,14 +272,16 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
         before,
         "rules berth does not own are untouched"
     );
-    assert_eq!(
-        foreign_table(c, &ns),
-        foreign_before,
-        "other programs' nftables tables are untouched"
-    );
-    c.topo
-        .exec(&ns, &["nft", "delete", "table", "ip", "keep"])
-        .unwrap();
+    if let Some(foreign_before) = foreign_before {
+        assert_eq!(
+            foreign_table(c, &ns),
+            foreign_before,
+            "other programs' nftables tables are untouched"
+        );
+        c.topo
+            .exec(&ns, &["nft", "delete", "table", "ip", "keep"])
+            .unwrap();
+    }
     if c.backend == Backend::Nftables {
         // The restart replaced berth's table in one transaction; the steady state follows.
         steady_state_after_restart(c, dispatch);
@@ -389,18 +394,90 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         "the_other_backend_holds_no_berth_rules",
         the_other_backend_holds_no_berth_rules,
     ),
+    (
+        "split_trees_reach_every_leaf",
+        split::split_trees_reach_every_leaf,
+    ),
+    (
+        "udp_node_port_load_balancer_and_a_replaced_endpoint",
+        flows::udp_node_port_load_balancer_and_a_replaced_endpoint,
+    ),
+    (
+        "client_ip_affinity_expires",
+        flows::client_ip_affinity_expires,
+    ),
 ];
+
+/// The backends and dispatch modes every scenario runs in, in this order: iptables with both
+/// dispatch modes, then nftables (whose verdict maps linear dispatch becomes).
+const MODES: [(Backend, Dispatch); 3] = [
+    (Backend::Iptables, Dispatch::Tree),
+    (Backend::Iptables, Dispatch::Linear),
+    (Backend::Nftables, Dispatch::Linear),
+];
+
+fn label((backend, dispatch): (Backend, Dispatch)) -> String {
+    match backend {
+        Backend::Iptables => format!("{dispatch:?}").to_lowercase(),
+        Backend::Nftables => "nftables".to_string(),
+    }
+}
+
+/// What a mode needs beyond [`DATAPATH_NEEDS`].
+fn mode_needs((backend, _): (Backend, Dispatch)) -> &'static [Requirement] {
+    match backend {
+        Backend::Iptables => &[],
+        Backend::Nftables => &[Requirement::Nft],
+    }
+}
+
+/// libtest's summary line, so `make test` counts these scenarios with every other test.
+fn result_line(passed: usize, failed: usize, ignored: usize, filtered: usize) -> String {
+    format!(
+        "test result: {}. {passed} passed; {failed} failed; {ignored} ignored; 0 measured; {filtered} filtered out",
+        if failed == 0 { "ok" } else { "FAILED" }
+    )
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
-        for (name, _) in SCENARIOS {
-            println!("{name}: test");
+        for mode in MODES {
+            for (name, _) in SCENARIOS {
+                println!("{}::{name}: test", label(mode));
+            }
         }
         return ExitCode::SUCCESS;
     }
-    if let Err(reason) = preflight(DATAPATH_TOOLS) {
-        eprintln!("skipping datapath traffic tests: {reason}");
+    let filters: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
+    let selected: Vec<&(&str, Scenario)> = SCENARIOS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    let filtered = (SCENARIOS.len() - selected.len()) * MODES.len();
+    let total = selected.len() * MODES.len();
+    println!("\nrunning {total} tests");
+    match decide(&missing(DATAPATH_NEEDS), strict()) {
+        Verdict::Run => {}
+        Verdict::Skip(reason) => {
+            for mode in MODES {
+                for (name, _) in &selected {
+                    println!("test {}::{name} ... ignored, {reason}", label(mode));
+                }
+            }
+            println!("\n{}\n", result_line(0, 0, total, filtered));
+            return ExitCode::SUCCESS;
+        }
+        Verdict::Fail(reason) => {
+            println!(
+                "datapath traffic tests cannot run: {reason} (CI=true or BERTH_REQUIRE_ROOT=1)"
+            );
+            println!("\n{}\n", result_line(0, total, 0, filtered));
+            return ExitCode::FAILURE;
+        }
+    }
+    if selected.is_empty() {
+        println!("\n{}\n", result_line(0, 0, 0, filtered));
         return ExitCode::SUCCESS;
     }
     // Namespaces of an earlier run that was killed before it could clean up.
@@ -409,37 +486,31 @@ fn main() -> ExitCode {
             eprintln!("removed leftover namespaces {removed:?}");
         }
     }
-    let filters: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
-    let selected: Vec<&(&str, Scenario)> = SCENARIOS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-    if selected.is_empty() {
-        println!("no scenario matches {filters:?}");
-        return ExitCode::SUCCESS;
-    }
 
     let mut cluster = Cluster::build();
     let mut failed = Vec::new();
     let mut passed = 0;
-    // iptables with both dispatch modes, then nftables (whose maps linear dispatch becomes).
-    let mut modes = vec![
-        (Backend::Iptables, Dispatch::Tree),
-        (Backend::Iptables, Dispatch::Linear),
-    ];
-    match preflight(&["nft"]) {
-        Ok(()) => modes.push((Backend::Nftables, Dispatch::Linear)),
-        Err(reason) if requirements_enforced() => {
-            println!("nftables scenarios cannot run: {reason}");
-            failed.push(format!("nftables: {reason}"));
+    let mut ignored = 0;
+    for mode in MODES {
+        let (backend, dispatch) = mode;
+        let label = label(mode);
+        match decide(&missing(mode_needs(mode)), strict()) {
+            Verdict::Run => {}
+            Verdict::Skip(reason) => {
+                for (name, _) in &selected {
+                    println!("test {label}::{name} ... ignored, {reason}");
+                    ignored += 1;
+                }
+                continue;
+            }
+            Verdict::Fail(reason) => {
+                for (name, _) in &selected {
+                    println!("test {label}::{name} ... FAILED ({reason})");
+                    failed.push(format!("{label}::{name}"));
+                }
+                continue;
+            }
         }
-        Err(reason) => eprintln!("skipping the nftables scenarios: {reason}"),
-    }
-    for (backend, dispatch) in modes {
-        let label = match backend {
-            Backend::Iptables => format!("{dispatch:?}").to_lowercase(),
-            Backend::Nftables => "nftables".to_string(),
-        };
         let start = || {
             if cluster.backend != backend {
                 cluster.switch_backend(backend);
@@ -447,8 +518,12 @@ fn main() -> ExitCode {
             cluster.restart_agents(dispatch)
         };
         if let Err(panic) = catch_unwind(AssertUnwindSafe(start)) {
-            println!("sync {label} ... FAILED");
-            failed.push(format!("sync {label}: {panic:?}"));
+            // Every scenario of this mode counts as failed: none of them ran.
+            for (name, _) in &selected {
+                println!("test {label}::{name} ... FAILED (the sync before it failed)");
+                failed.push(format!("{label}::{name}"));
+            }
+            println!("sync {label}: {panic:?}");
             continue;
         }
         for (name, scenario) in &selected {
@@ -469,9 +544,8 @@ fn main() -> ExitCode {
     drop(echoes);
     let cleanup = topo.destroy();
     println!(
-        "\ntest result: {}. {passed} passed; {} failed",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        failed.len()
+        "\n{}\n",
+        result_line(passed, failed.len(), ignored, filtered)
     );
     if let Err(err) = cleanup {
         println!("cleanup: {err}");
