@@ -395,7 +395,7 @@ mod tests {
         let first = expected(&all, ip);
         let rest: Vec<&str> = all.iter().copied().filter(|n| *n != first).collect();
         let second = expected(&rest, ip);
-        type Breakage = Box<dyn Fn(&mut Fixture)>;
+        type Breakage<'a> = Box<dyn Fn(&mut Fixture) + 'a>;
         let cases: Vec<(&str, Breakage)> = vec![
             (
                 "not live",
