@@ -32,12 +32,33 @@ pub mod answers;
 pub mod election;
 pub mod frame;
 pub mod index;
+pub mod packet;
 pub mod responder;
 pub mod schedule;
+pub mod speaker;
+pub mod transport;
 
 pub use answers::{diff_ownership, Answers, IpAnswer, OwnershipChanges, Refusal, ServiceKey};
 pub use election::{election_key, Election, ElectionView, Interfaces, IpDemand, NodeFacts, Pool};
 pub use frame::Mac;
 pub use index::L2Index;
+pub use packet::{local_interfaces, InterfaceState, PacketLink};
 pub use responder::{respond, Ignored, Interface};
 pub use schedule::GratuitousSchedule;
+pub use speaker::{run_link, L2Metrics};
+pub use transport::{Link, LinkSwitch, MemoryLan, MemoryLink};
+
+/// Everything that can fail in berth-l2 (all of it at the I/O edge).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("listing the local interfaces failed")]
+    Interfaces(#[source] std::io::Error),
+    #[error("opening the AF_PACKET sockets on {interface} failed")]
+    OpenSocket {
+        interface: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("interface {0} has no Ethernet address")]
+    NoMac(String),
+}
