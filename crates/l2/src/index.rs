@@ -61,7 +61,8 @@ pub struct L2Index {
     nodes: BTreeMap<String, NodeFacts>,
     services: BTreeMap<ServiceKey, ServiceFacts>,
     slices: BTreeMap<ServiceKey, SliceFacts>,
-    live: Arc<BTreeSet<String>>,
+    /// `None` until a live set is given: then every known Node counts as live.
+    live: Option<Arc<BTreeSet<String>>>,
     local_up: BTreeSet<String>,
     listed: BTreeSet<Kind>,
     /// Keys applied during a relist of each kind, to delete the rest at its end.
@@ -187,7 +188,7 @@ impl L2Index {
             nodes: BTreeMap::new(),
             services: BTreeMap::new(),
             slices: BTreeMap::new(),
-            live: Arc::new(BTreeSet::new()),
+            live: None,
             local_up: BTreeSet::new(),
             listed: BTreeSet::new(),
             relisting: BTreeMap::new(),
@@ -410,12 +411,14 @@ impl L2Index {
         )
     }
 
-    /// The nodes whose agents are live now (this one included).
+    /// The nodes whose agents are live now (this one included). Without a liveness signal
+    /// (never called), every known Node counts as live: one owner still answers, but nothing
+    /// moves when an agent dies.
     pub fn set_live(&mut self, live: Arc<BTreeSet<String>>) -> bool {
-        if *self.live == *live {
+        if self.live.as_deref() == Some(&*live) {
             return false;
         }
-        self.live = live;
+        self.live = Some(live);
         true
     }
 
@@ -467,11 +470,19 @@ impl L2Index {
         let pools: Vec<Pool> = self.pools.values().cloned().collect();
         let advertisements: Vec<L2AdvertisementSpec> =
             self.advertisements.values().cloned().collect();
+        let every_node: BTreeSet<String>;
+        let live = match &self.live {
+            Some(live) => live.as_ref(),
+            None => {
+                every_node = self.nodes.keys().cloned().collect();
+                &every_node
+            }
+        };
         let view = ElectionView {
             pools: &pools,
             advertisements: &advertisements,
             nodes: &self.nodes,
-            live: &self.live,
+            live,
             local: &self.node,
             local_up: &self.local_up,
         };
