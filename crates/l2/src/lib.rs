@@ -42,7 +42,7 @@ pub use answers::{diff_ownership, Answers, IpAnswer, OwnershipChanges, Refusal, 
 pub use election::{election_key, Election, ElectionView, Interfaces, IpDemand, NodeFacts, Pool};
 pub use frame::Mac;
 pub use index::L2Index;
-pub use packet::{local_interfaces, InterfaceState, PacketLink};
+pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
 pub use schedule::GratuitousSchedule;
 pub use speaker::{run_link, L2Metrics};

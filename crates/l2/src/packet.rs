@@ -60,6 +60,41 @@ fn ndp_filter() -> [SockFilter; 8] {
     ]
 }
 
+/// ARP frames of any kind, and Neighbor Solicitations and Advertisements: what a probe or a
+/// capture on the LAN reads.
+fn neighbour_arp_filter() -> [SockFilter; 4] {
+    [
+        SockFilter::new(LD_B_ABS, 0, 0, PKTTYPE),
+        SockFilter::new(JEQ_K, 1, 0, PACKET_OUTGOING),
+        SockFilter::new(RET_K, 0, 0, ACCEPT),
+        SockFilter::new(RET_K, 0, 0, 0),
+    ]
+}
+
+fn neighbour_ndp_filter() -> [SockFilter; 9] {
+    [
+        SockFilter::new(LD_B_ABS, 0, 0, PKTTYPE),
+        SockFilter::new(JEQ_K, 6, 0, PACKET_OUTGOING),
+        SockFilter::new(LD_B_ABS, 0, 0, 20),
+        SockFilter::new(JEQ_K, 0, 4, 58),
+        SockFilter::new(LD_B_ABS, 0, 0, 54),
+        SockFilter::new(JEQ_K, 1, 0, 135),
+        SockFilter::new(JEQ_K, 0, 1, 136),
+        SockFilter::new(RET_K, 0, 0, ACCEPT),
+        SockFilter::new(RET_K, 0, 0, 0),
+    ]
+}
+
+/// Which frames a [`PacketLink`] receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listen {
+    /// ARP requests and Neighbor Solicitations: what the announcer answers.
+    Requests,
+    /// Every ARP frame and every Neighbor Solicitation and Advertisement: for probes and
+    /// captures.
+    Neighbour,
+}
+
 /// What the announcer needs to know of a local interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InterfaceState {
@@ -131,8 +166,13 @@ fn read_one(fd: &AsyncFd<Socket>) -> Option<io::Result<Vec<u8>>> {
 }
 
 impl PacketLink {
-    /// Opens the sockets on interface `name`. Needs CAP_NET_RAW.
+    /// Opens the announcer's sockets on interface `name`. Needs CAP_NET_RAW.
     pub fn open(name: &str) -> Result<Self, Error> {
+        Self::open_with(name, Listen::Requests)
+    }
+
+    /// Opens sockets on `name` that receive `listen`. Must run inside a tokio runtime.
+    pub fn open_with(name: &str, listen: Listen) -> Result<Self, Error> {
         let open = |source: io::Error| Error::OpenSocket {
             interface: name.to_string(),
             source,
@@ -142,8 +182,17 @@ impl PacketLink {
             .get(name)
             .and_then(|s| s.mac)
             .ok_or_else(|| Error::NoMac(name.to_string()))?;
-        let arp = open_socket(ifindex, ETH_P_ARP, &arp_filter()).map_err(open)?;
-        let ndp = open_socket(ifindex, ETH_P_IPV6, &ndp_filter()).map_err(open)?;
+        let (arp, ndp) = match listen {
+            Listen::Requests => (
+                open_socket(ifindex, ETH_P_ARP, &arp_filter()),
+                open_socket(ifindex, ETH_P_IPV6, &ndp_filter()),
+            ),
+            Listen::Neighbour => (
+                open_socket(ifindex, ETH_P_ARP, &neighbour_arp_filter()),
+                open_socket(ifindex, ETH_P_IPV6, &neighbour_ndp_filter()),
+            ),
+        };
+        let (arp, ndp) = (arp.map_err(open)?, ndp.map_err(open)?);
         Ok(PacketLink {
             interface: Interface {
                 name: name.to_string(),
