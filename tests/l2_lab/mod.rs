@@ -4,7 +4,7 @@
 //! sees every ARP answer and sends the probes.
 //!
 //! Address plan: LAN 198.18.0.0/24, nodes n1-n3 at .11-.13, client .100, control plane .101
-//! (API server on :6443); pods web (n1) 10.244.1.2 and web2 (n2) 10.244.2.2, echo on :8080.
+//! (API server on :6443), ARP probes from .102; pods web (n1) 10.244.1.2 and web2 (n2) 10.244.2.2, echo on :8080.
 //! Pool `default` 198.18.0.200-198.18.0.239 (advertised), pool `quiet` 198.18.0.240-.250 (not
 //! advertised). Services: web .200 (Cluster), local .201 (Local: web and web2), quiet .245,
 //! stray .199 (outside every pool).
@@ -34,8 +34,11 @@ use serde_json::{json, Value};
 pub const NODES: [&str; 3] = ["n1", "n2", "n3"];
 pub const VIP: &str = "198.18.0.200";
 pub const LOCAL_VIP: &str = "198.18.0.201";
-pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
-pub const CLIENT_MAC: Mac = [2, 0, 0, 0, 0, 0x64];
+/// The probes' sender: an address and MAC no host has, so that no kernel on the LAN learns
+/// anything from them (a probe sent as the client would rewrite the nodes' entry for the client
+/// and break its TCP); the answers are flooded to the capture socket and ignored by every kernel.
+pub const PROBE_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 102);
+pub const PROBE_MAC: Mac = [2, 0, 0, 0, 0, 0x66];
 pub const API: &str = "198.18.0.101:6443";
 pub const LIMIT: Duration = Duration::from_secs(20);
 
@@ -71,7 +74,7 @@ pub type Seen = Arc<Mutex<Vec<(Instant, IpAddr, Mac, bool)>>>;
 /// Every ARP answer the client namespace sees, and a way to send probes from it.
 pub struct Capture {
     pub seen: Seen,
-    probes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    pub probes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -127,7 +130,7 @@ impl Capture {
             panic!("IPv4 only")
         };
         self.probes
-            .send(build_arp_request(CLIENT_MAC, CLIENT_IP, v4))
+            .send(build_arp_request(PROBE_MAC, PROBE_IP, v4))
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let answered: BTreeSet<Mac> = self
