@@ -102,7 +102,7 @@ pub struct AgentArgs {
     membership_suspicion_timeout: Duration,
 
     /// Namespace of the agents' Leases (`berth-agent-<node>`).
-    #[arg(long, env = "BERTH_LEASE_NAMESPACE", default_value = "berth-system")]
+    #[arg(long, env = "BERTH_LEASE_NAMESPACE", default_value = "kube-system")]
     lease_namespace: String,
 
     /// How long an agent's Lease stays fresh without renewal (whole seconds); renewed every
@@ -347,7 +347,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(!lease_only.enabled());
-        assert_eq!(lease_only.lease_namespace(), "berth-system");
+        assert_eq!(lease_only.lease_namespace(), "kube-system");
         assert_eq!(lease_only.lease_duration(), Duration::from_secs(10));
         let defaults = agent_args(&["--membership", "off"]);
         assert_eq!(defaults.membership_port, 7947);

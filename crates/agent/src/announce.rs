@@ -6,11 +6,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use berth_api::names::{annotation, event, field_manager};
 use berth_api::{IPPool, L2Advertisement};
-use berth_l2::{diff_ownership, local_interfaces, Answers, L2Index, L2Metrics, PacketLink};
+use berth_l2::{
+    diff_ownership, local_interfaces, Answers, InterfaceHold, L2Index, L2Metrics, PacketLink,
+};
 use berth_telemetry::MetricsRegistry;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -33,6 +35,8 @@ pub type LiveSet = watch::Receiver<berth_membership::LiveNodes>;
 
 /// How often the local interfaces' state is read.
 const INTERFACE_POLL: Duration = Duration::from_millis(200);
+/// How long an interface that was down must stay up before it answers again.
+const INTERFACE_HOLD: Duration = Duration::from_secs(1);
 /// Announcements waiting to be reported; a full queue drops the oldest news, never the work.
 const REPORT_QUEUE: usize = 4096;
 
@@ -267,6 +271,7 @@ impl Announcer {
             mut live,
         } = self;
         let mut current = Arc::new(Answers::default());
+        let mut hold = InterfaceHold::new(INTERFACE_HOLD);
         let mut poll = tokio::time::interval(INTERFACE_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -274,7 +279,8 @@ impl Announcer {
                 () = stop.cancelled() => break,
                 () = wake.notified() => {}
                 _ = poll.tick() => {
-                    if !lock(&index).set_local_up(interfaces_up(&opened)) {
+                    let up = hold.observe(Instant::now(), &opened, &interfaces_up(&opened));
+                    if !lock(&index).set_local_up(up) {
                         continue;
                     }
                 }

@@ -27,6 +27,16 @@
 //!   (neighbour unreachability detection) are answered as well as multicast ones; duplicate
 //!   address detection for an owned address is answered to all nodes.
 //! - The VIP is never added to an interface: replies come from the responder alone.
+//! - **Liveness** is not decided here: the agent hands the index berth-membership's live set
+//!   (Lease plus SWIM). Without one, every known Node counts as live: one owner still answers,
+//!   but nothing moves when an agent dies.
+//! - **Interface hold**: a local interface that comes back up after being down counts again
+//!   only after 1 s up without a break. After a short link flap this node may not yet know that
+//!   its peers declared it dead and moved its addresses; answering at once made two nodes answer
+//!   until they heard of each other (seen in the failover bench). The hold narrows that window
+//!   to the peers' re-admission time; it is a timing margin, not a guarantee.
+//! - **Reports**: the agent writes the `berth.dev/announcing-node` annotation and an Event on
+//!   each takeover, not periodically, so the API load does not grow with the Services.
 
 pub mod answers;
 pub mod election;
@@ -44,7 +54,7 @@ pub use frame::Mac;
 pub use index::L2Index;
 pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
-pub use schedule::GratuitousSchedule;
+pub use schedule::{GratuitousSchedule, InterfaceHold};
 pub use speaker::{run_link, L2Metrics};
 pub use transport::{Link, LinkSwitch, MemoryLan, MemoryLink};
 

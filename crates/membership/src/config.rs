@@ -50,7 +50,7 @@ impl Default for MembershipOptions {
         MembershipOptions {
             node_name: String::new(),
             enabled: true,
-            lease_namespace: "berth-system".into(),
+            lease_namespace: "kube-system".into(),
             lease_duration: Duration::from_secs(10),
             bind: SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
             advertise_address: None,

@@ -43,9 +43,10 @@
 //!   holder is trusted, as with memberlist's keyring. Clocks must agree within the window.
 //! - **The combination rule.** Lease-only mode (membership off, the baseline the failover
 //!   benchmark compares against): live = Lease fresh. With membership on, SWIM decides
-//!   for peers it knows (alive, unless its Lease is deleted; down, whatever its Lease says),
-//!   and the Lease for peers SWIM never heard of (an agent starting, or one whose UDP is
-//!   blocked). This node counts itself only on the majority side: a node cut off from the
+//!   for peers that advertise an endpoint (alive, unless its Lease is deleted; down or never
+//!   heard, whatever its Lease says, so an agent started after a crash agrees with the others
+//!   that the crashed node is not live), and the Lease for peers that take no part in SWIM
+//!   (no endpoint on their Lease). This node counts itself only on the majority side: a node cut off from the
 //!   LAN but not from the API sees every peer down over SWIM while their Leases stay fresh,
 //!   so it is the minority and withdraws while the others take over; it stays withdrawn
 //!   until it hears the others again. A tie (two nodes, or two equal halves) goes to the side

@@ -438,11 +438,19 @@ impl LoopState {
         let now_ms = unix_millis();
         let mut peers: BTreeMap<String, PeerFacts> = BTreeMap::new();
         for node in self.view.nodes() {
+            let state = match swim.map(|s| s.state(node)) {
+                // Never heard: is it in SWIM at all? Its Lease says.
+                Some(SwimState::Unknown) | None if self.view.endpoint(node).is_none() => {
+                    SwimState::NotMember
+                }
+                Some(state) => state,
+                None => SwimState::Unknown,
+            };
             peers.insert(
                 node.to_string(),
                 PeerFacts {
                     lease: self.view.state(node, now_ms),
-                    swim: swim.map_or(SwimState::Unknown, |s| s.state(node)),
+                    swim: state,
                 },
             );
         }
