@@ -12,6 +12,7 @@ use berth_api::names::{annotation, event, field_manager};
 use berth_api::{IPPool, L2Advertisement};
 use berth_l2::{
     diff_ownership, local_interfaces, Answers, InterfaceHold, L2Index, L2Metrics, PacketLink,
+    StartupSettle, TakeoverDelay,
 };
 use berth_telemetry::MetricsRegistry;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
@@ -37,6 +38,10 @@ pub type LiveSet = watch::Receiver<berth_membership::LiveNodes>;
 const INTERFACE_POLL: Duration = Duration::from_millis(200);
 /// How long an interface that was down must stay up before it answers again.
 const INTERFACE_HOLD: Duration = Duration::from_secs(1);
+/// How long the live set must stay unchanged before a starting announcer answers.
+const STARTUP_SETTLE: Duration = Duration::from_secs(1);
+/// How long a takeover from a live owner waits for that owner to stop.
+const TAKEOVER_DELAY: Duration = Duration::from_millis(300);
 /// Announcements waiting to be reported; a full queue drops the oldest news, never the work.
 const REPORT_QUEUE: usize = 4096;
 
@@ -272,12 +277,26 @@ impl Announcer {
         } = self;
         let mut current = Arc::new(Answers::default());
         let mut hold = InterfaceHold::new(INTERFACE_HOLD);
+        let mut settle = StartupSettle::new(STARTUP_SETTLE);
+        let mut delay = TakeoverDelay::new(TAKEOVER_DELAY);
+        if live.is_none() {
+            // Without liveness there is nothing to converge.
+            let now = Instant::now();
+            settle.changed(now.checked_sub(STARTUP_SETTLE).unwrap_or(now));
+        }
         let mut poll = tokio::time::interval(INTERFACE_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let settle_at = settle.next_check().or(delay.next_due());
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = wake.notified() => {}
+                () = async {
+                    match settle_at {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
                 _ = poll.tick() => {
                     let up = hold.observe(Instant::now(), &opened, &interfaces_up(&opened));
                     if !lock(&index).set_local_up(up) {
@@ -300,14 +319,19 @@ impl Announcer {
                     if !lock(&index).set_live(set) {
                         continue;
                     }
+                    settle.changed(Instant::now());
                 }
+            }
+            if !settle.is_open(Instant::now()) {
+                continue;
             }
             let next = {
                 let index = lock(&index);
                 if !index.is_listed() {
                     continue;
                 }
-                Arc::new(index.answers())
+                let live = index.live_nodes();
+                Arc::new(delay.apply(&current, index.answers(), &live, Instant::now()))
             };
             if next == current {
                 continue;

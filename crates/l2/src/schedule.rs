@@ -241,3 +241,74 @@ mod hold_tests {
         );
     }
 }
+
+/// When a starting announcer begins to answer: once its live set has stayed unchanged for the
+/// settle time. Agents started together each see themselves alone at first, and would each
+/// answer for everything until their membership converges; waiting for a quiet live set keeps
+/// a start (or a restart after a crash) from making two nodes answer. Once open it stays open:
+/// later changes are failovers, which must not wait. Pure: the caller passes the time.
+#[derive(Debug, Clone)]
+pub struct StartupSettle {
+    settle: std::time::Duration,
+    last_change: Option<Instant>,
+    open: bool,
+}
+
+impl StartupSettle {
+    pub fn new(settle: std::time::Duration) -> Self {
+        StartupSettle {
+            settle,
+            last_change: None,
+            open: false,
+        }
+    }
+
+    /// The live set changed (or arrived) at `now`.
+    pub fn changed(&mut self, now: Instant) {
+        if !self.open {
+            self.last_change = Some(now);
+        }
+    }
+
+    /// Whether answering may start (or go on) at `now`.
+    pub fn is_open(&mut self, now: Instant) -> bool {
+        if !self.open {
+            self.open = self
+                .last_change
+                .is_some_and(|at| now.saturating_duration_since(at) >= self.settle);
+        }
+        self.open
+    }
+
+    /// When to look again, while still closed and a live set has arrived.
+    pub fn next_check(&self) -> Option<Instant> {
+        if self.open {
+            return None;
+        }
+        self.last_change.map(|at| at + self.settle)
+    }
+}
+
+#[cfg(test)]
+mod settle_tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_a_quiet_live_set_and_stays_open() {
+        let t0 = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let mut settle = StartupSettle::new(ms(1000));
+        assert!(!settle.is_open(t0), "no live set yet");
+        assert_eq!(settle.next_check(), None);
+        settle.changed(t0);
+        assert!(!settle.is_open(t0 + ms(600)));
+        settle.changed(t0 + ms(700));
+        assert_eq!(settle.next_check(), Some(t0 + ms(1700)));
+        assert!(!settle.is_open(t0 + ms(1699)));
+        assert!(settle.is_open(t0 + ms(1700)));
+        // Failovers later do not close it.
+        settle.changed(t0 + ms(1800));
+        assert!(settle.is_open(t0 + ms(1801)));
+        assert_eq!(settle.next_check(), None);
+    }
+}
