@@ -25,6 +25,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::announce::{Announcer, LiveSet};
 use crate::config::AgentConfig;
 use crate::config::Backend;
 use crate::conntrack::Conntrack;
@@ -135,6 +136,7 @@ pub struct Agent<I, C> {
     readiness: Readiness,
     datapath_ready: ReadinessCheck,
     status: watch::Sender<AgentStatus>,
+    announcer: Option<Announcer>,
 }
 
 /// `/healthz` from the sync health (kube-proxy's meaning), the rest from berth-telemetry.
@@ -239,6 +241,15 @@ where
             }
         }
         let datapath_ready = readiness.register("datapath").map_err(Error::Telemetry)?;
+        let announcer = config.announcer().map(|announcer| {
+            Announcer::new(
+                config.node_name(),
+                announcer,
+                client.clone(),
+                registry,
+                None,
+            )
+        });
         Ok(Agent {
             config,
             client,
@@ -250,7 +261,20 @@ where
             readiness: readiness.clone(),
             datapath_ready,
             status: watch::channel(AgentStatus::default()).0,
+            announcer,
         })
+    }
+
+    /// Gives the announcer the membership's live set; without one every Node counts as live.
+    pub fn set_live_nodes(&mut self, live: LiveSet) {
+        if let Some(announcer) = self.announcer.take() {
+            self.announcer = Some(announcer.with_live(live));
+        }
+    }
+
+    /// The announcer's counters, when it is enabled.
+    pub fn l2_metrics(&self) -> Option<&berth_l2::L2Metrics> {
+        self.announcer.as_ref().map(Announcer::metrics)
     }
 
     pub fn status(&self) -> watch::Receiver<AgentStatus> {
@@ -317,7 +341,7 @@ where
     /// Runs until `shutdown` resolves, serving the admin endpoint on `admin`. Stopping leaves the
     /// programmed rules in place.
     pub async fn run(
-        self,
+        mut self,
         admin: TcpListener,
         registry: SharedRegistry,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -338,6 +362,16 @@ where
         )));
         let wake = Arc::new(Notify::new());
         let watches = self.spawn_watches(&index, &wake, &stop);
+        let announcer = self.announcer.take().map(|announcer| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let result = announcer.run(stop).await;
+                if let Err(err) = &result {
+                    tracing::error!(error = %error_chain(err), "the L2 announcer stopped");
+                }
+                result
+            })
+        });
         let router = admin_router(registry, self.readiness.clone(), health.clone());
         let admin_task = tokio::spawn(berth_telemetry::serve_admin(
             admin,
@@ -354,11 +388,16 @@ where
         for task in watches {
             let _ = task.await;
         }
+        let announced = match announcer {
+            Some(task) => task.await.map_err(|err| Error::Task(err.to_string()))?,
+            None => Ok(()),
+        };
         let admin_result = admin_task
             .await
             .map_err(|err| Error::Task(err.to_string()))?;
         tracing::info!("agent stopped; the programmed rules stay in place");
         result?;
+        announced?;
         admin_result.map_err(Error::Admin)
     }
 
@@ -378,6 +417,7 @@ where
             readiness: _,
             datapath_ready,
             status,
+            announcer: _,
         } = self;
         let mut schedule = SyncSchedule::new(config.min_sync_interval(), config.sync_period());
         let mut carried = Pending::default();

@@ -55,8 +55,7 @@ pub async fn run_agent(
     let mut registry = MetricsRegistry::new();
     registry.register_build_info(&opts.version);
     let readiness = Readiness::new();
-    // The announcer takes `_live` (the nodes whose agents are live) once it is wired in.
-    let (membership, _live) = match opts.membership {
+    let (membership, live) = match opts.membership {
         Some(config) => {
             let (task, live) = start_membership(
                 config,
@@ -79,7 +78,7 @@ pub async fn run_agent(
     // chosen has berth's rules removed before the first sync.
     let backend = opts.config.backend().resolve(|| CommandNft::new().usable());
     tracing::info!(backend = backend.as_str(), "datapath backend");
-    let agent = Agent::with_nft(
+    let mut agent = Agent::with_nft(
         opts.config.with_backend(backend),
         client,
         CommandIptables::new,
@@ -88,6 +87,9 @@ pub async fn run_agent(
         &mut registry,
         &readiness,
     )?;
+    if let Some(live) = live {
+        agent.set_live_nodes(live);
+    }
     let ran = agent
         .run(
             admin,
