@@ -492,8 +492,24 @@ pub async fn run_aws_loop<C: Elbv2 + 'static>(
         .graceful_shutdown_on(token.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {});
-    tokio::join!(controller, sweeper);
+    // At the end of the term, reconciles in flight get a short grace and are then dropped: an
+    // AWS call that retries against an unreachable endpoint must not hold up a shutdown or a
+    // hand-over, and an abandoned reconcile is safe (the next one looks up before it creates).
+    let bounded = async {
+        tokio::pin!(controller);
+        tokio::select! {
+            () = &mut controller => {}
+            () = async {
+                token.cancelled().await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => tracing::warn!("aws reconciles still running at shutdown were abandoned"),
+        }
+    };
+    tokio::join!(bounded, sweeper);
 }
+
+/// How long reconciles in flight may finish after the term ends.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 fn tokio_stream_from<T: Send + 'static>(
     mut rx: tokio::sync::mpsc::Receiver<T>,
@@ -531,7 +547,11 @@ async fn sweep_loop<C: Elbv2 + 'static>(
             })
             .map(key)
             .collect();
-        match provider.sweep(&live).await {
+        let swept = tokio::select! {
+            swept = provider.sweep(&live) => swept,
+            () = token.cancelled() => return,
+        };
+        match swept {
             Ok(swept) => {
                 if !swept.drifted.is_empty() {
                     tracing::info!(services = ?swept.drifted, "aws resources vanished; reading those Services again");
