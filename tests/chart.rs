@@ -89,7 +89,10 @@ fn check_component(
     chart_defaults: &[(&str, &str, &str)],
 ) -> Vec<String> {
     let flags = help_flags(&berth(&[component, "--help"]));
-    assert!(flags.len() > 5, "parsed too few flags from --help: {flags:?}");
+    assert!(
+        flags.len() > 5,
+        "parsed too few flags from --help: {flags:?}"
+    );
     let values = values();
     let config = values[component]["config"]
         .as_mapping()
@@ -125,13 +128,17 @@ fn check_component(
             problems.push(if set_by_chart {
                 format!("--{flag} is set by the chart and also has a value")
             } else {
-                format!("`berth {component} --{flag}` has no value in values.yaml {component}.config")
+                format!(
+                    "`berth {component} --{flag}` has no value in values.yaml {component}.config"
+                )
             });
         }
     }
     for (flag, _) in chart_set {
         if !flags.contains_key(*flag) {
-            problems.push(format!("the chart sets --{flag}, which `berth {component}` lacks"));
+            problems.push(format!(
+                "the chart sets --{flag}, which `berth {component}` lacks"
+            ));
         }
     }
     problems
@@ -146,8 +153,16 @@ fn controller_values_are_its_flags() {
             ("identity", "the pod's name, from the Downward API"),
         ],
         &[
-            ("adminListen", "0.0.0.0:9090", "probes reach the pod's address"),
-            ("leaseNamespace", "", "the release namespace, where the Role is"),
+            (
+                "adminListen",
+                "0.0.0.0:9090",
+                "probes reach the pod's address",
+            ),
+            (
+                "leaseNamespace",
+                "",
+                "the release namespace, where the Role is",
+            ),
             ("logFormat", "json", "structured logs in a cluster"),
         ],
     );

@@ -1,0 +1,754 @@
+//! The chart's RBAC from what berth really calls. The lab API server records every request
+//! (verb, API group, resource, subresource, namespace) per bearer token; each component gets its
+//! own token. The real `berth controller` (endpoints off, then on) and the agent (full proxy mode,
+//! in-memory iptables: nothing touches this host's rules) go through their scenarios; then the
+//! chart is rendered with the real Helm engine (`scripts/chart.py rbac`) and
+//! - every request a component made must be allowed by the rules bound to its ServiceAccount, and
+//! - every verb on every resource those rules grant must have been used (the few kept on purpose
+//!   are listed in `KEPT`, each with its reason).
+//!
+//! Needs the Python venv (`make deps`); without it the test skips with a message, and fails under
+//! `CI=true`. Uses loopback only.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use berth_lab::{LabApiServer, LabApiServerHandle, RecordedRequest};
+use berth_testing::{eventually, install_crds, start_lab_with, unique_dir};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use kube::Client;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+const LEASE_NAMESPACE: &str = "berth-system";
+const WAIT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(100);
+
+/// Rules the chart grants that no scenario exercises, and why they stay. Each is
+/// `(component, api group, resource, verb, why)`.
+const KEPT: &[(&str, &str, &str, &str, &str)] = &[];
+
+// ---------------------------------------------------------------------------------------------
+// Rules and requests.
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Rule {
+    /// `None`: a ClusterRole bound cluster-wide; `Some(ns)`: a Role (or binding) in `ns`.
+    namespace: Option<String>,
+    api_groups: Vec<String>,
+    resources: Vec<String>,
+    verbs: Vec<String>,
+    resource_names: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChartRules {
+    controller: Vec<Rule>,
+    agent: Vec<Rule>,
+}
+
+/// `resource` or `resource/subresource`, as RBAC names it.
+fn rbac_resource(r: &RecordedRequest) -> String {
+    if r.subresource.is_empty() {
+        r.resource.clone()
+    } else {
+        format!("{}/{}", r.resource, r.subresource)
+    }
+}
+
+/// Whether `rule` allows `request`, as the RBAC authorizer decides it.
+fn allows(rule: &Rule, request: &RecordedRequest) -> bool {
+    let in_scope = match &rule.namespace {
+        None => true,
+        Some(ns) => *ns == request.namespace,
+    };
+    let named = rule.resource_names.is_empty()
+        || (!request.name.is_empty()
+            && matches!(request.verb.as_str(), "get" | "update" | "patch" | "delete")
+            && rule.resource_names.contains(&request.name));
+    in_scope
+        && named
+        && rule.api_groups.contains(&request.api_group)
+        && rule.resources.contains(&rbac_resource(request))
+        && rule.verbs.contains(&request.verb)
+}
+
+/// The requests no rule allows.
+fn denied<'a>(rules: &[Rule], requests: &'a [RecordedRequest]) -> Vec<&'a RecordedRequest> {
+    requests
+        .iter()
+        .filter(|r| !rules.iter().any(|rule| allows(rule, r)))
+        .collect()
+}
+
+/// `(group, resource, verb)` granted by some rule that no request used (nor `KEPT` explains).
+fn unused(
+    component: &str,
+    rules: &[Rule],
+    requests: &[RecordedRequest],
+) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in rules {
+        for group in &rule.api_groups {
+            for resource in &rule.resources {
+                for verb in &rule.verbs {
+                    let used = requests.iter().any(|r| {
+                        r.api_group == *group
+                            && rbac_resource(r) == *resource
+                            && r.verb == *verb
+                            && allows(rule, r)
+                    });
+                    let kept = KEPT.iter().any(|(c, g, res, v, _why)| {
+                        *c == component && g == group && res == resource && v == verb
+                    });
+                    if !used && !kept {
+                        out.insert((group.clone(), resource.clone(), verb.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn requests_of(server: &LabApiServerHandle, token: &str) -> Vec<RecordedRequest> {
+    server
+        .recorded_requests()
+        .into_iter()
+        .filter(|r| r.identity == token)
+        .collect()
+}
+
+fn summary(requests: &[RecordedRequest]) -> BTreeSet<String> {
+    requests
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}/{} ns={:?}",
+                r.verb,
+                if r.api_group.is_empty() {
+                    "core"
+                } else {
+                    &r.api_group
+                },
+                rbac_resource(r),
+                r.namespace
+            )
+        })
+        .collect()
+}
+
+/// Both directions for one component; the problems found, empty when the rules are exact.
+fn compare(component: &str, rules: &[Rule], requests: &[RecordedRequest]) -> Vec<String> {
+    assert!(!requests.is_empty(), "{component} made no requests at all");
+    let mut problems: Vec<String> = denied(rules, requests)
+        .into_iter()
+        .map(|r| format!("{component}: the chart does not allow {r:?}"))
+        .collect();
+    for (group, resource, verb) in unused(component, rules, requests) {
+        problems.push(format!(
+            "{component}: the chart grants {verb} on {group:?} {resource}, which no scenario used"
+        ));
+    }
+    problems
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chart's rules, rendered by the real Helm engine.
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv's Python, or `None` (with the reason printed) where it is missing outside CI.
+fn python() -> Option<PathBuf> {
+    let python = repo().join(".venv/bin/python");
+    let ready = Command::new(&python)
+        .args(["-c", "import helm_python, yaml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ready {
+        return Some(python);
+    }
+    let why = format!(
+        "{} with helm-python-sdk is missing (run `make deps`)",
+        python.display()
+    );
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+    eprintln!("skipping: {why}");
+    None
+}
+
+fn chart_rules(python: &Path, values: Value) -> ChartRules {
+    let out = Command::new(python)
+        .arg(repo().join("scripts/chart.py"))
+        .arg("rbac")
+        .arg(values.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rendering the chart: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lab and the components.
+
+async fn start() -> (LabApiServerHandle, Client) {
+    let (server, admin) = start_lab_with(LabApiServer::builder().record_requests(true)).await;
+    install_crds(&admin).await;
+    for ns in [LEASE_NAMESPACE, "web"] {
+        create(
+            &admin,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+    }
+    create(
+        &admin,
+        berth_testing::mk_node_json(
+            "node-1",
+            json!({"kubernetes.io/hostname": "node-1"}),
+            &[("InternalIP", "198.18.0.11")],
+        ),
+    )
+    .await;
+    (server, admin)
+}
+
+/// A kubeconfig for the lab whose user authenticates with `token`.
+fn kubeconfig(dir: &Path, server: &LabApiServerHandle, token: &str) -> PathBuf {
+    let path = dir.join(format!("{token}.kubeconfig"));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: {token}\ncurrent-context: lab\nusers:\n- name: {token}\n  user:\n    token: {token}\n",
+        server.url()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn client_for(kubeconfig: &Path) -> Client {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Creates any object the lab serves, from its JSON.
+async fn create(client: &Client, obj: Value) {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let kind = obj["kind"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let plural = format!("{}s", kind.to_lowercase());
+    let resource = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural,
+    };
+    let object: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind}: {e}"));
+}
+
+/// A real `berth controller`, stopped with SIGTERM (so it hands its Lease back) or killed on drop.
+struct ControllerProcess(Child);
+
+impl ControllerProcess {
+    fn start(kubeconfig: &Path, endpoints: bool, log: &Path) -> Self {
+        let log = std::fs::File::create(log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["controller", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args([
+                "--endpoints",
+                if endpoints { "on" } else { "off" },
+                "--lease-namespace",
+                LEASE_NAMESPACE,
+                "--identity",
+                "rbac-test",
+                "--retry-period",
+                "500ms",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .env_remove("RUST_LOG")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        ControllerProcess(child)
+    }
+
+    async fn stop(mut self) {
+        let pid = self.0.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success());
+        for _ in 0..200 {
+            if self.0.try_wait().unwrap().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("berth controller did not stop after SIGTERM");
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn mk_pod(name: &str, ip: &str, ready: bool) -> Pod {
+    berth_testing::mk_pod(&berth_testing::PodFacts {
+        namespace: "web",
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        app: "api",
+        node: "node-1".into(),
+        ip: ip.into(),
+        ready,
+        deleted_at: None,
+        ports: &[("http", 8080)],
+    })
+}
+
+/// The controller's scenario: pools, a LoadBalancer and a ClusterIP Service allocated, a
+/// conflicting request refused (Warning Event), a type change and a deletion; with endpoints
+/// on, pods coming, turning ready and going.
+async fn controller_scenario(endpoints: bool) -> Vec<RecordedRequest> {
+    let (server, admin) = start().await;
+    let dir = unique_dir("berth-chart-rbac");
+    let token = if endpoints {
+        "controller-endpoints"
+    } else {
+        "controller"
+    };
+    let process = ControllerProcess::start(
+        &kubeconfig(&dir, &server, token),
+        endpoints,
+        &dir.join(format!("{token}.log")),
+    );
+    create(
+        &admin,
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool", "metadata": {"name": "default"},
+               "spec": {"addresses": ["198.18.0.200-198.18.0.250"]}}),
+    )
+    .await;
+    let services: Api<Service> = Api::namespaced(admin.clone(), "web");
+    let lb = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb", "namespace": "web"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "api"},
+                 "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]}});
+    create(&admin, lb).await;
+    create(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": "web"},
+               "spec": {"selector": {"app": "api"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+    )
+    .await;
+    let ingress = eventually(
+        "the LoadBalancer Service gets an address",
+        WAIT,
+        POLL,
+        || {
+            let services = services.clone();
+            async move {
+                let svc = services.get("lb").await.ok()?;
+                let ip = svc.status?.load_balancer?.ingress?.first()?.ip.clone()?;
+                Some(ip)
+            }
+        },
+    )
+    .await;
+    // A second Service asking for the same address and ports is refused: a Warning Event.
+    create(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "thief", "namespace": "web",
+               "annotations": {"berth.dev/load-balancer-ips": ingress}},
+               "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}}),
+    )
+    .await;
+    if endpoints {
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), "web");
+        for (name, ip, ready) in [
+            ("api-1", "10.244.1.5", false),
+            ("api-2", "10.244.1.6", true),
+        ] {
+            pods.create(&PostParams::default(), &mk_pod(name, ip, ready))
+                .await
+                .unwrap();
+            set_pod_status(&pods, name, ip, ready).await;
+        }
+        wait_for_endpoints(&admin, 1).await;
+        set_pod_status(&pods, "api-1", "10.244.1.5", true).await;
+        wait_for_endpoints(&admin, 2).await;
+    }
+    // LoadBalancer -> ClusterIP: the address and node ports are dropped; then deletions.
+    services
+        .patch(
+            "thief",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    services
+        .delete("api", &DeleteParams::default())
+        .await
+        .unwrap();
+    services
+        .delete("lb", &DeleteParams::default())
+        .await
+        .unwrap();
+    if endpoints {
+        let endpoints: Api<Endpoints> = Api::namespaced(admin.clone(), "web");
+        let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), "web");
+        eventually(
+            "the deleted Services' Endpoints and slices go",
+            WAIT,
+            POLL,
+            || {
+                let (endpoints, slices) = (endpoints.clone(), slices.clone());
+                async move {
+                    let left = endpoints.list(&Default::default()).await.ok()?.items.len()
+                        + slices.list(&Default::default()).await.ok()?.items.len();
+                    (left == 0).then_some(())
+                }
+            },
+        )
+        .await;
+    }
+    // Events are sent off the write path; the pool status follows the releases.
+    eventually(
+        "the controller's Events and pool status",
+        WAIT,
+        POLL,
+        || {
+            let server = &server;
+            async move {
+                let requests = requests_of(server, token);
+                let has = |verb: &str, resource: &str| {
+                    requests
+                        .iter()
+                        .any(|r| r.verb == verb && rbac_resource(r) == resource)
+                };
+                (has("create", "events") && has("patch", "ippools/status")).then_some(())
+            }
+        },
+    )
+    .await;
+    process.stop().await;
+    let requests = requests_of(&server, token);
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await.unwrap();
+    requests
+}
+
+/// Reports a pod's IP and readiness, as a kubelet does (the API server drops status on create).
+async fn set_pod_status(pods: &Api<Pod>, name: &str, ip: &str, ready: bool) {
+    let status = json!({"status": {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+    }});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap();
+}
+
+/// Waits until the Service `api` has `ready` ready endpoints in its Endpoints and slices.
+async fn wait_for_endpoints(admin: &Client, ready: usize) {
+    let endpoints: Api<Endpoints> = Api::namespaced(admin.clone(), "web");
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), "web");
+    eventually(&format!("{ready} ready endpoints"), WAIT, POLL, || {
+        let (endpoints, slices) = (endpoints.clone(), slices.clone());
+        async move {
+            let e = endpoints.get("api").await.ok()?;
+            let in_endpoints: usize = e
+                .subsets
+                .unwrap_or_default()
+                .iter()
+                .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+                .sum();
+            let in_slices: usize = slices
+                .list(&kube::api::ListParams::default().labels("kubernetes.io/service-name=api"))
+                .await
+                .ok()?
+                .items
+                .iter()
+                .flat_map(|s| s.endpoints.iter())
+                .filter(|ep| ep.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .count();
+            (in_endpoints == ready && in_slices == ready).then_some(())
+        }
+    })
+    .await;
+}
+
+/// Waits until the agent has synced `at_least` times with rules in place; the sync count.
+async fn synced(
+    status: &mut tokio::sync::watch::Receiver<berth_agent::AgentStatus>,
+    at_least: u64,
+) -> u64 {
+    tokio::time::timeout(
+        WAIT,
+        status.wait_for(|s| s.syncs >= at_least && s.rules > 0),
+    )
+    .await
+    .expect("the agent syncs")
+    .map(|s| s.syncs)
+    .unwrap()
+}
+
+#[derive(Clone, Default)]
+struct NoConntrack;
+
+impl berth_agent::Conntrack for NoConntrack {
+    fn delete(&mut self, _flow: &berth_agent::ConntrackFlow) -> Result<(), berth_agent::Error> {
+        Ok(())
+    }
+}
+
+/// The agent's scenario: its node, a Service with endpoints here and a change to them, synced
+/// into in-memory iptables (full proxy mode: every watch and the whole datapath path).
+async fn agent_scenario() -> Vec<RecordedRequest> {
+    use berth_datapath::memory::MemoryIptables;
+    let (server, admin) = start().await;
+    let dir = unique_dir("berth-chart-rbac");
+    let client = client_for(&kubeconfig(&dir, &server, "agent")).await;
+    let options = berth_agent::AgentOptions {
+        node_name: "node-1".into(),
+        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        min_sync_interval: Duration::from_millis(50),
+        healthz_bind_address: "127.0.0.1".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    let mut registry = berth_telemetry::MetricsRegistry::new();
+    let readiness = berth_telemetry::Readiness::new();
+    let agent = berth_agent::Agent::new(
+        options.validate().unwrap(),
+        client,
+        |_| berth_agent::SharedIptables::new(MemoryIptables::default()),
+        NoConntrack,
+        &mut registry,
+        &readiness,
+    )
+    .unwrap();
+    let mut status = agent.status();
+    let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stop = berth_controller::CancellationToken::new();
+    let task = tokio::spawn(agent.run(
+        admin_listener,
+        registry.into_shared(),
+        stop.clone().cancelled_owned(),
+    ));
+    create(
+        &admin,
+        berth_testing::mk_service_json(
+            "web",
+            "api",
+            json!({"type": "ClusterIP", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+                   "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}),
+        ),
+    )
+    .await;
+    let endpoint = |ready: bool| {
+        json!([{"addresses": ["10.244.1.5"], "nodeName": "node-1",
+                "conditions": {"ready": ready, "serving": ready, "terminating": false}}])
+    };
+    create(
+        &admin,
+        berth_testing::mk_slice_json(
+            "web",
+            "api",
+            "api-1",
+            json!([{"name": "http", "port": 8080, "protocol": "TCP"}]),
+            endpoint(true),
+        ),
+    )
+    .await;
+    let first = synced(&mut status, 1).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), "web");
+    slices
+        .patch(
+            "api-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"endpoints": endpoint(false)})),
+        )
+        .await
+        .unwrap();
+    synced(&mut status, first + 1).await;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    nodes
+        .patch(
+            "node-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "a"}}})),
+        )
+        .await
+        .unwrap();
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let requests = requests_of(&server, "agent");
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await.unwrap();
+    requests
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_rbac_is_exactly_what_berth_calls() {
+    let Some(python) = python() else { return };
+    let values = |endpoints: &str| json!({"controller": {"config": {"endpoints": endpoints, "leaseNamespace": LEASE_NAMESPACE}}});
+    let off = chart_rules(&python, values("off"));
+    let on = chart_rules(&python, values("on"));
+
+    let mut problems = Vec::new();
+    let controller = controller_scenario(false).await;
+    problems.extend(compare("controller", &off.controller, &controller));
+    let with_endpoints = controller_scenario(true).await;
+    problems.extend(compare(
+        "controller (endpoints on)",
+        &on.controller,
+        &with_endpoints,
+    ));
+    let agent = agent_scenario().await;
+    problems.extend(compare("agent", &off.agent, &agent));
+    problems.extend(compare("agent (endpoints on)", &on.agent, &agent));
+
+    for (name, requests) in [
+        ("controller", &controller),
+        ("controller, endpoints on", &with_endpoints),
+        ("agent", &agent),
+    ] {
+        eprintln!("{name} called:");
+        for line in summary(requests) {
+            eprintln!("  {line}");
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn rules_allow_what_rbac_allows() {
+    let rule =
+        |ns: Option<&str>, group: &str, resources: &[&str], verbs: &[&str], names: &[&str]| Rule {
+            namespace: ns.map(str::to_owned),
+            api_groups: vec![group.into()],
+            resources: resources.iter().map(|s| (*s).into()).collect(),
+            verbs: verbs.iter().map(|s| (*s).into()).collect(),
+            resource_names: names.iter().map(|s| (*s).into()).collect(),
+        };
+    let request = |verb: &str, group: &str, resource: &str, sub: &str, ns: &str, name: &str| {
+        RecordedRequest {
+            identity: "t".into(),
+            verb: verb.into(),
+            api_group: group.into(),
+            resource: resource.into(),
+            subresource: sub.into(),
+            namespace: ns.into(),
+            name: name.into(),
+            count: 1,
+        }
+    };
+    let services = rule(None, "", &["services"], &["list", "patch"], &[]);
+    assert!(allows(
+        &services,
+        &request("patch", "", "services", "", "web", "a")
+    ));
+    assert!(allows(
+        &services,
+        &request("list", "", "services", "", "", "")
+    ));
+    assert!(!allows(
+        &services,
+        &request("patch", "", "services", "status", "web", "a")
+    ));
+    assert!(!allows(
+        &services,
+        &request("delete", "", "services", "", "web", "a")
+    ));
+    assert!(!allows(
+        &services,
+        &request("list", "apps", "services", "", "", "")
+    ));
+    let status = rule(None, "", &["services/status"], &["patch"], &[]);
+    assert!(allows(
+        &status,
+        &request("patch", "", "services", "status", "web", "a")
+    ));
+    let lease = rule(
+        Some("berth-system"),
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create"],
+        &[],
+    );
+    assert!(allows(
+        &lease,
+        &request(
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "berth-system",
+            "l"
+        )
+    ));
+    assert!(!allows(
+        &lease,
+        &request(
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "kube-system",
+            "l"
+        )
+    ));
+    assert!(!allows(
+        &lease,
+        &request("get", "coordination.k8s.io", "leases", "", "", "")
+    ));
+    let named = rule(None, "", &["nodes"], &["get", "list"], &["n1"]);
+    assert!(allows(&named, &request("get", "", "nodes", "", "", "n1")));
+    assert!(!allows(&named, &request("get", "", "nodes", "", "", "n2")));
+    assert!(!allows(&named, &request("list", "", "nodes", "", "", "")));
+
+    let rules = vec![services.clone()];
+    let used = [request("list", "", "services", "", "", "")];
+    assert_eq!(
+        unused("x", &rules, &used),
+        BTreeSet::from([("".to_owned(), "services".to_owned(), "patch".to_owned())])
+    );
+    assert_eq!(
+        denied(&rules, &[request("watch", "", "services", "", "", "")]).len(),
+        1
+    );
+}
