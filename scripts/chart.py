@@ -285,6 +285,23 @@ def check_rbac(f, name, docs, values):
     f.check(rules["agent"], where, "agent has rules")
 
 
+def check_selectors(f, name, docs):
+    """Every selector selects the pods it is meant for (the API server refuses a workload whose
+    selector misses its own template; a PDB or Service that selects nothing fails silently)."""
+    pods = {}
+    for kind in ("Deployment", "DaemonSet"):
+        for d in by_kind(docs, kind):
+            labels = d["spec"]["template"]["metadata"].get("labels", {})
+            selector = d["spec"]["selector"].get("matchLabels", {})
+            f.check(selector and selector.items() <= labels.items(), f"{name}: {kind}", "selector misses its pods")
+            pods[d["metadata"]["name"]] = labels
+    selecting = [(d["kind"], d["metadata"]["name"], d["spec"]["selector"].get("matchLabels", {})) for d in by_kind(docs, "PodDisruptionBudget")]
+    selecting += [("Service", d["metadata"]["name"], d["spec"].get("selector", {})) for d in by_kind(docs, "Service")]
+    for kind, obj, selector in selecting:
+        hits = [w for w, labels in pods.items() if selector and selector.items() <= labels.items()]
+        f.check(len(hits) == 1, f"{name}: {kind} {obj}", f"selects {hits}, not exactly one workload's pods")
+
+
 def check_schema_rejects(f):
     bad = [
         {"controller": {"config": {"defaultClass": "metallb"}}},
@@ -321,6 +338,7 @@ def check_value_set(f, name, values):
     check_controller(f, name, docs, full)
     check_agent(f, name, docs, full)
     check_rbac(f, name, docs, full)
+    check_selectors(f, name, docs)
     kinds = sorted({d["kind"] for _, d in docs})
     f.check(bool(by_kind(docs, "IPPool")) == full["ipPool"]["create"], name, "IPPool only when asked")
     f.check(bool(by_kind(docs, "L2Advertisement")) == full["l2Advertisement"]["create"], name, "L2Advertisement only when asked")
