@@ -36,7 +36,7 @@ export PATH := $(VENV_BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help deps deps-system deps-python check-cargo build test test-rust test-crds test-chart lint crds \
+.PHONY: help deps deps-system deps-python check-cargo build test test-rust test-crds test-chart e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
 help:
@@ -45,6 +45,7 @@ help:
 	@echo "make test         deps, cargo test for the workspace, then test-crds and test-chart"
 	@echo "make test-crds    validate $(CRDS_FILE) against the Kubernetes $(K8S_VERSION) schemas"
 	@echo "make test-chart   render, lint and validate the Helm chart for every value set (charts/berth/ci)"
+	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
 	@echo "make lint         rustfmt check and clippy with warnings denied"
 	@echo "make crds         regenerate $(CRDS_FILE) from the Rust types"
 	@echo "make bench        run every benchmark ($(BENCHES)) and print a summary"
@@ -106,6 +107,11 @@ test-crds: deps-python
 # capabilities and RBAC. Its RBAC against berth's real requests is tests/chart_rbac.rs.
 test-chart: deps-python
 	$(VENV_BIN)/python scripts/chart.py check
+
+# A real cluster: kind without kube-proxy, the image built from this checkout, the chart installed.
+# Opt-in: it needs a container runtime, which `make test` does not assume.
+e2e-kind:
+	e2e/kind/run.sh
 
 lint: check-cargo
 	$(CARGO) fmt --all -- --check
