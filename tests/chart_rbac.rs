@@ -27,6 +27,7 @@ use kube::Client;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+/// The release namespace `scripts/chart.py` renders into: the chart's default lease namespace.
 const LEASE_NAMESPACE: &str = "berth-system";
 const WAIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(100);
@@ -625,7 +626,8 @@ async fn agent_scenario() -> Vec<RecordedRequest> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_rbac_is_exactly_what_berth_calls() {
     let Some(python) = python() else { return };
-    let values = |endpoints: &str| json!({"controller": {"config": {"endpoints": endpoints, "leaseNamespace": LEASE_NAMESPACE}}});
+    // No lease namespace given: the chart's default, the release namespace.
+    let values = |endpoints: &str| json!({"controller": {"config": {"endpoints": endpoints}}});
     let off = chart_rules(&python, values("off"));
     let on = chart_rules(&python, values("on"));
 
