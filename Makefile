@@ -105,8 +105,10 @@ test-crds: deps-python
 # The chart with the real Helm engine (helm-python-sdk): lint, render every value set, validate
 # each manifest against the oldest and newest supported Kubernetes, check security contexts,
 # capabilities and RBAC. Its RBAC against berth's real requests is tests/chart_rbac.rs.
-test-chart: deps-python
-	$(VENV_BIN)/python scripts/chart.py check
+# The rendered flags are also handed to the binary, which must accept them.
+test-chart: deps-python check-cargo
+	$(CARGO) build -q --bin berth
+	BERTH_BIN=$(abspath $(TARGET_DIR))/debug/berth $(VENV_BIN)/python scripts/chart.py check
 
 # A real cluster: kind without kube-proxy, the image built from this checkout, the chart installed.
 # Opt-in: it needs a container runtime, which `make test` does not assume.

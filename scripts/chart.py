@@ -12,9 +12,10 @@ Value sets: the chart's defaults and every charts/berth/ci/<name>-values.yaml. K
 the oldest and newest berth supports (SUPPORTED_KUBERNETES below; the README says the same).
 """
 
-import copy
 import json
+import os
 import pathlib
+import subprocess
 import sys
 
 import helm_python as helm
@@ -210,6 +211,7 @@ def check_controller(f, name, docs, values):
     env = env_of(container)
     f.check(env.get("BERTH_IDENTITY", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name", where, "identity from the pod name")
     check_flag_env(f, where, env, values["controller"]["config"], {"leaseNamespace": NAMESPACE})
+    check_binary_accepts(f, where, container)
     pdbs = by_kind(docs, "PodDisruptionBudget")
     f.check(len(pdbs) == (1 if values["controller"]["podDisruptionBudget"]["enabled"] else 0), where, "PodDisruptionBudget")
 
@@ -227,6 +229,35 @@ def check_flag_env(f, where, env, config, chart_defaults):
         expected[f"BERTH_{flag}"] = text
     for var, text in expected.items():
         f.check(env.get(var, {}).get("value") == text, where, f"{var}={text!r}, rendered {env.get(var)}")
+
+
+# What the Downward API gives the variables the chart takes from it, for the parse check.
+DOWNWARD = {"metadata.name": "berth-controller-5d8f-x2x9", "spec.nodeName": "node-1"}
+
+
+def check_binary_accepts(f, where, container):
+    """The real binary parses and validates the container's arguments and variables: it gets as
+    far as reading its (missing) kubeconfig, so no value was refused."""
+    binary = os.environ.get("BERTH_BIN")
+    if not binary:
+        return False
+    env = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        else:
+            env[var["name"]] = DOWNWARD[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    kubeconfig = "/nonexistent/berth-chart-check/kubeconfig"
+    run = subprocess.run(
+        [binary, *container["args"], "--kubeconfig", kubeconfig],
+        env=env, capture_output=True, text=True, timeout=30,
+    )
+    f.check(
+        run.returncode == 1 and f"reading the kubeconfig {kubeconfig}" in run.stderr,
+        where,
+        f"`berth {' '.join(container['args'])}` refused the rendered settings: {run.stderr.strip()}",
+    )
+    return True
 
 
 def check_agent(f, name, docs, values):
@@ -255,6 +286,7 @@ def check_agent(f, name, docs, values):
     env = env_of(container)
     f.check(env.get("BERTH_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName", where, "node name from the Downward API")
     check_flag_env(f, where, env, values["agent"]["config"], {})
+    check_binary_accepts(f, where, container)
     existing = values["agent"]["membership"]["existingSecret"]
     secret_name = volumes.get("membership", {}).get("secret", {}).get("secretName")
     f.check(mounts.get("membership", {}).get("readOnly") is True, where, "membership key mounted read-only")
@@ -350,6 +382,8 @@ def check_value_set(f, name, values):
 
 def check():
     f = Failures()
+    if not os.environ.get("BERTH_BIN"):
+        print("chart: BERTH_BIN unset: the rendered settings are not fed to the binary", file=sys.stderr)
     check_schema_rejects(f)
     for name, values in value_sets().items():
         check_lint(f, name, values)
