@@ -313,7 +313,8 @@ def check_rbac(f, name, docs, values):
     for resource in (("", "pods"), ("", "endpoints"), ("discovery.k8s.io", "endpointslices")):
         f.check((resource in granted) == endpoints_on, where, f"controller {resource} granted exactly when endpoints are on")
     lease_rules = [r for r in rules["controller"] if "leases" in r["resources"]]
-    f.check(all(r["namespace"] == NAMESPACE for r in lease_rules) and lease_rules, where, "Leases only in the lease namespace")
+    f.check(all(r["namespace"] == NAMESPACE for r in lease_rules), where, "Leases only in the lease namespace")
+    f.check(bool(lease_rules) == values["controller"]["config"]["leaderElection"], where, "Lease rights exactly with leader election")
     f.check(rules["agent"], where, "agent has rules")
 
 
