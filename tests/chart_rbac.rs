@@ -1,6 +1,6 @@
 //! The chart's RBAC from what berth really calls. The lab API server records every request
 //! (verb, API group, resource, subresource, namespace) per bearer token; each component gets its
-//! own token. The real `berth controller` (endpoints off, then on) and the agent (full proxy mode,
+//! own token. The real `berth controller` (endpoints off; on; leader election off) and the agent (full proxy mode,
 //! in-memory iptables: nothing touches this host's rules) go through their scenarios; then the
 //! chart is rendered with the real Helm engine (`scripts/chart.py rbac`) and
 //! - every request a component made must be allowed by the rules bound to its ServiceAccount, and
@@ -100,18 +100,45 @@ async fn create(client: &Client, obj: Value) {
         .unwrap_or_else(|e| panic!("creating {kind}: {e}"));
 }
 
+/// The controller settings a scenario runs with; each has its own token and chart rendering.
+#[derive(Debug, Clone, Copy)]
+struct ControllerRun {
+    endpoints: bool,
+    leader_election: bool,
+}
+
+impl ControllerRun {
+    fn token(self) -> String {
+        format!(
+            "controller-endpoints-{}-leader-election-{}",
+            if self.endpoints { "on" } else { "off" },
+            self.leader_election
+        )
+    }
+
+    fn values(self) -> Value {
+        // No lease namespace given: the chart's default, the release namespace.
+        json!({"controller": {"config": {
+            "endpoints": if self.endpoints { "on" } else { "off" },
+            "leaderElection": self.leader_election,
+        }}})
+    }
+}
+
 /// A real `berth controller`, stopped with SIGTERM (so it hands its Lease back) or killed on drop.
 struct ControllerProcess(Child);
 
 impl ControllerProcess {
-    fn start(kubeconfig: &Path, endpoints: bool, log: &Path) -> Self {
+    fn start(kubeconfig: &Path, run: ControllerRun, log: &Path) -> Self {
         let log = std::fs::File::create(log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_berth"))
             .args(["controller", "--kubeconfig"])
             .arg(kubeconfig)
             .args([
                 "--endpoints",
-                if endpoints { "on" } else { "off" },
+                if run.endpoints { "on" } else { "off" },
+                "--leader-election",
+                if run.leader_election { "true" } else { "false" },
                 "--lease-namespace",
                 LEASE_NAMESPACE,
                 "--identity",
@@ -167,17 +194,17 @@ fn mk_pod(name: &str, ip: &str, ready: bool) -> Pod {
 /// The controller's scenario: pools, a LoadBalancer and a ClusterIP Service allocated, a
 /// conflicting request refused (Warning Event), a type change and a deletion; with endpoints
 /// on, pods coming, turning ready and going.
-async fn controller_scenario(endpoints: bool) -> Vec<RecordedRequest> {
+async fn controller_scenario(run: ControllerRun) -> Vec<RecordedRequest> {
+    let ControllerRun {
+        endpoints,
+        leader_election: _,
+    } = run;
     let (server, admin) = start().await;
     let dir = unique_dir("berth-chart-rbac");
-    let token = if endpoints {
-        "controller-endpoints"
-    } else {
-        "controller"
-    };
+    let token = run.token();
     let process = ControllerProcess::start(
-        &kubeconfig(&dir, &server, token),
-        endpoints,
+        &kubeconfig(&dir, &server, &token),
+        run,
         &dir.join(format!("{token}.log")),
     );
     create(
@@ -275,7 +302,7 @@ async fn controller_scenario(endpoints: bool) -> Vec<RecordedRequest> {
         WAIT,
         POLL,
         || {
-            let server = &server;
+            let (server, token) = (&server, &token);
             async move {
                 let requests = requests_of(server, token);
                 let has = |verb: &str, resource: &str| {
@@ -289,7 +316,7 @@ async fn controller_scenario(endpoints: bool) -> Vec<RecordedRequest> {
     )
     .await;
     process.stop().await;
-    let requests = requests_of(&server, token);
+    let requests = requests_of(&server, &token);
     let _ = std::fs::remove_dir_all(&dir);
     server.shutdown().await.unwrap();
     requests
@@ -453,29 +480,38 @@ async fn agent_scenario() -> Vec<RecordedRequest> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_rbac_is_exactly_what_berth_calls() {
     let Some(python) = python() else { return };
-    // No lease namespace given: the chart's default, the release namespace.
-    let values = |endpoints: &str| json!({"controller": {"config": {"endpoints": endpoints}}});
-    let off = chart_rules(&python, values("off"));
-    let on = chart_rules(&python, values("on"));
-
     let mut problems = Vec::new();
-    let controller = controller_scenario(false).await;
-    problems.extend(compare("controller", &off.controller, &controller));
-    let with_endpoints = controller_scenario(true).await;
-    problems.extend(compare(
-        "controller (endpoints on)",
-        &on.controller,
-        &with_endpoints,
-    ));
-    let agent = agent_scenario().await;
-    problems.extend(compare("agent", &off.agent, &agent));
-    problems.extend(compare("agent (endpoints on)", &on.agent, &agent));
-
-    for (name, requests) in [
-        ("controller", &controller),
-        ("controller, endpoints on", &with_endpoints),
-        ("agent", &agent),
+    let mut called = Vec::new();
+    for run in [
+        ControllerRun {
+            endpoints: false,
+            leader_election: true,
+        },
+        ControllerRun {
+            endpoints: true,
+            leader_election: true,
+        },
+        ControllerRun {
+            endpoints: false,
+            leader_election: false,
+        },
     ] {
+        let rules = chart_rules(&python, run.values());
+        let requests = controller_scenario(run).await;
+        problems.extend(compare(&run.token(), &rules.controller, &requests));
+        called.push((run.token(), requests));
+    }
+    // The agent's rights do not depend on the controller's settings, nor its calls on the proxy
+    // mode (every mode runs the same watches).
+    let agent = agent_scenario().await;
+    problems.extend(compare(
+        "agent",
+        &chart_rules(&python, json!({})).agent,
+        &agent,
+    ));
+    called.push(("agent".to_owned(), agent));
+
+    for (name, requests) in &called {
         eprintln!("{name} called:");
         for line in summary(requests) {
             eprintln!("  {line}");
