@@ -1,8 +1,9 @@
 //! The chart's RBAC from what berth really calls. The lab API server records every request
 //! (verb, API group, resource, subresource, namespace) per bearer token; each component gets its
 //! own token. The real `berth controller` (endpoints off; endpoints on; leader election off; the
-//! aws-nlb class against `moto_server`) and the agent (full proxy mode, in-memory iptables: nothing touches this host's rules) go through
-//! their scenarios; then the chart is rendered with the real Helm engine (`scripts/chart.py rbac`) and
+//! aws-nlb class against `moto_server`) and the agent (full proxy mode, in-memory iptables: nothing
+//! touches this host's rules) go through their scenarios; then the chart is rendered with the real
+//! Helm engine (`scripts/chart.py rbac`) and
 //! - every request a component made must be allowed by the rules bound to its ServiceAccount, and
 //! - every verb on every resource those rules grant must have been used (the few kept on purpose
 //!   are listed in `KEPT`, each with its reason).

@@ -237,7 +237,10 @@ fn check(k: &Kubectl, dir: &Path) {
             break;
         }
     }
-    assert!(seen.first().is_some_and(|l| l.starts_with("NAME")), "{seen:?}");
+    assert!(
+        seen.first().is_some_and(|l| l.starts_with("NAME")),
+        "{seen:?}"
+    );
     assert!(
         seen.last().is_some_and(|l| l.starts_with("before ")),
         "{seen:?}"
@@ -480,7 +483,6 @@ fn generators(k: &Kubectl) {
     let refused = k.fails(&["create", "deployment", "web", "--image=echo"]);
     assert!(refused.contains("deployments"), "{refused}");
 }
-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_works_against_the_lab() {
