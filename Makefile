@@ -27,7 +27,7 @@ TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSI
 NETNS_PREFIX := berth-
 
 # Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
-BENCHES := ipam endpoints datapath lab-api controller
+BENCHES := ipam endpoints datapath lab-api controller aws
 BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
 TEST_LOG := $(TARGET_DIR)/cargo-test.log
 
@@ -164,6 +164,11 @@ bench-lab-api: check-cargo
 bench-controller: check-cargo
 	$(CARGO) build --release --bin berth
 	BERTH_BIN=$(abspath $(TARGET_DIR))/release/berth $(CARGO) bench -p berth-controller --bench controller_table
+
+# ELBv2 calls through the real AWS SDK against moto_server: converge, steady-state resync, sweep,
+# 100 nodes. Counts do not depend on optimisation, so the dev profile saves a release build of the SDK.
+bench-aws: check-cargo deps-python
+	$(CARGO) bench --profile dev -p berth-aws --bench aws_calls
 
 ## Recovery
 
