@@ -285,7 +285,7 @@ def check_agent(f, name, docs, values):
     f.check(len(host_paths) == 1, where, f"only the xtables lock from the host: {host_paths}")
     env = env_of(container)
     f.check(env.get("BERTH_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName", where, "node name from the Downward API")
-    check_flag_env(f, where, env, values["agent"]["config"], {})
+    check_flag_env(f, where, env, values["agent"]["config"], {"leaseNamespace": NAMESPACE})
     check_binary_accepts(f, where, container)
     existing = values["agent"]["membership"]["existingSecret"]
     secret_name = volumes.get("membership", {}).get("secret", {}).get("secretName")

@@ -177,7 +177,19 @@ fn agent_values_are_its_flags() {
             ("kubeconfig", "in-cluster configuration"),
             ("node-name", "spec.nodeName, from the Downward API"),
         ],
-        &[("logFormat", "json", "structured logs in a cluster")],
+        &[
+            ("logFormat", "json", "structured logs in a cluster"),
+            (
+                "membershipKeyFile",
+                "/etc/berth/membership/key",
+                "where the chart mounts the membership Secret",
+            ),
+            (
+                "leaseNamespace",
+                "",
+                "the release namespace, where the Role is",
+            ),
+        ],
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -53,6 +53,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- toYaml $config -}}
 {{- end -}}
 
+{{/* The agent's flags with the chart's own choices filled in. */}}
+{{- define "berth.agent.config" -}}
+{{- $config := deepCopy .Values.agent.config -}}
+{{- $_ := set $config "leaseNamespace" (default .Release.Namespace $config.leaseNamespace) -}}
+{{- toYaml $config -}}
+{{- end -}}
+
 {{/* The port of an admin address such as 0.0.0.0:9090 or [::]:9090. */}}
 {{- define "berth.port" -}}
 {{- splitList ":" . | last -}}

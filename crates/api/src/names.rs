@@ -41,6 +41,8 @@ pub mod annotation {
     pub const SHARING_KEY: &str = "berth.dev/sharing-key";
     /// Written by the agent that answers ARP for the Service's IP.
     pub const ANNOUNCING_NODE: &str = "berth.dev/announcing-node";
+    /// On an agent's Lease: where its membership (SWIM) socket listens, `ip:port`.
+    pub const MEMBERSHIP_ENDPOINT: &str = "berth.dev/membership-endpoint";
 
     /// MetalLB's requested IPs (current group), read so MetalLB users can switch without edits.
     pub const METALLB_LOAD_BALANCER_IPS: &str = "metallb.io/loadBalancerIPs";
