@@ -15,8 +15,10 @@ the oldest and newest berth supports (SUPPORTED_KUBERNETES below; the README say
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import helm_python as helm
 import jsonschema
@@ -247,11 +249,20 @@ def check_binary_accepts(f, where, container):
             env[var["name"]] = var["value"]
         else:
             env[var["name"]] = DOWNWARD[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    # The mounted membership Secret: a key file of the same shape in a scratch directory.
+    scratch = None
+    if env.get("BERTH_MEMBERSHIP_KEY_FILE", "").startswith("/etc/berth/membership/"):
+        scratch = tempfile.mkdtemp(prefix="berth-chart-check-")
+        key = pathlib.Path(scratch) / "key"
+        key.write_text("k" * 64)
+        env["BERTH_MEMBERSHIP_KEY_FILE"] = str(key)
     kubeconfig = "/nonexistent/berth-chart-check/kubeconfig"
     run = subprocess.run(
         [binary, *container["args"], "--kubeconfig", kubeconfig],
         env=env, capture_output=True, text=True, timeout=30,
     )
+    if scratch:
+        shutil.rmtree(scratch)
     f.check(
         run.returncode == 1 and f"reading the kubeconfig {kubeconfig}" in run.stderr,
         where,
