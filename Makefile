@@ -17,6 +17,8 @@ REQUIREMENTS := scripts/requirements.txt
 VENV_STAMP := $(VENV)/.stamp
 
 CRDS_FILE := crds/berth.dev.yaml
+# The chart ships the same CRDs (tests/chart.rs fails when they differ from `berth crds`).
+CHART_CRDS_FILE := charts/berth/crds/berth.dev.yaml
 K8S_VERSION := 1.34.0
 # How the generated CRDs are checked against the Kubernetes schemas.
 TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSION) $(CRDS_FILE)
@@ -34,14 +36,16 @@ export PATH := $(VENV_BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help deps deps-system deps-python check-cargo build test test-rust test-crds lint crds \
+.PHONY: help deps deps-system deps-python check-cargo build test test-rust test-crds test-chart e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
 help:
 	@echo "make deps         install system packages and the Python venv (.venv) the tests need"
 	@echo "make build        cargo build, whole workspace, all targets (debug)"
-	@echo "make test         deps, cargo test for the workspace, then test-crds"
+	@echo "make test         deps, cargo test for the workspace, then test-crds and test-chart"
 	@echo "make test-crds    validate $(CRDS_FILE) against the Kubernetes $(K8S_VERSION) schemas"
+	@echo "make test-chart   render, lint and validate the Helm chart for every value set (charts/berth/ci)"
+	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
 	@echo "make lint         rustfmt check and clippy with warnings denied"
 	@echo "make crds         regenerate $(CRDS_FILE) from the Rust types"
 	@echo "make bench        run every benchmark ($(BENCHES)) and print a summary"
@@ -85,6 +89,7 @@ SKIP_MARKER := berth-test: SKIPPED
 test: deps
 	@$(MAKE) test-rust
 	@$(MAKE) test-crds
+	@$(MAKE) test-chart
 	@echo "== cargo test summary =="
 	@grep -E '^test result:' $(TEST_LOG)
 	@{ grep -oE '$(SKIP_MARKER) .*' $(TEST_LOG) | sed 's/^$(SKIP_MARKER) /skipped: /' || true; \
@@ -105,6 +110,19 @@ test-crds: deps-python
 	$(TEST_CRDS_CMD)
 	@echo "test-crds: $(CRDS_FILE) is valid for Kubernetes $(K8S_VERSION)"
 
+# The chart with the real Helm engine (helm-python-sdk): lint, render every value set, validate
+# each manifest against the oldest and newest supported Kubernetes, check security contexts,
+# capabilities and RBAC. Its RBAC against berth's real requests is tests/chart_rbac.rs.
+# The rendered flags are also handed to the binary, which must accept them.
+test-chart: deps-python check-cargo
+	$(CARGO) build -q --bin berth
+	BERTH_BIN=$(abspath $(TARGET_DIR))/debug/berth $(VENV_BIN)/python scripts/chart.py check
+
+# A real cluster: kind without kube-proxy, the image built from this checkout, the chart installed.
+# Opt-in: it needs a container runtime, which `make test` does not assume.
+e2e-kind:
+	e2e/kind/run.sh
+
 lint: check-cargo
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
@@ -114,8 +132,9 @@ lint: check-cargo
 crds: check-cargo
 	@mkdir -p $(dir $(CRDS_FILE))
 	$(CARGO) run -q -- crds > $(CRDS_FILE).tmp
+	@cp $(CRDS_FILE).tmp $(CHART_CRDS_FILE)
 	@mv $(CRDS_FILE).tmp $(CRDS_FILE)
-	@echo "crds: wrote $(CRDS_FILE)"
+	@echo "crds: wrote $(CRDS_FILE) and $(CHART_CRDS_FILE)"
 
 ## Benchmarks
 

@@ -47,6 +47,11 @@ pub struct ApiserverArgs {
     /// would.
     #[arg(long, env = "BERTH_LAB_GRACEFUL_POD_DELETION")]
     graceful_pod_deletion: bool,
+
+    /// Record what each client asks of the API (verb, group, resource, subresource per bearer
+    /// token or user agent), served at `GET /lab/requests`.
+    #[arg(long, env = "BERTH_LAB_RECORD_REQUESTS")]
+    record_requests: bool,
 }
 
 fn parse_faults(json: &str) -> Result<berth_lab::Faults, String> {
@@ -95,6 +100,7 @@ impl ApiserverArgs {
                 faults: self.faults.unwrap_or_default(),
                 history_capacity: self.history,
                 graceful_pod_deletion: self.graceful_pod_deletion,
+                record_requests: self.record_requests,
             },
             netns_listeners: self.listen_netns,
         })

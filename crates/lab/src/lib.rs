@@ -18,5 +18,5 @@ pub mod topology;
 
 pub use apiserver::{
     run_apiserver, ApiServerOptions, Faults, LabApiServer, LabApiServerBuilder, LabApiServerHandle,
-    LabError, Listener, RequestCounts,
+    LabError, Listener, RecordedRequest, RequestCounts,
 };

@@ -24,7 +24,7 @@ mod store_tests;
 
 pub use error::{ApiError, LabError};
 pub use faults::Faults;
-pub use http::RequestCounts;
+pub use http::{RecordedRequest, RequestCounts};
 pub use server::{
     kubeconfig_yaml, run_apiserver, write_kubeconfig, ApiServerOptions, LabApiServer,
     LabApiServerBuilder, LabApiServerHandle, Listener,

