@@ -180,6 +180,16 @@ fn agent_values_are_its_flags() {
         &[
             ("logFormat", "json", "structured logs in a cluster"),
             (
+                "membership",
+                "on",
+                "a dead agent's addresses move within a second",
+            ),
+            (
+                "l2Announcer",
+                "true",
+                "LoadBalancer Services of the default l2 class answer",
+            ),
+            (
                 "membershipKeyFile",
                 "/etc/berth/membership/key",
                 "where the chart mounts the membership Secret",
