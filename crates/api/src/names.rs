@@ -41,6 +41,8 @@ pub mod annotation {
     pub const SHARING_KEY: &str = "berth.dev/sharing-key";
     /// Written by the agent that answers ARP for the Service's IP.
     pub const ANNOUNCING_NODE: &str = "berth.dev/announcing-node";
+    /// On a Pod in the lab: `"false"` makes the lab kubelet's readiness probe fail.
+    pub const LAB_READY: &str = "lab.berth.dev/ready";
 
     /// MetalLB's requested IPs (current group), read so MetalLB users can switch without edits.
     pub const METALLB_LOAD_BALANCER_IPS: &str = "metallb.io/loadBalancerIPs";
