@@ -255,12 +255,18 @@ fn run_up(args: UpArgs) -> anyhow::Result<()> {
         }
         println!("tearing the lab down");
         if !proven {
-            println!("keeping the logs in {}", lab.state_dir().join("logs").display());
+            println!(
+                "keeping the logs in {}",
+                lab.state_dir().join("logs").display()
+            );
         }
         tokio::task::spawn_blocking(move || lab.stop(!proven))
             .await
             .context("tearing the lab down")??;
-        anyhow::ensure!(proven, "some requests were not answered (see the table above)");
+        anyhow::ensure!(
+            proven,
+            "some requests were not answered (see the table above)"
+        );
         Ok(())
     })
 }

@@ -52,10 +52,7 @@ pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, ClusterError> {
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| {
-            p.extension()
-                .is_some_and(|e| e == "yaml" || e == "yml")
-        })
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
         .collect();
     files.sort();
     Ok(files)
@@ -90,11 +87,16 @@ pub async fn apply_dir(client: &Client, dir: &Path) -> Result<Vec<String>, Clust
     resolved.sort_by_key(|(cluster, _, _)| !*cluster);
     let mut applied = Vec::new();
     for (cluster, resource, object) in resolved {
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let api: Api<DynamicObject> = if cluster {
             Api::all_with(client.clone(), &resource)
         } else {
-            let ns = object["metadata"]["namespace"].as_str().unwrap_or("default");
+            let ns = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default");
             Api::namespaced_with(client.clone(), ns, &resource)
         };
         api.patch(

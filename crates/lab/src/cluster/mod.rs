@@ -341,7 +341,12 @@ impl Lab {
             .layout
             .nodes
             .iter()
-            .map(|n| (n.netns.clone(), SocketAddr::from((n.lan_ip, AGENT_ADMIN_PORT))))
+            .map(|n| {
+                (
+                    n.netns.clone(),
+                    SocketAddr::from((n.lan_ip, AGENT_ADMIN_PORT)),
+                )
+            })
             .collect();
         if let Some(cp) = &self.layout.control_plane {
             checks.push((
@@ -475,7 +480,11 @@ impl Lab {
                     endpoints.join(",")
                 },
                 match lb_answer.map(|a| &a.result) {
-                    Some(Ok(reply)) => format!("{} answered {}", lb_answer.map(|a| a.target.path).unwrap_or(""), reply.pod),
+                    Some(Ok(reply)) => format!(
+                        "{} answered {}",
+                        lb_answer.map(|a| a.target.path).unwrap_or(""),
+                        reply.pod
+                    ),
                     Some(Err(_)) => "FAILED".into(),
                     None => "no way in".into(),
                 },
@@ -586,11 +595,13 @@ fn clean_stale(files: &Files, prefix: &str) -> Result<String, ClusterError> {
         }
     }
     let removed = down_state(files, prefix, state.as_ref())?;
-    Ok(if removed.is_empty() {
-        "none".to_string()
-    } else {
-        format!("cleaned a stale lab: {}", removed.join(", "))
-    })
+    if removed.is_empty() {
+        return Ok("none".to_string());
+    }
+    let said = format!("cleaned a stale lab: removed {}", removed.join(", "));
+    // Said also without a terminal, where the progress lines are not shown.
+    tracing::warn!("{said}");
+    Ok(said)
 }
 
 /// Removes a lab's processes, namespaces and state directory; returns what it removed.
@@ -658,19 +669,23 @@ pub fn status(name: &str, state_dir: &Path) -> Result<Vec<String>, ClusterError>
             } else {
                 "gone (run `berth lab down` to clean up)"
             };
-            out.push(format!("lab {} ({} nodes): up pid {} {up}", state.name, state.nodes, state.up.pid));
+            out.push(format!(
+                "lab {} ({} nodes): up pid {} {up}",
+                state.name, state.nodes, state.up.pid
+            ));
             out.push(format!("kubeconfig: {}", files.kubeconfig.display()));
             out.push(format!("logs: {}", files.logs.display()));
             for p in &state.components {
-                let alive = if p.is_alive() { "running" } else { "not running" };
+                let alive = if p.is_alive() {
+                    "running"
+                } else {
+                    "not running"
+                };
                 out.push(format!("  {:<16} pid {:<8} {alive}", p.name, p.pid));
             }
         }
     }
-    let names = crate::topology::leftovers(
-        list_netns().iter().map(String::as_str),
-        &prefix,
-    );
+    let names = crate::topology::leftovers(list_netns().iter().map(String::as_str), &prefix);
     out.push(format!("namespaces {prefix}-*: {}", names.len()));
     for n in names {
         out.push(format!("  {n}"));

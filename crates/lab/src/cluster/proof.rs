@@ -227,8 +227,16 @@ mod tests {
         assert_eq!(
             ways,
             [
-                ("LoadBalancer", "berth-lab-client", "198.18.0.200:80".to_string()),
-                ("NodePort", "berth-lab-client", "198.18.0.11:30080".to_string()),
+                (
+                    "LoadBalancer",
+                    "berth-lab-client",
+                    "198.18.0.200:80".to_string()
+                ),
+                (
+                    "NodePort",
+                    "berth-lab-client",
+                    "198.18.0.11:30080".to_string()
+                ),
                 ("ClusterIP", "berth-lab-node1", "10.96.0.10:80".to_string()),
             ]
         );

@@ -39,8 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::netns::NetnsError;
 use crate::topology::{
-    plan_add_pod, plan_destroy, pod_layout, remove_leftovers, IpCommand, Layout, PodLayout,
-    Runner, TopologyError,
+    plan_add_pod, plan_destroy, pod_layout, remove_leftovers, IpCommand, Layout, PodLayout, Runner,
+    TopologyError,
 };
 use pods::{plan_pods, Action, NodeView, PodFacts, PodView, Running};
 use server::{http_get, PodServer};
@@ -264,7 +264,10 @@ impl Kubelet {
                 } => {
                     let bound = self.bind(namespace, name, node).await;
                     if bound.is_ok() {
-                        if let Some(view) = pods.iter().find(|p| &p.namespace == namespace && &p.name == name) {
+                        if let Some(view) = pods
+                            .iter()
+                            .find(|p| &p.namespace == namespace && &p.name == name)
+                        {
                             self.binding.insert(view.uid.clone(), node.clone());
                         }
                     }

@@ -71,13 +71,17 @@ mod tests {
 
     #[test]
     fn a_node_names_its_address_pod_cidr_and_provider() {
-        let l = layout(&TopologySpec::new("berth-lab").node("node2", Vec::<String>::new())).unwrap();
+        let l =
+            layout(&TopologySpec::new("berth-lab").node("node2", Vec::<String>::new())).unwrap();
         let n = &l.nodes[0];
         let node = build_node("berth-lab", n);
         assert_eq!(node["spec"]["podCIDR"], "10.244.1.0/24");
         assert_eq!(node["spec"]["podCIDRs"], json!(["10.244.1.0/24"]));
         assert_eq!(node["spec"]["providerID"], "berth-lab://berth-lab/node2");
-        assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], "node2");
+        assert_eq!(
+            node["metadata"]["labels"]["kubernetes.io/hostname"],
+            "node2"
+        );
         let status = build_node_status(n, "t0", "t1");
         assert_eq!(
             status["status"]["addresses"][0],

@@ -80,7 +80,10 @@ pub fn pod_view(pod: &Pod) -> Option<PodView> {
         probe: (probe_path, probe_port),
         ready_gate,
         deletion: meta.deletion_timestamp.as_ref().and_then(|t| {
-            DateTime::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0))
+            DateTime::from_timestamp(
+                t.0.as_second(),
+                u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0),
+            )
         }),
         container: first
             .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
@@ -247,9 +250,7 @@ pub struct PodFacts {
 /// `status` of a running pod: phase Running, its addresses, and Ready from the probe.
 pub fn build_pod_status(pod: &PodView, facts: &PodFacts) -> Value {
     let ready = if facts.ready { "True" } else { "False" };
-    let condition = |kind: &str, status: &str, since: &str| {
-        json!({"type": kind, "status": status, "lastProbeTime": null, "lastTransitionTime": since})
-    };
+    let condition = |kind: &str, status: &str, since: &str| json!({"type": kind, "status": status, "lastProbeTime": null, "lastTransitionTime": since});
     let (container, image) = &pod.container;
     json!({
         "phase": "Running",
@@ -382,7 +383,12 @@ mod tests {
             .node_selector
             .insert("kubernetes.io/hostname".into(), "elsewhere".into());
         let foreign = mk_pod("f", Some("other-cluster-node"));
-        let actions = plan_pods(&[pinned, nowhere, foreign], &BTreeMap::new(), &mk_nodes(), t(0));
+        let actions = plan_pods(
+            &[pinned, nowhere, foreign],
+            &BTreeMap::new(),
+            &mk_nodes(),
+            t(0),
+        );
         assert_eq!(
             actions,
             [Action::Bind {
@@ -490,7 +496,10 @@ mod tests {
         }))
         .unwrap();
         let view = pod_view(&bare).unwrap();
-        assert_eq!((view.ports, view.probe.1, view.ready_gate), (vec![8080], 8080, true));
+        assert_eq!(
+            (view.ports, view.probe.1, view.ready_gate),
+            (vec![8080], 8080, true)
+        );
         let nameless: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
         assert!(pod_view(&nameless).is_none());
     }

@@ -31,7 +31,10 @@ async fn healthz(State(state): State<PodState>) -> (StatusCode, &'static str) {
     if state.gate.load(Ordering::SeqCst) {
         (StatusCode::OK, "ok\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready (lab.berth.dev/ready=false)\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready (lab.berth.dev/ready=false)\n",
+        )
     }
 }
 

@@ -6,8 +6,8 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 
 use super::{
-    TopologyError, TopologySpec, CONTROL_PLANE_HOST, FIRST_CLIENT_HOST, FIRST_NODE_HOST, LAN_NETWORK, LAN_PREFIX_LEN,
-    LB_POOL_FIRST_HOST, NETNS_PREFIX, POD_NETWORK,
+    TopologyError, TopologySpec, CONTROL_PLANE_HOST, FIRST_CLIENT_HOST, FIRST_NODE_HOST,
+    LAN_NETWORK, LAN_PREFIX_LEN, LB_POOL_FIRST_HOST, NETNS_PREFIX, POD_NETWORK,
 };
 
 /// The name reserved for the LAN namespace (`<prefix>-lan`).

@@ -316,7 +316,10 @@ mod tests {
         let planned = &node1.pods[1];
         let later = plan_add_pod(node1, planned);
         assert_eq!(later[0], Step::AddNetns("berth-t7-a2".into()));
-        assert_eq!(later[1].argv().join(" "), "ip -n berth-t7-a2 link set lo up");
+        assert_eq!(
+            later[1].argv().join(" "),
+            "ip -n berth-t7-a2 link set lo up"
+        );
         let created = render(&plan_create(&l));
         for step in render(&later[2..]) {
             assert!(created.contains(&step), "{step}");
