@@ -50,6 +50,16 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "0.0.0.0:10356")]
     admin_listen: SocketAddr,
 
+    /// Answer ARP and NDP for the LoadBalancer IPs this node is elected for (with
+    /// `--proxy-mode none`: an announcer beside kube-proxy).
+    #[arg(long, env = "BERTH_L2_ANNOUNCER")]
+    l2_announcer: bool,
+
+    /// Interfaces the announcer answers on, comma separated; unset: every non-loopback
+    /// Ethernet interface.
+    #[arg(long, env = "BERTH_L2_INTERFACES", value_delimiter = ',')]
+    l2_interfaces: Vec<String>,
+
     /// Kubeconfig to use; when unset, KUBECONFIG or ~/.kube/config, then in-cluster configuration.
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -87,6 +97,8 @@ impl AgentArgs {
             sync_period: self.sync_period,
             healthz_bind_address: self.healthz_bind_address,
             admin_listen: self.admin_listen,
+            l2_announcer: self.l2_announcer,
+            l2_interfaces: self.l2_interfaces.clone(),
         }
     }
 }
@@ -134,6 +146,9 @@ mod tests {
             "127.0.0.1",
             "--admin-listen",
             "127.0.0.1:10256",
+            "--l2-announcer",
+            "--l2-interfaces",
+            "eth0,eth1",
         ])
         .unwrap();
         let Command::Agent(args) = cli.command else {
@@ -155,6 +170,10 @@ mod tests {
                 .masquerade_all
         );
         assert_eq!(config.admin_listen().port(), 10256);
+        assert_eq!(
+            config.announcer().map(|a| a.interfaces),
+            Some(vec!["eth0".to_string(), "eth1".to_string()])
+        );
     }
 
     #[test]
@@ -170,6 +189,7 @@ mod tests {
         assert_eq!(config.sync_period(), Duration::from_secs(30));
         assert_eq!(config.min_sync_interval(), Duration::from_secs(1));
         assert_eq!(config.admin_listen(), "0.0.0.0:10356".parse().unwrap());
+        assert_eq!(config.announcer(), None);
         assert!(parse(&["agent", "--node-name", "n", "--sync-period", "soon"]).is_err());
     }
 }

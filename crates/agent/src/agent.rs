@@ -25,6 +25,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::announce::{Announcer, LiveNodes};
 use crate::config::AgentConfig;
 use crate::conntrack::Conntrack;
 use crate::datapath::FamilyDatapath;
@@ -134,6 +135,7 @@ pub struct Agent<I, C> {
     readiness: Readiness,
     datapath_ready: ReadinessCheck,
     status: watch::Sender<AgentStatus>,
+    announcer: Option<Announcer>,
 }
 
 /// `/healthz` from the sync health (kube-proxy's meaning), the rest from berth-telemetry.
@@ -183,6 +185,15 @@ where
                 .collect()
         };
         let datapath_ready = readiness.register("datapath").map_err(Error::Telemetry)?;
+        let announcer = config.announcer().map(|announcer| {
+            Announcer::new(
+                config.node_name(),
+                announcer,
+                client.clone(),
+                registry,
+                None,
+            )
+        });
         Ok(Agent {
             config,
             client,
@@ -194,7 +205,20 @@ where
             readiness: readiness.clone(),
             datapath_ready,
             status: watch::channel(AgentStatus::default()).0,
+            announcer,
         })
+    }
+
+    /// Gives the announcer the membership's live set; without one every Node counts as live.
+    pub fn set_live_nodes(&mut self, live: LiveNodes) {
+        if let Some(announcer) = self.announcer.take() {
+            self.announcer = Some(announcer.with_live(live));
+        }
+    }
+
+    /// The announcer's counters, when it is enabled.
+    pub fn l2_metrics(&self) -> Option<&berth_l2::L2Metrics> {
+        self.announcer.as_ref().map(Announcer::metrics)
     }
 
     pub fn status(&self) -> watch::Receiver<AgentStatus> {
@@ -261,7 +285,7 @@ where
     /// Runs until `shutdown` resolves, serving the admin endpoint on `admin`. Stopping leaves the
     /// programmed rules in place.
     pub async fn run(
-        self,
+        mut self,
         admin: TcpListener,
         registry: SharedRegistry,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -282,6 +306,16 @@ where
         )));
         let wake = Arc::new(Notify::new());
         let watches = self.spawn_watches(&index, &wake, &stop);
+        let announcer = self.announcer.take().map(|announcer| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let result = announcer.run(stop).await;
+                if let Err(err) = &result {
+                    tracing::error!(error = %error_chain(err), "the L2 announcer stopped");
+                }
+                result
+            })
+        });
         let router = admin_router(registry, self.readiness.clone(), health.clone());
         let admin_task = tokio::spawn(berth_telemetry::serve_admin(
             admin,
@@ -298,11 +332,16 @@ where
         for task in watches {
             let _ = task.await;
         }
+        let announced = match announcer {
+            Some(task) => task.await.map_err(|err| Error::Task(err.to_string()))?,
+            None => Ok(()),
+        };
         let admin_result = admin_task
             .await
             .map_err(|err| Error::Task(err.to_string()))?;
         tracing::info!("agent stopped; the programmed rules stay in place");
         result?;
+        announced?;
         admin_result.map_err(Error::Admin)
     }
 
@@ -322,6 +361,7 @@ where
             readiness: _,
             datapath_ready,
             status,
+            announcer: _,
         } = self;
         let mut schedule = SyncSchedule::new(config.min_sync_interval(), config.sync_period());
         let mut carried = Pending::default();

@@ -26,6 +26,10 @@ pub struct AgentOptions {
     /// Address the health-check node-port servers bind (the port is each Service's).
     pub healthz_bind_address: IpAddr,
     pub admin_listen: SocketAddr,
+    /// Answer ARP and NDP for the LoadBalancer IPs this node is elected for.
+    pub l2_announcer: bool,
+    /// Interfaces the announcer answers on; empty: every non-loopback Ethernet interface.
+    pub l2_interfaces: Vec<String>,
 }
 
 impl Default for AgentOptions {
@@ -41,6 +45,8 @@ impl Default for AgentOptions {
             healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
             // Next to kube-proxy's 10256, which may run on the same node (labeled mode).
             admin_listen: SocketAddr::from(([0, 0, 0, 0], 10356)),
+            l2_announcer: false,
+            l2_interfaces: Vec::new(),
         }
     }
 }
@@ -79,6 +85,11 @@ impl AgentOptions {
                     self.min_sync_interval, self.sync_period
                 ),
             ));
+        }
+        for name in &self.l2_interfaces {
+            if let Some(problem) = berth_core::interface_name_problem(name) {
+                return Err(invalid("L2 interface", format!("{name:?}: {problem}")));
+            }
         }
         let mut families = Vec::new();
         for cidr in &self.cluster_cidrs {
@@ -134,6 +145,15 @@ impl AgentConfig {
 
     pub fn admin_listen(&self) -> SocketAddr {
         self.options.admin_listen
+    }
+
+    /// The announcer's settings, when it is enabled.
+    pub fn announcer(&self) -> Option<crate::announce::AnnouncerConfig> {
+        self.options
+            .l2_announcer
+            .then(|| crate::announce::AnnouncerConfig {
+                interfaces: self.options.l2_interfaces.clone(),
+            })
     }
 
     /// What the planner of one family is given.
@@ -253,6 +273,25 @@ mod tests {
         };
         let err = options.validate().unwrap_err().to_string();
         assert!(err.contains("one CIDR per address family"), "{err}");
+    }
+
+    #[test]
+    fn the_announcer_is_off_unless_asked_and_interface_names_are_checked() {
+        assert_eq!(mk_options().validate().unwrap().announcer(), None);
+        let options = AgentOptions {
+            l2_announcer: true,
+            l2_interfaces: vec!["eth0".into(), "bond0.100".into()],
+            ..mk_options()
+        };
+        let announcer = options.validate().unwrap().announcer().unwrap();
+        assert_eq!(announcer.interfaces, ["eth0", "bond0.100"]);
+        let bad = AgentOptions {
+            l2_announcer: true,
+            l2_interfaces: vec!["a-very-long-interface".into()],
+            ..mk_options()
+        };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.contains("L2 interface"), "{err}");
     }
 
     #[test]

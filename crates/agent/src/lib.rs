@@ -14,8 +14,12 @@
 //! - Network-programming latency is observed only for slices whose trigger-time annotation
 //!   changed, so a relist after a dropped watch does not report old changes again.
 //! - Stopping leaves every rule in place: a restarted agent adopts them with one full sync.
+//! - With `--l2-announcer` the agent also answers ARP and NDP for the LoadBalancer IPs this
+//!   node is elected for ([`announce`], berth-l2); `--proxy-mode=none` makes it an announcer
+//!   only, beside kube-proxy.
 
 pub mod agent;
+pub mod announce;
 pub mod config;
 pub mod conntrack;
 pub mod datapath;
@@ -27,6 +31,7 @@ pub mod schedule;
 mod watch;
 
 pub use agent::{admin_router, Agent, AgentStatus};
+pub use announce::{Announcer, AnnouncerConfig, LiveNodes};
 pub use config::{parse_duration, AgentConfig, AgentOptions};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
 pub use datapath::SharedIptables;
@@ -75,6 +80,10 @@ pub enum Error {
     Admin(#[source] berth_telemetry::Error),
     #[error("a datapath task stopped unexpectedly: {0}")]
     Task(String),
+    #[error("the L2 announcer failed")]
+    L2(#[source] berth_l2::Error),
+    #[error("the L2 announcer could open none of the interfaces {0:?}")]
+    NoInterface(String),
 }
 
 impl Error {
@@ -86,6 +95,7 @@ impl Error {
             Error::Conntrack { .. } | Error::ConntrackCommand { .. } => "conntrack",
             Error::Bind { .. } | Error::Telemetry(_) | Error::Admin(_) => "admin",
             Error::Task(_) => "task",
+            Error::L2(_) | Error::NoInterface(_) => "l2",
         }
     }
 
@@ -100,7 +110,9 @@ impl Error {
             | Error::Bind { .. }
             | Error::Telemetry(_)
             | Error::Admin(_)
-            | Error::Task(_) => false,
+            | Error::Task(_)
+            | Error::L2(_)
+            | Error::NoInterface(_) => false,
         }
     }
 }

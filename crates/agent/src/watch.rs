@@ -1,4 +1,5 @@
-//! Watch tasks: each turns one kube-rs watcher stream into index calls and wakes the sync loop.
+//! Watch tasks: each turns one kube-rs watcher stream into index calls and wakes the loop that
+//! reads the index (the datapath's [`Index`](crate::index::Index) or the announcer's).
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,27 +12,26 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::index::Index;
-
-/// How one kind of object enters the index.
-pub(crate) struct Handlers<K> {
+/// How one kind of object enters the index `S`.
+pub(crate) struct Handlers<S, K> {
     pub kind: &'static str,
-    pub apply: fn(&mut Index, &K),
-    pub delete: fn(&mut Index, &K),
+    pub apply: fn(&mut S, &K),
+    pub delete: fn(&mut S, &K),
     /// A (re)list starts; listed objects then come through `apply`.
-    pub begin: fn(&mut Index),
+    pub begin: fn(&mut S),
     /// The list is complete: what it did not name is gone.
-    pub finish: fn(&mut Index),
+    pub finish: fn(&mut S),
 }
 
-pub(crate) async fn run_watch<K>(
+pub(crate) async fn run_watch<S, K>(
     api: Api<K>,
     config: watcher::Config,
-    index: Arc<Mutex<Index>>,
+    index: Arc<Mutex<S>>,
     wake: Arc<Notify>,
-    handlers: Handlers<K>,
+    handlers: Handlers<S, K>,
     stop: CancellationToken,
 ) where
+    S: Send + 'static,
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let mut stream = watcher(api, config).default_backoff().boxed();

@@ -1,0 +1,420 @@
+//! The L2 announcer inside the agent: watches of IPPools, L2Advertisements, Nodes, Services and
+//! EndpointSlices feed berth-l2's [`L2Index`]; with the live set and the local interfaces'
+//! state it becomes the table of answers each interface's speaker reads. When this node takes an
+//! address over, the Services holding it get the `berth.dev/announcing-node` annotation (server
+//! side apply, the agent's field manager) and an Event "announcing from node X".
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use berth_api::names::{annotation, event, field_manager};
+use berth_api::{IPPool, L2Advertisement};
+use berth_l2::{diff_ownership, local_interfaces, Answers, L2Index, L2Metrics, PacketLink};
+use berth_telemetry::MetricsRegistry;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::Client;
+use serde_json::json;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::watch::{run_watch, Handlers};
+use crate::Error;
+
+/// The nodes whose agents are live, as membership publishes them.
+pub type LiveNodes = watch::Receiver<Arc<BTreeSet<String>>>;
+
+/// How often the local interfaces' state is read.
+const INTERFACE_POLL: Duration = Duration::from_millis(200);
+/// Announcements waiting to be reported; a full queue drops the oldest news, never the work.
+const REPORT_QUEUE: usize = 4096;
+
+/// The announcer's settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AnnouncerConfig {
+    /// Interfaces to answer on; empty: every interface with an Ethernet address but loopback.
+    pub interfaces: Vec<String>,
+}
+
+pub struct Announcer {
+    node: String,
+    config: AnnouncerConfig,
+    client: Client,
+    metrics: L2Metrics,
+    live: Option<LiveNodes>,
+}
+
+fn lock(index: &Mutex<L2Index>) -> std::sync::MutexGuard<'_, L2Index> {
+    index.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The interfaces to open: those configured, or every non-loopback one with a MAC.
+fn choose_interfaces(config: &AnnouncerConfig) -> Result<Vec<String>, Error> {
+    if !config.interfaces.is_empty() {
+        return Ok(config.interfaces.clone());
+    }
+    let found = local_interfaces().map_err(Error::L2)?;
+    Ok(found
+        .into_iter()
+        .filter(|(_, s)| !s.loopback && s.mac.is_some_and(|m| m != [0; 6]))
+        .map(|(name, _)| name)
+        .collect())
+}
+
+/// The opened interfaces that are up now.
+fn interfaces_up(opened: &[String]) -> BTreeSet<String> {
+    match local_interfaces() {
+        Ok(found) => opened
+            .iter()
+            .filter(|name| found.get(*name).is_some_and(|s| s.up))
+            .cloned()
+            .collect(),
+        Err(err) => {
+            tracing::warn!(error = %err, "reading the interfaces failed; taking them as down");
+            BTreeSet::new()
+        }
+    }
+}
+
+impl Announcer {
+    /// Builds the announcer; nothing runs until [`Announcer::run`]. `live`: the membership's
+    /// live set; without one every Node counts as live.
+    pub fn new(
+        node: &str,
+        config: AnnouncerConfig,
+        client: Client,
+        registry: &mut MetricsRegistry,
+        live: Option<LiveNodes>,
+    ) -> Self {
+        Announcer {
+            node: node.to_string(),
+            config,
+            client,
+            metrics: L2Metrics::register(registry.sub_registry("l2")),
+            live,
+        }
+    }
+
+    /// Takes liveness from `live` (the membership's live set).
+    pub fn with_live(mut self, live: LiveNodes) -> Self {
+        self.live = Some(live);
+        self
+    }
+
+    pub fn metrics(&self) -> &L2Metrics {
+        &self.metrics
+    }
+
+    fn spawn_watches(
+        &self,
+        index: &Arc<Mutex<L2Index>>,
+        wake: &Arc<Notify>,
+        stop: &CancellationToken,
+    ) -> Vec<JoinHandle<()>> {
+        let client = &self.client;
+        vec![
+            tokio::spawn(run_watch(
+                Api::<IPPool>::all(client.clone()),
+                watcher::Config::default(),
+                index.clone(),
+                wake.clone(),
+                Handlers {
+                    kind: "IPPool",
+                    apply: |i: &mut L2Index, o| {
+                        i.apply_pool(o);
+                    },
+                    delete: |i: &mut L2Index, o| {
+                        i.delete_pool(o);
+                    },
+                    begin: L2Index::begin_pools,
+                    finish: |i: &mut L2Index| {
+                        i.finish_pools();
+                    },
+                },
+                stop.clone(),
+            )),
+            tokio::spawn(run_watch(
+                Api::<L2Advertisement>::all(client.clone()),
+                watcher::Config::default(),
+                index.clone(),
+                wake.clone(),
+                Handlers {
+                    kind: "L2Advertisement",
+                    apply: |i: &mut L2Index, o| {
+                        i.apply_advertisement(o);
+                    },
+                    delete: |i: &mut L2Index, o| {
+                        i.delete_advertisement(o);
+                    },
+                    begin: L2Index::begin_advertisements,
+                    finish: |i: &mut L2Index| {
+                        i.finish_advertisements();
+                    },
+                },
+                stop.clone(),
+            )),
+            tokio::spawn(run_watch(
+                Api::<Node>::all(client.clone()),
+                watcher::Config::default(),
+                index.clone(),
+                wake.clone(),
+                Handlers {
+                    kind: "Node",
+                    apply: |i: &mut L2Index, o| {
+                        i.apply_node(o);
+                    },
+                    delete: |i: &mut L2Index, o| {
+                        i.delete_node(o);
+                    },
+                    begin: L2Index::begin_nodes,
+                    finish: |i: &mut L2Index| {
+                        i.finish_nodes();
+                    },
+                },
+                stop.clone(),
+            )),
+            tokio::spawn(run_watch(
+                Api::<Service>::all(client.clone()),
+                watcher::Config::default(),
+                index.clone(),
+                wake.clone(),
+                Handlers {
+                    kind: "Service",
+                    apply: |i: &mut L2Index, o| {
+                        i.apply_service(o);
+                    },
+                    delete: |i: &mut L2Index, o| {
+                        i.delete_service(o);
+                    },
+                    begin: L2Index::begin_services,
+                    finish: |i: &mut L2Index| {
+                        i.finish_services();
+                    },
+                },
+                stop.clone(),
+            )),
+            tokio::spawn(run_watch(
+                Api::<EndpointSlice>::all(client.clone()),
+                watcher::Config::default(),
+                index.clone(),
+                wake.clone(),
+                Handlers {
+                    kind: "EndpointSlice",
+                    apply: |i: &mut L2Index, o| {
+                        i.apply_slice(o);
+                    },
+                    delete: |i: &mut L2Index, o| {
+                        i.delete_slice(o);
+                    },
+                    begin: L2Index::begin_slices,
+                    finish: |i: &mut L2Index| {
+                        i.finish_slices();
+                    },
+                },
+                stop.clone(),
+            )),
+        ]
+    }
+
+    /// Runs until `stop` is cancelled. Fails only when no interface can be opened.
+    pub async fn run(self, stop: CancellationToken) -> Result<(), Error> {
+        let interfaces = choose_interfaces(&self.config)?;
+        let (answers_tx, answers_rx) = watch::channel(Arc::new(Answers::default()));
+        let mut tasks = Vec::new();
+        let mut opened = Vec::new();
+        for name in &interfaces {
+            match PacketLink::open(name) {
+                Ok(link) => {
+                    tracing::info!(interface = %name, "answering ARP and NDP");
+                    opened.push(name.clone());
+                    tasks.push(tokio::spawn(berth_l2::run_link(
+                        link,
+                        answers_rx.clone(),
+                        self.metrics.clone(),
+                        stop.clone().cancelled_owned(),
+                    )));
+                }
+                Err(err) => {
+                    tracing::warn!(interface = %name, error = %err, "cannot answer on this interface")
+                }
+            }
+        }
+        if opened.is_empty() {
+            return Err(Error::NoInterface(interfaces.join(",")));
+        }
+        let index = Arc::new(Mutex::new(L2Index::new(&self.node)));
+        let wake = Arc::new(Notify::new());
+        tasks.extend(self.spawn_watches(&index, &wake, &stop));
+        let (report_tx, report_rx) = mpsc::channel(REPORT_QUEUE);
+        tasks.push(tokio::spawn(run_reports(
+            self.client.clone(),
+            self.node.clone(),
+            report_rx,
+            stop.clone(),
+        )));
+        let Announcer {
+            node: _,
+            config: _,
+            client: _,
+            metrics,
+            mut live,
+        } = self;
+        let mut current = Arc::new(Answers::default());
+        let mut poll = tokio::time::interval(INTERFACE_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = wake.notified() => {}
+                _ = poll.tick() => {
+                    if !lock(&index).set_local_up(interfaces_up(&opened)) {
+                        continue;
+                    }
+                }
+                changed = async {
+                    match &mut live {
+                        Some(rx) => rx.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let Some(rx) = &mut live else { continue };
+                    if !changed {
+                        tracing::warn!("the live set is gone; keeping the last one");
+                        live = None;
+                        continue;
+                    }
+                    let set = rx.borrow_and_update().clone();
+                    if !lock(&index).set_live(set) {
+                        continue;
+                    }
+                }
+            }
+            let next = {
+                let index = lock(&index);
+                if !index.is_listed() {
+                    continue;
+                }
+                Arc::new(index.answers())
+            };
+            if next == current {
+                continue;
+            }
+            let changes = diff_ownership(&current, &next);
+            metrics
+                .ownership_changes
+                .inc_by((changes.gained.len() + changes.lost.len()) as u64);
+            answers_tx.send_replace(next.clone());
+            for (service, ip) in changes.services {
+                if report_tx.try_send((service, ip)).is_err() {
+                    tracing::warn!("announcement reports are backed up; one is not written");
+                }
+            }
+            current = next;
+        }
+        // The speakers stop with the same token; answers are dropped with them.
+        drop(answers_tx);
+        for task in tasks {
+            let _ = task.await;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the announcing-node annotation and the Event for each taken-over Service, one at a
+/// time: there are as many as this node's takeovers, not as Services.
+async fn run_reports(
+    client: Client,
+    node: String,
+    mut rx: mpsc::Receiver<(berth_l2::ServiceKey, std::net::IpAddr)>,
+    stop: CancellationToken,
+) {
+    let mut seq: u64 = 0;
+    loop {
+        let next = tokio::select! {
+            () = stop.cancelled() => return,
+            next = rx.recv() => next,
+        };
+        let Some(((namespace, name), ip)) = next else {
+            return;
+        };
+        seq += 1;
+        if let Err(err) = apply_announcing_node(&client, &namespace, &name, &node).await {
+            tracing::warn!(%namespace, %name, error = %err, "writing the announcing-node annotation failed");
+        }
+        let event = build_announcing_event(&namespace, &name, &node, ip, seq);
+        if let Err(err) = Api::<Event>::namespaced(client.clone(), &namespace)
+            .create(&PostParams::default(), &event)
+            .await
+        {
+            tracing::warn!(%namespace, %name, error = %err, "recording the announcing Event failed");
+        }
+    }
+}
+
+/// Sets `berth.dev/announcing-node` by server-side apply with the agent's field manager. Forced:
+/// the agent that announced before used the same manager, but anyone else who set it is
+/// overruled, as the design gives the field to the announcing agent.
+pub async fn apply_announcing_node(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    node: &str,
+) -> Result<(), kube::Error> {
+    let patch = json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {annotation::ANNOUNCING_NODE: node},
+        },
+    });
+    Api::<Service>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply(field_manager::AGENT).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map(|_| ())
+}
+
+/// The events.k8s.io/v1 Event "announcing from node X" about a Service.
+pub fn build_announcing_event(
+    namespace: &str,
+    name: &str,
+    node: &str,
+    ip: std::net::IpAddr,
+    seq: u64,
+) -> Event {
+    let now = Timestamp::now();
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}.{:x}{seq:x}", now.as_nanosecond())),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        action: Some("Announce".into()),
+        reason: Some(event::ANNOUNCING.into()),
+        note: Some(format!("announcing from node {node} ({ip})")),
+        type_: Some("Normal".into()),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            namespace: Some(namespace.to_string()),
+            name: Some(name.to_string()),
+            ..ObjectReference::default()
+        }),
+        reporting_controller: Some(event::AGENT_COMPONENT.into()),
+        reporting_instance: Some(node.to_string()),
+        ..Event::default()
+    }
+}

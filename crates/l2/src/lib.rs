@@ -1,0 +1,64 @@
+//! berth-l2: the L2 announcer (docs/architecture.md, "L2 announcing").
+//!
+//! Pure parts first: [`election`] elects one owner per LoadBalancer IP from the announcer's
+//! view, [`index::L2Index`] keeps that view (pools, advertisements, nodes, Services, slices, the
+//! live set, the local interfaces) and turns it into [`answers::Answers`], the table the
+//! [`responder`] consults for every ARP request and Neighbor Solicitation; [`frame`] parses
+//! and builds the frames; [`schedule`] times the gratuitous announcements after a takeover.
+//! The I/O edge is [`transport::Link`]: a real AF_PACKET socket per interface, or an
+//! in-memory LAN for tests.
+//!
+//! # Decisions
+//!
+//! - **One election per address**: the Services holding an IP are merged first; the IP is
+//!   gated on local endpoints only when every one of them uses `externalTrafficPolicy: Local`
+//!   (then any node with a Ready endpoint of any of them qualifies).
+//! - **Which Services**: LoadBalancer Services of class `berth.dev/l2`, or of no class; their
+//!   `status.loadBalancer.ingress[].ip` are the addresses. Whatever the class, an address
+//!   outside every IPPool is never answered.
+//! - **Interfaces**: a node answers on the union of the interfaces named by the advertisements
+//!   that select it and the IP's pool (every interface when one names none). Only the local
+//!   interfaces' state is visible: the local node drops out when none of its interfaces is up,
+//!   and peers are assumed up — a peer whose LAN link is down leaves the live set instead.
+//! - **Owner key** sha256(node + "#" + ip), the IP in its canonical text form, as MetalLB.
+//! - **Gratuitous rounds** at 0, 1.1, 2.2, 3.3 and 4.4 s after a takeover; IPv4 sends a
+//!   request and a reply each round, IPv6 one unsolicited Neighbor Advertisement.
+//! - **NDP**: solicitations must carry hop limit 255 and a valid checksum; unicast ones
+//!   (neighbour unreachability detection) are answered as well as multicast ones; duplicate
+//!   address detection for an owned address is answered to all nodes.
+//! - The VIP is never added to an interface: replies come from the responder alone.
+
+pub mod answers;
+pub mod election;
+pub mod frame;
+pub mod index;
+pub mod packet;
+pub mod responder;
+pub mod schedule;
+pub mod speaker;
+pub mod transport;
+
+pub use answers::{diff_ownership, Answers, IpAnswer, OwnershipChanges, Refusal, ServiceKey};
+pub use election::{election_key, Election, ElectionView, Interfaces, IpDemand, NodeFacts, Pool};
+pub use frame::Mac;
+pub use index::L2Index;
+pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
+pub use responder::{respond, Ignored, Interface};
+pub use schedule::GratuitousSchedule;
+pub use speaker::{run_link, L2Metrics};
+pub use transport::{Link, LinkSwitch, MemoryLan, MemoryLink};
+
+/// Everything that can fail in berth-l2 (all of it at the I/O edge).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("listing the local interfaces failed")]
+    Interfaces(#[source] std::io::Error),
+    #[error("opening the AF_PACKET sockets on {interface} failed")]
+    OpenSocket {
+        interface: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("interface {0} has no Ethernet address")]
+    NoMac(String),
+}

@@ -1,0 +1,199 @@
+//! One task per interface: answers requests from the current [`Answers`], keeps the
+//! solicited-node groups of the IPv6 addresses it owns joined, and sends the gratuitous rounds
+//! after each takeover.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::answers::Answers;
+use crate::frame::{build_gratuitous, solicited_node};
+use crate::responder::{respond, Ignored};
+use crate::schedule::GratuitousSchedule;
+use crate::transport::Link;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// The announcer's counters; clones share their values.
+#[derive(Debug, Clone, Default)]
+pub struct L2Metrics {
+    pub requests_received: Counter,
+    pub replies_sent: Counter,
+    pub gratuitous_sent: Counter,
+    pub ownership_changes: Counter,
+    pub ignored: Family<ReasonLabels, Counter>,
+}
+
+impl L2Metrics {
+    /// Registers the counters in `registry` (the agent's `berth_l2_` sub-registry).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = L2Metrics::default();
+        registry.register(
+            "requests_received",
+            "ARP requests and Neighbor Solicitations received",
+            metrics.requests_received.clone(),
+        );
+        registry.register(
+            "replies_sent",
+            "ARP replies and Neighbor Advertisements sent in answer",
+            metrics.replies_sent.clone(),
+        );
+        registry.register(
+            "gratuitous_sent",
+            "Gratuitous ARP and unsolicited Neighbor Advertisement frames sent",
+            metrics.gratuitous_sent.clone(),
+        );
+        registry.register(
+            "ownership_changes",
+            "Addresses this node took over or gave up",
+            metrics.ownership_changes.clone(),
+        );
+        registry.register(
+            "requests_ignored",
+            "Requests left unanswered, by reason",
+            metrics.ignored.clone(),
+        );
+        metrics
+    }
+
+    fn observe_ignored(&self, ignored: &Ignored) {
+        self.ignored
+            .get_or_create(&ReasonLabels {
+                reason: ignored.label(),
+            })
+            .inc();
+    }
+}
+
+/// The addresses `answers` has this interface answer for.
+fn owned_here(answers: &Answers, interface: &str) -> BTreeSet<IpAddr> {
+    answers
+        .owned()
+        .filter(|o| o.interfaces.contains(interface))
+        .map(|o| o.ip)
+        .collect()
+}
+
+fn groups_of(owned: &BTreeSet<IpAddr>) -> BTreeSet<Ipv6Addr> {
+    owned
+        .iter()
+        .filter_map(|ip| match ip {
+            IpAddr::V6(ip) => Some(solicited_node(*ip)),
+            IpAddr::V4(_) => None,
+        })
+        .collect()
+}
+
+/// Serves `link` until `stop` resolves or the answers' sender is dropped.
+pub async fn run_link<L: Link>(
+    mut link: L,
+    mut answers: watch::Receiver<Arc<Answers>>,
+    metrics: L2Metrics,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let name = link.interface().name.clone();
+    let mut owned: BTreeSet<IpAddr> = BTreeSet::new();
+    let mut groups: BTreeSet<Ipv6Addr> = BTreeSet::new();
+    let mut schedule = GratuitousSchedule::default();
+    let mut current = answers.borrow_and_update().clone();
+    let mut refresh = true;
+    tokio::pin!(stop);
+    loop {
+        if refresh {
+            refresh = false;
+            let now_owned = owned_here(&current, &name);
+            // tokio's clock, so tests can run it paused.
+            let now = tokio::time::Instant::now().into_std();
+            for ip in now_owned.difference(&owned) {
+                tracing::info!(interface = %name, %ip, "announcing");
+                schedule.start(*ip, now);
+            }
+            for ip in owned.difference(&now_owned) {
+                tracing::info!(interface = %name, %ip, "no longer announcing");
+                schedule.stop(*ip);
+            }
+            let wanted = groups_of(&now_owned);
+            for group in wanted.difference(&groups) {
+                if let Err(err) = link.join(*group) {
+                    tracing::warn!(interface = %name, %group, error = %err, "joining a solicited-node group failed");
+                }
+            }
+            for group in groups.difference(&wanted) {
+                if let Err(err) = link.leave(*group) {
+                    tracing::debug!(interface = %name, %group, error = %err, "leaving a solicited-node group failed");
+                }
+            }
+            groups = wanted;
+            owned = now_owned;
+        }
+        for ip in schedule.take_due(tokio::time::Instant::now().into_std()) {
+            for frame in build_gratuitous(link.interface().mac, ip) {
+                match link.send(&frame) {
+                    Ok(()) => {
+                        metrics.gratuitous_sent.inc();
+                    }
+                    Err(err) => {
+                        tracing::debug!(interface = %name, %ip, error = %err, "gratuitous send failed");
+                    }
+                }
+            }
+        }
+        let next = schedule.next_due();
+        let frame = tokio::select! {
+            () = &mut stop => return,
+            changed = answers.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                current = answers.borrow_and_update().clone();
+                refresh = true;
+                continue;
+            }
+            () = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            } => continue,
+            frame = link.recv() => frame,
+        };
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(err) => {
+                tracing::warn!(interface = %name, error = %err, "receiving failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let interface = link.interface().clone();
+        match respond(&frame, &interface, |ip, iface| current.decide(ip, iface)) {
+            Ok(reply) => {
+                metrics.requests_received.inc();
+                match link.send(&reply) {
+                    Ok(()) => {
+                        metrics.replies_sent.inc();
+                    }
+                    Err(err) => {
+                        tracing::debug!(interface = %name, error = %err, "reply send failed");
+                    }
+                }
+            }
+            Err(ignored) => {
+                if !matches!(ignored, Ignored::NotARequest | Ignored::FromSelf) {
+                    metrics.requests_received.inc();
+                }
+                tracing::trace!(interface = %name, reason = ?ignored, "ignored");
+                metrics.observe_ignored(&ignored);
+            }
+        }
+    }
+}
