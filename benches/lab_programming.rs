@@ -279,16 +279,18 @@ async fn main() {
         assert!(Instant::now() < deadline, "only {ready} ready endpoints");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let mut last = Vec::new();
-    loop {
-        let rules = agent_rules(&layout);
-        if rules == last && rules.iter().all(|r| !r.is_empty()) {
-            break;
-        }
-        last = rules;
-        assert!(Instant::now() < deadline, "the agents never settled: {last:?}");
-        tokio::time::sleep(Duration::from_secs(3)).await;
+    // Settled: the same rule counts and no new programming observations for three readings
+    // five seconds apart.
+    let mut last = (Vec::new(), Buckets::new());
+    let mut same = 0;
+    while same < 3 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now = (agent_rules(&layout), agent_buckets(&layout));
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+        assert!(Instant::now() < deadline, "the agents never settled: {:?}", last.0);
     }
+    let last = last.0;
     println!("all endpoints ready and programmed after {:.1} s: {last:?}", load.elapsed().as_secs_f64());
 
     let before = agent_buckets(&layout);
@@ -308,12 +310,20 @@ async fn main() {
         .unwrap();
         tokio::time::sleep(FLIP_EVERY).await;
     }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let after = agent_buckets(&layout);
+    // Every flip changes one slice, which each agent observes once: wait for them all (or two
+    // minutes, then report what arrived).
+    let expected = (FLIPS * NODES) as f64;
+    let total = |b: &Buckets| b.get(&u64::MAX).copied().unwrap_or(0.0);
+    let waiting = Instant::now();
+    let mut after = agent_buckets(&layout);
+    while total(&after) - total(&before) < expected && waiting.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        after = agent_buckets(&layout);
+    }
     let (p50, n) = quantile_ms(&before, &after, 0.50);
     let (p99, _) = quantile_ms(&before, &after, 0.99);
     println!(
-        "{FLIPS} readiness flips in {:.1} s over {SERVICES} Services x {PODS_PER_SERVICE} endpoints, {NODES} nodes: {n} observations",
+        "{FLIPS} readiness flips in {:.1} s over {SERVICES} Services x {PODS_PER_SERVICE} endpoints, {NODES} nodes: {n} of {expected} observations",
         flipping.elapsed().as_secs_f64()
     );
     println!("| Services | endpoints each | nodes | observations | p50 ms | p99 ms |");

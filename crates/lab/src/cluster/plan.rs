@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::topology::{Layout, TopologySpec, NETNS_PREFIX};
+use crate::topology::{Layout, TopologySpec, ETH0, NETNS_PREFIX};
 
 use super::ClusterError;
 
@@ -110,7 +110,8 @@ pub fn lan_api(layout: &Layout) -> Result<SocketAddr, ClusterError> {
 }
 
 /// The processes, in start order: the API server (loopback and the LAN), the kubelet, the
-/// controller in the control-plane namespace, and one agent in each node namespace.
+/// controller in the control-plane namespace, and one agent (datapath and L2 announcer) in each
+/// node namespace.
 pub fn plan_components(
     name: &str,
     nodes: usize,
@@ -186,6 +187,10 @@ pub fn plan_components(
                 CLUSTER_CIDR,
                 "--admin-listen",
                 &SocketAddr::from((node.lan_ip, AGENT_ADMIN_PORT)).to_string(),
+                // ARP for the LoadBalancer IPs this node is elected for, on its LAN interface.
+                "--l2-announcer",
+                "--l2-interfaces",
+                ETH0,
             ]),
             log: log(&format!("agent-{}", node.name)),
         });
@@ -237,8 +242,8 @@ mod tests {
                 ("apiserver".to_string(), "/bin/berth lab apiserver --listen 127.0.0.1:0 --listen-netns berth-lab-cp=198.18.0.2:6443 --kubeconfig /state/kubeconfig --graceful-pod-deletion".to_string()),
                 ("kubelet".to_string(), "/bin/berth lab kubelet --name lab --nodes 2 --kubeconfig /state/kubeconfig".to_string()),
                 ("controller".to_string(), "ip netns exec berth-lab-cp /bin/berth controller --kubeconfig /state/kubeconfig.lan --endpoints on --admin-listen 198.18.0.2:9090".to_string()),
-                ("agent-node1".to_string(), "ip netns exec berth-lab-node1 /bin/berth agent --node-name node1 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.11:10356".to_string()),
-                ("agent-node2".to_string(), "ip netns exec berth-lab-node2 /bin/berth agent --node-name node2 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.12:10356".to_string()),
+                ("agent-node1".to_string(), "ip netns exec berth-lab-node1 /bin/berth agent --node-name node1 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.11:10356 --l2-announcer --l2-interfaces eth0".to_string()),
+                ("agent-node2".to_string(), "ip netns exec berth-lab-node2 /bin/berth agent --node-name node2 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.12:10356 --l2-announcer --l2-interfaces eth0".to_string()),
             ]
         );
         assert_eq!(components[3].log, Path::new("/state/logs/agent-node1.log"));
