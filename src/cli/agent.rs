@@ -63,6 +63,58 @@ pub struct AgentArgs {
     /// Kubeconfig to use; when unset, KUBECONFIG or ~/.kube/config, then in-cluster configuration.
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+
+    /// Agent liveness for the L2 announcer: `on` keeps this agent's Lease and runs SWIM with
+    /// the other agents (sub-second crash detection, needs --membership-key-file); `off` keeps
+    /// the Lease only (crashes are seen when the Lease expires). Unset: no liveness.
+    #[arg(long, env = "BERTH_MEMBERSHIP", value_enum)]
+    membership: Option<OnOff>,
+
+    /// File holding the shared HMAC-SHA256 key that authenticates every membership datagram
+    /// (a mounted Secret; at least 16 bytes, surrounding whitespace ignored).
+    #[arg(long, env = "BERTH_MEMBERSHIP_KEY_FILE")]
+    membership_key_file: Option<PathBuf>,
+
+    /// UDP port of the membership socket (0 picks a free one; it is advertised on the Lease).
+    #[arg(long, env = "BERTH_MEMBERSHIP_PORT", default_value_t = berth_membership::DEFAULT_PORT)]
+    membership_port: u16,
+
+    /// Address the membership socket binds.
+    #[arg(long, env = "BERTH_MEMBERSHIP_BIND_ADDRESS", default_value = "0.0.0.0")]
+    membership_bind_address: IpAddr,
+
+    /// Address peers reach this agent's membership socket on; when unset, the bind address if
+    /// specific, else the Node's first InternalIP of its family.
+    #[arg(long, env = "BERTH_MEMBERSHIP_ADVERTISE_ADDRESS")]
+    membership_advertise_address: Option<IpAddr>,
+
+    /// How often a random peer agent is probed.
+    #[arg(long, env = "BERTH_MEMBERSHIP_PROBE_PERIOD", default_value = "200ms", value_parser = parse_duration)]
+    membership_probe_period: Duration,
+
+    /// How long a probe waits for a direct answer before peers are asked to probe indirectly
+    /// (shorter than the probe period).
+    #[arg(long, env = "BERTH_MEMBERSHIP_PROBE_TIMEOUT", default_value = "80ms", value_parser = parse_duration)]
+    membership_probe_timeout: Duration,
+
+    /// How long a suspected agent has to refute before it is declared down.
+    #[arg(long, env = "BERTH_MEMBERSHIP_SUSPICION_TIMEOUT", default_value = "400ms", value_parser = parse_duration)]
+    membership_suspicion_timeout: Duration,
+
+    /// Namespace of the agents' Leases (`berth-agent-<node>`).
+    #[arg(long, env = "BERTH_LEASE_NAMESPACE", default_value = "kube-system")]
+    lease_namespace: String,
+
+    /// How long an agent's Lease stays fresh without renewal (whole seconds); renewed every
+    /// third of it.
+    #[arg(long, env = "BERTH_LEASE_DURATION", default_value = "10s", value_parser = parse_duration)]
+    lease_duration: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -79,6 +131,34 @@ enum DispatchArg {
 }
 
 impl AgentArgs {
+    /// The liveness settings, reading the key file; `None` when `--membership` is unset.
+    fn membership_config(&self) -> anyhow::Result<Option<berth_membership::MembershipConfig>> {
+        let Some(mode) = self.membership else {
+            return Ok(None);
+        };
+        let key = match (&self.membership_key_file, mode) {
+            (Some(path), OnOff::On) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("reading the membership key {}", path.display()))?,
+            ),
+            _ => None,
+        };
+        let options = berth_membership::MembershipOptions {
+            node_name: self.node_name.clone(),
+            enabled: mode == OnOff::On,
+            lease_namespace: self.lease_namespace.clone(),
+            lease_duration: self.lease_duration,
+            bind: SocketAddr::new(self.membership_bind_address, self.membership_port),
+            advertise_address: self.membership_advertise_address,
+            key,
+            probe_period: self.membership_probe_period,
+            probe_timeout: self.membership_probe_timeout,
+            suspicion_timeout: self.membership_suspicion_timeout,
+            ..berth_membership::MembershipOptions::default()
+        };
+        Ok(Some(options.validate()?))
+    }
+
     fn to_options(&self) -> berth_agent::AgentOptions {
         berth_agent::AgentOptions {
             node_name: self.node_name.clone(),
@@ -106,10 +186,12 @@ impl AgentArgs {
 /// Programs the iptables of the network namespace it runs in; stopping leaves the rules in place.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let config = args.to_options().validate()?;
+    let membership = args.membership_config()?;
     let admin_listen = config.admin_listen();
     let opts = berth_agent::RunOptions {
         config,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        membership,
     };
     super::run(|shutdown| async move {
         let client = super::build_client(args.kubeconfig.as_deref()).await?;
@@ -191,5 +273,105 @@ mod tests {
         assert_eq!(config.admin_listen(), "0.0.0.0:10356".parse().unwrap());
         assert_eq!(config.announcer(), None);
         assert!(parse(&["agent", "--node-name", "n", "--sync-period", "soon"]).is_err());
+        assert!(args.membership_config().unwrap().is_none());
+    }
+
+    fn agent_args(extra: &[&str]) -> AgentArgs {
+        let mut argv = vec!["agent", "--node-name", "node-1"];
+        argv.extend_from_slice(extra);
+        match parse(&argv).unwrap().command {
+            Command::Agent(args) => args,
+            other => panic!("parsed {other:?}"),
+        }
+    }
+
+    #[test]
+    fn membership_flags() {
+        let dir = std::env::temp_dir().join(format!("berth-membership-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("key");
+        std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
+        let args = agent_args(&[
+            "--membership",
+            "on",
+            "--membership-key-file",
+            key.to_str().unwrap(),
+            "--membership-port",
+            "7950",
+            "--membership-bind-address",
+            "198.18.0.11",
+            "--membership-advertise-address",
+            "198.18.0.11",
+            "--membership-probe-period",
+            "300ms",
+            "--membership-probe-timeout",
+            "100ms",
+            "--membership-suspicion-timeout",
+            "1s",
+            "--lease-namespace",
+            "kube-node-lease",
+            "--lease-duration",
+            "15s",
+        ]);
+        let config = args.membership_config().unwrap().unwrap();
+        assert!(config.enabled());
+        assert_eq!(config.bind(), "198.18.0.11:7950".parse().unwrap());
+        assert_eq!(
+            config.advertise_address(),
+            Some("198.18.0.11".parse().unwrap())
+        );
+        assert_eq!(config.probe_period(), Duration::from_millis(300));
+        assert_eq!(config.probe_timeout(), Duration::from_millis(100));
+        assert_eq!(config.suspicion_timeout(), Duration::from_secs(1));
+        assert_eq!(config.lease_namespace(), "kube-node-lease");
+        assert_eq!(config.lease_duration(), Duration::from_secs(15));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // Membership on needs a key; a missing file is an error that names it.
+        assert!(agent_args(&["--membership", "on"])
+            .membership_config()
+            .is_err());
+        let missing = agent_args(&[
+            "--membership",
+            "on",
+            "--membership-key-file",
+            "/nonexistent/key",
+        ])
+        .membership_config()
+        .unwrap_err()
+        .to_string();
+        assert!(missing.contains("/nonexistent/key"), "{missing}");
+        // Off: the Lease alone, no key needed; the defaults are the documented ones.
+        let lease_only = agent_args(&["--membership", "off"])
+            .membership_config()
+            .unwrap()
+            .unwrap();
+        assert!(!lease_only.enabled());
+        assert_eq!(lease_only.lease_namespace(), "kube-system");
+        assert_eq!(lease_only.lease_duration(), Duration::from_secs(10));
+        let defaults = agent_args(&["--membership", "off"]);
+        assert_eq!(defaults.membership_port, 7947);
+        assert_eq!(defaults.membership_probe_period, Duration::from_millis(200));
+        assert_eq!(defaults.membership_probe_timeout, Duration::from_millis(80));
+        assert_eq!(
+            defaults.membership_suspicion_timeout,
+            Duration::from_millis(400)
+        );
+        // Timings are checked: a probe timeout must be shorter than the period.
+        let dir2 =
+            std::env::temp_dir().join(format!("berth-membership-key2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir2).unwrap();
+        let key2 = dir2.join("key");
+        std::fs::write(&key2, "0123456789abcdef0123456789abcdef").unwrap();
+        let bad = agent_args(&[
+            "--membership",
+            "on",
+            "--membership-key-file",
+            key2.to_str().unwrap(),
+            "--membership-probe-timeout",
+            "1s",
+        ]);
+        assert!(bad.membership_config().is_err());
+        std::fs::remove_dir_all(&dir2).unwrap();
     }
 }

@@ -36,7 +36,7 @@ pub use config::{parse_duration, AgentConfig, AgentOptions};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
 pub use datapath::SharedIptables;
 pub use index::Index;
-pub use run::{run_agent, RunOptions};
+pub use run::{run_agent, start_membership, RunOptions};
 
 pub use berth_core::IpFamily;
 /// What a binary needs to configure and run the agent without depending on the datapath itself.

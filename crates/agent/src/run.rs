@@ -3,9 +3,12 @@
 //! and binds the admin endpoint, as it does for the controller.
 
 use berth_datapath::exec::CommandIptables;
+use berth_membership::{LiveNodes, Membership, MembershipConfig};
 use berth_telemetry::{MetricsRegistry, Readiness};
 use kube::Client;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::conntrack::CommandConntrack;
@@ -17,6 +20,26 @@ pub struct RunOptions {
     pub config: AgentConfig,
     /// Reported as `berth_build_info`.
     pub version: String,
+    /// Agent liveness (this agent's Lease, SWIM between agents) for the L2 announcer; `None`
+    /// runs none.
+    pub membership: Option<MembershipConfig>,
+}
+
+/// Starts agent liveness: its metrics go into `registry` as `berth_membership_*`, and the
+/// returned receiver holds the live nodes for the announcer. Stops with `shutdown`,
+/// withdrawing this node and deleting its Lease first.
+pub fn start_membership(
+    config: MembershipConfig,
+    client: Client,
+    registry: &mut MetricsRegistry,
+    shutdown: CancellationToken,
+) -> (
+    JoinHandle<Result<(), berth_membership::Error>>,
+    watch::Receiver<LiveNodes>,
+) {
+    let (membership, live) = Membership::new(config, client);
+    membership.register_metrics(registry.sub_registry("membership"));
+    (tokio::spawn(membership.run(shutdown)), live)
 }
 
 /// Runs until `shutdown` is cancelled (or the agent fails), serving the admin endpoint on
@@ -30,7 +53,26 @@ pub async fn run_agent(
     let mut registry = MetricsRegistry::new();
     registry.register_build_info(&opts.version);
     let readiness = Readiness::new();
-    let agent = Agent::new(
+    let (membership, live) = match opts.membership {
+        Some(config) => {
+            let (task, live) = start_membership(
+                config,
+                client.clone(),
+                &mut registry,
+                shutdown.child_token(),
+            );
+            let stop = shutdown.clone();
+            let task = tokio::spawn(async move {
+                let result = task.await;
+                // Liveness ending on its own stops the agent: without it nothing is announced.
+                stop.cancel();
+                result
+            });
+            (Some(task), Some(live))
+        }
+        None => (None, None),
+    };
+    let mut agent = Agent::new(
         opts.config,
         client,
         CommandIptables::new,
@@ -38,7 +80,26 @@ pub async fn run_agent(
         &mut registry,
         &readiness,
     )?;
-    agent
-        .run(admin, registry.into_shared(), shutdown.cancelled_owned())
-        .await
+    // The announcer elects among the nodes whose agents are live.
+    if let Some(live) = live {
+        agent.set_live_nodes(live);
+    }
+    let ran = agent
+        .run(
+            admin,
+            registry.into_shared(),
+            shutdown.clone().cancelled_owned(),
+        )
+        .await;
+    // Liveness stops with the agent, whichever way the agent stopped.
+    shutdown.cancel();
+    let lived = match membership {
+        Some(task) => match task.await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(err))) => Err(Error::Task(format!("agent liveness: {err}"))),
+            Ok(Err(err)) | Err(err) => Err(Error::Task(format!("agent liveness: {err}"))),
+        },
+        None => Ok(()),
+    };
+    ran.and(lived)
 }

@@ -43,6 +43,8 @@ pub mod annotation {
     pub const ANNOUNCING_NODE: &str = "berth.dev/announcing-node";
     /// On a Pod in the lab: `"false"` makes the lab kubelet's readiness probe fail.
     pub const LAB_READY: &str = "lab.berth.dev/ready";
+    /// On an agent's Lease: where its membership (SWIM) socket listens, `ip:port`.
+    pub const MEMBERSHIP_ENDPOINT: &str = "berth.dev/membership-endpoint";
 
     /// MetalLB's requested IPs (current group), read so MetalLB users can switch without edits.
     pub const METALLB_LOAD_BALANCER_IPS: &str = "metallb.io/loadBalancerIPs";

@@ -176,6 +176,7 @@ impl Lab {
             lab.layout.namespaces().len()
         ));
 
+        write_membership_key(&lab.files.membership_key)?;
         let components = plan::plan_components(&opts.name, opts.nodes, &lab.layout, &lab.files)?;
         let lan_api = plan::lan_api(&lab.layout)?;
         std::fs::write(
@@ -546,6 +547,23 @@ impl Drop for Lab {
     fn drop(&mut self) {
         let _ = self.teardown(true);
     }
+}
+
+/// A fresh random key (64 hex digits), readable by root only.
+fn write_membership_key(path: &Path) -> Result<(), ClusterError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let bytes: [u8; 32] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err(format!("writing {}", path.display())))?;
+    file.write_all(hex.as_bytes())
+        .map_err(io_err(format!("writing {}", path.display())))
 }
 
 async fn create_or_keep<K>(api: &Api<K>, object: &K, what: &str) -> Result<(), ClusterError>

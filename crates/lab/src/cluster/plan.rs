@@ -58,6 +58,8 @@ pub struct Files {
     pub lan_kubeconfig: PathBuf,
     pub state: PathBuf,
     pub logs: PathBuf,
+    /// The agents' shared membership (SWIM) key.
+    pub membership_key: PathBuf,
 }
 
 impl Files {
@@ -68,6 +70,7 @@ impl Files {
             lan_kubeconfig: dir.join("kubeconfig.lan"),
             state: dir.join("lab.json"),
             logs: dir.join("logs"),
+            membership_key: dir.join("membership.key"),
         }
     }
 }
@@ -191,6 +194,13 @@ pub fn plan_components(
                 "--l2-announcer",
                 "--l2-interfaces",
                 ETH0,
+                // Liveness between the agents, over the LAN, so a killed agent's IPs move.
+                "--membership",
+                "on",
+                "--membership-key-file",
+                &files.membership_key.display().to_string(),
+                "--membership-bind-address",
+                &node.lan_ip.to_string(),
             ]),
             log: log(&format!("agent-{}", node.name)),
         });
@@ -242,8 +252,8 @@ mod tests {
                 ("apiserver".to_string(), "/bin/berth lab apiserver --listen 127.0.0.1:0 --listen-netns berth-lab-cp=198.18.0.2:6443 --kubeconfig /state/kubeconfig --graceful-pod-deletion".to_string()),
                 ("kubelet".to_string(), "/bin/berth lab kubelet --name lab --nodes 2 --kubeconfig /state/kubeconfig".to_string()),
                 ("controller".to_string(), "ip netns exec berth-lab-cp /bin/berth controller --kubeconfig /state/kubeconfig.lan --endpoints on --admin-listen 198.18.0.2:9090".to_string()),
-                ("agent-node1".to_string(), "ip netns exec berth-lab-node1 /bin/berth agent --node-name node1 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.11:10356 --l2-announcer --l2-interfaces eth0".to_string()),
-                ("agent-node2".to_string(), "ip netns exec berth-lab-node2 /bin/berth agent --node-name node2 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.12:10356 --l2-announcer --l2-interfaces eth0".to_string()),
+                ("agent-node1".to_string(), "ip netns exec berth-lab-node1 /bin/berth agent --node-name node1 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.11:10356 --l2-announcer --l2-interfaces eth0 --membership on --membership-key-file /state/membership.key --membership-bind-address 198.18.0.11".to_string()),
+                ("agent-node2".to_string(), "ip netns exec berth-lab-node2 /bin/berth agent --node-name node2 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.12:10356 --l2-announcer --l2-interfaces eth0 --membership on --membership-key-file /state/membership.key --membership-bind-address 198.18.0.12".to_string()),
             ]
         );
         assert_eq!(components[3].log, Path::new("/state/logs/agent-node1.log"));

@@ -1,0 +1,119 @@
+//! berth-membership: which agents are live, for the L2 announcer's election.
+//!
+//! ```text
+//! Membership::new(config, client) -> (Membership, watch::Receiver<Arc<BTreeSet<String>>>)
+//! Membership::run(self, shutdown)
+//! ```
+//! The receiver holds the names of the nodes whose agents are live now, this node included
+//! when it counts itself. Three sources feed it:
+//! - **Leases.** Each agent keeps `berth-agent-<node>` (coordination.k8s.io/v1, in the lease
+//!   namespace), renewed every third of its duration with server-side apply. A stopping agent
+//!   first withdraws itself from its own set, then deletes its Lease (peers drop it on the
+//!   delete event, without waiting for expiry), then leaves SWIM. Every agent watches the
+//!   namespace's agent Leases.
+//! - **SWIM** ([`foca`], sans-IO, driven by one tokio task over one UDP socket): probe period,
+//!   probe timeout and suspicion timeout are flags. A crash is declared after at most
+//!   `k·period + period + suspicion` where `k` is how many periods pass before a survivor
+//!   probes the dead node (about one to two with three nodes): 0.6–1.0 s with the defaults
+//!   (200 ms, 80 ms, 400 ms). Each identity carries a generation (start time in ms) that
+//!   foca renews when the node finds it was declared down, so a node comes back at once
+//!   after a restart or a healed partition. Down nodes are never forgotten, and asked to
+//!   rejoin every second.
+//! - **The combination rule** ([`live::compute_live`], pure, tested exhaustively) and the
+//!   takeover hold ([`live::SelfHold`]).
+//!
+//! Decisions where the design leaves room:
+//! - **Peers are found through their Leases**, not the Node objects: each agent writes the
+//!   `ip:port` its SWIM socket is reached at into its own Lease
+//!   (`berth.dev/membership-endpoint`). So only nodes that run an agent are probed, the port
+//!   may differ per node, and a Lease event is also the moment to (re)announce to a peer SWIM
+//!   does not count alive. The advertised IP is `--membership-advertise-address`, else the
+//!   bind address when it is specific, else the Node's first InternalIP of the bind family.
+//! - **Authentication.** Every datagram is sealed in an envelope ([`frame`]): sender,
+//!   recipient, a stamp (sender's clock in µs, strictly increasing), the payload, and an
+//!   HMAC-SHA256 tag over all of it with the shared key (a file the caller reads; the chart
+//!   mounts a Secret). A datagram is dropped and counted when its tag does not verify, it
+//!   names another recipient, its stamp is more than the clock window (5 s) from the
+//!   receiver's clock, or that sender's stamp was already accepted (stamps are remembered for
+//!   the window). So a LAN neighbour without the key can neither forge nor alter a message,
+//!   nor replay one to another node, later than the window, or twice. What remains: a
+//!   receiver that restarted has no memory of stamps, so a datagram recorded within the
+//!   window before the restart can be played to it once; such a datagram repeats old
+//!   news (foca's incarnations make stale updates inert). The key is shared: every key
+//!   holder is trusted, as with memberlist's keyring. Clocks must agree within the window.
+//! - **The combination rule.** Lease-only mode (membership off, the baseline the failover
+//!   benchmark compares against): live = Lease fresh. With membership on, SWIM decides
+//!   for peers it knows (alive, unless its Lease is deleted; down, whatever its Lease says),
+//!   and the Lease for peers SWIM never heard of (an agent starting, or one whose UDP is
+//!   blocked). This node counts itself only on the majority side: a node cut off from the
+//!   LAN but not from the API sees every peer down over SWIM while their Leases stay fresh,
+//!   so it is the minority and withdraws while the others take over; it stays withdrawn
+//!   until it hears the others again. A tie (two nodes, or two equal halves) goes to the side
+//!   holding the smallest node name: in a two-node cluster, the crash of the smaller node is
+//!   taken over when its Lease expires, not within a second. A node that neither renews its
+//!   own Lease nor reaches any peer is cut off from everything and withdraws; a lone node
+//!   keeps answering when the API server is down, and so does a cluster whose SWIM works.
+//! - **A healed split does not ripple.** In SWIM a down verdict is final for an identity, so
+//!   the verdicts a cut-off node reached alone (everyone else down) would, once the LAN heals,
+//!   force every healthy peer to rejoin and start its hold over: a gap for every address. So
+//!   a node that finds itself on the losing side discards its SWIM state and starts over as a
+//!   new identity that knows nobody (it keeps its own record of who was down, so it stays
+//!   withdrawn); peers with fresh Leases that SWIM does not count alive are asked to let it
+//!   join every second.
+//! - **Never two answers after a return.** A node that (re)gains liveness — at start, after a
+//!   rejoin, when a partition heals — counts itself only after the takeover hold (300 ms)
+//!   without a break, while its peers count it as soon as they hear it. So the node handing
+//!   an address back stops first, and a returning node never answers beside it: the price
+//!   is a gap of about the hold for the addresses that move back.
+//! - **Metrics**: `berth_membership_changes_total{change}`, `berth_membership_live_nodes`,
+//!   `berth_membership_detection_seconds` (from the last datagram heard to the declaration;
+//!   graceful leaves, heard right away, are not counted) and
+//!   `berth_membership_refused_messages_total{reason}`.
+
+pub mod config;
+pub mod frame;
+pub mod identity;
+pub mod lease;
+pub mod live;
+pub mod metrics;
+mod run;
+pub mod swim;
+
+pub use config::{MembershipConfig, MembershipOptions, DEFAULT_PORT};
+pub use metrics::MembershipMetrics;
+pub use run::{pick_advertise_address, LiveNodes, Membership};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid membership configuration: {field}: {reason}")]
+    InvalidConfig { field: &'static str, reason: String },
+    #[error("binding the membership socket on {addr} failed")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no membership address to advertise for node {node}: {reason}")]
+    NoAddress { node: String, reason: String },
+    #[error("{what} failed")]
+    Kube {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the agent Lease watch ended")]
+    WatchEnded,
+}
+
+impl Error {
+    /// A bounded label for logs and metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::InvalidConfig { .. } => "config",
+            Error::Bind { .. } => "bind",
+            Error::NoAddress { .. } => "address",
+            Error::Kube { .. } => "kube",
+            Error::WatchEnded => "watch",
+        }
+    }
+}

@@ -1,0 +1,552 @@
+//! The I/O shell: the UDP socket, the Lease watch, the renewing task and the clock around the
+//! pure parts. One task owns all the state, so nothing is locked.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use berth_api::names::{field_manager, lease as lease_names};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use prometheus_client::registry::Registry;
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::MembershipConfig;
+use crate::frame::{Key, MAX_DATAGRAM};
+use crate::identity::Peer;
+use crate::lease::{build_lease, LeaseView};
+use crate::live::{compute_live, live_set, LeaseState, Mode, PeerFacts, SelfHold, SwimState};
+use crate::metrics::MembershipMetrics;
+use crate::swim::{Outgoing, Swim, SwimEvent};
+use crate::Error;
+
+/// The set of nodes whose agents are live now, this node included when it counts itself.
+pub type LiveNodes = Arc<BTreeSet<String>>;
+
+/// How often peers with a fresh Lease that SWIM does not count alive are asked to let this
+/// node join.
+const REJOIN_PERIOD: Duration = Duration::from_secs(1);
+
+/// How long a stopping agent waits for the API server to delete its Lease.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Agent liveness: this agent's Lease, the others' Leases, and SWIM between the agents.
+pub struct Membership {
+    config: MembershipConfig,
+    client: Client,
+    live: watch::Sender<LiveNodes>,
+    metrics: MembershipMetrics,
+    socket: Option<std::net::UdpSocket>,
+}
+
+impl Membership {
+    /// Builds it; nothing runs until [`Membership::run`]. The receiver holds an empty set until
+    /// the Leases have been listed.
+    pub fn new(
+        config: MembershipConfig,
+        client: Client,
+    ) -> (Membership, watch::Receiver<LiveNodes>) {
+        let (live, receiver) = watch::channel(LiveNodes::default());
+        let membership = Membership {
+            config,
+            client,
+            live,
+            metrics: MembershipMetrics::default(),
+            socket: None,
+        };
+        (membership, receiver)
+    }
+
+    /// Uses `socket` (bound by the caller, e.g. inside another network namespace) instead of
+    /// binding the configured address. Its address is advertised unless one is configured.
+    pub fn with_socket(mut self, socket: std::net::UdpSocket) -> Self {
+        self.socket = Some(socket);
+        self
+    }
+
+    /// The metrics, shared with the run loop.
+    pub fn metrics(&self) -> &MembershipMetrics {
+        &self.metrics
+    }
+
+    /// Registers the metrics into `registry`, which the caller prefixes (`berth_membership_`).
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        self.metrics.register(registry);
+    }
+
+    /// Runs until `shutdown`. A graceful stop withdraws this node from the published set,
+    /// deletes its Lease (so peers take over at once), then tells SWIM peers it leaves.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let Membership {
+            config,
+            client,
+            live,
+            metrics,
+            socket,
+        } = self;
+        let node = config.node_name().to_string();
+        let leases: Api<Lease> = Api::namespaced(client.clone(), config.lease_namespace());
+
+        let (socket, mut swim) = match config.key() {
+            Some(key) if config.enabled() => {
+                let (socket, swim) = open_swim(&config, key, &client, socket).await?;
+                (Some(socket), Some(swim))
+            }
+            _ => (None, None),
+        };
+        let endpoint = swim.as_ref().map(|s| s.identity().addr);
+        tracing::info!(node = %node, membership = config.enabled(), endpoint = ?endpoint, "agent liveness starting");
+
+        let renewer_stop = CancellationToken::new();
+        // Aborted if this future is dropped: a Lease must not outlive its agent's liveness.
+        let mut renewer = AbortOnDrop(tokio::spawn(renew_lease(
+            leases.clone(),
+            node.clone(),
+            config.clone(),
+            endpoint,
+            renewer_stop.clone(),
+        )));
+
+        let mut state = LoopState {
+            node: node.clone(),
+            mode: if swim.is_some() {
+                Mode::Membership
+            } else {
+                Mode::LeaseOnly
+            },
+            view: LeaseView::default(),
+            listed: false,
+            hold: SelfHold::new(config.takeover_hold()),
+            probe_timeout: config.probe_timeout(),
+            metrics: metrics.clone(),
+            live,
+        };
+        let mut stream = watcher(leases.clone(), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+        let mut rejoin = tokio::time::interval(REJOIN_PERIOD);
+        rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
+            let now = Instant::now();
+            let wake = state.next_wake(swim.as_ref(), now);
+            tokio::select! {
+                () = shutdown.cancelled() => break Ok(()),
+                event = stream.next() => match event {
+                    Some(Ok(event)) => state.on_lease_event(event, swim.as_mut()),
+                    Some(Err(err)) => tracing::warn!(error = %err, "Lease watch failed; retrying"),
+                    None => break Err(Error::WatchEnded),
+                },
+                received = recv(socket.as_ref(), &mut buf) => match received {
+                    Ok((len, from)) => {
+                        if let Some(swim) = swim.as_mut() {
+                            if let Err(refusal) = swim.receive(&buf[..len], Instant::now(), unix_micros()) {
+                                tracing::debug!(from = %from, reason = refusal.label(), "membership datagram refused");
+                                metrics.refuse(refusal);
+                            }
+                        }
+                    }
+                    Err(err) => tracing::warn!(error = %err, "receiving membership datagrams"),
+                },
+                _ = rejoin.tick(), if swim.is_some() => {
+                    if let Some(swim) = swim.as_mut() {
+                        state.announce_to_unreached(swim);
+                    }
+                }
+                () = tokio::time::sleep_until(wake.into()) => {
+                    if let Some(swim) = swim.as_mut() {
+                        swim.fire_due(Instant::now());
+                    }
+                }
+            }
+            if let Some(swim) = swim.as_mut() {
+                let (out, events) = swim.drain(unix_micros());
+                send_all(socket.as_ref(), out).await;
+                state.on_swim_events(events);
+            }
+            if state.publish(swim.as_ref(), false) {
+                if let Some(swim) = swim.as_mut().filter(|s| s.has_members()) {
+                    tracing::warn!(
+                        "cut off from the other agents; SWIM starts over as a new identity"
+                    );
+                    swim.restart();
+                    state.announce_to_unreached(swim);
+                    let (out, _) = swim.drain(unix_micros());
+                    send_all(socket.as_ref(), out).await;
+                }
+            }
+        };
+
+        // Stop: withdraw, delete the Lease first, then leave SWIM.
+        state.publish(swim.as_ref(), true);
+        renewer_stop.cancel();
+        if let Err(err) = (&mut renewer.0).await {
+            tracing::warn!(error = %err, "the Lease renewer stopped abnormally");
+        }
+        let name = lease_names::agent_lease_name(&node);
+        match tokio::time::timeout(
+            DELETE_TIMEOUT,
+            leases.delete(&name, &DeleteParams::default()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => tracing::info!(lease = %name, "deleted the agent Lease"),
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => {}
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "deleting the agent Lease failed; peers wait for it to expire")
+            }
+            Err(_) => {
+                tracing::warn!("deleting the agent Lease timed out; peers wait for it to expire")
+            }
+        }
+        if let Some(swim) = swim.as_mut() {
+            swim.leave(Instant::now());
+            let (out, _) = swim.drain(unix_micros());
+            send_all(socket.as_ref(), out).await;
+        }
+        result
+    }
+}
+
+/// Binds the socket and builds this node's SWIM identity, advertised at the Node's address
+/// unless one is configured.
+async fn open_swim(
+    config: &MembershipConfig,
+    key: &Key,
+    client: &Client,
+    given: Option<std::net::UdpSocket>,
+) -> Result<(UdpSocket, Swim), Error> {
+    let socket = match given {
+        Some(socket) => {
+            let addr = socket.local_addr().unwrap_or(config.bind());
+            socket
+                .set_nonblocking(true)
+                .and_then(|()| UdpSocket::from_std(socket))
+                .map_err(|source| Error::Bind { addr, source })?
+        }
+        None => UdpSocket::bind(config.bind())
+            .await
+            .map_err(|source| Error::Bind {
+                addr: config.bind(),
+                source,
+            })?,
+    };
+    let bind = socket.local_addr().map_err(|source| Error::Bind {
+        addr: config.bind(),
+        source,
+    })?;
+    let advertise = match config.advertise_address() {
+        Some(address) => address,
+        None if !bind.ip().is_unspecified() => bind.ip(),
+        None => {
+            let nodes: Api<Node> = Api::all(client.clone());
+            let node = nodes
+                .get(config.node_name())
+                .await
+                .map_err(|source| Error::Kube {
+                    what: "reading this agent's Node",
+                    source,
+                })?;
+            let addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
+            pick_advertise_address(&addresses, bind).ok_or_else(|| Error::NoAddress {
+                node: config.node_name().to_string(),
+                reason: format!(
+                    "the Node has no InternalIP usable from {bind}; set the advertise address"
+                ),
+            })?
+        }
+    };
+    let me = Peer {
+        node: config.node_name().to_string(),
+        addr: SocketAddr::new(advertise, bind.port()),
+        generation: unix_micros() / 1000,
+    };
+    let swim = Swim::new(me, config.foca_config(), key.clone(), config.clock_window());
+    Ok((socket, swim))
+}
+
+/// The Node's first InternalIP a socket bound to `bind` can use: the same family, or any
+/// family for an unspecified IPv6 bind (dual stack).
+pub fn pick_advertise_address(addresses: &[NodeAddress], bind: SocketAddr) -> Option<IpAddr> {
+    addresses
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .filter_map(|a| a.address.parse::<IpAddr>().ok())
+        .find(|ip| ip.is_ipv4() == bind.is_ipv4() || bind.ip() == IpAddr::from([0u16; 8]))
+}
+
+/// Renews this agent's Lease every third of its duration until `stop`.
+async fn renew_lease(
+    leases: Api<Lease>,
+    node: String,
+    config: MembershipConfig,
+    endpoint: Option<SocketAddr>,
+    stop: CancellationToken,
+) {
+    let name = lease_names::agent_lease_name(&node);
+    let params = PatchParams::apply(field_manager::AGENT).force();
+    let interval = config.lease_renew_interval();
+    loop {
+        let lease = build_lease(
+            &node,
+            config.lease_namespace(),
+            config.lease_duration(),
+            endpoint,
+            Timestamp::now(),
+        );
+        let patch = Patch::Apply(&lease);
+        let attempt = tokio::select! {
+            () = stop.cancelled() => return,
+            attempt = tokio::time::timeout(interval, leases.patch(&name, &params, &patch)) => attempt,
+        };
+        match attempt {
+            Ok(Ok(_)) => tracing::trace!(lease = %name, "renewed"),
+            Ok(Err(err)) => {
+                tracing::warn!(lease = %name, error = %err, "renewing the agent Lease failed")
+            }
+            Err(_) => tracing::warn!(lease = %name, "renewing the agent Lease timed out"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Everything the loop keeps besides SWIM.
+struct LoopState {
+    node: String,
+    mode: Mode,
+    view: LeaseView,
+    listed: bool,
+    hold: SelfHold,
+    probe_timeout: Duration,
+    metrics: MembershipMetrics,
+    live: watch::Sender<LiveNodes>,
+}
+
+impl LoopState {
+    fn on_lease_event(&mut self, event: watcher::Event<Lease>, swim: Option<&mut Swim>) {
+        let touched: Vec<String> = match event {
+            watcher::Event::Init => {
+                self.view.begin_relist();
+                Vec::new()
+            }
+            watcher::Event::InitApply(lease) => self.view.apply(&lease).into_iter().collect(),
+            watcher::Event::InitDone => {
+                self.view.finish_relist();
+                self.listed = true;
+                self.view.nodes().map(String::from).collect()
+            }
+            watcher::Event::Apply(lease) => self.view.apply(&lease).into_iter().collect(),
+            watcher::Event::Delete(lease) => {
+                self.view.delete(&lease);
+                Vec::new()
+            }
+        };
+        // A peer SWIM does not count alive is asked to let this node join, each time its
+        // Lease is renewed: that is how agents find each other, and how they retry.
+        if let Some(swim) = swim {
+            let now = Instant::now();
+            for node in touched {
+                if node == self.node || swim.state(&node) == SwimState::Alive {
+                    continue;
+                }
+                if let Some(endpoint) = self.view.endpoint(&node) {
+                    swim.announce(Peer::from_lease(node, endpoint), now);
+                }
+            }
+        }
+    }
+
+    /// Announces to every peer whose Lease is fresh but whom SWIM does not count alive.
+    fn announce_to_unreached(&self, swim: &mut Swim) {
+        let now_ms = unix_millis();
+        let now = Instant::now();
+        let unreached: Vec<(String, SocketAddr)> = self
+            .view
+            .nodes()
+            .filter(|node| *node != self.node)
+            .filter(|node| self.view.state(node, now_ms) == LeaseState::Fresh)
+            .filter(|node| swim.state(node) != SwimState::Alive)
+            .filter_map(|node| Some((node.to_string(), self.view.endpoint(node)?)))
+            .collect();
+        for (node, endpoint) in unreached {
+            swim.announce(Peer::from_lease(node, endpoint), now);
+        }
+    }
+
+    fn on_swim_events(&mut self, events: Vec<SwimEvent>) {
+        for event in events {
+            match event {
+                SwimEvent::Up(node) => tracing::debug!(peer = %node, "SWIM: up"),
+                SwimEvent::Down { node, silent_for } => {
+                    tracing::info!(peer = %node, silent_for = ?silent_for, "SWIM: declared down");
+                    // A leave arrives right after the last datagram: not a detection.
+                    if let Some(silent) = silent_for.filter(|s| *s >= self.probe_timeout) {
+                        self.metrics.detection.observe(silent.as_secs_f64());
+                    }
+                }
+                SwimEvent::Rejoined => {
+                    tracing::warn!("declared down by the other agents; rejoining");
+                    self.hold.restart(Instant::now());
+                }
+            }
+        }
+    }
+
+    fn next_wake(&self, swim: Option<&Swim>, now: Instant) -> Instant {
+        let now_ms = unix_millis();
+        let lease = self.view.next_expiry(now_ms).map(|end| {
+            // One millisecond late, so the Lease has expired when we look.
+            now + Duration::from_millis(u64::try_from(end - now_ms).unwrap_or(0) + 1)
+        });
+        [
+            swim.and_then(Swim::next_timer),
+            lease,
+            self.hold.wake_at(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(now + Duration::from_secs(3600))
+    }
+
+    /// Computes the set and publishes it when it changed; `stopping` withdraws this node.
+    /// Returns whether this node is on the losing side of a split (SWIM on, its Lease there,
+    /// yet not eligible).
+    fn publish(&mut self, swim: Option<&Swim>, stopping: bool) -> bool {
+        if !self.listed {
+            return false;
+        }
+        let now_ms = unix_millis();
+        let mut peers: BTreeMap<String, PeerFacts> = BTreeMap::new();
+        for node in self.view.nodes() {
+            peers.insert(
+                node.to_string(),
+                PeerFacts {
+                    lease: self.view.state(node, now_ms),
+                    swim: swim.map_or(SwimState::Unknown, |s| s.state(node)),
+                },
+            );
+        }
+        if let Some(swim) = swim {
+            for (node, state) in swim.states() {
+                peers.entry(node.clone()).or_insert(PeerFacts {
+                    lease: self.view.state(node, now_ms),
+                    swim: *state,
+                });
+            }
+        }
+        peers.remove(&self.node);
+        let own_lease = self.view.state(&self.node, now_ms);
+        let verdict = compute_live(self.mode, &self.node, own_lease, &peers);
+        let cut_off = self.mode == Mode::Membership
+            && own_lease != LeaseState::Absent
+            && !verdict.self_eligible;
+        let eligible = verdict.self_eligible && !stopping;
+        let self_live = self.hold.observe(eligible, Instant::now());
+        let set = live_set(verdict, &self.node, self_live);
+        let metrics = &self.metrics;
+        let node = &self.node;
+        self.live.send_if_modified(|current| {
+            if **current == set {
+                return false;
+            }
+            let up = set.difference(current).count();
+            let down = current.difference(&set).count();
+            metrics.change(true, up);
+            metrics.change(false, down);
+            metrics.live_nodes.set(set.len() as i64);
+            if set.contains(node) != current.contains(node) {
+                tracing::info!(node = %node, live = set.contains(node), "this agent's liveness changed");
+            }
+            tracing::info!(live = ?set, "live agents changed");
+            *current = Arc::new(set);
+            true
+        });
+        cut_off
+    }
+}
+
+async fn recv(socket: Option<&UdpSocket>, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
+    match socket {
+        Some(socket) => socket.recv_from(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn send_all(socket: Option<&UdpSocket>, out: Vec<Outgoing>) {
+    let Some(socket) = socket else { return };
+    for Outgoing { to, datagram } in out {
+        if let Err(err) = socket.send_to(&datagram, to).await {
+            tracing::debug!(to = %to, error = %err, "sending a membership datagram");
+        }
+    }
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}
+
+fn unix_millis() -> i64 {
+    i64::try_from(unix_micros() / 1000).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn address(type_: &str, address: &str) -> NodeAddress {
+        NodeAddress {
+            type_: type_.into(),
+            address: address.into(),
+        }
+    }
+
+    #[test]
+    fn the_advertised_address_is_the_first_internal_ip_of_the_bind_family() {
+        let addresses = [
+            address("Hostname", "node-a"),
+            address("ExternalIP", "203.0.113.5"),
+            address("InternalIP", "fd00::11"),
+            address("InternalIP", "198.18.0.11"),
+        ];
+        let v4: SocketAddr = "0.0.0.0:7947".parse().unwrap();
+        let v6: SocketAddr = "[::]:7947".parse().unwrap();
+        assert_eq!(
+            pick_advertise_address(&addresses, v4),
+            Some("198.18.0.11".parse().unwrap())
+        );
+        assert_eq!(
+            pick_advertise_address(&addresses, v6),
+            Some("fd00::11".parse().unwrap())
+        );
+        assert_eq!(pick_advertise_address(&addresses[..2], v4), None);
+        assert_eq!(
+            pick_advertise_address(&[address("InternalIP", "bogus")], v4),
+            None
+        );
+    }
+}
