@@ -104,14 +104,19 @@ fn agent_rules(layout: &berth_lab::topology::Layout) -> Vec<String> {
         .iter()
         .map(|node| {
             let addr = SocketAddr::from((node.lan_ip, 10356));
-            berth_lab::kubelet::server::http_get(&node.netns, addr, "/metrics", Duration::from_secs(5))
-                .map(|(_, body)| {
-                    body.lines()
-                        .find(|l| l.starts_with("berth_agent_rules "))
-                        .unwrap_or("")
-                        .to_string()
-                })
-                .unwrap_or_default()
+            berth_lab::kubelet::server::http_get(
+                &node.netns,
+                addr,
+                "/metrics",
+                Duration::from_secs(5),
+            )
+            .map(|(_, body)| {
+                body.lines()
+                    .find(|l| l.starts_with("berth_agent_rules "))
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .unwrap_or_default()
         })
         .collect()
 }
@@ -183,7 +188,15 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("berth-bench-{name}"));
     let out = std::env::temp_dir().join(format!("berth-bench-{name}.out"));
     let child = Command::new(&bin)
-        .args(["lab", "up", "--name", &name, "--nodes", &NODES.to_string(), "--state-dir"])
+        .args([
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--nodes",
+            &NODES.to_string(),
+            "--state-dir",
+        ])
         .arg(&dir)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap())
@@ -197,11 +210,21 @@ async fn main() {
         bin: bin.clone(),
     };
     let started = Instant::now();
-    while !std::fs::read_to_string(&out).unwrap_or_default().contains("is up") {
-        assert!(started.elapsed() < Duration::from_secs(180), "the lab did not come up");
+    while !std::fs::read_to_string(&out)
+        .unwrap_or_default()
+        .contains("is up")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "the lab did not come up"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
-    println!("lab up in {:.1} s ({})", started.elapsed().as_secs_f64(), bin.display());
+    println!(
+        "lab up in {:.1} s ({})",
+        started.elapsed().as_secs_f64(),
+        bin.display()
+    );
     let prefix = berth_lab::cluster::plan::lab_prefix(&name).unwrap();
     let layout = berth_lab::topology::layout(
         &berth_lab::cluster::plan::lab_topology(&prefix, NODES).unwrap(),
@@ -216,8 +239,8 @@ async fn main() {
     let load = Instant::now();
     let nodes: Api<Node> = Api::all(client.clone());
     for k in 0..NODES {
-        let node: Node = serde_json::from_value(json!({"metadata": {"name": format!("virtual-{k}")}}))
-            .unwrap();
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": format!("virtual-{k}")}})).unwrap();
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
@@ -288,17 +311,27 @@ async fn main() {
         let now = (agent_rules(&layout), agent_buckets(&layout));
         same = if now == last { same + 1 } else { 0 };
         last = now;
-        assert!(Instant::now() < deadline, "the agents never settled: {:?}", last.0);
+        assert!(
+            Instant::now() < deadline,
+            "the agents never settled: {:?}",
+            last.0
+        );
     }
     let last = last.0;
-    println!("all endpoints ready and programmed after {:.1} s: {last:?}", load.elapsed().as_secs_f64());
+    println!(
+        "all endpoints ready and programmed after {:.1} s: {last:?}",
+        load.elapsed().as_secs_f64()
+    );
 
     let before = agent_buckets(&layout);
     let mut rng = SmallRng::seed_from_u64(7);
     let mut ready: BTreeMap<(usize, usize), bool> = BTreeMap::new();
     let flipping = Instant::now();
     for _ in 0..FLIPS {
-        let (s, k) = (rng.random_range(0..SERVICES), rng.random_range(0..PODS_PER_SERVICE));
+        let (s, k) = (
+            rng.random_range(0..SERVICES),
+            rng.random_range(0..PODS_PER_SERVICE),
+        );
         let now_ready = !ready.get(&(s, k)).copied().unwrap_or(true);
         ready.insert((s, k), now_ready);
         pods.patch_status(
@@ -316,7 +349,8 @@ async fn main() {
     let total = |b: &Buckets| b.get(&u64::MAX).copied().unwrap_or(0.0);
     let waiting = Instant::now();
     let mut after = agent_buckets(&layout);
-    while total(&after) - total(&before) < expected && waiting.elapsed() < Duration::from_secs(120) {
+    while total(&after) - total(&before) < expected && waiting.elapsed() < Duration::from_secs(120)
+    {
         tokio::time::sleep(Duration::from_secs(1)).await;
         after = agent_buckets(&layout);
     }
