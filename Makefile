@@ -25,7 +25,7 @@ TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSI
 NETNS_PREFIX := berth-
 
 # Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
-BENCHES := ipam endpoints datapath lab-api controller lab
+BENCHES := ipam endpoints datapath lab-api controller lab failover
 BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
 TEST_LOG := $(TARGET_DIR)/cargo-test.log
 
@@ -160,6 +160,13 @@ bench-controller: check-cargo
 bench-lab: check-cargo
 	$(CARGO) build --release --bin berth
 	BERTH_BIN=$(abspath $(TARGET_DIR))/release/berth $(CARGO) bench --bench lab_programming
+
+# L2 failover with three real agents in network namespaces (root): outage after a crash, a link
+# down and a graceful stop, membership on and Lease only, and the agents' API load with 1,000
+# LoadBalancer Services. Built with the dev profile: the outage is set by detection timeouts, not
+# CPU, and the test build is reused. About ten minutes; BERTH_FAILOVER_TRIALS=N shortens it.
+bench-failover: check-cargo
+	$(CARGO) bench --profile dev -p berth --bench failover
 
 ## Recovery
 

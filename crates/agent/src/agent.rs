@@ -25,7 +25,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::announce::{Announcer, LiveNodes};
+use crate::announce::{Announcer, LiveSet};
 use crate::config::AgentConfig;
 use crate::conntrack::Conntrack;
 use crate::datapath::FamilyDatapath;
@@ -210,7 +210,7 @@ where
     }
 
     /// Gives the announcer the membership's live set; without one every Node counts as live.
-    pub fn set_live_nodes(&mut self, live: LiveNodes) {
+    pub fn set_live_nodes(&mut self, live: LiveSet) {
         if let Some(announcer) = self.announcer.take() {
             self.announcer = Some(announcer.with_live(live));
         }

@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 use crate::watch::{run_watch, Handlers};
 use crate::Error;
 
-/// The nodes whose agents are live, as membership publishes them.
-pub type LiveNodes = watch::Receiver<Arc<BTreeSet<String>>>;
+/// The nodes whose agents are live, as berth-membership publishes them.
+pub type LiveSet = watch::Receiver<berth_membership::LiveNodes>;
 
 /// How often the local interfaces' state is read.
 const INTERFACE_POLL: Duration = Duration::from_millis(200);
@@ -48,7 +48,7 @@ pub struct Announcer {
     config: AnnouncerConfig,
     client: Client,
     metrics: L2Metrics,
-    live: Option<LiveNodes>,
+    live: Option<LiveSet>,
 }
 
 fn lock(index: &Mutex<L2Index>) -> std::sync::MutexGuard<'_, L2Index> {
@@ -91,7 +91,7 @@ impl Announcer {
         config: AnnouncerConfig,
         client: Client,
         registry: &mut MetricsRegistry,
-        live: Option<LiveNodes>,
+        live: Option<LiveSet>,
     ) -> Self {
         Announcer {
             node: node.to_string(),
@@ -103,7 +103,7 @@ impl Announcer {
     }
 
     /// Takes liveness from `live` (the membership's live set).
-    pub fn with_live(mut self, live: LiveNodes) -> Self {
+    pub fn with_live(mut self, live: LiveSet) -> Self {
         self.live = Some(live);
         self
     }

@@ -31,7 +31,7 @@ pub mod schedule;
 mod watch;
 
 pub use agent::{admin_router, Agent, AgentStatus};
-pub use announce::{Announcer, AnnouncerConfig, LiveNodes};
+pub use announce::{Announcer, AnnouncerConfig, LiveSet};
 pub use config::{parse_duration, AgentConfig, AgentOptions};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
 pub use datapath::SharedIptables;

@@ -80,7 +80,6 @@ pub async fn run_agent(
         &mut registry,
         &readiness,
     )?;
-    // The announcer elects among the nodes whose agents are live.
     if let Some(live) = live {
         agent.set_live_nodes(live);
     }

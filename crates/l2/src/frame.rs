@@ -320,30 +320,47 @@ pub mod client {
         out
     }
 
-    /// What an answer says: `ip` is at `mac`, from an ARP reply/announcement or a Neighbor
-    /// Advertisement with a target link-layer option.
-    pub fn read_answer(bytes: &[u8]) -> Option<(IpAddr, Mac)> {
+    /// What an answer on the LAN says: `ip` is at `mac`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Answer {
+        pub ip: IpAddr,
+        pub mac: Mac,
+        /// Sent unasked (gratuitous ARP, unsolicited NA), not in reply to a request.
+        pub gratuitous: bool,
+    }
+
+    /// The answer a frame carries: an ARP reply or announcement, or a Neighbor Advertisement
+    /// with a target link-layer option.
+    pub fn read_answer(bytes: &[u8]) -> Option<Answer> {
         let packet = SlicedPacket::from_ethernet(bytes).ok()?;
         match packet.net? {
             NetSlice::Arp(arp) => {
                 let arp = arp.to_packet().try_eth_ipv4().ok()?;
-                (arp.operation == ArpOperation::REPLY || arp.sender_ipv4 == arp.target_ipv4)
-                    .then(|| (IpAddr::V4(arp.sender_ipv4_addr()), arp.sender_mac))
+                let gratuitous = arp.sender_ipv4 == arp.target_ipv4;
+                (arp.operation == ArpOperation::REPLY || gratuitous).then(|| Answer {
+                    ip: IpAddr::V4(arp.sender_ipv4_addr()),
+                    mac: arp.sender_mac,
+                    gratuitous,
+                })
             }
             NetSlice::Ipv6(_) => {
                 let Some(TransportSlice::Icmpv6(icmp)) = packet.transport else {
                     return None;
                 };
-                let Icmpv6Type::NeighborAdvertisement(_) = icmp.icmp_type() else {
+                let Icmpv6Type::NeighborAdvertisement(flags) = icmp.icmp_type() else {
                     return None;
                 };
                 let payload = icmp.payload();
                 let target: [u8; 16] = payload.get(..16)?.try_into().ok()?;
                 let options = payload.get(16..)?;
-                (options.first() == Some(&NDP_OPTION_TARGET_LINK_LAYER))
-                    .then(|| mac_of(options.get(2..8)?))
-                    .flatten()
-                    .map(|mac| (IpAddr::V6(Ipv6Addr::from(target)), mac))
+                if options.first() != Some(&NDP_OPTION_TARGET_LINK_LAYER) {
+                    return None;
+                }
+                Some(Answer {
+                    ip: IpAddr::V6(Ipv6Addr::from(target)),
+                    mac: mac_of(options.get(2..8)?)?,
+                    gratuitous: !flags.solicited,
+                })
             }
             _ => None,
         }

@@ -112,7 +112,7 @@ async fn answers_for(client: &mut MemoryLink, within: Duration) -> Vec<(IpAddr, 
     let mut got = Vec::new();
     let deadline = tokio::time::Instant::now() + within;
     while let Ok(Ok(frame)) = tokio::time::timeout_at(deadline, client.recv()).await {
-        if let Some(answer) = read_answer(&frame) {
+        if let Some(answer) = read_answer(&frame).map(|a| (a.ip, a.mac)) {
             got.push(answer);
         }
     }
@@ -220,7 +220,7 @@ async fn a_takeover_announces_at_once_then_every_1_1_s_for_5_s() {
     while tokio::time::Instant::now() < t0 + Duration::from_secs(6) {
         if let Ok(Ok(frame)) = tokio::time::timeout(Duration::from_secs(6), lan.client.recv()).await
         {
-            if let Some((ip, mac)) = read_answer(&frame) {
+            if let Some((ip, mac)) = read_answer(&frame).map(|a| (a.ip, a.mac)) {
                 if ip == IpAddr::V4(vip4) {
                     seen.push((t0.elapsed(), ip, mac));
                 }

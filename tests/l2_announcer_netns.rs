@@ -1,0 +1,238 @@
+//! The L2 announcer end to end, in real network namespaces: a LAN bridge, three node namespaces
+//! each running a real `berth agent --l2-announcer --membership on` process, a control-plane
+//! namespace where the lab API server listens for them, and a client. A capture socket in the
+//! client namespace sees every ARP answer on the LAN for the whole test and sends the ARP probes.
+//! Needs root, iproute2 and iptables; skips with a message elsewhere, and fails instead under
+//! `CI=true` or `BERTH_REQUIRE_ROOT=1`. Every namespace is `berth-tl<pid>-*`, deleted at the end
+//! (also on failure). The address plan is at the top of `l2_lab/mod.rs`.
+
+#![allow(clippy::unwrap_used)]
+
+mod l2_lab;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use l2_lab::*;
+use serde_json::json;
+
+#[test]
+fn one_node_answers_for_each_lb_ip_and_another_takes_over() {
+    if !ready() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let lab = L2Lab::start("tl", "on", "3s").await;
+        let lab = scenario(lab).await;
+        lab.finish().await;
+    });
+}
+
+async fn scenario(mut lab: L2Lab) -> L2Lab {
+    let began = Instant::now();
+    let client = lab.client.clone();
+    let client_ns = lab.client_ns.clone();
+    let macs = lab.macs.clone();
+    let (web, web2) = (lab.web_ip.clone(), lab.web2_ip.clone());
+    // The elected node answers, the client's kernel maps the VIP to its MAC, TCP gets through.
+    let owner = owner_among(&NODES, VIP);
+    lab.capture
+        .until(VIP, Some(macs[owner.as_str()]), "first election")
+        .await;
+    eventually_tcp(&client_ns, "web", "TCP through the owner").await;
+    let neigh = lab
+        .topo
+        .exec(&client_ns, &["ip", "neigh", "show", VIP])
+        .unwrap();
+    let owner_mac: String = macs[owner.as_str()]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    assert!(neigh.contains(&owner_mac), "{neigh}");
+    berth_testing::eventually(
+        "the announcing-node annotation",
+        LIMIT,
+        Duration::from_millis(100),
+        || {
+            let client = client.clone();
+            let owner = owner.clone();
+            async move {
+                let svc = Api::<Service>::namespaced(client, "default")
+                    .get("web")
+                    .await
+                    .ok()?;
+                let node = svc
+                    .metadata
+                    .annotations?
+                    .get(berth_api::names::annotation::ANNOUNCING_NODE)?
+                    .clone();
+                (node == owner).then_some(())
+            }
+        },
+    )
+    .await;
+    berth_testing::eventually(
+        "the Announcing Event",
+        LIMIT,
+        Duration::from_millis(100),
+        || {
+            let client = client.clone();
+            let owner = owner.clone();
+            async move {
+                let events =
+                    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client, "default")
+                        .list(&Default::default())
+                        .await
+                        .ok()?;
+                events
+                    .items
+                    .iter()
+                    .any(|e| {
+                        e.note.as_deref().is_some_and(|n| {
+                            n.starts_with(&format!("announcing from node {owner}"))
+                        })
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    // Nothing answers outside the pools, nor for a pool no advertisement selects.
+    assert!(lab.capture.probe("198.18.0.199").await.is_empty());
+    assert!(lab.capture.probe("198.18.0.245").await.is_empty());
+
+    // Local policy: only nodes with a Ready endpoint; the IP moves when the owner's goes.
+    let local_owner = owner_among(&["n1", "n2"], LOCAL_VIP);
+    lab.capture
+        .until(LOCAL_VIP, Some(macs[local_owner.as_str()]), "local policy")
+        .await;
+    let other = if local_owner == "n1" { "n2" } else { "n1" };
+    let (mine, theirs) = if local_owner == "n1" {
+        (&web, &web2)
+    } else {
+        (&web2, &web)
+    };
+    apply(
+        &client,
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        mk_slice(
+            "local",
+            &[(mine, &local_owner, false), (theirs, other, true)],
+        ),
+    )
+    .await;
+    lab.capture
+        .until(LOCAL_VIP, Some(macs[other]), "the last local endpoint went")
+        .await;
+
+    // NetworkUnavailable, the exclusion label, node selectors and interfaces each move the IP.
+    let next = owner_among(&without(&NODES, &[&owner]), VIP);
+    set_node(&client, &owner, json!({}), true).await;
+    lab.capture
+        .until(VIP, Some(macs[next.as_str()]), "NetworkUnavailable")
+        .await;
+    set_node(&client, &owner, json!({}), false).await;
+    lab.capture
+        .until(VIP, Some(macs[owner.as_str()]), "network available again")
+        .await;
+    set_node(
+        &client,
+        &owner,
+        json!({"node.kubernetes.io/exclude-from-external-load-balancers": ""}),
+        false,
+    )
+    .await;
+    lab.capture
+        .until(VIP, Some(macs[next.as_str()]), "excluded")
+        .await;
+    set_node(
+        &client,
+        &owner,
+        json!({"node.kubernetes.io/exclude-from-external-load-balancers": null}),
+        false,
+    )
+    .await;
+    lab.capture
+        .until(VIP, Some(macs[owner.as_str()]), "no longer excluded")
+        .await;
+    let chosen = without(&NODES, &[&owner, &next])[0];
+    apply(
+        &client,
+        "berth.dev/v1alpha1",
+        "L2Advertisement",
+        advertise(json!({"ipPools": ["default"],
+        "nodeSelectors": [{"matchLabels": {"kubernetes.io/hostname": chosen}}]})),
+    )
+    .await;
+    lab.capture
+        .until(VIP, Some(macs[chosen]), "node selector")
+        .await;
+    apply(
+        &client,
+        "berth.dev/v1alpha1",
+        "L2Advertisement",
+        advertise(json!({"ipPools": ["default"], "interfaces": ["eth1"]})),
+    )
+    .await;
+    lab.capture.until(VIP, None, "no node has eth1").await;
+    apply(
+        &client,
+        "berth.dev/v1alpha1",
+        "L2Advertisement",
+        advertise(json!({"ipPools": ["default"], "interfaces": ["eth0"]})),
+    )
+    .await;
+    lab.capture
+        .until(VIP, Some(macs[owner.as_str()]), "eth0 selected")
+        .await;
+    eventually_tcp(&client_ns, "web", "TCP after the moves").await;
+
+    // Failover: SIGKILL, link down, graceful stop. A new owner answers and TCP resumes; when the
+    // old owner is back, it owns the IP again, without flapping.
+    for (how, signal) in [
+        ("SIGKILL", "-KILL"),
+        ("link down", ""),
+        ("graceful stop", "-TERM"),
+    ] {
+        let from = Instant::now();
+        if signal.is_empty() {
+            lab.set_link(&owner, false);
+        } else {
+            lab.agents.stop(&owner, signal);
+        }
+        lab.capture.until(VIP, Some(macs[next.as_str()]), how).await;
+        eventually_tcp(&client_ns, "web", how).await;
+        if signal.is_empty() {
+            lab.set_link(&owner, true);
+        } else {
+            lab.agents.start(&owner);
+        }
+        lab.capture
+            .until(VIP, Some(macs[owner.as_str()]), &format!("{how}: back"))
+            .await;
+        eventually_tcp(&client_ns, "web", &format!("{how}: back")).await;
+        // Let a late gratuitous round of the interim owner pass before judging the sequence.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let runs = lab.capture.answerers_since(VIP, from);
+        let expected_runs = [
+            macs[owner.as_str()],
+            macs[next.as_str()],
+            macs[owner.as_str()],
+        ];
+        assert!(
+            runs.ends_with(&expected_runs[1..]) && runs.len() <= 3,
+            "{how}: answers for {VIP} went {runs:?}, expected {expected_runs:?}"
+        );
+    }
+    eprintln!("l2 announcer scenario took {:?}", began.elapsed());
+    lab
+}
