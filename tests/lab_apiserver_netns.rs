@@ -1,6 +1,7 @@
 //! `berth lab apiserver --listen-netns NAME=ADDRESS` serves inside the named namespace. Needs
 //! root and iproute2: it makes one namespace named `berth-t<pid>-cli`, uses only its loopback,
-//! and deletes it afterwards (also when the test fails). Skips with a message elsewhere.
+//! and deletes it afterwards (also when the test fails). Skips with a message elsewhere
+//! (fails under `CI=true`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,20 +15,15 @@ struct TempNetns(String);
 
 impl TempNetns {
     fn create() -> Option<Self> {
-        let is_root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-        if !is_root {
-            eprintln!("skipping: network namespace tests need root");
+        if !berth_testing::require(&[berth_testing::Requirement::Netns]) {
             return None;
         }
         let name = format!("berth-t{}-cli", std::process::id());
         let made = Command::new("ip").args(["netns", "add", &name]).status();
-        if !made.is_ok_and(|s| s.success()) {
-            eprintln!("skipping: `ip netns add` failed (no iproute2 or no namespace support)");
-            return None;
-        }
+        assert!(
+            made.is_ok_and(|s| s.success()),
+            "`ip netns add {name}` failed"
+        );
         let ns = TempNetns(name);
         let up = Command::new("ip")
             .args(["-n", &ns.0, "link", "set", "lo", "up"])

@@ -77,9 +77,41 @@ pub struct ControllerArgs {
     #[arg(long, env = "BERTH_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     retry_period: Duration,
 
+    /// How long a Service keeps a LoadBalancer address that left every IPPool before it is
+    /// given one from the pools as they are: `never` (until the Service changes, as MetalLB)
+    /// or a duration such as `10m` (`0s`: at once).
+    #[arg(long, env = "BERTH_POOL_GONE_GRACE", default_value = "never", value_parser = parse_pool_gone_grace)]
+    pool_gone_grace: ::std::option::Option<Duration>,
+
     /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`).
     #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     admin_listen: SocketAddr,
+
+    /// Serve the `berth.dev/aws-nlb` class with AWS Network Load Balancers. Region and
+    /// credentials come from the standard AWS chain (environment, web identity, instance role).
+    #[arg(long, env = "BERTH_AWS_NLB", value_enum, default_value_t = OnOff::Off)]
+    aws_nlb: OnOff,
+
+    /// This cluster's name, tagged on every AWS resource berth makes (required with `--aws-nlb on`).
+    #[arg(long, env = "BERTH_CLUSTER_NAME")]
+    cluster_name: Option<String>,
+
+    /// Subnet IDs for NLBs of Services without the `aws-load-balancer-subnets` annotation, comma separated.
+    #[arg(long, env = "BERTH_AWS_SUBNETS", value_delimiter = ',')]
+    aws_subnets: Vec<String>,
+
+    /// ELBv2 endpoint instead of AWS's own (for tests against a local server).
+    #[arg(long, env = "BERTH_AWS_ENDPOINT_URL")]
+    aws_endpoint_url: Option<String>,
+
+    /// How often everything tagged with this cluster is listed, to remove what belongs to deleted
+    /// Services and find what was deleted behind berth's back, e.g. `10m`.
+    #[arg(long, env = "BERTH_AWS_SWEEP_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    aws_sweep_interval: Duration,
+
+    /// A Service whose load balancer converged is read from AWS again after this long, e.g. `10m`.
+    #[arg(long, env = "BERTH_AWS_RESYNC_PERIOD", default_value = "10m", value_parser = parse_duration)]
+    aws_resync_period: Duration,
 }
 
 fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, String> {
@@ -88,6 +120,10 @@ fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, String> {
 
 fn parse_node_port_range(text: &str) -> Result<PortRange, String> {
     berth_controller::parse_node_port_range(text).map_err(flag_error)
+}
+
+fn parse_pool_gone_grace(text: &str) -> Result<Option<Duration>, String> {
+    berth_controller::parse_grace(text, parse_duration).map_err(flag_error)
 }
 
 fn parse_default_class(text: &str) -> Result<Option<&'static str>, String> {
@@ -118,6 +154,7 @@ impl ControllerArgs {
             lease_duration: self.lease_duration,
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
+            pool_gone_grace: self.pool_gone_grace,
         }
     }
 }
@@ -132,11 +169,39 @@ fn default_identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+impl ControllerArgs {
+    fn aws_settings(
+        &self,
+    ) -> anyhow::Result<Option<berth_controller::load_balancer::aws::AwsSettings>> {
+        if self.aws_nlb == OnOff::Off {
+            return Ok(None);
+        }
+        let cluster_name = self
+            .cluster_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .context(
+            "--aws-nlb on needs --cluster-name: it marks which AWS resources are this cluster's",
+        )?;
+        if let Some(bad) = self.aws_subnets.iter().find(|s| !s.starts_with("subnet-")) {
+            anyhow::bail!("--aws-subnets: {bad:?} is not a subnet ID (subnet-...)");
+        }
+        Ok(Some(berth_controller::load_balancer::aws::AwsSettings {
+            cluster_name,
+            subnets: self.aws_subnets.clone(),
+            endpoint_url: self.aws_endpoint_url.clone(),
+            sweep_interval: self.aws_sweep_interval,
+            verify_after: self.aws_resync_period,
+        }))
+    }
+}
+
 pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let config = args.to_options().validate()?;
     let opts = berth_controller::RunOptions {
         config,
         version: env!("CARGO_PKG_VERSION").to_string(),
+        aws: args.aws_settings()?,
     };
     super::run(|shutdown| async move {
         let client = super::build_client(args.kubeconfig.as_deref()).await?;

@@ -1,6 +1,6 @@
 //! The agent with real iptables (`CommandIptables`), inside a private network namespace that
 //! this test creates for one thread (with the lab API server, on that namespace's loopback).
-//! Needs root; without it, or without iptables, the test says why and skips. The namespace has
+//! Needs root and iptables; without them the test says why and skips (fails under `CI=true`). The namespace has
 //! no interface but `lo` and disappears with the thread, so nothing reaches the host's rules.
 
 #![allow(clippy::unwrap_used)]
@@ -13,6 +13,7 @@ use std::time::Duration;
 use berth_agent::{Agent, AgentOptions, AgentStatus, CommandConntrack, CommandIptables};
 use berth_datapath::convert::ProxyMode;
 use berth_telemetry::{MetricsRegistry, Readiness};
+use berth_testing::Requirement;
 use common::*;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -179,19 +180,11 @@ async fn scenario() {
 
 #[test]
 fn real_iptables_in_a_private_network_namespace() {
-    let skipped = std::thread::spawn(|| {
+    berth_testing::require!(Requirement::Netns, Requirement::Iptables);
+    std::thread::spawn(|| {
         // Only this thread (and the processes and threads it starts) enter the namespace.
         if let Err(err) = nix::sched::unshare(CloneFlags::CLONE_NEWNET) {
-            return Some(format!(
-                "cannot create a network namespace ({err}); run as root"
-            ));
-        }
-        if Command::new("iptables-save")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            return Some("iptables is not installed".to_string());
+            panic!("cannot create a network namespace: {err}");
         }
         run("ip", &["link", "set", "lo", "up"]);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -199,11 +192,7 @@ fn real_iptables_in_a_private_network_namespace() {
             .build()
             .unwrap();
         runtime.block_on(scenario());
-        None
     })
     .join()
     .unwrap();
-    if let Some(reason) = skipped {
-        eprintln!("skipping real_iptables_in_a_private_network_namespace: {reason}");
-    }
 }

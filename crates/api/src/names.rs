@@ -116,6 +116,20 @@ pub mod annotation {
     /// AWS NLB target type: `instance` (node ports, default) or `ip` (pod IPs).
     pub const AWS_NLB_TARGET_TYPE: &str =
         "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type";
+    /// AWS: the NLB's name (at most 32 characters) instead of the derived one.
+    pub const AWS_LOAD_BALANCER_NAME: &str = "service.beta.kubernetes.io/aws-load-balancer-name";
+    /// AWS: `k1=v1,k2=v2` tags added to every resource made for the Service.
+    pub const AWS_ADDITIONAL_RESOURCE_TAGS: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags";
+    /// AWS: `k1=v1,...` NLB attributes; only the keys listed are managed.
+    pub const AWS_LOAD_BALANCER_ATTRIBUTES: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-attributes";
+    /// AWS: `k1=v1,...` attributes of every target group; only the keys listed are managed.
+    pub const AWS_TARGET_GROUP_ATTRIBUTES: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes";
+    /// The ARN of the NLB berth made for the Service, so a resync reads it directly instead
+    /// of searching the account.
+    pub const AWS_LOAD_BALANCER_ARN: &str = "berth.dev/aws-load-balancer-arn";
 }
 
 /// Labels berth reads or writes.
@@ -199,6 +213,8 @@ pub mod condition {
         pub const PORT_ALREADY_ALLOCATED: &str = "PortAlreadyAllocated";
         pub const NOT_IN_ANY_POOL: &str = "NotInAnyPool";
         pub const POOL_NOT_FOUND: &str = "PoolNotFound";
+        /// The Service keeps an address that no IPPool contains any more.
+        pub const POOL_GONE: &str = "PoolGone";
         pub const POOL_NOT_ADMITTING: &str = "PoolNotAdmitting";
         pub const NO_AVAILABLE_POOL: &str = "NoAvailablePool";
         pub const RANGE_FULL: &str = "RangeFull";
@@ -221,6 +237,8 @@ pub mod event {
     pub const DELETING_LOAD_BALANCER: &str = "DeletingLoadBalancer";
     pub const DELETED_LOAD_BALANCER: &str = "DeletedLoadBalancer";
     pub const ALLOCATION_FAILED: &str = "AllocationFailed";
+    /// Warning: the Service keeps an address that no IPPool contains any more.
+    pub const POOL_GONE: &str = "PoolGone";
     pub const IP_ALLOCATED: &str = "IPAllocated";
     pub const ANNOUNCING: &str = "Announcing";
     /// Component name reported on Events.
@@ -228,13 +246,13 @@ pub mod event {
     pub const AGENT_COMPONENT: &str = "berth-agent";
 }
 
-/// Tags on AWS resources berth owns.
+/// Tags on AWS resources berth owns: ownership is read from these, never from names.
 pub mod aws_tag {
     /// Cluster name; resources without it are never touched.
     pub const CLUSTER: &str = "berth.dev/cluster";
     /// `<namespace>/<name>` of the owning Service.
     pub const SERVICE: &str = "berth.dev/service";
-    /// Which part of the Service's load balancer this is (`load-balancer`, `target-group-<port>`, ...).
+    /// Which part of the Service's stack: `LoadBalancer`, or `<port>/<protocol>` for a target group.
     pub const RESOURCE: &str = "berth.dev/resource";
 }
 

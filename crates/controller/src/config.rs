@@ -81,6 +81,12 @@ pub struct ControllerConfig {
     pub instance: String,
     /// `Some`: also maintain Endpoints and EndpointSlices (`--endpoints on`).
     pub endpoints: Option<crate::endpoints::EndpointsConfig>,
+    /// How long a Service keeps a LoadBalancer address that left every IPPool before it is
+    /// decided again (`--pool-gone-grace`); `None` (the default, MetalLB's behaviour) keeps it
+    /// until the Service changes.
+    pub pool_gone_grace: Option<Duration>,
+    /// How often every Service that lacks an address it should have is decided again.
+    pub resync_period: Duration,
 }
 
 impl ControllerConfig {
@@ -94,6 +100,8 @@ impl ControllerConfig {
             max_in_flight: 64,
             instance: "berth-controller".to_string(),
             endpoints: None,
+            pool_gone_grace: None,
+            resync_period: Duration::from_secs(300),
         }
     }
 }
@@ -121,6 +129,8 @@ pub struct ControllerOptions {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    /// As [`parse_grace`] returns it.
+    pub pool_gone_grace: Option<Duration>,
 }
 
 impl ControllerOptions {
@@ -139,6 +149,7 @@ impl ControllerOptions {
             lease_duration,
             renew_deadline,
             retry_period,
+            pool_gone_grace,
         } = self;
         let endpoints = if endpoints {
             let slices = berth_endpoints::SliceConfig::new(max_endpoints_per_slice)
@@ -176,8 +187,23 @@ impl ControllerOptions {
             lease,
             instance: identity,
             endpoints,
+            pool_gone_grace,
             ..ControllerConfig::new(service_cidrs)
         })
+    }
+}
+
+/// Parses `--pool-gone-grace`: `never` (keep until the Service changes) or a duration such
+/// as `0s` or `10m`, read by `parse_duration` (the binary's duration flags' reader).
+pub fn parse_grace(
+    text: &str,
+    parse_duration: impl Fn(&str) -> Result<Duration, String>,
+) -> Result<Option<Duration>, Error> {
+    match text.trim() {
+        "never" => Ok(None),
+        other => parse_duration(other)
+            .map(Some)
+            .map_err(|e| Error::Config(format!("--pool-gone-grace {text:?}: {e} (or `never`)"))),
     }
 }
 
@@ -246,6 +272,27 @@ mod tests {
         );
         assert_eq!(parse_default_class("none").unwrap(), None);
         assert!(parse_default_class("metallb").is_err());
+    }
+
+    #[test]
+    fn pool_gone_grace() {
+        let secs = |t: &str| -> Result<Duration, String> {
+            t.strip_suffix('s')
+                .and_then(|n| n.parse().ok())
+                .map(Duration::from_secs)
+                .ok_or_else(|| format!("bad duration {t:?}"))
+        };
+        assert_eq!(parse_grace("never", secs).unwrap(), None);
+        assert_eq!(parse_grace("0s", secs).unwrap(), Some(Duration::ZERO));
+        assert_eq!(
+            parse_grace("90s", secs).unwrap(),
+            Some(Duration::from_secs(90))
+        );
+        let e = parse_grace("soon", secs).unwrap_err().to_string();
+        assert!(
+            e.contains("--pool-gone-grace") && e.contains("never"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::config::ControllerConfig;
 use crate::endpoints::EndpointsController;
 use crate::events::{event_queue, EVENT_QUEUE, EVENT_WRITERS};
 use crate::lease::LeaderElector;
-use crate::load_balancer::{L2Provider, Provider};
+use crate::load_balancer::{AwsRunner, L2Provider, Provider};
 use crate::metrics::Metrics;
 use crate::service_feed::service_feed;
 use crate::Error;
@@ -39,6 +39,8 @@ pub struct AllocationController {
     readiness: Option<Arc<ReadinessCheck>>,
     /// Runs beside the allocation worker in every leadership term, when configured.
     endpoints: Option<EndpointsController>,
+    /// The `aws-nlb` class's controller, run beside the allocation worker in every term.
+    aws: Option<AwsRunner>,
 }
 
 impl AllocationController {
@@ -58,7 +60,14 @@ impl AllocationController {
             metrics: Metrics::new(registry),
             provider: Arc::new(L2Provider),
             readiness: None,
+            aws: None,
         }
+    }
+
+    /// Serves the `aws-nlb` class with this runner (see `load_balancer::aws`).
+    pub fn with_aws(mut self, runner: AwsRunner) -> Self {
+        self.aws = Some(runner);
+        self
     }
 
     /// Ready once existing allocations are adopted while leading, or while standing by.
@@ -153,6 +162,7 @@ impl AllocationController {
             EVENT_QUEUE,
             EVENT_WRITERS,
         );
+        let ctx_events = events.clone();
         let ctx = Arc::new(WriteCtx {
             client: self.client.clone(),
             events,
@@ -177,9 +187,22 @@ impl AllocationController {
             worker.feed_services(feed);
             (endpoints, services)
         });
+        let aws = self
+            .aws
+            .as_ref()
+            .map(|run| run(self.client.clone(), ctx_events.clone(), token.clone()));
         // Events end with the term: queued ones are not the next leader's to send.
         let worker = async {
-            tokio::join!(worker.run(token.clone()), event_writer.run(token.clone()));
+            let aws = async {
+                if let Some(aws) = aws {
+                    aws.await;
+                }
+            };
+            tokio::join!(
+                worker.run(token.clone()),
+                event_writer.run(token.clone()),
+                aws
+            );
         };
         let Some((endpoints, services)) = endpoints else {
             worker.await;

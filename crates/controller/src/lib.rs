@@ -20,7 +20,7 @@ mod service_feed;
 mod written;
 
 pub use config::{
-    parse_default_class, parse_node_port_range, parse_service_cidrs, ControllerConfig,
+    parse_default_class, parse_grace, parse_node_port_range, parse_service_cidrs, ControllerConfig,
     ControllerOptions, LeaseConfig,
 };
 pub use controller::AllocationController;

@@ -37,6 +37,8 @@ pub struct Metrics {
     pub services: Gauge,
     /// Events recorded and not yet sent.
     pub events_queued: Gauge,
+    /// LoadBalancer addresses Services keep although no IPPool contains them any more.
+    pub kept_addresses: Gauge,
 }
 
 impl Metrics {
@@ -53,6 +55,7 @@ impl Metrics {
             leader: Gauge::default(),
             services: Gauge::default(),
             events_queued: Gauge::default(),
+            kept_addresses: Gauge::default(),
         };
         let r = registry;
         r.register(
@@ -96,6 +99,11 @@ impl Metrics {
             "events_queued",
             "Events recorded and not yet sent",
             m.events_queued.clone(),
+        );
+        r.register(
+            "kept_addresses",
+            "LoadBalancer addresses Services keep although no IPPool contains them any more",
+            m.kept_addresses.clone(),
         );
         m
     }

@@ -14,6 +14,8 @@ pub struct RunOptions {
     pub config: ControllerConfig,
     /// Reported as `berth_build_info`.
     pub version: String,
+    /// `Some`: serve the `aws-nlb` class.
+    pub aws: Option<crate::load_balancer::aws::AwsSettings>,
 }
 
 /// Runs until `shutdown` is cancelled (or the controller fails), serving the admin endpoint on
@@ -28,9 +30,36 @@ pub async fn run_controller(
     registry.register_build_info(&opts.version);
     let readiness = Readiness::new();
     let check = readiness.register("controller")?;
-    let controller =
+    let default_class = opts.config.default_class;
+    let mut controller =
         AllocationController::new(client, opts.config, registry.sub_registry("controller"))
             .with_readiness(check);
+    if let Some(aws) = opts.aws {
+        let metrics = std::sync::Arc::new(berth_aws::metrics::AwsMetrics::register(
+            registry.sub_registry("aws"),
+        ));
+        let sdk = berth_aws::SdkElbv2::from_env(
+            aws.endpoint_url.as_deref(),
+            berth_aws::RateLimits::default(),
+            metrics,
+        )
+        .await;
+        let provider = berth_aws::NlbProvider::new(
+            sdk,
+            berth_aws::ProviderConfig {
+                cluster_name: aws.cluster_name,
+                default_subnets: aws.subnets,
+            },
+            aws.verify_after,
+        );
+        controller = controller.with_aws(crate::load_balancer::aws_runner(
+            std::sync::Arc::new(provider),
+            crate::load_balancer::AwsLoopConfig {
+                default_class,
+                sweep_interval: aws.sweep_interval,
+            },
+        ));
+    }
     let router = admin_router(registry.into_shared(), readiness);
     let admin = tokio::spawn(serve_admin(
         admin,

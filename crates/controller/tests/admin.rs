@@ -53,6 +53,7 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
         controller_client,
         admin,
         RunOptions {
+            aws: None,
             config,
             version: "test".into(),
         },

@@ -14,14 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_controller::load_balancer::{build_l2_ingress, LbRequest, Provider, ProviderError};
-use berth_controller::AllocationController;
 use berth_ipam::ServiceKey;
 use common::*;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::LoadBalancerIngress;
-use prometheus_client::registry::Registry;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 /// The `l2` provider, except that deleting fails while `fail_delete` is set, so the write that
 /// clears a former LoadBalancer's status does not happen.
@@ -60,13 +57,8 @@ async fn an_address_is_not_given_away_while_a_former_load_balancer_still_names_i
     let provider = Arc::new(StuckDelete {
         fail_delete: AtomicBool::new(false),
     });
-    let mut registry = Registry::default();
-    let ctrl = AllocationController::new(client.clone(), mk_config(), &mut registry)
-        .with_provider(provider.clone());
-    let token = CancellationToken::new();
-    let task = tokio::spawn({
-        let token = token.clone();
-        async move { ctrl.run(token).await.unwrap() }
+    let ctrl = spawn_controller_with(client.clone(), mk_config(), |ctrl| {
+        ctrl.with_provider(provider.clone())
     });
 
     let lb = json!({"type": "LoadBalancer", "ports": [{"port": 80}]});
@@ -110,30 +102,33 @@ async fn an_address_is_not_given_away_while_a_former_load_balancer_still_names_i
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(moved, "b never got the address a gave up");
-    token.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
 
-/// Kills the controller and starts a new one, which lists and adopts from scratch.
+/// Kills the controller and starts a new one, which lists and adopts from scratch; returns once
+/// it has adopted what the cluster holds.
 async fn crash_and_restart(ctrl: Running, client: &kube::Client) -> Running {
     ctrl.crash().await;
     let ctrl = spawn_controller(client.clone(), mk_config());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    ctrl.adopted().await;
     ctrl
 }
 
-/// Services `a` and `b` are allocated and both still hold the value `held` reads.
-async fn assert_still_allocated<T>(
+/// After a restart: the new controller adopted `a` and `b` without finding two claims on one
+/// value (the bug these tests guard), and both still hold what they held before the crash.
+async fn assert_adopted_without_conflict<T: PartialEq + std::fmt::Debug>(
+    ctrl: &Running,
     client: &kube::Client,
     held: impl Fn(&k8s_openapi::api::core::v1::Service) -> Option<T>,
+    before: &[Option<T>],
 ) {
-    for name in ["a", "b"] {
-        let s = wait_svc(client, name, "still allocated", |s| {
-            allocated(s).is_some_and(|c| c.0 == "True")
-        })
-        .await;
+    assert_eq!(ctrl.metric("berth_controller_conflicts_total"), 0.0);
+    for (name, before) in ["a", "b"].into_iter().zip(before) {
+        let s = get_svc(client, name).await;
+        assert_eq!(allocated(&s).map(|c| c.0), Some("True".into()), "{s:#?}");
         assert!(held(&s).is_some(), "{s:#?}");
+        assert_eq!(&held(&s), before, "{name} changed across the restart");
     }
 }
 
@@ -199,8 +194,12 @@ async fn a_health_check_port_is_not_given_away_while_a_former_local_load_balance
     })
     .await;
     assert_ne!(health_check_port(&a), Some(hc));
+    let before = [
+        health_check_port(&a),
+        health_check_port(&get_svc(&client, "b").await),
+    ];
     let ctrl = crash_and_restart(ctrl, &client).await;
-    assert_still_allocated(&client, health_check_port).await;
+    assert_adopted_without_conflict(&ctrl, &client, health_check_port, &before).await;
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
@@ -267,8 +266,9 @@ async fn a_cluster_ip_is_not_given_away_while_a_former_cluster_ip_service_names_
     })
     .await;
     assert_ne!(cluster_ip(&a), Some(ip));
+    let before = [cluster_ip(&a), cluster_ip(&get_svc(&client, "b").await)];
     let ctrl = crash_and_restart(ctrl, &client).await;
-    assert_still_allocated(&client, cluster_ip).await;
+    assert_adopted_without_conflict(&ctrl, &client, cluster_ip, &before).await;
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }

@@ -163,7 +163,7 @@ async fn an_address_a_refused_status_write_gave_is_released_so_the_landed_one_is
     assert_eq!(allocated(&s).unwrap().0, "True", "{:?}", allocated(&s));
     assert_eq!(ingress_ips(&s), ["198.18.0.11"]);
     // And it stays there: nothing decides it away afterwards.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    settled(&client).await;
     assert_eq!(ingress_ips(&get_svc(&client, "s").await), ["198.18.0.11"]);
     // The other address is free: a second Service gets it.
     create_svc(
@@ -213,7 +213,7 @@ async fn an_address_a_refused_status_write_gave_is_not_handed_out_while_the_land
     let s = wait_svc(&client, "s", "allocated", |s| allocated(s).is_some()).await;
     assert_eq!(allocated(&s).unwrap().0, "True", "{:?}", allocated(&s));
     assert_eq!(ingress_ips(&s), ["198.18.0.10"]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    settled(&client).await;
     assert_eq!(ingress_ips(&get_svc(&client, "s").await), ["198.18.0.10"]);
     assert_eq!(ingress_ips(&get_svc(&client, "t").await), ["198.18.0.11"]);
     ctrl.stop().await;
@@ -249,7 +249,7 @@ async fn an_address_a_refused_write_would_have_named_gives_way_to_a_service_nami
     cfg.max_in_flight = 1;
     let ctrl = spawn_controller(killed, cfg);
     wait_allocated(&client, &["a", "b"]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    settled(&client).await;
     assert_eq!(ingress_ips(&get_svc(&client, "a").await), ["198.18.0.11"]);
     assert_eq!(ingress_ips(&get_svc(&client, "b").await), ["198.18.0.10"]);
     ctrl.stop().await;
@@ -283,7 +283,7 @@ async fn an_address_a_late_write_names_is_held_before_its_service_is_decided() {
     cfg.max_in_flight = 1;
     let ctrl = spawn_controller(killed, cfg);
     wait_allocated(&client, &["a", "c", "z"]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    settled(&client).await;
     assert_eq!(ingress_ips(&get_svc(&client, "c").await), ["198.18.0.11"]);
     assert_eq!(ingress_ips(&get_svc(&client, "z").await), ["198.18.0.10"]);
     ctrl.stop().await;
@@ -347,7 +347,7 @@ async fn a_term_that_ends_lets_its_writes_land_before_the_next_term_lists() {
     assert_eq!(ingress_ips(&t), ["198.18.0.11"]);
     let s = wait_svc(&client, "s", "an address", |s| !ingress_ips(s).is_empty()).await;
     assert_eq!(ingress_ips(&s), ["198.18.0.10"]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    settled(&client).await;
     assert_eq!(ingress_ips(&get_svc(&client, "s").await), ["198.18.0.10"]);
     ctrl.stop().await;
     server.shutdown().await.unwrap();

@@ -122,6 +122,23 @@ async fn named_pool_requested_ip_and_requests_outside_every_pool() {
     .await;
     let nopool = wait_svc(&client, "nopool", "refused", |s| allocated(s).is_some()).await;
     assert_eq!(allocated(&nopool).unwrap().1, "PoolNotFound");
+    // Named wrongly after it had an address: it keeps it (for a while), and says so.
+    patch_svc(
+        &client,
+        "named",
+        json!({"metadata": {"annotations": {"berth.dev/ip-pool": "missing"}}}),
+    )
+    .await;
+    let named = wait_svc(&client, "named", "pool not found", |s| {
+        allocated(s).is_some_and(|c| c.1 == "PoolNotFound")
+    })
+    .await;
+    assert_eq!(ingress_ips(&named), vec!["198.18.0.50"]);
+    let message = allocated(&named).unwrap().2;
+    assert!(
+        message.starts_with("IPPool \"missing\" not found; the Service keeps 198.18.0.50 until "),
+        "{message}"
+    );
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }
@@ -282,13 +299,18 @@ async fn type_changes_delete_and_foreign_class() {
     })
     .await;
 
-    // A class berth does not serve: node ports as on any cluster, but no address, no status.
+    // A class berth does not serve: node ports as on any cluster, but no address, no status,
+    // although the pool has a free address (v's) that a served Service would get.
+    Api::<k8s_openapi::api::core::v1::Service>::default_namespaced(client.clone())
+        .delete("v", &DeleteParams::default())
+        .await
+        .unwrap();
     create_svc(&client, "foreign", json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/other", "ports": [{"port": 80}]})).await;
     let f = wait_svc(&client, "foreign", "node port", |s| {
         node_ports(s)[0].is_some()
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    settled(&client).await;
     let f2 = get_svc(&client, "foreign").await;
     assert!(ingress_ips(&f2).is_empty());
     assert!(f2
@@ -301,11 +323,12 @@ async fn type_changes_delete_and_foreign_class() {
         .await
         .iter()
         .all(|(r, _)| !r.contains("LoadBalancer")));
+    // No condition either: berth writes no status for a class it does not serve.
+    assert_eq!(allocated(&f2), None);
     drop(f);
-    Api::<k8s_openapi::api::core::v1::Service>::default_namespaced(client.clone())
-        .delete("v", &DeleteParams::default())
-        .await
-        .unwrap();
+    // The free address was there to take: a served Service gets it.
+    create_svc(&client, "x", lb(json!([{"port": 80}]))).await;
+    wait_svc(&client, "x", "ingress", |s| !ingress_ips(s).is_empty()).await;
     ctrl.stop().await;
     server.shutdown().await.unwrap();
 }

@@ -26,9 +26,9 @@ use berth_datapath::sync::{SyncReport, Syncer};
 use berth_datapath::{plan, rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions};
 use berth_lab::echo::{EchoHandle, EchoServer};
 use berth_lab::netns::run_in_netns;
-use berth_lab::topology::{preflight, remove_orphans, Topology, TopologySpec};
+use berth_lab::topology::{remove_orphans, Topology, TopologySpec};
 use berth_testing::{
-    mk_endpoint, mk_node_info, mk_service_port, port_name, Hooked, RestoreTimer, DATAPATH_TOOLS,
+    mk_endpoint, mk_node_info, mk_service_port, port_name, Hooked, RestoreTimer, DATAPATH_NEEDS,
 };
 
 const TAG: &str = "fp";
@@ -254,8 +254,9 @@ fn label(n: usize) -> String {
 }
 
 fn main() {
-    if let Err(reason) = preflight(DATAPATH_TOOLS) {
-        println!("first-packet: skipped ({reason})");
+    let missing = berth_testing::require::missing(DATAPATH_NEEDS);
+    if !missing.is_empty() {
+        println!("first-packet: skipped ({})", missing.join("; "));
         return;
     }
     let _ = remove_orphans(TAG);

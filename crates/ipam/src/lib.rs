@@ -48,8 +48,11 @@
 //! - **Sharing**: same sharing key, no port in common per protocol, and either both
 //!   Services use `externalTrafficPolicy: Cluster` or both have the same selector.
 //! - **Pool changes**: [`LbIpAllocator::set_pools`] replaces all pools or none; addresses
-//!   that no longer lie in any pool stay held and are reported as [`Orphan`]s, for the
-//!   controller to release and reassign; nothing moves silently.
+//!   that no longer lie in any pool stay held and are reported as [`Orphan`]s; nothing moves
+//!   silently. The controller decides whether their Services keep them: [`LbIpAllocator::check`]
+//!   says what `assign` would give without giving it, and [`LbIpAllocator::keep`] records an
+//!   address held outside every pool (adoption refuses one), so nobody else is given it and a
+//!   pool re-created with it counts it again.
 //! - **Counts** per pool and family are kept exact ([`PoolStatus`]): an address in use counts
 //!   as assigned in every pool that contains it (pools may overlap; see
 //!   [`LbIpAllocator::overlapping_pools`]).

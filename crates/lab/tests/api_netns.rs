@@ -1,10 +1,12 @@
 //! The API server listening inside a network namespace, as the lab's control-plane namespace
-//! needs. Needs root and iproute2: it makes one namespace named `berth-t<pid>-api`, uses only its
-//! loopback, and deletes it afterwards (also when the test fails). Skips with a message elsewhere.
+//! needs. Needs root and iproute2: each test makes one namespace named `berth-t<pid>-api<n>`, uses
+//! only its loopback, and deletes it afterwards (also when the test fails). Skips with a message
+//! elsewhere (fails under `CI=true`).
 
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use berth_lab::netns::bind_tcp_in_netns;
 use berth_lab::{LabApiServer, Listener};
@@ -14,15 +16,18 @@ struct TempNetns(String);
 
 impl TempNetns {
     fn create() -> Option<Self> {
-        if !berth_testing::netns_ready(&[]) {
+        if !berth_testing::require(&[berth_testing::Requirement::Netns]) {
             return None;
         }
-        let name = format!("berth-t{}-api", std::process::id());
+        // Tests run in parallel: each takes its own namespace.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("berth-t{}-api{n}", std::process::id());
         let made = Command::new("ip").args(["netns", "add", &name]).status();
-        if !made.is_ok_and(|s| s.success()) {
-            eprintln!("skipping: `ip netns add` failed (no iproute2 or no namespace support)");
-            return None;
-        }
+        assert!(
+            made.is_ok_and(|s| s.success()),
+            "`ip netns add {name}` failed"
+        );
         let ns = TempNetns(name);
         ns.exec(&["ip", "link", "set", "lo", "up"]);
         Some(ns)

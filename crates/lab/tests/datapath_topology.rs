@@ -1,5 +1,5 @@
 //! The namespace topology and the echo server, with real namespaces and no iptables rules: the
-//! plumbing every datapath test stands on. Needs root and iproute2; skips with a message elsewhere.
+//! plumbing every datapath test stands on. Needs root and iproute2; skips with a message elsewhere (fails under `CI=true`).
 //!
 //! Address plan (docs/architecture.md): LAN 198.18.0.0/24 (node1 .11, node2 .12, client .100), pods
 //! 10.244.<node>.0/24 with the node at .1. Every namespace is named `berth-tt<pid>-*` and deleted
@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use berth_lab::echo::{tcp_echo, tcp_echo_many, udp_echo, EchoConnection, EchoHandle, EchoServer};
 use berth_lab::topology::{remove_leftovers, Topology, TopologySpec};
-use berth_testing::netns_ready;
+use berth_testing::Requirement;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 
 fn ready() -> bool {
-    netns_ready(&["ip", "sysctl"])
+    berth_testing::require(&[Requirement::Netns, Requirement::Program("sysctl")])
 }
 
 fn mk_topology() -> Topology {

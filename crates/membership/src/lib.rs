@@ -15,7 +15,9 @@
 //!   probe timeout and suspicion timeout are flags. A crash is declared after at most
 //!   `k·period + period + suspicion` where `k` is how many periods pass before a survivor
 //!   probes the dead node (about one to two with three nodes): 0.6–1.0 s with the defaults
-//!   (200 ms, 80 ms, 400 ms). Each identity carries a generation (start time in ms) that
+//!   (200 ms, 80 ms, 400 ms); measured over loopback with three agents, a killed agent was
+//!   dropped by both survivors 0.60–0.98 s after the kill (10 trials) and a stopped one
+//!   within 2–13 ms. Each identity carries a generation (start time in ms) that
 //!   foca renews when the node finds it was declared down, so a node comes back at once
 //!   after a restart or a healed partition. Down nodes are never forgotten, and asked to
 //!   rejoin every second.
@@ -43,14 +45,19 @@
 //!   holder is trusted, as with memberlist's keyring. Clocks must agree within the window.
 //! - **The combination rule.** Lease-only mode (membership off, the baseline the failover
 //!   benchmark compares against): live = Lease fresh. With membership on, SWIM decides
-//!   for peers it knows (alive, unless its Lease is deleted; down, whatever its Lease says),
-//!   and the Lease for peers SWIM never heard of (an agent starting, or one whose UDP is
-//!   blocked). This node counts itself only on the majority side: a node cut off from the
-//!   LAN but not from the API sees every peer down over SWIM while their Leases stay fresh,
-//!   so it is the minority and withdraws while the others take over; it stays withdrawn
-//!   until it hears the others again. A tie (two nodes, or two equal halves) goes to the side
-//!   holding the smallest node name: in a two-node cluster, the crash of the smaller node is
-//!   taken over when its Lease expires, not within a second. A node that neither renews its
+//!   for peers that advertise an endpoint (alive, unless its Lease is deleted; down or never
+//!   heard, whatever its Lease says, so an agent started after a crash agrees with the others
+//!   that the crashed node is not live), and the Lease for peers that take no part in SWIM
+//!   (no endpoint on their Lease). This node counts itself only on the majority side: the
+//!   nodes it counts live (itself included) must be more than half of those that may be live
+//!   anywhere (those plus every peer whose Lease is fresh). A node cut off from the LAN but
+//!   not from the API sees every peer down over SWIM while their Leases stay fresh, so it is
+//!   the minority and withdraws while the others take over; it stays withdrawn until it
+//!   hears the others again. A tie (two nodes, or two equal halves) goes to the side holding
+//!   the smallest node name. The price: a crashed node counts against the majority until its
+//!   Lease expires, so in a two-node cluster the crash of the smaller node, or in a
+//!   three-node cluster the crash of two at once, is taken over when the Leases expire, not
+//!   within a second. A node that neither renews its
 //!   own Lease nor reaches any peer is cut off from everything and withdraws; a lone node
 //!   keeps answering when the API server is down, and so does a cluster whose SWIM works.
 //! - **A healed split does not ripple.** In SWIM a down verdict is final for an identity, so

@@ -5,7 +5,9 @@
 //! - **Lease only** (membership off): a node is live while its Lease is fresh.
 //! - **Membership on**, for a peer: SWIM decides when it knows the peer — alive is live
 //!   (unless its Lease is gone: a stopping agent deletes it first), down is not live whatever
-//!   its Lease says. A peer SWIM has never heard of falls back to its Lease.
+//!   its Lease says. A peer that advertises a SWIM endpoint is live only once SWIM has heard
+//!   it; a peer that takes no part in SWIM (its Lease advertises no endpoint) counts by its
+//!   Lease.
 //! - **Membership on**, for this node: its Lease must exist, and it must be on the majority
 //!   side: the nodes it can count live (itself included) are more than half of the nodes that
 //!   may be live anywhere (those plus every peer with a fresh Lease that SWIM cannot reach); a
@@ -35,8 +37,10 @@ pub enum SwimState {
     Alive,
     /// Declared down (crashed, cut off, or left). Kept until the node rejoins.
     Down,
-    /// Never heard of.
+    /// Takes part in SWIM (its Lease advertises an endpoint) but was never heard.
     Unknown,
+    /// Takes no part in SWIM (its Lease advertises no endpoint): judged by its Lease.
+    NotMember,
 }
 
 /// What this agent knows about one peer.
@@ -69,8 +73,8 @@ pub fn peer_is_live(mode: Mode, facts: PeerFacts) -> bool {
         Mode::LeaseOnly => lease == LeaseState::Fresh,
         Mode::Membership => match swim {
             SwimState::Alive => lease != LeaseState::Absent,
-            SwimState::Down => false,
-            SwimState::Unknown => lease == LeaseState::Fresh,
+            SwimState::Down | SwimState::Unknown => false,
+            SwimState::NotMember => lease == LeaseState::Fresh,
         },
     }
 }
@@ -170,7 +174,7 @@ mod tests {
 
     use super::*;
     use LeaseState::{Absent, Expired, Fresh};
-    use SwimState::{Alive, Down, Unknown};
+    use SwimState::{Alive, Down, NotMember, Unknown};
 
     fn facts(lease: LeaseState, swim: SwimState) -> PeerFacts {
         PeerFacts { lease, swim }
@@ -188,13 +192,16 @@ mod tests {
         let table = [
             (Fresh, Alive, true, true),
             (Fresh, Down, false, true),
-            (Fresh, Unknown, true, true),
+            (Fresh, Unknown, false, true),
+            (Fresh, NotMember, true, true),
             (Expired, Alive, true, false),
             (Expired, Down, false, false),
             (Expired, Unknown, false, false),
+            (Expired, NotMember, false, false),
             (Absent, Alive, false, false),
             (Absent, Down, false, false),
             (Absent, Unknown, false, false),
+            (Absent, NotMember, false, false),
         ];
         for (lease, swim, membership, lease_only) in table {
             let f = facts(lease, swim);
@@ -205,7 +212,7 @@ mod tests {
 
     #[test]
     fn lease_only_ignores_swim_and_needs_the_own_lease_fresh() {
-        let states = [Alive, Down, Unknown];
+        let states = [Alive, Down, Unknown, NotMember];
         let leases = [Fresh, Expired, Absent];
         for own in leases {
             for (lb, sb) in leases
@@ -282,12 +289,19 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_that_never_joined_swim_counts_by_its_lease() {
-        // A starting agent (Lease first, SWIM a moment later) or one whose UDP is blocked.
-        let view = peers(&[("b", Fresh, Unknown), ("c", Expired, Unknown)]);
+    fn a_peer_outside_swim_counts_by_its_lease_one_inside_only_once_heard() {
+        // An agent with membership off advertises no endpoint: its Lease decides.
+        let view = peers(&[("b", Fresh, NotMember), ("c", Expired, NotMember)]);
         let v = compute_live(Mode::Membership, "a", Fresh, &view);
         assert_eq!(v.peers, BTreeSet::from(["b".to_string()]));
         assert!(v.self_eligible);
+        // One that advertises an endpoint but was never heard (starting, or crashed before
+        // this agent started) is not live, yet may be: a starting agent that has heard nobody
+        // waits for the others instead of claiming everything.
+        let view = peers(&[("b", Fresh, Unknown), ("c", Fresh, Unknown)]);
+        let v = compute_live(Mode::Membership, "a", Fresh, &view);
+        assert!(v.peers.is_empty());
+        assert!(!v.self_eligible);
     }
 
     /// Every split of four nodes into two sides that cannot reach each other, all Leases

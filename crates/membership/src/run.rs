@@ -124,6 +124,7 @@ impl Membership {
             },
             view: LeaseView::default(),
             listed: false,
+            was_eligible: false,
             hold: SelfHold::new(config.takeover_hold()),
             probe_timeout: config.probe_timeout(),
             metrics: metrics.clone(),
@@ -335,6 +336,8 @@ struct LoopState {
     mode: Mode,
     view: LeaseView,
     listed: bool,
+    /// Whether this node was eligible at the last look.
+    was_eligible: bool,
     hold: SelfHold,
     probe_timeout: Duration,
     metrics: MembershipMetrics,
@@ -429,8 +432,8 @@ impl LoopState {
     }
 
     /// Computes the set and publishes it when it changed; `stopping` withdraws this node.
-    /// Returns whether this node is on the losing side of a split (SWIM on, its Lease there,
-    /// yet not eligible).
+    /// Returns whether this node just lost eligibility with SWIM on and its Lease there: it is
+    /// on the losing side of a split.
     fn publish(&mut self, swim: Option<&Swim>, stopping: bool) -> bool {
         if !self.listed {
             return false;
@@ -438,11 +441,19 @@ impl LoopState {
         let now_ms = unix_millis();
         let mut peers: BTreeMap<String, PeerFacts> = BTreeMap::new();
         for node in self.view.nodes() {
+            let state = match swim.map(|s| s.state(node)) {
+                // Never heard: is it in SWIM at all? Its Lease says.
+                Some(SwimState::Unknown) | None if self.view.endpoint(node).is_none() => {
+                    SwimState::NotMember
+                }
+                Some(state) => state,
+                None => SwimState::Unknown,
+            };
             peers.insert(
                 node.to_string(),
                 PeerFacts {
                     lease: self.view.state(node, now_ms),
-                    swim: swim.map_or(SwimState::Unknown, |s| s.state(node)),
+                    swim: state,
                 },
             );
         }
@@ -457,9 +468,13 @@ impl LoopState {
         peers.remove(&self.node);
         let own_lease = self.view.state(&self.node, now_ms);
         let verdict = compute_live(self.mode, &self.node, own_lease, &peers);
+        // Only on losing eligibility: a starting node that has heard few peers yet is not
+        // cut off, it is joining.
         let cut_off = self.mode == Mode::Membership
             && own_lease != LeaseState::Absent
+            && self.was_eligible
             && !verdict.self_eligible;
+        self.was_eligible = verdict.self_eligible;
         let eligible = verdict.self_eligible && !stopping;
         let self_live = self.hold.observe(eligible, Instant::now());
         let set = live_set(verdict, &self.node, self_live);

@@ -245,6 +245,8 @@ mod tests {
     struct Net {
         nodes: Vec<Swim>,
         dead: Vec<bool>,
+        /// Running, but cut off: nothing it sends arrives, nothing reaches it.
+        cut: Vec<bool>,
         now: Instant,
         epoch_micros: u64,
         start: Instant,
@@ -259,6 +261,7 @@ mod tests {
             let now = Instant::now();
             Net {
                 dead: vec![false; n],
+                cut: vec![false; n],
                 nodes,
                 now,
                 start: now,
@@ -277,7 +280,7 @@ mod tests {
                 let micros = self.micros();
                 for i in 0..self.nodes.len() {
                     let (out, events) = self.nodes[i].drain(micros);
-                    if !self.dead[i] {
+                    if !self.dead[i] && !self.cut[i] {
                         queue.extend(out);
                     }
                     self.events.extend(events.into_iter().map(|e| (i, e)));
@@ -286,7 +289,7 @@ mod tests {
                     break;
                 };
                 let to = (packet.to.port() - 7000) as usize;
-                if !self.dead[to] {
+                if !self.dead[to] && !self.cut[to] {
                     let _ = self.nodes[to].receive(&packet.datagram, self.now, micros);
                 }
             }
@@ -353,6 +356,65 @@ mod tests {
             );
         }
         assert!(net.now > crashed_at);
+    }
+
+    /// A node cut off declares everyone down; if it kept those verdicts, the others would be
+    /// told they are down when the network heals and would all have to rejoin.
+    fn heal_after_cut(restart: bool) -> Vec<(usize, SwimEvent)> {
+        let mut net = Net::new(3);
+        net.join_all();
+        net.cut[0] = true;
+        net.run_for(Duration::from_secs(3));
+        assert_eq!(net.nodes[0].state("node-1"), SwimState::Down);
+        assert_eq!(net.nodes[1].state("node-0"), SwimState::Down);
+        net.events.clear();
+        if restart {
+            net.nodes[0].restart();
+            // Its own record of who was down survives the restart.
+            assert_eq!(net.nodes[0].state("node-1"), SwimState::Down);
+        }
+        net.cut[0] = false;
+        let now = net.now;
+        net.nodes[0].announce(
+            Peer::from_lease("node-1", SocketAddr::from(([127, 0, 0, 1], 7001))),
+            now,
+        );
+        net.deliver();
+        net.run_for(Duration::from_secs(3));
+        for i in 0..3 {
+            for j in 0..3 {
+                if i != j {
+                    assert_eq!(
+                        net.nodes[i].state(&format!("node-{j}")),
+                        SwimState::Alive,
+                        "node-{i} on node-{j}"
+                    );
+                }
+            }
+        }
+        net.events
+    }
+
+    #[test]
+    fn a_cut_off_node_that_starts_over_does_not_make_the_others_rejoin() {
+        let events = heal_after_cut(true);
+        let rejoined: Vec<usize> = events
+            .iter()
+            .filter(|(_, e)| *e == SwimEvent::Rejoined)
+            .map(|(i, _)| *i)
+            .collect();
+        assert!(
+            !rejoined.contains(&1) && !rejoined.contains(&2),
+            "{events:?}"
+        );
+        // Without starting over, its stale verdicts spread: the healthy nodes had to rejoin.
+        let events = heal_after_cut(false);
+        assert!(
+            events
+                .iter()
+                .any(|(i, e)| *i != 0 && *e == SwimEvent::Rejoined),
+            "{events:?}"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A node cut off from the LAN but not from the API server, with real namespaces: three node
 //! namespaces on a LAN bridge, each with a `Membership` whose SWIM socket is bound inside it
 //! (198.18.0.11-13, port 7947), and the lab API server on 127.0.0.1 in the root namespace,
-//! which stays reachable when a node's LAN link goes down. Needs root and iproute2; skips with a
+//! which stays reachable when a node's LAN link goes down. Needs root and iproute2: skips with a
 //! message elsewhere, and fails instead under `CI=true` or `BERTH_REQUIRE_ROOT=1`. Every
 //! namespace is named `berth-tm<pid>-*` and deleted when the topology is dropped.
 
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use berth_lab::netns::bind_udp_in_netns;
 use berth_lab::topology::{Topology, TopologySpec};
 use berth_membership::{LiveNodes, Membership, MembershipOptions};
-use berth_testing::{netns_ready, start_lab};
+use berth_testing::{require, start_lab, Requirement};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use tokio::sync::watch;
@@ -23,20 +23,6 @@ use tokio_util::sync::CancellationToken;
 
 const NAMESPACE: &str = "kube-node-lease";
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// Whether namespaces can be made here; where they are required, not being able to is a failure.
-fn ready() -> bool {
-    if netns_ready(&["ip"]) {
-        return true;
-    }
-    let required = std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("BERTH_REQUIRE_ROOT").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "network namespaces are required (CI=true or BERTH_REQUIRE_ROOT=1)"
-    );
-    false
-}
 
 /// Every change any member published: when, whose, what.
 type Log = Arc<Mutex<Vec<(Instant, String, BTreeSet<String>)>>>;
@@ -89,9 +75,7 @@ fn names(list: &[&str]) -> BTreeSet<String> {
 
 #[tokio::test]
 async fn a_node_cut_off_from_the_lan_withdraws_and_returns_only_after_its_peers_yield() {
-    if !ready() {
-        return;
-    }
+    require!(Requirement::Netns);
     let (_server, client) = start_lab().await;
     let spec = TopologySpec::new(TopologySpec::unique_prefix("tm"))
         .node("node1", Vec::<String>::new())

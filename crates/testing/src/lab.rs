@@ -1,25 +1,17 @@
-//! The lab as a test harness: an API server per test and a client for it, waiting for
-//! something to become true, and the checks that let a network-namespace test skip where it
-//! cannot run.
+//! The lab as a test harness: an API server per test and a client for it, and waiting for
+//! something to become true.
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_lab::topology::preflight;
 use berth_lab::{LabApiServer, LabApiServerBuilder, LabApiServerHandle};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::Client;
-
-/// The tools a test that programs real iptables inside namespaces runs.
-pub const DATAPATH_TOOLS: &[&str] = &[
-    "ip",
-    "sysctl",
-    "iptables",
-    "iptables-restore",
-    "iptables-save",
-];
+use tokio::sync::Notify;
 
 /// A lab API server on 127.0.0.1 (a free port) and a client for it.
 pub async fn start_lab() -> (LabApiServerHandle, Client) {
@@ -64,14 +56,53 @@ where
     }
 }
 
-/// Whether a network-namespace test can run here (root, and `tools` installed); says why not.
-pub fn netns_ready(tools: &[&str]) -> bool {
-    match preflight(tools) {
-        Ok(()) => true,
-        Err(reason) => {
-            eprintln!("skipping: {reason}");
-            false
-        }
+/// Holds a client's watch requests for one path while closed: a watcher that falls behind on
+/// purpose, so a test can change (and compact) the history it would have read.
+#[derive(Default)]
+pub struct WatchGate {
+    closed: AtomicBool,
+    opened: Notify,
+    held: AtomicUsize,
+}
+
+impl WatchGate {
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    pub fn open(&self) {
+        self.closed.store(false, Ordering::SeqCst);
+        self.opened.notify_waiters();
+    }
+
+    /// Watch requests that arrived while the gate was closed.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// `client`, except that its watches of exactly `path` (e.g. `/api/v1/services`) wait while
+    /// the gate is closed.
+    pub fn wrap(self: &Arc<Self>, client: Client, path: &'static str) -> Client {
+        let gate = self.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (client, gate) = (client.clone(), gate.clone());
+            async move {
+                let watch = req.uri().path() == path
+                    && req.uri().query().is_some_and(|q| {
+                        q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1")
+                    });
+                if watch && gate.closed.load(Ordering::SeqCst) {
+                    // Registered before the second look, so an `open` in between is not missed.
+                    let opened = gate.opened.notified();
+                    gate.held.fetch_add(1, Ordering::SeqCst);
+                    if gate.closed.load(Ordering::SeqCst) {
+                        opened.await;
+                    }
+                }
+                client.send(req).await
+            }
+        });
+        Client::new(service, "default")
     }
 }
 

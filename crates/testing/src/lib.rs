@@ -5,6 +5,9 @@
 //! that does not parse is a bug in the test, so builders panic with the reason rather than
 //! returning errors.
 //!
+//! [`require`] says what a test needs from the machine: a missing requirement skips the test
+//! with a printed reason, or fails it under `CI=true` / `BERTH_REQUIRE_ROOT=1`.
+//!
 //! Features: `datapath` (the datapath's input model and iptables hooks) and `lab` (the lab API
 //! server and namespace harness); without them, the Kubernetes object builders alone.
 //!
@@ -18,16 +21,16 @@ pub mod iptables;
 #[cfg(feature = "lab")]
 pub mod lab;
 pub mod objects;
+pub mod require;
 
 #[cfg(feature = "datapath")]
 pub use datapath::{mk_endpoint, mk_node_info, mk_service_port, port_name};
 #[cfg(feature = "datapath")]
 pub use iptables::{FailSwitch, Hooked, RestoreHook, RestoreTimer};
 #[cfg(feature = "lab")]
-pub use lab::{
-    eventually, install_crds, netns_ready, start_lab, start_lab_with, unique_dir, DATAPATH_TOOLS,
-};
+pub use lab::{eventually, install_crds, start_lab, start_lab_with, unique_dir, WatchGate};
 pub use objects::{
     from_json, mk_node, mk_node_json, mk_pod, mk_selector_service, mk_service, mk_service_json,
     mk_slice, mk_slice_json, PodFacts,
 };
+pub use require::{require, require_for, Requirement, DATAPATH_NEEDS};

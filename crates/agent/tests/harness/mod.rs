@@ -71,6 +71,17 @@ pub async fn start_agent(
     options: AgentOptions,
     iptables: SharedIptables<MemoryIptables>,
 ) -> Harness {
+    start_agent_with(server, options, iptables, |client| client).await
+}
+
+/// [`start_agent`], with the agent's client made by `wrap` from a plain one (the harness's own
+/// client stays plain).
+pub async fn start_agent_with(
+    server: LabApiServerHandle,
+    options: AgentOptions,
+    iptables: SharedIptables<MemoryIptables>,
+    wrap: impl FnOnce(Client) -> Client,
+) -> Harness {
     let client = server.client().unwrap();
     let fail = FailSwitch::default();
     let iptables_v6 = SharedIptables::new(MemoryIptables::default());
@@ -89,7 +100,7 @@ pub async fn start_agent(
     let readiness = Readiness::new();
     let agent = Agent::new(
         options.clone().validate().unwrap(),
-        client.clone(),
+        wrap(client.clone()),
         for_family,
         conntrack.clone(),
         &mut registry,

@@ -107,14 +107,9 @@ async fn run_job_inner(
         }
     }
     let regarding = Arc::new(regarding);
-    if let Some(message) = &job.failure {
-        ctx.event(
-            &regarding,
-            EventType::Warning,
-            ev::ALLOCATION_FAILED,
-            message.clone(),
-        )
-        .await;
+    if let Some((reason, message)) = &job.failure {
+        ctx.event(&regarding, EventType::Warning, reason, message.clone())
+            .await;
     }
 
     // The provider's answer, or the message of the Warning Event when it failed: deleting and

@@ -13,6 +13,7 @@ mod cache;
 pub mod facts;
 pub mod fresh;
 mod held;
+mod kept;
 mod observe;
 pub mod plan;
 mod pool_status;

@@ -127,8 +127,19 @@ impl AllocationState {
         }
         let mut view = facts.lb_view.clone();
         view.namespace_labels = self.labels_of_namespace(&key.namespace);
-        // Refused: someone holds them already; deciding the Service sorts it out.
-        if self.alloc.lb.adopt(key, &view, &facts.ingress_ips).is_ok() {
+        // Refused: someone holds them already; deciding the Service sorts it out. In no
+        // pool, they are kept as its pool going away would have kept them.
+        let adopted = match self.alloc.lb.adopt(key, &view, &facts.ingress_ips) {
+            Err(berth_ipam::IpamError::NotAllowedByConfig { .. }) => {
+                let kept = self.alloc.lb.keep(key, &view, &facts.ingress_ips);
+                if kept.is_ok() {
+                    self.start_keeping(key, None);
+                }
+                kept
+            }
+            other => other,
+        };
+        if adopted.is_ok() {
             tracing::debug!(service = %key, ips = ?facts.ingress_ips, "adopted addresses the Service names");
             self.schedule_pool_status();
         }
@@ -148,6 +159,7 @@ impl AllocationState {
 
     /// Frees everything the Service holds and forgets its state, at once.
     fn release(&mut self, key: &ServiceKey) {
+        self.stop_keeping(key);
         if self.alloc.release_all(key) {
             self.schedule_pool_status();
             self.wake_waiting(Some(key));

@@ -110,6 +110,17 @@ pub struct Allocation {
     pub result: Option<Result<(), Failure>>,
     /// LoadBalancer IPs newly given in this decision, for an `IPAllocated` Event.
     pub new_lb_ips: Vec<IpAddr>,
+    /// The Service kept addresses its pools no longer give it (see [`plan_service_keeping`]).
+    pub kept: Option<Kept>,
+}
+
+/// Why a Service kept LoadBalancer addresses the pools as they are would not give it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// An address lies in no IPPool any more.
+    PoolGone,
+    /// The Service names an IPPool that does not exist.
+    PoolNotFound { pool: String },
 }
 
 /// The condition reason for an allocator error.
@@ -135,14 +146,41 @@ pub fn failure_reason(e: &IpamError) -> &'static str {
 }
 
 /// Decides and records one Service's allocations. `ns_labels` are its Namespace's labels
-/// (for pools restricted by namespace selector).
+/// (for pools restricted by namespace selector). Addresses the pools no longer give the
+/// Service are replaced (see [`plan_service_keeping`]).
 pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels) -> Allocation {
+    plan_service_keeping(alloc, f, ns_labels, Keep::default())
+}
+
+/// What a Service may keep of the addresses it holds when the pools as they are would not
+/// give them to it (see [`plan_service_keeping`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    /// A pool change took them away (an address left every pool, or the pools containing it
+    /// no longer give it to the Service), and the Service has not changed since.
+    pub pool_gone: bool,
+    /// The Service names a pool that does not exist.
+    pub pool_not_found: bool,
+}
+
+/// [`plan_service`], where `keep` lets an l2 Service keep the addresses it holds when the
+/// pools as they are would not give them to it — after a pool change, or because the pool it
+/// names does not exist: the ingress stays, the result is a failure saying why (`PoolGone`,
+/// `PoolNotFound`) and `kept` is set. Whether a Service may keep them (a pool change took
+/// them, it has not changed since, its grace has not run out) is the caller's to say.
+pub fn plan_service_keeping(
+    alloc: &mut Allocators,
+    f: &ServiceFacts,
+    ns_labels: &Labels,
+    keep: Keep,
+) -> Allocation {
     let owner = &f.key;
     let mut out = Allocation {
         fill: SpecFill::default(),
         ingress: None,
         result: Some(Ok(())),
         new_lb_ips: Vec::new(),
+        kept: None,
     };
     if !f.problems.is_empty() {
         // What the Service holds stays held: an unreadable edit must not free its addresses
@@ -186,7 +224,34 @@ pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels
             if before.is_empty() && !f.ingress_ips.is_empty() {
                 // Status written by an earlier run that this one has not adopted yet (a
                 // Service first seen after startup); a refusal just means a new address.
-                let _ = alloc.lb.adopt(owner, &view, &f.ingress_ips);
+                let adopted = alloc.lb.adopt(owner, &view, &f.ingress_ips);
+                if keep.pool_gone && matches!(adopted, Err(IpamError::NotAllowedByConfig { .. })) {
+                    // In no pool: kept below, as if its pool had gone while this ran.
+                    let _ = alloc.lb.keep(owner, &view, &f.ingress_ips);
+                }
+            }
+            if let Some(kept) = kept_by(alloc, owner, &view, keep) {
+                let held = alloc.lb.ips_of(owner);
+                let (reason, message) = match &kept {
+                    Kept::PoolGone => (
+                        reason::POOL_GONE,
+                        format!(
+                            "{} is in no IPPool any more; the Service keeps it",
+                            ip_texts(&held)
+                        ),
+                    ),
+                    Kept::PoolNotFound { pool } => (
+                        reason::POOL_NOT_FOUND,
+                        format!(
+                            "IPPool {pool:?} not found; the Service keeps {}",
+                            ip_texts(&held)
+                        ),
+                    ),
+                };
+                out.ingress = Some(held);
+                out.result = Some(Err(Failure { reason, message }));
+                out.kept = Some(kept);
+                return out;
             }
             match alloc.lb.assign(owner, &view) {
                 Ok(ips) => {
@@ -198,10 +263,13 @@ pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels
                     out.ingress = Some(ips);
                 }
                 Err(e) => {
-                    // An address no pool contains any more is given up rather than kept
-                    // for lack of a new one (see `pools`).
+                    // Not kept (see `plan_service_keeping`): an address no pool contains any
+                    // more, or one held while the Service names a pool that does not exist,
+                    // is given up rather than kept for lack of a new one.
                     let held = alloc.lb.ips_of(owner);
-                    if held.iter().any(|ip| alloc.lb.pool_of(*ip).is_none()) {
+                    if matches!(e, IpamError::UnknownPool { .. })
+                        || held.iter().any(|ip| alloc.lb.pool_of(*ip).is_none())
+                    {
                         alloc.lb.release_owner(owner);
                     }
                     out.ingress = Some(alloc.lb.ips_of(owner));
@@ -218,6 +286,52 @@ pub fn plan_service(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels
         }
     }
     out
+}
+
+/// Why the Service keeps what it holds although `assign` would not give it that now, as
+/// `keep` allows; `None` when assigning keeps what it holds, or may move it.
+fn kept_by(
+    alloc: &mut Allocators,
+    owner: &ServiceKey,
+    view: &berth_ipam::ServiceView,
+    keep: Keep,
+) -> Option<Kept> {
+    if keep == Keep::default() {
+        return None;
+    }
+    let held = alloc.lb.ips_of(owner);
+    if held.is_empty() {
+        return None;
+    }
+    match alloc.lb.check(owner, view) {
+        Ok(ips) if ips == held => None,
+        // The pools changed, not the Service (even when the pool it names is the one gone).
+        _ if keep.pool_gone => Some(Kept::PoolGone),
+        Err(IpamError::UnknownPool { pool }) if keep.pool_not_found => {
+            Some(Kept::PoolNotFound { pool })
+        }
+        _ => None,
+    }
+}
+
+/// Whether the pools as they are would still give `f` what it holds (what a decision keeps
+/// without keeping anything back). False for a Service with problems or no l2 address.
+pub fn pools_give_held(alloc: &mut Allocators, f: &ServiceFacts, ns_labels: &Labels) -> bool {
+    let held = alloc.lb.ips_of(&f.key);
+    if held.is_empty() || !f.problems.is_empty() || f.lb_class != LbClass::L2 {
+        return true;
+    }
+    let mut view = f.lb_view.clone();
+    view.namespace_labels = ns_labels.clone();
+    if let Ok(plan) = plan_cluster_ips(&f.cluster_ips, alloc.cluster.families()) {
+        view.families = plan.families;
+    }
+    alloc.lb.check(&f.key, &view).is_ok_and(|ips| ips == held)
+}
+
+fn ip_texts(ips: &[IpAddr]) -> String {
+    let texts: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+    texts.join(", ")
 }
 
 /// Clears the ingress of a Service berth no longer serves, when the addresses there were
@@ -407,7 +521,15 @@ pub fn adopt_all<'a>(
         if f.lb_class == LbClass::L2 && !f.ingress_ips.is_empty() {
             let mut view = f.lb_view.clone();
             view.namespace_labels = ns_labels.clone();
-            if let Err(e) = alloc.lb.adopt(owner, &view, &f.ingress_ips) {
+            let adopted = match alloc.lb.adopt(owner, &view, &f.ingress_ips) {
+                // In no pool (its pool went away): the Service keeps it, as it would have
+                // had this leader seen the pool go.
+                Err(IpamError::NotAllowedByConfig { .. }) => {
+                    alloc.lb.keep(owner, &view, &f.ingress_ips)
+                }
+                other => other,
+            };
+            if let Err(e) = adopted {
                 refused.push((owner.clone(), e));
             }
         }

@@ -21,6 +21,8 @@ impl AllocationState {
     /// pool shows something else and no write for it is in flight. Mirrors the counts into
     /// the pool metrics.
     pub(crate) fn pool_status_writes(&mut self, now: &Time) -> Vec<PoolStatusWrite> {
+        let kept = i64::try_from(self.count_kept()).unwrap_or(i64::MAX);
+        self.metrics.kept_addresses.set(kept);
         let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
         let overlaps = pool_overlaps(&pools);
         let mut writes = Vec::new();

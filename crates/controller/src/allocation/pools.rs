@@ -1,11 +1,10 @@
 //! IPPools: the custom resources read into allocator pools, and the status written back
 //! (counts per family, `Valid` and `Overlapping` conditions). Pure.
 //!
-//! Pool changes: an address that no longer lies in any pool is not kept. Every Service that
-//! holds one is reconciled again at once and gets an address from the pools as they are now
-//! (or `Allocated=False` when none is left). This differs from MetalLB, which leaves such a
-//! Service alone until it changes; berth prefers that the pools always describe what is
-//! announced, since the agents never answer for an address outside the pools.
+//! Pool changes: an address that no longer lies in any pool stays with its Service until the
+//! Service changes or `--pool-gone-grace` runs out (see `kept`); the counts here are the
+//! addresses in use that each pool contains, so a kept address counts in no pool until one
+//! contains it again.
 
 use std::collections::BTreeMap;
 

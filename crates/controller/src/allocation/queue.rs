@@ -35,6 +35,16 @@ pub(crate) fn retry_delay(category: ErrorCategory, attempt: u32) -> Duration {
     }
 }
 
+/// The echoes a Service's landed writes still owe: until they arrive, the cached object is
+/// older than what berth wrote, and a decision made from it would see the status as it was
+/// before (naming an address just cleared, say) and find nothing to write.
+#[derive(Debug, Default)]
+struct Echoes {
+    pending: Vec<String>,
+    /// Marked meanwhile: decided once the last echo arrives (or any newer version).
+    marked: bool,
+}
+
 /// A Service whose writes are in flight.
 #[derive(Debug, Default)]
 struct InFlight {
@@ -50,7 +60,7 @@ pub(crate) struct Queue {
     dirty_set: HashSet<ServiceKey>,
     in_flight: HashMap<ServiceKey, InFlight>,
     /// resourceVersions written by the last finished job whose echo has not arrived yet.
-    echoes: HashMap<ServiceKey, Vec<String>>,
+    echoes: HashMap<ServiceKey, Echoes>,
     retries: BTreeMap<(Instant, u64), ServiceKey>,
     attempts: HashMap<ServiceKey, u32>,
     seq: u64,
@@ -61,6 +71,10 @@ impl Queue {
     pub(crate) fn mark(&mut self, key: ServiceKey) {
         if let Some(f) = self.in_flight.get_mut(&key) {
             f.redo = true;
+        } else if let Some(e) = self.echoes.get_mut(&key) {
+            // Decided from the cache as it is, the Service would be decided from an object
+            // older than berth's own writes: wait for them to come back.
+            e.marked = true;
         } else if self.dirty_set.insert(key.clone()) {
             self.dirty.push_back(key);
         }
@@ -73,17 +87,27 @@ impl Queue {
             return;
         }
         if let (Some(rv), Some(own)) = (rv, self.echoes.get_mut(&key)) {
-            if let Some(i) = own.iter().position(|o| o == rv) {
+            if let Some(i) = own.pending.iter().position(|o| o == rv) {
                 // The watch delivers in order: earlier own versions will not come any more.
-                own.drain(..=i);
-                if own.is_empty() {
+                own.pending.drain(..=i);
+                if own.pending.is_empty() {
+                    let marked = own.marked;
                     self.echoes.remove(&key);
+                    if marked {
+                        self.mark(key);
+                    }
                 }
                 return;
             }
         }
         self.echoes.remove(&key);
         self.mark(key);
+    }
+
+    /// Whether the Service is waiting to be decided (now, or once its echoes are back).
+    #[cfg(test)]
+    pub(crate) fn is_marked(&self, key: &ServiceKey) -> bool {
+        self.dirty_set.contains(key) || self.echoes.get(key).is_some_and(|e| e.marked)
     }
 
     /// The next Service to decide.
@@ -125,8 +149,10 @@ impl Queue {
                     .into_iter()
                     .filter(|w| !f.seen.iter().any(|rv| rv.as_ref() == Some(w)))
                     .collect();
-                if !again && !pending.is_empty() {
-                    self.echoes.insert(key.clone(), pending);
+                if !pending.is_empty() {
+                    // Decided again (`again`) only once the cache has seen these writes.
+                    let marked = std::mem::take(&mut again);
+                    self.echoes.insert(key.clone(), Echoes { pending, marked });
                 }
                 None
             }
@@ -268,6 +294,8 @@ mod tests {
         q.observe(k.clone(), Some("11"));
         q.observe(k.clone(), Some("12"));
         q.finished(&k, done(&["11", "13"]), Instant::now());
+        assert!(drain(&mut q).is_empty(), "waits for the echo of 13");
+        q.observe(k.clone(), Some("13"));
         assert_eq!(drain(&mut q), ["a"]);
     }
 
@@ -307,6 +335,8 @@ mod tests {
         q.started(k.clone());
         q.observe(k.clone(), None);
         q.finished(&k, done(&["11"]), Instant::now());
+        // Decided again, once the job's own write is back.
+        q.observe(k.clone(), Some("11"));
         assert_eq!(drain(&mut q), ["a"]);
     }
 
@@ -318,10 +348,42 @@ mod tests {
         q.mark(k.clone());
         assert!(drain(&mut q).is_empty());
         q.finished(&k, done(&["11"]), Instant::now());
-        assert_eq!(drain(&mut q), ["a"]);
-        // Redone, so the echo of 11 is not remembered: the next decision reads it anyway.
+        // Decided once the cache has seen the job's write, not from the object before it.
+        assert!(drain(&mut q).is_empty());
         q.observe(k.clone(), Some("11"));
         assert_eq!(drain(&mut q), ["a"]);
+        // The echo was consumed: a later change is someone else's.
+        q.observe(k.clone(), Some("12"));
+        assert_eq!(drain(&mut q), ["a"]);
+    }
+
+    #[test]
+    fn a_mark_after_a_landed_write_waits_for_its_echo() {
+        // A pool change (another watch) marks the Service after its status write landed and
+        // before the watch brought that write back: decided then, it would read the status
+        // as it was before the write.
+        let mut q = Queue::default();
+        let k = mk_key("a");
+        q.started(k.clone());
+        q.finished(&k, done(&["11", "12"]), Instant::now());
+        q.mark(k.clone());
+        q.mark(k.clone());
+        assert!(drain(&mut q).is_empty());
+        q.observe(k.clone(), Some("11"));
+        assert!(drain(&mut q).is_empty(), "one echo still owed");
+        q.observe(k.clone(), Some("12"));
+        assert_eq!(drain(&mut q), ["a"]);
+        // A newer version than the writes (a relist that skipped the echoes) decides too.
+        q.started(k.clone());
+        q.finished(&k, done(&["21"]), Instant::now());
+        q.mark(k.clone());
+        q.observe(k.clone(), Some("25"));
+        assert_eq!(drain(&mut q), ["a"]);
+        // Without a mark, an echo decides nothing.
+        q.started(k.clone());
+        q.finished(&k, done(&["31"]), Instant::now());
+        q.observe(k.clone(), Some("31"));
+        assert!(drain(&mut q).is_empty());
     }
 
     #[test]

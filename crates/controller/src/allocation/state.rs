@@ -7,23 +7,25 @@
 //! object asks for, what the write in flight would newly name, and what refused writes would
 //! have named. A release removes that one entry.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use berth_api::names::condition::reason;
 use berth_api::IPPool;
 use berth_core::Labels;
-use berth_ipam::ServiceKey;
+use berth_ipam::{PoolSpec, ServiceKey};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher;
 
 use super::cache::Cache;
 use super::facts::{read_service, LbClass, ServiceFacts};
 use super::fresh::{compute_fresh, Holding};
 use super::held::Unwritten;
-use super::plan::{adopt_all, plan_service, Allocators};
+use super::kept::{event_reason, Keeping};
+use super::plan::{adopt_all, plan_service_keeping, Allocators, Keep};
 use super::pools::build_pool_specs;
 use super::queue::Queue;
 use super::write::{
@@ -65,6 +67,8 @@ pub(crate) struct ServiceState {
     /// What refused writes would have named: held until the Service is decided again from a
     /// newer version, which lets go of what that version does not name (see `settle_refused`).
     pub(crate) refused: Option<Unwritten>,
+    /// It keeps addresses the pools no longer give it (see `kept`).
+    pub(crate) keeping: Option<Keeping>,
 }
 
 impl ServiceState {
@@ -75,8 +79,14 @@ impl ServiceState {
             dropping,
             in_flight,
             refused,
+            keeping,
         } = self;
-        !waiting && !clearing && !dropping && in_flight.is_none() && refused.is_none()
+        !waiting
+            && !clearing
+            && !dropping
+            && in_flight.is_none()
+            && refused.is_none()
+            && keeping.is_none()
     }
 }
 
@@ -104,6 +114,12 @@ pub(crate) struct AllocationState {
     pub(super) pools_in_flight: HashSet<String>,
     /// Deleted Services whose provider state is to be cleaned up.
     cleanups: Vec<ServiceKey>,
+    /// `--pool-gone-grace`.
+    pub(super) pool_gone_grace: Option<Duration>,
+    /// When the grace of each Service keeping an address runs out.
+    pub(super) deadlines: BTreeSet<(Timestamp, ServiceKey)>,
+    /// The pools installed last, to name the pool an address was in once it is gone.
+    pool_specs: Vec<PoolSpec>,
 }
 
 impl AllocationState {
@@ -128,6 +144,9 @@ impl AllocationState {
             pool_status_wanted: false,
             pools_in_flight: HashSet::new(),
             cleanups: Vec::new(),
+            pool_gone_grace: cfg.pool_gone_grace,
+            deadlines: BTreeSet::new(),
+            pool_specs: Vec::new(),
         })
     }
 
@@ -205,6 +224,10 @@ impl AllocationState {
             tracing::warn!(service = %key, error = %e, "conflicting value on an existing Service; the older Service keeps it");
         }
         self.started = true;
+        // What the Services name that the pools no longer give them (a pool deleted while no
+        // leader ran) is kept, as it would have been had this leader seen the pool go.
+        let current = self.pool_specs.clone();
+        self.note_pool_change(&current);
         tracing::info!(
             services = self.services.len(),
             pools = self.pools.objects.len(),
@@ -240,10 +263,14 @@ impl AllocationState {
         let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
         let (specs, problems) = build_pool_specs(&pools);
         self.pool_problems = problems;
-        match self.alloc.lb.set_pools(specs) {
+        match self.alloc.lb.set_pools(specs.clone()) {
             Ok(orphans) => {
-                for o in orphans {
-                    tracing::info!(service = %o.owner, ip = %o.ip, "address left every pool; the Service gets a new one");
+                for o in &orphans {
+                    tracing::debug!(service = %o.owner, ip = %o.ip, "address left every pool");
+                }
+                let previous = std::mem::replace(&mut self.pool_specs, specs);
+                if self.started {
+                    self.note_pool_change(&previous);
                 }
             }
             Err(e) => {
@@ -278,6 +305,28 @@ impl AllocationState {
         }
     }
 
+    /// Every Service that lacks an address it should have — waiting for space, or a
+    /// LoadBalancer Service holding no address — is decided again (the periodic resync).
+    pub(crate) fn resync(&mut self) {
+        if !self.started {
+            return;
+        }
+        let mut keys: Vec<ServiceKey> = self
+            .services
+            .iter()
+            .filter(|(k, s)| {
+                self.states.get(*k).is_some_and(|st| st.waiting)
+                    || (s.spec.as_ref().and_then(|sp| sp.type_.as_deref()) == Some("LoadBalancer")
+                        && self.alloc.lb.ips_of(k).is_empty())
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        for k in keys {
+            self.queue.mark(k);
+        }
+    }
+
     /// The next write, decided from the dirty Services while there is room for one; `now` is
     /// the time a changed condition carries.
     pub(crate) fn decide(&mut self, now: &Time) -> Option<WriteJob> {
@@ -303,7 +352,13 @@ impl AllocationState {
         let labels = self.labels_of_namespace(&key.namespace);
         let carried = self.settle_refused(&key, &svc, &facts);
         let before = Holding::of(&self.alloc, &key);
-        let out = plan_service(&mut self.alloc, &facts, &labels);
+        let keep = self.may_keep(&key, &facts, now);
+        let mut out = plan_service_keeping(&mut self.alloc, &facts, &labels, keep);
+        if !self.note_kept(&key, &svc, &facts, &mut out, now) {
+            // Its grace ran out as it started: decided as if it did not keep (keeping changed
+            // nothing in the allocators, so deciding again is the same decision without it).
+            out = plan_service_keeping(&mut self.alloc, &facts, &labels, Keep::default());
+        }
         if self.alloc.lb.ips_of(&key) != before.lb_ips {
             self.schedule_pool_status();
         }
@@ -318,8 +373,13 @@ impl AllocationState {
                 {
                     self.metrics.conflicts.inc();
                 }
-                self.state_mut(&key).waiting = true;
-                Some(f.message.clone())
+                // A Service keeping its address waits only for a change or its grace.
+                if out.kept.is_none() {
+                    self.state_mut(&key).waiting = true;
+                } else {
+                    self.stop_waiting(&key);
+                }
+                Some((event_reason(&out), f.message.clone()))
             }
             Some(Ok(())) => {
                 self.metrics
@@ -337,7 +397,12 @@ impl AllocationState {
         if before.any_released(&self.alloc, &key) {
             self.wake_waiting(Some(&key));
         }
-        let conditions = build_conditions(&svc, &out, now.clone());
+        // A class berth does not serve gets no status from berth, conditions included.
+        let conditions = if facts.lb_class == LbClass::Foreign {
+            None
+        } else {
+            build_conditions(&svc, &out, now.clone())
+        };
         let ingress = out.ingress.clone().filter(|ips| ingress_differs(&svc, ips));
         self.withhold_until_cleared(&key, &facts, &labels, &before.lb_ips, ingress.as_ref());
         let nodes = if ingress.is_some() && facts.lb_class != LbClass::None {

@@ -46,6 +46,8 @@ pub(crate) struct Worker {
     ctx: Arc<WriteCtx>,
     state: AllocationState,
     pool_status_due: Option<Instant>,
+    /// The next periodic resync.
+    resync_due: Instant,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
     on_started: Box<dyn FnMut() + Send>,
     /// The endpoints controller's view of the Services, when it runs: every watch event is
@@ -62,7 +64,9 @@ impl Worker {
         on_started: Box<dyn FnMut() + Send>,
     ) -> Result<Self, Error> {
         let state = AllocationState::new(&cfg, metrics.clone())?;
+        let resync_due = Instant::now() + cfg.resync_period;
         Ok(Self {
+            resync_due,
             cfg,
             metrics,
             client,
@@ -88,6 +92,8 @@ impl Worker {
             self.pump();
             let next_retry = self.state.next_retry().map(Instant::from_std);
             let pool_due = self.pool_status_due;
+            let grace_due = self.state.next_deadline().map(instant_of);
+            let resync_due = self.resync_due;
             // Unbiased: with jobs preferred, a steady stream of finished jobs (Services whose
             // writes keep conflicting with newer versions) starved the watches that would
             // deliver those newer versions, and the loop spun on a stale cache for good.
@@ -102,6 +108,13 @@ impl Worker {
                     self.state.due(Instant::now().into_std());
                 }
                 _ = sleep_until(pool_due), if pool_due.is_some() => self.write_pool_statuses(),
+                _ = sleep_until(grace_due), if grace_due.is_some() => {
+                    self.state.deadlines_due(&apply::now());
+                }
+                _ = tokio::time::sleep_until(resync_due) => {
+                    self.resync_due = Instant::now() + self.cfg.resync_period;
+                    self.state.resync();
+                }
             }
             self.after_step();
         }
@@ -233,6 +246,12 @@ impl Worker {
             );
         }
     }
+}
+
+/// The monotonic instant of a wall-clock time (now, when it has passed).
+fn instant_of(at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Instant {
+    let wait = at.0.duration_since(apply::now().0);
+    Instant::now() + Duration::try_from(wait).unwrap_or(Duration::ZERO)
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -157,8 +157,8 @@ pub struct WriteJob {
     /// Desired ingress addresses when they differ from the published ones.
     pub ingress: Option<Vec<IpAddr>>,
     pub nodes: Vec<String>,
-    /// Warning Event for a newly failed allocation.
-    pub failure: Option<String>,
+    /// Warning Event (reason, message) for a newly failed allocation.
+    pub failure: Option<(&'static str, String)>,
     pub new_lb_ips: Vec<IpAddr>,
 }
 
@@ -293,6 +293,7 @@ mod tests {
                 message: "range is full".into(),
             })),
             new_lb_ips: vec![],
+            kept: None,
         };
         let c = build_conditions(&svc, &failed, at(1)).unwrap();
         assert_eq!(

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use berth_controller::{AllocationController, ControllerConfig};
 use berth_lab::LabApiServerHandle;
+use berth_telemetry::Readiness;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -31,10 +32,16 @@ pub fn mk_config() -> ControllerConfig {
     ControllerConfig::new(vec!["10.96.0.0/16".parse().unwrap()])
 }
 
+/// How long a cancelled controller may take to return. Not a performance bound: a controller
+/// that has not returned by then hangs on shutdown, which fails the test.
+pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(30);
+
 pub struct Running {
     pub token: CancellationToken,
-    pub task: JoinHandle<()>,
+    pub task: JoinHandle<Result<(), berth_controller::Error>>,
     pub registry: std::sync::Arc<Registry>,
+    /// Ready once this controller has listed and adopted what is already allocated.
+    pub readiness: Readiness,
 }
 
 impl Running {
@@ -47,32 +54,67 @@ impl Running {
             .unwrap_or(0.0)
     }
 
-    /// Ends the task as a crash would: no lease release, writes in flight dropped.
+    /// Ends the task as a crash would: no lease release, writes in flight dropped. A controller
+    /// that already failed on its own fails the test.
     pub async fn crash(self) {
+        assert!(
+            !self.task.is_finished(),
+            "the controller ended before the crash: {:?}",
+            self.task.await
+        );
         self.task.abort();
         let _ = self.task.await;
     }
-}
 
-impl Running {
+    /// Waits until this controller has adopted what the cluster already holds (its readiness).
+    pub async fn adopted(&self) {
+        wait_until("the controller to list and adopt", || async {
+            assert!(!self.task.is_finished(), "the controller ended on its own");
+            self.readiness.is_ready()
+        })
+        .await;
+    }
+
+    /// Cancels the controller and fails the test unless it returns `Ok` within
+    /// [`SHUTDOWN_LIMIT`]: an error, a panic or a hang on shutdown is a failure.
     pub async fn stop(self) {
         self.token.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        finish("controller", self.task).await;
+    }
+}
+
+/// Fails the test unless `task` (already told to stop) returns `Ok` within [`SHUTDOWN_LIMIT`].
+pub async fn finish<E: std::fmt::Display>(what: &str, task: JoinHandle<Result<(), E>>) {
+    match tokio::time::timeout(SHUTDOWN_LIMIT, task).await {
+        Err(_) => panic!("the {what} did not return within {SHUTDOWN_LIMIT:?} of its cancellation"),
+        Ok(Err(join)) => panic!("the {what} task panicked or was aborted: {join}"),
+        Ok(Ok(Err(err))) => panic!("the {what} returned an error: {err}"),
+        Ok(Ok(Ok(()))) => {}
     }
 }
 
 pub fn spawn_controller(client: Client, cfg: ControllerConfig) -> Running {
+    spawn_controller_with(client, cfg, |ctrl| ctrl)
+}
+
+/// [`spawn_controller`], with `customize` applied to the controller first (a provider, ...).
+pub fn spawn_controller_with(
+    client: Client,
+    cfg: ControllerConfig,
+    customize: impl FnOnce(AllocationController) -> AllocationController,
+) -> Running {
     let mut registry = Registry::with_prefix("berth_controller");
-    let ctrl = AllocationController::new(client, cfg, &mut registry);
+    let readiness = Readiness::new();
+    let check = readiness.register("controller").unwrap();
+    let ctrl =
+        customize(AllocationController::new(client, cfg, &mut registry)).with_readiness(check);
     let token = CancellationToken::new();
-    let t = token.clone();
-    let task = tokio::spawn(async move {
-        ctrl.run(t).await.unwrap();
-    });
+    let task = tokio::spawn(ctrl.run(token.clone()));
     Running {
         token,
         task,
         registry: std::sync::Arc::new(registry),
+        readiness,
     }
 }
 
@@ -98,6 +140,47 @@ where
         }
     });
     Client::new(service, "default")
+}
+
+/// The requests a client sent, as (method, path), in order.
+#[derive(Clone, Default)]
+pub struct Requests(Arc<std::sync::Mutex<Vec<(http::Method, String)>>>);
+
+impl Requests {
+    pub fn all(&self) -> Vec<(http::Method, String)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// How many requests `method` sent to exactly `path`.
+    pub fn count(&self, method: &http::Method, path: &str) -> usize {
+        self.all()
+            .iter()
+            .filter(|(m, p)| m == method && p == path)
+            .count()
+    }
+
+    /// Every request that was not a read (GET), outside paths starting with `except`.
+    pub fn writes_outside(&self, except: &str) -> Vec<(http::Method, String)> {
+        self.all()
+            .into_iter()
+            .filter(|(m, p)| m != http::Method::GET && !p.starts_with(except))
+            .collect()
+    }
+}
+
+/// `client`, recording every request it sends.
+pub fn recording(client: Client) -> (Client, Requests) {
+    let requests = Requests::default();
+    let seen = requests.clone();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (client, seen) = (client.clone(), seen.clone());
+        seen.0
+            .lock()
+            .unwrap()
+            .push((req.method().clone(), req.uri().path().to_string()));
+        async move { client.send(req).await }
+    });
+    (Client::new(service, "default"), requests)
 }
 
 pub async fn create_pool(client: &Client, name: &str, spec: Value) {
@@ -169,6 +252,23 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("timed out waiting for {name}: {what}; last seen {last:#?}");
+}
+
+/// Waits until the controller has caught up with everything that happened before this call:
+/// it creates a new ClusterIP Service and waits for its allocation. The controller decides
+/// Services in the order its watch delivers them, in one loop, so once it has decided (and
+/// written) a Service created now, it has seen every earlier event, including the echoes of its
+/// own earlier writes, and made every decision they caused; with `max_in_flight` 1 its earlier
+/// writes have also landed. A test that then finds a value unchanged has seen the decisions
+/// that could have changed it, where a sleep only hoped to.
+pub async fn settled(client: &Client) {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!("settled-{}", NEXT.fetch_add(1, Ordering::SeqCst));
+    create_svc(client, &name, json!({"ports": [{"port": 80}]})).await;
+    wait_svc(client, &name, "allocated (the controller caught up)", |s| {
+        allocated(s).is_some_and(|c| c.0 == "True")
+    })
+    .await;
 }
 
 /// Polls until `f` returns true (30 s at most).

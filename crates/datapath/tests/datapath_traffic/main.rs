@@ -1,6 +1,8 @@
 //! berth's real datapath with real traffic: the planned rules applied by the real
 //! `CommandIptables` inside node namespaces, exercised by TCP and UDP between pod, node and client
-//! namespaces. Root only (skips with a message elsewhere); runs serially.
+//! namespaces. Root only (skips with a message elsewhere, fails under `CI=true`); runs serially.
+//! Each scenario is reported on libtest's lines, and the standard `test result:` line counts them,
+//! skipped ones as ignored.
 //!
 //! Address plan (docs/architecture.md):
 //! - LAN 198.18.0.0/24: node1 .11, node2 .12, client .100, other .101; LB IPs .200-.203, steered
@@ -16,6 +18,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod flows;
+mod split;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -24,8 +28,9 @@ use berth_datapath::plan::builtin_jumps;
 use berth_datapath::sync::SyncKind;
 use berth_datapath::{plan, Dispatch};
 use berth_lab::echo::{udp_echo, EchoConnection};
-use berth_lab::topology::{preflight, remove_orphans, TopologyError};
-use berth_testing::DATAPATH_TOOLS;
+use berth_lab::topology::{remove_orphans, TopologyError};
+use berth_testing::require::{decide, missing, strict, Verdict};
+use berth_testing::DATAPATH_NEEDS;
 
 use cluster::*;
 
@@ -325,18 +330,73 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         "agent_restart_breaks_and_flushes_nothing",
         agent_restart_breaks_and_flushes_nothing,
     ),
+    (
+        "split_trees_reach_every_leaf",
+        split::split_trees_reach_every_leaf,
+    ),
+    (
+        "udp_node_port_load_balancer_and_a_replaced_endpoint",
+        flows::udp_node_port_load_balancer_and_a_replaced_endpoint,
+    ),
+    (
+        "client_ip_affinity_expires",
+        flows::client_ip_affinity_expires,
+    ),
 ];
+
+const DISPATCHES: [Dispatch; 2] = [Dispatch::Tree, Dispatch::Linear];
+
+fn label(dispatch: Dispatch) -> String {
+    format!("{dispatch:?}").to_lowercase()
+}
+
+/// libtest's summary line, so `make test` counts these scenarios with every other test.
+fn result_line(passed: usize, failed: usize, ignored: usize, filtered: usize) -> String {
+    format!(
+        "test result: {}. {passed} passed; {failed} failed; {ignored} ignored; 0 measured; {filtered} filtered out",
+        if failed == 0 { "ok" } else { "FAILED" }
+    )
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
-        for (name, _) in SCENARIOS {
-            println!("{name}: test");
+        for dispatch in DISPATCHES {
+            for (name, _) in SCENARIOS {
+                println!("{}::{name}: test", label(dispatch));
+            }
         }
         return ExitCode::SUCCESS;
     }
-    if let Err(reason) = preflight(DATAPATH_TOOLS) {
-        eprintln!("skipping datapath traffic tests: {reason}");
+    let filters: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
+    let selected: Vec<&(&str, Scenario)> = SCENARIOS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    let filtered = (SCENARIOS.len() - selected.len()) * DISPATCHES.len();
+    let total = selected.len() * DISPATCHES.len();
+    println!("\nrunning {total} tests");
+    match decide(&missing(DATAPATH_NEEDS), strict()) {
+        Verdict::Run => {}
+        Verdict::Skip(reason) => {
+            for dispatch in DISPATCHES {
+                for (name, _) in &selected {
+                    println!("test {}::{name} ... ignored, {reason}", label(dispatch));
+                }
+            }
+            println!("\n{}\n", result_line(0, 0, total, filtered));
+            return ExitCode::SUCCESS;
+        }
+        Verdict::Fail(reason) => {
+            println!(
+                "datapath traffic tests cannot run: {reason} (CI=true or BERTH_REQUIRE_ROOT=1)"
+            );
+            println!("\n{}\n", result_line(0, total, 0, filtered));
+            return ExitCode::FAILURE;
+        }
+    }
+    if selected.is_empty() {
+        println!("\n{}\n", result_line(0, 0, 0, filtered));
         return ExitCode::SUCCESS;
     }
     // Namespaces of an earlier run that was killed before it could clean up.
@@ -345,24 +405,19 @@ fn main() -> ExitCode {
             eprintln!("removed leftover namespaces {removed:?}");
         }
     }
-    let filters: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
-    let selected: Vec<&(&str, Scenario)> = SCENARIOS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-    if selected.is_empty() {
-        println!("no scenario matches {filters:?}");
-        return ExitCode::SUCCESS;
-    }
 
     let mut cluster = Cluster::build();
     let mut failed = Vec::new();
     let mut passed = 0;
-    for dispatch in [Dispatch::Tree, Dispatch::Linear] {
-        let label = format!("{dispatch:?}").to_lowercase();
+    for dispatch in DISPATCHES {
+        let label = label(dispatch);
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cluster.restart_agents(dispatch))) {
-            println!("sync {label} ... FAILED");
-            failed.push(format!("sync {label}: {panic:?}"));
+            // Every scenario of this dispatch counts as failed: none of them ran.
+            for (name, _) in &selected {
+                println!("test {label}::{name} ... FAILED (the sync before it failed)");
+                failed.push(format!("{label}::{name}"));
+            }
+            println!("sync {label}: {panic:?}");
             continue;
         }
         for (name, scenario) in &selected {
@@ -382,11 +437,7 @@ fn main() -> ExitCode {
     let Cluster { topo, echoes, .. } = cluster;
     drop(echoes);
     let cleanup = topo.destroy();
-    println!(
-        "\ntest result: {}. {passed} passed; {} failed",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        failed.len()
-    );
+    println!("\n{}\n", result_line(passed, failed.len(), 0, filtered));
     if let Err(err) = cleanup {
         println!("cleanup: {err}");
         return ExitCode::FAILURE;

@@ -445,11 +445,45 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         .map(|_| ())
     }
 
+    /// Records addresses a Service holds that may lie in no pool: kept after their pool went
+    /// away, so that nobody else is given them and a pool re-created with them counts them
+    /// again. Refused only as [`Self::adopt`] refuses a claim for any other reason (two
+    /// addresses of one family, or sharing rules).
+    pub fn keep(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), IpamError> {
+        self.decide_then_install(
+            owner,
+            svc,
+            |this, me, holder| this.check_claim(me, holder, ips, false).map(|()| ips),
+            |kept| kept,
+        )
+        .map(|_| ())
+    }
+
+    /// What [`Self::assign`] would give `owner` now, without giving it.
+    pub fn check(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
+        let mut holder = std::mem::take(&mut self.scratch);
+        svc.holder_into(&mut holder);
+        let me = self.owners.find(owner);
+        let decided = self.choose(me, svc, &holder);
+        self.scratch = holder;
+        decided
+    }
+
     fn check_adoption(
         &self,
         me: Option<u32>,
         holder: &Holder,
         ips: &[IpAddr],
+    ) -> Result<(), IpamError> {
+        self.check_claim(me, holder, ips, true)
+    }
+
+    fn check_claim(
+        &self,
+        me: Option<u32>,
+        holder: &Holder,
+        ips: &[IpAddr],
+        in_a_pool: bool,
     ) -> Result<(), IpamError> {
         let mut seen: Vec<IpFamily> = Vec::new();
         for ip in ips {
@@ -457,7 +491,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 return Err(IpamError::RequestedFamilyMismatch { ip: *ip });
             }
             seen.push(IpFamily::of(*ip));
-            if !self.pools.iter().any(|p| p.contains(*ip)) {
+            if in_a_pool && !self.pools.iter().any(|p| p.contains(*ip)) {
                 return Err(IpamError::NotAllowedByConfig { ip: *ip });
             }
             check_sharing(*ip, holder, &self.others(*ip, me))?;

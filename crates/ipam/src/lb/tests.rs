@@ -160,3 +160,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_kept_address_outside_every_pool_is_held_counted_once_a_pool_has_it_and_checked_without_change()
+{
+    let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+    let v4 = ServiceView {
+        namespace: "default".into(),
+        ..ServiceView::default()
+    };
+    let mut a: LbIpAllocator<u8> = LbIpAllocator::new();
+    a.set_pools(vec![PoolSpec::new("p", &["198.18.0.10-198.18.0.11"])])
+        .unwrap();
+    // Adoption refuses an address in no pool; keeping takes it.
+    assert!(matches!(
+        a.adopt(&1, &v4, &[ip("198.18.0.20")]),
+        Err(IpamError::NotAllowedByConfig { .. })
+    ));
+    a.keep(&1, &v4, &[ip("198.18.0.20")]).unwrap();
+    assert_eq!(a.ips_of(&1), [ip("198.18.0.20")]);
+    // Nobody else is given it, and another claim of it is refused.
+    assert!(a.keep(&2, &v4, &[ip("198.18.0.20")]).is_err());
+    // A check is what assign would give, and changes nothing.
+    assert_eq!(a.check(&1, &v4).unwrap(), [ip("198.18.0.10")]);
+    assert_eq!(a.ips_of(&1), [ip("198.18.0.20")]);
+    assert_eq!(a.pool_status("p").unwrap().assigned_ipv4, 0);
+    // A pool that has it counts it, and the Service keeps it.
+    a.set_pools(vec![PoolSpec::new("p", &["198.18.0.10-198.18.0.20"])])
+        .unwrap();
+    assert_eq!(a.pool_status("p").unwrap().assigned_ipv4, 1);
+    assert_eq!(a.check(&1, &v4).unwrap(), [ip("198.18.0.20")]);
+    assert_eq!(a.assign(&2, &v4).unwrap(), [ip("198.18.0.10")]);
+}

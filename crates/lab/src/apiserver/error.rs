@@ -139,8 +139,16 @@ impl ApiError {
 
     /// Bodies other than JSON (kubectl's typed generators send protobuf) are refused, as a server
     /// without that codec would.
+    pub fn unsupported_protobuf(message: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", message)
+    }
+
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
     pub fn unsupported_body(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml; got {content_type:?}"))
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf; got {content_type:?}"))
     }
 
     pub fn page_not_found(path: &str) -> Self {

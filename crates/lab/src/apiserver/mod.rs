@@ -3,16 +3,19 @@
 pub mod defaults;
 pub mod discovery;
 pub mod error;
+pub mod events;
 pub mod faults;
 pub mod fields;
 mod http;
 pub mod managed;
 pub mod patch;
+pub mod protobuf;
 pub mod resource;
 pub mod schema;
 pub mod selector;
 mod server;
 pub mod store;
+pub mod table;
 pub mod watch;
 pub mod write;
 

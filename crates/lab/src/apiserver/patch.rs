@@ -45,11 +45,22 @@ pub fn build_patched(
         PatchType::Json => {
             let patch: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding JSON patch: {e}")))?;
-            json_patch::patch(&mut out, &patch).map_err(|e| {
-                ApiError::unprocessable(format!(
-                    "the server rejected our request due to an error in our request: {e}"
-                ))
-            })?;
+            // One operation at a time, so that a `test` of `null` at a path that does not exist
+            // succeeds, as on the apiserver (its JSON-patch library reads a missing value as
+            // null; kube-rs's finalizer helper relies on it to add the first finalizer). `out`
+            // is a copy: a failure part-way changes nothing.
+            for op in patch.0 {
+                if let json_patch::PatchOperation::Test(t) = &op {
+                    if t.value.is_null() && out.pointer(t.path.as_str()).is_none() {
+                        continue;
+                    }
+                }
+                json_patch::patch(&mut out, &[op]).map_err(|e| {
+                    ApiError::unprocessable(format!(
+                        "the server rejected our request due to an error in our request: {e}"
+                    ))
+                })?;
+            }
         }
         PatchType::Strategic => {
             if schema == Schema::Custom {
@@ -232,6 +243,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, json!({"spec": {"ports": [{"port": 90}]}}));
+    }
+
+    #[test]
+    fn a_json_patch_test_of_null_passes_where_nothing_is() {
+        let cur = json!({"metadata": {"name": "a"}});
+        let out = build_patched(
+            &cur,
+            PatchType::Json,
+            br#"[{"op": "test", "path": "/metadata/finalizers", "value": null},
+                 {"op": "add", "path": "/metadata/finalizers", "value": ["x"]}]"#,
+            Schema::BuiltIn,
+        )
+        .unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["x"]));
+        let err = build_patched(
+            &cur,
+            PatchType::Json,
+            br#"[{"op": "test", "path": "/metadata/name", "value": null}]"#,
+            Schema::BuiltIn,
+        )
+        .unwrap_err();
+        assert_eq!(err.code, 422);
     }
 
     #[test]

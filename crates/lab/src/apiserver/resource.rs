@@ -4,6 +4,8 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
+use super::table::{printer_columns, PrinterColumn};
+
 /// How lists inside objects of a resource merge (strategic merge patch and server-side apply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schema {
@@ -25,6 +27,8 @@ pub struct ResourceInfo {
     pub short_names: Vec<String>,
     pub categories: Vec<String>,
     pub schema: Schema,
+    /// A custom resource's `additionalPrinterColumns` for this version (none for built-ins).
+    pub printer_columns: Vec<PrinterColumn>,
 }
 
 impl ResourceInfo {
@@ -37,8 +41,18 @@ impl ResourceInfo {
     }
 
     /// Objects are stored once per group and resource; versions only change the `apiVersion` shown.
+    /// events.k8s.io Events are the core Events seen through another group, as upstream stores them.
     pub fn storage_key(&self) -> String {
+        if super::events::is_events_group(&self.group, &self.plural) {
+            return "/events".to_owned();
+        }
         format!("{}/{}", self.group, self.plural)
+    }
+
+    /// Whether objects of this resource are stored in another group's shape (core/v1 Events
+    /// written through events.k8s.io), so writes convert them before they are kept.
+    pub fn stored_as_core_events(&self) -> bool {
+        super::events::is_events_group(&self.group, &self.plural)
     }
 
     pub fn list_kind(&self) -> String {
@@ -179,8 +193,15 @@ pub fn built_ins() -> Vec<ResourceInfo> {
             namespaced: b.namespaced,
             status_subresource: b.status,
             short_names: b.short.iter().map(|s| (*s).to_owned()).collect(),
-            categories: Vec::new(),
+            // `kubectl get all` asks for the kinds in the category "all"; of the served ones,
+            // upstream puts Pods and Services there.
+            categories: if matches!(b.plural, "pods" | "services") && b.group.is_empty() {
+                vec!["all".to_owned()]
+            } else {
+                Vec::new()
+            },
             schema: Schema::BuiltIn,
+            printer_columns: Vec::new(),
         })
         .collect()
 }
@@ -227,6 +248,7 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
                         short_names: strings(&spec["names"]["shortNames"]),
                         categories: strings(&spec["names"]["categories"]),
                         schema: Schema::Custom,
+                        printer_columns: printer_columns(v),
                     })
                 })
                 .collect()
@@ -283,15 +305,26 @@ impl Catalogue {
     }
 }
 
-/// An object's stored text `json` as `api_version` shows it. Custom resources are stored once for
-/// all their versions, so a read through another version re-encodes with its apiVersion.
-pub fn text_as<'a>(obj: &Value, json: &'a str, api_version: &str) -> Cow<'a, str> {
+/// A stored object as `api_version` shows it. Custom resources are stored once for all their
+/// versions (only `apiVersion` changes); core Events read through events.k8s.io are converted.
+pub fn view<'a>(obj: &'a Value, api_version: &str) -> Cow<'a, Value> {
     if obj["apiVersion"].as_str() == Some(api_version) {
-        Cow::Borrowed(json)
+        Cow::Borrowed(obj)
+    } else if api_version == super::events::EVENTS_API_VERSION && obj["kind"] == "Event" {
+        Cow::Owned(super::events::to_events(obj))
     } else {
         let mut o = obj.clone();
         o["apiVersion"] = Value::String(api_version.to_owned());
-        Cow::Owned(o.to_string())
+        Cow::Owned(o)
+    }
+}
+
+/// An object's stored text `json` as `api_version` shows it (see [`view`]): the stored text
+/// itself when the versions agree, so reads pay no encoding.
+pub fn text_as<'a>(obj: &Value, json: &'a str, api_version: &str) -> Cow<'a, str> {
+    match view(obj, api_version) {
+        Cow::Borrowed(_) => Cow::Borrowed(json),
+        Cow::Owned(o) => Cow::Owned(o.to_string()),
     }
 }
 
@@ -312,6 +345,16 @@ mod tests {
                 "versions": [version, {"name": "v0", "served": false}]
             }
         })
+    }
+
+    #[test]
+    fn pods_and_services_are_in_the_category_all() {
+        let all: Vec<String> = built_ins()
+            .into_iter()
+            .filter(|r| r.categories.contains(&"all".to_owned()))
+            .map(|r| r.plural)
+            .collect();
+        assert_eq!(all, ["services", "pods"]);
     }
 
     #[test]

@@ -636,3 +636,64 @@ fn stored_text_follows_every_write() {
         .items
         .is_empty());
 }
+
+#[test]
+fn events_through_both_groups_are_one_store() {
+    let mut store = Store::new(100, NOW);
+    let core = info("", "events");
+    let new_group = info("events.k8s.io", "events");
+    let since = store.resource_version();
+    let written = store
+        .create(
+            &new_group,
+            "default",
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": "web.1"}, "note": "assigned", "reason": "Ensured",
+                "regarding": {"kind": "Service", "name": "web"},
+                "reportingController": "berth", "eventTime": "2026-01-01T00:00:00.000000Z"}),
+            &ctx(),
+        )
+        .unwrap();
+    assert_eq!(written["apiVersion"], "v1", "kept in the core shape");
+    let seen = store.get(&core, "default", "web.1").unwrap();
+    assert_eq!(seen["message"], "assigned");
+    assert_eq!(seen["involvedObject"]["name"], "web");
+    assert_eq!(seen["reportingComponent"], "berth");
+    let listed = store
+        .list(&core, Some("default"), &ListQuery::default())
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    let through_new: Value =
+        serde_json::from_str(&listed.items[0].json_as("events.k8s.io/v1")).unwrap();
+    assert_eq!(through_new["note"], "assigned");
+    assert!(through_new.get("message").is_none());
+    // One change, seen by watchers of either group.
+    let changes = store.changes_since(since).unwrap();
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].storage_key, core.storage_key());
+    assert_eq!(changes[0].storage_key, new_group.storage_key());
+
+    // An update through the new group keeps the object's identity and bumps its version.
+    let mut update = super::events::to_events(&seen);
+    update["series"] = json!({"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"});
+    let updated = store
+        .update(&new_group, "default", "web.1", update, &ctx())
+        .unwrap();
+    assert_eq!(updated["metadata"]["uid"], seen["metadata"]["uid"]);
+    assert!(rv(&updated) > rv(&seen));
+    assert_eq!(
+        store.get(&core, "default", "web.1").unwrap()["series"]["count"],
+        2
+    );
+
+    // A core name sent to the new group is refused as any wrong apiVersion is.
+    let err = store
+        .create(
+            &new_group,
+            "default",
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "x"}}),
+            &ctx(),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, 400);
+}

@@ -50,8 +50,7 @@ impl Change {
     pub fn text_seen_as(&self, seen: EventType, api_version: &str) -> std::borrow::Cow<'_, str> {
         match (self.kind, seen, self.old.as_deref()) {
             (EventType::Modified, EventType::Deleted, Some(old)) => {
-                let mut last = old.clone();
-                last["apiVersion"] = Value::String(api_version.to_owned());
+                let mut last = super::resource::view(old, api_version).into_owned();
                 if let Some(meta) = last.get_mut("metadata").and_then(Value::as_object_mut) {
                     meta.insert(
                         "resourceVersion".to_owned(),

@@ -3,9 +3,10 @@
 
 use super::defaults::fill_defaults;
 use super::error::ApiError;
+use super::events;
 use super::fields::Part;
 use super::managed::{track_update, Writer};
-use super::resource::ResourceInfo;
+use super::resource::{built_ins, ResourceInfo};
 use super::store::{meta_str, Obj, Store};
 use super::watch::EventType;
 use rand::Rng;
@@ -183,6 +184,9 @@ impl Store {
         ctx: &WriteCtx<'_>,
     ) -> Result<Obj, ApiError> {
         check_type(info, &mut obj)?;
+        if let Some(core) = core_events_for(info) {
+            return self.create(&core, ns, events::to_core(&obj), ctx);
+        }
         let meta = meta_mut(&mut obj)?;
         if meta
             .get("resourceVersion")
@@ -308,6 +312,10 @@ impl Store {
         mut new: Value,
         ctx: &WriteCtx<'_>,
     ) -> Result<Obj, ApiError> {
+        if let Some(core) = core_events_for(info) {
+            check_type(info, &mut new)?;
+            return self.update(&core, ns, name, events::to_core(&new), ctx);
+        }
         let old = match self.get(info, ns, name) {
             Ok(old) => old,
             Err(e) if ctx.door == Door::Main && allow_create_on_update(info) => {
@@ -599,6 +607,16 @@ impl Store {
 }
 
 /// Resources whose PUT creates a missing object, as upstream's `AllowCreateOnUpdate`.
+/// The core Events resource that objects written through `info` are stored as, if they are.
+fn core_events_for(info: &ResourceInfo) -> Option<ResourceInfo> {
+    if !info.stored_as_core_events() {
+        return None;
+    }
+    built_ins()
+        .into_iter()
+        .find(|r| r.group.is_empty() && r.plural == "events")
+}
+
 fn allow_create_on_update(info: &ResourceInfo) -> bool {
     matches!(
         (info.group.as_str(), info.plural.as_str()),

@@ -33,6 +33,8 @@ pub(super) struct Api {
     pub(super) log: Vec<Logged>,
     pub(super) faults: VecDeque<Fault>,
     pub(super) provider_delete_fails: bool,
+    /// The last Warning Event (reason, message) each Service's writes carried.
+    pub(super) warnings: BTreeMap<String, (&'static str, String)>,
 }
 
 /// An RFC 7386 merge patch: `null` removes a field, objects merge, anything else replaces.
@@ -127,8 +129,10 @@ impl Api {
             }
         }
         if !status {
-            if let Some(labels) = patch.pointer("/metadata/labels") {
-                merge(&mut v["metadata"]["labels"], labels);
+            for field in ["labels", "annotations"] {
+                if let Some(map) = patch.pointer(&format!("/metadata/{field}")) {
+                    merge(&mut v["metadata"][field], map);
+                }
             }
         }
         v["metadata"]["resourceVersion"] = json!(version);
@@ -203,6 +207,10 @@ impl Api {
     /// outcome, the spec write's answer, and how many writes were taken.
     pub(super) fn run_job(&mut self, job: &WriteJob) -> (JobOutcome, Option<WrittenSpec>, usize) {
         let name = job.key.name.clone();
+        if let Some((reason, message)) = &job.failure {
+            self.warnings
+                .insert(name.clone(), (reason, message.clone()));
+        }
         let mut written = Vec::new();
         let mut taken = 0;
         let mut spec = None;
@@ -328,6 +336,73 @@ impl Api {
             node_ports,
             lb_ips,
         }
+    }
+
+    /// Per pool (IPv4, `addresses` as `a-b` ranges or one CIDR), the distinct addresses the
+    /// Services' statuses name in it: what its assigned count must say.
+    pub(super) fn named_per_pool(&self) -> BTreeMap<String, u128> {
+        let mut named: Vec<IpAddr> = self
+            .services
+            .keys()
+            .flat_map(|n| self.ingress(n))
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        self.pools
+            .iter()
+            .map(|(name, pool)| {
+                let ranges: Vec<berth_core::AddressRange> = pool["spec"]["addresses"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| berth_core::parse_address(t.as_str()?).ok())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let n = named
+                    .iter()
+                    .filter(|ip| ranges.iter().any(|r| r.contains(**ip)))
+                    .count();
+                (name.clone(), n as u128)
+            })
+            .collect()
+    }
+
+    /// The Services that exist.
+    pub(super) fn service_names(&self) -> Vec<String> {
+        self.services.keys().cloned().collect()
+    }
+
+    pub(super) fn has_service(&self, name: &str) -> bool {
+        self.services.contains_key(name)
+    }
+
+    pub(super) fn has_pool(&self, name: &str) -> bool {
+        self.pools.contains_key(name)
+    }
+
+    /// The Service's object.
+    pub(super) fn service(&self, name: &str) -> Service {
+        service(self.get(name))
+    }
+
+    /// Each pool's address ranges.
+    pub(super) fn pool_ranges(&self) -> BTreeMap<String, Vec<berth_core::AddressRange>> {
+        self.pools
+            .iter()
+            .map(|(name, pool)| {
+                let ranges = pool["spec"]["addresses"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| berth_core::parse_address(t.as_str()?).ok())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (name.clone(), ranges)
+            })
+            .collect()
     }
 
     /// The `berth.dev/Allocated` condition's status and message.

@@ -11,6 +11,7 @@
 //! Address plan: service CIDR 10.96.0.0/16, node ports 30000-32767, pools in 198.18.0.0/24.
 
 mod api;
+mod lifecycle;
 mod rows_adoption;
 mod rows_crash_windows;
 mod rows_late_writes;
@@ -60,6 +61,15 @@ pub(super) enum Op {
     Start,
     /// The leader's watch delivers every change so far.
     Watch,
+    /// Only the leader's IPPool watch delivers its changes so far (the watches of different
+    /// kinds are separate streams: a pool event can overtake a Service's).
+    WatchPools,
+    /// The next leader's `--pool-gone-grace`, in seconds (`None`: never).
+    Grace(Option<u64>),
+    /// This many seconds pass: retries and graces come due, nothing else happens.
+    Wait(u64),
+    /// The periodic resync comes due.
+    Resync,
     /// The leader decides its next write, which must be the named Service's, and holds it.
     Decide(&'static str),
     /// The leader has nothing to write now.
@@ -68,7 +78,8 @@ pub(super) enum Op {
     Send(&'static str),
     /// The held write of the named Service is lost with its leader: never sent.
     Drop(&'static str),
-    /// Writes are sent and retries come due until nothing is left to do (five minutes at most).
+    /// Writes are sent and retries come due until nothing is left to do (five minutes at most);
+    /// graces run out only with `Wait`.
     Settle,
     /// The earliest retry comes due, and nothing else happens.
     Due,
@@ -130,6 +141,15 @@ pub(super) enum Want {
     Entry(&'static str, bool),
     /// Writes the API server took (spec and status), since the last leader started.
     Writes(usize),
+    /// The reason of the last Warning Event the Service's writes carried, and a text its
+    /// message contains.
+    Warning(&'static str, &'static str, &'static str),
+    /// The pools' assigned counts equal the addresses the Services' statuses name in them.
+    CountsTrue,
+    /// Addresses held in no pool (the `kept_addresses` metric's count).
+    KeptAddresses(usize),
+    /// Whether the Service is to be decided.
+    Marked(&'static str, bool),
 }
 
 /// A Service object with this spec.
@@ -185,9 +205,24 @@ struct Leader {
     state: AllocationState,
     metrics: Metrics,
     held: BTreeMap<String, WriteJob>,
-    /// How far into the API server's log the leader's watch has read.
+    /// How far into the API server's log the leader's watch has read: the Service and
+    /// Namespace watches, and the IPPool watch.
     seen: usize,
+    seen_pools: usize,
     clock: Instant,
+    started_at: Instant,
+}
+
+impl Leader {
+    /// The wall-clock time of `clock` (conditions, graces).
+    fn wall(&self) -> Time {
+        let elapsed = self.clock.duration_since(self.started_at);
+        let base = condition_time().0;
+        Time(
+            base.checked_add(k8s_openapi::jiff::SignedDuration::try_from(elapsed).expect("short"))
+                .expect("a valid time"),
+        )
+    }
 }
 
 struct Run {
@@ -195,6 +230,7 @@ struct Run {
     api: Api,
     leader: Option<Leader>,
     max_in_flight: usize,
+    grace: Option<u64>,
     /// Writes taken since the last leader started.
     writes: usize,
 }
@@ -210,6 +246,7 @@ impl Run {
     fn start(&mut self) {
         let mut cfg = ControllerConfig::new(vec!["10.96.0.0/16".parse().expect("a CIDR")]);
         cfg.max_in_flight = self.max_in_flight;
+        cfg.pool_gone_grace = self.grace.map(Duration::from_secs);
         let metrics = Metrics::new(&mut Registry::default());
         let mut state = AllocationState::new(&cfg, metrics.clone()).expect("allocators");
         let (services, pools, namespaces) = self.api.list();
@@ -232,12 +269,15 @@ impl Run {
         state.observe(Observed::Service(Event::InitDone));
         assert!(state.started(), "{}: started once all is listed", self.row);
         self.writes = 0;
+        let now = Instant::now();
         self.leader = Some(Leader {
             state,
             metrics,
             held: BTreeMap::new(),
             seen: self.api.log.len(),
-            clock: Instant::now(),
+            seen_pools: self.api.log.len(),
+            clock: now,
+            started_at: now,
         });
     }
 
@@ -245,15 +285,39 @@ impl Run {
         let Some(leader) = self.leader.as_mut() else {
             return;
         };
-        for logged in &self.api.log[leader.seen..] {
+        for (i, logged) in self.api.log.iter().enumerate().skip(leader.seen) {
             let observed = match logged.clone() {
                 Logged::Service(e) => Observed::Service(e),
+                Logged::Pool(_) if i < leader.seen_pools => continue,
                 Logged::Pool(e) => Observed::Pool(e),
                 Logged::Namespace(e) => Observed::Namespace(e),
             };
             leader.state.observe(observed);
         }
         leader.seen = self.api.log.len();
+        leader.seen_pools = self.api.log.len();
+    }
+
+    fn watch_pools(&mut self) {
+        let Some(leader) = self.leader.as_mut() else {
+            return;
+        };
+        for logged in &self.api.log[leader.seen_pools..] {
+            if let Logged::Pool(e) = logged.clone() {
+                leader.state.observe(Observed::Pool(e));
+            }
+        }
+        leader.seen_pools = self.api.log.len();
+    }
+
+    /// Moves the leader's clock to `at` and brings what is due by then.
+    fn advance(&mut self, at: Instant) {
+        let leader = self.leader();
+        leader.clock = leader.clock.max(at);
+        let now = leader.clock;
+        leader.state.due(now);
+        let wall = leader.wall();
+        leader.state.deadlines_due(&wall);
     }
 
     fn send(&mut self, job: WriteJob) {
@@ -272,16 +336,13 @@ impl Run {
         for _ in 0..1000 {
             self.watch();
             let leader = self.leader();
-            if let Some(job) = leader.state.decide(&condition_time()) {
+            let wall = leader.wall();
+            if let Some(job) = leader.state.decide(&wall) {
                 self.send(job);
                 continue;
             }
-            match leader.state.next_retry() {
-                Some(at) if at <= until => {
-                    leader.clock = leader.clock.max(at);
-                    let now = leader.clock;
-                    leader.state.due(now);
-                }
+            match self.leader().state.next_retry() {
+                Some(at) if at <= until => self.advance(at),
                 _ => return,
             }
         }
@@ -305,15 +366,25 @@ impl Run {
             Op::MaxInFlight(n) => self.max_in_flight = n,
             Op::Start => self.start(),
             Op::Watch => self.watch(),
+            Op::WatchPools => self.watch_pools(),
+            Op::Grace(secs) => self.grace = secs,
+            Op::Resync => self.leader().state.resync(),
+            Op::Wait(secs) => {
+                let at = self.leader().clock + Duration::from_secs(secs);
+                self.advance(at);
+            }
             Op::Decide(name) => {
                 let leader = self.leader();
-                let job = leader.state.decide(&condition_time());
+                let wall = leader.wall();
+                let job = leader.state.decide(&wall);
                 let job = job.unwrap_or_else(|| panic!("{row}: nothing decided, {name} expected"));
                 assert_eq!(job.key, key(name), "{row}: decided the wrong Service");
                 leader.held.insert(name.to_string(), job);
             }
             Op::DecideNothing => {
-                let job = self.leader().state.decide(&condition_time());
+                let leader = self.leader();
+                let wall = leader.wall();
+                let job = leader.state.decide(&wall);
                 assert!(job.is_none(), "{row}: decided {:?}", job.map(|j| j.key));
             }
             Op::Send(name) => {
@@ -426,6 +497,30 @@ impl Run {
                 assert_eq!(held, named, "{ctx}");
             }
             Want::Writes(n) => assert_eq!(self.writes, n, "{ctx}"),
+            Want::Warning(name, reason, text) => {
+                let got = self.api.warnings.get(name).cloned().unwrap_or_default();
+                assert!(got.0 == reason && got.1.contains(text), "{ctx}: {got:?}");
+            }
+            Want::CountsTrue => {
+                let truth = self.api.named_per_pool();
+                let leader = self.leader();
+                for (pool, named) in truth {
+                    let counted = leader
+                        .state
+                        .alloc
+                        .lb
+                        .pool_status(&pool)
+                        .map(|c| c.assigned_ipv4);
+                    assert_eq!(counted, Some(named), "{ctx}: pool {pool}");
+                }
+            }
+            Want::Marked(name, marked) => {
+                let got = self.leader().state.queue.is_marked(&key(name));
+                assert_eq!(got, marked, "{ctx}");
+            }
+            Want::KeptAddresses(n) => {
+                assert_eq!(self.leader().state.count_kept(), n, "{ctx}")
+            }
         }
     }
 }
@@ -437,6 +532,7 @@ pub(super) fn run(row: Row) {
         api: Api::default(),
         leader: None,
         max_in_flight: 64,
+        grace: None,
         writes: 0,
     };
     for op in row.ops {

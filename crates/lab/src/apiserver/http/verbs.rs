@@ -7,9 +7,11 @@ use crate::apiserver::error::ApiError;
 use crate::apiserver::fields::Part;
 use crate::apiserver::managed::{self, Writer};
 use crate::apiserver::patch::{build_patched, PatchType};
-use crate::apiserver::resource::ResourceInfo;
+use crate::apiserver::protobuf;
+use crate::apiserver::resource::{view, ResourceInfo};
 use crate::apiserver::selector::{FieldSelector, LabelSelector};
 use crate::apiserver::store::{meta_str, ListQuery, Obj, Store, Stored};
+use crate::apiserver::table::{self, IncludeObject, Layout, Wanted};
 use crate::apiserver::write::{DeleteOptions, Door, Managed, WriteCtx};
 use axum::body::Bytes;
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -22,19 +24,55 @@ pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// The object as the requested version shows it: custom resources are stored once for all versions.
+/// The object as the requested version shows it (see [`view`]).
 fn as_version<'a>(obj: &'a Obj, api_version: &str) -> std::borrow::Cow<'a, Value> {
-    if obj["apiVersion"].as_str() == Some(api_version) {
-        std::borrow::Cow::Borrowed(&**obj)
-    } else {
-        let mut o = (**obj).clone();
-        o["apiVersion"] = Value::String(api_version.to_owned());
-        std::borrow::Cow::Owned(o)
-    }
+    view(obj, api_version)
 }
 
 fn object_response(code: StatusCode, obj: &Obj, info: &ResourceInfo) -> Response {
     json_response(code, &as_version(obj, &info.api_version()))
+}
+
+/// A Table of stored objects, as `wanted` asks (see [`table`]).
+fn table_response(
+    info: &ResourceInfo,
+    items: &[&Obj],
+    metadata: Value,
+    api_version: &str,
+    include: IncludeObject,
+) -> Response {
+    json_response(
+        StatusCode::OK,
+        &build_table(info, items, metadata, api_version, include),
+    )
+}
+
+pub(super) fn build_table(
+    info: &ResourceInfo,
+    items: &[&Obj],
+    metadata: Value,
+    api_version: &str,
+    include: IncludeObject,
+) -> Value {
+    let layout = Layout::of(info);
+    let shown_as = info.api_version();
+    let now = chrono::Utc::now();
+    let rows = items
+        .iter()
+        .map(|obj| layout.row(obj, &view(obj, &shown_as), now, api_version, include))
+        .collect();
+    table::table(api_version, &layout.columns(), rows, metadata)
+}
+
+fn list_meta(rv: u64, cont: Option<&str>, remaining: Option<u64>) -> Value {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    if let Some(r) = remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    meta
 }
 
 fn list_response(
@@ -44,13 +82,7 @@ fn list_response(
     cont: Option<&str>,
     remaining: Option<u64>,
 ) -> Response {
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if let Some(c) = cont {
-        meta["continue"] = json!(c);
-    }
-    if let Some(r) = remaining {
-        meta["remainingItemCount"] = json!(r);
-    }
+    let meta = list_meta(rv, cont, remaining);
     let api_version = info.api_version();
     let head = json!({"kind": info.list_kind(), "apiVersion": api_version, "metadata": meta});
     // Concatenated from each object's stored text: a 100k-pod list is neither built as one more
@@ -156,16 +188,26 @@ pub async fn handle(
         Some(sub) => return Err(ApiError::page_not_found(&format!("{}/{sub}", info.plural))),
     };
     let ns = path.namespace.clone().unwrap_or_default();
-    if matches!(method, Method::POST | Method::PUT) {
-        let content_type = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json");
-        if !content_type.starts_with("application/json")
-            && !content_type.starts_with("application/yaml")
-        {
-            return Err(ApiError::unsupported_body(content_type));
-        }
+    let wanted = table::negotiate(
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+        query.get("includeObject").map(String::as_str),
+    )?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let mut body = body;
+    if matches!(method, Method::POST | Method::PUT | Method::DELETE)
+        && content_type.starts_with(protobuf::PROTOBUF)
+        && !body.is_empty()
+    {
+        // Decoded once into the JSON every other path reads.
+        body = Bytes::from(protobuf::decode(&body)?.to_string());
+    } else if matches!(method, Method::POST | Method::PUT)
+        && !content_type.starts_with("application/json")
+        && !content_type.starts_with("application/yaml")
+    {
+        return Err(ApiError::unsupported_body(content_type));
     }
     let mutating = matches!(
         method,
@@ -186,15 +228,28 @@ pub async fn handle(
     match (method, path.name.as_deref()) {
         (Method::GET, Some(name)) => {
             let obj = app.store().get(&info, &ns, name)?;
-            Ok(object_response(StatusCode::OK, &obj, &info))
+            match wanted {
+                Wanted::Json => Ok(object_response(StatusCode::OK, &obj, &info)),
+                Wanted::Table {
+                    api_version,
+                    include,
+                } => {
+                    let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
+                    Ok(table_response(&info, &[&obj], meta, api_version, include))
+                }
+                Wanted::Metadata { api_version } => Ok(json_response(
+                    StatusCode::OK,
+                    &table::partial_metadata(&obj, api_version),
+                )),
+            }
         }
         (Method::GET, None) => {
             let q = list_query(&query, &info)?;
             if flag(&query, "watch") {
                 let params = WatchParams::from_query(&query)?;
-                return Ok(serve_watch(app, info, path.namespace, q, params));
+                return Ok(serve_watch(app, info, path.namespace, q, params, wanted));
             }
-            list(&app, &info, path.namespace.as_deref(), &q, &query)
+            list(&app, &info, path.namespace.as_deref(), &q, &query, wanted)
         }
         (Method::POST, None) => {
             let obj = parse_body(&body)?;
@@ -221,6 +276,7 @@ pub async fn handle(
             }
             let patched = write_as_manager(&app, &query, headers, door, |s, ctx| {
                 let current = s.get(&info, &ns, name)?;
+                let current = view(&current, &info.api_version());
                 let new = build_patched(&current, kind, &body, info.schema)?;
                 s.update(&info, &ns, name, new, ctx)
             })?;
@@ -272,6 +328,7 @@ fn list(
     ns: Option<&str>,
     q: &ListQuery,
     query: &HashMap<String, String>,
+    wanted: Wanted,
 ) -> Result<Response, ApiError> {
     let page = {
         let store = app.store();
@@ -291,6 +348,32 @@ fn list(
         }
         store.list(info, ns, q)?
     };
+    let meta = || {
+        list_meta(
+            page.resource_version,
+            page.continue_token.as_deref(),
+            page.remaining,
+        )
+    };
+    match wanted {
+        Wanted::Json => {}
+        Wanted::Table {
+            api_version,
+            include,
+        } => {
+            let objs: Vec<&Obj> = page.items.iter().map(|s| &s.obj).collect();
+            return Ok(table_response(info, &objs, meta(), api_version, include));
+        }
+        Wanted::Metadata { api_version } => {
+            let items = page
+                .items
+                .iter()
+                .map(|s| table::partial_metadata(&s.obj, api_version))
+                .collect();
+            let list = table::partial_metadata_list(items, api_version, meta());
+            return Ok(json_response(StatusCode::OK, &list));
+        }
+    }
     Ok(list_response(
         info,
         &page.items,
@@ -390,13 +473,16 @@ fn server_side_apply(
                 return Err(ApiError::conflict(&info.plural, &info.group, name));
             }
         }
-        let base = current.as_deref().cloned().unwrap_or_else(|| {
-            let mut meta = json!({"name": name});
-            if info.namespaced {
-                meta["namespace"] = json!(ns);
-            }
-            json!({"apiVersion": api_version, "kind": info.kind, "metadata": meta})
-        });
+        let base = current
+            .as_deref()
+            .map(|c| view(c, &api_version).into_owned())
+            .unwrap_or_else(|| {
+                let mut meta = json!({"name": name});
+                if info.namespaced {
+                    meta["namespace"] = json!(ns);
+                }
+                json!({"apiVersion": api_version, "kind": info.kind, "metadata": meta})
+            });
         let merged = managed::apply(&base, &applied, &writer, force)
             .map_err(|c| ApiError::apply_conflicts(&info.plural, &info.group, name, &c.0))?;
         match current {

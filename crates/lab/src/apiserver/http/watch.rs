@@ -1,10 +1,12 @@
 //! Watch streams: newline-delimited JSON events from the store's history, with bookmarks, initial
 //! events for streaming lists, 410 Gone as an ERROR event, timeouts and injected drops.
 
+use super::verbs::build_table;
 use super::{ApiError, App};
 use crate::apiserver::resource::ResourceInfo;
 use crate::apiserver::store::ListQuery;
-use crate::apiserver::watch::project;
+use crate::apiserver::table::{partial_metadata, IncludeObject, Wanted};
+use crate::apiserver::watch::{project, EventType};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -74,6 +76,18 @@ fn event_line_text(kind: &str, object: &str) -> Bytes {
     Bytes::from(out)
 }
 
+/// A watch that asked for Tables gets each object as a one-row Table, as `kubectl get -w` asks.
+fn table_line(
+    info: &ResourceInfo,
+    kind: &str,
+    obj: &Arc<Value>,
+    api_version: &str,
+    include: IncludeObject,
+) -> Bytes {
+    let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+    event_line(kind, &build_table(info, &[obj], meta, api_version, include))
+}
+
 fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if initial_end {
@@ -91,9 +105,10 @@ pub fn serve_watch(
     ns: Option<String>,
     q: ListQuery,
     params: WatchParams,
+    wanted: Wanted,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
-    tokio::spawn(run(app, info, ns, q, params, tx));
+    tokio::spawn(run(app, info, ns, q, params, wanted, tx));
     let mut resp = Response::new(Body::from_stream(rx));
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(
@@ -109,6 +124,7 @@ async fn run(
     ns: Option<String>,
     q: ListQuery,
     params: WatchParams,
+    wanted: Wanted,
     mut tx: mpsc::Sender<Result<Bytes, Infallible>>,
 ) {
     let api_version = info.api_version();
@@ -142,7 +158,16 @@ async fn run(
     };
     for stored in &initial {
         if tx
-            .send(Ok(event_line_text("ADDED", &stored.json_as(&api_version))))
+            .send(Ok(match wanted {
+                Wanted::Json => event_line_text("ADDED", &stored.json_as(&api_version)),
+                Wanted::Table {
+                    api_version,
+                    include,
+                } => table_line(&info, "ADDED", &stored.obj, api_version, include),
+                Wanted::Metadata { api_version } => {
+                    event_line("ADDED", &partial_metadata(&stored.obj, api_version))
+                }
+            }))
             .await
             .is_err()
         {
@@ -179,7 +204,26 @@ async fn run(
                 continue;
             }
             if let Some(kind) = project(change, |o| q.matches(o)) {
-                let line = event_line_text(kind.as_str(), &change.text_seen_as(kind, &api_version));
+                let shown = match (change.kind, kind, &change.old) {
+                    // Leaving the selection: the object as it last matched.
+                    (EventType::Modified, EventType::Deleted, Some(old)) => old,
+                    _ => &change.object,
+                };
+                let line = match wanted {
+                    Wanted::Json => {
+                        event_line_text(kind.as_str(), &change.text_seen_as(kind, &api_version))
+                    }
+                    Wanted::Table {
+                        api_version,
+                        include,
+                    } => table_line(&info, kind.as_str(), shown, api_version, include),
+                    Wanted::Metadata { api_version } => {
+                        let mut partial = partial_metadata(shown, api_version);
+                        // Every event carries its change's version, where a resumed watch starts.
+                        partial["metadata"]["resourceVersion"] = json!(change.rv.to_string());
+                        event_line(kind.as_str(), &partial)
+                    }
+                };
                 if tx.send(Ok(line)).await.is_err() {
                     return;
                 }

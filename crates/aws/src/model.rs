@@ -1,0 +1,666 @@
+//! The desired model: (Service, eligible nodes, config) -> the NLB, its target groups,
+//! listeners and targets. Pure; every refusal is a [`ModelError`] naming the field or
+//! annotation at fault.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use berth_api::names::{annotation as ann, aws_tag};
+use berth_core::{Protocol, TrafficPolicy};
+
+use crate::annotations::{parse_list, parse_map, parse_u16, parse_u8};
+use crate::names::{build_name, name_problem};
+
+/// A Service as the provider needs it: plain data, converted from the Kubernetes object by
+/// the controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceFacts {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub ports: Vec<PortFacts>,
+    pub annotations: BTreeMap<String, String>,
+    pub external_traffic_policy: TrafficPolicy,
+    pub health_check_node_port: Option<u16>,
+}
+
+impl ServiceFacts {
+    /// `<namespace>/<name>`, the value of the `berth.dev/service` tag.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One entry of `spec.ports`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortFacts {
+    pub name: Option<String>,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub node_port: Option<u16>,
+}
+
+/// A node that may receive load-balancer traffic (the controller has already left out
+/// excluded and deleting nodes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub name: String,
+    /// `spec.providerID`, e.g. `aws:///us-east-1a/i-0123456789abcdef0`.
+    pub provider_id: Option<String>,
+}
+
+/// Ready pod addresses for `ip` targets, per Service port number, with the port each listens on.
+pub type IpTargets = BTreeMap<u16, BTreeSet<(IpAddr, u16)>>;
+
+/// Provider settings (controller flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    /// `--cluster-name`: the value of the `berth.dev/cluster` tag.
+    pub cluster_name: String,
+    /// `--aws-subnets`: used when a Service names none.
+    pub default_subnets: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scheme {
+    Internal,
+    InternetFacing,
+}
+
+impl Scheme {
+    pub const ALL: [Scheme; 2] = [Scheme::Internal, Scheme::InternetFacing];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Internal => "internal",
+            Scheme::InternetFacing => "internet-facing",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == value)
+    }
+}
+
+/// A listener's and target group's protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TgProtocol {
+    Tcp,
+    Udp,
+    TcpUdp,
+}
+
+impl TgProtocol {
+    pub const ALL: [TgProtocol; 3] = [TgProtocol::Tcp, TgProtocol::Udp, TgProtocol::TcpUdp];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TgProtocol::Tcp => "TCP",
+            TgProtocol::Udp => "UDP",
+            TgProtocol::TcpUdp => "TCP_UDP",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == value)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TargetType {
+    Instance,
+    Ip,
+}
+
+impl TargetType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetType::Instance => "instance",
+            TargetType::Ip => "ip",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        [TargetType::Instance, TargetType::Ip]
+            .into_iter()
+            .find(|t| t.as_str() == value)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HcProtocol {
+    Tcp,
+    Http,
+    Https,
+}
+
+impl HcProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HcProtocol::Tcp => "TCP",
+            HcProtocol::Http => "HTTP",
+            HcProtocol::Https => "HTTPS",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        [HcProtocol::Tcp, HcProtocol::Http, HcProtocol::Https]
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(value))
+    }
+}
+
+/// `traffic-port` or a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HcPort {
+    TrafficPort,
+    Port(u16),
+}
+
+impl fmt::Display for HcPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HcPort::TrafficPort => f.write_str("traffic-port"),
+            HcPort::Port(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HealthCheck {
+    pub protocol: HcProtocol,
+    pub port: HcPort,
+    /// HTTP(S) only.
+    pub path: Option<String>,
+    pub interval_seconds: u16,
+    pub timeout_seconds: u16,
+    pub healthy_threshold: u8,
+    pub unhealthy_threshold: u8,
+    /// HTTP(S) only: success codes, e.g. `200-399`.
+    pub matcher: Option<String>,
+}
+
+/// A registered target: an instance ID or an IP address, and the port traffic goes to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Target {
+    pub id: String,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LoadBalancerSpec {
+    pub name: String,
+    pub scheme: Scheme,
+    pub subnets: BTreeSet<String>,
+    /// Only the keys the Service names are managed.
+    pub attributes: BTreeMap<String, String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TargetGroupSpec {
+    /// `<port>/<protocol>`: the `berth.dev/resource` tag that matches it to what exists.
+    pub resource: String,
+    pub name: String,
+    pub protocol: TgProtocol,
+    /// The node port (instance targets) or the pod port (ip targets).
+    pub port: u16,
+    pub target_type: TargetType,
+    pub health_check: HealthCheck,
+    pub attributes: BTreeMap<String, String>,
+    pub tags: BTreeMap<String, String>,
+    pub targets: BTreeSet<Target>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ListenerSpec {
+    pub port: u16,
+    pub protocol: TgProtocol,
+    /// The `resource` of the target group it forwards to.
+    pub target_group: String,
+}
+
+/// Everything one Service needs in AWS.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Stack {
+    /// `<namespace>/<name>`.
+    pub service: String,
+    pub load_balancer: LoadBalancerSpec,
+    /// By `resource`.
+    pub target_groups: BTreeMap<String, TargetGroupSpec>,
+    /// By port.
+    pub listeners: BTreeMap<u16, ListenerSpec>,
+    /// Nodes left out because their `spec.providerID` names no EC2 instance (for an Event).
+    pub skipped_nodes: Vec<String>,
+}
+
+/// Why a Service cannot be modelled; the message says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    #[error("annotation {annotation}: invalid value {value:?}: {reason}")]
+    Annotation {
+        annotation: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("no subnets: set the {annotation} annotation or the controller's --aws-subnets", annotation = ann::AWS_LOAD_BALANCER_SUBNETS)]
+    NoSubnets,
+    #[error("spec.ports[{index}]: {reason}")]
+    Port { index: usize, reason: String },
+    #[error("spec.healthCheckNodePort: not assigned yet (externalTrafficPolicy: Local needs it)")]
+    NoHealthCheckNodePort,
+    #[error("spec.ports: a LoadBalancer Service needs at least one port")]
+    NoPorts,
+}
+
+fn annotation_error(
+    annotation: &'static str,
+    value: &str,
+    reason: impl Into<String>,
+) -> ModelError {
+    ModelError::Annotation {
+        annotation,
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// The tags every resource of the Service carries.
+pub fn base_tags(
+    config: &ProviderConfig,
+    service: &str,
+    resource: &str,
+) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (aws_tag::CLUSTER.to_string(), config.cluster_name.clone()),
+        (aws_tag::SERVICE.to_string(), service.to_string()),
+        (aws_tag::RESOURCE.to_string(), resource.to_string()),
+    ])
+}
+
+/// The `berth.dev/resource` value of the load balancer.
+pub const LOAD_BALANCER_RESOURCE: &str = "LoadBalancer";
+
+/// The name of the Service's NLB for a scheme (the annotation's name wins when set).
+pub fn load_balancer_name(config: &ProviderConfig, svc: &ServiceFacts, scheme: Scheme) -> String {
+    build_name(
+        &svc.namespace,
+        &svc.name,
+        &[&config.cluster_name, &svc.uid, scheme.as_str()],
+    )
+}
+
+/// Every name the Service's NLB may have, whatever its scheme: where to look before creating.
+pub fn load_balancer_names(config: &ProviderConfig, svc: &ServiceFacts) -> Vec<String> {
+    let mut names: Vec<String> = Scheme::ALL
+        .into_iter()
+        .map(|s| load_balancer_name(config, svc, s))
+        .collect();
+    if let Some(custom) = svc.annotations.get(ann::AWS_LOAD_BALANCER_NAME) {
+        if name_problem(custom).is_none() && !names.contains(custom) {
+            names.push(custom.clone());
+        }
+    }
+    names
+}
+
+fn scheme_of(svc: &ServiceFacts) -> Result<Scheme, ModelError> {
+    match svc.annotations.get(ann::AWS_LOAD_BALANCER_SCHEME) {
+        None => Ok(Scheme::Internal),
+        Some(v) => Scheme::parse(v.trim()).ok_or_else(|| {
+            annotation_error(
+                ann::AWS_LOAD_BALANCER_SCHEME,
+                v,
+                "must be \"internal\" or \"internet-facing\"",
+            )
+        }),
+    }
+}
+
+fn subnets_of(svc: &ServiceFacts, config: &ProviderConfig) -> Result<BTreeSet<String>, ModelError> {
+    let (subnets, from_annotation) = match svc.annotations.get(ann::AWS_LOAD_BALANCER_SUBNETS) {
+        Some(v) => (parse_list(v), Some(v)),
+        None => (config.default_subnets.clone(), None),
+    };
+    if subnets.is_empty() {
+        return Err(ModelError::NoSubnets);
+    }
+    if let (Some(v), Some(bad)) = (
+        from_annotation,
+        subnets.iter().find(|s| !s.starts_with("subnet-")),
+    ) {
+        // Names (the subnet's Name tag) would need ec2:DescribeSubnets, which berth does not call.
+        return Err(annotation_error(
+            ann::AWS_LOAD_BALANCER_SUBNETS,
+            v,
+            format!("{bad:?} is not a subnet ID (subnet-...); berth resolves no subnet names"),
+        ));
+    }
+    Ok(subnets.into_iter().collect())
+}
+
+fn extra_tags(svc: &ServiceFacts) -> Result<BTreeMap<String, String>, ModelError> {
+    let Some(v) = svc.annotations.get(ann::AWS_ADDITIONAL_RESOURCE_TAGS) else {
+        return Ok(BTreeMap::new());
+    };
+    let tags = parse_map(v)
+        .map_err(|reason| annotation_error(ann::AWS_ADDITIONAL_RESOURCE_TAGS, v, reason))?;
+    if let Some(key) = tags.keys().find(|k| k.starts_with("berth.dev/")) {
+        return Err(annotation_error(
+            ann::AWS_ADDITIONAL_RESOURCE_TAGS,
+            v,
+            format!("{key:?}: the berth.dev/ tags are berth's own"),
+        ));
+    }
+    Ok(tags)
+}
+
+fn attributes(
+    svc: &ServiceFacts,
+    annotation: &'static str,
+) -> Result<BTreeMap<String, String>, ModelError> {
+    match svc.annotations.get(annotation) {
+        None => Ok(BTreeMap::new()),
+        Some(v) => parse_map(v).map_err(|reason| annotation_error(annotation, v, reason)),
+    }
+}
+
+fn health_check(svc: &ServiceFacts) -> Result<HealthCheck, ModelError> {
+    let a = &svc.annotations;
+    let local = svc.external_traffic_policy == TrafficPolicy::Local;
+    let protocol = match a.get(ann::AWS_HEALTHCHECK_PROTOCOL) {
+        Some(v) => HcProtocol::parse(v.trim()).ok_or_else(|| {
+            annotation_error(
+                ann::AWS_HEALTHCHECK_PROTOCOL,
+                v,
+                "must be TCP, HTTP or HTTPS",
+            )
+        })?,
+        None if local => HcProtocol::Http,
+        None => HcProtocol::Tcp,
+    };
+    let port = match a.get(ann::AWS_HEALTHCHECK_PORT).map(|v| v.trim()) {
+        Some("traffic-port") => HcPort::TrafficPort,
+        Some(v) => HcPort::Port(parse_u16(v).filter(|p| *p > 0).ok_or_else(|| {
+            annotation_error(
+                ann::AWS_HEALTHCHECK_PORT,
+                v,
+                "must be \"traffic-port\" or a port number",
+            )
+        })?),
+        None if local => HcPort::Port(
+            svc.health_check_node_port
+                .ok_or(ModelError::NoHealthCheckNodePort)?,
+        ),
+        None => HcPort::TrafficPort,
+    };
+    let http = protocol != HcProtocol::Tcp;
+    let path = match a.get(ann::AWS_HEALTHCHECK_PATH) {
+        Some(v) if !v.starts_with('/') => {
+            return Err(annotation_error(
+                ann::AWS_HEALTHCHECK_PATH,
+                v,
+                "must start with /",
+            ))
+        }
+        Some(v) => Some(v.clone()),
+        None if local => Some("/healthz".to_string()),
+        None => Some("/".to_string()),
+    };
+    let number = |key: &'static str, default: u16, range: (u16, u16)| -> Result<u16, ModelError> {
+        match a.get(key) {
+            None => Ok(default),
+            Some(v) => parse_u16(v)
+                .filter(|n| (range.0..=range.1).contains(n))
+                .ok_or_else(|| {
+                    annotation_error(
+                        key,
+                        v,
+                        format!("must be a number from {} to {}", range.0, range.1),
+                    )
+                }),
+        }
+    };
+    let threshold = |key: &'static str| -> Result<u8, ModelError> {
+        match a.get(key) {
+            None => Ok(3),
+            Some(v) => parse_u8(v)
+                .filter(|n| (2..=10).contains(n))
+                .ok_or_else(|| annotation_error(key, v, "must be a number from 2 to 10")),
+        }
+    };
+    let interval_seconds = number(ann::AWS_HEALTHCHECK_INTERVAL, 10, (5, 300))?;
+    let timeout_seconds = number(
+        ann::AWS_HEALTHCHECK_TIMEOUT,
+        if http { 6 } else { 10 },
+        (2, 120),
+    )?;
+    let matcher = if http {
+        Some(
+            a.get(ann::AWS_HEALTHCHECK_SUCCESS_CODES)
+                .cloned()
+                .unwrap_or_else(|| "200-399".to_string()),
+        )
+    } else {
+        None
+    };
+    Ok(HealthCheck {
+        protocol,
+        port,
+        path: if http { path } else { None },
+        interval_seconds,
+        timeout_seconds,
+        healthy_threshold: threshold(ann::AWS_HEALTHCHECK_HEALTHY_THRESHOLD)?,
+        unhealthy_threshold: threshold(ann::AWS_HEALTHCHECK_UNHEALTHY_THRESHOLD)?,
+        matcher,
+    })
+}
+
+/// The EC2 instance ID in a node's `spec.providerID` (`aws:///<zone>/<instance-id>`).
+pub fn instance_id(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws://")?;
+    let id = rest.rsplit('/').next()?;
+    let hex = id.strip_prefix("i-")?;
+    let valid = (hex.len() == 8 || hex.len() == 17) && hex.chars().all(|c| c.is_ascii_hexdigit());
+    valid.then_some(id)
+}
+
+/// One listener's worth of Service ports: TCP, UDP, or both on one port (TCP_UDP).
+struct Listening {
+    port: u16,
+    protocol: TgProtocol,
+    node_port: Option<u16>,
+}
+
+fn listenings(svc: &ServiceFacts) -> Result<Vec<Listening>, ModelError> {
+    if svc.ports.is_empty() {
+        return Err(ModelError::NoPorts);
+    }
+    let mut by_port: BTreeMap<u16, Vec<(usize, &PortFacts)>> = BTreeMap::new();
+    for (index, p) in svc.ports.iter().enumerate() {
+        if p.protocol == Protocol::Sctp {
+            return Err(ModelError::Port {
+                index,
+                reason: "SCTP is not supported by Network Load Balancers".to_string(),
+            });
+        }
+        by_port.entry(p.port).or_default().push((index, p));
+    }
+    by_port
+        .into_iter()
+        .map(|(port, entries)| {
+            let protocol = match entries.as_slice() {
+                [(_, p)] if p.protocol == Protocol::Udp => TgProtocol::Udp,
+                [_] => TgProtocol::Tcp,
+                [(_, a), (index, b)] if a.protocol != b.protocol => {
+                    if a.node_port != b.node_port {
+                        return Err(ModelError::Port {
+                            index: *index,
+                            reason: format!(
+                                "TCP and UDP on port {port} need the same nodePort to share one TCP_UDP listener"
+                            ),
+                        });
+                    }
+                    TgProtocol::TcpUdp
+                }
+                [.., (index, _)] => {
+                    return Err(ModelError::Port {
+                        index: *index,
+                        reason: format!("port {port} is declared more than once for one protocol"),
+                    })
+                }
+                [] => unreachable_empty(port)?,
+            };
+            Ok(Listening {
+                port,
+                protocol,
+                node_port: entries[0].1.node_port,
+            })
+        })
+        .collect()
+}
+
+// A group is built from at least one port, so this cannot happen; it is an error rather than
+// a panic all the same.
+fn unreachable_empty(port: u16) -> Result<TgProtocol, ModelError> {
+    Err(ModelError::Port {
+        index: 0,
+        reason: format!("port {port} has no protocol"),
+    })
+}
+
+/// The Service's stack. `ip_targets` is used only with `nlb-target-type: ip`.
+pub fn build_stack(
+    svc: &ServiceFacts,
+    nodes: &[NodeFacts],
+    ip_targets: &IpTargets,
+    config: &ProviderConfig,
+) -> Result<Stack, ModelError> {
+    let service = svc.key();
+    let scheme = scheme_of(svc)?;
+    let name = match svc.annotations.get(ann::AWS_LOAD_BALANCER_NAME) {
+        Some(custom) => {
+            if let Some(problem) = name_problem(custom) {
+                return Err(annotation_error(
+                    ann::AWS_LOAD_BALANCER_NAME,
+                    custom,
+                    problem,
+                ));
+            }
+            custom.clone()
+        }
+        None => load_balancer_name(config, svc, scheme),
+    };
+    let extra = extra_tags(svc)?;
+    let tags_for = |resource: &str| {
+        let mut tags = extra.clone();
+        tags.extend(base_tags(config, &service, resource));
+        tags
+    };
+    let target_type = match svc.annotations.get(ann::AWS_NLB_TARGET_TYPE) {
+        None => TargetType::Instance,
+        Some(v) => TargetType::parse(v.trim()).ok_or_else(|| {
+            annotation_error(
+                ann::AWS_NLB_TARGET_TYPE,
+                v,
+                "must be \"instance\" or \"ip\"",
+            )
+        })?,
+    };
+    let health_check = health_check(svc)?;
+    let tg_attributes = attributes(svc, ann::AWS_TARGET_GROUP_ATTRIBUTES)?;
+    let mut instances = BTreeSet::new();
+    let mut skipped_nodes = Vec::new();
+    for node in nodes {
+        match node.provider_id.as_deref().and_then(instance_id) {
+            Some(id) => {
+                instances.insert(id.to_string());
+            }
+            None => skipped_nodes.push(node.name.clone()),
+        }
+    }
+    let mut target_groups = BTreeMap::new();
+    let mut listeners = BTreeMap::new();
+    for (index, l) in listenings(svc)?.into_iter().enumerate() {
+        let resource = format!("{}/{}", l.port, l.protocol.as_str());
+        let (port, targets) = match target_type {
+            TargetType::Instance => {
+                let node_port = l.node_port.ok_or_else(|| ModelError::Port {
+                    index,
+                    reason: format!(
+                        "port {} has no nodePort, which instance targets need",
+                        l.port
+                    ),
+                })?;
+                let targets = instances
+                    .iter()
+                    .map(|id| Target {
+                        id: id.clone(),
+                        port: node_port,
+                    })
+                    .collect();
+                (node_port, targets)
+            }
+            TargetType::Ip => {
+                let pods = ip_targets.get(&l.port).cloned().unwrap_or_default();
+                // The target group's own port is only a default; each IP target carries its port.
+                let port = pods.iter().map(|(_, p)| *p).min().unwrap_or(l.port);
+                let targets = pods
+                    .into_iter()
+                    .map(|(ip, p)| Target {
+                        id: ip.to_string(),
+                        port: p,
+                    })
+                    .collect();
+                (port, targets)
+            }
+        };
+        let name = build_name(
+            &svc.namespace,
+            &svc.name,
+            &[
+                &config.cluster_name,
+                &svc.uid,
+                &resource,
+                &port.to_string(),
+                target_type.as_str(),
+            ],
+        );
+        target_groups.insert(
+            resource.clone(),
+            TargetGroupSpec {
+                resource: resource.clone(),
+                name,
+                protocol: l.protocol,
+                port,
+                target_type,
+                health_check: health_check.clone(),
+                attributes: tg_attributes.clone(),
+                tags: tags_for(&resource),
+                targets,
+            },
+        );
+        listeners.insert(
+            l.port,
+            ListenerSpec {
+                port: l.port,
+                protocol: l.protocol,
+                target_group: resource,
+            },
+        );
+    }
+    Ok(Stack {
+        load_balancer: LoadBalancerSpec {
+            name,
+            scheme,
+            subnets: subnets_of(svc, config)?,
+            attributes: attributes(svc, ann::AWS_LOAD_BALANCER_ATTRIBUTES)?,
+            tags: tags_for(LOAD_BALANCER_RESOURCE),
+        },
+        service,
+        target_groups,
+        listeners,
+        skipped_nodes,
+    })
+}

@@ -1,0 +1,650 @@
+//! The reconcile: find what the Service has by its tags (starting from the ARN remembered on
+//! the Service), diff against the model, apply only the difference. Look-ups come before every
+//! create, so a crash between two calls never leaves a duplicate: the next reconcile finds what
+//! the last one made by its deterministic name and adopts it.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use berth_api::names::aws_tag;
+
+use crate::elbv2::{ApiError, ApiErrorKind, Elbv2, LbQuery, TgQuery, TAGS_PER_CALL};
+use crate::model::{
+    build_stack, load_balancer_names, IpTargets, ModelError, NodeFacts, ProviderConfig,
+    ServiceFacts, Stack,
+};
+use crate::observed::{
+    LoadBalancer, Observed, ObservedLoadBalancer, ObservedTargetGroup, Tags, TargetGroup,
+};
+use crate::plan::{plan_delete, plan_stack, LbRef, Step, TgRef};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("{kind} {name} exists but is not berth's for this Service (tags {tags:?}): it is left alone; choose another name")]
+    NameTaken {
+        kind: &'static str,
+        name: String,
+        tags: Tags,
+    },
+    #[error("{0} resources of the Service still exist after deleting them; will check again")]
+    NotYetGone(usize),
+    #[error("a step refers to {0}, which this reconcile did not create")]
+    Unresolved(String),
+}
+
+impl Error {
+    /// A Service that cannot be modelled stays wrong until it changes; the rest may heal.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Model(_) | Error::NameTaken { .. } => false,
+            Error::Api(e) => e.kind != ApiErrorKind::Invalid,
+            Error::NotYetGone(_) | Error::Unresolved(_) => true,
+        }
+    }
+}
+
+/// The outcome of an ensure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ensured {
+    /// The NLB's DNS name, for `status.loadBalancer.ingress[].hostname`.
+    pub hostname: String,
+    pub load_balancer_arn: String,
+    /// Nodes without an EC2 instance in `spec.providerID`.
+    pub skipped_nodes: Vec<String>,
+    /// Mutating calls made (0 when nothing had to change).
+    pub changes: usize,
+}
+
+/// What a sweep removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub load_balancers: Vec<String>,
+    pub target_groups: Vec<String>,
+    /// Live Services one of whose resources vanished: their next ensure reads AWS again.
+    pub drifted: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Converged {
+    fingerprint: u64,
+    at: Instant,
+    lb_arn: String,
+    hostname: String,
+    tg_arns: BTreeSet<String>,
+    skipped_nodes: Vec<String>,
+}
+
+/// The NLB provider over any ELBv2 client.
+#[derive(Debug)]
+pub struct NlbProvider<C> {
+    client: C,
+    config: ProviderConfig,
+    /// A Service whose model has not changed since it converged is not read again until this
+    /// much time has passed (or a sweep saw one of its resources vanish).
+    verify_after: Duration,
+    converged: Mutex<HashMap<String, Converged>>,
+    /// Services with an ensure under way: the sweep leaves their target groups alone, since a
+    /// new one has no listener until the ensure reaches it.
+    in_flight: Mutex<BTreeSet<String>>,
+}
+
+/// Marks a Service in flight for as long as it lives.
+struct InFlight<'a> {
+    set: &'a Mutex<BTreeSet<String>>,
+    key: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
+}
+
+fn fingerprint(stack: &Stack) -> u64 {
+    let mut h = DefaultHasher::new();
+    stack.hash(&mut h);
+    h.finish()
+}
+
+fn ours(tags: &Tags, config: &ProviderConfig, service: Option<&str>) -> bool {
+    tags.get(aws_tag::CLUSTER) == Some(&config.cluster_name)
+        && service.is_none_or(|s| tags.get(aws_tag::SERVICE).map(String::as_str) == Some(s))
+}
+
+/// `NotFound` is an answer, not a failure, for a look-up.
+fn found<T: Default>(result: Result<T, ApiError>) -> Result<T, ApiError> {
+    match result {
+        Err(e) if e.is_not_found() => Ok(T::default()),
+        other => other,
+    }
+}
+
+impl<C: Elbv2> NlbProvider<C> {
+    pub fn new(client: C, config: ProviderConfig, verify_after: Duration) -> Self {
+        NlbProvider {
+            client,
+            config,
+            verify_after,
+            converged: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    pub fn client(&self) -> &C {
+        &self.client
+    }
+
+    pub fn into_client(self) -> C {
+        self.client
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Converged>> {
+        self.converged.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets what is known of a Service, so its next ensure reads AWS.
+    pub fn forget(&self, service: &str) {
+        self.cache().remove(service);
+    }
+
+    /// Makes the Service's NLB match its model. `known_arn` is the ARN remembered on the
+    /// Service, if any.
+    pub async fn ensure(
+        &self,
+        svc: &ServiceFacts,
+        nodes: &[NodeFacts],
+        ip_targets: &IpTargets,
+        known_arn: Option<&str>,
+    ) -> Result<Ensured, Error> {
+        let stack = build_stack(svc, nodes, ip_targets, &self.config)?;
+        let key = stack.service.clone();
+        let _in_flight = self.start(&key);
+        let print = fingerprint(&stack);
+        if let Some(c) = self.cache().get(&key) {
+            if c.fingerprint == print && c.at.elapsed() < self.verify_after {
+                return Ok(Ensured {
+                    hostname: c.hostname.clone(),
+                    load_balancer_arn: c.lb_arn.clone(),
+                    skipped_nodes: c.skipped_nodes.clone(),
+                    changes: 0,
+                });
+            }
+        }
+        self.forget(&key);
+        let tg_names: Vec<String> = stack
+            .target_groups
+            .values()
+            .map(|t| t.name.clone())
+            .collect();
+        let observed = self
+            .fetch(
+                svc,
+                known_arn,
+                &tg_names,
+                !stack.load_balancer.attributes.is_empty(),
+                stack
+                    .target_groups
+                    .values()
+                    .any(|t| !t.attributes.is_empty()),
+            )
+            .await?;
+        self.refuse_taken_names(&stack, &observed.foreign)?;
+        let steps = plan_stack(&stack, &observed.ours);
+        let changes = steps.len();
+        let applied = self
+            .apply(steps, &observed.ours, stack.load_balancer.tags.clone())
+            .await?;
+        let lb = applied
+            .load_balancer
+            .ok_or_else(|| Error::Unresolved("the load balancer".to_string()))?;
+        let tg_arns = stack
+            .target_groups
+            .keys()
+            .filter_map(|r| applied.target_groups.get(r).cloned())
+            .collect();
+        self.cache().insert(
+            key,
+            Converged {
+                fingerprint: print,
+                at: Instant::now(),
+                lb_arn: lb.arn.clone(),
+                hostname: lb.dns_name.to_lowercase(),
+                tg_arns,
+                skipped_nodes: stack.skipped_nodes.clone(),
+            },
+        );
+        Ok(Ensured {
+            hostname: lb.dns_name.to_lowercase(),
+            load_balancer_arn: lb.arn,
+            skipped_nodes: stack.skipped_nodes,
+            changes,
+        })
+    }
+
+    fn start(&self, key: &str) -> InFlight<'_> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string());
+        InFlight {
+            set: &self.in_flight,
+            key: key.to_string(),
+        }
+    }
+
+    /// Removes everything the Service has in AWS and confirms that nothing is left. Works
+    /// from the Service's last known state, even if its annotations no longer model.
+    pub async fn delete(
+        &self,
+        svc: &ServiceFacts,
+        known_arn: Option<&str>,
+    ) -> Result<usize, Error> {
+        let key = svc.key();
+        let _in_flight = self.start(&key);
+        self.forget(&key);
+        let tg_names: Vec<String> = build_stack(svc, &[], &IpTargets::new(), &self.config)
+            .map(|s| s.target_groups.values().map(|t| t.name.clone()).collect())
+            .unwrap_or_default();
+        let observed = self.fetch(svc, known_arn, &tg_names, false, false).await?;
+        let steps = plan_delete(&observed.ours);
+        let removed = steps.len();
+        self.apply(steps, &observed.ours, Tags::new()).await?;
+        let left = self.fetch(svc, None, &tg_names, false, false).await?;
+        let count = left.ours.load_balancers.len() + left.ours.target_groups.len();
+        if count > 0 {
+            return Err(Error::NotYetGone(count));
+        }
+        Ok(removed)
+    }
+
+    fn refuse_taken_names(&self, stack: &Stack, foreign: &Foreign) -> Result<(), Error> {
+        if let Some(tags) = foreign.load_balancers.get(&stack.load_balancer.name) {
+            return Err(Error::NameTaken {
+                kind: "load balancer",
+                name: stack.load_balancer.name.clone(),
+                tags: tags.clone(),
+            });
+        }
+        for tg in stack.target_groups.values() {
+            if let Some(tags) = foreign.target_groups.get(&tg.name) {
+                return Err(Error::NameTaken {
+                    kind: "target group",
+                    name: tg.name.clone(),
+                    tags: tags.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn tags_of(&self, arns: Vec<String>) -> Result<BTreeMap<String, Tags>, Error> {
+        let mut all = BTreeMap::new();
+        for chunk in arns.chunks(TAGS_PER_CALL) {
+            all.extend(found(self.client.describe_tags(chunk.to_vec()).await)?);
+        }
+        Ok(all)
+    }
+
+    async fn fetch(
+        &self,
+        svc: &ServiceFacts,
+        known_arn: Option<&str>,
+        tg_names: &[String],
+        lb_attributes: bool,
+        tg_attributes: bool,
+    ) -> Result<Fetched, Error> {
+        let key = svc.key();
+        // The load balancer: by its remembered ARN, else by every name it may have. One name
+        // per call, since AWS fails the whole call when one name is unknown.
+        let mut lbs: Vec<LoadBalancer> = match known_arn {
+            Some(arn) => found(
+                self.client
+                    .describe_load_balancers(LbQuery::Arns(vec![arn.to_string()]))
+                    .await
+                    .map(|p| p.items),
+            )?,
+            None => Vec::new(),
+        };
+        if lbs.is_empty() {
+            for name in load_balancer_names(&self.config, svc) {
+                lbs.extend(found(
+                    self.client
+                        .describe_load_balancers(LbQuery::Names(vec![name]))
+                        .await
+                        .map(|p| p.items),
+                )?);
+            }
+        }
+        let mut fetched = Fetched::default();
+        let lb_tags = self
+            .tags_of(lbs.iter().map(|l| l.arn.clone()).collect())
+            .await?;
+        let mut tgs: BTreeMap<String, TargetGroup> = BTreeMap::new();
+        for lb in lbs {
+            let tags = lb_tags.get(&lb.arn).cloned().unwrap_or_default();
+            if !ours(&tags, &self.config, Some(&key)) {
+                fetched.foreign.load_balancers.insert(lb.name.clone(), tags);
+                continue;
+            }
+            let listeners = found(self.client.describe_listeners(lb.arn.clone()).await)?;
+            let attributes = if lb_attributes {
+                Some(found(
+                    self.client
+                        .describe_load_balancer_attributes(lb.arn.clone())
+                        .await,
+                )?)
+            } else {
+                None
+            };
+            for tg in found(
+                self.client
+                    .describe_target_groups(TgQuery::LoadBalancer(lb.arn.clone()))
+                    .await
+                    .map(|p| p.items),
+            )? {
+                tgs.insert(tg.arn.clone(), tg);
+            }
+            fetched.ours.load_balancers.push(ObservedLoadBalancer {
+                lb,
+                tags,
+                attributes,
+                listeners,
+            });
+        }
+        // Target groups made before a crash left them without a listener are found by name.
+        for name in tg_names {
+            if tgs.values().any(|t| &t.name == name) {
+                continue;
+            }
+            for tg in found(
+                self.client
+                    .describe_target_groups(TgQuery::Names(vec![name.clone()]))
+                    .await
+                    .map(|p| p.items),
+            )? {
+                tgs.insert(tg.arn.clone(), tg);
+            }
+        }
+        let tg_tags = self.tags_of(tgs.keys().cloned().collect()).await?;
+        for (arn, tg) in tgs {
+            let tags = tg_tags.get(&arn).cloned().unwrap_or_default();
+            if !ours(&tags, &self.config, Some(&key)) {
+                fetched.foreign.target_groups.insert(tg.name.clone(), tags);
+                continue;
+            }
+            let targets = found(self.client.describe_target_health(arn.clone()).await)?;
+            let attributes = if tg_attributes {
+                Some(found(
+                    self.client
+                        .describe_target_group_attributes(arn.clone())
+                        .await,
+                )?)
+            } else {
+                None
+            };
+            fetched.ours.target_groups.push(ObservedTargetGroup {
+                tg,
+                tags,
+                attributes,
+                targets,
+            });
+        }
+        Ok(fetched)
+    }
+
+    async fn apply(
+        &self,
+        steps: Vec<Step>,
+        observed: &Observed,
+        listener_tags: Tags,
+    ) -> Result<Applied, Error> {
+        let mut applied = Applied {
+            listener_tags,
+            ..Applied::default()
+        };
+        let mut vpc = None;
+        let mut deleted = BTreeSet::new();
+        for step in &steps {
+            if let Step::DeleteLoadBalancer { arn, .. } | Step::DeleteTargetGroup { arn } = step {
+                deleted.insert(arn.clone());
+            }
+        }
+        // The target groups that stay, by resource; created ones are added as they are made.
+        for o in observed
+            .target_groups
+            .iter()
+            .filter(|o| !deleted.contains(&o.tg.arn))
+        {
+            if let Some(resource) = o.tags.get(aws_tag::RESOURCE) {
+                applied
+                    .target_groups
+                    .insert(resource.clone(), o.tg.arn.clone());
+            }
+        }
+        // The load balancer that stays, if one does.
+        if let Some(o) = observed
+            .load_balancers
+            .iter()
+            .find(|o| !deleted.contains(&o.lb.arn))
+        {
+            vpc = o.lb.vpc_id.clone();
+            applied.load_balancer = Some(o.lb.clone());
+        }
+        for step in steps {
+            let lb_arn = |r: &LbRef, applied: &Applied| match r {
+                LbRef::Arn(a) => Ok(a.clone()),
+                LbRef::Planned => applied
+                    .load_balancer
+                    .as_ref()
+                    .map(|l| l.arn.clone())
+                    .ok_or_else(|| Error::Unresolved("the new load balancer".to_string())),
+            };
+            let tg_arn = |r: &TgRef, applied: &Applied| match r {
+                TgRef::Arn(a) => Ok(a.clone()),
+                TgRef::Planned(res) => applied
+                    .target_groups
+                    .get(res)
+                    .cloned()
+                    .ok_or_else(|| Error::Unresolved(format!("target group {res}"))),
+            };
+            match step {
+                Step::DeleteLoadBalancer { arn, why } => {
+                    tracing::info!(%arn, why, "deleting load balancer");
+                    found(self.client.delete_load_balancer(arn).await)?;
+                }
+                Step::CreateLoadBalancer(spec) => {
+                    let lb = self.client.create_load_balancer(spec).await?;
+                    vpc = lb.vpc_id.clone();
+                    applied.load_balancer = Some(lb);
+                }
+                Step::CreateTargetGroup(spec) => {
+                    let resource = spec.resource.clone();
+                    let tg = self.client.create_target_group(spec, vpc.clone()).await?;
+                    applied.target_groups.insert(resource, tg.arn);
+                }
+                Step::SetSubnets { arn, subnets } => self.client.set_subnets(arn, subnets).await?,
+                Step::ModifyLoadBalancerAttributes { lb, attributes } => {
+                    let arn = lb_arn(&lb, &applied)?;
+                    self.client
+                        .modify_load_balancer_attributes(arn, attributes)
+                        .await?
+                }
+                Step::ModifyTargetGroup { arn, health_check } => {
+                    self.client.modify_target_group(arn, health_check).await?
+                }
+                Step::ModifyTargetGroupAttributes { tg, attributes } => {
+                    let arn = tg_arn(&tg, &applied)?;
+                    self.client
+                        .modify_target_group_attributes(arn, attributes)
+                        .await?
+                }
+                Step::RegisterTargets { tg, targets } => {
+                    let arn = tg_arn(&tg, &applied)?;
+                    self.client.register_targets(arn, targets).await?
+                }
+                Step::DeregisterTargets { arn, targets } => {
+                    found(self.client.deregister_targets(arn, targets).await)?
+                }
+                Step::CreateListener {
+                    lb,
+                    spec,
+                    target_group,
+                } => {
+                    let lb = lb_arn(&lb, &applied)?;
+                    let tg = tg_arn(&target_group, &applied)?;
+                    let tags = applied.listener_tags.clone();
+                    self.client.create_listener(lb, spec, tg, tags).await?;
+                }
+                Step::ModifyListener {
+                    arn,
+                    protocol,
+                    target_group,
+                } => {
+                    let tg = tg_arn(&target_group, &applied)?;
+                    self.client.modify_listener(arn, protocol, tg).await?
+                }
+                Step::DeleteListener { arn } => found(self.client.delete_listener(arn).await)?,
+                Step::DeleteTargetGroup { arn } => {
+                    found(self.client.delete_target_group(arn).await)?
+                }
+                Step::AddTags { arn, tags } => self.client.add_tags(arn, tags).await?,
+                Step::RemoveTags { arn, keys } => self.client.remove_tags(arn, keys).await?,
+            }
+        }
+        Ok(applied)
+    }
+
+    /// Removes resources tagged with this cluster whose Service is not in `live`, and tells
+    /// which live Services lost a resource behind berth's back. Reads are paged lists plus one
+    /// DescribeTags per 20 resources.
+    pub async fn sweep(&self, live: &BTreeSet<String>) -> Result<Swept, Error> {
+        let mut swept = Swept::default();
+        let mut lbs = Vec::new();
+        let mut marker = None;
+        loop {
+            let page = self
+                .client
+                .describe_load_balancers(LbQuery::All { marker })
+                .await?;
+            lbs.extend(page.items);
+            match page.next_marker {
+                Some(m) => marker = Some(m),
+                None => break,
+            }
+        }
+        let mut tgs = Vec::new();
+        let mut marker = None;
+        loop {
+            let page = self
+                .client
+                .describe_target_groups(TgQuery::All { marker })
+                .await?;
+            tgs.extend(page.items);
+            match page.next_marker {
+                Some(m) => marker = Some(m),
+                None => break,
+            }
+        }
+        let tags = self
+            .tags_of(
+                lbs.iter()
+                    .map(|l| l.arn.clone())
+                    .chain(tgs.iter().map(|t| t.arn.clone()))
+                    .collect(),
+            )
+            .await?;
+        let service_of = |arn: &str| -> Option<String> {
+            let t = tags.get(arn)?;
+            ours(t, &self.config, None)
+                .then(|| t.get(aws_tag::SERVICE).cloned())
+                .flatten()
+        };
+        let existing: BTreeSet<&str> = lbs
+            .iter()
+            .map(|l| l.arn.as_str())
+            .chain(tgs.iter().map(|t| t.arn.as_str()))
+            .collect();
+        {
+            let mut cache = self.cache();
+            let gone: Vec<String> = cache
+                .iter()
+                .filter(|(_, c)| {
+                    !existing.contains(c.lb_arn.as_str())
+                        || c.tg_arns.iter().any(|a| !existing.contains(a.as_str()))
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                cache.remove(&k);
+                swept.drifted.push(k);
+            }
+        }
+        for lb in &lbs {
+            if let Some(service) = service_of(&lb.arn) {
+                if !live.contains(&service) {
+                    tracing::info!(arn = %lb.arn, %service, "sweeping a load balancer whose Service is gone");
+                    found(self.client.delete_load_balancer(lb.arn.clone()).await)?;
+                    swept.load_balancers.push(lb.arn.clone());
+                }
+            }
+        }
+        let in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let wanted: BTreeSet<String> = self
+            .cache()
+            .values()
+            .flat_map(|c| c.tg_arns.iter().cloned())
+            .collect();
+        for tg in &tgs {
+            if let Some(service) = service_of(&tg.arn) {
+                // A target group of a live Service that no listener uses and no converged
+                // model wants: left over from a port that went away while its load balancer
+                // was gone (deleted behind berth's back, or replaced).
+                let orphan = live.contains(&service)
+                    && tg.load_balancer_arns.is_empty()
+                    && !in_flight.contains(&service)
+                    && !wanted.contains(&tg.arn);
+                if !live.contains(&service) || orphan {
+                    tracing::info!(arn = %tg.arn, %service, orphan, "sweeping a target group");
+                    found(self.client.delete_target_group(tg.arn.clone()).await)?;
+                    swept.target_groups.push(tg.arn.clone());
+                }
+            }
+        }
+        Ok(swept)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Foreign {
+    /// By name: load balancers and target groups with a name berth wants, not tagged as this
+    /// Service's.
+    load_balancers: BTreeMap<String, Tags>,
+    target_groups: BTreeMap<String, Tags>,
+}
+
+#[derive(Debug, Default)]
+struct Fetched {
+    ours: Observed,
+    foreign: Foreign,
+}
+
+#[derive(Debug, Default)]
+struct Applied {
+    load_balancer: Option<LoadBalancer>,
+    target_groups: BTreeMap<String, String>,
+    listener_tags: Tags,
+}

@@ -1,0 +1,376 @@
+//! The provider against the in-memory ELBv2, which enforces what AWS enforces: create,
+//! update, replace, delete, drift, leaks, foreign resources, and a crash at every call.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use berth_api::names::{annotation as ann, aws_tag};
+use berth_aws::elbv2::Elbv2;
+use berth_aws::memory::{is_mutating, Snapshot};
+use berth_aws::model::{HcProtocol, Scheme};
+use berth_aws::{Error, IpTargets, MemoryElbv2, NlbProvider, ServiceFacts};
+use berth_core::{Protocol, TrafficPolicy};
+use common::*;
+
+fn provider(fake: MemoryElbv2) -> NlbProvider<MemoryElbv2> {
+    // Every ensure reads AWS: these tests are about what is there, not about the cache.
+    NlbProvider::new(fake, mk_config(), Duration::ZERO)
+}
+
+fn mutating_calls(fake: &MemoryElbv2) -> u64 {
+    fake.calls()
+        .iter()
+        .filter(|(op, _)| is_mutating(op))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// The invariant every test ends on: the fake holds exactly one NLB for the Service, one
+/// target group per listener, nothing else of berth's.
+fn assert_exactly(snap: &Snapshot, svc: &ServiceFacts, listeners: &[u16], targets_per_tg: usize) {
+    let key = svc.key();
+    let ours = |arn: &str| snap.tags.get(arn).and_then(|t| t.get(aws_tag::SERVICE)) == Some(&key);
+    let lbs: Vec<_> = snap
+        .load_balancers
+        .iter()
+        .filter(|l| ours(&l.arn))
+        .collect();
+    assert_eq!(lbs.len(), 1, "{snap:#?}");
+    let tgs: Vec<_> = snap.target_groups.iter().filter(|t| ours(&t.arn)).collect();
+    assert_eq!(tgs.len(), listeners.len(), "{snap:#?}");
+    let mut ports: Vec<u16> = snap
+        .listeners
+        .iter()
+        .filter(|l| l.load_balancer_arn == lbs[0].arn)
+        .map(|l| l.port)
+        .collect();
+    ports.sort_unstable();
+    assert_eq!(ports, listeners);
+    for tg in tgs {
+        assert_eq!(
+            snap.targets.get(&tg.arn).map_or(0, BTreeSet::len),
+            targets_per_tg,
+            "{}",
+            tg.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn create_makes_the_model_and_a_steady_state_calls_nothing_that_changes() {
+    let p = provider(mk_fake(3));
+    let svc = mk_service(
+        "web",
+        "front",
+        vec![
+            mk_port(80, Protocol::Tcp, 30080),
+            mk_port(443, Protocol::Tcp, 30443),
+        ],
+    );
+    let first = p
+        .ensure(&svc, &mk_nodes(3), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    assert!(
+        first.hostname.ends_with(".elb.us-east-1.amazonaws.com"),
+        "{}",
+        first.hostname
+    );
+    assert_exactly(&p.client().snapshot(), &svc, &[80, 443], 3);
+    // Creating: one load balancer, two target groups, two listeners, one register per group.
+    assert_eq!(mutating_calls(p.client()), 7, "{:?}", p.client().calls());
+
+    p.client().reset_calls();
+    let again = p
+        .ensure(
+            &svc,
+            &mk_nodes(3),
+            &IpTargets::new(),
+            Some(&first.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.changes, 0);
+    assert_eq!(again.hostname, first.hostname);
+    assert_eq!(mutating_calls(p.client()), 0, "{:?}", p.client().calls());
+}
+
+#[tokio::test]
+async fn a_converged_service_is_answered_from_memory_until_it_changes() {
+    let p = NlbProvider::new(mk_fake(3), mk_config(), Duration::from_secs(3600));
+    let svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let first = p
+        .ensure(&svc, &mk_nodes(3), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    p.client().reset_calls();
+    p.ensure(
+        &svc,
+        &mk_nodes(3),
+        &IpTargets::new(),
+        Some(&first.load_balancer_arn),
+    )
+    .await
+    .unwrap();
+    assert!(p.client().calls().is_empty(), "{:?}", p.client().calls());
+    // A node leaving changes the model: AWS is read and the target deregistered.
+    p.ensure(
+        &svc,
+        &mk_nodes(2),
+        &IpTargets::new(),
+        Some(&first.load_balancer_arn),
+    )
+    .await
+    .unwrap();
+    assert_eq!(p.client().calls().get("DeregisterTargets"), Some(&1));
+    assert_exactly(&p.client().snapshot(), &svc, &[80], 2);
+}
+
+#[tokio::test]
+async fn ports_nodes_policy_and_annotations_change_only_what_differs() {
+    let p = provider(mk_fake(5));
+    let mut svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let arn = p
+        .ensure(&svc, &mk_nodes(3), &IpTargets::new(), None)
+        .await
+        .unwrap()
+        .load_balancer_arn;
+
+    svc.ports.push(mk_port(8443, Protocol::Tcp, 30443));
+    p.ensure(&svc, &mk_nodes(3), &IpTargets::new(), Some(&arn))
+        .await
+        .unwrap();
+    assert_exactly(&p.client().snapshot(), &svc, &[80, 8443], 3);
+
+    svc.ports.remove(0);
+    p.ensure(&svc, &mk_nodes(3), &IpTargets::new(), Some(&arn))
+        .await
+        .unwrap();
+    assert_exactly(&p.client().snapshot(), &svc, &[8443], 3);
+
+    p.client().reset_calls();
+    p.ensure(&svc, &mk_nodes(5), &IpTargets::new(), Some(&arn))
+        .await
+        .unwrap();
+    assert_eq!(p.client().calls().get("RegisterTargets"), Some(&1));
+    assert_exactly(&p.client().snapshot(), &svc, &[8443], 5);
+
+    svc.external_traffic_policy = TrafficPolicy::Local;
+    svc.health_check_node_port = Some(32100);
+    p.client().reset_calls();
+    p.ensure(&svc, &mk_nodes(5), &IpTargets::new(), Some(&arn))
+        .await
+        .unwrap();
+    assert_eq!(mutating_calls(p.client()), 1, "{:?}", p.client().calls());
+    let tg = &p.client().snapshot().target_groups[0];
+    assert_eq!(tg.health_check.protocol, HcProtocol::Http);
+
+    svc.annotations.insert(
+        ann::AWS_LOAD_BALANCER_SUBNETS.into(),
+        "subnet-0000000a,subnet-0000000c".into(),
+    );
+    svc.annotations
+        .insert(ann::AWS_ADDITIONAL_RESOURCE_TAGS.into(), "team=web".into());
+    svc.annotations.insert(
+        ann::AWS_LOAD_BALANCER_ATTRIBUTES.into(),
+        "load_balancing.cross_zone.enabled=true".into(),
+    );
+    p.ensure(&svc, &mk_nodes(5), &IpTargets::new(), Some(&arn))
+        .await
+        .unwrap();
+    let snap = p.client().snapshot();
+    assert!(snap.load_balancers[0].subnets.contains("subnet-0000000c"));
+    assert!(
+        snap.tags
+            .values()
+            .filter(|t| t.get("team").map(String::as_str) == Some("web"))
+            .count()
+            >= 2
+    );
+    // Then nothing more to do.
+    p.client().reset_calls();
+    assert_eq!(
+        p.ensure(&svc, &mk_nodes(5), &IpTargets::new(), Some(&arn))
+            .await
+            .unwrap()
+            .changes,
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_scheme_change_replaces_the_load_balancer() {
+    let p = provider(mk_fake(2));
+    let mut svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let old = p
+        .ensure(&svc, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    svc.annotations.insert(
+        ann::AWS_LOAD_BALANCER_SCHEME.into(),
+        "internet-facing".into(),
+    );
+    let new = p
+        .ensure(
+            &svc,
+            &mk_nodes(2),
+            &IpTargets::new(),
+            Some(&old.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_ne!(old.load_balancer_arn, new.load_balancer_arn);
+    let snap = p.client().snapshot();
+    assert_eq!(snap.load_balancers.len(), 1);
+    assert_eq!(snap.load_balancers[0].scheme, Scheme::InternetFacing);
+    assert_exactly(&snap, &svc, &[80], 2);
+}
+
+#[tokio::test]
+async fn delete_leaves_nothing_and_is_idempotent() {
+    let p = provider(mk_fake(2));
+    let svc = mk_service(
+        "web",
+        "front",
+        vec![
+            mk_port(80, Protocol::Tcp, 30080),
+            mk_port(53, Protocol::Udp, 30053),
+        ],
+    );
+    let arn = p
+        .ensure(&svc, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap()
+        .load_balancer_arn;
+    assert_eq!(p.delete(&svc, Some(&arn)).await.unwrap(), 3);
+    let snap = p.client().snapshot();
+    assert!(
+        snap.load_balancers.is_empty()
+            && snap.target_groups.is_empty()
+            && snap.listeners.is_empty(),
+        "{snap:#?}"
+    );
+    assert_eq!(p.delete(&svc, Some(&arn)).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn what_is_deleted_behind_berths_back_is_recreated() {
+    let p = NlbProvider::new(mk_fake(2), mk_config(), Duration::from_secs(3600));
+    let svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let first = p
+        .ensure(&svc, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    // Someone deletes the load balancer and its target group in the console.
+    p.client()
+        .delete_load_balancer(first.load_balancer_arn.clone())
+        .await
+        .unwrap();
+    let tg = p.client().snapshot().target_groups[0].arn.clone();
+    p.client().delete_target_group(tg).await.unwrap();
+    let swept = p.sweep(&BTreeSet::from([svc.key()])).await.unwrap();
+    assert_eq!(swept.drifted, vec![svc.key()]);
+    let again = p
+        .ensure(
+            &svc,
+            &mk_nodes(2),
+            &IpTargets::new(),
+            Some(&first.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_ne!(again.load_balancer_arn, first.load_balancer_arn);
+    assert_exactly(&p.client().snapshot(), &svc, &[80], 2);
+}
+
+#[tokio::test]
+async fn resources_without_berths_tags_are_never_touched() {
+    let fake = mk_fake(2);
+    let svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    // Someone else's load balancer with the very name berth derives for this Service, and one
+    // of another cluster's.
+    let stack = berth_aws::build_stack(&svc, &[], &IpTargets::new(), &mk_config()).unwrap();
+    let mut squatter = stack.load_balancer.clone();
+    squatter.tags = [("owner".to_string(), "someone".to_string())].into();
+    fake.create_load_balancer(squatter).await.unwrap();
+    let mut other = stack.load_balancer.clone();
+    other.name = "other-cluster".into();
+    other.tags.insert(aws_tag::CLUSTER.into(), "other".into());
+    fake.create_load_balancer(other).await.unwrap();
+    let before = fake.snapshot();
+    let p = provider(fake);
+    let err = p
+        .ensure(&svc, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NameTaken { .. }), "{err}");
+    assert!(!err.is_retryable());
+    p.delete(&svc, None).await.unwrap();
+    p.sweep(&BTreeSet::new()).await.unwrap();
+    assert_eq!(p.client().snapshot(), before);
+}
+
+#[tokio::test]
+async fn the_sweep_removes_what_belongs_to_services_that_are_gone() {
+    let p = provider(mk_fake(2));
+    let live = mk_service("web", "live", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let gone = mk_service("web", "gone", vec![mk_port(80, Protocol::Tcp, 30081)]);
+    p.ensure(&live, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    p.ensure(&gone, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    p.client().set_page_size(1);
+    let swept = p.sweep(&BTreeSet::from([live.key()])).await.unwrap();
+    assert_eq!(
+        (swept.load_balancers.len(), swept.target_groups.len()),
+        (1, 1)
+    );
+    assert_exactly(&p.client().snapshot(), &live, &[80], 2);
+    assert_eq!(p.client().snapshot().load_balancers.len(), 1);
+}
+
+/// A crash after every possible number of mutating calls, then a restarted provider with no
+/// memory and no remembered ARN: it must converge to exactly one of everything.
+#[tokio::test]
+async fn a_crash_between_any_two_calls_never_leaves_a_duplicate() {
+    let svc = mk_service(
+        "web",
+        "front",
+        vec![
+            mk_port(80, Protocol::Tcp, 30080),
+            mk_port(53, Protocol::Udp, 30053),
+        ],
+    );
+    for crash_after in 0..7u64 {
+        let fake = mk_fake(3);
+        fake.fail_after_mutations(Some(crash_after));
+        let p = provider(fake);
+        assert!(p
+            .ensure(&svc, &mk_nodes(3), &IpTargets::new(), None)
+            .await
+            .is_err());
+        let fake = p.into_client();
+        fake.fail_after_mutations(None);
+        let restarted = NlbProvider::new(fake, mk_config(), Duration::ZERO);
+        restarted
+            .ensure(&svc, &mk_nodes(3), &IpTargets::new(), None)
+            .await
+            .unwrap();
+        assert_exactly(&restarted.client().snapshot(), &svc, &[53, 80], 3);
+        // And a delete that crashes part-way is finished by the next one.
+        restarted
+            .client()
+            .fail_after_mutations(Some(crash_after.min(2)));
+        let _ = restarted.delete(&svc, None).await;
+        restarted.client().fail_after_mutations(None);
+        restarted.delete(&svc, None).await.unwrap();
+        assert!(restarted.client().snapshot().load_balancers.is_empty());
+        assert!(restarted.client().snapshot().target_groups.is_empty());
+    }
+}

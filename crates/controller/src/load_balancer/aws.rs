@@ -1,0 +1,502 @@
+//! The `aws-nlb` class: a controller of its own beside the allocation loop, run in the same
+//! leadership term. It owns `status.loadBalancer` of the Services it serves (the allocation loop
+//! gives them ClusterIPs and node ports but no address) and the finalizer
+//! `berth.dev/load-balancer`, which is on the Service before the first AWS call and comes off
+//! only once `berth-aws` has confirmed that nothing of the Service is left. A Service deleted
+//! while the controller was down still carries the finalizer, so the first list after start
+//! cleans it up; the periodic sweep removes anything tagged with this cluster whose Service is
+//! gone (for Services that lost the finalizer some other way) and re-reads Services whose
+//! resources vanished.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use berth_api::names::{
+    annotation as ann, class, event as ev, field_manager, finalizer as fin, label,
+};
+use berth_aws::elbv2::Elbv2;
+use berth_aws::{IpTargets, NlbProvider, NodeFacts, PortFacts, ServiceFacts};
+use berth_core::{Protocol, TrafficPolicy};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, Controller, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{EventRecorder, EventType};
+
+/// What `berth controller` is told about AWS (`--cluster-name`, `--aws-*` flags).
+#[derive(Debug, Clone)]
+pub struct AwsSettings {
+    pub cluster_name: String,
+    /// Subnet IDs for Services that name none.
+    pub subnets: Vec<String>,
+    /// For tests against a local server; AWS's own endpoint otherwise.
+    pub endpoint_url: Option<String>,
+    pub sweep_interval: Duration,
+    /// A converged Service is read from AWS again after this long.
+    pub verify_after: Duration,
+}
+
+/// Settings of the AWS loop.
+#[derive(Debug, Clone)]
+pub struct AwsLoopConfig {
+    pub default_class: Option<&'static str>,
+    /// How often everything tagged with this cluster is listed to remove leaks and find drift.
+    pub sweep_interval: Duration,
+}
+
+/// Why one Service's reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsLoopError {
+    #[error(transparent)]
+    Provider(#[from] berth_aws::Error),
+    #[error("{action}: {source}")]
+    Kube {
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+}
+
+struct Ctx<C> {
+    client: kube::Client,
+    provider: Arc<NlbProvider<C>>,
+    config: AwsLoopConfig,
+    nodes: Store<Node>,
+    events: EventRecorder,
+    /// Consecutive failures per Service, for the 5 s to 5 min backoff.
+    failures: Mutex<BTreeMap<String, u32>>,
+}
+
+/// Whether berth's AWS provider serves the Service.
+pub fn is_served(svc: &Service, default_class: Option<&'static str>) -> bool {
+    let Some(spec) = &svc.spec else { return false };
+    spec.type_.as_deref() == Some("LoadBalancer")
+        && class::served_class(spec.load_balancer_class.as_deref(), default_class)
+            == Some(class::AWS_NLB)
+}
+
+/// The Service as the provider needs it.
+pub fn build_service_facts(svc: &Service) -> ServiceFacts {
+    let spec = svc.spec.clone().unwrap_or_default();
+    let ports = spec
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| PortFacts {
+            name: p.name,
+            port: u16::try_from(p.port).unwrap_or_default(),
+            protocol: Protocol::from_spec(p.protocol.as_deref()).unwrap_or(Protocol::Tcp),
+            node_port: p.node_port.and_then(|n| u16::try_from(n).ok()),
+        })
+        .collect();
+    ServiceFacts {
+        namespace: svc.namespace().unwrap_or_default(),
+        name: svc.name_any(),
+        uid: svc.uid().unwrap_or_default(),
+        ports,
+        annotations: svc.annotations().clone(),
+        external_traffic_policy: TrafficPolicy::from_spec(spec.external_traffic_policy.as_deref()),
+        health_check_node_port: spec
+            .health_check_node_port
+            .and_then(|n| u16::try_from(n).ok()),
+    }
+}
+
+/// Nodes that may be targets: Ready, not excluded by label, not being deleted.
+pub fn build_node_facts(nodes: &[Arc<Node>]) -> Vec<NodeFacts> {
+    let mut out: Vec<NodeFacts> = nodes
+        .iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .filter(|n| {
+            !n.labels()
+                .contains_key(label::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS)
+        })
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .map(|n| NodeFacts {
+            name: n.name_any(),
+            provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(field_manager::CONTROLLER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
+fn key(svc: &Service) -> String {
+    format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any())
+}
+
+async fn record<C>(
+    ctx: &Ctx<C>,
+    svc: &Service,
+    type_: EventType,
+    reason: &'static str,
+    note: String,
+) {
+    ctx.events
+        .record(&Arc::new(svc.object_ref(&())), type_, reason, note)
+        .await;
+}
+
+async fn apply<C: Elbv2 + 'static>(
+    svc: Arc<Service>,
+    ctx: &Ctx<C>,
+) -> Result<Action, AwsLoopError> {
+    let facts = build_service_facts(&svc);
+    let nodes = build_node_facts(&ctx.nodes.state());
+    let known = svc.annotations().get(ann::AWS_LOAD_BALANCER_ARN).cloned();
+    let ensured = match ctx
+        .provider
+        .ensure(&facts, &nodes, &IpTargets::new(), known.as_deref())
+        .await
+    {
+        Ok(e) => e,
+        Err(e) => {
+            record(
+                ctx,
+                &svc,
+                EventType::Warning,
+                ev::SYNC_LOAD_BALANCER_FAILED,
+                format!("Error syncing load balancer: {e}"),
+            )
+            .await;
+            return Err(e.into());
+        }
+    };
+    let api: Api<Service> =
+        Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default());
+    let has_status = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .is_some_and(|i| {
+            i.iter()
+                .any(|x| x.hostname.as_deref() == Some(ensured.hostname.as_str()))
+        });
+    if ensured.changes > 0 || !has_status {
+        record(
+            ctx,
+            &svc,
+            EventType::Normal,
+            ev::ENSURING_LOAD_BALANCER,
+            "Ensuring load balancer".into(),
+        )
+        .await;
+    }
+    if known.as_deref() != Some(ensured.load_balancer_arn.as_str()) {
+        let patch = json!({"metadata": {"annotations": {ann::AWS_LOAD_BALANCER_ARN: ensured.load_balancer_arn}}});
+        api.patch(&svc.name_any(), &params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| AwsLoopError::Kube {
+                action: "remembering the load balancer's ARN",
+                source,
+            })?;
+    }
+    if !has_status {
+        let patch =
+            json!({"status": {"loadBalancer": {"ingress": [{"hostname": ensured.hostname}]}}});
+        api.patch_status(&svc.name_any(), &params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| AwsLoopError::Kube {
+                action: "writing the load balancer's hostname",
+                source,
+            })?;
+    }
+    if ensured.changes > 0 || !has_status {
+        record(
+            ctx,
+            &svc,
+            EventType::Normal,
+            ev::ENSURED_LOAD_BALANCER,
+            format!("Ensured load balancer {}", ensured.hostname),
+        )
+        .await;
+    }
+    if !ensured.skipped_nodes.is_empty() && ensured.changes > 0 {
+        let note = format!(
+            "Nodes without an EC2 instance in spec.providerID are not targets: {}",
+            ensured.skipped_nodes.join(", ")
+        );
+        record(
+            ctx,
+            &svc,
+            EventType::Warning,
+            ev::SYNC_LOAD_BALANCER_FAILED,
+            note,
+        )
+        .await;
+    }
+    ctx.failures
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&key(&svc));
+    Ok(Action::await_change())
+}
+
+async fn cleanup<C: Elbv2 + 'static>(
+    svc: Arc<Service>,
+    ctx: &Ctx<C>,
+) -> Result<Action, AwsLoopError> {
+    record(
+        ctx,
+        &svc,
+        EventType::Normal,
+        ev::DELETING_LOAD_BALANCER,
+        "Deleting load balancer".into(),
+    )
+    .await;
+    let facts = build_service_facts(&svc);
+    let known = svc.annotations().get(ann::AWS_LOAD_BALANCER_ARN).cloned();
+    if let Err(e) = ctx.provider.delete(&facts, known.as_deref()).await {
+        record(
+            ctx,
+            &svc,
+            EventType::Warning,
+            ev::SYNC_LOAD_BALANCER_FAILED,
+            format!("Error deleting load balancer: {e}"),
+        )
+        .await;
+        return Err(e.into());
+    }
+    record(
+        ctx,
+        &svc,
+        EventType::Normal,
+        ev::DELETED_LOAD_BALANCER,
+        "Deleted load balancer".into(),
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+/// A Service that stopped being served (type or class changed): clean up, clear what berth
+/// wrote, then let go of it.
+async fn release<C: Elbv2 + 'static>(
+    svc: Arc<Service>,
+    ctx: &Ctx<C>,
+) -> Result<Action, AwsLoopError> {
+    cleanup(svc.clone(), ctx).await?;
+    let api: Api<Service> =
+        Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default());
+    let name = svc.name_any();
+    if svc.annotations().contains_key(ann::AWS_LOAD_BALANCER_ARN) {
+        let patch = json!({"metadata": {"annotations": {ann::AWS_LOAD_BALANCER_ARN: null}}});
+        api.patch(&name, &params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| AwsLoopError::Kube {
+                action: "forgetting the load balancer's ARN",
+                source,
+            })?;
+    }
+    let hostnames = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .is_some_and(|i| i.iter().any(|x| x.hostname.is_some()));
+    if hostnames {
+        let patch = json!({"status": {"loadBalancer": {"ingress": null}}});
+        api.patch_status(&name, &params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| AwsLoopError::Kube {
+                action: "clearing the load balancer's hostname",
+                source,
+            })?;
+    }
+    let finalizers: Vec<String> = svc
+        .finalizers()
+        .iter()
+        .filter(|f| *f != fin::LOAD_BALANCER)
+        .cloned()
+        .collect();
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": svc.resource_version()}});
+    api.patch(&name, &params(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| AwsLoopError::Kube {
+            action: "removing the finalizer",
+            source,
+        })?;
+    Ok(Action::await_change())
+}
+
+async fn reconcile<C: Elbv2 + 'static>(
+    svc: Arc<Service>,
+    ctx: Arc<Ctx<C>>,
+) -> Result<Action, AwsLoopError> {
+    let served = is_served(&svc, ctx.config.default_class);
+    let has_finalizer = svc.finalizers().iter().any(|f| f == fin::LOAD_BALANCER);
+    if !served && !has_finalizer {
+        return Ok(Action::await_change());
+    }
+    if !served && svc.meta().deletion_timestamp.is_none() {
+        return release(svc, &ctx).await;
+    }
+    let api: Api<Service> =
+        Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default());
+    // Adds the finalizer before `apply` (so before any AWS call) and removes it after
+    // `cleanup` succeeded.
+    finalizer(&api, fin::LOAD_BALANCER, svc, |event| async {
+        match event {
+            Finalizer::Apply(svc) => apply(svc, &ctx).await,
+            Finalizer::Cleanup(svc) => cleanup(svc, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => AwsLoopError::Finalizer(other.to_string()),
+    })
+}
+
+/// 5 s, doubling per consecutive failure, at most 5 min (the cloud-controller's backoff).
+pub fn retry_after(failures: u32) -> Duration {
+    let secs = 5u64.saturating_mul(1u64 << failures.min(6));
+    Duration::from_secs(secs.min(300))
+}
+
+fn error_policy<C>(svc: Arc<Service>, error: &AwsLoopError, ctx: Arc<Ctx<C>>) -> Action {
+    let mut failures = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
+    let n = failures.entry(key(&svc)).or_default();
+    let delay = retry_after(*n);
+    *n = n.saturating_add(1);
+    tracing::warn!(service = %key(&svc), %error, retry_in = ?delay, "aws load balancer reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs the `aws-nlb` controller until `token` is cancelled (the end of the leadership term).
+pub async fn run_aws_loop<C: Elbv2 + 'static>(
+    client: kube::Client,
+    provider: Arc<NlbProvider<C>>,
+    config: AwsLoopConfig,
+    events: EventRecorder,
+    token: CancellationToken,
+) {
+    let services: Api<Service> = Api::all(client.clone());
+    let (nodes, writer) = reflector::store();
+    let node_changes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects()
+        .filter_map(|n| async move { n.ok().map(|_| ()) });
+    // Drift found by the sweep re-reconciles everything: unchanged Services are answered from
+    // the provider's memory, and the drifted ones (forgotten by the sweep) read AWS again.
+    let (drift_tx, drift_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        provider: provider.clone(),
+        config: config.clone(),
+        nodes,
+        events,
+        failures: Mutex::new(BTreeMap::new()),
+    });
+    let sweeper = sweep_loop(services.clone(), provider, config, drift_tx, token.clone());
+    let controller = Controller::new(services, watcher::Config::default())
+        .reconcile_all_on(futures::stream::select(
+            node_changes,
+            tokio_stream_from(drift_rx),
+        ))
+        .graceful_shutdown_on(token.clone().cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {});
+    tokio::join!(controller, sweeper);
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+async fn sweep_loop<C: Elbv2 + 'static>(
+    services: Api<Service>,
+    provider: Arc<NlbProvider<C>>,
+    config: AwsLoopConfig,
+    drift: tokio::sync::mpsc::Sender<()>,
+    token: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(config.sweep_interval);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let list = match services.list(&Default::default()).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing Services for the aws sweep failed");
+                continue;
+            }
+        };
+        // A Service being deleted still owns its resources: its finalizer cleans them up.
+        let live: BTreeSet<String> = list
+            .items
+            .iter()
+            .filter(|s| {
+                is_served(s, config.default_class)
+                    || s.finalizers().iter().any(|f| f == fin::LOAD_BALANCER)
+            })
+            .map(key)
+            .collect();
+        match provider.sweep(&live).await {
+            Ok(swept) => {
+                if !swept.drifted.is_empty() {
+                    tracing::info!(services = ?swept.drifted, "aws resources vanished; reading those Services again");
+                    let _ = drift.try_send(());
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "aws sweep failed"),
+        }
+    }
+}
+
+/// Starts the `aws-nlb` controller for one leadership term.
+pub type AwsRunner = Arc<
+    dyn Fn(
+            kube::Client,
+            EventRecorder,
+            CancellationToken,
+        ) -> futures::future::BoxFuture<'static, ()>
+        + Send
+        + Sync,
+>;
+
+/// The runner for a provider over any ELBv2 client (the SDK in production, the in-memory fake
+/// in tests).
+pub fn aws_runner<C: Elbv2 + 'static>(
+    provider: Arc<NlbProvider<C>>,
+    config: AwsLoopConfig,
+) -> AwsRunner {
+    Arc::new(move |client, events, token| {
+        Box::pin(run_aws_loop(
+            client,
+            provider.clone(),
+            config.clone(),
+            events,
+            token,
+        ))
+    })
+}
