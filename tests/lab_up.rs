@@ -2,7 +2,8 @@
 //! leaves nothing behind; `down` removes everything after `up` was SIGKILLed; a second `up`
 //! refuses while the first runs. Needs root and iproute2/iptables: each lab is named
 //! `t<pid><n>` (namespaces `berth-t<pid><n>-*`) with its own state directory. Skips with a
-//! message elsewhere, and fails instead under CI=true or BERTH_REQUIRE_ROOT=1.
+//! message elsewhere (berth-testing's `require`), and fails instead under CI=true or
+//! BERTH_REQUIRE_ROOT=1.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,42 +12,17 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use berth_testing::Requirement;
+
 /// One lab at a time: each takes the machine's two cores for a few seconds.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const BERTH: &str = env!("CARGO_BIN_EXE_berth");
 
-/// Whether the machine can run labs; a missing requirement skips, or fails under CI.
+/// What a lab needs: root, namespaces and iptables (the agents program it). A missing one skips
+/// the test with its reason, or fails it under CI=true or BERTH_REQUIRE_ROOT=1.
 fn lab_ready() -> bool {
-    let strict = std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("BERTH_REQUIRE_ROOT").is_ok_and(|v| v == "1");
-    let reason = if !Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
-    {
-        Some("labs need root".to_string())
-    } else {
-        ["ip", "iptables-restore"]
-            .iter()
-            .find(|tool| {
-                Command::new(tool)
-                    .arg("-V")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_err()
-            })
-            .map(|tool| format!("`{tool}` is missing"))
-    };
-    match reason {
-        None => true,
-        Some(reason) if strict => panic!("CI=true or BERTH_REQUIRE_ROOT=1: {reason}"),
-        Some(reason) => {
-            eprintln!("skipping: {reason}");
-            false
-        }
-    }
+    berth_testing::require(&[Requirement::Netns, Requirement::Iptables])
 }
 
 /// A lab's name and state directory; dropping it runs `lab down`, so a failing test cleans up.
