@@ -42,17 +42,13 @@ pub const PROBE_MAC: Mac = [2, 0, 0, 0, 0, 0x66];
 pub const API: &str = "198.18.0.101:6443";
 pub const LIMIT: Duration = Duration::from_secs(20);
 
+/// Root, namespaces and iptables; a missing one skips with its reason, or fails under CI=true or
+/// BERTH_REQUIRE_ROOT=1 (berth-testing's `require`).
 pub fn ready() -> bool {
-    let required = std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("BERTH_REQUIRE_ROOT").is_ok_and(|v| v == "1");
-    if berth_testing::netns_ready(&["ip", "iptables-restore", "iptables-save"]) {
-        return true;
-    }
-    assert!(
-        !required,
-        "network namespaces are required (CI=true or BERTH_REQUIRE_ROOT=1)"
-    );
-    false
+    berth_testing::require(&[
+        berth_testing::Requirement::Netns,
+        berth_testing::Requirement::Iptables,
+    ])
 }
 
 pub fn owner_among(candidates: &[&str], ip: &str) -> String {
