@@ -169,17 +169,17 @@ bench-lab: check-cargo
 	$(CARGO) build --release --bin berth
 	BERTH_BIN=$(abspath $(TARGET_DIR))/release/berth $(CARGO) bench --bench lab_programming
 
+# ELBv2 calls through the real AWS SDK against moto_server: converge, steady-state resync, sweep,
+# 100 nodes. Counts do not depend on optimisation, so the dev profile saves a release build of the SDK.
+bench-aws: check-cargo deps-python
+	$(CARGO) bench --profile dev -p berth-aws --bench aws_calls
+
 # L2 failover with three real agents in network namespaces (root): outage after a crash, a link
 # down and a graceful stop, membership on and Lease only, and the agents' API load with 1,000
 # LoadBalancer Services. Built with the dev profile: the outage is set by detection timeouts, not
 # CPU, and the test build is reused. About ten minutes; BERTH_FAILOVER_TRIALS=N shortens it.
 bench-failover: check-cargo
 	$(CARGO) bench --profile dev -p berth --bench failover
-
-# ELBv2 calls through the real AWS SDK against moto_server: converge, steady-state resync, sweep,
-# 100 nodes. Counts do not depend on optimisation, so the dev profile saves a release build of the SDK.
-bench-aws: check-cargo deps-python
-	$(CARGO) bench --profile dev -p berth-aws --bench aws_calls
 
 ## Recovery
 

@@ -8,6 +8,7 @@ set -euo pipefail
 wanted=(
     "iproute2:ip"
     "iptables:iptables"
+    "nftables:nft"
     "kubernetes-client:kubectl"
     "procps:pgrep"
     "conntrack:conntrack"

@@ -42,13 +42,10 @@ pub const PROBE_MAC: Mac = [2, 0, 0, 0, 0, 0x66];
 pub const API: &str = "198.18.0.101:6443";
 pub const LIMIT: Duration = Duration::from_secs(20);
 
-/// Root, namespaces and iptables; a missing one skips with its reason, or fails under CI=true or
-/// BERTH_REQUIRE_ROOT=1 (berth-testing's `require`).
+/// Whether the lab can be built here: root, namespaces and iptables. A strict run (`CI=true`,
+/// `BERTH_REQUIRE_ROOT=1`) fails instead of skipping.
 pub fn ready() -> bool {
-    berth_testing::require(&[
-        berth_testing::Requirement::Netns,
-        berth_testing::Requirement::Iptables,
-    ])
+    berth_testing::require(berth_testing::DATAPATH_NEEDS)
 }
 
 pub fn owner_among(candidates: &[&str], ip: &str) -> String {

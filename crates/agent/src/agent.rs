@@ -27,8 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::announce::{Announcer, LiveSet};
 use crate::config::AgentConfig;
+use crate::config::Backend;
 use crate::conntrack::Conntrack;
-use crate::datapath::FamilyDatapath;
+use crate::datapath::{BoxedNft, FamilyDatapath};
 use crate::healthcheck::{build_health_targets, HealthCheckServers, HealthTarget};
 use crate::index::{Index, Pending};
 use crate::metrics::AgentMetrics;
@@ -80,7 +81,7 @@ fn lock(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
     index.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<I: Iptables, C: Conntrack> Engine<I, C> {
+impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
     fn sync(&mut self, index: &Mutex<Index>, work: &Pending, full: bool) -> Outcome {
         let targets = {
             let index = lock(index);
@@ -165,25 +166,80 @@ where
     I: Iptables + Send + 'static,
     C: Conntrack + Send + 'static,
 {
-    /// Builds the agent; nothing runs until [`Agent::run`]. `iptables` gives the iptables of one
-    /// family; with `--proxy-mode=none` it is never called and iptables is never touched.
+    /// Builds the agent on the iptables backend; nothing runs until [`Agent::run`]. `iptables`
+    /// gives the iptables of one family; with `--proxy-mode=none` it is never called and
+    /// iptables is never touched. berth's nftables tables are left alone: only
+    /// [`Agent::with_nft`] knows where they are.
     pub fn new(
         config: AgentConfig,
         client: Client,
-        mut iptables: impl FnMut(IpFamily) -> I,
+        iptables: impl FnMut(IpFamily) -> I,
         conntrack: C,
         registry: &mut MetricsRegistry,
         readiness: &Readiness,
     ) -> Result<Self, Error> {
-        let datapaths = if config.proxy_mode() == ProxyMode::None {
-            Vec::new()
-        } else {
-            config
-                .families()
-                .iter()
-                .map(|family| FamilyDatapath::new(config.plan_options(*family), iptables(*family)))
-                .collect()
-        };
+        Self::build(
+            config, client, iptables, None, conntrack, registry, readiness,
+        )
+    }
+
+    /// Builds the agent on the backend `config` names (resolved: not `Auto`), given the
+    /// iptables and the nftables of each family. The backend not chosen has berth's rules
+    /// removed before the first sync, so switching backends leaves nothing stale behind.
+    pub fn with_nft(
+        config: AgentConfig,
+        client: Client,
+        iptables: impl FnMut(IpFamily) -> I,
+        mut nft: impl FnMut(IpFamily) -> BoxedNft,
+        conntrack: C,
+        registry: &mut MetricsRegistry,
+        readiness: &Readiness,
+    ) -> Result<Self, Error> {
+        Self::build(
+            config,
+            client,
+            iptables,
+            Some(&mut nft),
+            conntrack,
+            registry,
+            readiness,
+        )
+    }
+
+    fn build(
+        config: AgentConfig,
+        client: Client,
+        mut iptables: impl FnMut(IpFamily) -> I,
+        mut nft: Option<&mut dyn FnMut(IpFamily) -> BoxedNft>,
+        conntrack: C,
+        registry: &mut MetricsRegistry,
+        readiness: &Readiness,
+    ) -> Result<Self, Error> {
+        let backend = config.backend();
+        if backend == Backend::Auto {
+            return Err(Error::InvalidConfig {
+                field: "backend",
+                reason: "auto must be resolved before the agent is built".into(),
+            });
+        }
+        if backend == Backend::Nftables && nft.is_none() {
+            return Err(Error::InvalidConfig {
+                field: "backend",
+                reason: "the nftables backend needs an nft executor".into(),
+            });
+        }
+        let mut datapaths = Vec::new();
+        if config.proxy_mode() != ProxyMode::None {
+            for family in config.families() {
+                let options = config.plan_options(*family);
+                let ipt = iptables(*family);
+                let nft = nft.as_mut().map(|nft| nft(*family));
+                datapaths.push(match (backend, nft) {
+                    (Backend::Nftables, Some(nft)) => FamilyDatapath::nftables(options, nft, ipt),
+                    (_, nft) => FamilyDatapath::new(options, ipt, nft),
+                });
+            }
+        }
         let datapath_ready = readiness.register("datapath").map_err(Error::Telemetry)?;
         let announcer = config.announcer().map(|announcer| {
             Announcer::new(

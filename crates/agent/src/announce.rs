@@ -6,11 +6,14 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use berth_api::names::{annotation, event, field_manager};
 use berth_api::{IPPool, L2Advertisement};
-use berth_l2::{diff_ownership, local_interfaces, Answers, L2Index, L2Metrics, PacketLink};
+use berth_l2::{
+    diff_ownership, local_interfaces, Answers, InterfaceHold, L2Index, L2Metrics, PacketLink,
+    StartupSettle, TakeoverDelay,
+};
 use berth_telemetry::MetricsRegistry;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -33,6 +36,12 @@ pub type LiveSet = watch::Receiver<berth_membership::LiveNodes>;
 
 /// How often the local interfaces' state is read.
 const INTERFACE_POLL: Duration = Duration::from_millis(200);
+/// How long an interface that was down must stay up before it answers again.
+const INTERFACE_HOLD: Duration = Duration::from_secs(1);
+/// How long the live set must stay unchanged before a starting announcer answers.
+const STARTUP_SETTLE: Duration = Duration::from_secs(1);
+/// How long a takeover from a live owner waits for that owner to stop.
+const TAKEOVER_DELAY: Duration = Duration::from_millis(300);
 /// Announcements waiting to be reported; a full queue drops the oldest news, never the work.
 const REPORT_QUEUE: usize = 4096;
 
@@ -267,14 +276,30 @@ impl Announcer {
             mut live,
         } = self;
         let mut current = Arc::new(Answers::default());
+        let mut hold = InterfaceHold::new(INTERFACE_HOLD);
+        let mut settle = StartupSettle::new(STARTUP_SETTLE);
+        let mut delay = TakeoverDelay::new(TAKEOVER_DELAY);
+        if live.is_none() {
+            // Without liveness there is nothing to converge.
+            let now = Instant::now();
+            settle.changed(now.checked_sub(STARTUP_SETTLE).unwrap_or(now));
+        }
         let mut poll = tokio::time::interval(INTERFACE_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let settle_at = settle.next_check().or(delay.next_due());
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = wake.notified() => {}
+                () = async {
+                    match settle_at {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
                 _ = poll.tick() => {
-                    if !lock(&index).set_local_up(interfaces_up(&opened)) {
+                    let up = hold.observe(Instant::now(), &opened, &interfaces_up(&opened));
+                    if !lock(&index).set_local_up(up) {
                         continue;
                     }
                 }
@@ -294,14 +319,19 @@ impl Announcer {
                     if !lock(&index).set_live(set) {
                         continue;
                     }
+                    settle.changed(Instant::now());
                 }
+            }
+            if !settle.is_open(Instant::now()) {
+                continue;
             }
             let next = {
                 let index = lock(&index);
                 if !index.is_listed() {
                     continue;
                 }
-                Arc::new(index.answers())
+                let live = index.live_nodes();
+                Arc::new(delay.apply(&current, index.answers(), &live, Instant::now()))
             };
             if next == current {
                 continue;

@@ -10,11 +10,45 @@ use ipnet::IpNet;
 
 use crate::Error;
 
+/// Which kernel interface programs the Services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `iptables-restore` into berth's chains of the iptables tables.
+    Iptables,
+    /// `nft -f -` into berth's own tables `ip berth` / `ip6 berth`.
+    Nftables,
+    /// nftables when `nft` runs and the kernel accepts what the backend programs, else iptables;
+    /// decided once at start ([`Backend::resolve`]).
+    Auto,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Iptables => "iptables",
+            Backend::Nftables => "nftables",
+            Backend::Auto => "auto",
+        }
+    }
+
+    /// `Auto` made concrete by `nft_usable`, asked only for `Auto`.
+    pub fn resolve(self, nft_usable: impl FnOnce() -> bool) -> Backend {
+        match self {
+            Backend::Auto if nft_usable() => Backend::Nftables,
+            Backend::Auto => Backend::Iptables,
+            chosen => chosen,
+        }
+    }
+}
+
 /// The agent's settings as given; [`AgentOptions::validate`] turns them into an [`AgentConfig`].
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
     pub node_name: String,
     pub proxy_mode: ProxyMode,
+    /// The library default is iptables; `berth agent` defaults to `auto`.
+    pub backend: Backend,
+    /// iptables dispatch; the nftables backend always dispatches through verdict maps.
     pub dispatch: Dispatch,
     /// Pod CIDRs, at most one per family; their families are the ones the agent programs.
     pub cluster_cidrs: Vec<IpNet>,
@@ -37,6 +71,7 @@ impl Default for AgentOptions {
         AgentOptions {
             node_name: String::new(),
             proxy_mode: ProxyMode::Full,
+            backend: Backend::Iptables,
             dispatch: Dispatch::Tree,
             cluster_cidrs: Vec::new(),
             masquerade_all: false,
@@ -122,6 +157,17 @@ impl AgentConfig {
         self.options.proxy_mode
     }
 
+    /// The backend as configured (`Auto` until the caller resolves it).
+    pub fn backend(&self) -> Backend {
+        self.options.backend
+    }
+
+    /// The same configuration with `backend` (what [`Backend::resolve`] chose).
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.options.backend = backend;
+        self
+    }
+
     pub fn dispatch(&self) -> Dispatch {
         self.options.dispatch
     }
@@ -160,7 +206,11 @@ impl AgentConfig {
     pub fn plan_options(&self, family: IpFamily) -> PlanOptions {
         PlanOptions {
             family,
-            dispatch: self.options.dispatch,
+            // Linear dispatch is what becomes the verdict maps of the nftables backend.
+            dispatch: match self.options.backend {
+                Backend::Nftables => Dispatch::Linear,
+                Backend::Iptables | Backend::Auto => self.options.dispatch,
+            },
             cluster_cidr: self
                 .options
                 .cluster_cidrs
@@ -211,6 +261,27 @@ mod tests {
             node_name: "node-1".into(),
             ..AgentOptions::default()
         }
+    }
+
+    #[test]
+    fn nftables_plans_linear_dispatch_and_auto_resolves_once() {
+        let config = AgentOptions {
+            backend: Backend::Nftables,
+            ..mk_options()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(config.dispatch(), Dispatch::Tree);
+        assert_eq!(config.plan_options(IpFamily::V4).dispatch, Dispatch::Linear);
+        assert_eq!(Backend::Auto.resolve(|| true), Backend::Nftables);
+        assert_eq!(Backend::Auto.resolve(|| false), Backend::Iptables);
+        let asked = std::cell::Cell::new(false);
+        let ask = || {
+            asked.set(true);
+            true
+        };
+        assert_eq!(Backend::Iptables.resolve(ask), Backend::Iptables);
+        assert!(!asked.get(), "a chosen backend is not probed");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use berth_core::IpFamily;
-use berth_datapath::sync::{Iptables, SyncReport, Syncer};
+use berth_datapath::nft_sync::{remove_table, Nft, NftSyncer};
+use berth_datapath::sync::{remove_berth_rules, Iptables, SyncReport, SyncRuleset, Syncer};
 use berth_datapath::{
     rewritten_every_sync, ChainName, Changes, JumpRule, NodeView, Payload, PlanOptions, Planner,
     Table,
@@ -62,25 +63,70 @@ impl<I: Iptables> Iptables for SharedIptables<I> {
     }
 }
 
+/// An nftables executor the agent can move to its sync thread.
+pub type BoxedNft = Box<dyn Nft + Send>;
+
+/// One family's Syncer, on the backend the agent runs.
+enum Applier<I> {
+    Iptables(Syncer<I>),
+    Nftables(NftSyncer<BoxedNft>),
+}
+
+/// Removes berth's rules from the backend the agent does not run, once, before its first sync.
+type Cleanup = Box<dyn FnMut() -> Result<(), berth_datapath::Error> + Send>;
+
+/// A node without the other backend's tool has nothing of berth's there to remove.
+fn tool_absent_is_clean(
+    result: Result<(), berth_datapath::Error>,
+) -> Result<(), berth_datapath::Error> {
+    match result {
+        Err(berth_datapath::Error::Spawn { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
 pub struct FamilyDatapath<I> {
     family: IpFamily,
     planner: Planner,
-    syncer: Syncer<I>,
+    syncer: Applier<I>,
     changes: Changes,
+    cleanup: Option<Cleanup>,
 }
 
-impl<I: Iptables> FamilyDatapath<I> {
-    pub fn new(options: PlanOptions, iptables: I) -> Self {
+impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
+    /// The iptables backend; `nft`, when given, is where berth's nftables table is removed.
+    pub fn new(options: PlanOptions, iptables: I, nft: Option<BoxedNft>) -> Self {
         let syncer =
             Syncer::new(iptables).rewriting_every_sync(rewritten_every_sync(options.dispatch));
+        let family = options.family;
+        let cleanup =
+            nft.map(|mut nft| -> Cleanup { Box::new(move || nft.apply(&remove_table(family))) });
         FamilyDatapath {
-            family: options.family,
+            family,
             planner: Planner::new(options),
-            syncer,
+            syncer: Applier::Iptables(syncer),
             changes: Changes::All,
+            cleanup,
         }
     }
 
+    /// The nftables backend; `iptables` is where berth's chains and jumps are removed.
+    pub fn nftables(options: PlanOptions, nft: BoxedNft, mut iptables: I) -> Self {
+        let family = options.family;
+        FamilyDatapath {
+            family,
+            planner: Planner::new(options),
+            syncer: Applier::Nftables(NftSyncer::new(nft, family)),
+            changes: Changes::All,
+            cleanup: Some(Box::new(move || {
+                tool_absent_is_clean(remove_berth_rules(&mut iptables).map(|_| ()))
+            })),
+        }
+    }
     pub fn family(&self) -> IpFamily {
         self.family
     }
@@ -110,19 +156,58 @@ impl<I: Iptables> FamilyDatapath<I> {
     /// Applies the planned ruleset: all of it when `full`, else the chains planned since the
     /// last successful apply.
     pub fn apply(&mut self, full: bool) -> Result<SyncReport, berth_datapath::Error> {
-        if full {
-            self.syncer.force_full_sync();
+        if let Some(cleanup) = &mut self.cleanup {
+            // Kept until it succeeds: a failure fails this sync and is tried again.
+            cleanup()?;
+            self.cleanup = None;
         }
-        let result = self
-            .syncer
-            .sync_changes(self.planner.ruleset(), &self.changes);
+        let syncer: &mut dyn SyncRuleset = match &mut self.syncer {
+            Applier::Iptables(syncer) => syncer,
+            Applier::Nftables(syncer) => syncer,
+        };
+        if full {
+            syncer.force_full_sync();
+        }
+        let result = syncer.sync_changes(self.planner.ruleset(), &self.changes);
         if result.is_ok() {
             self.changes = Changes::Chains(Default::default());
         }
         result
     }
 
-    pub fn iptables(&self) -> &I {
-        self.syncer.iptables()
+    /// The iptables the datapath programs; `None` on the nftables backend.
+    pub fn iptables(&self) -> Option<&I> {
+        match &self.syncer {
+            Applier::Iptables(syncer) => Some(syncer.iptables()),
+            Applier::Nftables(_) => None,
+        }
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        match &self.syncer {
+            Applier::Iptables(_) => "iptables",
+            Applier::Nftables(_) => "nftables",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_tool_means_nothing_to_remove() {
+        let missing = berth_datapath::Error::Spawn {
+            command: "nft -f -".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(tool_absent_is_clean(Err(missing)).is_ok());
+        let denied = berth_datapath::Error::Spawn {
+            command: "nft -f -".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert!(tool_absent_is_clean(Err(denied)).is_err());
+        let refused = berth_datapath::Error::Restore { reason: "x".into() };
+        assert!(tool_absent_is_clean(Err(refused)).is_err());
     }
 }

@@ -32,9 +32,9 @@ mod watch;
 
 pub use agent::{admin_router, Agent, AgentStatus};
 pub use announce::{Announcer, AnnouncerConfig, LiveSet};
-pub use config::{parse_duration, AgentConfig, AgentOptions};
+pub use config::{parse_duration, AgentConfig, AgentOptions, Backend};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
-pub use datapath::SharedIptables;
+pub use datapath::{BoxedNft, SharedIptables};
 pub use index::Index;
 pub use run::{run_agent, start_membership, RunOptions};
 

@@ -3,6 +3,7 @@
 //! and binds the admin endpoint, as it does for the controller.
 
 use berth_datapath::exec::CommandIptables;
+use berth_datapath::nft_exec::CommandNft;
 use berth_membership::{LiveNodes, Membership, MembershipConfig};
 use berth_telemetry::{MetricsRegistry, Readiness};
 use kube::Client;
@@ -12,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::conntrack::CommandConntrack;
+use crate::datapath::BoxedNft;
 use crate::{Agent, AgentConfig, Error};
 
 /// Everything `berth agent` needs, parsed by the binary.
@@ -72,10 +74,15 @@ pub async fn run_agent(
         }
         None => (None, None),
     };
-    let mut agent = Agent::new(
-        opts.config,
+    // `auto` probes the kernel once (`nft --check`, which changes nothing); the backend not
+    // chosen has berth's rules removed before the first sync.
+    let backend = opts.config.backend().resolve(|| CommandNft::new().usable());
+    tracing::info!(backend = backend.as_str(), "datapath backend");
+    let mut agent = Agent::with_nft(
+        opts.config.with_backend(backend),
         client,
         CommandIptables::new,
+        |_| -> BoxedNft { Box::new(CommandNft::new()) },
         CommandConntrack::new(),
         &mut registry,
         &readiness,

@@ -40,6 +40,9 @@ impl Backend {
 
 #[derive(Debug, Clone)]
 pub struct CommandIptables {
+    backend: Backend,
+    /// Whether the commands are iptables-nft, once asked.
+    nft_based: Option<bool>,
     iptables: String,
     restore: String,
     save: String,
@@ -59,11 +62,21 @@ impl CommandIptables {
         };
         let base = format!("{family_base}{}", backend.suffix());
         CommandIptables {
+            backend,
+            nft_based: None,
             restore: format!("{base}-restore"),
             save: format!("{base}-save"),
             iptables: base,
             netns: None,
         }
+    }
+
+    /// Whether full restores start each table with a chain-less listing
+    /// ([`crate::render::Rendered::listing_first`]); by default only on iptables-nft. `false`
+    /// restores as kube-proxy does, for comparison.
+    pub fn listing_first(mut self, listing: bool) -> Self {
+        self.nft_based = Some(listing);
+        self
     }
 
     /// Runs every command inside the named network namespace (`ip netns exec <name> ...`).
@@ -84,20 +97,9 @@ impl CommandIptables {
     }
 
     /// The program and arguments that run `program args` where this instance works.
+    #[cfg(test)]
     fn command_line(&self, program: &str, args: &[String]) -> (String, Vec<String>) {
-        match &self.netns {
-            None => (program.to_string(), args.to_vec()),
-            Some(ns) => {
-                let mut full = vec![
-                    "netns".to_string(),
-                    "exec".into(),
-                    ns.clone(),
-                    program.into(),
-                ];
-                full.extend(args.iter().cloned());
-                ("ip".to_string(), full)
-            }
-        }
+        command_line(self.netns.as_deref(), program, args)
     }
 
     fn run(
@@ -106,36 +108,7 @@ impl CommandIptables {
         args: &[String],
         stdin: Option<&dyn Payload>,
     ) -> Result<Output, Error> {
-        let (program, args) = self.command_line(program, args);
-        let command = format!("{program} {}", args.join(" "));
-        let spawn_err = |source| Error::Spawn {
-            command: command.clone(),
-            source,
-        };
-        let mut child = Command::new(&program)
-            .args(&args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(spawn_err)?;
-        let mut written = Ok(());
-        if let (Some(payload), Some(pipe)) = (stdin, child.stdin.take()) {
-            // Streamed through a buffer: the payload is rendered as the restore reads it.
-            let mut pipe = BufWriter::with_capacity(1 << 16, pipe);
-            written = payload.write_to(&mut pipe).and_then(|()| pipe.flush());
-        }
-        let output = child.wait_with_output().map_err(spawn_err)?;
-        match written {
-            // A program that stops reading early (a rejected line) closes the pipe; its exit
-            // status and stderr then say why, which beats the broken-pipe error.
-            Err(e) if output.status.success() => Err(spawn_err(e)),
-            _ => Ok(output),
-        }
+        run(self.netns.as_deref(), program, args, stdin)
     }
 
     fn run_ok(
@@ -144,17 +117,7 @@ impl CommandIptables {
         args: &[String],
         stdin: Option<&dyn Payload>,
     ) -> Result<Output, Error> {
-        let output = self.run(program, args, stdin)?;
-        if output.status.success() {
-            Ok(output)
-        } else {
-            let (program, args) = self.command_line(program, args);
-            Err(Error::Command {
-                command: format!("{program} {}", args.join(" ")),
-                status: output.status.to_string(),
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-            })
-        }
+        run_ok(self.netns.as_deref(), program, args, stdin)
     }
 
     fn table_args(table: Table, rest: &[&str]) -> Vec<String> {
@@ -166,6 +129,86 @@ impl CommandIptables {
         ];
         args.extend(rest.iter().map(|s| s.to_string()));
         args
+    }
+}
+
+/// The program and arguments that run `program args`, inside `netns` when one is named.
+pub(crate) fn command_line(
+    netns: Option<&str>,
+    program: &str,
+    args: &[String],
+) -> (String, Vec<String>) {
+    match netns {
+        None => (program.to_string(), args.to_vec()),
+        Some(ns) => {
+            let mut full = vec![
+                "netns".to_string(),
+                "exec".into(),
+                ns.to_string(),
+                program.into(),
+            ];
+            full.extend(args.iter().cloned());
+            ("ip".to_string(), full)
+        }
+    }
+}
+
+/// Runs a command, streaming `stdin` into it as it is rendered.
+pub(crate) fn run(
+    netns: Option<&str>,
+    program: &str,
+    args: &[String],
+    stdin: Option<&dyn Payload>,
+) -> Result<Output, Error> {
+    let (program, args) = command_line(netns, program, args);
+    let command = format!("{program} {}", args.join(" "));
+    let spawn_err = |source| Error::Spawn {
+        command: command.clone(),
+        source,
+    };
+    let mut child = Command::new(&program)
+        .args(&args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_err)?;
+    let mut written = Ok(());
+    if let (Some(payload), Some(pipe)) = (stdin, child.stdin.take()) {
+        // Streamed through a buffer: the payload is rendered as the program reads it.
+        let mut pipe = BufWriter::with_capacity(1 << 16, pipe);
+        written = payload.write_to(&mut pipe).and_then(|()| pipe.flush());
+    }
+    let output = child.wait_with_output().map_err(spawn_err)?;
+    match written {
+        // A program that stops reading early (a rejected line) closes the pipe; its exit
+        // status and stderr then say why, which beats the broken-pipe error.
+        Err(e) if output.status.success() => Err(spawn_err(e)),
+        _ => Ok(output),
+    }
+}
+
+/// [`run`], failing unless the command exits successfully.
+pub(crate) fn run_ok(
+    netns: Option<&str>,
+    program: &str,
+    args: &[String],
+    stdin: Option<&dyn Payload>,
+) -> Result<Output, Error> {
+    let output = run(netns, program, args, stdin)?;
+    if output.status.success() {
+        Ok(output)
+    } else {
+        let (program, args) = command_line(netns, program, args);
+        Err(Error::Command {
+            command: format!("{program} {}", args.join(" ")),
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
     }
 }
 
@@ -205,6 +248,18 @@ impl Iptables for CommandIptables {
             None,
         )?;
         Ok(output.status.success())
+    }
+
+    fn restore_lists_first(&mut self) -> bool {
+        let backend = self.backend;
+        *self.nft_based.get_or_insert_with(|| match backend {
+            Backend::Nft => true,
+            Backend::Legacy => false,
+            // `iptables -V` prints "(nf_tables)" or "(legacy)".
+            Backend::System => run(None, "iptables", &["-V".to_string()], None)
+                .map(|out| String::from_utf8_lossy(&out.stdout).contains("nf_tables"))
+                .unwrap_or(false),
+        })
     }
 
     fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), Error> {

@@ -1,6 +1,35 @@
 //! berth-datapath: a node's view of Services and endpoints -> a typed iptables ruleset (`plan`)
 //! -> `iptables-restore` text (`render`) -> applied by a [`sync::Syncer`] through the
-//! [`sync::Iptables`] trait.
+//! [`sync::Iptables`] trait; or the same ruleset in nftables form ([`nft`]) applied by an
+//! [`nft_sync::NftSyncer`] through the [`nft_sync::Nft`] trait.
+//!
+//! nftables backend decisions (see [`nft`] and [`nft_sync`] for the details):
+//! - One plan for both backends: the nftables table holds the planned chains under
+//!   `<table>-<chain>` names, so the planner, the incremental planner, the packet tracer and the
+//!   golden tests serve both, and the semantics cannot drift apart.
+//! - Own tables `ip berth` / `ip6 berth`; base chains hooked at the priorities of iptables'
+//!   tables. Never another program's table. An `accept` in berth's table does not override a
+//!   `drop` in another table on the same hook (nftables evaluates every base chain): on the
+//!   iptables backend berth's `FORWARD` accept of marked traffic wins over a `DROP` policy set in
+//!   iptables' own `filter` table (Docker's), on the nftables backend it does not.
+//! - Linear dispatch becomes verdict maps with `jump` elements; a key two Services claim goes to
+//!   the first, as the linear chain would.
+//! - No anonymous set per Service: endpoint choice is the iptables cascade written with `numgen`.
+//!   ClientIP affinity uses a dynamic timeout set per endpoint (named like its chain); a changed
+//!   timeout is re-declared in place.
+//! - One transaction per sync; a full sync deletes and recreates the table inside it (no half-built
+//!   table is ever visible, stale objects cannot survive, established connections keep their
+//!   conntrack translation; affinity entries start over). Partial syncs are diffed in memory; every
+//!   command names berth's table, so a deleted table fails the transaction and the next sync is
+//!   full (no canary needed); a `flush table` of berth's table by someone else is repaired by the
+//!   next periodic full sync.
+//! - Chains that become stale are deleted in the same transaction (kube-proxy defers this by a
+//!   second for kernels before 6.2, which did not release a chain still named by a just-deleted
+//!   map element; berth's kernels accept it, and a refusal only means the next sync is full).
+//! - iptables-nft: a full restore starts each table with a chain-less `-S`
+//!   ([`render::Rendered::listing_first`]) so iptables 1.8.x fetches all chains at once instead of
+//!   keeping every named chain in a sorted list (quadratic in chains × rules); a listing, unlike
+//!   the `-Z` that has the same effect, zeroes nobody's counters.
 //!
 //! Decisions beyond kube-proxy's iptables mode, which the semantics otherwise follow:
 //! - Load-balancer traffic not admitted by `BERTH-FW-*` is dropped in the filter chain
@@ -35,6 +64,10 @@ pub mod input;
 pub mod memory;
 pub mod model;
 pub mod names;
+pub mod nft;
+pub mod nft_exec;
+pub mod nft_memory;
+pub mod nft_sync;
 pub mod plan;
 pub mod render;
 pub mod rule_text;

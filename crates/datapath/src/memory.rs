@@ -200,6 +200,19 @@ impl MemoryIptables {
                     count_refs(refs, std::slice::from_ref(&rule), true);
                     rules.push(rule);
                 }
+                "-D" => {
+                    let rule = parse_rule(line, words[2..].to_vec())?;
+                    remember(chains, &chain);
+                    let rules = chains
+                        .get_mut(&chain)
+                        .ok_or_else(|| restore_error(line, "no such chain"))?;
+                    let at = rules
+                        .iter()
+                        .position(|r| *r == rule)
+                        .ok_or_else(|| restore_error(line, "no matching rule to delete"))?;
+                    let removed = rules.remove(at);
+                    count_refs(refs, std::slice::from_ref(&removed), false);
+                }
                 "-F" => {
                     remember(chains, &chain);
                     let rules = chains

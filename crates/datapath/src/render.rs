@@ -37,6 +37,7 @@ struct TablePart<'a> {
 pub struct Rendered<'a> {
     parts: Vec<TablePart<'a>>,
     written: Cell<usize>,
+    list_first: bool,
 }
 
 impl<'a> Rendered<'a> {
@@ -78,7 +79,18 @@ impl<'a> Rendered<'a> {
         Rendered {
             parts,
             written: Cell::new(0),
+            list_first: false,
         }
+    }
+
+    /// Starts each table with a chain-less `-S`, which only lists the table. iptables-nft
+    /// (1.8.x) otherwise keeps every chain a restore names, and every jump target, in a sorted
+    /// linked list (`cache_chain_list_insert`), so a payload declaring tens of thousands of chains
+    /// costs chains × rules string comparisons; one chain-less command makes it fetch the whole
+    /// table's chains instead. Unlike `-Z` it changes nobody's counters.
+    pub fn listing_first(mut self, list_first: bool) -> Self {
+        self.list_first = list_first;
+        self
     }
 
     /// Nothing to restore: no table has a chain to rewrite or delete.
@@ -99,6 +111,9 @@ impl<'a> Rendered<'a> {
         };
         for part in &self.parts {
             emit(out, &format!("*{}\n", part.table))?;
+            if self.list_first {
+                emit(out, "-S\n")?;
+            }
             for (chain, _) in &part.rewrite {
                 emit(out, &format!(":{chain} - [0:0]\n"))?;
             }

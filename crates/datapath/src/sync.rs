@@ -21,6 +21,11 @@ pub trait Iptables {
     fn chain_exists(&mut self, table: Table, chain: &ChainName) -> Result<bool, Error>;
     /// Inserts the jump at the top of its built-in chain unless an identical rule is there.
     fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), Error>;
+    /// Whether a large restore should start each table with a chain-less listing
+    /// ([`Rendered::listing_first`]): true for iptables-nft, whose restore is otherwise quadratic.
+    fn restore_lists_first(&mut self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,7 +275,8 @@ impl<I: Iptables> Syncer<I> {
                 self.iptables.ensure_jump(jump)?;
             }
         }
-        let payload = Rendered::new(rs, &selection);
+        let list_first = kind == SyncKind::Full && self.iptables.restore_lists_first();
+        let payload = Rendered::new(rs, &selection).listing_first(list_first);
         let rewritten_chains = selection
             .rewrite
             .as_ref()
@@ -296,5 +302,82 @@ impl<I: Iptables> Syncer<I> {
             payload_bytes,
             rule_count: self.applied_rules,
         })
+    }
+}
+
+/// The restore payload that removes berth from one table of an `iptables-save` dump: the jumps to
+/// berth chains from other chains, then every berth chain (the canary too). Empty when berth has
+/// nothing there. What switching to the nftables backend does to iptables.
+pub fn removal_payload(table: Table, dump: &str) -> String {
+    let mut chains = Vec::new();
+    let mut jumps = Vec::new();
+    for line in dump.lines() {
+        if let Some(decl) = line.strip_prefix(':') {
+            if let Some(chain) = decl.split_whitespace().next() {
+                if chain.starts_with(crate::model::CHAIN_PREFIX) {
+                    chains.push(chain.to_string());
+                }
+            }
+        } else if let Some(rule) = line.strip_prefix("-A ") {
+            let from = rule.split_whitespace().next().unwrap_or_default();
+            let jumps_to_berth = rule.contains(&format!(" -j {}", crate::model::CHAIN_PREFIX));
+            if !from.starts_with(crate::model::CHAIN_PREFIX) && jumps_to_berth {
+                jumps.push(format!("-D {rule}\n"));
+            }
+        }
+    }
+    if chains.is_empty() && jumps.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("*{table}\n");
+    // Declaring a chain in a restore flushes it, so no berth chain still jumps anywhere.
+    for chain in &chains {
+        out.push_str(&format!(":{chain} - [0:0]\n"));
+    }
+    jumps.iter().for_each(|line| out.push_str(line));
+    for chain in &chains {
+        out.push_str(&format!("-X {chain}\n"));
+    }
+    out.push_str("COMMIT\n");
+    out
+}
+
+/// Removes every berth chain and jump from iptables, in every table; returns the tables changed.
+pub fn remove_berth_rules(iptables: &mut dyn Iptables) -> Result<usize, Error> {
+    let mut changed = 0;
+    for table in Table::ALL {
+        let payload = removal_payload(table, &iptables.save(table)?);
+        if !payload.is_empty() {
+            iptables.restore(&payload)?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
+
+/// What the agent needs of a backend's Syncer, whichever programs the kernel.
+pub trait SyncRuleset {
+    /// See [`Syncer::sync_changes`].
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error>;
+    fn force_full_sync(&mut self);
+}
+
+impl<I: Iptables> SyncRuleset for Syncer<I> {
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        Syncer::sync_changes(self, rs, changes)
+    }
+
+    fn force_full_sync(&mut self) {
+        Syncer::force_full_sync(self);
+    }
+}
+
+impl<N: crate::nft_sync::Nft> SyncRuleset for crate::nft_sync::NftSyncer<N> {
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        crate::nft_sync::NftSyncer::sync_changes(self, rs, changes)
+    }
+
+    fn force_full_sync(&mut self) {
+        crate::nft_sync::NftSyncer::force_full_sync(self);
     }
 }

@@ -4,9 +4,12 @@
 
 mod common;
 
+use berth_core::IpFamily;
 use berth_core::TrafficPolicy;
 use berth_datapath::memory::MemoryIptables;
-use berth_datapath::sync::Syncer;
+use berth_datapath::nft_memory::MemoryNft;
+use berth_datapath::nft_sync::NftSyncer;
+use berth_datapath::sync::{SyncKind, Syncer};
 use berth_datapath::trace::Origin;
 use berth_datapath::*;
 use common::*;
@@ -183,7 +186,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// The incremental planner always holds exactly the ruleset `plan` gives from scratch, and
-    /// syncing only the chains it reports leaves iptables exactly as a full sync would.
+    /// syncing only the chains it reports leaves iptables, and berth's nftables table, exactly as
+    /// a full sync would.
     #[test]
     fn incremental_planning_equals_a_full_plan(
         initial in proptest::collection::vec(svc_spec(), 0..16),
@@ -198,6 +202,7 @@ proptest! {
         let mut planner = Planner::new(options.clone());
         let mut syncer = Syncer::new(MemoryIptables::default())
             .rewriting_every_sync(rewritten_every_sync(options.dispatch));
+        let mut nft = NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4);
         let mut specs = initial;
         for (step, batch) in std::iter::once(&Vec::new()).chain(&batches).enumerate() {
             for edit in batch {
@@ -224,6 +229,11 @@ proptest! {
             let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
             prop_assert_eq!(report.rule_count, expected.rule_count());
             prop_assert_eq!(syncer.iptables().berth_ruleset(), expected.clone());
+            let report = nft.sync_changes(planner.ruleset(), &changes).unwrap();
+            prop_assert_eq!(report.kind == SyncKind::Full, step == 0);
+            let mut fresh = NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4);
+            fresh.sync(&expected).unwrap();
+            prop_assert_eq!(&nft.nft().table, &fresh.nft().table, "step {}", step);
             check_consistency(planner.ruleset());
         }
         // Nothing changed: nothing to report, and the payload holds only what must be rewritten.

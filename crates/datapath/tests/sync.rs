@@ -285,3 +285,40 @@ fn planner_follows_node_changes_and_ports_sharing_a_name() {
         assert_eq!(planner.ruleset(), &plan(&moved, &options), "{dispatch:?}");
     }
 }
+
+#[test]
+fn removing_berth_leaves_only_foreign_rules() {
+    let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Tree));
+    let mut ipt = MemoryIptables::default();
+    ipt.restore_text(
+        "*nat\n:KEEP-NAT - [0:0]\n-A KEEP-NAT -s 10.244.9.9/32 -j RETURN\n-A PREROUTING -j KEEP-NAT\nCOMMIT\n",
+    )
+    .unwrap();
+    let foreign = ipt.tables.clone();
+    let mut syncer = Syncer::new(ipt);
+    syncer.sync(&rs).unwrap();
+    assert_ne!(syncer.iptables().tables, foreign);
+    let changed = sync::remove_berth_rules(syncer.iptables_mut()).unwrap();
+    assert_eq!(changed, 2, "filter and nat");
+    assert_eq!(syncer.iptables().tables, foreign);
+    // Nothing left to remove: no payload at all.
+    assert_eq!(sync::remove_berth_rules(syncer.iptables_mut()).unwrap(), 0);
+}
+
+#[test]
+fn a_full_restore_can_start_each_table_with_a_listing() {
+    let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Tree));
+    let selection = ChainSelection::all();
+    let mut text = Vec::new();
+    Payload::write_to(
+        &Rendered::new(&rs, &selection).listing_first(true),
+        &mut text,
+    )
+    .unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(text.matches("-S\n").count(), 2, "{text}");
+    assert!(text.starts_with("*filter\n-S\n:BERTH-"), "{text}");
+    assert!(text.contains("*nat\n-S\n:BERTH-"), "{text}");
+    let plain = render(&rs, &selection);
+    assert_eq!(text.replace("-S\n", ""), plain);
+}

@@ -8,8 +8,9 @@ use berth_datapath::trace::{trace, Origin, TraceEnv, Verdict};
 use berth_datapath::*;
 use common::*;
 
-/// Traces the packet through the plan of `view` in both dispatch modes and checks each against
-/// `expected` (verdict, masqueraded, probability in thousandths).
+/// Traces the packet through the plan of `view` in both dispatch modes, and through the table the
+/// nftables backend programs from the linear plan, and checks each against `expected` (verdict,
+/// masqueraded, probability in thousandths).
 fn assert_flow(
     view: &NodeView,
     env: &TraceEnv,
@@ -26,6 +27,11 @@ fn assert_flow(
         let mut got = outcomes(&rs, env, p);
         got.sort();
         assert_eq!(got, expected, "{dispatch:?} {p:?}");
+        if dispatch == Dispatch::Linear {
+            let mut got = outcomes(&nft_traceable(&rs, options.family), env, p);
+            got.sort();
+            assert_eq!(got, expected, "nftables {p:?}");
+        }
     }
 }
 

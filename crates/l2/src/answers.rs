@@ -143,3 +143,160 @@ pub fn diff_ownership(old: &Answers, new: &Answers) -> OwnershipChanges {
         .collect();
     changes
 }
+
+/// Break before make: an address this node takes from an owner that is still live (the move
+/// comes from a change both see — endpoints, labels, advertisements — not from a death) is
+/// answered only after a delay, so the old owner, reacting to the same change, stops first.
+/// Addresses taken from a dead owner, or from nobody, are answered at once. Pure: the caller
+/// passes the time.
+#[derive(Debug, Clone)]
+pub struct TakeoverDelay {
+    delay: std::time::Duration,
+    waiting: BTreeMap<IpAddr, std::time::Instant>,
+}
+
+impl TakeoverDelay {
+    pub fn new(delay: std::time::Duration) -> Self {
+        TakeoverDelay {
+            delay,
+            waiting: BTreeMap::new(),
+        }
+    }
+
+    /// `next`, with the takeovers from live owners still waiting shown as the old owner's.
+    /// `published` is the table answered from until now; `live` the live nodes.
+    pub fn apply(
+        &mut self,
+        published: &Answers,
+        mut next: Answers,
+        live: &BTreeSet<String>,
+        now: std::time::Instant,
+    ) -> Answers {
+        let owned_now: BTreeSet<IpAddr> = next.owned().map(|o| o.ip).collect();
+        self.waiting.retain(|ip, _| owned_now.contains(ip));
+        for ip in owned_now {
+            let previous_owner = match published.ips.get(&ip).map(|e| &e.answer) {
+                Some(IpAnswer::Elsewhere { owner: Some(owner) }) => owner.clone(),
+                _ => {
+                    self.waiting.remove(&ip);
+                    continue;
+                }
+            };
+            if !live.contains(&previous_owner) {
+                self.waiting.remove(&ip);
+                continue;
+            }
+            let due = *self.waiting.entry(ip).or_insert(now + self.delay);
+            if now >= due {
+                self.waiting.remove(&ip);
+                continue;
+            }
+            if let Some(entry) = next.ips.get_mut(&ip) {
+                entry.answer = IpAnswer::Elsewhere {
+                    owner: Some(previous_owner),
+                };
+            }
+        }
+        next
+    }
+
+    /// When the next waiting takeover is due.
+    pub fn next_due(&self) -> Option<std::time::Instant> {
+        self.waiting.values().min().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn table(entries: &[(&str, IpAnswer)]) -> Answers {
+        Answers {
+            pools: vec![berth_core::parse_address("198.18.0.200-198.18.0.250").expect("range")],
+            ips: entries
+                .iter()
+                .map(|(ip, answer)| {
+                    (
+                        ip.parse().expect("ip"),
+                        IpEntry {
+                            answer: answer.clone(),
+                            services: BTreeSet::new(),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn elsewhere(owner: &str) -> IpAnswer {
+        IpAnswer::Elsewhere {
+            owner: Some(owner.into()),
+        }
+    }
+
+    fn owned() -> IpAnswer {
+        IpAnswer::Owned(crate::election::Interfaces::Any)
+    }
+
+    #[test]
+    fn a_live_owner_stops_first_a_dead_one_is_replaced_at_once() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let live: BTreeSet<String> = ["n1", "n2"].iter().map(|s| s.to_string()).collect();
+        let mut delay = TakeoverDelay::new(ms(300));
+        let before = table(&[
+            ("198.18.0.200", elsewhere("n2")),
+            ("198.18.0.201", elsewhere("n3")),
+        ]);
+        let after = table(&[("198.18.0.200", owned()), ("198.18.0.201", owned())]);
+        // n2 is live: .200 waits; n3 is dead: .201 is taken at once.
+        let published = delay.apply(&before, after.clone(), &live, t0);
+        assert!(published
+            .decide("198.18.0.201".parse().expect("ip"), "eth0")
+            .is_ok());
+        assert_eq!(
+            published.decide("198.18.0.200".parse().expect("ip"), "eth0"),
+            Err(Refusal::NotElected {
+                owner: Some("n2".into())
+            })
+        );
+        assert_eq!(delay.next_due(), Some(t0 + ms(300)));
+        let published = delay.apply(&published, after.clone(), &live, t0 + ms(299));
+        assert!(published
+            .decide("198.18.0.200".parse().expect("ip"), "eth0")
+            .is_err());
+        let published = delay.apply(&published, after.clone(), &live, t0 + ms(300));
+        assert!(published
+            .decide("198.18.0.200".parse().expect("ip"), "eth0")
+            .is_ok());
+        assert_eq!(delay.next_due(), None);
+        // Losing is never delayed.
+        let lost = delay.apply(&published, before.clone(), &live, t0 + ms(301));
+        assert_eq!(lost, before);
+    }
+
+    #[test]
+    fn a_takeover_abandoned_while_waiting_is_forgotten() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let live: BTreeSet<String> = ["n1", "n2"].iter().map(|s| s.to_string()).collect();
+        let mut delay = TakeoverDelay::new(ms(300));
+        let before = table(&[("198.18.0.200", elsewhere("n2"))]);
+        let after = table(&[("198.18.0.200", owned())]);
+        let published = delay.apply(&before, after.clone(), &live, t0);
+        let back = delay.apply(&published, before.clone(), &live, t0 + ms(100));
+        assert_eq!(back, before);
+        assert_eq!(delay.next_due(), None);
+        // The owner dies while we wait: taken at once.
+        let published = delay.apply(&back, after.clone(), &live, t0 + ms(200));
+        assert!(published
+            .decide("198.18.0.200".parse().expect("ip"), "eth0")
+            .is_err());
+        let only_n1: BTreeSet<String> = ["n1".to_string()].into();
+        let published = delay.apply(&published, after, &only_n1, t0 + ms(250));
+        assert!(published
+            .decide("198.18.0.200".parse().expect("ip"), "eth0")
+            .is_ok());
+    }
+}

@@ -431,6 +431,14 @@ impl L2Index {
         true
     }
 
+    /// The nodes counted live: the live set, or every known Node without one.
+    pub fn live_nodes(&self) -> BTreeSet<String> {
+        match &self.live {
+            Some(live) => (**live).clone(),
+            None => self.nodes.keys().cloned().collect(),
+        }
+    }
+
     /// The Services holding each address, and what the address demands of its owner.
     fn demands(&self) -> BTreeMap<IpAddr, (IpDemand, BTreeSet<ServiceKey>)> {
         let mut ready: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();

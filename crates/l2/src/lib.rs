@@ -27,6 +27,24 @@
 //!   (neighbour unreachability detection) are answered as well as multicast ones; duplicate
 //!   address detection for an owned address is answered to all nodes.
 //! - The VIP is never added to an interface: replies come from the responder alone.
+//! - **Liveness** is not decided here: the agent hands the index berth-membership's live set
+//!   (Lease plus SWIM). Without one, every known Node counts as live: one owner still answers,
+//!   but nothing moves when an agent dies.
+//! - **Interface hold**: a local interface that comes back up after being down counts again
+//!   only after 1 s up without a break. After a short link flap this node may not yet know that
+//!   its peers declared it dead and moved its addresses; answering at once made two nodes answer
+//!   until they heard of each other (seen in the failover bench). The hold narrows that window
+//!   to the peers' re-admission time; it is a timing margin, not a guarantee.
+//! - **Startup settle**: a starting announcer answers nothing until its live set has stayed
+//!   unchanged for 1 s. Agents started together each count only themselves at first and would
+//!   all answer until membership converges; a restarted owner would answer before its peers
+//!   re-admit it. Failovers after that do not wait.
+//! - **Break before make**: an address taken from an owner that is still live (a move caused by
+//!   a change every agent sees: endpoints, labels, conditions, advertisements) is answered only
+//!   300 ms later, so the old owner, which sees the same change, stops first. An address taken
+//!   from a dead owner is answered at once: failover does not wait.
+//! - **Reports**: the agent writes the `berth.dev/announcing-node` annotation and an Event on
+//!   each takeover, not periodically, so the API load does not grow with the Services.
 
 pub mod answers;
 pub mod election;
@@ -38,13 +56,15 @@ pub mod schedule;
 pub mod speaker;
 pub mod transport;
 
-pub use answers::{diff_ownership, Answers, IpAnswer, OwnershipChanges, Refusal, ServiceKey};
+pub use answers::{
+    diff_ownership, Answers, IpAnswer, OwnershipChanges, Refusal, ServiceKey, TakeoverDelay,
+};
 pub use election::{election_key, Election, ElectionView, Interfaces, IpDemand, NodeFacts, Pool};
 pub use frame::Mac;
 pub use index::L2Index;
 pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
-pub use schedule::GratuitousSchedule;
+pub use schedule::{GratuitousSchedule, InterfaceHold, StartupSettle};
 pub use speaker::{run_link, L2Metrics};
 pub use transport::{Link, LinkSwitch, MemoryLan, MemoryLink};
 

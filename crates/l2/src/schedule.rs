@@ -138,3 +138,177 @@ mod tests {
         assert_eq!(due, vec![ip("198.18.0.200"), ip("fd00::5")]);
     }
 }
+
+/// When a local interface counts as up again. An interface that was seen down counts as up
+/// only after it has stayed up for the hold: during a short link flap this node may not have
+/// noticed that its peers declared it dead and took its addresses over, and answering again at
+/// once would make two nodes answer until they hear of each other. Interfaces up from the
+/// first observation count at once; one down at the first observation waits like any other. Pure: the caller passes the time.
+#[derive(Debug, Clone)]
+pub struct InterfaceHold {
+    hold: std::time::Duration,
+    /// Interfaces seen down at least once, with when they came back up (if they have).
+    returning: BTreeMap<String, Option<Instant>>,
+}
+
+impl InterfaceHold {
+    pub fn new(hold: std::time::Duration) -> Self {
+        InterfaceHold {
+            hold,
+            returning: BTreeMap::new(),
+        }
+    }
+
+    /// The interfaces of `up` (those up now, out of `known`) that count as up at `now`.
+    pub fn observe(
+        &mut self,
+        now: Instant,
+        known: &[String],
+        up: &std::collections::BTreeSet<String>,
+    ) -> std::collections::BTreeSet<String> {
+        let mut counted = std::collections::BTreeSet::new();
+        for name in known {
+            if !up.contains(name) {
+                self.returning.insert(name.clone(), None);
+                continue;
+            }
+            match self.returning.get_mut(name) {
+                None => {
+                    counted.insert(name.clone());
+                }
+                Some(since) => {
+                    let since = *since.get_or_insert(now);
+                    if now.saturating_duration_since(since) >= self.hold {
+                        self.returning.remove(name);
+                        counted.insert(name.clone());
+                    }
+                }
+            }
+        }
+        counted
+    }
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn up_from_the_start_counts_at_once_and_a_return_waits_for_the_hold() {
+        let t0 = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let known = vec!["eth0".to_string(), "eth1".to_string()];
+        let mut hold = InterfaceHold::new(ms(1000));
+        assert_eq!(hold.observe(t0, &known, &set(&["eth0"])), set(&["eth0"]));
+        // Down: dropped at once.
+        assert_eq!(hold.observe(t0 + ms(200), &known, &set(&[])), set(&[]));
+        // Back up: held for a second.
+        assert_eq!(
+            hold.observe(t0 + ms(400), &known, &set(&["eth0"])),
+            set(&[])
+        );
+        assert_eq!(
+            hold.observe(t0 + ms(1300), &known, &set(&["eth0"])),
+            set(&[])
+        );
+        // A flap during the hold starts it again.
+        assert_eq!(hold.observe(t0 + ms(1350), &known, &set(&[])), set(&[]));
+        assert_eq!(
+            hold.observe(t0 + ms(1400), &known, &set(&["eth0"])),
+            set(&[])
+        );
+        assert_eq!(
+            hold.observe(t0 + ms(2399), &known, &set(&["eth0"])),
+            set(&[])
+        );
+        assert_eq!(
+            hold.observe(t0 + ms(2400), &known, &set(&["eth0"])),
+            set(&["eth0"])
+        );
+        // eth1, down from the first observation, also waits once it comes up.
+        assert_eq!(
+            hold.observe(t0 + ms(2500), &known, &set(&["eth0", "eth1"])),
+            set(&["eth0"])
+        );
+        assert_eq!(
+            hold.observe(t0 + ms(3500), &known, &set(&["eth0", "eth1"])),
+            set(&["eth0", "eth1"])
+        );
+    }
+}
+
+/// When a starting announcer begins to answer: once its live set has stayed unchanged for the
+/// settle time. Agents started together each see themselves alone at first, and would each
+/// answer for everything until their membership converges; waiting for a quiet live set keeps
+/// a start (or a restart after a crash) from making two nodes answer. Once open it stays open:
+/// later changes are failovers, which must not wait. Pure: the caller passes the time.
+#[derive(Debug, Clone)]
+pub struct StartupSettle {
+    settle: std::time::Duration,
+    last_change: Option<Instant>,
+    open: bool,
+}
+
+impl StartupSettle {
+    pub fn new(settle: std::time::Duration) -> Self {
+        StartupSettle {
+            settle,
+            last_change: None,
+            open: false,
+        }
+    }
+
+    /// The live set changed (or arrived) at `now`.
+    pub fn changed(&mut self, now: Instant) {
+        if !self.open {
+            self.last_change = Some(now);
+        }
+    }
+
+    /// Whether answering may start (or go on) at `now`.
+    pub fn is_open(&mut self, now: Instant) -> bool {
+        if !self.open {
+            self.open = self
+                .last_change
+                .is_some_and(|at| now.saturating_duration_since(at) >= self.settle);
+        }
+        self.open
+    }
+
+    /// When to look again, while still closed and a live set has arrived.
+    pub fn next_check(&self) -> Option<Instant> {
+        if self.open {
+            return None;
+        }
+        self.last_change.map(|at| at + self.settle)
+    }
+}
+
+#[cfg(test)]
+mod settle_tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_a_quiet_live_set_and_stays_open() {
+        let t0 = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let mut settle = StartupSettle::new(ms(1000));
+        assert!(!settle.is_open(t0), "no live set yet");
+        assert_eq!(settle.next_check(), None);
+        settle.changed(t0);
+        assert!(!settle.is_open(t0 + ms(600)));
+        settle.changed(t0 + ms(700));
+        assert_eq!(settle.next_check(), Some(t0 + ms(1700)));
+        assert!(!settle.is_open(t0 + ms(1699)));
+        assert!(settle.is_open(t0 + ms(1700)));
+        // Failovers later do not close it.
+        settle.changed(t0 + ms(1800));
+        assert!(settle.is_open(t0 + ms(1801)));
+        assert_eq!(settle.next_check(), None);
+    }
+}

@@ -33,23 +33,8 @@ fn ip(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Whether root namespace tests may run; under CI or BERTH_REQUIRE_ROOT a missing requirement
-/// fails instead of skipping.
 fn ready() -> bool {
-    let required = std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("BERTH_REQUIRE_ROOT").is_ok_and(|v| v == "1");
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    let has_ip = Command::new("ip").arg("-V").output().is_ok();
-    if is_root && has_ip {
-        return true;
-    }
-    let why = "network namespace tests need root and iproute2";
-    assert!(!required, "{why} (required by CI / BERTH_REQUIRE_ROOT)");
-    eprintln!("skipping: {why}");
-    false
+    berth_testing::require(&[berth_testing::Requirement::Netns])
 }
 
 /// The two namespaces, deleted on drop.

@@ -20,10 +20,11 @@ use berth_aws::{IpTargets, NlbProvider, NodeFacts, PortFacts, ServiceFacts};
 use berth_core::{Protocol, TrafficPolicy};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, Controller, WatchStreamExt};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -72,6 +73,8 @@ struct Ctx<C> {
     provider: Arc<NlbProvider<C>>,
     config: AwsLoopConfig,
     nodes: Store<Node>,
+    /// For `nlb-target-type: ip`: the pods' addresses come from the Service's EndpointSlices.
+    slices: Store<EndpointSlice>,
     events: EventRecorder,
     /// Consecutive failures per Service, for the 5 s to 5 min backoff.
     failures: Mutex<BTreeMap<String, u32>>,
@@ -110,6 +113,56 @@ pub fn build_service_facts(svc: &Service) -> ServiceFacts {
             .health_check_node_port
             .and_then(|n| u16::try_from(n).ok()),
     }
+}
+
+/// `ip` targets: the ready addresses of the Service's EndpointSlices, per Service port, with the
+/// port each pod listens on (a slice port matches the Service port of the same name).
+pub fn build_ip_targets(svc: &Service, slices: &[Arc<EndpointSlice>]) -> IpTargets {
+    let namespace = svc.namespace().unwrap_or_default();
+    let name = svc.name_any();
+    let ports: Vec<(String, u16)> = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some((
+                p.name.clone().unwrap_or_default(),
+                u16::try_from(p.port).ok()?,
+            ))
+        })
+        .collect();
+    let mut targets = IpTargets::new();
+    for slice in slices {
+        if slice.namespace().as_deref() != Some(namespace.as_str())
+            || slice.labels().get(label::ENDPOINTSLICE_SERVICE_NAME) != Some(&name)
+        {
+            continue;
+        }
+        for sp in slice.ports.iter().flatten() {
+            let sp_name = sp.name.clone().unwrap_or_default();
+            let Some(pod_port) = sp.port.and_then(|p| u16::try_from(p).ok()) else {
+                continue;
+            };
+            let Some((_, service_port)) = ports.iter().find(|(n, _)| *n == sp_name) else {
+                continue;
+            };
+            let entry = targets.entry(*service_port).or_default();
+            for ep in &slice.endpoints {
+                // As kube-proxy: an endpoint without conditions counts as ready.
+                if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                    continue;
+                }
+                for address in &ep.addresses {
+                    if let Ok(ip) = address.parse() {
+                        entry.insert((ip, pod_port));
+                    }
+                }
+            }
+        }
+    }
+    targets
 }
 
 /// Nodes that may be targets: Ready, not excluded by label, not being deleted.
@@ -166,9 +219,10 @@ async fn apply<C: Elbv2 + 'static>(
     let facts = build_service_facts(&svc);
     let nodes = build_node_facts(&ctx.nodes.state());
     let known = svc.annotations().get(ann::AWS_LOAD_BALANCER_ARN).cloned();
+    let ip_targets = build_ip_targets(&svc, &ctx.slices.state());
     let ensured = match ctx
         .provider
-        .ensure(&facts, &nodes, &IpTargets::new(), known.as_deref())
+        .ensure(&facts, &nodes, &ip_targets, known.as_deref())
         .await
     {
         Ok(e) => e,
@@ -404,17 +458,33 @@ pub async fn run_aws_loop<C: Elbv2 + 'static>(
         .filter_map(|n| async move { n.ok().map(|_| ()) });
     // Drift found by the sweep re-reconciles everything: unchanged Services are answered from
     // the provider's memory, and the drifted ones (forgotten by the sweep) read AWS again.
+    let (slices, slice_writer) = reflector::store();
+    let slice_changes = watcher(
+        Api::<EndpointSlice>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(slice_writer)
+    .touched_objects();
     let (drift_tx, drift_rx) = tokio::sync::mpsc::channel::<()>(1);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         provider: provider.clone(),
         config: config.clone(),
         nodes,
+        slices,
         events,
         failures: Mutex::new(BTreeMap::new()),
     });
     let sweeper = sweep_loop(services.clone(), provider, config, drift_tx, token.clone());
     let controller = Controller::new(services, watcher::Config::default())
+        .watches_stream(slice_changes, |slice: EndpointSlice| {
+            let service = slice
+                .labels()
+                .get(label::ENDPOINTSLICE_SERVICE_NAME)?
+                .clone();
+            Some(ObjectRef::new(&service).within(&slice.namespace()?))
+        })
         .reconcile_all_on(futures::stream::select(
             node_changes,
             tokio_stream_from(drift_rx),
@@ -499,4 +569,60 @@ pub fn aws_runner<C: Elbv2 + 'static>(
             token,
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    #[test]
+    fn ip_targets_are_the_ready_addresses_of_the_services_slices() {
+        let svc: Arc<Service> = from(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"ports": [{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]}
+        }));
+        let slice = |ns: &str,
+                     service: &str,
+                     ready: Option<bool>,
+                     ip: &str|
+         -> Arc<EndpointSlice> {
+            from(json!({
+                "metadata": {"name": format!("{service}-{ip}"), "namespace": ns,
+                             "labels": {"kubernetes.io/service-name": service}},
+                "addressType": "IPv4",
+                "ports": [{"name": "http", "port": 8080}, {"name": "dns", "port": 5353}, {"name": "other", "port": 9}],
+                "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}}]
+            }))
+        };
+        let slices = vec![
+            slice("shop", "web", Some(true), "10.244.1.5"),
+            slice("shop", "web", None, "10.244.2.7"),
+            slice("shop", "web", Some(false), "10.244.3.9"),
+            slice("other", "web", Some(true), "10.244.4.1"),
+            slice("shop", "api", Some(true), "10.244.5.1"),
+        ];
+        let targets = build_ip_targets(&svc, &slices);
+        let http: Vec<String> = targets[&80]
+            .iter()
+            .map(|(ip, p)| format!("{ip}:{p}"))
+            .collect();
+        assert_eq!(http, ["10.244.1.5:8080", "10.244.2.7:8080"]);
+        assert_eq!(targets[&53].len(), 2);
+        assert!(targets[&53].iter().all(|(_, p)| *p == 5353));
+        assert_eq!(targets.len(), 2);
+    }
+
+    #[test]
+    fn retries_back_off_from_five_seconds_to_five_minutes() {
+        assert_eq!(retry_after(0), Duration::from_secs(5));
+        assert_eq!(retry_after(1), Duration::from_secs(10));
+        assert_eq!(retry_after(5), Duration::from_secs(160));
+        assert_eq!(retry_after(6), Duration::from_secs(300));
+        assert_eq!(retry_after(40), Duration::from_secs(300));
+    }
 }

@@ -7,6 +7,9 @@
 use berth_core::{Protocol, TrafficPolicy};
 use std::net::IpAddr;
 
+use berth_core::IpFamily;
+use berth_datapath::nft_memory::MemoryNft;
+use berth_datapath::nft_sync::NftSyncer;
 use berth_datapath::trace::{trace, Origin, Outcome, Packet, TraceEnv, Verdict};
 use berth_datapath::*;
 use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};
@@ -226,4 +229,11 @@ pub fn check_consistency(rs: &Ruleset) {
             );
         }
     }
+}
+
+/// What the nftables backend leaves after a full sync of `rs`, as a ruleset the tracer follows.
+pub fn nft_traceable(rs: &Ruleset, family: IpFamily) -> Ruleset {
+    let mut syncer = NftSyncer::new(MemoryNft::new(family), family);
+    syncer.sync(rs).unwrap();
+    syncer.nft().traceable()
 }

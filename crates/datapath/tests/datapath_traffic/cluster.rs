@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use berth_datapath::exec::CommandIptables;
-use berth_datapath::sync::{SyncKind, Syncer};
+use berth_datapath::nft_exec::CommandNft;
+use berth_datapath::nft_sync::{remove_table, Nft, NftSyncer};
+use berth_datapath::sync::{remove_berth_rules, SyncKind, SyncReport, Syncer};
 use berth_datapath::{
     plan, rewritten_every_sync, Dispatch, Endpoint, IpMode, LoadBalancerIngress, NodeView,
     PlanOptions, ServicePort, SessionAffinity,
@@ -39,14 +41,40 @@ pub fn sa(ip: IpAddr, port: u16) -> SocketAddr {
     SocketAddr::new(ip, port)
 }
 
+/// Which backend programs the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Iptables,
+    Nftables,
+}
+
+/// One node's datapath, on either backend.
+pub enum NodeSyncer {
+    Iptables(Syncer<CommandIptables>),
+    Nftables(NftSyncer<CommandNft>),
+}
+
+impl NodeSyncer {
+    pub fn sync(
+        &mut self,
+        rs: &berth_datapath::Ruleset,
+    ) -> Result<SyncReport, berth_datapath::Error> {
+        match self {
+            NodeSyncer::Iptables(syncer) => syncer.sync(rs),
+            NodeSyncer::Nftables(syncer) => syncer.sync(rs),
+        }
+    }
+}
+
 pub struct Cluster {
     pub topo: Topology,
     /// Kept alive for the whole run.
     pub echoes: Vec<EchoHandle>,
     pub services: Vec<ServicePort>,
-    pub syncers: BTreeMap<&'static str, Syncer<CommandIptables>>,
-    /// The dispatch mode of the last restart.
+    pub syncers: BTreeMap<&'static str, NodeSyncer>,
+    /// The dispatch mode of the last restart (linear on nftables, whose maps it becomes).
     pub dispatch: Dispatch,
+    pub backend: Backend,
 }
 
 impl Cluster {
@@ -90,6 +118,7 @@ impl Cluster {
             services,
             syncers: BTreeMap::new(),
             dispatch: Dispatch::Tree,
+            backend: Backend::Iptables,
         }
     }
 
@@ -116,8 +145,18 @@ impl Cluster {
     /// Starts a fresh agent datapath (a new Syncer, as after a restart) on every node and syncs.
     pub fn restart_agents(&mut self, dispatch: Dispatch) {
         for node in NODES {
-            let ipt = CommandIptables::in_netns(IpFamily::V4, self.netns(node));
-            let mut syncer = Syncer::new(ipt).rewriting_every_sync(rewritten_every_sync(dispatch));
+            let mut syncer = match self.backend {
+                Backend::Iptables => {
+                    let ipt = CommandIptables::in_netns(IpFamily::V4, self.netns(node));
+                    NodeSyncer::Iptables(
+                        Syncer::new(ipt).rewriting_every_sync(rewritten_every_sync(dispatch)),
+                    )
+                }
+                Backend::Nftables => NodeSyncer::Nftables(NftSyncer::new(
+                    CommandNft::in_netns(self.netns(node)),
+                    IpFamily::V4,
+                )),
+            };
             let report = syncer
                 .sync(&plan(&self.view(node), &Self::options(dispatch)))
                 .unwrap_or_else(|err| panic!("sync on {node}: {err}"));
@@ -125,6 +164,24 @@ impl Cluster {
             self.syncers.insert(node, syncer);
         }
         self.dispatch = dispatch;
+    }
+
+    /// Moves every node to `backend`, removing berth's rules from the other one, as the agent
+    /// does when its backend changes; the next [`Cluster::restart_agents`] programs it.
+    pub fn switch_backend(&mut self, backend: Backend) {
+        for node in NODES {
+            let ns = self.netns(node);
+            match backend {
+                Backend::Nftables => {
+                    remove_berth_rules(&mut CommandIptables::in_netns(IpFamily::V4, &ns))
+                        .map(|_| ())
+                }
+                Backend::Iptables => CommandNft::in_netns(&ns).apply(&remove_table(IpFamily::V4)),
+            }
+            .unwrap_or_else(|err| panic!("switching {node} to {backend:?}: {err}"));
+        }
+        self.syncers.clear();
+        self.backend = backend;
     }
 
     /// Syncs the current Services on every node with the running agents' Syncers.
@@ -140,9 +197,21 @@ impl Cluster {
         }
     }
 
-    /// How many chains of `node`'s nat table start with `prefix`.
+    /// How many chains of `node`'s nat table start with `prefix` (in berth's nftables table,
+    /// `nat-<prefix>`).
     pub fn nat_chains(&mut self, node: &str, prefix: &str) -> usize {
         let ns = self.netns(node);
+        if self.backend == Backend::Nftables {
+            let listing = self
+                .topo
+                .exec(&ns, &["nft", "list", "table", "ip", "berth"])
+                .unwrap();
+            let wanted = format!("chain nat-{prefix}");
+            return listing
+                .lines()
+                .filter(|l| l.trim_start().starts_with(&wanted))
+                .count();
+        }
         let dump = self
             .topo
             .exec(&ns, &["iptables-save", "-t", "nat"])

@@ -12,7 +12,8 @@
 //! - Services 10.96.0.0/16, node ports 30080-30087. Echo servers: TCP 8080, UDP 8053.
 //!
 //! One cluster is built, every scenario runs with tree dispatch, then every scenario again after
-//! a restart of the agents with linear dispatch. The namespaces are deleted at the end, also when
+//! a restart of the agents with linear dispatch, then again on the nftables backend (berth's
+//! iptables rules removed, its own nftables table programmed by `nft`). The namespaces are deleted at the end, also when
 //! a scenario fails. `cargo test --test datapath_traffic -- <substring>` runs matching scenarios.
 
 #![allow(clippy::unwrap_used)]
@@ -30,7 +31,7 @@ use berth_datapath::{plan, Dispatch};
 use berth_lab::echo::{udp_echo, EchoConnection};
 use berth_lab::topology::{remove_orphans, TopologyError};
 use berth_testing::require::{decide, missing, strict, Verdict};
-use berth_testing::DATAPATH_NEEDS;
+use berth_testing::{Requirement, DATAPATH_NEEDS};
 
 use cluster::*;
 
@@ -239,6 +240,21 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
     }
     let before = foreign_rules(c, "node1");
     assert!(before.iter().any(|l| l.contains("KEEP-NAT")), "{before:?}");
+    // Another program's nftables table too, where `nft` is installed.
+    let with_nft = missing(&[Requirement::Nft]).is_empty();
+    let foreign_before = with_nft.then(|| {
+        let _ = c.topo.exec(&ns, &["nft", "delete", "table", "ip", "keep"]);
+        c.topo
+            .exec(
+                &ns,
+                &[
+                    "nft",
+                    "add table ip keep; add chain ip keep input { type filter hook input priority 10 ; }; add rule ip keep input ip saddr 10.244.9.9 drop",
+                ],
+            )
+            .unwrap();
+        foreign_table(c, &ns)
+    });
 
     let (mut conn, first) =
         EchoConnection::open(&c.netns("c1"), sa(svc_ip(10), 80), OK_TIMEOUT).unwrap();
@@ -256,6 +272,22 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
         before,
         "rules berth does not own are untouched"
     );
+    if let Some(foreign_before) = foreign_before {
+        assert_eq!(
+            foreign_table(c, &ns),
+            foreign_before,
+            "other programs' nftables tables are untouched"
+        );
+        c.topo
+            .exec(&ns, &["nft", "delete", "table", "ip", "keep"])
+            .unwrap();
+    }
+    if c.backend == Backend::Nftables {
+        // The restart replaced berth's table in one transaction; the steady state follows.
+        steady_state_after_restart(c, dispatch);
+        remove_foreign_chains(c, &ns);
+        return;
+    }
     // The restarted agent found its jumps in place rather than inserting them again.
     let dump = c.topo.exec(&ns, &["iptables-save"]).unwrap();
     let jumps = dump
@@ -268,20 +300,48 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
         })
         .count();
     assert_eq!(jumps, builtin_jumps().len(), "{dump}");
+    steady_state_after_restart(c, dispatch);
+    remove_foreign_chains(c, &ns);
+}
 
-    // A steady state after the restart: the next sync writes nothing but what linear
-    // dispatch rewrites every time.
+/// A steady state after a restart: the next sync writes nothing but what linear iptables
+/// dispatch rewrites every time.
+fn steady_state_after_restart(c: &mut Cluster, dispatch: Dispatch) {
     let view = c.view("node1");
     let syncer = c.syncers.get_mut("node1").unwrap();
     let report = syncer
         .sync(&plan(&view, &Cluster::options(dispatch)))
         .unwrap();
     assert_eq!(report.kind, SyncKind::Partial);
-    if dispatch == Dispatch::Tree {
+    if dispatch == Dispatch::Tree || c.backend == Backend::Nftables {
         assert_eq!(report.payload_bytes, 0, "{report:?}");
     }
+}
 
-    remove_foreign_chains(c, &ns);
+/// Another program's nftables table, its rules as `nft` lists them.
+fn foreign_table(c: &mut Cluster, ns: &str) -> String {
+    c.topo
+        .exec(ns, &["nft", "list", "table", "ip", "keep"])
+        .unwrap()
+}
+
+/// berth's rules live in one backend only: after a switch the other holds nothing of berth's.
+fn the_other_backend_holds_no_berth_rules(c: &mut Cluster) {
+    for node in NODES {
+        let ns = c.netns(node);
+        let iptables = c.topo.exec(&ns, &["iptables-save"]).unwrap();
+        let nft_table = c.topo.exec(&ns, &["nft", "list", "table", "ip", "berth"]);
+        match c.backend {
+            Backend::Iptables => {
+                assert!(iptables.contains(":BERTH-SERVICES"), "{node}");
+                assert!(nft_table.is_err(), "{node}: {nft_table:?}");
+            }
+            Backend::Nftables => {
+                assert!(!iptables.contains("BERTH-"), "{node}: {iptables}");
+                assert!(nft_table.unwrap().contains("service-ips"), "{node}");
+            }
+        }
+    }
 }
 
 type Scenario = fn(&mut Cluster);
@@ -331,6 +391,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         agent_restart_breaks_and_flushes_nothing,
     ),
     (
+        "the_other_backend_holds_no_berth_rules",
+        the_other_backend_holds_no_berth_rules,
+    ),
+    (
         "split_trees_reach_every_leaf",
         split::split_trees_reach_every_leaf,
     ),
@@ -344,10 +408,27 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ),
 ];
 
-const DISPATCHES: [Dispatch; 2] = [Dispatch::Tree, Dispatch::Linear];
+/// The backends and dispatch modes every scenario runs in, in this order: iptables with both
+/// dispatch modes, then nftables (whose verdict maps linear dispatch becomes).
+const MODES: [(Backend, Dispatch); 3] = [
+    (Backend::Iptables, Dispatch::Tree),
+    (Backend::Iptables, Dispatch::Linear),
+    (Backend::Nftables, Dispatch::Linear),
+];
 
-fn label(dispatch: Dispatch) -> String {
-    format!("{dispatch:?}").to_lowercase()
+fn label((backend, dispatch): (Backend, Dispatch)) -> String {
+    match backend {
+        Backend::Iptables => format!("{dispatch:?}").to_lowercase(),
+        Backend::Nftables => "nftables".to_string(),
+    }
+}
+
+/// What a mode needs beyond [`DATAPATH_NEEDS`].
+fn mode_needs((backend, _): (Backend, Dispatch)) -> &'static [Requirement] {
+    match backend {
+        Backend::Iptables => &[],
+        Backend::Nftables => &[Requirement::Nft],
+    }
 }
 
 /// libtest's summary line, so `make test` counts these scenarios with every other test.
@@ -361,9 +442,9 @@ fn result_line(passed: usize, failed: usize, ignored: usize, filtered: usize) ->
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
-        for dispatch in DISPATCHES {
+        for mode in MODES {
             for (name, _) in SCENARIOS {
-                println!("{}::{name}: test", label(dispatch));
+                println!("{}::{name}: test", label(mode));
             }
         }
         return ExitCode::SUCCESS;
@@ -373,15 +454,15 @@ fn main() -> ExitCode {
         .iter()
         .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
         .collect();
-    let filtered = (SCENARIOS.len() - selected.len()) * DISPATCHES.len();
-    let total = selected.len() * DISPATCHES.len();
+    let filtered = (SCENARIOS.len() - selected.len()) * MODES.len();
+    let total = selected.len() * MODES.len();
     println!("\nrunning {total} tests");
     match decide(&missing(DATAPATH_NEEDS), strict()) {
         Verdict::Run => {}
         Verdict::Skip(reason) => {
-            for dispatch in DISPATCHES {
+            for mode in MODES {
                 for (name, _) in &selected {
-                    println!("test {}::{name} ... ignored, {reason}", label(dispatch));
+                    println!("test {}::{name} ... ignored, {reason}", label(mode));
                 }
             }
             println!("\n{}\n", result_line(0, 0, total, filtered));
@@ -409,10 +490,35 @@ fn main() -> ExitCode {
     let mut cluster = Cluster::build();
     let mut failed = Vec::new();
     let mut passed = 0;
-    for dispatch in DISPATCHES {
-        let label = label(dispatch);
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| cluster.restart_agents(dispatch))) {
-            // Every scenario of this dispatch counts as failed: none of them ran.
+    let mut ignored = 0;
+    for mode in MODES {
+        let (backend, dispatch) = mode;
+        let label = label(mode);
+        match decide(&missing(mode_needs(mode)), strict()) {
+            Verdict::Run => {}
+            Verdict::Skip(reason) => {
+                for (name, _) in &selected {
+                    println!("test {label}::{name} ... ignored, {reason}");
+                    ignored += 1;
+                }
+                continue;
+            }
+            Verdict::Fail(reason) => {
+                for (name, _) in &selected {
+                    println!("test {label}::{name} ... FAILED ({reason})");
+                    failed.push(format!("{label}::{name}"));
+                }
+                continue;
+            }
+        }
+        let start = || {
+            if cluster.backend != backend {
+                cluster.switch_backend(backend);
+            }
+            cluster.restart_agents(dispatch)
+        };
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(start)) {
+            // Every scenario of this mode counts as failed: none of them ran.
             for (name, _) in &selected {
                 println!("test {label}::{name} ... FAILED (the sync before it failed)");
                 failed.push(format!("{label}::{name}"));
@@ -437,7 +543,10 @@ fn main() -> ExitCode {
     let Cluster { topo, echoes, .. } = cluster;
     drop(echoes);
     let cleanup = topo.destroy();
-    println!("\n{}\n", result_line(passed, failed.len(), 0, filtered));
+    println!(
+        "\n{}\n",
+        result_line(passed, failed.len(), ignored, filtered)
+    );
     if let Err(err) = cleanup {
         println!("cleanup: {err}");
         return ExitCode::FAILURE;

@@ -1,0 +1,459 @@
+//! What a user waits for, per backend, on the real kernel: N Services × E endpoints programmed
+//! into a fresh network namespace `berth-sb<pid>-<k>` (no traffic), timed end to end — from the
+//! index change through the incremental planner, rendering and the kernel holding the rules:
+//! - the cold full sync (time and payload bytes);
+//! - one endpoint of one Service replaced (a pod restart), median of `--changes` runs;
+//! - one Service added, median of `--changes` runs.
+//!
+//! Backends: berth on iptables-legacy, iptables-nft and nftables. Anchors measured in the same run:
+//! kube-proxy-shaped layouts on each — iptables with linear dispatch, the entry chains rewritten
+//! on every sync and a plain `--noflush` restore (kube-proxy's iptables mode), and for nftables
+//! kube-proxy's layout with one anonymous `numgen … vmap` per Service, loaded with `nft -f`
+//! (its text is generated before the clock starts, so the anchor pays only `nft` and the kernel).
+//!
+//! Needs root, iproute2, iptables-legacy, iptables-nft and nft; prints a skip message otherwise.
+//! Options: `--sizes 1000,10000` `--endpoints 10` `--changes 5` `--only <substring>,...`.
+//! Prints one `sync:` line per (size, backend) and, at 10,000 Services, the summary keys
+//! `full_sync_10k_s`, `change_10k_real_ms` and their ratios to the anchors.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth_core::IpFamily;
+use berth_datapath::exec::{Backend, CommandIptables};
+use berth_datapath::nft_exec::CommandNft;
+use berth_datapath::nft_sync::NftSyncer;
+use berth_datapath::sync::{SyncRuleset, Syncer};
+use berth_datapath::{
+    rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions, Planner, ServicePort,
+    ServicePortName,
+};
+use berth_lab::topology::{preflight, remove_orphans, TopologySpec};
+use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};
+
+const TAG: &str = "sb";
+
+struct Options {
+    sizes: Vec<usize>,
+    endpoints: usize,
+    changes: usize,
+    only: Vec<String>,
+}
+
+fn parse_options() -> Options {
+    let mut options = Options {
+        sizes: vec![1000],
+        endpoints: 10,
+        changes: 5,
+        only: Vec::new(),
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let list = |v: &str| -> Vec<String> { v.split(',').map(str::to_string).collect() };
+    let mut i = 0;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--sizes" => options.sizes = list(&value).iter().map(|s| s.parse().unwrap()).collect(),
+            "--endpoints" => options.endpoints = value.parse().unwrap(),
+            "--changes" => options.changes = value.parse().unwrap(),
+            "--only" => options.only = list(&value),
+            // cargo bench passes --bench; anything else is ignored.
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    options
+}
+
+fn service_ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(
+        u32::from(Ipv4Addr::new(10, 96, 0, 1)) + i as u32,
+    ))
+}
+
+/// Unique unused pod addresses: 250 per /24 of 10.244.1-255, the port telling the rest apart.
+fn endpoint(i: usize, e: usize, endpoints: usize, generation: usize) -> Endpoint {
+    let k = i * endpoints + e;
+    let ip = Ipv4Addr::new(10, 244, 1 + (k % 250) as u8, 2 + ((k / 250) % 250) as u8);
+    let port = 1024 + (k / 62_500) as u16 + 100 * generation as u16;
+    mk_endpoint(IpAddr::V4(ip), port, "elsewhere")
+}
+
+fn service(i: usize, endpoints: usize) -> ServicePort {
+    mk_service_port(
+        name(i),
+        service_ip(i),
+        80,
+        (0..endpoints)
+            .map(|e| endpoint(i, e, endpoints, 0))
+            .collect(),
+    )
+}
+
+fn name(i: usize) -> ServicePortName {
+    port_name(&format!("ns{}", i % 50), &format!("svc-{i}"), "http")
+}
+
+fn mk_view(n: usize, endpoints: usize) -> NodeView {
+    NodeView {
+        node: mk_node_info("node", IpAddr::V4(Ipv4Addr::new(198, 18, 0, 11))),
+        services: (0..n).map(|i| service(i, endpoints)).collect(),
+    }
+}
+
+/// A namespace of this run, deleted when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(k: usize) -> Netns {
+        let name = format!("{}-{k}", TopologySpec::unique_prefix(TAG));
+        let status = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
+        assert!(status.success(), "ip netns add {name}");
+        Netns(name)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Case {
+    Berth(Backend),
+    KubeProxyIptables(Backend),
+    BerthNft,
+    KubeProxyNft,
+}
+
+impl Case {
+    fn label(self) -> &'static str {
+        match self {
+            Case::Berth(Backend::Legacy) => "berth-iptables-legacy",
+            Case::Berth(_) => "berth-iptables-nft",
+            Case::KubeProxyIptables(Backend::Legacy) => "kube-proxy-shaped-iptables-legacy",
+            Case::KubeProxyIptables(_) => "kube-proxy-shaped-iptables-nft",
+            Case::BerthNft => "berth-nftables",
+            Case::KubeProxyNft => "kube-proxy-shaped-nftables",
+        }
+    }
+}
+
+const CASES: [Case; 6] = [
+    Case::Berth(Backend::Legacy),
+    Case::KubeProxyIptables(Backend::Legacy),
+    Case::Berth(Backend::Nft),
+    Case::KubeProxyIptables(Backend::Nft),
+    Case::BerthNft,
+    Case::KubeProxyNft,
+];
+
+#[derive(Debug, Clone, Copy)]
+struct Result {
+    cold: Duration,
+    cold_bytes: usize,
+    change: Duration,
+    add: Duration,
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// berth's agent path: the incremental planner, told which Service changed, and the Syncer.
+fn measure_berth(
+    case: Case,
+    ns: &str,
+    n: usize,
+    options: &Options,
+) -> std::result::Result<Result, String> {
+    let dispatch = match case {
+        Case::Berth(_) => Dispatch::Tree,
+        _ => Dispatch::Linear,
+    };
+    let plan_options = PlanOptions {
+        family: IpFamily::V4,
+        dispatch,
+        cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
+        ..PlanOptions::default()
+    };
+    let mut syncer: Box<dyn SyncRuleset> = match case {
+        Case::Berth(backend) => Box::new(Syncer::new(
+            CommandIptables::with_backend(IpFamily::V4, backend).netns_named(ns),
+        )),
+        Case::KubeProxyIptables(backend) => Box::new(
+            Syncer::new(
+                CommandIptables::with_backend(IpFamily::V4, backend)
+                    .netns_named(ns)
+                    .listing_first(false),
+            )
+            .rewriting_every_sync(rewritten_every_sync(Dispatch::Linear)),
+        ),
+        Case::BerthNft => Box::new(NftSyncer::new(CommandNft::in_netns(ns), IpFamily::V4)),
+        Case::KubeProxyNft => return Err("not a berth case".into()),
+    };
+    let mut view = mk_view(n, options.endpoints);
+    let mut planner = Planner::new(plan_options);
+    let start = Instant::now();
+    planner.update(&view);
+    let changes = planner.take_changes();
+    let report = syncer
+        .sync_changes(planner.ruleset(), &changes)
+        .map_err(|e| e.to_string())?;
+    let cold = start.elapsed();
+    let cold_bytes = report.payload_bytes;
+
+    let mut step =
+        |view: &NodeView, changed: &ServicePortName| -> std::result::Result<Duration, String> {
+            let start = Instant::now();
+            planner.update_changed(view, &|p| p == changed);
+            let changes = planner.take_changes();
+            syncer
+                .sync_changes(planner.ruleset(), &changes)
+                .map_err(|e| e.to_string())?;
+            Ok(start.elapsed())
+        };
+    let mut change = Vec::new();
+    for k in 0..options.changes {
+        let target = n / 2 + k;
+        view.services[target].endpoints[0] = endpoint(target, 0, options.endpoints, 1 + k);
+        change.push(step(&view, &name(target))?);
+    }
+    let mut add = Vec::new();
+    for k in 0..options.changes {
+        let i = n + k;
+        view.services.push(service(i, options.endpoints));
+        add.push(step(&view, &name(i))?);
+    }
+    Ok(Result {
+        cold,
+        cold_bytes,
+        change: median(change),
+        add: median(add),
+    })
+}
+
+/// One `nft -f -` of `text` in `ns`; its wall time.
+fn nft_apply(ns: &str, text: &str) -> std::result::Result<Duration, String> {
+    let start = Instant::now();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(start.elapsed())
+}
+
+const KP: &str = "add rule ip kube-proxy";
+
+/// kube-proxy's nftables chains and rules for one Service (endpoint generation `g`).
+fn kp_service(i: usize, eps: &[Endpoint], g: usize, out: &mut Vec<String>) {
+    let svc = format!("service-{i}-ns{}/svc-{i}/tcp/http", i % 50);
+    out.push(format!("add chain ip kube-proxy {svc}"));
+    let mut seps = Vec::new();
+    for (e, ep) in eps.iter().enumerate() {
+        let sep = format!("endpoint-{i}-{e}-{g}__{}/{}", ep.ip, ep.port);
+        out.push(format!("add chain ip kube-proxy {sep}"));
+        out.push(format!(
+            "{KP} {sep} ip saddr {} jump mark-for-masquerade",
+            ep.ip
+        ));
+        out.push(format!(
+            "{KP} {sep} meta l4proto tcp dnat to {}:{}",
+            ep.ip, ep.port
+        ));
+        seps.push(sep);
+    }
+    out.push(format!(
+        "{KP} {svc} ip daddr {} tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
+        service_ip(i)
+    ));
+    let vmap: Vec<String> = seps
+        .iter()
+        .enumerate()
+        .map(|(k, sep)| format!("{k} : goto {sep}"))
+        .collect();
+    out.push(format!(
+        "{KP} {svc} numgen random mod {} vmap {{ {} }}",
+        seps.len(),
+        vmap.join(", ")
+    ));
+    out.push(format!(
+        "add element ip kube-proxy service-ips {{ {} . tcp . 80 : goto {svc} }}",
+        service_ip(i)
+    ));
+}
+
+fn measure_kube_proxy_nft(
+    ns: &str,
+    n: usize,
+    options: &Options,
+) -> std::result::Result<Result, String> {
+    let view = mk_view(n, options.endpoints);
+    let mut cold = vec![
+        "add table ip kube-proxy".to_string(),
+        "add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority dstnat ; }"
+            .into(),
+        "add chain ip kube-proxy services".into(),
+        "add chain ip kube-proxy mark-for-masquerade".into(),
+        format!("{KP} mark-for-masquerade mark set mark or 0x4000"),
+        "add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }".into(),
+        format!("{KP} nat-prerouting jump services"),
+        format!("{KP} services ip daddr . meta l4proto . th dport vmap @service-ips"),
+    ];
+    for (i, svc) in view.services.iter().enumerate() {
+        kp_service(i, &svc.endpoints, 0, &mut cold);
+    }
+    let text = cold.join("\n") + "\n";
+    let cold_bytes = text.len();
+    let cold = nft_apply(ns, &text)?;
+    let mut change = Vec::new();
+    for k in 0..options.changes {
+        let i = n / 2 + k;
+        let mut eps = view.services[i].endpoints.clone();
+        eps[0] = endpoint(i, 0, options.endpoints, 1 + k);
+        let svc = format!("service-{i}-ns{}/svc-{i}/tcp/http", i % 50);
+        // The Service chain is rewritten with a new anonymous vmap, the new endpoint chain added.
+        let mut tx = vec![format!("flush chain ip kube-proxy {svc}")];
+        let mut body = Vec::new();
+        kp_service(i, &eps, 1 + k, &mut body);
+        tx.extend(body.into_iter().filter(|l| {
+            !l.starts_with("add element") && !l.contains("add chain ip kube-proxy service-")
+        }));
+        change.push(nft_apply(ns, &(tx.join("\n") + "\n"))?);
+    }
+    let mut add = Vec::new();
+    for k in 0..options.changes {
+        let i = n + k;
+        let mut tx = Vec::new();
+        kp_service(i, &service(i, options.endpoints).endpoints, 0, &mut tx);
+        add.push(nft_apply(ns, &(tx.join("\n") + "\n"))?);
+    }
+    Ok(Result {
+        cold,
+        cold_bytes,
+        change: median(change),
+        add: median(add),
+    })
+}
+
+fn main() {
+    let options = parse_options();
+    if !Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+    {
+        println!("sync backends: skipped (needs root to create network namespaces)");
+        return;
+    }
+    let tools = [
+        "ip",
+        "iptables-legacy-restore",
+        "iptables-nft-restore",
+        "nft",
+    ];
+    if let Err(reason) = preflight(&tools) {
+        println!("sync backends: skipped ({reason})");
+        return;
+    }
+    let _ = remove_orphans(TAG);
+    let mut k = 0;
+    for &n in &options.sizes {
+        let mut results: Vec<(Case, Result)> = Vec::new();
+        for case in CASES {
+            if !options.only.is_empty()
+                && !options
+                    .only
+                    .iter()
+                    .any(|o| case.label().contains(o.as_str()))
+            {
+                continue;
+            }
+            k += 1;
+            let ns = Netns::new(k);
+            let result = match case {
+                Case::KubeProxyNft => measure_kube_proxy_nft(&ns.0, n, &options),
+                _ => measure_berth(case, &ns.0, n, &options),
+            };
+            drop(ns);
+            match result {
+                Ok(r) => {
+                    println!(
+                        "sync: backend={} services={n} endpoints={} cold_s={:.2} cold_mb={:.1} change_ms={:.1} add_service_ms={:.1}",
+                        case.label(),
+                        options.endpoints,
+                        r.cold.as_secs_f64(),
+                        r.cold_bytes as f64 / 1e6,
+                        ms(r.change),
+                        ms(r.add),
+                    );
+                    results.push((case, r));
+                }
+                Err(err) => println!(
+                    "sync: backend={} services={n} failed: {}",
+                    case.label(),
+                    err.lines().next().unwrap_or_default()
+                ),
+            }
+        }
+        let get = |case: Case| results.iter().find(|(c, _)| *c == case).map(|(_, r)| *r);
+        let ratio = |a: Option<Result>, b: Option<Result>, f: fn(&Result) -> f64| match (a, b) {
+            (Some(a), Some(b)) => format!("{:.1}", f(&b) / f(&a)),
+            _ => "na".into(),
+        };
+        let cold = |r: &Result| r.cold.as_secs_f64();
+        let change = |r: &Result| ms(r.change);
+        let nft = get(Case::BerthNft);
+        let label = if n % 1000 == 0 {
+            format!("{}k", n / 1000)
+        } else {
+            n.to_string()
+        };
+        println!(
+            "sync summary {label}: full_sync_{label}_s={} change_{label}_real_ms={} \
+             kube_proxy_nft_cold_vs_berth={} kube_proxy_nft_change_vs_berth={} \
+             ipt_nft_kube_proxy_cold_vs_berth={} ipt_legacy_kube_proxy_change_vs_berth={}",
+            nft.map_or("na".into(), |r| format!("{:.2}", cold(&r))),
+            nft.map_or("na".into(), |r| format!("{:.1}", change(&r))),
+            ratio(nft, get(Case::KubeProxyNft), cold),
+            ratio(nft, get(Case::KubeProxyNft), change),
+            ratio(
+                get(Case::Berth(Backend::Nft)),
+                get(Case::KubeProxyIptables(Backend::Nft)),
+                cold
+            ),
+            ratio(
+                get(Case::Berth(Backend::Legacy)),
+                get(Case::KubeProxyIptables(Backend::Legacy)),
+                change
+            ),
+        );
+    }
+}

@@ -1,0 +1,663 @@
+//! The nftables form of a planned ruleset, and its `nft -f -` text.
+//!
+//! The iptables [`Ruleset`] stays the one plan: every chain keeps its rules and meaning, and lives
+//! in berth's own table (`ip berth` or `ip6 berth`) as `<table>-<chain>` (`nat-BERTH-SVC-…`), so
+//! both backends share the planner, the incremental planner and the packet tracer. Three things
+//! change on the way:
+//! - The jumps from the built-in chains become base chains of berth's table, hooked where
+//!   iptables' tables are (`filter` at priority 0, `nat` at dstnat/srcnat). berth never writes into
+//!   another program's table or chain.
+//! - Linear dispatch becomes two verdict maps: `service-ips` (destination address · protocol ·
+//!   port → `jump` to the Service's chain) and `node-ports` (protocol · port → `jump`), so the first
+//!   packet of a connection costs one lookup however many Services there are. `jump`, not `goto`,
+//!   so a chain that returns continues exactly where the linear chain would have.
+//! - Endpoint choice keeps iptables' cascade (`numgen random mod n == 0` with n = N, N−1, …, 2):
+//!   no anonymous set per Service, whose binding makes the kernel walk the whole transaction
+//!   (quadratic cold loads). ClientIP affinity uses one dynamic timeout set per endpoint, named
+//!   after the endpoint chain, as `-m recent` names its list.
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+
+use crate::model::{
+    AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Ruleset, Table,
+    Target,
+};
+use crate::names;
+use crate::render::Payload;
+use crate::rule_text::iptables_protocol;
+use crate::Error;
+use berth_core::{IpFamily, Protocol};
+
+/// The name of berth's table in each family.
+pub const TABLE: &str = "berth";
+/// The verdict map of Service addresses.
+pub const SERVICE_MAP: &str = "service-ips";
+/// The verdict map of node ports.
+pub const NODE_PORT_MAP: &str = "node-ports";
+/// Default timeout of an affinity entry when no rule names one (kube-proxy's default).
+pub const DEFAULT_AFFINITY_SECONDS: u32 = 10800;
+/// nft refuses longer comments.
+const MAX_COMMENT: usize = 128;
+
+pub fn family_keyword(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "ip",
+        IpFamily::V6 => "ip6",
+    }
+}
+
+/// One chain of berth's table: the iptables table it was planned in and its name there.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NftChain {
+    pub table: Table,
+    pub name: ChainName,
+}
+
+impl NftChain {
+    pub fn new(table: Table, name: &ChainName) -> Self {
+        NftChain {
+            table,
+            name: name.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for NftChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.table, self.name)
+    }
+}
+
+/// Where a base chain hooks in: the built-in chain it stands for, in its iptables table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hook {
+    pub table: Table,
+    /// `prerouting`, `input`, `forward`, `output` or `postrouting`.
+    pub hook: &'static str,
+    pub priority: &'static str,
+}
+
+impl Hook {
+    /// The hook of a built-in chain of `table`, at the priority iptables' table has there.
+    pub fn of_builtin(table: Table, chain: &ChainName) -> Option<Hook> {
+        let hook = match chain.as_str() {
+            "PREROUTING" => "prerouting",
+            "INPUT" => "input",
+            "FORWARD" => "forward",
+            "OUTPUT" => "output",
+            "POSTROUTING" => "postrouting",
+            _ => return None,
+        };
+        let priority = match (table, hook) {
+            (Table::Nat, "prerouting") => "dstnat",
+            (Table::Nat, "output") => "-100",
+            (Table::Nat, "postrouting") => "srcnat",
+            (Table::Nat, _) => "100",
+            (Table::Mangle, _) => "mangle",
+            (Table::Filter, _) => "filter",
+        };
+        Some(Hook {
+            table,
+            hook,
+            priority,
+        })
+    }
+
+    fn kind(self) -> &'static str {
+        match self.table {
+            Table::Nat => "nat",
+            Table::Mangle if self.hook == "output" => "route",
+            Table::Filter | Table::Mangle => "filter",
+        }
+    }
+
+    /// The built-in iptables chain this hook stands for.
+    pub fn builtin(self) -> ChainName {
+        ChainName::new(self.hook.to_ascii_uppercase())
+    }
+}
+
+/// A Service map key: destination address, protocol and port.
+pub type ServiceKey = (IpAddr, Protocol, u16);
+/// A node-port map key: protocol and port.
+pub type NodePortKey = (Protocol, u16);
+
+/// A rule of berth's table: a planned rule, or a lookup in one of the verdict maps.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum NftRule {
+    Rule(Rule),
+    /// `ip daddr . meta l4proto . th dport vmap @service-ips`
+    ServiceMap,
+    /// `meta l4proto . th dport vmap @node-ports`
+    NodePortMap,
+}
+
+/// A planned chain in nftables form, with the map elements its dispatch rules became.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConvertedChain {
+    pub rules: Vec<NftRule>,
+    pub services: Vec<(ServiceKey, ChainName)>,
+    pub node_ports: Vec<(NodePortKey, ChainName)>,
+}
+
+fn is_services(table: Table, chain: &ChainName) -> bool {
+    table == Table::Nat && chain.as_str() == names::SERVICES
+}
+
+fn is_node_ports(table: Table, chain: &ChainName) -> bool {
+    table == Table::Nat && chain.as_str() == names::NODEPORTS
+}
+
+/// `-p proto -d host --dport port -j CHAIN` (a comment aside): a Service map element.
+fn service_entry(rule: &Rule) -> Option<(ServiceKey, ChainName)> {
+    let target = rule.jump_target()?;
+    let (mut proto, mut addr, mut port) = (None, None, None);
+    for m in rule.matches.iter() {
+        match m {
+            Match::Comment(_) => {}
+            Match::Protocol(p) => proto = Some(*p),
+            Match::Destination {
+                net,
+                negated: false,
+            } if net.prefix_len() == net.max_prefix_len() => addr = Some(net.addr()),
+            Match::DestPort(PortMatch::Single(p)) => port = Some(*p),
+            _ => return None,
+        }
+    }
+    Some(((addr?, proto?, port?), target.clone()))
+}
+
+/// `-p proto --dport port -j CHAIN` (a comment aside): a node-port map element.
+fn node_port_entry(rule: &Rule) -> Option<(NodePortKey, ChainName)> {
+    let target = rule.jump_target()?;
+    let (mut proto, mut port) = (None, None);
+    for m in rule.matches.iter() {
+        match m {
+            Match::Comment(_) => {}
+            Match::Protocol(p) => proto = Some(*p),
+            Match::DestPort(PortMatch::Single(p)) => port = Some(*p),
+            _ => return None,
+        }
+    }
+    Some(((proto?, port?), target.clone()))
+}
+
+/// One planned chain in nftables form. In the nat dispatch chains the leading rules that select
+/// one address, protocol and port (linear dispatch) become map elements and the map lookup takes
+/// their place; what follows them stays a rule, in order. A key two rules share goes to the first,
+/// the one the linear chain would have taken.
+pub fn convert_chain(table: Table, chain: &ChainName, rules: &[Rule]) -> ConvertedChain {
+    let mut out = ConvertedChain::default();
+    let mut rest = rules;
+    if is_services(table, chain) {
+        out.rules.push(NftRule::ServiceMap);
+        let mut seen = BTreeSet::new();
+        while let Some((entry, tail)) = rest
+            .split_first()
+            .and_then(|(first, tail)| Some((service_entry(first)?, tail)))
+        {
+            if seen.insert(entry.0) {
+                out.services.push(entry);
+            }
+            rest = tail;
+        }
+    } else if is_node_ports(table, chain) {
+        out.rules.push(NftRule::NodePortMap);
+        let mut seen = BTreeSet::new();
+        while let Some((entry, tail)) = rest
+            .split_first()
+            .and_then(|(first, tail)| Some((node_port_entry(first)?, tail)))
+        {
+            if seen.insert(entry.0) {
+                out.node_ports.push(entry);
+            }
+            rest = tail;
+        }
+    }
+    out.rules.extend(rest.iter().cloned().map(NftRule::Rule));
+    out
+}
+
+/// Affinity sets a rule reads or writes, with the timeout a check names.
+pub fn affinity_refs(rule: &NftRule) -> impl Iterator<Item = (&ChainName, Option<u32>)> {
+    let matches: &[Match] = match rule {
+        NftRule::Rule(rule) => &rule.matches,
+        _ => &[],
+    };
+    matches.iter().filter_map(|m| match m {
+        Match::Recent {
+            name,
+            action: RecentAction::Rcheck { seconds, .. },
+        } => Some((name, Some(*seconds))),
+        Match::Recent {
+            name,
+            action: RecentAction::Set,
+        } => Some((name, None)),
+        _ => None,
+    })
+}
+
+/// The chains a rule jumps to.
+pub fn rule_jump(rule: &NftRule) -> Option<&ChainName> {
+    match rule {
+        NftRule::Rule(rule) => rule.jump_target(),
+        _ => None,
+    }
+}
+
+/// A whole planned ruleset in nftables form.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NftRuleset {
+    pub chains: BTreeMap<NftChain, Vec<NftRule>>,
+    pub hooks: BTreeMap<NftChain, Hook>,
+    pub services: BTreeMap<ServiceKey, NftChain>,
+    pub node_ports: BTreeMap<NodePortKey, NftChain>,
+    /// Affinity set -> timeout of its entries.
+    pub affinity: BTreeMap<ChainName, u32>,
+}
+
+impl NftRuleset {
+    /// Converts a plan (best made with linear dispatch, which becomes the maps).
+    pub fn from_ruleset(rs: &Ruleset) -> Self {
+        let mut out = NftRuleset::default();
+        for (table, rules) in &rs.tables {
+            for (chain, chain_rules) in &rules.chains {
+                if !chain.is_berth() || chain.as_str() == names::CANARY {
+                    continue;
+                }
+                let converted = convert_chain(*table, chain, chain_rules);
+                for (key, target) in converted.services {
+                    out.services.insert(key, NftChain::new(Table::Nat, &target));
+                }
+                for (key, target) in converted.node_ports {
+                    out.node_ports
+                        .insert(key, NftChain::new(Table::Nat, &target));
+                }
+                out.chains
+                    .insert(NftChain::new(*table, chain), converted.rules);
+            }
+        }
+        for jump in &rs.jumps {
+            let Some(hook) = Hook::of_builtin(jump.table, &jump.from) else {
+                continue;
+            };
+            let base = NftChain::new(jump.table, &jump.from);
+            out.hooks.insert(base.clone(), hook);
+            out.chains
+                .entry(base)
+                .or_default()
+                .push(NftRule::Rule(jump.rule.clone()));
+        }
+        for rule in out.chains.values().flatten() {
+            for (name, seconds) in affinity_refs(rule) {
+                let entry = out
+                    .affinity
+                    .entry(name.clone())
+                    .or_insert(DEFAULT_AFFINITY_SECONDS);
+                if let Some(seconds) = seconds {
+                    *entry = seconds;
+                }
+            }
+        }
+        out
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.chains.values().map(Vec::len).sum()
+    }
+}
+
+/// A map element.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Element {
+    Service(ServiceKey, NftChain),
+    NodePort(NodePortKey, NftChain),
+}
+
+/// One command of a transaction, in `nft` terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    AddTable,
+    DeleteTable,
+    /// Declares the two verdict maps (idempotent).
+    AddMaps,
+    AddChain(NftChain, Option<Hook>),
+    FlushChain(NftChain),
+    DeleteChain(NftChain),
+    AddRule(NftChain, NftRule),
+    /// An affinity set and the timeout of its entries.
+    AddAffinitySet(ChainName, u32),
+    DeleteAffinitySet(ChainName),
+    AddElement(Element),
+    /// The element's target, if any, is ignored: a key names the element.
+    DeleteElement(Element),
+}
+
+/// One `nft -f -` transaction for one family: the kernel applies all of it or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transaction {
+    pub family: IpFamily,
+    pub commands: Vec<Command>,
+    written: Cell<usize>,
+}
+
+impl Transaction {
+    pub fn new(family: IpFamily) -> Self {
+        Transaction {
+            family,
+            commands: Vec::new(),
+            written: Cell::new(0),
+        }
+    }
+
+    /// Bytes written by the last [`Payload::write_to`].
+    pub fn written(&self) -> usize {
+        self.written.get()
+    }
+
+    pub fn push(&mut self, command: Command) {
+        self.commands.push(command);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.commands.is_empty()
+    }
+
+    /// The whole transaction as text.
+    pub fn text(&self) -> String {
+        let mut out = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = self.write_to(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// Renders one command as a line of `nft` input.
+pub fn command_text(family: IpFamily, command: &Command) -> String {
+    let fam = family_keyword(family);
+    let t = format!("{fam} {TABLE}");
+    let addr_type = match family {
+        IpFamily::V4 => "ipv4_addr",
+        IpFamily::V6 => "ipv6_addr",
+    };
+    match command {
+        Command::AddTable => format!("add table {t}\n"),
+        Command::DeleteTable => format!("delete table {t}\n"),
+        Command::AddMaps => format!(
+            "add map {t} {SERVICE_MAP} {{ type {addr_type} . inet_proto . inet_service : verdict ; }}\n\
+             add map {t} {NODE_PORT_MAP} {{ type inet_proto . inet_service : verdict ; }}\n"
+        ),
+        Command::AddChain(chain, None) => format!("add chain {t} {chain}\n"),
+        Command::AddChain(chain, Some(hook)) => format!(
+            "add chain {t} {chain} {{ type {} hook {} priority {} ; policy accept ; }}\n",
+            hook.kind(),
+            hook.hook,
+            hook.priority
+        ),
+        Command::FlushChain(chain) => format!("flush chain {t} {chain}\n"),
+        Command::DeleteChain(chain) => format!("delete chain {t} {chain}\n"),
+        Command::AddRule(chain, rule) => {
+            format!("add rule {t} {chain} {}\n", rule_text(family, chain.table, rule))
+        }
+        Command::AddAffinitySet(name, seconds) => format!(
+            "add set {t} {name} {{ type {addr_type} ; flags dynamic,timeout ; timeout {seconds}s ; }}\n"
+        ),
+        Command::DeleteAffinitySet(name) => format!("delete set {t} {name}\n"),
+        Command::AddElement(element) => format!(
+            "add element {t} {} {{ {} }}\n",
+            element_set(element),
+            element_text(element, true)
+        ),
+        Command::DeleteElement(element) => format!(
+            "delete element {t} {} {{ {} }}\n",
+            element_set(element),
+            element_text(element, false)
+        ),
+    }
+}
+
+fn element_set(element: &Element) -> &'static str {
+    match element {
+        Element::Service(..) => SERVICE_MAP,
+        Element::NodePort(..) => NODE_PORT_MAP,
+    }
+}
+
+fn element_text(element: &Element, with_target: bool) -> String {
+    let (key, target) = match element {
+        Element::Service((addr, proto, port), target) => (
+            format!("{addr} . {} . {port}", iptables_protocol(*proto)),
+            target,
+        ),
+        Element::NodePort((proto, port), target) => {
+            (format!("{} . {port}", iptables_protocol(*proto)), target)
+        }
+    };
+    if with_target {
+        format!("{key} : jump {target}")
+    } else {
+        key
+    }
+}
+
+impl Payload for Transaction {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
+        let mut written = 0;
+        for command in &self.commands {
+            let line = command_text(self.family, command);
+            written += line.len();
+            out.write_all(line.as_bytes())?;
+        }
+        self.written.set(written);
+        Ok(())
+    }
+}
+
+fn addr_keyword(net: &IpNet) -> &'static str {
+    match net {
+        IpNet::V4(_) => "ip",
+        IpNet::V6(_) => "ip6",
+    }
+}
+
+fn net_text(net: &IpNet) -> String {
+    if net.prefix_len() == net.max_prefix_len() {
+        net.addr().to_string()
+    } else {
+        net.trunc().to_string()
+    }
+}
+
+fn op(negated: bool) -> &'static str {
+    if negated {
+        "!= "
+    } else {
+        ""
+    }
+}
+
+fn ct_state(state: CtState) -> &'static str {
+    match state {
+        CtState::New => "new",
+        CtState::Established => "established",
+        CtState::Related => "related",
+        CtState::Invalid => "invalid",
+    }
+}
+
+fn saddr_keyword(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "ip saddr",
+        IpFamily::V6 => "ip6 saddr",
+    }
+}
+
+/// One match in nft syntax; `None` for a comment (written last, as nft wants).
+fn match_text(family: IpFamily, m: &Match) -> Option<String> {
+    Some(match m {
+        Match::Comment(_) => return None,
+        Match::Source { net, negated } => {
+            format!(
+                "{} saddr {}{}",
+                addr_keyword(net),
+                op(*negated),
+                net_text(net)
+            )
+        }
+        Match::Destination { net, negated } => {
+            format!(
+                "{} daddr {}{}",
+                addr_keyword(net),
+                op(*negated),
+                net_text(net)
+            )
+        }
+        Match::Protocol(p) => format!("meta l4proto {}", iptables_protocol(*p)),
+        Match::DestPort(PortMatch::Single(port)) => format!("th dport {port}"),
+        Match::DestPort(PortMatch::Range(lo, hi)) => format!("th dport {lo}-{hi}"),
+        Match::Mark {
+            value,
+            mask,
+            negated,
+        } => format!(
+            "meta mark & {mask:#x} {} {value:#x}",
+            if *negated { "!=" } else { "==" }
+        ),
+        Match::Random { one_in } => format!("numgen random mod {} == 0", (*one_in).max(1)),
+        Match::Recent {
+            name,
+            action: RecentAction::Set,
+        } => format!("update @{name} {{ {} }}", saddr_keyword(family)),
+        Match::Recent {
+            name,
+            action: RecentAction::Rcheck { .. },
+        } => format!("{} @{name}", saddr_keyword(family)),
+        Match::AddrTypeLocal { side, negated } => format!(
+            "fib {} type {}local",
+            match side {
+                AddrSide::Src => "saddr",
+                AddrSide::Dst => "daddr",
+            },
+            op(*negated)
+        ),
+        Match::Conntrack { states } => format!(
+            "ct state {}",
+            states
+                .iter()
+                .map(|s| ct_state(*s))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        // Bridged traffic is invisible to the ip family; rules never plan this match (see
+        // [`check_expressible`]).
+        Match::PhysDevIsIn { .. } => "meta ibrname != \"\"".to_string(),
+    })
+}
+
+fn target_text(family: IpFamily, table: Table, target: &Target) -> String {
+    match target {
+        // Jumps stay within the iptables table the rule was planned in.
+        Target::Jump(chain) => format!("jump {}", NftChain::new(table, chain)),
+        Target::Dnat(SocketAddr::V4(addr)) => format!("dnat to {addr}"),
+        Target::Dnat(SocketAddr::V6(addr)) => format!("dnat to [{}]:{}", addr.ip(), addr.port()),
+        Target::Masquerade { random_fully } => {
+            if *random_fully {
+                "masquerade fully-random".to_string()
+            } else {
+                "masquerade".to_string()
+            }
+        }
+        Target::Mark {
+            op: MarkOp::Or,
+            value,
+        } => format!("meta mark set meta mark | {value:#x}"),
+        Target::Mark {
+            op: MarkOp::Xor,
+            value,
+        } => format!("meta mark set meta mark ^ {value:#x}"),
+        Target::Reject => match family {
+            IpFamily::V4 => "reject with icmp type port-unreachable".to_string(),
+            IpFamily::V6 => "reject with icmpv6 type port-unreachable".to_string(),
+        },
+        Target::Drop => "drop".to_string(),
+        Target::Return => "return".to_string(),
+        Target::Accept => "accept".to_string(),
+    }
+}
+
+/// A rule's text after `add rule <table> <chain>`, for a chain planned in `table`.
+pub fn rule_text(family: IpFamily, table: Table, rule: &NftRule) -> String {
+    match rule {
+        NftRule::ServiceMap => format!(
+            "{} daddr . meta l4proto . th dport vmap @{SERVICE_MAP}",
+            family_keyword(family)
+        ),
+        NftRule::NodePortMap => format!("meta l4proto . th dport vmap @{NODE_PORT_MAP}"),
+        NftRule::Rule(rule) => plain_rule_text(family, table, rule),
+    }
+}
+
+fn plain_rule_text(family: IpFamily, table: Table, rule: &Rule) -> String {
+    let mut out = String::new();
+    let mut comment = None;
+    for m in rule.matches.iter() {
+        match match_text(family, m) {
+            Some(text) => {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(&text);
+            }
+            None => {
+                if let (None, Match::Comment(text)) = (&comment, m) {
+                    comment = Some(text.clone());
+                }
+            }
+        }
+    }
+    let verdict = match &rule.target {
+        Some(target) => target_text(family, table, target),
+        None => "counter".to_string(),
+    };
+    if !out.is_empty() {
+        out.push(' ');
+    }
+    out.push_str(&verdict);
+    if let Some(text) = comment {
+        let mut text: String = text.chars().filter(|c| *c != '"' && *c != '\\').collect();
+        if text.len() >= MAX_COMMENT {
+            let mut end = MAX_COMMENT - 1;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        let _ = write!(out, " comment \"{text}\"");
+    }
+    out
+}
+
+/// nft cannot express a match the planner never uses for the ip families: refuse it clearly
+/// rather than program something else.
+pub fn check_expressible(rule: &NftRule) -> Result<(), Error> {
+    if let NftRule::Rule(rule) = rule {
+        if rule
+            .matches
+            .iter()
+            .any(|m| matches!(m, Match::PhysDevIsIn { .. }))
+        {
+            return Err(Error::InvalidInput {
+                object: "rule".to_string(),
+                field: "match".to_string(),
+                value: "physdev-is-in has no nftables form in the ip families".to_string(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! An in-memory nftables for one family that applies transactions with the kernel's rules as far
+//! as berth's transactions meet them: a transaction is committed whole or not at all; every
+//! command but `add table` needs the table; a rule or map element may only jump to an existing
+//! chain, a rule may only name an existing set; a chain or set still referenced cannot be
+//! deleted; a map key cannot be added twice with another verdict, nor deleted when absent.
+//! [`MemoryNft::traceable`] turns what it holds back into a [`Ruleset`] for the packet tracer.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset};
+use crate::nft::{
+    affinity_refs, command_text, rule_jump, Command, Element, Hook, NftChain, NftRule, NodePortKey,
+    ServiceKey, Transaction,
+};
+use crate::nft_sync::Nft;
+use crate::Error;
+use berth_core::IpFamily;
+
+/// berth's table as the kernel would hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NftTable {
+    pub chains: BTreeMap<NftChain, Vec<NftRule>>,
+    pub hooks: BTreeMap<NftChain, Hook>,
+    /// Whether the maps are declared.
+    pub maps: bool,
+    pub services: BTreeMap<ServiceKey, NftChain>,
+    pub node_ports: BTreeMap<NodePortKey, NftChain>,
+    pub affinity: BTreeMap<ChainName, u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryNft {
+    pub family: IpFamily,
+    /// `None`: berth's table does not exist.
+    pub table: Option<NftTable>,
+    /// Makes the next transaction fail before changing anything, as a kernel error would.
+    pub fail_next: bool,
+    /// The text of every transaction applied or attempted, when `record` is set.
+    pub transactions: Vec<String>,
+    pub record: bool,
+    /// How many transactions were applied successfully.
+    pub applied: usize,
+}
+
+fn refused(family: IpFamily, command: &Command, reason: &str) -> Error {
+    Error::Restore {
+        reason: format!("{reason}: {}", command_text(family, command).trim_end()),
+    }
+}
+
+impl MemoryNft {
+    pub fn new(family: IpFamily) -> Self {
+        MemoryNft {
+            family,
+            table: None,
+            fail_next: false,
+            transactions: Vec::new(),
+            record: true,
+            applied: 0,
+        }
+    }
+
+    /// What someone's `nft flush ruleset` does to berth's table.
+    pub fn flush_ruleset(&mut self) {
+        self.table = None;
+    }
+
+    /// Chains or map elements that jump to `chain`.
+    fn referenced(table: &NftTable, chain: &NftChain) -> bool {
+        let by_rule = table.chains.iter().any(|(from, rules)| {
+            rules
+                .iter()
+                .filter_map(rule_jump)
+                .any(|target| from.table == chain.table && *target == chain.name)
+        });
+        by_rule
+            || table.services.values().any(|t| t == chain)
+            || table.node_ports.values().any(|t| t == chain)
+    }
+
+    fn apply_command(
+        family: IpFamily,
+        state: &mut Option<NftTable>,
+        command: &Command,
+    ) -> Result<(), Error> {
+        let fail = |reason: &str| refused(family, command, reason);
+        if let Command::AddTable = command {
+            state.get_or_insert_with(NftTable::default);
+            return Ok(());
+        }
+        let Some(table) = state.as_mut() else {
+            return Err(fail("No such file or directory (no table)"));
+        };
+        match command {
+            Command::AddTable => {}
+            Command::DeleteTable => *state = None,
+            Command::AddMaps => table.maps = true,
+            Command::AddChain(chain, hook) => {
+                if let Some(existing) = table.hooks.get(chain) {
+                    if Some(*existing) != *hook {
+                        return Err(fail("chain exists with another hook"));
+                    }
+                }
+                table.chains.entry(chain.clone()).or_default();
+                if let Some(hook) = hook {
+                    table.hooks.insert(chain.clone(), *hook);
+                }
+            }
+            Command::FlushChain(chain) => table
+                .chains
+                .get_mut(chain)
+                .ok_or_else(|| fail("No such file or directory (chain)"))?
+                .clear(),
+            Command::DeleteChain(chain) => {
+                if !table.chains.contains_key(chain) {
+                    return Err(fail("No such file or directory (chain)"));
+                }
+                if Self::referenced(table, chain) {
+                    return Err(fail("Device or resource busy (chain is referenced)"));
+                }
+                table.chains.remove(chain);
+                table.hooks.remove(chain);
+            }
+            Command::AddRule(chain, rule) => {
+                if !table.chains.contains_key(chain) {
+                    return Err(fail("No such file or directory (chain)"));
+                }
+                if let Some(target) = rule_jump(rule) {
+                    if !table
+                        .chains
+                        .contains_key(&NftChain::new(chain.table, target))
+                    {
+                        return Err(fail("No such file or directory (jump target)"));
+                    }
+                }
+                if matches!(rule, NftRule::ServiceMap | NftRule::NodePortMap) && !table.maps {
+                    return Err(fail("No such file or directory (map)"));
+                }
+                if affinity_refs(rule).any(|(name, _)| !table.affinity.contains_key(name)) {
+                    return Err(fail("No such file or directory (set)"));
+                }
+                if let Some(rules) = table.chains.get_mut(chain) {
+                    rules.push(rule.clone());
+                }
+            }
+            Command::AddAffinitySet(name, seconds) => {
+                table.affinity.insert(name.clone(), *seconds);
+            }
+            Command::DeleteAffinitySet(name) => {
+                if !table.affinity.contains_key(name) {
+                    return Err(fail("No such file or directory (set)"));
+                }
+                let used = table
+                    .chains
+                    .values()
+                    .flatten()
+                    .any(|rule| affinity_refs(rule).any(|(n, _)| n == name));
+                if used {
+                    return Err(fail("Device or resource busy (set is referenced)"));
+                }
+                table.affinity.remove(name);
+            }
+            Command::AddElement(element) => {
+                if !table.maps {
+                    return Err(fail("No such file or directory (map)"));
+                }
+                let (Element::Service(_, target) | Element::NodePort(_, target)) = element;
+                if !table.chains.contains_key(target) {
+                    return Err(fail("No such file or directory (verdict chain)"));
+                }
+                let previous = match element {
+                    Element::Service(key, target) => table.services.insert(*key, target.clone()),
+                    Element::NodePort(key, target) => table.node_ports.insert(*key, target.clone()),
+                };
+                if previous.is_some_and(|previous| previous != *target) {
+                    return Err(fail("File exists (element with another verdict)"));
+                }
+            }
+            Command::DeleteElement(element) => {
+                if !table.maps {
+                    return Err(fail("No such file or directory (map)"));
+                }
+                let present = match element {
+                    Element::Service(key, _) => table.services.remove(key).is_some(),
+                    Element::NodePort(key, _) => table.node_ports.remove(key).is_some(),
+                };
+                if !present {
+                    return Err(fail("No such file or directory (element)"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// berth's table as a ruleset the tracer follows: base chains become the built-in jumps,
+    /// each map lookup becomes one rule per element (keys are unique, so their order does not
+    /// matter), every other rule is the planned rule itself.
+    pub fn traceable(&self) -> Ruleset {
+        let mut rs = Ruleset::default();
+        let Some(table) = &self.table else {
+            return rs;
+        };
+        for (chain, rules) in &table.chains {
+            let mut out = Vec::new();
+            for rule in rules {
+                match rule {
+                    NftRule::Rule(rule) => out.push(rule.clone()),
+                    NftRule::ServiceMap => {
+                        for ((addr, proto, port), target) in &table.services {
+                            out.push(Rule::jump(
+                                vec![
+                                    Match::Protocol(*proto),
+                                    Match::dst(*addr),
+                                    Match::DestPort(PortMatch::Single(*port)),
+                                ],
+                                &target.name,
+                            ));
+                        }
+                    }
+                    NftRule::NodePortMap => {
+                        for ((proto, port), target) in &table.node_ports {
+                            out.push(Rule::jump(
+                                vec![
+                                    Match::Protocol(*proto),
+                                    Match::DestPort(PortMatch::Single(*port)),
+                                ],
+                                &target.name,
+                            ));
+                        }
+                    }
+                }
+            }
+            match table.hooks.get(chain) {
+                Some(hook) => rs.jumps.extend(out.into_iter().map(|rule| JumpRule {
+                    table: hook.table,
+                    from: hook.builtin(),
+                    rule,
+                })),
+                None => {
+                    rs.table_mut(chain.table)
+                        .chains
+                        .insert(chain.name.clone(), out);
+                }
+            }
+        }
+        rs
+    }
+
+    /// Names of the chains in berth's table.
+    pub fn chain_names(&self) -> BTreeSet<String> {
+        self.table
+            .iter()
+            .flat_map(|table| table.chains.keys().map(ToString::to_string))
+            .collect()
+    }
+}
+
+impl Nft for MemoryNft {
+    fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
+        if self.record {
+            self.transactions.push(tx.text());
+        }
+        if std::mem::take(&mut self.fail_next) {
+            return Err(Error::Restore {
+                reason: "injected failure".to_string(),
+            });
+        }
+        let mut state = self.table.clone();
+        for command in &tx.commands {
+            Self::apply_command(self.family, &mut state, command)?;
+        }
+        self.table = state;
+        self.applied += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,385 @@
+//! The nftables Syncer: applies planned rulesets to berth's own table through the [`Nft`] trait,
+//! one atomic transaction per sync, partially when it can.
+//!
+//! - A full sync deletes and recreates the table in one transaction (`add table`, `delete table`,
+//!   `add table`, then everything): no packet ever sees a half-built table, stale chains cannot
+//!   survive, and other programs' tables are never named. Connections already established keep
+//!   their translation (conntrack holds it); affinity entries start over.
+//! - A partial sync sends only what changed since the last successful sync, as the iptables
+//!   [`crate::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
+//!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds. Desired
+//!   state is diffed in memory; nothing is read back from the kernel.
+//! - Every command of a partial transaction names berth's table, so when someone deleted it
+//!   (`nft flush ruleset`, say) the transaction fails as a whole, and any failure makes the next
+//!   sync full. (The iptables backend needs a canary chain for this; a table needs none.) A
+//!   `flush table` that empties berth's chains but keeps them is repaired by the periodic full
+//!   sync.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+
+use crate::incremental::Changes;
+use crate::model::{ChainName, Ruleset, Table};
+use crate::names;
+use crate::nft::{
+    affinity_refs, check_expressible, convert_chain, Command, Element, NftChain, NftRule,
+    NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
+};
+use crate::sync::{SyncKind, SyncReport};
+use crate::Error;
+use berth_core::IpFamily;
+
+/// The nftables operations berth needs, for one address family.
+pub trait Nft {
+    /// Applies one transaction atomically (`nft -f -`): all of it, or nothing and an error.
+    fn apply(&mut self, tx: &Transaction) -> Result<(), Error>;
+}
+
+impl<N: Nft + ?Sized> Nft for Box<N> {
+    fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
+        (**self).apply(tx)
+    }
+}
+
+type ChainKey = (Table, ChainName);
+
+/// What the last successful sync left in the kernel, as far as diffs need it.
+#[derive(Debug, Clone, Default)]
+struct Applied {
+    /// Hash and length of each chain's converted rules.
+    chains: BTreeMap<ChainKey, (u64, usize)>,
+    services: BTreeMap<ServiceKey, NftChain>,
+    node_ports: BTreeMap<NodePortKey, NftChain>,
+    affinity: BTreeMap<ChainName, u32>,
+    /// The affinity sets each chain's rules name; a set no chain names any more is deleted.
+    chain_sets: BTreeMap<ChainKey, BTreeSet<ChainName>>,
+    rules: usize,
+}
+
+impl Applied {
+    /// Records the sets `chain` names now; returns the sets no chain names any more.
+    fn set_chain_sets(&mut self, chain: &ChainKey, sets: BTreeSet<ChainName>) -> Vec<ChainName> {
+        let before = if sets.is_empty() {
+            self.chain_sets.remove(chain)
+        } else {
+            self.chain_sets.insert(chain.clone(), sets)
+        };
+        let mut orphaned = Vec::new();
+        for set in before.into_iter().flatten() {
+            let still_named = self.chain_sets.values().any(|sets| sets.contains(&set));
+            if !still_named {
+                orphaned.push(set);
+            }
+        }
+        orphaned
+    }
+}
+
+fn sets_named(rules: &[NftRule]) -> BTreeSet<ChainName> {
+    rules
+        .iter()
+        .flat_map(affinity_refs)
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+fn rules_hash(rules: &[NftRule]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    rules.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A berth chain of the plan that the nft table holds (the iptables canary has no place there).
+fn programmed(chain: &ChainName) -> bool {
+    chain.is_berth() && chain.as_str() != names::CANARY
+}
+
+/// Element-level changes from `before` to `after`: deletions (removed or retargeted keys), then
+/// additions (new or retargeted keys).
+fn diff_elements<K: Ord + Clone>(
+    before: &BTreeMap<K, NftChain>,
+    after: &BTreeMap<K, NftChain>,
+    element: impl Fn(K, NftChain) -> Element,
+    deletes: &mut Vec<Command>,
+    adds: &mut Vec<Command>,
+) {
+    for (key, target) in before {
+        if after.get(key) != Some(target) {
+            deletes.push(Command::DeleteElement(element(key.clone(), target.clone())));
+        }
+    }
+    for (key, target) in after {
+        if before.get(key) != Some(target) {
+            adds.push(Command::AddElement(element(key.clone(), target.clone())));
+        }
+    }
+}
+
+/// Plans nothing itself: give it each new ruleset (best planned with linear dispatch, which
+/// becomes the verdict maps), it works out the smallest transaction.
+pub struct NftSyncer<N> {
+    nft: N,
+    family: IpFamily,
+    applied: Option<Applied>,
+}
+
+impl<N: Nft> NftSyncer<N> {
+    pub fn new(nft: N, family: IpFamily) -> Self {
+        NftSyncer {
+            nft,
+            family,
+            applied: None,
+        }
+    }
+
+    pub fn nft(&self) -> &N {
+        &self.nft
+    }
+
+    pub fn nft_mut(&mut self) -> &mut N {
+        &mut self.nft
+    }
+
+    pub fn force_full_sync(&mut self) {
+        self.applied = None;
+    }
+
+    /// Applies `rs`, diffing every chain against the last successful sync (a full sync when
+    /// one is due). Any failure makes the next sync full.
+    pub fn sync(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
+        let Some(applied) = &self.applied else {
+            return self.sync_changes(rs, &Changes::All);
+        };
+        let mut chains: BTreeSet<ChainKey> = applied.chains.keys().cloned().collect();
+        for (table, rules) in &rs.tables {
+            chains.extend(rules.chains.keys().map(|chain| (*table, chain.clone())));
+        }
+        self.sync_changes(rs, &Changes::Chains(chains))
+    }
+
+    /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
+    /// successful sync (as a [`crate::Planner`] reports them); a full sync when one is due.
+    pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        let result = match (changes, self.applied.is_some()) {
+            (Changes::Chains(chains), true) => self.partial(rs, chains),
+            _ => self.full(rs),
+        };
+        if result.is_err() {
+            self.applied = None;
+        }
+        result
+    }
+
+    /// The transaction that replaces berth's table with `rs`, and the state it leaves.
+    fn full_transaction(&self, rs: &Ruleset) -> Result<(Transaction, Applied), Error> {
+        let planned = NftRuleset::from_ruleset(rs);
+        let mut tx = Transaction::new(self.family);
+        tx.push(Command::AddTable);
+        tx.push(Command::DeleteTable);
+        tx.push(Command::AddTable);
+        tx.push(Command::AddMaps);
+        let mut applied = Applied {
+            services: planned.services.clone(),
+            node_ports: planned.node_ports.clone(),
+            affinity: planned.affinity.clone(),
+            rules: planned.rule_count(),
+            ..Applied::default()
+        };
+        for chain in planned.chains.keys() {
+            tx.push(Command::AddChain(
+                chain.clone(),
+                planned.hooks.get(chain).copied(),
+            ));
+        }
+        for (name, seconds) in &planned.affinity {
+            tx.push(Command::AddAffinitySet(name.clone(), *seconds));
+        }
+        for (chain, rules) in planned.chains {
+            for rule in &rules {
+                check_expressible(rule)?;
+            }
+            if !planned.hooks.contains_key(&chain) {
+                let sets = sets_named(&rules);
+                if !sets.is_empty() {
+                    applied
+                        .chain_sets
+                        .insert((chain.table, chain.name.clone()), sets);
+                }
+                applied.chains.insert(
+                    (chain.table, chain.name.clone()),
+                    (rules_hash(&rules), rules.len()),
+                );
+            }
+            for rule in rules {
+                tx.push(Command::AddRule(chain.clone(), rule));
+            }
+        }
+        for (key, target) in planned.services {
+            tx.push(Command::AddElement(Element::Service(key, target)));
+        }
+        for (key, target) in planned.node_ports {
+            tx.push(Command::AddElement(Element::NodePort(key, target)));
+        }
+        Ok((tx, applied))
+    }
+
+    fn full(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
+        let (tx, applied) = self.full_transaction(rs)?;
+        let deleted_chains = self.applied.as_ref().map_or(0, |before| {
+            before
+                .chains
+                .keys()
+                .filter(|key| !applied.chains.contains_key(*key))
+                .count()
+        });
+        self.nft.apply(&tx)?;
+        let report = SyncReport {
+            kind: SyncKind::Full,
+            rewritten_chains: applied.chains.len(),
+            deleted_chains,
+            payload_bytes: tx.written(),
+            rule_count: applied.rules,
+        };
+        self.applied = Some(applied);
+        Ok(report)
+    }
+
+    fn partial(&mut self, rs: &Ruleset, chains: &BTreeSet<ChainKey>) -> Result<SyncReport, Error> {
+        let Some(applied) = &self.applied else {
+            return self.full(rs);
+        };
+        let mut next = applied.clone();
+        let mut added = Vec::new();
+        let mut flushed = Vec::new();
+        let mut rules = Vec::new();
+        let mut deleted = Vec::new();
+        let mut sets = Vec::new();
+        let mut element_deletes = Vec::new();
+        let mut element_adds = Vec::new();
+        let mut rewritten = 0;
+        let mut orphaned = Vec::new();
+        for key in chains.iter().filter(|(_, chain)| programmed(chain)) {
+            let chain = NftChain::new(key.0, &key.1);
+            let Some(planned) = rs.chain(key.0, &key.1) else {
+                if next.chains.remove(key).is_some() {
+                    orphaned.extend(next.set_chain_sets(key, BTreeSet::new()));
+                    deleted.push(chain);
+                }
+                continue;
+            };
+            let converted = convert_chain(key.0, &key.1, planned);
+            if converted.rules.first() == Some(&NftRule::ServiceMap) {
+                let after = converted
+                    .services
+                    .iter()
+                    .map(|(k, target)| (*k, NftChain::new(Table::Nat, target)))
+                    .collect();
+                diff_elements(
+                    &applied.services,
+                    &after,
+                    Element::Service,
+                    &mut element_deletes,
+                    &mut element_adds,
+                );
+                next.services = after;
+            }
+            if converted.rules.first() == Some(&NftRule::NodePortMap) {
+                let after = converted
+                    .node_ports
+                    .iter()
+                    .map(|(k, target)| (*k, NftChain::new(Table::Nat, target)))
+                    .collect();
+                diff_elements(
+                    &applied.node_ports,
+                    &after,
+                    Element::NodePort,
+                    &mut element_deletes,
+                    &mut element_adds,
+                );
+                next.node_ports = after;
+            }
+            let state = (rules_hash(&converted.rules), converted.rules.len());
+            let before = next.chains.insert(key.clone(), state);
+            if before == Some(state) {
+                continue;
+            }
+            rewritten += 1;
+            next.rules = next.rules.saturating_sub(before.map_or(0, |(_, n)| n)) + state.1;
+            match before {
+                Some(_) => flushed.push(Command::FlushChain(chain.clone())),
+                None => added.push(Command::AddChain(chain.clone(), None)),
+            }
+            orphaned.extend(next.set_chain_sets(key, sets_named(&converted.rules)));
+            for rule in converted.rules {
+                check_expressible(&rule)?;
+                for (name, seconds) in affinity_refs(&rule) {
+                    let known = next.affinity.get(name).copied();
+                    // An endpoint chain written before any check names a timeout gets the default.
+                    let wanted = seconds.or(known).unwrap_or(DEFAULT_AFFINITY_SECONDS);
+                    if known != Some(wanted) {
+                        // Re-adding a set with another timeout updates it in place.
+                        next.affinity.insert(name.clone(), wanted);
+                        sets.push(Command::AddAffinitySet(name.clone(), wanted));
+                    }
+                }
+                rules.push(Command::AddRule(chain.clone(), rule));
+            }
+        }
+        for chain in &deleted {
+            if let Some((_, n)) = applied.chains.get(&(chain.table, chain.name.clone())) {
+                next.rules = next.rules.saturating_sub(*n);
+            }
+        }
+        // A set orphaned by one chain may be named again by another rewritten after it.
+        let mut stale_sets = Vec::new();
+        for set in orphaned {
+            let named = next.chain_sets.values().any(|sets| sets.contains(&set));
+            if !named && next.affinity.remove(&set).is_some() {
+                stale_sets.push(Command::DeleteAffinitySet(set));
+            }
+        }
+        let deleted_chains = deleted.len();
+        let changed = !(added.is_empty()
+            && flushed.is_empty()
+            && rules.is_empty()
+            && deleted.is_empty()
+            && sets.is_empty()
+            && stale_sets.is_empty()
+            && element_deletes.is_empty()
+            && element_adds.is_empty());
+        let mut tx = Transaction::new(self.family);
+        if changed {
+            tx.commands.extend(added);
+            tx.commands.extend(flushed);
+            tx.commands.extend(sets);
+            tx.commands.extend(rules);
+            tx.commands.extend(element_deletes);
+            tx.commands.extend(element_adds);
+            tx.commands
+                .extend(deleted.iter().cloned().map(Command::FlushChain));
+            tx.commands
+                .extend(deleted.into_iter().map(Command::DeleteChain));
+            tx.commands.extend(stale_sets);
+            self.nft.apply(&tx)?;
+        }
+        let report = SyncReport {
+            kind: SyncKind::Partial,
+            rewritten_chains: rewritten,
+            deleted_chains,
+            payload_bytes: tx.written(),
+            rule_count: next.rules,
+        };
+        self.applied = Some(next);
+        Ok(report)
+    }
+}
+
+/// The transaction that removes berth's table, whatever it holds (nothing when it is absent):
+/// what switching to the iptables backend does.
+pub fn remove_table(family: IpFamily) -> Transaction {
+    let mut tx = Transaction::new(family);
+    tx.push(Command::AddTable);
+    tx.push(Command::DeleteTable);
+    tx
+}
