@@ -27,7 +27,7 @@ TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSI
 NETNS_PREFIX := berth-
 
 # Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
-BENCHES := ipam endpoints datapath lab-api controller aws failover
+BENCHES := ipam endpoints datapath lab-api controller aws lab failover
 BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
 TEST_LOG := $(TARGET_DIR)/cargo-test.log
 
@@ -36,13 +36,20 @@ export PATH := $(VENV_BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help deps deps-system deps-python check-cargo build test test-rust test-crds test-chart e2e-kind lint crds \
+.PHONY: help deps deps-system deps-python check-cargo build run e2e test test-rust test-crds test-chart e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
+# `make run ARGS=--once` proves and exits; `ARGS='--nodes 5'` changes the lab.
+ARGS ?=
+BERTH_BIN := $(TARGET_DIR)/debug/berth
+
 help:
+	@echo "make run          the whole system in a lab on this host, examples/ applied and proven from a client;"
+	@echo "                  stays up until Ctrl-C, then removes everything (ARGS=--once: prove and exit)"
+	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, then e2e"
+	@echo "make e2e          user journeys with kubectl against a lab (e2e/local)"
 	@echo "make deps         install system packages and the Python venv (.venv) the tests need"
 	@echo "make build        cargo build, whole workspace, all targets (debug)"
-	@echo "make test         deps, cargo test for the workspace, then test-crds and test-chart"
 	@echo "make test-crds    validate $(CRDS_FILE) against the Kubernetes $(K8S_VERSION) schemas"
 	@echo "make test-chart   render, lint and validate the Helm chart for every value set (charts/berth/ci)"
 	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
@@ -81,6 +88,15 @@ $(VENV_STAMP): $(REQUIREMENTS)
 build: check-cargo
 	$(CARGO) build --workspace --all-targets
 
+# The lab's namespaces are berth-lab-*, its state (kubeconfig, logs, pids) in /run/berth-lab.
+run: deps
+	$(CARGO) build --bin berth
+	$(BERTH_BIN) lab up --apply examples $(ARGS)
+
+e2e: deps
+	$(CARGO) build --bin berth
+	BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh
+
 # A test that returns early because the machine lacks something (root, a tool) prints a line
 # `berth-test: SKIPPED <test>: <reason>`; libtest counts it as passed, so the summary moves it to
 # skipped and lists the reasons. Under CI=true (or BERTH_REQUIRE_ROOT=1) such a test fails instead.
@@ -90,6 +106,7 @@ test: deps
 	@$(MAKE) test-rust
 	@$(MAKE) test-crds
 	@$(MAKE) test-chart
+	@$(MAKE) e2e
 	@echo "== cargo test summary =="
 	@grep -E '^test result:' $(TEST_LOG)
 	@{ grep -oE '$(SKIP_MARKER) .*' $(TEST_LOG) | sed 's/^$(SKIP_MARKER) /skipped: /' || true; \
@@ -164,6 +181,12 @@ bench-lab-api: check-cargo
 bench-controller: check-cargo
 	$(CARGO) build --release --bin berth
 	BERTH_BIN=$(abspath $(TARGET_DIR))/release/berth $(CARGO) bench -p berth-controller --bench controller_table
+
+# Network-programming latency on a lab (root): a release `berth lab up` with 3 nodes, 1,000
+# Services x 10 endpoints, readiness flips; ends with `programming-latency: p50_ms=<n> p99_ms=<n>`.
+bench-lab: check-cargo
+	$(CARGO) build --release --bin berth
+	BERTH_BIN=$(abspath $(TARGET_DIR))/release/berth $(CARGO) bench --bench lab_programming
 
 # ELBv2 calls through the real AWS SDK against moto_server: converge, steady-state resync, sweep,
 # 100 nodes. Counts do not depend on optimisation, so the dev profile saves a release build of the SDK.

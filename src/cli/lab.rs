@@ -10,6 +10,64 @@ use clap::{Args, Subcommand};
 pub enum LabCommand {
     /// Serve the in-memory Kubernetes API server until interrupted.
     Apiserver(ApiserverArgs),
+    /// Build a lab (API server, controller, an agent per node, kubelet, client), apply manifests,
+    /// prove from the client that the Services answer, and stay up until interrupted.
+    Up(UpArgs),
+    /// Stop a lab and remove all of it, also after `lab up` was killed.
+    Down(LabRef),
+    /// Show a lab's processes and namespaces.
+    Status(LabRef),
+    /// The lab kubelet: Node objects for the lab's nodes, Pods as pod namespaces.
+    Kubelet(KubeletArgs),
+}
+
+/// Which lab: its name (namespaces `berth-<name>-*`) and state directory.
+#[derive(Debug, Args)]
+pub struct LabRef {
+    /// The lab's name; its namespaces are `berth-<name>-*`.
+    #[arg(long, env = "BERTH_LAB_NAME", default_value = "lab")]
+    name: String,
+
+    /// Where the lab keeps its kubeconfig, logs and process ids.
+    #[arg(long, env = "BERTH_LAB_STATE_DIR", default_value = "/run/berth-lab")]
+    state_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    lab: LabRef,
+
+    /// Number of node namespaces, each running `berth agent`.
+    #[arg(long, env = "BERTH_LAB_NODES", default_value_t = 3)]
+    nodes: usize,
+
+    /// Manifests to apply once the lab is up (every .yaml file of the directory).
+    #[arg(long, env = "BERTH_LAB_APPLY")]
+    apply: Option<PathBuf>,
+
+    /// Prove, print the summary and tear the lab down instead of staying up.
+    #[arg(long, env = "BERTH_LAB_ONCE")]
+    once: bool,
+
+    /// How long each step may wait (components ready, addresses, answers).
+    #[arg(long, env = "BERTH_LAB_TIMEOUT", default_value = "90s", value_parser = super::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct KubeletArgs {
+    /// The lab's name (its namespaces are `berth-<name>-*`).
+    #[arg(long, env = "BERTH_LAB_NAME", default_value = "lab")]
+    name: String,
+
+    /// Number of the lab's nodes.
+    #[arg(long, env = "BERTH_LAB_NODES", default_value_t = 3)]
+    nodes: usize,
+
+    /// Kubeconfig of the lab's API server.
+    #[arg(long, env = "BERTH_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -110,7 +168,127 @@ impl ApiserverArgs {
 pub fn run(command: LabCommand) -> anyhow::Result<()> {
     match command {
         LabCommand::Apiserver(args) => run_apiserver(args),
+        LabCommand::Up(args) => run_up(args),
+        LabCommand::Down(lab) => {
+            let removed = berth_lab::cluster::down(&lab.name, &lab.state_dir)?;
+            let mut out = String::new();
+            if removed.is_empty() {
+                out.push_str(&format!("lab {}: nothing to remove\n", lab.name));
+            }
+            for line in removed {
+                out.push_str(&format!("removed {line}\n"));
+            }
+            crate::write_stdout(&out)
+        }
+        LabCommand::Status(lab) => {
+            let lines = berth_lab::cluster::status(&lab.name, &lab.state_dir)?;
+            crate::write_stdout(&(lines.join("\n") + "\n"))
+        }
+        LabCommand::Kubelet(args) => run_kubelet(args),
     }
+}
+
+/// Steps shown with spinners on a terminal; nothing without one.
+struct Steps {
+    bar: indicatif::ProgressBar,
+}
+
+impl Steps {
+    fn new() -> Self {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        Steps { bar }
+    }
+}
+
+impl berth_lab::cluster::Progress for Steps {
+    fn start(&self, step: &str) {
+        self.bar.reset_elapsed();
+        self.bar.set_message(step.to_string());
+        self.bar
+            .enable_steady_tick(std::time::Duration::from_millis(100));
+    }
+
+    fn done(&self, detail: &str) {
+        let step = self.bar.message();
+        // Printed above the spinner, and only on a terminal (indicatif hides itself otherwise).
+        self.bar.println(format!("✓ {step}: {detail}"));
+        self.bar.set_message(String::new());
+    }
+}
+
+fn run_up(args: UpArgs) -> anyhow::Result<()> {
+    let opts = berth_lab::cluster::UpOptions {
+        name: args.lab.name.clone(),
+        nodes: args.nodes,
+        state_dir: args.lab.state_dir.clone(),
+        exe: std::env::current_exe().context("finding the berth binary")?,
+        timeout: args.timeout,
+    };
+    super::run(|shutdown| async move {
+        let steps = Steps::new();
+        let lab = tokio::select! {
+            lab = berth_lab::cluster::Lab::start(&opts, &steps) => lab?,
+            _ = shutdown.cancelled() => anyhow::bail!("interrupted while starting; the lab was removed"),
+        };
+        let mut proven = true;
+        if let Some(dir) = &args.apply {
+            use berth_lab::cluster::Progress;
+            steps.start(&format!("applying {}", dir.display()));
+            let applied = lab.apply(dir).await?;
+            steps.done(&applied.join(", "));
+            let (table, ok) = tokio::select! {
+                result = lab.prove(&steps) => result?,
+                _ = shutdown.cancelled() => anyhow::bail!("interrupted; the lab was removed"),
+            };
+            steps.bar.finish_and_clear();
+            println!("\n{table}");
+            proven = ok;
+        }
+        steps.bar.finish_and_clear();
+        println!(
+            "lab {} is up: export KUBECONFIG={}  (logs in {})",
+            opts.name,
+            lab.kubeconfig().display(),
+            lab.state_dir().join("logs").display()
+        );
+        if !args.once {
+            println!("press Ctrl-C to stop it and remove everything");
+            shutdown.cancelled().await;
+        }
+        println!("tearing the lab down");
+        if !proven {
+            println!(
+                "keeping the logs in {}",
+                lab.state_dir().join("logs").display()
+            );
+        }
+        tokio::task::spawn_blocking(move || lab.stop(!proven))
+            .await
+            .context("tearing the lab down")??;
+        anyhow::ensure!(
+            proven,
+            "some requests were not answered (see the table above)"
+        );
+        Ok(())
+    })
+}
+
+fn run_kubelet(args: KubeletArgs) -> anyhow::Result<()> {
+    let prefix = berth_lab::cluster::plan::lab_prefix(&args.name)?;
+    let layout = berth_lab::topology::layout(&berth_lab::cluster::plan::lab_topology(
+        &prefix, args.nodes,
+    )?)?;
+    super::run(|shutdown| async move {
+        let client = super::build_client(args.kubeconfig.as_deref()).await?;
+        berth_lab::kubelet::Kubelet::new(client, berth_lab::kubelet::KubeletConfig::new(layout))
+            .run(shutdown)
+            .await
+            .context("running the lab kubelet")
+    })
 }
 
 fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {

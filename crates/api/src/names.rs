@@ -41,6 +41,8 @@ pub mod annotation {
     pub const SHARING_KEY: &str = "berth.dev/sharing-key";
     /// Written by the agent that answers ARP for the Service's IP.
     pub const ANNOUNCING_NODE: &str = "berth.dev/announcing-node";
+    /// On a Pod in the lab: `"false"` makes the lab kubelet's readiness probe fail.
+    pub const LAB_READY: &str = "lab.berth.dev/ready";
     /// On an agent's Lease: where its membership (SWIM) socket listens, `ip:port`.
     pub const MEMBERSHIP_ENDPOINT: &str = "berth.dev/membership-endpoint";
 

@@ -12,7 +12,9 @@
 //! name and the client address it sees, which is what datapath tests assert on.
 
 pub mod apiserver;
+pub mod cluster;
 pub mod echo;
+pub mod kubelet;
 pub mod netns;
 pub mod topology;
 

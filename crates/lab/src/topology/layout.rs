@@ -6,8 +6,8 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 
 use super::{
-    TopologyError, TopologySpec, FIRST_CLIENT_HOST, FIRST_NODE_HOST, LAN_NETWORK, LAN_PREFIX_LEN,
-    LB_POOL_FIRST_HOST, NETNS_PREFIX, POD_NETWORK,
+    TopologyError, TopologySpec, CONTROL_PLANE_HOST, FIRST_CLIENT_HOST, FIRST_NODE_HOST,
+    LAN_NETWORK, LAN_PREFIX_LEN, LB_POOL_FIRST_HOST, NETNS_PREFIX, POD_NETWORK,
 };
 
 /// The name reserved for the LAN namespace (`<prefix>-lan`).
@@ -55,12 +55,15 @@ pub struct Layout {
     pub lan: Ipv4Net,
     pub nodes: Vec<NodeLayout>,
     pub clients: Vec<ClientLayout>,
+    /// Joins the LAN like a client, at 198.18.0.2.
+    pub control_plane: Option<ClientLayout>,
 }
 
 impl Layout {
     /// Every namespace, in creation order.
     pub fn namespaces(&self) -> Vec<&str> {
         let mut out = vec![self.lan_netns.as_str()];
+        out.extend(self.control_plane.iter().map(|c| c.netns.as_str()));
         for node in &self.nodes {
             out.push(&node.netns);
             out.extend(node.pods.iter().map(|p| p.netns.as_str()));
@@ -83,6 +86,30 @@ impl Layout {
     pub fn client(&self, name: &str) -> Option<&ClientLayout> {
         self.clients.iter().find(|c| c.name == name)
     }
+}
+
+/// Pod `slot` (1-253) of `node`: address 10.244.<n>.(slot+1), veth `vp<slot>` on the node, and
+/// the namespace `<prefix>-<node>-p<slot>`. For pods made while the topology runs (the lab
+/// kubelet); the slot is what keeps the address and the names unique on the node.
+pub fn pod_layout(
+    prefix: &str,
+    node: &NodeLayout,
+    slot: u8,
+    name: &str,
+) -> Result<PodLayout, TopologyError> {
+    if !(1..=253).contains(&slot) {
+        return Err(invalid(format!(
+            "pod slot {slot} on node {}: a /24 pod CIDR holds slots 1-253",
+            node.name
+        )));
+    }
+    let net = node.pod_cidr.network().octets();
+    Ok(PodLayout {
+        name: name.to_string(),
+        netns: format!("{prefix}-{}-p{slot}", node.name),
+        ip: host([net[0], net[1], net[2]], slot + 1),
+        node_veth: format!("vp{slot}"),
+    })
 }
 
 fn host(net: [u8; 3], last: u8) -> Ipv4Addr {
@@ -190,6 +217,18 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
             lan_port: format!("c{j}"),
         });
     }
+    let control_plane = match &spec.control_plane {
+        Some(name) => {
+            check_name("control-plane", name, &mut seen)?;
+            Some(ClientLayout {
+                name: name.clone(),
+                netns: format!("{prefix}-{name}"),
+                ip: host(lan_net, CONTROL_PLANE_HOST),
+                lan_port: "cp".to_string(),
+            })
+        }
+        None => None,
+    };
     Ok(Layout {
         prefix: prefix.clone(),
         lan_netns: format!("{prefix}-{LAN_NAME}"),
@@ -197,6 +236,7 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
         lan: Ipv4Net::new(LAN_NETWORK, LAN_PREFIX_LEN).map_err(|e| invalid(format!("LAN: {e}")))?,
         nodes,
         clients,
+        control_plane,
     })
 }
 
@@ -306,6 +346,36 @@ mod tests {
                 matches!(layout(&spec), Err(TopologyError::Invalid(_))),
                 "{spec:?}"
             );
+        }
+    }
+
+    #[test]
+    fn the_control_plane_sits_at_dot_two_after_the_lan() {
+        let l = layout(&mk_spec().control_plane("cp")).unwrap();
+        let cp = l.control_plane.as_ref().unwrap();
+        assert_eq!(
+            (cp.netns.as_str(), cp.ip, cp.lan_port.as_str()),
+            ("berth-t1-cp", Ipv4Addr::new(198, 18, 0, 2), "cp")
+        );
+        assert_eq!(&l.namespaces()[..2], ["berth-t1-lan", "berth-t1-cp"]);
+        assert!(layout(&mk_spec().control_plane("node1")).is_err());
+        assert!(layout(&mk_spec().control_plane("lan")).is_err());
+    }
+
+    #[test]
+    fn pods_made_later_take_their_slot() {
+        let l = layout(&mk_spec()).unwrap();
+        let node2 = l.node("node2").unwrap();
+        let pod = pod_layout("berth-t1", node2, 7, "web-0").unwrap();
+        assert_eq!(pod.ip, Ipv4Addr::new(10, 244, 2, 8));
+        assert_eq!(pod.netns, "berth-t1-node2-p7");
+        assert_eq!(pod.node_veth, "vp7");
+        assert_eq!(
+            pod_layout("berth-t1", node2, 253, "x").unwrap().ip,
+            Ipv4Addr::new(10, 244, 2, 254)
+        );
+        for slot in [0, 254, 255] {
+            assert!(pod_layout("berth-t1", node2, slot, "x").is_err(), "{slot}");
         }
     }
 

@@ -26,12 +26,12 @@ mod steps;
 
 use std::net::Ipv4Addr;
 
-pub use layout::{layout, ClientLayout, Layout, NodeLayout, PodLayout};
+pub use layout::{layout, pod_layout, ClientLayout, Layout, NodeLayout, PodLayout};
 pub use run::{
     leftovers, orphan_prefixes, preflight, remove_leftovers, remove_orphans, IpCommand, Runner,
     Topology,
 };
-pub use steps::{plan_create, plan_destroy, Step};
+pub use steps::{plan_add_pod, plan_create, plan_destroy, Step};
 
 /// The interface of a node, pod or client namespace towards the rest of the topology: the LAN for
 /// nodes and clients (where an L2 announcer answers ARP), the node for pods.
@@ -44,6 +44,8 @@ pub const NETNS_PREFIX: &str = "berth-";
 pub const LAN_PREFIX_LEN: u8 = 24;
 pub const LAN_NETWORK: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
 pub const FIRST_NODE_HOST: u8 = 11;
+/// The control plane (API server, controller) sits on the LAN at .2.
+pub const CONTROL_PLANE_HOST: u8 = 2;
 pub const FIRST_CLIENT_HOST: u8 = 100;
 /// Hosts from here on belong to the load-balancer pool, never to a client.
 pub const LB_POOL_FIRST_HOST: u8 = 200;
@@ -99,6 +101,8 @@ pub struct TopologySpec {
     pub prefix: String,
     pub nodes: Vec<NodeSpec>,
     pub clients: Vec<String>,
+    /// A namespace on the LAN at 198.18.0.2 for the API server and the controller.
+    pub control_plane: Option<String>,
 }
 
 impl TopologySpec {
@@ -107,6 +111,7 @@ impl TopologySpec {
             prefix: prefix.into(),
             nodes: Vec::new(),
             clients: Vec::new(),
+            control_plane: None,
         }
     }
 
@@ -133,6 +138,12 @@ impl TopologySpec {
         if let Some(node) = self.nodes.last_mut() {
             node.route_localnet = true;
         }
+        self
+    }
+
+    /// The control-plane namespace, on the LAN at 198.18.0.2.
+    pub fn control_plane(mut self, name: &str) -> Self {
+        self.control_plane = Some(name.to_string());
         self
     }
 

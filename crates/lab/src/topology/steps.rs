@@ -4,7 +4,7 @@
 //! so none can act on the namespace of the process that runs it: that is what keeps the root
 //! namespace untouched, and the tests below check it for every step.
 
-use super::layout::{Layout, NodeLayout};
+use super::layout::{Layout, NodeLayout, PodLayout};
 use super::{ETH0, SERVICE_CIDR};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +106,56 @@ fn node_sysctls(node: &NodeLayout) -> Vec<Step> {
     steps
 }
 
+/// Links a pod's namespace to its node: a veth, the gateway on the node's end, a /32 route each
+/// way and the pod's default route.
+fn pod_link_steps(node: &NodeLayout, pod: &PodLayout) -> Vec<Step> {
+    let ns = &node.netns;
+    let gateway = node.gateway.to_string();
+    let gateway_host = format!("{gateway}/32");
+    let (pns, veth_name) = (&pod.netns, &pod.node_veth);
+    let pod_ip = pod.ip.to_string();
+    vec![
+        veth(ns, veth_name, pns, ETH0),
+        // The same gateway address on every pod veth: each pod finds its gateway on its own
+        // link, and the node routes each pod address to that pod's veth.
+        ip(ns, &["addr", "add", &gateway_host, "dev", veth_name]),
+        ip(ns, &["link", "set", veth_name, "up"]),
+        ip(
+            ns,
+            &[
+                "route",
+                "add",
+                &format!("{pod_ip}/32"),
+                "dev",
+                veth_name,
+                "src",
+                &gateway,
+            ],
+        ),
+        ip(pns, &["addr", "add", &format!("{pod_ip}/32"), "dev", ETH0]),
+        ip(pns, &["link", "set", ETH0, "up"]),
+        ip(
+            pns,
+            &["route", "add", &gateway_host, "dev", ETH0, "scope", "link"],
+        ),
+        ip(
+            pns,
+            &["route", "add", "default", "via", &gateway, "dev", ETH0],
+        ),
+    ]
+}
+
+/// The steps that add one pod to a running topology: its namespace, then its link to the node.
+/// Deleting the namespace ([`plan_destroy`]) removes the veth, and with it the node's route.
+pub fn plan_add_pod(node: &NodeLayout, pod: &PodLayout) -> Vec<Step> {
+    let mut steps = vec![
+        Step::AddNetns(pod.netns.clone()),
+        ip(&pod.netns, &["link", "set", "lo", "up"]),
+    ];
+    steps.extend(pod_link_steps(node, pod));
+    steps
+}
+
 /// Every step that builds `layout`, in order. Namespaces are all created first, so a veth's peer
 /// namespace always exists when the veth is made.
 pub fn plan_create(layout: &Layout) -> Vec<Step> {
@@ -146,42 +196,13 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
                 ],
             ));
         }
-        let gateway = node.gateway.to_string();
-        let gateway_host = format!("{gateway}/32");
         for pod in &node.pods {
-            let (pns, veth_name) = (&pod.netns, &pod.node_veth);
-            let pod_ip = pod.ip.to_string();
-            steps.push(veth(ns, veth_name, pns, ETH0));
-            // The same gateway address on every pod veth: each pod finds its gateway on its own
-            // link, and the node routes each pod address to that pod's veth.
-            steps.push(ip(ns, &["addr", "add", &gateway_host, "dev", veth_name]));
-            steps.push(ip(ns, &["link", "set", veth_name, "up"]));
-            steps.push(ip(
-                ns,
-                &[
-                    "route",
-                    "add",
-                    &format!("{pod_ip}/32"),
-                    "dev",
-                    veth_name,
-                    "src",
-                    &gateway,
-                ],
-            ));
-            steps.push(ip(
-                pns,
-                &["addr", "add", &format!("{pod_ip}/32"), "dev", ETH0],
-            ));
-            steps.push(ip(pns, &["link", "set", ETH0, "up"]));
-            steps.push(ip(
-                pns,
-                &["route", "add", &gateway_host, "dev", ETH0, "scope", "link"],
-            ));
-            steps.push(ip(
-                pns,
-                &["route", "add", "default", "via", &gateway, "dev", ETH0],
-            ));
+            steps.extend(pod_link_steps(node, pod));
         }
+    }
+    if let Some(cp) = &layout.control_plane {
+        let addr = format!("{}/{lan_len}", cp.ip);
+        steps.extend(join_lan(lan, br, &cp.lan_port, &cp.netns, &addr));
     }
     for client in &layout.clients {
         let ns = &client.netns;
@@ -286,6 +307,42 @@ mod tests {
         assert!(!steps
             .iter()
             .any(|s| s == "ip -n berth-t7-node1 route add 10.244.1.0/24 via 198.18.0.11 dev eth0"));
+    }
+
+    #[test]
+    fn a_pod_added_later_gets_the_same_links_as_a_planned_one() {
+        let l = mk_layout();
+        let node1 = l.node("node1").unwrap();
+        let planned = &node1.pods[1];
+        let later = plan_add_pod(node1, planned);
+        assert_eq!(later[0], Step::AddNetns("berth-t7-a2".into()));
+        assert_eq!(
+            later[1].argv().join(" "),
+            "ip -n berth-t7-a2 link set lo up"
+        );
+        let created = render(&plan_create(&l));
+        for step in render(&later[2..]) {
+            assert!(created.contains(&step), "{step}");
+        }
+        assert_eq!(later.len(), 10);
+    }
+
+    #[test]
+    fn the_control_plane_joins_the_lan() {
+        let l = layout(
+            &TopologySpec::new("berth-t7")
+                .control_plane("cp")
+                .node("node1", Vec::<String>::new()),
+        )
+        .unwrap();
+        let steps = render(&plan_create(&l));
+        for expected in [
+            "ip netns add berth-t7-cp",
+            "ip -n berth-t7-lan link add cp type veth peer name eth0 netns berth-t7-cp",
+            "ip -n berth-t7-cp addr add 198.18.0.2/24 dev eth0",
+        ] {
+            assert!(steps.iter().any(|s| s == expected), "missing {expected:?}");
+        }
     }
 
     #[test]

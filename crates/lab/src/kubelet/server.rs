@@ -1,0 +1,161 @@
+//! The HTTP echo server a lab pod runs, and the readiness probe against it.
+//!
+//! `GET /healthz` answers 200 while the pod's readiness gate is open and 503 once it is closed
+//! (the `lab.berth.dev/ready: "false"` annotation); every other path answers 200 with
+//! `{"pod":"<name>","client":"<addr:port>"}`, the same line [`crate::echo`] speaks, so the
+//! client's proof names the pod that answered and the source address it saw.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+
+use crate::echo::EchoReply;
+use crate::netns::{bind_tcp_in_netns, connect_tcp_in_netns};
+
+use super::KubeletError;
+
+#[derive(Clone)]
+struct PodState {
+    pod: Arc<str>,
+    gate: Arc<AtomicBool>,
+}
+
+async fn healthz(State(state): State<PodState>) -> (StatusCode, &'static str) {
+    if state.gate.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready (lab.berth.dev/ready=false)\n",
+        )
+    }
+}
+
+async fn echo(
+    State(state): State<PodState>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+) -> ([(&'static str, &'static str); 1], String) {
+    let reply = EchoReply {
+        pod: state.pod.to_string(),
+        client,
+    };
+    ([("content-type", "application/json")], reply.to_line())
+}
+
+/// A pod's servers; dropping it stops them.
+pub struct PodServer {
+    gate: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl PodServer {
+    /// Binds `0.0.0.0:<port>` for each port inside `netns` and serves on the current runtime.
+    pub fn start(netns: &str, pod: &str, ports: &[u16], ready: bool) -> Result<Self, KubeletError> {
+        let gate = Arc::new(AtomicBool::new(ready));
+        let state = PodState {
+            pod: Arc::from(pod),
+            gate: gate.clone(),
+        };
+        let app = Router::new()
+            .route("/healthz", get(healthz))
+            .fallback(get(echo))
+            .with_state(state);
+        let mut tasks = Vec::new();
+        for port in ports {
+            let addr = SocketAddr::from(([0, 0, 0, 0], *port));
+            let listener = bind_tcp_in_netns(netns, addr)?;
+            listener
+                .set_nonblocking(true)
+                .map_err(|source| KubeletError::Io {
+                    what: format!("serving {addr} in {netns}"),
+                    source,
+                })?;
+            let listener =
+                tokio::net::TcpListener::from_std(listener).map_err(|source| KubeletError::Io {
+                    what: format!("serving {addr} in {netns}"),
+                    source,
+                })?;
+            let service = app
+                .clone()
+                .into_make_service_with_connect_info::<SocketAddr>();
+            tasks.push(tokio::spawn(async move {
+                let _ = axum::serve(listener, service).await;
+            }));
+        }
+        Ok(PodServer { gate, tasks })
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.gate.store(ready, Ordering::SeqCst);
+    }
+}
+
+impl Drop for PodServer {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// One HTTP GET from inside `netns`; returns the status code and the body. Blocking.
+pub fn http_get(
+    netns: &str,
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), KubeletError> {
+    let io = |source| KubeletError::Io {
+        what: format!("GET http://{addr}{path} from {netns}"),
+        source,
+    };
+    let mut stream = connect_tcp_in_netns(netns, addr, timeout)?;
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: berth-lab\r\n\r\n");
+    stream.write_all(request.as_bytes()).map_err(io)?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).map_err(io)?;
+    parse_response(&answer).ok_or_else(|| KubeletError::Http {
+        target: format!("http://{addr}{path}"),
+        answer: answer.chars().take(200).collect(),
+    })
+}
+
+/// The status code and body of an HTTP/1.x response.
+pub fn parse_response(answer: &str) -> Option<(u16, String)> {
+    let status_line = answer.lines().next()?;
+    let mut parts = status_line.split_whitespace();
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let code = parts.next()?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Some((code, body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_are_read_as_status_and_body() {
+        assert_eq!(
+            parse_response("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 3\r\n\r\nno\n"),
+            Some((503, "no\n".to_string()))
+        );
+        assert_eq!(
+            parse_response("HTTP/1.0 200 OK\r\n\r\n{\"pod\":\"a\"}"),
+            Some((200, "{\"pod\":\"a\"}".to_string()))
+        );
+        assert_eq!(parse_response("{\"pod\":\"a\"}\n"), None);
+        assert_eq!(parse_response(""), None);
+    }
+}
