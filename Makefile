@@ -120,7 +120,7 @@ test: deps
 
 test-rust: check-cargo
 	@mkdir -p $(dir $(TEST_LOG))
-	$(CARGO) test --workspace 2>&1 | tee $(TEST_LOG)
+	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(TEST_LOG)
 
 test-crds: deps-python
 	@test -s $(CRDS_FILE) || { echo "$(CRDS_FILE) is missing: run 'make crds'" >&2; exit 1; }

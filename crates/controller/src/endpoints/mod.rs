@@ -404,8 +404,11 @@ where
     tasks.spawn(async move {
         let watched = feed(stream, kind, &shared, slim, apply, tx);
         tokio::select! {
+            biased;
             () = stop.cancelled() => Ok(()),
-            result = watched => result,
+            // A feed that ends because the controller is stopping (the allocation loop's
+            // Service feed closes with its term) is a stop, not a failure.
+            result = watched => if stop.is_cancelled() { Ok(()) } else { result },
         }
     });
     rx
