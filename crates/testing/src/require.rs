@@ -7,12 +7,14 @@
 //! real stderr with a line `berth-test: SKIPPED <test>: <reason>` that libtest's output capture
 //! does not swallow; `make test` counts those lines and lists their reasons.
 //!
-//! ```ignore
-//! #[test]
+//! ```no_run
+//! use berth_testing::Requirement;
+//!
 //! fn real_iptables() {
 //!     berth_testing::require!(Requirement::Root, Requirement::Iptables);
 //!     // ... runs only where both are there
 //! }
+//! # real_iptables();
 //! ```
 
 use std::io::Write;
