@@ -106,6 +106,20 @@ impl SdkElbv2 {
         }
     }
 
+    /// One ELBv2 call: admitted by its class's rate limit, then counted by its outcome. The
+    /// request is built before admission (building sends nothing).
+    async fn call<T>(
+        &self,
+        class: Class,
+        operation: &'static str,
+        request: impl std::future::Future<Output = ApiResult<T>>,
+    ) -> ApiResult<T> {
+        self.admit(class).await;
+        let result = request.await;
+        self.record(operation, &result);
+        result
+    }
+
     fn record<T>(&self, operation: &'static str, result: &ApiResult<T>) {
         let outcome = match result {
             Ok(_) => "success",
@@ -295,122 +309,125 @@ fn forward(target_group_arn: String) -> t::Action {
 impl Elbv2 for SdkElbv2 {
     async fn describe_load_balancers(&self, query: LbQuery) -> ApiResult<Page<LoadBalancer>> {
         const OP: &str = "DescribeLoadBalancers";
-        self.admit(Class::Describe).await;
         let mut req = self.client.describe_load_balancers();
         req = match query {
             LbQuery::Arns(a) => req.set_load_balancer_arns(Some(a)),
             LbQuery::Names(n) => req.set_names(Some(n)),
             LbQuery::All { marker } => req.set_marker(marker).page_size(400),
         };
-        let result = match req.send().await {
-            Ok(out) => out
-                .load_balancers()
-                .iter()
-                .filter(|lb| {
-                    lb.r#type()
-                        .is_none_or(|t| *t == t::LoadBalancerTypeEnum::Network)
-                })
-                .map(|lb| load_balancer(OP, lb))
-                .collect::<ApiResult<Vec<_>>>()
-                .map(|items| Page {
-                    items,
-                    next_marker: out.next_marker().map(str::to_string),
-                }),
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+        self.call(Class::Describe, OP, async {
+            match req.send().await {
+                Ok(out) => out
+                    .load_balancers()
+                    .iter()
+                    .filter(|lb| {
+                        lb.r#type()
+                            .is_none_or(|t| *t == t::LoadBalancerTypeEnum::Network)
+                    })
+                    .map(|lb| load_balancer(OP, lb))
+                    .collect::<ApiResult<Vec<_>>>()
+                    .map(|items| Page {
+                        items,
+                        next_marker: out.next_marker().map(str::to_string),
+                    }),
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn describe_target_groups(&self, query: TgQuery) -> ApiResult<Page<TargetGroup>> {
         const OP: &str = "DescribeTargetGroups";
-        self.admit(Class::Describe).await;
         let mut req = self.client.describe_target_groups();
         req = match query {
             TgQuery::LoadBalancer(a) => req.load_balancer_arn(a),
             TgQuery::Names(n) => req.set_names(Some(n)),
             TgQuery::All { marker } => req.set_marker(marker).page_size(400),
         };
-        let result = match req.send().await {
-            Ok(out) => out
-                .target_groups()
-                .iter()
-                .map(|tg| target_group(OP, tg))
-                .collect::<ApiResult<Vec<_>>>()
-                .map(|items| Page {
-                    items,
-                    next_marker: out.next_marker().map(str::to_string),
-                }),
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+        self.call(Class::Describe, OP, async {
+            match req.send().await {
+                Ok(out) => out
+                    .target_groups()
+                    .iter()
+                    .map(|tg| target_group(OP, tg))
+                    .collect::<ApiResult<Vec<_>>>()
+                    .map(|items| Page {
+                        items,
+                        next_marker: out.next_marker().map(str::to_string),
+                    }),
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn describe_tags(&self, arns: Vec<String>) -> ApiResult<BTreeMap<String, Tags>> {
         const OP: &str = "DescribeTags";
-        self.admit(Class::Describe).await;
-        let result = match self
-            .client
-            .describe_tags()
-            .set_resource_arns(Some(arns))
-            .send()
-            .await
-        {
-            Ok(out) => Ok(out
-                .tag_descriptions()
-                .iter()
-                .filter_map(|d| {
-                    let tags = d
-                        .tags()
-                        .iter()
-                        .filter_map(|t| {
-                            Some((
-                                t.key()?.to_string(),
-                                t.value().unwrap_or_default().to_string(),
-                            ))
-                        })
-                        .collect();
-                    Some((d.resource_arn()?.to_string(), tags))
-                })
-                .collect()),
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+        self.call(Class::Describe, OP, async {
+            match self
+                .client
+                .describe_tags()
+                .set_resource_arns(Some(arns))
+                .send()
+                .await
+            {
+                Ok(out) => Ok(out
+                    .tag_descriptions()
+                    .iter()
+                    .filter_map(|d| {
+                        let tags = d
+                            .tags()
+                            .iter()
+                            .filter_map(|t| {
+                                Some((
+                                    t.key()?.to_string(),
+                                    t.value().unwrap_or_default().to_string(),
+                                ))
+                            })
+                            .collect();
+                        Some((d.resource_arn()?.to_string(), tags))
+                    })
+                    .collect()),
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn describe_listeners(&self, load_balancer_arn: String) -> ApiResult<Vec<Listener>> {
         const OP: &str = "DescribeListeners";
-        self.admit(Class::Describe).await;
-        let result = match self
-            .client
-            .describe_listeners()
-            .load_balancer_arn(load_balancer_arn)
-            .send()
-            .await
-        {
-            Ok(out) => out
-                .listeners()
-                .iter()
-                .map(|l| {
-                    Ok(Listener {
-                        arn: required(OP, "ListenerArn", l.listener_arn())?.to_string(),
-                        load_balancer_arn: l.load_balancer_arn().unwrap_or_default().to_string(),
-                        port: port(OP, l.port())?,
-                        protocol: required(OP, "Protocol", l.protocol().and_then(tg_protocol))?,
-                        target_group_arn: l
-                            .default_actions()
-                            .iter()
-                            .find_map(|a| a.target_group_arn())
-                            .map(str::to_string),
+        self.call(Class::Describe, OP, async {
+            match self
+                .client
+                .describe_listeners()
+                .load_balancer_arn(load_balancer_arn)
+                .send()
+                .await
+            {
+                Ok(out) => out
+                    .listeners()
+                    .iter()
+                    .map(|l| {
+                        Ok(Listener {
+                            arn: required(OP, "ListenerArn", l.listener_arn())?.to_string(),
+                            load_balancer_arn: l
+                                .load_balancer_arn()
+                                .unwrap_or_default()
+                                .to_string(),
+                            port: port(OP, l.port())?,
+                            protocol: required(OP, "Protocol", l.protocol().and_then(tg_protocol))?,
+                            target_group_arn: l
+                                .default_actions()
+                                .iter()
+                                .find_map(|a| a.target_group_arn())
+                                .map(str::to_string),
+                        })
                     })
-                })
-                .collect(),
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+                    .collect(),
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn describe_target_health(
@@ -418,29 +435,29 @@ impl Elbv2 for SdkElbv2 {
         target_group_arn: String,
     ) -> ApiResult<BTreeSet<Target>> {
         const OP: &str = "DescribeTargetHealth";
-        self.admit(Class::Describe).await;
-        let result = match self
-            .client
-            .describe_target_health()
-            .target_group_arn(target_group_arn)
-            .send()
-            .await
-        {
-            Ok(out) => out
-                .target_health_descriptions()
-                .iter()
-                .filter_map(|d| d.target())
-                .map(|x| {
-                    Ok(Target {
-                        id: x.id().unwrap_or_default().to_string(),
-                        port: port(OP, x.port())?,
+        self.call(Class::Describe, OP, async {
+            match self
+                .client
+                .describe_target_health()
+                .target_group_arn(target_group_arn)
+                .send()
+                .await
+            {
+                Ok(out) => out
+                    .target_health_descriptions()
+                    .iter()
+                    .filter_map(|d| d.target())
+                    .map(|x| {
+                        Ok(Target {
+                            id: x.id().unwrap_or_default().to_string(),
+                            port: port(OP, x.port())?,
+                        })
                     })
-                })
-                .collect(),
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+                    .collect(),
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn describe_load_balancer_attributes(
@@ -448,23 +465,23 @@ impl Elbv2 for SdkElbv2 {
         arn: String,
     ) -> ApiResult<BTreeMap<String, String>> {
         const OP: &str = "DescribeLoadBalancerAttributes";
-        self.admit(Class::Describe).await;
-        let result = match self
-            .client
-            .describe_load_balancer_attributes()
-            .load_balancer_arn(arn)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(out
-                .attributes()
-                .iter()
-                .filter_map(|a| Some((a.key()?.to_string(), a.value()?.to_string())))
-                .collect()),
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+        self.call(Class::Describe, OP, async {
+            match self
+                .client
+                .describe_load_balancer_attributes()
+                .load_balancer_arn(arn)
+                .send()
+                .await
+            {
+                Ok(out) => Ok(out
+                    .attributes()
+                    .iter()
+                    .filter_map(|a| Some((a.key()?.to_string(), a.value()?.to_string())))
+                    .collect()),
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn describe_target_group_attributes(
@@ -472,28 +489,27 @@ impl Elbv2 for SdkElbv2 {
         arn: String,
     ) -> ApiResult<BTreeMap<String, String>> {
         const OP: &str = "DescribeTargetGroupAttributes";
-        self.admit(Class::Describe).await;
-        let result = match self
-            .client
-            .describe_target_group_attributes()
-            .target_group_arn(arn)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(out
-                .attributes()
-                .iter()
-                .filter_map(|a| Some((a.key()?.to_string(), a.value()?.to_string())))
-                .collect()),
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+        self.call(Class::Describe, OP, async {
+            match self
+                .client
+                .describe_target_group_attributes()
+                .target_group_arn(arn)
+                .send()
+                .await
+            {
+                Ok(out) => Ok(out
+                    .attributes()
+                    .iter()
+                    .filter_map(|a| Some((a.key()?.to_string(), a.value()?.to_string())))
+                    .collect()),
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn create_load_balancer(&self, spec: LoadBalancerSpec) -> ApiResult<LoadBalancer> {
         const OP: &str = "CreateLoadBalancer";
-        self.admit(Class::Modify).await;
         let req = self
             .client
             .create_load_balancer()
@@ -502,20 +518,21 @@ impl Elbv2 for SdkElbv2 {
             .scheme(t::LoadBalancerSchemeEnum::from(spec.scheme.as_str()))
             .set_subnets(Some(spec.subnets.iter().cloned().collect()))
             .set_tags(Some(sdk_tags(&spec.tags)));
-        let result = match req.send().await {
-            Ok(out) => match out.load_balancers().first() {
-                Some(lb) => load_balancer(OP, lb),
-                None => Err(ApiError::new(
-                    OP,
-                    ApiErrorKind::Invalid,
-                    "IncompleteResponse",
-                    "no load balancer in the response",
-                )),
-            },
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            match req.send().await {
+                Ok(out) => match out.load_balancers().first() {
+                    Some(lb) => load_balancer(OP, lb),
+                    None => Err(ApiError::new(
+                        OP,
+                        ApiErrorKind::Invalid,
+                        "IncompleteResponse",
+                        "no load balancer in the response",
+                    )),
+                },
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn create_target_group(
@@ -524,7 +541,6 @@ impl Elbv2 for SdkElbv2 {
         vpc_id: Option<String>,
     ) -> ApiResult<TargetGroup> {
         const OP: &str = "CreateTargetGroup";
-        self.admit(Class::Modify).await;
         let hc = &spec.health_check;
         let mut req = self
             .client
@@ -547,20 +563,21 @@ impl Elbv2 for SdkElbv2 {
         if let Some(codes) = &hc.matcher {
             req = req.matcher(t::Matcher::builder().http_code(codes).build());
         }
-        let result = match req.send().await {
-            Ok(out) => match out.target_groups().first() {
-                Some(tg) => target_group(OP, tg),
-                None => Err(ApiError::new(
-                    OP,
-                    ApiErrorKind::Invalid,
-                    "IncompleteResponse",
-                    "no target group in the response",
-                )),
-            },
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            match req.send().await {
+                Ok(out) => match out.target_groups().first() {
+                    Some(tg) => target_group(OP, tg),
+                    None => Err(ApiError::new(
+                        OP,
+                        ApiErrorKind::Invalid,
+                        "IncompleteResponse",
+                        "no target group in the response",
+                    )),
+                },
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn create_listener(
@@ -571,7 +588,6 @@ impl Elbv2 for SdkElbv2 {
         tags: Tags,
     ) -> ApiResult<Listener> {
         const OP: &str = "CreateListener";
-        self.admit(Class::Modify).await;
         let req = self
             .client
             .create_listener()
@@ -580,42 +596,42 @@ impl Elbv2 for SdkElbv2 {
             .port(i32::from(spec.port))
             .default_actions(forward(target_group_arn.clone()))
             .set_tags(Some(sdk_tags(&tags)));
-        let result = match req.send().await {
-            Ok(out) => match out.listeners().first().and_then(|l| l.listener_arn()) {
-                Some(arn) => Ok(Listener {
-                    arn: arn.to_string(),
-                    load_balancer_arn,
-                    port: spec.port,
-                    protocol: spec.protocol,
-                    target_group_arn: Some(target_group_arn),
-                }),
-                None => Err(ApiError::new(
-                    OP,
-                    ApiErrorKind::Invalid,
-                    "IncompleteResponse",
-                    "no listener in the response",
-                )),
-            },
-            Err(e) => Err(api_error(OP, e)),
-        };
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            match req.send().await {
+                Ok(out) => match out.listeners().first().and_then(|l| l.listener_arn()) {
+                    Some(arn) => Ok(Listener {
+                        arn: arn.to_string(),
+                        load_balancer_arn,
+                        port: spec.port,
+                        protocol: spec.protocol,
+                        target_group_arn: Some(target_group_arn),
+                    }),
+                    None => Err(ApiError::new(
+                        OP,
+                        ApiErrorKind::Invalid,
+                        "IncompleteResponse",
+                        "no listener in the response",
+                    )),
+                },
+                Err(e) => Err(api_error(OP, e)),
+            }
+        })
+        .await
     }
 
     async fn set_subnets(&self, arn: String, subnets: BTreeSet<String>) -> ApiResult<()> {
         const OP: &str = "SetSubnets";
-        self.admit(Class::Modify).await;
-        let result = self
-            .client
-            .set_subnets()
-            .load_balancer_arn(arn)
-            .set_subnets(Some(subnets.into_iter().collect()))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .set_subnets()
+                .load_balancer_arn(arn)
+                .set_subnets(Some(subnets.into_iter().collect()))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn modify_load_balancer_attributes(
@@ -624,27 +640,25 @@ impl Elbv2 for SdkElbv2 {
         attributes: BTreeMap<String, String>,
     ) -> ApiResult<()> {
         const OP: &str = "ModifyLoadBalancerAttributes";
-        self.admit(Class::Modify).await;
         let attrs = attributes
             .into_iter()
             .map(|(k, v)| t::LoadBalancerAttribute::builder().key(k).value(v).build())
             .collect();
-        let result = self
-            .client
-            .modify_load_balancer_attributes()
-            .load_balancer_arn(arn)
-            .set_attributes(Some(attrs))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .modify_load_balancer_attributes()
+                .load_balancer_arn(arn)
+                .set_attributes(Some(attrs))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn modify_target_group(&self, arn: String, hc: HealthCheck) -> ApiResult<()> {
         const OP: &str = "ModifyTargetGroup";
-        self.admit(Class::Modify).await;
         let mut req = self
             .client
             .modify_target_group()
@@ -661,9 +675,10 @@ impl Elbv2 for SdkElbv2 {
         if let Some(codes) = &hc.matcher {
             req = req.matcher(t::Matcher::builder().http_code(codes).build());
         }
-        let result = req.send().await.map(|_| ()).map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            req.send().await.map(|_| ()).map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn modify_target_group_attributes(
@@ -672,22 +687,21 @@ impl Elbv2 for SdkElbv2 {
         attributes: BTreeMap<String, String>,
     ) -> ApiResult<()> {
         const OP: &str = "ModifyTargetGroupAttributes";
-        self.admit(Class::Modify).await;
         let attrs = attributes
             .into_iter()
             .map(|(k, v)| t::TargetGroupAttribute::builder().key(k).value(v).build())
             .collect();
-        let result = self
-            .client
-            .modify_target_group_attributes()
-            .target_group_arn(arn)
-            .set_attributes(Some(attrs))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .modify_target_group_attributes()
+                .target_group_arn(arn)
+                .set_attributes(Some(attrs))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn modify_listener(
@@ -697,19 +711,18 @@ impl Elbv2 for SdkElbv2 {
         target_group_arn: String,
     ) -> ApiResult<()> {
         const OP: &str = "ModifyListener";
-        self.admit(Class::Modify).await;
-        let result = self
-            .client
-            .modify_listener()
-            .listener_arn(arn)
-            .protocol(sdk_protocol(protocol))
-            .default_actions(forward(target_group_arn))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .modify_listener()
+                .listener_arn(arn)
+                .protocol(sdk_protocol(protocol))
+                .default_actions(forward(target_group_arn))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn register_targets(
@@ -718,18 +731,17 @@ impl Elbv2 for SdkElbv2 {
         targets: Vec<Target>,
     ) -> ApiResult<()> {
         const OP: &str = "RegisterTargets";
-        self.admit(Class::Register).await;
-        let result = self
-            .client
-            .register_targets()
-            .target_group_arn(target_group_arn)
-            .set_targets(Some(sdk_targets(&targets)))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Register, OP, async {
+            self.client
+                .register_targets()
+                .target_group_arn(target_group_arn)
+                .set_targets(Some(sdk_targets(&targets)))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn deregister_targets(
@@ -738,94 +750,88 @@ impl Elbv2 for SdkElbv2 {
         targets: Vec<Target>,
     ) -> ApiResult<()> {
         const OP: &str = "DeregisterTargets";
-        self.admit(Class::Register).await;
-        let result = self
-            .client
-            .deregister_targets()
-            .target_group_arn(target_group_arn)
-            .set_targets(Some(sdk_targets(&targets)))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Register, OP, async {
+            self.client
+                .deregister_targets()
+                .target_group_arn(target_group_arn)
+                .set_targets(Some(sdk_targets(&targets)))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn delete_listener(&self, arn: String) -> ApiResult<()> {
         const OP: &str = "DeleteListener";
-        self.admit(Class::Modify).await;
-        let result = self
-            .client
-            .delete_listener()
-            .listener_arn(arn)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .delete_listener()
+                .listener_arn(arn)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn delete_load_balancer(&self, arn: String) -> ApiResult<()> {
         const OP: &str = "DeleteLoadBalancer";
-        self.admit(Class::Modify).await;
-        let result = self
-            .client
-            .delete_load_balancer()
-            .load_balancer_arn(arn)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .delete_load_balancer()
+                .load_balancer_arn(arn)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn delete_target_group(&self, arn: String) -> ApiResult<()> {
         const OP: &str = "DeleteTargetGroup";
-        self.admit(Class::Modify).await;
-        let result = self
-            .client
-            .delete_target_group()
-            .target_group_arn(arn)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .delete_target_group()
+                .target_group_arn(arn)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn add_tags(&self, arn: String, tags: Tags) -> ApiResult<()> {
         const OP: &str = "AddTags";
-        self.admit(Class::Modify).await;
-        let result = self
-            .client
-            .add_tags()
-            .resource_arns(arn)
-            .set_tags(Some(sdk_tags(&tags)))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .add_tags()
+                .resource_arns(arn)
+                .set_tags(Some(sdk_tags(&tags)))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 
     async fn remove_tags(&self, arn: String, keys: Vec<String>) -> ApiResult<()> {
         const OP: &str = "RemoveTags";
-        self.admit(Class::Modify).await;
-        let result = self
-            .client
-            .remove_tags()
-            .resource_arns(arn)
-            .set_tag_keys(Some(keys))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| api_error(OP, e));
-        self.record(OP, &result);
-        result
+        self.call(Class::Modify, OP, async {
+            self.client
+                .remove_tags()
+                .resource_arns(arn)
+                .set_tag_keys(Some(keys))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| api_error(OP, e))
+        })
+        .await
     }
 }
