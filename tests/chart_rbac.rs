@@ -350,7 +350,7 @@ async fn controller_scenario(run: ControllerRun) -> Vec<RecordedRequest> {
 /// The AWS provider's scenario against moto: a LoadBalancer Service of the default class
 /// `aws-nlb` gets its finalizer and an NLB's hostname, then is deleted and let go.
 async fn aws_scenario(python: &Path, run: ControllerRun) -> Vec<RecordedRequest> {
-    let moto = rbac::moto::start(python).unwrap_or_else(|e| panic!("{e}"));
+    let moto = berth_testing::moto::start_with(python, 0).unwrap_or_else(|e| panic!("{e}"));
     let (server, admin) = start().await;
     let nodes: Api<Node> = Api::all(admin.clone());
     nodes

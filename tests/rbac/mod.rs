@@ -1,8 +1,6 @@
 //! Whether RBAC rules allow requests, as the RBAC authorizer decides it, and the chart's rules
 //! for each component, rendered by the real Helm engine (`scripts/chart.py rbac`).
 
-pub mod moto;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

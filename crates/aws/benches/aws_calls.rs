@@ -40,7 +40,7 @@ async fn run() {
         cluster_name: CLUSTER.to_string(),
         default_subnets: moto.subnets.clone(),
     };
-    let (client, metrics) = moto.client();
+    let (client, metrics) = common::moto::client(&moto);
     let cached = NlbProvider::new(client, config.clone(), Duration::from_secs(3600));
     let svc = |i: usize| -> ServiceFacts {
         let base = 30000 + (i as u16) * 2;
@@ -111,7 +111,7 @@ async fn run() {
         );
     }
     // The same resync when every Service is read again (what happens once verify_after passes).
-    let (client, verify_metrics) = moto.client();
+    let (client, verify_metrics) = common::moto::client(&moto);
     let verifying = NlbProvider::new(client, config.clone(), Duration::ZERO);
     for n in [1usize, 10, 100] {
         let (t, m) = (verify_metrics.total(), verify_metrics.mutating());

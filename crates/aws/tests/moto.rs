@@ -135,7 +135,7 @@ async fn the_nlb_follows_the_service_through_its_life_in_moto() {
         }
         Err(reason) => panic!("required under CI: {reason}"),
     };
-    let (client, metrics) = moto.client();
+    let (client, metrics) = moto::client(&moto);
     let p = NlbProvider::new(client, config(&moto), Duration::ZERO);
     let mut svc: ServiceFacts = mk_service(
         "web",

@@ -20,6 +20,7 @@ pub mod datapath;
 pub mod iptables;
 #[cfg(feature = "lab")]
 pub mod lab;
+pub mod moto;
 pub mod objects;
 pub mod require;
 

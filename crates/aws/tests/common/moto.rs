@@ -1,151 +1,33 @@
-//! A `moto_server` on a free loopback port with a VPC, two subnets and EC2 instances made
-//! through moto's own EC2 (so subnet and instance IDs are real ones), and the real SDK client
-//! pointed at it. Used by the moto tests and the call-count benchmark.
+//! moto (berth-testing's harness) and the real SDK client pointed at it.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use aws_sdk_elasticloadbalancingv2 as elbv2;
 use berth_aws::metrics::AwsMetrics;
 use berth_aws::{RateLimits, SdkElbv2};
+// Not every test that includes `common` starts moto.
+#[allow(unused_imports)]
+pub use berth_testing::moto::{start, Moto};
 
-pub struct Moto {
-    child: Child,
-    pub url: String,
-    pub subnets: Vec<String>,
-    pub instances: Vec<String>,
-    python: PathBuf,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn venv_bin(name: &str) -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = root.join(".venv/bin").join(name);
-    if venv.exists() {
-        return Some(venv);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.exists())
-    })
-}
-
-/// `Err(reason)` when moto is not installed (`make deps` installs it into `.venv`).
-pub fn start(instances: usize) -> Result<Moto, String> {
-    let server = venv_bin("moto_server")
-        .ok_or("moto_server not found (make deps installs it into .venv)")?;
-    let python = server.with_file_name("python");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let child = Command::new(&server)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", server.display()))?;
-    let mut moto = Moto {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        subnets: Vec::new(),
-        instances: Vec::new(),
-        python,
+/// The real SDK client against `moto`, with its metrics.
+pub fn client(moto: &Moto) -> (SdkElbv2, Arc<AwsMetrics>) {
+    let creds = aws_credential_types::Credentials::new("testing", "testing", None, None, "test");
+    let config = elbv2::Config::builder()
+        .behavior_version(elbv2::config::BehaviorVersion::latest())
+        .region(elbv2::config::Region::new("us-east-1"))
+        .credentials_provider(creds)
+        .http_client(berth_aws::sdk::https_client())
+        .endpoint_url(&moto.url)
+        .build();
+    let metrics = Arc::new(AwsMetrics::default());
+    // Generous limits: the tests and the benchmark count calls, they do not measure rates.
+    let limits = RateLimits {
+        describe: 1000,
+        register: 1000,
+        modify: 1000,
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return Err("moto_server did not listen within 60 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let script = format!(
-        r#"
-import boto3, json
-ec2 = boto3.client("ec2", endpoint_url="{url}", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
-vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=c, AvailabilityZone=z)["Subnet"]["SubnetId"]
-           for c, z in (("10.0.1.0/24", "us-east-1a"), ("10.0.2.0/24", "us-east-1b"))]
-ids = []
-if {n}:
-    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount={n}, MaxCount={n}, SubnetId=subnets[0])["Instances"]]
-print(json.dumps({{"subnets": subnets, "instances": ids}}))
-"#,
-        url = moto.url,
-        n = instances
-    );
-    let out = Command::new(&moto.python)
-        .args(["-c", &script])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "setting up EC2 in moto failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    let strings = |k: &str| -> Vec<String> {
-        v[k].as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.as_str().map(str::to_string))
-            .collect()
-    };
-    moto.subnets = strings("subnets");
-    moto.instances = strings("instances");
-    Ok(moto)
-}
-
-impl Moto {
-    /// The real SDK client against this server, with its metrics.
-    pub fn client(&self) -> (SdkElbv2, Arc<AwsMetrics>) {
-        let creds =
-            aws_credential_types::Credentials::new("testing", "testing", None, None, "test");
-        let config = elbv2::Config::builder()
-            .behavior_version(elbv2::config::BehaviorVersion::latest())
-            .region(elbv2::config::Region::new("us-east-1"))
-            .credentials_provider(creds)
-            .http_client(berth_aws::sdk::https_client())
-            .endpoint_url(&self.url)
-            .build();
-        let metrics = Arc::new(AwsMetrics::default());
-        // Generous limits: the tests and the benchmark count calls, they do not measure rates.
-        let limits = RateLimits {
-            describe: 1000,
-            register: 1000,
-            modify: 1000,
-        };
-        (
-            SdkElbv2::new(elbv2::Client::from_conf(config), limits, metrics.clone()),
-            metrics,
-        )
-    }
-
-    /// Runs Python (boto3) against the server, for what berth itself must not do (making
-    /// someone else's resources).
-    pub fn python(&self, code: &str) -> Result<String, String> {
-        let prelude = format!(
-            "import boto3, json\nelb = boto3.client('elbv2', endpoint_url='{}', region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing')\n",
-            self.url
-        );
-        let out = Command::new(&self.python)
-            .args(["-c", &(prelude + code)])
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
+    (
+        SdkElbv2::new(elbv2::Client::from_conf(config), limits, metrics.clone()),
+        metrics,
+    )
 }
