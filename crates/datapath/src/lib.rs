@@ -17,6 +17,10 @@
 //! - No anonymous set per Service: endpoint choice is the iptables cascade written with `numgen`.
 //!   ClientIP affinity uses a dynamic timeout set per endpoint (named like its chain); a changed
 //!   timeout is re-declared in place.
+//! - No chain per endpoint ([`nft_inline`]): each endpoint's DNAT (and affinity update) is part of
+//!   the rule that chooses it, and hairpin traffic is found in postrouting by one set of
+//!   `ep . ep` pairs. `nft` reads every chain into its cache on each run, so the chain count, not
+//!   the size of a change, sets the cost of every transaction.
 //! - One transaction per sync; a full sync deletes and recreates the table inside it (no half-built
 //!   table is ever visible, stale objects cannot survive, established connections keep their
 //!   conntrack translation; affinity entries start over). Partial syncs are diffed in memory; every
@@ -66,6 +70,7 @@ pub mod model;
 pub mod names;
 pub mod nft;
 pub mod nft_exec;
+pub mod nft_inline;
 pub mod nft_memory;
 pub mod nft_sync;
 pub mod plan;

@@ -15,6 +15,9 @@
 //!   no anonymous set per Service, whose binding makes the kernel walk the whole transaction
 //!   (quadratic cold loads). ClientIP affinity uses one dynamic timeout set per endpoint, named
 //!   after the endpoint chain, as `-m recent` names its list.
+//! - Endpoint chains are folded into the rules that choose them, and hairpin traffic is marked
+//!   in postrouting by a set of `ep . ep` pairs ([`crate::nft_inline`]): a table holds one chain
+//!   per Service, not one per endpoint.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +32,7 @@ use crate::model::{
     Target,
 };
 use crate::names;
+use crate::nft_inline::{inline_endpoint, inline_rule, HAIRPIN_SET};
 use crate::render::Payload;
 use crate::rule_text::iptables_protocol;
 use crate::Error;
@@ -136,6 +140,9 @@ pub enum NftRule {
     ServiceMap,
     /// `meta l4proto . th dport vmap @node-ports`
     NodePortMap,
+    /// `ct status dnat ip saddr . ip daddr @hairpin jump <mark chain>`: a pod that reached itself
+    /// through a Service is marked for masquerade (the hairpin rule of every folded endpoint).
+    Hairpin(ChainName),
 }
 
 /// A planned chain in nftables form, with the map elements its dispatch rules became.
@@ -144,6 +151,10 @@ pub struct ConvertedChain {
     pub rules: Vec<NftRule>,
     pub services: Vec<(ServiceKey, ChainName)>,
     pub node_ports: Vec<(NodePortKey, ChainName)>,
+    /// The endpoint chains folded into this chain's rules.
+    pub inlined: BTreeSet<ChainName>,
+    /// The endpoints whose hairpin pair those rules need.
+    pub hairpin: BTreeSet<IpAddr>,
 }
 
 fn is_services(table: Table, chain: &ChainName) -> bool {
@@ -152,6 +163,18 @@ fn is_services(table: Table, chain: &ChainName) -> bool {
 
 fn is_node_ports(table: Table, chain: &ChainName) -> bool {
     table == Table::Nat && chain.as_str() == names::NODEPORTS
+}
+
+fn is_postrouting(table: Table, chain: &ChainName) -> bool {
+    table == Table::Nat && chain.as_str() == names::POSTROUTING
+}
+
+/// Whether a planned chain is folded into the rules that jump to it and has no chain of its own.
+pub fn is_folded(rs: &Ruleset, table: Table, chain: &ChainName) -> bool {
+    table == Table::Nat
+        && rs
+            .chain(table, chain)
+            .is_some_and(|rules| inline_endpoint(chain, rules).is_some())
 }
 
 /// `-p proto -d host --dport port -j CHAIN` (a comment aside): a Service map element.
@@ -188,12 +211,23 @@ fn node_port_entry(rule: &Rule) -> Option<(NodePortKey, ChainName)> {
     Some(((proto?, port?), target.clone()))
 }
 
-/// One planned chain in nftables form. In the nat dispatch chains the leading rules that select
-/// one address, protocol and port (linear dispatch) become map elements and the map lookup takes
-/// their place; what follows them stays a rule, in order. A key two rules share goes to the first,
-/// the one the linear chain would have taken.
-pub fn convert_chain(table: Table, chain: &ChainName, rules: &[Rule]) -> ConvertedChain {
+/// One planned chain of `rs` in nftables form. In the nat dispatch chains the leading rules that
+/// select one address, protocol and port (linear dispatch) become map elements and the map
+/// lookup takes their place; what follows them stays a rule, in order. A key two rules share
+/// goes to the first, the one the linear chain would have taken. A nat rule that jumps to a
+/// foldable endpoint chain becomes that chain's DNAT; the nat postrouting chain starts with the
+/// hairpin rule.
+pub fn convert_chain(
+    rs: &Ruleset,
+    table: Table,
+    chain: &ChainName,
+    rules: &[Rule],
+) -> ConvertedChain {
     let mut out = ConvertedChain::default();
+    if is_postrouting(table, chain) {
+        out.rules
+            .push(NftRule::Hairpin(names::fixed(names::MARK_MASQ)));
+    }
     let mut rest = rules;
     if is_services(table, chain) {
         out.rules.push(NftRule::ServiceMap);
@@ -220,7 +254,23 @@ pub fn convert_chain(table: Table, chain: &ChainName, rules: &[Rule]) -> Convert
             rest = tail;
         }
     }
-    out.rules.extend(rest.iter().cloned().map(NftRule::Rule));
+    for rule in rest {
+        let folded = (table == Table::Nat)
+            .then(|| {
+                inline_rule(rule, |target| {
+                    rs.chain(Table::Nat, target).map(Vec::as_slice)
+                })
+            })
+            .flatten();
+        match folded {
+            Some((rule, endpoint, inlined)) => {
+                out.hairpin.insert(inlined.hairpin());
+                out.inlined.insert(endpoint);
+                out.rules.push(NftRule::Rule(rule));
+            }
+            None => out.rules.push(NftRule::Rule(rule.clone())),
+        }
+    }
     out
 }
 
@@ -247,7 +297,8 @@ pub fn affinity_refs(rule: &NftRule) -> impl Iterator<Item = (&ChainName, Option
 pub fn rule_jump(rule: &NftRule) -> Option<&ChainName> {
     match rule {
         NftRule::Rule(rule) => rule.jump_target(),
-        _ => None,
+        NftRule::Hairpin(target) => Some(target),
+        NftRule::ServiceMap | NftRule::NodePortMap => None,
     }
 }
 
@@ -260,6 +311,10 @@ pub struct NftRuleset {
     pub node_ports: BTreeMap<NodePortKey, NftChain>,
     /// Affinity set -> timeout of its entries.
     pub affinity: BTreeMap<ChainName, u32>,
+    /// The hairpin endpoints (`ep . ep` in the hairpin set) each chain's rules need.
+    pub hairpin: BTreeMap<NftChain, BTreeSet<IpAddr>>,
+    /// Folded endpoint chain -> the chains whose rules hold it.
+    pub inlined: BTreeMap<ChainName, BTreeSet<NftChain>>,
 }
 
 impl NftRuleset {
@@ -268,10 +323,23 @@ impl NftRuleset {
         let mut out = NftRuleset::default();
         for (table, rules) in &rs.tables {
             for (chain, chain_rules) in &rules.chains {
-                if !chain.is_berth() || chain.as_str() == names::CANARY {
+                if !chain.is_berth()
+                    || chain.as_str() == names::CANARY
+                    || is_folded(rs, *table, chain)
+                {
                     continue;
                 }
-                let converted = convert_chain(*table, chain, chain_rules);
+                let converted = convert_chain(rs, *table, chain, chain_rules);
+                let here = NftChain::new(*table, chain);
+                for endpoint in converted.inlined {
+                    out.inlined
+                        .entry(endpoint)
+                        .or_default()
+                        .insert(here.clone());
+                }
+                if !converted.hairpin.is_empty() {
+                    out.hairpin.insert(here, converted.hairpin);
+                }
                 for (key, target) in converted.services {
                     out.services.insert(key, NftChain::new(Table::Nat, &target));
                 }
@@ -311,13 +379,20 @@ impl NftRuleset {
     pub fn rule_count(&self) -> usize {
         self.chains.values().map(Vec::len).sum()
     }
+
+    /// Every endpoint of the hairpin set.
+    pub fn hairpin_endpoints(&self) -> BTreeSet<IpAddr> {
+        self.hairpin.values().flatten().copied().collect()
+    }
 }
 
-/// A map element.
+/// A map or set element.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Element {
     Service(ServiceKey, NftChain),
     NodePort(NodePortKey, NftChain),
+    /// `ep . ep` in the hairpin set.
+    Hairpin(IpAddr),
 }
 
 /// One command of a transaction, in `nft` terms.
@@ -325,7 +400,7 @@ pub enum Element {
 pub enum Command {
     AddTable,
     DeleteTable,
-    /// Declares the two verdict maps (idempotent).
+    /// Declares the two verdict maps and the hairpin set (idempotent).
     AddMaps,
     AddChain(NftChain, Option<Hook>),
     FlushChain(NftChain),
@@ -391,7 +466,8 @@ pub fn command_text(family: IpFamily, command: &Command) -> String {
         Command::DeleteTable => format!("delete table {t}\n"),
         Command::AddMaps => format!(
             "add map {t} {SERVICE_MAP} {{ type {addr_type} . inet_proto . inet_service : verdict ; }}\n\
-             add map {t} {NODE_PORT_MAP} {{ type inet_proto . inet_service : verdict ; }}\n"
+             add map {t} {NODE_PORT_MAP} {{ type inet_proto . inet_service : verdict ; }}\n\
+             add set {t} {HAIRPIN_SET} {{ type {addr_type} . {addr_type} ; }}\n"
         ),
         Command::AddChain(chain, None) => format!("add chain {t} {chain}\n"),
         Command::AddChain(chain, Some(hook)) => format!(
@@ -426,6 +502,7 @@ fn element_set(element: &Element) -> &'static str {
     match element {
         Element::Service(..) => SERVICE_MAP,
         Element::NodePort(..) => NODE_PORT_MAP,
+        Element::Hairpin(..) => HAIRPIN_SET,
     }
 }
 
@@ -438,6 +515,7 @@ fn element_text(element: &Element, with_target: bool) -> String {
         Element::NodePort((proto, port), target) => {
             (format!("{} . {port}", iptables_protocol(*proto)), target)
         }
+        Element::Hairpin(addr) => return format!("{addr} . {addr}"),
     };
     if with_target {
         format!("{key} : jump {target}")
@@ -599,6 +677,13 @@ pub fn rule_text(family: IpFamily, table: Table, rule: &NftRule) -> String {
             family_keyword(family)
         ),
         NftRule::NodePortMap => format!("meta l4proto . th dport vmap @{NODE_PORT_MAP}"),
+        NftRule::Hairpin(target) => {
+            let fam = family_keyword(family);
+            format!(
+                "ct status dnat {fam} saddr . {fam} daddr @{HAIRPIN_SET} jump {}",
+                NftChain::new(table, target)
+            )
+        }
         NftRule::Rule(rule) => plain_rule_text(family, table, rule),
     }
 }

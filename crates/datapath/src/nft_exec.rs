@@ -39,23 +39,28 @@ impl Nft for CommandNft {
     }
 }
 
-/// A transaction that uses every kernel feature the backend needs (concatenated verdict maps, `th`,
-/// `fib`, `numgen`, dynamic timeout sets, fully-random masquerade) on a scratch table, for
-/// `nft --check`: the kernel validates it and nothing is committed.
+/// A transaction that uses every kernel feature the backend needs (concatenated verdict maps and
+/// sets, `th`, `fib`, `numgen`, `ct status`, dynamic timeout sets, fully-random masquerade) on a
+/// scratch table, for `nft --check`: the kernel validates it and nothing is committed.
 pub fn probe_text() -> String {
     [
         "add table ip berth-probe",
         "add chain ip berth-probe pre { type nat hook prerouting priority dstnat ; }",
         "add chain ip berth-probe post { type nat hook postrouting priority srcnat ; }",
         "add chain ip berth-probe svc",
+        "add chain ip berth-probe masq",
         "add map ip berth-probe m { type ipv4_addr . inet_proto . inet_service : verdict ; }",
         "add set ip berth-probe s { type ipv4_addr ; flags dynamic,timeout ; timeout 10s ; }",
+        "add set ip berth-probe h { type ipv4_addr . ipv4_addr ; }",
         "add rule ip berth-probe pre ip daddr . meta l4proto . th dport vmap @m",
         "add rule ip berth-probe pre fib daddr type local meta l4proto tcp th dport 30000 jump svc",
         "add rule ip berth-probe svc ip saddr @s numgen random mod 2 == 0 meta mark set meta mark | 0x4000",
-        "add rule ip berth-probe svc update @s { ip saddr } meta l4proto tcp dnat to 10.0.0.1:80",
+        "add rule ip berth-probe svc numgen random mod 2 == 0 update @s { ip saddr } meta l4proto tcp dnat to 10.0.0.1:80",
+        "add rule ip berth-probe masq meta mark set meta mark | 0x4000",
+        "add rule ip berth-probe post ct status dnat ip saddr . ip daddr @h jump masq",
         "add rule ip berth-probe post meta mark & 0x4000 == 0x4000 masquerade fully-random",
         "add element ip berth-probe m { 10.0.0.2 . tcp . 80 : jump svc }",
+        "add element ip berth-probe h { 10.0.0.1 . 10.0.0.1 }",
         "",
     ]
     .join("\n")

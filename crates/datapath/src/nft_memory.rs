@@ -2,10 +2,12 @@
 //! as berth's transactions meet them: a transaction is committed whole or not at all; every
 //! command but `add table` needs the table; a rule or map element may only jump to an existing
 //! chain, a rule may only name an existing set; a chain or set still referenced cannot be
-//! deleted; a map key cannot be added twice with another verdict, nor deleted when absent.
+//! deleted; a map key cannot be added twice with another verdict, nor deleted when absent; a
+//! hairpin pair cannot be deleted when absent, and an address of the other family is refused.
 //! [`MemoryNft::traceable`] turns what it holds back into a [`Ruleset`] for the packet tracer.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use crate::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset};
 use crate::nft::{
@@ -26,6 +28,8 @@ pub struct NftTable {
     pub services: BTreeMap<ServiceKey, NftChain>,
     pub node_ports: BTreeMap<NodePortKey, NftChain>,
     pub affinity: BTreeMap<ChainName, u32>,
+    /// Endpoints of the hairpin set (`ep . ep`).
+    pub hairpin: BTreeSet<IpAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,7 +137,11 @@ impl MemoryNft {
                         return Err(fail("No such file or directory (jump target)"));
                     }
                 }
-                if matches!(rule, NftRule::ServiceMap | NftRule::NodePortMap) && !table.maps {
+                let needs_maps = matches!(
+                    rule,
+                    NftRule::ServiceMap | NftRule::NodePortMap | NftRule::Hairpin(_)
+                );
+                if needs_maps && !table.maps {
                     return Err(fail("No such file or directory (map)"));
                 }
                 if affinity_refs(rule).any(|(name, _)| !table.affinity.contains_key(name)) {
@@ -164,16 +172,32 @@ impl MemoryNft {
                 if !table.maps {
                     return Err(fail("No such file or directory (map)"));
                 }
-                let (Element::Service(_, target) | Element::NodePort(_, target)) = element;
+                let (previous, target) = match element {
+                    Element::Service(key, target) => (table.services.get(key), target),
+                    Element::NodePort(key, target) => (table.node_ports.get(key), target),
+                    Element::Hairpin(ip) => {
+                        if !family.contains(*ip) {
+                            return Err(fail("Invalid argument (address of the other family)"));
+                        }
+                        // Adding a set element that exists is no error.
+                        table.hairpin.insert(*ip);
+                        return Ok(());
+                    }
+                };
                 if !table.chains.contains_key(target) {
                     return Err(fail("No such file or directory (verdict chain)"));
                 }
-                let previous = match element {
-                    Element::Service(key, target) => table.services.insert(*key, target.clone()),
-                    Element::NodePort(key, target) => table.node_ports.insert(*key, target.clone()),
-                };
-                if previous.is_some_and(|previous| previous != *target) {
+                if previous.is_some_and(|previous| previous != target) {
                     return Err(fail("File exists (element with another verdict)"));
+                }
+                match element {
+                    Element::Service(key, target) => {
+                        table.services.insert(*key, target.clone());
+                    }
+                    Element::NodePort(key, target) => {
+                        table.node_ports.insert(*key, target.clone());
+                    }
+                    Element::Hairpin(_) => {}
                 }
             }
             Command::DeleteElement(element) => {
@@ -183,6 +207,7 @@ impl MemoryNft {
                 let present = match element {
                     Element::Service(key, _) => table.services.remove(key).is_some(),
                     Element::NodePort(key, _) => table.node_ports.remove(key).is_some(),
+                    Element::Hairpin(ip) => table.hairpin.remove(ip),
                 };
                 if !present {
                     return Err(fail("No such file or directory (element)"));
@@ -226,6 +251,14 @@ impl MemoryNft {
                                 ],
                                 &target.name,
                             ));
+                        }
+                    }
+                    // In postrouting the destination is the translated one. The tracer has no
+                    // `ct status dnat`: a pair would also match a pod sending straight to
+                    // itself, a packet that never reaches the node's hooks.
+                    NftRule::Hairpin(target) => {
+                        for ip in &table.hairpin {
+                            out.push(Rule::jump(vec![Match::src(*ip), Match::dst(*ip)], target));
                         }
                     }
                 }

@@ -18,13 +18,14 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::net::IpAddr;
 
 use crate::incremental::Changes;
 use crate::model::{ChainName, Ruleset, Table};
 use crate::names;
 use crate::nft::{
-    affinity_refs, check_expressible, convert_chain, Command, Element, NftChain, NftRule,
-    NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
+    affinity_refs, check_expressible, convert_chain, is_folded, Command, Element, NftChain,
+    NftRule, NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
 };
 use crate::sync::{SyncKind, SyncReport};
 use crate::Error;
@@ -54,6 +55,13 @@ struct Applied {
     affinity: BTreeMap<ChainName, u32>,
     /// The affinity sets each chain's rules name; a set no chain names any more is deleted.
     chain_sets: BTreeMap<ChainKey, BTreeSet<ChainName>>,
+    /// The endpoint chains folded into each chain's rules, and the reverse: a changed endpoint
+    /// chain rewrites the chains that hold it.
+    chain_inlined: BTreeMap<ChainKey, BTreeSet<ChainName>>,
+    inlined_by: BTreeMap<ChainName, BTreeSet<ChainKey>>,
+    /// The hairpin endpoints each chain's rules need, and how many chains need each.
+    chain_hairpin: BTreeMap<ChainKey, BTreeSet<IpAddr>>,
+    hairpin: BTreeMap<IpAddr, usize>,
     rules: usize,
 }
 
@@ -73,6 +81,50 @@ impl Applied {
             }
         }
         orphaned
+    }
+
+    /// Records the endpoint chains `chain` folds and the hairpin endpoints it needs; the
+    /// endpoints whose need changed go into `touched`.
+    fn set_chain_folds(
+        &mut self,
+        chain: &ChainKey,
+        inlined: BTreeSet<ChainName>,
+        hairpin: BTreeSet<IpAddr>,
+        touched: &mut BTreeSet<IpAddr>,
+    ) {
+        for endpoint in self.chain_inlined.remove(chain).into_iter().flatten() {
+            if let Some(referrers) = self.inlined_by.get_mut(&endpoint) {
+                referrers.remove(chain);
+                if referrers.is_empty() {
+                    self.inlined_by.remove(&endpoint);
+                }
+            }
+        }
+        for endpoint in &inlined {
+            self.inlined_by
+                .entry(endpoint.clone())
+                .or_default()
+                .insert(chain.clone());
+        }
+        if !inlined.is_empty() {
+            self.chain_inlined.insert(chain.clone(), inlined);
+        }
+        for ip in self.chain_hairpin.remove(chain).into_iter().flatten() {
+            if let Some(count) = self.hairpin.get_mut(&ip) {
+                *count -= 1;
+                if *count == 0 {
+                    self.hairpin.remove(&ip);
+                }
+            }
+            touched.insert(ip);
+        }
+        for ip in &hairpin {
+            *self.hairpin.entry(*ip).or_default() += 1;
+            touched.insert(*ip);
+        }
+        if !hairpin.is_empty() {
+            self.chain_hairpin.insert(chain.clone(), hairpin);
+        }
     }
 }
 
@@ -174,6 +226,18 @@ impl<N: Nft> NftSyncer<N> {
     /// The transaction that replaces berth's table with `rs`, and the state it leaves.
     fn full_transaction(&self, rs: &Ruleset) -> Result<(Transaction, Applied), Error> {
         let planned = NftRuleset::from_ruleset(rs);
+        let mut chain_inlined: BTreeMap<ChainKey, BTreeSet<ChainName>> = BTreeMap::new();
+        let mut inlined_by: BTreeMap<ChainName, BTreeSet<ChainKey>> = BTreeMap::new();
+        for (endpoint, referrers) in &planned.inlined {
+            for referrer in referrers {
+                let key = (referrer.table, referrer.name.clone());
+                chain_inlined
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(endpoint.clone());
+                inlined_by.entry(endpoint.clone()).or_default().insert(key);
+            }
+        }
         let mut tx = Transaction::new(self.family);
         tx.push(Command::AddTable);
         tx.push(Command::DeleteTable);
@@ -184,6 +248,8 @@ impl<N: Nft> NftSyncer<N> {
             node_ports: planned.node_ports.clone(),
             affinity: planned.affinity.clone(),
             rules: planned.rule_count(),
+            chain_inlined,
+            inlined_by,
             ..Applied::default()
         };
         for chain in planned.chains.keys() {
@@ -200,6 +266,14 @@ impl<N: Nft> NftSyncer<N> {
                 check_expressible(rule)?;
             }
             if !planned.hooks.contains_key(&chain) {
+                if let Some(hairpin) = planned.hairpin.get(&chain) {
+                    for ip in hairpin {
+                        *applied.hairpin.entry(*ip).or_default() += 1;
+                    }
+                    applied
+                        .chain_hairpin
+                        .insert((chain.table, chain.name.clone()), hairpin.clone());
+                }
                 let sets = sets_named(&rules);
                 if !sets.is_empty() {
                     applied
@@ -220,6 +294,9 @@ impl<N: Nft> NftSyncer<N> {
         }
         for (key, target) in planned.node_ports {
             tx.push(Command::AddElement(Element::NodePort(key, target)));
+        }
+        for ip in applied.hairpin.keys() {
+            tx.push(Command::AddElement(Element::Hairpin(*ip)));
         }
         Ok((tx, applied))
     }
@@ -259,16 +336,33 @@ impl<N: Nft> NftSyncer<N> {
         let mut element_adds = Vec::new();
         let mut rewritten = 0;
         let mut orphaned = Vec::new();
-        for key in chains.iter().filter(|(_, chain)| programmed(chain)) {
+        let mut touched_hairpin = BTreeSet::new();
+        // A changed endpoint chain changes the chains it is folded into.
+        let mut work: BTreeSet<&ChainKey> = chains.iter().filter(|(_, c)| programmed(c)).collect();
+        for key in chains {
+            if let Some(referrers) = applied.inlined_by.get(&key.1) {
+                work.extend(referrers.iter().filter(|referrer| key.0 == referrer.0));
+            }
+        }
+        for key in work {
             let chain = NftChain::new(key.0, &key.1);
-            let Some(planned) = rs.chain(key.0, &key.1) else {
+            let planned = rs
+                .chain(key.0, &key.1)
+                .filter(|_| !is_folded(rs, key.0, &key.1));
+            let Some(planned) = planned else {
                 if next.chains.remove(key).is_some() {
                     orphaned.extend(next.set_chain_sets(key, BTreeSet::new()));
+                    next.set_chain_folds(
+                        key,
+                        BTreeSet::new(),
+                        BTreeSet::new(),
+                        &mut touched_hairpin,
+                    );
                     deleted.push(chain);
                 }
                 continue;
             };
-            let converted = convert_chain(key.0, &key.1, planned);
+            let converted = convert_chain(rs, key.0, &key.1, planned);
             if converted.rules.first() == Some(&NftRule::ServiceMap) {
                 let after = converted
                     .services
@@ -311,6 +405,12 @@ impl<N: Nft> NftSyncer<N> {
                 None => added.push(Command::AddChain(chain.clone(), None)),
             }
             orphaned.extend(next.set_chain_sets(key, sets_named(&converted.rules)));
+            next.set_chain_folds(
+                key,
+                converted.inlined,
+                converted.hairpin,
+                &mut touched_hairpin,
+            );
             for rule in converted.rules {
                 check_expressible(&rule)?;
                 for (name, seconds) in affinity_refs(&rule) {
@@ -337,6 +437,16 @@ impl<N: Nft> NftSyncer<N> {
             let named = next.chain_sets.values().any(|sets| sets.contains(&set));
             if !named && next.affinity.remove(&set).is_some() {
                 stale_sets.push(Command::DeleteAffinitySet(set));
+            }
+        }
+        for ip in touched_hairpin {
+            match (
+                applied.hairpin.contains_key(&ip),
+                next.hairpin.contains_key(&ip),
+            ) {
+                (true, false) => element_deletes.push(Command::DeleteElement(Element::Hairpin(ip))),
+                (false, true) => element_adds.push(Command::AddElement(Element::Hairpin(ip))),
+                _ => {}
             }
         }
         let deleted_chains = deleted.len();

@@ -151,11 +151,20 @@ fn endpoint_change_rewrites_only_that_service_and_no_map() {
     planner.update(&view);
     let report = step(&mut s, &mut planner);
     assert_eq!(report.kind, SyncKind::Partial);
-    // The SVC chain and the new SEP chain; the old SEP chain is deleted.
-    assert_eq!((report.rewritten_chains, report.deleted_chains), (2, 1));
+    // Only the SVC chain: the endpoint is folded into its rules, and the hairpin pair moves.
+    assert_eq!((report.rewritten_chains, report.deleted_chains), (1, 0));
     let tx = last_tx(&s);
     assert!(!tx.contains("element ip berth service-ips"), "{tx}");
     assert!(!tx.contains("BERTH-SERVICES"), "{tx}");
+    assert!(!tx.contains("BERTH-SEP-"), "{tx}");
+    assert!(
+        tx.contains("delete element ip berth hairpin { 10.244.2.8 . 10.244.2.8 }"),
+        "{tx}"
+    );
+    assert!(
+        tx.contains("add element ip berth hairpin { 10.244.3.9 . 10.244.3.9 }"),
+        "{tx}"
+    );
     assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
 }
 
