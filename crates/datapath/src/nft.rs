@@ -32,7 +32,7 @@ use crate::model::{
     Target,
 };
 use crate::names;
-use crate::nft_inline::{inline_endpoint, inline_rule, HAIRPIN_SET};
+use crate::nft_inline::{inline_endpoint, inline_rule, is_endpoint_chain, HAIRPIN_SET};
 use crate::render::Payload;
 use crate::rule_text::iptables_protocol;
 use crate::Error;
@@ -151,8 +151,9 @@ pub struct ConvertedChain {
     pub rules: Vec<NftRule>,
     pub services: Vec<(ServiceKey, ChainName)>,
     pub node_ports: Vec<(NodePortKey, ChainName)>,
-    /// The endpoint chains folded into this chain's rules.
-    pub inlined: BTreeSet<ChainName>,
+    /// The endpoint chains this chain's rules fold or jump to: a change to one of them changes
+    /// this chain.
+    pub endpoints: BTreeSet<ChainName>,
     /// The endpoints whose hairpin pair those rules need.
     pub hairpin: BTreeSet<IpAddr>,
 }
@@ -265,10 +266,15 @@ pub fn convert_chain(
         match folded {
             Some((rule, endpoint, inlined)) => {
                 out.hairpin.insert(inlined.hairpin());
-                out.inlined.insert(endpoint);
+                out.endpoints.insert(endpoint);
                 out.rules.push(NftRule::Rule(rule));
             }
-            None => out.rules.push(NftRule::Rule(rule.clone())),
+            None => {
+                if let Some(target) = rule.jump_target().filter(|t| is_endpoint_chain(t)) {
+                    out.endpoints.insert(target.clone());
+                }
+                out.rules.push(NftRule::Rule(rule.clone()));
+            }
         }
     }
     out
@@ -313,8 +319,8 @@ pub struct NftRuleset {
     pub affinity: BTreeMap<ChainName, u32>,
     /// The hairpin endpoints (`ep . ep` in the hairpin set) each chain's rules need.
     pub hairpin: BTreeMap<NftChain, BTreeSet<IpAddr>>,
-    /// Folded endpoint chain -> the chains whose rules hold it.
-    pub inlined: BTreeMap<ChainName, BTreeSet<NftChain>>,
+    /// Endpoint chain -> the chains whose rules fold it or jump to it.
+    pub endpoints: BTreeMap<ChainName, BTreeSet<NftChain>>,
 }
 
 impl NftRuleset {
@@ -331,8 +337,8 @@ impl NftRuleset {
                 }
                 let converted = convert_chain(rs, *table, chain, chain_rules);
                 let here = NftChain::new(*table, chain);
-                for endpoint in converted.inlined {
-                    out.inlined
+                for endpoint in converted.endpoints {
+                    out.endpoints
                         .entry(endpoint)
                         .or_default()
                         .insert(here.clone());

@@ -38,7 +38,8 @@ impl Inlined {
     }
 }
 
-fn is_endpoint_chain(name: &ChainName) -> bool {
+/// A planned endpoint chain (`BERTH-SEP-…`), folded or not.
+pub fn is_endpoint_chain(name: &ChainName) -> bool {
     name.as_str().starts_with("BERTH-SEP-")
 }
 

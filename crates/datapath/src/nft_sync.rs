@@ -55,10 +55,10 @@ struct Applied {
     affinity: BTreeMap<ChainName, u32>,
     /// The affinity sets each chain's rules name; a set no chain names any more is deleted.
     chain_sets: BTreeMap<ChainKey, BTreeSet<ChainName>>,
-    /// The endpoint chains folded into each chain's rules, and the reverse: a changed endpoint
-    /// chain rewrites the chains that hold it.
-    chain_inlined: BTreeMap<ChainKey, BTreeSet<ChainName>>,
-    inlined_by: BTreeMap<ChainName, BTreeSet<ChainKey>>,
+    /// The endpoint chains each chain's rules fold or jump to, and the reverse: a changed
+    /// endpoint chain rewrites the chains that use it (folded, or no longer foldable).
+    chain_endpoints: BTreeMap<ChainKey, BTreeSet<ChainName>>,
+    used_by: BTreeMap<ChainName, BTreeSet<ChainKey>>,
     /// The hairpin endpoints each chain's rules need, and how many chains need each.
     chain_hairpin: BTreeMap<ChainKey, BTreeSet<IpAddr>>,
     hairpin: BTreeMap<IpAddr, usize>,
@@ -83,31 +83,31 @@ impl Applied {
         orphaned
     }
 
-    /// Records the endpoint chains `chain` folds and the hairpin endpoints it needs; the
+    /// Records the endpoint chains `chain` uses and the hairpin endpoints it needs; the
     /// endpoints whose need changed go into `touched`.
     fn set_chain_folds(
         &mut self,
         chain: &ChainKey,
-        inlined: BTreeSet<ChainName>,
+        endpoints: BTreeSet<ChainName>,
         hairpin: BTreeSet<IpAddr>,
         touched: &mut BTreeSet<IpAddr>,
     ) {
-        for endpoint in self.chain_inlined.remove(chain).into_iter().flatten() {
-            if let Some(referrers) = self.inlined_by.get_mut(&endpoint) {
+        for endpoint in self.chain_endpoints.remove(chain).into_iter().flatten() {
+            if let Some(referrers) = self.used_by.get_mut(&endpoint) {
                 referrers.remove(chain);
                 if referrers.is_empty() {
-                    self.inlined_by.remove(&endpoint);
+                    self.used_by.remove(&endpoint);
                 }
             }
         }
-        for endpoint in &inlined {
-            self.inlined_by
+        for endpoint in &endpoints {
+            self.used_by
                 .entry(endpoint.clone())
                 .or_default()
                 .insert(chain.clone());
         }
-        if !inlined.is_empty() {
-            self.chain_inlined.insert(chain.clone(), inlined);
+        if !endpoints.is_empty() {
+            self.chain_endpoints.insert(chain.clone(), endpoints);
         }
         for ip in self.chain_hairpin.remove(chain).into_iter().flatten() {
             if let Some(count) = self.hairpin.get_mut(&ip) {
@@ -226,16 +226,16 @@ impl<N: Nft> NftSyncer<N> {
     /// The transaction that replaces berth's table with `rs`, and the state it leaves.
     fn full_transaction(&self, rs: &Ruleset) -> Result<(Transaction, Applied), Error> {
         let planned = NftRuleset::from_ruleset(rs);
-        let mut chain_inlined: BTreeMap<ChainKey, BTreeSet<ChainName>> = BTreeMap::new();
-        let mut inlined_by: BTreeMap<ChainName, BTreeSet<ChainKey>> = BTreeMap::new();
-        for (endpoint, referrers) in &planned.inlined {
+        let mut chain_endpoints: BTreeMap<ChainKey, BTreeSet<ChainName>> = BTreeMap::new();
+        let mut used_by: BTreeMap<ChainName, BTreeSet<ChainKey>> = BTreeMap::new();
+        for (endpoint, referrers) in &planned.endpoints {
             for referrer in referrers {
                 let key = (referrer.table, referrer.name.clone());
-                chain_inlined
+                chain_endpoints
                     .entry(key.clone())
                     .or_default()
                     .insert(endpoint.clone());
-                inlined_by.entry(endpoint.clone()).or_default().insert(key);
+                used_by.entry(endpoint.clone()).or_default().insert(key);
             }
         }
         let mut tx = Transaction::new(self.family);
@@ -248,8 +248,8 @@ impl<N: Nft> NftSyncer<N> {
             node_ports: planned.node_ports.clone(),
             affinity: planned.affinity.clone(),
             rules: planned.rule_count(),
-            chain_inlined,
-            inlined_by,
+            chain_endpoints,
+            used_by,
             ..Applied::default()
         };
         for chain in planned.chains.keys() {
@@ -340,7 +340,7 @@ impl<N: Nft> NftSyncer<N> {
         // A changed endpoint chain changes the chains it is folded into.
         let mut work: BTreeSet<&ChainKey> = chains.iter().filter(|(_, c)| programmed(c)).collect();
         for key in chains {
-            if let Some(referrers) = applied.inlined_by.get(&key.1) {
+            if let Some(referrers) = applied.used_by.get(&key.1) {
                 work.extend(referrers.iter().filter(|referrer| key.0 == referrer.0));
             }
         }
@@ -407,7 +407,7 @@ impl<N: Nft> NftSyncer<N> {
             orphaned.extend(next.set_chain_sets(key, sets_named(&converted.rules)));
             next.set_chain_folds(
                 key,
-                converted.inlined,
+                converted.endpoints,
                 converted.hairpin,
                 &mut touched_hairpin,
             );

@@ -220,6 +220,27 @@ impl Cluster {
             .filter(|l| l.strip_prefix(':').is_some_and(|c| c.starts_with(prefix)))
             .count()
     }
+
+    /// How many endpoints of Service ports `node` programs: its endpoint chains on iptables;
+    /// on nftables, which has none, the distinct `<port> -> <endpoint>` its DNAT rules name.
+    pub fn programmed_endpoints(&mut self, node: &str) -> usize {
+        if self.backend != Backend::Nftables {
+            return self.nat_chains(node, "BERTH-SEP-");
+        }
+        assert_eq!(self.nat_chains(node, "BERTH-SEP-"), 0, "{node}");
+        let ns = self.netns(node);
+        let listing = self
+            .topo
+            .exec(&ns, &["nft", "list", "table", "ip", "berth"])
+            .unwrap();
+        listing
+            .lines()
+            .filter(|l| l.contains(" dnat to "))
+            .filter_map(|l| l.split("comment ").nth(1))
+            .filter(|comment| comment.contains(" -> "))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    }
 }
 
 pub fn pod_ip(topo: &Topology, pod: &str) -> IpAddr {

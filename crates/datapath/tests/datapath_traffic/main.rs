@@ -170,18 +170,18 @@ fn node_port_on_localhost(c: &mut Cluster) {
 fn a_partial_sync_moves_traffic_and_removes_stale_chains(c: &mut Cluster) {
     let original = c.services.clone();
     let a1 = pod_ip(&c.topo, "a1");
-    let seps_before = c.nat_chains("node1", "BERTH-SEP-");
+    let seps_before = c.programmed_endpoints("node1");
     for port in c.services.iter_mut().filter(|p| p.name.name == "spread") {
         port.endpoints.retain(|ep| ep.ip == a1);
     }
     c.sync_all(SyncKind::Partial);
-    assert_eq!(c.nat_chains("node1", "BERTH-SEP-"), seps_before - 2);
+    assert_eq!(c.programmed_endpoints("node1"), seps_before - 2);
     let pods = pods_of(&ask_many(c, "c1", sa(svc_ip(14), 80), 30));
     assert_eq!(pods.keys().collect::<Vec<_>>(), ["a1"], "{pods:?}");
 
     c.services = original;
     c.sync_all(SyncKind::Partial);
-    assert_eq!(c.nat_chains("node1", "BERTH-SEP-"), seps_before);
+    assert_eq!(c.programmed_endpoints("node1"), seps_before);
     // Missing one of three endpoints in 60 tries has a probability of about 1e-10.
     let pods = pods_of(&ask_many(c, "c1", sa(svc_ip(14), 80), 60));
     assert_eq!(pods.len(), 3, "{pods:?}");
