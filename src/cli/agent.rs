@@ -21,11 +21,11 @@ pub struct AgentArgs {
     proxy_mode: ProxyModeArg,
 
     /// What programs the kernel: `nftables` (berth's own tables `ip berth`/`ip6 berth`, verdict-map
-    /// dispatch), `iptables` (berth's chains in the iptables tables), or `auto`: nftables when
-    /// `nft` runs and the kernel accepts what it programs, else iptables. The other backend has
-    /// berth's rules removed at start. The default stays iptables until a change at 10,000
-    /// Services costs less on nftables than on iptables-nft (see the README's numbers).
-    #[arg(long, env = "BERTH_BACKEND", value_enum, default_value_t = BackendArg::Iptables)]
+    /// dispatch), `iptables` (berth's chains in the iptables tables), or `auto` (the default):
+    /// nftables, the fastest backend, when `nft` runs, the kernel accepts what it programs and
+    /// iptables' FORWARD policy is not DROP (an nftables accept cannot override it, Docker sets
+    /// it), else iptables. The other backend has berth's rules removed at start.
+    #[arg(long, env = "BERTH_BACKEND", value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
 
     /// How the iptables entry chains find a Service: a tree keyed by address, or kube-proxy's

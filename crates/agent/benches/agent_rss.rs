@@ -1,12 +1,15 @@
-//! Agent memory at scale: `agent_rss_mb=<n>` for 10,000 Services x 10 endpoints.
+//! Agent memory at scale, per backend: `agent_rss_mb_iptables=<n> agent_rss_mb_nftables=<n>` for
+//! 10,000 Services x 10 endpoints, and `agent_rss_mb=<n> backend_default=<name>` for the backend
+//! the agent's default (`auto`) picks on this machine.
 //!
 //! The lab API server runs in a child process (this same executable, `--lab-apiserver-child`)
-//! so its store is not counted. The parent reads `VmHWM` (peak resident set) from
-//! /proc/self/status before the agent starts (the baseline: runtime and client set-up only) and
-//! again once the agent's first full sync of every Service has succeeded; the difference is the
-//! agent's peak: watch lists, the index, the planner's ruleset, the Syncer's chain hashes and the
-//! rendered restore payload. iptables is a null implementation that accepts every call, so no
-//! kernel or fake-kernel state is counted.
+//! so its store is not counted, and each backend's agent in a child of its own
+//! (`--agent-child`), as a peak resident set is per process. A child reads `VmHWM` (peak
+//! resident set) from /proc/self/status before the agent starts (the baseline: runtime and
+//! client set-up only) and again once the agent's first full sync of every Service has
+//! succeeded; the difference is the agent's peak: watch lists, the index, the planner's ruleset,
+//! the Syncer's state and the rendered payload. iptables and nft are null implementations that
+//! accept every call, so no kernel or fake-kernel state is counted.
 //!
 //! A second child (`--breakdown-child`) then replays the same objects through the agent's parts
 //! without any API server, printing the resident set after each stage, so the total can be
@@ -24,8 +27,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_agent::index::Index;
-use berth_agent::{Agent, AgentOptions, Conntrack, ConntrackFlow};
+use berth_agent::{
+    Agent, AgentOptions, Backend, BoxedNft, CommandIptables, Conntrack, ConntrackFlow, IpFamily,
+    NodeFacts,
+};
 use berth_datapath::convert::ProxyMode;
+use berth_datapath::nft::Transaction;
+use berth_datapath::nft_exec::CommandNft;
+use berth_datapath::nft_sync::Nft;
 use berth_datapath::sync::{Iptables, Syncer};
 use berth_datapath::{ChainName, Dispatch, JumpRule, Payload, PlanOptions, Planner, Table};
 use berth_lab::LabApiServer;
@@ -62,6 +71,18 @@ impl Iptables for NullIptables {
     }
     fn ensure_jump(&mut self, _: &JumpRule) -> Result<(), berth_datapath::Error> {
         Ok(())
+    }
+}
+
+/// Accepts every transaction, rendering it into nothing.
+struct NullNft;
+
+impl Nft for NullNft {
+    fn apply(&mut self, tx: &Transaction) -> Result<(), berth_datapath::Error> {
+        tx.write_to(&mut std::io::sink())
+            .map_err(|err| berth_datapath::Error::Restore {
+                reason: err.to_string(),
+            })
     }
 }
 
@@ -219,6 +240,16 @@ fn main() {
         return;
     }
 
+    if args.iter().any(|a| a == "--agent-child") {
+        let path = PathBuf::from(arg_value(&args, "--kubeconfig").unwrap());
+        let backend = match arg_value(&args, "--backend").as_deref() {
+            Some("nftables") => Backend::Nftables,
+            _ => Backend::Iptables,
+        };
+        run_agent_child(services, backend, path);
+        return;
+    }
+
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--lab-apiserver-child",
@@ -233,7 +264,63 @@ fn main() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let mut rss = Vec::new();
+    for backend in [Backend::Iptables, Backend::Nftables] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--agent-child",
+                "--services",
+                &services.to_string(),
+                "--backend",
+                backend.as_str(),
+                "--kubeconfig",
+            ])
+            .arg(&kubeconfig)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        print!("{text}");
+        assert!(out.status.success(), "{backend:?} agent child failed");
+        let mb = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("agent_rss_mb="))
+            .unwrap()
+            .to_string();
+        rss.push((backend, mb));
+    }
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    let _ = std::fs::remove_file(&kubeconfig);
+    let breakdown = Command::new(std::env::current_exe().unwrap())
+        .args(["--breakdown-child", "--services", &services.to_string()])
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&breakdown.stdout));
+    // What the agent's default picks here, with the probes `berth agent` runs (they change
+    // nothing: `nft --check` and `iptables-save -t filter`).
+    let default = AgentOptions::default().backend.resolve(|| NodeFacts {
+        nft_usable: CommandNft::new().usable(),
+        iptables_forward_drops: CommandIptables::new(IpFamily::V4).forward_drops(),
+    });
+    let of = |backend: Backend| {
+        rss.iter()
+            .find(|(b, _)| *b == backend)
+            .map_or("na".to_string(), |(_, mb)| mb.clone())
+    };
+    println!(
+        "agent_rss_mb_iptables={} agent_rss_mb_nftables={}",
+        of(Backend::Iptables),
+        of(Backend::Nftables)
+    );
+    println!(
+        "agent_rss_mb={} backend_default={}",
+        of(default),
+        default.as_str()
+    );
+}
 
+/// One backend's agent against the API server child: its peak resident set over the first sync.
+fn run_agent_child(services: usize, backend: Backend, kubeconfig: PathBuf) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (baseline, peak, first_sync) = runtime.block_on(async {
         let file = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
@@ -249,13 +336,15 @@ fn main() {
             sync_period: Duration::from_secs(300),
             healthz_bind_address: "127.0.0.1".parse().unwrap(),
             admin_listen: "127.0.0.1:0".parse().unwrap(),
+            backend,
             ..AgentOptions::default()
         };
         let mut registry = MetricsRegistry::new();
-        let agent = Agent::new(
+        let agent = Agent::with_nft(
             options.validate().unwrap(),
             client,
             |_| NullIptables,
+            |_| -> BoxedNft { Box::new(NullNft) },
             NullConntrack,
             &mut registry,
             &Readiness::new(),
@@ -281,18 +370,11 @@ fn main() {
         task.await.unwrap().unwrap();
         (baseline, peak, first_sync)
     });
-    drop(child.stdin.take());
-    child.wait().unwrap();
-    let _ = std::fs::remove_file(&kubeconfig);
     println!(
-        "services={services} endpoints_per_service={ENDPOINTS} first_sync_ms={} baseline_hwm_mb={:.1}",
+        "rss: backend={} services={services} endpoints_per_service={ENDPOINTS} first_sync_ms={} baseline_hwm_mb={:.1} agent_rss_mb={:.1}",
+        backend.as_str(),
         first_sync.as_millis(),
-        mb(baseline)
+        mb(baseline),
+        mb(peak.saturating_sub(baseline))
     );
-    let breakdown = Command::new(std::env::current_exe().unwrap())
-        .args(["--breakdown-child", "--services", &services.to_string()])
-        .output()
-        .unwrap();
-    print!("{}", String::from_utf8_lossy(&breakdown.stdout));
-    println!("agent_rss_mb={:.1}", mb(peak.saturating_sub(baseline)));
 }

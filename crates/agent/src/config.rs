@@ -17,9 +17,23 @@ pub enum Backend {
     Iptables,
     /// `nft -f -` into berth's own tables `ip berth` / `ip6 berth`.
     Nftables,
-    /// nftables when `nft` runs and the kernel accepts what the backend programs, else iptables;
-    /// decided once at start ([`Backend::resolve`]).
+    /// nftables when `nft` runs, the kernel accepts what the backend programs and iptables'
+    /// `filter FORWARD` policy is not DROP; else iptables. Decided once at start
+    /// ([`Backend::resolve`]).
     Auto,
+}
+
+/// What `auto` looks at on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// `nft --check` accepts a probe of every feature the nftables backend uses.
+    pub nft_usable: bool,
+    /// iptables' `filter FORWARD` chain drops by policy (Docker sets this) in some family.
+    /// Every base chain of every table sees a packet, and a drop anywhere wins: an accept in
+    /// berth's nftables table cannot let through forwarded Service traffic (node ports and
+    /// load-balancer IPs to endpoints on other nodes) that this policy drops, while berth's
+    /// accept rules in iptables' own `FORWARD` chain can.
+    pub iptables_forward_drops: bool,
 }
 
 impl Backend {
@@ -31,11 +45,18 @@ impl Backend {
         }
     }
 
-    /// `Auto` made concrete by `nft_usable`, asked only for `Auto`.
-    pub fn resolve(self, nft_usable: impl FnOnce() -> bool) -> Backend {
+    /// `Auto` made concrete by the node's facts, asked only for `Auto`: nftables, the fastest
+    /// backend (see the README's numbers), where it is usable and safe beside what runs there.
+    pub fn resolve(self, facts: impl FnOnce() -> NodeFacts) -> Backend {
         match self {
-            Backend::Auto if nft_usable() => Backend::Nftables,
-            Backend::Auto => Backend::Iptables,
+            Backend::Auto => {
+                let facts = facts();
+                if facts.nft_usable && !facts.iptables_forward_drops {
+                    Backend::Nftables
+                } else {
+                    Backend::Iptables
+                }
+            }
             chosen => chosen,
         }
     }
@@ -46,7 +67,7 @@ impl Backend {
 pub struct AgentOptions {
     pub node_name: String,
     pub proxy_mode: ProxyMode,
-    /// The library default is iptables; `berth agent` defaults to `auto`.
+    /// `auto`, as `berth agent` defaults to.
     pub backend: Backend,
     /// iptables dispatch; the nftables backend always dispatches through verdict maps.
     pub dispatch: Dispatch,
@@ -71,7 +92,7 @@ impl Default for AgentOptions {
         AgentOptions {
             node_name: String::new(),
             proxy_mode: ProxyMode::Full,
-            backend: Backend::Iptables,
+            backend: Backend::Auto,
             dispatch: Dispatch::Tree,
             cluster_cidrs: Vec::new(),
             masquerade_all: false,
@@ -273,12 +294,25 @@ mod tests {
         .unwrap();
         assert_eq!(config.dispatch(), Dispatch::Tree);
         assert_eq!(config.plan_options(IpFamily::V4).dispatch, Dispatch::Linear);
-        assert_eq!(Backend::Auto.resolve(|| true), Backend::Nftables);
-        assert_eq!(Backend::Auto.resolve(|| false), Backend::Iptables);
+        let facts = |nft_usable, iptables_forward_drops| {
+            move || NodeFacts {
+                nft_usable,
+                iptables_forward_drops,
+            }
+        };
+        assert_eq!(Backend::Auto.resolve(facts(true, false)), Backend::Nftables);
+        assert_eq!(
+            Backend::Auto.resolve(facts(false, false)),
+            Backend::Iptables
+        );
+        // Docker's FORWARD DROP: only berth's rules in iptables' own chain can accept.
+        assert_eq!(Backend::Auto.resolve(facts(true, true)), Backend::Iptables);
+        assert_eq!(Backend::Auto.resolve(facts(false, true)), Backend::Iptables);
+        assert_eq!(AgentOptions::default().backend, Backend::Auto);
         let asked = std::cell::Cell::new(false);
         let ask = || {
             asked.set(true);
-            true
+            facts(true, false)()
         };
         assert_eq!(Backend::Iptables.resolve(ask), Backend::Iptables);
         assert!(!asked.get(), "a chosen backend is not probed");

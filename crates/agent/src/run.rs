@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conntrack::CommandConntrack;
 use crate::datapath::BoxedNft;
-use crate::{Agent, AgentConfig, Error};
+use crate::{Agent, AgentConfig, Error, NodeFacts};
 
 /// Everything `berth agent` needs, parsed by the binary.
 #[derive(Debug, Clone)]
@@ -74,9 +74,23 @@ pub async fn run_agent(
         }
         None => (None, None),
     };
-    // `auto` probes the kernel once (`nft --check`, which changes nothing); the backend not
-    // chosen has berth's rules removed before the first sync.
-    let backend = opts.config.backend().resolve(|| CommandNft::new().usable());
+    // `auto` looks once (`nft --check` and `iptables-save -t filter`, which change nothing); the
+    // backend not chosen has berth's rules removed before the first sync.
+    let families = opts.config.families().to_vec();
+    let backend = opts.config.backend().resolve(|| {
+        let facts = NodeFacts {
+            nft_usable: CommandNft::new().usable(),
+            iptables_forward_drops: families
+                .iter()
+                .any(|family| CommandIptables::new(*family).forward_drops()),
+        };
+        tracing::info!(
+            nft_usable = facts.nft_usable,
+            iptables_forward_drops = facts.iptables_forward_drops,
+            "backend auto"
+        );
+        facts
+    });
     tracing::info!(backend = backend.as_str(), "datapath backend");
     let mut agent = Agent::with_nft(
         opts.config.with_backend(backend),

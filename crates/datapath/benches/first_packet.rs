@@ -1,15 +1,16 @@
-//! First-packet latency through real iptables: a node namespace programmed by berth's datapath
-//! with N ClusterIP Services (3 endpoints each by default), tree and linear dispatch. A client pod on the
+//! First-packet latency through the real kernel: a node namespace programmed by berth's datapath
+//! with N ClusterIP Services (3 endpoints each by default), on iptables with tree and with linear
+//! dispatch, and on nftables (verdict maps, endpoints folded into the Service chains). A client pod on the
 //! node times TCP connects (the SYN walks the dispatch rules, the SYN-ACK returns through
 //! conntrack) to the first and the last Service, whose endpoints are live echo servers; the other
 //! Services point at pod addresses nobody uses. Also reports the full sync: payload bytes, the
-//! `iptables-restore` wall time alone, and the whole sync.
+//! `iptables-restore` (or `nft -f`) wall time alone, and the whole sync.
 //!
-//! Needs root, iproute2 and iptables; prints a skip message otherwise. Each (N, mode) gets a fresh
+//! Needs root, iproute2 and iptables, prints a skip message otherwise; the nftables rows need nft. Each (N, mode) gets a fresh
 //! namespace pair `berth-fp<pid>-*`, deleted afterwards.
 //!
 //! Options: `--sizes 100,10000,30000` `--endpoints 3` `--connections 500`
-//! `--backend legacy|nft|system`. Defaults are chosen so the run takes minutes, not hours:
+//! `--backend legacy|nft|system` (the iptables rows' binary). Defaults are chosen so the run takes minutes, not hours:
 //! iptables-legacy restores 300k rules in seconds where iptables-nft needs minutes, and 30,000
 //! Services x 10 endpoints (~930k rules) exceed what the kernel accepts as one legacy table (the
 //! restore fails) — so 3 endpoints per Service. A new connection walks the dispatch rules and the
@@ -22,7 +23,10 @@ use std::time::{Duration, Instant};
 
 use berth_core::IpFamily;
 use berth_datapath::exec::{Backend, CommandIptables};
-use berth_datapath::sync::{SyncReport, Syncer};
+use berth_datapath::nft::Transaction;
+use berth_datapath::nft_exec::CommandNft;
+use berth_datapath::nft_sync::{Nft, NftSyncer};
+use berth_datapath::sync::{SyncReport, SyncRuleset, Syncer};
 use berth_datapath::{plan, rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions};
 use berth_lab::echo::{EchoHandle, EchoServer};
 use berth_lab::netns::run_in_netns;
@@ -41,6 +45,41 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Times `iptables-restore` on its own; everything else passes through.
 type TimedIptables = Hooked<CommandIptables, RestoreTimer>;
+
+/// Times `nft -f` on its own.
+struct TimedNft {
+    nft: CommandNft,
+    total: Duration,
+}
+
+impl Nft for TimedNft {
+    fn apply(&mut self, tx: &Transaction) -> Result<(), berth_datapath::Error> {
+        let start = Instant::now();
+        let result = self.nft.apply(tx);
+        self.total += start.elapsed();
+        result
+    }
+}
+
+/// How the node is programmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Tree,
+    Linear,
+    Nftables,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::Tree, Mode::Linear, Mode::Nftables];
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Tree => "tree",
+            Mode::Linear => "linear",
+            Mode::Nftables => "nftables",
+        }
+    }
+}
 
 struct Options {
     sizes: Vec<usize>,
@@ -169,7 +208,7 @@ fn connect_times(netns: &str, target: SocketAddr, connections: usize) -> Vec<Dur
 /// One programmed node, ready to be measured.
 struct Setup {
     services: usize,
-    dispatch: Dispatch,
+    mode: Mode,
     rules: usize,
     payload_bytes: usize,
     restore_ms: f64,
@@ -182,7 +221,13 @@ struct Setup {
     _topo: Topology,
 }
 
-fn set_up(index: usize, n: usize, dispatch: Dispatch, options: &Options) -> Result<Setup, String> {
+fn set_up(index: usize, n: usize, mode: Mode, options: &Options) -> Result<Setup, String> {
+    if mode == Mode::Nftables {
+        let missing = berth_testing::require::missing(&[berth_testing::Requirement::Nft]);
+        if !missing.is_empty() {
+            return Err(format!("skipped ({})", missing.join("; ")));
+        }
+    }
     // One prefix per configuration; all of them end with the pid for the orphan sweep.
     let prefix = format!("{}-c{index}", TopologySpec::unique_prefix(TAG));
     let spec = TopologySpec::new(prefix).node("node", ["srv", "cli"]);
@@ -201,27 +246,43 @@ fn set_up(index: usize, n: usize, dispatch: Dispatch, options: &Options) -> Resu
         .collect();
 
     let view = mk_view(n, options.endpoints, IpAddr::V4(node.lan_ip), server);
+    // Linear dispatch is what becomes the nftables verdict maps.
+    let dispatch = match mode {
+        Mode::Tree => Dispatch::Tree,
+        Mode::Linear | Mode::Nftables => Dispatch::Linear,
+    };
     let plan_options = PlanOptions {
         dispatch,
         cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
         ..PlanOptions::default()
     };
     let rs = plan(&view, &plan_options);
-    let iptables: TimedIptables = Hooked::new(
-        CommandIptables::with_backend(IpFamily::V4, options.backend)
-            .netns_named(node.netns.clone()),
-        RestoreTimer::default(),
-    );
-    let mut syncer = Syncer::new(iptables).rewriting_every_sync(rewritten_every_sync(dispatch));
     let start = Instant::now();
-    let report: SyncReport = syncer
-        .sync(&rs)
-        .map_err(|err| format!("full sync failed: {err}"))?;
+    let (report, restore_ms): (SyncReport, f64) = if mode == Mode::Nftables {
+        let nft = TimedNft {
+            nft: CommandNft::in_netns(node.netns.clone()),
+            total: Duration::ZERO,
+        };
+        let mut syncer = NftSyncer::new(nft, IpFamily::V4);
+        let report = SyncRuleset::sync(&mut syncer, &rs)
+            .map_err(|err| format!("full sync failed: {err}"))?;
+        (report, syncer.nft().total.as_secs_f64() * 1e3)
+    } else {
+        let iptables: TimedIptables = Hooked::new(
+            CommandIptables::with_backend(IpFamily::V4, options.backend)
+                .netns_named(node.netns.clone()),
+            RestoreTimer::default(),
+        );
+        let mut syncer = Syncer::new(iptables).rewriting_every_sync(rewritten_every_sync(dispatch));
+        let report = syncer
+            .sync(&rs)
+            .map_err(|err| format!("full sync failed: {err}"))?;
+        (report, syncer.iptables().hook.total.as_secs_f64() * 1e3)
+    };
     let sync_ms = start.elapsed().as_secs_f64() * 1e3;
-    let restore_ms = syncer.iptables().hook.total.as_secs_f64() * 1e3;
     Ok(Setup {
         services: n,
-        dispatch,
+        mode,
         rules: report.rule_count,
         payload_bytes: report.payload_bytes,
         restore_ms,
@@ -262,13 +323,13 @@ fn main() {
     let _ = remove_orphans(TAG);
     let options = parse_options();
     println!(
-        "first-packet latency through real iptables ({:?} backend, {} endpoints per Service, {} connections per target)",
+        "first-packet latency through the real kernel (iptables rows: {:?} binary; {} endpoints per Service, {} connections per target)",
         options.backend, options.endpoints, options.connections
     );
     println!(
         "{:>8} {:>8} {:>9} {:>12} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "services",
-        "dispatch",
+        "mode",
         "rules",
         "payload_B",
         "restore_ms",
@@ -280,13 +341,10 @@ fn main() {
     );
     let mut setups = Vec::new();
     for &n in &options.sizes {
-        for dispatch in [Dispatch::Tree, Dispatch::Linear] {
-            match set_up(setups.len(), n, dispatch, &options) {
+        for mode in Mode::ALL {
+            match set_up(setups.len(), n, mode, &options) {
                 Ok(setup) => setups.push(setup),
-                Err(err) => {
-                    let mode = format!("{dispatch:?}").to_lowercase();
-                    println!("{n:>8} {mode:>8} {err}");
-                }
+                Err(err) => println!("{n:>8} {:>8} {err}", mode.name()),
             }
         }
     }
@@ -304,7 +362,7 @@ fn main() {
         println!(
             "{:>8} {:>8} {:>9} {:>12} {:>11.0} {:>10.0} {:>8.1}us {:>8.1}us {:>8.1}us {:>8.1}us",
             setup.services,
-            format!("{:?}", setup.dispatch).to_lowercase(),
+            setup.mode.name(),
             setup.rules,
             setup.payload_bytes,
             setup.restore_ms,
@@ -314,16 +372,16 @@ fn main() {
             last.p50_us,
             last.p99_us,
         );
-        rows.push((setup.services, setup.dispatch, last));
+        rows.push((setup.services, setup.mode, last));
     }
     let (Some(&small), Some(&large)) = (options.sizes.iter().min(), options.sizes.iter().max())
     else {
         return;
     };
-    let ratio = |dispatch: Dispatch| {
+    let ratio = |wanted: Mode| {
         let p50 = |n: usize| {
             rows.iter()
-                .find(|(services, mode, _)| *services == n && *mode == dispatch)
+                .find(|(services, mode, _)| *services == n && *mode == wanted)
                 .map(|(_, _, last)| last.p50_us)
         };
         match (p50(large), p50(small)) {
@@ -331,13 +389,17 @@ fn main() {
             _ => "failed".to_string(),
         }
     };
-    println!(
-        "first-packet: tree_{}_vs_{}={} linear_{}_vs_{}={}",
-        label(large),
-        label(small),
-        ratio(Dispatch::Tree),
-        label(large),
-        label(small),
-        ratio(Dispatch::Linear)
-    );
+    let ratios: Vec<String> = Mode::ALL
+        .iter()
+        .map(|mode| {
+            format!(
+                "{}_{}_vs_{}={}",
+                mode.name(),
+                label(large),
+                label(small),
+                ratio(*mode)
+            )
+        })
+        .collect();
+    println!("first-packet: {}", ratios.join(" "));
 }

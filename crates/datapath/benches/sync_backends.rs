@@ -12,14 +12,21 @@
 //! (its text is generated before the clock starts, so the anchor pays only `nft` and the kernel).
 //!
 //! Needs root, iproute2, iptables-legacy, iptables-nft and nft; prints a skip message otherwise.
-//! Options: `--sizes 1000,10000` `--endpoints 10` `--changes 5` `--only <substring>,...`.
-//! Prints one `sync:` line per (size, backend) and, at 10,000 Services, the summary keys
-//! `full_sync_10k_s`, `change_10k_real_ms` and their ratios to the anchors.
+//! Options: `--sizes 1000,10000,30000` `--endpoints 10` `--changes 3` `--only <substring>,...`
+//! `--budget-s 150` `--anchor-max 10000`. Bounds, so a run ends in minutes: each (size, case)
+//! gets `--budget-s` seconds in all (`BERTH_SYNC_BUDGET_S`); past it the processes in its
+//! namespace (this run's own `iptables-restore` or `nft`) are killed, the row says `stopped`, and
+//! the case is not tried at larger sizes. The kube-proxy-shaped anchors run up to `--anchor-max`
+//! Services (`BERTH_SYNC_ANCHOR_MAX`); above it their rows say `skipped`.
+//! Prints one `sync:` line per (size, case) and, per size, the summary keys `full_sync_<n>_s`,
+//! `change_<n>_real_ms` (berth on nftables) and their ratios to the anchors.
 #![allow(clippy::unwrap_used)]
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_core::IpFamily;
@@ -41,14 +48,25 @@ struct Options {
     endpoints: usize,
     changes: usize,
     only: Vec<String>,
+    budget: Duration,
+    anchor_max: usize,
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn parse_options() -> Options {
     let mut options = Options {
-        sizes: vec![1000],
+        sizes: vec![1000, 10_000, 30_000],
         endpoints: 10,
-        changes: 5,
+        changes: 3,
         only: Vec::new(),
+        budget: Duration::from_secs(env_number("BERTH_SYNC_BUDGET_S", 150)),
+        anchor_max: env_number("BERTH_SYNC_ANCHOR_MAX", 10_000) as usize,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<String> { v.split(',').map(str::to_string).collect() };
@@ -60,6 +78,8 @@ fn parse_options() -> Options {
             "--endpoints" => options.endpoints = value.parse().unwrap(),
             "--changes" => options.changes = value.parse().unwrap(),
             "--only" => options.only = list(&value),
+            "--budget-s" => options.budget = Duration::from_secs(value.parse().unwrap()),
+            "--anchor-max" => options.anchor_max = value.parse().unwrap(),
             // cargo bench passes --bench; anything else is ignored.
             _ => {
                 i += 1;
@@ -128,6 +148,51 @@ impl Drop for Netns {
     }
 }
 
+/// Ends a case that runs past its budget: kills, by pid, the processes running in its namespace
+/// (only this run's own `iptables-restore` or `nft` run there), so the step fails and the case
+/// ends. Stops watching when dropped.
+struct Watchdog {
+    done: Arc<AtomicBool>,
+    fired: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    fn start(ns: &str, budget: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let fired = Arc::new(AtomicBool::new(false));
+        let (ns, stop, flag) = (ns.to_string(), done.clone(), fired.clone());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                if start.elapsed() < budget {
+                    continue;
+                }
+                flag.store(true, Ordering::Relaxed);
+                let pids = Command::new("ip")
+                    .args(["netns", "pids", &ns])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                for pid in pids.split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
+        });
+        Watchdog { done, fired }
+    }
+
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Case {
     Berth(Backend),
@@ -137,6 +202,10 @@ enum Case {
 }
 
 impl Case {
+    fn is_anchor(self) -> bool {
+        matches!(self, Case::KubeProxyIptables(_) | Case::KubeProxyNft)
+    }
+
     fn label(self) -> &'static str {
         match self {
             Case::Berth(Backend::Legacy) => "berth-iptables-legacy",
@@ -149,13 +218,14 @@ impl Case {
     }
 }
 
+/// berth's nftables first: it is the row the summary needs.
 const CASES: [Case; 6] = [
+    Case::BerthNft,
+    Case::KubeProxyNft,
     Case::Berth(Backend::Legacy),
     Case::KubeProxyIptables(Backend::Legacy),
     Case::Berth(Backend::Nft),
     Case::KubeProxyIptables(Backend::Nft),
-    Case::BerthNft,
-    Case::KubeProxyNft,
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -385,6 +455,8 @@ fn main() {
     }
     let _ = remove_orphans(TAG);
     let mut k = 0;
+    // Cases stopped by the budget at a smaller size.
+    let mut stopped: Vec<Case> = Vec::new();
     for &n in &options.sizes {
         let mut results: Vec<(Case, Result)> = Vec::new();
         for case in CASES {
@@ -396,13 +468,40 @@ fn main() {
             {
                 continue;
             }
+            if case.is_anchor() && n > options.anchor_max {
+                println!(
+                    "sync: backend={} services={n} skipped (above the anchor bound {}, BERTH_SYNC_ANCHOR_MAX)",
+                    case.label(),
+                    options.anchor_max
+                );
+                continue;
+            }
+            if stopped.contains(&case) {
+                println!(
+                    "sync: backend={} services={n} skipped (stopped by the budget at a smaller size)",
+                    case.label()
+                );
+                continue;
+            }
             k += 1;
             let ns = Netns::new(k);
+            let watchdog = Watchdog::start(&ns.0, options.budget);
             let result = match case {
                 Case::KubeProxyNft => measure_kube_proxy_nft(&ns.0, n, &options),
                 _ => measure_berth(case, &ns.0, n, &options),
             };
+            let fired = watchdog.fired();
+            drop(watchdog);
             drop(ns);
+            if fired {
+                println!(
+                    "sync: backend={} services={n} stopped (over the budget of {} s, BERTH_SYNC_BUDGET_S)",
+                    case.label(),
+                    options.budget.as_secs()
+                );
+                stopped.push(case);
+                continue;
+            }
             match result {
                 Ok(r) => {
                     println!(

@@ -212,6 +212,23 @@ pub(crate) fn run_ok(
     }
 }
 
+/// Whether an `iptables-save -t filter` listing sets the `FORWARD` policy to DROP.
+pub fn forward_policy_drops(filter_save: &str) -> bool {
+    filter_save.lines().any(|line| {
+        let mut words = line.split_whitespace();
+        words.next() == Some(":FORWARD") && words.next() == Some("DROP")
+    })
+}
+
+impl CommandIptables {
+    /// Whether this iptables drops forwarded packets by policy; `false` when it cannot be read
+    /// (no such tool: nothing of iptables can drop them either).
+    pub fn forward_drops(&mut self) -> bool {
+        self.save(Table::Filter)
+            .is_ok_and(|listing| forward_policy_drops(&listing))
+    }
+}
+
 impl Iptables for CommandIptables {
     fn restore(&mut self, payload: &dyn Payload) -> Result<(), Error> {
         let args = vec![
@@ -286,6 +303,16 @@ mod tests {
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_forward_drop_policy_is_read_from_the_listing() {
+        let docker = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:DOCKER - [0:0]\nCOMMIT\n";
+        assert!(forward_policy_drops(docker));
+        let open =
+            "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j DROP\nCOMMIT\n";
+        assert!(!forward_policy_drops(open));
+        assert!(!forward_policy_drops(""));
     }
 
     #[test]

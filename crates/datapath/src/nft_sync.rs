@@ -90,7 +90,7 @@ impl Applied {
         chain: &ChainKey,
         endpoints: BTreeSet<ChainName>,
         hairpin: BTreeSet<IpAddr>,
-        touched: &mut BTreeSet<IpAddr>,
+        touched: &mut BTreeMap<IpAddr, bool>,
     ) {
         for endpoint in self.chain_endpoints.remove(chain).into_iter().flatten() {
             if let Some(referrers) = self.used_by.get_mut(&endpoint) {
@@ -110,17 +110,18 @@ impl Applied {
             self.chain_endpoints.insert(chain.clone(), endpoints);
         }
         for ip in self.chain_hairpin.remove(chain).into_iter().flatten() {
+            touched.entry(ip).or_insert(true);
             if let Some(count) = self.hairpin.get_mut(&ip) {
                 *count -= 1;
                 if *count == 0 {
                     self.hairpin.remove(&ip);
                 }
             }
-            touched.insert(ip);
         }
         for ip in &hairpin {
-            *self.hairpin.entry(*ip).or_default() += 1;
-            touched.insert(*ip);
+            let count = self.hairpin.entry(*ip).or_default();
+            touched.entry(*ip).or_insert(*count > 0);
+            *count += 1;
         }
         if !hairpin.is_empty() {
             self.chain_hairpin.insert(chain.clone(), hairpin);
@@ -323,10 +324,11 @@ impl<N: Nft> NftSyncer<N> {
     }
 
     fn partial(&mut self, rs: &Ruleset, chains: &BTreeSet<ChainKey>) -> Result<SyncReport, Error> {
-        let Some(applied) = &self.applied else {
+        // Updated in place, not cloned (its size is the whole table's): a failure on the way
+        // leaves it taken, and a sync without state is full.
+        let Some(mut next) = self.applied.take() else {
             return self.full(rs);
         };
-        let mut next = applied.clone();
         let mut added = Vec::new();
         let mut flushed = Vec::new();
         let mut rules = Vec::new();
@@ -336,21 +338,32 @@ impl<N: Nft> NftSyncer<N> {
         let mut element_adds = Vec::new();
         let mut rewritten = 0;
         let mut orphaned = Vec::new();
-        let mut touched_hairpin = BTreeSet::new();
-        // A changed endpoint chain changes the chains it is folded into.
-        let mut work: BTreeSet<&ChainKey> = chains.iter().filter(|(_, c)| programmed(c)).collect();
+        // Hairpin endpoints whose need changed -> whether the set held them before.
+        let mut touched_hairpin = BTreeMap::new();
+        // A changed endpoint chain changes the chains that fold it or jump to it.
+        let mut work: BTreeSet<ChainKey> = chains
+            .iter()
+            .filter(|(_, c)| programmed(c))
+            .cloned()
+            .collect();
         for key in chains {
-            if let Some(referrers) = applied.used_by.get(&key.1) {
-                work.extend(referrers.iter().filter(|referrer| key.0 == referrer.0));
+            if let Some(referrers) = next.used_by.get(&key.1) {
+                work.extend(
+                    referrers
+                        .iter()
+                        .filter(|referrer| key.0 == referrer.0)
+                        .cloned(),
+                );
             }
         }
-        for key in work {
+        for key in &work {
             let chain = NftChain::new(key.0, &key.1);
             let planned = rs
                 .chain(key.0, &key.1)
                 .filter(|_| !is_folded(rs, key.0, &key.1));
             let Some(planned) = planned else {
-                if next.chains.remove(key).is_some() {
+                if let Some((_, n)) = next.chains.remove(key) {
+                    next.rules = next.rules.saturating_sub(n);
                     orphaned.extend(next.set_chain_sets(key, BTreeSet::new()));
                     next.set_chain_folds(
                         key,
@@ -370,7 +383,7 @@ impl<N: Nft> NftSyncer<N> {
                     .map(|(k, target)| (*k, NftChain::new(Table::Nat, target)))
                     .collect();
                 diff_elements(
-                    &applied.services,
+                    &next.services,
                     &after,
                     Element::Service,
                     &mut element_deletes,
@@ -385,7 +398,7 @@ impl<N: Nft> NftSyncer<N> {
                     .map(|(k, target)| (*k, NftChain::new(Table::Nat, target)))
                     .collect();
                 diff_elements(
-                    &applied.node_ports,
+                    &next.node_ports,
                     &after,
                     Element::NodePort,
                     &mut element_deletes,
@@ -426,11 +439,6 @@ impl<N: Nft> NftSyncer<N> {
                 rules.push(Command::AddRule(chain.clone(), rule));
             }
         }
-        for chain in &deleted {
-            if let Some((_, n)) = applied.chains.get(&(chain.table, chain.name.clone())) {
-                next.rules = next.rules.saturating_sub(*n);
-            }
-        }
         // A set orphaned by one chain may be named again by another rewritten after it.
         let mut stale_sets = Vec::new();
         for set in orphaned {
@@ -439,11 +447,8 @@ impl<N: Nft> NftSyncer<N> {
                 stale_sets.push(Command::DeleteAffinitySet(set));
             }
         }
-        for ip in touched_hairpin {
-            match (
-                applied.hairpin.contains_key(&ip),
-                next.hairpin.contains_key(&ip),
-            ) {
+        for (ip, before) in touched_hairpin {
+            match (before, next.hairpin.contains_key(&ip)) {
                 (true, false) => element_deletes.push(Command::DeleteElement(Element::Hairpin(ip))),
                 (false, true) => element_adds.push(Command::AddElement(Element::Hairpin(ip))),
                 _ => {}
