@@ -26,13 +26,14 @@ use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth_core::IpFamily;
 use berth_datapath::exec::{Backend, CommandIptables};
+use berth_datapath::nft::Transaction;
 use berth_datapath::nft_exec::CommandNft;
-use berth_datapath::nft_sync::NftSyncer;
+use berth_datapath::nft_sync::{Nft, NftSyncer};
 use berth_datapath::sync::{SyncRuleset, Syncer};
 use berth_datapath::{
     rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions, Planner, ServicePort,
@@ -234,6 +235,23 @@ struct Result {
     cold_bytes: usize,
     change: Duration,
     add: Duration,
+    /// `nft -f` alone in the cold sync and the median change (berth on nftables only).
+    nft_split: Option<(Duration, Duration)>,
+}
+
+/// Keeps the wall time of the last `nft -f`.
+struct TimedNft {
+    nft: CommandNft,
+    last: Arc<Mutex<Duration>>,
+}
+
+impl Nft for TimedNft {
+    fn apply(&mut self, tx: &Transaction) -> std::result::Result<(), berth_datapath::Error> {
+        let start = Instant::now();
+        let result = self.nft.apply(tx);
+        *self.last.lock().unwrap() = start.elapsed();
+        result
+    }
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -262,6 +280,8 @@ fn measure_berth(
         cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
         ..PlanOptions::default()
     };
+    let nft_time = Arc::new(Mutex::new(Duration::ZERO));
+    let nft_last = || *nft_time.lock().unwrap();
     let mut syncer: Box<dyn SyncRuleset> = match case {
         Case::Berth(backend) => Box::new(Syncer::new(
             CommandIptables::with_backend(IpFamily::V4, backend).netns_named(ns),
@@ -274,7 +294,13 @@ fn measure_berth(
             )
             .rewriting_every_sync(rewritten_every_sync(Dispatch::Linear)),
         ),
-        Case::BerthNft => Box::new(NftSyncer::new(CommandNft::in_netns(ns), IpFamily::V4)),
+        Case::BerthNft => Box::new(NftSyncer::new(
+            TimedNft {
+                nft: CommandNft::in_netns(ns),
+                last: nft_time.clone(),
+            },
+            IpFamily::V4,
+        )),
         Case::KubeProxyNft => return Err("not a berth case".into()),
     };
     let mut view = mk_view(n, options.endpoints);
@@ -287,6 +313,7 @@ fn measure_berth(
         .map_err(|e| e.to_string())?;
     let cold = start.elapsed();
     let cold_bytes = report.payload_bytes;
+    let cold_nft = nft_last();
 
     let mut step =
         |view: &NodeView, changed: &ServicePortName| -> std::result::Result<Duration, String> {
@@ -299,10 +326,12 @@ fn measure_berth(
             Ok(start.elapsed())
         };
     let mut change = Vec::new();
+    let mut change_nft = Vec::new();
     for k in 0..options.changes {
         let target = n / 2 + k;
         view.services[target].endpoints[0] = endpoint(target, 0, options.endpoints, 1 + k);
         change.push(step(&view, &name(target))?);
+        change_nft.push(nft_last());
     }
     let mut add = Vec::new();
     for k in 0..options.changes {
@@ -315,6 +344,7 @@ fn measure_berth(
         cold_bytes,
         change: median(change),
         add: median(add),
+        nft_split: (case == Case::BerthNft).then(|| (cold_nft, median(change_nft))),
     })
 }
 
@@ -430,6 +460,7 @@ fn measure_kube_proxy_nft(
         cold_bytes,
         change: median(change),
         add: median(add),
+        nft_split: None,
     })
 }
 
@@ -504,8 +535,15 @@ fn main() {
             }
             match result {
                 Ok(r) => {
+                    let split = r.nft_split.map_or(String::new(), |(cold, change)| {
+                        format!(
+                            " (nft -f alone: cold_s={:.2} change_ms={:.1})",
+                            cold.as_secs_f64(),
+                            ms(change)
+                        )
+                    });
                     println!(
-                        "sync: backend={} services={n} endpoints={} cold_s={:.2} cold_mb={:.1} change_ms={:.1} add_service_ms={:.1}",
+                        "sync: backend={} services={n} endpoints={} cold_s={:.2} cold_mb={:.1} change_ms={:.1} add_service_ms={:.1}{split}",
                         case.label(),
                         options.endpoints,
                         r.cold.as_secs_f64(),

@@ -530,13 +530,50 @@ fn element_text(element: &Element, with_target: bool) -> String {
     }
 }
 
+/// Most elements one `add element` line carries.
+const ELEMENTS_PER_LINE: usize = 1024;
+
 impl Payload for Transaction {
+    /// One line per command, except that a run of element additions to one map or set becomes
+    /// one `add element` line per [`ELEMENTS_PER_LINE`]: the same change, parsed faster.
     fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
         let mut written = 0;
-        for command in &self.commands {
-            let line = command_text(self.family, command);
+        let mut rest = self.commands.as_slice();
+        while let Some(first) = rest.first() {
+            let (run, set) = match first {
+                Command::AddElement(element) => {
+                    let set = element_set(element);
+                    let run = rest
+                        .iter()
+                        .take(ELEMENTS_PER_LINE)
+                        .take_while(
+                            |c| matches!(c, Command::AddElement(e) if element_set(e) == set),
+                        )
+                        .count();
+                    (run, set)
+                }
+                _ => (1, ""),
+            };
+            let line = if run > 1 {
+                let elements: Vec<String> = rest[..run]
+                    .iter()
+                    .filter_map(|c| match c {
+                        Command::AddElement(e) => Some(element_text(e, true)),
+                        _ => None,
+                    })
+                    .collect();
+                format!(
+                    "add element {} {TABLE} {} {{ {} }}\n",
+                    family_keyword(self.family),
+                    set,
+                    elements.join(", ")
+                )
+            } else {
+                command_text(self.family, first)
+            };
             written += line.len();
             out.write_all(line.as_bytes())?;
+            rest = &rest[run..];
         }
         self.written.set(written);
         Ok(())

@@ -222,7 +222,8 @@ impl Cluster {
     }
 
     /// How many endpoints of Service ports `node` programs: its endpoint chains on iptables;
-    /// on nftables, which has none, the distinct `<port> -> <endpoint>` its DNAT rules name.
+    /// on nftables, which has none, the distinct (Service port, endpoint) pairs its DNAT rules
+    /// name (a port's chains share the hash that ends their names).
     pub fn programmed_endpoints(&mut self, node: &str) -> usize {
         if self.backend != Backend::Nftables {
             return self.nat_chains(node, "BERTH-SEP-");
@@ -233,13 +234,18 @@ impl Cluster {
             .topo
             .exec(&ns, &["nft", "list", "table", "ip", "berth"])
             .unwrap();
-        listing
-            .lines()
-            .filter(|l| l.contains(" dnat to "))
-            .filter_map(|l| l.split("comment ").nth(1))
-            .filter(|comment| comment.contains(" -> "))
-            .collect::<std::collections::BTreeSet<_>>()
-            .len()
+        let mut port = "";
+        let mut pairs = std::collections::BTreeSet::new();
+        for line in listing.lines() {
+            let line = line.trim();
+            if let Some(chain) = line.strip_prefix("chain ") {
+                port = chain.rsplit('-').next().unwrap_or_default();
+            } else if let Some(target) = line.split(" dnat to ").nth(1) {
+                let target = target.split_whitespace().next().unwrap_or_default();
+                pairs.insert((port.to_string(), target.to_string()));
+            }
+        }
+        pairs.len()
     }
 }
 
