@@ -460,7 +460,7 @@ where
             engine = Some(running);
             let elapsed = began.elapsed();
             let was_failing = schedule.failures() > 0;
-            schedule.record(began, reason, outcome.error.is_none());
+            schedule.record(began, elapsed, reason, outcome.error.is_none());
             metrics
                 .conntrack_failures
                 .inc_by(outcome.conntrack_failures);
