@@ -7,6 +7,9 @@
                                    "resources": [...], "verbs": [...], "resourceNames": [...]}],
                                    "agent": [...]}; the RBAC test compares them with the requests
                                    berth really makes in the lab
+    chart.py agent [VALUES_JSON]   the agent container of one rendering, as JSON: {"args": [...],
+                                   "env": [...]} exactly as the DaemonSet gives them; the RBAC test
+                                   runs `berth agent` with them
 
 Value sets: the chart's defaults and every charts/berth/ci/<name>-values.yaml. Kubernetes versions:
 the oldest and newest berth supports (SUPPORTED_KUBERNETES below; the README says the same).
@@ -425,11 +428,20 @@ def rbac(values_json):
     return 0
 
 
+def agent(values_json):
+    values = json.loads(values_json) if values_json else {}
+    (container,) = one(render(values), "DaemonSet", "-agent")["spec"]["template"]["spec"]["containers"]
+    print(json.dumps({"args": container["args"], "env": container.get("env", [])}))
+    return 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "check":
         return check()
     if len(argv) >= 2 and argv[1] == "rbac":
         return rbac(argv[2] if len(argv) > 2 else "")
+    if len(argv) >= 2 and argv[1] == "agent":
+        return agent(argv[2] if len(argv) > 2 else "")
     print(__doc__, file=sys.stderr)
     return 2
 
