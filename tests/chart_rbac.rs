@@ -35,9 +35,11 @@ use serde_json::{json, Value};
 /// The release namespace `scripts/chart.py` renders into: the chart's default lease namespace.
 const LEASE_NAMESPACE: &str = "berth-system";
 const WAIT: Duration = Duration::from_secs(60);
-/// The agent's two scenarios, by their names in docs/rbac.md.
-const AGENT_DATAPATH_ONLY: &str = "membership and announcer off";
-const AGENT_DEFAULTS: &str = "defaults (membership on, announcer on)";
+/// The agent's scenarios, by their names in docs/rbac.md: the chart's defaults (membership on,
+/// the L2 announcer on), liveness by Lease only, and the datapath alone (the aws value set).
+const AGENT_DEFAULTS: &str = "defaults";
+const AGENT_LEASE_ONLY: &str = "membership off";
+const AGENT_DATAPATH_ONLY: &str = "liveness and announcer off";
 /// The node the agents run as: the Node `start_with` makes, the topology's first node.
 const NODE: &str = "node-1";
 
@@ -776,12 +778,12 @@ impl Drop for AgentProcess {
     }
 }
 
-/// The chart's default agent in a node namespace of a lab topology (`berth-rbac<pid>-*`, deleted
-/// when it is dropped, also on failure), with the lab API server in a client namespace on the
-/// LAN. It keeps its Lease, reads its Node for the address to advertise, elects itself for a
-/// LoadBalancer Service's address, annotates the Service and records its Event, renews its
-/// Lease, and deletes the Lease on SIGTERM.
-async fn agent_defaults_scenario(python: &Path) -> Vec<RecordedRequest> {
+/// The chart's agent rendered with `values` (liveness and the L2 announcer on), in a node
+/// namespace of a lab topology (`berth-rbac<pid>-*`, deleted when it is dropped, also on failure),
+/// with the lab API server in a client namespace on the LAN. It keeps its Lease (with SWIM, reading
+/// its Node for the address to advertise), elects itself for a LoadBalancer Service's address,
+/// annotates the Service and records its Event, renews its Lease, and deletes the Lease on SIGTERM.
+async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<RecordedRequest> {
     use berth_lab::netns::bind_tcp_in_netns;
     use berth_lab::topology::{Topology, TopologySpec};
     use k8s_openapi::api::coordination::v1::Lease;
@@ -846,11 +848,10 @@ async fn agent_defaults_scenario(python: &Path) -> Vec<RecordedRequest> {
     .await;
 
     let dir = unique_dir("berth-chart-rbac");
-    let token = "agent-defaults";
     let agent = AgentProcess::start(
         topo.netns("n1").unwrap(),
         python,
-        json!({}),
+        values,
         &dir,
         &kubeconfig_at(&dir, &format!("http://{api}"), token),
     );
@@ -908,9 +909,10 @@ async fn agent_defaults_scenario(python: &Path) -> Vec<RecordedRequest> {
     requests
 }
 
-/// The agent with the chart's default values (membership on with its key, the L2 announcer on):
-/// every request allowed by the agent's rendered rules, every rule used. The datapath-only
-/// scenario runs again here (it is quick), so that the agent's table in docs/rbac.md covers both.
+/// The agent with the chart's default values (membership on with its key, the L2 announcer on),
+/// and with liveness by Lease only: every request allowed by the agent's rendered rules, every
+/// rule used. The datapath-only scenario runs again here (it is quick), so that the agent's table
+/// in docs/rbac.md covers every value set.
 /// Needs root, network namespaces and iptables: skips without, fails under `CI=true`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_agent_defaults_are_exactly_what_the_agent_calls() {
@@ -920,16 +922,25 @@ async fn chart_agent_defaults_are_exactly_what_the_agent_calls() {
         return;
     }
     let defaults_rules = chart_rules(&python, json!({})).agent;
-    let defaults = agent_defaults_scenario(&python).await;
+    let defaults = agent_netns_scenario(&python, json!({}), "agent-defaults").await;
+    let lease_only_values = json!({"agent": {"config": {"membership": "off"}}});
+    let lease_only_rules = chart_rules(&python, lease_only_values.clone()).agent;
+    let lease_only = agent_netns_scenario(&python, lease_only_values, "agent-lease-only").await;
     let datapath_rules = chart_rules(&python, agent_datapath_only()).agent;
     let datapath = agent_scenario().await;
     let mut problems = compare("agent", &defaults_rules, &defaults);
+    problems.extend(compare("agent", &lease_only_rules, &lease_only));
     problems.extend(compare("agent", &datapath_rules, &datapath));
     let runs = [
         Run {
             label: AGENT_DEFAULTS,
             rules: &defaults_rules,
             requests: &defaults,
+        },
+        Run {
+            label: AGENT_LEASE_ONLY,
+            rules: &lease_only_rules,
+            requests: &lease_only,
         },
         Run {
             label: AGENT_DATAPATH_ONLY,
