@@ -793,7 +793,11 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
         .client("cp");
     let topo = Topology::create(&spec).unwrap();
     let node = topo.layout().node("n1").unwrap();
-    assert_eq!(node.lan_ip.to_string(), "198.18.0.11", "the Node's InternalIP");
+    assert_eq!(
+        node.lan_ip.to_string(),
+        "198.18.0.11",
+        "the Node's InternalIP"
+    );
     let api = std::net::SocketAddr::new(topo.layout().client("cp").unwrap().ip.into(), 6443);
     let inside = bind_tcp_in_netns(topo.netns("cp").unwrap(), api).unwrap();
     let (server, admin) = start_with(
@@ -830,7 +834,9 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
         .patch_status(
             "lb",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.200"}]}}})),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.200"}]}}}),
+            ),
         )
         .await
         .unwrap();
@@ -862,14 +868,16 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
     let announced = tokio::time::timeout(WAIT, async {
         loop {
             let svc = services.get("lb").await.ok();
-            let annotated = svc
-                .and_then(|s| s.metadata.annotations)
-                .and_then(|a| a.get(berth_api::names::annotation::ANNOUNCING_NODE).cloned());
-            let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), "web")
-                .list(&Default::default())
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default();
+            let annotated = svc.and_then(|s| s.metadata.annotations).and_then(|a| {
+                a.get(berth_api::names::annotation::ANNOUNCING_NODE)
+                    .cloned()
+            });
+            let events =
+                Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), "web")
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
             let recorded = events.iter().any(|e| {
                 e.note
                     .as_deref()
@@ -891,7 +899,10 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
         "no announcing-node annotation, Event and Lease renewal; the agent's log:\n{}",
         agent_log()
     );
-    assert!(leases.get_opt(&lease).await.unwrap().is_some(), "no Lease {lease}");
+    assert!(
+        leases.get_opt(&lease).await.unwrap().is_some(),
+        "no Lease {lease}"
+    );
     let status = agent.stop(Duration::from_secs(15)).await;
     assert!(
         status.is_some_and(|s| s.success()),

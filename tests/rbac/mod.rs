@@ -194,8 +194,7 @@ pub fn table(component: &str, runs: &[Run]) -> String {
             }
         }
     }
-    let mut rows: BTreeMap<(String, String, String, String, String), Vec<String>> =
-        BTreeMap::new();
+    let mut rows: BTreeMap<(String, String, String, String, String), Vec<String>> = BTreeMap::new();
     for ((scope, group, resource, verb), (granted, used)) in seen {
         let granted = if granted.len() == runs.len() {
             "always".to_owned()
