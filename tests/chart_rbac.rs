@@ -50,9 +50,9 @@ fn agent_datapath_only() -> Value {
 
 /// The tests of this binary run one at a time: each starts real processes, and one builds
 /// network namespaces.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
 }
 const POLL: Duration = Duration::from_millis(100);
 // ---------------------------------------------------------------------------------------------
@@ -641,7 +641,7 @@ async fn agent_scenario() -> Vec<RecordedRequest> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_rbac_is_exactly_what_berth_calls() {
-    let _serial = serial();
+    let _serial = serial().await;
     let Some(python) = python() else { return };
     let mut problems = Vec::new();
     let mut called = Vec::new();
@@ -927,7 +927,7 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
 /// Needs root, network namespaces and iptables: skips without, fails under `CI=true`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_agent_defaults_are_exactly_what_the_agent_calls() {
-    let _serial = serial();
+    let _serial = serial().await;
     let Some(python) = python() else { return };
     if !berth_testing::require(berth_testing::DATAPATH_NEEDS) {
         return;

@@ -427,4 +427,59 @@ mod tests {
             1
         );
     }
+
+    #[test]
+    fn the_table_groups_verbs_by_who_grants_and_uses_them() {
+        let rule = |ns: Option<&str>, resources: &[&str], verbs: &[&str]| Rule {
+            namespace: ns.map(str::to_owned),
+            api_groups: vec![String::new()],
+            resources: resources.iter().map(|s| (*s).into()).collect(),
+            verbs: verbs.iter().map(|s| (*s).into()).collect(),
+            resource_names: Vec::new(),
+        };
+        let request = |verb: &str, resource: &str, ns: &str| RecordedRequest {
+            identity: "t".into(),
+            verb: verb.into(),
+            api_group: String::new(),
+            resource: resource.into(),
+            subresource: String::new(),
+            namespace: ns.into(),
+            name: "x".into(),
+            count: 1,
+        };
+        let base = [rule(None, &["services"], &["watch", "list", "patch"])];
+        let more = [
+            rule(None, &["services"], &["watch", "list", "patch"]),
+            rule(Some("ns"), &["configmaps"], &["get"]),
+        ];
+        let a = [
+            request("list", "services", ""),
+            request("watch", "services", ""),
+        ];
+        let b = [
+            request("list", "services", ""),
+            request("watch", "services", ""),
+            request("patch", "services", "web"),
+        ];
+        let runs = [
+            Run {
+                label: "a",
+                rules: &base,
+                requests: &a,
+            },
+            Run {
+                label: "b",
+                rules: &more,
+                requests: &b,
+            },
+        ];
+        assert_eq!(
+            table("x", &runs),
+            "| Scope | API group | Resource | Verbs | Granted with | Exercised by |\n\
+             |---|---|---|---|---|---|\n\
+             | cluster | core | services | list, watch | always | a; b |\n\
+             | cluster | core | services | patch | always | b |\n\
+             | namespace ns | core | configmaps | get | b | nothing (the test fails) |\n"
+        );
+    }
 }
