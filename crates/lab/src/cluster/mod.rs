@@ -431,13 +431,13 @@ impl Lab {
                     Some((facts, proof::ready_endpoints(&own)))
                 })
                 .collect();
-            let all_pods = pods
-                .list(&ListParams::default())
-                .await
-                .map_err(|source| ClusterError::Api {
-                    what: "listing Pods".into(),
-                    source,
-                })?;
+            let all_pods =
+                pods.list(&ListParams::default())
+                    .await
+                    .map_err(|source| ClusterError::Api {
+                        what: "listing Pods".into(),
+                        source,
+                    })?;
             if proof::settled(&rows, &all_pods.items) || Instant::now() >= deadline {
                 break rows;
             }
