@@ -6,13 +6,30 @@
 //!   A burst waits and is coalesced. kube-proxy spaces syncs by a fixed 1 s; spacing by cost lets
 //!   a small or cheap change through in a few hundred milliseconds, and a slow backend slows
 //!   itself down.
-//! - A full-consistency sync runs when `period` has passed since the last full one.
+//! - A full-consistency sync runs when `period` has passed since the last full one: every Service
+//!   is planned again and every chain whose content differs from what was applied (or whose
+//!   canary is gone) is rewritten. Rewriting every chain regardless is due once per
+//!   [`REWRITE_PERIOD`], as kube-proxy does: a rewrite of tens of thousands of rules takes seconds,
+//!   and changes wait behind it.
 //! - After a failure the next attempt waits an exponential backoff (from [`RETRY_INITIAL`], at
 //!   most `period`), whether or not anything changed; the Syncer makes that attempt full.
 
 use std::time::{Duration, Instant};
 
 pub const RETRY_INITIAL: Duration = Duration::from_millis(500);
+
+/// How often a periodic sync rewrites every chain rather than the ones that differ
+/// (kube-proxy's `FullSyncPeriod`).
+pub const REWRITE_PERIOD: Duration = Duration::from_secs(3600);
+
+/// What one sync covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncScope {
+    /// Plan every Service again, not only the changed ones.
+    pub replan: bool,
+    /// Rewrite every chain, not only those that differ from what was applied.
+    pub rewrite: bool,
+}
 
 /// A sync that took `d` is followed by the next no sooner than `COST_SPACING × d` after it
 /// started: syncing takes at most 1/`COST_SPACING` of the agent's time.
@@ -27,13 +44,6 @@ pub enum SyncReason {
     Retry,
 }
 
-impl SyncReason {
-    /// Whether this sync must rewrite everything rather than what changed.
-    pub fn is_full(self) -> bool {
-        matches!(self, SyncReason::Initial | SyncReason::Periodic)
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct SyncSchedule {
     min_interval: Duration,
@@ -43,6 +53,7 @@ pub struct SyncSchedule {
     /// (once per period), and changes waiting behind it should not wait four times longer.
     last_cost: Duration,
     last_full: Option<Instant>,
+    last_rewrite: Option<Instant>,
     failures: u32,
 }
 
@@ -54,6 +65,7 @@ impl SyncSchedule {
             last_attempt: None,
             last_cost: Duration::ZERO,
             last_full: None,
+            last_rewrite: None,
             failures: 0,
         }
     }
@@ -95,8 +107,30 @@ impl SyncSchedule {
         (periodic.max(now), SyncReason::Periodic)
     }
 
+    /// What a sync for `reason` starting at `now` covers. A retry plans only what changed: the
+    /// Syncer rewrites everything after a failure by itself.
+    pub fn scope(&self, reason: SyncReason, now: Instant) -> SyncScope {
+        match reason {
+            SyncReason::Initial => SyncScope {
+                replan: true,
+                rewrite: true,
+            },
+            SyncReason::Periodic => SyncScope {
+                replan: true,
+                rewrite: self
+                    .last_rewrite
+                    .is_none_or(|at| now.saturating_duration_since(at) >= REWRITE_PERIOD),
+            },
+            SyncReason::Changes | SyncReason::Retry => SyncScope {
+                replan: false,
+                rewrite: false,
+            },
+        }
+    }
+
     /// Records an attempt that began at `now` and took `cost`.
     pub fn record(&mut self, now: Instant, cost: Duration, reason: SyncReason, ok: bool) {
+        let rewrote = self.scope(reason, now).rewrite;
         self.last_attempt = Some(now);
         if reason == SyncReason::Changes {
             self.last_cost = cost;
@@ -106,6 +140,9 @@ impl SyncSchedule {
             // A retry after a failure is full too (the Syncer forces it).
             if reason != SyncReason::Changes {
                 self.last_full = Some(now);
+            }
+            if rewrote {
+                self.last_rewrite = Some(now);
             }
         } else {
             self.failures = self.failures.saturating_add(1);
@@ -135,7 +172,6 @@ mod tests {
         let t0 = Instant::now();
         let schedule = SyncSchedule::new(MIN, PERIOD);
         assert_eq!(schedule.next_sync(t0, false), (t0, SyncReason::Initial));
-        assert!(SyncReason::Initial.is_full());
     }
 
     #[test]
@@ -153,7 +189,6 @@ mod tests {
             schedule.next_sync(t0 + ms(5000), true),
             (t0 + ms(5000), SyncReason::Changes)
         );
-        assert!(!SyncReason::Changes.is_full());
     }
 
     #[test]
@@ -211,6 +246,43 @@ mod tests {
         );
         // Changes that come due with the periodic sync are folded into it.
         assert_eq!(schedule.next_sync(late, true), (late, SyncReason::Periodic));
+    }
+
+    #[test]
+    fn periodic_syncs_rewrite_everything_once_per_rewrite_period() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(MIN, PERIOD);
+        let everything = SyncScope {
+            replan: true,
+            rewrite: true,
+        };
+        assert_eq!(schedule.scope(SyncReason::Initial, t0), everything);
+        schedule.record(t0, ms(5000), SyncReason::Initial, true);
+        // Thirty seconds on: every Service planned again, only drifted chains rewritten.
+        let periodic = t0 + PERIOD;
+        assert_eq!(
+            schedule.scope(SyncReason::Periodic, periodic),
+            SyncScope {
+                replan: true,
+                rewrite: false
+            }
+        );
+        schedule.record(periodic, ms(300), SyncReason::Periodic, true);
+        // An hour after the last rewrite, the periodic sync rewrites everything again.
+        let hour = t0 + REWRITE_PERIOD;
+        assert_eq!(schedule.scope(SyncReason::Periodic, hour), everything);
+        schedule.record(hour, ms(5000), SyncReason::Periodic, true);
+        assert!(!schedule.scope(SyncReason::Periodic, hour + PERIOD).rewrite);
+        // Changes and retries plan only what changed.
+        for reason in [SyncReason::Changes, SyncReason::Retry] {
+            assert_eq!(
+                schedule.scope(reason, hour),
+                SyncScope {
+                    replan: false,
+                    rewrite: false
+                }
+            );
+        }
     }
 
     #[test]
