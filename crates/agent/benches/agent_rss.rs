@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use berth_agent::index::Index;
 use berth_agent::{
     Agent, AgentOptions, Backend, BoxedNft, CommandIptables, Conntrack, ConntrackFlow, IpFamily,
-    NodeFacts,
+    NodeFacts, DEFAULT_BACKEND,
 };
 use berth_datapath::convert::ProxyMode;
 use berth_datapath::nft::Transaction;
@@ -298,7 +298,7 @@ fn main() {
     print!("{}", String::from_utf8_lossy(&breakdown.stdout));
     // What the agent's default picks here, with the probes `berth agent` runs (they change
     // nothing: `nft --check` and `iptables-save -t filter`).
-    let default = AgentOptions::default().backend.resolve(|| NodeFacts {
+    let default = DEFAULT_BACKEND.resolve(|| NodeFacts {
         nft_usable: CommandNft::new().usable(),
         iptables_forward_drops: CommandIptables::new(IpFamily::V4).forward_drops(),
     });

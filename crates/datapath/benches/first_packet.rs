@@ -26,7 +26,7 @@ use berth_datapath::exec::{Backend, CommandIptables};
 use berth_datapath::nft::Transaction;
 use berth_datapath::nft_exec::CommandNft;
 use berth_datapath::nft_sync::{Nft, NftSyncer};
-use berth_datapath::sync::{SyncReport, SyncRuleset, Syncer};
+use berth_datapath::sync::{SyncReport, Syncer};
 use berth_datapath::{plan, rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions};
 use berth_lab::echo::{EchoHandle, EchoServer};
 use berth_lab::netns::run_in_netns;
@@ -264,7 +264,8 @@ fn set_up(index: usize, n: usize, mode: Mode, options: &Options) -> Result<Setup
             total: Duration::ZERO,
         };
         let mut syncer = NftSyncer::new(nft, IpFamily::V4);
-        let report = SyncRuleset::sync(&mut syncer, &rs)
+        let report = syncer
+            .sync(&rs)
             .map_err(|err| format!("full sync failed: {err}"))?;
         (report, syncer.nft().total.as_secs_f64() * 1e3)
     } else {
