@@ -49,5 +49,5 @@ pub use model::{
     ServiceFacts, Stack,
 };
 pub use plan::{plan_delete, plan_stack, Step};
-pub use provider::{Ensured, Error, NlbProvider, Swept};
+pub use provider::{Ensured, Error, NlbProvider, SweepListing, Swept};
 pub use sdk::{RateLimits, SdkElbv2};
