@@ -452,6 +452,7 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
 
     // The last controller converges on its own.
     let converging = Instant::now();
+    let mut reported_last = String::new();
     let found = loop {
         replicas.assert_all_running();
         let listed = services.list(&ListParams::default()).await;
@@ -467,6 +468,13 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
             (Err(e), _) => e.to_string(),
             (_, Err(e)) => e,
         };
+        if last != reported_last {
+            println!(
+                "aws_sigkill: converging for {:.0?}: {last}",
+                converging.elapsed()
+            );
+            reported_last = last.clone();
+        }
         assert!(
             converging.elapsed() < CONVERGE_LIMIT,
             "not converged after {CONVERGE_LIMIT:?} (seed {seed}): {last}\n{}",

@@ -42,12 +42,22 @@ pub struct MotoTg {
     targets: BTreeSet<String>,
 }
 
+/// Every load balancer and target group with its tags, listeners and targets. A resource
+/// deleted while the dump runs is left out (it is gone); any other error fails the dump.
 const DUMP: &str = r#"
+import botocore
 def every(op, key, **kw):
     out = []
     for page in elb.get_paginator(op).paginate(**kw):
         out += page[key]
     return out
+def unless_gone(call, **kw):
+    try:
+        return call(**kw)
+    except botocore.exceptions.ClientError as e:
+        if e.response['Error']['Code'] in ('LoadBalancerNotFound', 'TargetGroupNotFound'):
+            return None
+        raise
 lbs = every('describe_load_balancers', 'LoadBalancers')
 tgs = every('describe_target_groups', 'TargetGroups')
 arns = [l['LoadBalancerArn'] for l in lbs] + [t['TargetGroupArn'] for t in tgs]
@@ -57,24 +67,33 @@ for i in range(0, len(arns), 20):
         tags[d['ResourceArn']] = {t['Key']: t['Value'] for t in d.get('Tags', [])}
 out = {'lbs': [], 'tgs': []}
 for l in lbs:
-    ls = elb.describe_listeners(LoadBalancerArn=l['LoadBalancerArn'])['Listeners']
+    ls = unless_gone(elb.describe_listeners, LoadBalancerArn=l['LoadBalancerArn'])
+    if ls is None:
+        continue
     out['lbs'].append({
-        'arn': l['LoadBalancerArn'], 'name': l['LoadBalancerName'], 'scheme': l['Scheme'],
+        'name': l['LoadBalancerName'], 'scheme': l['Scheme'],
         'tags': tags.get(l['LoadBalancerArn'], {}),
         'listeners': [{'port': x['Port'], 'protocol': x['Protocol'],
-                       'tg': (x.get('DefaultActions') or [{}])[0].get('TargetGroupArn')} for x in ls]})
+                       'tg': (x.get('DefaultActions') or [{}])[0].get('TargetGroupArn')}
+                      for x in ls['Listeners']]})
 for t in tgs:
-    th = elb.describe_target_health(TargetGroupArn=t['TargetGroupArn'])['TargetHealthDescriptions']
+    th = unless_gone(elb.describe_target_health, TargetGroupArn=t['TargetGroupArn'])
+    if th is None:
+        continue
     out['tgs'].append({
         'arn': t['TargetGroupArn'], 'name': t['TargetGroupName'], 'port': t['Port'],
         'protocol': t['Protocol'], 'hc_protocol': t.get('HealthCheckProtocol', ''),
         'hc_port': str(t.get('HealthCheckPort', '')), 'tags': tags.get(t['TargetGroupArn'], {}),
-        'targets': ['%s:%s' % (d['Target']['Id'], d['Target']['Port']) for d in th]})
+        'targets': ['%s:%s' % (d['Target']['Id'], d['Target']['Port'])
+                    for d in th['TargetHealthDescriptions']]})
 print(json.dumps(out))
 "#;
 
 pub fn moto_state(moto: &Moto) -> Result<MotoState, String> {
-    let text = moto.python(DUMP)?;
+    // The last line of a Python traceback says what failed.
+    let text = moto
+        .python(DUMP)
+        .map_err(|e| e.trim().lines().last().unwrap_or_default().to_string())?;
     serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))
 }
 
