@@ -7,7 +7,8 @@ SHELL := /bin/bash
 MAKEFLAGS += --no-print-directory
 .DELETE_ON_ERROR:
 
-CARGO ?= cargo
+# The machine's cargo, else the one `make deps` installs with rustup.
+CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 PYTHON ?= python3
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
@@ -63,9 +64,7 @@ help:
 deps: check-cargo deps-system deps-python
 
 check-cargo:
-	@command -v $(CARGO) >/dev/null 2>&1 || { \
-		echo "cargo not found: berth builds with the machine's Rust toolchain, which make does not install" >&2; \
-		exit 1; }
+	@CARGO=$(CARGO) scripts/deps-rust.sh
 
 deps-system:
 	@PYTHON=$(PYTHON) scripts/deps-apt.sh

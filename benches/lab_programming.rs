@@ -13,6 +13,9 @@
 //! minus that time once the change is in its rules. p50 and p99 are interpolated within the
 //! histogram's buckets (1 ms doubling to 65 s), as Prometheus' `histogram_quantile` does.
 //!
+//! `BERTH_BENCH_SERVICES=<n>` runs a smaller lab; `BERTH_BENCH_KEEP_LOGS=<dir>` keeps the
+//! components' logs there (run with `RUST_LOG=debug` to see every sync).
+//!
 //! Needs root (namespaces); skips with a message otherwise. Ends with
 //! `programming-latency: p50_ms=<n> p99_ms=<n>`.
 
@@ -33,7 +36,6 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-const SERVICES: usize = 1000;
 const PODS_PER_SERVICE: usize = 10;
 const NODES: usize = 3;
 const FLIPS: usize = 400;
@@ -49,6 +51,13 @@ struct LabProcess {
 
 impl Drop for LabProcess {
     fn drop(&mut self) {
+        if let Some(keep) = std::env::var_os("BERTH_BENCH_KEEP_LOGS") {
+            let _ = Command::new("cp")
+                .arg("-a")
+                .arg(self.dir.join("logs"))
+                .arg(&keep)
+                .status();
+        }
         let _ = Command::new("kill")
             .args(["-INT", &self.child.id().to_string()])
             .status();
@@ -171,8 +180,17 @@ fn pod_ip(s: usize, k: usize) -> String {
     format!("10.244.{}.{}", 100 + n / 250, n % 250 + 1)
 }
 
+/// Services in the run: 1,000 unless `BERTH_BENCH_SERVICES` says otherwise (for a quick look).
+fn services_count() -> usize {
+    std::env::var("BERTH_BENCH_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
 #[tokio::main]
 async fn main() {
+    let services_n = services_count();
     if !Command::new("id")
         .arg("-u")
         .output()
@@ -244,7 +262,7 @@ async fn main() {
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    stream::iter(0..SERVICES)
+    stream::iter(0..services_n)
         .for_each_concurrent(16, |s| {
             let services = services.clone();
             async move {
@@ -259,7 +277,7 @@ async fn main() {
         })
         .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    stream::iter((0..SERVICES).flat_map(|s| (0..PODS_PER_SERVICE).map(move |k| (s, k))))
+    stream::iter((0..services_n).flat_map(|s| (0..PODS_PER_SERVICE).map(move |k| (s, k))))
         .for_each_concurrent(16, |(s, k)| {
             let pods = pods.clone();
             async move {
@@ -278,8 +296,8 @@ async fn main() {
         })
         .await;
     println!(
-        "created {SERVICES} Services and {} pods in {:.1} s",
-        SERVICES * PODS_PER_SERVICE,
+        "created {services_n} Services and {} pods in {:.1} s",
+        services_n * PODS_PER_SERVICE,
         load.elapsed().as_secs_f64()
     );
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
@@ -296,7 +314,7 @@ async fn main() {
                     .count()
             })
             .unwrap_or(0);
-        if ready >= SERVICES * PODS_PER_SERVICE {
+        if ready >= services_n * PODS_PER_SERVICE {
             break;
         }
         assert!(Instant::now() < deadline, "only {ready} ready endpoints");
@@ -329,7 +347,7 @@ async fn main() {
     let flipping = Instant::now();
     for _ in 0..FLIPS {
         let (s, k) = (
-            rng.random_range(0..SERVICES),
+            rng.random_range(0..services_n),
             rng.random_range(0..PODS_PER_SERVICE),
         );
         let now_ready = !ready.get(&(s, k)).copied().unwrap_or(true);
@@ -357,12 +375,12 @@ async fn main() {
     let (p50, n) = quantile_ms(&before, &after, 0.50);
     let (p99, _) = quantile_ms(&before, &after, 0.99);
     println!(
-        "{FLIPS} readiness flips in {:.1} s over {SERVICES} Services x {PODS_PER_SERVICE} endpoints, {NODES} nodes: {n} of {expected} observations",
+        "{FLIPS} readiness flips in {:.1} s over {services_n} Services x {PODS_PER_SERVICE} endpoints, {NODES} nodes: {n} of {expected} observations",
         flipping.elapsed().as_secs_f64()
     );
     println!("| Services | endpoints each | nodes | observations | p50 ms | p99 ms |");
     println!("|---|---|---|---|---|---|");
-    println!("| {SERVICES} | {PODS_PER_SERVICE} | {NODES} | {n} | {p50:.0} | {p99:.0} |");
+    println!("| {services_n} | {PODS_PER_SERVICE} | {NODES} | {n} | {p50:.0} | {p99:.0} |");
     drop(lab);
     let _ = std::fs::remove_file(&out);
     println!("programming-latency: p50_ms={p50:.0} p99_ms={p99:.0}");

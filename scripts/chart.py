@@ -7,6 +7,9 @@
                                    "resources": [...], "verbs": [...], "resourceNames": [...]}],
                                    "agent": [...]}; the RBAC test compares them with the requests
                                    berth really makes in the lab
+    chart.py agent [VALUES_JSON]   the agent container of one rendering, as JSON: {"args": [...],
+                                   "env": [...]} exactly as the DaemonSet gives them; the RBAC test
+                                   runs `berth agent` with them
 
 Value sets: the chart's defaults and every charts/berth/ci/<name>-values.yaml. Kubernetes versions:
 the oldest and newest berth supports (SUPPORTED_KUBERNETES below; the README says the same).
@@ -398,8 +401,51 @@ def check_value_set(f, name, values):
     return len(docs), kinds
 
 
+# The template functions of the oldest Helm the chart supports, 3.8: Go 1.17's text/template
+# built-ins, the sprig 3.2 functions in use or common, and Helm's own. A function outside this list
+# may be newer than Helm 3.8: check when it came before adding it here.
+HELM_38_FUNCTIONS = {
+    # text/template (Go 1.17)
+    "and", "or", "not", "eq", "ne", "lt", "le", "gt", "ge", "index", "len", "print", "printf",
+    "println", "slice", "html", "js", "urlquery", "call",
+    # sprig 3.2
+    "default", "empty", "coalesce", "ternary", "quote", "squote", "trim", "trimPrefix",
+    "trimSuffix", "trunc", "upper", "lower", "replace", "contains", "hasPrefix", "hasSuffix",
+    "snakecase", "splitList", "join", "list", "first", "last", "has", "uniq", "dict", "get", "set",
+    "hasKey", "keys", "merge", "mergeOverwrite", "deepCopy", "kindIs", "typeOf", "toString", "int",
+    "toStrings", "b64enc", "b64dec", "sha256sum", "randAlphaNum", "regexMatch", "semverCompare",
+    "nindent", "indent", "fail",
+    # Helm
+    "include", "tpl", "required", "lookup", "toYaml", "fromYaml", "toJson", "fromJson",
+}
+# Keywords of actions, and the ones newer than Go 1.17 (break, continue: 1.18; else with: 1.23).
+TEMPLATE_KEYWORDS = {"if", "else", "end", "range", "with", "define", "template", "block", "nil", "true", "false"}
+
+
+def check_helm_38(f):
+    """The templates use nothing newer than Helm 3.8 (built with Go 1.17): only its functions, no
+    break, continue or else-with, and no `and`/`or` whose later arguments index what an earlier one
+    guards (Go 1.17 evaluates every argument of `and` and `or`)."""
+    import re
+
+    for path in sorted((CHART / "templates").iterdir()):
+        text = re.sub(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", "", path.read_text(), flags=re.S)
+        for action in re.findall(r"\{\{-?(.*?)-?\}\}", text, flags=re.S):
+            code = re.sub(r'"(?:[^"\\]|\\.)*"|`[^`]*`', '""', action)
+            where = f"{path.name}: {{{{{action.strip()[:60]}}}}}"
+            for name in re.findall(r"(?:^|[(|]|:?=)\s*([A-Za-z_][A-Za-z0-9_]*)", code):
+                f.check(
+                    name in HELM_38_FUNCTIONS or name in TEMPLATE_KEYWORDS,
+                    where,
+                    f"{name} is not a function Helm 3.8 is known to have",
+                )
+            f.check(not re.search(r"^\s*(break|continue)\b|^\s*else\s+with\b", code), where, "needs Go 1.18 or later")
+            f.check(not re.search(r"\b(and|or)\b.*\bindex\b", code), where, "and/or with index: Go 1.17 evaluates every argument")
+
+
 def check():
     f = Failures()
+    check_helm_38(f)
     if not os.environ.get("BERTH_BIN"):
         print("chart: BERTH_BIN unset: the rendered settings are not fed to the binary", file=sys.stderr)
     check_schema_rejects(f)
@@ -425,11 +471,20 @@ def rbac(values_json):
     return 0
 
 
+def agent(values_json):
+    values = json.loads(values_json) if values_json else {}
+    (container,) = one(render(values), "DaemonSet", "-agent")["spec"]["template"]["spec"]["containers"]
+    print(json.dumps({"args": container["args"], "env": container.get("env", [])}))
+    return 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "check":
         return check()
     if len(argv) >= 2 and argv[1] == "rbac":
         return rbac(argv[2] if len(argv) > 2 else "")
+    if len(argv) >= 2 and argv[1] == "agent":
+        return agent(argv[2] if len(argv) > 2 else "")
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -19,25 +19,52 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use berth_lab::{LabApiServer, LabApiServerHandle, RecordedRequest};
+use berth_lab::{LabApiServer, LabApiServerBuilder, LabApiServerHandle, RecordedRequest};
 use berth_testing::{eventually, install_crds, start_lab_with, unique_dir};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::Client;
-use rbac::{chart_rules, compare, python, rbac_resource, requests_of, summary};
+use rbac::{
+    chart_agent_container, chart_rules, check_docs, compare, python, rbac_resource, requests_of,
+    summary, table, Run,
+};
 use serde_json::{json, Value};
 
 /// The release namespace `scripts/chart.py` renders into: the chart's default lease namespace.
 const LEASE_NAMESPACE: &str = "berth-system";
 const WAIT: Duration = Duration::from_secs(60);
+/// The agent's scenarios, by their names in docs/rbac.md: the chart's defaults (membership on,
+/// the L2 announcer on), liveness by Lease only, and the datapath alone (the aws value set).
+const AGENT_DEFAULTS: &str = "defaults";
+const AGENT_LEASE_ONLY: &str = "membership off";
+const AGENT_DATAPATH_ONLY: &str = "liveness and announcer off";
+/// The node the agents run as: the Node `start_with` makes, the topology's first node.
+const NODE: &str = "node-1";
+
+/// The agent's values with liveness and the L2 announcer off (the aws value set).
+fn agent_datapath_only() -> Value {
+    json!({"agent": {"config": {"membership": "", "l2Announcer": false}}})
+}
+
+/// The tests of this binary run one at a time: each starts real processes, and one builds
+/// network namespaces.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
 const POLL: Duration = Duration::from_millis(100);
 // ---------------------------------------------------------------------------------------------
 // The lab and the components.
 
 async fn start() -> (LabApiServerHandle, Client) {
-    let (server, admin) = start_lab_with(LabApiServer::builder().record_requests(true)).await;
+    start_with(LabApiServer::builder().record_requests(true)).await
+}
+
+/// The lab with the namespaces, berth's CRDs and the Node `node-1` at 198.18.0.11.
+async fn start_with(builder: LabApiServerBuilder) -> (LabApiServerHandle, Client) {
+    let (server, admin) = start_lab_with(builder).await;
     install_crds(&admin).await;
     for ns in [LEASE_NAMESPACE, "web"] {
         create(
@@ -60,10 +87,13 @@ async fn start() -> (LabApiServerHandle, Client) {
 
 /// A kubeconfig for the lab whose user authenticates with `token`.
 fn kubeconfig(dir: &Path, server: &LabApiServerHandle, token: &str) -> PathBuf {
+    kubeconfig_at(dir, &server.url(), token)
+}
+
+fn kubeconfig_at(dir: &Path, url: &str, token: &str) -> PathBuf {
     let path = dir.join(format!("{token}.kubeconfig"));
     let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: {token}\ncurrent-context: lab\nusers:\n- name: {token}\n  user:\n    token: {token}\n",
-        server.url()
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {url}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: {token}\ncurrent-context: lab\nusers:\n- name: {token}\n  user:\n    token: {token}\n"
     );
     std::fs::write(&path, text).unwrap();
     path
@@ -118,6 +148,16 @@ impl ControllerRun {
             self.leader_election,
             if self.aws { "-aws" } else { "" }
         )
+    }
+
+    /// The scenario's name in docs/rbac.md.
+    fn label(self) -> &'static str {
+        match (self.endpoints, self.leader_election, self.aws) {
+            (_, _, true) => "aws-nlb class (moto)",
+            (true, _, _) => "endpoints on",
+            (false, false, _) => "leader election off",
+            (false, true, false) => "defaults",
+        }
     }
 
     fn values(self) -> Value {
@@ -601,9 +641,11 @@ async fn agent_scenario() -> Vec<RecordedRequest> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_rbac_is_exactly_what_berth_calls() {
+    let _serial = serial().await;
     let Some(python) = python() else { return };
     let mut problems = Vec::new();
     let mut called = Vec::new();
+    let mut controller_runs = Vec::new();
     for run in [
         ControllerRun {
             endpoints: false,
@@ -633,20 +675,26 @@ async fn chart_rbac_is_exactly_what_berth_calls() {
             controller_scenario(run).await
         };
         problems.extend(compare(&run.token(), &rules.controller, &requests));
+        controller_runs.push((run.label(), rules.controller, requests.clone()));
         called.push((run.token(), requests));
     }
+    let runs: Vec<Run> = controller_runs
+        .iter()
+        .map(|(label, rules, requests)| Run {
+            label,
+            rules,
+            requests,
+        })
+        .collect();
+    problems.extend(check_docs("controller", &table("controller", &runs)));
     // The agent's rights do not depend on the controller's settings, nor its calls on the proxy
-    // mode (every mode runs the same watches). The scenario runs the datapath only: liveness and
-    // the L2 announcer (on by default in the chart) are rendered off here, and their rules are
-    // checked by reading the code, not yet by a scenario.
+    // mode (every mode runs the same watches). This scenario runs the datapath only, with
+    // liveness and the L2 announcer off (the aws value set); the chart's defaults, with both on,
+    // are `chart_agent_defaults_are_exactly_what_the_agent_calls` below.
     let agent = agent_scenario().await;
     problems.extend(compare(
         "agent",
-        &chart_rules(
-            &python,
-            json!({"agent": {"config": {"membership": "", "l2Announcer": false}}}),
-        )
-        .agent,
+        &chart_rules(&python, agent_datapath_only()).agent,
         &agent,
     ));
     called.push(("agent".to_owned(), agent));
@@ -656,6 +704,265 @@ async fn chart_rbac_is_exactly_what_berth_calls() {
         for line in summary(requests) {
             eprintln!("  {line}");
         }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent as the chart's defaults run it: liveness and the L2 announcer on.
+
+/// A real `berth agent` in a node's network namespace, stopped with SIGTERM or killed on drop.
+struct AgentProcess(Child);
+
+impl AgentProcess {
+    /// Runs the agent with the arguments and environment of the chart's DaemonSet rendered with
+    /// `values`: the Downward API's node name is `NODE`, the mounted membership Secret a key file
+    /// in `dir`, and the in-cluster configuration a kubeconfig for the lab on the LAN.
+    fn start(netns: &str, python: &Path, values: Value, dir: &Path, kubeconfig: &Path) -> Self {
+        let (args, env) = chart_agent_container(python, values);
+        let key = dir.join("membership-key");
+        std::fs::write(&key, "k".repeat(64)).unwrap();
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", netns, env!("CARGO_BIN_EXE_berth")])
+            .args(&args)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        for var in &env {
+            let name = var["name"].as_str().unwrap();
+            let value = match (&var["value"], &var["valueFrom"]["fieldRef"]["fieldPath"]) {
+                (Value::String(v), _) if name == "BERTH_MEMBERSHIP_KEY_FILE" => {
+                    assert!(v.starts_with("/etc/berth/membership/"), "{name}={v}");
+                    key.display().to_string()
+                }
+                (Value::String(v), _) => v.clone(),
+                (_, Value::String(field)) if field == "spec.nodeName" => NODE.to_owned(),
+                _ => panic!("the agent's variable {var} is neither a value nor the node name"),
+            };
+            command.env(name, value);
+        }
+        let log = std::fs::File::create(dir.join("agent.log")).unwrap();
+        let child = command
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        AgentProcess(child)
+    }
+
+    /// SIGTERM, then waits up to `grace`; the exit status, or `None` if it is still running.
+    async fn stop(mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.0.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The chart's agent rendered with `values` (liveness and the L2 announcer on), in a node
+/// namespace of a lab topology (`berth-rbac<pid>-*`, deleted when it is dropped, also on failure),
+/// with the lab API server in a client namespace on the LAN. It keeps its Lease (with SWIM, reading
+/// its Node for the address to advertise), elects itself for a LoadBalancer Service's address,
+/// annotates the Service and records its Event, renews its Lease, and deletes the Lease on SIGTERM.
+async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<RecordedRequest> {
+    use berth_lab::netns::bind_tcp_in_netns;
+    use berth_lab::topology::{Topology, TopologySpec};
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    let spec = TopologySpec::new(TopologySpec::unique_prefix("rbac"))
+        .node("n1", Vec::<String>::new())
+        .client("cp");
+    let topo = Topology::create(&spec).unwrap();
+    let node = topo.layout().node("n1").unwrap();
+    assert_eq!(
+        node.lan_ip.to_string(),
+        "198.18.0.11",
+        "the Node's InternalIP"
+    );
+    let api = std::net::SocketAddr::new(topo.layout().client("cp").unwrap().ip.into(), 6443);
+    let inside = bind_tcp_in_netns(topo.netns("cp").unwrap(), api).unwrap();
+    let (server, admin) = start_with(
+        LabApiServer::builder()
+            .record_requests(true)
+            .listen("127.0.0.1:0".parse().unwrap())
+            .listener(berth_lab::Listener::Bound(inside)),
+    )
+    .await;
+    create(
+        &admin,
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool", "metadata": {"name": "default"},
+               "spec": {"addresses": ["198.18.0.200-198.18.0.250"]}}),
+    )
+    .await;
+    create(
+        &admin,
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "L2Advertisement",
+               "metadata": {"name": "lan"}, "spec": {"ipPools": ["default"]}}),
+    )
+    .await;
+    create(
+        &admin,
+        berth_testing::mk_service_json(
+            "web",
+            "lb",
+            json!({"type": "LoadBalancer", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+                   "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP"}]}),
+        ),
+    )
+    .await;
+    let services: Api<Service> = Api::namespaced(admin.clone(), "web");
+    services
+        .patch_status(
+            "lb",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.200"}]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    create(
+        &admin,
+        berth_testing::mk_slice_json(
+            "web",
+            "lb",
+            "lb-1",
+            json!([{"name": "http", "port": 8080, "protocol": "TCP"}]),
+            json!([{"addresses": ["10.244.1.2"], "nodeName": NODE,
+                    "conditions": {"ready": true, "serving": true, "terminating": false}}]),
+        ),
+    )
+    .await;
+
+    let dir = unique_dir("berth-chart-rbac");
+    let agent = AgentProcess::start(
+        topo.netns("n1").unwrap(),
+        python,
+        values,
+        &dir,
+        &kubeconfig_at(&dir, &format!("http://{api}"), token),
+    );
+    let log = dir.join("agent.log");
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), LEASE_NAMESPACE);
+    let lease = berth_api::names::lease::agent_lease_name(NODE);
+    let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let announced = tokio::time::timeout(WAIT, async {
+        loop {
+            let svc = services.get("lb").await.ok();
+            let annotated = svc.and_then(|s| s.metadata.annotations).and_then(|a| {
+                a.get(berth_api::names::annotation::ANNOUNCING_NODE)
+                    .cloned()
+            });
+            let events =
+                Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), "web")
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
+            let recorded = events.iter().any(|e| {
+                e.note
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(&format!("announcing from node {NODE}")))
+            });
+            // The Lease is renewed (a second apply) before the agent stops.
+            let renewed = requests_of(&server, token).iter().any(|r| {
+                r.verb == "patch" && r.resource == "leases" && r.name == lease && r.count >= 2
+            });
+            if annotated.as_deref() == Some(NODE) && recorded && renewed {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    assert!(
+        announced.is_ok(),
+        "no announcing-node annotation, Event and Lease renewal; the agent's log:\n{}",
+        agent_log()
+    );
+    assert!(
+        leases.get_opt(&lease).await.unwrap().is_some(),
+        "no Lease {lease}"
+    );
+    let status = agent.stop(Duration::from_secs(15)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "berth agent did not stop cleanly within 15 s of SIGTERM ({status:?}); its log:\n{}",
+        agent_log()
+    );
+    assert!(
+        leases.get_opt(&lease).await.unwrap().is_none(),
+        "the Lease {lease} outlived its agent's graceful stop"
+    );
+    let requests = requests_of(&server, token);
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await.unwrap();
+    topo.destroy().unwrap();
+    requests
+}
+
+/// The agent with the chart's default values (membership on with its key, the L2 announcer on),
+/// and with liveness by Lease only: every request allowed by the agent's rendered rules, every
+/// rule used. The datapath-only scenario runs again here (it is quick), so that the agent's table
+/// in docs/rbac.md covers every value set.
+/// Needs root, network namespaces and iptables: skips without, fails under `CI=true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_agent_defaults_are_exactly_what_the_agent_calls() {
+    let _serial = serial().await;
+    let Some(python) = python() else { return };
+    if !berth_testing::require(berth_testing::DATAPATH_NEEDS) {
+        return;
+    }
+    let defaults_rules = chart_rules(&python, json!({})).agent;
+    let defaults = agent_netns_scenario(&python, json!({}), "agent-defaults").await;
+    let lease_only_values = json!({"agent": {"config": {"membership": "off"}}});
+    let lease_only_rules = chart_rules(&python, lease_only_values.clone()).agent;
+    let lease_only = agent_netns_scenario(&python, lease_only_values, "agent-lease-only").await;
+    let datapath_rules = chart_rules(&python, agent_datapath_only()).agent;
+    let datapath = agent_scenario().await;
+    let mut problems = compare("agent", &defaults_rules, &defaults);
+    problems.extend(compare("agent", &lease_only_rules, &lease_only));
+    problems.extend(compare("agent", &datapath_rules, &datapath));
+    let runs = [
+        Run {
+            label: AGENT_DEFAULTS,
+            rules: &defaults_rules,
+            requests: &defaults,
+        },
+        Run {
+            label: AGENT_LEASE_ONLY,
+            rules: &lease_only_rules,
+            requests: &lease_only,
+        },
+        Run {
+            label: AGENT_DATAPATH_ONLY,
+            rules: &datapath_rules,
+            requests: &datapath,
+        },
+    ];
+    problems.extend(check_docs("agent", &table("agent", &runs)));
+    eprintln!("agent with the chart's defaults called:");
+    for line in summary(&defaults) {
+        eprintln!("  {line}");
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

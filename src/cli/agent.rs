@@ -42,8 +42,9 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_MASQUERADE_ALL")]
     masquerade_all: bool,
 
-    /// Least time between two syncs (e.g. `1s`, `500ms`); faster changes are coalesced.
-    #[arg(long, env = "BERTH_MIN_SYNC_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    /// Least time between two syncs (e.g. `1s`, `500ms`); faster changes are coalesced. A sync
+    /// also waits four times the previous sync's duration, so a slow backend spaces itself.
+    #[arg(long, env = "BERTH_MIN_SYNC_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
     min_sync_interval: Duration,
 
     /// Period of the full-consistency sync; `/healthz` fails after two without a success.

@@ -250,7 +250,7 @@ fn run_up(args: UpArgs) -> anyhow::Result<()> {
         }
         steps.bar.finish_and_clear();
         println!(
-            "lab {} is up: export KUBECONFIG={}  (logs in {})",
+            "the lab \"{}\" is up: export KUBECONFIG={}  (logs in {})",
             opts.name,
             lab.kubeconfig().display(),
             lab.state_dir().join("logs").display()

@@ -33,7 +33,7 @@ use crate::datapath::{BoxedNft, FamilyDatapath};
 use crate::healthcheck::{build_health_targets, HealthCheckServers, HealthTarget};
 use crate::index::{Index, Pending};
 use crate::metrics::AgentMetrics;
-use crate::schedule::{AgentHealth, SyncSchedule};
+use crate::schedule::{AgentHealth, SyncSchedule, SyncScope};
 use crate::watch::{run_watch, Handlers};
 use crate::Error;
 
@@ -82,11 +82,11 @@ fn lock(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
 }
 
 impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
-    fn sync(&mut self, index: &Mutex<Index>, work: &Pending, full: bool) -> Outcome {
+    fn sync(&mut self, index: &Mutex<Index>, work: &Pending, scope: SyncScope) -> Outcome {
         let targets = {
             let index = lock(index);
             for datapath in &mut self.datapaths {
-                datapath.plan(index.view(), &work.services, full);
+                datapath.plan(index.view(), &work.services, scope.replan);
             }
             build_health_targets(index.view())
         };
@@ -94,7 +94,7 @@ impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
         let mut rules = 0;
         let mut error = None;
         for datapath in &mut self.datapaths {
-            match datapath.apply(full) {
+            match datapath.apply(scope.rewrite) {
                 Ok(report) => {
                     rules += report.rule_count;
                     if report.kind == SyncKind::Full {
@@ -449,10 +449,10 @@ where
                 return Err(Error::Task("the datapath engine was lost".into()));
             };
             let shared = index.clone();
-            let full = reason.is_full();
+            let scope = schedule.scope(reason, Instant::now());
             let began = Instant::now();
             let (running, work, outcome) = tokio::task::spawn_blocking(move || {
-                let outcome = running.sync(&shared, &work, full);
+                let outcome = running.sync(&shared, &work, scope);
                 (running, work, outcome)
             })
             .await
@@ -460,7 +460,7 @@ where
             engine = Some(running);
             let elapsed = began.elapsed();
             let was_failing = schedule.failures() > 0;
-            schedule.record(began, reason, outcome.error.is_none());
+            schedule.record(began, elapsed, reason, outcome.error.is_none());
             metrics
                 .conntrack_failures
                 .inc_by(outcome.conntrack_failures);

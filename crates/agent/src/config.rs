@@ -75,7 +75,7 @@ impl Default for AgentOptions {
             dispatch: Dispatch::Tree,
             cluster_cidrs: Vec::new(),
             masquerade_all: false,
-            min_sync_interval: Duration::from_secs(1),
+            min_sync_interval: Duration::from_millis(100),
             sync_period: Duration::from_secs(30),
             healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
             // Next to kube-proxy's 10256, which may run on the same node (labeled mode).

@@ -1,13 +1,39 @@
 //! When to sync: the pure timing rules of the sync loop, tested with made-up instants.
 //!
-//! - Changes are synced at most once per `min_interval`: a burst waits and is coalesced.
-//! - A full-consistency sync runs when `period` has passed since the last full one.
+//! - Changes are synced at most once per `min_interval`, and a sync starts no sooner than
+//!   [`COST_SPACING`] times the previous sync's duration after the previous one started, so under
+//!   constant churn at most a quarter of a core goes to syncing however large the ruleset is.
+//!   A burst waits and is coalesced. kube-proxy spaces syncs by a fixed 1 s; spacing by cost lets
+//!   a small or cheap change through in a few hundred milliseconds, and a slow backend slows
+//!   itself down.
+//! - A full-consistency sync runs when `period` has passed since the last full one: every Service
+//!   is planned again and every chain whose content differs from what was applied (or whose
+//!   canary is gone) is rewritten. Rewriting every chain regardless is due once per
+//!   [`REWRITE_PERIOD`], as kube-proxy does: a rewrite of tens of thousands of rules takes seconds,
+//!   and changes wait behind it.
 //! - After a failure the next attempt waits an exponential backoff (from [`RETRY_INITIAL`], at
 //!   most `period`), whether or not anything changed; the Syncer makes that attempt full.
 
 use std::time::{Duration, Instant};
 
 pub const RETRY_INITIAL: Duration = Duration::from_millis(500);
+
+/// How often a periodic sync rewrites every chain rather than the ones that differ
+/// (kube-proxy's `FullSyncPeriod`).
+pub const REWRITE_PERIOD: Duration = Duration::from_secs(3600);
+
+/// What one sync covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncScope {
+    /// Plan every Service again, not only the changed ones.
+    pub replan: bool,
+    /// Rewrite every chain, not only those that differ from what was applied.
+    pub rewrite: bool,
+}
+
+/// A sync that took `d` is followed by the next no sooner than `COST_SPACING × d` after it
+/// started: syncing takes at most 1/`COST_SPACING` of the agent's time.
+pub const COST_SPACING: u32 = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncReason {
@@ -18,19 +44,16 @@ pub enum SyncReason {
     Retry,
 }
 
-impl SyncReason {
-    /// Whether this sync must rewrite everything rather than what changed.
-    pub fn is_full(self) -> bool {
-        matches!(self, SyncReason::Initial | SyncReason::Periodic)
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct SyncSchedule {
     min_interval: Duration,
     period: Duration,
     last_attempt: Option<Instant>,
+    /// How long the last sync of changes took. A full sync's cost is not counted: it is rare
+    /// (once per period), and changes waiting behind it should not wait four times longer.
+    last_cost: Duration,
     last_full: Option<Instant>,
+    last_rewrite: Option<Instant>,
     failures: u32,
 }
 
@@ -40,7 +63,9 @@ impl SyncSchedule {
             min_interval,
             period,
             last_attempt: None,
+            last_cost: Duration::ZERO,
             last_full: None,
+            last_rewrite: None,
             failures: 0,
         }
     }
@@ -62,7 +87,10 @@ impl SyncSchedule {
         let Some(last) = self.last_attempt else {
             return (now, SyncReason::Initial);
         };
-        let earliest = last + self.min_interval;
+        let earliest = last
+            + self
+                .min_interval
+                .max(self.last_cost.saturating_mul(COST_SPACING));
         if self.failures > 0 {
             return (
                 (last + self.backoff()).max(earliest).max(now),
@@ -79,14 +107,42 @@ impl SyncSchedule {
         (periodic.max(now), SyncReason::Periodic)
     }
 
-    /// Records an attempt made at `now`.
-    pub fn record(&mut self, now: Instant, reason: SyncReason, ok: bool) {
+    /// What a sync for `reason` starting at `now` covers. A retry plans only what changed: the
+    /// Syncer rewrites everything after a failure by itself.
+    pub fn scope(&self, reason: SyncReason, now: Instant) -> SyncScope {
+        match reason {
+            SyncReason::Initial => SyncScope {
+                replan: true,
+                rewrite: true,
+            },
+            SyncReason::Periodic => SyncScope {
+                replan: true,
+                rewrite: self
+                    .last_rewrite
+                    .is_none_or(|at| now.saturating_duration_since(at) >= REWRITE_PERIOD),
+            },
+            SyncReason::Changes | SyncReason::Retry => SyncScope {
+                replan: false,
+                rewrite: false,
+            },
+        }
+    }
+
+    /// Records an attempt that began at `now` and took `cost`.
+    pub fn record(&mut self, now: Instant, cost: Duration, reason: SyncReason, ok: bool) {
+        let rewrote = self.scope(reason, now).rewrite;
         self.last_attempt = Some(now);
+        if reason == SyncReason::Changes {
+            self.last_cost = cost;
+        }
         if ok {
             self.failures = 0;
             // A retry after a failure is full too (the Syncer forces it).
             if reason != SyncReason::Changes {
                 self.last_full = Some(now);
+            }
+            if rewrote {
+                self.last_rewrite = Some(now);
             }
         } else {
             self.failures = self.failures.saturating_add(1);
@@ -116,14 +172,13 @@ mod tests {
         let t0 = Instant::now();
         let schedule = SyncSchedule::new(MIN, PERIOD);
         assert_eq!(schedule.next_sync(t0, false), (t0, SyncReason::Initial));
-        assert!(SyncReason::Initial.is_full());
     }
 
     #[test]
     fn changes_wait_for_the_min_interval_and_coalesce() {
         let t0 = Instant::now();
         let mut schedule = SyncSchedule::new(MIN, PERIOD);
-        schedule.record(t0, SyncReason::Initial, true);
+        schedule.record(t0, ms(0), SyncReason::Initial, true);
         // A change 100 ms later waits until a second after the last sync.
         assert_eq!(
             schedule.next_sync(t0 + ms(100), true),
@@ -134,15 +189,50 @@ mod tests {
             schedule.next_sync(t0 + ms(5000), true),
             (t0 + ms(5000), SyncReason::Changes)
         );
-        assert!(!SyncReason::Changes.is_full());
+    }
+
+    #[test]
+    fn an_expensive_sync_spaces_the_next_by_its_cost() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(ms(100), PERIOD);
+        schedule.record(t0, ms(20), SyncReason::Initial, true);
+        // Cheap: the floor decides.
+        assert_eq!(
+            schedule.next_sync(t0 + ms(10), true),
+            (t0 + ms(100), SyncReason::Changes)
+        );
+        // 300 ms of work: the next waits until 4 × 300 ms after it began.
+        schedule.record(t0 + ms(100), ms(300), SyncReason::Changes, true);
+        assert_eq!(
+            schedule.next_sync(t0 + ms(400), true),
+            (t0 + ms(1300), SyncReason::Changes)
+        );
+        // The periodic full sync is spaced the same way.
+        assert_eq!(
+            schedule.next_sync(t0 + ms(400), false),
+            (t0 + PERIOD, SyncReason::Periodic)
+        );
+        // A full sync's own cost does not hold changes back.
+        let mut after_full = SyncSchedule::new(ms(100), PERIOD);
+        after_full.record(t0, ms(2000), SyncReason::Initial, true);
+        assert_eq!(
+            after_full.next_sync(t0 + ms(2000), true),
+            (t0 + ms(2000), SyncReason::Changes)
+        );
+        // Once a cheap sync ran, the floor is back.
+        schedule.record(t0 + ms(1300), ms(10), SyncReason::Changes, true);
+        assert_eq!(
+            schedule.next_sync(t0 + ms(1310), true),
+            (t0 + ms(1400), SyncReason::Changes)
+        );
     }
 
     #[test]
     fn without_changes_the_next_sync_is_the_periodic_one() {
         let t0 = Instant::now();
         let mut schedule = SyncSchedule::new(MIN, PERIOD);
-        schedule.record(t0, SyncReason::Initial, true);
-        schedule.record(t0 + ms(2000), SyncReason::Changes, true);
+        schedule.record(t0, ms(0), SyncReason::Initial, true);
+        schedule.record(t0 + ms(2000), ms(0), SyncReason::Changes, true);
         // Counted from the last full sync, not the last partial one.
         assert_eq!(
             schedule.next_sync(t0 + ms(2500), false),
@@ -159,10 +249,47 @@ mod tests {
     }
 
     #[test]
+    fn periodic_syncs_rewrite_everything_once_per_rewrite_period() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(MIN, PERIOD);
+        let everything = SyncScope {
+            replan: true,
+            rewrite: true,
+        };
+        assert_eq!(schedule.scope(SyncReason::Initial, t0), everything);
+        schedule.record(t0, ms(5000), SyncReason::Initial, true);
+        // Thirty seconds on: every Service planned again, only drifted chains rewritten.
+        let periodic = t0 + PERIOD;
+        assert_eq!(
+            schedule.scope(SyncReason::Periodic, periodic),
+            SyncScope {
+                replan: true,
+                rewrite: false
+            }
+        );
+        schedule.record(periodic, ms(300), SyncReason::Periodic, true);
+        // An hour after the last rewrite, the periodic sync rewrites everything again.
+        let hour = t0 + REWRITE_PERIOD;
+        assert_eq!(schedule.scope(SyncReason::Periodic, hour), everything);
+        schedule.record(hour, ms(5000), SyncReason::Periodic, true);
+        assert!(!schedule.scope(SyncReason::Periodic, hour + PERIOD).rewrite);
+        // Changes and retries plan only what changed.
+        for reason in [SyncReason::Changes, SyncReason::Retry] {
+            assert_eq!(
+                schedule.scope(reason, hour),
+                SyncScope {
+                    replan: false,
+                    rewrite: false
+                }
+            );
+        }
+    }
+
+    #[test]
     fn failures_back_off_exponentially_up_to_the_period() {
         let t0 = Instant::now();
         let mut schedule = SyncSchedule::new(ms(100), Duration::from_secs(4));
-        schedule.record(t0, SyncReason::Initial, false);
+        schedule.record(t0, ms(0), SyncReason::Initial, false);
         assert_eq!(schedule.backoff(), ms(500));
         assert_eq!(
             schedule.next_sync(t0, false),
@@ -175,10 +302,10 @@ mod tests {
             assert_eq!(reason, SyncReason::Retry);
             waits.push(at - now);
             now = at;
-            schedule.record(now, reason, false);
+            schedule.record(now, ms(0), reason, false);
         }
         assert_eq!(waits, vec![ms(500), ms(1000), ms(2000), ms(4000), ms(4000)]);
-        schedule.record(now, SyncReason::Retry, true);
+        schedule.record(now, ms(0), SyncReason::Retry, true);
         assert_eq!(schedule.failures(), 0);
         // A successful retry was full: the periodic clock restarts from it.
         assert_eq!(
@@ -191,7 +318,7 @@ mod tests {
     fn backoff_respects_the_min_interval() {
         let t0 = Instant::now();
         let mut schedule = SyncSchedule::new(ms(2000), Duration::from_secs(30));
-        schedule.record(t0, SyncReason::Initial, false);
+        schedule.record(t0, ms(0), SyncReason::Initial, false);
         assert_eq!(
             schedule.next_sync(t0, true),
             (t0 + ms(2000), SyncReason::Retry)

@@ -111,6 +111,14 @@ async fn healthz_fails_while_syncs_fail_and_recovers() {
     assert_eq!(http::get(h.admin_port, "/readyz").await.unwrap().0, 200);
 
     h.fail.store(true, Ordering::SeqCst);
+    // A periodic sync with nothing to rewrite restores nothing; a change makes the next restore.
+    h.create(mk_service_json(
+        "default",
+        "broken",
+        "10.96.0.11",
+        json!([{"name": "http", "port": 80}]),
+    ))
+    .await;
     h.wait_for("a failed sync", |s, _| s.failures > 0).await;
     let error = h.status.borrow().last_error.clone().unwrap();
     assert!(error.contains("injected failure"), "{error}");

@@ -3,7 +3,7 @@
 //! [`CommandIptables::in_netns`] runs the same commands inside a named network namespace
 //! (`ip netns exec`), which is how the lab programs its node namespaces.
 
-use std::io::{BufWriter, Write as _};
+use std::io::{BufWriter, Read, Write as _};
 use std::process::{Command, Output, Stdio};
 
 use crate::model::{ChainName, JumpRule, Table};
@@ -177,19 +177,46 @@ pub(crate) fn run(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(spawn_err)?;
-    let mut written = Ok(());
-    if let (Some(payload), Some(pipe)) = (stdin, child.stdin.take()) {
-        // Streamed through a buffer: the payload is rendered as the program reads it.
-        let mut pipe = BufWriter::with_capacity(1 << 16, pipe);
-        written = payload.write_to(&mut pipe).and_then(|()| pipe.flush());
-    }
-    let output = child.wait_with_output().map_err(spawn_err)?;
+    // Output is drained while the payload is written: a program that answers as it reads
+    // (iptables-restore listing a table for `-S`) would otherwise fill its pipe and wait for us
+    // while we wait for it to read.
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let (written, status, stdout, stderr) = std::thread::scope(|scope| {
+        let stdout = scope.spawn(move || drain(stdout));
+        let stderr = scope.spawn(move || drain(stderr));
+        let mut written = Ok(());
+        if let (Some(payload), Some(pipe)) = (stdin, child.stdin.take()) {
+            // Streamed through a buffer: the payload is rendered as the program reads it.
+            let mut pipe = BufWriter::with_capacity(1 << 16, pipe);
+            written = payload.write_to(&mut pipe).and_then(|()| pipe.flush());
+        }
+        let status = child.wait();
+        let joined = |reader: std::thread::ScopedJoinHandle<'_, std::io::Result<Vec<u8>>>| {
+            reader
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("an output reader panicked")))
+        };
+        (written, status, joined(stdout), joined(stderr))
+    });
+    let output = Output {
+        status: status.map_err(spawn_err)?,
+        stdout: stdout.map_err(spawn_err)?,
+        stderr: stderr.map_err(spawn_err)?,
+    };
     match written {
         // A program that stops reading early (a rejected line) closes the pipe; its exit
         // status and stderr then say why, which beats the broken-pipe error.
         Err(e) if output.status.success() => Err(spawn_err(e)),
         _ => Ok(output),
     }
+}
+
+fn drain(pipe: Option<impl Read>) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    if let Some(mut pipe) = pipe {
+        pipe.read_to_end(&mut out)?;
+    }
+    Ok(out)
 }
 
 /// [`run`], failing unless the command exits successfully.
@@ -286,6 +313,22 @@ mod tests {
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_program_that_answers_while_it_reads_does_not_deadlock() {
+        // `cat` writes back what it reads, as iptables-restore does for `-S`: 4 MiB is far more
+        // than a pipe holds, so output read only after the input would hang both sides.
+        let payload = "berth\n".repeat(700_000);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(run_ok(None, "cat", &[], Some(&payload)));
+        });
+        let output = finished
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("cat and berth wait for each other")
+            .unwrap();
+        assert_eq!(output.stdout.len(), 4_200_000);
     }
 
     #[test]

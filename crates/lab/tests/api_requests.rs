@@ -120,6 +120,47 @@ async fn requests_are_recorded_per_client() {
     server.shutdown().await.unwrap();
 }
 
+/// A server-side apply that creates its object is also a `create` to the RBAC authorizer (upstream
+/// checks both verbs); one that changes an existing object is a `patch` only, as is a merge patch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_that_creates_is_also_a_create() {
+    let server = LabApiServer::builder()
+        .record_requests(true)
+        .start()
+        .await
+        .unwrap();
+    let addr = server.addr();
+    let apply = |data: &str| {
+        let body = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"a"}},"data":{{"k":"{data}"}}}}"#
+        );
+        format!(
+            "PATCH /api/v1/namespaces/default/configmaps/a?fieldManager=t HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer agent\r\nContent-Type: application/apply-patch+yaml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    call(addr, apply("1")).await;
+    call(addr, apply("2")).await;
+    call(
+        addr,
+        request(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/a",
+            "Authorization: Bearer agent\r\n",
+            r#"{"data":{"k":"3"}}"#,
+        )
+        .replace("application/json", "application/merge-patch+json"),
+    )
+    .await;
+    let seen: Vec<(String, u64)> = server
+        .recorded_requests()
+        .iter()
+        .map(|r| (r.verb.clone(), r.count))
+        .collect();
+    assert_eq!(seen, [("create".to_owned(), 1), ("patch".to_owned(), 3)]);
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_recorded_unless_asked() {
     let server = LabApiServer::builder().start().await.unwrap();

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
@@ -389,8 +389,9 @@ impl Lab {
     pub async fn prove(&self, progress: &dyn Progress) -> Result<(String, bool), ClusterError> {
         let client = self.client()?;
         let services: Api<Service> = Api::all(client.clone());
-        let slices: Api<EndpointSlice> = Api::all(client);
-        progress.start("waiting for addresses and ready endpoints");
+        let slices: Api<EndpointSlice> = Api::all(client.clone());
+        let pods: Api<Pod> = Api::all(client);
+        progress.start("waiting for addresses, announcers and ready pods");
         let deadline = Instant::now() + self.timeout;
         let listed = loop {
             let list = services
@@ -430,12 +431,14 @@ impl Lab {
                     Some((facts, proof::ready_endpoints(&own)))
                 })
                 .collect();
-            let settled = rows.iter().all(|(facts, endpoints)| {
-                !endpoints.is_empty()
-                    && facts.cluster_ip.is_some()
-                    && (facts.kind != "LoadBalancer" || facts.lb_ip.is_some())
-            });
-            if settled || Instant::now() >= deadline {
+            let all_pods =
+                pods.list(&ListParams::default())
+                    .await
+                    .map_err(|source| ClusterError::Api {
+                        what: "listing Pods".into(),
+                        source,
+                    })?;
+            if proof::settled(&rows, &all_pods.items) || Instant::now() >= deadline {
                 break rows;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;

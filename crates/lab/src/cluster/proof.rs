@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::echo::EchoReply;
@@ -117,6 +117,30 @@ pub fn ready_endpoints(slices: &[EndpointSlice]) -> Vec<String> {
         .collect();
     out.sort();
     out
+}
+
+/// Whether the lab is ready to be proven: every Service has a ClusterIP and a ready endpoint,
+/// every LoadBalancer Service an address and the node announcing it, and every Pod that is not
+/// being deleted is Ready. The summary then shows the settled cluster, not a moment of its start.
+pub fn settled(rows: &[(ServiceFacts, Vec<String>)], pods: &[Pod]) -> bool {
+    let services = rows.iter().all(|(facts, endpoints)| {
+        !endpoints.is_empty()
+            && facts.cluster_ip.is_some()
+            && (facts.kind != "LoadBalancer"
+                || (facts.lb_ip.is_some() && facts.announcing_node.is_some()))
+    });
+    services
+        && pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .all(pod_ready)
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// What one way in answered.
@@ -266,6 +290,49 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(ready_endpoints(&[slice]), ["a@10.244.1.3", "b@10.244.1.2"]);
+    }
+
+    fn mk_pod(name: &str, ready: &str, deleting: bool) -> Pod {
+        let mut metadata = json!({"name": name, "namespace": "default"});
+        if deleting {
+            metadata["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(json!({
+            "metadata": metadata,
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_lab_settles_when_addresses_announcers_and_pods_are_there() {
+        let row = |annotated: bool, endpoints: &[&str]| {
+            let annotations = if annotated {
+                json!({"berth.dev/announcing-node": "node1"})
+            } else {
+                json!({})
+            };
+            let svc: Service = serde_json::from_value(json!({
+                "metadata": {"name": "echo", "namespace": "default", "annotations": annotations},
+                "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.10",
+                    "ports": [{"port": 80, "nodePort": 30080}]},
+                "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.200"}]}}
+            }))
+            .unwrap();
+            (
+                service_facts(&svc, &mk_layout()).unwrap(),
+                endpoints.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+            )
+        };
+        let pods = [mk_pod("a", "True", false), mk_pod("b", "False", true)];
+        assert!(settled(&[row(true, &["a@10.244.1.2"])], &pods));
+        // The announcer has not reported yet.
+        assert!(!settled(&[row(false, &["a@10.244.1.2"])], &pods));
+        // No ready endpoint.
+        assert!(!settled(&[row(true, &[])], &pods));
+        // A pod that is not being deleted is not Ready yet.
+        let starting = [mk_pod("a", "True", false), mk_pod("c", "False", false)];
+        assert!(!settled(&[row(true, &["a@10.244.1.2"])], &starting));
     }
 
     #[test]

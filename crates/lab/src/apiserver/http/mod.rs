@@ -210,6 +210,12 @@ async fn dispatch(
         Route::Resource(ref path) => app.requests.record(&method, path, &query, &headers),
         _ => {}
     }
+    // A server-side apply that creates its object answers 201; the authorizer checks `create`
+    // for it as well as `patch`.
+    let applied = match &route {
+        Route::Resource(path) if method == Method::PATCH => Some(path.clone()),
+        _ => None,
+    };
     let counter = if method == Method::GET || method == Method::HEAD {
         &app.reads
     } else {
@@ -260,7 +266,11 @@ async fn dispatch(
         | Route::Healthz
         | Route::Requests => Err(ApiError::page_not_found(uri.path())),
     };
-    result.unwrap_or_else(|e| error_response(&e))
+    let response = result.unwrap_or_else(|e| error_response(&e));
+    if let Some(path) = applied.filter(|_| response.status() == StatusCode::CREATED) {
+        app.requests.record_create_by_apply(&path, &headers);
+    }
+    response
 }
 
 /// `GET /lab/requests`: the request log; `DELETE` empties it.

@@ -98,12 +98,22 @@ impl RequestLog {
         query: &HashMap<String, String>,
         headers: &HeaderMap,
     ) {
+        self.record_as(rbac_verb(method, path, query), path, headers);
+    }
+
+    /// Counts the `create` an RBAC authorizer also checks when a server-side apply (a `patch`)
+    /// creates its object: an apply that may create needs both verbs.
+    pub fn record_create_by_apply(&self, path: &ResourcePath, headers: &HeaderMap) {
+        self.record_as("create", path, headers);
+    }
+
+    fn record_as(&self, verb: &str, path: &ResourcePath, headers: &HeaderMap) {
         if !self.is_enabled() {
             return;
         }
         let key = (
             identity(headers),
-            rbac_verb(method, path, query).to_owned(),
+            verb.to_owned(),
             path.group.clone(),
             path.plural.clone(),
             path.subresource.clone().unwrap_or_default(),
