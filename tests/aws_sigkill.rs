@@ -231,6 +231,7 @@ struct Churn<'a> {
     rng: SmallRng,
     reported: Reported,
     kills: usize,
+    kills_mid_call: usize,
     frozen_stops: usize,
     writes: BTreeMap<&'static str, usize>,
 }
@@ -240,14 +241,40 @@ impl Churn<'_> {
         *self.writes.entry(what).or_default() += 1;
         tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..150))).await;
         if self.rng.random_bool(KILL_CHANCE) {
-            // Most writes start a reconcile; the kill lands somewhere inside or after it.
-            tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..500))).await;
-            self.replicas.assert_all_running();
-            self.reported.add(self.replicas).await;
-            self.replicas.kill(0);
-            self.kills += 1;
-            self.replicas.start(0);
+            self.kill().await;
         }
+    }
+
+    /// The AWS calls the running controller has made (0 before it serves `/metrics`).
+    async fn calls(&self) -> (u64, String) {
+        let text = match self.replicas.get(0) {
+            Some(r) => r.metrics().await,
+            None => String::new(),
+        };
+        (metric(&text, "berth_aws_calls_total", ""), text)
+    }
+
+    /// SIGKILL once the controller is calling AWS (most writes start a reconcile; a restarted
+    /// controller reconciles everything), at a random moment after that.
+    async fn kill(&mut self) {
+        self.replicas.assert_all_running();
+        let (before, _) = self.calls().await;
+        let waiting = Instant::now();
+        while self.calls().await.0 == before && waiting.elapsed() < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..400))).await;
+        let (a, _) = self.calls().await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let (b, text) = self.calls().await;
+        self.reported.add_text(&text);
+        self.replicas.kill(0);
+        self.kills += 1;
+        // Calls still flowing in the last 30 ms: the kill cut a reconcile short.
+        if b > a {
+            self.kills_mid_call += 1;
+        }
+        self.replicas.start(0);
     }
 
     /// moto frozen, then SIGTERM: AWS calls under way hang, and the loop must give them up
@@ -436,6 +463,7 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
         rng: SmallRng::seed_from_u64(seed),
         reported: Reported::default(),
         kills: 0,
+        kills_mid_call: 0,
         frozen_stops: 0,
         writes: BTreeMap::new(),
     };
@@ -444,6 +472,7 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
     let Churn {
         mut reported,
         kills,
+        kills_mid_call,
         frozen_stops,
         writes,
         ..
@@ -507,7 +536,7 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
     );
 
     println!(
-        "aws_sigkill: cycles={CYCLES} live={LIVE} writes={writes:?} kills={kills} frozen_stops={frozen_stops} \
+        "aws_sigkill: cycles={CYCLES} live={LIVE} writes={writes:?} kills={kills} (with AWS calls under way: {kills_mid_call}) frozen_stops={frozen_stops} \
          found: load_balancers={} target_groups={} listeners={} targets={} \
          swept_target_groups={} swept_load_balancers={} churn={churn_took:.0?} converge={converge:.1?} total={:.0?}",
         found.load_balancers,
