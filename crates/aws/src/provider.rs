@@ -94,6 +94,9 @@ pub struct NlbProvider<C> {
     /// Services with an ensure under way: the sweep leaves their target groups alone, since a
     /// new one has no listener until the ensure reaches it.
     in_flight: Mutex<BTreeSet<String>>,
+    /// When `delete` last confirmed that a Service has nothing left: a sweep whose listing
+    /// began before that saw resources that are gone since, which are no leak.
+    deleted: Mutex<HashMap<String, Instant>>,
     /// What the sweep removed (the SDK client counts the calls into the same metrics).
     metrics: Arc<AwsMetrics>,
 }
@@ -152,6 +155,7 @@ impl<C: Elbv2> NlbProvider<C> {
             verify_after,
             converged: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(BTreeSet::new()),
+            deleted: Mutex::new(HashMap::new()),
             metrics: Arc::new(AwsMetrics::default()),
         }
     }
@@ -290,6 +294,10 @@ impl<C: Elbv2> NlbProvider<C> {
         if count > 0 {
             return Err(Error::NotYetGone(count));
         }
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, Instant::now());
         Ok(removed)
     }
 
@@ -617,11 +625,18 @@ impl<C: Elbv2> NlbProvider<C> {
             started,
         } = listing;
         let mut swept = Swept::default();
+        // Services deleted since the listing began: what the listing shows of them is gone.
+        let deleted_since: BTreeSet<String> = {
+            let mut deleted = self.deleted.lock().unwrap_or_else(|e| e.into_inner());
+            deleted.retain(|_, at| *at >= started);
+            deleted.keys().cloned().collect()
+        };
         let service_of = |arn: &str| -> Option<String> {
             let t = tags.get(arn)?;
             ours(t, &self.config, None)
                 .then(|| t.get(aws_tag::SERVICE).cloned())
                 .flatten()
+                .filter(|s| !deleted_since.contains(s))
         };
         let existing: BTreeSet<&str> = lbs
             .iter()

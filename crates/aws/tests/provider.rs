@@ -345,6 +345,38 @@ async fn the_sweep_removes_what_belongs_to_services_that_are_gone() {
     );
 }
 
+/// A Service deleted (by its finalizer) while the sweep runs: its resources were in the
+/// listing but are gone, and are not counted as leaks.
+#[tokio::test]
+async fn the_sweep_does_not_count_what_a_delete_removed_meanwhile() {
+    let p = provider(mk_fake(2));
+    let old = mk_service("web", "old", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    p.ensure(&old, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    let listing = p.list_for_sweep().await.unwrap();
+    p.delete(&old, None).await.unwrap();
+    // The Services as read after the delete: `old` is gone.
+    let swept = p.sweep_listed(listing, &BTreeSet::new()).await.unwrap();
+    assert_eq!(swept, berth_aws::Swept::default());
+    assert_eq!(
+        (
+            p.metrics().swept_count(SWEPT_LOAD_BALANCER),
+            p.metrics().swept_count(SWEPT_TARGET_GROUP)
+        ),
+        (0, 0)
+    );
+    // A later listing of a real leak is still swept.
+    p.ensure(&old, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    let swept = p.sweep(&BTreeSet::new()).await.unwrap();
+    assert_eq!(
+        (swept.load_balancers.len(), swept.target_groups.len()),
+        (1, 1)
+    );
+}
+
 /// A Service created while the sweep runs: AWS is listed before the Services are read, so
 /// its new load balancer is not taken for a leak.
 #[tokio::test]
