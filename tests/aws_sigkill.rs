@@ -59,7 +59,8 @@ const NODES: usize = 3;
 const KILL_CHANCE: f64 = 0.12;
 /// Graceful stops while moto is frozen, spread over the run.
 const FROZEN_STOPS: usize = 3;
-const CONVERGE_LIMIT: Duration = Duration::from_secs(120);
+/// Deletions left over from the churn drain at the ELBv2 client's 3 changes per second.
+const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
 
 fn seed() -> u64 {
     std::env::var("BERTH_AWS_SIGKILL_SEED")
@@ -477,6 +478,11 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
         writes,
         ..
     } = churn;
+    // The run really did what it is for (a seeded 12% chance per write gives about 40 kills).
+    assert!(
+        kills >= 10 && kills_mid_call >= 5 && frozen_stops == FROZEN_STOPS,
+        "too few interruptions: kills={kills} mid-call={kills_mid_call} frozen={frozen_stops}"
+    );
     let gone: BTreeSet<String> = (0..CYCLES).map(name).collect();
 
     // The last controller converges on its own.
