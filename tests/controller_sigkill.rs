@@ -275,6 +275,7 @@ async fn sigkilled_controllers_never_double_assign_and_converge() {
             kubeconfig,
             log_dir: scratch.path.clone(),
             args,
+            env: Vec::new(),
         },
         2,
     );

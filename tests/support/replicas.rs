@@ -106,6 +106,8 @@ pub struct ReplicaSpec {
     pub log_dir: PathBuf,
     /// Flags after `controller` (service CIDRs, lease timings, ...).
     pub args: Vec<String>,
+    /// The only environment besides `PATH` (e.g. credentials for a local AWS endpoint).
+    pub env: Vec<(String, String)>,
 }
 
 /// A fixed number of slots, each holding at most one live process.
@@ -144,6 +146,7 @@ impl Replicas {
             // Only what the flags say: nothing from the environment of whoever runs the test.
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -161,6 +164,26 @@ impl Replicas {
         if let Some(r) = self.slots[slot].take() {
             r.kill();
         }
+    }
+
+    /// SIGTERM, then waits up to `grace` for the process to end; `false` when it did not (it
+    /// is then SIGKILLed). The slot is empty afterwards either way.
+    #[allow(dead_code)] // not every test stops gracefully
+    pub async fn stop(&mut self, slot: usize, grace: Duration) -> bool {
+        let Some(mut r) = self.slots[slot].take() else {
+            return true;
+        };
+        let pid = r.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + grace;
+        while sent.as_ref().is_ok_and(|s| s.success()) && Instant::now() < deadline {
+            if r.exited().is_some() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        r.kill();
+        false
     }
 
     pub fn get(&self, slot: usize) -> Option<&Replica> {

@@ -22,7 +22,9 @@
 //!   converged is answered from memory until `verify_after` passes; the periodic
 //!   [`provider::NlbProvider::sweep`] lists the account once (paged, DescribeTags per 20),
 //!   removes what belongs to Services that no longer exist, and marks Services one of whose
-//!   resources vanished so their next ensure reads AWS again and recreates it.
+//!   resources vanished so their next ensure reads AWS again and recreates it. A caller lists
+//!   AWS before it reads the Services ([`provider::NlbProvider::list_for_sweep`]), so a
+//!   Service created between the two reads is live and its new NLB is not taken for a leak.
 //! - **TCP and UDP on one port** become one `TCP_UDP` listener and target group; the two
 //!   node ports must then be equal (berth's allocator gives a Service one number for both).
 //! - **Health checks**: `externalTrafficPolicy: Local` -> HTTP `/healthz` on
@@ -49,5 +51,5 @@ pub use model::{
     ServiceFacts, Stack,
 };
 pub use plan::{plan_delete, plan_stack, Step};
-pub use provider::{Ensured, Error, NlbProvider, Swept};
+pub use provider::{Ensured, Error, NlbProvider, SweepListing, Swept};
 pub use sdk::{RateLimits, SdkElbv2};

@@ -6,12 +6,13 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth_api::names::aws_tag;
 
 use crate::elbv2::{ApiError, ApiErrorKind, Elbv2, LbQuery, TgQuery, TAGS_PER_CALL};
+use crate::metrics::{AwsMetrics, SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP};
 use crate::model::{
     build_stack, load_balancer_names, IpTargets, ModelError, NodeFacts, ProviderConfig,
     ServiceFacts, Stack,
@@ -93,6 +94,23 @@ pub struct NlbProvider<C> {
     /// Services with an ensure under way: the sweep leaves their target groups alone, since a
     /// new one has no listener until the ensure reaches it.
     in_flight: Mutex<BTreeSet<String>>,
+    /// When `delete` last confirmed that a Service has nothing left: a sweep whose listing
+    /// began before that saw resources that are gone since, which are no leak.
+    deleted: Mutex<HashMap<String, Instant>>,
+    /// What the sweep removed (the SDK client counts the calls into the same metrics).
+    metrics: Arc<AwsMetrics>,
+}
+
+/// What a sweep found tagged in the account, listed before the Services are read: everything
+/// listed was made before that read, so the Service of a load balancer made meanwhile is in
+/// the live set, and its new load balancer is never taken for a leak.
+#[derive(Debug, Clone)]
+pub struct SweepListing {
+    load_balancers: Vec<LoadBalancer>,
+    target_groups: Vec<TargetGroup>,
+    tags: BTreeMap<String, Tags>,
+    /// When the listing began: only Services that converged before can miss something in it.
+    started: Instant,
 }
 
 /// Marks a Service in flight for as long as it lives.
@@ -137,7 +155,19 @@ impl<C: Elbv2> NlbProvider<C> {
             verify_after,
             converged: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(BTreeSet::new()),
+            deleted: Mutex::new(HashMap::new()),
+            metrics: Arc::new(AwsMetrics::default()),
         }
+    }
+
+    /// Counts what the sweep removes into `metrics` (the binary's registered ones).
+    pub fn with_metrics(mut self, metrics: Arc<AwsMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> &AwsMetrics {
+        &self.metrics
     }
 
     pub fn client(&self) -> &C {
@@ -264,6 +294,10 @@ impl<C: Elbv2> NlbProvider<C> {
         if count > 0 {
             return Err(Error::NotYetGone(count));
         }
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, Instant::now());
         Ok(removed)
     }
 
@@ -526,9 +560,16 @@ impl<C: Elbv2> NlbProvider<C> {
 
     /// Removes resources tagged with this cluster whose Service is not in `live`, and tells
     /// which live Services lost a resource behind berth's back. Reads are paged lists plus one
-    /// DescribeTags per 20 resources.
+    /// DescribeTags per 20 resources. A caller that reads `live` from the API should list
+    /// first ([`Self::list_for_sweep`], then [`Self::sweep_listed`]).
     pub async fn sweep(&self, live: &BTreeSet<String>) -> Result<Swept, Error> {
-        let mut swept = Swept::default();
+        let listing = self.list_for_sweep().await?;
+        self.sweep_listed(listing, live).await
+    }
+
+    /// Lists every load balancer and target group of the account with their tags.
+    pub async fn list_for_sweep(&self) -> Result<SweepListing, Error> {
+        let started = Instant::now();
         let mut lbs = Vec::new();
         let mut marker = None;
         loop {
@@ -563,11 +604,39 @@ impl<C: Elbv2> NlbProvider<C> {
                     .collect(),
             )
             .await?;
+        Ok(SweepListing {
+            load_balancers: lbs,
+            target_groups: tgs,
+            tags,
+            started,
+        })
+    }
+
+    /// The sweep over a listing made before `live` was read.
+    pub async fn sweep_listed(
+        &self,
+        listing: SweepListing,
+        live: &BTreeSet<String>,
+    ) -> Result<Swept, Error> {
+        let SweepListing {
+            load_balancers: lbs,
+            target_groups: tgs,
+            tags,
+            started,
+        } = listing;
+        let mut swept = Swept::default();
+        // Services deleted since the listing began: what the listing shows of them is gone.
+        let deleted_since: BTreeSet<String> = {
+            let mut deleted = self.deleted.lock().unwrap_or_else(|e| e.into_inner());
+            deleted.retain(|_, at| *at >= started);
+            deleted.keys().cloned().collect()
+        };
         let service_of = |arn: &str| -> Option<String> {
             let t = tags.get(arn)?;
             ours(t, &self.config, None)
                 .then(|| t.get(aws_tag::SERVICE).cloned())
                 .flatten()
+                .filter(|s| !deleted_since.contains(s))
         };
         let existing: BTreeSet<&str> = lbs
             .iter()
@@ -578,6 +647,7 @@ impl<C: Elbv2> NlbProvider<C> {
             let mut cache = self.cache();
             let gone: Vec<String> = cache
                 .iter()
+                .filter(|(_, c)| c.at < started)
                 .filter(|(_, c)| {
                     !existing.contains(c.lb_arn.as_str())
                         || c.tg_arns.iter().any(|a| !existing.contains(a.as_str()))
@@ -594,6 +664,7 @@ impl<C: Elbv2> NlbProvider<C> {
                 if !live.contains(&service) {
                     tracing::info!(arn = %lb.arn, %service, "sweeping a load balancer whose Service is gone");
                     found(self.client.delete_load_balancer(lb.arn.clone()).await)?;
+                    self.metrics.swept(SWEPT_LOAD_BALANCER, 1);
                     swept.load_balancers.push(lb.arn.clone());
                 }
             }
@@ -620,6 +691,7 @@ impl<C: Elbv2> NlbProvider<C> {
                 if !live.contains(&service) || orphan {
                     tracing::info!(arn = %tg.arn, %service, orphan, "sweeping a target group");
                     found(self.client.delete_target_group(tg.arn.clone()).await)?;
+                    self.metrics.swept(SWEPT_TARGET_GROUP, 1);
                     swept.target_groups.push(tg.arn.clone());
                 }
             }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use berth_api::names::{annotation as ann, aws_tag};
 use berth_aws::elbv2::{Elbv2, LbQuery, TgQuery};
+use berth_aws::metrics::{SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP};
 use berth_aws::model::{HcProtocol, Scheme};
 use berth_aws::{IpTargets, NlbProvider, NodeFacts, ProviderConfig, SdkElbv2, ServiceFacts};
 use berth_core::{Protocol, TrafficPolicy};
@@ -136,7 +137,7 @@ async fn the_nlb_follows_the_service_through_its_life_in_moto() {
         Err(reason) => panic!("required under CI: {reason}"),
     };
     let (client, metrics) = moto::client(&moto);
-    let p = NlbProvider::new(client, config(&moto), Duration::ZERO);
+    let p = NlbProvider::new(client, config(&moto), Duration::ZERO).with_metrics(metrics.clone());
     let mut svc: ServiceFacts = mk_service(
         "web",
         "front",
@@ -263,6 +264,13 @@ async fn the_nlb_follows_the_service_through_its_life_in_moto() {
     let swept = p.sweep(&BTreeSet::from([key.clone()])).await.unwrap();
     assert_eq!(
         (swept.load_balancers.len(), swept.target_groups.len()),
+        (1, 1)
+    );
+    assert_eq!(
+        (
+            metrics.swept_count(SWEPT_LOAD_BALANCER),
+            metrics.swept_count(SWEPT_TARGET_GROUP)
+        ),
         (1, 1)
     );
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use berth_api::names::{annotation as ann, aws_tag};
 use berth_aws::elbv2::Elbv2;
 use berth_aws::memory::{is_mutating, Snapshot};
+use berth_aws::metrics::{SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP};
 use berth_aws::model::{HcProtocol, Scheme};
 use berth_aws::{Error, IpTargets, MemoryElbv2, NlbProvider, ServiceFacts};
 use berth_core::{Protocol, TrafficPolicy};
@@ -333,6 +334,67 @@ async fn the_sweep_removes_what_belongs_to_services_that_are_gone() {
     );
     assert_exactly(&p.client().snapshot(), &live, &[80], 2);
     assert_eq!(p.client().snapshot().load_balancers.len(), 1);
+    // The counter says what was removed, by kind; a sweep that finds nothing adds nothing.
+    p.sweep(&BTreeSet::from([live.key()])).await.unwrap();
+    assert_eq!(
+        (
+            p.metrics().swept_count(SWEPT_LOAD_BALANCER),
+            p.metrics().swept_count(SWEPT_TARGET_GROUP)
+        ),
+        (1, 1)
+    );
+}
+
+/// A Service deleted (by its finalizer) while the sweep runs: its resources were in the
+/// listing but are gone, and are not counted as leaks.
+#[tokio::test]
+async fn the_sweep_does_not_count_what_a_delete_removed_meanwhile() {
+    let p = provider(mk_fake(2));
+    let old = mk_service("web", "old", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    p.ensure(&old, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    let listing = p.list_for_sweep().await.unwrap();
+    p.delete(&old, None).await.unwrap();
+    // The Services as read after the delete: `old` is gone.
+    let swept = p.sweep_listed(listing, &BTreeSet::new()).await.unwrap();
+    assert_eq!(swept, berth_aws::Swept::default());
+    assert_eq!(
+        (
+            p.metrics().swept_count(SWEPT_LOAD_BALANCER),
+            p.metrics().swept_count(SWEPT_TARGET_GROUP)
+        ),
+        (0, 0)
+    );
+    // A later listing of a real leak is still swept.
+    p.ensure(&old, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    let swept = p.sweep(&BTreeSet::new()).await.unwrap();
+    assert_eq!(
+        (swept.load_balancers.len(), swept.target_groups.len()),
+        (1, 1)
+    );
+}
+
+/// A Service created while the sweep runs: AWS is listed before the Services are read, so
+/// its new load balancer is not taken for a leak.
+#[tokio::test]
+async fn the_sweep_never_takes_a_service_created_meanwhile_for_a_leak() {
+    let p = provider(mk_fake(2));
+    let listing = p.list_for_sweep().await.unwrap();
+    let new = mk_service("web", "new", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    p.ensure(&new, &mk_nodes(2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    // The Services as read after the listing: `new` is there (or would not have its NLB).
+    let swept = p
+        .sweep_listed(listing, &BTreeSet::from([new.key()]))
+        .await
+        .unwrap();
+    assert_eq!(swept, berth_aws::Swept::default());
+    assert_exactly(&p.client().snapshot(), &new, &[80], 2);
+    assert_eq!(p.metrics().swept_count(SWEPT_LOAD_BALANCER), 0);
 }
 
 /// A crash after every possible number of mutating calls, then a restarted provider with no

@@ -41,7 +41,7 @@ pub async fn run_controller(
         let sdk = berth_aws::SdkElbv2::from_env(
             aws.endpoint_url.as_deref(),
             berth_aws::RateLimits::default(),
-            metrics,
+            metrics.clone(),
         )
         .await;
         let provider = berth_aws::NlbProvider::new(
@@ -51,7 +51,8 @@ pub async fn run_controller(
                 default_subnets: aws.subnets,
             },
             aws.verify_after,
-        );
+        )
+        .with_metrics(metrics);
         controller = controller.with_aws(crate::load_balancer::aws_runner(
             std::sync::Arc::new(provider),
             crate::load_balancer::AwsLoopConfig {

@@ -209,4 +209,9 @@ async fn an_aws_nlb_service_gets_an_nlb_and_gives_it_back() {
     .await;
     assert!(provider.client().snapshot().load_balancers.is_empty());
     stop(token, task).await;
+    // Every reconcile that did something was timed, by what it did.
+    let m = provider.metrics();
+    for action in ["apply", "cleanup", "release"] {
+        assert!(m.reconciles(action) > 0, "no {action} reconcile timed");
+    }
 }

@@ -112,6 +112,11 @@ print(json.dumps({{"subnets": subnets, "instances": ids}}))
 }
 
 impl Moto {
+    /// The server's process id (a test may stop it with SIGSTOP to make calls hang).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Runs Python (boto3, `elb` an ELBv2 client of this server) for what the code under test
     /// must not do itself, such as making someone else's resources.
     pub fn python(&self, code: &str) -> Result<String, String> {

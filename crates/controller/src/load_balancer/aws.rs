@@ -406,8 +406,15 @@ async fn reconcile<C: Elbv2 + 'static>(
         return Ok(Action::await_change());
     }
     if !served && svc.meta().deletion_timestamp.is_none() {
+        let _timer = ctx.provider.metrics().reconcile_timer("release");
         return release(svc, &ctx).await;
     }
+    let action = if svc.meta().deletion_timestamp.is_some() {
+        "cleanup"
+    } else {
+        "apply"
+    };
+    let _timer = ctx.provider.metrics().reconcile_timer(action);
     let api: Api<Service> =
         Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default());
     // Adds the finalizer before `apply` (so before any AWS call) and removes it after
@@ -530,6 +537,19 @@ async fn sweep_loop<C: Elbv2 + 'static>(
             _ = token.cancelled() => return,
             _ = tick.tick() => {}
         }
+        // AWS first, then the Services: a Service created between the two reads is in the
+        // live set, so the load balancer it just got is not taken for a leak.
+        let listing = tokio::select! {
+            listing = provider.list_for_sweep() => listing,
+            () = token.cancelled() => return,
+        };
+        let listing = match listing {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing AWS resources for the sweep failed");
+                continue;
+            }
+        };
         let list = match services.list(&Default::default()).await {
             Ok(l) => l,
             Err(e) => {
@@ -548,11 +568,18 @@ async fn sweep_loop<C: Elbv2 + 'static>(
             .map(key)
             .collect();
         let swept = tokio::select! {
-            swept = provider.sweep(&live) => swept,
+            swept = provider.sweep_listed(listing, &live) => swept,
             () = token.cancelled() => return,
         };
         match swept {
             Ok(swept) => {
+                if !swept.load_balancers.is_empty() || !swept.target_groups.is_empty() {
+                    tracing::info!(
+                        load_balancers = swept.load_balancers.len(),
+                        target_groups = swept.target_groups.len(),
+                        "aws sweep removed resources of Services that are gone"
+                    );
+                }
                 if !swept.drifted.is_empty() {
                     tracing::info!(services = ?swept.drifted, "aws resources vanished; reading those Services again");
                     let _ = drift.try_send(());
