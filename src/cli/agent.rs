@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(config.backend(), berth_agent::Backend::Auto);
         assert_eq!(config.dispatch(), berth_agent::Dispatch::Tree);
         assert_eq!(config.sync_period(), Duration::from_secs(30));
-        assert_eq!(config.min_sync_interval(), Duration::from_secs(1));
+        assert_eq!(config.min_sync_interval(), Duration::from_millis(100));
         assert_eq!(config.admin_listen(), "0.0.0.0:10356".parse().unwrap());
         assert_eq!(config.announcer(), None);
         assert!(parse(&["agent", "--node-name", "n", "--sync-period", "soon"]).is_err());
