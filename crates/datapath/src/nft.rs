@@ -319,8 +319,9 @@ pub struct NftRuleset {
     pub affinity: BTreeMap<ChainName, u32>,
     /// The hairpin endpoints (`ep . ep` in the hairpin set) each chain's rules need.
     pub hairpin: BTreeMap<NftChain, BTreeSet<IpAddr>>,
-    /// Endpoint chain -> the chains whose rules fold it or jump to it.
-    pub endpoints: BTreeMap<ChainName, BTreeSet<NftChain>>,
+    /// (endpoint chain, a chain whose rules fold it or jump to it); one flat set, as 100,000
+    /// endpoints would be 100,000 small sets.
+    pub endpoints: BTreeSet<(ChainName, NftChain)>,
 }
 
 impl NftRuleset {
@@ -338,10 +339,7 @@ impl NftRuleset {
                 let converted = convert_chain(rs, *table, chain, chain_rules);
                 let here = NftChain::new(*table, chain);
                 for endpoint in converted.endpoints {
-                    out.endpoints
-                        .entry(endpoint)
-                        .or_default()
-                        .insert(here.clone());
+                    out.endpoints.insert((endpoint, here.clone()));
                 }
                 if !converted.hairpin.is_empty() {
                     out.hairpin.insert(here, converted.hairpin);

@@ -58,7 +58,8 @@ struct Applied {
     /// The endpoint chains each chain's rules fold or jump to, and the reverse: a changed
     /// endpoint chain rewrites the chains that use it (folded, or no longer foldable).
     chain_endpoints: BTreeMap<ChainKey, BTreeSet<ChainName>>,
-    used_by: BTreeMap<ChainName, BTreeSet<ChainKey>>,
+    /// (endpoint chain, chain using it): one flat set, not a set per endpoint.
+    used_by: BTreeSet<(ChainName, ChainKey)>,
     /// The hairpin endpoints each chain's rules need, and how many chains need each.
     chain_hairpin: BTreeMap<ChainKey, BTreeSet<IpAddr>>,
     hairpin: BTreeMap<IpAddr, usize>,
@@ -93,18 +94,10 @@ impl Applied {
         touched: &mut BTreeMap<IpAddr, bool>,
     ) {
         for endpoint in self.chain_endpoints.remove(chain).into_iter().flatten() {
-            if let Some(referrers) = self.used_by.get_mut(&endpoint) {
-                referrers.remove(chain);
-                if referrers.is_empty() {
-                    self.used_by.remove(&endpoint);
-                }
-            }
+            self.used_by.remove(&(endpoint, chain.clone()));
         }
         for endpoint in &endpoints {
-            self.used_by
-                .entry(endpoint.clone())
-                .or_default()
-                .insert(chain.clone());
+            self.used_by.insert((endpoint.clone(), chain.clone()));
         }
         if !endpoints.is_empty() {
             self.chain_endpoints.insert(chain.clone(), endpoints);
@@ -126,6 +119,15 @@ impl Applied {
         if !hairpin.is_empty() {
             self.chain_hairpin.insert(chain.clone(), hairpin);
         }
+    }
+
+    /// The chains whose rules fold or jump to the endpoint chain `name`.
+    fn users<'a>(&'a self, name: &'a ChainName) -> impl Iterator<Item = &'a ChainKey> + 'a {
+        let first = (name.clone(), (Table::Filter, ChainName::new("")));
+        self.used_by
+            .range(first..)
+            .take_while(move |(endpoint, _)| endpoint == name)
+            .map(|(_, user)| user)
     }
 }
 
@@ -228,16 +230,14 @@ impl<N: Nft> NftSyncer<N> {
     fn full_transaction(&self, rs: &Ruleset) -> Result<(Transaction, Applied), Error> {
         let planned = NftRuleset::from_ruleset(rs);
         let mut chain_endpoints: BTreeMap<ChainKey, BTreeSet<ChainName>> = BTreeMap::new();
-        let mut used_by: BTreeMap<ChainName, BTreeSet<ChainKey>> = BTreeMap::new();
-        for (endpoint, referrers) in &planned.endpoints {
-            for referrer in referrers {
-                let key = (referrer.table, referrer.name.clone());
-                chain_endpoints
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(endpoint.clone());
-                used_by.entry(endpoint.clone()).or_default().insert(key);
-            }
+        let mut used_by = BTreeSet::new();
+        for (endpoint, referrer) in &planned.endpoints {
+            let key = (referrer.table, referrer.name.clone());
+            chain_endpoints
+                .entry(key.clone())
+                .or_default()
+                .insert(endpoint.clone());
+            used_by.insert((endpoint.clone(), key));
         }
         let mut tx = Transaction::new(self.family);
         tx.push(Command::AddTable);
@@ -347,14 +347,7 @@ impl<N: Nft> NftSyncer<N> {
             .cloned()
             .collect();
         for key in chains {
-            if let Some(referrers) = next.used_by.get(&key.1) {
-                work.extend(
-                    referrers
-                        .iter()
-                        .filter(|referrer| key.0 == referrer.0)
-                        .cloned(),
-                );
-            }
+            work.extend(next.users(&key.1).filter(|user| key.0 == user.0).cloned());
         }
         for key in &work {
             let chain = NftChain::new(key.0, &key.1);
