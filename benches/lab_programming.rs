@@ -11,7 +11,7 @@
 //! histograms before and after: the controller stamps each EndpointSlice change with the
 //! `endpoints.kubernetes.io/last-change-trigger-time` annotation, and each agent observes now
 //! minus that time once the change is in its rules. p50 and p99 are interpolated within the
-//! histogram's buckets (1 ms doubling to 65 s), as Prometheus' `histogram_quantile` does.
+//! histogram's buckets (1 ms to 65 s, four per doubling), as Prometheus' `histogram_quantile` does.
 //!
 //! `BERTH_BENCH_SERVICES=<n>` runs a smaller lab; `BERTH_BENCH_KEEP_LOGS=<dir>` keeps the
 //! components' logs there (run with `RUST_LOG=debug` to see every sync).

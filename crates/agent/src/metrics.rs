@@ -30,8 +30,9 @@ fn sync_histogram() -> Histogram {
 }
 
 fn latency_histogram() -> Histogram {
-    // 1 ms to ~65 s.
-    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+    // 1 ms to ~65 s, four buckets per doubling: a quantile interpolated within a bucket is off by
+    // at most 19%, where doubling buckets let "1.1 s" and "2 s" look alike against a 1 s target.
+    Histogram::new(exponential_buckets(0.001, 2f64.powf(0.25), 65))
 }
 
 /// Clones share their values, so the sync loop and tests can hold the same metrics.
