@@ -51,8 +51,10 @@ impl Writes {
     }
 }
 
+/// With its fraction of a second, as upstream writes it (RFC3339Nano): whole seconds would add
+/// up to a second to every latency measured from it.
 fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+    at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
 /// Sets (or, without a known trigger, removes) the trigger-time annotation, as upstream does:

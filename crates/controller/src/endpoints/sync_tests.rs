@@ -117,6 +117,23 @@ fn a_sync_of_what_is_already_stored_writes_nothing() {
 }
 
 #[test]
+fn the_trigger_keeps_its_fraction_of_a_second() {
+    let mut inputs = mk_inputs(
+        Some(mk_service(json!({"app": "web"}))),
+        vec![mk_pod("a", "10.244.0.1")],
+    );
+    inputs.trigger = Some(trigger() + chrono::Duration::milliseconds(250));
+    let (_, slices) = stored(&plan_sync(&inputs, &SliceConfig::default()));
+    let stamp = slices[0]
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ENDPOINTS_LAST_CHANGE_TRIGGER_TIME))
+        .cloned();
+    assert_eq!(stamp.as_deref(), Some("2026-03-04T05:06:07.250Z"));
+}
+
+#[test]
 fn a_changed_service_keeps_other_annotations_and_drops_a_stale_trigger() {
     let inputs = mk_inputs(
         Some(mk_service(json!({"app": "web"}))),
