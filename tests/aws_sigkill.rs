@@ -62,18 +62,6 @@ const FROZEN_STOPS: usize = 3;
 /// Deletions left over from the churn drain at the ELBv2 client's 3 changes per second.
 const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
 
-fn seed() -> u64 {
-    std::env::var("BERTH_AWS_SIGKILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        })
-}
-
 fn name(i: usize) -> String {
     format!("svc-{i:03}")
 }
@@ -399,7 +387,7 @@ impl Churn<'_> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
     berth_testing::require!(Requirement::Moto);
-    let seed = seed();
+    let seed = replicas::seed_from_env("BERTH_AWS_SIGKILL_SEED");
     println!("aws_sigkill: seed={seed} (BERTH_AWS_SIGKILL_SEED={seed} repeats the run)");
     let began = Instant::now();
     let moto = berth_testing::moto::start(NODES).unwrap_or_else(|e| panic!("{e}"));

@@ -50,18 +50,6 @@ const LEASE_FLAGS: [&str; 6] = [
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(20);
 const CONVERGE_LIMIT: Duration = Duration::from_secs(90);
 
-fn seed() -> u64 {
-    std::env::var("BERTH_SIGKILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        })
-}
-
 async fn install(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in berth_api::crds() {
@@ -249,7 +237,7 @@ fn assert_no_violations(tracker: &Mutex<Tracker>) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_controllers_never_double_assign_and_converge() {
-    let seed = seed();
+    let seed = support::replicas::seed_from_env("BERTH_SIGKILL_SEED");
     println!("controller_sigkill: seed={seed} (BERTH_SIGKILL_SEED={seed} repeats the run)");
     let began = Instant::now();
     let server = LabApiServer::builder().start().await.unwrap();

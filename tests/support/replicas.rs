@@ -271,3 +271,16 @@ pub async fn wait_for_leader(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A run's random seed: the value of `var` replays a run, else the clock picks one.
+pub fn seed_from_env(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
