@@ -288,31 +288,11 @@ pub fn python() -> Option<PathBuf> {
     None
 }
 
-/// The agent container of the chart's DaemonSet rendered with `values`: its arguments and its
-/// environment as the pod spec gives it.
-pub fn chart_agent_container(python: &Path, values: Value) -> (Vec<String>, Vec<Value>) {
+/// `scripts/chart.py <command> <values>`: the chart rendered with `values`, read as JSON.
+fn chart_py(python: &Path, command: &str, values: Value) -> Value {
     let out = Command::new(python)
         .arg(repo().join("scripts/chart.py"))
-        .arg("agent")
-        .arg(values.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "rendering the chart: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let container: Value = serde_json::from_slice(&out.stdout).unwrap();
-    (
-        serde_json::from_value(container["args"].clone()).unwrap(),
-        serde_json::from_value(container["env"].clone()).unwrap(),
-    )
-}
-
-pub fn chart_rules(python: &Path, values: Value) -> ChartRules {
-    let out = Command::new(python)
-        .arg(repo().join("scripts/chart.py"))
-        .arg("rbac")
+        .arg(command)
         .arg(values.to_string())
         .output()
         .unwrap();
@@ -322,6 +302,20 @@ pub fn chart_rules(python: &Path, values: Value) -> ChartRules {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The agent container of the chart's DaemonSet rendered with `values`: its arguments and its
+/// environment as the pod spec gives it.
+pub fn chart_agent_container(python: &Path, values: Value) -> (Vec<String>, Vec<Value>) {
+    let container = chart_py(python, "agent", values);
+    (
+        serde_json::from_value(container["args"].clone()).unwrap(),
+        serde_json::from_value(container["env"].clone()).unwrap(),
+    )
+}
+
+pub fn chart_rules(python: &Path, values: Value) -> ChartRules {
+    serde_json::from_value(chart_py(python, "rbac", values)).unwrap()
 }
 
 #[cfg(test)]
