@@ -207,7 +207,7 @@ mod tests {
             schedule.next_sync(t0 + ms(400), true),
             (t0 + ms(1300), SyncReason::Changes)
         );
-        // The periodic full sync is spaced the same way.
+        // The periodic consistency sync is spaced the same way.
         assert_eq!(
             schedule.next_sync(t0 + ms(400), false),
             (t0 + PERIOD, SyncReason::Periodic)

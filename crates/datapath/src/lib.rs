@@ -26,7 +26,7 @@
 //!   conntrack translation; affinity entries start over). Partial syncs are diffed in memory; every
 //!   command names berth's table, so a deleted table fails the transaction and the next sync is
 //!   full (no canary needed); a `flush table` of berth's table by someone else is repaired by the
-//!   next periodic full sync.
+//!   next full sync (the agent's hourly rewrite, as kube-proxy's `FullSyncPeriod`).
 //! - Chains that become stale are deleted in the same transaction (kube-proxy defers this by a
 //!   second for kernels before 6.2, which did not release a chain still named by a just-deleted
 //!   map element; berth's kernels accept it, and a refusal only means the next sync is full).

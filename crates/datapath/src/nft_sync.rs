@@ -12,8 +12,8 @@
 //! - Every command of a partial transaction names berth's table, so when someone deleted it
 //!   (`nft flush ruleset`, say) the transaction fails as a whole, and any failure makes the next
 //!   sync full. (The iptables backend needs a canary chain for this; a table needs none.) A
-//!   `flush table` that empties berth's chains but keeps them is repaired by the periodic full
-//!   sync.
+//!   `flush table` that empties berth's chains but keeps them is repaired by the next full sync,
+//!   which the agent runs once an hour (kube-proxy's `FullSyncPeriod`) or after any failure.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
