@@ -59,6 +59,11 @@ fn err(op: &'static str, kind: ApiErrorKind, code: &str, message: impl Into<Stri
     ApiError::new(op, kind, code, message)
 }
 
+/// What AWS answers for an ARN it does not know (`LoadBalancerNotFound`, ...).
+fn not_found(op: &'static str, code: &str) -> ApiError {
+    err(op, ApiErrorKind::NotFound, code, "not found")
+}
+
 const MUTATING: [&str; 15] = [
     "CreateLoadBalancer",
     "CreateTargetGroup",
@@ -358,12 +363,7 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "DescribeListeners";
         let s = self.call(OP)?;
         if !s.lbs.contains_key(&load_balancer_arn) {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "LoadBalancerNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "LoadBalancerNotFound"));
         }
         Ok(s.listeners
             .values()
@@ -379,12 +379,7 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "DescribeTargetHealth";
         let s = self.call(OP)?;
         if !s.tgs.contains_key(&target_group_arn) {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "TargetGroupNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "TargetGroupNotFound"));
         }
         Ok(s.targets
             .get(&target_group_arn)
@@ -399,12 +394,7 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "DescribeLoadBalancerAttributes";
         let s = self.call(OP)?;
         if !s.lbs.contains_key(&arn) {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "LoadBalancerNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "LoadBalancerNotFound"));
         }
         Ok(s.lb_attributes.get(&arn).cloned().unwrap_or_default())
     }
@@ -416,12 +406,7 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "DescribeTargetGroupAttributes";
         let s = self.call(OP)?;
         if !s.tgs.contains_key(&arn) {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "TargetGroupNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "TargetGroupNotFound"));
         }
         Ok(s.tg_attributes.get(&arn).cloned().unwrap_or_default())
     }
@@ -521,20 +506,10 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "CreateListener";
         let mut s = self.call(OP)?;
         if !s.lbs.contains_key(&load_balancer_arn) {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "LoadBalancerNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "LoadBalancerNotFound"));
         }
         let Some(tg) = s.tgs.get(&target_group_arn).cloned() else {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "TargetGroupNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "TargetGroupNotFound"));
         };
         if tg.protocol != spec.protocol {
             return Err(err(
@@ -590,14 +565,10 @@ impl Elbv2 for MemoryElbv2 {
                 format!("{bad} not found"),
             ));
         }
-        let lb = s.lbs.get_mut(&arn).ok_or_else(|| {
-            err(
-                OP,
-                ApiErrorKind::NotFound,
-                "LoadBalancerNotFound",
-                "not found",
-            )
-        })?;
+        let lb = s
+            .lbs
+            .get_mut(&arn)
+            .ok_or_else(|| not_found(OP, "LoadBalancerNotFound"))?;
         lb.subnets = subnets;
         Ok(())
     }
@@ -610,12 +581,7 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "ModifyLoadBalancerAttributes";
         let mut s = self.call(OP)?;
         if !s.lbs.contains_key(&arn) {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "LoadBalancerNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "LoadBalancerNotFound"));
         }
         s.lb_attributes.entry(arn).or_default().extend(attributes);
         Ok(())
@@ -624,14 +590,10 @@ impl Elbv2 for MemoryElbv2 {
     async fn modify_target_group(&self, arn: String, health_check: HealthCheck) -> ApiResult<()> {
         const OP: &str = "ModifyTargetGroup";
         let mut s = self.call(OP)?;
-        let tg = s.tgs.get_mut(&arn).ok_or_else(|| {
-            err(
-                OP,
-                ApiErrorKind::NotFound,
-                "TargetGroupNotFound",
-                "not found",
-            )
-        })?;
+        let tg = s
+            .tgs
+            .get_mut(&arn)
+            .ok_or_else(|| not_found(OP, "TargetGroupNotFound"))?;
         tg.health_check = health_check;
         Ok(())
     }
@@ -644,12 +606,7 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "ModifyTargetGroupAttributes";
         let mut s = self.call(OP)?;
         if !s.tgs.contains_key(&arn) {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "TargetGroupNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "TargetGroupNotFound"));
         }
         s.tg_attributes.entry(arn).or_default().extend(attributes);
         Ok(())
@@ -664,12 +621,7 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "ModifyListener";
         let mut s = self.call(OP)?;
         let Some(tg) = s.tgs.get(&target_group_arn).cloned() else {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "TargetGroupNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "TargetGroupNotFound"));
         };
         if tg.protocol != protocol {
             return Err(err(
@@ -680,12 +632,7 @@ impl Elbv2 for MemoryElbv2 {
             ));
         }
         let Some(lb) = s.listeners.get(&arn).map(|l| l.load_balancer_arn.clone()) else {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "ListenerNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "ListenerNotFound"));
         };
         if s.lb_of_listener_tg(&target_group_arn)
             .iter()
@@ -713,12 +660,7 @@ impl Elbv2 for MemoryElbv2 {
         const OP: &str = "RegisterTargets";
         let mut s = self.call(OP)?;
         let Some(tg) = s.tgs.get(&target_group_arn).cloned() else {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "TargetGroupNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "TargetGroupNotFound"));
         };
         if tg.target_type == crate::model::TargetType::Instance {
             if let Some(bad) = targets.iter().find(|t| !s.instances.contains(&t.id)) {
@@ -810,12 +752,7 @@ impl Elbv2 for MemoryElbv2 {
         let mut s = self.call(OP)?;
         if !(s.lbs.contains_key(&arn) || s.tgs.contains_key(&arn) || s.listeners.contains_key(&arn))
         {
-            return Err(err(
-                OP,
-                ApiErrorKind::NotFound,
-                "LoadBalancerNotFound",
-                "not found",
-            ));
+            return Err(not_found(OP, "LoadBalancerNotFound"));
         }
         s.tags.entry(arn).or_default().extend(tags);
         Ok(())
