@@ -449,8 +449,9 @@ where
                 return Err(Error::Task("the datapath engine was lost".into()));
             };
             let shared = index.clone();
-            let scope = schedule.scope(reason, Instant::now());
+            // `record` derives the scope again from the same instant, so both agree.
             let began = Instant::now();
+            let scope = schedule.scope(reason, began);
             let (running, work, outcome) = tokio::task::spawn_blocking(move || {
                 let outcome = running.sync(&shared, &work, scope);
                 (running, work, outcome)
