@@ -83,6 +83,13 @@ pub struct ControllerArgs {
     #[arg(long, env = "BERTH_POOL_GONE_GRACE", default_value = "never", value_parser = parse_pool_gone_grace)]
     pool_gone_grace: ::std::option::Option<Duration>,
 
+    /// Addresses no IPPool may hand out, besides the Nodes' addresses, their pod CIDRs and the
+    /// service CIDRs, which never are: the LAN's gateway, DNS servers, a pod CIDR the Nodes do
+    /// not show. Comma separated addresses, CIDRs and `a-b` ranges.
+    // Spelled out so that clap takes the comma-separated list as one value.
+    #[arg(long, env = "BERTH_RESERVED_ADDRESSES", value_parser = parse_reserved_addresses)]
+    reserved_addresses: ::std::option::Option<::std::vec::Vec<berth_controller::AddressRange>>,
+
     /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`).
     #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     admin_listen: SocketAddr,
@@ -126,6 +133,10 @@ fn parse_pool_gone_grace(text: &str) -> Result<Option<Duration>, String> {
     berth_controller::parse_grace(text, parse_duration).map_err(flag_error)
 }
 
+fn parse_reserved_addresses(text: &str) -> Result<Vec<berth_controller::AddressRange>, String> {
+    berth_controller::parse_reserved_addresses(text).map_err(flag_error)
+}
+
 fn parse_default_class(text: &str) -> Result<Option<&'static str>, String> {
     berth_controller::parse_default_class(text).map_err(flag_error)
 }
@@ -155,6 +166,7 @@ impl ControllerArgs {
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
             pool_gone_grace: self.pool_gone_grace,
+            reserved_addresses: self.reserved_addresses.clone().unwrap_or_default(),
         }
     }
 }

@@ -198,6 +198,9 @@ pub mod condition {
     pub const LOAD_BALANCER_READY: &str = "berth.dev/LoadBalancerReady";
     /// IPPool: whether the pool's addresses overlap another pool's.
     pub const OVERLAPPING: &str = "Overlapping";
+    /// IPPool: whether the pool's addresses contain the cluster's own (Node addresses, the
+    /// service CIDR, pod CIDRs, reserved addresses), which are cut out of it.
+    pub const OVERLAPS_CLUSTER: &str = "OverlapsCluster";
     /// IPPool: whether the pool's spec is valid (the controller re-validates what the apiserver accepted).
     pub const VALID: &str = "Valid";
 
@@ -222,6 +225,8 @@ pub mod condition {
         pub const SHARING_CONFLICT: &str = "SharingConflict";
         pub const OVERLAPS_POOL: &str = "OverlapsPool";
         pub const NO_OVERLAP: &str = "NoOverlap";
+        pub const CLUSTER_ADDRESSES: &str = "ClusterAddresses";
+        pub const NO_CLUSTER_ADDRESSES: &str = "NoClusterAddresses";
         pub const INVALID_SPEC: &str = "InvalidSpec";
         pub const VALID_SPEC: &str = "ValidSpec";
         pub const PROVISIONED: &str = "Provisioned";
@@ -240,6 +245,8 @@ pub mod event {
     /// Warning: the Service keeps an address that no IPPool contains any more.
     pub const POOL_GONE: &str = "PoolGone";
     pub const IP_ALLOCATED: &str = "IPAllocated";
+    /// Warning on an IPPool: some of its addresses are the cluster's own and never assigned.
+    pub const POOL_OVERLAPS_CLUSTER: &str = "PoolOverlapsCluster";
     pub const ANNOUNCING: &str = "Announcing";
     /// Component name reported on Events.
     pub const CONTROLLER_COMPONENT: &str = "berth-controller";

@@ -87,6 +87,9 @@ pub struct ControllerConfig {
     pub pool_gone_grace: Option<Duration>,
     /// How often every Service that lacks an address it should have is decided again.
     pub resync_period: Duration,
+    /// `--reserved-addresses`: never assigned from any IPPool, beside the Nodes' addresses,
+    /// their pod CIDRs and the service CIDRs (the LAN's gateway, DNS servers, a pod CIDR).
+    pub reserved_addresses: Vec<berth_core::AddressRange>,
 }
 
 impl ControllerConfig {
@@ -102,6 +105,7 @@ impl ControllerConfig {
             endpoints: None,
             pool_gone_grace: None,
             resync_period: Duration::from_secs(300),
+            reserved_addresses: Vec::new(),
         }
     }
 }
@@ -131,6 +135,8 @@ pub struct ControllerOptions {
     pub retry_period: Duration,
     /// As [`parse_grace`] returns it.
     pub pool_gone_grace: Option<Duration>,
+    /// As [`parse_reserved_addresses`] returns them.
+    pub reserved_addresses: Vec<berth_core::AddressRange>,
 }
 
 impl ControllerOptions {
@@ -150,6 +156,7 @@ impl ControllerOptions {
             renew_deadline,
             retry_period,
             pool_gone_grace,
+            reserved_addresses,
         } = self;
         let endpoints = if endpoints {
             let slices = berth_endpoints::SliceConfig::new(max_endpoints_per_slice)
@@ -188,6 +195,7 @@ impl ControllerOptions {
             instance: identity,
             endpoints,
             pool_gone_grace,
+            reserved_addresses,
             ..ControllerConfig::new(service_cidrs)
         })
     }
@@ -205,6 +213,21 @@ pub fn parse_grace(
             .map(Some)
             .map_err(|e| Error::Config(format!("--pool-gone-grace {text:?}: {e} (or `never`)"))),
     }
+}
+
+/// Parses `--reserved-addresses`: comma-separated addresses, CIDRs and `a-b` ranges (as
+/// IPPools write them; a bare address is one address), empty for none.
+pub fn parse_reserved_addresses(text: &str) -> Result<Vec<berth_core::AddressRange>, Error> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s.parse::<std::net::IpAddr>() {
+            Ok(ip) => berth_core::AddressRange::new(ip, ip)
+                .ok_or_else(|| Error::Config(format!("--reserved-addresses {s:?}"))),
+            Err(_) => berth_core::parse_address(s)
+                .map_err(|e| Error::Config(format!("--reserved-addresses: {e}"))),
+        })
+        .collect()
 }
 
 /// Parses `--service-cidr`: one CIDR or two comma-separated ones of different families.
@@ -272,6 +295,22 @@ mod tests {
         );
         assert_eq!(parse_default_class("none").unwrap(), None);
         assert!(parse_default_class("metallb").is_err());
+    }
+
+    #[test]
+    fn reserved_addresses() {
+        let got = parse_reserved_addresses(" 198.18.0.1, 10.244.0.0/16,fd00::1-fd00::9 ,").unwrap();
+        let shown: Vec<String> = got.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["198.18.0.1/32", "10.244.0.0/16", "fd00::1-fd00::9"]);
+        assert!(parse_reserved_addresses("").unwrap().is_empty());
+        let e = parse_reserved_addresses("198.18.0.1/24")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--reserved-addresses") && e.contains("198.18.0.0/24"),
+            "{e}"
+        );
+        assert!(parse_reserved_addresses("gateway").is_err());
     }
 
     #[test]

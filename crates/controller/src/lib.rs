@@ -20,8 +20,8 @@ mod service_feed;
 mod written;
 
 pub use config::{
-    parse_default_class, parse_grace, parse_node_port_range, parse_service_cidrs, ControllerConfig,
-    ControllerOptions, LeaseConfig,
+    parse_default_class, parse_grace, parse_node_port_range, parse_reserved_addresses,
+    parse_service_cidrs, ControllerConfig, ControllerOptions, LeaseConfig,
 };
 pub use controller::AllocationController;
 pub use error::{Error, ErrorCategory, Retry};
@@ -29,6 +29,6 @@ pub use run::{run_controller, RunOptions};
 
 // Re-exported so the binary can name the flags' types and stop the controller without
 // dependencies of its own.
-pub use berth_core::PortRange;
+pub use berth_core::{AddressRange, PortRange};
 pub use ipnet::IpNet;
 pub use tokio_util::sync::CancellationToken;

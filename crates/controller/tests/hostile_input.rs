@@ -107,7 +107,7 @@ proptest! {
         ).unwrap();
         let (specs, _) = build_pool_specs(&[serde_json::from_value(json!({
             "apiVersion": "berth.dev/v1alpha1", "kind": "IPPool", "metadata": {"name": "p"},
-            "spec": {"addresses": ["198.18.0.200-198.18.0.203"]}})).unwrap()]);
+            "spec": {"addresses": ["198.18.0.200-198.18.0.203"]}})).unwrap()], &[]);
         alloc.lb.set_pools(specs).unwrap();
         for mut v in raw {
             strip_nulls(&mut v);
@@ -138,7 +138,7 @@ proptest! {
         let mut pool = pool;
         strip_nulls(&mut pool);
         let Ok(pool) = serde_json::from_value(pool) else { return Ok(()) };
-        let (specs, problems) = build_pool_specs(&[pool]);
+        let (specs, problems) = build_pool_specs(&[pool], &[]);
         prop_assert_eq!(specs.len() + problems.len(), 1);
         let mut alloc = Allocators::new(&["10.96.0.0/16".parse().unwrap()], PortRange::DEFAULT, 1).unwrap();
         prop_assert!(alloc.lb.set_pools(specs).is_ok());

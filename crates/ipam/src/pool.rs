@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 use std::net::IpAddr;
 
 use berth_core::{
-    is_buggy_ip, parse_address, to_u128, FieldErrors, IpFamily, LabelSelector, Labels,
+    is_buggy_ip, parse_address, to_u128, AddressRange, FieldErrors, IpFamily, LabelSelector, Labels,
 };
 
 use crate::error::IpamError;
@@ -31,6 +31,10 @@ pub struct PoolSpec {
     pub namespace_selectors: Vec<LabelSelector>,
     /// `serviceAllocation.serviceSelector(s)`: any one matching admits the Service.
     pub service_selectors: Vec<LabelSelector>,
+    /// Addresses the pool never hands out although `addresses` contain them: the cluster's
+    /// own (Node addresses, the service CIDR, pod CIDRs, administrator-reserved ones). They
+    /// count in neither capacity nor assigned, and an address held there is outside the pool.
+    pub excluded: Vec<AddressRange>,
 }
 
 impl PoolSpec {
@@ -45,6 +49,7 @@ impl PoolSpec {
             namespaces: Vec::new(),
             namespace_selectors: Vec::new(),
             service_selectors: Vec::new(),
+            excluded: Vec::new(),
         }
     }
 
@@ -124,8 +129,12 @@ impl Pool {
             let range = parse_address(text).map_err(|e| invalid(e.to_string()))?;
             ranges[range.family().index()].push((to_u128(range.start()), to_u128(range.end())));
         }
-        for r in &mut ranges {
-            *r = merge(std::mem::take(r));
+        let mut excluded: [Vec<(u128, u128)>; 2] = [Vec::new(), Vec::new()];
+        for range in &spec.excluded {
+            excluded[range.family().index()].push((to_u128(range.start()), to_u128(range.end())));
+        }
+        for (r, x) in ranges.iter_mut().zip(excluded) {
+            *r = subtract(merge(std::mem::take(r)), &merge(x));
         }
         let capacity = [IpFamily::V4, IpFamily::V6].map(|f| {
             ranges[f.index()].iter().fold(0u128, |acc, &(lo, hi)| {
@@ -216,6 +225,34 @@ fn merge(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
     out
 }
 
+/// The parts of sorted, merged `ranges` outside sorted, merged `holes`.
+fn subtract(ranges: Vec<(u128, u128)>, holes: &[(u128, u128)]) -> Vec<(u128, u128)> {
+    let mut out = Vec::with_capacity(ranges.len());
+    for (mut lo, hi) in ranges {
+        let mut whole = true;
+        for &(h_lo, h_hi) in holes {
+            if h_hi < lo {
+                continue;
+            }
+            if h_lo > hi {
+                break;
+            }
+            if h_lo > lo {
+                out.push((lo, h_lo - 1));
+            }
+            if h_hi >= hi {
+                whole = false;
+                break;
+            }
+            lo = h_hi + 1;
+        }
+        if whole {
+            out.push((lo, hi));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +266,92 @@ mod tests {
 
     fn v(s: &str) -> u128 {
         to_u128(s.parse().unwrap())
+    }
+
+    fn excluded(addrs: &[&str], holes: &[&str], avoid: bool) -> Pool {
+        let mut spec = PoolSpec::new("p", addrs);
+        spec.avoid_buggy_ips = avoid;
+        spec.excluded = holes.iter().map(|h| parse_address(h).unwrap()).collect();
+        Pool::compile(spec).unwrap()
+    }
+
+    #[test]
+    fn excluded_addresses_are_cut_out_of_the_pool() {
+        // (pool, excluded, intervals left, capacity v4)
+        type Row<'a> = (&'a [&'a str], &'a [&'a str], &'a [(&'a str, &'a str)], u128);
+        let rows: &[Row] = &[
+            // A node address in the middle splits the range.
+            (
+                &["198.18.0.0/24"],
+                &["198.18.0.11/32"],
+                &[
+                    ("198.18.0.0", "198.18.0.10"),
+                    ("198.18.0.12", "198.18.0.255"),
+                ],
+                255,
+            ),
+            // At either edge.
+            (
+                &["198.18.0.10-198.18.0.20"],
+                &["198.18.0.10/32", "198.18.0.20/32"],
+                &[("198.18.0.11", "198.18.0.19")],
+                9,
+            ),
+            // A covering CIDR removes everything.
+            (&["10.96.0.5-10.96.0.9"], &["10.96.0.0/16"], &[], 0),
+            // Overlapping and adjacent holes, unsorted, one outside the pool.
+            (
+                &["198.18.0.0/28"],
+                &[
+                    "198.18.0.6-198.18.0.8",
+                    "198.18.0.2-198.18.0.5",
+                    "198.18.1.1/32",
+                ],
+                &[("198.18.0.0", "198.18.0.1"), ("198.18.0.9", "198.18.0.15")],
+                9,
+            ),
+            // Two pool ranges, one hole spanning the gap between them.
+            (
+                &["198.18.0.1-198.18.0.5", "198.18.0.10-198.18.0.15"],
+                &["198.18.0.4-198.18.0.11"],
+                &[("198.18.0.1", "198.18.0.3"), ("198.18.0.12", "198.18.0.15")],
+                7,
+            ),
+            // Another family's hole changes nothing.
+            (
+                &["198.18.0.1-198.18.0.3"],
+                &["fd00::/64"],
+                &[("198.18.0.1", "198.18.0.3")],
+                3,
+            ),
+            // The top of the address space.
+            (
+                &["255.255.255.250-255.255.255.255"],
+                &["255.255.255.255/32"],
+                &[("255.255.255.250", "255.255.255.254")],
+                5,
+            ),
+        ];
+        for (pool, holes, left, cap) in rows {
+            let p = excluded(pool, holes, false);
+            let want: Vec<(u128, u128)> = left.iter().map(|(a, b)| (v(a), v(b))).collect();
+            assert_eq!(p.ranges[0], want, "{pool:?} less {holes:?}");
+            assert_eq!(p.capacity[0], *cap, "{pool:?} less {holes:?}");
+            for h in holes.iter().map(|h| parse_address(h).unwrap()) {
+                if let (Some(first), Some(last)) = (h.nth(0), h.nth(h.len() - 1)) {
+                    assert!(
+                        !p.contains(first) && !p.contains(last),
+                        "{h} still in {pool:?}"
+                    );
+                }
+            }
+        }
+        let v6 = excluded(&["fd00::/120"], &["fd00::1/128"], false);
+        assert_eq!(v6.capacity[1], 255);
+        assert!(!v6.contains("fd00::1".parse().unwrap()));
+        // avoidBuggyIPs counts only what is left.
+        let buggy = excluded(&["198.18.0.0/24"], &["198.18.0.255/32"], true);
+        assert_eq!(buggy.capacity[0], 255 - 1);
     }
 
     #[test]

@@ -35,7 +35,7 @@ impl WriteCtx {
         *self.leading.borrow()
     }
 
-    async fn event(
+    pub(crate) async fn event(
         &self,
         regarding: &Arc<ObjectReference>,
         type_: EventType,

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::cluster_addresses::is_cluster_address;
 use super::facts::{LbClass, ServiceFacts};
 use super::plan::{pools_give_held, Allocation, Failure, Keep, Kept};
 use super::state::AllocationState;
@@ -97,6 +98,16 @@ impl AllocationState {
         taken.sort();
         for key in taken {
             let held = self.alloc.lb.ips_of(&key);
+            // The cluster's own addresses are never kept: the Service is decided again at once
+            // and loses them.
+            if held.iter().any(|ip| is_cluster_address(&self.cluster, *ip)) {
+                tracing::warn!(service = %key, ips = ?held, "the Service holds an address of the cluster's own; it loses it");
+                if let Some(st) = self.states.get_mut(&key) {
+                    st.keeping = None;
+                }
+                self.queue.mark(key);
+                continue;
+            }
             let pool = held
                 .iter()
                 .filter(|_| named)

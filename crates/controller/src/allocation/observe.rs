@@ -37,6 +37,10 @@ impl AllocationState {
             }
             Observed::Node(e) => {
                 self.nodes.observe(e);
+                // A Node's addresses or pod CIDRs are cut out of every pool.
+                if self.started && self.refresh_cluster_addresses() {
+                    self.pools_changed();
+                }
             }
         }
         self.maybe_start();

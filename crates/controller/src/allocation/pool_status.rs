@@ -5,7 +5,8 @@ use berth_api::{IPPool, IPPoolStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::cache::name_of;
-use super::pools::{build_pool_status, pool_overlaps};
+use super::cluster_addresses::pool_collisions;
+use super::pools::{build_pool_status, collision_event, pool_overlaps};
 use super::state::AllocationState;
 use crate::error::ErrorCategory;
 
@@ -14,6 +15,11 @@ use crate::error::ErrorCategory;
 pub(crate) struct PoolStatusWrite {
     pub(crate) pool: String,
     pub(crate) status: IPPoolStatus,
+    /// The note of a Warning Event to record once the status is written: the pool newly
+    /// collides with the cluster's own addresses.
+    pub(crate) collision_event: Option<String>,
+    /// The pool as the state machine knows it, for the Event's object reference.
+    pub(crate) object: IPPool,
 }
 
 impl AllocationState {
@@ -25,6 +31,15 @@ impl AllocationState {
         self.metrics.kept_addresses.set(kept);
         let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
         let overlaps = pool_overlaps(&pools);
+        let collisions = pool_collisions(
+            pools.iter().map(|p| {
+                (
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                    p.spec.addresses.as_slice(),
+                )
+            }),
+            &self.cluster,
+        );
         let mut writes = Vec::new();
         for pool in pools {
             let name = name_of(&pool);
@@ -51,6 +66,7 @@ impl AllocationState {
                 counts,
                 self.pool_problems.get(&name).map(String::as_str),
                 overlaps.get(&name).map(Vec::as_slice).unwrap_or(&[]),
+                collisions.get(&name).map(String::as_str),
                 now.clone(),
             );
             if pool.status.as_ref() == Some(&status) {
@@ -60,7 +76,13 @@ impl AllocationState {
                 self.schedule_pool_status();
                 continue;
             }
-            writes.push(PoolStatusWrite { pool: name, status });
+            let collision_event = collision_event(pool.status.as_ref(), &status);
+            writes.push(PoolStatusWrite {
+                pool: name,
+                status,
+                collision_event,
+                object: pool,
+            });
         }
         writes
     }

@@ -10,17 +10,21 @@ use std::collections::BTreeMap;
 
 use berth_api::names::condition::{self as cond, reason};
 use berth_api::{set_condition, to_selector, IPPool, IPPoolStatus};
-use berth_core::overlapping_pools;
+use berth_core::{overlapping_pools, AddressRange};
 use berth_ipam::{PoolSpec, PoolStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 
-/// The allocator pools for every valid IPPool, and the problem of each invalid one.
-pub fn build_pool_specs(pools: &[IPPool]) -> (Vec<PoolSpec>, BTreeMap<String, String>) {
+/// The allocator pools for every valid IPPool, with `excluded` (the cluster's own addresses)
+/// cut out of each, and the problem of each invalid one.
+pub fn build_pool_specs(
+    pools: &[IPPool],
+    excluded: &[AddressRange],
+) -> (Vec<PoolSpec>, BTreeMap<String, String>) {
     let mut specs = Vec::new();
     let mut invalid = BTreeMap::new();
     for pool in pools {
         let name = pool.metadata.name.clone().unwrap_or_default();
-        match to_pool_spec(&name, pool) {
+        match to_pool_spec(&name, pool, excluded) {
             Ok(spec) => specs.push(spec),
             Err(problem) => {
                 invalid.insert(name, problem);
@@ -30,7 +34,7 @@ pub fn build_pool_specs(pools: &[IPPool]) -> (Vec<PoolSpec>, BTreeMap<String, St
     (specs, invalid)
 }
 
-fn to_pool_spec(name: &str, pool: &IPPool) -> Result<PoolSpec, String> {
+fn to_pool_spec(name: &str, pool: &IPPool, excluded: &[AddressRange]) -> Result<PoolSpec, String> {
     pool.spec.validate().map_err(|e| e.to_string())?;
     let alloc = pool.spec.service_allocation.clone().unwrap_or_default();
     // The CRD holds at most one selector of each kind; the allocator takes a list.
@@ -49,6 +53,7 @@ fn to_pool_spec(name: &str, pool: &IPPool) -> Result<PoolSpec, String> {
         namespaces: alloc.namespaces,
         namespace_selectors: selectors(alloc.namespace_selector.as_ref())?,
         service_selectors: selectors(alloc.service_selector.as_ref())?,
+        excluded: excluded.to_vec(),
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
@@ -78,6 +83,7 @@ pub fn build_pool_status(
     counts: Option<PoolStatus>,
     problem: Option<&str>,
     overlaps: &[String],
+    collision: Option<&str>,
     now: Time,
 ) -> IPPoolStatus {
     let counts = counts.unwrap_or_default();
@@ -115,7 +121,35 @@ pub fn build_pool_status(
         )
     };
     set_condition(&mut status.conditions, overlap);
+    let cluster = match collision {
+        None => mk(
+            cond::OVERLAPS_CLUSTER,
+            false,
+            reason::NO_CLUSTER_ADDRESSES,
+            String::new(),
+        ),
+        Some(m) => mk(
+            cond::OVERLAPS_CLUSTER,
+            true,
+            reason::CLUSTER_ADDRESSES,
+            m.to_string(),
+        ),
+    };
+    set_condition(&mut status.conditions, cluster);
     status
+}
+
+/// The note of the Warning Event a pool gets when `new` says that it collides with the
+/// cluster's addresses and `old` did not say so (or named others).
+pub fn collision_event(old: Option<&IPPoolStatus>, new: &IPPoolStatus) -> Option<String> {
+    let find = |s: &IPPoolStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == cond::OVERLAPS_CLUSTER && c.status == cond::TRUE)
+            .map(|c| c.message.clone())
+    };
+    let now = find(new)?;
+    (old.and_then(find).as_ref() != Some(&now)).then_some(now)
 }
 
 #[cfg(test)]
@@ -145,7 +179,7 @@ mod tests {
             ),
             mk_pool("b", json!({"addresses": ["not-an-address"]})),
         ];
-        let (specs, invalid) = build_pool_specs(&pools);
+        let (specs, invalid) = build_pool_specs(&pools, &[]);
         assert_eq!(specs.len(), 1);
         assert_eq!(specs[0].priority, Some(5));
         assert_eq!(specs[0].service_selectors.len(), 1);
@@ -158,7 +192,7 @@ mod tests {
             mk_pool("a", json!({"addresses": ["198.18.0.1/24"]})),
             mk_pool("b", json!({"addresses": ["198.18.1.0/24"]})),
         ];
-        let (specs, invalid) = build_pool_specs(&pools);
+        let (specs, invalid) = build_pool_specs(&pools, &[]);
         assert_eq!(specs.len(), 1);
         assert_eq!(specs[0].name, "b");
         assert!(
@@ -183,7 +217,7 @@ mod tests {
             assigned_ipv6: 0,
             available_ipv6: 1 << 64,
         };
-        let s = build_pool_status(&pools[0], Some(counts), None, &overlaps["a"], at(10));
+        let s = build_pool_status(&pools[0], Some(counts), None, &overlaps["a"], None, at(10));
         assert_eq!((s.assigned_ipv4, s.available_ipv4), (2, 254));
         assert_eq!(s.available_ipv6, "18446744073709551616");
         let overlap = s
@@ -195,9 +229,9 @@ mod tests {
         assert_eq!(overlap.message, "addresses overlap IPPool b");
         let mut again = pools[0].clone();
         again.status = Some(s);
-        let s2 = build_pool_status(&again, Some(counts), None, &overlaps["a"], at(20));
+        let s2 = build_pool_status(&again, Some(counts), None, &overlaps["a"], None, at(20));
         assert_eq!(s2.conditions[0].last_transition_time, at(10));
-        let s3 = build_pool_status(&again, Some(counts), Some("bad"), &[], at(30));
+        let s3 = build_pool_status(&again, Some(counts), Some("bad"), &[], None, at(30));
         let valid = s3
             .conditions
             .iter()

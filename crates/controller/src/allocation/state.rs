@@ -21,6 +21,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher;
 
 use super::cache::Cache;
+use super::cluster_addresses::{build_cluster_addresses, excluded_ranges, ClusterAddress};
 use super::facts::{read_service, LbClass, ServiceFacts};
 use super::fresh::{compute_fresh, Holding};
 use super::held::Unwritten;
@@ -120,6 +121,11 @@ pub(crate) struct AllocationState {
     pub(super) deadlines: BTreeSet<(Timestamp, ServiceKey)>,
     /// The pools installed last, to name the pool an address was in once it is gone.
     pool_specs: Vec<PoolSpec>,
+    /// `--service-cidr` and `--reserved-addresses`, part of the cluster's own addresses.
+    service_cidrs: Vec<ipnet::IpNet>,
+    reserved: Vec<berth_core::AddressRange>,
+    /// The cluster's own addresses as the Nodes show them now: cut out of every pool.
+    pub(super) cluster: Vec<ClusterAddress>,
 }
 
 impl AllocationState {
@@ -147,6 +153,9 @@ impl AllocationState {
             pool_gone_grace: cfg.pool_gone_grace,
             deadlines: BTreeSet::new(),
             pool_specs: Vec::new(),
+            service_cidrs: cfg.service_cidrs.clone(),
+            reserved: cfg.reserved_addresses.clone(),
+            cluster: Vec::new(),
         })
     }
 
@@ -209,6 +218,7 @@ impl AllocationState {
         {
             return;
         }
+        self.refresh_cluster_addresses();
         self.install_pools();
         let labels: HashMap<String, Labels> = self.namespace_labels();
         let empty = Labels::new();
@@ -259,9 +269,21 @@ impl AllocationState {
             .unwrap_or_default()
     }
 
+    /// Recomputes the cluster's own addresses from the Nodes; true when they changed.
+    pub(super) fn refresh_cluster_addresses(&mut self) -> bool {
+        let cluster = build_cluster_addresses(
+            self.nodes.objects.values(),
+            &self.service_cidrs,
+            &self.reserved,
+        );
+        let changed = cluster != self.cluster;
+        self.cluster = cluster;
+        changed
+    }
+
     fn install_pools(&mut self) {
         let pools: Vec<IPPool> = self.pools.objects.values().cloned().collect();
-        let (specs, problems) = build_pool_specs(&pools);
+        let (specs, problems) = build_pool_specs(&pools, &excluded_ranges(&self.cluster));
         self.pool_problems = problems;
         match self.alloc.lb.set_pools(specs.clone()) {
             Ok(orphans) => {

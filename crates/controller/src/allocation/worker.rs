@@ -24,9 +24,12 @@ use super::watch::{watch_all, Input};
 use super::write::{JobOutcome, WrittenSpec};
 use crate::config::ControllerConfig;
 use crate::error::ErrorCategory;
+use crate::events::EventType;
 use crate::metrics::Metrics;
 use crate::service_feed::{map_event, ServiceFeedSender};
 use crate::Error;
+use berth_api::names::event as ev;
+use kube::Resource;
 
 enum Done {
     Service(ServiceKey, JobOutcome, Option<WrittenSpec>),
@@ -225,7 +228,13 @@ impl Worker {
 
     fn write_pool_statuses(&mut self) {
         self.pool_status_due = None;
-        for PoolStatusWrite { pool: name, status } in self.state.pool_status_writes(&apply::now()) {
+        for write in self.state.pool_status_writes(&apply::now()) {
+            let PoolStatusWrite {
+                pool: name,
+                status,
+                collision_event,
+                object,
+            } = write;
             let api: Api<IPPool> = Api::all(self.client.clone());
             let ctx = self.ctx.clone();
             self.jobs.push(
@@ -240,6 +249,18 @@ impl Worker {
                         .await
                         .map(|_| status)
                         .map_err(|e| ErrorCategory::of_api(&e));
+                    // Recorded once the status says the same, so a failed write that is
+                    // tried again does not repeat it.
+                    if let (Ok(_), Some(note)) = (&result, collision_event) {
+                        let regarding = Arc::new(object.object_ref(&()));
+                        ctx.event(
+                            &regarding,
+                            EventType::Warning,
+                            ev::POOL_OVERLAPS_CLUSTER,
+                            note,
+                        )
+                        .await;
+                    }
                     Done::Pool(name, result)
                 }
                 .boxed(),
