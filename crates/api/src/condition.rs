@@ -3,10 +3,42 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-/// Puts `new` in place of the condition of the same type (or appends it). When the status is
+/// The longest condition message the API server accepts (`metav1.Condition` validation), in
+/// bytes.
+pub const MAX_CONDITION_MESSAGE: usize = 32 * 1024;
+/// The longest Event note the API server accepts (events.k8s.io/v1 validation), in bytes.
+pub const MAX_EVENT_NOTE: usize = 1024;
+/// What ends a text cut short by [`bounded`].
+const CUT: &str = "...";
+
+/// `text` cut to at most `max` bytes on a UTF-8 character boundary, ending in `...` when cut,
+/// so user text (annotation values, names) that flows into a status or an Event never makes
+/// the API server refuse the write.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let room = max.saturating_sub(CUT.len());
+    let mut end = room.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + CUT.len());
+    out.push_str(&text[..end]);
+    if max >= CUT.len() {
+        out.push_str(CUT);
+    }
+    out
+}
+
+/// Puts `new` in place of the condition of the same type (or appends it); its message is
+/// bounded to [`MAX_CONDITION_MESSAGE`]. When the status is
 /// unchanged the existing `lastTransitionTime` is kept. Returns whether the list changed, so a
 /// caller can skip a status write that would change nothing.
 pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition) -> bool {
+    if new.message.len() > MAX_CONDITION_MESSAGE {
+        new.message = bounded(&new.message, MAX_CONDITION_MESSAGE);
+    }
     match conditions.iter_mut().find(|c| c.type_ == new.type_) {
         Some(existing) => {
             if existing.status == new.status {
@@ -46,6 +78,43 @@ mod tests {
             observed_generation: Some(1),
             last_transition_time: Time(Timestamp::from_second(at).unwrap()),
         }
+    }
+
+    #[test]
+    fn bounded_cuts_on_a_character_boundary() {
+        // (text, max, want)
+        let rows: &[(&str, usize, &str)] = &[
+            ("short", 10, "short"),
+            ("exactly10!", 10, "exactly10!"),
+            ("eleven byte", 10, "eleven ..."),
+            // "é" is two bytes: a cut inside it moves back before it.
+            ("aaaaaéééé", 9, "aaaaa..."),
+            ("aaaaaaébc", 9, "aaaaaa..."),
+            // Four-byte characters.
+            ("🚢🚢🚢", 9, "🚢..."),
+            ("🚢🚢🚢", 6, "..."),
+            ("abcdef", 2, ""),
+            ("", 0, ""),
+        ];
+        for (text, max, want) in rows {
+            let got = bounded(text, *max);
+            assert_eq!(got, *want, "{text:?} to {max}");
+            assert!(got.len() <= *max, "{text:?} to {max}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_condition_message_is_bounded() {
+        let mut conditions = Vec::new();
+        let mut c = mk_condition(VALID, FALSE, reason::INVALID_SPEC, 10);
+        c.message = "é".repeat(MAX_CONDITION_MESSAGE);
+        set_condition(&mut conditions, c);
+        let m = &conditions[0].message;
+        assert!(
+            m.len() <= MAX_CONDITION_MESSAGE && m.ends_with("..."),
+            "{}",
+            m.len()
+        );
     }
 
     #[test]

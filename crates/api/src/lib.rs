@@ -14,7 +14,9 @@ pub use annotations::{
     ip_pool, requested_ips, requested_ips_with_spec, sharing_key, AnnotationValue, RequestSource,
     RequestedIps,
 };
-pub use condition::{find_condition, set_condition};
+pub use condition::{
+    bounded, find_condition, set_condition, MAX_CONDITION_MESSAGE, MAX_EVENT_NOTE,
+};
 pub use convert::{selector_matches, to_selector, validate_label_selector};
 pub use crds::{crds, crds_yaml};
 pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};

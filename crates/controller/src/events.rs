@@ -76,7 +76,9 @@ pub fn build_event(pending: &PendingEvent, instance: &str, seq: u64) -> Event {
         },
         action: Some("Allocate".into()),
         reason: Some(pending.reason.to_string()),
-        note: Some(pending.note.clone()),
+        // User text (annotation values, pool names) flows into notes: the API server refuses
+        // a note over 1 KiB, and the Event would be retried and lost.
+        note: Some(berth_api::bounded(&pending.note, berth_api::MAX_EVENT_NOTE)),
         type_: Some(pending.type_.as_str().into()),
         event_time: Some(MicroTime(pending.at)),
         regarding: Some((*pending.regarding).clone()),
@@ -229,6 +231,15 @@ mod tests {
             note: "provided port is already allocated".into(),
             at: Timestamp::from_second(1_700_000_000).unwrap(),
         }
+    }
+
+    #[test]
+    fn a_note_of_user_text_is_bounded_to_what_the_api_server_accepts() {
+        let mut p = mk_pending("api", ev::ALLOCATION_FAILED);
+        p.note = format!("IPPool \"{}\" not found", "ü".repeat(4000));
+        let note = build_event(&p, "replica-a", 1).note.unwrap();
+        assert!(note.len() <= berth_api::MAX_EVENT_NOTE, "{}", note.len());
+        assert!(note.starts_with("IPPool \"ü") && note.ends_with("..."));
     }
 
     #[test]

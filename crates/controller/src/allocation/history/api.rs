@@ -419,6 +419,20 @@ impl Api {
             })
     }
 
+    /// The reason of the `berth.dev/Allocated` condition, "" when absent.
+    pub(super) fn allocated_reason(&self, name: &str) -> String {
+        self.get(name)
+            .pointer("/status/conditions")
+            .and_then(|c| c.as_array())
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c["type"] == berth_api::names::condition::ALLOCATED)
+            })
+            .and_then(|c| c["reason"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// The SIGKILL test's rule: no ClusterIP, node port or LoadBalancer address is named by
     /// two Services, except an address named by Services of one sharing key.
     pub(super) fn assert_no_value_named_twice(&self, row: &str) {

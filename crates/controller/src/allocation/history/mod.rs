@@ -16,6 +16,7 @@ mod rows_adoption;
 mod rows_crash_windows;
 mod rows_late_writes;
 mod rows_pools;
+mod rows_refusals;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -127,6 +128,10 @@ pub(super) enum Want {
     Allocated(&'static str, &'static str),
     /// Its message contains this.
     Message(&'static str, &'static str),
+    /// Its reason.
+    Reason(&'static str, &'static str),
+    /// Its message is cut to at most this many bytes, and says so.
+    MessageBounded(&'static str, usize),
     /// The conflicts counted so far by the current leader.
     Conflicts(u64),
     /// The LoadBalancer addresses the allocators hold for the Service.
@@ -464,6 +469,17 @@ impl Run {
             Want::Message(name, text) => {
                 let got = self.api.allocated(name).map(|c| c.1).unwrap_or_default();
                 assert!(got.contains(text), "{ctx}: {got}");
+            }
+            Want::MessageBounded(name, max) => {
+                let got = self.api.allocated(name).map(|c| c.1).unwrap_or_default();
+                assert!(
+                    got.len() <= max && got.ends_with("..."),
+                    "{ctx}: {} bytes",
+                    got.len()
+                );
+            }
+            Want::Reason(name, reason) => {
+                assert_eq!(self.api.allocated_reason(name), reason, "{ctx}");
             }
             Want::Conflicts(n) => assert_eq!(self.leader().metrics.conflicts.get(), n, "{ctx}"),
             Want::HoldsLb(name, ips) => {
