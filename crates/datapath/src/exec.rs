@@ -6,11 +6,11 @@
 use std::io::{BufWriter, Read, Write as _};
 use std::process::{Command, Output, Stdio};
 
-use crate::model::{ChainName, JumpRule, Table};
-use crate::render::Payload;
-use crate::rule_text::{rule_args, split_words};
-use crate::sync::Iptables;
-use crate::Error;
+use crate::backend::Payload;
+use crate::error::Error;
+use crate::iptables::rule_text::{rule_args, split_words};
+use crate::iptables::sync::Iptables;
+use crate::plan::model::{ChainName, JumpRule, Table};
 use berth_core::IpFamily;
 
 /// Seconds to wait for the xtables lock held by another program.
@@ -72,7 +72,7 @@ impl CommandIptables {
     }
 
     /// Whether full restores start each table with a chain-less listing
-    /// ([`crate::render::Rendered::listing_first`]); by default only on iptables-nft. `false`
+    /// ([`crate::iptables::render::Rendered::listing_first`]); by default only on iptables-nft. `false`
     /// restores as kube-proxy does, for comparison.
     pub fn listing_first(mut self, listing: bool) -> Self {
         self.nft_based = Some(listing);

@@ -6,7 +6,7 @@
 //!   survive, and other programs' tables are never named. Connections already established keep
 //!   their translation (conntrack holds it); affinity entries start over.
 //! - A partial sync sends only what changed since the last successful sync, as the iptables
-//!   [`crate::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
+//!   [`crate::iptables::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
 //!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds. Desired
 //!   state is diffed in memory; nothing is read back from the kernel.
 //! - Every command of a partial transaction names berth's table, so when someone deleted it
@@ -20,15 +20,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
-use crate::incremental::Changes;
-use crate::model::{ChainName, Ruleset, Table};
-use crate::names;
-use crate::nft::{
+use crate::backend::{SyncKind, SyncReport, SyncRuleset};
+use crate::error::Error;
+use crate::nft::render::{
     affinity_refs, check_expressible, convert_chain, is_folded, Command, Element, NftChain,
     NftRule, NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
 };
-use crate::sync::{SyncKind, SyncReport};
-use crate::Error;
+use crate::plan::incremental::Changes;
+use crate::plan::model::{ChainName, Ruleset, Table};
+use crate::plan::names;
 use berth_core::IpFamily;
 
 /// The nftables operations berth needs, for one address family.
@@ -214,7 +214,7 @@ impl<N: Nft> NftSyncer<N> {
     }
 
     /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
-    /// successful sync (as a [`crate::Planner`] reports them); a full sync when one is due.
+    /// successful sync (as a [`crate::plan::Planner`] reports them); a full sync when one is due.
     pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
         let result = match (changes, self.applied.is_some()) {
             (Changes::Chains(chains), true) => self.partial(rs, chains),
@@ -490,4 +490,14 @@ pub fn remove_table(family: IpFamily) -> Transaction {
     tx.push(Command::AddTable);
     tx.push(Command::DeleteTable);
     tx
+}
+
+impl<N: Nft> SyncRuleset for NftSyncer<N> {
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        NftSyncer::sync_changes(self, rs, changes)
+    }
+
+    fn force_full_sync(&mut self) {
+        NftSyncer::force_full_sync(self);
+    }
 }

@@ -1,10 +1,10 @@
 //! The real [`Nft`]: one `nft -f -` per transaction, the text streamed into it as it is
 //! rendered, optionally inside a named network namespace (`ip netns exec`).
 
+use crate::error::Error;
 use crate::exec::run_ok;
-use crate::nft::Transaction;
-use crate::nft_sync::Nft;
-use crate::Error;
+use crate::nft::render::Transaction;
+use crate::nft::sync::Nft;
 
 #[derive(Debug, Clone, Default)]
 pub struct CommandNft {

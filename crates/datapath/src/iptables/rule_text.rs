@@ -5,28 +5,20 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use crate::model::{
-    AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Target,
+use crate::error::Error;
+use crate::plan::model::{
+    protocol_keyword, AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule,
+    Target,
 };
-use crate::Error;
 use berth_core::Protocol;
-
-/// kube-proxy prints probabilities with `%0.10f`; the same text keeps rule dumps comparable.
-/// iptables' spelling of a protocol (`-p tcp`, `-m tcp`).
-pub fn iptables_protocol(protocol: Protocol) -> &'static str {
-    match protocol {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-        Protocol::Sctp => "sctp",
-    }
-}
 
 fn protocol_from_iptables(value: &str) -> Option<Protocol> {
     [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
         .into_iter()
-        .find(|p| iptables_protocol(*p) == value)
+        .find(|p| protocol_keyword(*p) == value)
 }
 
+/// kube-proxy prints probabilities with `%0.10f`; the same text keeps rule dumps comparable.
 pub fn probability_text(one_in: u32) -> String {
     format!("{:.10}", 1.0 / f64::from(one_in.max(1)))
 }
@@ -59,7 +51,7 @@ fn write_match(out: &mut String, m: &Match) {
             write!(out, " {}-d {}", negation(*negated), net_text(net))
         }
         Match::Protocol(proto) => {
-            let p = iptables_protocol(*proto);
+            let p = protocol_keyword(*proto);
             write!(out, " -m {p} -p {p}")
         }
         Match::DestPort(PortMatch::Single(port)) => write!(out, " --dport {port}"),

@@ -1,6 +1,6 @@
 //! Which endpoints each traffic policy uses (kube-proxy's `CategorizeEndpoints`, without topology hints).
 
-use crate::input::{Endpoint, NodeInfo, ServicePort};
+use crate::plan::input::{Endpoint, NodeInfo, ServicePort};
 use berth_core::IpFamily;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -77,7 +77,7 @@ pub fn categorize<'a>(port: &'a ServicePort, node: &NodeInfo, family: IpFamily) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::ServicePortName;
+    use crate::plan::input::ServicePortName;
     use berth_core::TrafficPolicy;
 
     fn mk_ep(ip: &str, node: &str, ready: bool, serving: bool, terminating: bool) -> Endpoint {

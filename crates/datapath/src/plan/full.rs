@@ -1,7 +1,7 @@
-//! `plan`: the node's view -> the complete berth ruleset for one address family.
+//! `plan::full`: the node's view -> the complete berth ruleset for one address family.
 //!
 //! Semantics follow kube-proxy's iptables mode (chain roles, masquerading, traffic policies,
-//! firewalling), under the `BERTH-` prefix; only the entry dispatch differs (see [`crate::dispatch`]).
+//! firewalling), under the `BERTH-` prefix; only the entry dispatch differs (see [`crate::plan::dispatch`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -9,15 +9,14 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use crate::categorize::{categorize, Categorized};
-use crate::dispatch::{build_dispatch, Dispatch, DispatchEntries};
-pub use crate::fixed::builtin_jumps;
-use crate::fixed::plan_fixed_chains;
-use crate::input::{Endpoint, NodeInfo, NodeView, ServicePort, SessionAffinity};
-use crate::model::{
+use crate::plan::categorize::{categorize, Categorized};
+use crate::plan::dispatch::{build_dispatch, Dispatch, DispatchEntries};
+use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
+use crate::plan::input::{Endpoint, NodeInfo, NodeView, ServicePort, SessionAffinity};
+use crate::plan::model::{
     AddrSide, ChainName, Match, PortMatch, RecentAction, Rule, Ruleset, Table, Target,
 };
-use crate::names::{self, ServiceChain};
+use crate::plan::names::{self, ServiceChain};
 use berth_core::{IpFamily, Protocol};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +77,7 @@ fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> 
 
 /// Fixed chains kube-proxy declares and refills on every sync, partial ones included: its partial
 /// syncs skip only unchanged SVC/SVL/EXT/FW/SEP chains (`pkg/proxy/iptables/proxier.go`). Linear
-/// dispatch models that layout faithfully for comparison, so a [`crate::sync::Syncer`] running
+/// dispatch models that layout faithfully for comparison, so a [`crate::iptables::sync::Syncer`] running
 /// it rewrites these every time; tree dispatch rewrites only the chains whose content changed.
 pub fn rewritten_every_sync(dispatch: Dispatch) -> Vec<(Table, ChainName)> {
     match dispatch {
@@ -141,7 +140,7 @@ struct Chains {
 
 /// Writes one Service port's chains, its rules in the shared filter chains, and its dispatch
 /// entries. Depends only on the port, the node and the options, which is what lets
-/// [`crate::incremental::Planner`] cache the result per Service port.
+/// [`crate::plan::incremental::Planner`] cache the result per Service port.
 pub(crate) fn plan_service_port(
     rs: &mut Ruleset,
     entries: &mut DispatchEntries,

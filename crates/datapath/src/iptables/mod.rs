@@ -1,0 +1,10 @@
+//! The iptables backend: a planned ruleset -> `iptables-restore --noflush` text ([`render`],
+//! one rule at a time by [`rule_text`]) -> applied by a [`Syncer`] through the [`Iptables`]
+//! trait, whose real form ([`crate::exec`]) runs the tools.
+
+pub mod render;
+pub mod rule_text;
+pub mod sync;
+
+pub use render::{render, ChainSelection, Rendered};
+pub use sync::{remove_berth_rules, Iptables, Syncer};
