@@ -18,10 +18,11 @@ use crate::plan::dispatch::{
     V6Space,
 };
 use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
-use crate::plan::full::{plan_service_port, PlanOptions};
 use crate::plan::input::{NodeInfo, NodeView, ServicePort, ServicePortName};
 use crate::plan::model::{ChainName, Rule, Ruleset, Table, TableRules};
 use crate::plan::names;
+use crate::plan::options::PlanOptions;
+use crate::plan::service::plan_service_port;
 use berth_core::{IpFamily, Protocol};
 
 type ServiceKey = (ServicePortName, Protocol);

@@ -1,7 +1,8 @@
 //! The plan room: a node's view of Services and endpoints ([`input`], built from Kubernetes
 //! objects by [`convert`]) -> a typed ruleset ([`model`]), the same for both backends. [`full`]
 //! plans everything at once and is the reference; [`incremental`] re-plans only what changed.
-//! [`categorize`] picks each Service port's endpoints, [`dispatch`] lays out the entry chains,
+//! For each Service port, [`categorize`] picks the endpoints, [`policy`] decides what the port
+//! needs on this node and [`service`] writes its chains; [`dispatch`] lays out the entry chains,
 //! [`fixed`] the chains every node has, [`names`] names them all.
 
 pub mod categorize;
@@ -13,8 +14,12 @@ pub mod incremental;
 pub mod input;
 pub mod model;
 pub mod names;
+pub mod options;
+pub mod policy;
+pub mod service;
 
 pub use dispatch::Dispatch;
 pub use fixed::builtin_jumps;
-pub use full::{plan, rewritten_every_sync, PlanOptions};
+pub use full::{plan, rewritten_every_sync};
 pub use incremental::{Changes, Planner};
+pub use options::PlanOptions;
