@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use berth_core::IpFamily;
 use berth_datapath::backend::SyncReport;
-use berth_datapath::exec::{Backend, CommandIptables};
 use berth_datapath::iptables::Syncer;
+use berth_datapath::iptables::{Backend, CommandIptables};
 use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::Transaction;
 use berth_datapath::nft::{Nft, NftSyncer};

@@ -20,8 +20,8 @@ use std::process::{Command, Stdio};
 
 use berth_core::IpFamily;
 use berth_datapath::backend::Payload;
-use berth_datapath::exec::CommandIptables;
 use berth_datapath::fake::MemoryNft;
+use berth_datapath::iptables::CommandIptables;
 use berth_datapath::iptables::Iptables;
 use berth_datapath::iptables::{render, ChainSelection};
 use berth_datapath::nft::CommandNft;

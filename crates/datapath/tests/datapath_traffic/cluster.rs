@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use berth_datapath::backend::{SyncKind, SyncReport};
-use berth_datapath::exec::CommandIptables;
+use berth_datapath::iptables::CommandIptables;
 use berth_datapath::iptables::{remove_berth_rules, Syncer};
 use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::{remove_table, Nft, NftSyncer};
