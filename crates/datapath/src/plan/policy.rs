@@ -210,8 +210,9 @@ mod tests {
     //! on node-b.
     use super::*;
     use crate::plan::categorize::categorize;
-    use crate::plan::input::{Endpoint, IpMode, LoadBalancerIngress, ServicePortName};
-    use berth_core::{IpFamily, Protocol, TrafficPolicy};
+    use crate::plan::input::tests::mk_port;
+    use crate::plan::input::{Endpoint, IpMode, LoadBalancerIngress};
+    use berth_core::{IpFamily, TrafficPolicy};
 
     fn mk_ep(ip: &str, node: &str) -> Endpoint {
         Endpoint {
@@ -221,28 +222,6 @@ mod tests {
             serving: true,
             terminating: false,
             node_name: Some(node.into()),
-        }
-    }
-
-    fn mk_port(endpoints: Vec<Endpoint>) -> ServicePort {
-        ServicePort {
-            name: ServicePortName {
-                namespace: "ns".into(),
-                name: "svc".into(),
-                port: "http".into(),
-            },
-            protocol: Protocol::Tcp,
-            port: 80,
-            cluster_ips: vec!["10.96.0.1".parse().unwrap()],
-            node_port: None,
-            external_ips: vec![],
-            load_balancer_ingress: vec![],
-            source_ranges: vec![],
-            session_affinity: SessionAffinity::None,
-            external_traffic_policy: TrafficPolicy::Cluster,
-            internal_traffic_policy: TrafficPolicy::Cluster,
-            health_check_node_port: None,
-            endpoints,
         }
     }
 
