@@ -38,6 +38,12 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_CLUSTER_CIDR", value_delimiter = ',')]
     cluster_cidr: Vec<berth_agent::IpNet>,
 
+    /// CIDRs inside which Services' `spec.externalIPs` are programmed, comma separated. Empty
+    /// (the default): none, as the API server's DenyServiceExternalIPs; an external IP outside
+    /// them is left out of the datapath.
+    #[arg(long, env = "BERTH_EXTERNAL_IP_CIDRS", value_delimiter = ',')]
+    external_ip_cidrs: Vec<berth_agent::IpNet>,
+
     /// Masquerade all traffic to ClusterIPs.
     #[arg(long, env = "BERTH_MASQUERADE_ALL")]
     masquerade_all: bool,
@@ -194,6 +200,7 @@ impl AgentArgs {
                 DispatchArg::Linear => berth_agent::Dispatch::Linear,
             },
             cluster_cidrs: self.cluster_cidr.clone(),
+            external_ip_cidrs: self.external_ip_cidrs.clone(),
             masquerade_all: self.masquerade_all,
             min_sync_interval: self.min_sync_interval,
             sync_period: self.sync_period,

@@ -90,6 +90,8 @@ pub struct AgentOptions {
     pub l2_announcer: bool,
     /// Interfaces the announcer answers on; empty: every non-loopback Ethernet interface.
     pub l2_interfaces: Vec<String>,
+    /// `spec.externalIPs` are programmed only inside these; empty (the default): none.
+    pub external_ip_cidrs: Vec<IpNet>,
 }
 
 impl Default for AgentOptions {
@@ -108,6 +110,7 @@ impl Default for AgentOptions {
             admin_listen: SocketAddr::from(([0, 0, 0, 0], 10356)),
             l2_announcer: false,
             l2_interfaces: Vec::new(),
+            external_ip_cidrs: Vec::new(),
         }
     }
 }
@@ -181,6 +184,13 @@ impl AgentConfig {
 
     pub fn proxy_mode(&self) -> ProxyMode {
         self.options.proxy_mode
+    }
+
+    /// What Services may ask of this node.
+    pub fn service_policy(&self) -> berth_datapath::plan::convert::ServicePolicy {
+        berth_datapath::plan::convert::ServicePolicy {
+            external_ip_cidrs: self.options.external_ip_cidrs.clone(),
+        }
     }
 
     /// The backend as configured (`Auto` until the caller resolves it).

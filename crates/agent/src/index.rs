@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use berth_api::names::{annotation, label};
 use berth_core::Protocol;
 use berth_datapath::plan::convert::{
-    build_endpoints, build_node_info, build_service_ports, ProxyMode,
+    build_endpoints, build_node_info, build_service_ports_with, ProxyMode, ServicePolicy,
 };
 use berth_datapath::{Endpoint, NodeInfo, NodeView, ServicePort, ServicePortName};
 use chrono::{DateTime, Utc};
@@ -140,6 +140,8 @@ pub struct Index {
     relist_slices: Option<HashSet<SliceKey>>,
     /// During a Node relist: whether our Node was in it.
     relist_node: Option<bool>,
+    /// What Services may ask of this node (`--external-ip-cidrs`).
+    policy: ServicePolicy,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -228,7 +230,14 @@ impl Index {
             relist_services: None,
             relist_slices: None,
             relist_node: None,
+            policy: ServicePolicy::default(),
         }
+    }
+
+    /// The index under `policy`; [`Index::new`] allows no external IP.
+    pub fn with_policy(mut self, policy: ServicePolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// Whether Services, EndpointSlices and the Node have each been listed once.
@@ -309,8 +318,11 @@ impl Index {
         if !berth_datapath::plan::convert::is_proxied(svc, self.mode) {
             return Some(Vec::new());
         }
-        match build_service_ports(svc, &[]) {
-            Ok(mut ports) => {
+        match build_service_ports_with(svc, &[], &self.policy) {
+            Ok((mut ports, dropped)) => {
+                for d in &dropped {
+                    tracing::warn!(%namespace, %name, entry = %d, "left out of the Service's datapath");
+                }
                 sort_ports(&mut ports);
                 Some(ports)
             }

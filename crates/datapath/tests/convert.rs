@@ -261,3 +261,128 @@ fn invalid_services_are_skipped_not_fatal() {
         assert!(rs.rule_count() > 0);
     }
 }
+
+fn policy(cidrs: &[&str]) -> ServicePolicy {
+    ServicePolicy {
+        external_ip_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+    }
+}
+
+/// A tenant's LoadBalancer Service asking for external IPs and source ranges.
+fn tenant(external_ips: &[&str], source_ranges: &[&str]) -> Service {
+    mk_service(
+        "tenant",
+        json!({}),
+        json!({"type": "LoadBalancer", "clusterIP": "10.96.0.20",
+            "externalIPs": external_ips, "loadBalancerSourceRanges": source_ranges,
+            "ports": [{"name": "https", "port": 443, "nodePort": 30443}]}),
+        json!({"loadBalancer": {"ingress": [{"ip": "198.18.0.200"}]}}),
+    )
+}
+
+#[test]
+fn external_ips_only_inside_the_allowed_cidrs_and_bad_entries_drop_alone() {
+    // (allowed CIDRs, externalIPs, source ranges,
+    //  external IPs programmed, source ranges programmed, LB ingress kept, dropped entries)
+    type Row<'a> = (
+        &'a [&'a str],
+        &'a [&'a str],
+        &'a [&'a str],
+        &'a [&'a str],
+        &'a [&'a str],
+        bool,
+        &'a [&'a str],
+    );
+    let rows: &[Row] = &[
+        // The default allows none: the API server's LAN address and port asked by a tenant.
+        (
+            &[],
+            &["198.18.0.2"],
+            &[],
+            &[],
+            &[],
+            true,
+            &[
+                r#"spec.externalIPs[0]: Invalid value: "198.18.0.2": not inside the external IP CIDRs this cluster allows (none)"#,
+            ],
+        ),
+        // Inside the allowed CIDR: programmed; outside: dropped alone.
+        (
+            &["203.0.113.0/24"],
+            &["203.0.113.5", "198.18.0.2"],
+            &[],
+            &["203.0.113.5"],
+            &[],
+            true,
+            &[
+                r#"spec.externalIPs[1]: Invalid value: "198.18.0.2": not inside the external IP CIDRs this cluster allows (203.0.113.0/24)"#,
+            ],
+        ),
+        // A leading zero (once octal in Go) drops that entry only, the ClusterIP stays.
+        (
+            &["0.0.0.0/0"],
+            &["010.0.0.5", "10.0.0.6"],
+            &[],
+            &["10.0.0.6"],
+            &[],
+            true,
+            &[r#"spec.externalIPs[0]: Invalid value: "010.0.0.5": must be a valid IP address"#],
+        ),
+        // One bad source range drops alone; the others still restrict.
+        (
+            &[],
+            &[],
+            &["192.0.2.0/24", "10.0.0.0/8x"],
+            &[],
+            &["192.0.2.0/24"],
+            true,
+            &[
+                r#"spec.loadBalancerSourceRanges[1]: Invalid value: "10.0.0.0/8x": must be a valid CIDR"#,
+            ],
+        ),
+        // Every source range bad: the load balancer stays closed rather than open to all.
+        (
+            &[],
+            &[],
+            &["010.0.0.0/8"],
+            &[],
+            &[],
+            false,
+            &[
+                r#"spec.loadBalancerSourceRanges[0]: Invalid value: "010.0.0.0/8": must be a valid CIDR"#,
+            ],
+        ),
+        // IPv6 allowed by its own CIDR only.
+        (
+            &["fd00:ee::/64"],
+            &["fd00:ee::5", "fd00:ef::5"],
+            &[],
+            &["fd00:ee::5"],
+            &[],
+            true,
+            &[
+                r#"spec.externalIPs[1]: Invalid value: "fd00:ef::5": not inside the external IP CIDRs this cluster allows (fd00:ee::/64)"#,
+            ],
+        ),
+    ];
+    for (allowed, ext, ranges, want_ext, want_ranges, lb_kept, want_dropped) in rows {
+        let ctx = format!("{allowed:?} {ext:?} {ranges:?}");
+        let (ports, dropped) =
+            build_service_ports_with(&tenant(ext, ranges), &[], &policy(allowed)).unwrap();
+        assert_eq!(ports.len(), 1, "{ctx}");
+        let p = &ports[0];
+        assert_eq!(
+            p.cluster_ips,
+            vec!["10.96.0.20".parse::<std::net::IpAddr>().unwrap()],
+            "{ctx}"
+        );
+        assert_eq!(p.node_port, Some(30443), "{ctx}");
+        let got_ext: Vec<String> = p.external_ips.iter().map(ToString::to_string).collect();
+        assert_eq!(got_ext, *want_ext, "{ctx}");
+        let got_ranges: Vec<String> = p.source_ranges.iter().map(ToString::to_string).collect();
+        assert_eq!(got_ranges, *want_ranges, "{ctx}");
+        assert_eq!(!p.load_balancer_ingress.is_empty(), *lb_kept, "{ctx}");
+        let got_dropped: Vec<String> = dropped.iter().map(ToString::to_string).collect();
+        assert_eq!(got_dropped, *want_dropped, "{ctx}");
+    }
+}

@@ -94,6 +94,118 @@ pub fn build_node_info(node: &Node) -> NodeInfo {
     }
 }
 
+/// What an administrator allows Services to ask of every node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServicePolicy {
+    /// `--external-ip-cidrs`: `spec.externalIPs` are programmed only inside these. Empty (the
+    /// default) allows none, as the API server's `DenyServiceExternalIPs` admission plugin:
+    /// an external IP is any address on every node, the API server's or a database's included.
+    pub external_ip_cidrs: Vec<IpNet>,
+}
+
+impl ServicePolicy {
+    /// Every external IP allowed (kube-proxy's behaviour): for tests and for clusters that
+    /// guard `spec.externalIPs` by admission instead.
+    pub fn allow_all() -> Self {
+        Self {
+            external_ip_cidrs: ["0.0.0.0/0", "::/0"]
+                .iter()
+                .filter_map(|c| c.parse().ok())
+                .collect(),
+        }
+    }
+
+    fn allows(&self, ip: IpAddr) -> bool {
+        self.external_ip_cidrs.iter().any(|c| c.contains(&ip))
+    }
+}
+
+/// One entry of a Service left out of its datapath, and why, in the API server's words
+/// (`spec.externalIPs[0]: Invalid value: "010.0.0.5": must be a valid IP address`). The rest of
+/// the Service is programmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub field: String,
+    pub value: String,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: Invalid value: {:?}: {}",
+            self.field, self.value, self.detail
+        )
+    }
+}
+
+/// `spec.externalIPs` that parse and that the policy allows; the others are `Dropped`.
+fn filter_external_ips(
+    values: &[String],
+    policy: &ServicePolicy,
+    dropped: &mut Vec<Dropped>,
+) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        let field = format!("spec.externalIPs[{i}]");
+        let drop = |detail: String| Dropped {
+            field: field.clone(),
+            value: value.clone(),
+            detail,
+        };
+        // Rust's parser refuses leading zeros (`010.0.0.5`), which Go once read as octal.
+        match value.parse::<IpAddr>() {
+            Err(_) => dropped.push(drop("must be a valid IP address".into())),
+            Ok(ip) if !policy.allows(ip) => dropped.push(drop(format!(
+                "not inside the external IP CIDRs this cluster allows ({})",
+                allowed_text(policy)
+            ))),
+            Ok(ip) => out.push(ip),
+        }
+    }
+    out
+}
+
+fn allowed_text(policy: &ServicePolicy) -> String {
+    if policy.external_ip_cidrs.is_empty() {
+        "none".into()
+    } else {
+        policy
+            .external_ip_cidrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// `spec.loadBalancerSourceRanges` that parse; the others are `Dropped`. `None` when entries
+/// were given and none parses: the load balancer must then stay closed, not open to all.
+fn filter_source_ranges(values: &[String], dropped: &mut Vec<Dropped>) -> Option<Vec<IpNet>> {
+    let mut out = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        match parse_cidr(value.trim()) {
+            Some(net) => out.push(net),
+            None => dropped.push(Dropped {
+                field: format!("spec.loadBalancerSourceRanges[{i}]"),
+                value: value.clone(),
+                detail: "must be a valid CIDR".into(),
+            }),
+        }
+    }
+    (values.is_empty() || !out.is_empty()).then_some(out)
+}
+
+/// A CIDR whose address the standard parser reads: `ipnet` takes `010.0.0.0/8` for
+/// `10.0.0.0/8`, which others read as octal (`8.0.0.0/8`); an ambiguous range is refused.
+fn parse_cidr(text: &str) -> Option<IpNet> {
+    let (addr, len) = text.split_once('/')?;
+    let addr: IpAddr = addr.parse().ok()?;
+    let len: u8 = len.parse().ok()?;
+    IpNet::new(addr, len).ok()
+}
+
 fn parse_ips(object: &str, field: &str, values: &[String]) -> Result<Vec<IpAddr>, Error> {
     values
         .iter()
@@ -160,16 +272,29 @@ pub fn build_endpoints(
 }
 
 /// The ports of one Service with their endpoints. `slices` may hold any slices: only those
-/// labelled with this Service's name in its namespace are used.
+/// labelled with this Service's name in its namespace are used. Everything the policy allows.
 pub fn build_service_ports(
     svc: &Service,
     slices: &[EndpointSlice],
 ) -> Result<Vec<ServicePort>, Error> {
+    build_service_ports_with(svc, slices, &ServicePolicy::allow_all()).map(|(ports, _)| ports)
+}
+
+/// The ports of one Service under `policy`, and the entries left out: an external IP the
+/// policy does not allow, an entry of `externalIPs` or `loadBalancerSourceRanges` that does
+/// not parse. One bad entry never costs the Service the rest of its datapath; when every
+/// source range is bad, its load-balancer addresses are left out (closed, not open to all).
+pub fn build_service_ports_with(
+    svc: &Service,
+    slices: &[EndpointSlice],
+    policy: &ServicePolicy,
+) -> Result<(Vec<ServicePort>, Vec<Dropped>), Error> {
+    let mut dropped = Vec::new();
     let namespace = svc.metadata.namespace.clone().unwrap_or_default();
     let name = svc.metadata.name.clone().unwrap_or_default();
     let object = format!("Service {namespace}/{name}");
     let Some(spec) = svc.spec.as_ref() else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), dropped));
     };
     let mut cluster_ips = parse_ips(
         &object,
@@ -179,12 +304,12 @@ pub fn build_service_ports(
     if cluster_ips.is_empty() {
         cluster_ips = parse_ips(&object, "spec.clusterIP", spec.cluster_ip.as_slice())?;
     }
-    let external_ips = parse_ips(
-        &object,
-        "spec.externalIPs",
+    let external_ips = filter_external_ips(
         spec.external_ips.as_deref().unwrap_or_default(),
-    )?;
-    let load_balancer_ingress: Vec<LoadBalancerIngress> = svc
+        policy,
+        &mut dropped,
+    );
+    let mut load_balancer_ingress: Vec<LoadBalancerIngress> = svc
         .status
         .as_ref()
         .and_then(|status| status.load_balancer.as_ref())
@@ -206,15 +331,14 @@ pub fn build_service_ports(
         .unwrap_or_default();
     let is_lb = spec.type_.as_deref() == Some("LoadBalancer");
     let source_ranges = if is_lb {
-        spec.load_balancer_source_ranges
-            .iter()
-            .flatten()
-            .map(|r| {
-                r.trim()
-                    .parse::<IpNet>()
-                    .map_err(|_| invalid(&object, "spec.loadBalancerSourceRanges", r))
-            })
-            .collect::<Result<Vec<_>, _>>()?
+        let given = spec
+            .load_balancer_source_ranges
+            .as_deref()
+            .unwrap_or_default();
+        filter_source_ranges(given, &mut dropped).unwrap_or_else(|| {
+            load_balancer_ingress.clear();
+            Vec::new()
+        })
     } else {
         Vec::new()
     };
@@ -302,7 +426,7 @@ pub fn build_service_ports(
             endpoints: build_endpoints(&service_slices, &port_name, protocol),
         });
     }
-    Ok(ports)
+    Ok((ports, dropped))
 }
 
 /// The node's whole view. Services that cannot be read are skipped and returned as errors, so
