@@ -86,9 +86,8 @@ pub struct ControllerArgs {
     /// Addresses no IPPool may hand out, besides the Nodes' addresses, their pod CIDRs and the
     /// service CIDRs, which never are: the LAN's gateway, DNS servers, a pod CIDR the Nodes do
     /// not show. Comma separated addresses, CIDRs and `a-b` ranges.
-    // Spelled out so that clap takes the comma-separated list as one value.
-    #[arg(long, env = "BERTH_RESERVED_ADDRESSES", value_parser = parse_reserved_addresses)]
-    reserved_addresses: ::std::option::Option<::std::vec::Vec<berth_controller::AddressRange>>,
+    #[arg(long, env = "BERTH_RESERVED_ADDRESSES", value_delimiter = ',', value_parser = parse_reserved_address)]
+    reserved_addresses: Vec<berth_controller::AddressRange>,
 
     /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`).
     #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
@@ -133,8 +132,14 @@ fn parse_pool_gone_grace(text: &str) -> Result<Option<Duration>, String> {
     berth_controller::parse_grace(text, parse_duration).map_err(flag_error)
 }
 
-fn parse_reserved_addresses(text: &str) -> Result<Vec<berth_controller::AddressRange>, String> {
-    berth_controller::parse_reserved_addresses(text).map_err(flag_error)
+fn parse_reserved_address(text: &str) -> Result<berth_controller::AddressRange, String> {
+    let mut ranges = berth_controller::parse_reserved_addresses(text).map_err(flag_error)?;
+    match (ranges.pop(), ranges.is_empty()) {
+        (Some(range), true) => Ok(range),
+        _ => Err(format!(
+            "--reserved-addresses {text:?}: one address, CIDR or range"
+        )),
+    }
 }
 
 fn parse_default_class(text: &str) -> Result<Option<&'static str>, String> {
@@ -166,7 +171,7 @@ impl ControllerArgs {
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
             pool_gone_grace: self.pool_gone_grace,
-            reserved_addresses: self.reserved_addresses.clone().unwrap_or_default(),
+            reserved_addresses: self.reserved_addresses.clone(),
         }
     }
 }
