@@ -183,9 +183,27 @@ pub enum Match {
     },
 }
 
+/// iptables' comment match takes at most 256 bytes.
+pub const MAX_COMMENT_BYTES: usize = 255;
+
 impl Match {
+    /// A comment, made safe to write: object names reach it, and a newline would end the rule
+    /// (a line of its own in an `iptables-restore` payload), a quote would end the string. Keeps
+    /// printable characters other than quotes and backslashes, at most [`MAX_COMMENT_BYTES`].
     pub fn comment(text: impl AsRef<str>) -> Self {
-        Match::Comment(Arc::from(text.as_ref()))
+        let text = text.as_ref();
+        let clean = |c: &char| !c.is_control() && !matches!(c, '"' | '\'' | '\\' | '`');
+        if text.len() <= MAX_COMMENT_BYTES && text.chars().all(|c| clean(&c)) {
+            return Match::Comment(Arc::from(text));
+        }
+        let mut out = String::with_capacity(text.len().min(MAX_COMMENT_BYTES));
+        for c in text.chars().filter(clean) {
+            if out.len() + c.len_utf8() > MAX_COMMENT_BYTES {
+                break;
+            }
+            out.push(c);
+        }
+        Match::Comment(Arc::from(out))
     }
 
     pub fn src(addr: IpAddr) -> Self {
@@ -353,6 +371,26 @@ mod tests {
 
     /// The planner holds hundreds of thousands of these at 10,000 Services; growing one is a
     /// memory regression the agent's RSS bench would otherwise catch only later.
+    #[test]
+    fn comments_lose_newlines_quotes_and_excess() {
+        let text = |m: Match| match m {
+            Match::Comment(t) => t.to_string(),
+            other => panic!("{other:?}"),
+        };
+        // (input, written)
+        let rows: &[(&str, &str)] = &[
+            ("ns/svc:http", "ns/svc:http"),
+            ("ns/svc\n-A INPUT -j ACCEPT", "ns/svc-A INPUT -j ACCEPT"),
+            ("a\"b'c`d\\e\r\tf", "abcdef"),
+            ("ns/ü:p", "ns/ü:p"),
+        ];
+        for (input, want) in rows {
+            assert_eq!(text(Match::comment(input)), *want, "{input:?}");
+        }
+        let long = text(Match::comment("é".repeat(300)));
+        assert!(long.len() <= MAX_COMMENT_BYTES && long.chars().all(|c| c == 'é'));
+    }
+
     #[test]
     fn rules_and_matches_stay_compact() {
         assert!(std::mem::size_of::<Match>() <= 24);
