@@ -17,6 +17,9 @@
 //! ruleset and its per-Service cache) and `full_sync_peak_mb` (rendering and applying the first,
 //! full payload).
 //!
+//! `--big-service-child [--ports N] [--endpoints M]` runs the same stages for one Service of
+//! N ports (default 5,000) and M endpoints (default 20): what one tenant's Service costs.
+//!
 //! Run: `cargo bench -p berth-agent --bench agent_rss [-- --services N]`.
 
 #![allow(clippy::unwrap_used)]
@@ -113,6 +116,51 @@ fn mb(kib: u64) -> f64 {
 
 /// The stages of the agent one by one, in this process, objects built and dropped one at a time.
 fn run_breakdown_child(services: usize) {
+    breakdown(mk_objects(services));
+}
+
+/// The same stages for one Service of `ports` ports and `endpoints` endpoints (slices of 100
+/// ports, the API server's limit): what one tenant's Service costs every agent.
+fn run_big_service_child(ports: usize, endpoints: usize) {
+    println!("one Service: ports={ports} endpoints={endpoints}");
+    breakdown(mk_big_service(ports, endpoints));
+}
+
+fn mk_big_service(ports: usize, endpoints: usize) -> impl Iterator<Item = Value> {
+    let port = |p: usize| json!({"name": format!("p{p}"), "port": 1000 + p, "protocol": "TCP"});
+    let service = mk_service_json(
+        "tenant",
+        "big",
+        json!({"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
+               "ports": (0..ports).map(|p| {
+                   let mut v = port(p);
+                   v["nodePort"] = json!(30000 + p % 2768);
+                   v
+               }).collect::<Vec<_>>()}),
+    );
+    let eps: Vec<Value> = (0..endpoints)
+        .map(|e| {
+            json!({
+                "addresses": [format!("10.128.0.{}", e + 1)],
+                "conditions": {"ready": true, "serving": true, "terminating": false},
+                "nodeName": format!("node-{}", e % NODES)
+            })
+        })
+        .collect();
+    let slices = (0..ports.div_ceil(100)).map(move |s| {
+        let ports: Vec<Value> = (s * 100..((s + 1) * 100).min(ports)).map(port).collect();
+        mk_slice_json(
+            "tenant",
+            "big",
+            &format!("big-{s}"),
+            Value::Array(ports),
+            Value::Array(eps.clone()),
+        )
+    });
+    std::iter::once(service).chain(slices)
+}
+
+fn breakdown(objects: impl Iterator<Item = Value>) {
     let cluster_cidr = "10.128.0.0/9".parse().unwrap();
     let start = status_kib("VmRSS:");
     let clock = Instant::now();
@@ -120,7 +168,7 @@ fn run_breakdown_child(services: usize) {
     index.begin_services();
     index.begin_slices();
     index.begin_node();
-    for obj in mk_objects(services) {
+    for obj in objects {
         if obj["kind"] == "Service" {
             index.apply_service(&serde_json::from_value::<Service>(obj).unwrap());
         } else {
@@ -230,6 +278,12 @@ fn main() {
         .unwrap_or(10_000);
     let kubeconfig =
         std::env::temp_dir().join(format!("berth-agent-rss-{}.kubeconfig", std::process::id()));
+    if args.iter().any(|a| a == "--big-service-child") {
+        let n =
+            |flag, default: usize| arg_value(&args, flag).map_or(default, |v| v.parse().unwrap());
+        run_big_service_child(n("--ports", 5000), n("--endpoints", 20));
+        return;
+    }
     if args.iter().any(|a| a == "--breakdown-child") {
         run_breakdown_child(services);
         return;
