@@ -68,8 +68,8 @@ struct Session<'a> {
 /// Renders the FRR configuration (the `frr.conf` that `frr-reload.py` applies) for one node.
 ///
 /// Decisions: peers are taken in name order; FRR holds one `router bgp` per VRF, so a peer whose
-/// `myASN` differs from the first selected peer's is skipped, as is one whose router id would
-/// differ, a peer naming a BFD profile that does not exist, and a peer without a readable
+/// `myASN` differs from the one most selected peers use is skipped (a tie goes to the smaller
+/// AS), as is one whose router id would differ from the first peer's, a peer naming a BFD profile that does not exist, and a peer without a readable
 /// password Secret. No BGP instance is rendered without a router id (a node without IPv4).
 pub fn render_frr_config(input: &SpeakerInput<'_>) -> RenderedConfig {
     let mut skipped = Vec::new();
@@ -115,8 +115,8 @@ pub fn render_frr_config(input: &SpeakerInput<'_>) -> RenderedConfig {
             skipped,
         };
     };
-    render_prefix_lists(&mut text, &advertisements, input.pools);
-    render_route_maps(&mut text, &sessions, &advertisements);
+    let lists = render_prefix_lists(&mut text, &advertisements, input.pools);
+    render_route_maps(&mut text, &sessions, &advertisements, &lists);
     render_router(&mut text, router_id, &sessions, input.passwords);
     render_bfd(&mut text, &sessions, &profiles);
     text.push_str("end\n");
@@ -146,28 +146,41 @@ fn choose_sessions<'a>(
         .filter(|(_, spec)| spec.selects_node(&input.node.labels))
         .collect();
     peers.sort_by(|a, b| a.0.cmp(&b.0));
+    peers.retain(|(name, spec)| match spec.validate() {
+        Ok(()) => true,
+        Err(errors) => {
+            skipped.push(skip("BGPPeer", name, errors.to_string()));
+            false
+        }
+    });
+    // The AS most of the selected peers give the node; a tie goes to the smaller number.
+    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+    for (_, spec) in &peers {
+        *counts.entry(spec.my_asn).or_default() += 1;
+    }
+    let my_asn = counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(asn, _)| *asn);
     let mut sessions: Vec<Session<'a>> = Vec::new();
     let mut addresses = BTreeSet::new();
     for (name, spec) in peers {
-        if let Err(errors) = spec.validate() {
-            skipped.push(skip("BGPPeer", name, errors.to_string()));
-            continue;
-        }
         let Ok(address) = spec.peer_address.parse::<IpAddr>() else {
             continue;
         };
+        if Some(spec.my_asn) != my_asn {
+            skipped.push(skip(
+                "BGPPeer",
+                name,
+                format!(
+                    "myASN {} differs from {}, which most peers of this node use: a node speaks as one AS",
+                    spec.my_asn,
+                    my_asn.unwrap_or_default()
+                ),
+            ));
+            continue;
+        }
         if let Some(first) = sessions.first() {
-            if first.spec.my_asn != spec.my_asn {
-                skipped.push(skip(
-                    "BGPPeer",
-                    name,
-                    format!(
-                        "myASN {} differs from {} of peer {}: a node speaks as one AS",
-                        spec.my_asn, first.spec.my_asn, first.name
-                    ),
-                ));
-                continue;
-            }
             if spec.router_id.is_some() && first.spec.router_id != spec.router_id {
                 skipped.push(skip(
                     "BGPPeer",
@@ -214,7 +227,8 @@ fn render_prefix_lists(
     text: &mut String,
     advertisements: &[(&str, &BGPAdvertisementSpec)],
     pools: &[PoolFacts],
-) {
+) -> BTreeSet<String> {
+    let mut written = BTreeSet::new();
     for (name, adv) in advertisements {
         let mut v4 = BTreeSet::new();
         let mut v6 = BTreeSet::new();
@@ -239,6 +253,7 @@ fn render_prefix_lists(
             if entries.is_empty() {
                 continue;
             }
+            written.insert(format!("berth-{name}-{family}"));
             for (i, entry) in entries.iter().enumerate() {
                 let _ = writeln!(
                     text,
@@ -249,6 +264,7 @@ fn render_prefix_lists(
             text.push_str("!\n");
         }
     }
+    written
 }
 
 /// The smallest set of CIDRs covering an address range.
@@ -278,6 +294,7 @@ fn render_route_maps(
     text: &mut String,
     sessions: &[Session<'_>],
     advertisements: &[(&str, &BGPAdvertisementSpec)],
+    lists: &BTreeSet<String>,
 ) {
     let _ = writeln!(text, "route-map {ANNOUNCED_ROUTE_MAP} permit 10");
     let _ = writeln!(text, " match interface {BERTH_INTERFACE}");
@@ -289,6 +306,10 @@ fn render_route_maps(
             .filter(|(_, a)| a.selects_peer(session.name))
         {
             for (keyword, family) in [("ip", "v4"), ("ipv6", "v6")] {
+                // A pool without this family has no list; FRR would match nothing anyway.
+                if !lists.contains(&format!("berth-{adv_name}-{family}")) {
+                    continue;
+                }
                 seq += 10;
                 let _ = writeln!(text, "route-map berth-{}-out permit {seq}", session.name);
                 let _ = writeln!(
