@@ -500,6 +500,10 @@ fn routes_spread_over_nodes_and_a_killed_agent_withdraws() {
         return;
     }
     if let Some(reason) = skip_reason() {
+        // As berth-testing's `require`: a strict run fails rather than skips.
+        let strict = std::env::var("CI").as_deref() == Ok("true")
+            || std::env::var("BERTH_REQUIRE_ROOT").as_deref() == Ok("1");
+        assert!(!strict, "cannot run: {reason}");
         println!(
             "berth-test: SKIPPED routes_spread_over_nodes_and_a_killed_agent_withdraws: {reason}"
         );
