@@ -9,6 +9,7 @@
 //! `render_frr_config` renders, and a holder process standing in for the agent: it creates the
 //! `berth-bgp` device, writes the announced route through `KernelRoutes`, and serves TCP on
 //! 8080, which the node's DNAT rule sends the Service port to. Killing it withdraws the route.
+//! Cutting a node's link withdraws its next hop through BFD, before the hold time could.
 
 // A panic is a test failure here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -495,7 +496,7 @@ fn node_config(name: &str, address: &str) -> String {
 }
 
 #[test]
-fn routes_spread_over_nodes_and_a_killed_agent_withdraws() {
+fn routes_spread_over_nodes_and_a_killed_agent_or_cut_link_withdraws() {
     if std::env::var(HOLDER_ENV).is_ok() {
         return;
     }
@@ -505,7 +506,7 @@ fn routes_spread_over_nodes_and_a_killed_agent_withdraws() {
             || std::env::var("BERTH_REQUIRE_ROOT").as_deref() == Ok("1");
         assert!(!strict, "cannot run: {reason}");
         println!(
-            "berth-test: SKIPPED routes_spread_over_nodes_and_a_killed_agent_withdraws: {reason}"
+            "berth-test: SKIPPED routes_spread_over_nodes_and_a_killed_agent_or_cut_link_withdraws: {reason}"
         );
         return;
     }
@@ -569,4 +570,15 @@ fn routes_spread_over_nodes_and_a_killed_agent_withdraws() {
             Some(lab.ns("node2").as_str())
         );
     }
+
+    // node2's link cut at the bridge: nothing is sent any more, so only BFD (100 ms x 3) can
+    // tell; the wait is shorter than the 9 s hold time, which would otherwise do it.
+    run(&["ip", "-n", &lab.ns("lan"), "link", "set", "p2", "down"]);
+    let cut = Instant::now();
+    wait_for(
+        Duration::from_secs(5),
+        "node2's next hop withdrawn by BFD",
+        || next_hops(&lab).is_empty(),
+    );
+    println!("frr_netns: link cut withdrawn after {:?}", cut.elapsed());
 }
