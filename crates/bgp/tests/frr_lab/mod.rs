@@ -460,7 +460,7 @@ pub fn router_config() -> String {
     let mut c = String::from(
         "frr defaults traditional\nhostname router\n!\nrouter bgp 64513\n bgp router-id 198.18.0.1\n \
          no bgp ebgp-requires-policy\n neighbor nodes peer-group\n neighbor nodes remote-as 64512\n \
-         neighbor nodes timers 3 9\n neighbor nodes bfd\n neighbor nodes bfd profile fast\n",
+         neighbor nodes timers 3 9\n neighbor nodes timers connect 1\n neighbor nodes bfd\n neighbor nodes bfd profile fast\n",
     );
     for (_, address) in NODES {
         c.push_str(&format!(" neighbor {address} peer-group nodes\n"));
