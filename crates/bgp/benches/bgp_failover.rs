@@ -75,8 +75,8 @@ fn main() {
     for trial in 0..trials {
         wait_for(
             Duration::from_secs(30),
-            "both sessions and next hops",
-            || established(&lab) == 2 && both_up(&lab),
+            "both sessions, next hops and node1's BFD session",
+            || established(&lab) == 2 && both_up(&lab) && bfd_up(&lab, "198.18.0.11"),
         );
         run(&["ip", "-n", &lab.ns("lan"), "link", "set", "p1", "down"]);
         let at = Instant::now();

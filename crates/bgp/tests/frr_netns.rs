@@ -76,6 +76,11 @@ fn routes_spread_over_nodes_and_a_killed_agent_or_cut_link_withdraws() {
 
     // node2's link cut at the bridge: nothing is sent any more, so only BFD (100 ms x 3) can
     // tell; the wait is shorter than the 9 s hold time, which would otherwise do it.
+    wait_for(
+        Duration::from_secs(10),
+        "the router's BFD session with node2",
+        || bfd_up(&lab, "198.18.0.12"),
+    );
     run(&["ip", "-n", &lab.ns("lan"), "link", "set", "p2", "down"]);
     let cut = Instant::now();
     wait_for(

@@ -417,6 +417,17 @@ pub fn established(lab: &Lab) -> usize {
         .unwrap_or(0)
 }
 
+/// Whether the router's BFD session with `peer` is up (BFD can only detect what it watches).
+pub fn bfd_up(lab: &Lab, peer: &str) -> bool {
+    let json = vtysh(lab, "router", "show bfd peers json");
+    let peers: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    peers
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["peer"] == peer && p["status"] == "up")
+}
+
 pub fn spawn_holder(lab: &mut Lab, name: &str) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
