@@ -479,9 +479,14 @@ fn generators(k: &Kubectl) {
         ]),
         "81 gen"
     );
-    // Deployments are not served: the lab has no workload controllers, and says so.
-    let refused = k.fails(&["create", "deployment", "web", "--image=echo"]);
-    assert!(refused.contains("deployments"), "{refused}");
+    // kubectl's Deployment generator sends protobuf too (its rollouts: tests/kubectl_deployments.rs).
+    assert!(k
+        .ok(&["create", "deployment", "gen", "--image=echo", "--port=8080"])
+        .contains("deployment.apps/gen created"));
+    assert_eq!(
+        k.ok(&["get", "deploy", "gen", "-o", "jsonpath={.spec.template.spec.containers[0].ports[0].containerPort} {.spec.strategy.type}"]),
+        "8080 RollingUpdate"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
