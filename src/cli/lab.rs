@@ -304,10 +304,13 @@ fn run_kubelet(args: KubeletArgs) -> anyhow::Result<()> {
 fn run_controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     super::run(|shutdown| async move {
         let client = super::build_client(args.kubeconfig.as_deref()).await?;
-        berth_lab::workloads::Workloads::new(client, berth_lab::workloads::WorkloadsConfig::default())
-            .run(shutdown)
-            .await
-            .context("running the lab controller-manager")
+        berth_lab::workloads::Workloads::new(
+            client,
+            berth_lab::workloads::WorkloadsConfig::default(),
+        )
+        .run(shutdown)
+        .await
+        .context("running the lab controller-manager")
     })
 }
 

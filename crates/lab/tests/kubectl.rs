@@ -59,18 +59,6 @@ impl Kubectl {
         stdout
     }
 
-    /// Run, require failure, return stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} succeeded: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        stderr
-    }
-
     fn manifest(&self, name: &str, text: &str) -> String {
         let path = self.dir.join(name);
         std::fs::write(&path, text).unwrap();

@@ -112,38 +112,86 @@ fn rollouts(k: &Kubectl) {
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cells[..4], ["web", "3/3", "3", "3"], "{row}");
     let wide = k.ok(&["get", "deploy", "web", "-o", "wide"]);
-    assert!(wide.contains("lab-echo") && wide.contains("app=web"), "{wide}");
+    assert!(
+        wide.contains("lab-echo") && wide.contains("app=web"),
+        "{wide}"
+    );
 
     // One ReplicaSet, its pods labelled with the template hash and owned by it.
-    let rs = k.ok(&["get", "rs", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"]);
+    let rs = k.ok(&[
+        "get",
+        "rs",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
     let hash = rs.strip_prefix("web-").expect("web-<hash>").to_owned();
     let rs_row = k.ok(&["get", "rs", &rs, "--no-headers"]);
-    assert_eq!(rs_row.split_whitespace().collect::<Vec<_>>()[..4], [rs.as_str(), "3", "3", "3"]);
+    assert_eq!(
+        rs_row.split_whitespace().collect::<Vec<_>>()[..4],
+        [rs.as_str(), "3", "3", "3"]
+    );
     let owners = k.ok(&["get", "pods", "-l", &format!("pod-template-hash={hash}"), "-o",
         "jsonpath={range .items[*]}{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {end}"]);
     assert_eq!(owners.split_whitespace().count(), 3, "{owners}");
-    assert!(owners.split_whitespace().all(|o| o == format!("ReplicaSet/{rs}")), "{owners}");
-    let rs_owner = k.ok(&["get", "rs", &rs, "-o", "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}"]);
+    assert!(
+        owners
+            .split_whitespace()
+            .all(|o| o == format!("ReplicaSet/{rs}")),
+        "{owners}"
+    );
+    let rs_owner = k.ok(&[
+        "get",
+        "rs",
+        &rs,
+        "-o",
+        "jsonpath={.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
+    ]);
     assert_eq!(rs_owner, "Deployment/web");
 
     // scale: through the subresource, as kubectl does it.
     k.ok(&["scale", "deployment/web", "--replicas=4"]);
-    let scale = k.ok(&["get", "--raw", "/apis/apps/v1/namespaces/default/deployments/web/scale"]);
+    let scale = k.ok(&[
+        "get",
+        "--raw",
+        "/apis/apps/v1/namespaces/default/deployments/web/scale",
+    ]);
     let scale: serde_json::Value = serde_json::from_str(&scale).unwrap();
-    assert_eq!((&scale["kind"], &scale["spec"]["replicas"]), (&json!("Scale"), &json!(4)));
+    assert_eq!(
+        (&scale["kind"], &scale["spec"]["replicas"]),
+        (&json!("Scale"), &json!(4))
+    );
     assert_eq!(scale["status"]["selector"], "app=web");
-    k.until(&["get", "pods", "-l", "app=web", "-o", "name"], |o| o.lines().count() == 4);
+    k.until(&["get", "pods", "-l", "app=web", "-o", "name"], |o| {
+        o.lines().count() == 4
+    });
     k.ok(&["rollout", "status", "deployment/web", "--timeout=20s"]);
 
     // A new image rolls out to a second ReplicaSet; history shows both revisions.
-    k.ok(&["set", "image", "deployment/web", "lab-echo=berth.dev/lab-echo:v2"]);
+    k.ok(&[
+        "set",
+        "image",
+        "deployment/web",
+        "lab-echo=berth.dev/lab-echo:v2",
+    ]);
     k.ok(&["rollout", "status", "deployment/web", "--timeout=20s"]);
-    let images = k.ok(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].spec.containers[0].image}"]);
-    k.until(&["get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].spec.containers[0].image}"],
-        |o| o.split_whitespace().count() == 4 && o.split_whitespace().all(|i| i.ends_with(":v2")));
-    let _ = images;
+    k.until(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ],
+        |o| o.split_whitespace().count() == 4 && o.split_whitespace().all(|i| i.ends_with(":v2")),
+    );
     let history = k.ok(&["rollout", "history", "deployment/web"]);
-    assert!(history.contains("\n1 ") && history.contains("\n2 "), "{history}");
+    assert!(
+        history.contains("\n1 ") && history.contains("\n2 "),
+        "{history}"
+    );
 
     // undo goes back to revision 1's ReplicaSet (now revision 3), no third ReplicaSet.
     k.ok(&["rollout", "undo", "deployment/web"]);
@@ -152,7 +200,12 @@ fn rollouts(k: &Kubectl) {
         k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image} {.metadata.annotations.deployment\\.kubernetes\\.io/revision}"]),
         "berth.dev/lab-echo 3"
     );
-    assert_eq!(k.ok(&["get", "rs", "-l", "app=web", "-o", "name"]).lines().count(), 2);
+    assert_eq!(
+        k.ok(&["get", "rs", "-l", "app=web", "-o", "name"])
+            .lines()
+            .count(),
+        2
+    );
     assert_eq!(
         k.ok(&["get", "rs", &rs, "-o", "jsonpath={.spec.replicas}"]),
         "4",
@@ -162,26 +215,51 @@ fn rollouts(k: &Kubectl) {
     // restart: a new template annotation, a third ReplicaSet.
     k.ok(&["rollout", "restart", "deployment/web"]);
     k.ok(&["rollout", "status", "deployment/web", "--timeout=20s"]);
-    assert_eq!(k.ok(&["get", "rs", "-l", "app=web", "-o", "name"]).lines().count(), 3);
+    assert_eq!(
+        k.ok(&["get", "rs", "-l", "app=web", "-o", "name"])
+            .lines()
+            .count(),
+        3
+    );
 
-    // A template whose pods never get Ready: the rollout stops at maxSurge (25% of 4 = 1 pod),
-    // every old pod keeps serving, and rollout status does not report success.
+    // A template whose pods never get Ready: the rollout stops within 25% of 4 (one pod more,
+    // one pod unavailable): two new pods that never serve, three old ones that keep serving,
+    // and rollout status does not report success.
     k.ok(&["set", "image", "deployment/web", "lab-echo=never-ready"]);
     let out = k.run(&["rollout", "status", "deployment/web", "--timeout=3s"]);
     assert!(!out.status.success(), "a stalled rollout reported success");
     let row = k.ok(&["get", "deployment", "web", "--no-headers"]);
-    assert_eq!(row.split_whitespace().collect::<Vec<_>>()[..4], ["web", "4/4", "1", "4"], "{row}");
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>()[..4],
+        ["web", "3/4", "2", "3"],
+        "{row}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let row = k.ok(&["get", "deployment", "web", "--no-headers"]);
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>()[..4],
+        ["web", "3/4", "2", "3"],
+        "and stays there: {row}"
+    );
     k.ok(&["rollout", "undo", "deployment/web"]);
     k.ok(&["rollout", "status", "deployment/web", "--timeout=20s"]);
-    k.until(&["get", "pods", "-l", "app=web", "-o", "name"], |o| o.lines().count() == 4);
+    k.until(&["get", "pods", "-l", "app=web", "-o", "name"], |o| {
+        o.lines().count() == 4
+    });
 
     // `get all` lists Deployments and ReplicaSets beside pods and Services.
     let all = k.ok(&["get", "all"]);
-    assert!(all.contains("deployment.apps/web") && all.contains("replicaset.apps/web-"), "{all}");
+    assert!(
+        all.contains("deployment.apps/web") && all.contains("replicaset.apps/web-"),
+        "{all}"
+    );
 
     // delete: the garbage collector removes the ReplicaSets, then their pods.
     k.ok(&["delete", "deployment", "web"]);
-    k.until(&["get", "rs,pods", "-l", "app=web", "-o", "name"], str::is_empty);
+    k.until(
+        &["get", "rs,pods", "-l", "app=web", "-o", "name"],
+        str::is_empty,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +274,8 @@ async fn deployments_roll_out_through_kubectl() {
         resync: Duration::from_millis(100),
         ..WorkloadsConfig::default()
     };
-    let controllers = tokio::spawn(Workloads::new(server.client().unwrap(), config).run(stop.clone()));
+    let controllers =
+        tokio::spawn(Workloads::new(server.client().unwrap(), config).run(stop.clone()));
     let kubelet = tokio::spawn(stand_in_kubelet(server.client().unwrap(), stop.clone()));
     let k = Kubectl {
         kubeconfig,

@@ -81,7 +81,11 @@ fn deployment(obj: &mut Value) {
     default(strategy, "type", json!("RollingUpdate"));
     if strategy["type"] == "RollingUpdate" {
         default(strategy, "rollingUpdate", json!({}));
-        default(&mut strategy["rollingUpdate"], "maxUnavailable", json!("25%"));
+        default(
+            &mut strategy["rollingUpdate"],
+            "maxUnavailable",
+            json!("25%"),
+        );
         default(&mut strategy["rollingUpdate"], "maxSurge", json!("25%"));
     }
     if let Some(template) = spec.get_mut("template") {

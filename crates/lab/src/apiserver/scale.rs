@@ -74,7 +74,11 @@ pub fn selector_string(selector: &Value) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    for expr in selector["matchExpressions"].as_array().into_iter().flatten() {
+    for expr in selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         let key = expr["key"].as_str().unwrap_or_default();
         let values: Vec<&str> = expr["values"]
             .as_array()

@@ -222,7 +222,10 @@ pub fn plan_deployment(
 
 /// The new ReplicaSet's size this round.
 fn new_replicas(d: &DeploymentFacts, current: i32, old: &[&ReplicaSetFacts], surge: i32) -> i32 {
-    let old_pods: i32 = old.iter().map(|rs| rs.replicas.max(rs.status.replicas)).sum();
+    let old_pods: i32 = old
+        .iter()
+        .map(|rs| rs.replicas.max(rs.status.replicas))
+        .sum();
     match d.strategy {
         // Only once every old pod is gone.
         Strategy::Recreate if old_pods > 0 => 0,
@@ -337,25 +340,52 @@ fn build_status(
     let unavailable = (spec_total.max(d.replicas) - available).max(0);
     let (_, max_unavailable) = surge_and_unavailable(&d.strategy, d.replicas);
     let stamp = super::facts::stamp(now);
-    let rs_name = current.map_or_else(|| format!("{}-{}", d.name, template_hash(&d.template)), |rs| rs.name.clone());
+    let rs_name = current.map_or_else(
+        || format!("{}-{}", d.name, template_hash(&d.template)),
+        |rs| rs.name.clone(),
+    );
     let complete = updated == d.replicas
         && replicas == d.replicas
         && available >= d.replicas
         && current.is_some_and(|rs| rs.status.observed_generation >= rs.generation);
     let available_condition = if available >= d.replicas - max_unavailable {
-        ("True", "MinimumReplicasAvailable", "Deployment has minimum availability.".to_owned())
+        (
+            "True",
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.".to_owned(),
+        )
     } else {
-        ("False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".to_owned())
+        (
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.".to_owned(),
+        )
     };
     let previous = d.conditions.iter().find(|c| c.type_ == "Progressing");
     let progressing = if d.paused {
-        ("Unknown", "DeploymentPaused", "Deployment is paused".to_owned())
+        (
+            "Unknown",
+            "DeploymentPaused",
+            "Deployment is paused".to_owned(),
+        )
     } else if complete {
-        ("True", "NewReplicaSetAvailable", format!("ReplicaSet \"{rs_name}\" has successfully progressed."))
+        (
+            "True",
+            "NewReplicaSetAvailable",
+            format!("ReplicaSet \"{rs_name}\" has successfully progressed."),
+        )
     } else if deadline_passed(d, previous, now) {
-        ("False", "ProgressDeadlineExceeded", format!("ReplicaSet \"{rs_name}\" has timed out progressing."))
+        (
+            "False",
+            "ProgressDeadlineExceeded",
+            format!("ReplicaSet \"{rs_name}\" has timed out progressing."),
+        )
     } else {
-        ("True", "ReplicaSetUpdated", format!("ReplicaSet \"{rs_name}\" is progressing."))
+        (
+            "True",
+            "ReplicaSetUpdated",
+            format!("ReplicaSet \"{rs_name}\" is progressing."),
+        )
     };
     // A rollout that moved (other counts than last time) renews Progressing's update time, so
     // the deadline counts from the last progress, as upstream's does.
@@ -385,7 +415,8 @@ fn deadline_passed(d: &DeploymentFacts, previous: Option<&Condition>, now: DateT
         .and_then(|c| c.last_update.as_deref())
         .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
         .is_some_and(|t| {
-            t.with_timezone(&Utc) + chrono::Duration::seconds(i64::from(d.progress_deadline_seconds))
+            t.with_timezone(&Utc)
+                + chrono::Duration::seconds(i64::from(d.progress_deadline_seconds))
                 < now
         })
 }
@@ -401,7 +432,8 @@ fn condition(
 ) -> Value {
     let previous = d.conditions.iter().find(|c| c.type_ == type_);
     let same_status = previous.is_some_and(|c| c.status == status);
-    let same_all = same_status && previous.is_some_and(|c| c.reason == reason && c.message == message);
+    let same_all =
+        same_status && previous.is_some_and(|c| c.reason == reason && c.message == message);
     let keep = |t: Option<&String>| t.cloned().unwrap_or_else(|| now.to_owned());
     let transition = if same_status {
         keep(previous.and_then(|c| c.last_transition.as_ref()))

@@ -104,7 +104,11 @@ impl Cluster {
                 let pod = build_pod(rs);
                 self.next += 1;
                 self.pods.push(PodFacts {
-                    name: format!("{}{}", pod["metadata"]["generateName"].as_str().unwrap(), self.next),
+                    name: format!(
+                        "{}{}",
+                        pod["metadata"]["generateName"].as_str().unwrap(),
+                        self.next
+                    ),
                     namespace: rs.namespace.clone(),
                     uid: format!("pod-{}", self.next),
                     owner: Some((rs.uid.clone(), "ReplicaSet".into())),
@@ -198,7 +202,11 @@ impl Cluster {
     }
 
     fn sizes(&self) -> Vec<(i64, i32)> {
-        let mut v: Vec<(i64, i32)> = self.rss.iter().map(|rs| (rs.revision, rs.replicas)).collect();
+        let mut v: Vec<(i64, i32)> = self
+            .rss
+            .iter()
+            .map(|rs| (rs.revision, rs.replicas))
+            .collect();
         v.sort();
         v
     }
@@ -224,23 +232,48 @@ fn a_new_deployment_gets_a_replica_set_with_the_template_hash() {
     let hash = template_hash(&d.template);
     assert_eq!(rs["metadata"]["name"], format!("web-{hash}"));
     assert_eq!(rs["spec"]["replicas"], 3);
-    assert_eq!(rs["spec"]["selector"]["matchLabels"], json!({"app": "web", "pod-template-hash": hash}));
-    assert_eq!(rs["spec"]["template"]["metadata"]["labels"]["pod-template-hash"], json!(hash));
+    assert_eq!(
+        rs["spec"]["selector"]["matchLabels"],
+        json!({"app": "web", "pod-template-hash": hash})
+    );
+    assert_eq!(
+        rs["spec"]["template"]["metadata"]["labels"]["pod-template-hash"],
+        json!(hash)
+    );
     assert_eq!(rs["metadata"]["annotations"][REVISION], "1");
     assert_eq!(rs["metadata"]["ownerReferences"][0]["uid"], "d-1");
     assert_eq!(plan.revision.as_deref(), Some("1"));
-    assert!(hash.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)), "{hash}");
+    assert!(
+        hash.bytes()
+            .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)),
+        "{hash}"
+    );
 }
 
 #[test]
 fn surge_and_unavailable_follow_upstream_rounding() {
     let pct = |s: &str| IntOrString::String(s.into());
-    let strategy = |a, b| Strategy::RollingUpdate { max_surge: a, max_unavailable: b };
+    let strategy = |a, b| Strategy::RollingUpdate {
+        max_surge: a,
+        max_unavailable: b,
+    };
     // 25% of 3: surge rounds up to 1, unavailable down to 0.
-    assert_eq!(surge_and_unavailable(&strategy(pct("25%"), pct("25%")), 3), (1, 0));
-    assert_eq!(surge_and_unavailable(&strategy(pct("25%"), pct("25%")), 10), (3, 2));
-    assert_eq!(surge_and_unavailable(&strategy(IntOrString::Int(0), IntOrString::Int(0)), 3), (0, 1));
-    assert_eq!(surge_and_unavailable(&strategy(IntOrString::Int(0), IntOrString::Int(5)), 3), (0, 3));
+    assert_eq!(
+        surge_and_unavailable(&strategy(pct("25%"), pct("25%")), 3),
+        (1, 0)
+    );
+    assert_eq!(
+        surge_and_unavailable(&strategy(pct("25%"), pct("25%")), 10),
+        (3, 2)
+    );
+    assert_eq!(
+        surge_and_unavailable(&strategy(IntOrString::Int(0), IntOrString::Int(0)), 3),
+        (0, 1)
+    );
+    assert_eq!(
+        surge_and_unavailable(&strategy(IntOrString::Int(0), IntOrString::Int(5)), 3),
+        (0, 3)
+    );
     assert_eq!(surge_and_unavailable(&Strategy::Recreate, 4), (0, 4));
 }
 
@@ -251,7 +284,10 @@ fn rolling_update_with_surge_never_drops_below_replicas() {
     c.d.generation = 2;
     let rounds = c.roll(40, 1, 0);
     assert_eq!(c.sizes(), [(1, 0), (2, 3)]);
-    assert!(rounds >= 3, "one pod at a time takes several rounds, took {rounds}");
+    assert!(
+        rounds >= 3,
+        "one pod at a time takes several rounds, took {rounds}"
+    );
     assert_eq!(c.d.annotations[REVISION], "2");
 }
 
@@ -266,7 +302,10 @@ fn rolling_update_without_surge_replaces_one_at_a_time() {
 #[test]
 fn default_percentages_roll_three_replicas() {
     let quarter = || IntOrString::String("25%".into());
-    let mut c = settled(Strategy::RollingUpdate { max_surge: quarter(), max_unavailable: quarter() });
+    let mut c = settled(Strategy::RollingUpdate {
+        max_surge: quarter(),
+        max_unavailable: quarter(),
+    });
     c.d.template = mk_template("v2");
     c.roll(40, 1, 0);
     assert_eq!(c.sizes(), [(1, 0), (2, 3)]);
@@ -293,7 +332,11 @@ fn recreate_stops_every_old_pod_before_starting_new_ones() {
         c.round();
         let first = c.rss[0].uid.clone();
         let owned_by = |p: &PodFacts| p.owner.as_ref().unwrap().0.clone();
-        let old = c.pods.iter().filter(|p| owned_by(p) == first && !p.terminating).count();
+        let old = c
+            .pods
+            .iter()
+            .filter(|p| owned_by(p) == first && !p.terminating)
+            .count();
         let new = c.pods.iter().filter(|p| owned_by(p) != first).count();
         assert!(old == 0 || new == 0, "old and new pods at once");
         saw_gap |= old == 0 && new == 0;
@@ -344,12 +387,19 @@ fn status_is_what_rollout_status_waits_for() {
     let plan = c.round();
     assert_eq!(plan.status["observedGeneration"], 1);
     assert_eq!(
-        (&plan.status["replicas"], &plan.status["updatedReplicas"], &plan.status["availableReplicas"]),
+        (
+            &plan.status["replicas"],
+            &plan.status["updatedReplicas"],
+            &plan.status["availableReplicas"]
+        ),
         (&json!(3), &json!(3), &json!(3))
     );
     assert_eq!(plan.status["conditions"][0]["type"], "Available");
     assert_eq!(plan.status["conditions"][0]["status"], "True");
-    assert_eq!(plan.status["conditions"][1]["reason"], "NewReplicaSetAvailable");
+    assert_eq!(
+        plan.status["conditions"][1]["reason"],
+        "NewReplicaSetAvailable"
+    );
     c.d.template = mk_template("v2");
     c.d.generation = 2;
     let plan = c.round();
@@ -375,7 +425,10 @@ fn condition_times_move_only_on_change() {
         .collect();
     c.now += 100;
     let later = c.round().status;
-    assert_eq!(first["conditions"], later["conditions"], "a steady state writes nothing new");
+    assert_eq!(
+        first["conditions"], later["conditions"],
+        "a steady state writes nothing new"
+    );
 }
 
 #[test]
@@ -393,7 +446,10 @@ fn a_stalled_rollout_exceeds_its_deadline() {
         last_transition: None,
     }];
     let plan = c.round();
-    assert_eq!(plan.status["conditions"][1]["reason"], "ProgressDeadlineExceeded");
+    assert_eq!(
+        plan.status["conditions"][1]["reason"],
+        "ProgressDeadlineExceeded"
+    );
     assert_eq!(plan.status["conditions"][1]["status"], "False");
 }
 

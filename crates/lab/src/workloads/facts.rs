@@ -133,7 +133,11 @@ pub fn pod_facts(pod: &Pod) -> Option<PodFacts> {
     let ready_since = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
-        .map(|c| c.last_transition_time.as_ref().map_or(DateTime::UNIX_EPOCH, chrono_of));
+        .map(|c| {
+            c.last_transition_time
+                .as_ref()
+                .map_or(DateTime::UNIX_EPOCH, chrono_of)
+        });
     Some(PodFacts {
         name,
         namespace,

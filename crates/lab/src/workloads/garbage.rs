@@ -24,9 +24,9 @@ pub fn plan_garbage(
         replica_sets: replica_sets
             .iter()
             .filter(|rs| {
-                rs.owner
-                    .as_ref()
-                    .is_some_and(|(uid, kind)| kind == "Deployment" && !deployment_uids.contains(uid))
+                rs.owner.as_ref().is_some_and(|(uid, kind)| {
+                    kind == "Deployment" && !deployment_uids.contains(uid)
+                })
             })
             .map(|rs| (rs.namespace.clone(), rs.name.clone()))
             .collect(),
@@ -34,9 +34,9 @@ pub fn plan_garbage(
             .iter()
             .filter(|p| !p.terminating)
             .filter(|p| {
-                p.owner
-                    .as_ref()
-                    .is_some_and(|(uid, kind)| kind == "ReplicaSet" && !rs_uids.contains(uid.as_str()))
+                p.owner.as_ref().is_some_and(|(uid, kind)| {
+                    kind == "ReplicaSet" && !rs_uids.contains(uid.as_str())
+                })
             })
             .map(|p| (p.namespace.clone(), p.name.clone()))
             .collect(),

@@ -65,12 +65,18 @@ mod tests {
             "terminatingReplicas": 1});
         let same = json!({"replicas": 2, "readyReplicas": 2, "availableReplicas": 0,
             "observedGeneration": 1, "terminatingReplicas": 1});
-        assert!(!status_differs(&same, &stored), "a zero count left out is zero");
+        assert!(
+            !status_differs(&same, &stored),
+            "a zero count left out is zero"
+        );
         let more = json!({"replicas": 3, "readyReplicas": 2, "observedGeneration": 1,
             "terminatingReplicas": 1});
         assert!(status_differs(&more, &stored));
         let done = json!({"replicas": 2, "readyReplicas": 2, "observedGeneration": 1});
-        assert!(status_differs(&done, &stored), "terminatingReplicas must go away");
+        assert!(
+            status_differs(&done, &stored),
+            "terminatingReplicas must go away"
+        );
         assert!(status_differs(&done, &serde_json::Value::Null));
     }
 }
@@ -211,7 +217,8 @@ impl Workloads {
     fn forget_stale(&mut self, deployments: &BTreeSet<String>, rss: &[ReplicaSetFacts]) {
         let rs_uids: BTreeSet<&str> = rss.iter().map(|rs| rs.uid.as_str()).collect();
         self.rs_writes.retain(|uid, _| deployments.contains(uid));
-        self.pod_writes.retain(|uid, _| rs_uids.contains(uid.as_str()));
+        self.pod_writes
+            .retain(|uid, _| rs_uids.contains(uid.as_str()));
     }
 
     async fn deployment(
@@ -222,11 +229,18 @@ impl Workloads {
     ) -> Result<(), WorkloadsError> {
         let owned = deployment::owned_replica_sets(d, rss);
         if let Some(expected) = self.rs_writes.get(&d.uid) {
-            let seen = expected.present.iter().all(|n| owned.iter().any(|rs| &rs.name == n))
-                && expected.gone.iter().all(|n| owned.iter().all(|rs| &rs.name != n))
-                && expected.sized.iter().all(|(n, size)| {
-                    owned.iter().any(|rs| &rs.name == n && rs.replicas == *size)
-                });
+            let seen = expected
+                .present
+                .iter()
+                .all(|n| owned.iter().any(|rs| &rs.name == n))
+                && expected
+                    .gone
+                    .iter()
+                    .all(|n| owned.iter().all(|rs| &rs.name != n))
+                && expected
+                    .sized
+                    .iter()
+                    .all(|(n, size)| owned.iter().any(|rs| &rs.name == n && rs.replicas == *size));
             if !seen && Instant::now() < expected.until {
                 return Ok(());
             }
@@ -236,7 +250,10 @@ impl Workloads {
         let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &d.namespace);
         let mut expected = Expected::new(self.config.expectation_timeout);
         if let Some(obj) = plan.create {
-            let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            let name = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             let rs: ReplicaSet = from_json(obj, "the new ReplicaSet")?;
             match api.create(&post_params(), &rs).await {
                 Ok(_) => {}
@@ -271,9 +288,16 @@ impl Workloads {
         }
         if status_differs(&plan.status, &d.observed) {
             d_api
-                .patch_status(&d.name, &patch_params(), &Patch::Merge(&json!({"status": plan.status})))
+                .patch_status(
+                    &d.name,
+                    &patch_params(),
+                    &Patch::Merge(&json!({"status": plan.status})),
+                )
                 .await
-                .map_err(api_err(format!("writing the status of Deployment {}", d.name)))?;
+                .map_err(api_err(format!(
+                    "writing the status of Deployment {}",
+                    d.name
+                )))?;
         }
         Ok(())
     }
@@ -286,7 +310,10 @@ impl Workloads {
     ) -> Result<(), WorkloadsError> {
         if let Some(expected) = self.pod_writes.get(&rs.uid) {
             let owned = replicaset::owned_pods(rs, pods);
-            let seen = expected.present.iter().all(|n| owned.iter().any(|p| &p.name == n))
+            let seen = expected
+                .present
+                .iter()
+                .all(|n| owned.iter().any(|p| &p.name == n))
                 && expected
                     .gone
                     .iter()
@@ -324,9 +351,16 @@ impl Workloads {
                 status["terminatingReplicas"] = Value::Null;
             }
             rs_api
-                .patch_status(&rs.name, &patch_params(), &Patch::Merge(&json!({"status": status})))
+                .patch_status(
+                    &rs.name,
+                    &patch_params(),
+                    &Patch::Merge(&json!({"status": status})),
+                )
                 .await
-                .map_err(api_err(format!("writing the status of ReplicaSet {}", rs.name)))?;
+                .map_err(api_err(format!(
+                    "writing the status of ReplicaSet {}",
+                    rs.name
+                )))?;
         }
         Ok(())
     }

@@ -14,16 +14,27 @@ use axum::response::Response;
 use serde_json::Value;
 use std::collections::HashMap;
 
-pub(super) fn handle(
-    app: &App,
-    info: &ResourceInfo,
-    ns: &str,
-    name: &str,
-    method: Method,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Response, ApiError> {
+/// One request on `/scale`: the object it addresses and the request itself.
+pub(super) struct ScaleRequest<'a> {
+    pub info: &'a ResourceInfo,
+    pub ns: &'a str,
+    pub name: &'a str,
+    pub method: Method,
+    pub query: &'a HashMap<String, String>,
+    pub headers: &'a HeaderMap,
+    pub body: &'a [u8],
+}
+
+pub(super) fn handle(app: &App, req: ScaleRequest<'_>) -> Result<Response, ApiError> {
+    let ScaleRequest {
+        info,
+        ns,
+        name,
+        method,
+        query,
+        headers,
+        body,
+    } = req;
     let patch = match method {
         Method::GET => {
             let obj = app.store().get(info, ns, name)?;

@@ -188,7 +188,16 @@ pub async fn handle(
         info.scale_subresource,
     ) {
         let ns = path.namespace.as_deref().unwrap_or_default();
-        return super::scale::handle(&app, &info, ns, name, method, &query, headers, &body);
+        let req = super::scale::ScaleRequest {
+            info: &info,
+            ns,
+            name,
+            method,
+            query: &query,
+            headers,
+            body: &body,
+        };
+        return super::scale::handle(&app, req);
     }
     let door = match path.subresource.as_deref() {
         None => Door::Main,

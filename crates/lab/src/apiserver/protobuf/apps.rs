@@ -5,12 +5,12 @@
 //! name rather than silently dropped, so such a client knows to send JSON.
 
 use super::{list, object_meta, undecodable, Fields};
-use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use crate::apiserver::error::ApiError;
 use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -143,7 +143,10 @@ fn deployment_status(s: apps::DeploymentStatus) -> Value {
         .int("availableReplicas", available_replicas.map(i64::from))
         .int("unavailableReplicas", unavailable_replicas.map(i64::from))
         .some("terminatingReplicas", terminating_replicas)
-        .nested("conditions", Value::Array(conditions.into_iter().map(condition).collect()))
+        .nested(
+            "conditions",
+            Value::Array(conditions.into_iter().map(condition).collect()),
+        )
         .some("collisionCount", collision_count)
         .done()
 }
@@ -249,10 +252,19 @@ fn pod_spec(s: core::PodSpec) -> Result<Value, ApiError> {
             ("hostPID", host_pid == Some(true)),
             ("hostIPC", host_ipc == Some(true)),
             ("shareProcessNamespace", share_process_namespace.is_some()),
-            ("securityContext", security_context.is_some_and(|c| c != core::PodSecurityContext::default())),
+            (
+                "securityContext",
+                security_context.is_some_and(|c| c != core::PodSecurityContext::default()),
+            ),
             ("imagePullSecrets", !image_pull_secrets.is_empty()),
-            ("hostname", hostname.as_deref().is_some_and(|h| !h.is_empty())),
-            ("subdomain", subdomain.as_deref().is_some_and(|h| !h.is_empty())),
+            (
+                "hostname",
+                hostname.as_deref().is_some_and(|h| !h.is_empty()),
+            ),
+            (
+                "subdomain",
+                subdomain.as_deref().is_some_and(|h| !h.is_empty()),
+            ),
             ("affinity", affinity.is_some()),
             ("tolerations", !tolerations.is_empty()),
             ("hostAliases", !host_aliases.is_empty()),
@@ -263,7 +275,10 @@ fn pod_spec(s: core::PodSpec) -> Result<Value, ApiError> {
             ("enableServiceLinks", enable_service_links.is_some()),
             ("preemptionPolicy", preemption_policy.is_some()),
             ("overhead", !overhead.is_empty()),
-            ("topologySpreadConstraints", !topology_spread_constraints.is_empty()),
+            (
+                "topologySpreadConstraints",
+                !topology_spread_constraints.is_empty(),
+            ),
             ("setHostnameAsFQDN", set_hostname_as_fqdn.is_some()),
             ("os", os.is_some()),
             ("hostUsers", host_users.is_some()),
@@ -278,7 +293,10 @@ fn pod_spec(s: core::PodSpec) -> Result<Value, ApiError> {
     Ok(Fields::default()
         .nested("containers", Value::Array(containers?))
         .text("restartPolicy", restart_policy)
-        .some("terminationGracePeriodSeconds", termination_grace_period_seconds)
+        .some(
+            "terminationGracePeriodSeconds",
+            termination_grace_period_seconds,
+        )
         .text("dnsPolicy", dns_policy)
         .map("nodeSelector", node_selector)
         .text("serviceAccountName", service_account_name)
@@ -443,7 +461,10 @@ fn probe(p: core::Probe) -> Result<Value, ApiError> {
                 scheme,
                 http_headers,
             } = h;
-            refuse_set("HTTPGetAction", &[("httpHeaders", !http_headers.is_empty())])?;
+            refuse_set(
+                "HTTPGetAction",
+                &[("httpHeaders", !http_headers.is_empty())],
+            )?;
             Fields::default()
                 .text("path", path)
                 .nested("port", int_or_string_set(port))
@@ -461,6 +482,9 @@ fn probe(p: core::Probe) -> Result<Value, ApiError> {
         .int("periodSeconds", int(period_seconds))
         .int("successThreshold", int(success_threshold))
         .int("failureThreshold", int(failure_threshold))
-        .some("terminationGracePeriodSeconds", termination_grace_period_seconds)
+        .some(
+            "terminationGracePeriodSeconds",
+            termination_grace_period_seconds,
+        )
         .done())
 }

@@ -666,7 +666,10 @@ fn deployment_templates_with_fields_the_lab_does_not_decode_are_refused_by_name(
         }],
         ..Default::default()
     });
-    for (d, field) in [(volumes, "PodSpec.volumes"), (mount, "Container.volumeMounts")] {
+    for (d, field) in [
+        (volumes, "PodSpec.volumes"),
+        (mount, "Container.volumeMounts"),
+    ] {
         let err = decode(&envelope("apps/v1", "Deployment", d.encode_to_vec())).unwrap_err();
         assert_eq!(err.code, 400);
         assert!(err.message.contains(field), "{}", err.message);

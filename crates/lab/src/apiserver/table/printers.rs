@@ -218,7 +218,12 @@ fn workload_cells(printer: Printer, obj: &Value, name: Value, age: Value) -> Vec
             json!(status("readyReplicas")),
         ]);
     }
-    cells.extend([age, json!(joined("name")), json!(joined("image")), json!(or_none(selector))]);
+    cells.extend([
+        age,
+        json!(joined("name")),
+        json!(joined("image")),
+        json!(or_none(selector)),
+    ]);
     cells
 }
 

@@ -487,7 +487,10 @@ fn deployment_and_replica_set_cells_as_kubectl_shows_them() {
     // Before the controller wrote any status; replicas unset means the default of one.
     let fresh = json!({"metadata": {"name": "web"}, "spec": {}});
     assert_eq!(cells(Printer::Deployment, fresh.clone())[1], json!("0/1"));
-    assert_eq!(cells(Printer::ReplicaSet, fresh.clone())[1..4], [json!(1), json!(0), json!(0)]);
+    assert_eq!(
+        cells(Printer::ReplicaSet, fresh.clone())[1..4],
+        [json!(1), json!(0), json!(0)]
+    );
     assert_eq!(cells(Printer::ReplicaSet, fresh)[7], json!("<none>"));
 }
 
