@@ -4,8 +4,10 @@
 //! each and why, and where its endpoints run; [`path`] follows a packet through the ruleset a
 //! node's agent read back from the kernel, rule by rule. Both are pure; the binary fetches.
 
+pub mod fetch;
 pub mod path;
 pub mod report;
+pub mod service;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
