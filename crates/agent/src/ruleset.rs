@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use berth_core::IpFamily;
-use berth_datapath::exec::CommandIptables;
-use berth_datapath::sync::Iptables;
+use berth_datapath::iptables::CommandIptables;
+use berth_datapath::iptables::Iptables;
 use berth_datapath::Table;
 use serde_json::json;
 

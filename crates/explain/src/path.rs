@@ -10,10 +10,10 @@
 use std::net::{IpAddr, SocketAddr};
 
 use berth_core::Protocol;
-use berth_datapath::memory::MemoryIptables;
-use berth_datapath::rule_text::rule_args;
+use berth_datapath::iptables::rule_text::rule_args;
+use berth_datapath::iptables::rule_text::{parse_rule, split_words};
 use berth_datapath::trace::{trace_paths, Origin, Packet, TraceEnv, TracedPath, Verdict};
-use berth_datapath::Ruleset;
+use berth_datapath::{ChainName, JumpRule, Ruleset, Table};
 
 use crate::Error;
 
@@ -59,7 +59,7 @@ pub fn berth_lines(save: &str) -> String {
 /// and side, REJECT without its default `--reject-with`. A line that cannot be split is kept
 /// as it is (and then refused by the parser, with its text).
 pub fn berth_form(line: &str) -> String {
-    let Ok(words) = berth_datapath::rule_text::split_words(line) else {
+    let Ok(words) = berth_datapath::iptables::rule_text::split_words(line) else {
         return line.to_owned();
     };
     let mut out: Vec<String> = Vec::with_capacity(words.len());
@@ -127,13 +127,63 @@ pub fn berth_form(line: &str) -> String {
         .join(" ")
 }
 
-/// The typed ruleset of `iptables-save` text.
+/// The typed ruleset of `iptables-save` text: berth's chains (declared ones stay, empty or
+/// not) and the jumps from built-in chains into them. A jump to a chain the text does not
+/// declare is refused, as iptables-restore would refuse it.
 pub fn ruleset_from_save(save: &str) -> Result<Ruleset, Error> {
-    let mut memory = MemoryIptables::default();
-    memory
-        .restore_text(&berth_lines(save))
-        .map_err(|source| Error::Ruleset { source })?;
-    Ok(memory.berth_ruleset())
+    let mut rs = Ruleset::default();
+    let mut table: Option<Table> = None;
+    let bad = |line: &str, reason: &str| Error::Ruleset {
+        source: berth_datapath::Error::Parse {
+            line: line.to_owned(),
+            reason: reason.to_owned(),
+        },
+    };
+    for line in berth_lines(save).lines() {
+        if let Some(name) = line.strip_prefix('*') {
+            table = Some(Table::parse(name).ok_or_else(|| bad(line, "unknown table"))?);
+        } else if line == "COMMIT" {
+            table = None;
+        } else if let Some(decl) = line.strip_prefix(':') {
+            let t = table.ok_or_else(|| bad(line, "outside a table"))?;
+            let chain = ChainName::new(decl.split_whitespace().next().unwrap_or_default());
+            if chain.is_berth() {
+                rs.table_mut(t).chain_mut(&chain);
+            }
+        } else if line.starts_with("-A ") {
+            let t = table.ok_or_else(|| bad(line, "outside a table"))?;
+            let mut words = split_words(line).map_err(|source| Error::Ruleset { source })?;
+            let chain = ChainName::new(words.get(1).cloned().unwrap_or_default());
+            let rule =
+                parse_rule(line, words.split_off(2)).map_err(|source| Error::Ruleset { source })?;
+            if chain.is_builtin() {
+                rs.jumps.push(JumpRule {
+                    table: t,
+                    from: chain,
+                    rule,
+                });
+            } else {
+                rs.table_mut(t).chain_mut(&chain).push(rule);
+            }
+        }
+    }
+    for (t, rules) in &rs.tables {
+        let targets = rules
+            .chains
+            .values()
+            .flatten()
+            .chain(rs.jumps.iter().filter(|j| j.table == *t).map(|j| &j.rule))
+            .filter_map(|r| r.jump_target());
+        for target in targets {
+            if !rules.chains.contains_key(target) {
+                return Err(bad(
+                    target.as_str(),
+                    "jump to a chain the ruleset does not declare",
+                ));
+            }
+        }
+    }
+    Ok(rs)
 }
 
 /// The packet to explain: TCP unless said otherwise, arriving on the node from the network.
@@ -165,7 +215,7 @@ pub fn explain_paths(
 pub fn render_paths(packet: &Packet, node: &str, paths: &[TracedPath]) -> String {
     let mut out = format!(
         "Path of {} {} -> {}:{} arriving on {node}:\n",
-        berth_datapath::rule_text::iptables_protocol(packet.protocol),
+        berth_datapath::protocol_keyword(packet.protocol),
         packet.src,
         packet.dst,
         packet.dport
@@ -208,7 +258,7 @@ pub fn render_paths(packet: &Packet, node: &str, paths: &[TracedPath]) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_datapath::model::Target;
+    use berth_datapath::Target;
 
     /// What iptables-save printed for a small ruleset on a lab node (kube-proxy's and Docker's
     /// lines mixed in, counters included).

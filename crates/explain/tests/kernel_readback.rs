@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use berth_datapath::memory::MemoryIptables;
+use berth_datapath::fake::MemoryIptables;
 use berth_datapath::Table;
 use berth_explain::path::ruleset_from_save;
 
