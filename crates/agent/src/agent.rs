@@ -140,9 +140,20 @@ pub struct Agent<I, C> {
     announcer: Option<Announcer>,
 }
 
-/// `/healthz` from the sync health (kube-proxy's meaning), the rest from berth-telemetry.
-pub fn admin_router(registry: SharedRegistry, readiness: Readiness, health: AgentHealth) -> Router {
+/// `/healthz` from the sync health (kube-proxy's meaning), `/debug/ruleset` (the kernel's
+/// ruleset on `backend`, for `berth explain`), the rest from berth-telemetry.
+pub fn admin_router(
+    registry: SharedRegistry,
+    readiness: Readiness,
+    health: AgentHealth,
+    backend: crate::config::Backend,
+    node: String,
+) -> Router {
     Router::new()
+        .route(
+            "/debug/ruleset",
+            get(move |query| crate::ruleset::serve(backend, node.clone(), query)),
+        )
         .route(
             "/healthz",
             get(move || {
@@ -373,7 +384,13 @@ where
                 result
             })
         });
-        let router = admin_router(registry, self.readiness.clone(), health.clone());
+        let router = admin_router(
+            registry,
+            self.readiness.clone(),
+            health.clone(),
+            self.config.backend(),
+            self.config.node_name().to_owned(),
+        );
         let admin_task = tokio::spawn(berth_telemetry::serve_admin(
             admin,
             router,
