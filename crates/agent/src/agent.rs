@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use berth_core::IpFamily;
@@ -149,10 +150,25 @@ pub fn admin_router(
     backend: crate::config::Backend,
     node: String,
 ) -> Router {
+    // One read-back at a time: each runs iptables-save or nft over the whole table, and the
+    // admin port is reachable from the node network.
+    let one_at_a_time = Arc::new(tokio::sync::Semaphore::new(1));
     Router::new()
         .route(
             "/debug/ruleset",
-            get(move |query| crate::ruleset::serve(backend, node.clone(), query)),
+            get(move |query| {
+                let (node, permit) = (node.clone(), one_at_a_time.clone());
+                async move {
+                    match permit.try_acquire_owned() {
+                        Ok(_held) => crate::ruleset::serve(backend, node, query).await,
+                        Err(_) => (
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "a ruleset read-back is already running\n",
+                        )
+                            .into_response(),
+                    }
+                }
+            }),
         )
         .route(
             "/healthz",
