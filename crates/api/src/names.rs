@@ -127,6 +127,9 @@ pub mod annotation {
     /// AWS: `k1=v1,...` attributes of every target group; only the keys listed are managed.
     pub const AWS_TARGET_GROUP_ATTRIBUTES: &str =
         "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes";
+    /// AWS: `k1=v1,...` node labels: only nodes carrying all of them are instance targets.
+    pub const AWS_TARGET_NODE_LABELS: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
     /// The ARN of the NLB berth made for the Service, so a resync reads it directly instead
     /// of searching the account.
     pub const AWS_LOAD_BALANCER_ARN: &str = "berth.dev/aws-load-balancer-arn";
@@ -136,6 +139,8 @@ pub mod annotation {
 pub mod label {
     /// Marks EndpointSlices by their controller.
     pub const ENDPOINTSLICE_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+    /// Value of [`ENDPOINTSLICE_MANAGED_BY`] on slices Kubernetes' own controller writes.
+    pub const ENDPOINTSLICE_MANAGED_BY_KUBERNETES: &str = "endpointslice-controller.k8s.io";
     /// Value of [`ENDPOINTSLICE_MANAGED_BY`] on slices berth owns. A label value may not hold a
     /// `/`, so this follows upstream's `endpointslice-controller.k8s.io`.
     pub const ENDPOINTSLICE_MANAGED_BY_BERTH: &str = "endpointslice-controller.berth.dev";
@@ -226,6 +231,10 @@ pub mod condition {
         pub const VALID_SPEC: &str = "ValidSpec";
         pub const PROVISIONED: &str = "Provisioned";
         pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
+        /// The load balancer would exceed an AWS quota; nothing was made.
+        pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+        /// The Service's annotations or ports cannot be modelled.
+        pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
     }
 }
 

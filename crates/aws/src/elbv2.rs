@@ -84,6 +84,9 @@ pub enum TgQuery {
 pub struct Page<T> {
     pub items: Vec<T>,
     pub next_marker: Option<String>,
+    /// Resources of the page left out because berth never makes their kind (an ALB's HTTP
+    /// target group, a Lambda one): someone else's, yet they count against the quotas.
+    pub skipped: usize,
 }
 
 /// The ELBv2 calls berth makes. Every method is one API call.

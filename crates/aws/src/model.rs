@@ -48,6 +48,8 @@ pub struct NodeFacts {
     pub name: String,
     /// `spec.providerID`, e.g. `aws:///us-east-1a/i-0123456789abcdef0`.
     pub provider_id: Option<String>,
+    /// For `aws-load-balancer-target-node-labels`.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Ready pod addresses for `ip` targets, per Service port number, with the port each listens on.
@@ -60,6 +62,33 @@ pub struct ProviderConfig {
     pub cluster_name: String,
     /// `--aws-subnets`: used when a Service names none.
     pub default_subnets: Vec<String>,
+    pub quotas: Quotas,
+}
+
+/// The AWS quotas a Service is checked against before any call, so that one that cannot fit
+/// is refused whole rather than half made. AWS's defaults; an account may have raised them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// "Listeners per Network Load Balancer".
+    pub listeners_per_load_balancer: usize,
+    /// "Target groups per Region" (every owner's, not only berth's).
+    pub target_groups_per_region: usize,
+    /// "Targets per target group per Region" (instances or IP addresses).
+    pub targets_per_target_group: usize,
+    /// "Targets per Network Load Balancer per Availability Zone" (registrations: a node
+    /// counts once per target group).
+    pub targets_per_zone: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            listeners_per_load_balancer: 50,
+            target_groups_per_region: 3000,
+            targets_per_target_group: 1000,
+            targets_per_zone: 500,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -252,6 +281,15 @@ pub enum ModelError {
     NoHealthCheckNodePort,
     #[error("spec.ports: a LoadBalancer Service needs at least one port")]
     NoPorts,
+    #[error("{quota}: the Service needs {needed}, AWS allows {limit}{hint}")]
+    Quota {
+        /// The quota's name as AWS's Service Quotas console shows it.
+        quota: &'static str,
+        limit: usize,
+        needed: usize,
+        /// What to change, starting with "; ".
+        hint: &'static str,
+    },
 }
 
 fn annotation_error(
@@ -457,6 +495,77 @@ fn health_check(svc: &ServiceFacts) -> Result<HealthCheck, ModelError> {
     })
 }
 
+/// The Availability Zone in a node's `spec.providerID` (`aws:///<zone>/<instance-id>`).
+pub fn zone_of(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws:///")?;
+    let (zone, _) = rest.split_once('/')?;
+    (!zone.is_empty()).then_some(zone)
+}
+
+/// The nodes `aws-load-balancer-target-node-labels` selects (all of them without it): every
+/// label listed must be on the node with that value, as the AWS Load Balancer Controller's
+/// node selector matches them.
+fn target_nodes<'a>(
+    svc: &ServiceFacts,
+    nodes: &'a [NodeFacts],
+) -> Result<Vec<&'a NodeFacts>, ModelError> {
+    let Some(v) = svc.annotations.get(ann::AWS_TARGET_NODE_LABELS) else {
+        return Ok(nodes.iter().collect());
+    };
+    let wanted =
+        parse_map(v).map_err(|reason| annotation_error(ann::AWS_TARGET_NODE_LABELS, v, reason))?;
+    Ok(nodes
+        .iter()
+        .filter(|n| wanted.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
+        .collect())
+}
+
+/// Refuses a stack that AWS would refuse part-way: checked before the first call.
+fn check_quotas(
+    stack: &Stack,
+    quotas: &Quotas,
+    zones: &BTreeMap<String, String>,
+) -> Result<(), ModelError> {
+    let listeners = stack.listeners.len();
+    if listeners > quotas.listeners_per_load_balancer {
+        return Err(ModelError::Quota {
+            quota: "Listeners per Network Load Balancer",
+            limit: quotas.listeners_per_load_balancer,
+            needed: listeners,
+            hint: "; split the ports over several Services",
+        });
+    }
+    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+    for tg in stack.target_groups.values() {
+        if tg.targets.len() > quotas.targets_per_target_group {
+            return Err(ModelError::Quota {
+                quota: "Targets per target group per Region",
+                limit: quotas.targets_per_target_group,
+                needed: tg.targets.len(),
+                hint: TARGETS_HINT,
+            });
+        }
+        for t in &tg.targets {
+            if let Some(zone) = zones.get(&t.id) {
+                *per_zone.entry(zone.as_str()).or_default() += 1;
+            }
+        }
+    }
+    if let Some((_, &needed)) = per_zone.iter().max_by_key(|(_, n)| **n) {
+        if needed > quotas.targets_per_zone {
+            return Err(ModelError::Quota {
+                quota: "Targets per Network Load Balancer per Availability Zone",
+                limit: quotas.targets_per_zone,
+                needed,
+                hint: TARGETS_HINT,
+            });
+        }
+    }
+    Ok(())
+}
+
+const TARGETS_HINT: &str = "; register fewer nodes with the service.beta.kubernetes.io/aws-load-balancer-target-node-labels annotation";
+
 /// The EC2 instance ID in a node's `spec.providerID` (`aws:///<zone>/<instance-id>`).
 pub fn instance_id(provider_id: &str) -> Option<&str> {
     let rest = provider_id.strip_prefix("aws://")?;
@@ -571,11 +680,20 @@ pub fn build_stack(
     let health_check = health_check(svc)?;
     let tg_attributes = attributes(svc, ann::AWS_TARGET_GROUP_ATTRIBUTES)?;
     let mut instances = BTreeSet::new();
+    let mut zones = BTreeMap::new();
     let mut skipped_nodes = Vec::new();
-    for node in nodes {
-        match node.provider_id.as_deref().and_then(instance_id) {
+    let selected = match target_type {
+        TargetType::Instance => target_nodes(svc, nodes)?,
+        TargetType::Ip => Vec::new(),
+    };
+    for node in selected {
+        let provider_id = node.provider_id.as_deref();
+        match provider_id.and_then(instance_id) {
             Some(id) => {
                 instances.insert(id.to_string());
+                if let Some(zone) = provider_id.and_then(zone_of) {
+                    zones.insert(id.to_string(), zone.to_string());
+                }
             }
             None => skipped_nodes.push(node.name.clone()),
         }
@@ -650,7 +768,7 @@ pub fn build_stack(
             },
         );
     }
-    Ok(Stack {
+    let stack = Stack {
         load_balancer: LoadBalancerSpec {
             name,
             scheme,
@@ -662,5 +780,7 @@ pub fn build_stack(
         target_groups,
         listeners,
         skipped_nodes,
-    })
+    };
+    check_quotas(&stack, &config.quotas, &zones)?;
+    Ok(stack)
 }

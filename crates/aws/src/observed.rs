@@ -32,7 +32,9 @@ pub struct Listener {
     pub arn: String,
     pub load_balancer_arn: String,
     pub port: u16,
-    pub protocol: TgProtocol,
+    /// `None`: a protocol berth never makes (a listener someone added by hand), which the
+    /// diff replaces like any other difference rather than failing on it.
+    pub protocol: Option<TgProtocol>,
     /// The target group of its default forward action.
     pub target_group_arn: Option<String>,
 }

@@ -313,7 +313,7 @@ pub fn plan_stack(desired: &Stack, observed: &Observed) -> Vec<Step> {
         {
             Some(l) => {
                 let same_tg = matches!(&target_group, TgRef::Arn(a) if l.target_group_arn.as_deref() == Some(a.as_str()));
-                if l.protocol != want.protocol || !same_tg {
+                if l.protocol != Some(want.protocol) || !same_tg {
                     steps.push(Step::ModifyListener {
                         arn: l.arn.clone(),
                         protocol: want.protocol,
