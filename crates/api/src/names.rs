@@ -127,6 +127,9 @@ pub mod annotation {
     /// AWS: `k1=v1,...` attributes of every target group; only the keys listed are managed.
     pub const AWS_TARGET_GROUP_ATTRIBUTES: &str =
         "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes";
+    /// AWS: `*` turns proxy protocol v2 on for every target group.
+    pub const AWS_PROXY_PROTOCOL: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-proxy-protocol";
     /// AWS: `k1=v1,...` node labels: only nodes carrying all of them are instance targets.
     pub const AWS_TARGET_NODE_LABELS: &str =
         "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";

@@ -317,6 +317,9 @@ pub fn base_tags(
     ])
 }
 
+/// The target-group attribute that turns proxy protocol v2 on.
+pub const PROXY_PROTOCOL_V2: &str = "proxy_protocol_v2.enabled";
+
 /// The `berth.dev/resource` value of the load balancer.
 pub const LOAD_BALANCER_RESOURCE: &str = "LoadBalancer";
 
@@ -678,7 +681,19 @@ pub fn build_stack(
         })?,
     };
     let health_check = health_check(svc)?;
-    let tg_attributes = attributes(svc, ann::AWS_TARGET_GROUP_ATTRIBUTES)?;
+    let mut tg_attributes = attributes(svc, ann::AWS_TARGET_GROUP_ATTRIBUTES)?;
+    // As the AWS Load Balancer Controller: `*` is the only value, and it wins over the
+    // attribute given through `target-group-attributes`.
+    if let Some(v) = svc.annotations.get(ann::AWS_PROXY_PROTOCOL) {
+        if v.trim() != "*" {
+            return Err(annotation_error(
+                ann::AWS_PROXY_PROTOCOL,
+                v,
+                "must be \"*\" (proxy protocol v2 on every port)",
+            ));
+        }
+        tg_attributes.insert(PROXY_PROTOCOL_V2.to_string(), "true".to_string());
+    }
     let mut instances = BTreeSet::new();
     let mut zones = BTreeMap::new();
     let mut skipped_nodes = Vec::new();

@@ -390,7 +390,7 @@ impl<C: Elbv2> NlbProvider<C> {
                     quota: "Target groups per Region",
                     limit,
                     needed: in_use + creates,
-                    hint: "; the region's target groups, every owner's, as last listed; ask AWS for a higher quota (and raise --aws-target-group-quota)",
+                    hint: "; counted over every owner's target groups in the region as last listed: free some, or ask AWS for a higher quota",
                 }))
             }
             _ => Ok(()),

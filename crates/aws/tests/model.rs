@@ -398,3 +398,41 @@ fn a_service_that_cannot_fit_the_quotas_is_refused_whole() {
         "{err}"
     );
 }
+
+#[test]
+fn proxy_protocol_star_turns_v2_on_for_every_target_group() {
+    let mut svc = mk_service(
+        "web",
+        "front",
+        vec![
+            mk_port(80, Protocol::Tcp, 30080),
+            mk_port(443, Protocol::Tcp, 30443),
+        ],
+    );
+    svc.annotations.insert(
+        ann::AWS_TARGET_GROUP_ATTRIBUTES.into(),
+        "proxy_protocol_v2.enabled=false,deregistration_delay.timeout_seconds=30".into(),
+    );
+    svc.annotations
+        .insert(ann::AWS_PROXY_PROTOCOL.into(), "*".into());
+    let stack = build_stack(&svc, &mk_nodes(1), &IpTargets::new(), &mk_config()).unwrap();
+    for tg in stack.target_groups.values() {
+        assert_eq!(
+            tg.attributes.get("proxy_protocol_v2.enabled").map(String::as_str),
+            Some("true"),
+            "the annotation wins over the attribute"
+        );
+        assert_eq!(
+            tg.attributes
+                .get("deregistration_delay.timeout_seconds")
+                .map(String::as_str),
+            Some("30")
+        );
+    }
+    svc.annotations
+        .insert(ann::AWS_PROXY_PROTOCOL.into(), "80".into());
+    assert!(matches!(
+        build_stack(&svc, &mk_nodes(1), &IpTargets::new(), &mk_config()),
+        Err(ModelError::Annotation { annotation, .. }) if annotation == ann::AWS_PROXY_PROTOCOL
+    ));
+}
