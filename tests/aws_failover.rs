@@ -305,7 +305,10 @@ async fn two_replicas_leave_exactly_the_live_services_nlbs_and_never_call_aws_to
         let kubeconfig = scratch.path.join(format!("kubeconfig-{slot}"));
         let text = std::fs::read_to_string(&base_kubeconfig).unwrap();
         std::fs::write(&kubeconfig, text.replace(&server.url(), &api.url())).unwrap();
-        slots.push((kubeconfig, vec!["--aws-endpoint-url".to_string(), aws.url()]));
+        slots.push((
+            kubeconfig,
+            vec!["--aws-endpoint-url".to_string(), aws.url()],
+        ));
         api_proxies.push(api);
         aws_proxies.push(aws);
     }
@@ -412,7 +415,7 @@ async fn two_replicas_leave_exactly_the_live_services_nlbs_and_never_call_aws_to
         }
         writes += 1;
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..200))).await;
-        if writes % DISRUPT_EVERY != 0 {
+        if !writes.is_multiple_of(DISRUPT_EVERY) {
             continue;
         }
         // The leader, while the reconciles the writes started are calling AWS.

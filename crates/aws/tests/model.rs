@@ -418,7 +418,9 @@ fn proxy_protocol_star_turns_v2_on_for_every_target_group() {
     let stack = build_stack(&svc, &mk_nodes(1), &IpTargets::new(), &mk_config()).unwrap();
     for tg in stack.target_groups.values() {
         assert_eq!(
-            tg.attributes.get("proxy_protocol_v2.enabled").map(String::as_str),
+            tg.attributes
+                .get("proxy_protocol_v2.enabled")
+                .map(String::as_str),
             Some("true"),
             "the annotation wins over the attribute"
         );
