@@ -127,6 +127,13 @@ pub mod annotation {
     /// AWS: `k1=v1,...` attributes of every target group; only the keys listed are managed.
     pub const AWS_TARGET_GROUP_ATTRIBUTES: &str =
         "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes";
+    /// AWS: the ACM certificate ARN of TLS listeners.
+    pub const AWS_SSL_CERT: &str = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert";
+    /// AWS: the ports (numbers or names) that get TLS listeners; all of them when absent.
+    pub const AWS_SSL_PORTS: &str = "service.beta.kubernetes.io/aws-load-balancer-ssl-ports";
+    /// AWS: the TLS listeners' security policy.
+    pub const AWS_SSL_NEGOTIATION_POLICY: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy";
     /// AWS: `*` turns proxy protocol v2 on for every target group.
     pub const AWS_PROXY_PROTOCOL: &str =
         "service.beta.kubernetes.io/aws-load-balancer-proxy-protocol";

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use crate::model::{
-    HealthCheck, ListenerSpec, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
+    HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
 };
 use crate::observed::{Listener, LoadBalancer, Tags, TargetGroup};
 
@@ -156,10 +156,13 @@ pub trait Elbv2: Send + Sync {
         arn: String,
         attributes: BTreeMap<String, String>,
     ) -> impl Future<Output = ApiResult<()>> + Send;
+    /// `protocol`: a new protocol (`None`: unchanged); `tls`: a TLS listener with this
+    /// certificate and policy, else a plain one.
     fn modify_listener(
         &self,
         arn: String,
-        protocol: TgProtocol,
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group_arn: String,
     ) -> impl Future<Output = ApiResult<()>> + Send;
     fn register_targets(

@@ -11,7 +11,7 @@ use crate::elbv2::{
     ApiError, ApiErrorKind, ApiResult, Elbv2, LbQuery, Page, TgQuery, NAMES_PER_CALL, TAGS_PER_CALL,
 };
 use crate::model::{
-    HealthCheck, ListenerSpec, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
+    HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
 };
 use crate::observed::{Listener, LoadBalancer, Tags, TargetGroup};
 
@@ -565,6 +565,7 @@ impl Elbv2 for MemoryElbv2 {
             port: spec.port,
             protocol: Some(spec.protocol),
             target_group_arn: Some(target_group_arn),
+            tls: spec.tls,
         };
         s.tags.insert(arn.clone(), tags);
         s.listeners.insert(arn, listener.clone());
@@ -632,7 +633,8 @@ impl Elbv2 for MemoryElbv2 {
     async fn modify_listener(
         &self,
         arn: String,
-        protocol: TgProtocol,
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group_arn: String,
     ) -> ApiResult<()> {
         const OP: &str = "ModifyListener";
@@ -640,7 +642,11 @@ impl Elbv2 for MemoryElbv2 {
         let Some(tg) = s.tgs.get(&target_group_arn).cloned() else {
             return Err(not_found(OP, "TargetGroupNotFound"));
         };
-        if tg.protocol != protocol {
+        let Some(current) = s.listeners.get(&arn).cloned() else {
+            return Err(not_found(OP, "ListenerNotFound"));
+        };
+        let protocol = protocol.or(current.protocol);
+        if protocol != Some(tg.protocol) {
             return Err(err(
                 OP,
                 ApiErrorKind::Invalid,
@@ -663,7 +669,8 @@ impl Elbv2 for MemoryElbv2 {
             ));
         }
         if let Some(l) = s.listeners.get_mut(&arn) {
-            l.protocol = Some(protocol);
+            l.protocol = protocol;
+            l.tls = tls;
             l.target_group_arn = Some(target_group_arn);
         }
         Ok(())

@@ -245,10 +245,26 @@ pub struct TargetGroupSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListenerSpec {
     pub port: u16,
+    /// The target group's protocol; with `tls`, the listener itself is `TLS` (over `TCP`).
     pub protocol: TgProtocol,
     /// The `resource` of the target group it forwards to.
     pub target_group: String,
+    /// TLS termination at the NLB (`aws-load-balancer-ssl-cert` and `-ssl-ports`).
+    pub tls: Option<ListenerTls>,
 }
+
+/// A TLS listener's certificate and security policy.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ListenerTls {
+    /// The ACM (or IAM) certificate ARN: the listener's default certificate.
+    pub certificate: String,
+    /// The security policy, e.g. `ELBSecurityPolicy-2016-08`.
+    pub policy: String,
+}
+
+/// The security policy when `aws-load-balancer-ssl-negotiation-policy` names none (the AWS Load
+/// Balancer Controller's default).
+pub const DEFAULT_SSL_POLICY: &str = "ELBSecurityPolicy-2016-08";
 
 /// Everything one Service needs in AWS.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -583,6 +599,89 @@ struct Listening {
     port: u16,
     protocol: TgProtocol,
     node_port: Option<u16>,
+    /// The names of the Service ports it serves (for `aws-load-balancer-ssl-ports`).
+    names: Vec<String>,
+}
+
+/// The ports that get a TLS listener, as the AWS Load Balancer Controller reads
+/// `aws-load-balancer-ssl-cert` and `-ssl-ports`: none without a certificate; with one, the
+/// ports `-ssl-ports` lists by number or name, or every port when it is absent.
+fn tls_of(
+    svc: &ServiceFacts,
+    listenings: &[Listening],
+) -> Result<BTreeMap<u16, ListenerTls>, ModelError> {
+    let Some(certs) = svc.annotations.get(ann::AWS_SSL_CERT) else {
+        return Ok(BTreeMap::new());
+    };
+    let certificate = match parse_list(certs).as_slice() {
+        [one] => one.clone(),
+        [] => {
+            return Err(annotation_error(
+                ann::AWS_SSL_CERT,
+                certs,
+                "names no certificate",
+            ))
+        }
+        _ => {
+            return Err(annotation_error(
+                ann::AWS_SSL_CERT,
+                certs,
+                "berth sets one certificate per listener; more are not supported yet",
+            ))
+        }
+    };
+    let policy = match svc.annotations.get(ann::AWS_SSL_NEGOTIATION_POLICY) {
+        None => DEFAULT_SSL_POLICY.to_string(),
+        Some(p) if p.trim().is_empty() => {
+            return Err(annotation_error(
+                ann::AWS_SSL_NEGOTIATION_POLICY,
+                p,
+                "is empty",
+            ))
+        }
+        Some(p) => p.trim().to_string(),
+    };
+    let wanted: Option<Vec<String>> = svc
+        .annotations
+        .get(ann::AWS_SSL_PORTS)
+        .map(|v| parse_list(v));
+    let mut out = BTreeMap::new();
+    for l in listenings {
+        let chosen = match &wanted {
+            None => true,
+            Some(list) => list
+                .iter()
+                .any(|w| *w == l.port.to_string() || l.names.contains(w)),
+        };
+        if !chosen {
+            continue;
+        }
+        if l.protocol != TgProtocol::Tcp {
+            let value = svc.annotations.get(ann::AWS_SSL_PORTS).unwrap_or(certs);
+            return Err(annotation_error(
+                if wanted.is_some() {
+                    ann::AWS_SSL_PORTS
+                } else {
+                    ann::AWS_SSL_CERT
+                },
+                value,
+                format!(
+                    "port {} is {}: TLS listeners serve TCP only (list the TCP ports in {})",
+                    l.port,
+                    l.protocol.as_str(),
+                    ann::AWS_SSL_PORTS
+                ),
+            ));
+        }
+        out.insert(
+            l.port,
+            ListenerTls {
+                certificate: certificate.clone(),
+                policy: policy.clone(),
+            },
+        );
+    }
+    Ok(out)
 }
 
 fn listenings(svc: &ServiceFacts) -> Result<Vec<Listening>, ModelError> {
@@ -628,6 +727,7 @@ fn listenings(svc: &ServiceFacts) -> Result<Vec<Listening>, ModelError> {
                 port,
                 protocol,
                 node_port: entries[0].1.node_port,
+                names: entries.iter().filter_map(|(_, p)| p.name.clone()).collect(),
             })
         })
         .collect()
@@ -715,7 +815,9 @@ pub fn build_stack(
     }
     let mut target_groups = BTreeMap::new();
     let mut listeners = BTreeMap::new();
-    for (index, l) in listenings(svc)?.into_iter().enumerate() {
+    let listenings = listenings(svc)?;
+    let mut tls = tls_of(svc, &listenings)?;
+    for (index, l) in listenings.into_iter().enumerate() {
         let resource = format!("{}/{}", l.port, l.protocol.as_str());
         let (port, targets) = match target_type {
             TargetType::Instance => {
@@ -780,6 +882,7 @@ pub fn build_stack(
                 port: l.port,
                 protocol: l.protocol,
                 target_group: resource,
+                tls: tls.remove(&l.port),
             },
         );
     }

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{HealthCheck, Scheme, Target, TargetType, TgProtocol};
+use crate::model::{HealthCheck, ListenerTls, Scheme, Target, TargetType, TgProtocol};
 
 pub type Tags = BTreeMap<String, String>;
 
@@ -37,6 +37,8 @@ pub struct Listener {
     pub protocol: Option<TgProtocol>,
     /// The target group of its default forward action.
     pub target_group_arn: Option<String>,
+    /// A TLS listener's default certificate and policy (its `protocol` is then `TCP`).
+    pub tls: Option<ListenerTls>,
 }
 
 /// A load balancer of the Service's, with what the diff compares.

@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use berth_api::names::aws_tag;
 
 use crate::model::{
-    HealthCheck, ListenerSpec, LoadBalancerSpec, Stack, Target, TargetGroupSpec, TgProtocol,
+    HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Stack, Target, TargetGroupSpec,
+    TgProtocol,
 };
 use crate::observed::{Observed, ObservedLoadBalancer, ObservedTargetGroup, Tags};
 
@@ -71,7 +72,10 @@ pub enum Step {
     },
     ModifyListener {
         arn: String,
-        protocol: TgProtocol,
+        /// `None`: the listener keeps its protocol (only its certificate, policy or target
+        /// group change).
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group: TgRef,
     },
     DeleteListener {
@@ -313,10 +317,13 @@ pub fn plan_stack(desired: &Stack, observed: &Observed) -> Vec<Step> {
         {
             Some(l) => {
                 let same_tg = matches!(&target_group, TgRef::Arn(a) if l.target_group_arn.as_deref() == Some(a.as_str()));
-                if l.protocol != Some(want.protocol) || !same_tg {
+                let protocol_changes =
+                    l.protocol != Some(want.protocol) || l.tls.is_some() != want.tls.is_some();
+                if protocol_changes || l.tls != want.tls || !same_tg {
                     steps.push(Step::ModifyListener {
                         arn: l.arn.clone(),
-                        protocol: want.protocol,
+                        protocol: protocol_changes.then_some(want.protocol),
+                        tls: want.tls.clone(),
                         target_group,
                     });
                 }

@@ -641,10 +641,11 @@ impl<C: Elbv2> NlbProvider<C> {
                 Step::ModifyListener {
                     arn,
                     protocol,
+                    tls,
                     target_group,
                 } => {
                     let tg = tg_arn(&target_group, &applied)?;
-                    self.client.modify_listener(arn, protocol, tg).await?
+                    self.client.modify_listener(arn, protocol, tls, tg).await?
                 }
                 Step::DeleteListener { arn } => found(self.client.delete_listener(arn).await)?,
                 Step::DeleteTargetGroup { arn } => {

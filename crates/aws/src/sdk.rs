@@ -16,7 +16,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use crate::elbv2::{ApiError, ApiErrorKind, ApiResult, Elbv2, LbQuery, Page, TgQuery};
 use crate::metrics::AwsMetrics;
 use crate::model::{
-    HcPort, HcProtocol, HealthCheck, ListenerSpec, LoadBalancerSpec, Scheme, Target,
+    HcPort, HcProtocol, HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Scheme, Target,
     TargetGroupSpec, TargetType, TgProtocol,
 };
 use crate::observed::{Listener, LoadBalancer, Tags, TargetGroup};
@@ -357,6 +357,44 @@ fn target_groups(tgs: &[t::TargetGroup]) -> Vec<TargetGroup> {
         .collect()
 }
 
+/// A listener's protocol as the diff compares it: a TLS listener terminates TLS in front of a
+/// TCP target group, so it reads as `TCP` with its TLS settings beside.
+fn listener_protocol(p: Option<&t::ProtocolEnum>) -> Option<TgProtocol> {
+    match p? {
+        t::ProtocolEnum::Tls => Some(TgProtocol::Tcp),
+        p => tg_protocol(p),
+    }
+}
+
+fn listener_tls(l: &t::Listener) -> Option<ListenerTls> {
+    if l.protocol() != Some(&t::ProtocolEnum::Tls) {
+        return None;
+    }
+    Some(ListenerTls {
+        certificate: l
+            .certificates()
+            .iter()
+            .find(|c| c.is_default() != Some(false))
+            .and_then(|c| c.certificate_arn())
+            .unwrap_or_default()
+            .to_string(),
+        policy: l.ssl_policy().unwrap_or_default().to_string(),
+    })
+}
+
+fn listener_sdk_protocol(protocol: TgProtocol, tls: Option<&ListenerTls>) -> t::ProtocolEnum {
+    match tls {
+        Some(_) => t::ProtocolEnum::Tls,
+        None => sdk_protocol(protocol),
+    }
+}
+
+fn certificates(tls: &ListenerTls) -> Vec<t::Certificate> {
+    vec![t::Certificate::builder()
+        .certificate_arn(&tls.certificate)
+        .build()]
+}
+
 fn sdk_tags(tags: &Tags) -> Vec<t::Tag> {
     tags.iter()
         .map(|(k, v)| t::Tag::builder().key(k).value(v).build())
@@ -491,9 +529,10 @@ impl Elbv2 for SdkElbv2 {
                                 .unwrap_or_default()
                                 .to_string(),
                             port: port(OP, l.port())?,
-                            // A protocol berth never makes (a TLS or QUIC listener added by
-                            // hand) is a difference to repair, not a reason to fail.
-                            protocol: l.protocol().and_then(tg_protocol),
+                            // A protocol berth never makes (a QUIC listener added by hand)
+                            // is a difference to repair, not a reason to fail.
+                            protocol: listener_protocol(l.protocol()),
+                            tls: listener_tls(l),
                             target_group_arn: l
                                 .default_actions()
                                 .iter()
@@ -670,7 +709,9 @@ impl Elbv2 for SdkElbv2 {
             .client
             .create_listener()
             .load_balancer_arn(&load_balancer_arn)
-            .protocol(sdk_protocol(spec.protocol))
+            .protocol(listener_sdk_protocol(spec.protocol, spec.tls.as_ref()))
+            .set_certificates(spec.tls.as_ref().map(certificates))
+            .set_ssl_policy(spec.tls.as_ref().map(|t| t.policy.clone()))
             .port(i32::from(spec.port))
             .default_actions(forward(target_group_arn.clone()))
             .set_tags(Some(sdk_tags(&tags)));
@@ -683,6 +724,7 @@ impl Elbv2 for SdkElbv2 {
                         port: spec.port,
                         protocol: Some(spec.protocol),
                         target_group_arn: Some(target_group_arn),
+                        tls: spec.tls,
                     }),
                     None => Err(ApiError::new(
                         OP,
@@ -785,7 +827,8 @@ impl Elbv2 for SdkElbv2 {
     async fn modify_listener(
         &self,
         arn: String,
-        protocol: TgProtocol,
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group_arn: String,
     ) -> ApiResult<()> {
         const OP: &str = "ModifyListener";
@@ -793,7 +836,9 @@ impl Elbv2 for SdkElbv2 {
             self.client
                 .modify_listener()
                 .listener_arn(arn)
-                .protocol(sdk_protocol(protocol))
+                .set_protocol(protocol.map(|p| listener_sdk_protocol(p, tls.as_ref())))
+                .set_certificates(tls.as_ref().map(certificates))
+                .set_ssl_policy(tls.as_ref().map(|t| t.policy.clone()))
                 .default_actions(forward(target_group_arn))
                 .send()
                 .await

@@ -438,3 +438,42 @@ fn proxy_protocol_star_turns_v2_on_for_every_target_group() {
         Err(ModelError::Annotation { annotation, .. }) if annotation == ann::AWS_PROXY_PROTOCOL
     ));
 }
+
+#[test]
+fn tls_listeners_only_on_tcp_ports_with_one_certificate() {
+    let cert = "arn:aws:acm:us-east-1:123456789012:certificate/abc";
+    let mut dns = mk_port(53, Protocol::Udp, 30053);
+    dns.name = Some("dns".into());
+    let mut svc = mk_service(
+        "web",
+        "front",
+        vec![mk_port(443, Protocol::Tcp, 30443), dns],
+    );
+    svc.annotations
+        .insert(ann::AWS_SSL_CERT.into(), cert.into());
+    // Every port by default: the UDP one cannot be TLS.
+    let refused = |svc: &berth_aws::ServiceFacts, key: &str| {
+        matches!(
+            build_stack(svc, &mk_nodes(1), &IpTargets::new(), &mk_config()),
+            Err(ModelError::Annotation { annotation, .. }) if annotation == key
+        )
+    };
+    assert!(refused(&svc, ann::AWS_SSL_CERT));
+    svc.annotations
+        .insert(ann::AWS_SSL_PORTS.into(), "dns".into());
+    assert!(refused(&svc, ann::AWS_SSL_PORTS));
+    svc.annotations
+        .insert(ann::AWS_SSL_PORTS.into(), "443".into());
+    let stack = build_stack(&svc, &mk_nodes(1), &IpTargets::new(), &mk_config()).unwrap();
+    let tls = stack.listeners[&443].tls.clone().unwrap();
+    assert_eq!(
+        (tls.certificate.as_str(), tls.policy.as_str()),
+        (cert, "ELBSecurityPolicy-2016-08")
+    );
+    assert_eq!(stack.listeners[&53].tls, None);
+    // The target group stays TCP behind a TLS listener.
+    assert_eq!(stack.target_groups["443/TCP"].protocol, TgProtocol::Tcp);
+    svc.annotations
+        .insert(ann::AWS_SSL_CERT.into(), format!("{cert},{cert}2"));
+    assert!(refused(&svc, ann::AWS_SSL_CERT));
+}

@@ -520,3 +520,80 @@ async fn the_regional_target_group_quota_refuses_before_creating() {
         .await
         .unwrap();
 }
+
+/// A listener switches between TCP and TLS in place (ModifyListener with the new protocol,
+/// which moto refuses for TLS) as the certificate and ports come and go.
+#[tokio::test]
+async fn listeners_switch_between_tcp_and_tls_in_place() {
+    let p = provider(mk_fake(1));
+    let cert = "arn:aws:acm:us-east-1:000000000000:certificate/front";
+    let mut svc = mk_service(
+        "web",
+        "front",
+        vec![
+            mk_port(80, Protocol::Tcp, 30080),
+            mk_port(443, Protocol::Tcp, 30443),
+        ],
+    );
+    let tls_ports = |p: &NlbProvider<MemoryElbv2>| -> Vec<(u16, Option<String>)> {
+        let mut l: Vec<_> = p
+            .client()
+            .snapshot()
+            .listeners
+            .iter()
+            .map(|l| (l.port, l.tls.as_ref().map(|t| t.policy.clone())))
+            .collect();
+        l.sort();
+        l
+    };
+    let first = p
+        .ensure(&svc, &mk_nodes(1), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    svc.annotations
+        .insert(ann::AWS_SSL_CERT.into(), cert.into());
+    svc.annotations
+        .insert(ann::AWS_SSL_PORTS.into(), "443".into());
+    let tls = p
+        .ensure(
+            &svc,
+            &mk_nodes(1),
+            &IpTargets::new(),
+            Some(&first.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_eq!(tls.changes, 1, "one ModifyListener");
+    assert_eq!(
+        tls_ports(&p),
+        [(80, None), (443, Some("ELBSecurityPolicy-2016-08".into()))]
+    );
+    // Every port, by leaving -ssl-ports out.
+    svc.annotations.remove(ann::AWS_SSL_PORTS);
+    p.ensure(
+        &svc,
+        &mk_nodes(1),
+        &IpTargets::new(),
+        Some(&first.load_balancer_arn),
+    )
+    .await
+    .unwrap();
+    assert!(tls_ports(&p).iter().all(|(_, t)| t.is_some()));
+    // Without the certificate: plain TCP again, the same load balancer and target groups.
+    svc.annotations.remove(ann::AWS_SSL_CERT);
+    let plain = p
+        .ensure(
+            &svc,
+            &mk_nodes(1),
+            &IpTargets::new(),
+            Some(&first.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (plain.changes, plain.load_balancer_arn),
+        (2, first.load_balancer_arn)
+    );
+    assert_eq!(tls_ports(&p), [(80, None), (443, None)]);
+    assert_exactly(&p.client().snapshot(), &svc, &[80, 443], 1);
+}

@@ -9,7 +9,7 @@ use std::future::Future;
 
 use berth_aws::elbv2::{ApiError, ApiErrorKind, ApiResult, Elbv2, LbQuery, Page, TgQuery};
 use berth_aws::model::{
-    HealthCheck, ListenerSpec, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
+    HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
 };
 use berth_aws::observed::{Listener, LoadBalancer, Tags, TargetGroup};
 
@@ -176,10 +176,13 @@ impl<C: Elbv2> Elbv2 for Fenced<C> {
     async fn modify_listener(
         &self,
         arn: String,
-        protocol: TgProtocol,
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group_arn: String,
     ) -> ApiResult<()> {
-        let call = self.inner.modify_listener(arn, protocol, target_group_arn);
+        let call = self
+            .inner
+            .modify_listener(arn, protocol, tls, target_group_arn);
         self.fenced("ModifyListener", call).await
     }
 
