@@ -28,6 +28,7 @@ pub mod datapath;
 pub mod healthcheck;
 pub mod index;
 pub mod metrics;
+pub mod ruleset;
 mod run;
 pub mod schedule;
 pub mod speaker;
