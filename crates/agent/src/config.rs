@@ -92,6 +92,8 @@ pub struct AgentOptions {
     pub l2_interfaces: Vec<String>,
     /// `spec.externalIPs` are programmed only inside these; empty (the default): none.
     pub external_ip_cidrs: Vec<IpNet>,
+    /// Announce LoadBalancer IPs over BGP through the FRR beside the agent.
+    pub bgp_speaker: Option<crate::speaker::SpeakerConfig>,
 }
 
 impl Default for AgentOptions {
@@ -111,6 +113,7 @@ impl Default for AgentOptions {
             l2_announcer: false,
             l2_interfaces: Vec::new(),
             external_ip_cidrs: Vec::new(),
+            bgp_speaker: None,
         }
     }
 }
@@ -236,6 +239,11 @@ impl AgentConfig {
             .then(|| crate::announce::AnnouncerConfig {
                 interfaces: self.options.l2_interfaces.clone(),
             })
+    }
+
+    /// The BGP speaker's settings, when it is enabled.
+    pub fn speaker(&self) -> Option<&crate::speaker::SpeakerConfig> {
+        self.options.bgp_speaker.as_ref()
     }
 
     /// What the planner of one family is given.

@@ -142,6 +142,9 @@ pub struct Index {
     relist_node: Option<bool>,
     /// What Services may ask of this node (`--external-ip-cidrs`).
     policy: ServicePolicy,
+    /// The Node's labels and whether it may announce, for the BGP speaker; `None` while the
+    /// Node is unknown.
+    node_state: Option<berth_bgp::NodeState>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -231,6 +234,7 @@ impl Index {
             relist_slices: None,
             relist_node: None,
             policy: ServicePolicy::default(),
+            node_state: None,
         }
     }
 
@@ -238,6 +242,11 @@ impl Index {
     pub fn with_policy(mut self, policy: ServicePolicy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// The Node's labels and eligibility for announcing, once it has been seen.
+    pub fn node_state(&self) -> Option<&berth_bgp::NodeState> {
+        self.node_state.as_ref()
     }
 
     /// Whether Services, EndpointSlices and the Node have each been listed once.
@@ -552,10 +561,12 @@ impl Index {
         if let Some(seen) = &mut self.relist_node {
             *seen = true;
         }
+        self.node_state = Some(crate::speaker::build_node_state(node));
         self.set_node(build_node_info(node));
     }
 
     fn forget_node(&mut self) {
+        self.node_state = None;
         self.set_node(NodeInfo {
             name: self.node_name.clone(),
             addresses: Vec::new(),
