@@ -356,11 +356,14 @@ where
                 () = on_shutdown.cancelled() => {}
             }
         });
-        let index = Arc::new(Mutex::new(Index::new(
-            self.config.node_name(),
-            self.config.proxy_mode(),
-            Utc::now(),
-        )));
+        let index = Arc::new(Mutex::new(
+            Index::new(
+                self.config.node_name(),
+                self.config.proxy_mode(),
+                Utc::now(),
+            )
+            .with_node_port_range(self.config.node_port_range()),
+        ));
         let wake = Arc::new(Notify::new());
         let watches = self.spawn_watches(&index, &wake, &stop);
         let announcer = self.announcer.take().map(|announcer| {

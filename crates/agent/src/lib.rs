@@ -26,6 +26,7 @@ pub mod datapath;
 pub mod healthcheck;
 pub mod index;
 pub mod metrics;
+pub mod node_ports;
 mod run;
 pub mod schedule;
 mod watch;
