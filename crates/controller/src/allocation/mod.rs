@@ -10,6 +10,7 @@
 
 pub mod apply;
 mod cache;
+pub mod cleanup;
 pub mod facts;
 pub mod fresh;
 mod held;
