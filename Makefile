@@ -96,6 +96,8 @@ run: deps
 e2e: deps
 	$(CARGO) build --bin berth
 	BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh
+	# berth explain traces iptables rulesets: its packet comparison on a lab whose agents run iptables.
+	BERTH_BACKEND=iptables BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh 90-explain
 
 # A test that returns early because the machine lacks something (root, a tool) prints a line
 # `berth-test: SKIPPED <test>: <reason>`; libtest counts it as passed, so the summary moves it to

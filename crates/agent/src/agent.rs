@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use berth_core::IpFamily;
@@ -140,9 +141,35 @@ pub struct Agent<I, C> {
     announcer: Option<Announcer>,
 }
 
-/// `/healthz` from the sync health (kube-proxy's meaning), the rest from berth-telemetry.
-pub fn admin_router(registry: SharedRegistry, readiness: Readiness, health: AgentHealth) -> Router {
+/// `/healthz` from the sync health (kube-proxy's meaning), `/debug/ruleset` (the kernel's
+/// ruleset on `backend`, for `berth explain`), the rest from berth-telemetry.
+pub fn admin_router(
+    registry: SharedRegistry,
+    readiness: Readiness,
+    health: AgentHealth,
+    backend: crate::config::Backend,
+    node: String,
+) -> Router {
+    // One read-back at a time: each runs iptables-save or nft over the whole table, and the
+    // admin port is reachable from the node network.
+    let one_at_a_time = Arc::new(tokio::sync::Semaphore::new(1));
     Router::new()
+        .route(
+            "/debug/ruleset",
+            get(move |query| {
+                let (node, permit) = (node.clone(), one_at_a_time.clone());
+                async move {
+                    match permit.try_acquire_owned() {
+                        Ok(_held) => crate::ruleset::serve(backend, node, query).await,
+                        Err(_) => (
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "a ruleset read-back is already running\n",
+                        )
+                            .into_response(),
+                    }
+                }
+            }),
+        )
         .route(
             "/healthz",
             get(move || {
@@ -376,7 +403,13 @@ where
                 result
             })
         });
-        let router = admin_router(registry, self.readiness.clone(), health.clone());
+        let router = admin_router(
+            registry,
+            self.readiness.clone(),
+            health.clone(),
+            self.config.backend(),
+            self.config.node_name().to_owned(),
+        );
         let admin_task = tokio::spawn(berth_telemetry::serve_admin(
             admin,
             router,

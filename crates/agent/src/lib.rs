@@ -27,6 +27,7 @@ pub mod healthcheck;
 pub mod index;
 pub mod metrics;
 pub mod node_ports;
+pub mod ruleset;
 mod run;
 pub mod schedule;
 mod watch;
