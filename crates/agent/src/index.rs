@@ -129,6 +129,8 @@ pub struct Index {
     mode: ProxyMode,
     /// Node ports outside it are not programmed (see [`crate::node_ports`]).
     node_port_range: PortRange,
+    /// Set from the own Node on every change (see [`crate::schedule::node_eligible`]).
+    node_eligibility: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Trigger times before this are from before the agent watched, so not its latency.
     started: DateTime<Utc>,
     view: NodeView,
@@ -223,6 +225,7 @@ impl Index {
             node_name: node_name.to_string(),
             mode,
             node_port_range: PortRange::DEFAULT,
+            node_eligibility: None,
             started,
             view: NodeView {
                 node: NodeInfo {
@@ -245,6 +248,22 @@ impl Index {
     pub fn with_node_port_range(mut self, range: PortRange) -> Self {
         self.node_port_range = range;
         self
+    }
+
+    /// Keeps `flag` set to whether the own Node is eligible for load-balancer traffic, for
+    /// `/healthz`.
+    pub fn with_node_eligibility(
+        mut self,
+        flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        self.node_eligibility = Some(flag);
+        self
+    }
+
+    fn note_eligibility(&self, eligible: bool) {
+        if let Some(flag) = &self.node_eligibility {
+            flag.store(eligible, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Whether Services, EndpointSlices and the Node have each been listed once.
@@ -594,6 +613,7 @@ impl Index {
         if let Some(seen) = &mut self.relist_node {
             *seen = true;
         }
+        self.note_eligibility(crate::schedule::node_eligible(node));
         self.set_node(build_node_info(node));
     }
 
@@ -606,6 +626,8 @@ impl Index {
 
     pub fn delete_node(&mut self, node: &Node) {
         if node.metadata.name.as_deref() == Some(self.node_name.as_str()) {
+            // Deleted: load balancers should stop sending here.
+            self.note_eligibility(false);
             self.forget_node();
         }
     }

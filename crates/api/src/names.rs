@@ -171,6 +171,13 @@ pub mod label {
     pub const HOSTNAME: &str = "kubernetes.io/hostname";
 }
 
+/// Node taints berth reads.
+pub mod taint {
+    /// The cluster autoscaler is about to delete the Node: the agent's `/healthz` fails so load
+    /// balancers drain it first (KEP-3836).
+    pub const TO_BE_DELETED_BY_CLUSTER_AUTOSCALER: &str = "ToBeDeletedByClusterAutoscaler";
+}
+
 /// Finalizers berth puts on objects.
 pub mod finalizer {
     /// Holds a Service until its cloud load balancer is deleted.
