@@ -25,8 +25,23 @@ use serde_json::json;
 
 #[tokio::test]
 async fn health_check_ports_follow_local_endpoints() {
-    let mut h = start(ProxyMode::Full).await;
+    // The health-check port is one the OS hands out, above the default node port range: the
+    // agent's range is widened to hold it, as a cluster's range would.
     let port = http::free_port();
+    let server = LabApiServer::builder().start().await.unwrap();
+    let options = AgentOptions {
+        node_port_range: berth_core::PortRange {
+            first: port.min(30000),
+            last: port.max(32767),
+        },
+        ..mk_options(ProxyMode::Full)
+    };
+    let mut h = start_agent(
+        server,
+        options,
+        SharedIptables::new(MemoryIptables::default()),
+    )
+    .await;
     h.create(mk_local_lb_json("default", "web", "10.96.0.10", port))
         .await;
     h.create(mk_slice_json(
