@@ -139,6 +139,8 @@ pub struct Agent<I, C> {
     datapath_ready: ReadinessCheck,
     status: watch::Sender<AgentStatus>,
     announcer: Option<Announcer>,
+    /// Counts successful syncs, for the BGP speaker: it announces only what is programmed.
+    synced: watch::Sender<u64>,
 }
 
 /// `/healthz` from the sync health and the Node's eligibility, `/livez` from the sync health
@@ -305,6 +307,7 @@ where
             datapath_ready,
             status: watch::channel(AgentStatus::default()).0,
             announcer,
+            synced: watch::channel(0).0,
         })
     }
 
@@ -419,6 +422,25 @@ where
                 result
             })
         });
+        let speaker = self.config.speaker().cloned().map(|config| {
+            let task = crate::speaker::run_speaker(
+                config,
+                self.client.clone(),
+                index.clone(),
+                self.synced.subscribe(),
+                stop.clone(),
+            );
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let result = task.await;
+                if let Err(err) = &result {
+                    tracing::error!(error = %error_chain(err), "the BGP speaker stopped");
+                    // Without the speaker nothing is announced: stop rather than run half.
+                    stop.cancel();
+                }
+                result
+            })
+        });
         let router = admin_router(
             registry,
             self.readiness.clone(),
@@ -445,12 +467,17 @@ where
             Some(task) => task.await.map_err(|err| Error::Task(err.to_string()))?,
             None => Ok(()),
         };
+        let spoken = match speaker {
+            Some(task) => task.await.map_err(|err| Error::Task(err.to_string()))?,
+            None => Ok(()),
+        };
         let admin_result = admin_task
             .await
             .map_err(|err| Error::Task(err.to_string()))?;
         tracing::info!("agent stopped; the programmed rules stay in place");
         result?;
         announced?;
+        spoken?;
         admin_result.map_err(Error::Admin)
     }
 
@@ -471,6 +498,7 @@ where
             datapath_ready,
             status,
             announcer: _,
+            synced,
         } = self;
         let mut schedule = SyncSchedule::new(config.min_sync_interval(), config.sync_period());
         let mut carried = Pending::default();
@@ -547,6 +575,7 @@ where
                         ms = elapsed.as_millis(),
                         "datapath synced"
                     );
+                    synced.send_modify(|n| *n += 1);
                     status.send_modify(|s| {
                         s.syncs += 1;
                         s.last_kind = Some(outcome.kind);

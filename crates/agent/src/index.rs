@@ -145,6 +145,9 @@ pub struct Index {
     relist_slices: Option<HashSet<SliceKey>>,
     /// During a Node relist: whether our Node was in it.
     relist_node: Option<bool>,
+    /// The Node's labels and whether it may announce, for the BGP speaker; `None` while the
+    /// Node is unknown.
+    node_state: Option<berth_bgp::NodeState>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -241,6 +244,7 @@ impl Index {
             relist_services: None,
             relist_slices: None,
             relist_node: None,
+            node_state: None,
         }
     }
 
@@ -264,6 +268,11 @@ impl Index {
         if let Some(flag) = &self.node_eligibility {
             flag.store(eligible, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// The Node's labels and eligibility for announcing, once it has been seen.
+    pub fn node_state(&self) -> Option<&berth_bgp::NodeState> {
+        self.node_state.as_ref()
     }
 
     /// Whether Services, EndpointSlices and the Node have each been listed once.
@@ -614,10 +623,12 @@ impl Index {
             *seen = true;
         }
         self.note_eligibility(crate::schedule::node_eligible(node));
+        self.node_state = Some(crate::speaker::build_node_state(node));
         self.set_node(build_node_info(node));
     }
 
     fn forget_node(&mut self) {
+        self.node_state = None;
         self.set_node(NodeInfo {
             name: self.node_name.clone(),
             addresses: Vec::new(),

@@ -11,6 +11,12 @@ pub const API_VERSION: &str = "berth.dev/v1alpha1";
 pub const KIND_IP_POOL: &str = "IPPool";
 /// `kind` of the layer-2 advertisement resource.
 pub const KIND_L2_ADVERTISEMENT: &str = "L2Advertisement";
+/// `kind` of the BGP peer resource.
+pub const KIND_BGP_PEER: &str = "BGPPeer";
+/// `kind` of the BGP advertisement resource.
+pub const KIND_BGP_ADVERTISEMENT: &str = "BGPAdvertisement";
+/// `kind` of the BFD profile resource.
+pub const KIND_BFD_PROFILE: &str = "BFDProfile";
 /// `kubectl get berth` lists every berth resource.
 pub const CATEGORY: &str = "berth";
 
