@@ -176,6 +176,10 @@ fn agent_values_are_its_flags() {
         &[
             ("kubeconfig", "in-cluster configuration"),
             ("node-name", "spec.nodeName, from the Downward API"),
+            (
+                "node-port-range",
+                "controller.config.nodePortRange, so both accept the same node ports",
+            ),
         ],
         &[
             ("logFormat", "json", "structured logs in a cluster"),

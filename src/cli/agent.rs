@@ -44,6 +44,11 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_EXTERNAL_IP_CIDRS", value_delimiter = ',')]
     external_ip_cidrs: Vec<berth_agent::IpNet>,
 
+    /// The cluster's node port range, as given to the controller (`--node-port-range`) or the
+    /// API server (`--service-node-port-range`): a node port outside it is never programmed.
+    #[arg(long, env = "BERTH_NODE_PORT_RANGE", default_value = "30000-32767", value_parser = parse_node_port_range)]
+    node_port_range: berth_controller::PortRange,
+
     /// Masquerade all traffic to ClusterIPs.
     #[arg(long, env = "BERTH_MASQUERADE_ALL")]
     masquerade_all: bool,
@@ -219,6 +224,7 @@ impl AgentArgs {
             cluster_cidrs: self.cluster_cidr.clone(),
             external_ip_cidrs: self.external_ip_cidrs.clone(),
             masquerade_all: self.masquerade_all,
+            node_port_range: self.node_port_range,
             min_sync_interval: self.min_sync_interval,
             sync_period: self.sync_period,
             healthz_bind_address: self.healthz_bind_address,
@@ -231,6 +237,11 @@ impl AgentArgs {
             }),
         }
     }
+}
+
+/// The controller's own parser, so both flags accept and refuse the same ranges.
+fn parse_node_port_range(text: &str) -> Result<berth_controller::PortRange, String> {
+    berth_controller::parse_node_port_range(text).map_err(super::controller::flag_error)
 }
 
 /// Programs the iptables of the network namespace it runs in; stopping leaves the rules in place.

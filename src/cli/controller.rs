@@ -147,7 +147,7 @@ fn parse_default_class(text: &str) -> Result<Option<&'static str>, String> {
 }
 
 /// clap already says that the flag's value is invalid.
-fn flag_error(error: berth_controller::Error) -> String {
+pub(super) fn flag_error(error: berth_controller::Error) -> String {
     match error {
         berth_controller::Error::Config(reason) => reason,
         other => other.to_string(),

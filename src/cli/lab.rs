@@ -168,6 +168,9 @@ impl ApiserverArgs {
                 history_capacity: self.history,
                 graceful_pod_deletion: self.graceful_pod_deletion,
                 record_requests: self.record_requests,
+                // The first namespace listener is the control plane's LAN address: the one
+                // agents and pods reach the server at.
+                kubernetes_endpoint: self.listen_netns.first().map(|(_, addr)| *addr),
             },
             netns_listeners: self.listen_netns,
         })

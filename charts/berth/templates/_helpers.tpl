@@ -57,6 +57,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "berth.agent.config" -}}
 {{- $config := deepCopy .Values.agent.config -}}
 {{- $_ := set $config "leaseNamespace" (default .Release.Namespace $config.leaseNamespace) -}}
+{{- /* The agent programs only node ports the controller would accept. */ -}}
+{{- $_ := set $config "nodePortRange" .Values.controller.config.nodePortRange -}}
 {{- toYaml $config -}}
 {{- end -}}
 

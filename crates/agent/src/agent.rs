@@ -143,7 +143,8 @@ pub struct Agent<I, C> {
     synced: watch::Sender<u64>,
 }
 
-/// `/healthz` from the sync health (kube-proxy's meaning), `/debug/ruleset` (the kernel's
+/// `/healthz` from the sync health and the Node's eligibility, `/livez` from the sync health
+/// alone (kube-proxy's meanings since KEP-3836), `/debug/ruleset` (the kernel's
 /// ruleset on `backend`, for `berth explain`), the rest from berth-telemetry.
 pub fn admin_router(
     registry: SharedRegistry,
@@ -172,23 +173,37 @@ pub fn admin_router(
                 }
             }),
         )
-        .route(
-            "/healthz",
+        .route("/healthz", {
+            let health = health.clone();
             get(move || {
-                let healthy = health.is_healthy();
-                async move {
-                    if healthy {
-                        (StatusCode::OK, "ok\n")
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "no datapath sync succeeded within two sync periods\n",
-                        )
-                    }
-                }
+                let answer = health_answer(health.is_healthy(), health.is_node_eligible());
+                async move { answer }
+            })
+        })
+        .route(
+            "/livez",
+            get(move || {
+                let answer = health_answer(health.is_healthy(), true);
+                async move { answer }
             }),
         )
         .fallback_service(berth_telemetry::admin_router(registry, readiness))
+}
+
+/// `/healthz` (and, with `node_eligible` true, `/livez`): 503 when no sync succeeded within two
+/// sync periods, or when the Node is being deleted.
+fn health_answer(synced: bool, node_eligible: bool) -> (StatusCode, &'static str) {
+    match (synced, node_eligible) {
+        (true, true) => (StatusCode::OK, "ok\n"),
+        (false, _) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no datapath sync succeeded within two sync periods\n",
+        ),
+        (true, false) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the node is being deleted (ToBeDeletedByClusterAutoscaler or deletionTimestamp)\n",
+        ),
+    }
 }
 
 impl<I, C> Agent<I, C>
@@ -392,7 +407,9 @@ where
                 self.config.proxy_mode(),
                 Utc::now(),
             )
-            .with_policy(self.config.service_policy()),
+            .with_policy(self.config.service_policy())
+            .with_node_port_range(self.config.node_port_range())
+            .with_node_eligibility(health.node_eligibility()),
         ));
         let wake = Arc::new(Notify::new());
         let watches = self.spawn_watches(&index, &wake, &stop);

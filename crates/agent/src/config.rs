@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use berth_core::{dns1123_subdomain_problem, IpFamily};
+use berth_core::{dns1123_subdomain_problem, IpFamily, PortRange};
 use berth_datapath::plan::convert::ProxyMode;
 use berth_datapath::{Dispatch, PlanOptions};
 use ipnet::IpNet;
@@ -79,6 +79,9 @@ pub struct AgentOptions {
     /// Pod CIDRs, at most one per family; their families are the ones the agent programs.
     pub cluster_cidrs: Vec<IpNet>,
     pub masquerade_all: bool,
+    /// The cluster's node port range (the controller's `--node-port-range`): node ports outside
+    /// it are not programmed.
+    pub node_port_range: PortRange,
     /// Least time between two syncs: changes arriving faster are coalesced.
     pub min_sync_interval: Duration,
     /// A full-consistency sync runs at least this often.
@@ -105,6 +108,7 @@ impl Default for AgentOptions {
             dispatch: Dispatch::Tree,
             cluster_cidrs: Vec::new(),
             masquerade_all: false,
+            node_port_range: PortRange::DEFAULT,
             min_sync_interval: Duration::from_millis(100),
             sync_period: Duration::from_secs(30),
             healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
@@ -214,6 +218,10 @@ impl AgentConfig {
     /// The address families the agent programs, IPv4 first.
     pub fn families(&self) -> &[IpFamily] {
         &self.families
+    }
+
+    pub fn node_port_range(&self) -> PortRange {
+        self.options.node_port_range
     }
 
     pub fn min_sync_interval(&self) -> Duration {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use berth_api::names::{annotation, label};
-use berth_core::Protocol;
+use berth_core::{PortRange, Protocol};
 use berth_datapath::plan::convert::{
     build_endpoints, build_node_info, build_service_ports_with, ProxyMode, ServicePolicy,
 };
@@ -23,6 +23,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::conntrack::{plan_conntrack_cleanup, ConntrackFlow};
+use crate::node_ports::{admit_node_ports, uses_node_port, Refusal};
 
 /// Services by namespace then name: lookups borrow `&str` without building a key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -126,6 +127,10 @@ type Staged = BTreeMap<SliceKey, Vec<ServicePort>>;
 pub struct Index {
     node_name: String,
     mode: ProxyMode,
+    /// Node ports outside it are not programmed (see [`crate::node_ports`]).
+    node_port_range: PortRange,
+    /// Set from the own Node on every change (see [`crate::schedule::node_eligible`]).
+    node_eligibility: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Trigger times before this are from before the agent watched, so not its latency.
     started: DateTime<Utc>,
     view: NodeView,
@@ -174,6 +179,12 @@ fn note_change(
     true
 }
 
+fn log_refusals(namespace: &str, name: &str, refusals: &[Refusal]) {
+    for refusal in refusals {
+        tracing::warn!(%namespace, %name, port = %refusal.port_name, "not programmed: {refusal}");
+    }
+}
+
 fn meta_key(meta: &ObjectMeta) -> Option<SliceKey> {
     Some((meta.namespace.clone()?, meta.name.clone()?))
 }
@@ -218,6 +229,8 @@ impl Index {
         Index {
             node_name: node_name.to_string(),
             mode,
+            node_port_range: PortRange::DEFAULT,
+            node_eligibility: None,
             started,
             view: NodeView {
                 node: NodeInfo {
@@ -242,6 +255,28 @@ impl Index {
     pub fn with_policy(mut self, policy: ServicePolicy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// Node ports outside `range` are not programmed; the default is Kubernetes' 30000-32767.
+    pub fn with_node_port_range(mut self, range: PortRange) -> Self {
+        self.node_port_range = range;
+        self
+    }
+
+    /// Keeps `flag` set to whether the own Node is eligible for load-balancer traffic, for
+    /// `/healthz`.
+    pub fn with_node_eligibility(
+        mut self,
+        flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        self.node_eligibility = Some(flag);
+        self
+    }
+
+    fn note_eligibility(&self, eligible: bool) {
+        if let Some(flag) = &self.node_eligibility {
+            flag.store(eligible, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The Node's labels and eligibility for announcing, once it has been seen.
@@ -357,6 +392,18 @@ impl Index {
             return;
         }
         if let Some(mut ports) = ports {
+            let range = self.range_of(&namespace, &name);
+            let services = &self.view.services;
+            let refusals = admit_node_ports(
+                &mut ports,
+                &services[range.clone()],
+                self.node_port_range,
+                |port| {
+                    uses_node_port(&services[..range.start], port)
+                        || uses_node_port(&services[range.end..], port)
+                },
+            );
+            log_refusals(&namespace, &name, &refusals);
             self.with_endpoints(&namespace, &name, &mut ports);
             self.replace(&namespace, &name, ports);
         }
@@ -380,6 +427,20 @@ impl Index {
             return;
         };
         let old = std::mem::take(&mut self.view.services);
+        // Node ports stay with the listed Service that had them programmed; new claims are
+        // taken in list order.
+        let mut owners: HashMap<u16, SliceKey> = HashMap::new();
+        for port in &old {
+            let key = (port.name.namespace.clone(), port.name.name.clone());
+            if staged.contains_key(&key) {
+                for taken in [port.node_port, port.health_check_node_port]
+                    .into_iter()
+                    .flatten()
+                {
+                    owners.entry(taken).or_insert_with(|| key.clone());
+                }
+            }
+        }
         let mut view = Vec::with_capacity(old.len().max(staged.len()));
         let mut old = old.into_iter().peekable();
         let mut staged = staged.into_iter().peekable();
@@ -404,6 +465,18 @@ impl Index {
                 Some((_, ports)) => ports,
                 None => Vec::new(),
             };
+            let refusals = admit_node_ports(&mut after, &before, self.node_port_range, |port| {
+                owners.get(&port).is_some_and(|owner| *owner != key)
+            });
+            log_refusals(&key.0, &key.1, &refusals);
+            for port in &after {
+                for taken in [port.node_port, port.health_check_node_port]
+                    .into_iter()
+                    .flatten()
+                {
+                    owners.entry(taken).or_insert_with(|| key.clone());
+                }
+            }
             self.with_endpoints(&key.0, &key.1, &mut after);
             note_change(&mut self.pending, &key.0, &key.1, &before, &after);
             view.extend(after);
@@ -561,6 +634,7 @@ impl Index {
         if let Some(seen) = &mut self.relist_node {
             *seen = true;
         }
+        self.note_eligibility(crate::schedule::node_eligible(node));
         self.node_state = Some(crate::speaker::build_node_state(node));
         self.set_node(build_node_info(node));
     }
@@ -575,6 +649,8 @@ impl Index {
 
     pub fn delete_node(&mut self, node: &Node) {
         if node.metadata.name.as_deref() == Some(self.node_name.as_str()) {
+            // Deleted: load balancers should stop sending here.
+            self.note_eligibility(false);
             self.forget_node();
         }
     }

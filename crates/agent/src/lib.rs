@@ -28,6 +28,7 @@ pub mod datapath;
 pub mod healthcheck;
 pub mod index;
 pub mod metrics;
+pub mod node_ports;
 pub mod ruleset;
 mod run;
 pub mod schedule;

@@ -342,6 +342,24 @@ mod tests {
 pub struct AgentHealth {
     period: Duration,
     last_success_or_start: std::sync::Arc<std::sync::Mutex<Instant>>,
+    /// The Node is not being deleted (see [`node_eligible`]); true until the Node is seen.
+    node_eligible: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Whether load balancers may keep sending to this node, as kube-proxy's `/healthz` says since
+/// KEP-3836: not when the Node is being deleted or the cluster autoscaler has tainted it
+/// `ToBeDeletedByClusterAutoscaler`.
+pub fn node_eligible(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| {
+            taints
+                .iter()
+                .any(|t| t.key == berth_api::names::taint::TO_BE_DELETED_BY_CLUSTER_AUTOSCALER)
+        });
+    node.metadata.deletion_timestamp.is_none() && !tainted
 }
 
 impl AgentHealth {
@@ -349,7 +367,18 @@ impl AgentHealth {
         AgentHealth {
             period,
             last_success_or_start: std::sync::Arc::new(std::sync::Mutex::new(started)),
+            node_eligible: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
         }
+    }
+
+    /// The flag the Node watch keeps (see [`crate::index::Index::with_node_eligibility`]).
+    pub fn node_eligibility(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.node_eligible.clone()
+    }
+
+    pub fn is_node_eligible(&self) -> bool {
+        self.node_eligible
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn record_success(&self, at: Instant) {

@@ -25,8 +25,23 @@ use serde_json::json;
 
 #[tokio::test]
 async fn health_check_ports_follow_local_endpoints() {
-    let mut h = start(ProxyMode::Full).await;
+    // The health-check port is one the OS hands out, above the default node port range: the
+    // agent's range is widened to hold it, as a cluster's range would.
     let port = http::free_port();
+    let server = LabApiServer::builder().start().await.unwrap();
+    let options = AgentOptions {
+        node_port_range: berth_core::PortRange {
+            first: port.min(30000),
+            last: port.max(32767),
+        },
+        ..mk_options(ProxyMode::Full)
+    };
+    let mut h = start_agent(
+        server,
+        options,
+        SharedIptables::new(MemoryIptables::default()),
+    )
+    .await;
     h.create(mk_local_lb_json("default", "web", "10.96.0.10", port))
         .await;
     h.create(mk_slice_json(
@@ -131,6 +146,8 @@ async fn healthz_fails_while_syncs_fail_and_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(code, 503);
+    // Liveness is the same sync health.
+    assert_eq!(http::get(h.admin_port, "/livez").await.unwrap().0, 503);
     let (_, metrics) = http::get(h.admin_port, "/metrics").await.unwrap();
     let failures = metric(&metrics, "berth_agent_restore_failures_total");
     assert!(failures >= 1.0, "{metrics}");
@@ -142,6 +159,65 @@ async fn healthz_fails_while_syncs_fail_and_recovers() {
     })
     .await;
     assert_eq!(http::get(h.admin_port, "/healthz").await.unwrap().0, 200);
+    let (server, _) = h.stop().await;
+    server.shutdown().await.unwrap();
+}
+
+/// `/healthz` until it answers `want` (the Node watch is asynchronous), at most 5 s.
+async fn healthz_becomes(port: u16, want: u16) -> u16 {
+    let mut code = 0;
+    for _ in 0..100 {
+        code = http::get(port, "/healthz").await.unwrap().0;
+        if code == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    code
+}
+
+#[tokio::test]
+async fn healthz_fails_while_the_node_is_to_be_deleted_and_livez_does_not() {
+    let server = LabApiServer::builder().start().await.unwrap();
+    let mut h = start_agent(
+        server,
+        mk_options(ProxyMode::Full),
+        SharedIptables::new(MemoryIptables::default()),
+    )
+    .await;
+    h.create(mk_node_json(NODE, "198.18.0.11")).await;
+    h.wait_for("the first sync", |s, _| synced(s)).await;
+    assert_eq!(healthz_becomes(h.admin_port, 200).await, 200);
+
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(h.client.clone());
+    let taint = |taints: serde_json::Value| json!({"spec": {"taints": taints}});
+    nodes
+        .patch(
+            NODE,
+            &PatchParams::default(),
+            &Patch::Merge(taint(json!([
+                {"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}
+            ]))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(healthz_becomes(h.admin_port, 503).await, 503);
+    let (_, body) = http::get(h.admin_port, "/healthz").await.unwrap();
+    assert!(body.contains("being deleted"), "{body}");
+    assert_eq!(http::get(h.admin_port, "/livez").await.unwrap().0, 200);
+
+    // Another taint is no reason; the autoscaler's removed, the node serves again.
+    nodes
+        .patch(
+            NODE,
+            &PatchParams::default(),
+            &Patch::Merge(taint(json!([
+                {"key": "example.com/other", "effect": "NoSchedule"}
+            ]))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(healthz_becomes(h.admin_port, 200).await, 200);
     let (server, _) = h.stop().await;
     server.shutdown().await.unwrap();
 }

@@ -348,3 +348,25 @@ async fn dual_stack_programs_each_family_in_its_own_iptables() {
     let (server, _) = h.stop().await;
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_kubernetes_service_a_lab_starts_with_is_programmed_like_any_other() {
+    let (server, _) = berth_testing::start_lab_with(
+        berth_lab::LabApiServer::builder().kubernetes_endpoint("198.18.0.2:6443".parse().unwrap()),
+    )
+    .await;
+    let mut h = start_agent(
+        server,
+        mk_options(ProxyMode::Full),
+        SharedIptables::new(MemoryIptables::default()),
+    )
+    .await;
+    h.create(mk_node_json(NODE, "198.18.0.11")).await;
+    h.wait_for("default/kubernetes", |_, ipt| {
+        let nat = nat(ipt);
+        nat.contains("10.96.0.1") && nat.contains("--to-destination 198.18.0.2:6443")
+    })
+    .await;
+    let expected = h.expected_rules().await;
+    assert_eq!(h.programmed(), expected);
+}

@@ -450,3 +450,86 @@ fn endpoints_merge_across_slices_as_the_datapath_conversion_does() {
     assert!(errors.is_empty());
     assert_eq!(index.view().services, expected.services);
 }
+
+fn mk_node_port_service(
+    name: &str,
+    ip: &str,
+    node_port: u16,
+) -> k8s_openapi::api::core::v1::Service {
+    let mut json = mk_service_json(
+        "default",
+        name,
+        ip,
+        serde_json::json!([{"name": "http", "port": 80, "protocol": "TCP", "nodePort": node_port}]),
+    );
+    json["spec"]["type"] = "NodePort".into();
+    berth_testing::from_json(json)
+}
+
+fn node_port_of(index: &Index, name: &str) -> Option<u16> {
+    let ports: Vec<Option<u16>> = index
+        .view()
+        .services
+        .iter()
+        .filter(|p| p.name.name == name)
+        .map(|p| p.node_port)
+        .collect();
+    assert_eq!(ports.len(), 1, "{name} has one port in the view");
+    ports[0]
+}
+
+#[test]
+fn an_out_of_range_node_port_is_not_programmed_at_create() {
+    let mut index = mk_index();
+    index.apply_service(&mk_node_port_service("web", "10.96.0.10", 40123));
+    assert_eq!(node_port_of(&index, "web"), None);
+    // The Service itself is still programmed (its ClusterIP).
+    assert_eq!(changed(&mut index), vec!["default/web"]);
+
+    // The agent's range is the cluster's: a port outside the default one may be in it.
+    let mut index = mk_index().with_node_port_range(berth_core::PortRange {
+        first: 40000,
+        last: 40999,
+    });
+    index.apply_service(&mk_node_port_service("web", "10.96.0.10", 40123));
+    assert_eq!(node_port_of(&index, "web"), Some(40123));
+}
+
+#[test]
+fn an_update_to_an_out_of_range_node_port_keeps_the_last_good_one() {
+    let mut index = mk_index();
+    index.apply_service(&mk_node_port_service("web", "10.96.0.10", 30080));
+    assert_eq!(node_port_of(&index, "web"), Some(30080));
+    index.take_pending();
+    index.apply_service(&mk_node_port_service("web", "10.96.0.10", 40123));
+    assert_eq!(node_port_of(&index, "web"), Some(30080));
+    assert!(!index.has_pending(), "nothing to program");
+    // Back in range: the new value is programmed.
+    index.apply_service(&mk_node_port_service("web", "10.96.0.10", 30081));
+    assert_eq!(node_port_of(&index, "web"), Some(30081));
+}
+
+#[test]
+fn a_node_port_another_service_holds_is_not_programmed() {
+    let mut index = mk_index();
+    index.apply_service(&mk_node_port_service("web", "10.96.0.10", 30080));
+    // Created with it: none.
+    index.apply_service(&mk_node_port_service("api", "10.96.0.11", 30080));
+    assert_eq!(node_port_of(&index, "web"), Some(30080));
+    assert_eq!(node_port_of(&index, "api"), None);
+    // Updated to it: keeps its own.
+    index.apply_service(&mk_node_port_service("api", "10.96.0.11", 30081));
+    index.apply_service(&mk_node_port_service("api", "10.96.0.11", 30080));
+    assert_eq!(node_port_of(&index, "api"), Some(30081));
+    // A relist keeps each port with the Service that had it.
+    index.reset_services(&[
+        mk_node_port_service("api", "10.96.0.11", 30080),
+        mk_node_port_service("web", "10.96.0.10", 30080),
+    ]);
+    assert_eq!(node_port_of(&index, "web"), Some(30080));
+    assert_eq!(node_port_of(&index, "api"), Some(30081));
+    // Once the holder is gone, the port is free for the next write.
+    index.delete_service(&mk_node_port_service("web", "10.96.0.10", 30080));
+    index.apply_service(&mk_node_port_service("api", "10.96.0.11", 30080));
+    assert_eq!(node_port_of(&index, "api"), Some(30080));
+}

@@ -177,10 +177,21 @@ pub mod label {
     pub const HOSTNAME: &str = "kubernetes.io/hostname";
 }
 
+/// Node taints berth reads.
+pub mod taint {
+    /// The cluster autoscaler is about to delete the Node: the agent's `/healthz` fails so load
+    /// balancers drain it first (KEP-3836).
+    pub const TO_BE_DELETED_BY_CLUSTER_AUTOSCALER: &str = "ToBeDeletedByClusterAutoscaler";
+}
+
 /// Finalizers berth puts on objects.
 pub mod finalizer {
     /// Holds a Service until its cloud load balancer is deleted.
     pub const LOAD_BALANCER: &str = "berth.dev/load-balancer";
+    /// Upstream's service-controller finalizer, on every LoadBalancer Service berth serves:
+    /// the Service stays until its load balancer is gone (an `l2` address released and its
+    /// status cleared, an `aws-nlb` load balancer deleted).
+    pub const LOAD_BALANCER_CLEANUP: &str = "service.kubernetes.io/load-balancer-cleanup";
 }
 
 /// Server-side apply field managers, one per writer, so ownership of each field is visible.

@@ -4,7 +4,9 @@
 
 use std::net::IpAddr;
 
-use berth_api::names::class;
+use berth_api::names::{class, finalizer as fin};
+
+pub use super::cleanup::CleanupFacts;
 use berth_core::{IpFamily, IpFamilyPolicy, Protocol, TrafficPolicy};
 use berth_ipam::{
     ClusterIpRequest, LbPort, NodePortRequest, ServiceKey, ServicePortSpec, ServiceView,
@@ -99,6 +101,8 @@ pub struct ServiceFacts {
     pub has_ingress: bool,
     /// Fields that could not be read, in the API server's words where it has them.
     pub problems: Vec<String>,
+    /// What decides the load-balancer cleanup finalizer (see [`super::cleanup`]).
+    pub cleanup: CleanupFacts,
 }
 
 /// Reads a Service; `default_class` is the controller's `--default-class`.
@@ -199,9 +203,18 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         health_check,
     };
 
+    let deleting = meta.deletion_timestamp.is_some();
+    let has_finalizer = |name: &str| {
+        meta.finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == name))
+    };
     let lb_class = match type_ {
         ServiceType::LoadBalancer => {
             match class::served_class(spec.load_balancer_class.as_deref(), default_class) {
+                // Held by its cleanup finalizer: the address is released and the status
+                // cleared (so no agent announces it) before the finalizer lets the Service go.
+                Some(class::L2) if deleting => LbClass::None,
                 Some(class::L2) => LbClass::L2,
                 Some(_) => LbClass::AwsNlb,
                 None => LbClass::Foreign,
@@ -277,6 +290,11 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         ingress_ips,
         has_ingress: ingress.is_some_and(|i| !i.is_empty()),
         problems,
+        cleanup: CleanupFacts {
+            deleting,
+            has_cleanup: has_finalizer(fin::LOAD_BALANCER_CLEANUP),
+            has_cloud: has_finalizer(fin::LOAD_BALANCER),
+        },
     }
 }
 

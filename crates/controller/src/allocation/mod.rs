@@ -11,6 +11,7 @@
 pub mod apply;
 mod cache;
 pub mod cluster_addresses;
+pub mod cleanup;
 pub mod facts;
 pub mod fresh;
 mod held;

@@ -7,6 +7,7 @@
 //! gets nothing new beyond what earlier stages already gave it, and its failure is reported
 //! once. Each allocator call is all-or-nothing, so a failed stage changes nothing.
 
+use super::cleanup::{plan_cleanup_finalizer, FinalizerChange};
 use std::net::IpAddr;
 
 use berth_api::names::condition::reason;
@@ -112,6 +113,8 @@ pub struct Allocation {
     pub new_lb_ips: Vec<IpAddr>,
     /// The Service kept addresses its pools no longer give it (see [`plan_service_keeping`]).
     pub kept: Option<Kept>,
+    /// The load-balancer cleanup finalizer to add or remove (see [`super::cleanup`]).
+    pub finalizer: Option<FinalizerChange>,
 }
 
 /// Why a Service kept LoadBalancer addresses the pools as they are would not give it.
@@ -181,6 +184,7 @@ pub fn plan_service_keeping(
         result: Some(Ok(())),
         new_lb_ips: Vec::new(),
         kept: None,
+        finalizer: plan_cleanup_finalizer(&f.lb_class, f.cleanup, f.has_ingress),
     };
     if !f.problems.is_empty() {
         // What the Service holds stays held: an unreadable edit must not free its addresses

@@ -59,8 +59,9 @@ pub(crate) struct ServiceState {
     /// status has landed (see `withhold_until_cleared`).
     pub(crate) clearing: bool,
     /// Its spec write drops values its type no longer uses (node ports, an ExternalName
-    /// Service's ClusterIPs): decided again once it lands, which frees them (the write's echo
-    /// alone would not be decided).
+    /// Service's ClusterIPs), or its status write clears an address its cleanup finalizer
+    /// waits for: decided again once it lands, which frees them or removes the finalizer (the
+    /// write's echo alone would not be decided).
     pub(crate) dropping: bool,
     /// What the decision behind its write in flight newly gave it; kept as `refused` when the
     /// write naming it is refused.
@@ -432,15 +433,19 @@ impl AllocationState {
         } else {
             Vec::new()
         };
+        let finalizer_waits = facts.cleanup.has_cleanup
+            && out.finalizer.is_none()
+            && ingress.as_ref().is_some_and(Vec::is_empty);
         if out.fill.drop_node_ports
             || out.fill.drop_health_check_node_port
             || out.fill.drop_cluster_ips
+            || finalizer_waits
         {
             self.state_mut(&key).dropping = true;
         }
         let job = WriteJob {
             key: key.clone(),
-            spec_patch: build_spec_patch(&svc, &out.fill),
+            spec_patch: build_spec_patch(&svc, &out.fill, out.finalizer),
             // A failure is announced once, when the condition says so for the first time.
             failure: failure.filter(|_| conditions.is_some()),
             conditions,

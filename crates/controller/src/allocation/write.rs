@@ -6,21 +6,51 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use berth_api::names::condition as cond;
+use berth_api::names::{condition as cond, finalizer as fin};
 use berth_api::set_condition;
 use berth_ipam::ServiceKey;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{json, Value};
 
+use crate::allocation::cleanup::FinalizerChange;
 use crate::allocation::plan::{Allocation, SpecFill};
 use crate::error::ErrorCategory;
 
 /// The merge patch that fills empty spec fields and drops unused node ports (and an
-/// ExternalName Service's ClusterIPs), or `None` when there is nothing to write.
-pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
-    if fill.is_empty() {
+/// ExternalName Service's ClusterIPs), and adds or removes the load-balancer cleanup
+/// finalizer, or `None` when there is nothing to write.
+pub fn build_spec_patch(
+    svc: &Service,
+    fill: &SpecFill,
+    finalizer: Option<FinalizerChange>,
+) -> Option<Value> {
+    if fill.is_empty() && finalizer.is_none() {
         return None;
+    }
+    let mut metadata = serde_json::Map::new();
+    metadata.insert(
+        "resourceVersion".into(),
+        json!(svc.metadata.resource_version),
+    );
+    if let Some(change) = finalizer {
+        // A merge patch replaces the list: everyone else's finalizers are sent as read, and the
+        // resourceVersion makes a concurrent change a conflict, not a loss.
+        let mut finalizers: Vec<String> = svc
+            .metadata
+            .finalizers
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| f != fin::LOAD_BALANCER_CLEANUP)
+            .collect();
+        if change == FinalizerChange::Add {
+            finalizers.push(fin::LOAD_BALANCER_CLEANUP.to_string());
+        }
+        metadata.insert("finalizers".into(), json!(finalizers));
+    }
+    if fill.is_empty() {
+        return Some(json!({ "metadata": metadata }));
     }
     let mut spec = serde_json::Map::new();
     if let Some(ips) = &fill.cluster_ips {
@@ -72,7 +102,7 @@ pub fn build_spec_patch(svc: &Service, fill: &SpecFill) -> Option<Value> {
         spec.insert("healthCheckNodePort".into(), Value::Null);
     }
     Some(json!({
-        "metadata": {"resourceVersion": svc.metadata.resource_version},
+        "metadata": metadata,
         "spec": spec,
     }))
 }
@@ -229,13 +259,13 @@ mod tests {
             node_ports: vec![None, Some(31000)],
             ..SpecFill::default()
         };
-        let p = build_spec_patch(&svc, &fill).unwrap();
+        let p = build_spec_patch(&svc, &fill, None).unwrap();
         assert_eq!(p["metadata"]["resourceVersion"], "42");
         assert_eq!(p["spec"]["clusterIP"], "10.96.0.9");
         assert_eq!(p["spec"]["ipFamilies"], json!(["IPv4"]));
         assert_eq!(p["spec"]["ports"][0]["nodePort"], 30080);
         assert_eq!(p["spec"]["ports"][1]["nodePort"], 31000);
-        assert!(build_spec_patch(&svc, &SpecFill::default()).is_none());
+        assert!(build_spec_patch(&svc, &SpecFill::default(), None).is_none());
     }
 
     #[test]
@@ -249,7 +279,7 @@ mod tests {
             ..SpecFill::default()
         };
         assert!(!fill.is_empty());
-        let p = build_spec_patch(&svc, &fill).unwrap();
+        let p = build_spec_patch(&svc, &fill, None).unwrap();
         assert_eq!(p["metadata"]["resourceVersion"], "7");
         // Present as null (a merge patch's removal), not merely absent.
         assert!(p["spec"]["healthCheckNodePort"].is_null());
@@ -274,11 +304,31 @@ mod tests {
             ..SpecFill::default()
         };
         assert!(!fill.is_empty());
-        let p = build_spec_patch(&svc, &fill).unwrap();
+        let p = build_spec_patch(&svc, &fill, None).unwrap();
         assert_eq!(
             p,
             json!({"metadata": {"resourceVersion": "9"},
                 "spec": {"clusterIP": null, "clusterIPs": null, "ipFamilies": null, "ipFamilyPolicy": null}})
+        );
+    }
+
+    #[test]
+    fn spec_patch_adds_and_removes_the_cleanup_finalizer_keeping_the_others() {
+        let svc = mk_svc(json!({"metadata": {"name": "a", "resourceVersion": "4",
+            "finalizers": ["example.com/keep"]}}));
+        let p = build_spec_patch(&svc, &SpecFill::default(), Some(FinalizerChange::Add)).unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {"resourceVersion": "4", "finalizers":
+                ["example.com/keep", "service.kubernetes.io/load-balancer-cleanup"]}})
+        );
+        let svc = mk_svc(json!({"metadata": {"name": "a", "resourceVersion": "5",
+            "finalizers": ["service.kubernetes.io/load-balancer-cleanup", "example.com/keep"]}}));
+        let p =
+            build_spec_patch(&svc, &SpecFill::default(), Some(FinalizerChange::Remove)).unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {"resourceVersion": "5", "finalizers": ["example.com/keep"]}})
         );
     }
 
@@ -294,6 +344,7 @@ mod tests {
             })),
             new_lb_ips: vec![],
             kept: None,
+            finalizer: None,
         };
         let c = build_conditions(&svc, &failed, at(1)).unwrap();
         assert_eq!(

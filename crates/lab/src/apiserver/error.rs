@@ -228,6 +228,8 @@ pub enum LabError {
     NoListener,
     #[error("serving HTTP")]
     Serve(#[source] std::io::Error),
+    #[error("creating default/kubernetes: {0}")]
+    Seed(#[source] ApiError),
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod events;
 pub mod faults;
 pub mod fields;
 mod http;
+pub mod kubernetes;
 pub mod managed;
 pub mod patch;
 pub mod protobuf;

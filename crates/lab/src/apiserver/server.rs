@@ -36,6 +36,7 @@ pub struct LabApiServerBuilder {
     bookmark_interval: Duration,
     graceful_pod_deletion: bool,
     record_requests: bool,
+    kubernetes_endpoint: Option<SocketAddr>,
 }
 
 impl Default for LabApiServerBuilder {
@@ -47,6 +48,7 @@ impl Default for LabApiServerBuilder {
             bookmark_interval: Duration::from_secs(10),
             graceful_pod_deletion: false,
             record_requests: false,
+            kubernetes_endpoint: None,
         }
     }
 }
@@ -93,11 +95,23 @@ impl LabApiServerBuilder {
         self
     }
 
+    /// Start with `default/kubernetes` (Service, Endpoints, EndpointSlice) pointing at
+    /// `endpoint`, the address in-cluster clients reach this server at, as a cluster has.
+    pub fn kubernetes_endpoint(mut self, endpoint: SocketAddr) -> Self {
+        self.kubernetes_endpoint = Some(endpoint);
+        self
+    }
+
     /// Bind (127.0.0.1 on a free port when no listener was given) and start serving.
     pub async fn start(self) -> Result<LabApiServerHandle, LabError> {
         self.faults.validate().map_err(LabError::Faults)?;
-        let mut store = Store::new(self.history_capacity, &super::http::now());
+        let now = super::http::now();
+        let mut store = Store::new(self.history_capacity, &now);
         store.set_graceful_pod_deletion(self.graceful_pod_deletion);
+        if let Some(endpoint) = self.kubernetes_endpoint {
+            super::kubernetes::seed_kubernetes_service(&mut store, endpoint, &now)
+                .map_err(LabError::Seed)?;
+        }
         let app = Arc::new(App::new(store, self.faults, self.bookmark_interval));
         app.requests.set_enabled(self.record_requests);
         let mut listeners = self.listeners;
@@ -277,6 +291,8 @@ pub struct ApiServerOptions {
     pub history_capacity: Option<usize>,
     pub graceful_pod_deletion: bool,
     pub record_requests: bool,
+    /// Where in-cluster clients reach the server: `default/kubernetes` points there.
+    pub kubernetes_endpoint: Option<SocketAddr>,
 }
 
 /// Serve until `shutdown` resolves. Prints each address, and writes the kubeconfig for the first.
@@ -290,6 +306,9 @@ pub async fn run_apiserver(
         .record_requests(opts.record_requests);
     if let Some(n) = opts.history_capacity {
         builder = builder.history_capacity(n);
+    }
+    if let Some(endpoint) = opts.kubernetes_endpoint {
+        builder = builder.kubernetes_endpoint(endpoint);
     }
     for l in opts.listeners {
         builder = builder.listener(l);

@@ -582,6 +582,55 @@ fn graceful_pod_deletion_waits_for_grace_zero() {
 }
 
 #[test]
+fn a_terminating_pod_outlives_every_write_until_grace_zero() {
+    let mut store = Store::new(100, NOW);
+    store.set_graceful_pod_deletion(true);
+    let pods = info("", "pods");
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 30, "containers": [{"name": "c"}]}});
+    store.create(&pods, "default", pod, &ctx()).unwrap();
+    store
+        .delete(&pods, "default", "p", &DeleteOptions::default(), NOW)
+        .unwrap();
+
+    // An annotation, then the kubelet's status write as readiness drops: both land, the pod stays.
+    let mut edit = (*store.get(&pods, "default", "p").unwrap()).clone();
+    edit["metadata"]["annotations"] = json!({"a": "b"});
+    store.update(&pods, "default", "p", edit, &ctx()).unwrap();
+    let mut status = (*store.get(&pods, "default", "p").unwrap()).clone();
+    status["status"] = json!({"conditions": [{"type": "Ready", "status": "False"}]});
+    store
+        .update(&pods, "default", "p", status, &status_ctx())
+        .unwrap();
+    let kept = store.get(&pods, "default", "p").unwrap();
+    assert_eq!(kept["metadata"]["annotations"]["a"], "b");
+    assert_eq!(kept["status"]["conditions"][0]["status"], "False");
+    assert_eq!(kept["metadata"]["deletionGracePeriodSeconds"], 30);
+
+    let now = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    store.delete(&pods, "default", "p", &now, NOW).unwrap();
+    assert!(store.get(&pods, "default", "p").is_err());
+}
+
+#[test]
+fn an_object_marked_for_deletion_goes_when_its_last_finalizer_is_removed() {
+    let mut store = Store::new(100, NOW);
+    let svc = info("", "services");
+    let mut web = mk_svc("web", json!({}));
+    web["metadata"]["finalizers"] = json!(["example.com/f"]);
+    store.create(&svc, "default", web, &ctx()).unwrap();
+    store
+        .delete(&svc, "default", "web", &DeleteOptions::default(), NOW)
+        .unwrap();
+    let mut edit = (*store.get(&svc, "default", "web").unwrap()).clone();
+    edit["metadata"]["finalizers"] = json!([]);
+    store.update(&svc, "default", "web", edit, &ctx()).unwrap();
+    assert!(store.get(&svc, "default", "web").is_err());
+}
+
+#[test]
 fn pods_go_at_once_without_graceful_deletion() {
     let mut store = Store::new(100, NOW);
     let pods = info("", "pods");

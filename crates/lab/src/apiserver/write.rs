@@ -424,9 +424,15 @@ impl Store {
         if without_managed(&result) == without_managed(&old) {
             return Ok(old);
         }
+        // As the apiserver's `ShouldDeleteDuringUpdate`: an object goes on an update only once
+        // its last finalizer is removed and no grace period is running (a terminating pod stays
+        // until its kubelet deletes it with grace 0, whatever else writes to it meanwhile).
         let finalizers_done = result["metadata"]["finalizers"]
             .as_array()
-            .is_none_or(Vec::is_empty);
+            .is_none_or(Vec::is_empty)
+            && old["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .is_none_or(|grace| grace == 0);
         let rv = self.next_rv();
         meta_mut(&mut result)?.insert("resourceVersion".to_owned(), Value::String(rv.to_string()));
         let result = Arc::new(result);

@@ -24,7 +24,7 @@ pub mod node;
 pub mod pods;
 pub mod server;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -39,8 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::netns::NetnsError;
 use crate::topology::{
-    plan_add_pod, plan_destroy, pod_layout, remove_leftovers, IpCommand, Layout, PodLayout, Runner,
-    TopologyError,
+    free_pod_slot, parse_link_names, plan_add_pod, plan_destroy, pod_layout, remove_leftovers,
+    IpCommand, Layout, PodLayout, Runner, TopologyError,
 };
 use pods::{plan_pods, Action, NodeView, PodFacts, PodView, Running};
 use server::{http_get, PodServer};
@@ -327,14 +327,22 @@ impl Kubelet {
         let Some(node) = layout.node(&node_name).cloned() else {
             return Ok(());
         };
-        let used: Vec<&str> = self
+        let mut taken: BTreeSet<String> = self
             .running
             .values()
             .filter(|p| p.node == node_name)
-            .map(|p| p.layout.node_veth.as_str())
+            .flat_map(|p| [p.layout.node_veth.clone(), p.layout.netns.clone()])
             .collect();
-        let slot = (1u8..=253)
-            .find(|k| !used.contains(&format!("vp{k}").as_str()))
+        let node_netns = node.netns.clone();
+        taken.extend(
+            tokio::task::spawn_blocking(move || existing_links_and_namespaces(&node_netns))
+                .await
+                .map_err(|e| KubeletError::Io {
+                    what: "listing a node's links".into(),
+                    source: std::io::Error::other(e),
+                })??,
+        );
+        let slot = free_pod_slot(&layout.prefix, &node, &taken)
             .ok_or_else(|| KubeletError::Full(node_name.clone()))?;
         let pod = pod_layout(&layout.prefix, &node, slot, &view.name)?;
         let steps = plan_add_pod(&node, &pod);
@@ -468,6 +476,30 @@ impl Kubelet {
             }
         }
     }
+}
+
+/// The links of `node_netns` and every named namespace: a pod slot whose veth or namespace is
+/// still among them is not free.
+fn existing_links_and_namespaces(node_netns: &str) -> Result<Vec<String>, KubeletError> {
+    let argv: Vec<String> = ["ip", "-n", node_netns, "-o", "link", "show"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    let mut names = parse_link_names(&IpCommand.run(&argv)?);
+    match std::fs::read_dir(crate::netns::NETNS_RUN_DIR) {
+        Ok(dir) => names.extend(
+            dir.filter_map(Result::ok)
+                .map(|entry| entry.file_name().to_string_lossy().into_owned()),
+        ),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(KubeletError::Io {
+                what: format!("reading {}", crate::netns::NETNS_RUN_DIR),
+                source,
+            })
+        }
+    }
+    Ok(names)
 }
 
 async fn delete_netns(netns: String) {

@@ -112,6 +112,27 @@ pub fn pod_layout(
     })
 }
 
+/// The lowest pod slot on `node` whose node-side veth and namespace names are both absent from
+/// `taken` (running pods' names, and the links and namespaces that still exist). A stopped pod's
+/// veth lingers until the kernel has finished destroying its namespace; making it again would
+/// fail with "File exists".
+pub fn free_pod_slot(prefix: &str, node: &NodeLayout, taken: &BTreeSet<String>) -> Option<u8> {
+    (1u8..=253).find(|&slot| {
+        pod_layout(prefix, node, slot, "")
+            .is_ok_and(|pod| !taken.contains(&pod.node_veth) && !taken.contains(&pod.netns))
+    })
+}
+
+/// Interface names in `ip -o link show` output (`3: vp1@if2: <...> ...` -> `vp1`).
+pub fn parse_link_names(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .filter_map(|line| line.split(": ").nth(1))
+        .map(|name| name.split('@').next().unwrap_or(name).to_string())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
 fn host(net: [u8; 3], last: u8) -> Ipv4Addr {
     Ipv4Addr::new(net[0], net[1], net[2], last)
 }
@@ -290,6 +311,40 @@ mod tests {
                 "berth-t1-other"
             ]
         );
+    }
+
+    #[test]
+    fn a_slot_is_free_only_when_its_veth_and_namespace_are_gone() {
+        let l = layout(&mk_spec()).unwrap();
+        let n1 = l.node("node1").unwrap();
+        let taken = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        assert_eq!(free_pod_slot("berth-t1", n1, &taken(&[])), Some(1));
+        // A running pod's veth, then a lingering one whose pod is gone.
+        assert_eq!(free_pod_slot("berth-t1", n1, &taken(&["vp1"])), Some(2));
+        assert_eq!(
+            free_pod_slot("berth-t1", n1, &taken(&["vp1", "vp2", "eth0", "lo"])),
+            Some(3)
+        );
+        // A namespace that has not gone yet.
+        assert_eq!(
+            free_pod_slot("berth-t1", n1, &taken(&["berth-t1-node1-p1"])),
+            Some(2)
+        );
+        // Another node's namespace of that slot does not matter.
+        assert_eq!(
+            free_pod_slot("berth-t1", n1, &taken(&["berth-t1-node2-p1"])),
+            Some(1)
+        );
+        let all: BTreeSet<String> = (1..=253).map(|k| format!("vp{k}")).collect();
+        assert_eq!(free_pod_slot("berth-t1", n1, &all), None);
+    }
+
+    #[test]
+    fn link_names_are_read_from_ip_link_show() {
+        let out = "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue\\    link/loopback 00:00:00:00:00:00\n\
+                   2: eth0@if9: <BROADCAST,MULTICAST,UP> mtu 1500\\    link/ether 02:00:00:00:00:01\n\
+                   7: vp3@if2: <BROADCAST,MULTICAST> mtu 1500\n";
+        assert_eq!(parse_link_names(out), ["lo", "eth0", "vp3"]);
     }
 
     #[test]

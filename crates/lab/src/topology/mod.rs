@@ -26,7 +26,10 @@ mod steps;
 
 use std::net::Ipv4Addr;
 
-pub use layout::{layout, pod_layout, ClientLayout, Layout, NodeLayout, PodLayout};
+pub use layout::{
+    free_pod_slot, layout, parse_link_names, pod_layout, ClientLayout, Layout, NodeLayout,
+    PodLayout,
+};
 pub use run::{
     leftovers, orphan_prefixes, preflight, remove_leftovers, remove_orphans, IpCommand, Runner,
     Topology,

@@ -106,10 +106,43 @@ impl Api {
         self.log_service(name);
     }
 
+    /// As the API server deletes: with finalizers the object only gains a
+    /// `deletionTimestamp`, and goes when a write removes the last one.
     pub(super) fn delete(&mut self, name: &str) {
+        let version = self.next_version();
+        let v = self.services.get_mut(name).expect("a Service to delete");
+        if v.pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty())
+        {
+            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T01:00:00Z");
+            v["metadata"]["resourceVersion"] = json!(version);
+            self.log_service(name);
+            return;
+        }
+        self.remove(name);
+    }
+
+    pub(super) fn remove(&mut self, name: &str) {
         let v = self.services.remove(name).expect("a Service to delete");
         self.log
             .push(Logged::Service(Event::Delete(Arc::new(service(&v)))));
+    }
+
+    pub(super) fn exists(&self, name: &str) -> bool {
+        self.services.contains_key(name)
+    }
+
+    pub(super) fn finalizers(&self, name: &str) -> Vec<String> {
+        self.get(name)
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     pub(super) fn recreate(&mut self, name: &str, object: Value) {
@@ -133,6 +166,9 @@ impl Api {
                 if let Some(map) = patch.pointer(&format!("/metadata/{field}")) {
                     merge(&mut v["metadata"][field], map);
                 }
+            }
+            if let Some(finalizers) = patch.pointer("/metadata/finalizers") {
+                v["metadata"]["finalizers"] = finalizers.clone();
             }
         }
         v["metadata"]["resourceVersion"] = json!(version);
@@ -195,10 +231,23 @@ impl Api {
         if v.get(part).is_none() {
             v[part] = json!({});
         }
-        merge(&mut v[part], &patch[part]);
+        if let Some(p) = patch.get(part) {
+            merge(&mut v[part], p);
+        }
+        if let Some(finalizers) = patch.pointer("/metadata/finalizers") {
+            v["metadata"]["finalizers"] = finalizers.clone();
+        }
         v["metadata"]["resourceVersion"] = json!(version);
         let written = v.clone();
-        self.log_service(name);
+        let done = v.pointer("/metadata/deletionTimestamp").is_some()
+            && v.pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty);
+        if done {
+            self.remove(name);
+        } else {
+            self.log_service(name);
+        }
         Ok(written)
     }
 

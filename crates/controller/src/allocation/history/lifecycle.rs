@@ -172,7 +172,7 @@ impl Lifecycle {
             Step::Delete(s) if self.api().has_service(SERVICES[s]) => {
                 self.asks.remove(SERVICES[s]);
                 self.seen.remove(SERVICES[s]);
-                Op::Delete(SERVICES[s])
+                Op::Remove(SERVICES[s])
             }
             Step::WatchPools => Op::WatchPools,
             Step::Watch => Op::Watch,

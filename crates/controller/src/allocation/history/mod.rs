@@ -13,6 +13,7 @@
 mod api;
 mod lifecycle;
 mod rows_adoption;
+mod rows_cleanup;
 mod rows_crash_windows;
 mod rows_late_writes;
 mod rows_pools;
@@ -53,7 +54,11 @@ pub(super) enum Op {
     Patch(&'static str, Value),
     /// A merge patch of the Service's status (likewise).
     PatchStatus(&'static str, Value),
+    /// A delete: with finalizers (berth's cleanup finalizer on a served LoadBalancer) the
+    /// Service only gains a `deletionTimestamp`.
     Delete(&'static str),
+    /// The Service goes at once, as a delete does once no finalizer is left.
+    Remove(&'static str),
     /// Deleted and created again from `Value`; the watch shows only the new object.
     Recreate(&'static str, Value),
     /// The next leader decides with at most this many writes in flight.
@@ -155,6 +160,10 @@ pub(super) enum Want {
     KeptAddresses(usize),
     /// Whether the Service is to be decided.
     Marked(&'static str, bool),
+    /// The Service's finalizers.
+    Finalizers(&'static str, &'static [&'static str]),
+    /// Whether the Service object exists.
+    Exists(&'static str, bool),
 }
 
 /// A Service object with this spec.
@@ -367,6 +376,7 @@ impl Run {
             Op::Patch(name, patch) => self.api.patch(name, &patch, false),
             Op::PatchStatus(name, patch) => self.api.patch(name, &patch, true),
             Op::Delete(name) => self.api.delete(name),
+            Op::Remove(name) => self.api.remove(name),
             Op::Recreate(name, object) => self.api.recreate(name, object),
             Op::MaxInFlight(n) => self.max_in_flight = n,
             Op::Start => self.start(),
@@ -432,6 +442,10 @@ impl Run {
         let ctx = format!("{row}: {want:?}");
         match *want {
             Want::Ingress(name, ips) => assert_eq!(self.api.ingress(name), ips, "{ctx}"),
+            Want::Finalizers(name, want) => {
+                assert_eq!(self.api.finalizers(name), want, "{ctx}")
+            }
+            Want::Exists(name, want) => assert_eq!(self.api.exists(name), want, "{ctx}"),
             Want::ClusterIp(name, ip) => {
                 assert_eq!(self.api.cluster_ip(name).as_deref(), ip, "{ctx}")
             }
