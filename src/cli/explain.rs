@@ -17,16 +17,17 @@ pub enum ExplainCommand {
 #[derive(Debug, Args)]
 pub struct ServiceArgs {
     /// The Service as NAMESPACE/NAME (NAME alone: the default namespace).
+    #[arg(env = "BERTH_EXPLAIN_SERVICE")]
     service: String,
 
     /// Trace a packet from this address to the Service's first LoadBalancer IP (else its
     /// ClusterIP), on every port, through a node's ruleset as its kernel holds it now.
-    #[arg(long)]
+    #[arg(long, env = "BERTH_EXPLAIN_FROM")]
     from: Option<IpAddr>,
 
     /// The node whose ruleset to trace through: by default the node announcing the address
     /// (a ClusterIP: the first node).
-    #[arg(long)]
+    #[arg(long, env = "BERTH_EXPLAIN_NODE")]
     node: Option<String>,
 
     /// The agents' admin port (`/debug/ruleset`), on each node's InternalIP.
