@@ -10,8 +10,8 @@
 
 pub mod apply;
 mod cache;
-pub mod cluster_addresses;
 pub mod cleanup;
+pub mod cluster_addresses;
 pub mod facts;
 pub mod fresh;
 mod held;
