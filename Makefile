@@ -24,6 +24,11 @@ K8S_VERSION := 1.34.0
 # How the generated CRDs are checked against the Kubernetes schemas.
 TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSION) $(CRDS_FILE)
 
+# The book (docs/, mdBook) and its one generated page.
+MDBOOK_VERSION := 0.5.4
+MDBOOK ?= $(shell command -v mdbook 2>/dev/null || echo $(HOME)/.cargo/bin/mdbook)
+BOOK_DIR := $(TARGET_DIR)/book
+
 # Network namespaces made by tests and the lab all carry this prefix.
 NETNS_PREFIX := berth-
 
@@ -37,7 +42,8 @@ export PATH := $(VENV_BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help deps deps-system deps-python check-cargo build run e2e test test-rust test-crds test-chart e2e-kind lint crds \
+.PHONY: help deps deps-system deps-python deps-docs check-cargo build run e2e test test-rust test-crds test-chart \
+	test-docs book config-reference e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
 # `make run ARGS=--once` proves and exits; `ARGS='--nodes 5'` changes the lab.
@@ -47,12 +53,15 @@ BERTH_BIN := $(TARGET_DIR)/debug/berth
 help:
 	@echo "make run          the whole system in a lab on this host, examples/ applied and proven from a client;"
 	@echo "                  stays up until Ctrl-C, then removes everything (ARGS=--once: prove and exit)"
-	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, then e2e"
+	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, test-docs, then e2e"
 	@echo "make e2e          user journeys with kubectl against a lab (e2e/local)"
 	@echo "make deps         install system packages and the Python venv (.venv) the tests need"
 	@echo "make build        cargo build, whole workspace, all targets (debug)"
 	@echo "make test-crds    validate $(CRDS_FILE) against the Kubernetes $(K8S_VERSION) schemas"
 	@echo "make test-chart   render, lint and validate the Helm chart for every value set (charts/berth/ci)"
+	@echo "make test-docs    the configuration reference against --help, the book built, every link checked"
+	@echo "make book         build the book (docs/) into $(BOOK_DIR)"
+	@echo "make config-reference  regenerate docs/configuration.md from berth's --help"
 	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
 	@echo "make lint         rustfmt check and clippy with warnings denied"
 	@echo "make crds         regenerate $(CRDS_FILE) from the Rust types"
@@ -61,7 +70,7 @@ help:
 
 ## Setup
 
-deps: check-cargo deps-system deps-python
+deps: check-cargo deps-system deps-python deps-docs
 
 check-cargo:
 	@CARGO=$(CARGO) scripts/deps-rust.sh
@@ -70,6 +79,13 @@ deps-system:
 	@PYTHON=$(PYTHON) scripts/deps-apt.sh
 
 deps-python: $(VENV_STAMP)
+
+# mdBook from crates.io (Debian 12 has no package), without its server and watcher.
+deps-docs: check-cargo
+	@if [[ "$$($(MDBOOK) --version 2>/dev/null)" != "mdbook v$(MDBOOK_VERSION)" ]]; then \
+		echo "deps: installing mdbook $(MDBOOK_VERSION) with cargo install"; \
+		$(CARGO) install --quiet --locked --version $(MDBOOK_VERSION) --no-default-features mdbook; \
+	fi
 
 # The stamp is newer than the requirements once they are installed, so an unchanged venv is
 # left alone; editing the requirements reinstalls.
@@ -105,6 +121,7 @@ test: deps
 	@$(MAKE) test-rust
 	@$(MAKE) test-crds
 	@$(MAKE) test-chart
+	@$(MAKE) test-docs
 	@$(MAKE) e2e
 	@echo "== cargo test summary =="
 	@grep -E '^test result:' $(TEST_LOG)
@@ -133,6 +150,23 @@ test-crds: deps-python
 test-chart: deps-python check-cargo
 	$(CARGO) build -q --bin berth
 	BERTH_BIN=$(abspath $(TARGET_DIR))/debug/berth $(VENV_BIN)/python scripts/chart.py check
+
+# The book: docs/configuration.md is what `berth --help` says, the book builds without a warning,
+# and no link is broken, in the Markdown (README, docs/, the crates' READMEs) or in the rendered book.
+test-docs: deps-docs check-cargo
+	$(CARGO) build -q --bin berth
+	$(PYTHON) scripts/docs.py reference --bin $(BERTH_BIN) --check
+	@$(MAKE) book
+	$(PYTHON) scripts/docs.py links --book $(BOOK_DIR)
+
+book: deps-docs
+	@rm -rf $(BOOK_DIR) && mkdir -p $(dir $(BOOK_DIR))
+	@$(MDBOOK) build docs -d $(abspath $(BOOK_DIR)) 2>&1 | tee $(BOOK_DIR).log
+	@! grep -E '(WARN|ERROR)' $(BOOK_DIR).log >/dev/null || { echo "book: mdbook warned (above)" >&2; exit 1; }
+
+config-reference: check-cargo
+	$(CARGO) build -q --bin berth
+	$(PYTHON) scripts/docs.py reference --bin $(BERTH_BIN)
 
 # A real cluster: kind without kube-proxy, the image built from this checkout, the chart installed.
 # Opt-in: it needs a container runtime, which `make test` does not assume.
