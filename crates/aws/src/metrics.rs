@@ -71,6 +71,10 @@ impl AwsMetrics {
             "Leaked load balancers and target groups removed by the sweep, by kind",
             m.swept.clone(),
         );
+        // At zero from the start: the first leak swept is then an increase, which alerts see.
+        for kind in [SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP] {
+            let _ = m.swept.get_or_create(&KindLabels { kind });
+        }
         registry.register_with_unit(
             "reconcile_duration",
             "Time to reconcile one Service's load balancer, by action",
