@@ -29,6 +29,10 @@ MDBOOK_VERSION := 0.5.4
 MDBOOK ?= $(shell command -v mdbook 2>/dev/null || echo $(HOME)/.cargo/bin/mdbook)
 BOOK_DIR := $(TARGET_DIR)/book
 
+# promtool, for the alert rules' unit tests.
+PROMTOOL := $(VENV_BIN)/promtool
+MONITORING_DIR := $(TARGET_DIR)/monitoring
+
 # Network namespaces made by tests and the lab all carry this prefix.
 NETNS_PREFIX := berth-
 
@@ -43,7 +47,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
 .PHONY: help deps deps-system deps-python deps-docs check-cargo build run e2e test test-rust test-crds test-chart \
-	test-docs book config-reference e2e-kind lint crds \
+	test-docs test-monitoring test-workflows deps-monitoring book config-reference e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
 # `make run ARGS=--once` proves and exits; `ARGS='--nodes 5'` changes the lab.
@@ -53,13 +57,17 @@ BERTH_BIN := $(TARGET_DIR)/debug/berth
 help:
 	@echo "make run          the whole system in a lab on this host, examples/ applied and proven from a client;"
 	@echo "                  stays up until Ctrl-C, then removes everything (ARGS=--once: prove and exit)"
-	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, test-docs, then e2e"
+	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, test-docs,"
+	@echo "                  test-monitoring, test-workflows, then e2e"
 	@echo "make e2e          user journeys with kubectl against a lab (e2e/local)"
 	@echo "make deps         install system packages and the Python venv (.venv) the tests need"
 	@echo "make build        cargo build, whole workspace, all targets (debug)"
 	@echo "make test-crds    validate $(CRDS_FILE) against the Kubernetes $(K8S_VERSION) schemas"
 	@echo "make test-chart   render, lint and validate the Helm chart for every value set (charts/berth/ci)"
 	@echo "make test-docs    the configuration reference against --help, the book built, every link checked"
+	@echo "make test-workflows  .github/workflows against GitHub's workflow schema"
+	@echo "make test-monitoring  promtool's unit tests of the chart's alerts; the dashboard and alerts against"
+	@echo "                  the metrics berth's binaries export (root: they run in a namespace of their own)"
 	@echo "make book         build the book (docs/) into $(BOOK_DIR)"
 	@echo "make config-reference  regenerate docs/configuration.md from berth's --help"
 	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
@@ -70,7 +78,7 @@ help:
 
 ## Setup
 
-deps: check-cargo deps-system deps-python deps-docs
+deps: check-cargo deps-system deps-python deps-docs deps-monitoring
 
 check-cargo:
 	@CARGO=$(CARGO) scripts/deps-rust.sh
@@ -79,6 +87,18 @@ deps-system:
 	@PYTHON=$(PYTHON) scripts/deps-apt.sh
 
 deps-python: $(VENV_STAMP)
+
+deps-monitoring: $(PROMTOOL)
+
+# promtool alone, unpacked from Debian's prometheus package: installing the package would also
+# start a Prometheus server on this machine.
+$(PROMTOOL): | $(VENV_STAMP)
+	@echo "deps: unpacking promtool from Debian's prometheus package into $(VENV_BIN)"
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
+		{ apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } && \
+		dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool && \
+		install -m 0755 usr/bin/promtool $@
+	@$@ --version | head -1
 
 # mdBook from crates.io (Debian 12 has no package), without its server and watcher.
 deps-docs: check-cargo
@@ -122,6 +142,8 @@ test: deps
 	@$(MAKE) test-crds
 	@$(MAKE) test-chart
 	@$(MAKE) test-docs
+	@$(MAKE) test-monitoring
+	@$(MAKE) test-workflows
 	@$(MAKE) e2e
 	@echo "== cargo test summary =="
 	@grep -E '^test result:' $(TEST_LOG)
@@ -158,6 +180,23 @@ test-docs: deps-docs check-cargo
 	$(PYTHON) scripts/docs.py reference --bin $(BERTH_BIN) --check
 	@$(MAKE) book
 	$(PYTHON) scripts/docs.py links --book $(BOOK_DIR)
+
+# The alerts: promtool's own checks and unit tests (series shaped like berth's), then the
+# dashboard's and the alerts' queries against the /metrics pages of the real controller and agent.
+# Without root (the binaries run in a network namespace of their own) the second part skips,
+# except under CI=true or BERTH_REQUIRE_ROOT=1, where it fails.
+test-monitoring: deps-python deps-monitoring check-cargo
+	$(PROMTOOL) check rules charts/berth/monitoring/alerts.yaml
+	$(PROMTOOL) test rules tests/monitoring/alerts_test.yaml
+	@if [[ $$(id -u) -ne 0 && "$${CI:-}" != true && "$${BERTH_REQUIRE_ROOT:-}" != 1 ]]; then \
+		echo "test-monitoring: SKIPPED the check against berth's /metrics: needs root"; exit 0; fi; \
+	$(CARGO) build -q --bin berth && \
+	$(VENV_BIN)/python scripts/monitoring.py scrape --bin $(BERTH_BIN) --out $(MONITORING_DIR) && \
+	$(VENV_BIN)/python scripts/monitoring.py check --metrics $(MONITORING_DIR)/controller.txt $(MONITORING_DIR)/agent.txt
+
+# The release workflow is never run here: it is checked against GitHub's workflow schema.
+test-workflows: deps-python
+	$(VENV_BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 book: deps-docs
 	@rm -rf $(BOOK_DIR) && mkdir -p $(dir $(BOOK_DIR))
