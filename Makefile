@@ -47,7 +47,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
 .PHONY: help deps deps-system deps-python deps-docs check-cargo build run e2e test test-rust test-crds test-chart \
-	test-docs test-monitoring test-workflows deps-monitoring book config-reference e2e-kind lint crds \
+	test-docs test-monitoring test-workflows test-image-context deps-monitoring book config-reference e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
 # `make run ARGS=--once` proves and exits; `ARGS='--nodes 5'` changes the lab.
@@ -58,7 +58,7 @@ help:
 	@echo "make run          the whole system in a lab on this host, examples/ applied and proven from a client;"
 	@echo "                  stays up until Ctrl-C, then removes everything (ARGS=--once: prove and exit)"
 	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, test-docs,"
-	@echo "                  test-monitoring, test-workflows, then e2e"
+	@echo "                  test-monitoring, test-workflows, e2e, test-image-context"
 	@echo "make e2e          user journeys with kubectl against a lab (e2e/local)"
 	@echo "make deps         install system packages and the Python venv (.venv) the tests need"
 	@echo "make build        cargo build, whole workspace, all targets (debug)"
@@ -68,6 +68,7 @@ help:
 	@echo "make test-workflows  .github/workflows against GitHub's workflow schema"
 	@echo "make test-monitoring  promtool's unit tests of the chart's alerts; the dashboard and alerts against"
 	@echo "                  the metrics berth's binaries export (root: they run in a namespace of their own)"
+	@echo "make test-image-context  build berth from exactly what the Dockerfile copies"
 	@echo "make book         build the book (docs/) into $(BOOK_DIR)"
 	@echo "make config-reference  regenerate docs/configuration.md from berth's --help"
 	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
@@ -145,6 +146,7 @@ test: deps
 	@$(MAKE) test-monitoring
 	@$(MAKE) test-workflows
 	@$(MAKE) e2e
+	@$(MAKE) test-image-context
 	@echo "== cargo test summary =="
 	@grep -E '^test result:' $(TEST_LOG)
 	@{ grep -oE '$(SKIP_MARKER) .*' $(TEST_LOG) | sed 's/^$(SKIP_MARKER) /skipped: /' || true; \
@@ -159,6 +161,10 @@ test: deps
 test-rust: check-cargo
 	@mkdir -p $(dir $(TEST_LOG))
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(TEST_LOG)
+
+# The Dockerfile's build stage copies enough to build the binary (no image is built or pulled).
+test-image-context: check-cargo
+	@CARGO=$(CARGO) scripts/image-context.sh
 
 test-crds: deps-python
 	@test -s $(CRDS_FILE) || { echo "$(CRDS_FILE) is missing: run 'make crds'" >&2; exit 1; }

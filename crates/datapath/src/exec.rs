@@ -1,136 +1,15 @@
-//! The real [`Iptables`]: `iptables-restore --noflush`, `iptables-save` and `iptables` for the
-//! built-in jumps, for one family (`ip6tables*` for IPv6). Works with iptables-nft and -legacy.
-//! [`CommandIptables::in_netns`] runs the same commands inside a named network namespace
-//! (`ip netns exec`), which is how the lab programs its node namespaces.
+//! Running the tools: a program (inside a named network namespace when asked) with a payload as
+//! its whole input, staged in memory before it starts. The real backends
+//! ([`crate::iptables::exec`], [`crate::nft::exec`]) run everything through here.
 
-use std::io::{BufWriter, Read, Write as _};
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write as _};
 use std::process::{Command, Output, Stdio};
 
-use crate::model::{ChainName, JumpRule, Table};
-use crate::render::Payload;
-use crate::rule_text::{rule_args, split_words};
-use crate::sync::Iptables;
-use crate::Error;
-use berth_core::IpFamily;
+use nix::sys::memfd::{memfd_create, MFdFlags};
 
-/// Seconds to wait for the xtables lock held by another program.
-const LOCK_WAIT_SECONDS: &str = "5";
-
-/// Which iptables implementation runs the commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Backend {
-    /// `iptables`, whichever implementation the system's alternatives point at.
-    #[default]
-    System,
-    /// `iptables-nft`: rules become nf_tables rules.
-    Nft,
-    /// `iptables-legacy`: the x_tables blob, replaced whole on every restore.
-    Legacy,
-}
-
-impl Backend {
-    fn suffix(self) -> &'static str {
-        match self {
-            Backend::System => "",
-            Backend::Nft => "-nft",
-            Backend::Legacy => "-legacy",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct CommandIptables {
-    backend: Backend,
-    /// Whether the commands are iptables-nft, once asked.
-    nft_based: Option<bool>,
-    iptables: String,
-    restore: String,
-    save: String,
-    /// Named network namespace to run in; `None` is the agent's own.
-    netns: Option<String>,
-}
-
-impl CommandIptables {
-    pub fn new(family: IpFamily) -> Self {
-        CommandIptables::with_backend(family, Backend::System)
-    }
-
-    pub fn with_backend(family: IpFamily, backend: Backend) -> Self {
-        let family_base = match family {
-            IpFamily::V4 => "iptables",
-            IpFamily::V6 => "ip6tables",
-        };
-        let base = format!("{family_base}{}", backend.suffix());
-        CommandIptables {
-            backend,
-            nft_based: None,
-            restore: format!("{base}-restore"),
-            save: format!("{base}-save"),
-            iptables: base,
-            netns: None,
-        }
-    }
-
-    /// Whether full restores start each table with a chain-less listing
-    /// ([`crate::render::Rendered::listing_first`]); by default only on iptables-nft. `false`
-    /// restores as kube-proxy does, for comparison.
-    pub fn listing_first(mut self, listing: bool) -> Self {
-        self.nft_based = Some(listing);
-        self
-    }
-
-    /// Runs every command inside the named network namespace (`ip netns exec <name> ...`).
-    pub fn in_netns(family: IpFamily, name: impl Into<String>) -> Self {
-        CommandIptables::new(family).netns_named(name)
-    }
-
-    /// The same commands, run inside the named network namespace.
-    pub fn netns_named(self, name: impl Into<String>) -> Self {
-        CommandIptables {
-            netns: Some(name.into()),
-            ..self
-        }
-    }
-
-    pub fn netns(&self) -> Option<&str> {
-        self.netns.as_deref()
-    }
-
-    /// The program and arguments that run `program args` where this instance works.
-    #[cfg(test)]
-    fn command_line(&self, program: &str, args: &[String]) -> (String, Vec<String>) {
-        command_line(self.netns.as_deref(), program, args)
-    }
-
-    fn run(
-        &self,
-        program: &str,
-        args: &[String],
-        stdin: Option<&dyn Payload>,
-    ) -> Result<Output, Error> {
-        run(self.netns.as_deref(), program, args, stdin)
-    }
-
-    fn run_ok(
-        &self,
-        program: &str,
-        args: &[String],
-        stdin: Option<&dyn Payload>,
-    ) -> Result<Output, Error> {
-        run_ok(self.netns.as_deref(), program, args, stdin)
-    }
-
-    fn table_args(table: Table, rest: &[&str]) -> Vec<String> {
-        let mut args = vec![
-            "-w".to_string(),
-            LOCK_WAIT_SECONDS.to_string(),
-            "-t".into(),
-            table.as_str().into(),
-        ];
-        args.extend(rest.iter().map(|s| s.to_string()));
-        args
-    }
-}
+use crate::backend::Payload;
+use crate::error::Error;
 
 /// The program and arguments that run `program args`, inside `netns` when one is named.
 pub(crate) fn command_line(
@@ -153,7 +32,13 @@ pub(crate) fn command_line(
     }
 }
 
-/// Runs a command, streaming `stdin` into it as it is rendered.
+/// Runs a command with `stdin` as its whole input.
+///
+/// The payload is rendered completely into an anonymous in-memory file before the program
+/// starts, and the program reads that file as its standard input. A pipe fed while rendering
+/// would let a killed agent hand the program a prefix followed by end-of-file, and `nft -f -`
+/// commits whatever prefix it got (a deleted table, a map without elements, `dnat to 1`). With
+/// the file, either the agent dies before the program exists, or the program reads all of it.
 pub(crate) fn run(
     netns: Option<&str>,
     program: &str,
@@ -166,57 +51,34 @@ pub(crate) fn run(
         command: command.clone(),
         source,
     };
-    let mut child = Command::new(&program)
+    let input = match stdin {
+        Some(payload) => Stdio::from(staged(payload).map_err(spawn_err)?),
+        None => Stdio::null(),
+    };
+    // `wait_with_output` drains stdout and stderr together, so a program that answers as it
+    // reads (iptables-restore listing a table for `-S`) never waits on a full pipe.
+    Command::new(&program)
         .args(&args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(input)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(spawn_err)?;
-    // Output is drained while the payload is written: a program that answers as it reads
-    // (iptables-restore listing a table for `-S`) would otherwise fill its pipe and wait for us
-    // while we wait for it to read.
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let (written, status, stdout, stderr) = std::thread::scope(|scope| {
-        let stdout = scope.spawn(move || drain(stdout));
-        let stderr = scope.spawn(move || drain(stderr));
-        let mut written = Ok(());
-        if let (Some(payload), Some(pipe)) = (stdin, child.stdin.take()) {
-            // Streamed through a buffer: the payload is rendered as the program reads it.
-            let mut pipe = BufWriter::with_capacity(1 << 16, pipe);
-            written = payload.write_to(&mut pipe).and_then(|()| pipe.flush());
-        }
-        let status = child.wait();
-        let joined = |reader: std::thread::ScopedJoinHandle<'_, std::io::Result<Vec<u8>>>| {
-            reader
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("an output reader panicked")))
-        };
-        (written, status, joined(stdout), joined(stderr))
-    });
-    let output = Output {
-        status: status.map_err(spawn_err)?,
-        stdout: stdout.map_err(spawn_err)?,
-        stderr: stderr.map_err(spawn_err)?,
-    };
-    match written {
-        // A program that stops reading early (a rejected line) closes the pipe; its exit
-        // status and stderr then say why, which beats the broken-pipe error.
-        Err(e) if output.status.success() => Err(spawn_err(e)),
-        _ => Ok(output),
-    }
+        .and_then(|child| child.wait_with_output())
+        .map_err(spawn_err)
 }
 
-fn drain(pipe: Option<impl Read>) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    if let Some(mut pipe) = pipe {
-        pipe.read_to_end(&mut out)?;
+/// The whole payload in an anonymous in-memory file (`memfd_create`), positioned at its start.
+/// Nothing names it: it is gone when the last holder closes it, whoever is killed when.
+fn staged(payload: &dyn Payload) -> std::io::Result<File> {
+    let fd = memfd_create("berth-payload", MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
+    let mut file = File::from(fd);
+    {
+        let mut out = BufWriter::with_capacity(1 << 16, &mut file);
+        payload.write_to(&mut out)?;
+        out.flush()?;
     }
-    Ok(out)
+    file.seek(SeekFrom::Start(0))?;
+    Ok(file)
 }
 
 /// [`run`], failing unless the command exits successfully.
@@ -239,108 +101,9 @@ pub(crate) fn run_ok(
     }
 }
 
-/// Whether an `iptables-save -t filter` listing sets the `FORWARD` policy to DROP.
-pub fn forward_policy_drops(filter_save: &str) -> bool {
-    filter_save.lines().any(|line| {
-        let mut words = line.split_whitespace();
-        words.next() == Some(":FORWARD") && words.next() == Some("DROP")
-    })
-}
-
-impl CommandIptables {
-    /// Whether this iptables drops forwarded packets by policy; `false` when it cannot be read
-    /// (no such tool: nothing of iptables can drop them either).
-    pub fn forward_drops(&mut self) -> bool {
-        self.save(Table::Filter)
-            .is_ok_and(|listing| forward_policy_drops(&listing))
-    }
-}
-
-impl Iptables for CommandIptables {
-    fn restore(&mut self, payload: &dyn Payload) -> Result<(), Error> {
-        let args = vec![
-            "--noflush".to_string(),
-            "-w".into(),
-            LOCK_WAIT_SECONDS.into(),
-        ];
-        self.run_ok(&self.restore.clone(), &args, Some(payload))
-            .map(|_| ())
-    }
-
-    fn save(&mut self, table: Table) -> Result<String, Error> {
-        let args = vec!["-t".to_string(), table.as_str().to_string()];
-        let output = self.run_ok(&self.save.clone(), &args, None)?;
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    }
-
-    fn ensure_chain(&mut self, table: Table, chain: &ChainName) -> Result<(), Error> {
-        if self.chain_exists(table, chain)? {
-            return Ok(());
-        }
-        self.run_ok(
-            &self.iptables.clone(),
-            &Self::table_args(table, &["-N", chain.as_str()]),
-            None,
-        )
-        .map(|_| ())
-    }
-
-    fn chain_exists(&mut self, table: Table, chain: &ChainName) -> Result<bool, Error> {
-        let output = self.run(
-            &self.iptables.clone(),
-            &Self::table_args(table, &["-S", chain.as_str()]),
-            None,
-        )?;
-        Ok(output.status.success())
-    }
-
-    fn restore_lists_first(&mut self) -> bool {
-        let backend = self.backend;
-        *self.nft_based.get_or_insert_with(|| match backend {
-            Backend::Nft => true,
-            Backend::Legacy => false,
-            // `iptables -V` prints "(nf_tables)" or "(legacy)".
-            Backend::System => run(None, "iptables", &["-V".to_string()], None)
-                .map(|out| String::from_utf8_lossy(&out.stdout).contains("nf_tables"))
-                .unwrap_or(false),
-        })
-    }
-
-    fn ensure_jump(&mut self, jump: &JumpRule) -> Result<(), Error> {
-        let rule = split_words(&rule_args(&jump.rule))?;
-        let mut check = Self::table_args(jump.table, &["-C", jump.from.as_str()]);
-        check.extend(rule.iter().cloned());
-        if self
-            .run(&self.iptables.clone(), &check, None)?
-            .status
-            .success()
-        {
-            return Ok(());
-        }
-        let mut insert = Self::table_args(jump.table, &["-I", jump.from.as_str(), "1"]);
-        insert.extend(rule);
-        self.run_ok(&self.iptables.clone(), &insert, None)
-            .map(|_| ())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn a_forward_drop_policy_is_read_from_the_listing() {
-        let docker = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:DOCKER - [0:0]\nCOMMIT\n";
-        assert!(forward_policy_drops(docker));
-        let open =
-            "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j DROP\nCOMMIT\n";
-        assert!(!forward_policy_drops(open));
-        assert!(!forward_policy_drops(""));
-    }
 
     #[test]
     fn a_program_that_answers_while_it_reads_does_not_deadlock() {
@@ -356,65 +119,5 @@ mod tests {
             .expect("cat and berth wait for each other")
             .unwrap();
         assert_eq!(output.stdout.len(), 4_200_000);
-    }
-
-    #[test]
-    fn runs_in_its_own_namespace_by_default() {
-        let ipt = CommandIptables::new(IpFamily::V6);
-        assert_eq!(ipt.netns(), None);
-        let (program, args) = ipt.command_line("ip6tables-save", &strings(&["-t", "nat"]));
-        assert_eq!(program, "ip6tables-save");
-        assert_eq!(args, ["-t", "nat"]);
-    }
-
-    #[test]
-    fn backends_name_their_programs() {
-        let legacy = CommandIptables::with_backend(IpFamily::V4, Backend::Legacy);
-        assert_eq!(
-            (
-                legacy.iptables.as_str(),
-                legacy.restore.as_str(),
-                legacy.save.as_str()
-            ),
-            (
-                "iptables-legacy",
-                "iptables-legacy-restore",
-                "iptables-legacy-save"
-            )
-        );
-        let nft = CommandIptables::with_backend(IpFamily::V6, Backend::Nft).netns_named("ns");
-        assert_eq!(
-            (
-                nft.iptables.as_str(),
-                nft.restore.as_str(),
-                nft.save.as_str()
-            ),
-            (
-                "ip6tables-nft",
-                "ip6tables-nft-restore",
-                "ip6tables-nft-save"
-            )
-        );
-        assert_eq!(nft.netns(), Some("ns"));
-        let system = CommandIptables::new(IpFamily::V4);
-        assert_eq!(system.restore, "iptables-restore");
-    }
-
-    #[test]
-    fn a_named_namespace_prefixes_ip_netns_exec() {
-        let ipt = CommandIptables::in_netns(IpFamily::V4, "berth-t1-node1");
-        assert_eq!(ipt.netns(), Some("berth-t1-node1"));
-        let (program, args) = ipt.command_line(&ipt.restore, &strings(&["--noflush"]));
-        assert_eq!(program, "ip");
-        assert_eq!(
-            args,
-            [
-                "netns",
-                "exec",
-                "berth-t1-node1",
-                "iptables-restore",
-                "--noflush"
-            ]
-        );
     }
 }
