@@ -47,7 +47,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
 .PHONY: help deps deps-system deps-python deps-docs check-cargo build run e2e test test-rust test-crds test-chart \
-	test-docs test-monitoring test-workflows test-image-context deps-monitoring book config-reference e2e-kind lint crds \
+	test-docs test-monitoring test-workflows test-image-context deps-monitoring book config-reference image e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
 # `make run ARGS=--once` proves and exits; `ARGS='--nodes 5'` changes the lab.
@@ -71,6 +71,7 @@ help:
 	@echo "make test-image-context  build berth from exactly what the Dockerfile copies"
 	@echo "make book         build the book (docs/) into $(BOOK_DIR)"
 	@echo "make config-reference  regenerate docs/configuration.md from berth's --help"
+	@echo "make image        build the image without a container registry (mmdebstrap, podman; root) and run it"
 	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
 	@echo "make lint         rustfmt check and clippy with warnings denied"
 	@echo "make crds         regenerate $(CRDS_FILE) from the Rust types"
@@ -212,6 +213,13 @@ book: deps-docs
 config-reference: check-cargo
 	$(CARGO) build -q --bin berth
 	$(PYTHON) scripts/docs.py reference --bin $(BERTH_BIN)
+
+# The image on a machine with Debian's archive and no container registry (root): a trixie root
+# filesystem by mmdebstrap, the stripped release binary, podman build, then the image run
+# (scripts/image.sh says what it proves). Installs mmdebstrap, podman and runc when missing.
+# Opt-in: not part of `make test`.
+image: check-cargo
+	CARGO=$(CARGO) scripts/image.sh
 
 # A real cluster: kind without kube-proxy, the image built from this checkout, the chart installed.
 # Opt-in: it needs a container runtime, which `make test` does not assume.
