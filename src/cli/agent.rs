@@ -70,6 +70,23 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_L2_INTERFACES", value_delimiter = ',')]
     l2_interfaces: Vec<String>,
 
+    /// Announce LoadBalancer IPs over BGP through the FRR beside the agent (BGPPeer,
+    /// BGPAdvertisement, BFDProfile); see docs/bgp.md.
+    #[arg(long, env = "BERTH_BGP_SPEAKER")]
+    bgp_speaker: bool,
+
+    /// FRR's vty socket directory, where the rendered frr.conf is written too.
+    #[arg(long, env = "BERTH_FRR_DIR", default_value = "/var/run/frr")]
+    frr_dir: PathBuf,
+
+    /// frr-reload.py, which applies the rendered configuration.
+    #[arg(
+        long,
+        env = "BERTH_FRR_RELOAD",
+        default_value = "/usr/lib/frr/frr-reload.py"
+    )]
+    frr_reload: PathBuf,
+
     /// Kubeconfig to use; when unset, KUBECONFIG or ~/.kube/config, then in-cluster configuration.
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -201,6 +218,10 @@ impl AgentArgs {
             admin_listen: self.admin_listen,
             l2_announcer: self.l2_announcer,
             l2_interfaces: self.l2_interfaces.clone(),
+            bgp_speaker: self.bgp_speaker.then(|| berth_agent::SpeakerConfig {
+                frr_dir: self.frr_dir.clone(),
+                frr_reload: self.frr_reload.clone(),
+            }),
         }
     }
 }

@@ -90,6 +90,8 @@ pub struct AgentOptions {
     pub l2_announcer: bool,
     /// Interfaces the announcer answers on; empty: every non-loopback Ethernet interface.
     pub l2_interfaces: Vec<String>,
+    /// Announce LoadBalancer IPs over BGP through the FRR beside the agent.
+    pub bgp_speaker: Option<crate::speaker::SpeakerConfig>,
 }
 
 impl Default for AgentOptions {
@@ -108,6 +110,7 @@ impl Default for AgentOptions {
             admin_listen: SocketAddr::from(([0, 0, 0, 0], 10356)),
             l2_announcer: false,
             l2_interfaces: Vec::new(),
+            bgp_speaker: None,
         }
     }
 }
@@ -226,6 +229,11 @@ impl AgentConfig {
             .then(|| crate::announce::AnnouncerConfig {
                 interfaces: self.options.l2_interfaces.clone(),
             })
+    }
+
+    /// The BGP speaker's settings, when it is enabled.
+    pub fn speaker(&self) -> Option<&crate::speaker::SpeakerConfig> {
+        self.options.bgp_speaker.as_ref()
     }
 
     /// What the planner of one family is given.

@@ -4,11 +4,17 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Map, Value};
 
-use crate::{Error, IPPool, L2Advertisement};
+use crate::{BFDProfile, BGPAdvertisement, BGPPeer, Error, IPPool, L2Advertisement};
 
 /// Every berth CRD, in a fixed order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![IPPool::crd(), L2Advertisement::crd()]
+    vec![
+        IPPool::crd(),
+        L2Advertisement::crd(),
+        BGPPeer::crd(),
+        BGPAdvertisement::crd(),
+        BFDProfile::crd(),
+    ]
 }
 
 /// All CRDs as one multi-document YAML stream, each document starting with `---`. Keys are
