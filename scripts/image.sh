@@ -61,15 +61,15 @@ rootfs=$out/rootfs-$suite.tar
 if [[ ! -s $rootfs ]]; then
     start=$(date +%s)
     say "root filesystem: Debian $suite with $packages from $mirror"
-    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1747699200} mmdebstrap --quiet --mode=root --variant=apt \
+    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1747699200} mmdebstrap --quiet --mode=root --variant=apt --format=tar \
         --include="$packages" \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*' \
-        "$suite" "$rootfs.tmp" \
+        "$suite" "$out/partial-rootfs.tar" \
         "deb $mirror $suite main" "deb $mirror $suite-updates main" \
         "deb ${mirror%/debian}/debian-security $suite-security main"
-    mv "$rootfs.tmp" "$rootfs"
+    mv "$out/partial-rootfs.tar" "$rootfs"
     say "root filesystem: $(du -m "$rootfs" | cut -f1) MB in $(seconds "$start") s"
 fi
 
