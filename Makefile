@@ -24,6 +24,15 @@ K8S_VERSION := 1.34.0
 # How the generated CRDs are checked against the Kubernetes schemas.
 TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSION) $(CRDS_FILE)
 
+# The book (docs/, mdBook) and its one generated page.
+MDBOOK_VERSION := 0.5.4
+MDBOOK ?= $(shell command -v mdbook 2>/dev/null || echo $(HOME)/.cargo/bin/mdbook)
+BOOK_DIR := $(TARGET_DIR)/book
+
+# promtool, for the alert rules' unit tests.
+PROMTOOL := $(VENV_BIN)/promtool
+MONITORING_DIR := $(TARGET_DIR)/monitoring
+
 # Network namespaces made by tests and the lab all carry this prefix.
 NETNS_PREFIX := berth-
 
@@ -37,7 +46,8 @@ export PATH := $(VENV_BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help deps deps-system deps-python check-cargo build run e2e test test-rust test-crds test-chart test-image-context e2e-kind lint crds \
+.PHONY: help deps deps-system deps-python deps-docs check-cargo build run e2e test test-rust test-crds test-chart \
+	test-docs test-monitoring test-workflows test-image-context deps-monitoring book config-reference image e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
 # `make run ARGS=--once` proves and exits; `ARGS='--nodes 5'` changes the lab.
@@ -47,13 +57,21 @@ BERTH_BIN := $(TARGET_DIR)/debug/berth
 help:
 	@echo "make run          the whole system in a lab on this host, examples/ applied and proven from a client;"
 	@echo "                  stays up until Ctrl-C, then removes everything (ARGS=--once: prove and exit)"
-	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, e2e, test-image-context"
+	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, test-docs,"
+	@echo "                  test-monitoring, test-workflows, e2e, test-image-context"
 	@echo "make e2e          user journeys with kubectl against a lab (e2e/local)"
 	@echo "make deps         install system packages and the Python venv (.venv) the tests need"
 	@echo "make build        cargo build, whole workspace, all targets (debug)"
 	@echo "make test-crds    validate $(CRDS_FILE) against the Kubernetes $(K8S_VERSION) schemas"
 	@echo "make test-chart   render, lint and validate the Helm chart for every value set (charts/berth/ci)"
+	@echo "make test-docs    the configuration reference against --help, the book built, every link checked"
+	@echo "make test-workflows  .github/workflows against GitHub's workflow schema"
+	@echo "make test-monitoring  promtool's unit tests of the chart's alerts; the dashboard and alerts against"
+	@echo "                  the metrics berth's binaries export (root: they run in a namespace of their own)"
 	@echo "make test-image-context  build berth from exactly what the Dockerfile copies"
+	@echo "make book         build the book (docs/) into $(BOOK_DIR)"
+	@echo "make config-reference  regenerate docs/configuration.md from berth's --help"
+	@echo "make image        build the image without a container registry (mmdebstrap, podman; root) and run it"
 	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
 	@echo "make lint         rustfmt check and clippy with warnings denied"
 	@echo "make crds         regenerate $(CRDS_FILE) from the Rust types"
@@ -62,7 +80,7 @@ help:
 
 ## Setup
 
-deps: check-cargo deps-system deps-python
+deps: check-cargo deps-system deps-python deps-docs deps-monitoring
 
 check-cargo:
 	@CARGO=$(CARGO) scripts/deps-rust.sh
@@ -71,6 +89,25 @@ deps-system:
 	@PYTHON=$(PYTHON) scripts/deps-apt.sh
 
 deps-python: $(VENV_STAMP)
+
+deps-monitoring: $(PROMTOOL)
+
+# promtool alone, unpacked from Debian's prometheus package: installing the package would also
+# start a Prometheus server on this machine.
+$(PROMTOOL): | $(VENV_STAMP)
+	@echo "deps: unpacking promtool from Debian's prometheus package into $(VENV_BIN)"
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
+		{ apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } && \
+		dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool && \
+		install -m 0755 usr/bin/promtool $@
+	@$@ --version | head -1
+
+# mdBook from crates.io (Debian 12 has no package), without its server and watcher.
+deps-docs: check-cargo
+	@if [[ "$$($(MDBOOK) --version 2>/dev/null)" != "mdbook v$(MDBOOK_VERSION)" ]]; then \
+		echo "deps: installing mdbook $(MDBOOK_VERSION) with cargo install"; \
+		$(CARGO) install --quiet --locked --version $(MDBOOK_VERSION) --no-default-features mdbook; \
+	fi
 
 # The stamp is newer than the requirements once they are installed, so an unchanged venv is
 # left alone; editing the requirements reinstalls.
@@ -108,6 +145,9 @@ test: deps
 	@$(MAKE) test-rust
 	@$(MAKE) test-crds
 	@$(MAKE) test-chart
+	@$(MAKE) test-docs
+	@$(MAKE) test-monitoring
+	@$(MAKE) test-workflows
 	@$(MAKE) e2e
 	@$(MAKE) test-image-context
 	@echo "== cargo test summary =="
@@ -141,6 +181,47 @@ test-crds: deps-python
 test-chart: deps-python check-cargo
 	$(CARGO) build -q --bin berth
 	BERTH_BIN=$(abspath $(TARGET_DIR))/debug/berth $(VENV_BIN)/python scripts/chart.py check
+
+# The book: docs/configuration.md is what `berth --help` says, the book builds without a warning,
+# and no link is broken, in the Markdown (README, docs/, the crates' READMEs) or in the rendered book.
+test-docs: deps-docs check-cargo
+	$(CARGO) build -q --bin berth
+	$(PYTHON) scripts/docs.py reference --bin $(BERTH_BIN) --check
+	@$(MAKE) book
+	$(PYTHON) scripts/docs.py links --book $(BOOK_DIR)
+
+# The alerts: promtool's own checks and unit tests (series shaped like berth's), then the
+# dashboard's and the alerts' queries against the /metrics pages of the real controller and agent.
+# Without root (the binaries run in a network namespace of their own) the second part skips,
+# except under CI=true or BERTH_REQUIRE_ROOT=1, where it fails.
+test-monitoring: deps-python deps-monitoring check-cargo
+	$(PROMTOOL) check rules charts/berth/monitoring/alerts.yaml
+	$(PROMTOOL) test rules tests/monitoring/alerts_test.yaml
+	@if [[ $$(id -u) -ne 0 && "$${CI:-}" != true && "$${BERTH_REQUIRE_ROOT:-}" != 1 ]]; then \
+		echo "test-monitoring: SKIPPED the check against berth's /metrics: needs root"; exit 0; fi; \
+	$(CARGO) build -q --bin berth && \
+	$(VENV_BIN)/python scripts/monitoring.py scrape --bin $(BERTH_BIN) --out $(MONITORING_DIR) && \
+	$(VENV_BIN)/python scripts/monitoring.py check --metrics $(MONITORING_DIR)/controller.txt $(MONITORING_DIR)/agent.txt
+
+# The release workflow is never run here: it is checked against GitHub's workflow schema.
+test-workflows: deps-python
+	$(VENV_BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+
+book: deps-docs
+	@rm -rf $(BOOK_DIR) && mkdir -p $(dir $(BOOK_DIR))
+	@$(MDBOOK) build docs -d $(abspath $(BOOK_DIR)) 2>&1 | tee $(BOOK_DIR).log
+	@! grep -E '(WARN|ERROR)' $(BOOK_DIR).log >/dev/null || { echo "book: mdbook warned (above)" >&2; exit 1; }
+
+config-reference: check-cargo
+	$(CARGO) build -q --bin berth
+	$(PYTHON) scripts/docs.py reference --bin $(BERTH_BIN)
+
+# The image on a machine with Debian's archive and no container registry (root): a trixie root
+# filesystem by mmdebstrap, the stripped release binary, podman build, then the image run
+# (scripts/image.sh says what it proves). Installs mmdebstrap, podman and runc when missing.
+# Opt-in: not part of `make test`.
+image: check-cargo
+	CARGO=$(CARGO) scripts/image.sh
 
 # A real cluster: kind without kube-proxy, the image built from this checkout, the chart installed.
 # Opt-in: it needs a container runtime, which `make test` does not assume.

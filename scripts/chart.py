@@ -182,6 +182,11 @@ def check_validates(f, name, docs):
             f.check(doc["apiVersion"] == "monitoring.coreos.com/v1", where, "apiVersion")
             f.check(spec.get("selector") and spec.get("endpoints"), where, "selector and endpoints")
             continue
+        if doc["kind"] == "PrometheusRule":
+            f.check(doc["apiVersion"] == "monitoring.coreos.com/v1", where, "apiVersion")
+            shipped = yaml.safe_load((CHART / "monitoring" / "alerts.yaml").read_text())
+            f.check(doc.get("spec") == shipped, where, "spec is monitoring/alerts.yaml")
+            continue
         for version in SUPPORTED_KUBERNETES:
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
@@ -396,6 +401,13 @@ def check_value_set(f, name, values):
     f.check(bool(by_kind(docs, "IPPool")) == full["ipPool"]["create"], name, "IPPool only when asked")
     f.check(bool(by_kind(docs, "L2Advertisement")) == full["l2Advertisement"]["create"], name, "L2Advertisement only when asked")
     f.check(bool(by_kind(docs, "ServiceMonitor")) == full["serviceMonitor"]["enabled"], name, "ServiceMonitor only when asked")
+    f.check(bool(by_kind(docs, "PrometheusRule")) == full["prometheusRule"]["enabled"], name, "PrometheusRule only when asked")
+    dashboards = [d for d in by_kind(docs, "ConfigMap") if "berth.json" in d.get("data", {})]
+    f.check(bool(dashboards) == full["grafanaDashboard"]["enabled"], name, "dashboard ConfigMap only when asked")
+    for d in dashboards:
+        f.check(json.loads(d["data"]["berth.json"]) == json.loads((CHART / "monitoring" / "dashboard.json").read_text()),
+                name, "the dashboard ConfigMap holds monitoring/dashboard.json")
+        f.check(d["metadata"]["labels"].get("grafana_dashboard") == "1", name, "the dashboard carries the sidecar's label")
     text = notes(values)
     f.check("rollout status" in text and full["agent"]["config"]["proxyMode"] in text, name, "NOTES.txt says how to check the install")
     return len(docs), kinds

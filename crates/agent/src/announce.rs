@@ -336,6 +336,7 @@ impl Announcer {
             if next == current {
                 continue;
             }
+            metrics.observe_answers(&next);
             let changes = diff_ownership(&current, &next);
             metrics
                 .ownership_changes

@@ -77,6 +77,10 @@ impl AwsMetrics {
             "Leaked load balancers and target groups removed by the sweep, by kind",
             m.swept.clone(),
         );
+        // At zero from the start: the first leak swept is then an increase, which alerts see.
+        for kind in [SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP] {
+            let _ = m.swept.get_or_create(&KindLabels { kind });
+        }
         registry.register(
             "owned_resources",
             "Load balancers and target groups tagged with this cluster, by kind, as the last sweep listed them",

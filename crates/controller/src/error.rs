@@ -51,6 +51,24 @@ pub enum Retry {
 }
 
 impl ErrorCategory {
+    /// Every category, so error counters show each at zero from the start: an alert's
+    /// `increase()` then sees a category's first error.
+    pub const ALL: [ErrorCategory; 13] = [
+        Self::Conflict,
+        Self::Throttled,
+        Self::Server,
+        Self::Transport,
+        Self::Provider,
+        Self::Watch,
+        Self::Lease,
+        Self::NotFound,
+        Self::Invalid,
+        Self::Rejected,
+        Self::NotLeading,
+        Self::Config,
+        Self::Admin,
+    ];
+
     /// The category of a failed API call.
     pub fn of_api(error: &kube::Error) -> Self {
         match error {
@@ -186,6 +204,29 @@ pub(crate) fn status_code(error: &kube::Error) -> Option<u16> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn all_lists_every_category_once() {
+        use super::ErrorCategory::{self, *};
+        // No wildcard: a new variant does not compile here until it has a place in ALL.
+        let place = |category: ErrorCategory| match category {
+            Conflict => 0,
+            Throttled => 1,
+            Server => 2,
+            Transport => 3,
+            Provider => 4,
+            Watch => 5,
+            Lease => 6,
+            NotFound => 7,
+            Invalid => 8,
+            Rejected => 9,
+            NotLeading => 10,
+            Config => 11,
+            Admin => 12,
+        };
+        let places: Vec<usize> = ErrorCategory::ALL.into_iter().map(place).collect();
+        assert_eq!(places, (0..ErrorCategory::ALL.len()).collect::<Vec<_>>());
+    }
+
     use super::*;
 
     fn api_error(code: u16) -> kube::Error {

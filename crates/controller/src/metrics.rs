@@ -80,6 +80,11 @@ impl Metrics {
             m.reconcile_duration.clone(),
         );
         r.register("errors", "Errors by category", m.errors.clone());
+        for category in ErrorCategory::ALL {
+            let _ = m
+                .errors
+                .get_or_create(&vec![("category", category.as_str())]);
+        }
         r.register(
             "api_writes",
             "Writes sent to the API server by kind",

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::answers::Answers;
+use crate::answers::{Answers, IpAnswer};
 use crate::frame::{build_gratuitous, solicited_node};
 use crate::responder::{respond, Ignored};
 use crate::schedule::GratuitousSchedule;
@@ -23,7 +24,21 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
-/// The announcer's counters; clones share their values.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AddressLabels {
+    pub address: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
+}
+
+/// The states of [`L2Metrics::addresses`], one per [`IpAnswer`] (and `Elsewhere` split by
+/// whether anyone was elected).
+const ADDRESS_STATES: [&str; 4] = ["owned", "elsewhere", "unowned", "not_advertised"];
+
+/// The announcer's counters and gauges; clones share their values.
 #[derive(Debug, Clone, Default)]
 pub struct L2Metrics {
     pub requests_received: Counter,
@@ -31,6 +46,11 @@ pub struct L2Metrics {
     pub gratuitous_sent: Counter,
     pub ownership_changes: Counter,
     pub ignored: Family<ReasonLabels, Counter>,
+    /// One series per address this node answers for, so the agents' series together show an
+    /// address answered by two nodes (the series of a given-up address goes away).
+    pub announced: Family<AddressLabels, Gauge>,
+    /// Addresses of this node's view by election outcome; `unowned` has no candidate node.
+    pub addresses: Family<StateLabels, Gauge>,
 }
 
 impl L2Metrics {
@@ -62,7 +82,50 @@ impl L2Metrics {
             "Requests left unanswered, by reason",
             metrics.ignored.clone(),
         );
+        registry.register(
+            "announced",
+            "1 for each LoadBalancer address this node answers for",
+            metrics.announced.clone(),
+        );
+        registry.register(
+            "addresses",
+            "LoadBalancer addresses in this node's view, by election outcome (owned here, elsewhere, unowned: no candidate node, not_advertised)",
+            metrics.addresses.clone(),
+        );
+        for state in ADDRESS_STATES {
+            metrics
+                .addresses
+                .get_or_create(&StateLabels { state })
+                .set(0);
+        }
         metrics
+    }
+
+    /// Sets the gauges from the table the responders now read.
+    pub fn observe_answers(&self, answers: &Answers) {
+        let mut counts = [0i64; ADDRESS_STATES.len()];
+        self.announced.clear();
+        for (ip, entry) in &answers.ips {
+            let state = match &entry.answer {
+                IpAnswer::Owned(_) => {
+                    self.announced
+                        .get_or_create(&AddressLabels {
+                            address: ip.to_string(),
+                        })
+                        .set(1);
+                    0
+                }
+                IpAnswer::Elsewhere { owner: Some(_) } => 1,
+                IpAnswer::Elsewhere { owner: None } => 2,
+                IpAnswer::NotAdvertised => 3,
+            };
+            counts[state] += 1;
+        }
+        for (state, count) in ADDRESS_STATES.into_iter().zip(counts) {
+            self.addresses
+                .get_or_create(&StateLabels { state })
+                .set(count);
+        }
     }
 
     fn observe_ignored(&self, ignored: &Ignored) {

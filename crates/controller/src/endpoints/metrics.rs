@@ -41,6 +41,11 @@ impl Metrics {
             "Errors, by category (conflict, not_found, throttled, server, transport, invalid, rejected, watch)",
             metrics.errors.clone(),
         );
+        for category in ErrorCategory::ALL {
+            let _ = metrics
+                .errors
+                .get_or_create(&[("category", category.as_str())]);
+        }
         registry.register(
             "slice_changes",
             "EndpointSlice writes, by operation (create, update, delete)",
