@@ -111,7 +111,8 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_MEMBERSHIP_SUSPICION_TIMEOUT", default_value = "400ms", value_parser = parse_duration)]
     membership_suspicion_timeout: Duration,
 
-    /// Namespace of the agents' Leases (`berth-agent-<node>`).
+    /// Namespace of the agents' Leases (`berth-agent-<node>`) and of the announcer's
+    /// `ServiceL2Status` records: the agent's own.
     #[arg(long, env = "BERTH_LEASE_NAMESPACE", default_value = "kube-system")]
     lease_namespace: String,
 
@@ -201,6 +202,7 @@ impl AgentArgs {
             admin_listen: self.admin_listen,
             l2_announcer: self.l2_announcer,
             l2_interfaces: self.l2_interfaces.clone(),
+            l2_status_namespace: self.lease_namespace.clone(),
         }
     }
 }

@@ -90,6 +90,8 @@ pub struct AgentOptions {
     pub l2_announcer: bool,
     /// Interfaces the announcer answers on; empty: every non-loopback Ethernet interface.
     pub l2_interfaces: Vec<String>,
+    /// Namespace of this node's `ServiceL2Status` records (the agent's own: the lease namespace).
+    pub l2_status_namespace: String,
 }
 
 impl Default for AgentOptions {
@@ -108,6 +110,7 @@ impl Default for AgentOptions {
             admin_listen: SocketAddr::from(([0, 0, 0, 0], 10356)),
             l2_announcer: false,
             l2_interfaces: Vec::new(),
+            l2_status_namespace: "kube-system".into(),
         }
     }
 }
@@ -150,6 +153,14 @@ impl AgentOptions {
         for name in &self.l2_interfaces {
             if let Some(problem) = berth_core::interface_name_problem(name) {
                 return Err(invalid("L2 interface", format!("{name:?}: {problem}")));
+            }
+        }
+        if self.l2_announcer {
+            if let Some(problem) = berth_core::dns1123_label_problem(&self.l2_status_namespace) {
+                return Err(invalid(
+                    "L2 status namespace",
+                    format!("{:?}: {problem}", self.l2_status_namespace),
+                ));
             }
         }
         let mut families = Vec::new();
@@ -225,6 +236,7 @@ impl AgentConfig {
             .l2_announcer
             .then(|| crate::announce::AnnouncerConfig {
                 interfaces: self.options.l2_interfaces.clone(),
+                status_namespace: self.options.l2_status_namespace.clone(),
             })
     }
 
@@ -394,6 +406,14 @@ mod tests {
         };
         let announcer = options.validate().unwrap().announcer().unwrap();
         assert_eq!(announcer.interfaces, ["eth0", "bond0.100"]);
+        assert_eq!(announcer.status_namespace, "kube-system");
+        let bad_namespace = AgentOptions {
+            l2_announcer: true,
+            l2_status_namespace: "Not_A_Namespace".into(),
+            ..mk_options()
+        };
+        let err = bad_namespace.validate().unwrap_err().to_string();
+        assert!(err.contains("L2 status namespace"), "{err}");
         let bad = AgentOptions {
             l2_announcer: true,
             l2_interfaces: vec!["a-very-long-interface".into()],

@@ -25,6 +25,7 @@ pub mod conntrack;
 pub mod datapath;
 pub mod healthcheck;
 pub mod index;
+pub mod l2status;
 pub mod metrics;
 mod run;
 pub mod schedule;

@@ -4,11 +4,15 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Map, Value};
 
-use crate::{Error, IPPool, L2Advertisement};
+use crate::{Error, IPPool, L2Advertisement, ServiceL2Status};
 
 /// Every berth CRD, in a fixed order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![IPPool::crd(), L2Advertisement::crd()]
+    vec![
+        IPPool::crd(),
+        L2Advertisement::crd(),
+        ServiceL2Status::crd(),
+    ]
 }
 
 /// All CRDs as one multi-document YAML stream, each document starting with `---`. Keys are

@@ -1,4 +1,4 @@
-//! berth's API: the `IPPool` and `L2Advertisement` custom resources, their validation, the CRD
+//! berth's API: the `IPPool`, `L2Advertisement` and `ServiceL2Status` custom resources, their validation, the CRD
 //! manifests, and every well-known name (annotations, labels, finalizers, classes, conditions).
 
 mod annotations;
@@ -7,6 +7,7 @@ mod convert;
 mod crds;
 mod ippool;
 mod l2advertisement;
+mod l2status;
 pub mod names;
 mod schema;
 
@@ -19,6 +20,7 @@ pub use convert::{selector_matches, to_selector, validate_label_selector};
 pub use crds::{crds, crds_yaml};
 pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
 pub use l2advertisement::{L2Advertisement, L2AdvertisementSpec};
+pub use l2status::{ServiceL2Status, ServiceL2StatusSpec};
 pub use schema::{address_rules, MAX_ADDRESSES, MAX_INTERFACES, MAX_PRIORITY, MIN_PRIORITY};
 
 /// Everything that can fail in berth-api.

@@ -11,6 +11,8 @@ pub const API_VERSION: &str = "berth.dev/v1alpha1";
 pub const KIND_IP_POOL: &str = "IPPool";
 /// `kind` of the layer-2 advertisement resource.
 pub const KIND_L2_ADVERTISEMENT: &str = "L2Advertisement";
+/// `kind` of the record of where a Service is announced over ARP/NDP.
+pub const KIND_SERVICE_L2_STATUS: &str = "ServiceL2Status";
 /// `kubectl get berth` lists every berth resource.
 pub const CATEGORY: &str = "berth";
 
@@ -39,8 +41,6 @@ pub mod annotation {
     pub const IP_POOL: &str = "berth.dev/ip-pool";
     /// Services with the same key may share a LoadBalancer IP.
     pub const SHARING_KEY: &str = "berth.dev/sharing-key";
-    /// Written by the agent that answers ARP for the Service's IP.
-    pub const ANNOUNCING_NODE: &str = "berth.dev/announcing-node";
     /// On a Pod in the lab: `"false"` makes the lab kubelet's readiness probe fail.
     pub const LAB_READY: &str = "lab.berth.dev/ready";
     /// On an agent's Lease: where its membership (SWIM) socket listens, `ip:port`.
@@ -154,6 +154,11 @@ pub mod label {
     pub const TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
     /// Hostname of a node.
     pub const HOSTNAME: &str = "kubernetes.io/hostname";
+    /// On a ServiceL2Status: the namespace of the Service it describes
+    /// (`kubectl get l2status -l berth.dev/service-name=web`).
+    pub const SERVICE_NAMESPACE: &str = "berth.dev/service-namespace";
+    /// On a ServiceL2Status: the name of the Service it describes.
+    pub const SERVICE_NAME: &str = "berth.dev/service-name";
 }
 
 /// Finalizers berth puts on objects.
@@ -166,7 +171,7 @@ pub mod finalizer {
 pub mod field_manager {
     /// The controller (allocation, status, endpoints, cloud load balancers).
     pub const CONTROLLER: &str = "berth-controller";
-    /// The node agent (announcing-node annotation, its Lease).
+    /// The node agent (its ServiceL2Status records, its Lease).
     pub const AGENT: &str = "berth-agent";
 }
 

@@ -43,8 +43,12 @@
 //!   a change every agent sees: endpoints, labels, conditions, advertisements) is answered only
 //!   300 ms later, so the old owner, which sees the same change, stops first. An address taken
 //!   from a dead owner is answered at once: failover does not wait.
-//! - **Reports**: the agent writes the `berth.dev/announcing-node` annotation and an Event on
-//!   each takeover, not periodically, so the API load does not grow with the Services.
+//! - **Reports**: the agent keeps one `ServiceL2Status` per Service it announces, in its own
+//!   namespace ([`status`]; MetalLB's resource of the same name), and records an Event on each
+//!   takeover. It writes on changes only, never periodically, so the API load does not grow
+//!   with the Services; it has no right to patch Services (a compromised node must not be
+//!   able to rewrite them). A gracefully stopping agent deletes its records; a crashed one's
+//!   are deleted by the node that takes its addresses over (and by its own agent on start).
 
 pub mod answers;
 pub mod election;
@@ -54,6 +58,7 @@ pub mod packet;
 pub mod responder;
 pub mod schedule;
 pub mod speaker;
+pub mod status;
 pub mod transport;
 
 pub use answers::{
@@ -66,6 +71,10 @@ pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
 pub use schedule::{GratuitousSchedule, InterfaceHold, StartupSettle};
 pub use speaker::{run_link, L2Metrics};
+pub use status::{
+    build_announced, build_status, is_own_record, parse_status, plan_status, status_name,
+    superseded_records, Announced, StatusPlan,
+};
 pub use transport::{Link, LinkSwitch, MemoryLan, MemoryLink};
 
 /// Everything that can fail in berth-l2 (all of it at the I/O edge).
