@@ -195,7 +195,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn answers(entries: &[(&str, IpAnswer, &[ServiceKey])]) -> Answers {
+    fn answers(entries: &[(&str, IpAnswer, Vec<ServiceKey>)]) -> Answers {
         Answers {
             pools: vec![parse_address("198.18.0.200-198.18.0.250").unwrap()],
             ips: entries
@@ -235,17 +235,17 @@ mod tests {
             (
                 "198.18.0.200",
                 named(&["eth0"]),
-                &[web.clone(), dns.clone()],
+                vec![web.clone(), dns.clone()],
             ),
-            ("198.18.0.201", named(&["eth1"]), &[web.clone()]),
+            ("198.18.0.201", named(&["eth1"]), vec![web.clone()]),
             (
                 "198.18.0.202",
                 IpAnswer::Elsewhere {
                     owner: Some("node-2".into()),
                 },
-                &[other.clone()],
+                vec![other.clone()],
             ),
-            ("198.18.0.203", IpAnswer::NotAdvertised, &[other.clone()]),
+            ("198.18.0.203", IpAnswer::NotAdvertised, vec![other.clone()]),
         ]);
         let got = build_announced(&table);
         assert_eq!(
@@ -264,11 +264,11 @@ mod tests {
     fn an_address_answered_everywhere_makes_the_interfaces_all() {
         let web = key("web", "lb");
         let table = answers(&[
-            ("198.18.0.200", named(&["eth0"]), &[web.clone()]),
+            ("198.18.0.200", named(&["eth0"]), vec![web.clone()]),
             (
                 "198.18.0.201",
                 IpAnswer::Owned(Interfaces::Any),
-                &[web.clone()],
+                vec![web.clone()],
             ),
         ]);
         assert_eq!(
