@@ -37,7 +37,7 @@ export PATH := $(VENV_BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help deps deps-system deps-python check-cargo build run e2e test test-rust test-crds test-chart e2e-kind lint crds \
+.PHONY: help deps deps-system deps-python check-cargo build run e2e test test-rust test-crds test-chart test-image-context e2e-kind lint crds \
 	bench $(addprefix bench-,$(BENCHES)) clean-netns
 
 # `make run ARGS=--once` proves and exits; `ARGS='--nodes 5'` changes the lab.
@@ -47,12 +47,13 @@ BERTH_BIN := $(TARGET_DIR)/debug/berth
 help:
 	@echo "make run          the whole system in a lab on this host, examples/ applied and proven from a client;"
 	@echo "                  stays up until Ctrl-C, then removes everything (ARGS=--once: prove and exit)"
-	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, then e2e"
+	@echo "make test         deps, cargo test for the workspace, test-crds, test-chart, e2e, test-image-context"
 	@echo "make e2e          user journeys with kubectl against a lab (e2e/local)"
 	@echo "make deps         install system packages and the Python venv (.venv) the tests need"
 	@echo "make build        cargo build, whole workspace, all targets (debug)"
 	@echo "make test-crds    validate $(CRDS_FILE) against the Kubernetes $(K8S_VERSION) schemas"
 	@echo "make test-chart   render, lint and validate the Helm chart for every value set (charts/berth/ci)"
+	@echo "make test-image-context  build berth from exactly what the Dockerfile copies"
 	@echo "make e2e-kind     berth on a kind cluster (needs docker, kind, kubectl, helm; not part of test)"
 	@echo "make lint         rustfmt check and clippy with warnings denied"
 	@echo "make crds         regenerate $(CRDS_FILE) from the Rust types"
@@ -106,6 +107,7 @@ test: deps
 	@$(MAKE) test-crds
 	@$(MAKE) test-chart
 	@$(MAKE) e2e
+	@$(MAKE) test-image-context
 	@echo "== cargo test summary =="
 	@grep -E '^test result:' $(TEST_LOG)
 	@{ grep -oE '$(SKIP_MARKER) .*' $(TEST_LOG) | sed 's/^$(SKIP_MARKER) /skipped: /' || true; \
@@ -120,6 +122,10 @@ test: deps
 test-rust: check-cargo
 	@mkdir -p $(dir $(TEST_LOG))
 	$(CARGO) test --workspace --no-fail-fast 2>&1 | tee $(TEST_LOG)
+
+# The Dockerfile's build stage copies enough to build the binary (no image is built or pulled).
+test-image-context: check-cargo
+	@CARGO=$(CARGO) scripts/image-context.sh
 
 test-crds: deps-python
 	@test -s $(CRDS_FILE) || { echo "$(CRDS_FILE) is missing: run 'make crds'" >&2; exit 1; }

@@ -3,7 +3,10 @@
 //! [`CommandIptables::in_netns`] runs the same commands inside a named network namespace
 //! (`ip netns exec`), which is how the lab programs its node namespaces.
 
-use std::io::{BufWriter, Read, Write as _};
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write as _};
+
+use nix::sys::memfd::{memfd_create, MFdFlags};
 use std::process::{Command, Output, Stdio};
 
 use crate::model::{ChainName, JumpRule, Table};
@@ -153,7 +156,13 @@ pub(crate) fn command_line(
     }
 }
 
-/// Runs a command, streaming `stdin` into it as it is rendered.
+/// Runs a command with `stdin` as its whole input.
+///
+/// The payload is rendered completely into an anonymous in-memory file before the program
+/// starts, and the program reads that file as its standard input. A pipe fed while rendering
+/// would let a killed agent hand the program a prefix followed by end-of-file, and `nft -f -`
+/// commits whatever prefix it got (a deleted table, a map without elements, `dnat to 1`). With
+/// the file, either the agent dies before the program exists, or the program reads all of it.
 pub(crate) fn run(
     netns: Option<&str>,
     program: &str,
@@ -166,57 +175,34 @@ pub(crate) fn run(
         command: command.clone(),
         source,
     };
-    let mut child = Command::new(&program)
+    let input = match stdin {
+        Some(payload) => Stdio::from(staged(payload).map_err(spawn_err)?),
+        None => Stdio::null(),
+    };
+    // `wait_with_output` drains stdout and stderr together, so a program that answers as it
+    // reads (iptables-restore listing a table for `-S`) never waits on a full pipe.
+    Command::new(&program)
         .args(&args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(input)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(spawn_err)?;
-    // Output is drained while the payload is written: a program that answers as it reads
-    // (iptables-restore listing a table for `-S`) would otherwise fill its pipe and wait for us
-    // while we wait for it to read.
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let (written, status, stdout, stderr) = std::thread::scope(|scope| {
-        let stdout = scope.spawn(move || drain(stdout));
-        let stderr = scope.spawn(move || drain(stderr));
-        let mut written = Ok(());
-        if let (Some(payload), Some(pipe)) = (stdin, child.stdin.take()) {
-            // Streamed through a buffer: the payload is rendered as the program reads it.
-            let mut pipe = BufWriter::with_capacity(1 << 16, pipe);
-            written = payload.write_to(&mut pipe).and_then(|()| pipe.flush());
-        }
-        let status = child.wait();
-        let joined = |reader: std::thread::ScopedJoinHandle<'_, std::io::Result<Vec<u8>>>| {
-            reader
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("an output reader panicked")))
-        };
-        (written, status, joined(stdout), joined(stderr))
-    });
-    let output = Output {
-        status: status.map_err(spawn_err)?,
-        stdout: stdout.map_err(spawn_err)?,
-        stderr: stderr.map_err(spawn_err)?,
-    };
-    match written {
-        // A program that stops reading early (a rejected line) closes the pipe; its exit
-        // status and stderr then say why, which beats the broken-pipe error.
-        Err(e) if output.status.success() => Err(spawn_err(e)),
-        _ => Ok(output),
-    }
+        .and_then(|child| child.wait_with_output())
+        .map_err(spawn_err)
 }
 
-fn drain(pipe: Option<impl Read>) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    if let Some(mut pipe) = pipe {
-        pipe.read_to_end(&mut out)?;
+/// The whole payload in an anonymous in-memory file (`memfd_create`), positioned at its start.
+/// Nothing names it: it is gone when the last holder closes it, whoever is killed when.
+fn staged(payload: &dyn Payload) -> std::io::Result<File> {
+    let fd = memfd_create("berth-payload", MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
+    let mut file = File::from(fd);
+    {
+        let mut out = BufWriter::with_capacity(1 << 16, &mut file);
+        payload.write_to(&mut out)?;
+        out.flush()?;
     }
-    Ok(out)
+    file.seek(SeekFrom::Start(0))?;
+    Ok(file)
 }
 
 /// [`run`], failing unless the command exits successfully.

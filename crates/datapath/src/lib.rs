@@ -50,9 +50,10 @@
 //! - [`incremental::Planner`] re-plans only the Service ports whose inputs changed and reports
 //!   which chains it touched, so a partial sync hashes and renders only those
 //!   ([`sync::Syncer::sync_changes`]); [`plan`] stays the reference it is tested against.
-//! - A payload is rendered while `iptables-restore` reads it ([`render::Rendered`] through
-//!   [`sync::Iptables::restore`]): a full sync of 10,000 Services never holds its 50 MB of text.
-//!   Rules share their chain names, comments and match lists (`Arc`), as the planner holds
+//! - A payload is rendered straight into an anonymous in-memory file ([`render::Rendered`]
+//!   through [`exec`]), which the restore (or `nft`) reads only once it is complete: a killed
+//!   agent never hands the kernel a prefix, and the heap never holds a full sync's 50 MB of text
+//!   as a `String` (the file's pages are shared memory, freed when the program exits). Rules share their chain names, comments and match lists (`Arc`), as the planner holds
 //!   hundreds of thousands of them.
 //! - Dispatch trees split on the first differing bit of the sorted keys (path-compressed binary
 //!   trees), so a tree chain's name and rules change only when Services are added or removed

@@ -1,9 +1,11 @@
-//! The real [`Nft`]: one `nft -f -` per transaction, the text streamed into it as it is
-//! rendered, optionally inside a named network namespace (`ip netns exec`).
+//! The real [`Nft`]: one `nft -f -` per transaction, reading the whole text from an in-memory
+//! file rendered before `nft` starts (see [`crate::exec`]), optionally inside a named network
+//! namespace (`ip netns exec`).
 
 use crate::exec::run_ok;
 use crate::nft::Transaction;
 use crate::nft_sync::Nft;
+use crate::render::Payload;
 use crate::Error;
 
 #[derive(Debug, Clone, Default)]
@@ -34,8 +36,16 @@ impl Nft for CommandNft {
         if tx.is_empty() {
             return Ok(());
         }
+        self.apply_payload(tx)
+    }
+}
+
+impl CommandNft {
+    /// One `nft -f -` of any payload; `nft` starts only once the payload has been rendered whole,
+    /// so a payload that fails while rendering (or an agent killed meanwhile) changes nothing.
+    pub fn apply_payload(&mut self, payload: &dyn Payload) -> Result<(), Error> {
         let args = ["-f".to_string(), "-".to_string()];
-        run_ok(self.netns.as_deref(), "nft", &args, Some(tx)).map(|_| ())
+        run_ok(self.netns.as_deref(), "nft", &args, Some(payload)).map(|_| ())
     }
 }
 

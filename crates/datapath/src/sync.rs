@@ -12,8 +12,8 @@ use crate::Error;
 
 /// The iptables operations berth needs, for one address family.
 pub trait Iptables {
-    /// One `iptables-restore --noflush` of a whole payload, which writes itself into the
-    /// restore's input as it is rendered.
+    /// One `iptables-restore --noflush` of a whole payload, rendered completely before the
+    /// restore starts reading it.
     fn restore(&mut self, payload: &dyn Payload) -> Result<(), Error>;
     /// `iptables-save -t <table>`.
     fn save(&mut self, table: Table) -> Result<String, Error>;
