@@ -12,8 +12,8 @@ pub mod names;
 mod schema;
 
 pub use annotations::{
-    ip_pool, requested_ips, requested_ips_with_spec, sharing_key, AnnotationValue, RequestSource,
-    RequestedIps,
+    ip_pool, requested_ips, requested_ips_with_spec, sharing_key, sharing_namespaces,
+    AnnotationValue, RequestSource, RequestedIps,
 };
 pub use condition::{find_condition, set_condition};
 pub use convert::{selector_matches, to_selector, validate_label_selector};

@@ -41,6 +41,9 @@ pub mod annotation {
     pub const IP_POOL: &str = "berth.dev/ip-pool";
     /// Services with the same key may share a LoadBalancer IP.
     pub const SHARING_KEY: &str = "berth.dev/sharing-key";
+    /// Other namespaces (comma separated, or `*`) whose Services may share this Service's
+    /// LoadBalancer IP; both Services must name each other's namespace.
+    pub const SHARING_CROSS_NAMESPACE: &str = "berth.dev/sharing-cross-namespace";
     /// On a Pod in the lab: `"false"` makes the lab kubelet's readiness probe fail.
     pub const LAB_READY: &str = "lab.berth.dev/ready";
     /// On an agent's Lease: where its membership (SWIM) socket listens, `ip:port`.
