@@ -59,6 +59,10 @@
 //!   a node's datagrams must come from the address it advertises (with a wildcard bind, the
 //!   kernel's source address towards its peers must be that address), and a peer's first
 //!   datagrams before its Lease is seen are dropped and sent again.
+//! - **Clocks.** A Lease is fresh for its duration from the moment this agent saw its
+//!   `renewTime` change, by this agent's own clock (client-go's observed-time rule,
+//!   [`lease`]): a peer with a skewed clock cannot keep a dead Lease fresh or make a live one
+//!   look expired. Only the membership datagrams' stamps compare clocks (the clock window).
 //! - **The combination rule.** Lease-only mode (membership off, the baseline the failover
 //!   benchmark compares against): live = Lease fresh. With membership on, SWIM decides
 //!   for peers that advertise an endpoint (alive, unless its Lease is deleted; down or never

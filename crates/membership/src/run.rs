@@ -436,13 +436,17 @@ impl LoopState {
                 self.view.begin_relist();
                 Vec::new()
             }
-            watcher::Event::InitApply(lease) => self.view.apply(&lease).into_iter().collect(),
+            watcher::Event::InitApply(lease) => {
+                self.view.apply(&lease, unix_millis()).into_iter().collect()
+            }
             watcher::Event::InitDone => {
                 self.view.finish_relist();
                 self.listed = true;
                 self.view.nodes().map(String::from).collect()
             }
-            watcher::Event::Apply(lease) => self.view.apply(&lease).into_iter().collect(),
+            watcher::Event::Apply(lease) => {
+                self.view.apply(&lease, unix_millis()).into_iter().collect()
+            }
             watcher::Event::Delete(lease) => {
                 self.view.delete(&lease);
                 Vec::new()
