@@ -85,6 +85,11 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_MEMBERSHIP_KEY_FILE")]
     membership_key_file: Option<PathBuf>,
 
+    /// File holding a second key whose datagrams are accepted too (never used to seal): a key
+    /// being rotated in or out. A missing file means none, so a Secret without it is fine.
+    #[arg(long, env = "BERTH_MEMBERSHIP_PREVIOUS_KEY_FILE")]
+    membership_previous_key_file: Option<PathBuf>,
+
     /// UDP port of the membership socket (0 picks a free one; it is advertised on the Lease).
     #[arg(long, env = "BERTH_MEMBERSHIP_PORT", default_value_t = berth_membership::DEFAULT_PORT)]
     membership_port: u16,
@@ -161,6 +166,19 @@ impl AgentArgs {
             ),
             _ => None,
         };
+        let previous_key = match (&self.membership_previous_key_file, mode) {
+            (Some(path), OnOff::On) => match std::fs::read(path) {
+                Ok(bytes) => Some(bytes),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+                Err(err) => {
+                    return Err(anyhow::Error::new(err).context(format!(
+                        "reading the previous membership key {}",
+                        path.display()
+                    )))
+                }
+            },
+            _ => None,
+        };
         let options = berth_membership::MembershipOptions {
             node_name: self.node_name.clone(),
             enabled: mode == OnOff::On,
@@ -169,6 +187,7 @@ impl AgentArgs {
             bind: SocketAddr::new(self.membership_bind_address, self.membership_port),
             advertise_address: self.membership_advertise_address,
             key,
+            previous_key,
             probe_period: self.membership_probe_period,
             probe_timeout: self.membership_probe_timeout,
             suspicion_timeout: self.membership_suspicion_timeout,

@@ -312,7 +312,8 @@ async fn open_swim(
         addr: SocketAddr::new(advertise, bind.port()),
         generation: unix_micros() / 1000,
     };
-    let swim = Swim::new(me, config.foca_config(), key.clone(), config.clock_window());
+    let swim = Swim::new(me, config.foca_config(), key.clone(), config.clock_window())
+        .with_previous_key(config.previous_key().cloned());
     Ok((socket, swim))
 }
 
