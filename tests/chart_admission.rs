@@ -71,7 +71,7 @@ fn admission(python: &PathBuf, values: Value) -> (Vec<Value>, Vec<Value>) {
 struct Request {
     user: &'static str,
     /// The token's node, when it is bound to one.
-    node: Option<&'static str>,
+    node: Option<String>,
     operation: &'static str,
     group: &'static str,
     resource: &'static str,
@@ -80,10 +80,15 @@ struct Request {
     old_object: Value,
 }
 
-fn lease(name: &str) -> Value {
+/// An agent Lease as berth writes it, held by `holder`.
+fn held_lease(name: &str, holder: &str) -> Value {
     json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
            "metadata": {"name": name, "namespace": RELEASE_NAMESPACE},
-           "spec": {"holderIdentity": name}})
+           "spec": {"holderIdentity": holder}})
+}
+
+fn lease(name: &str) -> Value {
+    held_lease(name, name.strip_prefix("berth-agent-").unwrap_or(name))
 }
 
 fn record(node: &str) -> Value {
@@ -94,7 +99,7 @@ fn record(node: &str) -> Value {
 }
 
 /// An agent's write of a Lease (`object` and `oldObject` as the operation has them).
-fn lease_request(node: Option<&'static str>, operation: &'static str, name: &str) -> Request {
+fn lease_request(node: Option<&str>, operation: &'static str, name: &str) -> Request {
     let (object, old_object) = match operation {
         "CREATE" => (lease(name), Value::Null),
         "UPDATE" => (lease(name), lease(name)),
@@ -102,7 +107,7 @@ fn lease_request(node: Option<&'static str>, operation: &'static str, name: &str
     };
     Request {
         user: AGENT,
-        node,
+        node: node.map(String::from),
         operation,
         group: "coordination.k8s.io",
         resource: "leases",
@@ -121,7 +126,7 @@ fn record_request(node: &'static str, operation: &'static str, old: &str, new: &
     };
     Request {
         user: AGENT,
-        node: Some(node),
+        node: Some(node.to_string()),
         operation,
         group: "berth.dev",
         resource: "servicel2statuses",
@@ -183,8 +188,8 @@ fn admit(policy: &Value, request: &Request) -> Result<(), String> {
         return Ok(());
     }
     let mut extra: HashMap<String, Vec<String>> = HashMap::new();
-    if let Some(node) = request.node {
-        extra.insert(NODE_NAME.into(), vec![node.into()]);
+    if let Some(node) = &request.node {
+        extra.insert(NODE_NAME.into(), vec![node.clone()]);
     }
     let request_value = json!({
         "operation": request.operation,
@@ -340,6 +345,56 @@ fn each_agent_writes_only_its_own_lease_and_records() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A node name too long for `berth-agent-<node>` gets a hashed Lease name (berth-api's
+/// `agent_lease_name`); the policy then asks that the node hold the Lease, before and after.
+#[test]
+fn a_long_node_name_writes_its_hashed_lease_and_no_other() {
+    let Some(python) = python() else { return };
+    let policy = the_policy(&python, json!({}));
+    let long = format!("{}.example.com", "a".repeat(239));
+    let peer = format!("{}.example.org", "a".repeat(239));
+    let name = berth_api::names::lease::agent_lease_name(&long);
+    let peer_name = berth_api::names::lease::agent_lease_name(&peer);
+    assert_ne!(name, format!("berth-agent-{long}"), "hashed");
+    let write =
+        |operation: &'static str, name: &str, old: Option<&str>, new: Option<&str>| Request {
+            object: new.map(|h| held_lease(name, h)).unwrap_or(Value::Null),
+            old_object: old.map(|h| held_lease(name, h)).unwrap_or(Value::Null),
+            ..lease_request(Some(&long), operation, name)
+        };
+    assert_eq!(
+        admit(&policy, &write("CREATE", &name, None, Some(&long))),
+        Ok(())
+    );
+    assert_eq!(
+        admit(&policy, &write("UPDATE", &name, Some(&long), Some(&long))),
+        Ok(())
+    );
+    assert_eq!(
+        admit(&policy, &write("DELETE", &name, Some(&long), None)),
+        Ok(())
+    );
+    // A peer's hashed Lease, taken over by holding it, or held for the peer: refused.
+    for (operation, old, new) in [
+        ("UPDATE", Some(peer.as_str()), Some(long.as_str())),
+        ("UPDATE", Some(peer.as_str()), Some(peer.as_str())),
+        ("DELETE", Some(peer.as_str()), None),
+        ("CREATE", None, Some(peer.as_str())),
+    ] {
+        let got = admit(&policy, &write(operation, &peer_name, old, new));
+        assert!(got.is_err(), "{operation} {old:?} -> {new:?}: {got:?}");
+    }
+    // A short node name gains nothing from the rule: the exact name is required.
+    assert!(admit(
+        &policy,
+        &Request {
+            object: held_lease("berth-agent-ghost", "node-1"),
+            ..lease_request(Some("node-1"), "CREATE", "berth-agent-ghost")
+        }
+    )
+    .is_err());
 }
 
 #[test]

@@ -185,16 +185,49 @@ pub mod lease {
     /// Prefix of each agent's liveness Lease; the node name follows.
     pub const AGENT_PREFIX: &str = "berth-agent-";
 
-    /// Name of the liveness Lease of the agent on `node`.
+    /// The longest object name (a DNS subdomain).
+    pub const MAX_NAME: usize = 253;
+
+    /// Name of the liveness Lease of the agent on `node`: the prefix and the node name, or for
+    /// a node name too long for that (over 241 characters), the prefix, the name's first 224
+    /// characters, `-` and 16 hex digits of a hash of the whole name. Either way the Lease's
+    /// `holderIdentity` names the node in full.
     pub fn agent_lease_name(node: &str) -> String {
-        format!("{AGENT_PREFIX}{node}")
+        if AGENT_PREFIX.len() + node.len() <= MAX_NAME {
+            return format!("{AGENT_PREFIX}{node}");
+        }
+        let keep = MAX_NAME - AGENT_PREFIX.len() - 17;
+        let head: String = node.chars().take(keep).collect();
+        format!(
+            "{AGENT_PREFIX}{}-{:016x}",
+            head.trim_end_matches(['-', '.']),
+            fnv1a(node)
+        )
     }
 
-    /// Node name of an agent liveness Lease, or `None` for any other Lease.
+    /// Node name of an agent liveness Lease read from its name alone, or `None` for any other
+    /// Lease. A hashed name reads back as its shortened form: read it through its
+    /// `holderIdentity` with [`agent_lease_node`].
     pub fn node_of_agent_lease(lease: &str) -> Option<&str> {
         lease
             .strip_prefix(AGENT_PREFIX)
-            .filter(|node| !node.is_empty())
+            .filter(|node| !node.is_empty() && agent_lease_name(node) == lease)
+    }
+
+    /// The node of an agent Lease named `lease` held by `holder`: the holder when the name is
+    /// the holder's, else the node named in full in the Lease name; `None` for other Leases.
+    pub fn agent_lease_node<'a>(lease: &'a str, holder: Option<&'a str>) -> Option<&'a str> {
+        match holder {
+            Some(holder) if !holder.is_empty() && agent_lease_name(holder) == lease => Some(holder),
+            _ => node_of_agent_lease(lease),
+        }
+    }
+
+    /// 64-bit FNV-1a: stable across versions and platforms, enough to tell long names apart.
+    fn fnv1a(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
     }
 }
 
@@ -287,6 +320,47 @@ mod tests {
         let name = lease::agent_lease_name("node-1");
         assert_eq!(name, "berth-agent-node-1");
         assert_eq!(lease::node_of_agent_lease(&name), Some("node-1"));
+    }
+
+    #[test]
+    fn long_node_names_get_a_hashed_lease_name_that_still_finds_the_node() {
+        let longest_plain = "n".repeat(241);
+        assert_eq!(
+            lease::agent_lease_name(&longest_plain),
+            format!("berth-agent-{longest_plain}")
+        );
+        let long = format!("{}.example.com", "a".repeat(239));
+        let other = format!("{}.example.org", "a".repeat(239));
+        let name = lease::agent_lease_name(&long);
+        assert_eq!(name.len(), lease::MAX_NAME);
+        assert!(
+            berth_core::dns1123_subdomain_problem(&name).is_none(),
+            "{name}"
+        );
+        assert_ne!(name, lease::agent_lease_name(&other));
+        assert_eq!(name, lease::agent_lease_name(&long));
+        // The node is read through the holder; a holder whose name it is not is ignored.
+        assert_eq!(
+            lease::agent_lease_node(&name, Some(&long)),
+            Some(long.as_str())
+        );
+        assert_ne!(
+            lease::agent_lease_node(&name, Some(&other)),
+            Some(other.as_str())
+        );
+        assert_eq!(
+            lease::agent_lease_node("berth-agent-node-1", Some("node-1")),
+            Some("node-1")
+        );
+        assert_eq!(
+            lease::agent_lease_node("berth-agent-node-1", None),
+            Some("node-1")
+        );
+        // A holder that does not match the name does not rename the Lease's node.
+        assert_eq!(
+            lease::agent_lease_node("berth-agent-node-1", Some("node-2")),
+            Some("node-1")
+        );
     }
 
     #[test]

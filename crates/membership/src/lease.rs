@@ -59,8 +59,9 @@ pub struct LeaseRecord {
 /// The node and the record of an agent Lease; `None` for any other Lease.
 pub fn read_lease(object: &Lease) -> Option<(String, LeaseRecord)> {
     let name = object.metadata.name.as_deref()?;
-    let node = lease::node_of_agent_lease(name)?;
     let spec = object.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.as_deref());
+    let node = lease::agent_lease_node(name, holder)?;
     let renewed = spec
         .and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()))
         .map(|MicroTime(t)| t.as_millisecond());
@@ -211,6 +212,11 @@ mod tests {
             at(1_000),
         );
         assert_eq!(read_lease(&without).unwrap().1.endpoint, None);
+        // A node name too long for the prefix: a hashed Lease name, read back by its holder.
+        let long = format!("{}.example.com", "a".repeat(239));
+        let hashed = build_lease(&long, "ns", Duration::from_secs(10), None, at(0));
+        assert!(hashed.metadata.name.as_ref().unwrap().len() <= 253);
+        assert_eq!(read_lease(&hashed).unwrap().0, long);
     }
 
     #[test]
