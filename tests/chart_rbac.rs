@@ -553,7 +553,7 @@ impl berth_agent::Conntrack for NoConntrack {
 /// The agent's scenario: its node, a Service with endpoints here and a change to them, synced
 /// into in-memory iptables (full proxy mode: every watch and the whole datapath path).
 async fn agent_scenario() -> Vec<RecordedRequest> {
-    use berth_datapath::memory::MemoryIptables;
+    use berth_datapath::fake::MemoryIptables;
     let (server, admin) = start().await;
     let dir = unique_dir("berth-chart-rbac");
     let client = client_for(&kubeconfig(&dir, &server, "agent")).await;

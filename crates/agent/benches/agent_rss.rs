@@ -31,11 +31,11 @@ use berth_agent::{
     Agent, AgentOptions, Backend, BoxedNft, CommandIptables, Conntrack, ConntrackFlow, IpFamily,
     NodeFacts, DEFAULT_BACKEND,
 };
-use berth_datapath::convert::ProxyMode;
+use berth_datapath::iptables::{Iptables, Syncer};
+use berth_datapath::nft::CommandNft;
+use berth_datapath::nft::Nft;
 use berth_datapath::nft::Transaction;
-use berth_datapath::nft_exec::CommandNft;
-use berth_datapath::nft_sync::Nft;
-use berth_datapath::sync::{Iptables, Syncer};
+use berth_datapath::plan::convert::ProxyMode;
 use berth_datapath::{ChainName, Dispatch, JumpRule, Payload, PlanOptions, Planner, Table};
 use berth_lab::LabApiServer;
 use berth_telemetry::{MetricsRegistry, Readiness};

@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use berth_core::{dns1123_subdomain_problem, IpFamily};
-use berth_datapath::convert::ProxyMode;
+use berth_datapath::plan::convert::ProxyMode;
 use berth_datapath::{Dispatch, PlanOptions};
 use ipnet::IpNet;
 

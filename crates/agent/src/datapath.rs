@@ -4,8 +4,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use berth_core::IpFamily;
-use berth_datapath::nft_sync::{remove_table, Nft, NftSyncer};
-use berth_datapath::sync::{remove_berth_rules, Iptables, SyncReport, SyncRuleset, Syncer};
+use berth_datapath::backend::{SyncReport, SyncRuleset};
+use berth_datapath::iptables::{remove_berth_rules, Iptables, Syncer};
+use berth_datapath::nft::{remove_table, Nft, NftSyncer};
 use berth_datapath::{
     rewritten_every_sync, ChainName, Changes, JumpRule, NodeView, Payload, PlanOptions, Planner,
     Table,

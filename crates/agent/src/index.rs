@@ -13,7 +13,9 @@ use std::net::IpAddr;
 
 use berth_api::names::{annotation, label};
 use berth_core::Protocol;
-use berth_datapath::convert::{build_endpoints, build_node_info, build_service_ports, ProxyMode};
+use berth_datapath::plan::convert::{
+    build_endpoints, build_node_info, build_service_ports, ProxyMode,
+};
 use berth_datapath::{Endpoint, NodeInfo, NodeView, ServicePort, ServicePortName};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -304,7 +306,7 @@ impl Index {
         namespace: &str,
         name: &str,
     ) -> Option<Vec<ServicePort>> {
-        if !berth_datapath::convert::is_proxied(svc, self.mode) {
+        if !berth_datapath::plan::convert::is_proxied(svc, self.mode) {
             return Some(Vec::new());
         }
         match build_service_ports(svc, &[]) {

@@ -40,9 +40,9 @@ pub use index::Index;
 pub use run::{run_agent, start_membership, RunOptions};
 
 pub use berth_core::IpFamily;
+pub use berth_datapath::iptables::CommandIptables;
 /// What a binary needs to configure and run the agent without depending on the datapath itself.
-pub use berth_datapath::convert::ProxyMode;
-pub use berth_datapath::exec::CommandIptables;
+pub use berth_datapath::plan::convert::ProxyMode;
 pub use berth_datapath::Dispatch;
 pub use ipnet::IpNet;
 

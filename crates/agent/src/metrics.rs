@@ -1,6 +1,6 @@
 //! The agent's metrics, registered once into the process registry as `berth_agent_*`.
 
-use berth_datapath::sync::SyncKind;
+use berth_datapath::backend::SyncKind;
 use berth_telemetry::MetricsRegistry;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

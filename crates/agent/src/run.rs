@@ -2,8 +2,8 @@
 //! iptables and conntrack commands, stopped together by one token. The binary builds the client
 //! and binds the admin endpoint, as it does for the controller.
 
-use berth_datapath::exec::CommandIptables;
-use berth_datapath::nft_exec::CommandNft;
+use berth_datapath::iptables::CommandIptables;
+use berth_datapath::nft::CommandNft;
 use berth_membership::{LiveNodes, Membership, MembershipConfig};
 use berth_telemetry::{MetricsRegistry, Readiness};
 use kube::Client;

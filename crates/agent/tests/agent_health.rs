@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use berth_agent::{AgentOptions, ConntrackFlow, SharedIptables};
-use berth_datapath::convert::ProxyMode;
-use berth_datapath::memory::MemoryIptables;
+use berth_datapath::fake::MemoryIptables;
+use berth_datapath::plan::convert::ProxyMode;
 use berth_lab::LabApiServer;
 use common::*;
 use harness::*;

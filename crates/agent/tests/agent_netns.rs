@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use berth_agent::{Agent, AgentOptions, AgentStatus, CommandConntrack, CommandIptables};
-use berth_datapath::convert::ProxyMode;
+use berth_datapath::plan::convert::ProxyMode;
 use berth_telemetry::{MetricsRegistry, Readiness};
 use berth_testing::Requirement;
 use common::*;

@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use berth_agent::{Agent, AgentOptions, AgentStatus, Backend, BoxedNft, SharedIptables};
 use berth_core::IpFamily;
-use berth_datapath::convert::ProxyMode;
-use berth_datapath::memory::MemoryIptables;
+use berth_datapath::fake::MemoryIptables;
+use berth_datapath::fake::MemoryNft;
+use berth_datapath::iptables::Syncer;
+use berth_datapath::nft::Nft;
 use berth_datapath::nft::Transaction;
-use berth_datapath::nft_memory::MemoryNft;
-use berth_datapath::nft_sync::Nft;
-use berth_datapath::sync::Syncer;
+use berth_datapath::plan::convert::ProxyMode;
 use berth_datapath::trace::{trace, Origin, Packet, TraceEnv, Verdict};
 use berth_datapath::{plan, Table};
 use berth_lab::LabApiServerHandle;

@@ -13,9 +13,9 @@ mod http;
 use std::time::Duration;
 
 use berth_agent::SharedIptables;
-use berth_datapath::convert::ProxyMode;
-use berth_datapath::memory::MemoryIptables;
-use berth_datapath::sync::SyncKind;
+use berth_datapath::backend::SyncKind;
+use berth_datapath::fake::MemoryIptables;
+use berth_datapath::plan::convert::ProxyMode;
 use berth_datapath::Table;
 use common::*;
 use harness::*;

@@ -13,7 +13,7 @@ use berth_agent::healthcheck::{
 };
 use berth_agent::index::Index;
 use berth_agent::schedule::AgentHealth;
-use berth_datapath::convert::ProxyMode;
+use berth_datapath::plan::convert::ProxyMode;
 use common::*;
 
 mod http;

@@ -6,7 +6,7 @@ mod common;
 
 use berth_agent::index::{ChangedServices, Index};
 use berth_agent::ConntrackFlow;
-use berth_datapath::convert::ProxyMode;
+use berth_datapath::plan::convert::ProxyMode;
 use chrono::{DateTime, Utc};
 use common::*;
 
@@ -422,7 +422,7 @@ fn a_streamed_slice_relist_removes_unlisted_slices_at_the_end() {
 
 #[test]
 fn endpoints_merge_across_slices_as_the_datapath_conversion_does() {
-    use berth_datapath::convert::build_node_view;
+    use berth_datapath::plan::convert::build_node_view;
     let svc = mk_service("default", "a", "10.96.0.10");
     let slices = [
         // The same address twice, in two slices: kept once.

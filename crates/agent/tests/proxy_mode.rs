@@ -12,7 +12,7 @@
 mod common;
 mod harness;
 
-use berth_datapath::convert::ProxyMode;
+use berth_datapath::plan::convert::ProxyMode;
 use berth_datapath::Table;
 use common::*;
 use harness::*;

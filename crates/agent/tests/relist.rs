@@ -16,8 +16,8 @@ mod harness;
 use std::sync::Arc;
 
 use berth_agent::SharedIptables;
-use berth_datapath::convert::ProxyMode;
-use berth_datapath::memory::MemoryIptables;
+use berth_datapath::fake::MemoryIptables;
+use berth_datapath::plan::convert::ProxyMode;
 use berth_datapath::Table;
 use berth_lab::Faults;
 use berth_testing::{start_lab, WatchGate};

@@ -8,8 +8,9 @@ use berth_core::Protocol;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
-use berth_datapath::memory::MemoryIptables;
-use berth_datapath::sync::{SyncKind, SyncReport, Syncer};
+use berth_datapath::backend::{SyncKind, SyncReport};
+use berth_datapath::fake::MemoryIptables;
+use berth_datapath::iptables::Syncer;
 use berth_datapath::trace::{dispatch_rules_walked, Origin, Packet, TraceEnv};
 use berth_datapath::*;
 use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};

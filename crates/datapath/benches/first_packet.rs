@@ -22,11 +22,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use berth_core::IpFamily;
-use berth_datapath::exec::{Backend, CommandIptables};
+use berth_datapath::backend::SyncReport;
+use berth_datapath::iptables::Syncer;
+use berth_datapath::iptables::{Backend, CommandIptables};
+use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::Transaction;
-use berth_datapath::nft_exec::CommandNft;
-use berth_datapath::nft_sync::{Nft, NftSyncer};
-use berth_datapath::sync::{SyncReport, Syncer};
+use berth_datapath::nft::{Nft, NftSyncer};
 use berth_datapath::{plan, rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions};
 use berth_lab::echo::{EchoHandle, EchoServer};
 use berth_lab::netns::run_in_netns;

@@ -30,11 +30,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth_core::IpFamily;
-use berth_datapath::exec::{Backend, CommandIptables};
+use berth_datapath::backend::SyncRuleset;
+use berth_datapath::iptables::Syncer;
+use berth_datapath::iptables::{Backend, CommandIptables};
+use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::Transaction;
-use berth_datapath::nft_exec::CommandNft;
-use berth_datapath::nft_sync::{Nft, NftSyncer};
-use berth_datapath::sync::{SyncRuleset, Syncer};
+use berth_datapath::nft::{Nft, NftSyncer};
 use berth_datapath::{
     rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions, Planner, ServicePort,
     ServicePortName,

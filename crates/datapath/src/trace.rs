@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::model::{
+use crate::error::Error;
+use crate::plan::model::{
     AddrSide, ChainName, CtState, MarkOp, Match, RecentAction, Rule, Ruleset, Table, Target,
 };
-use crate::Error;
 use berth_core::Protocol;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,7 +359,7 @@ fn is_dispatch_chain(chain: &ChainName) -> bool {
     let name = chain.as_str();
     name.starts_with("BERTH-DST-")
         || name.starts_with("BERTH-NP-")
-        || name == crate::names::NODEPORTS
+        || name == crate::plan::names::NODEPORTS
 }
 
 fn walk(
@@ -411,7 +411,7 @@ pub fn dispatch_rules_walked(
     let state = State::arriving(packet);
     let (walked, found) = walk(
         &tracer,
-        &crate::names::fixed(crate::names::SERVICES),
+        &crate::plan::names::fixed(crate::plan::names::SERVICES),
         &state,
         0,
     )?;

@@ -3,7 +3,7 @@
 
 use berth_api::names::label;
 use berth_core::{IpFamily, Protocol, TrafficPolicy};
-use berth_datapath::convert::*;
+use berth_datapath::plan::convert::*;
 use berth_datapath::*;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -4,7 +4,7 @@
 mod common;
 
 use berth_core::IpFamily;
-use berth_datapath::rule_text::rule_args;
+use berth_datapath::iptables::rule_text::rule_args;
 use berth_datapath::*;
 use common::*;
 

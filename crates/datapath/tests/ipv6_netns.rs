@@ -15,8 +15,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use berth_core::IpFamily;
-use berth_datapath::exec::CommandIptables;
-use berth_datapath::sync::{SyncKind, Syncer};
+use berth_datapath::backend::SyncKind;
+use berth_datapath::iptables::CommandIptables;
+use berth_datapath::iptables::Syncer;
 use berth_datapath::{plan, rewritten_every_sync, Dispatch, NodeView, PlanOptions};
 use berth_lab::echo::{tcp_echo, udp_echo, EchoServer};
 use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name, Requirement};

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use berth_core::TrafficPolicy;
+use berth_datapath::plan::names;
 use berth_datapath::*;
 use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};
 

@@ -6,10 +6,10 @@
 mod common;
 
 use berth_core::IpFamily;
+use berth_datapath::backend::SyncKind;
+use berth_datapath::fake::MemoryNft;
+use berth_datapath::nft::{remove_table, Nft, NftSyncer};
 use berth_datapath::nft::{Command, Element, NftChain};
-use berth_datapath::nft_memory::MemoryNft;
-use berth_datapath::nft_sync::{remove_table, Nft, NftSyncer};
-use berth_datapath::sync::SyncKind;
 use berth_datapath::trace::Origin;
 use berth_datapath::*;
 use common::*;
@@ -42,7 +42,10 @@ fn many(n: usize) -> NodeView {
 }
 
 /// Syncs the chains the planner reports changed since the last step.
-fn step(s: &mut NftSyncer<MemoryNft>, planner: &mut Planner) -> berth_datapath::sync::SyncReport {
+fn step(
+    s: &mut NftSyncer<MemoryNft>,
+    planner: &mut Planner,
+) -> berth_datapath::backend::SyncReport {
     let changes = planner.take_changes();
     s.sync_changes(planner.ruleset(), &changes).unwrap()
 }

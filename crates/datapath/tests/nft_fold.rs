@@ -8,9 +8,9 @@ mod common;
 use std::collections::BTreeSet;
 
 use berth_core::IpFamily;
+use berth_datapath::fake::MemoryNft;
 use berth_datapath::nft::{Command, Element, NftChain, NftRule, Transaction};
-use berth_datapath::nft_memory::MemoryNft;
-use berth_datapath::nft_sync::{Nft, NftSyncer};
+use berth_datapath::nft::{Nft, NftSyncer};
 use berth_datapath::trace::Origin;
 use berth_datapath::*;
 use common::*;

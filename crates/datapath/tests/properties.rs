@@ -6,10 +6,11 @@ mod common;
 
 use berth_core::IpFamily;
 use berth_core::TrafficPolicy;
-use berth_datapath::memory::MemoryIptables;
-use berth_datapath::nft_memory::MemoryNft;
-use berth_datapath::nft_sync::NftSyncer;
-use berth_datapath::sync::{SyncKind, Syncer};
+use berth_datapath::backend::SyncKind;
+use berth_datapath::fake::MemoryIptables;
+use berth_datapath::fake::MemoryNft;
+use berth_datapath::iptables::Syncer;
+use berth_datapath::nft::NftSyncer;
 use berth_datapath::trace::Origin;
 use berth_datapath::*;
 use common::*;

@@ -3,8 +3,9 @@
 
 mod common;
 
-use berth_datapath::memory::MemoryIptables;
-use berth_datapath::sync::{SyncKind, Syncer};
+use berth_datapath::backend::SyncKind;
+use berth_datapath::fake::MemoryIptables;
+use berth_datapath::iptables::Syncer;
 use berth_datapath::*;
 use common::*;
 
@@ -298,11 +299,14 @@ fn removing_berth_leaves_only_foreign_rules() {
     let mut syncer = Syncer::new(ipt);
     syncer.sync(&rs).unwrap();
     assert_ne!(syncer.iptables().tables, foreign);
-    let changed = sync::remove_berth_rules(syncer.iptables_mut()).unwrap();
+    let changed = iptables::remove_berth_rules(syncer.iptables_mut()).unwrap();
     assert_eq!(changed, 2, "filter and nat");
     assert_eq!(syncer.iptables().tables, foreign);
     // Nothing left to remove: no payload at all.
-    assert_eq!(sync::remove_berth_rules(syncer.iptables_mut()).unwrap(), 0);
+    assert_eq!(
+        iptables::remove_berth_rules(syncer.iptables_mut()).unwrap(),
+        0
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_datapath::sync::Iptables;
+use berth_datapath::iptables::Iptables;
 use berth_datapath::{ChainName, Error, JumpRule, Payload, Table};
 
 /// What happens around one restore: `restore` decides whether and how `inner` is called.
@@ -87,7 +87,7 @@ impl<I: Iptables> RestoreHook<I> for RestoreTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_datapath::memory::MemoryIptables;
+    use berth_datapath::fake::MemoryIptables;
 
     #[test]
     fn the_switch_fails_restores_and_lets_them_through_again() {

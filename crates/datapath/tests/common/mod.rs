@@ -8,8 +8,8 @@ use berth_core::{Protocol, TrafficPolicy};
 use std::net::IpAddr;
 
 use berth_core::IpFamily;
-use berth_datapath::nft_memory::MemoryNft;
-use berth_datapath::nft_sync::NftSyncer;
+use berth_datapath::fake::MemoryNft;
+use berth_datapath::nft::NftSyncer;
 use berth_datapath::trace::{trace, Origin, Outcome, Packet, TraceEnv, Verdict};
 use berth_datapath::*;
 use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};

@@ -7,10 +7,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use berth_core::{IpFamily, Protocol, TrafficPolicy};
-use berth_datapath::exec::CommandIptables;
-use berth_datapath::nft_exec::CommandNft;
-use berth_datapath::nft_sync::{remove_table, Nft, NftSyncer};
-use berth_datapath::sync::{remove_berth_rules, SyncKind, SyncReport, Syncer};
+use berth_datapath::backend::{SyncKind, SyncReport};
+use berth_datapath::iptables::CommandIptables;
+use berth_datapath::iptables::{remove_berth_rules, Syncer};
+use berth_datapath::nft::CommandNft;
+use berth_datapath::nft::{remove_table, Nft, NftSyncer};
 use berth_datapath::{
     plan, rewritten_every_sync, Dispatch, Endpoint, IpMode, LoadBalancerIngress, NodeView,
     PlanOptions, ServicePort, SessionAffinity,

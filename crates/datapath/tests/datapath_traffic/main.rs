@@ -25,8 +25,8 @@ mod split;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
 
+use berth_datapath::backend::SyncKind;
 use berth_datapath::plan::builtin_jumps;
-use berth_datapath::sync::SyncKind;
 use berth_datapath::{plan, Dispatch};
 use berth_lab::echo::{udp_echo, EchoConnection};
 use berth_lab::topology::{remove_orphans, TopologyError};

@@ -7,8 +7,9 @@ use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 
-use crate::model::{ChainName, Rule, Ruleset, Table};
-use crate::rule_text::render_rule;
+use crate::backend::Payload;
+use crate::iptables::rule_text::render_rule;
+use crate::plan::model::{ChainName, Rule, Ruleset, Table};
 
 /// Which chains a payload rewrites and which stale chains it deletes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -137,11 +138,6 @@ impl<'a> Rendered<'a> {
     }
 }
 
-/// A restore payload that writes itself into the pipe (or buffer) it is given.
-pub trait Payload {
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<()>;
-}
-
 impl Payload for Rendered<'_> {
     fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
         let result = self.write_parts(out);
@@ -149,24 +145,6 @@ impl Payload for Rendered<'_> {
             self.written.set(written);
         }
         result.map(|_| ())
-    }
-}
-
-impl Payload for str {
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(self.as_bytes())
-    }
-}
-
-impl Payload for String {
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(self.as_bytes())
-    }
-}
-
-impl Payload for &str {
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
-        out.write_all(self.as_bytes())
     }
 }
 
@@ -182,7 +160,7 @@ pub fn render(rs: &Ruleset, selection: &ChainSelection) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Match, Rule, Target};
+    use crate::plan::model::{Match, Rule, Target};
 
     fn mk_ruleset() -> Ruleset {
         let mut rs = Ruleset::default();

@@ -10,9 +10,9 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table};
-use crate::names;
-use crate::rule_text::iptables_protocol;
+use crate::plan::model::protocol_keyword;
+use crate::plan::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table};
+use crate::plan::names;
 use berth_core::{IpFamily, Protocol};
 
 /// How the entry chains find a Service.
@@ -116,7 +116,7 @@ impl KeySpace for PortSpace {
     }
     fn label(&self, prefix: u128, len: u32) -> String {
         let (lo, hi) = range_of(Self::BITS, prefix, len);
-        format!("{} {lo}-{hi}", iptables_protocol(self.0))
+        format!("{} {lo}-{hi}", protocol_keyword(self.0))
     }
     fn matches(&self, prefix: u128, len: u32) -> Vec<Match> {
         let (lo, hi) = range_of(Self::BITS, prefix, len);

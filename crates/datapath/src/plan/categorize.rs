@@ -1,6 +1,6 @@
 //! Which endpoints each traffic policy uses (kube-proxy's `CategorizeEndpoints`, without topology hints).
 
-use crate::input::{Endpoint, NodeInfo, ServicePort};
+use crate::plan::input::{Endpoint, NodeInfo, ServicePort};
 use berth_core::IpFamily;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -77,7 +77,7 @@ pub fn categorize<'a>(port: &'a ServicePort, node: &NodeInfo, family: IpFamily) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::ServicePortName;
+    use crate::plan::input::tests::mk_port;
     use berth_core::TrafficPolicy;
 
     fn mk_ep(ip: &str, node: &str, ready: bool, serving: bool, terminating: bool) -> Endpoint {
@@ -88,28 +88,6 @@ mod tests {
             serving,
             terminating,
             node_name: Some(node.into()),
-        }
-    }
-
-    fn mk_port(endpoints: Vec<Endpoint>) -> ServicePort {
-        ServicePort {
-            name: ServicePortName {
-                namespace: "ns".into(),
-                name: "svc".into(),
-                port: "p".into(),
-            },
-            protocol: berth_core::Protocol::Tcp,
-            port: 80,
-            cluster_ips: vec!["10.96.0.1".parse().unwrap()],
-            node_port: None,
-            external_ips: vec![],
-            load_balancer_ingress: vec![],
-            source_ranges: vec![],
-            session_affinity: Default::default(),
-            external_traffic_policy: TrafficPolicy::Cluster,
-            internal_traffic_policy: TrafficPolicy::Cluster,
-            health_check_node_port: None,
-            endpoints,
         }
     }
 

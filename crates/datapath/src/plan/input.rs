@@ -132,3 +132,33 @@ pub struct NodeView {
     pub node: NodeInfo,
     pub services: Vec<ServicePort>,
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! Builders for the plan room's unit tests (berth-testing's depend on this crate).
+    use super::*;
+    use berth_core::TrafficPolicy;
+
+    /// A TCP port 80 of `ns/svc:p` at ClusterIP 10.96.0.1 with Cluster policies.
+    pub(crate) fn mk_port(endpoints: Vec<Endpoint>) -> ServicePort {
+        ServicePort {
+            name: ServicePortName {
+                namespace: "ns".into(),
+                name: "svc".into(),
+                port: "p".into(),
+            },
+            protocol: berth_core::Protocol::Tcp,
+            port: 80,
+            cluster_ips: vec!["10.96.0.1".parse().unwrap()],
+            node_port: None,
+            external_ips: vec![],
+            load_balancer_ingress: vec![],
+            source_ranges: vec![],
+            session_affinity: Default::default(),
+            external_traffic_policy: TrafficPolicy::Cluster,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            health_check_node_port: None,
+            endpoints,
+        }
+    }
+}

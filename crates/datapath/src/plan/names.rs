@@ -2,8 +2,8 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::input::{Endpoint, ServicePortName};
-use crate::model::ChainName;
+use crate::plan::input::{Endpoint, ServicePortName};
+use crate::plan::model::ChainName;
 use berth_core::Protocol;
 
 pub const SERVICES: &str = "BERTH-SERVICES";
@@ -104,7 +104,7 @@ pub fn dispatch_chain(kind: &str, range: &str) -> ChainName {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::MAX_CHAIN_NAME;
+    use crate::plan::model::MAX_CHAIN_NAME;
 
     fn name() -> ServicePortName {
         ServicePortName {

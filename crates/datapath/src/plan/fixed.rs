@@ -1,10 +1,10 @@
 //! The chains every node has regardless of Services: entry chains, masquerading, forwarding,
 //! and the jumps from the built-in chains.
 
-use crate::model::{
+use crate::plan::model::{
     ChainName, CtState, JumpRule, MarkOp, Match, Rule, Ruleset, Table, Target, MASQ_MARK,
 };
-use crate::names;
+use crate::plan::names;
 
 fn masq() -> ChainName {
     names::fixed(names::MARK_MASQ)

@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{ChainName, JumpRule, Rule, Ruleset, Table, TableRules};
-use crate::render::Payload;
-use crate::rule_text::{parse_rule, render_rule, rule_args, split_words};
-use crate::sync::Iptables;
-use crate::Error;
+use crate::backend::Payload;
+use crate::error::Error;
+use crate::iptables::rule_text::{parse_rule, render_rule, rule_args, split_words};
+use crate::iptables::sync::Iptables;
+use crate::plan::model::{ChainName, JumpRule, Rule, Ruleset, Table, TableRules};
 
 fn builtins(table: Table) -> &'static [&'static str] {
     match table {
@@ -123,7 +123,7 @@ impl MemoryIptables {
         let mut rs = Ruleset::default();
         for (table, chains) in &self.tables {
             for (chain, rules) in chains {
-                if chain.is_berth() && chain.as_str() != crate::names::CANARY {
+                if chain.is_berth() && chain.as_str() != crate::plan::names::CANARY {
                     rs.table_mut(*table)
                         .chains
                         .insert(chain.clone(), rules.clone());

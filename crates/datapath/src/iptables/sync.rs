@@ -4,11 +4,12 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
-use crate::incremental::Changes;
-use crate::model::{ChainName, JumpRule, Rule, Ruleset, Table};
-use crate::names;
-use crate::render::{ChainSelection, Payload, Rendered};
-use crate::Error;
+use crate::backend::{Payload, SyncKind, SyncReport, SyncRuleset};
+use crate::error::Error;
+use crate::iptables::render::{ChainSelection, Rendered};
+use crate::plan::incremental::Changes;
+use crate::plan::model::{ChainName, JumpRule, Rule, Ruleset, Table};
+use crate::plan::names;
 
 /// The iptables operations berth needs, for one address family.
 pub trait Iptables {
@@ -26,21 +27,6 @@ pub trait Iptables {
     fn restore_lists_first(&mut self) -> bool {
         false
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncKind {
-    Full,
-    Partial,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncReport {
-    pub kind: SyncKind,
-    pub rewritten_chains: usize,
-    pub deleted_chains: usize,
-    pub payload_bytes: usize,
-    pub rule_count: usize,
 }
 
 /// Tables whose canary is watched; berth programs nothing in mangle.
@@ -102,7 +88,7 @@ impl<I: Iptables> Syncer<I> {
         }
     }
 
-    /// Makes every partial sync rewrite `chains` too (see [`crate::plan::rewritten_every_sync`]).
+    /// Makes every partial sync rewrite `chains` too (see [`crate::plan::full::rewritten_every_sync`]).
     pub fn rewriting_every_sync(
         mut self,
         chains: impl IntoIterator<Item = (Table, ChainName)>,
@@ -134,7 +120,7 @@ impl<I: Iptables> Syncer<I> {
     }
 
     /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
-    /// successful sync (as a [`crate::Planner`] reports them): only those are hashed and
+    /// successful sync (as a [`crate::plan::Planner`] reports them): only those are hashed and
     /// rendered. Falls back to [`Syncer::sync`] when a full sync is due.
     pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
         let result = self.try_sync_changes(rs, changes);
@@ -314,14 +300,15 @@ pub fn removal_payload(table: Table, dump: &str) -> String {
     for line in dump.lines() {
         if let Some(decl) = line.strip_prefix(':') {
             if let Some(chain) = decl.split_whitespace().next() {
-                if chain.starts_with(crate::model::CHAIN_PREFIX) {
+                if chain.starts_with(crate::plan::model::CHAIN_PREFIX) {
                     chains.push(chain.to_string());
                 }
             }
         } else if let Some(rule) = line.strip_prefix("-A ") {
             let from = rule.split_whitespace().next().unwrap_or_default();
-            let jumps_to_berth = rule.contains(&format!(" -j {}", crate::model::CHAIN_PREFIX));
-            if !from.starts_with(crate::model::CHAIN_PREFIX) && jumps_to_berth {
+            let jumps_to_berth =
+                rule.contains(&format!(" -j {}", crate::plan::model::CHAIN_PREFIX));
+            if !from.starts_with(crate::plan::model::CHAIN_PREFIX) && jumps_to_berth {
                 jumps.push(format!("-D {rule}\n"));
             }
         }
@@ -355,13 +342,6 @@ pub fn remove_berth_rules(iptables: &mut dyn Iptables) -> Result<usize, Error> {
     Ok(changed)
 }
 
-/// What the agent needs of a backend's Syncer, whichever programs the kernel.
-pub trait SyncRuleset {
-    /// See [`Syncer::sync_changes`].
-    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error>;
-    fn force_full_sync(&mut self);
-}
-
 impl<I: Iptables> SyncRuleset for Syncer<I> {
     fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
         Syncer::sync_changes(self, rs, changes)
@@ -369,15 +349,5 @@ impl<I: Iptables> SyncRuleset for Syncer<I> {
 
     fn force_full_sync(&mut self) {
         Syncer::force_full_sync(self);
-    }
-}
-
-impl<N: crate::nft_sync::Nft> SyncRuleset for crate::nft_sync::NftSyncer<N> {
-    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
-        crate::nft_sync::NftSyncer::sync_changes(self, rs, changes)
-    }
-
-    fn force_full_sync(&mut self) {
-        crate::nft_sync::NftSyncer::force_full_sync(self);
     }
 }

@@ -1,27 +1,28 @@
-//! `Planner`: the incremental form of [`crate::plan`], for syncs where a few Services changed.
+//! `Planner`: the incremental form of [`crate::plan::full`], for syncs where a few Services changed.
 //!
 //! The planner caches, per Service port (name and protocol), what planning it produced: its own
 //! chains (SVC/SVL/EXT/FW/SEP), its rules in the shared filter chains and its dispatch entries,
 //! with a fingerprint of its inputs. An update re-plans only ports whose fingerprint changed,
 //! rebuilds the shared chains they contribute to, and in tree mode rewrites only the dispatch
 //! chains whose key range holds a changed entry. The ruleset it keeps is always exactly what
-//! [`crate::plan`] would return for the same view; the changed chains are collected until
-//! [`Planner::take_changes`] hands them to [`crate::sync::Syncer::sync_changes`].
+//! [`crate::plan::full`] would return for the same view; the changed chains are collected until
+//! [`Planner::take_changes`] hands them to [`crate::iptables::sync::Syncer::sync_changes`].
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
-use crate::categorize::categorize;
-use crate::dispatch::{
+use crate::plan::categorize::categorize;
+use crate::plan::dispatch::{
     node_ports_jump, range_of, AddrSpace, Dispatch, DispatchEntries, KeySpace, PortSpace, V4Space,
     V6Space,
 };
-use crate::fixed::plan_fixed_chains;
-use crate::input::{NodeInfo, NodeView, ServicePort, ServicePortName};
-use crate::model::{ChainName, Rule, Ruleset, Table, TableRules};
-use crate::names;
-use crate::plan::{builtin_jumps, plan_service_port, PlanOptions};
+use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
+use crate::plan::input::{NodeInfo, NodeView, ServicePort, ServicePortName};
+use crate::plan::model::{ChainName, Rule, Ruleset, Table, TableRules};
+use crate::plan::names;
+use crate::plan::options::PlanOptions;
+use crate::plan::service::plan_service_port;
 use berth_core::{IpFamily, Protocol};
 
 type ServiceKey = (ServicePortName, Protocol);
@@ -551,7 +552,7 @@ impl TreeWalk<'_> {
             .is_some_and(|table| table.chains.contains_key(chain))
     }
 
-    /// The rules of the chain covering `lo..=hi`, as [`crate::dispatch`]'s `fill` lays them out,
+    /// The rules of the chain covering `lo..=hi`, as [`crate::plan::dispatch`]'s `fill` lays them out,
     /// rewriting the children that need it.
     fn node<S: KeySpace>(
         &mut self,

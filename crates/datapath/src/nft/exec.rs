@@ -2,11 +2,11 @@
 //! file rendered before `nft` starts (see [`crate::exec`]), optionally inside a named network
 //! namespace (`ip netns exec`).
 
+use crate::backend::Payload;
+use crate::error::Error;
 use crate::exec::run_ok;
-use crate::nft::Transaction;
-use crate::nft_sync::Nft;
-use crate::render::Payload;
-use crate::Error;
+use crate::nft::render::Transaction;
+use crate::nft::sync::Nft;
 
 #[derive(Debug, Clone, Default)]
 pub struct CommandNft {

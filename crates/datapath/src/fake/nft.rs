@@ -9,13 +9,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset};
-use crate::nft::{
+use crate::error::Error;
+use crate::nft::render::{
     affinity_refs, command_text, rule_jump, Command, Element, Hook, NftChain, NftRule, NodePortKey,
     ServiceKey, Transaction,
 };
-use crate::nft_sync::Nft;
-use crate::Error;
+use crate::nft::sync::Nft;
+use crate::plan::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset};
 use berth_core::IpFamily;
 
 /// berth's table as the kernel would hold it.

@@ -16,7 +16,7 @@
 //!   (quadratic cold loads). ClientIP affinity uses one dynamic timeout set per endpoint, named
 //!   after the endpoint chain, as `-m recent` names its list.
 //! - Endpoint chains are folded into the rules that choose them, and hairpin traffic is marked
-//!   in postrouting by a set of `ep . ep` pairs ([`crate::nft_inline`]): a table holds one chain
+//!   in postrouting by a set of `ep . ep` pairs ([`crate::nft::inline`]): a table holds one chain
 //!   per Service, not one per endpoint.
 
 use std::cell::Cell;
@@ -27,15 +27,15 @@ use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 
-use crate::model::{
+use crate::backend::Payload;
+use crate::error::Error;
+use crate::nft::inline::{inline_endpoint, inline_rule, is_endpoint_chain, HAIRPIN_SET};
+use crate::plan::model::protocol_keyword;
+use crate::plan::model::{
     AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Ruleset, Table,
     Target,
 };
-use crate::names;
-use crate::nft_inline::{inline_endpoint, inline_rule, is_endpoint_chain, HAIRPIN_SET};
-use crate::render::Payload;
-use crate::rule_text::iptables_protocol;
-use crate::Error;
+use crate::plan::names;
 use berth_core::{IpFamily, Protocol};
 
 /// The name of berth's table in each family.
@@ -513,11 +513,11 @@ fn element_set(element: &Element) -> &'static str {
 fn element_text(element: &Element, with_target: bool) -> String {
     let (key, target) = match element {
         Element::Service((addr, proto, port), target) => (
-            format!("{addr} . {} . {port}", iptables_protocol(*proto)),
+            format!("{addr} . {} . {port}", protocol_keyword(*proto)),
             target,
         ),
         Element::NodePort((proto, port), target) => {
-            (format!("{} . {port}", iptables_protocol(*proto)), target)
+            (format!("{} . {port}", protocol_keyword(*proto)), target)
         }
         Element::Hairpin(addr) => return format!("{addr} . {addr}"),
     };
@@ -637,7 +637,7 @@ fn match_text(family: IpFamily, m: &Match) -> Option<String> {
                 net_text(net)
             )
         }
-        Match::Protocol(p) => format!("meta l4proto {}", iptables_protocol(*p)),
+        Match::Protocol(p) => format!("meta l4proto {}", protocol_keyword(*p)),
         Match::DestPort(PortMatch::Single(port)) => format!("th dport {port}"),
         Match::DestPort(PortMatch::Range(lo, hi)) => format!("th dport {lo}-{hi}"),
         Match::Mark {

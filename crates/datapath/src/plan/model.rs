@@ -45,7 +45,7 @@ impl fmt::Display for Table {
     }
 }
 
-/// A chain name; construction through [`crate::names`] keeps berth's own chains prefixed.
+/// A chain name; construction through [`crate::plan::names`] keeps berth's own chains prefixed.
 /// Shared, not copied: a name is the key of its chain, the target of every jump to it and an
 /// entry in the Syncer's hashes, and 10,000 Services plan over 100,000 chains.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -335,6 +335,15 @@ impl Ruleset {
 
     pub fn rule_count(&self) -> usize {
         self.tables.values().map(TableRules::rule_count).sum()
+    }
+}
+
+/// A protocol's keyword, spelled alike by iptables (`-p tcp`) and nftables (`meta l4proto tcp`).
+pub fn protocol_keyword(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+        Protocol::Sctp => "sctp",
     }
 }
 

@@ -6,7 +6,7 @@
 //!   survive, and other programs' tables are never named. Connections already established keep
 //!   their translation (conntrack holds it); affinity entries start over.
 //! - A partial sync sends only what changed since the last successful sync, as the iptables
-//!   [`crate::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
+//!   [`crate::iptables::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
 //!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds. Desired
 //!   state is diffed in memory; nothing is read back from the kernel.
 //! - Every command of a partial transaction names berth's table, so when someone deleted it
@@ -20,15 +20,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
-use crate::incremental::Changes;
-use crate::model::{ChainName, Ruleset, Table};
-use crate::names;
-use crate::nft::{
-    affinity_refs, check_expressible, convert_chain, is_folded, Command, Element, NftChain,
-    NftRule, NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
+use crate::backend::{SyncKind, SyncReport, SyncRuleset};
+use crate::error::Error;
+use crate::nft::render::{
+    affinity_refs, check_expressible, convert_chain, is_folded, Command, ConvertedChain, Element,
+    NftChain, NftRule, NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
 };
-use crate::sync::{SyncKind, SyncReport};
-use crate::Error;
+use crate::plan::incremental::Changes;
+use crate::plan::model::{ChainName, Ruleset, Table};
+use crate::plan::names;
 use berth_core::IpFamily;
 
 /// The nftables operations berth needs, for one address family.
@@ -214,7 +214,7 @@ impl<N: Nft> NftSyncer<N> {
     }
 
     /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
-    /// successful sync (as a [`crate::Planner`] reports them); a full sync when one is due.
+    /// successful sync (as a [`crate::plan::Planner`] reports them); a full sync when one is due.
     pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
         let result = match (changes, self.applied.is_some()) {
             (Changes::Chains(chains), true) => self.partial(rs, chains),
@@ -329,17 +329,7 @@ impl<N: Nft> NftSyncer<N> {
         let Some(mut next) = self.applied.take() else {
             return self.full(rs);
         };
-        let mut added = Vec::new();
-        let mut flushed = Vec::new();
-        let mut rules = Vec::new();
-        let mut deleted = Vec::new();
-        let mut sets = Vec::new();
-        let mut element_deletes = Vec::new();
-        let mut element_adds = Vec::new();
-        let mut rewritten = 0;
-        let mut orphaned = Vec::new();
-        // Hairpin endpoints whose need changed -> whether the set held them before.
-        let mut touched_hairpin = BTreeMap::new();
+        let mut diff = PartialDiff::default();
         // A changed endpoint chain changes the chains that fold it or jump to it.
         let mut work: BTreeSet<ChainKey> = chains
             .iter()
@@ -350,125 +340,13 @@ impl<N: Nft> NftSyncer<N> {
             work.extend(next.users(&key.1).filter(|user| key.0 == user.0).cloned());
         }
         for key in &work {
-            let chain = NftChain::new(key.0, &key.1);
-            let planned = rs
-                .chain(key.0, &key.1)
-                .filter(|_| !is_folded(rs, key.0, &key.1));
-            let Some(planned) = planned else {
-                if let Some((_, n)) = next.chains.remove(key) {
-                    next.rules = next.rules.saturating_sub(n);
-                    orphaned.extend(next.set_chain_sets(key, BTreeSet::new()));
-                    next.set_chain_folds(
-                        key,
-                        BTreeSet::new(),
-                        BTreeSet::new(),
-                        &mut touched_hairpin,
-                    );
-                    deleted.push(chain);
-                }
-                continue;
-            };
-            let converted = convert_chain(rs, key.0, &key.1, planned);
-            if converted.rules.first() == Some(&NftRule::ServiceMap) {
-                let after = converted
-                    .services
-                    .iter()
-                    .map(|(k, target)| (*k, NftChain::new(Table::Nat, target)))
-                    .collect();
-                diff_elements(
-                    &next.services,
-                    &after,
-                    Element::Service,
-                    &mut element_deletes,
-                    &mut element_adds,
-                );
-                next.services = after;
-            }
-            if converted.rules.first() == Some(&NftRule::NodePortMap) {
-                let after = converted
-                    .node_ports
-                    .iter()
-                    .map(|(k, target)| (*k, NftChain::new(Table::Nat, target)))
-                    .collect();
-                diff_elements(
-                    &next.node_ports,
-                    &after,
-                    Element::NodePort,
-                    &mut element_deletes,
-                    &mut element_adds,
-                );
-                next.node_ports = after;
-            }
-            let state = (rules_hash(&converted.rules), converted.rules.len());
-            let before = next.chains.insert(key.clone(), state);
-            if before == Some(state) {
-                continue;
-            }
-            rewritten += 1;
-            next.rules = next.rules.saturating_sub(before.map_or(0, |(_, n)| n)) + state.1;
-            match before {
-                Some(_) => flushed.push(Command::FlushChain(chain.clone())),
-                None => added.push(Command::AddChain(chain.clone(), None)),
-            }
-            orphaned.extend(next.set_chain_sets(key, sets_named(&converted.rules)));
-            next.set_chain_folds(
-                key,
-                converted.endpoints,
-                converted.hairpin,
-                &mut touched_hairpin,
-            );
-            for rule in converted.rules {
-                check_expressible(&rule)?;
-                for (name, seconds) in affinity_refs(&rule) {
-                    let known = next.affinity.get(name).copied();
-                    // An endpoint chain written before any check names a timeout gets the default.
-                    let wanted = seconds.or(known).unwrap_or(DEFAULT_AFFINITY_SECONDS);
-                    if known != Some(wanted) {
-                        // Re-adding a set with another timeout updates it in place.
-                        next.affinity.insert(name.clone(), wanted);
-                        sets.push(Command::AddAffinitySet(name.clone(), wanted));
-                    }
-                }
-                rules.push(Command::AddRule(chain.clone(), rule));
-            }
+            diff.chain(&mut next, rs, key)?;
         }
-        // A set orphaned by one chain may be named again by another rewritten after it.
-        let mut stale_sets = Vec::new();
-        for set in orphaned {
-            let named = next.chain_sets.values().any(|sets| sets.contains(&set));
-            if !named && next.affinity.remove(&set).is_some() {
-                stale_sets.push(Command::DeleteAffinitySet(set));
-            }
-        }
-        for (ip, before) in touched_hairpin {
-            match (before, next.hairpin.contains_key(&ip)) {
-                (true, false) => element_deletes.push(Command::DeleteElement(Element::Hairpin(ip))),
-                (false, true) => element_adds.push(Command::AddElement(Element::Hairpin(ip))),
-                _ => {}
-            }
-        }
-        let deleted_chains = deleted.len();
-        let changed = !(added.is_empty()
-            && flushed.is_empty()
-            && rules.is_empty()
-            && deleted.is_empty()
-            && sets.is_empty()
-            && stale_sets.is_empty()
-            && element_deletes.is_empty()
-            && element_adds.is_empty());
+        diff.settle(&mut next);
+        let (rewritten, deleted_chains) = (diff.rewritten, diff.deleted.len());
         let mut tx = Transaction::new(self.family);
-        if changed {
-            tx.commands.extend(added);
-            tx.commands.extend(flushed);
-            tx.commands.extend(sets);
-            tx.commands.extend(rules);
-            tx.commands.extend(element_deletes);
-            tx.commands.extend(element_adds);
-            tx.commands
-                .extend(deleted.iter().cloned().map(Command::FlushChain));
-            tx.commands
-                .extend(deleted.into_iter().map(Command::DeleteChain));
-            tx.commands.extend(stale_sets);
+        if !diff.is_empty() {
+            diff.into_commands(&mut tx.commands);
             self.nft.apply(&tx)?;
         }
         let report = SyncReport {
@@ -483,6 +361,172 @@ impl<N: Nft> NftSyncer<N> {
     }
 }
 
+/// One partial transaction as it is worked out, its commands by kind, and what settles at the
+/// end: sets no chain names any more, hairpin endpoints whose need changed.
+#[derive(Default)]
+struct PartialDiff {
+    added: Vec<Command>,
+    flushed: Vec<Command>,
+    sets: Vec<Command>,
+    rules: Vec<Command>,
+    element_deletes: Vec<Command>,
+    element_adds: Vec<Command>,
+    deleted: Vec<NftChain>,
+    stale_sets: Vec<Command>,
+    rewritten: usize,
+    orphaned: Vec<ChainName>,
+    /// Hairpin endpoints whose need changed -> whether the set held them before.
+    touched_hairpin: BTreeMap<IpAddr, bool>,
+}
+
+impl PartialDiff {
+    /// Brings one chain of the work list up to `rs`: deleted when it is no longer programmed,
+    /// its map elements diffed, flushed and refilled (or added) when its rules changed.
+    fn chain(&mut self, next: &mut Applied, rs: &Ruleset, key: &ChainKey) -> Result<(), Error> {
+        let chain = NftChain::new(key.0, &key.1);
+        let planned = rs
+            .chain(key.0, &key.1)
+            .filter(|_| !is_folded(rs, key.0, &key.1));
+        let Some(planned) = planned else {
+            if let Some((_, n)) = next.chains.remove(key) {
+                next.rules = next.rules.saturating_sub(n);
+                self.orphaned
+                    .extend(next.set_chain_sets(key, BTreeSet::new()));
+                next.set_chain_folds(
+                    key,
+                    BTreeSet::new(),
+                    BTreeSet::new(),
+                    &mut self.touched_hairpin,
+                );
+                self.deleted.push(chain);
+            }
+            return Ok(());
+        };
+        let converted = convert_chain(rs, key.0, &key.1, planned);
+        self.maps(next, &converted);
+        let state = (rules_hash(&converted.rules), converted.rules.len());
+        let before = next.chains.insert(key.clone(), state);
+        if before == Some(state) {
+            return Ok(());
+        }
+        self.rewritten += 1;
+        next.rules = next.rules.saturating_sub(before.map_or(0, |(_, n)| n)) + state.1;
+        match before {
+            Some(_) => self.flushed.push(Command::FlushChain(chain.clone())),
+            None => self.added.push(Command::AddChain(chain.clone(), None)),
+        }
+        self.orphaned
+            .extend(next.set_chain_sets(key, sets_named(&converted.rules)));
+        next.set_chain_folds(
+            key,
+            converted.endpoints,
+            converted.hairpin,
+            &mut self.touched_hairpin,
+        );
+        for rule in converted.rules {
+            check_expressible(&rule)?;
+            for (name, seconds) in affinity_refs(&rule) {
+                let known = next.affinity.get(name).copied();
+                // An endpoint chain written before any check names a timeout gets the default.
+                let wanted = seconds.or(known).unwrap_or(DEFAULT_AFFINITY_SECONDS);
+                if known != Some(wanted) {
+                    // Re-adding a set with another timeout updates it in place.
+                    next.affinity.insert(name.clone(), wanted);
+                    self.sets
+                        .push(Command::AddAffinitySet(name.clone(), wanted));
+                }
+            }
+            self.rules.push(Command::AddRule(chain.clone(), rule));
+        }
+        Ok(())
+    }
+
+    /// The dispatch maps' element changes, when `converted` is the chain that holds a map.
+    fn maps(&mut self, next: &mut Applied, converted: &ConvertedChain) {
+        let to_chain = |target: &ChainName| NftChain::new(Table::Nat, target);
+        match converted.rules.first() {
+            Some(NftRule::ServiceMap) => {
+                let after = converted
+                    .services
+                    .iter()
+                    .map(|(k, target)| (*k, to_chain(target)))
+                    .collect();
+                diff_elements(
+                    &next.services,
+                    &after,
+                    Element::Service,
+                    &mut self.element_deletes,
+                    &mut self.element_adds,
+                );
+                next.services = after;
+            }
+            Some(NftRule::NodePortMap) => {
+                let after = converted
+                    .node_ports
+                    .iter()
+                    .map(|(k, target)| (*k, to_chain(target)))
+                    .collect();
+                diff_elements(
+                    &next.node_ports,
+                    &after,
+                    Element::NodePort,
+                    &mut self.element_deletes,
+                    &mut self.element_adds,
+                );
+                next.node_ports = after;
+            }
+            _ => {}
+        }
+    }
+
+    /// Once every chain is done: the sets no chain names any more, and the hairpin elements.
+    fn settle(&mut self, next: &mut Applied) {
+        // A set orphaned by one chain may be named again by another rewritten after it.
+        for set in std::mem::take(&mut self.orphaned) {
+            let named = next.chain_sets.values().any(|sets| sets.contains(&set));
+            if !named && next.affinity.remove(&set).is_some() {
+                self.stale_sets.push(Command::DeleteAffinitySet(set));
+            }
+        }
+        for (ip, before) in std::mem::take(&mut self.touched_hairpin) {
+            match (before, next.hairpin.contains_key(&ip)) {
+                (true, false) => self
+                    .element_deletes
+                    .push(Command::DeleteElement(Element::Hairpin(ip))),
+                (false, true) => self
+                    .element_adds
+                    .push(Command::AddElement(Element::Hairpin(ip))),
+                _ => {}
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.flushed.is_empty()
+            && self.rules.is_empty()
+            && self.deleted.is_empty()
+            && self.sets.is_empty()
+            && self.stale_sets.is_empty()
+            && self.element_deletes.is_empty()
+            && self.element_adds.is_empty()
+    }
+
+    /// The commands in the order the kernel accepts them: chains before the rules and elements
+    /// that name them, deletions last.
+    fn into_commands(self, commands: &mut Vec<Command>) {
+        commands.extend(self.added);
+        commands.extend(self.flushed);
+        commands.extend(self.sets);
+        commands.extend(self.rules);
+        commands.extend(self.element_deletes);
+        commands.extend(self.element_adds);
+        commands.extend(self.deleted.iter().cloned().map(Command::FlushChain));
+        commands.extend(self.deleted.into_iter().map(Command::DeleteChain));
+        commands.extend(self.stale_sets);
+    }
+}
+
 /// The transaction that removes berth's table, whatever it holds (nothing when it is absent):
 /// what switching to the iptables backend does.
 pub fn remove_table(family: IpFamily) -> Transaction {
@@ -490,4 +534,14 @@ pub fn remove_table(family: IpFamily) -> Transaction {
     tx.push(Command::AddTable);
     tx.push(Command::DeleteTable);
     tx
+}
+
+impl<N: Nft> SyncRuleset for NftSyncer<N> {
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        NftSyncer::sync_changes(self, rs, changes)
+    }
+
+    fn force_full_sync(&mut self) {
+        NftSyncer::force_full_sync(self);
+    }
 }

@@ -8,11 +8,11 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::input::{
+use crate::error::Error;
+use crate::plan::input::{
     Endpoint, IpMode, LoadBalancerIngress, NodeInfo, NodeView, ServicePort, ServicePortName,
     SessionAffinity, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
 };
-use crate::Error;
 use berth_api::names::label;
 use berth_core::{Protocol, TrafficPolicy};
 

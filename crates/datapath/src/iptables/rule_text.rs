@@ -5,28 +5,20 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
-use crate::model::{
-    AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Target,
+use crate::error::Error;
+use crate::plan::model::{
+    protocol_keyword, AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule,
+    Target,
 };
-use crate::Error;
 use berth_core::Protocol;
-
-/// kube-proxy prints probabilities with `%0.10f`; the same text keeps rule dumps comparable.
-/// iptables' spelling of a protocol (`-p tcp`, `-m tcp`).
-pub fn iptables_protocol(protocol: Protocol) -> &'static str {
-    match protocol {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-        Protocol::Sctp => "sctp",
-    }
-}
 
 fn protocol_from_iptables(value: &str) -> Option<Protocol> {
     [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
         .into_iter()
-        .find(|p| iptables_protocol(*p) == value)
+        .find(|p| protocol_keyword(*p) == value)
 }
 
+/// kube-proxy prints probabilities with `%0.10f`; the same text keeps rule dumps comparable.
 pub fn probability_text(one_in: u32) -> String {
     format!("{:.10}", 1.0 / f64::from(one_in.max(1)))
 }
@@ -59,7 +51,7 @@ fn write_match(out: &mut String, m: &Match) {
             write!(out, " {}-d {}", negation(*negated), net_text(net))
         }
         Match::Protocol(proto) => {
-            let p = iptables_protocol(*proto);
+            let p = protocol_keyword(*proto);
             write!(out, " -m {p} -p {p}")
         }
         Match::DestPort(PortMatch::Single(port)) => write!(out, " --dport {port}"),
@@ -252,6 +244,146 @@ impl Words<'_> {
     }
 }
 
+impl Words<'_> {
+    /// The options of one `-m <module>`: the typed match, or `None` for the protocol module
+    /// that only accompanies `-p`.
+    fn module_match(&mut self) -> Result<Option<Match>, Error> {
+        let module = self.next_word()?;
+        let matched = match module.as_str() {
+            "tcp" | "udp" | "sctp" => None,
+            "comment" => {
+                self.expect("--comment")?;
+                Some(Match::comment(self.next_word()?))
+            }
+            "mark" => {
+                let (neg, word) = self.maybe_negated()?;
+                if word != "--mark" {
+                    return Err(self.fail("expected --mark"));
+                }
+                let spec = self.next_word()?;
+                let (value, mask) = spec.split_once('/').unwrap_or((&spec, "0xffffffff"));
+                let (value, mask) = (self.hex(value)?, self.hex(mask)?);
+                Some(Match::Mark {
+                    value,
+                    mask,
+                    negated: neg,
+                })
+            }
+            "statistic" => {
+                self.expect("--mode")?;
+                self.expect("random")?;
+                self.expect("--probability")?;
+                let p: f64 = self.number()?;
+                if !(p > 0.0 && p <= 1.0) {
+                    return Err(self.fail("probability out of range"));
+                }
+                // Planned probabilities are always 1/n.
+                Some(Match::Random {
+                    one_in: (1.0 / p).round() as u32,
+                })
+            }
+            "recent" => {
+                self.expect("--name")?;
+                let name = ChainName::new(self.next_word()?);
+                let action = match self.next_word()?.as_str() {
+                    "--set" => RecentAction::Set,
+                    "--rcheck" => {
+                        self.expect("--seconds")?;
+                        let seconds = self.number()?;
+                        let reap = self.words.peek().map(String::as_str) == Some("--reap");
+                        if reap {
+                            self.words.next();
+                        }
+                        RecentAction::Rcheck { seconds, reap }
+                    }
+                    other => return Err(self.fail(format!("unknown recent action {other}"))),
+                };
+                Some(Match::Recent { name, action })
+            }
+            "addrtype" => {
+                let (neg, word) = self.maybe_negated()?;
+                let side = match word.as_str() {
+                    "--src-type" => AddrSide::Src,
+                    "--dst-type" => AddrSide::Dst,
+                    _ => return Err(self.fail("expected --src-type or --dst-type")),
+                };
+                self.expect("LOCAL")?;
+                Some(Match::AddrTypeLocal { side, negated: neg })
+            }
+            "conntrack" => {
+                self.expect("--ctstate")?;
+                let list = self.next_word()?;
+                let states = list
+                    .split(',')
+                    .map(|s| CtState::parse(s).ok_or_else(|| self.fail("bad ctstate")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some(Match::Conntrack {
+                    states: states.into(),
+                })
+            }
+            "physdev" => {
+                let (neg, word) = self.maybe_negated()?;
+                if word != "--physdev-is-in" {
+                    return Err(self.fail("expected --physdev-is-in"));
+                }
+                Some(Match::PhysDevIsIn { negated: neg })
+            }
+            other => return Err(self.fail(format!("unknown match module {other}"))),
+        };
+        Ok(matched)
+    }
+
+    /// The target after `-j`, with its options.
+    fn target(&mut self) -> Result<Target, Error> {
+        let name = self.next_word()?;
+        let target = match name.as_str() {
+            "DNAT" => {
+                self.expect("--to-destination")?;
+                let addr = self.next_word()?;
+                let addr: SocketAddr = addr
+                    .parse()
+                    .map_err(|_| self.fail("bad DNAT destination"))?;
+                Target::Dnat(addr)
+            }
+            "MASQUERADE" => {
+                let random_fully = self.words.peek().map(String::as_str) == Some("--random-fully");
+                if random_fully {
+                    self.words.next();
+                }
+                Target::Masquerade { random_fully }
+            }
+            "MARK" => {
+                let op = match self.next_word()?.as_str() {
+                    "--or-mark" => MarkOp::Or,
+                    "--xor-mark" => MarkOp::Xor,
+                    other => return Err(self.fail(format!("unknown MARK option {other}"))),
+                };
+                let value = self.next_word()?;
+                Target::Mark {
+                    op,
+                    value: self.hex(&value)?,
+                }
+            }
+            "REJECT" => Target::Reject,
+            "DROP" => Target::Drop,
+            "RETURN" => Target::Return,
+            "ACCEPT" => Target::Accept,
+            chain => Target::Jump(ChainName::new(chain)),
+        };
+        Ok(target)
+    }
+
+    /// `--dport` `n` or `lo:hi`.
+    fn port(&mut self) -> Result<PortMatch, Error> {
+        let spec = self.next_word()?;
+        let port = |word: &str| word.parse().map_err(|_| self.fail("bad port"));
+        Ok(match spec.split_once(':') {
+            Some((lo, hi)) => PortMatch::Range(port(lo)?, port(hi)?),
+            None => PortMatch::Single(port(&spec)?),
+        })
+    }
+}
+
 /// Parses the words after `-A CHAIN` back into a typed rule (the inverse of [`rule_args`]).
 pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
     let mut w = Words {
@@ -282,138 +414,13 @@ pub fn parse_rule(line: &str, words: Vec<String>) -> Result<Rule, Error> {
                 // `-m tcp -p tcp` is one typed match; the module word was consumed before.
                 matches.push(Match::Protocol(proto));
             }
-            "--dport" => {
-                let spec = w.next_word()?;
-                let port = match spec.split_once(':') {
-                    Some((lo, hi)) => PortMatch::Range(
-                        lo.parse().map_err(|_| w.fail("bad port"))?,
-                        hi.parse().map_err(|_| w.fail("bad port"))?,
-                    ),
-                    None => PortMatch::Single(spec.parse().map_err(|_| w.fail("bad port"))?),
-                };
-                matches.push(Match::DestPort(port));
-            }
+            "--dport" => matches.push(Match::DestPort(w.port()?)),
             "-m" => {
-                let module = w.next_word()?;
-                match module.as_str() {
-                    "tcp" | "udp" | "sctp" => {}
-                    "comment" => {
-                        w.expect("--comment")?;
-                        matches.push(Match::comment(w.next_word()?));
-                    }
-                    "mark" => {
-                        let (neg, word) = w.maybe_negated()?;
-                        if word != "--mark" {
-                            return Err(w.fail("expected --mark"));
-                        }
-                        let spec = w.next_word()?;
-                        let (value, mask) = spec.split_once('/').unwrap_or((&spec, "0xffffffff"));
-                        let (value, mask) = (w.hex(value)?, w.hex(mask)?);
-                        matches.push(Match::Mark {
-                            value,
-                            mask,
-                            negated: neg,
-                        });
-                    }
-                    "statistic" => {
-                        w.expect("--mode")?;
-                        w.expect("random")?;
-                        w.expect("--probability")?;
-                        let p: f64 = w.number()?;
-                        if !(p > 0.0 && p <= 1.0) {
-                            return Err(w.fail("probability out of range"));
-                        }
-                        // Planned probabilities are always 1/n.
-                        matches.push(Match::Random {
-                            one_in: (1.0 / p).round() as u32,
-                        });
-                    }
-                    "recent" => {
-                        w.expect("--name")?;
-                        let name = ChainName::new(w.next_word()?);
-                        let action = match w.next_word()?.as_str() {
-                            "--set" => RecentAction::Set,
-                            "--rcheck" => {
-                                w.expect("--seconds")?;
-                                let seconds = w.number()?;
-                                let reap = w.words.peek().map(String::as_str) == Some("--reap");
-                                if reap {
-                                    w.words.next();
-                                }
-                                RecentAction::Rcheck { seconds, reap }
-                            }
-                            other => return Err(w.fail(format!("unknown recent action {other}"))),
-                        };
-                        matches.push(Match::Recent { name, action });
-                    }
-                    "addrtype" => {
-                        let (neg, word) = w.maybe_negated()?;
-                        let side = match word.as_str() {
-                            "--src-type" => AddrSide::Src,
-                            "--dst-type" => AddrSide::Dst,
-                            _ => return Err(w.fail("expected --src-type or --dst-type")),
-                        };
-                        w.expect("LOCAL")?;
-                        matches.push(Match::AddrTypeLocal { side, negated: neg });
-                    }
-                    "conntrack" => {
-                        w.expect("--ctstate")?;
-                        let list = w.next_word()?;
-                        let states = list
-                            .split(',')
-                            .map(|s| CtState::parse(s).ok_or_else(|| w.fail("bad ctstate")))
-                            .collect::<Result<Vec<_>, _>>()?;
-                        matches.push(Match::Conntrack {
-                            states: states.into(),
-                        });
-                    }
-                    "physdev" => {
-                        let (neg, word) = w.maybe_negated()?;
-                        if word != "--physdev-is-in" {
-                            return Err(w.fail("expected --physdev-is-in"));
-                        }
-                        matches.push(Match::PhysDevIsIn { negated: neg });
-                    }
-                    other => return Err(w.fail(format!("unknown match module {other}"))),
+                if let Some(m) = w.module_match()? {
+                    matches.push(m);
                 }
             }
-            "-j" => {
-                let name = w.next_word()?;
-                target = Some(match name.as_str() {
-                    "DNAT" => {
-                        w.expect("--to-destination")?;
-                        let addr = w.next_word()?;
-                        let addr: SocketAddr =
-                            addr.parse().map_err(|_| w.fail("bad DNAT destination"))?;
-                        Target::Dnat(addr)
-                    }
-                    "MASQUERADE" => {
-                        let random_fully =
-                            w.words.peek().map(String::as_str) == Some("--random-fully");
-                        if random_fully {
-                            w.words.next();
-                        }
-                        Target::Masquerade { random_fully }
-                    }
-                    "MARK" => {
-                        let op = match w.next_word()?.as_str() {
-                            "--or-mark" => MarkOp::Or,
-                            "--xor-mark" => MarkOp::Xor,
-                            other => return Err(w.fail(format!("unknown MARK option {other}"))),
-                        };
-                        let value = w.next_word()?;
-                        Target::Mark {
-                            op,
-                            value: w.hex(&value)?,
-                        }
-                    }
-                    "REJECT" => Target::Reject,
-                    "DROP" => Target::Drop,
-                    "RETURN" => Target::Return,
-                    "ACCEPT" => Target::Accept,
-                    chain => Target::Jump(ChainName::new(chain)),
-                });
-            }
+            "-j" => target = Some(w.target()?),
             other => return Err(w.fail(format!("unknown option {other}"))),
         }
         negated = false;

@@ -17,8 +17,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::model::{ChainName, Match, RecentAction, Rule, Target};
-use crate::names;
+use crate::plan::model::{ChainName, Match, RecentAction, Rule, Target};
+use crate::plan::names;
 
 /// The set of hairpin pairs in each family table.
 pub const HAIRPIN_SET: &str = "hairpin";

@@ -1,0 +1,55 @@
+//! What every backend shares: the text a tool reads ([`Payload`]), what a sync did
+//! ([`SyncReport`]), and what the agent needs of a backend's syncer ([`SyncRuleset`]). The tool
+//! traits themselves ([`crate::iptables::Iptables`], [`crate::nft::Nft`]) live with the syncer
+//! that drives them, so no backend needs the other.
+
+use std::io::{self, Write};
+
+use crate::error::Error;
+use crate::plan::incremental::Changes;
+use crate::plan::model::Ruleset;
+
+/// A restore payload that writes itself into the pipe (or buffer) it is given.
+pub trait Payload {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()>;
+}
+
+impl Payload for str {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.as_bytes())
+    }
+}
+
+impl Payload for String {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.as_bytes())
+    }
+}
+
+impl Payload for &str {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(self.as_bytes())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncKind {
+    Full,
+    Partial,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    pub kind: SyncKind,
+    pub rewritten_chains: usize,
+    pub deleted_chains: usize,
+    pub payload_bytes: usize,
+    pub rule_count: usize,
+}
+
+/// What the agent needs of a backend's Syncer, whichever programs the kernel.
+pub trait SyncRuleset {
+    /// See [`crate::iptables::Syncer::sync_changes`].
+    fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error>;
+    fn force_full_sync(&mut self);
+}

@@ -1,0 +1,13 @@
+//! The nftables backend: a planned ruleset -> berth's own table as `nft -f` commands
+//! ([`render`], with each endpoint's chain folded into the rule that chooses it by [`inline`])
+//! -> applied one transaction per sync by an [`NftSyncer`] through the [`Nft`] trait, whose real
+//! form runs `nft` ([`exec`]).
+
+pub mod exec;
+pub mod inline;
+pub mod render;
+pub mod sync;
+
+pub use exec::CommandNft;
+pub use render::{rule_jump, Command, Element, NftChain, NftRule, Transaction};
+pub use sync::{remove_table, Nft, NftSyncer};
