@@ -70,6 +70,11 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_L2_INTERFACES", value_delimiter = ',')]
     l2_interfaces: Vec<String>,
 
+    /// Owned LoadBalancer IPs are announced again (gratuitous ARP, unsolicited NA) this often
+    /// after their takeover rounds, so switches never age them out; 0s: only on takeover.
+    #[arg(long, env = "BERTH_L2_GRATUITOUS_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    l2_gratuitous_interval: Duration,
+
     /// Kubeconfig to use; when unset, KUBECONFIG or ~/.kube/config, then in-cluster configuration.
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -222,6 +227,7 @@ impl AgentArgs {
             l2_announcer: self.l2_announcer,
             l2_interfaces: self.l2_interfaces.clone(),
             l2_status_namespace: self.lease_namespace.clone(),
+            l2_gratuitous_interval: self.l2_gratuitous_interval,
         }
     }
 }

@@ -53,6 +53,9 @@ pub struct AnnouncerConfig {
     pub interfaces: Vec<String>,
     /// Namespace of this node's `ServiceL2Status` records.
     pub status_namespace: String,
+    /// Owned addresses are announced again this often after their takeover rounds; `None`:
+    /// only on takeover.
+    pub gratuitous_interval: Option<Duration>,
 }
 
 pub struct Announcer {
@@ -246,10 +249,11 @@ impl Announcer {
                 Ok(link) => {
                     tracing::info!(interface = %name, "answering ARP and NDP");
                     opened.push(name.clone());
-                    tasks.push(tokio::spawn(berth_l2::run_link(
+                    tasks.push(tokio::spawn(berth_l2::run_link_refreshing(
                         link,
                         answers_rx.clone(),
                         self.metrics.clone(),
+                        self.config.gratuitous_interval,
                         stop.clone().cancelled_owned(),
                     )));
                 }

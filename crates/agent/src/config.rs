@@ -92,6 +92,9 @@ pub struct AgentOptions {
     pub l2_interfaces: Vec<String>,
     /// Namespace of this node's `ServiceL2Status` records (the agent's own: the lease namespace).
     pub l2_status_namespace: String,
+    /// Owned addresses are announced again this often after their takeover rounds; zero: only
+    /// on takeover.
+    pub l2_gratuitous_interval: Duration,
 }
 
 impl Default for AgentOptions {
@@ -111,6 +114,7 @@ impl Default for AgentOptions {
             l2_announcer: false,
             l2_interfaces: Vec::new(),
             l2_status_namespace: "kube-system".into(),
+            l2_gratuitous_interval: Duration::from_secs(60),
         }
     }
 }
@@ -237,6 +241,8 @@ impl AgentConfig {
             .then(|| crate::announce::AnnouncerConfig {
                 interfaces: self.options.l2_interfaces.clone(),
                 status_namespace: self.options.l2_status_namespace.clone(),
+                gratuitous_interval: Some(self.options.l2_gratuitous_interval)
+                    .filter(|i| !i.is_zero()),
             })
     }
 
@@ -407,6 +413,21 @@ mod tests {
         let announcer = options.validate().unwrap().announcer().unwrap();
         assert_eq!(announcer.interfaces, ["eth0", "bond0.100"]);
         assert_eq!(announcer.status_namespace, "kube-system");
+        assert_eq!(announcer.gratuitous_interval, Some(Duration::from_secs(60)));
+        let quiet = AgentOptions {
+            l2_announcer: true,
+            l2_gratuitous_interval: Duration::ZERO,
+            ..mk_options()
+        };
+        assert_eq!(
+            quiet
+                .validate()
+                .unwrap()
+                .announcer()
+                .unwrap()
+                .gratuitous_interval,
+            None
+        );
         let bad_namespace = AgentOptions {
             l2_announcer: true,
             l2_status_namespace: "Not_A_Namespace".into(),

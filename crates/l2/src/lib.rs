@@ -21,8 +21,10 @@
 //!   interfaces' state is visible: the local node drops out when none of its interfaces is up,
 //!   and peers are assumed up — a peer whose LAN link is down leaves the live set instead.
 //! - **Owner key** sha256(node + "#" + ip), the IP in its canonical text form, as MetalLB.
-//! - **Gratuitous rounds** at 0, 1.1, 2.2, 3.3 and 4.4 s after a takeover; IPv4 sends a
-//!   request and a reply each round, IPv6 one unsolicited Neighbor Advertisement.
+//! - **Gratuitous rounds** at 0, 1.1, 2.2, 3.3 and 4.4 s after a takeover, then one every
+//!   `--l2-gratuitous-interval` (60 s; 0 turns it off) while the address is owned, so switches
+//!   never age its MAC out; IPv4 sends a request and a reply each round, IPv6 one unsolicited
+//!   Neighbor Advertisement.
 //! - **NDP**: solicitations must carry hop limit 255 and a valid checksum; unicast ones
 //!   (neighbour unreachability detection) are answered as well as multicast ones; duplicate
 //!   address detection for an owned address is answered to all nodes.
@@ -70,7 +72,7 @@ pub use index::L2Index;
 pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
 pub use schedule::{GratuitousSchedule, InterfaceHold, StartupSettle};
-pub use speaker::{run_link, L2Metrics};
+pub use speaker::{run_link, run_link_refreshing, L2Metrics};
 pub use status::{
     build_announced, build_status, is_own_record, parse_status, plan_status, status_name,
     superseded_records, Announced, StatusPlan,
