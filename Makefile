@@ -28,7 +28,7 @@ TEST_CRDS_CMD ?= $(VENV_BIN)/kubernetes-validate --strict --quiet -k $(K8S_VERSI
 NETNS_PREFIX := berth-
 
 # Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
-BENCHES := ipam endpoints datapath lab-api controller aws lab failover
+BENCHES := ipam endpoints datapath lab-api controller aws lab failover bgp
 BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
 TEST_LOG := $(TARGET_DIR)/cargo-test.log
 
@@ -96,6 +96,8 @@ run: deps
 e2e: deps
 	$(CARGO) build --bin berth
 	BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh
+	# berth explain traces iptables rulesets: its packet comparison on a lab whose agents run iptables.
+	BERTH_BACKEND=iptables BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh 90-explain
 
 # A test that returns early because the machine lacks something (root, a tool) prints a line
 # `berth-test: SKIPPED <test>: <reason>`; libtest counts it as passed, so the summary moves it to
@@ -204,6 +206,10 @@ bench-aws: check-cargo deps-python
 # CPU, and the test build is reused. About ten minutes; BERTH_FAILOVER_TRIALS=N shortens it.
 bench-failover: check-cargo
 	$(CARGO) bench --profile dev -p berth --bench failover
+
+# BGP: SIGKILL and link-cut withdrawal at a real FRR router, p50/p99 over BERTH_BGP_TRIALS (20).
+bench-bgp: check-cargo
+	$(CARGO) bench --profile dev -p berth-bgp --bench bgp_failover
 
 ## Recovery
 

@@ -13,6 +13,9 @@ wanted=(
     "procps:pgrep"
     "conntrack:conntrack"
     "curl:curl"
+    # BGP: the speaker (zebra, bgpd, bfdd, vtysh) and frr-reload.py, which applies a rendered config.
+    "frr:vtysh"
+    "frr-pythontools:/usr/lib/frr/frr-reload.py"
     "python3-venv:py:venv ensurepip"
 )
 
@@ -24,6 +27,8 @@ present() {
     if [[ $probe == py:* ]]; then
         local modules=${probe#py:}
         "$python" -c "import ${modules// /, }" 2>/dev/null && return 0
+    elif [[ $probe == /* ]]; then
+        [[ -e $probe ]] && return 0
     elif command -v "$probe" >/dev/null 2>&1; then
         return 0
     fi

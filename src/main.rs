@@ -82,6 +82,9 @@ enum Command {
     /// The lab: berth on one Linux host, for tests and demos (never for production).
     #[command(subcommand)]
     Lab(LabCommand),
+    /// Explain what berth does with an object, from the API and the agents.
+    #[command(subcommand)]
+    Explain(cli::explain::ExplainCommand),
 }
 
 /// glibc gives every thread that allocates its own heap arena (up to 8 per core), and memory freed
@@ -119,6 +122,7 @@ fn main() -> anyhow::Result<()> {
         Command::Version => write_stdout(&version_line()),
         Command::Agent(args) => cli::agent::run(args),
         Command::Lab(command) => cli::lab::run(command),
+        Command::Explain(command) => cli::explain::run(command),
         Command::Controller(args) => cli::controller::run(args),
     }
 }

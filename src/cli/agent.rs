@@ -74,6 +74,22 @@ pub struct AgentArgs {
     /// after their takeover rounds, so switches never age them out; 0s: only on takeover.
     #[arg(long, env = "BERTH_L2_GRATUITOUS_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     l2_gratuitous_interval: Duration,
+    /// Announce LoadBalancer IPs over BGP through the FRR beside the agent (BGPPeer,
+    /// BGPAdvertisement, BFDProfile); see docs/bgp.md.
+    #[arg(long, env = "BERTH_BGP_SPEAKER")]
+    bgp_speaker: bool,
+
+    /// FRR's vty socket directory, where the rendered frr.conf is written too.
+    #[arg(long, env = "BERTH_FRR_DIR", default_value = "/var/run/frr")]
+    frr_dir: PathBuf,
+
+    /// frr-reload.py, which applies the rendered configuration.
+    #[arg(
+        long,
+        env = "BERTH_FRR_RELOAD",
+        default_value = "/usr/lib/frr/frr-reload.py"
+    )]
+    frr_reload: PathBuf,
 
     /// Kubeconfig to use; when unset, KUBECONFIG or ~/.kube/config, then in-cluster configuration.
     #[arg(long, env = "BERTH_KUBECONFIG")]
@@ -228,6 +244,10 @@ impl AgentArgs {
             l2_interfaces: self.l2_interfaces.clone(),
             l2_status_namespace: self.lease_namespace.clone(),
             l2_gratuitous_interval: self.l2_gratuitous_interval,
+            bgp_speaker: self.bgp_speaker.then(|| berth_agent::SpeakerConfig {
+                frr_dir: self.frr_dir.clone(),
+                frr_reload: self.frr_reload.clone(),
+            }),
         }
     }
 }

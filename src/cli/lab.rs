@@ -19,6 +19,15 @@ pub enum LabCommand {
     Status(LabRef),
     /// The lab kubelet: Node objects for the lab's nodes, Pods as pod namespaces.
     Kubelet(KubeletArgs),
+    /// The lab's controller-manager: Deployments, ReplicaSets and their garbage collection.
+    ControllerManager(ControllerManagerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ControllerManagerArgs {
+    /// Kubeconfig of the lab's API server.
+    #[arg(long, env = "BERTH_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
 }
 
 /// Which lab: its name (namespaces `berth-<name>-*`) and state directory.
@@ -185,6 +194,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<()> {
             crate::write_stdout(&(lines.join("\n") + "\n"))
         }
         LabCommand::Kubelet(args) => run_kubelet(args),
+        LabCommand::ControllerManager(args) => run_controller_manager(args),
     }
 }
 
@@ -288,6 +298,19 @@ fn run_kubelet(args: KubeletArgs) -> anyhow::Result<()> {
             .run(shutdown)
             .await
             .context("running the lab kubelet")
+    })
+}
+
+fn run_controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
+    super::run(|shutdown| async move {
+        let client = super::build_client(args.kubeconfig.as_deref()).await?;
+        berth_lab::workloads::Workloads::new(
+            client,
+            berth_lab::workloads::WorkloadsConfig::default(),
+        )
+        .run(shutdown)
+        .await
+        .context("running the lab controller-manager")
     })
 }
 

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod controller;
+pub mod explain;
 pub mod lab;
 
 use std::future::Future;

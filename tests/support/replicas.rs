@@ -58,6 +58,12 @@ impl Replica {
         let _ = self.child.wait();
     }
 
+    /// The process id (a test may pause it with SIGSTOP).
+    #[allow(dead_code)] // not every test pauses a replica
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `Some(status)` when the process ended by itself.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
@@ -115,6 +121,9 @@ pub struct Replicas {
     spec: ReplicaSpec,
     slots: Vec<Option<Replica>>,
     started: u32,
+    /// Per slot: its own kubeconfig and flags added after the spec's (each replica behind
+    /// its own proxy to the API server or to AWS).
+    overrides: std::collections::BTreeMap<usize, (PathBuf, Vec<String>)>,
 }
 
 impl Replicas {
@@ -123,7 +132,14 @@ impl Replicas {
             spec,
             slots: (0..slots).map(|_| None).collect(),
             started: 0,
+            overrides: Default::default(),
         }
+    }
+
+    /// Every process started in `slot` from now on reads `kubeconfig` and gets `args` too.
+    #[allow(dead_code)] // not every test gives slots their own paths
+    pub fn set_slot(&mut self, slot: usize, kubeconfig: PathBuf, args: Vec<String>) {
+        self.overrides.insert(slot, (kubeconfig, args));
     }
 
     /// Starts a fresh process in `slot` (a new identity each time, as a restarted pod has).
@@ -134,15 +150,20 @@ impl Replicas {
         let admin = free_loopback_addr();
         let log = self.spec.log_dir.join(format!("{identity}.log"));
         let out = File::create(&log).unwrap();
+        let (kubeconfig, extra) = match self.overrides.get(&slot) {
+            Some((k, a)) => (k.clone(), a.clone()),
+            None => (self.spec.kubeconfig.clone(), Vec::new()),
+        };
         let child = Command::new(&self.spec.bin)
             .arg("controller")
             .arg("--kubeconfig")
-            .arg(&self.spec.kubeconfig)
+            .arg(&kubeconfig)
             .arg("--identity")
             .arg(&identity)
             .arg("--admin-listen")
             .arg(admin.to_string())
             .args(&self.spec.args)
+            .args(&extra)
             // Only what the flags say: nothing from the environment of whoever runs the test.
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

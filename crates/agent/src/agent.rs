@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use berth_core::IpFamily;
@@ -138,11 +139,39 @@ pub struct Agent<I, C> {
     datapath_ready: ReadinessCheck,
     status: watch::Sender<AgentStatus>,
     announcer: Option<Announcer>,
+    /// Counts successful syncs, for the BGP speaker: it announces only what is programmed.
+    synced: watch::Sender<u64>,
 }
 
-/// `/healthz` from the sync health (kube-proxy's meaning), the rest from berth-telemetry.
-pub fn admin_router(registry: SharedRegistry, readiness: Readiness, health: AgentHealth) -> Router {
+/// `/healthz` from the sync health (kube-proxy's meaning), `/debug/ruleset` (the kernel's
+/// ruleset on `backend`, for `berth explain`), the rest from berth-telemetry.
+pub fn admin_router(
+    registry: SharedRegistry,
+    readiness: Readiness,
+    health: AgentHealth,
+    backend: crate::config::Backend,
+    node: String,
+) -> Router {
+    // One read-back at a time: each runs iptables-save or nft over the whole table, and the
+    // admin port is reachable from the node network.
+    let one_at_a_time = Arc::new(tokio::sync::Semaphore::new(1));
     Router::new()
+        .route(
+            "/debug/ruleset",
+            get(move |query| {
+                let (node, permit) = (node.clone(), one_at_a_time.clone());
+                async move {
+                    match permit.try_acquire_owned() {
+                        Ok(_held) => crate::ruleset::serve(backend, node, query).await,
+                        Err(_) => (
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "a ruleset read-back is already running\n",
+                        )
+                            .into_response(),
+                    }
+                }
+            }),
+        )
         .route(
             "/healthz",
             get(move || {
@@ -263,6 +292,7 @@ where
             datapath_ready,
             status: watch::channel(AgentStatus::default()).0,
             announcer,
+            synced: watch::channel(0).0,
         })
     }
 
@@ -373,7 +403,32 @@ where
                 result
             })
         });
-        let router = admin_router(registry, self.readiness.clone(), health.clone());
+        let speaker = self.config.speaker().cloned().map(|config| {
+            let task = crate::speaker::run_speaker(
+                config,
+                self.client.clone(),
+                index.clone(),
+                self.synced.subscribe(),
+                stop.clone(),
+            );
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let result = task.await;
+                if let Err(err) = &result {
+                    tracing::error!(error = %error_chain(err), "the BGP speaker stopped");
+                    // Without the speaker nothing is announced: stop rather than run half.
+                    stop.cancel();
+                }
+                result
+            })
+        });
+        let router = admin_router(
+            registry,
+            self.readiness.clone(),
+            health.clone(),
+            self.config.backend(),
+            self.config.node_name().to_owned(),
+        );
         let admin_task = tokio::spawn(berth_telemetry::serve_admin(
             admin,
             router,
@@ -393,12 +448,17 @@ where
             Some(task) => task.await.map_err(|err| Error::Task(err.to_string()))?,
             None => Ok(()),
         };
+        let spoken = match speaker {
+            Some(task) => task.await.map_err(|err| Error::Task(err.to_string()))?,
+            None => Ok(()),
+        };
         let admin_result = admin_task
             .await
             .map_err(|err| Error::Task(err.to_string()))?;
         tracing::info!("agent stopped; the programmed rules stay in place");
         result?;
         announced?;
+        spoken?;
         admin_result.map_err(Error::Admin)
     }
 
@@ -419,6 +479,7 @@ where
             datapath_ready,
             status,
             announcer: _,
+            synced,
         } = self;
         let mut schedule = SyncSchedule::new(config.min_sync_interval(), config.sync_period());
         let mut carried = Pending::default();
@@ -495,6 +556,7 @@ where
                         ms = elapsed.as_millis(),
                         "datapath synced"
                     );
+                    synced.send_modify(|n| *n += 1);
                     status.send_modify(|s| {
                         s.syncs += 1;
                         s.last_kind = Some(outcome.kind);

@@ -95,6 +95,8 @@ pub struct AgentOptions {
     /// Owned addresses are announced again this often after their takeover rounds; zero: only
     /// on takeover.
     pub l2_gratuitous_interval: Duration,
+    /// Announce LoadBalancer IPs over BGP through the FRR beside the agent.
+    pub bgp_speaker: Option<crate::speaker::SpeakerConfig>,
 }
 
 impl Default for AgentOptions {
@@ -115,6 +117,7 @@ impl Default for AgentOptions {
             l2_interfaces: Vec::new(),
             l2_status_namespace: "kube-system".into(),
             l2_gratuitous_interval: Duration::from_secs(60),
+            bgp_speaker: None,
         }
     }
 }
@@ -244,6 +247,11 @@ impl AgentConfig {
                 gratuitous_interval: Some(self.options.l2_gratuitous_interval)
                     .filter(|i| !i.is_zero()),
             })
+    }
+
+    /// The BGP speaker's settings, when it is enabled.
+    pub fn speaker(&self) -> Option<&crate::speaker::SpeakerConfig> {
+        self.options.bgp_speaker.as_ref()
     }
 
     /// What the planner of one family is given.

@@ -140,6 +140,9 @@ pub struct Index {
     relist_slices: Option<HashSet<SliceKey>>,
     /// During a Node relist: whether our Node was in it.
     relist_node: Option<bool>,
+    /// The Node's labels and whether it may announce, for the BGP speaker; `None` while the
+    /// Node is unknown.
+    node_state: Option<berth_bgp::NodeState>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -228,7 +231,13 @@ impl Index {
             relist_services: None,
             relist_slices: None,
             relist_node: None,
+            node_state: None,
         }
+    }
+
+    /// The Node's labels and eligibility for announcing, once it has been seen.
+    pub fn node_state(&self) -> Option<&berth_bgp::NodeState> {
+        self.node_state.as_ref()
     }
 
     /// Whether Services, EndpointSlices and the Node have each been listed once.
@@ -540,10 +549,12 @@ impl Index {
         if let Some(seen) = &mut self.relist_node {
             *seen = true;
         }
+        self.node_state = Some(crate::speaker::build_node_state(node));
         self.set_node(build_node_info(node));
     }
 
     fn forget_node(&mut self) {
+        self.node_state = None;
         self.set_node(NodeInfo {
             name: self.node_name.clone(),
             addresses: Vec::new(),

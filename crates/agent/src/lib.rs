@@ -17,6 +17,8 @@
 //! - With `--l2-announcer` the agent also answers ARP and NDP for the LoadBalancer IPs this
 //!   node is elected for ([`announce`], berth-l2); `--proxy-mode=none` makes it an announcer
 //!   only, beside kube-proxy.
+//! - With a [`SpeakerConfig`] the agent also announces LoadBalancer IPs over BGP through the FRR
+//!   beside it ([`speaker`], berth-bgp), from the same index the datapath reads.
 
 pub mod agent;
 pub mod announce;
@@ -27,8 +29,10 @@ pub mod healthcheck;
 pub mod index;
 pub mod l2status;
 pub mod metrics;
+pub mod ruleset;
 mod run;
 pub mod schedule;
+pub mod speaker;
 mod watch;
 
 pub use agent::{admin_router, Agent, AgentStatus};
@@ -38,6 +42,7 @@ pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, Conntra
 pub use datapath::{BoxedNft, SharedIptables};
 pub use index::Index;
 pub use run::{run_agent, start_membership, RunOptions};
+pub use speaker::SpeakerConfig;
 
 pub use berth_core::IpFamily;
 pub use berth_datapath::iptables::CommandIptables;
@@ -85,6 +90,8 @@ pub enum Error {
     L2(#[source] berth_l2::Error),
     #[error("the L2 announcer could open none of the interfaces {0:?}")]
     NoInterface(String),
+    #[error("the BGP speaker failed")]
+    Bgp(#[source] berth_bgp::Error),
 }
 
 impl Error {
@@ -97,6 +104,7 @@ impl Error {
             Error::Bind { .. } | Error::Telemetry(_) | Error::Admin(_) => "admin",
             Error::Task(_) => "task",
             Error::L2(_) | Error::NoInterface(_) => "l2",
+            Error::Bgp(_) => "bgp",
         }
     }
 
@@ -113,7 +121,8 @@ impl Error {
             | Error::Admin(_)
             | Error::Task(_)
             | Error::L2(_)
-            | Error::NoInterface(_) => false,
+            | Error::NoInterface(_)
+            | Error::Bgp(_) => false,
         }
     }
 }

@@ -4,13 +4,18 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Map, Value};
 
-use crate::{Error, IPPool, L2Advertisement, ServiceL2Status};
+use crate::{
+    BFDProfile, BGPAdvertisement, BGPPeer, Error, IPPool, L2Advertisement, ServiceL2Status,
+};
 
 /// Every berth CRD, in a fixed order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         IPPool::crd(),
         L2Advertisement::crd(),
+        BGPPeer::crd(),
+        BGPAdvertisement::crd(),
+        BFDProfile::crd(),
         ServiceL2Status::crd(),
     ]
 }

@@ -1,7 +1,9 @@
-//! berth's API: the `IPPool`, `L2Advertisement` and `ServiceL2Status` custom resources, their validation, the CRD
-//! manifests, and every well-known name (annotations, labels, finalizers, classes, conditions).
+//! berth's API: the `IPPool`, `L2Advertisement`, `BGPPeer`, `BGPAdvertisement`, `BFDProfile`
+//! and `ServiceL2Status` custom resources, their validation, the CRD manifests, and every
+//! well-known name (annotations, labels, finalizers, classes, conditions).
 
 mod annotations;
+mod bgp;
 mod condition;
 mod convert;
 mod crds;
@@ -14,6 +16,12 @@ mod schema;
 pub use annotations::{
     ip_pool, requested_ips, requested_ips_with_spec, sharing_key, sharing_namespaces,
     AnnotationValue, RequestSource, RequestedIps,
+};
+pub use bgp::{
+    parse_community, parse_seconds, BFDProfile, BFDProfileSpec, BGPAdvertisement,
+    BGPAdvertisementSpec, BGPPeer, BGPPeerSpec, BGPStatus, Community, SecretRef,
+    DEFAULT_BFD_INTERVAL_MS, DEFAULT_BFD_MULTIPLIER, DEFAULT_HOLD_TIME_SECS,
+    DEFAULT_KEEPALIVE_TIME_SECS, DEFAULT_PEER_PORT,
 };
 pub use condition::{find_condition, set_condition};
 pub use convert::{selector_matches, to_selector, validate_label_selector};

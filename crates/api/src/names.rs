@@ -13,6 +13,12 @@ pub const KIND_IP_POOL: &str = "IPPool";
 pub const KIND_L2_ADVERTISEMENT: &str = "L2Advertisement";
 /// `kind` of the record of where a Service is announced over ARP/NDP.
 pub const KIND_SERVICE_L2_STATUS: &str = "ServiceL2Status";
+/// `kind` of the BGP peer resource.
+pub const KIND_BGP_PEER: &str = "BGPPeer";
+/// `kind` of the BGP advertisement resource.
+pub const KIND_BGP_ADVERTISEMENT: &str = "BGPAdvertisement";
+/// `kind` of the BFD profile resource.
+pub const KIND_BFD_PROFILE: &str = "BFDProfile";
 /// `kubectl get berth` lists every berth resource.
 pub const CATEGORY: &str = "berth";
 
@@ -130,6 +136,19 @@ pub mod annotation {
     /// AWS: `k1=v1,...` attributes of every target group; only the keys listed are managed.
     pub const AWS_TARGET_GROUP_ATTRIBUTES: &str =
         "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes";
+    /// AWS: the ACM certificate ARN of TLS listeners.
+    pub const AWS_SSL_CERT: &str = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert";
+    /// AWS: the ports (numbers or names) that get TLS listeners; all of them when absent.
+    pub const AWS_SSL_PORTS: &str = "service.beta.kubernetes.io/aws-load-balancer-ssl-ports";
+    /// AWS: the TLS listeners' security policy.
+    pub const AWS_SSL_NEGOTIATION_POLICY: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy";
+    /// AWS: `*` turns proxy protocol v2 on for every target group.
+    pub const AWS_PROXY_PROTOCOL: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-proxy-protocol";
+    /// AWS: `k1=v1,...` node labels: only nodes carrying all of them are instance targets.
+    pub const AWS_TARGET_NODE_LABELS: &str =
+        "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
     /// The ARN of the NLB berth made for the Service, so a resync reads it directly instead
     /// of searching the account.
     pub const AWS_LOAD_BALANCER_ARN: &str = "berth.dev/aws-load-balancer-arn";
@@ -139,6 +158,8 @@ pub mod annotation {
 pub mod label {
     /// Marks EndpointSlices by their controller.
     pub const ENDPOINTSLICE_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+    /// Value of [`ENDPOINTSLICE_MANAGED_BY`] on slices Kubernetes' own controller writes.
+    pub const ENDPOINTSLICE_MANAGED_BY_KUBERNETES: &str = "endpointslice-controller.k8s.io";
     /// Value of [`ENDPOINTSLICE_MANAGED_BY`] on slices berth owns. A label value may not hold a
     /// `/`, so this follows upstream's `endpointslice-controller.k8s.io`.
     pub const ENDPOINTSLICE_MANAGED_BY_BERTH: &str = "endpointslice-controller.berth.dev";
@@ -267,6 +288,10 @@ pub mod condition {
         pub const VALID_SPEC: &str = "ValidSpec";
         pub const PROVISIONED: &str = "Provisioned";
         pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
+        /// The load balancer would exceed an AWS quota; nothing was made.
+        pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+        /// The Service's annotations or ports cannot be modelled.
+        pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
     }
 }
 

@@ -128,6 +128,92 @@ pub fn interfaces(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// A BGP duration: whole seconds, with minutes allowed (`9s`, `1m30s`, `2m`).
+pub const SECONDS_PATTERN: &str = "^([0-9]+m)?[0-9]+s$|^[0-9]+m$";
+/// A standard (`AS:value`) or large (`large:global:local1:local2`) BGP community.
+pub const COMMUNITY_PATTERN: &str =
+    "^([0-9]{1,5}:[0-9]{1,5}|large:[0-9]{1,10}:[0-9]{1,10}:[0-9]{1,10})$";
+/// Longest textual IP address (an IPv6 address with an embedded IPv4 one).
+const MAX_IP_LEN: usize = 45;
+
+pub fn ip_address(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "maxLength": MAX_IP_LEN,
+        "x-kubernetes-validations": [{"rule": "isIP(self)", "message": "must be an IPv4 or IPv6 address"}],
+    })
+}
+
+pub fn optional_ip_address(generator: &mut SchemaGenerator) -> Schema {
+    ip_address(generator)
+}
+
+pub fn optional_ipv4_address(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "maxLength": MAX_IP_LEN,
+        "x-kubernetes-validations": [{
+            "rule": "isIP(self) && ip(self).family() == 4",
+            "message": "must be an IPv4 address",
+        }],
+    })
+}
+
+pub fn optional_seconds(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "maxLength": 16,
+        "pattern": SECONDS_PATTERN,
+    })
+}
+
+pub fn name(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "maxLength": DNS1123_SUBDOMAIN_MAX_LEN,
+        "pattern": DNS1123_SUBDOMAIN_PATTERN,
+    })
+}
+
+pub fn optional_name(generator: &mut SchemaGenerator) -> Schema {
+    name(generator)
+}
+
+pub fn communities(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": crate::bgp::MAX_COMMUNITIES,
+        "x-kubernetes-list-type": "set",
+        "items": {"type": "string", "maxLength": 48, "pattern": COMMUNITY_PATTERN},
+    })
+}
+
+/// Rules across a BGPPeer's fields. The hold-time rules compare seconds through CEL's own
+/// `duration()`, which reads the same `1m30s` forms.
+pub fn peer_rules(schema: &mut Schema) {
+    let rules = validations(vec![
+        (
+            "!has(self.ebgpMultiHop) || !self.ebgpMultiHop || self.myASN != self.peerASN".into(),
+            "ebgpMultiHop applies to eBGP only: myASN equals peerASN".into(),
+        ),
+        (
+            "!has(self.holdTime) || duration(self.holdTime) == duration('0s') \
+             || duration(self.holdTime) >= duration('3s')"
+                .into(),
+            "holdTime must be 0s or at least 3s".into(),
+        ),
+        (
+            "!has(self.keepaliveTime) || (has(self.holdTime) && duration(self.holdTime) == duration('0s')) \
+             || duration(self.keepaliveTime) < (has(self.holdTime) ? duration(self.holdTime) : duration('9s'))"
+                .into(),
+            "keepaliveTime must be less than holdTime (9s when unset)".into(),
+        ),
+    ]);
+    if let Some(obj) = schema.as_object_mut() {
+        obj.insert("x-kubernetes-validations".into(), rules);
+    }
+}
+
 /// Selectors are replaced whole under server-side apply, as the built-in kinds' selectors are:
 /// merging two managers' requirements would silently build a selector neither of them wrote.
 pub fn atomic_selector(schema: &mut Schema) {

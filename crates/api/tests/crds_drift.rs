@@ -42,5 +42,14 @@ fn crds_yaml_is_deterministic_and_multi_document() {
             v["metadata"]["name"].as_str().unwrap().to_string()
         })
         .collect();
-    assert_eq!(names, ["ippools.berth.dev", "l2advertisements.berth.dev"]);
+    assert_eq!(
+        names,
+        [
+            "ippools.berth.dev",
+            "l2advertisements.berth.dev",
+            "bgppeers.berth.dev",
+            "bgpadvertisements.berth.dev",
+            "bfdprofiles.berth.dev",
+        ]
+    );
 }

@@ -34,11 +34,13 @@ async fn run() {
         .map(|(i, id)| NodeFacts {
             name: format!("node-{i}"),
             provider_id: Some(format!("aws:///us-east-1a/{id}")),
+            labels: Default::default(),
         })
         .collect();
     let config = ProviderConfig {
         cluster_name: CLUSTER.to_string(),
         default_subnets: moto.subnets.clone(),
+        quotas: Default::default(),
     };
     let (client, metrics) = common::moto::client(&moto);
     let cached = NlbProvider::new(client, config.clone(), Duration::from_secs(3600));

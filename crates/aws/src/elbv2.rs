@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use crate::model::{
-    HealthCheck, ListenerSpec, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
+    HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
 };
 use crate::observed::{Listener, LoadBalancer, Tags, TargetGroup};
 
@@ -84,6 +84,9 @@ pub enum TgQuery {
 pub struct Page<T> {
     pub items: Vec<T>,
     pub next_marker: Option<String>,
+    /// Resources of the page left out because berth never makes their kind (an ALB's HTTP
+    /// target group, a Lambda one): someone else's, yet they count against the quotas.
+    pub skipped: usize,
 }
 
 /// The ELBv2 calls berth makes. Every method is one API call.
@@ -153,10 +156,13 @@ pub trait Elbv2: Send + Sync {
         arn: String,
         attributes: BTreeMap<String, String>,
     ) -> impl Future<Output = ApiResult<()>> + Send;
+    /// `protocol`: a new protocol (`None`: unchanged); `tls`: a TLS listener with this
+    /// certificate and policy, else a plain one.
     fn modify_listener(
         &self,
         arn: String,
-        protocol: TgProtocol,
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group_arn: String,
     ) -> impl Future<Output = ApiResult<()>> + Send;
     fn register_targets(

@@ -52,4 +52,4 @@ pub use model::{
 };
 pub use plan::{plan_delete, plan_stack, Step};
 pub use provider::{Ensured, Error, NlbProvider, SweepListing, Swept};
-pub use sdk::{RateLimits, SdkElbv2};
+pub use sdk::{CallTimeouts, RateLimits, SdkElbv2};

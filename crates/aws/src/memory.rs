@@ -11,7 +11,7 @@ use crate::elbv2::{
     ApiError, ApiErrorKind, ApiResult, Elbv2, LbQuery, Page, TgQuery, NAMES_PER_CALL, TAGS_PER_CALL,
 };
 use crate::model::{
-    HealthCheck, ListenerSpec, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
+    HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Target, TargetGroupSpec, TgProtocol,
 };
 use crate::observed::{Listener, LoadBalancer, Tags, TargetGroup};
 
@@ -31,6 +31,8 @@ struct State {
     /// Mutating calls still allowed before every call fails (a crash mid-reconcile).
     mutations_left: Option<u64>,
     page_size: usize,
+    /// Every page says there is another, under the same marker (a broken server).
+    repeat_markers: bool,
 }
 
 /// The fake. Cloning is not offered: share it behind an `Arc`.
@@ -145,6 +147,11 @@ impl MemoryElbv2 {
         self.lock().page_size = size.max(1);
     }
 
+    /// Every paged answer names the same next marker, for ever, as a broken endpoint might.
+    pub fn repeat_markers(&self, on: bool) {
+        self.lock().repeat_markers = on;
+    }
+
     /// After `n` more mutating calls, every call fails as if the process had died.
     pub fn fail_after_mutations(&self, n: Option<u64>) {
         self.lock().mutations_left = n;
@@ -202,9 +209,15 @@ impl State {
     fn page<T: Clone>(&self, all: Vec<T>, marker: Option<String>) -> Page<T> {
         let start: usize = marker.and_then(|m| m.parse().ok()).unwrap_or(0);
         let end = (start + self.page_size).min(all.len());
+        let next_marker = if self.repeat_markers {
+            Some("1".to_string())
+        } else {
+            (end < all.len()).then(|| end.to_string())
+        };
         Page {
             items: all.get(start..end).map(<[T]>::to_vec).unwrap_or_default(),
-            next_marker: (end < all.len()).then(|| end.to_string()),
+            next_marker,
+            skipped: 0,
         }
     }
 
@@ -262,6 +275,7 @@ impl Elbv2 for MemoryElbv2 {
                 Ok(Page {
                     items,
                     next_marker: None,
+                    skipped: 0,
                 })
             }
             LbQuery::Names(names) => {
@@ -283,6 +297,7 @@ impl Elbv2 for MemoryElbv2 {
                 Ok(Page {
                     items,
                     next_marker: None,
+                    skipped: 0,
                 })
             }
         }
@@ -310,6 +325,7 @@ impl Elbv2 for MemoryElbv2 {
                 Ok(Page {
                     items,
                     next_marker: None,
+                    skipped: 0,
                 })
             }
             TgQuery::Names(names) => {
@@ -331,6 +347,7 @@ impl Elbv2 for MemoryElbv2 {
                 Ok(Page {
                     items,
                     next_marker: None,
+                    skipped: 0,
                 })
             }
         }
@@ -546,8 +563,9 @@ impl Elbv2 for MemoryElbv2 {
             arn: arn.clone(),
             load_balancer_arn,
             port: spec.port,
-            protocol: spec.protocol,
+            protocol: Some(spec.protocol),
             target_group_arn: Some(target_group_arn),
+            tls: spec.tls,
         };
         s.tags.insert(arn.clone(), tags);
         s.listeners.insert(arn, listener.clone());
@@ -615,7 +633,8 @@ impl Elbv2 for MemoryElbv2 {
     async fn modify_listener(
         &self,
         arn: String,
-        protocol: TgProtocol,
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group_arn: String,
     ) -> ApiResult<()> {
         const OP: &str = "ModifyListener";
@@ -623,7 +642,11 @@ impl Elbv2 for MemoryElbv2 {
         let Some(tg) = s.tgs.get(&target_group_arn).cloned() else {
             return Err(not_found(OP, "TargetGroupNotFound"));
         };
-        if tg.protocol != protocol {
+        let Some(current) = s.listeners.get(&arn).cloned() else {
+            return Err(not_found(OP, "ListenerNotFound"));
+        };
+        let protocol = protocol.or(current.protocol);
+        if protocol != Some(tg.protocol) {
             return Err(err(
                 OP,
                 ApiErrorKind::Invalid,
@@ -647,6 +670,7 @@ impl Elbv2 for MemoryElbv2 {
         }
         if let Some(l) = s.listeners.get_mut(&arn) {
             l.protocol = protocol;
+            l.tls = tls;
             l.target_group_arn = Some(target_group_arn);
         }
         Ok(())

@@ -1,6 +1,7 @@
 //! The provider's metrics, registered into the binary's one registry under its `berth_aws_`
 //! prefix: `berth_aws_calls_total{operation,outcome}` (throttles are `outcome="throttled"`),
-//! `berth_aws_swept_resources_total{kind}` and
+//! `berth_aws_swept_resources_total{kind}`, `berth_aws_owned_resources{kind}`,
+//! `berth_aws_region_target_groups` and
 //! `berth_aws_reconcile_duration_seconds{action}`.
 
 use std::time::Instant;
@@ -8,6 +9,7 @@ use std::time::Instant;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -45,6 +47,8 @@ pub struct AwsMetrics {
     calls: Family<CallLabels, Counter>,
     swept: Family<KindLabels, Counter>,
     reconcile_duration: HistogramFamily,
+    owned: Family<KindLabels, Gauge>,
+    region_target_groups: Gauge,
 }
 
 impl Default for AwsMetrics {
@@ -52,6 +56,8 @@ impl Default for AwsMetrics {
         AwsMetrics {
             calls: Family::default(),
             swept: Family::default(),
+            owned: Family::default(),
+            region_target_groups: Gauge::default(),
             reconcile_duration: Family::new_with_constructor(mk_histogram),
         }
     }
@@ -70,6 +76,16 @@ impl AwsMetrics {
             "swept_resources",
             "Leaked load balancers and target groups removed by the sweep, by kind",
             m.swept.clone(),
+        );
+        registry.register(
+            "owned_resources",
+            "Load balancers and target groups tagged with this cluster, by kind, as the last sweep listed them",
+            m.owned.clone(),
+        );
+        registry.register(
+            "region_target_groups",
+            "Target groups in the region, every owner's, as the last sweep listed them (the quota is per region)",
+            m.region_target_groups.clone(),
         );
         registry.register_with_unit(
             "reconcile_duration",
@@ -118,6 +134,30 @@ impl AwsMetrics {
     /// [`SWEPT_TARGET_GROUP`]).
     pub fn swept(&self, kind: &'static str, n: u64) {
         self.swept.get_or_create(&KindLabels { kind }).inc_by(n);
+    }
+
+    /// What the last listing found: this cluster's resources by kind, and the region's target
+    /// groups.
+    pub fn listed(&self, load_balancers: usize, target_groups: usize, region_target_groups: usize) {
+        let set = |kind, n: usize| {
+            self.owned
+                .get_or_create(&KindLabels { kind })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        set(SWEPT_LOAD_BALANCER, load_balancers);
+        set(SWEPT_TARGET_GROUP, target_groups);
+        self.region_target_groups
+            .set(i64::try_from(region_target_groups).unwrap_or(i64::MAX));
+    }
+
+    /// This cluster's resources of `kind` as last listed.
+    pub fn owned(&self, kind: &'static str) -> i64 {
+        self.owned.get_or_create(&KindLabels { kind }).get()
+    }
+
+    /// The region's target groups as last listed.
+    pub fn region_target_groups(&self) -> i64 {
+        self.region_target_groups.get()
     }
 
     /// Resources of `kind` the sweep removed so far.

@@ -48,6 +48,8 @@ pub struct NodeFacts {
     pub name: String,
     /// `spec.providerID`, e.g. `aws:///us-east-1a/i-0123456789abcdef0`.
     pub provider_id: Option<String>,
+    /// For `aws-load-balancer-target-node-labels`.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Ready pod addresses for `ip` targets, per Service port number, with the port each listens on.
@@ -60,6 +62,33 @@ pub struct ProviderConfig {
     pub cluster_name: String,
     /// `--aws-subnets`: used when a Service names none.
     pub default_subnets: Vec<String>,
+    pub quotas: Quotas,
+}
+
+/// The AWS quotas a Service is checked against before any call, so that one that cannot fit
+/// is refused whole rather than half made. AWS's defaults; an account may have raised them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// "Listeners per Network Load Balancer".
+    pub listeners_per_load_balancer: usize,
+    /// "Target groups per Region" (every owner's, not only berth's).
+    pub target_groups_per_region: usize,
+    /// "Targets per target group per Region" (instances or IP addresses).
+    pub targets_per_target_group: usize,
+    /// "Targets per Network Load Balancer per Availability Zone" (registrations: a node
+    /// counts once per target group).
+    pub targets_per_zone: usize,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            listeners_per_load_balancer: 50,
+            target_groups_per_region: 3000,
+            targets_per_target_group: 1000,
+            targets_per_zone: 500,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -216,10 +245,26 @@ pub struct TargetGroupSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ListenerSpec {
     pub port: u16,
+    /// The target group's protocol; with `tls`, the listener itself is `TLS` (over `TCP`).
     pub protocol: TgProtocol,
     /// The `resource` of the target group it forwards to.
     pub target_group: String,
+    /// TLS termination at the NLB (`aws-load-balancer-ssl-cert` and `-ssl-ports`).
+    pub tls: Option<ListenerTls>,
 }
+
+/// A TLS listener's certificate and security policy.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ListenerTls {
+    /// The ACM (or IAM) certificate ARN: the listener's default certificate.
+    pub certificate: String,
+    /// The security policy, e.g. `ELBSecurityPolicy-2016-08`.
+    pub policy: String,
+}
+
+/// The security policy when `aws-load-balancer-ssl-negotiation-policy` names none (the AWS Load
+/// Balancer Controller's default).
+pub const DEFAULT_SSL_POLICY: &str = "ELBSecurityPolicy-2016-08";
 
 /// Everything one Service needs in AWS.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -252,6 +297,15 @@ pub enum ModelError {
     NoHealthCheckNodePort,
     #[error("spec.ports: a LoadBalancer Service needs at least one port")]
     NoPorts,
+    #[error("{quota}: the Service needs {needed}, AWS allows {limit}{hint}")]
+    Quota {
+        /// The quota's name as AWS's Service Quotas console shows it.
+        quota: &'static str,
+        limit: usize,
+        needed: usize,
+        /// What to change, starting with "; ".
+        hint: &'static str,
+    },
 }
 
 fn annotation_error(
@@ -278,6 +332,9 @@ pub fn base_tags(
         (aws_tag::RESOURCE.to_string(), resource.to_string()),
     ])
 }
+
+/// The target-group attribute that turns proxy protocol v2 on.
+pub const PROXY_PROTOCOL_V2: &str = "proxy_protocol_v2.enabled";
 
 /// The `berth.dev/resource` value of the load balancer.
 pub const LOAD_BALANCER_RESOURCE: &str = "LoadBalancer";
@@ -457,6 +514,77 @@ fn health_check(svc: &ServiceFacts) -> Result<HealthCheck, ModelError> {
     })
 }
 
+/// The Availability Zone in a node's `spec.providerID` (`aws:///<zone>/<instance-id>`).
+pub fn zone_of(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws:///")?;
+    let (zone, _) = rest.split_once('/')?;
+    (!zone.is_empty()).then_some(zone)
+}
+
+/// The nodes `aws-load-balancer-target-node-labels` selects (all of them without it): every
+/// label listed must be on the node with that value, as the AWS Load Balancer Controller's
+/// node selector matches them.
+fn target_nodes<'a>(
+    svc: &ServiceFacts,
+    nodes: &'a [NodeFacts],
+) -> Result<Vec<&'a NodeFacts>, ModelError> {
+    let Some(v) = svc.annotations.get(ann::AWS_TARGET_NODE_LABELS) else {
+        return Ok(nodes.iter().collect());
+    };
+    let wanted =
+        parse_map(v).map_err(|reason| annotation_error(ann::AWS_TARGET_NODE_LABELS, v, reason))?;
+    Ok(nodes
+        .iter()
+        .filter(|n| wanted.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
+        .collect())
+}
+
+/// Refuses a stack that AWS would refuse part-way: checked before the first call.
+fn check_quotas(
+    stack: &Stack,
+    quotas: &Quotas,
+    zones: &BTreeMap<String, String>,
+) -> Result<(), ModelError> {
+    let listeners = stack.listeners.len();
+    if listeners > quotas.listeners_per_load_balancer {
+        return Err(ModelError::Quota {
+            quota: "Listeners per Network Load Balancer",
+            limit: quotas.listeners_per_load_balancer,
+            needed: listeners,
+            hint: "; split the ports over several Services",
+        });
+    }
+    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+    for tg in stack.target_groups.values() {
+        if tg.targets.len() > quotas.targets_per_target_group {
+            return Err(ModelError::Quota {
+                quota: "Targets per target group per Region",
+                limit: quotas.targets_per_target_group,
+                needed: tg.targets.len(),
+                hint: TARGETS_HINT,
+            });
+        }
+        for t in &tg.targets {
+            if let Some(zone) = zones.get(&t.id) {
+                *per_zone.entry(zone.as_str()).or_default() += 1;
+            }
+        }
+    }
+    if let Some((_, &needed)) = per_zone.iter().max_by_key(|(_, n)| **n) {
+        if needed > quotas.targets_per_zone {
+            return Err(ModelError::Quota {
+                quota: "Targets per Network Load Balancer per Availability Zone",
+                limit: quotas.targets_per_zone,
+                needed,
+                hint: TARGETS_HINT,
+            });
+        }
+    }
+    Ok(())
+}
+
+const TARGETS_HINT: &str = "; register fewer nodes with the service.beta.kubernetes.io/aws-load-balancer-target-node-labels annotation";
+
 /// The EC2 instance ID in a node's `spec.providerID` (`aws:///<zone>/<instance-id>`).
 pub fn instance_id(provider_id: &str) -> Option<&str> {
     let rest = provider_id.strip_prefix("aws://")?;
@@ -471,6 +599,89 @@ struct Listening {
     port: u16,
     protocol: TgProtocol,
     node_port: Option<u16>,
+    /// The names of the Service ports it serves (for `aws-load-balancer-ssl-ports`).
+    names: Vec<String>,
+}
+
+/// The ports that get a TLS listener, as the AWS Load Balancer Controller reads
+/// `aws-load-balancer-ssl-cert` and `-ssl-ports`: none without a certificate; with one, the
+/// ports `-ssl-ports` lists by number or name, or every port when it is absent.
+fn tls_of(
+    svc: &ServiceFacts,
+    listenings: &[Listening],
+) -> Result<BTreeMap<u16, ListenerTls>, ModelError> {
+    let Some(certs) = svc.annotations.get(ann::AWS_SSL_CERT) else {
+        return Ok(BTreeMap::new());
+    };
+    let certificate = match parse_list(certs).as_slice() {
+        [one] => one.clone(),
+        [] => {
+            return Err(annotation_error(
+                ann::AWS_SSL_CERT,
+                certs,
+                "names no certificate",
+            ))
+        }
+        _ => {
+            return Err(annotation_error(
+                ann::AWS_SSL_CERT,
+                certs,
+                "berth sets one certificate per listener; more are not supported yet",
+            ))
+        }
+    };
+    let policy = match svc.annotations.get(ann::AWS_SSL_NEGOTIATION_POLICY) {
+        None => DEFAULT_SSL_POLICY.to_string(),
+        Some(p) if p.trim().is_empty() => {
+            return Err(annotation_error(
+                ann::AWS_SSL_NEGOTIATION_POLICY,
+                p,
+                "is empty",
+            ))
+        }
+        Some(p) => p.trim().to_string(),
+    };
+    let wanted: Option<Vec<String>> = svc
+        .annotations
+        .get(ann::AWS_SSL_PORTS)
+        .map(|v| parse_list(v));
+    let mut out = BTreeMap::new();
+    for l in listenings {
+        let chosen = match &wanted {
+            None => true,
+            Some(list) => list
+                .iter()
+                .any(|w| *w == l.port.to_string() || l.names.contains(w)),
+        };
+        if !chosen {
+            continue;
+        }
+        if l.protocol != TgProtocol::Tcp {
+            let value = svc.annotations.get(ann::AWS_SSL_PORTS).unwrap_or(certs);
+            return Err(annotation_error(
+                if wanted.is_some() {
+                    ann::AWS_SSL_PORTS
+                } else {
+                    ann::AWS_SSL_CERT
+                },
+                value,
+                format!(
+                    "port {} is {}: TLS listeners serve TCP only (list the TCP ports in {})",
+                    l.port,
+                    l.protocol.as_str(),
+                    ann::AWS_SSL_PORTS
+                ),
+            ));
+        }
+        out.insert(
+            l.port,
+            ListenerTls {
+                certificate: certificate.clone(),
+                policy: policy.clone(),
+            },
+        );
+    }
+    Ok(out)
 }
 
 fn listenings(svc: &ServiceFacts) -> Result<Vec<Listening>, ModelError> {
@@ -516,6 +727,7 @@ fn listenings(svc: &ServiceFacts) -> Result<Vec<Listening>, ModelError> {
                 port,
                 protocol,
                 node_port: entries[0].1.node_port,
+                names: entries.iter().filter_map(|(_, p)| p.name.clone()).collect(),
             })
         })
         .collect()
@@ -569,20 +781,43 @@ pub fn build_stack(
         })?,
     };
     let health_check = health_check(svc)?;
-    let tg_attributes = attributes(svc, ann::AWS_TARGET_GROUP_ATTRIBUTES)?;
+    let mut tg_attributes = attributes(svc, ann::AWS_TARGET_GROUP_ATTRIBUTES)?;
+    // As the AWS Load Balancer Controller: `*` is the only value, and it wins over the
+    // attribute given through `target-group-attributes`.
+    if let Some(v) = svc.annotations.get(ann::AWS_PROXY_PROTOCOL) {
+        if v.trim() != "*" {
+            return Err(annotation_error(
+                ann::AWS_PROXY_PROTOCOL,
+                v,
+                "must be \"*\" (proxy protocol v2 on every port)",
+            ));
+        }
+        tg_attributes.insert(PROXY_PROTOCOL_V2.to_string(), "true".to_string());
+    }
     let mut instances = BTreeSet::new();
+    let mut zones = BTreeMap::new();
     let mut skipped_nodes = Vec::new();
-    for node in nodes {
-        match node.provider_id.as_deref().and_then(instance_id) {
+    let selected = match target_type {
+        TargetType::Instance => target_nodes(svc, nodes)?,
+        TargetType::Ip => Vec::new(),
+    };
+    for node in selected {
+        let provider_id = node.provider_id.as_deref();
+        match provider_id.and_then(instance_id) {
             Some(id) => {
                 instances.insert(id.to_string());
+                if let Some(zone) = provider_id.and_then(zone_of) {
+                    zones.insert(id.to_string(), zone.to_string());
+                }
             }
             None => skipped_nodes.push(node.name.clone()),
         }
     }
     let mut target_groups = BTreeMap::new();
     let mut listeners = BTreeMap::new();
-    for (index, l) in listenings(svc)?.into_iter().enumerate() {
+    let listenings = listenings(svc)?;
+    let mut tls = tls_of(svc, &listenings)?;
+    for (index, l) in listenings.into_iter().enumerate() {
         let resource = format!("{}/{}", l.port, l.protocol.as_str());
         let (port, targets) = match target_type {
             TargetType::Instance => {
@@ -647,10 +882,11 @@ pub fn build_stack(
                 port: l.port,
                 protocol: l.protocol,
                 target_group: resource,
+                tls: tls.remove(&l.port),
             },
         );
     }
-    Ok(Stack {
+    let stack = Stack {
         load_balancer: LoadBalancerSpec {
             name,
             scheme,
@@ -662,5 +898,7 @@ pub fn build_stack(
         target_groups,
         listeners,
         skipped_nodes,
-    })
+    };
+    check_quotas(&stack, &config.quotas, &zones)?;
+    Ok(stack)
 }

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{HealthCheck, Scheme, Target, TargetType, TgProtocol};
+use crate::model::{HealthCheck, ListenerTls, Scheme, Target, TargetType, TgProtocol};
 
 pub type Tags = BTreeMap<String, String>;
 
@@ -32,9 +32,13 @@ pub struct Listener {
     pub arn: String,
     pub load_balancer_arn: String,
     pub port: u16,
-    pub protocol: TgProtocol,
+    /// `None`: a protocol berth never makes (a listener someone added by hand), which the
+    /// diff replaces like any other difference rather than failing on it.
+    pub protocol: Option<TgProtocol>,
     /// The target group of its default forward action.
     pub target_group_arn: Option<String>,
+    /// A TLS listener's default certificate and policy (its `protocol` is then `TCP`).
+    pub tls: Option<ListenerTls>,
 }
 
 /// A load balancer of the Service's, with what the diff compares.

@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use berth_api::names::aws_tag;
 
 use crate::model::{
-    HealthCheck, ListenerSpec, LoadBalancerSpec, Stack, Target, TargetGroupSpec, TgProtocol,
+    HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Stack, Target, TargetGroupSpec,
+    TgProtocol,
 };
 use crate::observed::{Observed, ObservedLoadBalancer, ObservedTargetGroup, Tags};
 
@@ -71,7 +72,10 @@ pub enum Step {
     },
     ModifyListener {
         arn: String,
-        protocol: TgProtocol,
+        /// `None`: the listener keeps its protocol (only its certificate, policy or target
+        /// group change).
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group: TgRef,
     },
     DeleteListener {
@@ -313,10 +317,13 @@ pub fn plan_stack(desired: &Stack, observed: &Observed) -> Vec<Step> {
         {
             Some(l) => {
                 let same_tg = matches!(&target_group, TgRef::Arn(a) if l.target_group_arn.as_deref() == Some(a.as_str()));
-                if l.protocol != want.protocol || !same_tg {
+                let protocol_changes =
+                    l.protocol != Some(want.protocol) || l.tls.is_some() != want.tls.is_some();
+                if protocol_changes || l.tls != want.tls || !same_tg {
                     steps.push(Step::ModifyListener {
                         arn: l.arn.clone(),
-                        protocol: want.protocol,
+                        protocol: protocol_changes.then_some(want.protocol),
+                        tls: want.tls.clone(),
                         target_group,
                     });
                 }
@@ -371,4 +378,194 @@ pub fn plan_delete(observed: &Observed) -> Vec<Step> {
             arn: o.tg.arn.clone(),
         });
     lbs.chain(tgs).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The listener rows of the diff: what exists on the Service's own NLB (made by berth,
+    //! changed or added by hand) against one TCP port 80 and one port 443 that may be TLS.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::model::{ListenerTls, ProviderConfig};
+    use crate::observed::{Listener, LoadBalancer};
+    use crate::{build_stack, IpTargets, NodeFacts, PortFacts, ServiceFacts};
+    use berth_core::{Protocol, TrafficPolicy};
+
+    const LB: &str = "arn:lb";
+    const CERT: &str = "arn:aws:acm:us-east-1:0:certificate/a";
+
+    fn tls(policy: &str) -> Option<ListenerTls> {
+        Some(ListenerTls {
+            certificate: CERT.into(),
+            policy: policy.into(),
+        })
+    }
+
+    /// The desired stack, with 443 as TLS under `policy` when given.
+    fn desired(policy: Option<&str>) -> Stack {
+        let port = |port, node_port| PortFacts {
+            name: None,
+            port,
+            protocol: Protocol::Tcp,
+            node_port: Some(node_port),
+        };
+        let mut annotations = std::collections::BTreeMap::new();
+        if let Some(policy) = policy {
+            annotations.insert(
+                berth_api::names::annotation::AWS_SSL_CERT.into(),
+                CERT.into(),
+            );
+            annotations.insert(
+                berth_api::names::annotation::AWS_SSL_PORTS.into(),
+                "443".into(),
+            );
+            annotations.insert(
+                berth_api::names::annotation::AWS_SSL_NEGOTIATION_POLICY.into(),
+                policy.into(),
+            );
+        }
+        let svc = ServiceFacts {
+            namespace: "web".into(),
+            name: "front".into(),
+            uid: "uid".into(),
+            ports: vec![port(80, 30080), port(443, 30443)],
+            annotations,
+            external_traffic_policy: TrafficPolicy::Cluster,
+            health_check_node_port: None,
+        };
+        let nodes = [NodeFacts {
+            name: "n".into(),
+            provider_id: Some("aws:///us-east-1a/i-0000000000000000a".into()),
+            labels: Default::default(),
+        }];
+        let config = ProviderConfig {
+            cluster_name: "lab".into(),
+            default_subnets: vec!["subnet-a".into()],
+            quotas: Default::default(),
+        };
+        build_stack(&svc, &nodes, &IpTargets::new(), &config).unwrap()
+    }
+
+    /// What exists: the stack as made, with `listeners` (port, protocol, tls) on its NLB.
+    fn observed(
+        stack: &Stack,
+        listeners: &[(u16, Option<TgProtocol>, Option<ListenerTls>)],
+    ) -> Observed {
+        let lb = &stack.load_balancer;
+        let target_groups = stack
+            .target_groups
+            .values()
+            .map(|t| ObservedTargetGroup {
+                tg: crate::observed::TargetGroup {
+                    arn: format!("arn:tg:{}", t.resource),
+                    name: t.name.clone(),
+                    protocol: t.protocol,
+                    port: t.port,
+                    target_type: t.target_type,
+                    health_check: t.health_check.clone(),
+                    load_balancer_arns: vec![LB.into()],
+                },
+                tags: t.tags.clone(),
+                attributes: None,
+                targets: t.targets.clone(),
+            })
+            .collect();
+        Observed {
+            load_balancers: vec![ObservedLoadBalancer {
+                lb: LoadBalancer {
+                    arn: LB.into(),
+                    name: lb.name.clone(),
+                    dns_name: "dns".into(),
+                    scheme: lb.scheme,
+                    subnets: lb.subnets.clone(),
+                    vpc_id: None,
+                },
+                tags: lb.tags.clone(),
+                attributes: None,
+                listeners: listeners
+                    .iter()
+                    .map(|(port, protocol, tls)| Listener {
+                        arn: format!("arn:listener:{port}"),
+                        load_balancer_arn: LB.into(),
+                        port: *port,
+                        protocol: *protocol,
+                        target_group_arn: Some(format!("arn:tg:{port}/TCP")),
+                        tls: tls.clone(),
+                    })
+                    .collect(),
+            }],
+            target_groups,
+        }
+    }
+
+    #[test]
+    fn listener_rows() {
+        let tcp = Some(TgProtocol::Tcp);
+        let modify = |port: u16, protocol: Option<TgProtocol>, tls: Option<ListenerTls>| {
+            Step::ModifyListener {
+                arn: format!("arn:listener:{port}"),
+                protocol,
+                tls,
+                target_group: TgRef::Arn(format!("arn:tg:{port}/TCP")),
+            }
+        };
+        type Row = (
+            &'static str,
+            Option<&'static str>,
+            Vec<(u16, Option<TgProtocol>, Option<ListenerTls>)>,
+            Vec<Step>,
+        );
+        let rows: Vec<Row> = vec![
+            (
+                "as made: nothing to do",
+                None,
+                vec![(80, tcp, None), (443, tcp, None)],
+                vec![],
+            ),
+            (
+                "TLS as made: nothing to do",
+                Some("P1"),
+                vec![(80, tcp, None), (443, tcp, tls("P1"))],
+                vec![],
+            ),
+            (
+                "a certificate arrives: 443 becomes TLS, with its protocol",
+                Some("P1"),
+                vec![(80, tcp, None), (443, tcp, None)],
+                vec![modify(443, tcp, tls("P1"))],
+            ),
+            (
+                "another policy: changed in place, the protocol left out",
+                Some("P2"),
+                vec![(80, tcp, None), (443, tcp, tls("P1"))],
+                vec![modify(443, None, tls("P2"))],
+            ),
+            (
+                "the certificate goes: 443 is plain TCP again",
+                None,
+                vec![(80, tcp, None), (443, tcp, tls("P1"))],
+                vec![modify(443, tcp, None)],
+            ),
+            (
+                "a protocol berth never makes, on a port it serves: set back",
+                None,
+                vec![(80, None, None), (443, tcp, None)],
+                vec![modify(80, tcp, None)],
+            ),
+            (
+                "a listener added by hand on a port the Service does not declare: removed",
+                None,
+                vec![(80, tcp, None), (443, tcp, None), (8443, tcp, tls("P1"))],
+                vec![Step::DeleteListener {
+                    arn: "arn:listener:8443".into(),
+                }],
+            ),
+        ];
+        for (what, policy, have, want) in rows {
+            let stack = desired(policy);
+            let steps = plan_stack(&stack, &observed(&stack, &have));
+            assert_eq!(steps, want, "{what}");
+        }
+    }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use berth_api::names::aws_tag;
 
-use crate::elbv2::{ApiError, ApiErrorKind, Elbv2, LbQuery, TgQuery, TAGS_PER_CALL};
+use crate::elbv2::{ApiError, ApiErrorKind, Elbv2, LbQuery, Page, TgQuery, TAGS_PER_CALL};
 use crate::metrics::{AwsMetrics, SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP};
 use crate::model::{
     build_stack, load_balancer_names, IpTargets, ModelError, NodeFacts, ProviderConfig,
@@ -38,6 +38,13 @@ pub enum Error {
     NotYetGone(usize),
     #[error("a step refers to {0}, which this reconcile did not create")]
     Unresolved(String),
+    #[error("{operation}: {reason}: the listing is given up")]
+    Paging {
+        operation: &'static str,
+        reason: String,
+    },
+    #[error("{what}: no answer within {after:?}")]
+    Timeout { what: &'static str, after: Duration },
 }
 
 impl Error {
@@ -46,7 +53,10 @@ impl Error {
         match self {
             Error::Model(_) | Error::NameTaken { .. } => false,
             Error::Api(e) => e.kind != ApiErrorKind::Invalid,
-            Error::NotYetGone(_) | Error::Unresolved(_) => true,
+            Error::NotYetGone(_)
+            | Error::Unresolved(_)
+            | Error::Paging { .. }
+            | Error::Timeout { .. } => true,
         }
     }
 }
@@ -82,6 +92,10 @@ struct Converged {
     skipped_nodes: Vec<String>,
 }
 
+/// The sweep's listing of a region at its quotas (3,000 target groups, a few hundred load
+/// balancers) is a few dozen pages and about 200 DescribeTags at 50 calls a second.
+pub const DEFAULT_LISTING_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// The NLB provider over any ELBv2 client.
 #[derive(Debug)]
 pub struct NlbProvider<C> {
@@ -90,6 +104,12 @@ pub struct NlbProvider<C> {
     /// A Service whose model has not changed since it converged is not read again until this
     /// much time has passed (or a sweep saw one of its resources vanish).
     verify_after: Duration,
+    /// How long the sweep's listing of the account may take.
+    listing_timeout: Duration,
+    /// Target groups in the region (every owner's) as the last listing counted them, kept
+    /// up to date with what berth creates and deletes since: a Service whose new target
+    /// groups would pass the regional quota is refused before it creates any.
+    region_target_groups: Mutex<Option<usize>>,
     converged: Mutex<HashMap<String, Converged>>,
     /// Services with an ensure under way: the sweep leaves their target groups alone, since a
     /// new one has no listener until the ensure reaches it.
@@ -139,6 +159,46 @@ fn ours(tags: &Tags, config: &ProviderConfig, service: Option<&str>) -> bool {
         && service.is_none_or(|s| tags.get(aws_tag::SERVICE).map(String::as_str) == Some(s))
 }
 
+/// Most pages one listing reads: at 400 items a page, far more load balancers and target
+/// groups than a region's quotas allow, so a longer listing is a server that never ends.
+pub const MAX_PAGES: usize = 100;
+
+/// Every page of a marker-paged Describe. A marker that comes back twice, or more than
+/// [`MAX_PAGES`] pages, ends the listing with an error instead of looping forever.
+/// Returns the items and how many were skipped as someone else's.
+async fn all_pages<T, F, Fut>(
+    operation: &'static str,
+    mut fetch: F,
+) -> Result<(Vec<T>, usize), Error>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<Page<T>, ApiError>>,
+{
+    let mut items = Vec::new();
+    let mut skipped = 0;
+    let mut seen = BTreeSet::new();
+    let mut marker = None;
+    for _ in 0..MAX_PAGES {
+        let page = fetch(marker.take()).await?;
+        items.extend(page.items);
+        skipped += page.skipped;
+        match page.next_marker {
+            None => return Ok((items, skipped)),
+            Some(m) if !seen.insert(m.clone()) => {
+                return Err(Error::Paging {
+                    operation,
+                    reason: format!("the marker {m:?} came back twice"),
+                })
+            }
+            Some(m) => marker = Some(m),
+        }
+    }
+    Err(Error::Paging {
+        operation,
+        reason: format!("more than {MAX_PAGES} pages"),
+    })
+}
+
 /// `NotFound` is an answer, not a failure, for a look-up.
 fn found<T: Default>(result: Result<T, ApiError>) -> Result<T, ApiError> {
     match result {
@@ -153,11 +213,19 @@ impl<C: Elbv2> NlbProvider<C> {
             client,
             config,
             verify_after,
+            listing_timeout: DEFAULT_LISTING_TIMEOUT,
+            region_target_groups: Mutex::new(None),
             converged: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(BTreeSet::new()),
             deleted: Mutex::new(HashMap::new()),
             metrics: Arc::new(AwsMetrics::default()),
         }
+    }
+
+    /// Bounds the sweep's listing of the account (default [`DEFAULT_LISTING_TIMEOUT`]).
+    pub fn with_listing_timeout(mut self, timeout: Duration) -> Self {
+        self.listing_timeout = timeout;
+        self
     }
 
     /// Counts what the sweep removes into `metrics` (the binary's registered ones).
@@ -230,6 +298,7 @@ impl<C: Elbv2> NlbProvider<C> {
             .await?;
         self.refuse_taken_names(&stack, &observed.foreign)?;
         let steps = plan_stack(&stack, &observed.ours);
+        self.check_region_quota(&steps)?;
         let changes = steps.len();
         let applied = self
             .apply(steps, &observed.ours, stack.load_balancer.tags.clone())
@@ -299,6 +368,33 @@ impl<C: Elbv2> NlbProvider<C> {
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, Instant::now());
         Ok(removed)
+    }
+
+    fn region_count(&self) -> std::sync::MutexGuard<'_, Option<usize>> {
+        self.region_target_groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses a plan whose new target groups would pass the regional quota, when a listing
+    /// has counted the region (before the first one, AWS's own refusal is the guard).
+    fn check_region_quota(&self, steps: &[Step]) -> Result<(), Error> {
+        let creates = steps
+            .iter()
+            .filter(|s| matches!(s, Step::CreateTargetGroup(_)))
+            .count();
+        let limit = self.config.quotas.target_groups_per_region;
+        match *self.region_count() {
+            Some(in_use) if creates > 0 && in_use + creates > limit => {
+                Err(Error::Model(ModelError::Quota {
+                    quota: "Target groups per Region",
+                    limit,
+                    needed: in_use + creates,
+                    hint: "; counted over every owner's target groups in the region as last listed: free some, or ask AWS for a higher quota",
+                }))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn refuse_taken_names(&self, stack: &Stack, foreign: &Foreign) -> Result<(), Error> {
@@ -504,6 +600,9 @@ impl<C: Elbv2> NlbProvider<C> {
                 Step::CreateTargetGroup(spec) => {
                     let resource = spec.resource.clone();
                     let tg = self.client.create_target_group(spec, vpc.clone()).await?;
+                    if let Some(n) = self.region_count().as_mut() {
+                        *n += 1;
+                    }
                     applied.target_groups.insert(resource, tg.arn);
                 }
                 Step::SetSubnets { arn, subnets } => self.client.set_subnets(arn, subnets).await?,
@@ -542,14 +641,18 @@ impl<C: Elbv2> NlbProvider<C> {
                 Step::ModifyListener {
                     arn,
                     protocol,
+                    tls,
                     target_group,
                 } => {
                     let tg = tg_arn(&target_group, &applied)?;
-                    self.client.modify_listener(arn, protocol, tg).await?
+                    self.client.modify_listener(arn, protocol, tls, tg).await?
                 }
                 Step::DeleteListener { arn } => found(self.client.delete_listener(arn).await)?,
                 Step::DeleteTargetGroup { arn } => {
-                    found(self.client.delete_target_group(arn).await)?
+                    found(self.client.delete_target_group(arn).await)?;
+                    if let Some(n) = self.region_count().as_mut() {
+                        *n = n.saturating_sub(1);
+                    }
                 }
                 Step::AddTags { arn, tags } => self.client.add_tags(arn, tags).await?,
                 Step::RemoveTags { arn, keys } => self.client.remove_tags(arn, keys).await?,
@@ -567,35 +670,28 @@ impl<C: Elbv2> NlbProvider<C> {
         self.sweep_listed(listing, live).await
     }
 
-    /// Lists every load balancer and target group of the account with their tags.
+    /// Lists every load balancer and target group of the account with their tags, within
+    /// [`Self::with_listing_timeout`]: a server that stops answering cannot stall the sweep.
     pub async fn list_for_sweep(&self) -> Result<SweepListing, Error> {
+        match tokio::time::timeout(self.listing_timeout, self.list_all()).await {
+            Ok(listing) => listing,
+            Err(_) => Err(Error::Timeout {
+                what: "listing the account for the sweep",
+                after: self.listing_timeout,
+            }),
+        }
+    }
+
+    async fn list_all(&self) -> Result<SweepListing, Error> {
         let started = Instant::now();
-        let mut lbs = Vec::new();
-        let mut marker = None;
-        loop {
-            let page = self
-                .client
-                .describe_load_balancers(LbQuery::All { marker })
-                .await?;
-            lbs.extend(page.items);
-            match page.next_marker {
-                Some(m) => marker = Some(m),
-                None => break,
-            }
-        }
-        let mut tgs = Vec::new();
-        let mut marker = None;
-        loop {
-            let page = self
-                .client
-                .describe_target_groups(TgQuery::All { marker })
-                .await?;
-            tgs.extend(page.items);
-            match page.next_marker {
-                Some(m) => marker = Some(m),
-                None => break,
-            }
-        }
+        let (lbs, _) = all_pages("DescribeLoadBalancers", |marker| {
+            self.client.describe_load_balancers(LbQuery::All { marker })
+        })
+        .await?;
+        let (tgs, foreign_tgs) = all_pages("DescribeTargetGroups", |marker| {
+            self.client.describe_target_groups(TgQuery::All { marker })
+        })
+        .await?;
         let tags = self
             .tags_of(
                 lbs.iter()
@@ -604,6 +700,17 @@ impl<C: Elbv2> NlbProvider<C> {
                     .collect(),
             )
             .await?;
+        let owned = |arn: &String| tags.get(arn).is_some_and(|t| ours(t, &self.config, None));
+        let region_tgs = tgs.len() + foreign_tgs;
+        self.metrics.listed(
+            lbs.iter().filter(|l| owned(&l.arn)).count(),
+            tgs.iter().filter(|t| owned(&t.arn)).count(),
+            region_tgs,
+        );
+        *self
+            .region_target_groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(region_tgs);
         Ok(SweepListing {
             load_balancers: lbs,
             target_groups: tgs,
@@ -691,6 +798,9 @@ impl<C: Elbv2> NlbProvider<C> {
                 if !live.contains(&service) || orphan {
                     tracing::info!(arn = %tg.arn, %service, orphan, "sweeping a target group");
                     found(self.client.delete_target_group(tg.arn.clone()).await)?;
+                    if let Some(n) = self.region_count().as_mut() {
+                        *n = n.saturating_sub(1);
+                    }
                     self.metrics.swept(SWEPT_TARGET_GROUP, 1);
                     swept.target_groups.push(tg.arn.clone());
                 }

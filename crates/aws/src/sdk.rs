@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_sdk_elasticloadbalancingv2 as elbv2;
 use aws_sdk_elasticloadbalancingv2::error::{ProvideErrorMetadata, SdkError};
@@ -15,7 +16,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use crate::elbv2::{ApiError, ApiErrorKind, ApiResult, Elbv2, LbQuery, Page, TgQuery};
 use crate::metrics::AwsMetrics;
 use crate::model::{
-    HcPort, HcProtocol, HealthCheck, ListenerSpec, LoadBalancerSpec, Scheme, Target,
+    HcPort, HcProtocol, HealthCheck, ListenerSpec, ListenerTls, LoadBalancerSpec, Scheme, Target,
     TargetGroupSpec, TargetType, TgProtocol,
 };
 use crate::observed::{Listener, LoadBalancer, Tags, TargetGroup};
@@ -35,6 +36,40 @@ impl Default for RateLimits {
             register: 4,
             modify: 3,
         }
+    }
+}
+
+/// How long one ELBv2 call may take. Without them a server that accepts a connection and
+/// never answers holds a reconcile, or the sweep, for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallTimeouts {
+    /// Connecting to the endpoint.
+    pub connect: Duration,
+    /// One attempt, from sending the request to the end of the answer.
+    pub attempt: Duration,
+    /// The whole call, retries and their backoff included.
+    pub operation: Duration,
+}
+
+impl Default for CallTimeouts {
+    fn default() -> Self {
+        CallTimeouts {
+            connect: Duration::from_millis(3100),
+            attempt: Duration::from_secs(10),
+            operation: Duration::from_secs(30),
+        }
+    }
+}
+
+impl CallTimeouts {
+    /// The SDK's form.
+    pub fn sdk_config(&self) -> aws_config::timeout::TimeoutConfig {
+        aws_config::timeout::TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .read_timeout(self.attempt)
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
     }
 }
 
@@ -80,17 +115,38 @@ impl SdkElbv2 {
     /// metadata); `endpoint_url` overrides the endpoint, for tests against a local server.
     pub async fn from_env(
         endpoint_url: Option<&str>,
+        timeouts: CallTimeouts,
         limits: RateLimits,
         metrics: Arc<AwsMetrics>,
     ) -> Self {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        Self::from_loader(
+            aws_config::defaults(aws_config::BehaviorVersion::latest()),
+            endpoint_url,
+            timeouts,
+            limits,
+            metrics,
+        )
+        .await
+    }
+
+    /// A client from `loader` (where credentials and region come from) with berth's HTTP
+    /// client, retries and timeouts: what [`Self::from_env`] builds, for any loader.
+    pub async fn from_loader(
+        loader: aws_config::ConfigLoader,
+        endpoint_url: Option<&str>,
+        timeouts: CallTimeouts,
+        limits: RateLimits,
+        metrics: Arc<AwsMetrics>,
+    ) -> Self {
+        let mut loader = loader
             .http_client(https_client())
             .retry_config(
                 aws_config::retry::RetryConfig::standard()
                     .with_max_attempts(5)
-                    .with_initial_backoff(std::time::Duration::from_millis(200))
-                    .with_max_backoff(std::time::Duration::from_secs(20)),
-            );
+                    .with_initial_backoff(Duration::from_millis(200))
+                    .with_max_backoff(Duration::from_secs(20)),
+            )
+            .timeout_config(timeouts.sdk_config());
         if let Some(url) = endpoint_url {
             loader = loader.endpoint_url(url);
         }
@@ -232,33 +288,34 @@ fn load_balancer(op: &'static str, lb: &t::LoadBalancer) -> ApiResult<LoadBalanc
     })
 }
 
-fn target_group(op: &'static str, tg: &t::TargetGroup) -> ApiResult<TargetGroup> {
-    let hc_protocol = tg
-        .health_check_protocol()
-        .and_then(|p| HcProtocol::parse(p.as_str()))
-        .unwrap_or(HcProtocol::Tcp);
+/// A target group as berth reads it, or `None` for one berth never makes: an ALB's HTTP(S),
+/// a TLS or GENEVE target group, a Lambda or ALB target type, a health-check port that is
+/// neither a number nor `traffic-port`. Most accounts have such target groups beside berth's;
+/// they are someone else's, so they are skipped here, before anything could fail on them.
+fn target_group(tg: &t::TargetGroup) -> Option<TargetGroup> {
+    let protocol = tg.protocol().and_then(tg_protocol)?;
+    let port = tg.port().and_then(|p| u16::try_from(p).ok())?;
+    let target_type = match tg.target_type() {
+        None => TargetType::Instance,
+        Some(t) => TargetType::parse(t.as_str())?,
+    };
+    let hc_protocol = match tg.health_check_protocol() {
+        None => HcProtocol::Tcp,
+        Some(p) => HcProtocol::parse(p.as_str())?,
+    };
     let http = hc_protocol != HcProtocol::Tcp;
     let hc_port = match tg.health_check_port() {
         None | Some("traffic-port") => HcPort::TrafficPort,
-        Some(p) => HcPort::Port(p.parse().map_err(|_| {
-            ApiError::new(
-                op,
-                ApiErrorKind::Invalid,
-                "IncompleteResponse",
-                format!("health check port {p:?}"),
-            )
-        })?),
+        Some(p) => HcPort::Port(p.parse().ok()?),
     };
     let small = |v: Option<i32>| v.and_then(|n| u16::try_from(n).ok()).unwrap_or_default();
-    Ok(TargetGroup {
-        arn: required(op, "TargetGroupArn", tg.target_group_arn())?.to_string(),
-        name: required(op, "TargetGroupName", tg.target_group_name())?.to_string(),
-        protocol: required(op, "Protocol", tg.protocol().and_then(tg_protocol))?,
-        port: port(op, tg.port())?,
-        target_type: tg
-            .target_type()
-            .and_then(|t| TargetType::parse(t.as_str()))
-            .unwrap_or(TargetType::Instance),
+    let tiny = |v: Option<i32>| v.and_then(|n| u8::try_from(n).ok()).unwrap_or_default();
+    Some(TargetGroup {
+        arn: tg.target_group_arn()?.to_string(),
+        name: tg.target_group_name()?.to_string(),
+        protocol,
+        port,
+        target_type,
         health_check: HealthCheck {
             protocol: hc_protocol,
             port: hc_port,
@@ -269,8 +326,8 @@ fn target_group(op: &'static str, tg: &t::TargetGroup) -> ApiResult<TargetGroup>
             },
             interval_seconds: small(tg.health_check_interval_seconds()),
             timeout_seconds: small(tg.health_check_timeout_seconds()),
-            healthy_threshold: small(tg.healthy_threshold_count()) as u8,
-            unhealthy_threshold: small(tg.unhealthy_threshold_count()) as u8,
+            healthy_threshold: tiny(tg.healthy_threshold_count()),
+            unhealthy_threshold: tiny(tg.unhealthy_threshold_count()),
             matcher: if http {
                 tg.matcher().and_then(|m| m.http_code()).map(str::to_string)
             } else {
@@ -279,6 +336,63 @@ fn target_group(op: &'static str, tg: &t::TargetGroup) -> ApiResult<TargetGroup>
         },
         load_balancer_arns: tg.load_balancer_arns().to_vec(),
     })
+}
+
+/// The target groups of a Describe answer that berth could have made; the rest are logged
+/// and left out.
+fn target_groups(tgs: &[t::TargetGroup]) -> Vec<TargetGroup> {
+    tgs.iter()
+        .filter_map(|tg| {
+            let read = target_group(tg);
+            if read.is_none() {
+                tracing::debug!(
+                    arn = tg.target_group_arn().unwrap_or_default(),
+                    protocol = ?tg.protocol(),
+                    target_type = ?tg.target_type(),
+                    "skipping a target group berth never makes"
+                );
+            }
+            read
+        })
+        .collect()
+}
+
+/// A listener's protocol as the diff compares it: a TLS listener terminates TLS in front of a
+/// TCP target group, so it reads as `TCP` with its TLS settings beside.
+fn listener_protocol(p: Option<&t::ProtocolEnum>) -> Option<TgProtocol> {
+    match p? {
+        t::ProtocolEnum::Tls => Some(TgProtocol::Tcp),
+        p => tg_protocol(p),
+    }
+}
+
+fn listener_tls(l: &t::Listener) -> Option<ListenerTls> {
+    if l.protocol() != Some(&t::ProtocolEnum::Tls) {
+        return None;
+    }
+    Some(ListenerTls {
+        certificate: l
+            .certificates()
+            .iter()
+            .find(|c| c.is_default() != Some(false))
+            .and_then(|c| c.certificate_arn())
+            .unwrap_or_default()
+            .to_string(),
+        policy: l.ssl_policy().unwrap_or_default().to_string(),
+    })
+}
+
+fn listener_sdk_protocol(protocol: TgProtocol, tls: Option<&ListenerTls>) -> t::ProtocolEnum {
+    match tls {
+        Some(_) => t::ProtocolEnum::Tls,
+        None => sdk_protocol(protocol),
+    }
+}
+
+fn certificates(tls: &ListenerTls) -> Vec<t::Certificate> {
+    vec![t::Certificate::builder()
+        .certificate_arn(&tls.certificate)
+        .build()]
 }
 
 fn sdk_tags(tags: &Tags) -> Vec<t::Tag> {
@@ -329,6 +443,7 @@ impl Elbv2 for SdkElbv2 {
                     .map(|items| Page {
                         items,
                         next_marker: out.next_marker().map(str::to_string),
+                        skipped: 0,
                     }),
                 Err(e) => Err(api_error(OP, e)),
             }
@@ -346,15 +461,14 @@ impl Elbv2 for SdkElbv2 {
         };
         self.call(Class::Describe, OP, async {
             match req.send().await {
-                Ok(out) => out
-                    .target_groups()
-                    .iter()
-                    .map(|tg| target_group(OP, tg))
-                    .collect::<ApiResult<Vec<_>>>()
-                    .map(|items| Page {
+                Ok(out) => {
+                    let items = target_groups(out.target_groups());
+                    Ok(Page {
+                        skipped: out.target_groups().len() - items.len(),
                         items,
                         next_marker: out.next_marker().map(str::to_string),
-                    }),
+                    })
+                }
                 Err(e) => Err(api_error(OP, e)),
             }
         })
@@ -415,7 +529,10 @@ impl Elbv2 for SdkElbv2 {
                                 .unwrap_or_default()
                                 .to_string(),
                             port: port(OP, l.port())?,
-                            protocol: required(OP, "Protocol", l.protocol().and_then(tg_protocol))?,
+                            // A protocol berth never makes (a QUIC listener added by hand)
+                            // is a difference to repair, not a reason to fail.
+                            protocol: listener_protocol(l.protocol()),
+                            tls: listener_tls(l),
                             target_group_arn: l
                                 .default_actions()
                                 .iter()
@@ -565,13 +682,13 @@ impl Elbv2 for SdkElbv2 {
         }
         self.call(Class::Modify, OP, async {
             match req.send().await {
-                Ok(out) => match out.target_groups().first() {
-                    Some(tg) => target_group(OP, tg),
+                Ok(out) => match out.target_groups().first().and_then(target_group) {
+                    Some(tg) => Ok(tg),
                     None => Err(ApiError::new(
                         OP,
                         ApiErrorKind::Invalid,
                         "IncompleteResponse",
-                        "no target group in the response",
+                        "no target group berth can read in the response",
                     )),
                 },
                 Err(e) => Err(api_error(OP, e)),
@@ -592,7 +709,9 @@ impl Elbv2 for SdkElbv2 {
             .client
             .create_listener()
             .load_balancer_arn(&load_balancer_arn)
-            .protocol(sdk_protocol(spec.protocol))
+            .protocol(listener_sdk_protocol(spec.protocol, spec.tls.as_ref()))
+            .set_certificates(spec.tls.as_ref().map(certificates))
+            .set_ssl_policy(spec.tls.as_ref().map(|t| t.policy.clone()))
             .port(i32::from(spec.port))
             .default_actions(forward(target_group_arn.clone()))
             .set_tags(Some(sdk_tags(&tags)));
@@ -603,8 +722,9 @@ impl Elbv2 for SdkElbv2 {
                         arn: arn.to_string(),
                         load_balancer_arn,
                         port: spec.port,
-                        protocol: spec.protocol,
+                        protocol: Some(spec.protocol),
                         target_group_arn: Some(target_group_arn),
+                        tls: spec.tls,
                     }),
                     None => Err(ApiError::new(
                         OP,
@@ -707,7 +827,8 @@ impl Elbv2 for SdkElbv2 {
     async fn modify_listener(
         &self,
         arn: String,
-        protocol: TgProtocol,
+        protocol: Option<TgProtocol>,
+        tls: Option<ListenerTls>,
         target_group_arn: String,
     ) -> ApiResult<()> {
         const OP: &str = "ModifyListener";
@@ -715,7 +836,9 @@ impl Elbv2 for SdkElbv2 {
             self.client
                 .modify_listener()
                 .listener_arn(arn)
-                .protocol(sdk_protocol(protocol))
+                .set_protocol(protocol.map(|p| listener_sdk_protocol(p, tls.as_ref())))
+                .set_certificates(tls.as_ref().map(certificates))
+                .set_ssl_policy(tls.as_ref().map(|t| t.policy.clone()))
                 .default_actions(forward(target_group_arn))
                 .send()
                 .await

@@ -229,7 +229,7 @@ proptest! {
 
     #[test]
     fn any_history_converges_to_exactly_the_model(ops in proptest::collection::vec(op(), 1..14)) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         rt.block_on(run(ops));
     }
 }

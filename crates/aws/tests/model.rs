@@ -167,10 +167,12 @@ fn instance_targets_come_from_provider_ids_and_others_are_reported() {
     nodes.push(NodeFacts {
         name: "bare".into(),
         provider_id: Some("kind://docker/kind/kind-worker".into()),
+        labels: Default::default(),
     });
     nodes.push(NodeFacts {
         name: "none".into(),
         provider_id: None,
+        labels: Default::default(),
     });
     let svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
     let stack = build_stack(&svc, &nodes, &IpTargets::new(), &mk_config()).unwrap();
@@ -266,4 +268,212 @@ fn no_subnets_and_missing_node_ports_are_clear_errors() {
         build_stack(&none, &[], &IpTargets::new(), &mk_config()),
         Err(ModelError::NoPorts)
     );
+}
+
+fn mk_labelled(i: usize, zone: &str, labels: &[(&str, &str)]) -> NodeFacts {
+    NodeFacts {
+        name: format!("node-{i}"),
+        provider_id: Some(format!("aws:///{zone}/{}", instance(i))),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+#[test]
+fn target_node_labels_choose_the_instance_targets() {
+    let nodes = vec![
+        mk_labelled(0, "us-east-1a", &[("pool", "edge"), ("tier", "web")]),
+        mk_labelled(1, "us-east-1a", &[("pool", "edge")]),
+        mk_labelled(2, "us-east-1b", &[("pool", "batch"), ("tier", "web")]),
+        mk_labelled(3, "us-east-1b", &[]),
+    ];
+    let mut svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let targets = |svc: &berth_aws::ServiceFacts| -> Vec<String> {
+        let stack = build_stack(svc, &nodes, &IpTargets::new(), &mk_config()).unwrap();
+        stack.target_groups["80/TCP"]
+            .targets
+            .iter()
+            .map(|t| t.id.clone())
+            .collect()
+    };
+    // Without the annotation every eligible node is a target.
+    assert_eq!(targets(&svc).len(), 4);
+    // Every label listed must match, value included.
+    for (value, want) in [
+        ("pool=edge", vec![0, 1]),
+        ("pool=edge, tier=web", vec![0]),
+        ("tier=web", vec![0, 2]),
+        ("pool=gpu", vec![]),
+    ] {
+        svc.annotations
+            .insert(ann::AWS_TARGET_NODE_LABELS.into(), value.into());
+        let want: Vec<String> = want.into_iter().map(instance).collect();
+        assert_eq!(targets(&svc), want, "{value}");
+    }
+    svc.annotations
+        .insert(ann::AWS_TARGET_NODE_LABELS.into(), "pool".into());
+    assert!(matches!(
+        build_stack(&svc, &nodes, &IpTargets::new(), &mk_config()),
+        Err(ModelError::Annotation { annotation, .. }) if annotation == ann::AWS_TARGET_NODE_LABELS
+    ));
+}
+
+#[test]
+fn a_service_that_cannot_fit_the_quotas_is_refused_whole() {
+    // 51 ports: one listener more than a Network Load Balancer may have.
+    let ports: Vec<_> = (0..51)
+        .map(|i| mk_port(1000 + i, Protocol::Tcp, 30000 + i))
+        .collect();
+    let svc = mk_service("web", "wide", ports.clone());
+    let err = build_stack(&svc, &mk_nodes(1), &IpTargets::new(), &mk_config()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ModelError::Quota {
+                quota: "Listeners per Network Load Balancer",
+                limit: 50,
+                needed: 51,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err
+        .to_string()
+        .contains("Listeners per Network Load Balancer"));
+    let fits = mk_service("web", "wide", ports[..50].to_vec());
+    assert!(build_stack(&fits, &mk_nodes(1), &IpTargets::new(), &mk_config()).is_ok());
+
+    // Registrations per zone: each node counts once per target group.
+    let mut config = mk_config();
+    config.quotas.targets_per_zone = 5;
+    let two_ports = mk_service(
+        "web",
+        "front",
+        vec![
+            mk_port(80, Protocol::Tcp, 30080),
+            mk_port(443, Protocol::Tcp, 30443),
+        ],
+    );
+    let zoned = |a: usize, b: usize| -> Vec<NodeFacts> {
+        (0..a)
+            .map(|i| mk_labelled(i, "us-east-1a", &[]))
+            .chain((a..a + b).map(|i| mk_labelled(i, "us-east-1b", &[])))
+            .collect()
+    };
+    // 2 ports x 2 nodes per zone = 4 registrations per zone: fits.
+    assert!(build_stack(&two_ports, &zoned(2, 2), &IpTargets::new(), &config).is_ok());
+    // 2 ports x 3 nodes in one zone = 6.
+    let err = build_stack(&two_ports, &zoned(3, 1), &IpTargets::new(), &config).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ModelError::Quota {
+                limit: 5,
+                needed: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(ann::AWS_TARGET_NODE_LABELS),
+        "the refusal says how to fit: {err}"
+    );
+    // Targets per target group.
+    config.quotas.targets_per_zone = 500;
+    config.quotas.targets_per_target_group = 3;
+    let err = build_stack(&two_ports, &zoned(2, 2), &IpTargets::new(), &config).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ModelError::Quota {
+                quota: "Targets per target group per Region",
+                needed: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn proxy_protocol_star_turns_v2_on_for_every_target_group() {
+    let mut svc = mk_service(
+        "web",
+        "front",
+        vec![
+            mk_port(80, Protocol::Tcp, 30080),
+            mk_port(443, Protocol::Tcp, 30443),
+        ],
+    );
+    svc.annotations.insert(
+        ann::AWS_TARGET_GROUP_ATTRIBUTES.into(),
+        "proxy_protocol_v2.enabled=false,deregistration_delay.timeout_seconds=30".into(),
+    );
+    svc.annotations
+        .insert(ann::AWS_PROXY_PROTOCOL.into(), "*".into());
+    let stack = build_stack(&svc, &mk_nodes(1), &IpTargets::new(), &mk_config()).unwrap();
+    for tg in stack.target_groups.values() {
+        assert_eq!(
+            tg.attributes
+                .get("proxy_protocol_v2.enabled")
+                .map(String::as_str),
+            Some("true"),
+            "the annotation wins over the attribute"
+        );
+        assert_eq!(
+            tg.attributes
+                .get("deregistration_delay.timeout_seconds")
+                .map(String::as_str),
+            Some("30")
+        );
+    }
+    svc.annotations
+        .insert(ann::AWS_PROXY_PROTOCOL.into(), "80".into());
+    assert!(matches!(
+        build_stack(&svc, &mk_nodes(1), &IpTargets::new(), &mk_config()),
+        Err(ModelError::Annotation { annotation, .. }) if annotation == ann::AWS_PROXY_PROTOCOL
+    ));
+}
+
+#[test]
+fn tls_listeners_only_on_tcp_ports_with_one_certificate() {
+    let cert = "arn:aws:acm:us-east-1:123456789012:certificate/abc";
+    let mut dns = mk_port(53, Protocol::Udp, 30053);
+    dns.name = Some("dns".into());
+    let mut svc = mk_service(
+        "web",
+        "front",
+        vec![mk_port(443, Protocol::Tcp, 30443), dns],
+    );
+    svc.annotations
+        .insert(ann::AWS_SSL_CERT.into(), cert.into());
+    // Every port by default: the UDP one cannot be TLS.
+    let refused = |svc: &berth_aws::ServiceFacts, key: &str| {
+        matches!(
+            build_stack(svc, &mk_nodes(1), &IpTargets::new(), &mk_config()),
+            Err(ModelError::Annotation { annotation, .. }) if annotation == key
+        )
+    };
+    assert!(refused(&svc, ann::AWS_SSL_CERT));
+    svc.annotations
+        .insert(ann::AWS_SSL_PORTS.into(), "dns".into());
+    assert!(refused(&svc, ann::AWS_SSL_PORTS));
+    svc.annotations
+        .insert(ann::AWS_SSL_PORTS.into(), "443".into());
+    let stack = build_stack(&svc, &mk_nodes(1), &IpTargets::new(), &mk_config()).unwrap();
+    let tls = stack.listeners[&443].tls.clone().unwrap();
+    assert_eq!(
+        (tls.certificate.as_str(), tls.policy.as_str()),
+        (cert, "ELBSecurityPolicy-2016-08")
+    );
+    assert_eq!(stack.listeners[&53].tls, None);
+    // The target group stays TCP behind a TLS listener.
+    assert_eq!(stack.target_groups["443/TCP"].protocol, TgProtocol::Tcp);
+    svc.annotations
+        .insert(ann::AWS_SSL_CERT.into(), format!("{cert},{cert}2"));
+    assert!(refused(&svc, ann::AWS_SSL_CERT));
 }

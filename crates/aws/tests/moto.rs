@@ -35,6 +35,7 @@ fn nodes(moto: &Moto, n: usize) -> Vec<NodeFacts> {
         .map(|(i, id)| NodeFacts {
             name: format!("node-{i}"),
             provider_id: Some(format!("aws:///us-east-1a/{id}")),
+            labels: Default::default(),
         })
         .collect()
 }
@@ -123,6 +124,7 @@ fn config(moto: &Moto) -> ProviderConfig {
     ProviderConfig {
         cluster_name: CLUSTER.to_string(),
         default_subnets: moto.subnets.clone(),
+        quotas: Default::default(),
     }
 }
 
@@ -287,4 +289,250 @@ async fn the_nlb_follows_the_service_through_its_life_in_moto() {
     );
     let names = moto.python("print(sorted(l['LoadBalancerName'] for l in elb.describe_load_balancers()['LoadBalancers']))").unwrap();
     assert_eq!(names.trim(), "['someone-elses']");
+}
+
+/// A real account is not empty: an ALB with its HTTP target group and listener, a Lambda
+/// target group, TLS, HTTPS and GENEVE target groups, another cluster's NLB with berth's tags,
+/// and a TLS listener someone added by hand to a berth NLB. The sweep still removes a berth
+/// orphan, a reconcile still converges, and nothing of anyone else's is touched.
+#[tokio::test]
+async fn strangers_resources_neither_stop_the_sweep_nor_are_touched() {
+    let moto = match moto::start(2) {
+        Ok(m) => m,
+        Err(reason) if !required() => {
+            eprintln!("skipping: {reason}");
+            return;
+        }
+        Err(reason) => panic!("required under CI: {reason}"),
+    };
+    let (client, metrics) = moto::client(&moto);
+    let p = NlbProvider::new(client, config(&moto), Duration::ZERO).with_metrics(metrics.clone());
+    let live = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let orphan = mk_service("web", "gone", vec![mk_port(53, Protocol::Udp, 30053)]);
+    let ensured = p
+        .ensure(&live, &nodes(&moto, 2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    p.ensure(&orphan, &nodes(&moto, 2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+
+    let strangers = format!(
+        r#"
+ec2 = boto3.client('ec2', endpoint_url=elb.meta.endpoint_url, region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing')
+acm = boto3.client('acm', endpoint_url=elb.meta.endpoint_url, region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing')
+subnets = ['{s0}', '{s1}']
+vpc = ec2.describe_subnets(SubnetIds=subnets)['Subnets'][0]['VpcId']
+alb = elb.create_load_balancer(Name='shop-alb', Subnets=subnets, Type='application')['LoadBalancers'][0]['LoadBalancerArn']
+http = elb.create_target_group(Name='shop-http', Protocol='HTTP', Port=80, VpcId=vpc)['TargetGroups'][0]['TargetGroupArn']
+elb.create_listener(LoadBalancerArn=alb, Protocol='HTTP', Port=80, DefaultActions=[{{'Type': 'forward', 'TargetGroupArn': http}}])
+elb.create_target_group(Name='shop-lambda', TargetType='lambda')
+elb.create_target_group(Name='shop-tls', Protocol='TLS', Port=443, VpcId=vpc)
+elb.create_target_group(Name='shop-https', Protocol='HTTPS', Port=443, VpcId=vpc)
+elb.create_target_group(Name='shop-geneve', Protocol='GENEVE', Port=6081, VpcId=vpc)
+other = [{{'Key': '{cluster}', 'Value': 'other'}}, {{'Key': '{service}', 'Value': 'web/gone'}}, {{'Key': '{resource}', 'Value': 'LoadBalancer'}}]
+elb.create_load_balancer(Name='other-cluster', Subnets=subnets, Type='network', Tags=other)
+elb.create_target_group(Name='other-cluster-tg', Protocol='TCP', Port=30999, VpcId=vpc, Tags=other)
+cert = acm.request_certificate(DomainName='front.example.com')['CertificateArn']
+tcp = [t for t in elb.describe_target_groups(LoadBalancerArn='{lb}')['TargetGroups']][0]['TargetGroupArn']
+elb.create_listener(LoadBalancerArn='{lb}', Protocol='TLS', Port=8443, Certificates=[{{'CertificateArn': cert}}], DefaultActions=[{{'Type': 'forward', 'TargetGroupArn': tcp}}])
+"#,
+        s0 = moto.subnets[0],
+        s1 = moto.subnets[1],
+        cluster = aws_tag::CLUSTER,
+        service = aws_tag::SERVICE,
+        resource = aws_tag::RESOURCE,
+        lb = ensured.load_balancer_arn,
+    );
+    moto.python(&strangers).unwrap();
+    let everything = "print(sorted([l['LoadBalancerName'] for l in elb.describe_load_balancers()['LoadBalancers']] + [t['TargetGroupName'] for t in elb.describe_target_groups()['TargetGroups']]))";
+    let before = moto.python(everything).unwrap();
+
+    // The orphan goes; the strangers stay.
+    let swept = p.sweep(&BTreeSet::from([live.key()])).await.unwrap();
+    assert_eq!(
+        (swept.load_balancers.len(), swept.target_groups.len()),
+        (1, 1),
+        "{swept:?}"
+    );
+    let o = ours(p.client()).await;
+    assert_eq!(o.lbs.keys().collect::<Vec<_>>(), [&live.key()]);
+    let after = moto.python(everything).unwrap();
+    let strangers_left = |listing: &str| -> Vec<String> {
+        listing
+            .trim_matches(|c| "[]\n ".contains(c))
+            .split(", ")
+            .map(|s| s.trim_matches('\'').to_string())
+            .filter(|n| !n.starts_with("berth-"))
+            .collect()
+    };
+    assert_eq!(strangers_left(&before), strangers_left(&after));
+    assert_eq!(strangers_left(&after).len(), 8, "{after}");
+
+    // The Service with a hand-made TLS listener converges: berth's NLB serves the Service's
+    // ports, so the listener on a port it does not declare is removed, not failed on.
+    let again = p
+        .ensure(
+            &live,
+            &nodes(&moto, 2),
+            &IpTargets::new(),
+            Some(&ensured.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.load_balancer_arn, ensured.load_balancer_arn);
+    assert_eq!(ours(p.client()).await.listeners[&live.key()], vec![80]);
+    let quiet = metrics.mutating();
+    let steady = p
+        .ensure(
+            &live,
+            &nodes(&moto, 2),
+            &IpTargets::new(),
+            Some(&ensured.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_eq!((steady.changes, metrics.mutating() - quiet), (0, 0));
+    // The listing counted every target group of the region, the strangers' included.
+    assert_eq!(metrics.region_target_groups(), 8);
+    assert_eq!(metrics.owned(SWEPT_TARGET_GROUP), 2);
+}
+
+/// A server that accepts connections and never answers, as `--aws-endpoint-url`: every call
+/// of the client the controller builds ends in an error, and so does the sweep's listing.
+#[tokio::test]
+async fn a_hung_endpoint_ends_in_an_error_not_a_stall() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    // Holds every connection open without a byte of answer, until the test ends.
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            open.push(conn);
+        }
+    });
+    let loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ));
+    let timeouts = berth_aws::CallTimeouts {
+        connect: Duration::from_millis(500),
+        attempt: Duration::from_millis(300),
+        operation: Duration::from_secs(2),
+    };
+    let metrics = std::sync::Arc::new(berth_aws::metrics::AwsMetrics::default());
+    let client = SdkElbv2::from_loader(
+        loader,
+        Some(&url),
+        timeouts,
+        berth_aws::RateLimits::default(),
+        metrics,
+    )
+    .await;
+    let p = NlbProvider::new(
+        client,
+        ProviderConfig {
+            cluster_name: CLUSTER.to_string(),
+            default_subnets: vec!["subnet-0000000a".into()],
+            quotas: Default::default(),
+        },
+        Duration::ZERO,
+    );
+    // The bound is the test's guard against hanging for ever, not a timing assertion.
+    let listed = tokio::time::timeout(Duration::from_secs(120), p.list_for_sweep())
+        .await
+        .expect("the sweep's listing hung on an endpoint that never answers");
+    let err = listed.expect_err("a listing from a server that never answers");
+    assert!(err.is_retryable(), "{err}");
+    let svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let ensured = tokio::time::timeout(
+        Duration::from_secs(120),
+        p.ensure(&svc, &[], &IpTargets::new(), None),
+    )
+    .await
+    .expect("a reconcile hung on an endpoint that never answers");
+    assert!(ensured.is_err());
+    held.abort();
+}
+
+/// `aws-load-balancer-ssl-cert`, `-ssl-ports` and `-ssl-negotiation-policy`: a TLS listener
+/// on the port named, with the certificate and policy, changed in place; a steady state calls
+/// nothing.
+#[tokio::test]
+async fn tls_listeners_terminate_on_the_ports_named() {
+    let moto = match moto::start(1) {
+        Ok(m) => m,
+        Err(reason) if !required() => {
+            eprintln!("skipping: {reason}");
+            return;
+        }
+        Err(reason) => panic!("required under CI: {reason}"),
+    };
+    let cert = moto
+        .python("acm = boto3.client('acm', endpoint_url=elb.meta.endpoint_url, region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing')\nprint(acm.request_certificate(DomainName='front.example.com')['CertificateArn'])")
+        .unwrap()
+        .trim()
+        .to_string();
+    let (client, metrics) = moto::client(&moto);
+    let p = NlbProvider::new(client, config(&moto), Duration::ZERO).with_metrics(metrics.clone());
+    let mut http = mk_port(80, Protocol::Tcp, 30080);
+    http.name = Some("http".into());
+    let mut https = mk_port(443, Protocol::Tcp, 30443);
+    https.name = Some("https".into());
+    let mut svc = mk_service("web", "front", vec![http, https]);
+    svc.annotations
+        .insert(ann::AWS_SSL_CERT.into(), cert.clone());
+    svc.annotations
+        .insert(ann::AWS_SSL_PORTS.into(), "https".into());
+    // (moto reports a policy on TCP listeners too; only a TLS listener's is read.)
+    let listeners = |arn: &str| -> String {
+        moto.python(&format!(
+            "print(sorted((l['Port'], l['Protocol'], [c['CertificateArn'] for c in l.get('Certificates', [])], l.get('SslPolicy') if l['Protocol'] == 'TLS' else None) for l in elb.describe_listeners(LoadBalancerArn='{arn}')['Listeners']))"
+        ))
+        .unwrap()
+        .trim()
+        .to_string()
+    };
+    let first = p
+        .ensure(&svc, &nodes(&moto, 1), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    let arn = first.load_balancer_arn.clone();
+    assert_eq!(
+        listeners(&arn),
+        format!("[(80, 'TCP', [], None), (443, 'TLS', ['{cert}'], 'ELBSecurityPolicy-2016-08')]")
+    );
+    let quiet = metrics.mutating();
+    let steady = p
+        .ensure(&svc, &nodes(&moto, 1), &IpTargets::new(), Some(&arn))
+        .await
+        .unwrap();
+    assert_eq!((steady.changes, metrics.mutating() - quiet), (0, 0));
+
+    // Another policy: the TLS listener changes in place, nothing else does. (A listener that
+    // switches between TCP and TLS is ModifyListener with a new protocol, which moto refuses
+    // for TLS; the in-memory ELBv2 covers it.)
+    svc.annotations.insert(
+        ann::AWS_SSL_NEGOTIATION_POLICY.into(),
+        "ELBSecurityPolicy-TLS-1-2-2017-01".into(),
+    );
+    let changed = p
+        .ensure(&svc, &nodes(&moto, 1), &IpTargets::new(), Some(&arn))
+        .await
+        .unwrap();
+    assert_eq!(
+        (changed.load_balancer_arn.as_str(), changed.changes),
+        (arn.as_str(), 1)
+    );
+    assert_eq!(
+        listeners(&arn),
+        format!("[(80, 'TCP', [], None), (443, 'TLS', ['{cert}'], 'ELBSecurityPolicy-TLS-1-2-2017-01')]")
+    );
+    let quiet = metrics.mutating();
+    let steady = p
+        .ensure(&svc, &nodes(&moto, 1), &IpTargets::new(), Some(&arn))
+        .await
+        .unwrap();
+    assert_eq!((steady.changes, metrics.mutating() - quiet), (0, 0));
 }

@@ -436,3 +436,164 @@ async fn a_crash_between_any_two_calls_never_leaves_a_duplicate() {
         assert!(restarted.client().snapshot().target_groups.is_empty());
     }
 }
+
+/// An endpoint whose every page names the same next marker: the listing ends with an error
+/// after the second time, instead of looping and growing for ever.
+#[tokio::test]
+async fn a_marker_that_comes_back_ends_the_listing() {
+    let p = provider(mk_fake(1));
+    let svc = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    p.ensure(&svc, &mk_nodes(1), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    p.client().repeat_markers(true);
+    p.client().reset_calls();
+    let err = p.list_for_sweep().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Paging {
+                operation: "DescribeLoadBalancers",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.is_retryable());
+    // The first page, then the repeat: two calls, not an endless loop.
+    assert_eq!(p.client().calls().get("DescribeLoadBalancers"), Some(&2));
+    let err = p.sweep(&BTreeSet::new()).await.unwrap_err();
+    assert!(matches!(err, Error::Paging { .. }), "{err}");
+    // Nothing was swept on a listing that never finished.
+    p.client().repeat_markers(false);
+    assert_exactly(&p.client().snapshot(), &svc, &[80], 1);
+}
+
+/// The regional quota counts every owner's target groups as last listed, plus what berth
+/// made since: a Service whose new target groups would not fit is refused before any call
+/// that changes something, and one that fits still converges.
+#[tokio::test]
+async fn the_regional_target_group_quota_refuses_before_creating() {
+    let mut config = mk_config();
+    config.quotas.target_groups_per_region = 3;
+    let p = NlbProvider::new(mk_fake(1), config, Duration::ZERO);
+    let one = mk_service("web", "one", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    p.ensure(&one, &mk_nodes(1), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    p.list_for_sweep().await.unwrap();
+    assert_eq!(p.metrics().region_target_groups(), 1);
+    let two = mk_service(
+        "web",
+        "two",
+        vec![
+            mk_port(80, Protocol::Tcp, 30081),
+            mk_port(443, Protocol::Tcp, 30444),
+        ],
+    );
+    // 1 + 2 = 3: fits.
+    p.ensure(&two, &mk_nodes(1), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    let three = mk_service("web", "three", vec![mk_port(80, Protocol::Tcp, 30082)]);
+    let before = mutating_calls(p.client());
+    let err = p
+        .ensure(&three, &mk_nodes(1), &IpTargets::new(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Model(berth_aws::ModelError::Quota {
+                quota: "Target groups per Region",
+                limit: 3,
+                needed: 4,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert_eq!(mutating_calls(p.client()), before);
+    // A deletion frees room.
+    p.delete(&one, None).await.unwrap();
+    p.ensure(&three, &mk_nodes(1), &IpTargets::new(), None)
+        .await
+        .unwrap();
+}
+
+/// A listener switches between TCP and TLS in place (ModifyListener with the new protocol,
+/// which moto refuses for TLS) as the certificate and ports come and go.
+#[tokio::test]
+async fn listeners_switch_between_tcp_and_tls_in_place() {
+    let p = provider(mk_fake(1));
+    let cert = "arn:aws:acm:us-east-1:000000000000:certificate/front";
+    let mut svc = mk_service(
+        "web",
+        "front",
+        vec![
+            mk_port(80, Protocol::Tcp, 30080),
+            mk_port(443, Protocol::Tcp, 30443),
+        ],
+    );
+    let tls_ports = |p: &NlbProvider<MemoryElbv2>| -> Vec<(u16, Option<String>)> {
+        let mut l: Vec<_> = p
+            .client()
+            .snapshot()
+            .listeners
+            .iter()
+            .map(|l| (l.port, l.tls.as_ref().map(|t| t.policy.clone())))
+            .collect();
+        l.sort();
+        l
+    };
+    let first = p
+        .ensure(&svc, &mk_nodes(1), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    svc.annotations
+        .insert(ann::AWS_SSL_CERT.into(), cert.into());
+    svc.annotations
+        .insert(ann::AWS_SSL_PORTS.into(), "443".into());
+    let tls = p
+        .ensure(
+            &svc,
+            &mk_nodes(1),
+            &IpTargets::new(),
+            Some(&first.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_eq!(tls.changes, 1, "one ModifyListener");
+    assert_eq!(
+        tls_ports(&p),
+        [(80, None), (443, Some("ELBSecurityPolicy-2016-08".into()))]
+    );
+    // Every port, by leaving -ssl-ports out.
+    svc.annotations.remove(ann::AWS_SSL_PORTS);
+    p.ensure(
+        &svc,
+        &mk_nodes(1),
+        &IpTargets::new(),
+        Some(&first.load_balancer_arn),
+    )
+    .await
+    .unwrap();
+    assert!(tls_ports(&p).iter().all(|(_, t)| t.is_some()));
+    // Without the certificate: plain TCP again, the same load balancer and target groups.
+    svc.annotations.remove(ann::AWS_SSL_CERT);
+    let plain = p
+        .ensure(
+            &svc,
+            &mk_nodes(1),
+            &IpTargets::new(),
+            Some(&first.load_balancer_arn),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (plain.changes, plain.load_balancer_arn),
+        (2, first.load_balancer_arn)
+    );
+    assert_eq!(tls_ports(&p), [(80, None), (443, None)]);
+    assert_exactly(&p.client().snapshot(), &svc, &[80, 443], 1);
+}

@@ -14,7 +14,7 @@ use crate::allocation::Worker;
 use crate::config::ControllerConfig;
 use crate::endpoints::EndpointsController;
 use crate::events::{event_queue, EVENT_QUEUE, EVENT_WRITERS};
-use crate::lease::LeaderElector;
+use crate::lease::{LeaderElector, Term};
 use crate::load_balancer::{AwsRunner, L2Provider, Provider};
 use crate::metrics::Metrics;
 use crate::service_feed::service_feed;
@@ -41,6 +41,8 @@ pub struct AllocationController {
     endpoints: Option<EndpointsController>,
     /// The `aws-nlb` class's controller, run beside the allocation worker in every term.
     aws: Option<AwsRunner>,
+    /// Until when leading is certain (what the AWS client is fenced by).
+    term: Term,
 }
 
 impl AllocationController {
@@ -61,7 +63,14 @@ impl AllocationController {
             provider: Arc::new(L2Provider),
             readiness: None,
             aws: None,
+            term: Term::default(),
         }
+    }
+
+    /// Until when this replica's leadership is certain: fences work that must stop before a
+    /// successor starts (calls to AWS).
+    pub fn term(&self) -> Term {
+        self.term.clone()
     }
 
     /// Serves the `aws-nlb` class with this runner (see `load_balancer::aws`).
@@ -86,12 +95,14 @@ impl AllocationController {
     /// (list, adopt, assign) each time leadership is gained.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let Some(lease_cfg) = self.cfg.lease.clone() else {
+            self.term.extend_unbounded();
             let (_tx, rx) = watch::channel(true);
             self.metrics.leader.set(1);
             self.lead(rx, shutdown).await?;
             return Ok(());
         };
-        let elector = LeaderElector::new(self.client.clone(), lease_cfg);
+        let elector =
+            LeaderElector::new(self.client.clone(), lease_cfg).with_term(self.term.clone());
         let (tx, rx) = watch::channel(false);
         let election_stop = CancellationToken::new();
         // A task of its own, so that a busy allocation loop cannot delay the renewals past

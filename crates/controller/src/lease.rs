@@ -4,6 +4,7 @@
 //! before anyone may take over), and hand the Lease back on shutdown. The decision is a pure
 //! function; the loop around it is thin.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -78,10 +79,71 @@ pub fn attempt_limit(
     }
 }
 
+/// Until when this replica's leadership is certain, on the monotonic clock: the start of its
+/// last successful renewal plus the renew deadline. Work that must never overlap a successor's
+/// (calls to AWS) checks it before every call and is cut off when it passes, so a replica
+/// that was partitioned, or paused and woken, stops before the election loop has even run
+/// again; a standby cannot take over before the lease duration, which is longer. Shared by
+/// cloning; without leader election it never ends.
+#[derive(Debug, Clone)]
+pub struct Term(Arc<Mutex<TermState>>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TermState {
+    Ended,
+    Until(tokio::time::Instant),
+    Unbounded,
+}
+
+impl Default for Term {
+    fn default() -> Self {
+        Term(Arc::new(Mutex::new(TermState::Ended)))
+    }
+}
+
+impl Term {
+    fn set(&self, state: TermState) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    }
+
+    /// A term that never ends (a single replica without leader election).
+    pub fn unbounded() -> Self {
+        let term = Term::default();
+        term.extend_unbounded();
+        term
+    }
+
+    /// Leads until told otherwise (no leader election).
+    pub fn extend_unbounded(&self) {
+        self.set(TermState::Unbounded);
+    }
+
+    /// Leading is certain until `until`.
+    pub fn extend(&self, until: tokio::time::Instant) {
+        self.set(TermState::Until(until));
+    }
+
+    /// Leading is over (lost, or about to hand the Lease back).
+    pub fn end(&self) {
+        self.set(TermState::Ended);
+    }
+
+    /// `Some(deadline)` while leading is certain (`None` once it is not); without leader
+    /// election, a deadline a day ahead, renewed at every call.
+    pub fn valid_until(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        match *self.0.lock().unwrap_or_else(|e| e.into_inner()) {
+            TermState::Ended => None,
+            TermState::Until(t) => (t > now).then_some(t),
+            TermState::Unbounded => Some(now + Duration::from_secs(86_400)),
+        }
+    }
+}
+
 /// Runs the election until shutdown, publishing whether this replica leads.
 pub struct LeaderElector {
     api: Api<Lease>,
     cfg: LeaseConfig,
+    term: Term,
 }
 
 impl LeaderElector {
@@ -90,7 +152,14 @@ impl LeaderElector {
         Self {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
+            term: Term::default(),
         }
+    }
+
+    /// Publishes the term's deadline into `term` as renewals succeed.
+    pub fn with_term(mut self, term: Term) -> Self {
+        self.term = term;
+        self
     }
 
     /// Attempts every retry period; `leading` follows the outcome. On shutdown the flag drops
@@ -113,6 +182,7 @@ impl LeaderElector {
             match result {
                 Ok(true) => {
                     last_renew = Some(started);
+                    self.term.extend((started + self.cfg.renew_deadline).into());
                     if !*leading.borrow() {
                         tracing::info!(identity = %self.cfg.identity, lease = %self.cfg.name, "became leader");
                     }
@@ -120,6 +190,7 @@ impl LeaderElector {
                 }
                 Ok(false) => {
                     last_renew = None;
+                    self.term.end();
                     if leading.send_replace(false) {
                         tracing::warn!(identity = %self.cfg.identity, "lost the lease to another replica");
                     }
@@ -127,6 +198,9 @@ impl LeaderElector {
                 Err(e) => {
                     tracing::warn!(error = %e, "lease attempt failed");
                     let expired = last_renew.is_none_or(|t| t.elapsed() >= self.cfg.renew_deadline);
+                    if expired {
+                        self.term.end();
+                    }
                     if expired && leading.send_replace(false) {
                         tracing::warn!(identity = %self.cfg.identity, "renew deadline passed; stopped leading");
                     }
@@ -137,6 +211,8 @@ impl LeaderElector {
                 _ = tokio::time::sleep(self.cfg.retry_period) => {}
             }
         }
+        // Over before the Lease is handed back: a standby may take over at once.
+        self.term.end();
         if leading.send_replace(false) {
             if let Err(e) = self.release().await {
                 tracing::warn!(error = %e, "releasing the lease failed; a standby takes over when it expires");

@@ -40,15 +40,20 @@ pub async fn run_controller(
         ));
         let sdk = berth_aws::SdkElbv2::from_env(
             aws.endpoint_url.as_deref(),
+            berth_aws::CallTimeouts::default(),
             berth_aws::RateLimits::default(),
             metrics.clone(),
         )
         .await;
+        // Every AWS call is fenced by the leadership term, so a deposed leader stops calling
+        // before a successor starts.
+        let fenced = crate::load_balancer::Fenced::new(sdk, controller.term());
         let provider = berth_aws::NlbProvider::new(
-            sdk,
+            fenced,
             berth_aws::ProviderConfig {
                 cluster_name: aws.cluster_name,
                 default_subnets: aws.subnets,
+                quotas: Default::default(),
             },
             aws.verify_after,
         )

@@ -40,6 +40,7 @@ fn fake_provider() -> Arc<NlbProvider<MemoryElbv2>> {
     let config = ProviderConfig {
         cluster_name: "lab".into(),
         default_subnets: SUBNETS.iter().map(|s| s.to_string()).collect(),
+        quotas: Default::default(),
     };
     Arc::new(NlbProvider::new(fake, config, Duration::from_secs(3600)))
 }

@@ -54,6 +54,22 @@ pub struct Outcome {
     pub affinity_set: Option<ChainName>,
 }
 
+/// One rule a packet matched: where it stands and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    pub table: Table,
+    pub chain: ChainName,
+    pub rule: Rule,
+}
+
+/// One way through the ruleset: the rules matched in order, the outcome and its probability.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracedPath {
+    pub hits: Vec<Hit>,
+    pub outcome: Outcome,
+    pub probability: f64,
+}
+
 #[derive(Debug, Clone)]
 struct State {
     dst: IpAddr,
@@ -63,6 +79,7 @@ struct State {
     masq: bool,
     recent_set: Option<ChainName>,
     prob: f64,
+    hits: Vec<Hit>,
 }
 
 impl State {
@@ -76,6 +93,7 @@ impl State {
             masq: false,
             recent_set: None,
             prob: 1.0,
+            hits: Vec::new(),
         }
     }
 }
@@ -155,6 +173,7 @@ impl Tracer<'_> {
     fn run_rules(
         &self,
         table: Table,
+        chain: &ChainName,
         rules: &[Rule],
         state: State,
         depth: usize,
@@ -167,13 +186,18 @@ impl Tracer<'_> {
         if p < 1.0 {
             let mut miss = state.clone();
             miss.prob *= 1.0 - p;
-            out.extend(self.run_rules(table, rest, miss, depth)?);
+            out.extend(self.run_rules(table, chain, rest, miss, depth)?);
         }
         if p <= 0.0 {
             return Ok(out);
         }
         let mut hit = state;
         hit.prob *= p;
+        hit.hits.push(Hit {
+            table,
+            chain: chain.clone(),
+            rule: rule.clone(),
+        });
         for m in rule.matches.iter() {
             if let Match::Recent {
                 name,
@@ -185,10 +209,10 @@ impl Tracer<'_> {
         }
         let flow = match &rule.target {
             None => None,
-            Some(Target::Jump(chain)) => {
-                for (s, flow) in self.run_chain(table, chain, hit.clone(), depth + 1)? {
+            Some(Target::Jump(to)) => {
+                for (s, flow) in self.run_chain(table, to, hit.clone(), depth + 1)? {
                     match flow {
-                        Flow::Return => out.extend(self.run_rules(table, rest, s, depth)?),
+                        Flow::Return => out.extend(self.run_rules(table, chain, rest, s, depth)?),
                         other => out.push((s, other)),
                     }
                 }
@@ -225,7 +249,7 @@ impl Tracer<'_> {
         };
         match flow {
             Some(flow) => out.push((hit, flow)),
-            None => out.extend(self.run_rules(table, rest, hit, depth)?),
+            None => out.extend(self.run_rules(table, chain, rest, hit, depth)?),
         }
         Ok(out)
     }
@@ -245,7 +269,7 @@ impl Tracer<'_> {
         let rules = self.rs.chain(table, chain).ok_or_else(|| Error::Trace {
             reason: format!("jump to missing chain {table}/{chain}"),
         })?;
-        self.run_rules(table, rules, state, depth)
+        self.run_rules(table, chain, rules, state, depth)
     }
 
     /// One built-in hook: berth's jumps from it, in order; falling off the end is the ACCEPT policy.
@@ -262,7 +286,7 @@ impl Tracer<'_> {
             .filter(|jump| jump.table == table && jump.from.as_str() == builtin)
             .map(|jump| jump.rule.clone())
             .collect();
-        self.run_rules(table, &rules, state, 0)
+        self.run_rules(table, &ChainName::new(builtin), &rules, state, 0)
     }
 }
 
@@ -287,6 +311,20 @@ fn then_hook(
 
 /// Every outcome of the packet with its probability, sorted and merged.
 pub fn trace(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Vec<(Outcome, f64)>, Error> {
+    let mut merged: BTreeMap<Outcome, f64> = BTreeMap::new();
+    for path in trace_paths(rs, env, packet)? {
+        *merged.entry(path.outcome).or_default() += path.probability;
+    }
+    Ok(merged.into_iter().collect())
+}
+
+/// Every way the packet can take, each with the rules it matched in order (built-in hooks'
+/// jumps included), its outcome and probability; not merged, so two endpoints are two paths.
+pub fn trace_paths(
+    rs: &Ruleset,
+    env: &TraceEnv,
+    packet: &Packet,
+) -> Result<Vec<TracedPath>, Error> {
     let tracer = Tracer { rs, env, packet };
     let start = State::arriving(packet);
     let mut finished = Vec::new();
@@ -331,7 +369,6 @@ pub fn trace(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Vec<(Outco
             )?);
         }
     }
-    let mut merged: BTreeMap<Outcome, f64> = BTreeMap::new();
     let finished = finished.into_iter().map(|(s, flow)| {
         let verdict = if flow == Flow::Reject {
             Verdict::Reject
@@ -344,15 +381,18 @@ pub fn trace(rs: &Ruleset, env: &TraceEnv, packet: &Packet) -> Result<Vec<(Outco
         let verdict = s.dnat.map_or(Verdict::Delivered, Verdict::Dnat);
         (s, verdict)
     });
-    for (s, verdict) in finished.chain(delivered) {
-        let outcome = Outcome {
-            verdict,
-            masqueraded: s.masq,
-            affinity_set: s.recent_set,
-        };
-        *merged.entry(outcome).or_default() += s.prob;
-    }
-    Ok(merged.into_iter().collect())
+    Ok(finished
+        .chain(delivered)
+        .map(|(s, verdict)| TracedPath {
+            outcome: Outcome {
+                verdict,
+                masqueraded: s.masq,
+                affinity_set: s.recent_set,
+            },
+            probability: s.prob,
+            hits: s.hits,
+        })
+        .collect())
 }
 
 fn is_dispatch_chain(chain: &ChainName) -> bool {

@@ -495,3 +495,37 @@ fn ipv6_tree_dispatch_matches_linear() {
         assert_eq!(outcomes(&tree, &env, &np), expected);
     }
 }
+
+#[test]
+fn each_path_names_every_rule_it_hit() {
+    let view = mk_fixed_view();
+    for dispatch in [Dispatch::Linear, Dispatch::Tree] {
+        let rs = plan(&view, &mk_options(dispatch));
+        let paths = trace::trace_paths(&rs, &env(), &from_client("10.96.0.10", 80)).unwrap();
+        assert_eq!(paths.len(), 2, "{dispatch:?}: one path per endpoint");
+        for path in &paths {
+            let Verdict::Dnat(to) = path.outcome.verdict else {
+                panic!("{dispatch:?}: {:?}", path.outcome)
+            };
+            let first = &path.hits[0];
+            assert_eq!(
+                (first.table, first.chain.as_str()),
+                (Table::Nat, "PREROUTING")
+            );
+            assert!(
+                path.hits
+                    .iter()
+                    .any(|h| h.chain.as_str().starts_with("BERTH-SEP-")
+                        && h.rule.target == Some(Target::Dnat(to))),
+                "{dispatch:?}: the DNAT to {to} is a hit"
+            );
+            assert!(
+                path.hits
+                    .iter()
+                    .any(|h| matches!(h.rule.target, Some(Target::Masquerade { .. }))),
+                "{dispatch:?}: an off-cluster client is masqueraded"
+            );
+            assert!((path.probability - 0.5).abs() < 1e-9);
+        }
+    }
+}

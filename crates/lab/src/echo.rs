@@ -255,9 +255,23 @@ impl EchoHandle {
         self.udp_addr
     }
 
-    /// TCP connections currently open.
+    /// TCP connections currently open, as the server sees them: a connection the client has
+    /// just closed counts until its worker has read the end of it.
     pub fn open_connections(&self) -> usize {
         self.connections.lock().map_or(0, |guard| guard.len())
+    }
+
+    /// [`Self::open_connections`] once it equals `expected`, or its last value after `timeout`:
+    /// closes reach the server's workers some time after the client made them.
+    pub fn open_connections_settled(&self, expected: usize, timeout: Duration) -> usize {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let open = self.open_connections();
+            if open == expected || std::time::Instant::now() >= deadline {
+                return open;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 

@@ -7,6 +7,9 @@
 //! [`netns`] binds sockets inside named network namespaces, so that one process can serve the lab's
 //! namespaces (agents in node namespaces reach the API server there) and loopback in its own.
 //!
+//! [`workloads`] is the lab's controller-manager for `apps/v1`: Deployments roll out through
+//! ReplicaSets whose pods the lab kubelet runs.
+//!
 //! [`topology`] builds the lab's network out of namespaces (a LAN bridge, nodes, pods, clients)
 //! and deletes it again; [`echo`] is the small TCP/UDP server pods run, answering with the pod's
 //! name and the client address it sees, which is what datapath tests assert on.
@@ -17,6 +20,7 @@ pub mod echo;
 pub mod kubelet;
 pub mod netns;
 pub mod topology;
+pub mod workloads;
 
 pub use apiserver::{
     run_apiserver, ApiServerOptions, Faults, LabApiServer, LabApiServerBuilder, LabApiServerHandle,

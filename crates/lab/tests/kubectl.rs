@@ -59,18 +59,6 @@ impl Kubectl {
         stdout
     }
 
-    /// Run, require failure, return stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} succeeded: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        stderr
-    }
-
     fn manifest(&self, name: &str, text: &str) -> String {
         let path = self.dir.join(name);
         std::fs::write(&path, text).unwrap();
@@ -479,9 +467,14 @@ fn generators(k: &Kubectl) {
         ]),
         "81 gen"
     );
-    // Deployments are not served: the lab has no workload controllers, and says so.
-    let refused = k.fails(&["create", "deployment", "web", "--image=echo"]);
-    assert!(refused.contains("deployments"), "{refused}");
+    // kubectl's Deployment generator sends protobuf too (its rollouts: tests/kubectl_deployments.rs).
+    assert!(k
+        .ok(&["create", "deployment", "gen", "--image=echo", "--port=8080"])
+        .contains("deployment.apps/gen created"));
+    assert_eq!(
+        k.ok(&["get", "deploy", "gen", "-o", "jsonpath={.spec.template.spec.containers[0].ports[0].containerPort} {.spec.strategy.type}"]),
+        "8080 RollingUpdate"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,7 @@ pub fn mk_config() -> ProviderConfig {
     ProviderConfig {
         cluster_name: CLUSTER.to_string(),
         default_subnets: SUBNETS.iter().map(|s| s.to_string()).collect(),
+        quotas: Default::default(),
     }
 }
 
@@ -49,6 +50,7 @@ pub fn mk_nodes(n: usize) -> Vec<NodeFacts> {
         .map(|i| NodeFacts {
             name: format!("node-{i}"),
             provider_id: Some(format!("aws:///us-east-1a/{}", instance(i))),
+            labels: Default::default(),
         })
         .collect()
 }

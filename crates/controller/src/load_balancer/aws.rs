@@ -13,14 +13,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_api::names::{
-    annotation as ann, class, event as ev, field_manager, finalizer as fin, label,
+    annotation as ann, class, condition as cond, event as ev, field_manager, finalizer as fin,
+    label,
 };
+use berth_api::set_condition;
 use berth_aws::elbv2::Elbv2;
 use berth_aws::{IpTargets, NlbProvider, NodeFacts, PortFacts, ServiceFacts};
 use berth_core::{Protocol, TrafficPolicy};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
@@ -115,6 +118,19 @@ pub fn build_service_facts(svc: &Service) -> ServiceFacts {
     }
 }
 
+/// Whether a slice was written by an endpoints controller (Kubernetes' or berth's). Anyone
+/// who may create an EndpointSlice could otherwise label one with the Service's name and
+/// have the NLB send its traffic to any address.
+pub fn is_managed_slice(slice: &EndpointSlice) -> bool {
+    matches!(
+        slice
+            .labels()
+            .get(label::ENDPOINTSLICE_MANAGED_BY)
+            .map(String::as_str),
+        Some(label::ENDPOINTSLICE_MANAGED_BY_KUBERNETES | label::ENDPOINTSLICE_MANAGED_BY_BERTH)
+    )
+}
+
 /// `ip` targets: the ready addresses of the Service's EndpointSlices, per Service port, with the
 /// port each pod listens on (a slice port matches the Service port of the same name).
 pub fn build_ip_targets(svc: &Service, slices: &[Arc<EndpointSlice>]) -> IpTargets {
@@ -137,6 +153,7 @@ pub fn build_ip_targets(svc: &Service, slices: &[Arc<EndpointSlice>]) -> IpTarge
     for slice in slices {
         if slice.namespace().as_deref() != Some(namespace.as_str())
             || slice.labels().get(label::ENDPOINTSLICE_SERVICE_NAME) != Some(&name)
+            || !is_managed_slice(slice)
         {
             continue;
         }
@@ -165,7 +182,13 @@ pub fn build_ip_targets(svc: &Service, slices: &[Arc<EndpointSlice>]) -> IpTarge
     targets
 }
 
-/// Nodes that may be targets: Ready, not excluded by label, not being deleted.
+/// The taint the cluster autoscaler puts on a node it is about to delete.
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// Nodes that may be targets: Ready, not excluded by label, not being deleted, and not
+/// about to be deleted by the cluster autoscaler (as kube-proxy's health check fails such a
+/// node, KEP-3836): its targets are deregistered while it still serves, so connections
+/// drain for the target group's `deregistration_delay.timeout_seconds`.
 pub fn build_node_facts(nodes: &[Arc<Node>]) -> Vec<NodeFacts> {
     let mut out: Vec<NodeFacts> = nodes
         .iter()
@@ -173,6 +196,12 @@ pub fn build_node_facts(nodes: &[Arc<Node>]) -> Vec<NodeFacts> {
         .filter(|n| {
             !n.labels()
                 .contains_key(label::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS)
+        })
+        .filter(|n| {
+            !n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == TO_BE_DELETED_TAINT))
         })
         .filter(|n| {
             n.status
@@ -183,10 +212,90 @@ pub fn build_node_facts(nodes: &[Arc<Node>]) -> Vec<NodeFacts> {
         .map(|n| NodeFacts {
             name: n.name_any(),
             provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            labels: n.labels().clone(),
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// Longest condition message: an error can quote annotation values, which are the user's.
+const MESSAGE_MAX: usize = 1024;
+
+/// The `berth.dev/LoadBalancerReady` condition's reason for an outcome.
+pub fn reason_of(error: &berth_aws::Error) -> &'static str {
+    match error {
+        berth_aws::Error::Model(berth_aws::ModelError::Quota { .. }) => {
+            cond::reason::QUOTA_EXCEEDED
+        }
+        berth_aws::Error::Model(_) | berth_aws::Error::NameTaken { .. } => {
+            cond::reason::INVALID_CONFIGURATION
+        }
+        _ => cond::reason::PROVISIONING_FAILED,
+    }
+}
+
+/// The Service's conditions with `berth.dev/LoadBalancerReady` set from the outcome (`Ok`:
+/// provisioned; `Err`: the reason and message), or `None` when that changes nothing.
+pub fn build_ready_condition(
+    svc: &Service,
+    outcome: Result<(), (&'static str, String)>,
+    now: Time,
+) -> Option<Vec<Condition>> {
+    let (status, reason, mut message) = match outcome {
+        Ok(()) => (cond::TRUE, cond::reason::PROVISIONED, String::new()),
+        Err((reason, message)) => (cond::FALSE, reason, message),
+    };
+    if message.len() > MESSAGE_MAX {
+        let mut end = MESSAGE_MAX;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("...");
+    }
+    let mut conditions = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let changed = set_condition(
+        &mut conditions,
+        Condition {
+            type_: cond::LOAD_BALANCER_READY.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message,
+            observed_generation: svc.metadata.generation,
+            last_transition_time: now,
+        },
+    );
+    changed.then_some(conditions)
+}
+
+/// Writes the conditions, guarded by `resource_version` so the allocation loop's own
+/// condition, written meanwhile, is never overwritten (a conflict retries the reconcile).
+async fn write_conditions(
+    api: &Api<Service>,
+    name: &str,
+    resource_version: Option<String>,
+    conditions: Vec<Condition>,
+) -> Result<(), AwsLoopError> {
+    let patch = json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"conditions": conditions},
+    });
+    api.patch_status(name, &params(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| AwsLoopError::Kube {
+            action: "writing the LoadBalancerReady condition",
+            source,
+        })
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 fn params() -> PatchParams {
@@ -235,11 +344,22 @@ async fn apply<C: Elbv2 + 'static>(
                 format!("Error syncing load balancer: {e}"),
             )
             .await;
+            if let Some(conditions) =
+                build_ready_condition(&svc, Err((reason_of(&e), e.to_string())), now())
+            {
+                let api: Api<Service> =
+                    Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default());
+                let rv = svc.resource_version();
+                if let Err(w) = write_conditions(&api, &svc.name_any(), rv, conditions).await {
+                    tracing::warn!(service = %key(&svc), error = %w, "could not record the failure on the Service");
+                }
+            }
             return Err(e.into());
         }
     };
     let api: Api<Service> =
         Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default());
+    let mut resource_version = svc.resource_version();
     let has_status = svc
         .status
         .as_ref()
@@ -261,22 +381,29 @@ async fn apply<C: Elbv2 + 'static>(
     }
     if known.as_deref() != Some(ensured.load_balancer_arn.as_str()) {
         let patch = json!({"metadata": {"annotations": {ann::AWS_LOAD_BALANCER_ARN: ensured.load_balancer_arn}}});
-        api.patch(&svc.name_any(), &params(), &Patch::Merge(&patch))
+        let written = api
+            .patch(&svc.name_any(), &params(), &Patch::Merge(&patch))
             .await
             .map_err(|source| AwsLoopError::Kube {
                 action: "remembering the load balancer's ARN",
                 source,
             })?;
+        resource_version = written.resource_version();
     }
     if !has_status {
         let patch =
             json!({"status": {"loadBalancer": {"ingress": [{"hostname": ensured.hostname}]}}});
-        api.patch_status(&svc.name_any(), &params(), &Patch::Merge(&patch))
+        let written = api
+            .patch_status(&svc.name_any(), &params(), &Patch::Merge(&patch))
             .await
             .map_err(|source| AwsLoopError::Kube {
                 action: "writing the load balancer's hostname",
                 source,
             })?;
+        resource_version = written.resource_version();
+    }
+    if let Some(conditions) = build_ready_condition(&svc, Ok(()), now()) {
+        write_conditions(&api, &svc.name_any(), resource_version, conditions).await?;
     }
     if ensured.changes > 0 || !has_status {
         record(
@@ -633,25 +760,54 @@ mod tests {
             "metadata": {"name": "web", "namespace": "shop"},
             "spec": {"ports": [{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]}
         }));
-        let slice = |ns: &str,
-                     service: &str,
-                     ready: Option<bool>,
-                     ip: &str|
+        let slice_by = |manager: Option<&str>,
+                        ns: &str,
+                        service: &str,
+                        ready: Option<bool>,
+                        ip: &str|
          -> Arc<EndpointSlice> {
+            let mut labels = json!({"kubernetes.io/service-name": service});
+            if let Some(manager) = manager {
+                labels["endpointslice.kubernetes.io/managed-by"] = json!(manager);
+            }
             from(json!({
                 "metadata": {"name": format!("{service}-{ip}"), "namespace": ns,
-                             "labels": {"kubernetes.io/service-name": service}},
+                             "labels": labels},
                 "addressType": "IPv4",
                 "ports": [{"name": "http", "port": 8080}, {"name": "dns", "port": 5353}, {"name": "other", "port": 9}],
                 "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}}]
             }))
         };
+        let slice = |ns: &str, service: &str, ready: Option<bool>, ip: &str| {
+            slice_by(
+                Some("endpointslice-controller.k8s.io"),
+                ns,
+                service,
+                ready,
+                ip,
+            )
+        };
         let slices = vec![
             slice("shop", "web", Some(true), "10.244.1.5"),
-            slice("shop", "web", None, "10.244.2.7"),
+            slice_by(
+                Some("endpointslice-controller.berth.dev"),
+                "shop",
+                "web",
+                None,
+                "10.244.2.7",
+            ),
             slice("shop", "web", Some(false), "10.244.3.9"),
             slice("other", "web", Some(true), "10.244.4.1"),
             slice("shop", "api", Some(true), "10.244.5.1"),
+            // Labelled with the Service's name by someone who is no endpoints controller.
+            slice_by(None, "shop", "web", Some(true), "192.0.2.66"),
+            slice_by(
+                Some("someone-else"),
+                "shop",
+                "web",
+                Some(true),
+                "192.0.2.67",
+            ),
         ];
         let targets = build_ip_targets(&svc, &slices);
         let http: Vec<String> = targets[&80]
@@ -662,6 +818,95 @@ mod tests {
         assert_eq!(targets[&53].len(), 2);
         assert!(targets[&53].iter().all(|(_, p)| *p == 5353));
         assert_eq!(targets.len(), 2);
+    }
+
+    #[test]
+    fn nodes_about_to_be_deleted_or_excluded_are_no_targets() {
+        let node =
+            |name: &str, labels: serde_json::Value, taints: serde_json::Value| -> Arc<Node> {
+                from(json!({
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"providerID": format!("aws:///us-east-1a/i-{name}"), "taints": taints},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+                }))
+            };
+        let nodes = vec![
+            node("a", json!({"pool": "edge"}), json!([])),
+            node(
+                "b",
+                json!({}),
+                json!([{"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}]),
+            ),
+            node(
+                "c",
+                json!({"node.kubernetes.io/exclude-from-external-load-balancers": ""}),
+                json!([]),
+            ),
+            node(
+                "d",
+                json!({}),
+                json!([{"key": "other", "effect": "NoSchedule"}]),
+            ),
+        ];
+        let facts = build_node_facts(&nodes);
+        let names: Vec<&str> = facts.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["a", "d"]);
+        assert_eq!(
+            facts[0].labels.get("pool").map(String::as_str),
+            Some("edge")
+        );
+    }
+
+    #[test]
+    fn the_ready_condition_names_the_quota_and_changes_only_on_news() {
+        let at =
+            |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + s).unwrap());
+        let mut svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "wide", "namespace": "shop", "generation": 3},
+            "status": {"conditions": [{"type": "berth.dev/Allocated", "status": "True",
+                "reason": "Allocated", "message": "", "lastTransitionTime": "2023-11-14T22:13:20Z"}]}
+        }))
+        .unwrap();
+        let quota = berth_aws::Error::Model(berth_aws::ModelError::Quota {
+            quota: "Listeners per Network Load Balancer",
+            limit: 50,
+            needed: 60,
+            hint: "",
+        });
+        assert_eq!(reason_of(&quota), "QuotaExceeded");
+        let failed =
+            build_ready_condition(&svc, Err((reason_of(&quota), quota.to_string())), at(0))
+                .expect("a new condition");
+        assert_eq!(failed.len(), 2, "the allocation loop's condition is kept");
+        let ready = &failed[1];
+        assert_eq!(
+            (
+                ready.type_.as_str(),
+                ready.status.as_str(),
+                ready.reason.as_str()
+            ),
+            ("berth.dev/LoadBalancerReady", "False", "QuotaExceeded")
+        );
+        assert!(ready
+            .message
+            .contains("Listeners per Network Load Balancer"));
+        assert_eq!(ready.observed_generation, Some(3));
+        svc.status.as_mut().unwrap().conditions = Some(failed.clone());
+        // The same failure again writes nothing.
+        assert_eq!(
+            build_ready_condition(&svc, Err((reason_of(&quota), quota.to_string())), at(5)),
+            None
+        );
+        // Success moves the transition time; a message is bounded.
+        let ok = build_ready_condition(&svc, Ok(()), at(9)).unwrap();
+        assert_eq!(
+            (ok[1].status.as_str(), ok[1].last_transition_time.clone()),
+            ("True", at(9))
+        );
+        let long =
+            build_ready_condition(&svc, Err(("ProvisioningFailed", "é".repeat(2000))), at(9))
+                .unwrap();
+        assert!(long[1].message.len() <= MESSAGE_MAX + 3);
     }
 
     #[test]

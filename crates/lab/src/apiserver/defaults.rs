@@ -8,6 +8,8 @@ pub fn fill_defaults(info: &ResourceInfo, obj: &mut Value) {
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "services") => service(obj),
         ("", "pods") => pod(obj),
+        ("apps", "deployments") => deployment(obj),
+        ("apps", "replicasets") => replica_set(obj),
         ("discovery.k8s.io", "endpointslices") => {
             for port in obj["ports"].as_array_mut().into_iter().flatten() {
                 default(port, "protocol", json!("TCP"));
@@ -64,6 +66,43 @@ fn pod(obj: &mut Value) {
     }
 }
 
+/// `SetDefaults_Deployment`: one replica, RollingUpdate with 25% surge and unavailability, ten
+/// old ReplicaSets kept, a 600 s progress deadline, and the pod defaults in the template (so a
+/// template read back from a ReplicaSet by `rollout undo` equals the Deployment's).
+fn deployment(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec") else {
+        return;
+    };
+    default(spec, "replicas", json!(1));
+    default(spec, "revisionHistoryLimit", json!(10));
+    default(spec, "progressDeadlineSeconds", json!(600));
+    default(spec, "strategy", json!({}));
+    let strategy = &mut spec["strategy"];
+    default(strategy, "type", json!("RollingUpdate"));
+    if strategy["type"] == "RollingUpdate" {
+        default(strategy, "rollingUpdate", json!({}));
+        default(
+            &mut strategy["rollingUpdate"],
+            "maxUnavailable",
+            json!("25%"),
+        );
+        default(&mut strategy["rollingUpdate"], "maxSurge", json!("25%"));
+    }
+    if let Some(template) = spec.get_mut("template") {
+        pod(template);
+    }
+}
+
+fn replica_set(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec") else {
+        return;
+    };
+    default(spec, "replicas", json!(1));
+    if let Some(template) = spec.get_mut("template") {
+        pod(template);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +137,32 @@ mod tests {
         assert_eq!(svc["spec"]["ports"][0]["protocol"], "UDP");
         assert_eq!(svc["spec"]["sessionAffinity"], "ClientIP");
         assert!(svc["spec"].get("externalTrafficPolicy").is_none());
+    }
+
+    #[test]
+    fn deployment_defaults_as_upstream_sets_them() {
+        let mut d = json!({"spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80}]}]}}}});
+        fill_defaults(&info("deployments"), &mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(
+            d["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        );
+        assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+        assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["ports"][0]["protocol"],
+            "TCP"
+        );
+        let mut recreate = json!({"spec": {"replicas": 0, "strategy": {"type": "Recreate"}}});
+        fill_defaults(&info("deployments"), &mut recreate);
+        assert_eq!(recreate["spec"]["replicas"], 0);
+        assert_eq!(recreate["spec"]["strategy"], json!({"type": "Recreate"}));
+        let mut rs = json!({"spec": {"template": {"spec": {"containers": []}}}});
+        fill_defaults(&info("replicasets"), &mut rs);
+        assert_eq!(rs["spec"]["replicas"], 1);
+        assert_eq!(rs["spec"]["template"]["spec"]["dnsPolicy"], "ClusterFirst");
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub fn resource_list(cat: &Catalogue, group: &str, version: &str) -> Option<Valu
             resources.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if r.scale_subresource {
+            resources.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
+        }
     }
     let gv = if group.is_empty() {
         version.to_owned()
@@ -160,6 +164,7 @@ pub fn openapi_v3_group_version(cat: &Catalogue, gv_path: &str) -> Option<Value>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn openapi_v3_lists_patch_with_field_validation() {
@@ -209,6 +214,35 @@ mod tests {
     }
 
     #[test]
+    fn apps_serves_deployments_and_replicasets_with_scale() {
+        let cat = Catalogue::build([]);
+        let doc = resource_list(&cat, "apps", "v1").unwrap();
+        let resources = doc["resources"].as_array().unwrap();
+        let names: Vec<&str> = resources
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "deployments",
+                "deployments/status",
+                "deployments/scale",
+                "replicasets",
+                "replicasets/status",
+                "replicasets/scale"
+            ]
+        );
+        let scale = &resources[2];
+        assert_eq!(
+            (&scale["group"], &scale["version"], &scale["kind"]),
+            (&json!("autoscaling"), &json!("v1"), &json!("Scale"))
+        );
+        assert_eq!(resources[0]["shortNames"], json!(["deploy"]));
+        assert_eq!(resources[0]["categories"], json!(["all"]));
+    }
+
+    #[test]
     fn groups_exclude_core() {
         let cat = Catalogue::build([]);
         let doc = api_group_list(&cat);
@@ -224,6 +258,7 @@ mod tests {
                 "discovery.k8s.io",
                 "coordination.k8s.io",
                 "events.k8s.io",
+                "apps",
                 "apiextensions.k8s.io"
             ]
         );

@@ -11,6 +11,7 @@ pub mod managed;
 pub mod patch;
 pub mod protobuf;
 pub mod resource;
+pub mod scale;
 pub mod schema;
 pub mod selector;
 mod server;

@@ -24,6 +24,9 @@ pub struct ResourceInfo {
     pub kind: String,
     pub namespaced: bool,
     pub status_subresource: bool,
+    /// Serves `/scale` (an `autoscaling/v1` Scale over `spec.replicas`), as Deployments and
+    /// ReplicaSets do.
+    pub scale_subresource: bool,
     pub short_names: Vec<String>,
     pub categories: Vec<String>,
     pub schema: Schema,
@@ -75,6 +78,7 @@ struct BuiltIn {
     kind: &'static str,
     namespaced: bool,
     status: bool,
+    scale: bool,
     short: &'static [&'static str],
 }
 
@@ -86,6 +90,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "Namespace",
         namespaced: false,
         status: true,
+        scale: false,
         short: &["ns"],
     },
     BuiltIn {
@@ -95,6 +100,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "Service",
         namespaced: true,
         status: true,
+        scale: false,
         short: &["svc"],
     },
     BuiltIn {
@@ -104,6 +110,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "Pod",
         namespaced: true,
         status: true,
+        scale: false,
         short: &["po"],
     },
     BuiltIn {
@@ -113,6 +120,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "Node",
         namespaced: false,
         status: true,
+        scale: false,
         short: &["no"],
     },
     BuiltIn {
@@ -122,6 +130,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "Endpoints",
         namespaced: true,
         status: false,
+        scale: false,
         short: &["ep"],
     },
     BuiltIn {
@@ -131,6 +140,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "Event",
         namespaced: true,
         status: false,
+        scale: false,
         short: &["ev"],
     },
     BuiltIn {
@@ -140,6 +150,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "ConfigMap",
         namespaced: true,
         status: false,
+        scale: false,
         short: &["cm"],
     },
     BuiltIn {
@@ -149,6 +160,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "EndpointSlice",
         namespaced: true,
         status: false,
+        scale: false,
         short: &[],
     },
     BuiltIn {
@@ -158,6 +170,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "Lease",
         namespaced: true,
         status: false,
+        scale: false,
         short: &[],
     },
     BuiltIn {
@@ -167,7 +180,28 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "Event",
         namespaced: true,
         status: false,
+        scale: false,
         short: &["ev"],
+    },
+    BuiltIn {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        kind: "Deployment",
+        namespaced: true,
+        status: true,
+        scale: true,
+        short: &["deploy"],
+    },
+    BuiltIn {
+        group: "apps",
+        version: "v1",
+        plural: "replicasets",
+        kind: "ReplicaSet",
+        namespaced: true,
+        status: true,
+        scale: true,
+        short: &["rs"],
     },
     BuiltIn {
         group: "apiextensions.k8s.io",
@@ -176,6 +210,7 @@ const BUILT_INS: &[BuiltIn] = &[
         kind: "CustomResourceDefinition",
         namespaced: false,
         status: true,
+        scale: false,
         short: &["crd", "crds"],
     },
 ];
@@ -192,10 +227,14 @@ pub fn built_ins() -> Vec<ResourceInfo> {
             kind: b.kind.to_owned(),
             namespaced: b.namespaced,
             status_subresource: b.status,
+            scale_subresource: b.scale,
             short_names: b.short.iter().map(|s| (*s).to_owned()).collect(),
             // `kubectl get all` asks for the kinds in the category "all"; of the served ones,
-            // upstream puts Pods and Services there.
-            categories: if matches!(b.plural, "pods" | "services") && b.group.is_empty() {
+            // upstream puts Pods, Services, Deployments and ReplicaSets there.
+            categories: if matches!(
+                (b.group, b.plural),
+                ("", "pods" | "services") | ("apps", "deployments" | "replicasets")
+            ) {
                 vec!["all".to_owned()]
             } else {
                 Vec::new()
@@ -245,6 +284,8 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
                         kind: kind.to_owned(),
                         namespaced,
                         status_subresource: v["subresources"].get("status").is_some(),
+                        // A CRD's scale paths are not served: berth's CRDs declare none.
+                        scale_subresource: false,
                         short_names: strings(&spec["names"]["shortNames"]),
                         categories: strings(&spec["names"]["categories"]),
                         schema: Schema::Custom,
@@ -354,7 +395,7 @@ mod tests {
             .filter(|r| r.categories.contains(&"all".to_owned()))
             .map(|r| r.plural)
             .collect();
-        assert_eq!(all, ["services", "pods"]);
+        assert_eq!(all, ["services", "pods", "deployments", "replicasets"]);
     }
 
     #[test]

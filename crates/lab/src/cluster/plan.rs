@@ -113,7 +113,7 @@ pub fn lan_api(layout: &Layout) -> Result<SocketAddr, ClusterError> {
 }
 
 /// The processes, in start order: the API server (loopback and the LAN), the kubelet, the
-/// controller in the control-plane namespace, and one agent (datapath and L2 announcer) in each
+/// lab's controller-manager (Deployments and ReplicaSets), the controller in the control-plane namespace, and one agent (datapath and L2 announcer) in each
 /// node namespace.
 pub fn plan_components(
     name: &str,
@@ -160,6 +160,12 @@ pub fn plan_components(
                 &kubeconfig,
             ]),
             log: log("kubelet"),
+        },
+        Component {
+            name: "controller-manager".into(),
+            netns: None,
+            args: strings(&["lab", "controller-manager", "--kubeconfig", &kubeconfig]),
+            log: log("controller-manager"),
         },
         Component {
             name: "controller".into(),
@@ -251,11 +257,12 @@ mod tests {
             [
                 ("apiserver".to_string(), "/bin/berth lab apiserver --listen 127.0.0.1:0 --listen-netns berth-lab-cp=198.18.0.2:6443 --kubeconfig /state/kubeconfig --graceful-pod-deletion".to_string()),
                 ("kubelet".to_string(), "/bin/berth lab kubelet --name lab --nodes 2 --kubeconfig /state/kubeconfig".to_string()),
+                ("controller-manager".to_string(), "/bin/berth lab controller-manager --kubeconfig /state/kubeconfig".to_string()),
                 ("controller".to_string(), "ip netns exec berth-lab-cp /bin/berth controller --kubeconfig /state/kubeconfig.lan --endpoints on --admin-listen 198.18.0.2:9090".to_string()),
                 ("agent-node1".to_string(), "ip netns exec berth-lab-node1 /bin/berth agent --node-name node1 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.11:10356 --l2-announcer --l2-interfaces eth0 --membership on --membership-key-file /state/membership.key --membership-bind-address 198.18.0.11".to_string()),
                 ("agent-node2".to_string(), "ip netns exec berth-lab-node2 /bin/berth agent --node-name node2 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.12:10356 --l2-announcer --l2-interfaces eth0 --membership on --membership-key-file /state/membership.key --membership-bind-address 198.18.0.12".to_string()),
             ]
         );
-        assert_eq!(components[3].log, Path::new("/state/logs/agent-node1.log"));
+        assert_eq!(components[4].log, Path::new("/state/logs/agent-node1.log"));
     }
 }

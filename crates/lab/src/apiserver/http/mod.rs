@@ -3,6 +3,7 @@
 
 mod requests;
 mod route;
+mod scale;
 mod verbs;
 mod watch;
 

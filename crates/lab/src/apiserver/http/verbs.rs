@@ -137,7 +137,7 @@ fn manager_of(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
 
 /// Runs a create, update or non-apply patch: the request's field manager owns what it sets,
 /// and the write is stamped with the time it was asked for.
-fn write_as_manager<T>(
+pub(super) fn write_as_manager<T>(
     app: &App,
     query: &HashMap<String, String>,
     headers: &HeaderMap,
@@ -181,6 +181,23 @@ pub async fn handle(
             "{} is not namespaced",
             info.plural
         )));
+    }
+    if let (Some("scale"), Some(name), true) = (
+        path.subresource.as_deref(),
+        path.name.as_deref(),
+        info.scale_subresource,
+    ) {
+        let ns = path.namespace.as_deref().unwrap_or_default();
+        let req = super::scale::ScaleRequest {
+            info: &info,
+            ns,
+            name,
+            method,
+            query: &query,
+            headers,
+            body: &body,
+        };
+        return super::scale::handle(&app, req);
     }
     let door = match path.subresource.as_deref() {
         None => Door::Main,

@@ -1,10 +1,11 @@
 //! Protobuf request bodies (`application/vnd.kubernetes.protobuf`), which kubectl's generators
-//! (`kubectl create service|configmap|namespace`, `kubectl expose`) and Go's typed clients send.
+//! (`kubectl create service|configmap|namespace|deployment`, `kubectl expose`) and Go's typed clients send.
 //! A body is the `k8s\0` magic and a `runtime.Unknown` envelope naming the kind, around the
 //! object's own message; it is decoded with the `k8s-pb` types and turned into the JSON the store
 //! keeps, with Go's JSON rules (a value field's zero is left out, a pointer field is kept when set).
 //! Every struct is destructured without `..`, so a field added to the types cannot be forgotten.
 
+mod apps;
 mod event;
 mod kinds;
 mod node;
@@ -35,6 +36,7 @@ pub const DECODED_KINDS: &[(&str, &str)] = &[
     ("v1", "Endpoints"),
     ("v1", "Node"),
     ("v1", "Event"),
+    ("apps/v1", "Deployment"),
     ("discovery.k8s.io/v1", "EndpointSlice"),
     ("coordination.k8s.io/v1", "Lease"),
     ("events.k8s.io/v1", "Event"),
@@ -80,6 +82,9 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
             endpoints(core::Endpoints::decode(raw.as_slice()).map_err(undecodable)?)
         }
         ("v1", "Event") => core_event(core::Event::decode(raw.as_slice()).map_err(undecodable)?),
+        ("apps/v1", "Deployment") => apps::deployment(
+            k8s_pb::api::apps::v1::Deployment::decode(raw.as_slice()).map_err(undecodable)?,
+        )?,
         ("discovery.k8s.io/v1", "EndpointSlice") => {
             endpoint_slice(discovery::EndpointSlice::decode(raw.as_slice()).map_err(undecodable)?)
         }

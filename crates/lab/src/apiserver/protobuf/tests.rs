@@ -247,7 +247,7 @@ fn config_maps_and_namespaces() {
 #[test]
 fn bodies_that_cannot_be_decoded_are_refused_clearly() {
     // (body, status code, words in the message)
-    let deployment = envelope("apps/v1", "Deployment", vec![]);
+    let replica_set = envelope("apps/v1", "ReplicaSet", vec![]);
     let cases: Vec<(Vec<u8>, u16, &str)> = vec![
         (b"{\"kind\": \"Service\"}".to_vec(), 400, "k8s envelope"),
         (b"k8s\x00\xff\xff\xff".to_vec(), 400, "could not be decoded"),
@@ -256,7 +256,7 @@ fn bodies_that_cannot_be_decoded_are_refused_clearly() {
             400,
             "could not be decoded",
         ),
-        (deployment, 415, "\"Deployment\""),
+        (replica_set, 415, "\"ReplicaSet\""),
         (envelope("v1", "Pod", vec![]), 415, "application/json"),
     ];
     for (body, code, words) in cases {
@@ -600,4 +600,146 @@ fn delete_options_in_any_group_version() {
                 "preconditions": {"uid": "u1"}, "propagationPolicy": "Background"})
         );
     }
+}
+
+/// The body kubectl 1.32 sends for `kubectl create deployment web --image=nginx --replicas=2
+/// --port=80`, captured from the wire.
+const KUBECTL_CREATE_DEPLOYMENT: &[&str] = &[
+    "6b3873000a150a07617070732f7631120a4465706c6f796d656e7412b8010a1f0a0377656212001a0022002a",
+    "003200380042005a0a0a0361707012037765621286010802120c0a0a0a0361707012037765621a6c0a1c0a00",
+    "12001a0022002a003200380042005a0a0a036170701203776562124c122e0a056e67696e7812056e67696e78",
+    "2a00320a0a001000185022002a0042006a007200800100880100900100a201001a00320042004a0052005800",
+    "600068008201008a01009a0100c2010022020a00280038001a0c0800100018002000280038001a002200",
+];
+
+fn unhex(parts: &[&str]) -> Vec<u8> {
+    let text: String = parts.concat();
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn kubectl_create_deployment_decodes_to_its_json() {
+    let obj = decode(&unhex(KUBECTL_CREATE_DEPLOYMENT)).unwrap();
+    assert_eq!(
+        obj,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "nginx", "image": "nginx",
+                        "ports": [{"containerPort": 80}], "resources": {}}]}
+                },
+            },
+        })
+    );
+}
+
+#[test]
+fn deployment_templates_with_fields_the_lab_does_not_decode_are_refused_by_name() {
+    use k8s_pb::api::apps::v1 as apps;
+    let with_spec = |spec: core::PodSpec| apps::Deployment {
+        metadata: named("web"),
+        spec: Some(apps::DeploymentSpec {
+            template: Some(core::PodTemplateSpec {
+                metadata: None,
+                spec: Some(spec),
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let volumes = with_spec(core::PodSpec {
+        volumes: vec![core::Volume::default()],
+        ..Default::default()
+    });
+    let mount = with_spec(core::PodSpec {
+        containers: vec![core::Container {
+            volume_mounts: vec![core::VolumeMount::default()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    for (d, field) in [
+        (volumes, "PodSpec.volumes"),
+        (mount, "Container.volumeMounts"),
+    ] {
+        let err = decode(&envelope("apps/v1", "Deployment", d.encode_to_vec())).unwrap_err();
+        assert_eq!(err.code, 400);
+        assert!(err.message.contains(field), "{}", err.message);
+        assert!(err.message.contains("application/json"), "{}", err.message);
+    }
+}
+
+#[test]
+fn deployment_strategy_and_probe_reach_json() {
+    use k8s_pb::api::apps::v1 as apps;
+    let d = apps::Deployment {
+        metadata: named("web"),
+        spec: Some(apps::DeploymentSpec {
+            replicas: Some(0),
+            strategy: Some(apps::DeploymentStrategy {
+                r#type: s("RollingUpdate"),
+                rolling_update: Some(apps::RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString {
+                        r#type: Some(0),
+                        int_val: Some(0),
+                        str_val: None,
+                    }),
+                    max_surge: Some(IntOrString {
+                        r#type: Some(1),
+                        int_val: None,
+                        str_val: s("50%"),
+                    }),
+                }),
+            }),
+            min_ready_seconds: Some(3),
+            template: Some(core::PodTemplateSpec {
+                metadata: None,
+                spec: Some(core::PodSpec {
+                    containers: vec![core::Container {
+                        name: s("echo"),
+                        readiness_probe: Some(core::Probe {
+                            handler: Some(core::ProbeHandler {
+                                http_get: Some(core::HttpGetAction {
+                                    path: s("/healthz"),
+                                    port: Some(IntOrString {
+                                        r#type: Some(0),
+                                        int_val: Some(8080),
+                                        str_val: None,
+                                    }),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            }),
+                            period_seconds: Some(1),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let obj = decode(&envelope("apps/v1", "Deployment", d.encode_to_vec())).unwrap();
+    let spec = &obj["spec"];
+    assert_eq!(spec["replicas"], 0, "a pointer field keeps its zero");
+    assert_eq!(
+        spec["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "50%"}})
+    );
+    assert_eq!(spec["minReadySeconds"], 3);
+    assert_eq!(
+        spec["template"]["spec"]["containers"][0]["readinessProbe"],
+        json!({"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1})
+    );
 }

@@ -20,6 +20,8 @@ pub enum Printer {
     Lease,
     Namespace,
     ConfigMap,
+    Deployment,
+    ReplicaSet,
 }
 
 impl Printer {
@@ -36,6 +38,8 @@ impl Printer {
             ("coordination.k8s.io", "leases") => Self::Lease,
             ("", "namespaces") => Self::Namespace,
             ("", "configmaps") => Self::ConfigMap,
+            ("apps", "deployments") => Self::Deployment,
+            ("apps", "replicasets") => Self::ReplicaSet,
             _ => return None,
         })
     }
@@ -112,6 +116,26 @@ impl Printer {
                 c("Data", "integer", 0, "Data contains the configuration data."),
                 age(),
             ],
+            Self::Deployment => vec![
+                name(),
+                c("Ready", "string", 0, "Number of the pod with ready state"),
+                c("Up-to-date", "integer", 0, "Total number of non-terminated pods targeted by this deployment that have the desired template spec."),
+                c("Available", "integer", 0, "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment."),
+                age(),
+                c("Containers", "string", 1, "Names of each container in the template."),
+                c("Images", "string", 1, "Images referenced by each container in the template."),
+                c("Selector", "string", 1, "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment."),
+            ],
+            Self::ReplicaSet => vec![
+                name(),
+                c("Desired", "integer", 0, "Replicas is the number of desired pods."),
+                c("Current", "integer", 0, "Replicas is the most recently observed number of replicas."),
+                c("Ready", "integer", 0, "The number of ready replicas for this replica set."),
+                age(),
+                c("Containers", "string", 1, "Names of each container in the template."),
+                c("Images", "string", 1, "Images referenced by each container in the template."),
+                c("Selector", "string", 1, "Label selector for pods. Pods that match this selector are counted by this replica set."),
+            ],
         }
     }
 
@@ -158,8 +182,49 @@ impl Printer {
                     age,
                 ]
             }
+            Self::Deployment | Self::ReplicaSet => workload_cells(self, obj, name, age),
         }
     }
+}
+
+/// `printDeployment` and `printReplicaSet`: counts from status against `spec.replicas` (1 when
+/// unset), then the template's containers and images and the selector in its string form.
+fn workload_cells(printer: Printer, obj: &Value, name: Value, age: Value) -> Vec<Value> {
+    let desired = obj["spec"]["replicas"].as_i64().unwrap_or(1);
+    let status = |field: &str| obj["status"][field].as_i64().unwrap_or(0);
+    let containers = obj["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let joined = |field: &str| {
+        containers
+            .iter()
+            .map(|c| str_at(&c[field]))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let selector = crate::apiserver::scale::selector_string(&obj["spec"]["selector"]);
+    let mut cells = vec![name];
+    if printer == Printer::Deployment {
+        cells.extend([
+            json!(format!("{}/{desired}", status("readyReplicas"))),
+            json!(status("updatedReplicas")),
+            json!(status("availableReplicas")),
+        ]);
+    } else {
+        cells.extend([
+            json!(desired),
+            json!(status("replicas")),
+            json!(status("readyReplicas")),
+        ]);
+    }
+    cells.extend([
+        age,
+        json!(joined("name")),
+        json!(joined("image")),
+        json!(or_none(selector)),
+    ]);
+    cells
 }
 
 /// `creationTimestamp`'s description, shared by every Age column.

@@ -437,6 +437,64 @@ fn lease_namespace_configmap_cells() {
 }
 
 #[test]
+fn deployment_and_replica_set_cells_as_kubectl_shows_them() {
+    let spec = json!({"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"spec": {"containers": [
+            {"name": "nginx", "image": "nginx"}, {"name": "side", "image": "busybox:1"}]}}});
+    let deployment = json!({"metadata": {"name": "web", "creationTimestamp": FIVE_MIN_AGO},
+        "spec": spec, "status": {"replicas": 4, "readyReplicas": 2, "updatedReplicas": 1,
+        "availableReplicas": 2}});
+    assert_eq!(
+        names(&Printer::Deployment.columns()),
+        vec![
+            ("Name", 0),
+            ("Ready", 0),
+            ("Up-to-date", 0),
+            ("Available", 0),
+            ("Age", 0),
+            ("Containers", 1),
+            ("Images", 1),
+            ("Selector", 1)
+        ]
+    );
+    assert_eq!(
+        cells(Printer::Deployment, deployment.clone()),
+        vec![
+            json!("web"),
+            json!("2/3"),
+            json!(1),
+            json!(2),
+            json!("5m"),
+            json!("nginx,side"),
+            json!("nginx,busybox:1"),
+            json!("app=web")
+        ]
+    );
+    assert_eq!(
+        names(&Printer::ReplicaSet.columns())[..5],
+        [
+            ("Name", 0),
+            ("Desired", 0),
+            ("Current", 0),
+            ("Ready", 0),
+            ("Age", 0)
+        ]
+    );
+    assert_eq!(
+        cells(Printer::ReplicaSet, deployment)[1..4],
+        [json!(3), json!(4), json!(2)]
+    );
+    // Before the controller wrote any status; replicas unset means the default of one.
+    let fresh = json!({"metadata": {"name": "web"}, "spec": {}});
+    assert_eq!(cells(Printer::Deployment, fresh.clone())[1], json!("0/1"));
+    assert_eq!(
+        cells(Printer::ReplicaSet, fresh.clone())[1..4],
+        [json!(1), json!(0), json!(0)]
+    );
+    assert_eq!(cells(Printer::ReplicaSet, fresh)[7], json!("<none>"));
+}
+
+#[test]
 fn every_built_in_prints_as_many_cells_as_it_has_columns() {
     for info in built_ins() {
         let layout = Layout::of(&info);

@@ -1,0 +1,625 @@
+//! The BGP speaker inside the agent (berth-bgp, docs/bgp.md). FRR runs beside the agent (a
+//! sidecar in the chart, a process per node namespace in the lab); the agent drives it through
+//! two channels:
+//!
+//! - the configuration, rendered from BGPPeers, BGPAdvertisements, BFDProfiles and IPPools
+//!   (watched here: no other part of the agent reads them) and applied with `frr-reload.py`
+//!   only when its text changes;
+//! - one kernel route per announced address on the `berth-bgp` device, from the Services and
+//!   endpoints the datapath's [`Index`] already holds: the speaker opens no watch of its own on
+//!   Services or EndpointSlices, and recomputes after each datapath sync, so an address is never
+//!   announced before the rules that serve it are in place.
+//!
+//! Stopping withdraws every route first. A SIGKILLed agent withdraws too: the device, and its
+//! routes, die with the process.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use berth_api::names::label;
+use berth_api::{
+    BFDProfile, BFDProfileSpec, BGPAdvertisement, BGPAdvertisementSpec, BGPPeer, BGPPeerSpec,
+    IPPool,
+};
+use berth_bgp::{
+    compute_announcements, render_frr_config, KernelRoutes, NodeState, PoolFacts, ServiceFacts,
+    SpeakerInput, SpeakerNode,
+};
+use berth_core::TrafficPolicy;
+use berth_datapath::NodeView;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::index::Index;
+use crate::watch::{run_watch, Handlers};
+use crate::Error;
+
+/// A full re-render and route check at least this often, whatever was heard.
+const RESYNC: Duration = Duration::from_secs(30);
+/// Longest a `frr-reload.py` run may take.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where FRR is and how to reconfigure it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeakerConfig {
+    /// FRR's vty sockets; the rendered `frr.conf` is written here too.
+    pub frr_dir: PathBuf,
+    /// `frr-reload.py` (package frr-pythontools).
+    pub frr_reload: PathBuf,
+}
+
+impl Default for SpeakerConfig {
+    fn default() -> Self {
+        Self {
+            frr_dir: PathBuf::from("/var/run/frr"),
+            frr_reload: PathBuf::from("/usr/lib/frr/frr-reload.py"),
+        }
+    }
+}
+
+/// One kind of object by name, relisted in a stream (`begin`, `apply`..., `finish`).
+#[derive(Debug, Clone)]
+struct Kind<T> {
+    items: BTreeMap<String, T>,
+    relist: Option<BTreeSet<String>>,
+    listed: bool,
+}
+
+impl<T> Default for Kind<T> {
+    fn default() -> Self {
+        Self {
+            items: BTreeMap::new(),
+            relist: None,
+            listed: false,
+        }
+    }
+}
+
+impl<T> Kind<T> {
+    fn apply(&mut self, name: String, item: T) {
+        if let Some(seen) = &mut self.relist {
+            seen.insert(name.clone());
+        }
+        self.items.insert(name, item);
+    }
+
+    fn delete(&mut self, name: &str) {
+        self.items.remove(name);
+    }
+
+    fn begin(&mut self) {
+        self.relist = Some(BTreeSet::new());
+    }
+
+    fn finish(&mut self) {
+        if let Some(seen) = self.relist.take() {
+            self.items.retain(|name, _| seen.contains(name));
+        }
+        self.listed = true;
+    }
+
+    fn pairs(&self) -> Vec<(String, T)>
+    where
+        T: Clone,
+    {
+        self.items
+            .iter()
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect()
+    }
+}
+
+/// The BGP objects and pools, as the watches deliver them.
+#[derive(Debug, Clone, Default)]
+pub struct BgpObjects {
+    peers: Kind<BGPPeerSpec>,
+    advertisements: Kind<BGPAdvertisementSpec>,
+    profiles: Kind<BFDProfileSpec>,
+    pools: Kind<PoolFacts>,
+}
+
+impl BgpObjects {
+    pub fn is_listed(&self) -> bool {
+        self.peers.listed && self.advertisements.listed && self.profiles.listed && self.pools.listed
+    }
+
+    pub fn apply_peer(&mut self, peer: &BGPPeer) {
+        self.peers.apply(peer.name_any(), peer.spec.clone());
+    }
+
+    pub fn apply_advertisement(&mut self, adv: &BGPAdvertisement) {
+        self.advertisements.apply(adv.name_any(), adv.spec.clone());
+    }
+
+    pub fn apply_profile(&mut self, profile: &BFDProfile) {
+        self.profiles
+            .apply(profile.name_any(), profile.spec.clone());
+    }
+
+    /// A pool whose addresses cannot be read is left out, as the controller leaves it out.
+    pub fn apply_pool(&mut self, pool: &IPPool) {
+        let name = pool.name_any();
+        match pool.spec.ranges() {
+            Ok(ranges) => self.pools.apply(
+                name.clone(),
+                PoolFacts {
+                    name,
+                    labels: pool.labels().clone(),
+                    ranges,
+                },
+            ),
+            Err(err) => {
+                tracing::warn!(pool = %name, error = %err, "IPPool has an invalid address; not announced");
+                self.pools.delete(&name);
+            }
+        }
+    }
+}
+
+/// Whether the Node may announce, with its labels: Ready, not being deleted and not labelled
+/// `node.kubernetes.io/exclude-from-external-load-balancers`.
+pub fn build_node_state(node: &Node) -> NodeState {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let labels = node.labels().clone();
+    let excluded = labels.contains_key(label::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS);
+    NodeState {
+        name: node.name_any(),
+        eligible: ready && !excluded && node.metadata.deletion_timestamp.is_none(),
+        labels,
+    }
+}
+
+/// One entry per Service (its ports merged) from the datapath's view: its `ipMode: VIP`
+/// LoadBalancer IPs, its external traffic policy and whether a ready endpoint is on this node.
+pub fn build_service_facts(view: &NodeView) -> Vec<ServiceFacts> {
+    let mut by_service: BTreeMap<(String, String), ServiceFacts> = BTreeMap::new();
+    for port in &view.services {
+        let ips: Vec<std::net::IpAddr> = [berth_core::IpFamily::V4, berth_core::IpFamily::V6]
+            .into_iter()
+            .flat_map(|family| port.load_balancer_vips(family))
+            .collect();
+        if ips.is_empty() {
+            continue;
+        }
+        let entry = by_service
+            .entry((port.name.namespace.clone(), port.name.name.clone()))
+            .or_insert_with(|| ServiceFacts {
+                key: format!("{}/{}", port.name.namespace, port.name.name),
+                ips: Vec::new(),
+                local_policy: false,
+                local_ready_endpoint: false,
+            });
+        for ip in ips {
+            if !entry.ips.contains(&ip) {
+                entry.ips.push(ip);
+            }
+        }
+        entry.local_policy |= port.external_traffic_policy == TrafficPolicy::Local;
+        entry.local_ready_endpoint |= port
+            .endpoints
+            .iter()
+            .any(|e| e.ready && e.is_local(&view.node));
+    }
+    by_service.into_values().collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What one pass decided, computed under the locks and applied outside them.
+struct Pass {
+    config: Option<String>,
+    skipped: Vec<berth_bgp::Skipped>,
+    routes: BTreeSet<IpNet>,
+}
+
+fn compute_pass(objects: &BgpObjects, index: &Index, announce: bool) -> Pass {
+    let view = index.view();
+    let node_state = index.node_state().cloned().unwrap_or_default();
+    let router_id = view.node.addresses.iter().find_map(|ip| match ip {
+        std::net::IpAddr::V4(v4) => Some(*v4),
+        std::net::IpAddr::V6(_) => None,
+    });
+    let node = SpeakerNode {
+        name: view.node.name.clone(),
+        labels: node_state.labels.clone(),
+        router_id,
+    };
+    let peers = objects.peers.pairs();
+    let profiles = objects.profiles.pairs();
+    let advertisements = objects.advertisements.pairs();
+    let pools: Vec<PoolFacts> = objects.pools.items.values().cloned().collect();
+    let rendered = render_frr_config(&SpeakerInput {
+        node: &node,
+        peers: &peers,
+        profiles: &profiles,
+        advertisements: &advertisements,
+        pools: &pools,
+        // Peer passwords from Secrets are not read yet: such peers are skipped with a reason.
+        passwords: &BTreeMap::new(),
+    });
+    let routes = if announce && index.is_listed() {
+        compute_announcements(
+            &node_state,
+            &build_service_facts(view),
+            &pools,
+            &advertisements,
+        )
+        .into_keys()
+        .collect()
+    } else {
+        BTreeSet::new()
+    };
+    Pass {
+        config: index.node_state().map(|_| rendered.text),
+        skipped: rendered.skipped,
+        routes,
+    }
+}
+
+/// Runs the speaker until `stop`: renders and applies FRR's configuration, keeps the routes of
+/// the announced addresses, and withdraws them all before returning.
+pub async fn run_speaker(
+    config: SpeakerConfig,
+    client: Client,
+    index: Arc<Mutex<Index>>,
+    mut synced: watch::Receiver<u64>,
+    stop: CancellationToken,
+) -> Result<(), Error> {
+    let routes = KernelRoutes::open().await.map_err(Error::Bgp)?;
+    let objects = Arc::new(Mutex::new(BgpObjects::default()));
+    let wake = Arc::new(Notify::new());
+    let tasks = spawn_watches(&client, &objects, &wake, &stop);
+    let mut applied: Option<String> = None;
+    let mut reported: Vec<berth_bgp::Skipped> = Vec::new();
+    let mut tick = tokio::time::interval(RESYNC);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = wake.notified() => {}
+            changed = synced.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+            _ = tick.tick() => {}
+        }
+        let pass = {
+            let objects = lock(&objects);
+            if !objects.is_listed() {
+                continue;
+            }
+            // Announce only once the datapath has synced: an address must not draw traffic
+            // before the rules that serve it exist.
+            let announce = *synced.borrow() > 0;
+            compute_pass(&objects, &lock(&index), announce)
+        };
+        if pass.skipped != reported {
+            for s in &pass.skipped {
+                tracing::warn!(kind = s.kind, name = %s.name, reason = %s.reason, "left out of the BGP configuration");
+            }
+            reported = pass.skipped;
+        }
+        if let Some(text) = pass.config {
+            if applied.as_deref() != Some(text.as_str()) {
+                match apply_frr_config(&config, &text).await {
+                    Ok(()) => {
+                        tracing::info!(bytes = text.len(), "FRR configuration applied");
+                        applied = Some(text);
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "applying the FRR configuration failed; retrying")
+                    }
+                }
+            }
+        }
+        match routes.apply_routes(&pass.routes).await {
+            Ok(plan) if !plan.is_empty() => tracing::info!(
+                announced = ?plan.add.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                withdrawn = ?plan.delete.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "BGP routes changed"
+            ),
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "writing the BGP routes failed; retrying"),
+        }
+    }
+    // A graceful stop withdraws first; the datapath's rules stay, so connections in flight
+    // keep being served while the routers move away.
+    match routes.apply_routes(&BTreeSet::new()).await {
+        Ok(plan) => tracing::info!(withdrawn = plan.delete.len(), "BGP routes withdrawn"),
+        Err(err) => tracing::warn!(error = %err, "withdrawing the BGP routes failed"),
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+/// Writes `frr.conf` (atomically) and runs `frr-reload.py --reload` on it.
+async fn apply_frr_config(config: &SpeakerConfig, text: &str) -> Result<(), String> {
+    let path = config.frr_dir.join("frr.conf");
+    let staged = config.frr_dir.join("frr.conf.berth");
+    tokio::fs::write(&staged, text)
+        .await
+        .map_err(|e| format!("writing {}: {e}", staged.display()))?;
+    tokio::fs::rename(&staged, &path)
+        .await
+        .map_err(|e| format!("renaming to {}: {e}", path.display()))?;
+    let dir = config.frr_dir.display().to_string();
+    let run = tokio::process::Command::new("python3")
+        .arg(&config.frr_reload)
+        .args(["--reload", "--stdout"])
+        .args(["--vty_socket", &dir, "--confdir", &dir, "--rundir", &dir])
+        .arg(&path)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(RELOAD_TIMEOUT, run)
+        .await
+        .map_err(|_| format!("frr-reload.py took longer than {RELOAD_TIMEOUT:?}"))?
+        .map_err(|e| format!("running {}: {e}", config.frr_reload.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let tail: String = format!("{stdout}{stderr}")
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join(" | ");
+        Err(format!("frr-reload.py exited with {}: {tail}", out.status))
+    }
+}
+
+fn spawn_watches(
+    client: &Client,
+    objects: &Arc<Mutex<BgpObjects>>,
+    wake: &Arc<Notify>,
+    stop: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    vec![
+        tokio::spawn(run_watch(
+            Api::<BGPPeer>::all(client.clone()),
+            watcher::Config::default(),
+            objects.clone(),
+            wake.clone(),
+            Handlers {
+                kind: "BGPPeer",
+                apply: BgpObjects::apply_peer,
+                delete: |o: &mut BgpObjects, p| o.peers.delete(&p.name_any()),
+                begin: |o: &mut BgpObjects| o.peers.begin(),
+                finish: |o: &mut BgpObjects| o.peers.finish(),
+            },
+            stop.clone(),
+        )),
+        tokio::spawn(run_watch(
+            Api::<BGPAdvertisement>::all(client.clone()),
+            watcher::Config::default(),
+            objects.clone(),
+            wake.clone(),
+            Handlers {
+                kind: "BGPAdvertisement",
+                apply: BgpObjects::apply_advertisement,
+                delete: |o: &mut BgpObjects, a| o.advertisements.delete(&a.name_any()),
+                begin: |o: &mut BgpObjects| o.advertisements.begin(),
+                finish: |o: &mut BgpObjects| o.advertisements.finish(),
+            },
+            stop.clone(),
+        )),
+        tokio::spawn(run_watch(
+            Api::<BFDProfile>::all(client.clone()),
+            watcher::Config::default(),
+            objects.clone(),
+            wake.clone(),
+            Handlers {
+                kind: "BFDProfile",
+                apply: BgpObjects::apply_profile,
+                delete: |o: &mut BgpObjects, p| o.profiles.delete(&p.name_any()),
+                begin: |o: &mut BgpObjects| o.profiles.begin(),
+                finish: |o: &mut BgpObjects| o.profiles.finish(),
+            },
+            stop.clone(),
+        )),
+        tokio::spawn(run_watch(
+            Api::<IPPool>::all(client.clone()),
+            watcher::Config::default(),
+            objects.clone(),
+            wake.clone(),
+            Handlers {
+                kind: "IPPool",
+                apply: BgpObjects::apply_pool,
+                delete: |o: &mut BgpObjects, p| o.pools.delete(&p.name_any()),
+                begin: |o: &mut BgpObjects| o.pools.begin(),
+                finish: |o: &mut BgpObjects| o.pools.finish(),
+            },
+            stop.clone(),
+        )),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_core::Protocol;
+    use berth_datapath::{
+        Endpoint, IpMode, LoadBalancerIngress, NodeInfo, ServicePort, ServicePortName,
+    };
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn mk_node(ready: &str, labels: &[(&str, &str)], deleting: bool) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("node1".into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                deletion_timestamp: deleting
+                    .then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                ..Default::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn node_eligibility() {
+        assert!(build_node_state(&mk_node("True", &[], false)).eligible);
+        assert!(!build_node_state(&mk_node("False", &[], false)).eligible);
+        assert!(!build_node_state(&mk_node("Unknown", &[], false)).eligible);
+        assert!(!build_node_state(&mk_node("True", &[], true)).eligible);
+        let excluded = mk_node(
+            "True",
+            &[(label::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, "")],
+            false,
+        );
+        assert!(!build_node_state(&excluded).eligible);
+    }
+
+    fn mk_port(
+        name: &str,
+        port: &str,
+        ips: &[(&str, IpMode)],
+        local: bool,
+        endpoints: &[(&str, bool)],
+    ) -> ServicePort {
+        ServicePort {
+            name: ServicePortName {
+                namespace: "default".into(),
+                name: name.into(),
+                port: port.into(),
+            },
+            protocol: Protocol::Tcp,
+            port: 80,
+            cluster_ips: Vec::new(),
+            node_port: Some(30080),
+            external_ips: Vec::new(),
+            load_balancer_ingress: ips
+                .iter()
+                .map(|(ip, mode)| LoadBalancerIngress {
+                    ip: ip.parse().expect("ip"),
+                    mode: *mode,
+                })
+                .collect(),
+            source_ranges: Vec::new(),
+            session_affinity: Default::default(),
+            external_traffic_policy: if local {
+                TrafficPolicy::Local
+            } else {
+                TrafficPolicy::Cluster
+            },
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            health_check_node_port: None,
+            endpoints: endpoints
+                .iter()
+                .map(|(node, ready)| Endpoint {
+                    ip: "10.244.1.5".parse().expect("ip"),
+                    port: 8080,
+                    ready: *ready,
+                    serving: *ready,
+                    terminating: false,
+                    node_name: Some(node.to_string()),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn service_facts_merge_ports_and_skip_proxy_mode_ingress() {
+        let view = NodeView {
+            node: NodeInfo {
+                name: "node1".into(),
+                addresses: Vec::new(),
+            },
+            services: vec![
+                mk_port(
+                    "web",
+                    "http",
+                    &[("198.19.10.5", IpMode::Vip)],
+                    true,
+                    &[("node2", true)],
+                ),
+                mk_port(
+                    "web",
+                    "https",
+                    &[("198.19.10.5", IpMode::Vip)],
+                    true,
+                    &[("node1", true)],
+                ),
+                mk_port("proxied", "", &[("198.19.10.6", IpMode::Proxy)], false, &[]),
+                mk_port(
+                    "not-ready",
+                    "",
+                    &[("198.19.10.7", IpMode::Vip)],
+                    true,
+                    &[("node1", false)],
+                ),
+            ],
+        };
+        let facts = build_service_facts(&view);
+        let summary: Vec<(&str, Vec<String>, bool, bool)> = facts
+            .iter()
+            .map(|f| {
+                (
+                    f.key.as_str(),
+                    f.ips.iter().map(ToString::to_string).collect(),
+                    f.local_policy,
+                    f.local_ready_endpoint,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "default/not-ready",
+                    vec!["198.19.10.7".to_string()],
+                    true,
+                    false
+                ),
+                ("default/web", vec!["198.19.10.5".to_string()], true, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_relist_forgets_what_it_did_not_name() {
+        let mut kind: Kind<u32> = Kind::default();
+        kind.apply("a".into(), 1);
+        kind.apply("b".into(), 2);
+        assert!(!kind.listed);
+        kind.begin();
+        kind.apply("b".into(), 3);
+        kind.finish();
+        assert!(kind.listed);
+        assert_eq!(kind.pairs(), [("b".to_string(), 3)]);
+        kind.delete("b");
+        assert!(kind.pairs().is_empty());
+    }
+}

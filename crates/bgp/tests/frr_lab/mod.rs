@@ -1,0 +1,531 @@
+//! The FRR lab shared by `frr_netns` (the test) and `bgp_failover` (the bench): a router
+//! namespace running FRR with `maximum-paths`, two node namespaces running FRR configured from
+//! `render_frr_config` through `frr-reload.py`, and a holder process per node standing in for the
+//! agent (it creates `berth-bgp`, writes the route through `KernelRoutes`, serves TCP on 8080).
+//!
+//! Address plan: LAN 198.18.0.0/24 (a bridge in `<prefix>-lan`): router 198.18.0.1, node1
+//! 198.18.0.11, node2 198.18.0.12. Behind the router, 198.19.20.0/24: router .1, client .100.
+//! The BGP pool 198.19.10.0/24 lies outside both, so the client's traffic is really routed.
+//! Nodes speak AS 64512, the router AS 64513.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth_api::{BFDProfileSpec, BGPAdvertisementSpec, BGPPeerSpec};
+use berth_bgp::{render_frr_config, KernelRoutes, PoolFacts, SpeakerInput, SpeakerNode};
+use berth_core::parse_address;
+
+pub const VIP: &str = "198.19.10.5";
+pub const HOLDER_ENV: &str = "BERTH_BGP_TEST_HOLDER";
+pub const FRR_DIR: &str = "/usr/lib/frr";
+pub const NODES: [(&str, &str); 2] = [("node1", "198.18.0.11"), ("node2", "198.18.0.12")];
+
+/// The holder: when this process was re-executed as one (`BERTH_BGP_TEST_HOLDER=<netns>`), holds
+/// the routes and serves TCP until killed; otherwise returns at once.
+pub fn holder_process() {
+    let Ok(netns) = std::env::var(HOLDER_ENV) else {
+        return;
+    };
+    let file = std::fs::File::open(format!("/run/netns/{netns}")).unwrap();
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let routes = KernelRoutes::open().await.unwrap();
+        let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await.unwrap();
+        let desired = [format!("{VIP}/32").parse().unwrap()].into();
+        routes.apply_routes(&desired).await.unwrap();
+        println!("HOLDER-READY");
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let reply = format!("{netns}\n");
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+}
+
+/// Everything the test made, removed on drop (also after a failed assertion).
+pub struct Lab {
+    pub prefix: String,
+    pub dir: PathBuf,
+    pub holders: BTreeMap<String, Child>,
+}
+
+impl Lab {
+    /// Builds the namespaces, starts and configures every FRR, and waits for both sessions.
+    /// Names are `berth-<tag><pid>-*`.
+    pub fn start(tag: &str) -> Lab {
+        let prefix = format!("berth-{tag}{}", std::process::id());
+        let dir = std::env::temp_dir().join(&prefix);
+        let lab = Lab {
+            prefix,
+            dir,
+            holders: BTreeMap::new(),
+        };
+        build_topology(&lab);
+        start_frr(&lab, "router", &router_config());
+        reload_frr(&lab, "router");
+        for (name, address) in NODES {
+            start_frr(&lab, name, "");
+            std::fs::write(
+                lab.frr_dir(name).join("frr.conf"),
+                node_config(name, address),
+            )
+            .unwrap();
+            reload_frr(&lab, name);
+        }
+        wait_for(Duration::from_secs(20), "both sessions Established", || {
+            established(&lab) == 2
+        });
+        lab
+    }
+
+    pub fn ns(&self, name: &str) -> String {
+        format!("{}-{name}", self.prefix)
+    }
+
+    pub fn frr_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in self.holders.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for name in ["router", "node1", "node2"] {
+            for daemon in ["bgpd", "bfdd", "zebra"] {
+                let pid_file = self.frr_dir(name).join(format!("{daemon}.pid"));
+                if let Some(pid) = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+        for name in ["client", "router", "node1", "node2", "lan"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(name)])
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn run(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn output(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn skip_reason() -> Option<&'static str> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Some("needs root for network namespaces");
+    }
+    if !Path::new(FRR_DIR).join("bgpd").exists()
+        || !Path::new(FRR_DIR).join("frr-reload.py").exists()
+    {
+        return Some("needs FRR and frr-reload.py (make deps)");
+    }
+    None
+}
+
+pub fn build_topology(lab: &Lab) {
+    for name in ["lan", "router", "node1", "node2", "client"] {
+        run(&["ip", "netns", "add", &lab.ns(name)]);
+        run(&["ip", "-n", &lab.ns(name), "link", "set", "lo", "up"]);
+    }
+    let lan = lab.ns("lan");
+    run(&["ip", "-n", &lan, "link", "add", "br0", "type", "bridge"]);
+    run(&["ip", "-n", &lan, "link", "set", "br0", "up"]);
+    let members = [("router", "198.18.0.1"), NODES[0], NODES[1]];
+    for (i, (name, address)) in members.iter().enumerate() {
+        let port = format!("p{i}");
+        run(&[
+            "ip",
+            "-n",
+            &lan,
+            "link",
+            "add",
+            &port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &lab.ns(name),
+        ]);
+        run(&[
+            "ip", "-n", &lan, "link", "set", &port, "master", "br0", "up",
+        ]);
+        run(&["ip", "-n", &lab.ns(name), "link", "set", "eth0", "up"]);
+        run(&[
+            "ip",
+            "-n",
+            &lab.ns(name),
+            "addr",
+            "add",
+            &format!("{address}/24"),
+            "dev",
+            "eth0",
+        ]);
+    }
+    let router = lab.ns("router");
+    let client = lab.ns("client");
+    run(&[
+        "ip", "-n", &router, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0",
+        "netns", &client,
+    ]);
+    run(&["ip", "-n", &router, "link", "set", "eth1", "up"]);
+    run(&["ip", "-n", &client, "link", "set", "eth0", "up"]);
+    run(&[
+        "ip",
+        "-n",
+        &router,
+        "addr",
+        "add",
+        "198.19.20.1/24",
+        "dev",
+        "eth1",
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &client,
+        "addr",
+        "add",
+        "198.19.20.100/24",
+        "dev",
+        "eth0",
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &client,
+        "route",
+        "add",
+        "default",
+        "via",
+        "198.19.20.1",
+    ]);
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &router,
+        "sysctl",
+        "-qw",
+        "net.ipv4.ip_forward=1",
+    ]);
+    // Hash on ports too, so one client's connections spread over the next hops.
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &router,
+        "sysctl",
+        "-qw",
+        "net.ipv4.fib_multipath_hash_policy=1",
+    ]);
+    for (name, address) in NODES {
+        let ns = lab.ns(name);
+        run(&[
+            "ip",
+            "-n",
+            &ns,
+            "route",
+            "add",
+            "default",
+            "via",
+            "198.18.0.1",
+        ]);
+        // What the datapath does for the Service: its port on the VIP goes to the backend.
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "iptables",
+            "-t",
+            "nat",
+            "-A",
+            "PREROUTING",
+            "-d",
+            VIP,
+            "-p",
+            "tcp",
+            "--dport",
+            "80",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            &format!("{address}:8080"),
+        ]);
+    }
+}
+
+pub fn start_frr(lab: &Lab, name: &str, config: &str) {
+    let dir = lab.frr_dir(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("frr.conf"), config).unwrap();
+    // FRR drops to its own user; its sockets and pid files live in this directory.
+    run(&["chown", "-R", "frr:frr", dir.to_str().unwrap()]);
+    for daemon in ["zebra", "bfdd", "bgpd"] {
+        let d = dir.to_str().unwrap();
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &lab.ns(name),
+            &format!("{FRR_DIR}/{daemon}"),
+            "-d",
+            "-u",
+            "frr",
+            "-g",
+            "frr",
+            "-i",
+            &format!("{d}/{daemon}.pid"),
+            "--vty_socket",
+            d,
+            "-z",
+            &format!("{d}/zserv.api"),
+            "-f",
+            "/dev/null",
+            "--log",
+            &format!("file:{d}/{daemon}.log"),
+        ]);
+    }
+    wait_for(Duration::from_secs(10), "FRR's vty sockets", || {
+        ["zebra", "bgpd", "bfdd"]
+            .iter()
+            .all(|d| dir.join(format!("{d}.vty")).exists())
+    });
+}
+
+/// Applies `frr.conf` through frr-reload.py, as the agent's sidecar does.
+pub fn reload_frr(lab: &Lab, name: &str) {
+    let dir = lab.frr_dir(name);
+    let d = dir.to_str().unwrap();
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &lab.ns(name),
+        "python3",
+        &format!("{FRR_DIR}/frr-reload.py"),
+        "--reload",
+        "--stdout",
+        "--vty_socket",
+        d,
+        "--confdir",
+        d,
+        "--rundir",
+        d,
+        &format!("{d}/frr.conf"),
+    ]);
+}
+
+pub fn vtysh(lab: &Lab, name: &str, command: &str) -> String {
+    let dir = lab.frr_dir(name);
+    output(&[
+        "ip",
+        "netns",
+        "exec",
+        &lab.ns(name),
+        "vtysh",
+        "--vty_socket",
+        dir.to_str().unwrap(),
+        "-c",
+        command,
+    ])
+}
+
+pub fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The router's next hops for the VIP, from its kernel FIB.
+pub fn next_hops(lab: &Lab) -> Vec<String> {
+    let json = output(&[
+        "ip",
+        "-j",
+        "-n",
+        &lab.ns("router"),
+        "route",
+        "show",
+        &format!("{VIP}/32"),
+    ]);
+    let routes: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    let mut hops: Vec<String> = Vec::new();
+    for route in routes.as_array().into_iter().flatten() {
+        if let Some(gw) = route["gateway"].as_str() {
+            hops.push(gw.to_string());
+        }
+        for hop in route["nexthops"].as_array().into_iter().flatten() {
+            if let Some(gw) = hop["gateway"].as_str() {
+                hops.push(gw.to_string());
+            }
+        }
+    }
+    hops.sort();
+    hops
+}
+
+pub fn established(lab: &Lab) -> usize {
+    let json = vtysh(lab, "router", "show bgp ipv4 unicast summary json");
+    let summary: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    summary["peers"]
+        .as_object()
+        .map(|peers| {
+            peers
+                .values()
+                .filter(|p| p["state"] == "Established")
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Whether the router's BFD session with `peer` is up (BFD can only detect what it watches).
+pub fn bfd_up(lab: &Lab, peer: &str) -> bool {
+    let json = vtysh(lab, "router", "show bfd peers json");
+    let peers: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    peers
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["peer"] == peer && p["status"] == "up")
+}
+
+pub fn spawn_holder(lab: &mut Lab, name: &str) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "holder_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOLDER_ENV, lab.ns(name))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    lab.holders.insert(name.to_string(), child);
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = lines.any(|l| l.is_ok_and(|l| l.contains("HOLDER-READY")));
+    assert!(ready, "the {name} holder did not start");
+}
+
+/// Connects from the client to the VIP; the answer names the node that served it.
+pub fn fetch_from_client(lab: &Lab) -> Option<String> {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns("client"),
+            "curl",
+            "-s",
+            "--max-time",
+            "2",
+            &format!("telnet://{VIP}:80"),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+pub fn router_config() -> String {
+    let mut c = String::from(
+        "frr defaults traditional\nhostname router\n!\nrouter bgp 64513\n bgp router-id 198.18.0.1\n \
+         no bgp ebgp-requires-policy\n neighbor nodes peer-group\n neighbor nodes remote-as 64512\n \
+         neighbor nodes timers 3 9\n neighbor nodes timers connect 1\n neighbor nodes bfd\n neighbor nodes bfd profile fast\n",
+    );
+    for (_, address) in NODES {
+        c.push_str(&format!(" neighbor {address} peer-group nodes\n"));
+    }
+    c.push_str(" address-family ipv4 unicast\n  maximum-paths 8\n exit-address-family\nexit\n!\nbfd\n profile fast\n  receive-interval 100\n  transmit-interval 100\n exit\nexit\n!\nend\n");
+    c
+}
+
+pub fn node_config(name: &str, address: &str) -> String {
+    let node = SpeakerNode {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        router_id: Some(address.parse().unwrap()),
+    };
+    let peers = [(
+        "router".to_string(),
+        BGPPeerSpec {
+            my_asn: 64512,
+            peer_asn: 64513,
+            peer_address: "198.18.0.1".into(),
+            peer_port: None,
+            source_address: None,
+            hold_time: None,
+            keepalive_time: None,
+            router_id: None,
+            node_selectors: Vec::new(),
+            password_secret: None,
+            bfd_profile: Some("fast".into()),
+            ebgp_multi_hop: None,
+            enable_graceful_restart: None,
+        },
+    )];
+    let profiles = [("fast".to_string(), BFDProfileSpec::default())];
+    let advertisements = [(
+        "bgp".to_string(),
+        BGPAdvertisementSpec {
+            ip_pools: vec!["bgp".into()],
+            communities: vec!["64512:100".into()],
+            ..Default::default()
+        },
+    )];
+    let pools = [PoolFacts {
+        name: "bgp".into(),
+        labels: BTreeMap::new(),
+        ranges: vec![parse_address("198.19.10.0/24").unwrap()],
+    }];
+    let rendered = render_frr_config(&SpeakerInput {
+        node: &node,
+        peers: &peers,
+        profiles: &profiles,
+        advertisements: &advertisements,
+        pools: &pools,
+        passwords: &BTreeMap::new(),
+    });
+    assert!(rendered.skipped.is_empty(), "{:?}", rendered.skipped);
+    rendered.text
+}

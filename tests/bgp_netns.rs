@@ -1,0 +1,582 @@
+//! BGP announcing by the real agents, in real network namespaces: a LAN bridge, two node
+//! namespaces each running FRR and a real `berth agent --bgp-speaker` process, the lab API
+//! server in a control-plane namespace, and a router namespace on the LAN running its own FRR
+//! with `maximum-paths`, with a client namespace behind it. Needs root, iproute2, iptables and
+//! FRR; skips with a message elsewhere, and fails instead under `CI=true` or
+//! `BERTH_REQUIRE_ROOT=1`. Every namespace is `berth-tb<pid>-*`, deleted at the end (also on
+//! failure), FRR processes killed with it.
+//!
+//! Address plan: LAN 198.18.0.0/24, nodes n1/n2 at .11/.12, control plane .100 (API :6443),
+//! router .101; behind the router 198.19.20.0/24 (router .1, client .100). BGP pool
+//! 198.19.10.0/24: `web` 198.19.10.5 (Cluster policy, pods web on n1 and web2 on n2) and `local`
+//! 198.19.10.6 (Local policy, its one pod web on n1). Nodes AS 64512, router AS 64513.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth_lab::echo::{tcp_echo, EchoHandle, EchoServer};
+use berth_lab::netns::bind_tcp_in_netns;
+use berth_lab::topology::{Topology, TopologySpec};
+use berth_lab::{LabApiServer, Listener};
+use berth_testing::Requirement;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+const NODES: [(&str, &str); 2] = [("n1", "198.18.0.11"), ("n2", "198.18.0.12")];
+const VIP: &str = "198.19.10.5";
+const LOCAL_VIP: &str = "198.19.10.6";
+const FRR: &str = "/usr/lib/frr";
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// Root, namespaces, iptables and FRR (`vtysh` comes with the daemons); skips or, strictly, fails.
+fn ready() -> bool {
+    berth_testing::require(&[
+        Requirement::Netns,
+        Requirement::Program("sysctl"),
+        Requirement::Iptables,
+        Requirement::Program("vtysh"),
+    ])
+}
+
+/// FRR daemons and agents, killed on drop; the extra `outside` namespace removed.
+struct Processes {
+    frr_dirs: Vec<PathBuf>,
+    agents: BTreeMap<String, Child>,
+    outside: String,
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in self.agents.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for dir in &self.frr_dirs {
+            for daemon in ["bgpd", "bfdd", "zebra"] {
+                if let Ok(pid) = std::fs::read_to_string(dir.join(format!("{daemon}.pid"))) {
+                    let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+                }
+            }
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.outside])
+            .status();
+    }
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn start_frr(ns: &str, dir: &Path, config: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("frr.conf"), config).unwrap();
+    let d = dir.to_str().unwrap();
+    run(&["chown", "-R", "frr:frr", d]);
+    for daemon in ["zebra", "bfdd", "bgpd"] {
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            &format!("{FRR}/{daemon}"),
+            "-d",
+            "-u",
+            "frr",
+            "-g",
+            "frr",
+            "-i",
+            &format!("{d}/{daemon}.pid"),
+            "--vty_socket",
+            d,
+            "-z",
+            &format!("{d}/zserv.api"),
+            "-f",
+            "/dev/null",
+            "--log",
+            &format!("file:{d}/{daemon}.log"),
+        ]);
+    }
+}
+
+fn router_config(router_ip: &str) -> String {
+    let mut c = format!(
+        "frr defaults traditional\nhostname router\n!\nrouter bgp 64513\n bgp router-id {router_ip}\n \
+         no bgp ebgp-requires-policy\n neighbor nodes peer-group\n neighbor nodes remote-as 64512\n \
+         neighbor nodes timers 3 9\n neighbor nodes bfd\n"
+    );
+    for (_, ip) in NODES {
+        c.push_str(&format!(" neighbor {ip} peer-group nodes\n"));
+    }
+    c.push_str(
+        " address-family ipv4 unicast\n  maximum-paths 8\n exit-address-family\nexit\n!\nend\n",
+    );
+    c
+}
+
+async fn apply(client: &Client, api_version: &str, kind: &str, mut object: Value) {
+    object["apiVersion"] = json!(api_version);
+    object["kind"] = json!(kind);
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let ns = object["metadata"]["namespace"].as_str().map(str::to_string);
+    let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+        api_version: api_version.into(),
+        kind: kind.into(),
+    })
+    .unwrap();
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<kube::core::DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), &ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("bgp-test").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("applying {kind} {name}: {err}"));
+}
+
+async fn service(
+    client: &Client,
+    name: &str,
+    cluster_ip: &str,
+    node_port: u16,
+    policy: &str,
+    ip: &str,
+    endpoints: &[(&str, &str)],
+) {
+    apply(client, "v1", "Service", json!({
+        "metadata": {"namespace": "default", "name": name},
+        "spec": {"type": "LoadBalancer", "clusterIP": cluster_ip, "clusterIPs": [cluster_ip],
+                 "externalTrafficPolicy": policy,
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": node_port, "protocol": "TCP"}]}
+    })).await;
+    Api::<Service>::namespaced(client.clone(), "default")
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let endpoints: Vec<Value> = endpoints
+        .iter()
+        .map(|(ip, node)| json!({"addresses": [ip], "conditions": {"ready": true}, "nodeName": node}))
+        .collect();
+    apply(
+        client,
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        json!({
+            "metadata": {"namespace": "default", "name": format!("{name}-1"),
+                         "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": endpoints
+        }),
+    )
+    .await;
+}
+
+/// The router's next hops for `ip`, from its kernel FIB.
+fn next_hops(router_ns: &str, ip: &str) -> Vec<String> {
+    let json = run(&[
+        "ip",
+        "-j",
+        "-n",
+        router_ns,
+        "route",
+        "show",
+        &format!("{ip}/32"),
+    ]);
+    let routes: Value = serde_json::from_str(&json).unwrap_or_default();
+    let mut hops = Vec::new();
+    for route in routes.as_array().into_iter().flatten() {
+        hops.extend(route["gateway"].as_str().map(str::to_string));
+        for hop in route["nexthops"].as_array().into_iter().flatten() {
+            hops.extend(hop["gateway"].as_str().map(str::to_string));
+        }
+    }
+    hops.sort();
+    hops
+}
+
+fn established(router_ns: &str, dir: &Path) -> usize {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            router_ns,
+            "vtysh",
+            "--vty_socket",
+            dir.to_str().unwrap(),
+            "-c",
+            "show bgp ipv4 unicast summary json",
+        ])
+        .output()
+        .unwrap();
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    summary["peers"]
+        .as_object()
+        .map(|p| p.values().filter(|p| p["state"] == "Established").count())
+        .unwrap_or(0)
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn agents_announce_over_bgp_and_a_killed_agent_withdraws() {
+    if !ready() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(scenario());
+}
+
+async fn scenario() {
+    let began = Instant::now();
+    let spec = TopologySpec::new(TopologySpec::unique_prefix("tb"))
+        .node("n1", ["web"])
+        .node("n2", ["web2"])
+        .client("cp")
+        .client("router");
+    let mut topo = Topology::create(&spec).unwrap();
+    let dir = berth_testing::unique_dir("berth-bgp-netns");
+    let cp = topo.netns("cp").unwrap().to_string();
+    let router = topo.netns("router").unwrap().to_string();
+    let router_ip = topo.layout().client("router").unwrap().ip.to_string();
+    let api_addr = format!("{}:6443", topo.layout().client("cp").unwrap().ip);
+    let outside = format!("{}-outside", router.trim_end_matches("-router"));
+    let mut procs = Processes {
+        frr_dirs: Vec::new(),
+        agents: BTreeMap::new(),
+        outside: outside.clone(),
+    };
+
+    // The client sits behind the router; the nodes route the client's network through it.
+    run(&["ip", "netns", "add", &outside]);
+    run(&["ip", "-n", &outside, "link", "set", "lo", "up"]);
+    run(&[
+        "ip", "-n", &router, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0",
+        "netns", &outside,
+    ]);
+    run(&["ip", "-n", &router, "link", "set", "eth1", "up"]);
+    run(&[
+        "ip",
+        "-n",
+        &router,
+        "addr",
+        "add",
+        "198.19.20.1/24",
+        "dev",
+        "eth1",
+    ]);
+    run(&["ip", "-n", &outside, "link", "set", "eth0", "up"]);
+    run(&[
+        "ip",
+        "-n",
+        &outside,
+        "addr",
+        "add",
+        "198.19.20.100/24",
+        "dev",
+        "eth0",
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &outside,
+        "route",
+        "add",
+        "default",
+        "via",
+        "198.19.20.1",
+    ]);
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &router,
+        "sysctl",
+        "-qw",
+        "net.ipv4.ip_forward=1",
+    ]);
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &router,
+        "sysctl",
+        "-qw",
+        "net.ipv4.fib_multipath_hash_policy=1",
+    ]);
+    for (node, _) in NODES {
+        let ns = topo.netns(node).unwrap().to_string();
+        topo.exec(
+            &ns,
+            &[
+                "ip",
+                "route",
+                "replace",
+                "198.19.20.0/24",
+                "via",
+                &router_ip,
+            ],
+        )
+        .unwrap();
+    }
+
+    let inside = bind_tcp_in_netns(&cp, api_addr.parse().unwrap()).unwrap();
+    inside.set_nonblocking(true).unwrap();
+    let server = LabApiServer::builder()
+        .listen("127.0.0.1:0".parse().unwrap())
+        .listener(Listener::Bound(inside))
+        .start()
+        .await
+        .unwrap();
+    let client = server.client().unwrap();
+    berth_lab::apiserver::write_kubeconfig(&dir.join("kubeconfig"), &format!("http://{api_addr}"))
+        .unwrap();
+    berth_testing::install_crds(&client).await;
+
+    let echo: Vec<EchoHandle> = ["web", "web2"]
+        .iter()
+        .map(|pod| {
+            let (_, p) = topo.layout().pod(pod).unwrap();
+            let addr = SocketAddr::new(IpAddr::V4(p.ip), 8080);
+            EchoServer::bind(topo.netns(pod).unwrap(), pod, Some(addr), None)
+                .unwrap()
+                .start()
+                .unwrap()
+        })
+        .collect();
+    for (node, ip) in NODES {
+        let node_obj: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
+            "status": {"addresses": [{"type": "InternalIP", "address": ip}],
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "Test"}]}
+        }))
+        .unwrap();
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node_obj)
+            .await
+            .unwrap();
+    }
+    apply(
+        &client,
+        "berth.dev/v1alpha1",
+        "IPPool",
+        json!({"metadata": {"name": "bgp"},
+        "spec": {"addresses": ["198.19.10.0/24"], "autoAssign": false}}),
+    )
+    .await;
+    apply(
+        &client,
+        "berth.dev/v1alpha1",
+        "BFDProfile",
+        json!({"metadata": {"name": "fast"}, "spec": {}}),
+    )
+    .await;
+    apply(&client, "berth.dev/v1alpha1", "BGPPeer", json!({"metadata": {"name": "router"},
+        "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": router_ip, "bfdProfile": "fast"}})).await;
+    apply(
+        &client,
+        "berth.dev/v1alpha1",
+        "BGPAdvertisement",
+        json!({"metadata": {"name": "bgp"},
+        "spec": {"ipPools": ["bgp"], "communities": ["64512:100"]}}),
+    )
+    .await;
+    let web_ip = topo.layout().pod("web").unwrap().1.ip.to_string();
+    let web2_ip = topo.layout().pod("web2").unwrap().1.ip.to_string();
+    service(
+        &client,
+        "web",
+        "10.96.0.10",
+        30080,
+        "Cluster",
+        VIP,
+        &[(&web_ip, "n1"), (&web2_ip, "n2")],
+    )
+    .await;
+    service(
+        &client,
+        "local",
+        "10.96.0.11",
+        30081,
+        "Local",
+        LOCAL_VIP,
+        &[(&web_ip, "n1")],
+    )
+    .await;
+
+    let router_dir = dir.join("frr-router");
+    start_frr(&router, &router_dir, &router_config(&router_ip));
+    procs.frr_dirs.push(router_dir.clone());
+    until("the router's vty", || router_dir.join("bgpd.vty").exists()).await;
+    let d = router_dir.to_str().unwrap();
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &router,
+        "python3",
+        &format!("{FRR}/frr-reload.py"),
+        "--reload",
+        "--stdout",
+        "--vty_socket",
+        d,
+        "--confdir",
+        d,
+        "--rundir",
+        d,
+        &format!("{d}/frr.conf"),
+    ]);
+    let bin = env!("CARGO_BIN_EXE_berth");
+    for (node, ip) in NODES {
+        let ns = topo.netns(node).unwrap().to_string();
+        let frr_dir = dir.join(format!("frr-{node}"));
+        start_frr(&ns, &frr_dir, "");
+        procs.frr_dirs.push(frr_dir.clone());
+        let vty = frr_dir.join("bgpd.vty");
+        until("a node's vty", || vty.exists()).await;
+        let log = std::fs::File::create(dir.join(format!("{node}.log"))).unwrap();
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                bin,
+                "agent",
+                "--node-name",
+                node,
+                "--bgp-speaker",
+            ])
+            .arg("--frr-dir")
+            .arg(&frr_dir)
+            .args([
+                "--cluster-cidr",
+                "10.244.0.0/16",
+                "--min-sync-interval",
+                "100ms",
+            ])
+            .args([
+                "--admin-listen",
+                "127.0.0.1:10356",
+                "--healthz-bind-address",
+                ip,
+            ])
+            .arg("--kubeconfig")
+            .arg(dir.join("kubeconfig"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        procs.agents.insert(node.to_string(), child);
+    }
+
+    until("both sessions Established", || {
+        established(&router, &router_dir) == 2
+    })
+    .await;
+    until(
+        "one next hop per node for the Cluster-policy address",
+        || next_hops(&router, VIP) == ["198.18.0.11", "198.18.0.12"],
+    )
+    .await;
+    until("only n1 for the Local-policy address", || {
+        next_hops(&router, LOCAL_VIP) == ["198.18.0.11"]
+    })
+    .await;
+
+    // Through the router and a node's datapath to a pod, from the client behind the router.
+    let target: SocketAddr = format!("{VIP}:80").parse().unwrap();
+    let mut pods = BTreeMap::<String, usize>::new();
+    for _ in 0..12 {
+        let ns = outside.clone();
+        let reply =
+            tokio::task::spawn_blocking(move || tcp_echo(&ns, target, Duration::from_secs(2)))
+                .await
+                .unwrap()
+                .unwrap_or_else(|err| panic!("the client cannot reach {VIP}: {err}"));
+        *pods.entry(reply.pod).or_default() += 1;
+    }
+    assert_eq!(pods.values().sum::<usize>(), 12, "{pods:?}");
+
+    // SIGKILL: the agent's device and routes die with it; the router keeps only n2.
+    let mut killed = procs.agents.remove("n1").unwrap();
+    let _ = Command::new("kill")
+        .args(["-9", &killed.id().to_string()])
+        .status();
+    let _ = killed.wait();
+    let at = Instant::now();
+    until("n1's next hop withdrawn", || {
+        next_hops(&router, VIP) == ["198.18.0.12"]
+    })
+    .await;
+    let withdrawal = at.elapsed();
+    until("the Local-policy address withdrawn", || {
+        next_hops(&router, LOCAL_VIP).is_empty()
+    })
+    .await;
+    assert_eq!(
+        established(&router, &router_dir),
+        2,
+        "the killed agent's session stays up"
+    );
+    let ns = outside.clone();
+    tokio::task::spawn_blocking(move || tcp_echo(&ns, target, Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .unwrap_or_else(|err| panic!("the client cannot reach {VIP} through n2: {err}"));
+
+    // A graceful stop withdraws first as well.
+    let mut stopped = procs.agents.remove("n2").unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &stopped.id().to_string()])
+        .status();
+    let _ = stopped.wait();
+    until("n2's next hop withdrawn on a graceful stop", || {
+        next_hops(&router, VIP).is_empty()
+    })
+    .await;
+    println!(
+        "bgp_netns: SIGKILL withdrawal seen at the router after {withdrawal:?}; whole test {:?}",
+        began.elapsed()
+    );
+
+    drop(procs);
+    drop(echo);
+    server.shutdown().await.unwrap();
+    topo.destroy().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
