@@ -10,6 +10,10 @@
     chart.py agent [VALUES_JSON]   the agent container of one rendering, as JSON: {"args": [...],
                                    "env": [...]} exactly as the DaemonSet gives them; the RBAC test
                                    runs `berth agent` with them
+    chart.py admission [VALUES_JSON]
+                                   the ValidatingAdmissionPolicies of one rendering with their
+                                   bindings, as JSON: {"policies": [...], "bindings": [...]}; the
+                                   admission test evaluates their CEL against agents' requests
 
 Value sets: the chart's defaults and every charts/berth/ci/<name>-values.yaml. Kubernetes versions:
 the oldest and newest berth supports (SUPPORTED_KUBERNETES below; the README says the same).
@@ -490,6 +494,16 @@ def agent(values_json):
     return 0
 
 
+def admission(values_json):
+    values = json.loads(values_json) if values_json else {}
+    docs = render(values)
+    print(json.dumps({
+        "policies": by_kind(docs, "ValidatingAdmissionPolicy"),
+        "bindings": by_kind(docs, "ValidatingAdmissionPolicyBinding"),
+    }))
+    return 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "check":
         return check()
@@ -497,6 +511,8 @@ def main(argv):
         return rbac(argv[2] if len(argv) > 2 else "")
     if len(argv) >= 2 and argv[1] == "agent":
         return agent(argv[2] if len(argv) > 2 else "")
+    if len(argv) >= 2 and argv[1] == "admission":
+        return admission(argv[2] if len(argv) > 2 else "")
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -199,6 +199,11 @@ fn agent_values_are_its_flags() {
                 "where the chart mounts the membership Secret",
             ),
             (
+                "membershipPreviousKeyFile",
+                "/etc/berth/membership/previous",
+                "where the chart mounts the Secret's accepted second key, if it has one",
+            ),
+            (
                 "leaseNamespace",
                 "",
                 "the release namespace, where the Role is",

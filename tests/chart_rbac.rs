@@ -782,7 +782,8 @@ impl Drop for AgentProcess {
 /// namespace of a lab topology (`berth-rbac<pid>-*`, deleted when it is dropped, also on failure),
 /// with the lab API server in a client namespace on the LAN. It keeps its Lease (with SWIM, reading
 /// its Node for the address to advertise), elects itself for a LoadBalancer Service's address,
-/// annotates the Service and records its Event, renews its Lease, and deletes the Lease on SIGTERM.
+/// writes its ServiceL2Status record and the Event, renews its Lease, and deletes the Lease and
+/// the record on SIGTERM.
 async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<RecordedRequest> {
     use berth_lab::netns::bind_tcp_in_netns;
     use berth_lab::topology::{Topology, TopologySpec};
@@ -865,13 +866,20 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
     let leases: Api<Lease> = Api::namespaced(admin.clone(), LEASE_NAMESPACE);
     let lease = berth_api::names::lease::agent_lease_name(NODE);
     let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let records: Api<berth_api::ServiceL2Status> = Api::namespaced(admin.clone(), LEASE_NAMESPACE);
     let announced = tokio::time::timeout(WAIT, async {
         loop {
-            let svc = services.get("lb").await.ok();
-            let annotated = svc.and_then(|s| s.metadata.annotations).and_then(|a| {
-                a.get(berth_api::names::annotation::ANNOUNCING_NODE)
-                    .cloned()
-            });
+            let recorded_here = records
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .any(|r| {
+                    r.spec.node == NODE
+                        && r.spec.service_name == "lb"
+                        && r.spec.addresses == ["198.18.0.200"]
+                });
             let events =
                 Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), "web")
                     .list(&Default::default())
@@ -887,7 +895,7 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
             let renewed = requests_of(&server, token).iter().any(|r| {
                 r.verb == "patch" && r.resource == "leases" && r.name == lease && r.count >= 2
             });
-            if annotated.as_deref() == Some(NODE) && recorded && renewed {
+            if recorded_here && recorded && renewed {
                 break;
             }
             tokio::time::sleep(POLL).await;
@@ -896,7 +904,7 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
     .await;
     assert!(
         announced.is_ok(),
-        "no announcing-node annotation, Event and Lease renewal; the agent's log:\n{}",
+        "no ServiceL2Status record, Event and Lease renewal; the agent's log:\n{}",
         agent_log()
     );
     assert!(
@@ -912,6 +920,15 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
     assert!(
         leases.get_opt(&lease).await.unwrap().is_none(),
         "the Lease {lease} outlived its agent's graceful stop"
+    );
+    assert!(
+        records
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "the agent's ServiceL2Status records outlived its graceful stop"
     );
     let requests = requests_of(&server, token);
     let _ = std::fs::remove_dir_all(&dir);

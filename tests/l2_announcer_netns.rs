@@ -12,7 +12,6 @@ mod l2_lab;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use l2_lab::*;
 use serde_json::json;
@@ -56,26 +55,11 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
         .collect::<Vec<_>>()
         .join(":");
     assert!(neigh.contains(&owner_mac), "{neigh}");
-    berth_testing::eventually(
-        "the announcing-node annotation",
-        LIMIT,
-        Duration::from_millis(100),
-        || {
-            let client = client.clone();
-            let owner = owner.clone();
-            async move {
-                let svc = Api::<Service>::namespaced(client, "default")
-                    .get("web")
-                    .await
-                    .ok()?;
-                let node = svc
-                    .metadata
-                    .annotations?
-                    .get(berth_api::names::annotation::ANNOUNCING_NODE)?
-                    .clone();
-                (node == owner).then_some(())
-            }
-        },
+    records_say(
+        &client,
+        "web",
+        &[owner.as_str()],
+        "the owner's ServiceL2Status record",
     )
     .await;
     berth_testing::eventually(
@@ -211,6 +195,15 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
         }
         lab.capture.until(VIP, Some(macs[next.as_str()]), how).await;
         eventually_tcp(&client_ns, "web", how).await;
+        // The new owner records itself; a crashed owner's record goes with the takeover, a
+        // stopped one deletes its own.
+        records_say(
+            &client,
+            "web",
+            &[next.as_str()],
+            &format!("{how}: the record moved"),
+        )
+        .await;
         if signal.is_empty() {
             lab.set_link(&owner, true);
         } else {
@@ -220,6 +213,13 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
             .until(VIP, Some(macs[owner.as_str()]), &format!("{how}: back"))
             .await;
         eventually_tcp(&client_ns, "web", &format!("{how}: back")).await;
+        records_say(
+            &client,
+            "web",
+            &[owner.as_str()],
+            &format!("{how}: the record is back"),
+        )
+        .await;
         // Let a late gratuitous round of the interim owner pass before judging the sequence.
         tokio::time::sleep(Duration::from_millis(500)).await;
         let runs = lab.capture.answerers_since(VIP, from);
@@ -235,4 +235,27 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
     }
     eprintln!("l2 announcer scenario took {:?}", began.elapsed());
     lab
+}
+
+/// Waits until the ServiceL2Status records of `default/<service>` name exactly `nodes`.
+async fn records_say(client: &kube::Client, service: &str, nodes: &[&str], what: &str) {
+    let want: std::collections::BTreeSet<String> = nodes.iter().map(|n| n.to_string()).collect();
+    berth_testing::eventually(what, LIMIT, Duration::from_millis(100), || {
+        let client = client.clone();
+        let want = want.clone();
+        async move {
+            let records = Api::<berth_api::ServiceL2Status>::all(client)
+                .list(&Default::default())
+                .await
+                .ok()?;
+            let have: std::collections::BTreeSet<String> = records
+                .items
+                .into_iter()
+                .filter(|r| r.spec.service_namespace == "default" && r.spec.service_name == service)
+                .map(|r| r.spec.node)
+                .collect();
+            (have == want).then_some(())
+        }
+    })
+    .await;
 }

@@ -47,7 +47,12 @@ svc_field() { kubectl get svc "$1" -o "jsonpath=$2"; }
 
 node_port() { svc_field "$1" '{.spec.ports[0].nodePort}'; }
 lb_ip() { svc_field "$1" '{.status.loadBalancer.ingress[0].ip}'; }
-announcer() { svc_field "$1" '{.metadata.annotations.berth\.dev/announcing-node}'; }
+# announcer SVC: the nodes whose agents record that they announce the Service's addresses (one,
+# unless an address is changing hands).
+announcer() {
+    kubectl get servicel2statuses -A -l "berth.dev/service-name=$1,berth.dev/service-namespace=default" \
+        -o 'jsonpath={.items[*].spec.node}'
+}
 
 has_lb_ip() { [[ -n $(lb_ip "$1") ]]; }
 has_node_port() { [[ -n $(node_port "$1") ]]; }

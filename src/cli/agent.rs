@@ -81,6 +81,10 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_L2_INTERFACES", value_delimiter = ',')]
     l2_interfaces: Vec<String>,
 
+    /// Owned LoadBalancer IPs are announced again (gratuitous ARP, unsolicited NA) this often
+    /// after their takeover rounds, so switches never age them out; 0s: only on takeover.
+    #[arg(long, env = "BERTH_L2_GRATUITOUS_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    l2_gratuitous_interval: Duration,
     /// Announce LoadBalancer IPs over BGP through the FRR beside the agent (BGPPeer,
     /// BGPAdvertisement, BFDProfile); see docs/bgp.md.
     #[arg(long, env = "BERTH_BGP_SPEAKER")]
@@ -113,6 +117,11 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_MEMBERSHIP_KEY_FILE")]
     membership_key_file: Option<PathBuf>,
 
+    /// File holding a second key whose datagrams are accepted too (never used to seal): a key
+    /// being rotated in or out. A missing file means none, so a Secret without it is fine.
+    #[arg(long, env = "BERTH_MEMBERSHIP_PREVIOUS_KEY_FILE")]
+    membership_previous_key_file: Option<PathBuf>,
+
     /// UDP port of the membership socket (0 picks a free one; it is advertised on the Lease).
     #[arg(long, env = "BERTH_MEMBERSHIP_PORT", default_value_t = berth_membership::DEFAULT_PORT)]
     membership_port: u16,
@@ -139,7 +148,8 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_MEMBERSHIP_SUSPICION_TIMEOUT", default_value = "400ms", value_parser = parse_duration)]
     membership_suspicion_timeout: Duration,
 
-    /// Namespace of the agents' Leases (`berth-agent-<node>`).
+    /// Namespace of the agents' Leases (`berth-agent-<node>`) and of the announcer's
+    /// `ServiceL2Status` records: the agent's own.
     #[arg(long, env = "BERTH_LEASE_NAMESPACE", default_value = "kube-system")]
     lease_namespace: String,
 
@@ -188,6 +198,19 @@ impl AgentArgs {
             ),
             _ => None,
         };
+        let previous_key = match (&self.membership_previous_key_file, mode) {
+            (Some(path), OnOff::On) => match std::fs::read(path) {
+                Ok(bytes) => Some(bytes),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+                Err(err) => {
+                    return Err(anyhow::Error::new(err).context(format!(
+                        "reading the previous membership key {}",
+                        path.display()
+                    )))
+                }
+            },
+            _ => None,
+        };
         let options = berth_membership::MembershipOptions {
             node_name: self.node_name.clone(),
             enabled: mode == OnOff::On,
@@ -196,6 +219,7 @@ impl AgentArgs {
             bind: SocketAddr::new(self.membership_bind_address, self.membership_port),
             advertise_address: self.membership_advertise_address,
             key,
+            previous_key,
             probe_period: self.membership_probe_period,
             probe_timeout: self.membership_probe_timeout,
             suspicion_timeout: self.membership_suspicion_timeout,
@@ -231,6 +255,8 @@ impl AgentArgs {
             admin_listen: self.admin_listen,
             l2_announcer: self.l2_announcer,
             l2_interfaces: self.l2_interfaces.clone(),
+            l2_status_namespace: self.lease_namespace.clone(),
+            l2_gratuitous_interval: self.l2_gratuitous_interval,
             bgp_speaker: self.bgp_speaker.then(|| berth_agent::SpeakerConfig {
                 frr_dir: self.frr_dir.clone(),
                 frr_reload: self.frr_reload.clone(),

@@ -89,3 +89,8 @@ empty values are left out so that the binary's default applies. Lists are joined
   value: {{ .Values.apiServer.port | toString | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* Prefix of each agent's liveness Lease, berth-agent-<node> (berth-api's lease::AGENT_PREFIX). */}}
+{{- define "berth.agentLeasePrefix" -}}
+berth-agent-
+{{- end -}}

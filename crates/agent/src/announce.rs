@@ -1,18 +1,19 @@
 //! The L2 announcer inside the agent: watches of IPPools, L2Advertisements, Nodes, Services and
 //! EndpointSlices feed berth-l2's [`L2Index`]; with the live set and the local interfaces'
-//! state it becomes the table of answers each interface's speaker reads. When this node takes an
-//! address over, the Services holding it get the `berth.dev/announcing-node` annotation (server
-//! side apply, the agent's field manager) and an Event "announcing from node X".
+//! state it becomes the table of answers each interface's speaker reads. What it announces is
+//! kept in this node's `ServiceL2Status` records ([`crate::l2status`]); when this node takes an
+//! address over, the Services holding it get an Event "announcing from node X". The agent
+//! writes nothing on the Services themselves.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use berth_api::names::{annotation, event, field_manager};
+use berth_api::names::event;
 use berth_api::{IPPool, L2Advertisement};
 use berth_l2::{
-    diff_ownership, local_interfaces, Answers, InterfaceHold, L2Index, L2Metrics, PacketLink,
-    StartupSettle, TakeoverDelay,
+    build_announced, diff_ownership, local_interfaces, Answers, InterfaceHold, L2Index, L2Metrics,
+    PacketLink, StartupSettle, TakeoverDelay,
 };
 use berth_telemetry::MetricsRegistry;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
@@ -20,14 +21,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
-use serde_json::json;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::l2status::{run_status_records, AnnouncedSet};
 use crate::watch::{run_watch, Handlers};
 use crate::Error;
 
@@ -50,6 +51,11 @@ const REPORT_QUEUE: usize = 4096;
 pub struct AnnouncerConfig {
     /// Interfaces to answer on; empty: every interface with an Ethernet address but loopback.
     pub interfaces: Vec<String>,
+    /// Namespace of this node's `ServiceL2Status` records.
+    pub status_namespace: String,
+    /// Owned addresses are announced again this often after their takeover rounds; `None`:
+    /// only on takeover.
+    pub gratuitous_interval: Option<Duration>,
 }
 
 pub struct Announcer {
@@ -243,10 +249,11 @@ impl Announcer {
                 Ok(link) => {
                     tracing::info!(interface = %name, "answering ARP and NDP");
                     opened.push(name.clone());
-                    tasks.push(tokio::spawn(berth_l2::run_link(
+                    tasks.push(tokio::spawn(berth_l2::run_link_refreshing(
                         link,
                         answers_rx.clone(),
                         self.metrics.clone(),
+                        self.config.gratuitous_interval,
                         stop.clone().cancelled_owned(),
                     )));
                 }
@@ -266,6 +273,14 @@ impl Announcer {
             self.client.clone(),
             self.node.clone(),
             report_rx,
+            stop.clone(),
+        )));
+        let (records_tx, records_rx) = watch::channel(AnnouncedSet::default());
+        tasks.push(tokio::spawn(run_status_records(
+            self.client.clone(),
+            self.node.clone(),
+            self.config.status_namespace.clone(),
+            records_rx,
             stop.clone(),
         )));
         let Announcer {
@@ -342,6 +357,14 @@ impl Announcer {
                 .ownership_changes
                 .inc_by((changes.gained.len() + changes.lost.len()) as u64);
             answers_tx.send_replace(next.clone());
+            let announced = build_announced(&next);
+            records_tx.send_if_modified(|current| {
+                if **current == announced {
+                    return false;
+                }
+                *current = Arc::new(announced);
+                true
+            });
             for (service, ip) in changes.services {
                 if report_tx.try_send((service, ip)).is_err() {
                     tracing::warn!("announcement reports are backed up; one is not written");
@@ -358,8 +381,8 @@ impl Announcer {
     }
 }
 
-/// Writes the announcing-node annotation and the Event for each taken-over Service, one at a
-/// time: there are as many as this node's takeovers, not as Services.
+/// Records the Event for each taken-over Service, one at a time: there are as many as this
+/// node's takeovers, not as Services.
 async fn run_reports(
     client: Client,
     node: String,
@@ -376,9 +399,6 @@ async fn run_reports(
             return;
         };
         seq += 1;
-        if let Err(err) = apply_announcing_node(&client, &namespace, &name, &node).await {
-            tracing::warn!(%namespace, %name, error = %err, "writing the announcing-node annotation failed");
-        }
         let event = build_announcing_event(&namespace, &name, &node, ip, seq);
         if let Err(err) = Api::<Event>::namespaced(client.clone(), &namespace)
             .create(&PostParams::default(), &event)
@@ -387,34 +407,6 @@ async fn run_reports(
             tracing::warn!(%namespace, %name, error = %err, "recording the announcing Event failed");
         }
     }
-}
-
-/// Sets `berth.dev/announcing-node` by server-side apply with the agent's field manager. Forced:
-/// the agent that announced before used the same manager, but anyone else who set it is
-/// overruled, as the design gives the field to the announcing agent.
-pub async fn apply_announcing_node(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    node: &str,
-) -> Result<(), kube::Error> {
-    let patch = json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {annotation::ANNOUNCING_NODE: node},
-        },
-    });
-    Api::<Service>::namespaced(client.clone(), namespace)
-        .patch(
-            name,
-            &PatchParams::apply(field_manager::AGENT).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map(|_| ())
 }
 
 /// The events.k8s.io/v1 Event "announcing from node X" about a Service.

@@ -95,6 +95,11 @@ pub struct AgentOptions {
     pub l2_interfaces: Vec<String>,
     /// `spec.externalIPs` are programmed only inside these; empty (the default): none.
     pub external_ip_cidrs: Vec<IpNet>,
+    /// Namespace of this node's `ServiceL2Status` records (the agent's own: the lease namespace).
+    pub l2_status_namespace: String,
+    /// Owned addresses are announced again this often after their takeover rounds; zero: only
+    /// on takeover.
+    pub l2_gratuitous_interval: Duration,
     /// Announce LoadBalancer IPs over BGP through the FRR beside the agent.
     pub bgp_speaker: Option<crate::speaker::SpeakerConfig>,
 }
@@ -117,6 +122,8 @@ impl Default for AgentOptions {
             l2_announcer: false,
             l2_interfaces: Vec::new(),
             external_ip_cidrs: Vec::new(),
+            l2_status_namespace: "kube-system".into(),
+            l2_gratuitous_interval: Duration::from_secs(60),
             bgp_speaker: None,
         }
     }
@@ -160,6 +167,14 @@ impl AgentOptions {
         for name in &self.l2_interfaces {
             if let Some(problem) = berth_core::interface_name_problem(name) {
                 return Err(invalid("L2 interface", format!("{name:?}: {problem}")));
+            }
+        }
+        if self.l2_announcer {
+            if let Some(problem) = berth_core::dns1123_label_problem(&self.l2_status_namespace) {
+                return Err(invalid(
+                    "L2 status namespace",
+                    format!("{:?}: {problem}", self.l2_status_namespace),
+                ));
             }
         }
         let mut families = Vec::new();
@@ -246,6 +261,9 @@ impl AgentConfig {
             .l2_announcer
             .then(|| crate::announce::AnnouncerConfig {
                 interfaces: self.options.l2_interfaces.clone(),
+                status_namespace: self.options.l2_status_namespace.clone(),
+                gratuitous_interval: Some(self.options.l2_gratuitous_interval)
+                    .filter(|i| !i.is_zero()),
             })
     }
 
@@ -420,6 +438,29 @@ mod tests {
         };
         let announcer = options.validate().unwrap().announcer().unwrap();
         assert_eq!(announcer.interfaces, ["eth0", "bond0.100"]);
+        assert_eq!(announcer.status_namespace, "kube-system");
+        assert_eq!(announcer.gratuitous_interval, Some(Duration::from_secs(60)));
+        let quiet = AgentOptions {
+            l2_announcer: true,
+            l2_gratuitous_interval: Duration::ZERO,
+            ..mk_options()
+        };
+        assert_eq!(
+            quiet
+                .validate()
+                .unwrap()
+                .announcer()
+                .unwrap()
+                .gratuitous_interval,
+            None
+        );
+        let bad_namespace = AgentOptions {
+            l2_announcer: true,
+            l2_status_namespace: "Not_A_Namespace".into(),
+            ..mk_options()
+        };
+        let err = bad_namespace.validate().unwrap_err().to_string();
+        assert!(err.contains("L2 status namespace"), "{err}");
         let bad = AgentOptions {
             l2_announcer: true,
             l2_interfaces: vec!["a-very-long-interface".into()],

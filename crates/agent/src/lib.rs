@@ -27,6 +27,7 @@ pub mod conntrack;
 pub mod datapath;
 pub mod healthcheck;
 pub mod index;
+pub mod l2status;
 pub mod metrics;
 pub mod node_ports;
 pub mod ruleset;

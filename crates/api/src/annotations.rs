@@ -59,6 +59,21 @@ pub fn sharing_key(annotations: &BTreeMap<String, String>) -> Option<AnnotationV
     first_present(annotations, annotation::SHARING_KEY_PRECEDENCE)
 }
 
+/// The namespaces `berth.dev/sharing-cross-namespace` names (comma separated, blanks dropped;
+/// `*` for any), in order; empty without the annotation.
+pub fn sharing_namespaces(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    annotations
+        .get(annotation::SHARING_CROSS_NAMESPACE)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Requested IPs from `berth.dev/load-balancer-ips`, `metallb.io/loadBalancerIPs` or
 /// `metallb.universe.tf/loadBalancerIPs` (comma separated). Only the winning annotation is
 /// parsed: a broken lower-precedence one that is overridden does not matter.
@@ -195,6 +210,22 @@ mod tests {
             })
         );
         assert_eq!(ip_pool(&mk_annotations(&[(IP_POOL, "")])), None);
+    }
+
+    #[test]
+    fn sharing_namespaces_are_a_comma_separated_list() {
+        assert!(sharing_namespaces(&mk_annotations(&[])).is_empty());
+        assert_eq!(
+            sharing_namespaces(&mk_annotations(&[(
+                SHARING_CROSS_NAMESPACE,
+                " tenant-a, ,tenant-b ,"
+            )])),
+            ["tenant-a", "tenant-b"]
+        );
+        assert_eq!(
+            sharing_namespaces(&mk_annotations(&[(SHARING_CROSS_NAMESPACE, "*")])),
+            ["*"]
+        );
     }
 
     #[test]

@@ -4,7 +4,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Map, Value};
 
-use crate::{BFDProfile, BGPAdvertisement, BGPPeer, Error, IPPool, L2Advertisement};
+use crate::{
+    BFDProfile, BGPAdvertisement, BGPPeer, Error, IPPool, L2Advertisement, ServiceL2Status,
+};
 
 /// Every berth CRD, in a fixed order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
@@ -14,6 +16,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         BGPPeer::crd(),
         BGPAdvertisement::crd(),
         BFDProfile::crd(),
+        ServiceL2Status::crd(),
     ]
 }
 

@@ -1,6 +1,6 @@
-//! berth's API: the `IPPool`, `L2Advertisement`, `BGPPeer`, `BGPAdvertisement` and `BFDProfile`
-//! custom resources, their validation, the CRD manifests, and every well-known name
-//! (annotations, labels, finalizers, classes, conditions).
+//! berth's API: the `IPPool`, `L2Advertisement`, `BGPPeer`, `BGPAdvertisement`, `BFDProfile`
+//! and `ServiceL2Status` custom resources, their validation, the CRD manifests, and every
+//! well-known name (annotations, labels, finalizers, classes, conditions).
 
 mod annotations;
 mod bgp;
@@ -9,12 +9,13 @@ mod convert;
 mod crds;
 mod ippool;
 mod l2advertisement;
+mod l2status;
 pub mod names;
 mod schema;
 
 pub use annotations::{
-    ip_pool, requested_ips, requested_ips_with_spec, sharing_key, AnnotationValue, RequestSource,
-    RequestedIps,
+    ip_pool, requested_ips, requested_ips_with_spec, sharing_key, sharing_namespaces,
+    AnnotationValue, RequestSource, RequestedIps,
 };
 pub use bgp::{
     parse_community, parse_seconds, BFDProfile, BFDProfileSpec, BGPAdvertisement,
@@ -29,6 +30,7 @@ pub use convert::{selector_matches, to_selector, validate_label_selector};
 pub use crds::{crds, crds_yaml};
 pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
 pub use l2advertisement::{L2Advertisement, L2AdvertisementSpec};
+pub use l2status::{ServiceL2Status, ServiceL2StatusSpec};
 pub use schema::{address_rules, MAX_ADDRESSES, MAX_INTERFACES, MAX_PRIORITY, MIN_PRIORITY};
 
 /// Everything that can fail in berth-api.

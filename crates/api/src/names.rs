@@ -11,6 +11,8 @@ pub const API_VERSION: &str = "berth.dev/v1alpha1";
 pub const KIND_IP_POOL: &str = "IPPool";
 /// `kind` of the layer-2 advertisement resource.
 pub const KIND_L2_ADVERTISEMENT: &str = "L2Advertisement";
+/// `kind` of the record of where a Service is announced over ARP/NDP.
+pub const KIND_SERVICE_L2_STATUS: &str = "ServiceL2Status";
 /// `kind` of the BGP peer resource.
 pub const KIND_BGP_PEER: &str = "BGPPeer";
 /// `kind` of the BGP advertisement resource.
@@ -45,8 +47,9 @@ pub mod annotation {
     pub const IP_POOL: &str = "berth.dev/ip-pool";
     /// Services with the same key may share a LoadBalancer IP.
     pub const SHARING_KEY: &str = "berth.dev/sharing-key";
-    /// Written by the agent that answers ARP for the Service's IP.
-    pub const ANNOUNCING_NODE: &str = "berth.dev/announcing-node";
+    /// Other namespaces (comma separated, or `*`) whose Services may share this Service's
+    /// LoadBalancer IP; both Services must name each other's namespace.
+    pub const SHARING_CROSS_NAMESPACE: &str = "berth.dev/sharing-cross-namespace";
     /// On a Pod in the lab: `"false"` makes the lab kubelet's readiness probe fail.
     pub const LAB_READY: &str = "lab.berth.dev/ready";
     /// On an agent's Lease: where its membership (SWIM) socket listens, `ip:port`.
@@ -175,6 +178,11 @@ pub mod label {
     pub const TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
     /// Hostname of a node.
     pub const HOSTNAME: &str = "kubernetes.io/hostname";
+    /// On a ServiceL2Status: the namespace of the Service it describes
+    /// (`kubectl get l2status -l berth.dev/service-name=web`).
+    pub const SERVICE_NAMESPACE: &str = "berth.dev/service-namespace";
+    /// On a ServiceL2Status: the name of the Service it describes.
+    pub const SERVICE_NAME: &str = "berth.dev/service-name";
 }
 
 /// Node taints berth reads.
@@ -198,7 +206,7 @@ pub mod finalizer {
 pub mod field_manager {
     /// The controller (allocation, status, endpoints, cloud load balancers).
     pub const CONTROLLER: &str = "berth-controller";
-    /// The node agent (announcing-node annotation, its Lease).
+    /// The node agent (its ServiceL2Status records, its Lease).
     pub const AGENT: &str = "berth-agent";
 }
 
@@ -209,16 +217,49 @@ pub mod lease {
     /// Prefix of each agent's liveness Lease; the node name follows.
     pub const AGENT_PREFIX: &str = "berth-agent-";
 
-    /// Name of the liveness Lease of the agent on `node`.
+    /// The longest object name (a DNS subdomain).
+    pub const MAX_NAME: usize = 253;
+
+    /// Name of the liveness Lease of the agent on `node`: the prefix and the node name, or for
+    /// a node name too long for that (over 241 characters), the prefix, the name's first 224
+    /// characters, `-` and 16 hex digits of a hash of the whole name. Either way the Lease's
+    /// `holderIdentity` names the node in full.
     pub fn agent_lease_name(node: &str) -> String {
-        format!("{AGENT_PREFIX}{node}")
+        if AGENT_PREFIX.len() + node.len() <= MAX_NAME {
+            return format!("{AGENT_PREFIX}{node}");
+        }
+        let keep = MAX_NAME - AGENT_PREFIX.len() - 17;
+        let head: String = node.chars().take(keep).collect();
+        format!(
+            "{AGENT_PREFIX}{}-{:016x}",
+            head.trim_end_matches(['-', '.']),
+            fnv1a(node)
+        )
     }
 
-    /// Node name of an agent liveness Lease, or `None` for any other Lease.
+    /// Node name of an agent liveness Lease read from its name alone, or `None` for any other
+    /// Lease. A hashed name reads back as its shortened form: read it through its
+    /// `holderIdentity` with [`agent_lease_node`].
     pub fn node_of_agent_lease(lease: &str) -> Option<&str> {
         lease
             .strip_prefix(AGENT_PREFIX)
-            .filter(|node| !node.is_empty())
+            .filter(|node| !node.is_empty() && agent_lease_name(node) == lease)
+    }
+
+    /// The node of an agent Lease named `lease` held by `holder`: the holder when the name is
+    /// the holder's, else the node named in full in the Lease name; `None` for other Leases.
+    pub fn agent_lease_node<'a>(lease: &'a str, holder: Option<&'a str>) -> Option<&'a str> {
+        match holder {
+            Some(holder) if !holder.is_empty() && agent_lease_name(holder) == lease => Some(holder),
+            _ => node_of_agent_lease(lease),
+        }
+    }
+
+    /// 64-bit FNV-1a: stable across versions and platforms, enough to tell long names apart.
+    fn fnv1a(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
     }
 }
 
@@ -322,6 +363,47 @@ mod tests {
         let name = lease::agent_lease_name("node-1");
         assert_eq!(name, "berth-agent-node-1");
         assert_eq!(lease::node_of_agent_lease(&name), Some("node-1"));
+    }
+
+    #[test]
+    fn long_node_names_get_a_hashed_lease_name_that_still_finds_the_node() {
+        let longest_plain = "n".repeat(241);
+        assert_eq!(
+            lease::agent_lease_name(&longest_plain),
+            format!("berth-agent-{longest_plain}")
+        );
+        let long = format!("{}.example.com", "a".repeat(239));
+        let other = format!("{}.example.org", "a".repeat(239));
+        let name = lease::agent_lease_name(&long);
+        assert_eq!(name.len(), lease::MAX_NAME);
+        assert!(
+            berth_core::dns1123_subdomain_problem(&name).is_none(),
+            "{name}"
+        );
+        assert_ne!(name, lease::agent_lease_name(&other));
+        assert_eq!(name, lease::agent_lease_name(&long));
+        // The node is read through the holder; a holder whose name it is not is ignored.
+        assert_eq!(
+            lease::agent_lease_node(&name, Some(&long)),
+            Some(long.as_str())
+        );
+        assert_ne!(
+            lease::agent_lease_node(&name, Some(&other)),
+            Some(other.as_str())
+        );
+        assert_eq!(
+            lease::agent_lease_node("berth-agent-node-1", Some("node-1")),
+            Some("node-1")
+        );
+        assert_eq!(
+            lease::agent_lease_node("berth-agent-node-1", None),
+            Some("node-1")
+        );
+        // A holder that does not match the name does not rename the Lease's node.
+        assert_eq!(
+            lease::agent_lease_node("berth-agent-node-1", Some("node-2")),
+            Some("node-1")
+        );
     }
 
     #[test]

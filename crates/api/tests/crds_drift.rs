@@ -50,6 +50,7 @@ fn crds_yaml_is_deterministic_and_multi_document() {
             "bgppeers.berth.dev",
             "bgpadvertisements.berth.dev",
             "bfdprofiles.berth.dev",
+            "servicel2statuses.berth.dev",
         ]
     );
 }

@@ -220,6 +220,79 @@ async fn sharing_key_allowed_and_refused() {
     server.shutdown().await.unwrap();
 }
 
+/// A sharing key is its namespace's own: another tenant that uses the same key cannot request
+/// the address (refused with a condition) until both Services name each other's namespace.
+#[tokio::test]
+async fn sharing_across_namespaces_needs_both_services_consent() {
+    use k8s_openapi::api::core::v1::{Namespace, Service};
+    use kube::api::{Patch, PatchParams, PostParams};
+    let (server, client) = start_lab().await;
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "tenant-b"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    create_pool(
+        &client,
+        "default",
+        json!({"addresses": ["198.18.0.200-198.18.0.210"]}),
+    )
+    .await;
+    let ctrl = spawn_controller(client.clone(), mk_config());
+    let shared = |ns: &str, name: &str, port: i32| {
+        json!({"metadata": {"name": name, "namespace": ns, "annotations": {
+        "berth.dev/sharing-key": "k", "berth.dev/load-balancer-ips": "198.18.0.203"}},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": port}]}})
+    };
+    create_svc_full(&client, shared("default", "http", 80)).await;
+    wait_svc(&client, "http", "ingress", |s| !ingress_ips(s).is_empty()).await;
+    create_svc_full(&client, shared("tenant-b", "intruder", 443)).await;
+    let tenant_b: Api<Service> = Api::namespaced(client.clone(), "tenant-b");
+    let until = |what: &'static str, check: fn(&Service) -> bool| {
+        let tenant_b = tenant_b.clone();
+        async move {
+            for _ in 0..400 {
+                if let Ok(svc) = tenant_b.get("intruder").await {
+                    if check(&svc) {
+                        return svc;
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("tenant-b/intruder: {what}");
+        }
+    };
+    let refused = until("refused", |s| allocated(s).is_some()).await;
+    let (status, reason, message) = allocated(&refused).unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SharingConflict")
+    );
+    assert!(
+        message.contains("berth.dev/sharing-cross-namespace"),
+        "{message}"
+    );
+    assert!(ingress_ips(&refused).is_empty());
+    // Consent on both sides: the intruder becomes a guest.
+    let consent =
+        |ns: &str| json!({"metadata": {"annotations": {"berth.dev/sharing-cross-namespace": ns}}});
+    patch_svc(&client, "http", consent("tenant-b")).await;
+    tenant_b
+        .patch(
+            "intruder",
+            &PatchParams::default(),
+            &Patch::Merge(&consent("default")),
+        )
+        .await
+        .unwrap();
+    let joined = until("joined", |s| !ingress_ips(s).is_empty()).await;
+    assert_eq!(ingress_ips(&joined), vec!["198.18.0.203"]);
+    assert_eq!(allocated(&joined).unwrap().0, "True");
+    ctrl.stop().await;
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn type_changes_delete_and_foreign_class() {
     let (server, client) = start_lab().await;

@@ -92,6 +92,11 @@ pub async fn fetch_inputs(client: &Client, ns: &str, name: &str) -> Result<Input
                 .collect()
         })
         .unwrap_or_default();
+    let records = Api::<berth_api::ServiceL2Status>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
     Ok(Inputs {
         service,
         slices,
@@ -99,6 +104,7 @@ pub async fn fetch_inputs(client: &Client, ns: &str, name: &str) -> Result<Input
         leases,
         pools,
         advertisements,
+        records,
     })
 }
 

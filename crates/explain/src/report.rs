@@ -22,6 +22,8 @@ pub struct Inputs {
     pub leases: Vec<Lease>,
     pub pools: Vec<Pool>,
     pub advertisements: Vec<(String, L2AdvertisementSpec)>,
+    /// The announcing agents' records (`ServiceL2Status`, any namespace).
+    pub records: Vec<berth_api::ServiceL2Status>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +53,7 @@ pub struct Announcement {
     pub candidates: Vec<Candidate>,
     /// The candidate with the smallest key, as every agent computes it.
     pub elected: Option<String>,
-    /// What the owning agent wrote on the Service (`berth.dev/announcing-node`).
+    /// The node whose agent records announcing the address (its `ServiceL2Status`).
     pub annotated: Option<String>,
 }
 
@@ -173,13 +175,17 @@ fn announcement(inputs: &Inputs, ip: IpAddr, local_only: bool, now: DateTime<Utc
             .find(|c| c.excluded_because.is_empty())
             .map(|c| c.node.clone())
     };
+    let meta = &inputs.service.metadata;
+    let ip_text = ip.to_string();
     let annotated = inputs
-        .service
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(berth_api::names::annotation::ANNOUNCING_NODE))
-        .cloned();
+        .records
+        .iter()
+        .find(|r| {
+            Some(&r.spec.service_namespace) == meta.namespace.as_ref()
+                && Some(&r.spec.service_name) == meta.name.as_ref()
+                && r.spec.addresses.contains(&ip_text)
+        })
+        .map(|r| r.spec.node.clone());
     Announcement {
         ip,
         pools: pools.iter().map(|p| p.name.clone()).collect(),
@@ -321,8 +327,8 @@ pub fn render(r: &Report) -> String {
             or_none(&a.advertised_by)
         ));
         match (&a.elected, &a.annotated) {
-            (Some(e), Some(n)) if e == n => out.push_str(&format!("  {e} announces it: the candidate with the smallest sha256(node#ip), and it says so on the Service\n")),
-            (Some(e), Some(n)) => out.push_str(&format!("  elected from the API's view: {e}; the Service says {n} announces it (the agents' membership view differs, or an update is in flight)\n")),
+            (Some(e), Some(n)) if e == n => out.push_str(&format!("  {e} announces it: the candidate with the smallest sha256(node#ip), and its agent records it (ServiceL2Status)\n")),
+            (Some(e), Some(n)) => out.push_str(&format!("  elected from the API's view: {e}; the records say {n} announces it (the agents' membership view differs, or an update is in flight)\n")),
             (Some(e), None) => out.push_str(&format!("  elected from the API's view: {e}; no agent has reported announcing it yet\n")),
             (None, _) => out.push_str("  nobody can announce it: no pool holds it, no advertisement selects its pool, or no node qualifies\n"),
         }

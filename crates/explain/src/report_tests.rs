@@ -26,11 +26,20 @@ fn mk_node(name: &str, labels: serde_json::Value) -> Node {
 }
 
 fn mk_inputs(policy: &str, announced_by: Option<&str>) -> Inputs {
-    let mut annotations = json!({});
-    if let Some(node) = announced_by {
-        annotations["berth.dev/announcing-node"] = json!(node);
-    }
+    let annotations = json!({});
+    let records = announced_by
+        .map(|node| {
+            from(json!({
+                "apiVersion": "berth.dev/v1alpha1", "kind": "ServiceL2Status",
+                "metadata": {"name": "l2-0", "namespace": "berth-system"},
+                "spec": {"node": node, "serviceNamespace": "default", "serviceName": "web",
+                         "addresses": ["198.18.0.200"]}
+            }))
+        })
+        .into_iter()
+        .collect();
     Inputs {
+        records,
         service: from(json!({
             "metadata": {"name": "web", "namespace": "default", "annotations": annotations},
             "spec": {"type": "LoadBalancer", "clusterIPs": ["10.96.0.10"], "externalTrafficPolicy": policy,
@@ -130,7 +139,7 @@ fn a_disagreeing_annotation_is_pointed_out() {
         .unwrap();
     let text = render(&build_report(&mk_inputs("Cluster", Some(other)), now()));
     assert!(
-        text.contains(&format!("the Service says {other} announces it")),
+        text.contains(&format!("the records say {other} announces it")),
         "{text}"
     );
 }

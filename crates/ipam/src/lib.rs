@@ -46,7 +46,10 @@
 //!   run-length beyond), updated for every pool containing an address as it is taken or
 //!   freed, so the lowest free address is a lookup in that pool alone.
 //! - **Sharing**: same sharing key, no port in common per protocol, and either both
-//!   Services use `externalTrafficPolicy: Cluster` or both have the same selector.
+//!   Services use `externalTrafficPolicy: Cluster` or both have the same selector in the same
+//!   namespace. A key does not cross namespaces unless both Services name the other's
+//!   namespace (or `*`) in `berth.dev/sharing-cross-namespace` (Cilium's precedent): a tenant
+//!   that learns another's key can neither land on its address nor request it.
 //! - **Pool changes**: [`LbIpAllocator::set_pools`] replaces all pools or none; addresses
 //!   that no longer lie in any pool stay held and are reported as [`Orphan`]s; nothing moves
 //!   silently. The controller decides whether their Services keep them: [`LbIpAllocator::check`]

@@ -1,6 +1,9 @@
 //! Who may hold the same LoadBalancer IP: Services with the same sharing key whose ports
 //! do not overlap per protocol, and that either both use `externalTrafficPolicy: Cluster`
-//! or both select the same pods.
+//! or both select the same pods (the same selector in the same namespace). A sharing key is
+//! a namespace's own: Services of two namespaces share only when each one names the other's
+//! namespace (or `*`) in `berth.dev/sharing-cross-namespace`, as Cilium's
+//! `sharing-cross-namespace`, so a tenant cannot join another's address by guessing its key.
 
 use std::fmt::Display;
 use std::net::IpAddr;
@@ -32,6 +35,9 @@ impl std::fmt::Display for LbPort {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Holder {
     pub(crate) sharing_key: Option<String>,
+    pub(crate) namespace: String,
+    /// Other namespaces whose Services may share with this one (`*`: any).
+    pub(crate) shares_with: Vec<String>,
     pub(crate) policy: TrafficPolicy,
     pub(crate) selector: Labels,
     pub(crate) ports: Vec<LbPort>,
@@ -69,9 +75,18 @@ pub(crate) fn check_sharing<K: Display>(
             }
             _ => {}
         }
+        if other.namespace != new.namespace
+            && !(admits(new, &other.namespace) && admits(other, &new.namespace))
+        {
+            return Err(cannot(format!(
+                "sharing across namespaces needs the {CROSS} annotation on both Services, naming \
+                 the other's namespace ({:?} and {:?})",
+                new.namespace, other.namespace
+            )));
+        }
         let both_cluster =
             other.policy == TrafficPolicy::Cluster && new.policy == TrafficPolicy::Cluster;
-        if !both_cluster && other.selector != new.selector {
+        if !both_cluster && (other.selector != new.selector || other.namespace != new.namespace) {
             return Err(cannot(
                 "Services sharing an address must all use externalTrafficPolicy Cluster or select the same pods"
                     .into(),
@@ -89,6 +104,17 @@ pub(crate) fn check_sharing<K: Display>(
     Ok(())
 }
 
+/// berth-api's `annotation::SHARING_CROSS_NAMESPACE` (this crate knows no Kubernetes names).
+const CROSS: &str = "berth.dev/sharing-cross-namespace";
+
+/// Whether `holder` lets a Service of `namespace` share its address.
+fn admits(holder: &Holder, namespace: &str) -> bool {
+    holder
+        .shares_with
+        .iter()
+        .any(|n| n == "*" || n == namespace)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +127,8 @@ mod tests {
     ) -> Holder {
         Holder {
             sharing_key: key.map(String::from),
+            namespace: "ns".into(),
+            shares_with: Vec::new(),
             policy,
             selector: selector
                 .iter()
@@ -158,6 +186,84 @@ mod tests {
                 want.map_err(String::from),
                 "{new:?} joining {other:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_sharing_key_crosses_namespaces_only_with_both_sides_consent() {
+        use Protocol::Tcp;
+        use TrafficPolicy::{Cluster, Local};
+        let web = [("app", "web")];
+        let in_ns = |ns: &str, policy, shares: &[&str], port| Holder {
+            namespace: ns.into(),
+            shares_with: shares.iter().map(|s| s.to_string()).collect(),
+            ..mk_holder(Some("k"), policy, &web, &[(Tcp, port)])
+        };
+        let refused = "can't share 198.18.0.200 with ns/old: sharing across namespaces needs the \
+                       berth.dev/sharing-cross-namespace annotation on both Services, naming the \
+                       other's namespace (\"tenant-b\" and \"tenant-a\")";
+        let same_pods = "can't share 198.18.0.200 with ns/old: Services sharing an address must \
+                         all use externalTrafficPolicy Cluster or select the same pods";
+        // (what, new, existing, verdict)
+        let rows: Vec<(&str, Holder, Holder, Result<(), &str>)> = vec![
+            (
+                "no opt-in",
+                in_ns("tenant-b", Cluster, &[], 443),
+                in_ns("tenant-a", Cluster, &[], 80),
+                Err(refused),
+            ),
+            (
+                "only the joiner opts in",
+                in_ns("tenant-b", Cluster, &["tenant-a"], 443),
+                in_ns("tenant-a", Cluster, &[], 80),
+                Err(refused),
+            ),
+            (
+                "only the holder opts in",
+                in_ns("tenant-b", Cluster, &[], 443),
+                in_ns("tenant-a", Cluster, &["tenant-b"], 80),
+                Err(refused),
+            ),
+            (
+                "each names a third namespace",
+                in_ns("tenant-b", Cluster, &["tenant-c"], 443),
+                in_ns("tenant-a", Cluster, &["tenant-c"], 80),
+                Err(refused),
+            ),
+            (
+                "both name each other",
+                in_ns("tenant-b", Cluster, &["tenant-a"], 443),
+                in_ns("tenant-a", Cluster, &["tenant-b"], 80),
+                Ok(()),
+            ),
+            (
+                "both allow any",
+                in_ns("tenant-b", Cluster, &["*"], 443),
+                in_ns("tenant-a", Cluster, &["*"], 80),
+                Ok(()),
+            ),
+            (
+                // Equal selectors in two namespaces select different pods.
+                "Local, consented, same selector in another namespace",
+                in_ns("tenant-b", Local, &["tenant-a"], 443),
+                in_ns("tenant-a", Local, &["tenant-b"], 80),
+                Err(same_pods),
+            ),
+            (
+                "Local, same namespace, same selector",
+                in_ns("tenant-a", Local, &[], 443),
+                in_ns("tenant-a", Local, &[], 80),
+                Ok(()),
+            ),
+            (
+                "the same namespace needs no opt-in",
+                in_ns("tenant-a", Cluster, &[], 443),
+                in_ns("tenant-a", Cluster, &[], 80),
+                Ok(()),
+            ),
+        ];
+        for (what, new, other, want) in rows {
+            assert_eq!(check(&new, &other), want.map_err(String::from), "{what}");
         }
     }
 

@@ -277,6 +277,63 @@ fn avoid_buggy_ips_across_slash_24_boundaries() {
 }
 
 #[test]
+fn sharing_keys_stay_in_their_namespace_unless_both_services_consent() {
+    let in_ns = |ns: &str, port: u16, shares: &[&str], ip: Option<&str>| ServiceView {
+        namespace: ns.into(),
+        sharing_key: Some("k".into()),
+        ports: vec![LbPort::new(Protocol::Tcp, port)],
+        sharing_namespaces: shares.iter().map(|s| s.to_string()).collect(),
+        requested_ips: ip.map(|ip| ip.parse().unwrap()).into_iter().collect(),
+        ..svc()
+    };
+    let refused = "sharing across namespaces needs the berth.dev/sharing-cross-namespace annotation on both Services";
+    run(
+        vec![pool("lan", &["198.18.0.200-198.18.0.203"])],
+        vec![
+            Assign(
+                "tenant-a/web",
+                in_ns("tenant-a", 80, &[], None),
+                Ok(&["198.18.0.200"]),
+            ),
+            // The same key in another namespace does not land on tenant-a's address...
+            Assign(
+                "tenant-b/web",
+                in_ns("tenant-b", 443, &[], None),
+                Ok(&["198.18.0.201"]),
+            ),
+            // ...nor can it ask for it, with consent on its side alone.
+            Assign(
+                "tenant-b/join",
+                in_ns("tenant-b", 8443, &[], Some("198.18.0.200")),
+                Err(refused),
+            ),
+            Assign(
+                "tenant-b/join",
+                in_ns("tenant-b", 8443, &["tenant-a"], Some("198.18.0.200")),
+                Err(refused),
+            ),
+            // Once tenant-a's Service consents too, it joins.
+            Assign(
+                "tenant-a/web",
+                in_ns("tenant-a", 80, &["tenant-b"], None),
+                Ok(&["198.18.0.200"]),
+            ),
+            Assign(
+                "tenant-b/join",
+                in_ns("tenant-b", 8443, &["tenant-a"], Some("198.18.0.200")),
+                Ok(&["198.18.0.200"]),
+            ),
+            // A third namespace is not in tenant-a's list.
+            Assign(
+                "tenant-c/join",
+                in_ns("tenant-c", 9443, &["*"], Some("198.18.0.200")),
+                Err(refused),
+            ),
+        ],
+    );
+}
+
+#[test]
 fn sharing_same_key_ports_and_pods() {
     let shared = |key: &str, port: u16, policy: TrafficPolicy, app: &str| ServiceView {
         sharing_key: Some(key.into()),

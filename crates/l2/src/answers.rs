@@ -110,7 +110,7 @@ pub struct OwnershipChanges {
     pub gained: Vec<IpAddr>,
     /// Addresses it no longer owns.
     pub lost: Vec<IpAddr>,
-    /// Services whose owned address is new to them: their announcing-node annotation is due.
+    /// Services whose owned address is new to them: their "announcing from node X" Event is due.
     pub services: Vec<(ServiceKey, IpAddr)>,
 }
 

@@ -21,8 +21,10 @@
 //!   interfaces' state is visible: the local node drops out when none of its interfaces is up,
 //!   and peers are assumed up — a peer whose LAN link is down leaves the live set instead.
 //! - **Owner key** sha256(node + "#" + ip), the IP in its canonical text form, as MetalLB.
-//! - **Gratuitous rounds** at 0, 1.1, 2.2, 3.3 and 4.4 s after a takeover; IPv4 sends a
-//!   request and a reply each round, IPv6 one unsolicited Neighbor Advertisement.
+//! - **Gratuitous rounds** at 0, 1.1, 2.2, 3.3 and 4.4 s after a takeover, then one every
+//!   `--l2-gratuitous-interval` (60 s; 0 turns it off) while the address is owned, so switches
+//!   never age its MAC out; IPv4 sends a request and a reply each round, IPv6 one unsolicited
+//!   Neighbor Advertisement.
 //! - **NDP**: solicitations must carry hop limit 255 and a valid checksum; unicast ones
 //!   (neighbour unreachability detection) are answered as well as multicast ones; duplicate
 //!   address detection for an owned address is answered to all nodes.
@@ -43,8 +45,12 @@
 //!   a change every agent sees: endpoints, labels, conditions, advertisements) is answered only
 //!   300 ms later, so the old owner, which sees the same change, stops first. An address taken
 //!   from a dead owner is answered at once: failover does not wait.
-//! - **Reports**: the agent writes the `berth.dev/announcing-node` annotation and an Event on
-//!   each takeover, not periodically, so the API load does not grow with the Services.
+//! - **Reports**: the agent keeps one `ServiceL2Status` per Service it announces, in its own
+//!   namespace ([`status`]; MetalLB's resource of the same name), and records an Event on each
+//!   takeover. It writes on changes only, never periodically, so the API load does not grow
+//!   with the Services; it has no right to patch Services (a compromised node must not be
+//!   able to rewrite them). A gracefully stopping agent deletes its records; a crashed one's
+//!   are deleted by the node that takes its addresses over (and by its own agent on start).
 
 pub mod answers;
 pub mod election;
@@ -54,6 +60,7 @@ pub mod packet;
 pub mod responder;
 pub mod schedule;
 pub mod speaker;
+pub mod status;
 pub mod transport;
 
 pub use answers::{
@@ -65,7 +72,11 @@ pub use index::L2Index;
 pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
 pub use schedule::{GratuitousSchedule, InterfaceHold, StartupSettle};
-pub use speaker::{run_link, L2Metrics};
+pub use speaker::{run_link, run_link_refreshing, L2Metrics};
+pub use status::{
+    build_announced, build_status, is_own_record, parse_status, plan_status, status_name,
+    superseded_records, Announced, StatusPlan,
+};
 pub use transport::{Link, LinkSwitch, MemoryLan, MemoryLink};
 
 /// Everything that can fail in berth-l2 (all of it at the I/O edge).

@@ -1,7 +1,9 @@
 //! When to send gratuitous announcements after taking an address over: at once, then about
 //! every second for five seconds. Linux ignores a second neighbour update within `locktime`
 //! (1 s by default), so a burst helps no one; 1.1 s apart keeps each round past the lock even
-//! when the previous one was late.
+//! when the previous one was late. After that, optionally, one round every refresh interval
+//! for as long as the address is owned: switches age out the MAC tables of quiet ports
+//! (300 s is common) and would flood, or drop, the address's traffic (MetalLB issue 2910).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -21,9 +23,32 @@ pub const GRATUITOUS_ROUNDS: [Duration; 5] = [
 pub struct GratuitousSchedule {
     /// Takeover time and rounds already sent.
     pending: BTreeMap<IpAddr, (Instant, usize)>,
+    /// One more round this often after the takeover rounds; `None`: none.
+    refresh: Option<Duration>,
 }
 
 impl GratuitousSchedule {
+    /// A schedule that keeps announcing owned addresses every `refresh` after the takeover
+    /// rounds (`None` or zero: never).
+    pub fn with_refresh(refresh: Option<Duration>) -> Self {
+        GratuitousSchedule {
+            pending: BTreeMap::new(),
+            refresh: refresh.filter(|r| !r.is_zero()),
+        }
+    }
+
+    /// The offset from the takeover of round `n`, if there is one.
+    fn offset(&self, n: usize) -> Option<Duration> {
+        match GRATUITOUS_ROUNDS.get(n) {
+            Some(offset) => Some(*offset),
+            None => {
+                let last = GRATUITOUS_ROUNDS[GRATUITOUS_ROUNDS.len() - 1];
+                let extra = u32::try_from(n + 1 - GRATUITOUS_ROUNDS.len()).ok()?;
+                Some(last + self.refresh?.checked_mul(extra)?)
+            }
+        }
+    }
+
     /// `ip` was taken over at `now`: its rounds start again from the first.
     pub fn start(&mut self, ip: IpAddr, now: Instant) {
         self.pending.insert(ip, (now, 0));
@@ -38,23 +63,22 @@ impl GratuitousSchedule {
     /// round, not the ones it missed.
     pub fn take_due(&mut self, now: Instant) -> Vec<IpAddr> {
         let mut due = Vec::new();
-        self.pending.retain(|ip, (start, sent)| {
-            let Some(offset) = GRATUITOUS_ROUNDS.get(*sent) else {
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.retain(|ip, (start, sent)| {
+            let Some(offset) = self.offset(*sent) else {
                 return false;
             };
-            if now >= *start + *offset {
+            if now >= *start + offset {
                 due.push(*ip);
                 // Skip rounds that are already past as well.
                 *sent += 1;
-                while GRATUITOUS_ROUNDS
-                    .get(*sent)
-                    .is_some_and(|next| now >= *start + *next)
-                {
+                while self.offset(*sent).is_some_and(|next| now >= *start + next) {
                     *sent += 1;
                 }
             }
-            *sent < GRATUITOUS_ROUNDS.len()
+            self.offset(*sent).is_some()
         });
+        self.pending = pending;
         due
     }
 
@@ -62,7 +86,7 @@ impl GratuitousSchedule {
     pub fn next_due(&self) -> Option<Instant> {
         self.pending
             .values()
-            .filter_map(|(start, sent)| GRATUITOUS_ROUNDS.get(*sent).map(|o| *start + *o))
+            .filter_map(|(start, sent)| self.offset(*sent).map(|o| *start + o))
             .min()
     }
 
@@ -102,6 +126,39 @@ mod tests {
         }
         assert!(s.is_empty());
         assert!(s.take_due(t0 + Duration::from_secs(60)).is_empty());
+    }
+
+    #[test]
+    fn with_a_refresh_an_owned_address_is_announced_again_until_stopped() {
+        let t0 = Instant::now();
+        let mut s = GratuitousSchedule::with_refresh(Some(Duration::from_secs(60)));
+        s.start(ip("198.18.0.200"), t0);
+        let mut offsets = Vec::new();
+        while let Some(at) = s.next_due() {
+            if at - t0 > Duration::from_secs(200) {
+                break;
+            }
+            offsets.push((at - t0).as_millis());
+            assert_eq!(s.take_due(at), [ip("198.18.0.200")]);
+        }
+        assert_eq!(
+            offsets,
+            [0, 1100, 2200, 3300, 4400, 64_400, 124_400, 184_400]
+        );
+        // A late caller (a stopped process, a busy machine) gets one round, not the missed
+        // ones; the period keeps its phase.
+        let late = t0 + Duration::from_secs(1000);
+        assert_eq!(s.take_due(late).len(), 1);
+        assert_eq!(
+            s.next_due(),
+            Some(t0 + Duration::from_millis(4400) + Duration::from_secs(17 * 60))
+        );
+        s.stop(ip("198.18.0.200"));
+        assert!(s.is_empty());
+        // Zero is off.
+        let mut off = GratuitousSchedule::with_refresh(Some(Duration::ZERO));
+        off.start(ip("198.18.0.200"), t0);
+        assert_eq!(rounds(&mut off, t0).len(), GRATUITOUS_ROUNDS.len());
     }
 
     #[test]

@@ -156,17 +156,30 @@ fn groups_of(owned: &BTreeSet<IpAddr>) -> BTreeSet<Ipv6Addr> {
         .collect()
 }
 
-/// Serves `link` until `stop` resolves or the answers' sender is dropped.
+/// Serves `link` until `stop` resolves or the answers' sender is dropped; gratuitous rounds
+/// after takeovers only.
 pub async fn run_link<L: Link>(
+    link: L,
+    answers: watch::Receiver<Arc<Answers>>,
+    metrics: L2Metrics,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    run_link_refreshing(link, answers, metrics, None, stop).await;
+}
+
+/// [`run_link`], and every owned address announced again every `refresh` after its takeover
+/// rounds.
+pub async fn run_link_refreshing<L: Link>(
     mut link: L,
     mut answers: watch::Receiver<Arc<Answers>>,
     metrics: L2Metrics,
+    refresh: Option<std::time::Duration>,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let name = link.interface().name.clone();
     let mut owned: BTreeSet<IpAddr> = BTreeSet::new();
     let mut groups: BTreeSet<Ipv6Addr> = BTreeSet::new();
-    let mut schedule = GratuitousSchedule::default();
+    let mut schedule = GratuitousSchedule::with_refresh(refresh);
     let mut current = answers.borrow_and_update().clone();
     let mut refresh = true;
     tokio::pin!(stop);

@@ -19,7 +19,8 @@ use std::time::Duration;
 use berth_l2::frame::client::{build_arp_request, build_neighbor_solicitation, read_answer};
 use berth_l2::frame::Mac;
 use berth_l2::{
-    election_key, run_link, Answers, L2Index, L2Metrics, Link, LinkSwitch, MemoryLan, MemoryLink,
+    election_key, run_link_refreshing, Answers, L2Index, L2Metrics, Link, LinkSwitch, MemoryLan,
+    MemoryLink,
 };
 use common::*;
 use serde_json::json;
@@ -62,6 +63,11 @@ struct Lan {
 }
 
 fn start(vip4: &str, vip6: &str) -> Lan {
+    start_refreshing(vip4, vip6, None)
+}
+
+/// [`start`] with speakers that announce owned addresses again every `refresh`.
+fn start_refreshing(vip4: &str, vip6: &str, refresh: Option<Duration>) -> Lan {
     let lan = MemoryLan::default();
     let stop = CancellationToken::new();
     let mut nodes = Vec::new();
@@ -85,10 +91,11 @@ fn start(vip4: &str, vip6: &str) -> Lan {
         let metrics = L2Metrics::default();
         let link = lan.attach("eth0", node_mac(i));
         let switch = link.switch();
-        tokio::spawn(run_link(
+        tokio::spawn(run_link_refreshing(
             link,
             rx,
             metrics.clone(),
+            refresh,
             stop.clone().cancelled_owned(),
         ));
         nodes.push(Node {
@@ -188,6 +195,37 @@ async fn exactly_the_owner_answers_arp_and_ndp_and_nobody_answers_outside() {
     }
     let replies: u64 = lan.nodes.iter().map(|n| n.metrics.replies_sent.get()).sum();
     assert_eq!(replies, 2);
+    lan.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_refresh_interval_the_owner_keeps_announcing_after_the_rounds() {
+    let vip4: Ipv4Addr = "198.18.0.211".parse().unwrap();
+    let vip6: Ipv6Addr = "fd00:198:18::d3".parse().unwrap();
+    let mut lan = start_refreshing(
+        &vip4.to_string(),
+        &vip6.to_string(),
+        Some(Duration::from_secs(60)),
+    );
+    let owner_mac = node_mac(owner(&NODES, IpAddr::V4(vip4)));
+    let t0 = tokio::time::Instant::now();
+    let mut seen: Vec<(u128, Mac)> = Vec::new();
+    let end = t0 + Duration::from_secs(130);
+    while tokio::time::Instant::now() < end {
+        if let Ok(Ok(frame)) = tokio::time::timeout_at(end, lan.client.recv()).await {
+            if let Some(answer) = read_answer(&frame).filter(|a| a.ip == IpAddr::V4(vip4)) {
+                seen.push((t0.elapsed().as_millis(), answer.mac));
+            }
+        }
+    }
+    assert!(seen.iter().all(|(_, mac)| *mac == owner_mac), "{seen:?}");
+    let offsets: Vec<u128> = seen.iter().map(|(at, _)| *at).collect();
+    // Request and reply form in each round: the five takeover rounds, then one a minute.
+    assert_eq!(
+        offsets,
+        [0, 0, 1100, 1100, 2200, 2200, 3300, 3300, 4400, 4400, 64_400, 64_400, 124_400, 124_400],
+        "{seen:?}"
+    );
     lan.stop.cancel();
 }
 

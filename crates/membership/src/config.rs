@@ -31,7 +31,11 @@ pub struct MembershipOptions {
     /// bind address's family.
     pub advertise_address: Option<IpAddr>,
     /// The shared HMAC-SHA256 key (the file's bytes, read by the caller). Required when enabled.
+    /// Every datagram is sealed with it.
     pub key: Option<Vec<u8>>,
+    /// A second key whose datagrams are accepted too (never used to seal), so that a key can
+    /// be rotated without splitting the cluster: see `docs/architecture.md`.
+    pub previous_key: Option<Vec<u8>>,
     /// How often a random peer is probed.
     pub probe_period: Duration,
     /// How long a probe waits for a direct answer before asking others to probe indirectly.
@@ -55,6 +59,7 @@ impl Default for MembershipOptions {
             bind: SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
             advertise_address: None,
             key: None,
+            previous_key: None,
             probe_period: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(80),
             suspicion_timeout: Duration::from_millis(400),
@@ -69,6 +74,7 @@ impl Default for MembershipOptions {
 pub struct MembershipConfig {
     options: MembershipOptions,
     key: Option<Key>,
+    previous_key: Option<Key>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
@@ -146,7 +152,17 @@ impl MembershipOptions {
             self.key = None;
             None
         };
-        Ok(MembershipConfig { options: self, key })
+        let previous_key = match self.previous_key.take() {
+            Some(bytes) if key.is_some() => Some(
+                Key::new(&bytes).map_err(|reason| invalid("previous membership key", reason))?,
+            ),
+            _ => None,
+        };
+        Ok(MembershipConfig {
+            options: self,
+            key,
+            previous_key,
+        })
     }
 }
 
@@ -183,6 +199,10 @@ impl MembershipConfig {
 
     pub(crate) fn key(&self) -> Option<&Key> {
         self.key.as_ref()
+    }
+
+    pub(crate) fn previous_key(&self) -> Option<&Key> {
+        self.previous_key.as_ref()
     }
 
     pub fn probe_period(&self) -> Duration {
@@ -269,6 +289,26 @@ mod tests {
         assert!(foca.max_packet_size.get() + MAX_OVERHEAD <= MAX_DATAGRAM);
         // Two peers probing a dead third: detected within a second.
         assert!(config.worst_case_detection(2) <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_previous_key_is_checked_and_dropped_without_membership() {
+        let with_previous = MembershipOptions {
+            previous_key: Some(b"0123456789abcdef-previous".to_vec()),
+            ..mk_options()
+        };
+        assert!(with_previous.validate().unwrap().previous_key().is_some());
+        let short = MembershipOptions {
+            previous_key: Some(b"short".to_vec()),
+            ..mk_options()
+        };
+        let err = short.validate().unwrap_err().to_string();
+        assert!(err.contains("previous membership key"), "{err}");
+        let lease_only = MembershipOptions {
+            previous_key: Some(b"short".to_vec()),
+            ..MembershipOptions::lease_only("n", "ns")
+        };
+        assert!(lease_only.validate().unwrap().previous_key().is_none());
     }
 
     #[test]

@@ -19,8 +19,11 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
-const MAGIC: &[u8; 4] = b"BRM1";
+/// The envelope's first bytes: its format and version.
+pub const MAGIC: &[u8; 4] = b"BRM1";
 const TAG_LEN: usize = 32;
+/// The shortest envelope: one-byte names and an empty payload.
+pub const MIN_DATAGRAM: usize = MAGIC.len() + 2 + 2 + 8 + TAG_LEN;
 /// The largest datagram sent or accepted: fits an Ethernet MTU with IP and UDP headers.
 pub const MAX_DATAGRAM: usize = 1400;
 /// The envelope's size with the longest names.
@@ -68,9 +71,20 @@ fn unreachable_mac() -> HmacSha256 {
     <HmacSha256 as Mac>::new(&Default::default())
 }
 
-/// Why a datagram was dropped; a bounded metric label.
+/// Why a datagram was dropped; a bounded metric label. The first five are decided before any
+/// costly work ([`crate::gate`]), the rest after the HMAC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
+    /// Shorter than the smallest envelope or longer than any agent sends.
+    Size,
+    /// Not this envelope format or version (no `BRM1`).
+    Version,
+    /// Not from a known agent's advertised endpoint, or naming another sender than that agent.
+    UnknownSource,
+    /// The source sent more than its budget per second.
+    RateLimited,
+    /// Admitted, but the queue to the membership task was full.
+    Backlog,
     /// Too short, wrong magic, lengths that do not add up, names that are not UTF-8.
     Malformed,
     /// The tag does not verify: no key, a different key, or altered bytes.
@@ -86,6 +100,11 @@ pub enum Refusal {
 impl Refusal {
     pub fn label(self) -> &'static str {
         match self {
+            Refusal::Size => "size",
+            Refusal::Version => "version",
+            Refusal::UnknownSource => "unknown_source",
+            Refusal::RateLimited => "rate_limited",
+            Refusal::Backlog => "backlog",
             Refusal::Malformed => "malformed",
             Refusal::BadTag => "bad_tag",
             Refusal::WrongRecipient => "wrong_recipient",
@@ -94,7 +113,12 @@ impl Refusal {
         }
     }
 
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 10] = [
+        Refusal::Size,
+        Refusal::Version,
+        Refusal::UnknownSource,
+        Refusal::RateLimited,
+        Refusal::Backlog,
         Refusal::Malformed,
         Refusal::BadTag,
         Refusal::WrongRecipient,

@@ -1,6 +1,12 @@
 //! The agents' Leases: this agent's own (built here, renewed and deleted by the run loop) and
 //! everyone's as seen through one watch, reduced to when each stops being fresh and where its
 //! membership socket listens.
+//!
+//! Freshness follows client-go's observed-time rule, never the writer's clock: a Lease is fresh
+//! until its duration has passed, by this agent's own clock, since this agent last saw its
+//! `renewTime` change (or first saw it). A peer whose clock runs ahead or behind can neither
+//! keep a dead Lease fresh nor make a live one look expired; the price is that a Lease first
+//! seen (at start, or after a relist that finds a new one) counts as fresh for one duration.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -42,17 +48,20 @@ pub fn build_lease(
 /// What one agent Lease says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
-    /// When it stops being fresh, in milliseconds since the Unix epoch; `None`: never fresh
-    /// (no renew time or no duration).
-    pub expires_ms: Option<i64>,
+    /// `renewTime` (else `acquireTime`) as written, in milliseconds since the Unix epoch of the
+    /// writer's clock: compared only with itself, to see a renewal.
+    pub renewed_ms: Option<i64>,
+    /// `leaseDurationSeconds` in milliseconds; `None`: absent or not positive (never fresh).
+    pub duration_ms: Option<i64>,
     pub endpoint: Option<SocketAddr>,
 }
 
 /// The node and the record of an agent Lease; `None` for any other Lease.
 pub fn read_lease(object: &Lease) -> Option<(String, LeaseRecord)> {
     let name = object.metadata.name.as_deref()?;
-    let node = lease::node_of_agent_lease(name)?;
     let spec = object.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.as_deref());
+    let node = lease::agent_lease_node(name, holder)?;
     let renewed = spec
         .and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()))
         .map(|MicroTime(t)| t.as_millisecond());
@@ -60,7 +69,6 @@ pub fn read_lease(object: &Lease) -> Option<(String, LeaseRecord)> {
         .and_then(|s| s.lease_duration_seconds)
         .filter(|s| *s > 0)
         .map(|s| i64::from(s) * 1000);
-    let expires_ms = renewed.zip(duration_ms).map(|(r, d)| r.saturating_add(d));
     let endpoint = object
         .metadata
         .annotations
@@ -70,28 +78,51 @@ pub fn read_lease(object: &Lease) -> Option<(String, LeaseRecord)> {
     Some((
         node.to_string(),
         LeaseRecord {
-            expires_ms,
+            renewed_ms: renewed,
+            duration_ms,
             endpoint,
         },
     ))
 }
 
+/// A Lease as this agent observed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Observed {
+    record: LeaseRecord,
+    /// When it stops being fresh by this agent's clock; `None`: never fresh.
+    expires_ms: Option<i64>,
+}
+
 /// Every agent Lease seen, by node.
 #[derive(Debug, Clone, Default)]
 pub struct LeaseView {
-    records: BTreeMap<String, LeaseRecord>,
+    records: BTreeMap<String, Observed>,
     /// Nodes listed during a relist in progress.
     relisting: Option<BTreeSet<String>>,
 }
 
 impl LeaseView {
-    /// A Lease created or changed; returns its node when it is an agent Lease.
-    pub fn apply(&mut self, object: &Lease) -> Option<String> {
+    /// A Lease created or changed, seen at `now_ms` by this agent's clock; returns its node
+    /// when it is an agent Lease. Its freshness starts over only when its renew time changed.
+    pub fn apply(&mut self, object: &Lease, now_ms: i64) -> Option<String> {
         let (node, record) = read_lease(object)?;
         if let Some(listed) = self.relisting.as_mut() {
             listed.insert(node.clone());
         }
-        self.records.insert(node.clone(), record);
+        let renewed = self.records.get(&node).is_none_or(|seen| {
+            seen.record.renewed_ms != record.renewed_ms
+                || seen.record.duration_ms != record.duration_ms
+        });
+        let expires_ms = if renewed {
+            record
+                .renewed_ms
+                .and(record.duration_ms)
+                .map(|d| now_ms.saturating_add(d))
+        } else {
+            self.records.get(&node).and_then(|seen| seen.expires_ms)
+        };
+        self.records
+            .insert(node.clone(), Observed { record, expires_ms });
         Some(node)
     }
 
@@ -115,7 +146,7 @@ impl LeaseView {
     pub fn state(&self, node: &str, now_ms: i64) -> LeaseState {
         match self.records.get(node) {
             None => LeaseState::Absent,
-            Some(LeaseRecord {
+            Some(Observed {
                 expires_ms: Some(end),
                 ..
             }) if *end > now_ms => LeaseState::Fresh,
@@ -124,7 +155,7 @@ impl LeaseView {
     }
 
     pub fn endpoint(&self, node: &str) -> Option<SocketAddr> {
-        self.records.get(node).and_then(|r| r.endpoint)
+        self.records.get(node).and_then(|r| r.record.endpoint)
     }
 
     pub fn nodes(&self) -> impl Iterator<Item = &str> {
@@ -167,7 +198,8 @@ mod tests {
             Some((
                 "node-a".to_string(),
                 LeaseRecord {
-                    expires_ms: Some(11_000),
+                    renewed_ms: Some(1_000),
+                    duration_ms: Some(10_000),
                     endpoint: Some(endpoint),
                 }
             ))
@@ -180,6 +212,11 @@ mod tests {
             at(1_000),
         );
         assert_eq!(read_lease(&without).unwrap().1.endpoint, None);
+        // A node name too long for the prefix: a hashed Lease name, read back by its holder.
+        let long = format!("{}.example.com", "a".repeat(239));
+        let hashed = build_lease(&long, "ns", Duration::from_secs(10), None, at(0));
+        assert!(hashed.metadata.name.as_ref().unwrap().len() <= 253);
+        assert_eq!(read_lease(&hashed).unwrap().0, long);
     }
 
     #[test]
@@ -196,7 +233,8 @@ mod tests {
         assert_eq!(
             read_lease(&no_spec).unwrap().1,
             LeaseRecord {
-                expires_ms: None,
+                renewed_ms: None,
+                duration_ms: None,
                 endpoint: None
             }
         );
@@ -205,16 +243,13 @@ mod tests {
     #[test]
     fn the_view_tells_fresh_expired_and_absent() {
         let mut view = LeaseView::default();
-        view.apply(&build_lease(
-            "a",
-            "ns",
-            Duration::from_secs(10),
-            None,
-            at(1_000),
-        ));
+        view.apply(
+            &build_lease("a", "ns", Duration::from_secs(10), None, at(1_000)),
+            1_000,
+        );
         let mut stale = build_lease("b", "ns", Duration::from_secs(10), None, at(0));
         stale.spec.as_mut().unwrap().lease_duration_seconds = Some(0);
-        view.apply(&stale);
+        view.apply(&stale, 0);
         assert_eq!(view.state("a", 10_999), LeaseState::Fresh);
         assert_eq!(view.state("a", 11_000), LeaseState::Expired);
         assert_eq!(view.state("b", 0), LeaseState::Expired);
@@ -234,29 +269,51 @@ mod tests {
     #[test]
     fn a_relist_forgets_what_it_does_not_name() {
         let mut view = LeaseView::default();
-        view.apply(&build_lease(
-            "a",
-            "ns",
-            Duration::from_secs(10),
-            None,
-            at(0),
-        ));
-        view.apply(&build_lease(
-            "b",
-            "ns",
-            Duration::from_secs(10),
-            None,
-            at(0),
-        ));
+        let lease = |node| build_lease(node, "ns", Duration::from_secs(10), None, at(0));
+        view.apply(&lease("a"), 0);
+        view.apply(&lease("b"), 0);
         view.begin_relist();
-        view.apply(&build_lease(
-            "b",
-            "ns",
-            Duration::from_secs(10),
-            None,
-            at(0),
-        ));
+        view.apply(&lease("b"), 5_000);
         view.finish_relist();
         assert_eq!(view.nodes().collect::<Vec<_>>(), vec!["b"]);
+        // Listed again unchanged: not a renewal.
+        assert_eq!(view.state("b", 10_000), LeaseState::Expired);
+    }
+
+    #[test]
+    fn freshness_is_observed_by_this_clock_whatever_the_writers_clock_says() {
+        let ten = Duration::from_secs(10);
+        // The writer's clock is an hour ahead: its renewals still last ten seconds here.
+        let hour = 3_600_000;
+        let mut view = LeaseView::default();
+        view.apply(&build_lease("ahead", "ns", ten, None, at(hour)), 0);
+        assert_eq!(view.state("ahead", 9_999), LeaseState::Fresh);
+        assert_eq!(view.state("ahead", 10_000), LeaseState::Expired);
+        // A renewal (a new renewTime) observed at 10 s: fresh until 20 s.
+        view.apply(
+            &build_lease("ahead", "ns", ten, None, at(hour + 10_000)),
+            10_000,
+        );
+        assert_eq!(view.state("ahead", 19_999), LeaseState::Fresh);
+        // The same renewTime seen again (an annotation changed, a relist) renews nothing.
+        let mut annotated = build_lease("ahead", "ns", ten, None, at(hour + 10_000));
+        annotated.metadata.annotations = Some(BTreeMap::from([(
+            annotation::MEMBERSHIP_ENDPOINT.to_string(),
+            "198.18.0.11:7947".to_string(),
+        )]));
+        view.apply(&annotated, 15_000);
+        assert_eq!(view.state("ahead", 20_000), LeaseState::Expired);
+        assert_eq!(
+            view.endpoint("ahead"),
+            Some("198.18.0.11:7947".parse().unwrap())
+        );
+        // The writer's clock is an hour behind: its live Lease is not taken as expired.
+        view.apply(&build_lease("behind", "ns", ten, None, at(0)), hour);
+        assert_eq!(view.state("behind", hour + 9_999), LeaseState::Fresh);
+        assert_eq!(view.next_expiry(hour), Some(hour + 10_000));
+        // A dead agent's Lease, first seen now, counts once for its duration, then never.
+        view.apply(&build_lease("dead", "ns", ten, None, at(0)), 2 * hour);
+        assert_eq!(view.state("dead", 2 * hour + 9_999), LeaseState::Fresh);
+        assert_eq!(view.state("dead", 2 * hour + 10_000), LeaseState::Expired);
     }
 }

@@ -11,7 +11,8 @@
 //! - **Membership on**, for this node: its Lease must exist, and it must be on the majority
 //!   side: the nodes it can count live (itself included) are more than half of the nodes that
 //!   may be live anywhere (those plus every peer with a fresh Lease that SWIM cannot reach); a
-//!   tie goes to the side holding the smallest name. A node that can neither renew its own
+//!   tie goes to the side holding the smallest name. Peers are counted only when they are Nodes
+//!   of the cluster ([`cluster_peers`]): a ghost Lease counts for nothing. A node that can neither renew its own
 //!   Lease nor reach any peer it knows is cut off and withdraws.
 //! - In both modes this node counts itself only after being eligible for the takeover hold
 //!   without a break; peers count it at once. So when ownership moves to a node that (re)joins,
@@ -120,6 +121,21 @@ pub fn compute_live(
         peers: live,
         self_eligible,
     }
+}
+
+/// Only peers that are Nodes of the cluster take part: in the majority, in the live set. A
+/// Lease proves nothing about a node (any holder of Lease rights can write one, and a deleted
+/// Node's Lease lingers until it expires), so ghost Leases cannot outvote real agents, nor be
+/// counted live. This node itself always takes part.
+pub fn cluster_peers(
+    peers: BTreeMap<String, PeerFacts>,
+    me: &str,
+    nodes: &BTreeSet<String>,
+) -> BTreeMap<String, PeerFacts> {
+    peers
+        .into_iter()
+        .filter(|(name, _)| name == me || nodes.contains(name))
+        .collect()
 }
 
 /// This node's own liveness over time: eligible without a break for `hold`. Restarts on a
@@ -306,6 +322,47 @@ mod tests {
 
     /// Every split of four nodes into two sides that cannot reach each other, all Leases
     /// fresh: at most one side counts itself live, so no address is answered twice.
+    #[test]
+    fn ghost_leases_outvote_real_agents_unless_peers_are_nodes() {
+        // Three real agents that hear each other, and six fresh agent Leases of nodes that do
+        // not exist, advertising endpoints nobody answers on (or none at all).
+        let mut view = peers(&[("b", Fresh, Alive), ("c", Fresh, Alive)]);
+        let ghosts = [Unknown, Unknown, NotMember, Down, Unknown, Unknown];
+        for (i, swim) in ghosts.into_iter().enumerate() {
+            view.insert(format!("ghost-{i}"), facts(Fresh, swim));
+        }
+        let nodes: BTreeSet<String> = ["a", "b", "c"].iter().map(|n| n.to_string()).collect();
+        // Counted over the Leases, the ghosts win: a real agent withdraws.
+        let over_leases = compute_live(Mode::Membership, "a", Fresh, &view);
+        assert!(!over_leases.self_eligible);
+        assert!(over_leases.peers.contains("ghost-2"));
+        // Counted over the Nodes, they change nothing.
+        let over_nodes = compute_live(
+            Mode::Membership,
+            "a",
+            Fresh,
+            &cluster_peers(view.clone(), "a", &nodes),
+        );
+        assert_eq!(
+            over_nodes,
+            Verdict {
+                peers: ["b", "c"].iter().map(|n| n.to_string()).collect(),
+                self_eligible: true,
+            }
+        );
+        // Lease-only mode counts no majority, but a ghost would be live.
+        let lease_only = compute_live(
+            Mode::LeaseOnly,
+            "a",
+            Fresh,
+            &cluster_peers(view, "a", &nodes),
+        );
+        assert!(!lease_only.peers.iter().any(|p| p.starts_with("ghost")));
+        // This node takes part even before its own Node is seen.
+        let alone = cluster_peers(peers(&[("a", Fresh, Alive)]), "a", &BTreeSet::new());
+        assert!(alone.contains_key("a"));
+    }
+
     #[test]
     fn no_partition_leaves_two_sides_live() {
         let nodes = ["a", "b", "c", "d"];

@@ -17,7 +17,8 @@ pub struct ChangeLabels {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusalLabels {
-    /// `malformed`, `bad_tag`, `wrong_recipient`, `stale` or `replayed`.
+    /// Before authentication: `size`, `version`, `unknown_source`, `rate_limited`, `backlog`;
+    /// after: `malformed`, `bad_tag`, `wrong_recipient`, `stale` or `replayed`.
     pub reason: &'static str,
 }
 
@@ -68,7 +69,7 @@ impl MembershipMetrics {
         );
         membership.register(
             "refused_messages",
-            "Membership datagrams dropped, by reason (authentication, freshness, replay)",
+            "Membership datagrams dropped, by reason (size, version, unknown source, rate, backlog, authentication, freshness, replay)",
             self.refused.clone(),
         );
         // Every reason shows, at zero, from the start.

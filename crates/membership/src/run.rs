@@ -1,7 +1,8 @@
-//! The I/O shell: the UDP socket, the Lease watch, the renewing task and the clock around the
-//! pure parts. One task owns all the state, so nothing is locked.
+//! The I/O shell: the UDP socket, the Lease and Node watches, the renewing task and the clock
+//! around the pure parts. One task owns all the state, so nothing is locked; a second one only
+//! receives, behind the [`crate::gate`], and hands what it admits over a bounded queue.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -16,14 +17,17 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::net::UdpSocket;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::MembershipConfig;
-use crate::frame::{Key, MAX_DATAGRAM};
+use crate::frame::{Key, Refusal, MAX_DATAGRAM};
+use crate::gate::{Gate, Sources};
 use crate::identity::Peer;
 use crate::lease::{build_lease, LeaseView};
-use crate::live::{compute_live, live_set, LeaseState, Mode, PeerFacts, SelfHold, SwimState};
+use crate::live::{
+    cluster_peers, compute_live, live_set, LeaseState, Mode, PeerFacts, SelfHold, SwimState,
+};
 use crate::metrics::MembershipMetrics;
 use crate::swim::{Outgoing, Swim, SwimEvent};
 use crate::Error;
@@ -34,6 +38,10 @@ pub type LiveNodes = Arc<BTreeSet<String>>;
 /// How often peers with a fresh Lease that SWIM does not count alive are asked to let this
 /// node join.
 const REJOIN_PERIOD: Duration = Duration::from_secs(1);
+
+/// Datagrams admitted by the gate and waiting for the membership task; beyond it they are
+/// dropped (`backlog`), never queued without bound.
+const RECEIVE_QUEUE: usize = 256;
 
 /// How long a stopping agent waits for the API server to delete its Lease.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -102,7 +110,22 @@ impl Membership {
             }
             _ => (None, None),
         };
+        let socket = socket.map(Arc::new);
         let endpoint = swim.as_ref().map(|s| s.identity().addr);
+        // Receiving runs in a task of its own behind the gate, so a flood costs that task a
+        // receive and a few comparisons per datagram and cannot delay SWIM's timers here.
+        let (sources_tx, sources_rx) = watch::channel(Sources::default());
+        let (datagram_tx, mut datagrams) = mpsc::channel(RECEIVE_QUEUE);
+        let receiver_stop = CancellationToken::new();
+        let _receiver = socket.clone().map(|socket| {
+            AbortOnDrop(tokio::spawn(receive_gated(
+                socket,
+                sources_rx,
+                datagram_tx,
+                metrics.clone(),
+                receiver_stop.clone(),
+            )))
+        });
         tracing::info!(node = %node, membership = config.enabled(), endpoint = ?endpoint, "agent liveness starting");
 
         let renewer_stop = CancellationToken::new();
@@ -124,6 +147,7 @@ impl Membership {
             },
             view: LeaseView::default(),
             listed: false,
+            nodes: NodeNames::default(),
             was_eligible: false,
             hold: SelfHold::new(config.takeover_hold()),
             probe_timeout: config.probe_timeout(),
@@ -133,44 +157,61 @@ impl Membership {
         let mut stream = watcher(leases.clone(), watcher::Config::default())
             .default_backoff()
             .boxed();
-        let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+        // The cluster's Nodes: only they take part in the majority and the live set.
+        let mut node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .boxed();
         let mut rejoin = tokio::time::interval(REJOIN_PERIOD);
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let result = loop {
             let now = Instant::now();
             let wake = state.next_wake(swim.as_ref(), now);
+            // Biased: timers before anything that arrives, whatever arrives.
             tokio::select! {
+                biased;
                 () = shutdown.cancelled() => break Ok(()),
-                event = stream.next() => match event {
-                    Some(Ok(event)) => state.on_lease_event(event, swim.as_mut()),
-                    Some(Err(err)) => tracing::warn!(error = %err, "Lease watch failed; retrying"),
-                    None => break Err(Error::WatchEnded),
-                },
-                received = recv(socket.as_ref(), &mut buf) => match received {
-                    Ok((len, from)) => {
-                        if let Some(swim) = swim.as_mut() {
-                            if let Err(refusal) = swim.receive(&buf[..len], Instant::now(), unix_micros()) {
-                                tracing::debug!(from = %from, reason = refusal.label(), "membership datagram refused");
-                                metrics.refuse(refusal);
-                            }
-                        }
-                    }
-                    Err(err) => tracing::warn!(error = %err, "receiving membership datagrams"),
-                },
-                _ = rejoin.tick(), if swim.is_some() => {
-                    if let Some(swim) = swim.as_mut() {
-                        state.announce_to_unreached(swim);
-                    }
-                }
                 () = tokio::time::sleep_until(wake.into()) => {
                     if let Some(swim) = swim.as_mut() {
                         swim.fire_due(Instant::now());
                     }
                 }
+                _ = rejoin.tick(), if swim.is_some() => {
+                    if let Some(swim) = swim.as_mut() {
+                        state.announce_to_unreached(swim);
+                    }
+                }
+                event = stream.next() => match event {
+                    Some(Ok(event)) => {
+                        state.on_lease_event(event, swim.as_mut());
+                        publish_sources(&sources_tx, state.sources());
+                    }
+                    Some(Err(err)) => tracing::warn!(error = %err, "Lease watch failed; retrying"),
+                    None => break Err(Error::WatchEnded),
+                },
+                event = node_stream.next() => match event {
+                    Some(Ok(event)) => {
+                        if state.nodes.on_event(event) {
+                            if let Some(swim) = swim.as_mut() {
+                                state.announce_to_unreached(swim);
+                            }
+                        }
+                        publish_sources(&sources_tx, state.sources());
+                    }
+                    Some(Err(err)) => tracing::warn!(error = %err, "Node watch failed; retrying"),
+                    None => break Err(Error::WatchEnded),
+                },
+                Some((datagram, from)) = datagrams.recv() => {
+                    if let Some(swim) = swim.as_mut() {
+                        if let Err(refusal) = swim.receive(&datagram, Instant::now(), unix_micros()) {
+                            tracing::debug!(from = %from, reason = refusal.label(), "membership datagram refused");
+                            metrics.refuse(refusal);
+                        }
+                    }
+                }
             }
             if let Some(swim) = swim.as_mut() {
                 let (out, events) = swim.drain(unix_micros());
-                send_all(socket.as_ref(), out).await;
+                send_all(socket.as_deref(), out).await;
                 state.on_swim_events(events);
             }
             if state.publish(swim.as_ref(), false) {
@@ -181,11 +222,12 @@ impl Membership {
                     swim.restart();
                     state.announce_to_unreached(swim);
                     let (out, _) = swim.drain(unix_micros());
-                    send_all(socket.as_ref(), out).await;
+                    send_all(socket.as_deref(), out).await;
                 }
             }
         };
 
+        receiver_stop.cancel();
         // Stop: withdraw, delete the Lease first, then leave SWIM.
         state.publish(swim.as_ref(), true);
         renewer_stop.cancel();
@@ -211,7 +253,7 @@ impl Membership {
         if let Some(swim) = swim.as_mut() {
             swim.leave(Instant::now());
             let (out, _) = swim.drain(unix_micros());
-            send_all(socket.as_ref(), out).await;
+            send_all(socket.as_deref(), out).await;
         }
         result
     }
@@ -270,7 +312,8 @@ async fn open_swim(
         addr: SocketAddr::new(advertise, bind.port()),
         generation: unix_micros() / 1000,
     };
-    let swim = Swim::new(me, config.foca_config(), key.clone(), config.clock_window());
+    let swim = Swim::new(me, config.foca_config(), key.clone(), config.clock_window())
+        .with_previous_key(config.previous_key().cloned());
     Ok((socket, swim))
 }
 
@@ -330,12 +373,55 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// The names of the cluster's Nodes, from their watch.
+#[derive(Default)]
+struct NodeNames {
+    names: BTreeSet<String>,
+    relisting: BTreeSet<String>,
+    listed: bool,
+}
+
+impl NodeNames {
+    /// Applies a watch event; returns whether a Node became known (peers to ask to join).
+    fn on_event(&mut self, event: watcher::Event<Node>) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.relisting.clear();
+                false
+            }
+            watcher::Event::InitApply(node) => {
+                if let Some(name) = node.metadata.name {
+                    self.relisting.insert(name);
+                }
+                false
+            }
+            watcher::Event::InitDone => {
+                let grew = !self.relisting.is_subset(&self.names) || !self.listed;
+                self.names = std::mem::take(&mut self.relisting);
+                self.listed = true;
+                grew
+            }
+            watcher::Event::Apply(node) => node
+                .metadata
+                .name
+                .is_some_and(|name| self.names.insert(name)),
+            watcher::Event::Delete(node) => {
+                if let Some(name) = node.metadata.name {
+                    self.names.remove(&name);
+                }
+                false
+            }
+        }
+    }
+}
+
 /// Everything the loop keeps besides SWIM.
 struct LoopState {
     node: String,
     mode: Mode,
     view: LeaseView,
     listed: bool,
+    nodes: NodeNames,
     /// Whether this node was eligible at the last look.
     was_eligible: bool,
     hold: SelfHold,
@@ -351,13 +437,17 @@ impl LoopState {
                 self.view.begin_relist();
                 Vec::new()
             }
-            watcher::Event::InitApply(lease) => self.view.apply(&lease).into_iter().collect(),
+            watcher::Event::InitApply(lease) => {
+                self.view.apply(&lease, unix_millis()).into_iter().collect()
+            }
             watcher::Event::InitDone => {
                 self.view.finish_relist();
                 self.listed = true;
                 self.view.nodes().map(String::from).collect()
             }
-            watcher::Event::Apply(lease) => self.view.apply(&lease).into_iter().collect(),
+            watcher::Event::Apply(lease) => {
+                self.view.apply(&lease, unix_millis()).into_iter().collect()
+            }
             watcher::Event::Delete(lease) => {
                 self.view.delete(&lease);
                 Vec::new()
@@ -368,7 +458,10 @@ impl LoopState {
         if let Some(swim) = swim {
             let now = Instant::now();
             for node in touched {
-                if node == self.node || swim.state(&node) == SwimState::Alive {
+                if node == self.node
+                    || !self.nodes.names.contains(&node)
+                    || swim.state(&node) == SwimState::Alive
+                {
                     continue;
                 }
                 if let Some(endpoint) = self.view.endpoint(&node) {
@@ -378,6 +471,16 @@ impl LoopState {
         }
     }
 
+    /// The endpoints datagrams may come from: those advertised on the Leases of the cluster's
+    /// Nodes, this node's own left out.
+    fn sources(&self) -> HashMap<SocketAddr, String> {
+        self.view
+            .nodes()
+            .filter(|node| *node != self.node && self.nodes.names.contains(*node))
+            .filter_map(|node| Some((self.view.endpoint(node)?, node.to_string())))
+            .collect()
+    }
+
     /// Announces to every peer whose Lease is fresh but whom SWIM does not count alive.
     fn announce_to_unreached(&self, swim: &mut Swim) {
         let now_ms = unix_millis();
@@ -385,7 +488,7 @@ impl LoopState {
         let unreached: Vec<(String, SocketAddr)> = self
             .view
             .nodes()
-            .filter(|node| *node != self.node)
+            .filter(|node| *node != self.node && self.nodes.names.contains(*node))
             .filter(|node| self.view.state(node, now_ms) == LeaseState::Fresh)
             .filter(|node| swim.state(node) != SwimState::Alive)
             .filter_map(|node| Some((node.to_string(), self.view.endpoint(node)?)))
@@ -435,7 +538,7 @@ impl LoopState {
     /// Returns whether this node just lost eligibility with SWIM on and its Lease there: it is
     /// on the losing side of a split.
     fn publish(&mut self, swim: Option<&Swim>, stopping: bool) -> bool {
-        if !self.listed {
+        if !self.listed || !self.nodes.listed {
             return false;
         }
         let now_ms = unix_millis();
@@ -466,6 +569,7 @@ impl LoopState {
             }
         }
         peers.remove(&self.node);
+        let peers = cluster_peers(peers, &self.node, &self.nodes.names);
         let own_lease = self.view.state(&self.node, now_ms);
         let verdict = compute_live(self.mode, &self.node, own_lease, &peers);
         // Only on losing eligibility: a starting node that has heard few peers yet is not
@@ -500,11 +604,52 @@ impl LoopState {
     }
 }
 
-async fn recv(socket: Option<&UdpSocket>, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
-    match socket {
-        Some(socket) => socket.recv_from(buf).await,
-        None => std::future::pending().await,
+/// Receives datagrams until `stop`, passing on those the gate admits; the rest are counted by
+/// reason and dropped here.
+async fn receive_gated(
+    socket: Arc<UdpSocket>,
+    sources: watch::Receiver<Sources>,
+    admitted: mpsc::Sender<(Vec<u8>, SocketAddr)>,
+    metrics: MembershipMetrics,
+    stop: CancellationToken,
+) {
+    let mut gate = Gate::default();
+    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+    loop {
+        let received = tokio::select! {
+            () = stop.cancelled() => return,
+            received = socket.recv_from(&mut buf) => received,
+        };
+        let (len, from) = match received {
+            Ok(received) => received,
+            Err(err) => {
+                // ICMP errors of earlier sends surface here on some kernels; keep receiving.
+                tracing::debug!(error = %err, "receiving membership datagrams");
+                continue;
+            }
+        };
+        let verdict = gate.admit(&buf[..len], from, &sources.borrow(), Instant::now());
+        let refusal = match verdict {
+            Ok(()) => match admitted.try_send((buf[..len].to_vec(), from)) {
+                Ok(()) => continue,
+                Err(mpsc::error::TrySendError::Full(_)) => Refusal::Backlog,
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            },
+            Err(refusal) => refusal,
+        };
+        tracing::trace!(from = %from, reason = refusal.label(), "membership datagram dropped");
+        metrics.refuse(refusal);
     }
+}
+
+fn publish_sources(tx: &watch::Sender<Sources>, sources: HashMap<SocketAddr, String>) {
+    tx.send_if_modified(|current| {
+        if **current == sources {
+            return false;
+        }
+        *current = Arc::new(sources);
+        true
+    });
 }
 
 async fn send_all(socket: Option<&UdpSocket>, out: Vec<Outgoing>) {

@@ -40,6 +40,8 @@ pub struct Swim {
     config: foca::Config,
     runtime: AccumulatingRuntime<Peer>,
     key: Key,
+    /// Accepted too, never used to seal (a key being rotated in or out).
+    previous_key: Option<Key>,
     stamper: Stamper,
     guard: ReplayGuard,
     timers: BinaryHeap<Reverse<(Instant, Timer<Peer>)>>,
@@ -58,6 +60,7 @@ impl Swim {
             config,
             runtime: AccumulatingRuntime::new(),
             key,
+            previous_key: None,
             stamper: Stamper::default(),
             guard: ReplayGuard::new(clock_window),
             timers: BinaryHeap::new(),
@@ -65,6 +68,12 @@ impl Swim {
             heard: BTreeMap::new(),
             events: Vec::new(),
         }
+    }
+
+    /// Also accepts datagrams sealed with `key`.
+    pub fn with_previous_key(mut self, key: Option<Key>) -> Self {
+        self.previous_key = key;
+        self
     }
 
     pub fn identity(&self) -> &Peer {
@@ -96,7 +105,10 @@ impl Swim {
         now_micros: u64,
     ) -> Result<(), Refusal> {
         let me = self.foca.identity().node.clone();
-        let opened = open(&self.key, datagram)?;
+        let opened = match (open(&self.key, datagram), &self.previous_key) {
+            (Err(Refusal::BadTag), Some(previous)) => open(previous, datagram)?,
+            (opened, _) => opened?,
+        };
         if opened.recipient != me {
             return Err(Refusal::WrongRecipient);
         }
@@ -428,6 +440,48 @@ mod tests {
         net.dead[1] = true;
         for i in [0, 2] {
             assert_eq!(net.nodes[i].state("node-1"), SwimState::Down, "node-{i}");
+        }
+    }
+
+    #[test]
+    fn a_previous_key_is_accepted_but_never_used_to_seal() {
+        let old = Key::new(KEY).unwrap();
+        let new = Key::new(b"the rotated-in key, long enough!").unwrap();
+        let other = Key::new(b"somebody else's key, long enough").unwrap();
+        // node-1 still seals with the old key; node-0 has rotated and accepts both.
+        let mut rotated = mk_swim("node-0", 7000);
+        rotated.key = new.clone();
+        let mut rotated = rotated.with_previous_key(Some(old.clone()));
+        let now = Instant::now();
+        let micros = 1_000_000_000;
+        let from_old = seal(&old, "node-1", "node-0", micros, b"x");
+        assert_eq!(rotated.receive(&from_old, now, micros), Ok(()));
+        let from_new = seal(&new, "node-1", "node-0", micros + 1, b"x");
+        assert_eq!(rotated.receive(&from_new, now, micros), Ok(()));
+        let from_other = seal(&other, "node-1", "node-0", micros + 2, b"x");
+        assert_eq!(
+            rotated.receive(&from_other, now, micros),
+            Err(Refusal::BadTag)
+        );
+        // A replay under the previous key is still a replay.
+        assert_eq!(
+            rotated.receive(&from_old, now, micros),
+            Err(Refusal::Replayed)
+        );
+        // What node-0 sends is sealed with the new key only.
+        rotated.announce(
+            Peer {
+                node: "node-1".into(),
+                addr: SocketAddr::from(([127, 0, 0, 1], 7001)),
+                generation: 1,
+            },
+            now,
+        );
+        let (out, _) = rotated.drain(micros + 10);
+        assert!(!out.is_empty());
+        for datagram in out {
+            assert!(open(&new, &datagram.datagram).is_ok());
+            assert_eq!(open(&old, &datagram.datagram).err(), Some(Refusal::BadTag));
         }
     }
 

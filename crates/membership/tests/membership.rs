@@ -16,7 +16,8 @@ use berth_membership::swim::Swim;
 use berth_membership::{LiveNodes, Membership, MembershipMetrics, MembershipOptions};
 use berth_testing::start_lab;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PostParams};
 use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -66,6 +67,22 @@ fn start(client: &Client, options: MembershipOptions) -> Running {
     }
 }
 
+/// The lab with the Nodes `names`: peers take part only as Nodes of the cluster.
+async fn start_lab_with_nodes(names: &[&str]) -> (berth_lab::LabApiServerHandle, Client) {
+    let (server, client) = start_lab().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in names {
+        nodes
+            .create(
+                &PostParams::default(),
+                &berth_testing::mk_node(name, serde_json::json!({}), &[]),
+            )
+            .await
+            .expect("creating a Node");
+    }
+    (server, client)
+}
+
 fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|n| n.to_string()).collect()
 }
@@ -105,7 +122,7 @@ async fn endpoint_of(client: &Client, node: &str) -> SocketAddr {
 
 #[tokio::test]
 async fn a_crashed_member_is_dropped_by_swim_long_before_its_lease_expires() {
-    let (_server, client) = start_lab().await;
+    let (_server, client) = start_lab_with_nodes(&["node-a", "node-b", "node-c"]).await;
     let mut a = start(&client, mk_options("node-a"));
     let mut b = start(&client, mk_options("node-b"));
     let c = start(&client, mk_options("node-c"));
@@ -146,7 +163,7 @@ async fn a_crashed_member_is_dropped_by_swim_long_before_its_lease_expires() {
         );
     }
     for r in [a, b] {
-        assert_eq!(r.metrics.refused_total(), 0);
+        assert_eq!(authentication_refusals(&r.metrics), 0);
         r.stop.cancel();
         r.task.await.expect("joined").expect("stopped cleanly");
     }
@@ -160,7 +177,7 @@ fn line_value(text: &str, name: &str) -> f64 {
 
 #[tokio::test]
 async fn a_graceful_stop_is_seen_at_once_and_deletes_the_lease() {
-    let (_server, client) = start_lab().await;
+    let (_server, client) = start_lab_with_nodes(&["node-a", "node-b"]).await;
     // A suspicion timeout of a minute: only the deleted Lease or the SWIM leave can drop b.
     let slow = |node: &str| MembershipOptions {
         suspicion_timeout: LONG,
@@ -197,25 +214,30 @@ async fn a_graceful_stop_is_seen_at_once_and_deletes_the_lease() {
 
 #[tokio::test]
 async fn forged_unsigned_and_misaddressed_datagrams_change_nothing() {
-    let (_server, client) = start_lab().await;
+    let (_server, client) = start_lab_with_nodes(&["node-a", "node-b", "node-c"]).await;
     let mut a = start(&client, mk_options("node-a"));
     let mut b = start(&client, mk_options("node-b"));
     let both = names(&["node-a", "node-b"]);
     wait_for(&mut a, "two live members on a", both.clone()).await;
     wait_for(&mut b, "two live members on b", both.clone()).await;
     let a_at = endpoint_of(&client, "node-a").await;
+    a.live.mark_unchanged();
 
     let attacker = tokio::net::UdpSocket::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    // 1. A neighbour without the key speaks SWIM as node-b, announcing node-b's departure
-    //    and a node-z that does not exist.
+    let attacker_at = attacker.local_addr().expect("addr");
+    // 1. From no agent's endpoint, everything stops at the gate, before the HMAC: a
+    //    neighbour without the key speaking SWIM as node-b (announcing node-b's departure,
+    //    and a node-z that does not exist), unframed junk, and datagrams sealed with the
+    //    key (misaddressed, old) but sent from the wrong place.
     let wrong_key = Key::new(b"the attacker's own key, 32 bytes!").expect("key");
+    let mut rogue_datagrams = 0;
     for node in ["node-b", "node-z"] {
         let mut rogue = Swim::new(
             Peer {
                 node: node.into(),
-                addr: attacker.local_addr().expect("addr"),
+                addr: attacker_at,
                 generation: u64::MAX / 2,
             },
             foca_config(),
@@ -232,36 +254,89 @@ async fn forged_unsigned_and_misaddressed_datagrams_change_nothing() {
                 .send_to(&datagram.datagram, a_at)
                 .await
                 .expect("send");
+            rogue_datagrams += 1;
         }
     }
-    // 2. Unsigned garbage and a bare frame without a tag.
     attacker.send_to(b"hello", a_at).await.expect("send");
     attacker.send_to(&[0u8; 200], a_at).await.expect("send");
-    // 3. Signed with the right key but addressed to node-b, and one from the far past: a
-    //    key holder's datagrams still cannot be replayed elsewhere or later.
     let key = Key::new(KEY).expect("key");
-    let elsewhere = seal(&key, "node-c", "node-b", unix_micros(), b"x");
+    let elsewhere = seal(&key, "node-b", "node-c", unix_micros(), b"x");
     attacker.send_to(&elsewhere, a_at).await.expect("send");
-    let old = seal(&key, "node-c", "node-a", unix_micros() - 60_000_000, b"x");
+    let old = seal(&key, "node-b", "node-a", unix_micros() - 60_000_000, b"x");
     attacker.send_to(&old, a_at).await.expect("send");
-
-    let refused = berth_testing::eventually(
-        "the datagrams refused",
+    let gated = berth_testing::eventually(
+        "the datagrams dropped at the gate",
         LIMIT,
         Duration::from_millis(50),
         || {
             let metrics = a.metrics.clone();
-            async move { (metrics.refused_total() >= 6).then_some(metrics) }
+            let want = rogue_datagrams + 4;
+            async move { (metrics.refused_total() >= want).then_some(metrics) }
         },
     )
     .await;
-    assert!(refused.refused_count(Refusal::BadTag) >= 3);
-    assert_eq!(refused.refused_count(Refusal::Malformed), 1);
+    assert_eq!(gated.refused_count(Refusal::Size), 1);
+    assert_eq!(gated.refused_count(Refusal::Version), 1);
+    assert_eq!(
+        gated.refused_count(Refusal::UnknownSource),
+        rogue_datagrams + 2
+    );
+    assert_eq!(gated.refused_total(), rogue_datagrams + 4);
+
+    // 2. From a known endpoint (node-c is a Node whose Lease advertises the attacker's
+    //    address, and runs no agent), the envelope is authenticated: a wrong key, another
+    //    recipient, a stamp outside the window, and one genuine datagram sent twice.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    leases
+        .create(
+            &PostParams::default(),
+            &berth_membership::lease::build_lease(
+                "node-c",
+                NAMESPACE,
+                LONG,
+                Some(attacker_at),
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
+        )
+        .await
+        .expect("node-c's Lease");
+    // a hears of the Lease and asks node-c to join: then it admits datagrams from there.
+    let mut invite = [0u8; 2048];
+    tokio::time::timeout(LIMIT, attacker.recv_from(&mut invite))
+        .await
+        .expect("node-a invites node-c")
+        .expect("receive");
+    let forged = seal(&wrong_key, "node-c", "node-a", unix_micros(), b"x");
+    attacker.send_to(&forged, a_at).await.expect("send");
+    let misaddressed = seal(&key, "node-c", "node-b", unix_micros(), b"x");
+    attacker.send_to(&misaddressed, a_at).await.expect("send");
+    let stale = seal(&key, "node-c", "node-a", unix_micros() - 60_000_000, b"x");
+    attacker.send_to(&stale, a_at).await.expect("send");
+    let genuine = seal(&key, "node-c", "node-a", unix_micros(), b"x");
+    attacker.send_to(&genuine, a_at).await.expect("send");
+    attacker.send_to(&genuine, a_at).await.expect("send");
+    let refused = berth_testing::eventually(
+        "the datagrams refused after the HMAC",
+        LIMIT,
+        Duration::from_millis(50),
+        || {
+            let metrics = a.metrics.clone();
+            let want = rogue_datagrams + 8;
+            async move { (metrics.refused_total() >= want).then_some(metrics) }
+        },
+    )
+    .await;
+    assert_eq!(refused.refused_count(Refusal::BadTag), 1);
     assert_eq!(refused.refused_count(Refusal::WrongRecipient), 1);
     assert_eq!(refused.refused_count(Refusal::Stale), 1);
+    assert_eq!(refused.refused_count(Refusal::Replayed), 1);
     // Nothing changed: a still counts b, and no node-z.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(**a.live.borrow(), both);
+    assert!(
+        !a.live.has_changed().expect("running"),
+        "a's live set moved"
+    );
     for r in [a, b] {
         r.stop.cancel();
         r.task.await.expect("joined").expect("stopped cleanly");
@@ -270,7 +345,7 @@ async fn forged_unsigned_and_misaddressed_datagrams_change_nothing() {
 
 #[tokio::test]
 async fn lease_only_mode_follows_the_leases() {
-    let (_server, client) = start_lab().await;
+    let (_server, client) = start_lab_with_nodes(&["node-a", "node-b", "node-c"]).await;
     let lease_only = |node: &str| MembershipOptions {
         lease_duration: Duration::from_secs(2),
         takeover_hold: Duration::from_millis(100),
@@ -297,6 +372,86 @@ async fn lease_only_mode_follows_the_leases() {
     );
     a.stop.cancel();
     a.task.await.expect("joined").expect("stopped cleanly");
+}
+
+/// A compromised node (or anyone with Lease rights) writes fresh agent Leases for nodes that
+/// do not exist, advertising SWIM endpoints nobody answers on: counted over the Leases, every
+/// real agent would be in the minority and withdraw. Counted over the Nodes, nothing changes:
+/// no live-set change on any agent, no ghost probed, no refusal.
+#[tokio::test]
+async fn ghost_leases_change_nothing() {
+    let (_server, client) = start_lab_with_nodes(&["node-a", "node-b", "node-c"]).await;
+    let mut agents = Vec::new();
+    for node in ["node-a", "node-b", "node-c"] {
+        agents.push(start(&client, mk_options(node)));
+    }
+    let all = names(&["node-a", "node-b", "node-c"]);
+    let mut before = Vec::new();
+    for agent in &mut agents {
+        wait_for(agent, "three live members", all.clone()).await;
+        agent.live.mark_unchanged();
+        before.push(agent.metrics.refused_total());
+    }
+    // An endpoint that is bound, so datagrams to it are not refused by the kernel, and read.
+    let sink = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let sink_at = sink.local_addr().expect("addr");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    for i in 0..5 {
+        let node = format!("ghost-{i}");
+        // Four with an endpoint (SWIM members nobody hears: counted over the Leases, every
+        // real agent would be in the minority), one without (it would be counted live).
+        let endpoint = (i < 4).then_some(sink_at);
+        let lease = berth_membership::lease::build_lease(
+            &node,
+            NAMESPACE,
+            LONG,
+            endpoint,
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        leases
+            .create(&PostParams::default(), &lease)
+            .await
+            .expect("a ghost Lease");
+    }
+    // Several probe periods and Lease events later, nothing has moved.
+    let mut heard = [0u8; 2048];
+    let probed = tokio::time::timeout(Duration::from_secs(2), sink.recv_from(&mut heard)).await;
+    assert!(probed.is_err(), "a ghost endpoint was sent SWIM datagrams");
+    for ((agent, node), before) in agents
+        .iter()
+        .zip(["node-a", "node-b", "node-c"])
+        .zip(before)
+    {
+        assert!(
+            !agent.live.has_changed().expect("running"),
+            "{node}'s live set changed: {:?}",
+            **agent.live.borrow()
+        );
+        assert_eq!(**agent.live.borrow(), all, "{node}");
+        assert_eq!(agent.metrics.refused_total(), before, "{node}");
+    }
+    for r in agents {
+        r.stop.cancel();
+        r.task.await.expect("joined").expect("stopped cleanly");
+    }
+}
+
+/// Datagrams refused after the HMAC: forged, misaddressed, stale or replayed. (A starting
+/// agent's first datagrams may reach a peer that has not seen its Lease yet: those stop at the
+/// gate as from an unknown source, and are sent again.)
+fn authentication_refusals(metrics: &MembershipMetrics) -> u64 {
+    [
+        Refusal::Malformed,
+        Refusal::BadTag,
+        Refusal::WrongRecipient,
+        Refusal::Stale,
+        Refusal::Replayed,
+    ]
+    .into_iter()
+    .map(|r| metrics.refused_count(r))
+    .sum()
 }
 
 fn foca_config() -> foca::Config {

@@ -77,6 +77,16 @@ fn names(list: &[&str]) -> BTreeSet<String> {
 async fn a_node_cut_off_from_the_lan_withdraws_and_returns_only_after_its_peers_yield() {
     require!(Requirement::Netns);
     let (_server, client) = start_lab().await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for name in ["node1", "node2", "node3"] {
+        nodes
+            .create(
+                &Default::default(),
+                &berth_testing::mk_node(name, serde_json::json!({}), &[]),
+            )
+            .await
+            .unwrap();
+    }
     let spec = TopologySpec::new(TopologySpec::unique_prefix("tm"))
         .node("node1", Vec::<String>::new())
         .node("node2", Vec::<String>::new())

@@ -247,6 +247,7 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         requested_ips,
         requested_pool: berth_api::ip_pool(&annotations).map(|a| a.value.to_string()),
         sharing_key: berth_api::sharing_key(&annotations).map(|a| a.value.to_string()),
+        sharing_namespaces: berth_api::sharing_namespaces(&annotations),
         ports: lb_ports,
         external_traffic_policy: etp,
         selector: spec.selector.clone().unwrap_or_default(),

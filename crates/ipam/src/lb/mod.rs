@@ -46,6 +46,9 @@ pub struct ServiceView {
     pub requested_pool: Option<String>,
     /// From `berth.dev/sharing-key` or MetalLB's `allow-shared-ip`.
     pub sharing_key: Option<String>,
+    /// From `berth.dev/sharing-cross-namespace`: the other namespaces whose Services may share
+    /// this one's address (`*`: any); empty: none.
+    pub sharing_namespaces: Vec<String>,
     pub ports: Vec<LbPort>,
     pub external_traffic_policy: TrafficPolicy,
     /// `spec.selector`.
@@ -64,6 +67,12 @@ impl ServiceView {
         out.sharing_key.clone_from(&self.sharing_key);
         if self.sharing_key.is_none() {
             return;
+        }
+        if out.namespace != self.namespace {
+            out.namespace.clone_from(&self.namespace);
+        }
+        if out.shares_with != self.sharing_namespaces {
+            out.shares_with.clone_from(&self.sharing_namespaces);
         }
         out.policy = self.external_traffic_policy;
         if out.selector != self.selector {

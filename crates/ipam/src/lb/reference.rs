@@ -22,6 +22,8 @@ fn service_holder(svc: &ServiceView) -> Holder {
     ports.dedup();
     Holder {
         sharing_key: svc.sharing_key.clone(),
+        namespace: svc.namespace.clone(),
+        shares_with: svc.sharing_namespaces.clone(),
         policy: svc.external_traffic_policy,
         selector: svc.selector.clone(),
         ports,

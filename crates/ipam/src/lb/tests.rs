@@ -53,6 +53,13 @@ fn view() -> impl Strategy<Value = ServiceView> {
                         Labels::new()
                     },
                     sharing_key,
+                    // Some Services of team-a accept any namespace: sharing across namespaces
+                    // is exercised, and refused when only one side consents.
+                    sharing_namespaces: if public && ns == "team-a" {
+                        vec!["*".to_string()]
+                    } else {
+                        Vec::new()
+                    },
                     ports: ports
                         .into_iter()
                         .map(|(udp, p)| {

@@ -390,6 +390,7 @@ impl Lab {
         let client = self.client()?;
         let services: Api<Service> = Api::all(client.clone());
         let slices: Api<EndpointSlice> = Api::all(client.clone());
+        let records: Api<berth_api::ServiceL2Status> = Api::all(client.clone());
         let pods: Api<Pod> = Api::all(client);
         progress.start("waiting for addresses, announcers and ready pods");
         let deadline = Instant::now() + self.timeout;
@@ -408,12 +409,19 @@ impl Lab {
                     what: "listing EndpointSlices".into(),
                     source,
                 })?;
+            let announced = records
+                .list(&ListParams::default())
+                .await
+                .map_err(|source| ClusterError::Api {
+                    what: "listing ServiceL2Status records".into(),
+                    source,
+                })?;
             let rows: Vec<(proof::ServiceFacts, Vec<String>)> = list
                 .items
                 .iter()
                 .filter(|s| s.metadata.name.as_deref() != Some("kubernetes"))
                 .filter_map(|s| {
-                    let facts = proof::service_facts(s, &self.layout)?;
+                    let facts = proof::service_facts(s, &self.layout, &announced.items)?;
                     let own: Vec<EndpointSlice> = all_slices
                         .items
                         .iter()

@@ -5,6 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use berth_api::ServiceL2Status;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -35,7 +36,13 @@ pub struct ServiceFacts {
 }
 
 /// Reads a Service; ways in are those its allocated fields allow, through its first TCP port.
-pub fn service_facts(svc: &Service, layout: &Layout) -> Option<ServiceFacts> {
+/// The announcing node comes from the agents' `ServiceL2Status` records (`records`, from any
+/// namespace): several nodes, which should never be, are shown together.
+pub fn service_facts(
+    svc: &Service,
+    layout: &Layout,
+    records: &[ServiceL2Status],
+) -> Option<ServiceFacts> {
     let meta = &svc.metadata;
     let key = format!("{}/{}", meta.namespace.as_deref()?, meta.name.as_deref()?);
     let spec = svc.spec.as_ref()?;
@@ -50,11 +57,16 @@ pub fn service_facts(svc: &Service, layout: &Layout) -> Option<ServiceFacts> {
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|lb| lb.ingress.as_ref())
         .and_then(|ingress| ingress.iter().find_map(|i| i.ip.as_deref()?.parse().ok()));
-    let announcing_node = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(berth_api::names::annotation::ANNOUNCING_NODE))
-        .cloned();
+    let announcers: std::collections::BTreeSet<&str> = records
+        .iter()
+        .filter(|r| {
+            Some(&r.spec.service_namespace) == meta.namespace.as_ref()
+                && Some(&r.spec.service_name) == meta.name.as_ref()
+        })
+        .map(|r| r.spec.node.as_str())
+        .collect();
+    let announcing_node =
+        (!announcers.is_empty()).then(|| announcers.into_iter().collect::<Vec<_>>().join(","));
     let port = spec
         .ports
         .iter()
@@ -229,20 +241,45 @@ mod tests {
         .unwrap()
     }
 
+    fn mk_record(node: &str, namespace: &str, name: &str) -> ServiceL2Status {
+        serde_json::from_value(json!({
+            "apiVersion": "berth.dev/v1alpha1", "kind": "ServiceL2Status",
+            "metadata": {"name": format!("l2-{node}"), "namespace": "kube-system"},
+            "spec": {"node": node, "serviceNamespace": namespace, "serviceName": name,
+                     "addresses": ["198.18.0.200"]}
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn a_load_balancer_is_reached_three_ways() {
         let svc: Service = serde_json::from_value(json!({
-            "metadata": {"name": "echo", "namespace": "default",
-                "annotations": {"berth.dev/announcing-node": "node2"}},
+            "metadata": {"name": "echo", "namespace": "default"},
             "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.10",
                 "ports": [{"port": 53, "protocol": "UDP", "nodePort": 30001},
                           {"port": 80, "nodePort": 30080}]},
             "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.200", "ipMode": "VIP"}]}}
         }))
         .unwrap();
-        let facts = service_facts(&svc, &mk_layout()).unwrap();
+        let records = [
+            mk_record("node2", "default", "echo"),
+            mk_record("node1", "other", "echo"),
+            mk_record("node1", "default", "echo2"),
+        ];
+        let facts = service_facts(&svc, &mk_layout(), &records).unwrap();
         assert_eq!(facts.key, "default/echo");
         assert_eq!(facts.announcing_node.as_deref(), Some("node2"));
+        let split = [
+            mk_record("node2", "default", "echo"),
+            mk_record("node1", "default", "echo"),
+        ];
+        assert_eq!(
+            service_facts(&svc, &mk_layout(), &split)
+                .unwrap()
+                .announcing_node
+                .as_deref(),
+            Some("node1,node2")
+        );
         let ways: Vec<(&str, &str, String)> = facts
             .targets
             .iter()
@@ -273,7 +310,7 @@ mod tests {
             "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
         }))
         .unwrap();
-        let facts = service_facts(&svc, &mk_layout()).unwrap();
+        let facts = service_facts(&svc, &mk_layout(), &[]).unwrap();
         assert!(facts.targets.is_empty());
         assert_eq!(facts.lb_ip, None);
     }
@@ -306,21 +343,21 @@ mod tests {
 
     #[test]
     fn the_lab_settles_when_addresses_announcers_and_pods_are_there() {
-        let row = |annotated: bool, endpoints: &[&str]| {
-            let annotations = if annotated {
-                json!({"berth.dev/announcing-node": "node1"})
+        let row = |announced: bool, endpoints: &[&str]| {
+            let records = if announced {
+                vec![mk_record("node1", "default", "echo")]
             } else {
-                json!({})
+                Vec::new()
             };
             let svc: Service = serde_json::from_value(json!({
-                "metadata": {"name": "echo", "namespace": "default", "annotations": annotations},
+                "metadata": {"name": "echo", "namespace": "default"},
                 "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.10",
                     "ports": [{"port": 80, "nodePort": 30080}]},
                 "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.200"}]}}
             }))
             .unwrap();
             (
-                service_facts(&svc, &mk_layout()).unwrap(),
+                service_facts(&svc, &mk_layout(), &records).unwrap(),
                 endpoints.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
             )
         };
