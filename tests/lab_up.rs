@@ -168,8 +168,8 @@ fn down_after_a_sigkilled_up_leaves_nothing_and_a_second_up_refuses_meanwhile() 
     let pids = recorded_pids(&lab.dir);
     assert_eq!(
         pids.len(),
-        1 + 5,
-        "up, apiserver, kubelet, controller, two agents"
+        1 + 6,
+        "up, apiserver, kubelet, controller-manager, controller, two agents"
     );
     up.kill().unwrap();
     up.wait().unwrap();

@@ -28,6 +28,9 @@ pub struct Snapshot {
     pub ports: Vec<(i32, String, Option<i32>)>,
     pub health_check: Option<i32>,
     pub ingress: Vec<String>,
+    /// Deleted, and kept only by a finalizer (berth's `load-balancer-cleanup`, as upstream's
+    /// service controller): its load balancer is being taken down.
+    pub terminating: bool,
 }
 
 impl Snapshot {
@@ -71,6 +74,7 @@ impl Snapshot {
                 .into_iter()
                 .filter_map(|i| i.ip)
                 .collect(),
+            terminating: s.metadata.deletion_timestamp.is_some(),
         }
     }
 
@@ -150,7 +154,14 @@ pub fn compare(prev: &Snapshot, next: &Snapshot) -> Result<(), String> {
         // Several churn changes in between (a relisted watch): only the ClusterIPs are fixed.
         _ => return Ok(()),
     }
-    if prev.is_lb() && next.is_lb() && !prev.ingress.is_empty() && next.ingress != prev.ingress {
+    // A deleted Service's address is released at once (DESIGN: release on delete), while the
+    // cleanup finalizer keeps the object until its load balancer is gone.
+    if prev.is_lb()
+        && next.is_lb()
+        && !next.terminating
+        && !prev.ingress.is_empty()
+        && next.ingress != prev.ingress
+    {
         return Err(format!(
             "{who}: LoadBalancer ingress changed {:?} -> {:?}",
             prev.ingress, next.ingress
@@ -430,6 +441,25 @@ mod tests {
         let mut dual = lb(30001);
         dual["clusterIPs"] = json!(["10.96.1.1", "fd00:96::1"]);
         assert!(compare(&before, &snap(1, dual, &["198.18.0.1"])).is_ok());
+    }
+
+    #[test]
+    fn a_deleted_service_held_by_its_cleanup_finalizer_may_lose_its_address() {
+        let before = snap(1, lb(30001), &["198.18.0.1"]);
+        let mut deleting = serde_json::to_value(mk_svc("svc-1", 1, lb(30001), &[])).unwrap();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-11-28T10:00:00Z");
+        let deleting = Snapshot::of(&serde_json::from_value(deleting).unwrap());
+        assert!(deleting.terminating);
+        assert!(compare(&before, &deleting).is_ok());
+        // Its ClusterIP is still fixed.
+        let mut moved = serde_json::to_value(mk_svc("svc-1", 1, lb(30001), &[])).unwrap();
+        moved["metadata"]["deletionTimestamp"] = json!("2026-11-28T10:00:00Z");
+        moved["spec"]["clusterIPs"] = json!(["10.96.1.2"]);
+        assert!(compare(
+            &before,
+            &Snapshot::of(&serde_json::from_value(moved).unwrap())
+        )
+        .is_err());
     }
 
     #[test]
