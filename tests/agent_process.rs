@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use berth_lab::apiserver::write_kubeconfig;
 use berth_lab::echo::{tcp_echo, EchoServer};
 use berth_lab::netns::bind_tcp_in_netns;
 use berth_lab::topology::{remove_orphans, Topology, TopologySpec};
@@ -109,13 +110,7 @@ async fn the_agent_process_turns_api_objects_into_rules_packets_follow() {
     let client = kube::Client::try_from(config).unwrap();
     let dir = berth_testing::unique_dir("agent-process");
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: http://{inside_addr}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: lab\ncurrent-context: lab\nusers:\n- name: lab\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    write_kubeconfig(&kubeconfig, &format!("http://{inside_addr}")).unwrap();
 
     Api::<Node>::all(client.clone())
         .create(

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use berth_lab::apiserver::write_kubeconfig;
 use berth_lab::netns::bind_tcp_in_netns;
 use berth_lab::{LabApiServer, Listener};
 use berth_testing::{require, Requirement};
@@ -276,13 +277,7 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
     let client = kube::Client::try_from(config).unwrap();
     let dir = berth_testing::unique_dir("agent-sigkill-nft");
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: http://{inside_addr}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: lab\ncurrent-context: lab\nusers:\n- name: lab\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    write_kubeconfig(&kubeconfig, &format!("http://{inside_addr}")).unwrap();
     Api::<Node>::all(client.clone())
         .create(
             &PostParams::default(),
