@@ -204,23 +204,34 @@ pub fn service_facts(
     })
 }
 
-/// `pod@ip` of every ready endpoint in the Service's slices, sorted.
+/// `pod@ip` of every ready endpoint in the Service's slices, sorted; a pod in the slices of
+/// both families shows both addresses, `pod@ipv4+ipv6` (in the order of the slices).
 pub fn ready_endpoints(slices: &[EndpointSlice]) -> Vec<String> {
-    let mut out: Vec<String> = slices
+    let mut by_pod: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for e in slices
         .iter()
         .flat_map(|s| s.endpoints.iter())
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
-        .map(|e| {
-            let pod = e
-                .target_ref
-                .as_ref()
-                .and_then(|t| t.name.clone())
-                .unwrap_or_else(|| "?".into());
-            format!("{pod}@{}", e.addresses.first().cloned().unwrap_or_default())
+    {
+        let pod = e
+            .target_ref
+            .as_ref()
+            .and_then(|t| t.name.clone())
+            .unwrap_or_else(|| "?".into());
+        let ip = e.addresses.first().cloned().unwrap_or_default();
+        let ips = by_pod.entry(pod).or_default();
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    by_pod
+        .into_iter()
+        .map(|(pod, mut ips)| {
+            // IPv4 before IPv6, whatever order the slices were listed in.
+            ips.sort_by_key(|ip| ip.contains(':'));
+            format!("{pod}@{}", ips.join("+"))
         })
-        .collect();
-    out.sort();
-    out
+        .collect()
 }
 
 /// Whether the lab is ready to be proven: every Service has a ClusterIP and a ready endpoint,
@@ -544,7 +555,22 @@ mod tests {
             ]
         }))
         .unwrap();
-        assert_eq!(ready_endpoints(&[slice]), ["a@10.244.1.3", "b@10.244.1.2"]);
+        assert_eq!(
+            ready_endpoints(&[slice.clone()]),
+            ["a@10.244.1.3", "b@10.244.1.2"]
+        );
+        let slice6: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "s6"}, "addressType": "IPv6",
+            "endpoints": [
+                {"addresses": ["fd00:244:1::2"], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "name": "b"}},
+                {"addresses": ["fd00:244:2::2"], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "name": "c"}}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            ready_endpoints(&[slice6, slice]),
+            ["a@10.244.1.3", "b@10.244.1.2+fd00:244:1::2", "c@fd00:244:2::2"]
+        );
     }
 
     fn mk_pod(name: &str, ready: &str, deleting: bool) -> Pod {

@@ -243,8 +243,14 @@ impl Kubelet {
                     .map_err(api_err(format!("applying Node {}", n.name)))?;
             }
             let status = node::build_node_status(n, families, since, &now_rfc3339());
+            // A merge patch, which replaces lists whole: applied, `addresses` is a map keyed by
+            // `type`, and a dual-stack node's two InternalIPs would collapse into one.
             nodes
-                .patch_status(&n.name, &params, &Patch::Apply(status))
+                .patch_status(
+                    &n.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": status["status"]})),
+                )
                 .await
                 .map_err(api_err(format!("applying the status of Node {}", n.name)))?;
         }
