@@ -173,8 +173,12 @@ fn up_once_proves_the_examples_through_both_families_and_through_ipv6_alone() {
     // ClusterIPs; the single-stack one stays IPv4.
     let out = up("dual");
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}
-{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}
+{}",
+        text(&out.stderr)
+    );
     let lines = requests(&stdout);
     for (path, addr) in [
         ("LoadBalancer", "198.18.0.2"),
@@ -184,16 +188,27 @@ fn up_once_proves_the_examples_through_both_families_and_through_ipv6_alone() {
         ("ClusterIP", "10.96."),
         ("ClusterIP", "[fd00:96::"),
     ] {
-        assert!(answered(&lines, path, addr), "no {path} {addr} in:
-{stdout}");
+        assert!(
+            answered(&lines, path, addr),
+            "no {path} {addr} in:
+{stdout}"
+        );
     }
-    assert_eq!(lines.len(), 3 + 6, "echo: 3 ways in, echo-dual: 6
-{stdout}");
+    assert_eq!(
+        lines.len(),
+        3 + 6,
+        "echo: 3 ways in, echo-dual: 6
+{stdout}"
+    );
     let dual_row = stdout
         .lines()
         .find(|l| l.starts_with("default/echo-dual"))
-        .unwrap_or_else(|| panic!("no echo-dual row in:
-{stdout}"));
+        .unwrap_or_else(|| {
+            panic!(
+                "no echo-dual row in:
+{stdout}"
+            )
+        });
     assert!(
         dual_row.contains("198.18.0.2") && dual_row.contains("fd00:198:18::2"),
         "{dual_row}"
@@ -203,16 +218,26 @@ fn up_once_proves_the_examples_through_both_families_and_through_ipv6_alone() {
     // IPv6 only: every Service, the single-stack one too, answers over IPv6 alone.
     let out = up("ipv6");
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}
-{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}
+{}",
+        text(&out.stderr)
+    );
     let lines = requests(&stdout);
     assert_eq!(lines.len(), 2 * 3, "{stdout}");
     assert!(
-        lines.iter().all(|l| l.split_whitespace().nth(1).is_some_and(|a| a.starts_with('['))),
+        lines.iter().all(|l| l
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|a| a.starts_with('['))),
         "an IPv4 way in on an IPv6-only lab:
 {stdout}"
     );
-    assert!(answered(&lines, "LoadBalancer", "[fd00:198:18::2"), "{stdout}");
+    assert!(
+        answered(&lines, "LoadBalancer", "[fd00:198:18::2"),
+        "{stdout}"
+    );
     assert!(lab.namespaces().is_empty(), "{:?}", lab.namespaces());
     assert!(!lab.dir.exists());
 }

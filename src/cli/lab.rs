@@ -51,9 +51,9 @@ pub struct UpArgs {
     #[arg(long, env = "BERTH_LAB_NODES", default_value_t = 3)]
     nodes: usize,
 
-    /// The cluster's address families: `dual` (IPv4 primary; Nodes, pods and Service CIDRs of
-    /// both families), `ipv4` or `ipv6` (the namespaces keep their IPv4 LAN address, the
-    /// cluster uses IPv6 only).
+    /// The cluster's address families: `dual` (Nodes, Pods, Service CIDRs and rules of both
+    /// families, IPv4 primary), `ipv4`, or `ipv6` (an IPv6-only cluster whose namespaces keep an
+    /// IPv4 LAN address too).
     #[arg(long, env = "BERTH_LAB_IP_FAMILY", value_enum, default_value_t = IpFamilyArg::Dual)]
     ip_family: IpFamilyArg,
 
@@ -392,6 +392,28 @@ mod tests {
         let faults = args.faults.unwrap();
         assert_eq!((faults.error_rate, faults.seed), (0.1, 3));
         assert!(parse(&["lab", "apiserver", "--faults", "{oops"]).is_err());
+    }
+
+    #[test]
+    fn lab_up_is_dual_stack_unless_told_otherwise() {
+        use berth_lab::cluster::plan::LabFamilies;
+        let families = |argv: &[&str]| match parse(argv).unwrap().command {
+            Command::Lab(LabCommand::Up(args)) => LabFamilies::from(args.ip_family),
+            Command::Lab(LabCommand::Kubelet(args)) => LabFamilies::from(args.ip_family),
+            other => panic!("parsed {other:?}"),
+        };
+        assert_eq!(families(&["lab", "up"]), LabFamilies::Dual);
+        assert_eq!(
+            families(&["lab", "up", "--ip-family", "ipv6"]),
+            LabFamilies::Ipv6
+        );
+        // The kubelet is told by `up`; alone it keeps the IPv4 default of its callers.
+        assert_eq!(families(&["lab", "kubelet"]), LabFamilies::Ipv4);
+        assert_eq!(
+            families(&["lab", "kubelet", "--ip-family", "dual"]),
+            LabFamilies::Dual
+        );
+        assert!(parse(&["lab", "up", "--ip-family", "IPv6"]).is_err());
     }
 
     #[test]

@@ -139,10 +139,7 @@ fn default_pool_is_the_lab_pool() {
     assert_eq!(ranges[0].to_string(), "198.18.0.200-198.18.0.250");
     assert_eq!(ranges[0].len(), 51);
     // The IPv6 LAN's own numbers: fd00:198:18::200 to ::250 (hex), above the nodes and client.
-    assert_eq!(
-        ranges[1].to_string(),
-        "fd00:198:18::200-fd00:198:18::250"
-    );
+    assert_eq!(ranges[1].to_string(), "fd00:198:18::200-fd00:198:18::250");
     assert_eq!(ranges[1].len(), 0x51);
 }
 
@@ -151,7 +148,10 @@ fn no_example_pool_holds_a_lab_node_or_client_address() {
     // The lab's LAN hosts (docs/lab.md): control plane .2, nodes .11 up to .26 (16 nodes at
     // most), the client .100; in IPv6 the same numbers as hex digits.
     let mut hosts: Vec<std::net::IpAddr> = Vec::new();
-    for n in std::iter::once(2u16).chain(11..=26).chain(std::iter::once(100)) {
+    for n in std::iter::once(2u16)
+        .chain(11..=26)
+        .chain(std::iter::once(100))
+    {
         hosts.push(format!("198.18.0.{n}").parse().unwrap());
         hosts.push(format!("fd00:198:18::{n}").parse().unwrap());
     }

@@ -63,7 +63,10 @@ async fn slices_by_family(env: &Env, service: &str) -> Vec<(String, Vec<(String,
 fn family(address_type: &str, endpoints: &[(&str, bool)]) -> (String, Vec<(String, bool)>) {
     (
         address_type.to_owned(),
-        endpoints.iter().map(|(a, r)| ((*a).to_owned(), *r)).collect(),
+        endpoints
+            .iter()
+            .map(|(a, r)| ((*a).to_owned(), *r))
+            .collect(),
     )
 }
 
@@ -79,10 +82,7 @@ async fn dual_stack_pods_fill_one_slice_per_family() {
     ] {
         let pod: k8s_openapi::api::core::v1::Pod =
             serde_json::from_value(mk_pod(name, "web", node, 8080)).unwrap();
-        env.pods()
-            .create(&Default::default(), &pod)
-            .await
-            .unwrap();
+        env.pods().create(&Default::default(), &pod).await.unwrap();
         set_dual_status(&env, name, ips, ready).await;
     }
 

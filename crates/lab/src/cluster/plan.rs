@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use berth_core::IpFamily;
 
 use crate::topology::{
-    ClientLayout, Layout, NodeLayout, TopologySpec, ETH0, NETNS_PREFIX, SERVICE6_CIDR,
-    SERVICE_CIDR,
+    ClientLayout, Layout, NodeLayout, TopologySpec, ETH0, NETNS_PREFIX, SERVICE6_CIDR, SERVICE_CIDR,
 };
 
 use super::ClusterError;
@@ -429,10 +428,15 @@ mod tests {
             .contains("--service-cidr 10.96.0.0/16,fd00:96::/112 --endpoints on"));
         let agent = argv_of(&c, "agent-node2");
         assert!(
-            agent.contains("--cluster-cidr 10.244.0.0/16,fd00:244::/48 --admin-listen 198.18.0.12:10356"),
+            agent.contains(
+                "--cluster-cidr 10.244.0.0/16,fd00:244::/48 --admin-listen 198.18.0.12:10356"
+            ),
             "{agent}"
         );
-        assert!(agent.ends_with("--membership-bind-address 198.18.0.12"), "{agent}");
+        assert!(
+            agent.ends_with("--membership-bind-address 198.18.0.12"),
+            "{agent}"
+        );
     }
 
     #[test]
@@ -441,8 +445,9 @@ mod tests {
         let l = layout(&lab_topology_for("berth-lab", 1, families).unwrap()).unwrap();
         let files = Files::new(Path::new("/state"));
         let c = plan_components("lab", 1, families, &l, &files).unwrap();
-        assert!(argv_of(&c, "apiserver")
-            .contains("--listen-netns berth-lab-cp=[fd00:198:18::2]:6443"));
+        assert!(
+            argv_of(&c, "apiserver").contains("--listen-netns berth-lab-cp=[fd00:198:18::2]:6443")
+        );
         assert!(argv_of(&c, "controller").contains(
             "--service-cidr fd00:96::/112 --endpoints on --admin-listen [fd00:198:18::2]:9090"
         ));

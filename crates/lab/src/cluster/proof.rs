@@ -11,9 +11,9 @@ use berth_core::IpFamily;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::plan::node_ip;
 use crate::echo::EchoReply;
 use crate::kubelet::server::http_get;
-use super::plan::node_ip;
 use crate::topology::Layout;
 
 /// One way in to a Service.
@@ -491,11 +491,31 @@ mod tests {
         assert_eq!(
             ways,
             [
-                ("LoadBalancer", "berth-lab-client", "[fd00:198:18::200]:80".to_string()),
-                ("LoadBalancer", "berth-lab-client", "198.18.0.200:80".to_string()),
-                ("NodePort", "berth-lab-client", "[fd00:198:18::11]:30080".to_string()),
-                ("NodePort", "berth-lab-client", "198.18.0.11:30080".to_string()),
-                ("ClusterIP", "berth-lab-node1", "[fd00:96::10]:80".to_string()),
+                (
+                    "LoadBalancer",
+                    "berth-lab-client",
+                    "[fd00:198:18::200]:80".to_string()
+                ),
+                (
+                    "LoadBalancer",
+                    "berth-lab-client",
+                    "198.18.0.200:80".to_string()
+                ),
+                (
+                    "NodePort",
+                    "berth-lab-client",
+                    "[fd00:198:18::11]:30080".to_string()
+                ),
+                (
+                    "NodePort",
+                    "berth-lab-client",
+                    "198.18.0.11:30080".to_string()
+                ),
+                (
+                    "ClusterIP",
+                    "berth-lab-node1",
+                    "[fd00:96::10]:80".to_string()
+                ),
                 ("ClusterIP", "berth-lab-node1", "10.96.0.10:80".to_string()),
             ]
         );
@@ -511,7 +531,10 @@ mod tests {
         let row = (half, vec!["a@10.244.1.2".to_string()]);
         assert!(!settled(&[row], &[]));
         // One node for both.
-        let both = [mk_record_for("node2", &["198.18.0.200", "fd00:198:18::200"])];
+        let both = [mk_record_for(
+            "node2",
+            &["198.18.0.200", "fd00:198:18::200"],
+        )];
         let facts = service_facts(&mk_dual_service(), &mk_dual_layout(), &both).unwrap();
         assert_eq!(facts.announced_by().as_deref(), Some("node2"));
     }
@@ -556,7 +579,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            ready_endpoints(&[slice.clone()]),
+            ready_endpoints(std::slice::from_ref(&slice)),
             ["a@10.244.1.3", "b@10.244.1.2"]
         );
         let slice6: EndpointSlice = serde_json::from_value(json!({
@@ -569,7 +592,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             ready_endpoints(&[slice6, slice]),
-            ["a@10.244.1.3", "b@10.244.1.2+fd00:244:1::2", "c@fd00:244:2::2"]
+            [
+                "a@10.244.1.3",
+                "b@10.244.1.2+fd00:244:1::2",
+                "c@fd00:244:2::2"
+            ]
         );
     }
 

@@ -58,7 +58,12 @@ pub fn build_node(prefix: &str, node: &NodeLayout, families: LabFamilies) -> Val
 /// The Node's status: its LAN addresses (an InternalIP per family) and host name, and Ready
 /// since `since` with the heartbeat `now` (RFC 3339). `lastTransitionTime` stays `since` as
 /// long as the kubelet runs, so only a real transition moves it.
-pub fn build_node_status(node: &NodeLayout, families: LabFamilies, since: &str, now: &str) -> Value {
+pub fn build_node_status(
+    node: &NodeLayout,
+    families: LabFamilies,
+    since: &str,
+    now: &str,
+) -> Value {
     let mut addresses: Vec<Value> = internal_ips(node, families)
         .into_iter()
         .map(|ip| json!({"type": "InternalIP", "address": ip}))

@@ -286,7 +286,11 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
             )));
         }
         let pod_net = [POD_NETWORK[0], POD_NETWORK[1], i];
-        let pod_cidr6 = if spec.ipv6 { Some(node_pod_cidr6(i)?) } else { None };
+        let pod_cidr6 = if spec.ipv6 {
+            Some(node_pod_cidr6(i)?)
+        } else {
+            None
+        };
         let mut pods = Vec::with_capacity(node.pods.len());
         for (k, pod) in (1u8..).zip(&node.pods) {
             check_name("pod", pod, &mut seen)?;
@@ -553,7 +557,10 @@ mod tests {
                 "fd00:198:18::12".parse().unwrap()
             ]
         );
-        assert_eq!(l.client("other").unwrap().ip6.unwrap().to_string(), "fd00:198:18::101");
+        assert_eq!(
+            l.client("other").unwrap().ip6.unwrap().to_string(),
+            "fd00:198:18::101"
+        );
         let cp = l.control_plane.as_ref().unwrap();
         assert_eq!(cp.ip6.unwrap().to_string(), "fd00:198:18::2");
         let later = pod_layout("berth-t1", n2, 253, "x").unwrap();
@@ -561,21 +568,36 @@ mod tests {
         // Without IPv6, nothing of it.
         let v4 = layout(&mk_spec()).unwrap();
         assert_eq!(v4.lan6, None);
-        assert!(v4.nodes.iter().all(|n| n.lan_ip6.is_none() && n.pod_cidr6.is_none()));
+        assert!(v4
+            .nodes
+            .iter()
+            .all(|n| n.lan_ip6.is_none() && n.pod_cidr6.is_none()));
         assert_eq!(v4.nodes[0].pods[0].ips().len(), 1);
-        assert_eq!(pod_layout("berth-t1", &v4.nodes[0], 3, "y").unwrap().ip6, None);
+        assert_eq!(
+            pod_layout("berth-t1", &v4.nodes[0], 3, "y").unwrap().ip6,
+            None
+        );
     }
 
     #[test]
     fn hex_digits_spell_the_decimal_number() {
-        for (n, hex) in [(0, 0x0), (2, 0x2), (11, 0x11), (100, 0x100), (254, 0x254), (9999, 0x9999)] {
+        for (n, hex) in [
+            (0, 0x0),
+            (2, 0x2),
+            (11, 0x11),
+            (100, 0x100),
+            (254, 0x254),
+            (9999, 0x9999),
+        ] {
             assert_eq!(hex_digits(n), hex, "{n}");
         }
     }
 
     #[test]
     fn every_ipv6_host_of_the_plan_is_distinct() {
-        let mut spec = TopologySpec::new("berth-t1").control_plane("cp").with_ipv6();
+        let mut spec = TopologySpec::new("berth-t1")
+            .control_plane("cp")
+            .with_ipv6();
         for i in 0..89 {
             spec = spec.node(&format!("n{i}"), (0..3).map(move |k| format!("p{k}x{i}")));
         }

@@ -170,11 +170,16 @@ fn pod_link_steps(node: &NodeLayout, pod: &PodLayout) -> Vec<Step> {
             addr6(ns, &gateway6_host, veth_name),
             ip(
                 ns,
-                &["route", "add", &pod_host6, "dev", veth_name, "src", &gateway6],
+                &[
+                    "route", "add", &pod_host6, "dev", veth_name, "src", &gateway6,
+                ],
             ),
             addr6(pns, &pod_host6, ETH0),
             ip(pns, &["route", "add", &gateway6_host, "dev", ETH0]),
-            ip(pns, &["route", "add", "::/0", "via", &gateway6, "dev", ETH0]),
+            ip(
+                pns,
+                &["route", "add", "::/0", "via", &gateway6, "dev", ETH0],
+            ),
         ]);
     }
     steps
@@ -464,7 +469,8 @@ mod tests {
         // Without IPv6, no IPv6 step at all.
         let v4 = render(&plan_create(&mk_layout()));
         assert!(
-            v4.iter().all(|s| !s.contains("fd00") && !s.contains("ipv6") && !s.contains("::")),
+            v4.iter()
+                .all(|s| !s.contains("fd00") && !s.contains("ipv6") && !s.contains("::")),
             "{v4:?}"
         );
     }
