@@ -16,6 +16,7 @@ mod l2_lab;
 
 use std::time::{Duration, Instant};
 
+use berth_l2::frame::Mac;
 use l2_lab::ndp::{announce_ipv6, vip6, NdpCapture, STRAY6, VIP6};
 use l2_lab::*;
 
@@ -43,7 +44,7 @@ fn three_agents_answer_each_neighbor_solicitation_once_and_fail_over() {
 /// Solicits `n` times by multicast and `n` times unicast to `owner`, 20 ms apart, and checks
 /// that each solicitation got exactly one answer, from `owner`, and that the LAN carried no other
 /// solicited NA for the address meanwhile.
-async fn one_answer_each(ndp: &NdpCapture, owner: l2_frame::Mac, n: usize, what: &str) {
+async fn one_answer_each(ndp: &NdpCapture, owner: Mac, n: usize, what: &str) {
     let from = Instant::now();
     let mut sources = Vec::new();
     for _ in 0..n {
@@ -74,7 +75,7 @@ async fn one_answer_each(ndp: &NdpCapture, owner: l2_frame::Mac, n: usize, what:
 }
 
 /// An unsolicited NA for VIP6 from `mac` with override set, to all nodes, since `from`.
-fn unsolicited_from(ndp: &NdpCapture, mac: l2_frame::Mac, from: Instant, what: &str) {
+fn unsolicited_from(ndp: &NdpCapture, mac: Mac, from: Instant, what: &str) {
     let all_nodes: std::net::Ipv6Addr = "ff02::1".parse().unwrap();
     let seen = ndp.since(vip6(), from, |na| !na.solicited);
     assert!(
@@ -82,10 +83,6 @@ fn unsolicited_from(ndp: &NdpCapture, mac: l2_frame::Mac, from: Instant, what: &
             .any(|na| na.mac == mac && na.r#override && na.to == all_nodes),
         "{what}: no unsolicited NA from {mac:02x?}: {seen:?}"
     );
-}
-
-mod l2_frame {
-    pub use berth_l2::frame::Mac;
 }
 
 async fn scenario(mut lab: L2Lab, ndp: &NdpCapture, began: Instant) -> L2Lab {
