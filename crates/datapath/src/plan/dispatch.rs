@@ -6,7 +6,7 @@
 //! chain's name is derived from the prefix it covers, so a Service change rewrites one leaf.
 //! Node ports are split the same way by port range, one tree per protocol.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use ipnet::IpNet;
 
@@ -231,22 +231,28 @@ pub fn build_dispatch(
             }
         }
     }
-    rs.table_mut(Table::Nat).push(&services, node_ports_jump());
+    rs.table_mut(Table::Nat)
+        .push(&services, node_ports_jump(family));
 }
 
-/// The jump from `BERTH-SERVICES` to `BERTH-NODEPORTS`.
-pub(crate) fn node_ports_jump() -> Rule {
+/// The jump from `BERTH-SERVICES` to `BERTH-NODEPORTS`. In IPv6 it leaves out `::1`, as
+/// kube-proxy does: a packet from `::1` never leaves the loopback device, so a node port reached
+/// on `::1` could only time out; left alone, it is refused at once (nothing listens there).
+/// IPv4 node ports answer on 127.0.0.1 (`route_localnet`).
+pub(crate) fn node_ports_jump(family: IpFamily) -> Rule {
+    let mut matches = vec![
+        Match::comment("berth service nodeports; NOTE: this must be the last rule in this chain"),
+        Match::AddrTypeLocal {
+            side: AddrSide::Dst,
+            negated: false,
+        },
+    ];
+    if family == IpFamily::V6 {
+        matches.push(Match::Destination {
+            net: IpNet::from(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+            negated: true,
+        });
+    }
     // Must stay last: node ports are tried only after every Service address.
-    Rule::jump(
-        vec![
-            Match::comment(
-                "berth service nodeports; NOTE: this must be the last rule in this chain",
-            ),
-            Match::AddrTypeLocal {
-                side: AddrSide::Dst,
-                negated: false,
-            },
-        ],
-        &names::fixed(names::NODEPORTS),
-    )
+    Rule::jump(matches, &names::fixed(names::NODEPORTS))
 }

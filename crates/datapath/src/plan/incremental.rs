@@ -133,8 +133,10 @@ impl Planner {
         plan_fixed_chains(&mut base, options.random_fully);
         let mut rs = base.clone();
         // What dispatch of no Services at all gives.
-        rs.table_mut(Table::Nat)
-            .push(&names::fixed(names::SERVICES), node_ports_jump());
+        rs.table_mut(Table::Nat).push(
+            &names::fixed(names::SERVICES),
+            node_ports_jump(options.family),
+        );
         Planner {
             options,
             node: None,
@@ -417,7 +419,7 @@ impl Planner {
             services.extend(cached.dst.iter().map(|(_, rule)| rule.clone()));
             node_ports.extend(cached.node_ports.iter().map(|(_, _, rule)| rule.clone()));
         }
-        services.push(node_ports_jump());
+        services.push(node_ports_jump(self.options.family));
         let nat = self.rs.table_mut(Table::Nat);
         nat.chains.insert(names::fixed(names::SERVICES), services);
         nat.chains
@@ -449,7 +451,7 @@ impl Planner {
                     range_of(128, 0, 0),
                 ),
             };
-            rules.push(node_ports_jump());
+            rules.push(node_ports_jump(self.options.family));
             walk.rewritten.insert(names::fixed(names::SERVICES), rules);
         }
         if changes.node_ports.values().any(|dirty| !dirty.is_empty()) {
