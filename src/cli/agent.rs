@@ -260,6 +260,7 @@ impl AgentArgs {
             bgp_speaker: self.bgp_speaker.then(|| berth_agent::SpeakerConfig {
                 frr_dir: self.frr_dir.clone(),
                 frr_reload: self.frr_reload.clone(),
+                ..Default::default()
             }),
         }
     }

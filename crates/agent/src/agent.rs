@@ -423,7 +423,7 @@ where
                 result
             })
         });
-        let speaker = self.config.speaker().cloned().map(|config| {
+        let speaker = self.config.speaker().map(|config| {
             let task = crate::speaker::run_speaker(
                 config,
                 self.client.clone(),
