@@ -52,6 +52,22 @@ use crate::Error;
 const RESYNC: Duration = Duration::from_secs(30);
 /// Longest a `frr-reload.py` run may take.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the speaker looks for a restarted FRR (new daemon pids), which starts empty and
+/// must be configured again.
+const FRR_CHECK: Duration = Duration::from_secs(2);
+
+/// FRR's daemons by pid, from their pid files: changes when FRR restarts.
+async fn frr_generation(dir: &std::path::Path) -> Option<String> {
+    let mut out = String::new();
+    for daemon in ["zebra", "bgpd", "bfdd"] {
+        let pid = tokio::fs::read_to_string(dir.join(format!("{daemon}.pid")))
+            .await
+            .ok()?;
+        out.push_str(pid.trim());
+        out.push(' ');
+    }
+    Some(out)
+}
 
 /// Where FRR is and how to reconfigure it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -441,8 +457,11 @@ pub async fn run_speaker(
     let mut reported: Vec<berth_bgp::Skipped> = Vec::new();
     let mut passwords = Passwords::default();
     let mut password_keys: Option<BTreeSet<SecretKey>> = None;
+    let mut applied_to: Option<String> = None;
     let mut tick = tokio::time::interval(RESYNC);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut frr_check = tokio::time::interval(FRR_CHECK);
+    frr_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let mut resync = false;
         tokio::select! {
@@ -454,6 +473,13 @@ pub async fn run_speaker(
                 }
             }
             _ = tick.tick() => resync = true,
+            _ = frr_check.tick() => {
+                if applied.is_none() || frr_generation(&config.frr_dir).await == applied_to {
+                    continue;
+                }
+                tracing::info!("FRR restarted; configuring it again");
+                applied = None;
+            }
         }
         let refs = {
             let objects = lock(&objects);
@@ -489,10 +515,12 @@ pub async fn run_speaker(
         }
         if let Some(text) = pass.config {
             if applied.as_deref() != Some(text.as_str()) {
+                let generation = frr_generation(&config.frr_dir).await;
                 match apply_frr_config(&config, &text, &peer_passwords).await {
                     Ok(()) => {
                         tracing::info!(bytes = text.len(), "FRR configuration applied");
                         applied = Some(text);
+                        applied_to = generation;
                         applied_tx.send_modify(|n| *n += 1);
                     }
                     Err(err) => {
