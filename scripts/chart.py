@@ -528,7 +528,8 @@ def rbac(values_json):
 
 def agent(values_json):
     values = json.loads(values_json) if values_json else {}
-    (container,) = one(render(values), "DaemonSet", "-agent")["spec"]["template"]["spec"]["containers"]
+    containers = one(render(values), "DaemonSet", "-agent")["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in containers if c["name"] == "agent"]
     print(json.dumps({"args": container["args"], "env": container.get("env", [])}))
     return 0
 
