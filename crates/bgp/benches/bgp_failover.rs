@@ -3,7 +3,11 @@
 //! 100 ms x 3 on both sides, hold 9 s / keepalive 3 s):
 //! - SIGKILL of the process holding the node's routes (the agent): from the kill to the node's
 //!   next hop gone from the router's kernel FIB;
-//! - link cut at the LAN bridge: from the cut to the next hop gone (BFD's detection).
+//! - link cut at the LAN bridge: from the cut to the next hop gone (BFD's detection);
+//! - the same link cut with BFD off at the router: the hold time's detection;
+//! - a route written on a node (as the agent does for a new Service's address) to its next hop
+//!   in the router's kernel FIB, and removed to gone: the dynamic channel, without the agent's
+//!   sync before it.
 //!
 //! `BERTH_BGP_TRIALS` trials of each (default 20). Ends with the `bgp:` result line.
 
@@ -53,6 +57,30 @@ fn main() {
     let mut lab = Lab::start("bgpb");
     spawn_holder(&mut lab, "node2");
 
+    let mut announced = Vec::with_capacity(trials);
+    let mut withdrawn = Vec::with_capacity(trials);
+    for trial in 0..trials {
+        let prefix = format!("198.19.10.{}/32", 100 + trial % 100);
+        let at = Instant::now();
+        holder_route(&mut lab, "node2", &prefix, true);
+        wait_for(Duration::from_secs(10), "the route at the router", || {
+            next_hops_of(&lab, &prefix) == ["198.18.0.12"]
+        });
+        announced.push(at.elapsed());
+        let at = Instant::now();
+        holder_route(&mut lab, "node2", &prefix, false);
+        wait_for(
+            Duration::from_secs(10),
+            "the route gone from the router",
+            || next_hops_of(&lab, &prefix).is_empty(),
+        );
+        withdrawn.push(at.elapsed());
+        eprintln!(
+            "route trial {trial}: announced {:?}, withdrawn {:?}",
+            announced[trial], withdrawn[trial]
+        );
+    }
+
     let mut killed = Vec::with_capacity(trials);
     for trial in 0..trials {
         spawn_holder(&mut lab, "node1");
@@ -90,10 +118,41 @@ fn main() {
         eprintln!("link-cut trial {trial}: {:?}", cut[trial]);
     }
 
+    // BFD off at the router: a cut link is seen when the 9 s hold time runs out.
+    vtysh_config(
+        &lab,
+        "router",
+        &["router bgp 64513", "no neighbor nodes bfd"],
+    );
+    let mut hold = Vec::with_capacity(trials);
+    for trial in 0..trials {
+        wait_for(
+            Duration::from_secs(30),
+            "both sessions and next hops",
+            || established(&lab) == 2 && both_up(&lab),
+        );
+        run(&["ip", "-n", &lab.ns("lan"), "link", "set", "p1", "down"]);
+        let at = Instant::now();
+        wait_for(
+            Duration::from_secs(20),
+            "node1 withdrawn after a link cut, without BFD",
+            || next_hops(&lab) == ["198.18.0.12"],
+        );
+        hold.push(at.elapsed());
+        run(&["ip", "-n", &lab.ns("lan"), "link", "set", "p1", "up"]);
+        eprintln!("link-cut without BFD trial {trial}: {:?}", hold[trial]);
+    }
+
     let (k50, k99, kmax) = summary(&mut killed);
     let (c50, c99, cmax) = summary(&mut cut);
+    let (h50, h99, hmax) = summary(&mut hold);
+    let (a50, a99, _) = summary(&mut announced);
+    let (w50, w99, _) = summary(&mut withdrawn);
     println!(
         "bgp: trials={trials} sigkill_p50_ms={k50:.0} sigkill_p99_ms={k99:.0} sigkill_max_ms={kmax:.0} \
-         linkcut_bfd_p50_ms={c50:.0} linkcut_bfd_p99_ms={c99:.0} linkcut_bfd_max_ms={cmax:.0}"
+         linkcut_bfd_p50_ms={c50:.0} linkcut_bfd_p99_ms={c99:.0} linkcut_bfd_max_ms={cmax:.0} \
+         linkcut_nobfd_p50_ms={h50:.0} linkcut_nobfd_p99_ms={h99:.0} linkcut_nobfd_max_ms={hmax:.0} \
+         route_to_fib_p50_ms={a50:.0} route_to_fib_p99_ms={a99:.0} \
+         withdraw_to_fib_p50_ms={w50:.0} withdraw_to_fib_p99_ms={w99:.0}"
     );
 }
