@@ -728,7 +728,7 @@ fn connections_established(router_ns: &str, dir: &Path) -> u64 {
 /// follow the endpoints: a missing Secret leaves the peer out (`NotConfigured`); a wrong password
 /// never establishes and says `AuthenticationFailure`; the right one establishes; a wrong
 /// peerASN says `BadPeerAS`; a Local-policy address moves with its endpoint from n1 to n2; a
-/// deleted Service is withdrawn from the router. About 30 s.
+/// deleted Service is withdrawn from the router; a restarted FRR is configured again. About 35 s.
 #[test]
 fn sessions_report_passwords_and_as_and_routes_follow_endpoints() {
     if !ready() {
@@ -850,6 +850,25 @@ async fn sessions_scenario() {
     })
     .await;
     assert_eq!(next_hops(&lab.router, LOCAL_VIP), ["198.18.0.12"]);
+
+    // n1's FRR killed and started again empty, as the kubelet restarts the sidecar: the agent
+    // sees the new daemons and configures them again.
+    let n1_frr = lab.dir.join("frr-n1");
+    for daemon in ["bgpd", "bfdd", "zebra"] {
+        let pid = std::fs::read_to_string(n1_frr.join(format!("{daemon}.pid"))).unwrap();
+        run(&["kill", "-9", pid.trim()]);
+    }
+    until("n1's session down at the router", || {
+        established(&lab.router, &lab.router_dir) == 1
+    })
+    .await;
+    start_frr(lab.topo.netns("n1").unwrap(), &n1_frr, "");
+    until(
+        "n1's session back once its agent configured the new FRR",
+        || established(&lab.router, &lab.router_dir) == 2,
+    )
+    .await;
+    both_report(&client, "Established").await;
     println!("bgp_netns sessions: whole test {:?}", began.elapsed());
     lab.finish().await;
 }

@@ -307,10 +307,18 @@ impl Passwords {
     }
 }
 
-/// Reads every Secret in `keys` by name; a failure is kept as the Secret's reason.
-async fn fetch_passwords(client: &Client, keys: &BTreeSet<SecretKey>) -> Passwords {
+/// Reads every Secret in `keys` by name; a failure is kept as the Secret's reason. A Secret
+/// that cannot be read at all (the API server unreachable, a timeout) keeps the password read
+/// before, so a passing API outage never takes a peer, and its session, out of FRR; a Secret
+/// that is gone, forbidden or holds no usable password does.
+async fn fetch_passwords(
+    client: &Client,
+    keys: &BTreeSet<SecretKey>,
+    before: &Passwords,
+) -> Passwords {
     let mut read = BTreeMap::new();
     for (ns, name) in keys {
+        let key = (ns.clone(), name.clone());
         let api: Api<Secret> = Api::namespaced(client.clone(), ns);
         let result = match api.get_opt(name).await {
             Ok(Some(secret)) => password_from_secret(&secret),
@@ -319,12 +327,18 @@ async fn fetch_passwords(client: &Client, keys: &BTreeSet<SecretKey>) -> Passwor
                 "cannot be read: {} ({})",
                 status.message, status.code
             )),
-            Err(err) => Err(format!("cannot be read: {err}")),
+            Err(err) => match before.read.get(&key) {
+                Some(Ok(password)) => {
+                    tracing::warn!(secret = %format!("{ns}/{name}"), error = %err, "reading a BGP peer's password Secret failed; keeping the password read before");
+                    Ok(password.clone())
+                }
+                _ => Err(format!("cannot be read: {err}")),
+            },
         };
         if let Err(why) = &result {
             tracing::warn!(secret = %format!("{ns}/{name}"), reason = %why, "a BGP peer's password Secret gives no password");
         }
-        read.insert((ns.clone(), name.clone()), result);
+        read.insert(key, result);
     }
     Passwords { read }
 }
@@ -490,7 +504,7 @@ pub async fn run_speaker(
         };
         let keys: BTreeSet<SecretKey> = refs.values().cloned().collect();
         if resync || password_keys.as_ref() != Some(&keys) {
-            passwords = fetch_passwords(&client, &keys).await;
+            passwords = fetch_passwords(&client, &keys, &passwords).await;
             password_keys = Some(keys);
         }
         let (peer_passwords, problems) = passwords.for_peers(&refs);
@@ -835,6 +849,138 @@ mod tests {
                     false
                 ),
                 ("default/web", vec!["198.19.10.5".to_string()], true, true),
+            ]
+        );
+    }
+
+    fn mk_peer(
+        address: &str,
+        secret: Option<(&str, Option<&str>)>,
+        zone: Option<&str>,
+    ) -> BGPPeerSpec {
+        BGPPeerSpec {
+            my_asn: 64512,
+            peer_asn: 64513,
+            peer_address: address.into(),
+            peer_port: None,
+            source_address: None,
+            hold_time: None,
+            keepalive_time: None,
+            router_id: None,
+            node_selectors: zone
+                .map(|z| {
+                    vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                            match_labels: Some([("zone".to_string(), z.to_string())].into()),
+                            ..Default::default()
+                        },
+                    ]
+                })
+                .unwrap_or_default(),
+            password_secret: secret.map(|(name, namespace)| berth_api::SecretRef {
+                name: name.into(),
+                namespace: namespace.map(str::to_string),
+            }),
+            bfd_profile: None,
+            ebgp_multi_hop: None,
+            enable_graceful_restart: None,
+        }
+    }
+
+    #[test]
+    fn passwords_by_peer_and_why_a_secret_gave_none() {
+        let peers: BTreeMap<String, BGPPeerSpec> = [
+            ("plain".to_string(), mk_peer("198.18.0.1", None, None)),
+            (
+                "here".to_string(),
+                mk_peer("198.18.0.2", Some(("auth", None)), None),
+            ),
+            (
+                "there".to_string(),
+                mk_peer("198.18.0.3", Some(("auth", Some("net"))), None),
+            ),
+            (
+                "unread".to_string(),
+                mk_peer("198.18.0.4", Some(("later", None)), None),
+            ),
+        ]
+        .into();
+        let refs = password_refs(&peers, "berth-system");
+        assert_eq!(
+            refs,
+            [
+                (
+                    "here".to_string(),
+                    ("berth-system".to_string(), "auth".to_string())
+                ),
+                ("there".to_string(), ("net".to_string(), "auth".to_string())),
+                (
+                    "unread".to_string(),
+                    ("berth-system".to_string(), "later".to_string())
+                ),
+            ]
+            .into()
+        );
+        let read = Passwords {
+            read: [
+                (
+                    ("berth-system".to_string(), "auth".to_string()),
+                    Ok("s3cret".to_string()),
+                ),
+                (
+                    ("net".to_string(), "auth".to_string()),
+                    Err("does not exist".to_string()),
+                ),
+            ]
+            .into(),
+        };
+        let (passwords, problems) = read.for_peers(&refs);
+        assert_eq!(
+            passwords,
+            [("here".to_string(), "s3cret".to_string())].into()
+        );
+        assert_eq!(
+            problems["there"],
+            "the password Secret net/auth does not exist"
+        );
+        assert!(problems["unread"].contains("has not been read yet"));
+        assert!(!problems.values().any(|p| p.contains("s3cret")));
+    }
+
+    #[test]
+    fn peer_entries_are_the_peers_that_select_the_node() {
+        let peers = [
+            ("a".to_string(), mk_peer("198.18.0.1", None, None)),
+            ("b".to_string(), mk_peer("198.18.0.2", None, Some("east"))),
+            ("c".to_string(), mk_peer("198.18.0.3", None, Some("west"))),
+        ];
+        let labels: BTreeMap<String, String> = [("zone".to_string(), "east".to_string())].into();
+        let skipped = [
+            berth_bgp::Skipped {
+                kind: "BGPPeer",
+                name: "b".into(),
+                reason: "BFDProfile fast does not exist".into(),
+            },
+            berth_bgp::Skipped {
+                kind: "BFDProfile",
+                name: "a".into(),
+                reason: "not a peer".into(),
+            },
+        ];
+        let entries = build_peer_entries(&peers, &labels, &skipped);
+        assert_eq!(
+            entries,
+            [
+                PeerEntry {
+                    name: "a".into(),
+                    address: "198.18.0.1".into(),
+                    left_out: None
+                },
+                PeerEntry {
+                    name: "b".into(),
+                    address: "198.18.0.2".into(),
+                    left_out: Some("BFDProfile fast does not exist".into())
+                },
             ]
         );
     }
