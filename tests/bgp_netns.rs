@@ -23,6 +23,7 @@ use berth_lab::echo::{tcp_echo, EchoHandle, EchoServer};
 use berth_lab::netns::bind_tcp_in_netns;
 use berth_lab::topology::{Topology, TopologySpec};
 use berth_lab::{LabApiServer, Listener};
+use berth_testing::bgp::{established, fib_next_hops, kill_frr, reload_frr, start_frr};
 use berth_testing::Requirement;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -32,7 +33,6 @@ use serde_json::{json, Value};
 const NODES: [(&str, &str); 2] = [("n1", "198.18.0.11"), ("n2", "198.18.0.12")];
 const VIP: &str = "198.19.10.5";
 const LOCAL_VIP: &str = "198.19.10.6";
-const FRR: &str = "/usr/lib/frr";
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// Root, namespaces, iptables and FRR (`vtysh` comes with the daemons); skips or, strictly, fails.
@@ -59,11 +59,7 @@ impl Drop for Processes {
             let _ = child.wait();
         }
         for dir in &self.frr_dirs {
-            for daemon in ["bgpd", "bfdd", "zebra"] {
-                if let Ok(pid) = std::fs::read_to_string(dir.join(format!("{daemon}.pid"))) {
-                    let _ = Command::new("kill").args(["-9", pid.trim()]).status();
-                }
-            }
+            kill_frr(dir);
         }
         let _ = Command::new("ip")
             .args(["netns", "del", &self.outside])
@@ -79,37 +75,6 @@ fn run(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn start_frr(ns: &str, dir: &Path, config: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("frr.conf"), config).unwrap();
-    let d = dir.to_str().unwrap();
-    run(&["chown", "-R", "frr:frr", d]);
-    for daemon in ["zebra", "bfdd", "bgpd"] {
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            &format!("{FRR}/{daemon}"),
-            "-d",
-            "-u",
-            "frr",
-            "-g",
-            "frr",
-            "-i",
-            &format!("{d}/{daemon}.pid"),
-            "--vty_socket",
-            d,
-            "-z",
-            &format!("{d}/zserv.api"),
-            "-f",
-            "/dev/null",
-            "--log",
-            &format!("file:{d}/{daemon}.log"),
-        ]);
-    }
 }
 
 fn router_config(router_ip: &str, extra: &str) -> String {
@@ -197,46 +162,7 @@ async fn service(
 
 /// The router's next hops for `ip`, from its kernel FIB.
 fn next_hops(router_ns: &str, ip: &str) -> Vec<String> {
-    let json = run(&[
-        "ip",
-        "-j",
-        "-n",
-        router_ns,
-        "route",
-        "show",
-        &format!("{ip}/32"),
-    ]);
-    let routes: Value = serde_json::from_str(&json).unwrap_or_default();
-    let mut hops = Vec::new();
-    for route in routes.as_array().into_iter().flatten() {
-        hops.extend(route["gateway"].as_str().map(str::to_string));
-        for hop in route["nexthops"].as_array().into_iter().flatten() {
-            hops.extend(hop["gateway"].as_str().map(str::to_string));
-        }
-    }
-    hops.sort();
-    hops
-}
-
-fn established(router_ns: &str, dir: &Path) -> usize {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            router_ns,
-            "vtysh",
-            "--vty_socket",
-            dir.to_str().unwrap(),
-            "-c",
-            "show bgp ipv4 unicast summary json",
-        ])
-        .output()
-        .unwrap();
-    let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    summary["peers"]
-        .as_object()
-        .map(|p| p.values().filter(|p| p["state"] == "Established").count())
-        .unwrap_or(0)
+    fib_next_hops(router_ns, &format!("{ip}/32"))
 }
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
@@ -493,24 +419,7 @@ async fn start_lab(tag: &str, router_extra: &str, peer_extra: Value) -> Lab {
     );
     procs.frr_dirs.push(router_dir.clone());
     until("the router's vty", || router_dir.join("bgpd.vty").exists()).await;
-    let d = router_dir.to_str().unwrap();
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &router,
-        "python3",
-        &format!("{FRR}/frr-reload.py"),
-        "--reload",
-        "--stdout",
-        "--vty_socket",
-        d,
-        "--confdir",
-        d,
-        "--rundir",
-        d,
-        &format!("{d}/frr.conf"),
-    ]);
+    reload_frr(&router, &router_dir);
     let bin = env!("CARGO_BIN_EXE_berth");
     for (node, ip) in NODES {
         let ns = topo.netns(node).unwrap().to_string();
@@ -854,10 +763,7 @@ async fn sessions_scenario() {
     // n1's FRR killed and started again empty, as the kubelet restarts the sidecar: the agent
     // sees the new daemons and configures them again.
     let n1_frr = lab.dir.join("frr-n1");
-    for daemon in ["bgpd", "bfdd", "zebra"] {
-        let pid = std::fs::read_to_string(n1_frr.join(format!("{daemon}.pid"))).unwrap();
-        run(&["kill", "-9", pid.trim()]);
-    }
+    kill_frr(&n1_frr);
     until("n1's session down at the router", || {
         established(&lab.router, &lab.router_dir) == 1
     })

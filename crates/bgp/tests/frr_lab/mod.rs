@@ -26,7 +26,7 @@ pub const VIP: &str = "198.19.10.5";
 pub const VIP6: &str = "fd00:19:10::5";
 pub const ROUTER6: &str = "fd00:198:18::1";
 pub const HOLDER_ENV: &str = "BERTH_BGP_TEST_HOLDER";
-pub const FRR_DIR: &str = "/usr/lib/frr";
+pub use berth_testing::bgp::FRR_DIR;
 pub const NODES: [(&str, &str); 2] = [("node1", "198.18.0.11"), ("node2", "198.18.0.12")];
 
 /// The holder: when this process was re-executed as one (`BERTH_BGP_TEST_HOLDER=<netns>`), holds
@@ -144,18 +144,7 @@ impl Drop for Lab {
             let _ = child.wait();
         }
         for name in ["router", "node1", "node2"] {
-            for daemon in ["bgpd", "bfdd", "zebra"] {
-                let pid_file = self.frr_dir(name).join(format!("{daemon}.pid"));
-                if let Some(pid) = std::fs::read_to_string(&pid_file)
-                    .ok()
-                    .and_then(|p| p.trim().parse::<i32>().ok())
-                {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-            }
+            berth_testing::bgp::kill_frr(&self.frr_dir(name));
         }
         for name in ["client", "router", "node1", "node2", "lan"] {
             let _ = Command::new("ip")
@@ -344,79 +333,16 @@ pub fn lan6(v4: &str) -> String {
 }
 
 pub fn start_frr(lab: &Lab, name: &str, config: &str) {
-    let dir = lab.frr_dir(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("frr.conf"), config).unwrap();
-    // FRR drops to its own user; its sockets and pid files live in this directory.
-    run(&["chown", "-R", "frr:frr", dir.to_str().unwrap()]);
-    for daemon in ["zebra", "bfdd", "bgpd"] {
-        let d = dir.to_str().unwrap();
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            &lab.ns(name),
-            &format!("{FRR_DIR}/{daemon}"),
-            "-d",
-            "-u",
-            "frr",
-            "-g",
-            "frr",
-            "-i",
-            &format!("{d}/{daemon}.pid"),
-            "--vty_socket",
-            d,
-            "-z",
-            &format!("{d}/zserv.api"),
-            "-f",
-            "/dev/null",
-            "--log",
-            &format!("file:{d}/{daemon}.log"),
-        ]);
-    }
-    wait_for(Duration::from_secs(10), "FRR's vty sockets", || {
-        ["zebra", "bgpd", "bfdd"]
-            .iter()
-            .all(|d| dir.join(format!("{d}.vty")).exists())
-    });
+    berth_testing::bgp::start_frr(&lab.ns(name), &lab.frr_dir(name), config);
 }
 
-/// Applies `frr.conf` through frr-reload.py, as the agent's sidecar does.
+/// Applies `frr.conf` through frr-reload.py, as the agent does.
 pub fn reload_frr(lab: &Lab, name: &str) {
-    let dir = lab.frr_dir(name);
-    let d = dir.to_str().unwrap();
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &lab.ns(name),
-        "python3",
-        &format!("{FRR_DIR}/frr-reload.py"),
-        "--reload",
-        "--stdout",
-        "--vty_socket",
-        d,
-        "--confdir",
-        d,
-        "--rundir",
-        d,
-        &format!("{d}/frr.conf"),
-    ]);
+    berth_testing::bgp::reload_frr(&lab.ns(name), &lab.frr_dir(name));
 }
 
 pub fn vtysh(lab: &Lab, name: &str, command: &str) -> String {
-    let dir = lab.frr_dir(name);
-    output(&[
-        "ip",
-        "netns",
-        "exec",
-        &lab.ns(name),
-        "vtysh",
-        "--vty_socket",
-        dir.to_str().unwrap(),
-        "-c",
-        command,
-    ])
+    berth_testing::bgp::vtysh(&lab.ns(name), &lab.frr_dir(name), command)
 }
 
 /// Configuration commands through vtysh, in `conf t`.
@@ -454,43 +380,11 @@ pub fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 
 /// The router's next hops for the VIP, from its kernel FIB.
 pub fn next_hops(lab: &Lab) -> Vec<String> {
-    let json = output(&[
-        "ip",
-        "-j",
-        "-n",
-        &lab.ns("router"),
-        "route",
-        "show",
-        &format!("{VIP}/32"),
-    ]);
-    let routes: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-    let mut hops: Vec<String> = Vec::new();
-    for route in routes.as_array().into_iter().flatten() {
-        if let Some(gw) = route["gateway"].as_str() {
-            hops.push(gw.to_string());
-        }
-        for hop in route["nexthops"].as_array().into_iter().flatten() {
-            if let Some(gw) = hop["gateway"].as_str() {
-                hops.push(gw.to_string());
-            }
-        }
-    }
-    hops.sort();
-    hops
+    next_hops_of(lab, &format!("{VIP}/32"))
 }
 
 pub fn established(lab: &Lab) -> usize {
-    let json = vtysh(lab, "router", "show bgp ipv4 unicast summary json");
-    let summary: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-    summary["peers"]
-        .as_object()
-        .map(|peers| {
-            peers
-                .values()
-                .filter(|p| p["state"] == "Established")
-                .count()
-        })
-        .unwrap_or(0)
+    berth_testing::bgp::established(&lab.ns("router"), &lab.frr_dir("router"))
 }
 
 /// Whether the router's BFD session with `peer` is up (BFD can only detect what it watches).
@@ -540,27 +434,7 @@ pub fn holder_route(lab: &mut Lab, name: &str, prefix: &str, add: bool) {
 /// The router's next hops for `prefix` (either family), from its kernel FIB. IPv6 next hops
 /// are the nodes' link-local addresses, as FRR installs them for directly connected peers.
 pub fn next_hops_of(lab: &Lab, prefix: &str) -> Vec<String> {
-    let family = if prefix.contains(':') { "-6" } else { "-4" };
-    let json = output(&[
-        "ip",
-        family,
-        "-j",
-        "-n",
-        &lab.ns("router"),
-        "route",
-        "show",
-        prefix,
-    ]);
-    let routes: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-    let mut hops: Vec<String> = Vec::new();
-    for route in routes.as_array().into_iter().flatten() {
-        hops.extend(route["gateway"].as_str().map(str::to_string));
-        for hop in route["nexthops"].as_array().into_iter().flatten() {
-            hops.extend(hop["gateway"].as_str().map(str::to_string));
-        }
-    }
-    hops.sort();
-    hops
+    berth_testing::bgp::fib_next_hops(&lab.ns("router"), prefix)
 }
 
 /// Connects from the client to the VIP; the answer names the node that served it.
