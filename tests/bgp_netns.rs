@@ -717,6 +717,22 @@ async fn sessions_scenario() {
     patch_peer(&client, json!({"peerASN": 64514})).await;
     let bad_as = both_report(&client, "BadPeerAS").await;
     assert!(bad_as.contains("Bad Peer AS"), "{bad_as}");
+    let warnings: Vec<String> =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default")
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("router"))
+            .filter_map(|e| e.reason)
+            .collect();
+    for reason in ["NotConfigured", "AuthenticationFailure", "BadPeerAS"] {
+        assert!(
+            warnings.iter().any(|r| r == reason),
+            "no Warning Event {reason} on the BGPPeer: {warnings:?}"
+        );
+    }
     assert_eq!(established(&lab.router, &lab.router_dir), 0);
     patch_peer(&client, json!({"peerASN": 64513})).await;
     both_report(&client, "Established").await;

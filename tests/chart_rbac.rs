@@ -953,7 +953,8 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
 
 /// The chart's agent with the BGP speaker on, in a node namespace (its `berth-bgp` device needs
 /// one), with no FRR beside it: it reads the BGP objects, the pools and the peer's password
-/// Secret, writes its `BGPSessionState` record (FRR unavailable), and deletes it on SIGTERM.
+/// Secret, writes its `BGPSessionState` records (FRR unavailable; a peer with a missing
+/// BFDProfile left out, with a Warning Event), and deletes them on SIGTERM.
 async fn agent_bgp_scenario(python: &Path, token: &str) -> Vec<RecordedRequest> {
     use berth_lab::netns::bind_tcp_in_netns;
     use berth_lab::topology::{Topology, TopologySpec};
@@ -984,6 +985,10 @@ async fn agent_bgp_scenario(python: &Path, token: &str) -> Vec<RecordedRequest> 
         json!({"apiVersion": "berth.dev/v1alpha1", "kind": "BGPPeer", "metadata": {"name": "tor"},
                "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "198.18.0.1",
                         "bfdProfile": "fast", "passwordSecret": {"name": "bgp-password"}}}),
+        // Left out for its missing BFDProfile: a Warning Event on it.
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "BGPPeer", "metadata": {"name": "tor-b"},
+               "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "198.18.0.2",
+                        "bfdProfile": "missing"}}),
     ] {
         create(&admin, object).await;
     }
@@ -1007,10 +1012,14 @@ async fn agent_bgp_scenario(python: &Path, token: &str) -> Vec<RecordedRequest> 
                 .unwrap_or_default()
                 .into_iter()
                 .any(|r| r.spec.node == NODE && r.spec.peer == "tor");
-            let read_secret = requests_of(&server, token)
+            let requests = requests_of(&server, token);
+            let read_secret = requests
                 .iter()
                 .any(|r| r.verb == "get" && r.resource == "secrets");
-            if here && read_secret {
+            let warned = requests
+                .iter()
+                .any(|r| r.verb == "create" && r.resource == "events");
+            if here && read_secret && warned {
                 break;
             }
             tokio::time::sleep(POLL).await;

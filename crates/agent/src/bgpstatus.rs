@@ -15,11 +15,13 @@ use std::time::Duration;
 use berth_api::names::field_manager;
 use berth_api::{BGPSessionState, BGPSessionStateSpec};
 use berth_bgp::{
-    build_session_state, compute_sessions, is_own_session_record, parse_md5_failures,
-    parse_neighbors, same_observation, session_record_name, PeerEntry, SessionMemory,
+    build_session_event, build_session_state, compute_sessions, is_own_session_record,
+    parse_md5_failures, parse_neighbors, same_observation, session_record_name, PeerEntry,
+    SessionMemory,
 };
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -49,6 +51,7 @@ pub async fn run_session_status(
     mut applied: watch::Receiver<u64>,
     stop: CancellationToken,
 ) {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let api: Api<BGPSessionState> = Api::namespaced(client, &config.namespace);
     let mut retry = POLL;
     let mut written = loop {
@@ -81,6 +84,18 @@ pub async fn run_session_status(
             let (reports, next) = compute_sessions(&entries, neighbors.as_ref(), md5, &memory);
             memory = next;
             let now = Time(k8s_openapi::jiff::Timestamp::now());
+            // A session turning to a misconfiguration is a Warning Event on its BGPPeer.
+            for report in &reports {
+                let before = written
+                    .get(&report.peer)
+                    .and_then(|w| w.conditions.first())
+                    .map(|c| c.reason.as_str());
+                if let Some(event) = build_session_event(&config.node, before, report, now.0) {
+                    if let Err(err) = events.create(&PostParams::default(), &event).await {
+                        tracing::warn!(peer = %report.peer, error = %err, "recording the BGP session's Event failed");
+                    }
+                }
+            }
             let desired: BTreeMap<String, BGPSessionState> = reports
                 .iter()
                 .map(|r| {

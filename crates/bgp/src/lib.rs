@@ -34,9 +34,9 @@ pub use password::{check_password, password_from_secret, redact};
 pub use render::{render_frr_config, RenderedConfig, Skipped, SpeakerInput, SpeakerNode};
 pub use route::{plan_routes, KernelRoutes, RoutePlan, BERTH_INTERFACE, ROUTE_PROTOCOL};
 pub use session::{
-    build_session_state, compute_sessions, is_own_session_record, parse_md5_failures,
-    parse_neighbors, same_observation, session_record_name, NeighborFacts, PeerEntry,
-    SessionMemory, SessionReport,
+    build_session_event, build_session_state, compute_sessions, is_own_session_record,
+    parse_md5_failures, parse_neighbors, same_observation, session_record_name, NeighborFacts,
+    PeerEntry, SessionMemory, SessionReport,
 };
 
 /// Everything that can fail in berth-bgp.

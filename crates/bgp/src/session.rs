@@ -290,6 +290,59 @@ pub fn build_session_state(
     }
 }
 
+/// Reasons that are a misconfiguration someone must fix, and so a Warning Event on the BGPPeer
+/// when a node's session turns to one of them.
+pub const WARNING_REASONS: [&str; 3] = [
+    reason::BAD_PEER_AS,
+    reason::AUTHENTICATION_FAILURE,
+    reason::NOT_CONFIGURED,
+];
+
+/// The Warning Event due when `node`'s session with a peer went from `before` (a condition
+/// reason, `None` for a new record) to `report`: only on a change into one of
+/// [`WARNING_REASONS`]. Events about a cluster-scoped BGPPeer live in `default`, as upstream
+/// records them.
+pub fn build_session_event(
+    node: &str,
+    before: Option<&str>,
+    report: &SessionReport,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<k8s_openapi::api::events::v1::Event> {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    if before == Some(report.reason) || !WARNING_REASONS.contains(&report.reason) {
+        return None;
+    }
+    Some(k8s_openapi::api::events::v1::Event {
+        metadata: ObjectMeta {
+            name: Some(format!(
+                "{}.{:x}",
+                session_record_name(node, &report.peer),
+                now.as_nanosecond()
+            )),
+            namespace: Some("default".to_string()),
+            ..ObjectMeta::default()
+        },
+        action: Some("Peer".into()),
+        reason: Some(report.reason.to_string()),
+        note: Some(bounded(
+            &format!("node {node}: {}", report.message),
+            berth_api::MAX_EVENT_NOTE,
+        )),
+        type_: Some("Warning".into()),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(ObjectReference {
+            api_version: Some(berth_api::names::API_VERSION.into()),
+            kind: Some(berth_api::names::KIND_BGP_PEER.into()),
+            name: Some(report.peer.clone()),
+            ..ObjectReference::default()
+        }),
+        reporting_controller: Some(berth_api::names::event::AGENT_COMPONENT.into()),
+        reporting_instance: Some(node.to_string()),
+        ..Default::default()
+    })
+}
+
 /// Whether two records say the same, transition times aside: a write is due only when not.
 pub fn same_observation(a: &BGPSessionStateSpec, b: &BGPSessionStateSpec) -> bool {
     let strip = |s: &BGPSessionStateSpec| {
@@ -476,6 +529,58 @@ mod tests {
                 next.auth_failing.contains("tor"),
                 want == reason::AUTHENTICATION_FAILURE,
                 "{what}: remembered for the next pass"
+            );
+        }
+    }
+
+    #[test]
+    fn warnings_only_on_a_change_into_a_misconfiguration() {
+        let now = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
+        let mk = |why: &'static str| SessionReport {
+            peer: "tor".into(),
+            address: "198.18.0.1".into(),
+            bgp_state: "Idle".into(),
+            bfd_state: None,
+            established: why == reason::ESTABLISHED,
+            reason: why,
+            message: "why".into(),
+        };
+        let event = build_session_event(
+            "node-1",
+            Some(reason::CONNECTING),
+            &mk(reason::BAD_PEER_AS),
+            now,
+        )
+        .expect("an Event");
+        assert_eq!(event.reason.as_deref(), Some("BadPeerAS"));
+        assert_eq!(event.type_.as_deref(), Some("Warning"));
+        assert_eq!(event.note.as_deref(), Some("node node-1: why"));
+        let regarding = event.regarding.expect("regarding");
+        assert_eq!(
+            (regarding.kind.as_deref(), regarding.name.as_deref()),
+            (Some("BGPPeer"), Some("tor"))
+        );
+        assert!(build_session_event("node-1", None, &mk(reason::NOT_CONFIGURED), now).is_some());
+        assert!(
+            build_session_event("node-1", None, &mk(reason::AUTHENTICATION_FAILURE), now).is_some()
+        );
+        // No repeat, and nothing for a healthy or settling session.
+        assert!(build_session_event(
+            "node-1",
+            Some(reason::BAD_PEER_AS),
+            &mk(reason::BAD_PEER_AS),
+            now
+        )
+        .is_none());
+        for fine in [
+            reason::ESTABLISHED,
+            reason::CONNECTING,
+            reason::FRR_UNAVAILABLE,
+            reason::NOTIFICATION,
+        ] {
+            assert!(
+                build_session_event("node-1", None, &mk(fine), now).is_none(),
+                "{fine}"
             );
         }
     }
