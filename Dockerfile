@@ -4,7 +4,8 @@
 #
 # Build stage: the workspace in release mode. Runtime stage: Debian slim with the tools the agent
 # runs (iptables and ip6tables, both the nft and legacy variants; conntrack; nft for the nftables
-# backend). The image's user is non-root (65532), which the controller runs as; the chart runs
+# backend) and FRR for the BGP speaker (zebra, bgpd, bfdd, vtysh and frr-reload.py: the chart's
+# `frr` sidecar runs the daemons from this image, and the agent applies their configuration). The image's user is non-root (65532), which the controller runs as; the chart runs
 # the agent as root with only NET_ADMIN and NET_RAW. `make test` proves that the COPY lines below
 # are enough to build the binary (scripts/image-context.sh); it does not pull a base image.
 
@@ -28,8 +29,15 @@ RUN cargo build --release --locked --bin berth $CARGO_FEATURES \
 # glibc 2.41. `make image` builds the same root filesystem from Debian's archive with mmdebstrap
 # (scripts/image.sh), for machines without a registry; keep the package lists alike.
 FROM debian:trixie-slim
-RUN apt-get update \
+# FRR's users get fixed ids before the package makes them, so the chart's agent.frr.vtyGroup
+# (951) names the group that owns FRR's vty sockets in every build of the image.
+RUN groupadd --system --gid 950 frr \
+ && groupadd --system --gid 951 frrvty \
+ && useradd --system --uid 950 --gid frr --groups frrvty --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin frr \
+ && apt-get update \
  && apt-get install -y --no-install-recommends iptables conntrack nftables ca-certificates \
+      frr frr-pythontools \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/berth /usr/local/bin/berth
 USER 65532:65532

@@ -292,7 +292,10 @@ def check_agent(f, name, docs, values):
     f.check({"operator": "Exists"} in (spec.get("tolerations") or []), where, "tolerates every taint")
     strategy = ds["spec"]["updateStrategy"]
     f.check(strategy.get("type") == "RollingUpdate" and strategy.get("rollingUpdate", {}).get("maxUnavailable") == 1, where, "rolling update, maxUnavailable 1")
-    (container,) = spec["containers"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    bgp = values["agent"]["config"]["bgpSpeaker"]
+    f.check(sorted(containers) == (["agent", "frr"] if bgp else ["agent"]), where, f"containers {sorted(containers)}: the FRR sidecar exactly with bgpSpeaker")
+    container = containers["agent"]
     sc = container.get("securityContext", {})
     caps = sc.get("capabilities", {})
     f.check(caps.get("drop") == ["ALL"], where, "drops all capabilities")
@@ -306,6 +309,8 @@ def check_agent(f, name, docs, values):
     f.check(volumes.get("xtables-lock", {}).get("hostPath") == {"path": "/run/xtables.lock", "type": "FileOrCreate"}, where, "xtables lock hostPath")
     host_paths = [v for v in volumes.values() if "hostPath" in v]
     f.check(len(host_paths) == 1, where, f"only the xtables lock from the host: {host_paths}")
+    if bgp:
+        check_frr(f, where, spec, containers, values)
     env = env_of(container)
     f.check(env.get("BERTH_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName", where, "node name from the Downward API")
     check_flag_env(f, where, env, values["agent"]["config"], {"leaseNamespace": NAMESPACE})
@@ -321,6 +326,32 @@ def check_agent(f, name, docs, values):
         f.check(len(secrets) == 1 and secrets[0]["metadata"]["name"] == secret_name and "key" in secrets[0].get("data", {}), where, "creates the membership Secret it mounts")
 
 
+def check_frr(f, where, spec, containers, values):
+    """The FRR sidecar: FRR's own capabilities and nothing more, a read-only root, the shared
+    directory at the agent's frrDir, and the agent in the vty group instead of holding
+    CAP_DAC_OVERRIDE."""
+    frr = containers["frr"]
+    sc = frr.get("securityContext", {})
+    caps = sc.get("capabilities", {})
+    f.check(caps.get("drop") == ["ALL"], where, "frr drops all capabilities")
+    wanted = ["KILL", "NET_ADMIN", "NET_BIND_SERVICE", "NET_RAW", "SETGID", "SETUID", "SYS_ADMIN"]
+    f.check(sorted(caps.get("add", [])) == wanted, where, f'frr adds only {wanted}: {caps.get("add")}')
+    f.check(not sc.get("privileged") and sc.get("allowPrivilegeEscalation") is False, where, "frr not privileged")
+    f.check(sc.get("readOnlyRootFilesystem") is True, where, "frr readOnlyRootFilesystem")
+    frr_dir = values["agent"]["config"]["frrDir"]
+    for name, c in containers.items():
+        mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+        f.check(mounts.get("frr-run") == frr_dir, where, f"{name} mounts the FRR directory at {frr_dir}")
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    f.check("emptyDir" in volumes.get("frr-run", {}), where, "the FRR directory is an emptyDir")
+    script = " ".join(frr.get("args", []))
+    for daemon in ("zebra", "bgpd", "bfdd"):
+        f.check(f"/usr/lib/frr/$daemon" in script and daemon in script, where, f"frr starts {daemon}")
+    f.check(f'dir="{frr_dir}"' in script, where, "frr's sockets in frrDir")
+    groups = spec.get("securityContext", {}).get("supplementalGroups", [])
+    f.check(values["agent"]["frr"]["vtyGroup"] in groups, where, "the pod joins the vty group")
+
+
 def check_rbac(f, name, docs, values):
     where = f"{name}: rbac"
     for _, d in docs:
@@ -329,7 +360,13 @@ def check_rbac(f, name, docs, values):
         for rule in d.get("rules", []):
             for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
                 f.check("*" not in rule.get(field, []), where, f'{d["metadata"]["name"]}: wildcard in {field}')
-            f.check("secrets" not in rule.get("resources", []), where, f'{d["metadata"]["name"]}: Secrets through the API')
+            if "secrets" in rule.get("resources", []):
+                # Only the BGP peers' password Secrets, by name, read only, in one namespace.
+                f.check(
+                    d["kind"] == "Role" and rule.get("verbs") == ["get"] and rule.get("resources") == ["secrets"]
+                    and rule.get("resourceNames") == values["agent"]["frr"]["passwordSecrets"]
+                    and values["agent"]["config"]["bgpSpeaker"],
+                    where, f'{d["metadata"]["name"]}: Secrets through the API beyond the named BGP password Secrets')
     rules = component_rules(docs, values)
     endpoints_on = values["controller"]["config"]["endpoints"] == "on"
     granted = {(g, r) for rule in rules["controller"] for g in rule["apiGroups"] for r in rule["resources"]}
@@ -375,6 +412,8 @@ def check_schema_rejects(f):
         {"agent": {"config": {"proxyMode": "iptables"}}},
         {"agent": {"config": {"adminListen": "10356"}}},
         {"agent": {"config": {"masqueradeAll": "yes"}}},
+        {"agent": {"frr": {"passwordSecrets": ["Not A Name"]}}},
+        {"agent": {"frr": {"vtyGroup": "frrvty"}}},
         {"ipPool": {"addresses": "198.18.0.200"}},
         {"image": {"pullPolicy": "Sometimes"}},
         {"unknownTopLevel": True},
@@ -489,7 +528,8 @@ def rbac(values_json):
 
 def agent(values_json):
     values = json.loads(values_json) if values_json else {}
-    (container,) = one(render(values), "DaemonSet", "-agent")["spec"]["template"]["spec"]["containers"]
+    containers = one(render(values), "DaemonSet", "-agent")["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in containers if c["name"] == "agent"]
     print(json.dumps({"args": container["args"], "env": container.get("env", [])}))
     return 0
 

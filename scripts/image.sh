@@ -3,8 +3,10 @@
 # container registry, then runs it. Root, Debian or Ubuntu.
 #
 #   1. the runtime root filesystem: Debian trixie with the tools the agent runs (iptables,
-#      nftables, conntrack) and CA certificates, made by mmdebstrap from Debian's archive — what
-#      the Dockerfile's runtime stage installs into debian:trixie-slim;
+#      nftables, conntrack), FRR for the BGP speaker (frr, frr-pythontools; its users with the
+#      fixed ids 950/951 the chart's agent.frr.vtyGroup relies on) and CA certificates, made by
+#      mmdebstrap from Debian's archive — what the Dockerfile's runtime stage installs into
+#      debian:trixie-slim;
 #   2. the release binary, built on this machine and stripped of its debug sections;
 #   3. podman build of a FROM scratch Containerfile (the rootfs, the binary, user 65532), never
 #      pulling anything;
@@ -33,7 +35,10 @@ suite=trixie
 cargo=${CARGO:-cargo}
 target_dir=${CARGO_TARGET_DIR:-target}
 # The runtime packages: the same list as the Dockerfile's runtime stage.
-packages=iptables,nftables,conntrack,ca-certificates
+packages=iptables,nftables,conntrack,ca-certificates,frr,frr-pythontools
+# FRR's users, made before the package's postinst (which keeps existing ones), as the
+# Dockerfile's groupadd/useradd do; the passwd package's postinst adds their shadow entries.
+frr_users='printf "frr:x:950:\nfrrvty:x:951:frr\n" >>"$1/etc/group"; printf "frr:x:950:950:Frr routing suite:/nonexistent:/usr/sbin/nologin\n" >>"$1/etc/passwd"'
 run_id="berth-image-$$"
 
 say() { printf 'image: %s\n' "$*"; }
@@ -62,7 +67,7 @@ if [[ ! -s $rootfs ]]; then
     start=$(date +%s)
     say "root filesystem: Debian $suite with $packages from $mirror"
     SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1747699200} mmdebstrap --quiet --mode=root --variant=apt --format=tar \
-        --include="$packages" \
+        --include="$packages" --essential-hook="$frr_users" \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*' \
@@ -120,7 +125,7 @@ fi
 cleanup() {
     # The API server's container goes last: the others live in its network namespace.
     local name
-    for name in agent controller api; do
+    for name in frr agent controller api; do
         podman rm -f "$run_id-$name" >/dev/null 2>&1 || true
     done
 }
@@ -195,5 +200,26 @@ podman exec "$run_id-agent" sh -ec '
     iptables-legacy -t nat -N BERTH-IMAGE-PROBE && iptables-legacy -t nat -X BERTH-IMAGE-PROBE
     iptables-save -t filter >/dev/null 2>&1 && conntrack -L >/dev/null 2>&1' ||
     fail "iptables, ip6tables, iptables-legacy or conntrack is not usable in the image"
+# FRR as the chart's sidecar runs it: root with only FRR's capabilities, a read-only root, its
+# sockets in a directory it shares with the agent, which reaches them as a member of frrvty.
+frr_dir=$out/frr-run
+rm -rf "$frr_dir" && mkdir -p "$frr_dir" && chmod 0777 "$frr_dir"
+podman run -d --name "$run_id-frr" --network "container:$run_id-api" --read-only --tmpfs /var/tmp --group-add 951 \
+    --user 0 --cap-drop ALL --cap-add NET_ADMIN,NET_RAW,NET_BIND_SERVICE,SYS_ADMIN,SETUID,SETGID,KILL \
+    --security-opt no-new-privileges -v "$frr_dir:/var/run/frr" --entrypoint /bin/bash "$tag" -c '
+    for d in zebra bfdd bgpd; do
+        /usr/lib/frr/$d -u frr -g frr -i /var/run/frr/$d.pid --vty_socket /var/run/frr -z /var/run/frr/zserv.api -f /dev/null --log stdout &
+    done
+    wait -n; exit 1' >/dev/null
+for _ in $(seq 100); do [[ -S $frr_dir/bgpd.vty && -S $frr_dir/bfdd.vty ]] && break; sleep 0.1; done
+[[ $(stat -c %g "$frr_dir/bgpd.vty") == 951 ]] || fail "FRR's vty sockets are not in group 951: $(ls -ln "$frr_dir"; podman logs "$run_id-frr" 2>&1 | tail -5)"
+printf 'router bgp 64512\n bgp router-id 198.18.0.11\n neighbor 198.18.0.1 remote-as 64513\nexit\n' >"$frr_dir/frr.conf"
+podman run --rm --network "container:$run_id-api" --read-only --user 0 --group-add 951 --cap-drop ALL \
+    --cap-add NET_ADMIN --cap-add NET_RAW --security-opt no-new-privileges -v "$frr_dir:/var/run/frr" \
+    --entrypoint /bin/bash "$tag" -ec '
+    python3 /usr/lib/frr/frr-reload.py --reload --stdout --vty_socket /var/run/frr --confdir /var/run/frr --rundir /var/run/frr /var/run/frr/frr.conf >/dev/null
+    vtysh --vty_socket /var/run/frr -c "show bgp summary json" | grep -q 198.18.0.1' ||
+    fail "the agent's frr-reload.py and vtysh could not configure the FRR sidecar"
+say "ran: FRR $(podman exec "$run_id-frr" vtysh --vty_socket /var/run/frr -c 'show version' 2>/dev/null | awk 'NR == 1 { print $2 }') as the chart's sidecar, configured by frr-reload.py as the agent runs it (root in group frrvty, only NET_ADMIN and NET_RAW)"
 say "ran: iptables $(podman exec "$run_id-agent" iptables --version | awk '{ print $2, $3 }'), ip6tables, iptables-legacy, conntrack and $(podman exec "$run_id-agent" nft --version) usable with NET_ADMIN"
 say "done: $tag"

@@ -23,6 +23,7 @@ use berth_lab::echo::{tcp_echo, EchoHandle, EchoServer};
 use berth_lab::netns::bind_tcp_in_netns;
 use berth_lab::topology::{Topology, TopologySpec};
 use berth_lab::{LabApiServer, Listener};
+use berth_testing::bgp::{established, fib_next_hops, kill_frr, reload_frr, start_frr};
 use berth_testing::Requirement;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -32,7 +33,6 @@ use serde_json::{json, Value};
 const NODES: [(&str, &str); 2] = [("n1", "198.18.0.11"), ("n2", "198.18.0.12")];
 const VIP: &str = "198.19.10.5";
 const LOCAL_VIP: &str = "198.19.10.6";
-const FRR: &str = "/usr/lib/frr";
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// Root, namespaces, iptables and FRR (`vtysh` comes with the daemons); skips or, strictly, fails.
@@ -59,11 +59,7 @@ impl Drop for Processes {
             let _ = child.wait();
         }
         for dir in &self.frr_dirs {
-            for daemon in ["bgpd", "bfdd", "zebra"] {
-                if let Ok(pid) = std::fs::read_to_string(dir.join(format!("{daemon}.pid"))) {
-                    let _ = Command::new("kill").args(["-9", pid.trim()]).status();
-                }
-            }
+            kill_frr(dir);
         }
         let _ = Command::new("ip")
             .args(["netns", "del", &self.outside])
@@ -81,42 +77,11 @@ fn run(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn start_frr(ns: &str, dir: &Path, config: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("frr.conf"), config).unwrap();
-    let d = dir.to_str().unwrap();
-    run(&["chown", "-R", "frr:frr", d]);
-    for daemon in ["zebra", "bfdd", "bgpd"] {
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            &format!("{FRR}/{daemon}"),
-            "-d",
-            "-u",
-            "frr",
-            "-g",
-            "frr",
-            "-i",
-            &format!("{d}/{daemon}.pid"),
-            "--vty_socket",
-            d,
-            "-z",
-            &format!("{d}/zserv.api"),
-            "-f",
-            "/dev/null",
-            "--log",
-            &format!("file:{d}/{daemon}.log"),
-        ]);
-    }
-}
-
-fn router_config(router_ip: &str) -> String {
+fn router_config(router_ip: &str, extra: &str) -> String {
     let mut c = format!(
         "frr defaults traditional\nhostname router\n!\nrouter bgp 64513\n bgp router-id {router_ip}\n \
          no bgp ebgp-requires-policy\n neighbor nodes peer-group\n neighbor nodes remote-as 64512\n \
-         neighbor nodes timers 3 9\n neighbor nodes bfd\n"
+         neighbor nodes timers 3 9\n neighbor nodes bfd\n{extra}"
     );
     for (_, ip) in NODES {
         c.push_str(&format!(" neighbor {ip} peer-group nodes\n"));
@@ -197,46 +162,7 @@ async fn service(
 
 /// The router's next hops for `ip`, from its kernel FIB.
 fn next_hops(router_ns: &str, ip: &str) -> Vec<String> {
-    let json = run(&[
-        "ip",
-        "-j",
-        "-n",
-        router_ns,
-        "route",
-        "show",
-        &format!("{ip}/32"),
-    ]);
-    let routes: Value = serde_json::from_str(&json).unwrap_or_default();
-    let mut hops = Vec::new();
-    for route in routes.as_array().into_iter().flatten() {
-        hops.extend(route["gateway"].as_str().map(str::to_string));
-        for hop in route["nexthops"].as_array().into_iter().flatten() {
-            hops.extend(hop["gateway"].as_str().map(str::to_string));
-        }
-    }
-    hops.sort();
-    hops
-}
-
-fn established(router_ns: &str, dir: &Path) -> usize {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            router_ns,
-            "vtysh",
-            "--vty_socket",
-            dir.to_str().unwrap(),
-            "-c",
-            "show bgp ipv4 unicast summary json",
-        ])
-        .output()
-        .unwrap();
-    let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    summary["peers"]
-        .as_object()
-        .map(|p| p.values().filter(|p| p["state"] == "Established").count())
-        .unwrap_or(0)
+    fib_next_hops(router_ns, &format!("{ip}/32"))
 }
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
@@ -260,9 +186,46 @@ fn agents_announce_over_bgp_and_a_killed_agent_withdraws() {
     runtime.block_on(scenario());
 }
 
-async fn scenario() {
-    let began = Instant::now();
-    let spec = TopologySpec::new(TopologySpec::unique_prefix("tb"))
+/// Everything a scenario made; dropped in this order, also on failure: the agents and FRR, the
+/// echo servers, the namespaces.
+struct Lab {
+    procs: Processes,
+    _echo: Vec<EchoHandle>,
+    topo: Topology,
+    server: berth_lab::LabApiServerHandle,
+    client: Client,
+    dir: PathBuf,
+    router: String,
+    router_dir: PathBuf,
+    outside: String,
+}
+
+impl Lab {
+    async fn finish(self) {
+        let Lab {
+            procs,
+            _echo,
+            topo,
+            server,
+            client: _,
+            dir,
+            router: _,
+            router_dir: _,
+            outside: _,
+        } = self;
+        drop(procs);
+        drop(_echo);
+        server.shutdown().await.unwrap();
+        topo.destroy().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// The topology, the API server with the objects of the address plan, the router's FRR (its
+/// neighbor lines for the nodes' peer group extended by `router_extra`) and, on each node, FRR
+/// and a `berth agent --bgp-speaker`. The BGPPeer `router` gets `peer_extra` in its spec.
+async fn start_lab(tag: &str, router_extra: &str, peer_extra: Value) -> Lab {
+    let spec = TopologySpec::new(TopologySpec::unique_prefix(tag))
         .node("n1", ["web"])
         .node("n2", ["web2"])
         .client("cp")
@@ -405,8 +368,18 @@ async fn scenario() {
         json!({"metadata": {"name": "fast"}, "spec": {}}),
     )
     .await;
-    apply(&client, "berth.dev/v1alpha1", "BGPPeer", json!({"metadata": {"name": "router"},
-        "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": router_ip, "bfdProfile": "fast"}})).await;
+    let mut peer =
+        json!({"myASN": 64512, "peerASN": 64513, "peerAddress": router_ip, "bfdProfile": "fast"});
+    for (k, v) in peer_extra.as_object().into_iter().flatten() {
+        peer[k] = v.clone();
+    }
+    apply(
+        &client,
+        "berth.dev/v1alpha1",
+        "BGPPeer",
+        json!({"metadata": {"name": "router"}, "spec": peer}),
+    )
+    .await;
     apply(
         &client,
         "berth.dev/v1alpha1",
@@ -439,27 +412,14 @@ async fn scenario() {
     .await;
 
     let router_dir = dir.join("frr-router");
-    start_frr(&router, &router_dir, &router_config(&router_ip));
+    start_frr(
+        &router,
+        &router_dir,
+        &router_config(&router_ip, router_extra),
+    );
     procs.frr_dirs.push(router_dir.clone());
     until("the router's vty", || router_dir.join("bgpd.vty").exists()).await;
-    let d = router_dir.to_str().unwrap();
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &router,
-        "python3",
-        &format!("{FRR}/frr-reload.py"),
-        "--reload",
-        "--stdout",
-        "--vty_socket",
-        d,
-        "--confdir",
-        d,
-        "--rundir",
-        d,
-        &format!("{d}/frr.conf"),
-    ]);
+    reload_frr(&router, &router_dir);
     let bin = env!("CARGO_BIN_EXE_berth");
     for (node, ip) in NODES {
         let ns = topo.netns(node).unwrap().to_string();
@@ -503,7 +463,27 @@ async fn scenario() {
             .unwrap();
         procs.agents.insert(node.to_string(), child);
     }
+    Lab {
+        procs,
+        _echo: echo,
+        topo,
+        server,
+        client,
+        dir,
+        router,
+        router_dir,
+        outside,
+    }
+}
 
+async fn scenario() {
+    let began = Instant::now();
+    let mut lab = start_lab("tb", "", json!({})).await;
+    let (router, router_dir, outside) = (
+        lab.router.clone(),
+        lab.router_dir.clone(),
+        lab.outside.clone(),
+    );
     until("both sessions Established", || {
         established(&router, &router_dir) == 2
     })
@@ -533,7 +513,7 @@ async fn scenario() {
     assert_eq!(pods.values().sum::<usize>(), 12, "{pods:?}");
 
     // SIGKILL: the agent's device and routes die with it; the router keeps only n2.
-    let mut killed = procs.agents.remove("n1").unwrap();
+    let mut killed = lab.procs.agents.remove("n1").unwrap();
     let _ = Command::new("kill")
         .args(["-9", &killed.id().to_string()])
         .status();
@@ -560,7 +540,7 @@ async fn scenario() {
         .unwrap_or_else(|err| panic!("the client cannot reach {VIP} through n2: {err}"));
 
     // A graceful stop withdraws first as well.
-    let mut stopped = procs.agents.remove("n2").unwrap();
+    let mut stopped = lab.procs.agents.remove("n2").unwrap();
     let _ = Command::new("kill")
         .args(["-TERM", &stopped.id().to_string()])
         .status();
@@ -574,9 +554,243 @@ async fn scenario() {
         began.elapsed()
     );
 
-    drop(procs);
-    drop(echo);
-    server.shutdown().await.unwrap();
-    topo.destroy().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    lab.finish().await;
+}
+
+/// The node's `BGPSessionState` record of the peer `router`: (BGP state, condition reason,
+/// message), once the agent has written it.
+async fn session(client: &Client, node: &str) -> Option<(String, String, String)> {
+    let api: Api<berth_api::BGPSessionState> = Api::namespaced(client.clone(), "kube-system");
+    let record = api
+        .get_opt(&berth_bgp::session_record_name(node, "router"))
+        .await
+        .ok()??;
+    let condition = record
+        .spec
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Established")?;
+    Some((
+        record.spec.bgp_state.clone(),
+        condition.reason.clone(),
+        condition.message.clone(),
+    ))
+}
+
+/// Waits until both nodes' records give `reason`; returns n1's message.
+async fn both_report(client: &Client, reason: &str) -> String {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let n1 = session(client, "n1").await;
+        let n2 = session(client, "n2").await;
+        if let (Some(a), Some(b)) = (&n1, &n2) {
+            if a.1 == reason && b.1 == reason {
+                return a.2.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for both records to say {reason}: n1 {n1:?}, n2 {n2:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn patch_peer(client: &Client, spec: Value) {
+    let api: Api<berth_api::BGPPeer> = Api::all(client.clone());
+    api.patch(
+        "router",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": spec })),
+    )
+    .await
+    .unwrap();
+}
+
+/// Router connections the nodes ever established, from the router's side.
+fn connections_established(router_ns: &str, dir: &Path) -> u64 {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            router_ns,
+            "vtysh",
+            "--vty_socket",
+            dir.to_str().unwrap(),
+            "-c",
+            "show bgp neighbors json",
+        ])
+        .output()
+        .unwrap();
+    let neighbors: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    NODES
+        .iter()
+        .map(|(_, ip)| {
+            neighbors[*ip]["connectionsEstablished"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Passwords from Secrets against a router that requires one, a wrong AS, and routes that
+/// follow the endpoints: a missing Secret leaves the peer out (`NotConfigured`); a wrong password
+/// never establishes and says `AuthenticationFailure`; the right one establishes; a wrong
+/// peerASN says `BadPeerAS`; a Local-policy address moves with its endpoint from n1 to n2; a
+/// deleted Service is withdrawn from the router; a restarted FRR is configured again. About 35 s.
+#[test]
+fn sessions_report_passwords_and_as_and_routes_follow_endpoints() {
+    if !ready() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(sessions_scenario());
+}
+
+async fn sessions_scenario() {
+    let began = Instant::now();
+    // The router requires the password and retries its connections every second, so the nodes'
+    // kernels see its signed SYNs and a fixed password establishes at once.
+    let lab = start_lab(
+        "tp",
+        " neighbor nodes password s3cret-Pass\n neighbor nodes timers connect 1\n",
+        json!({"passwordSecret": {"name": "bgp-missing"}}),
+    )
+    .await;
+    let client = lab.client.clone();
+    // `data` as the API server stores it: base64 of "wrong-Pass" and "s3cret-Pass".
+    let secret = |name: &str, password: &str| {
+        json!({"metadata": {"namespace": "kube-system", "name": name},
+               "type": "kubernetes.io/basic-auth", "data": {"password": password}})
+    };
+    apply(
+        &client,
+        "v1",
+        "Secret",
+        secret("bgp-wrong", "d3JvbmctUGFzcw=="),
+    )
+    .await;
+    apply(
+        &client,
+        "v1",
+        "Secret",
+        secret("bgp-right", "czNjcmV0LVBhc3M="),
+    )
+    .await;
+
+    let missing = both_report(&client, "NotConfigured").await;
+    assert!(
+        missing.contains("kube-system/bgp-missing does not exist"),
+        "{missing}"
+    );
+
+    patch_peer(&client, json!({"passwordSecret": {"name": "bgp-wrong"}})).await;
+    let wrong = both_report(&client, "AuthenticationFailure").await;
+    assert!(wrong.contains("MD5"), "{wrong}");
+    // Some more connection attempts by the router; none may establish.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        connections_established(&lab.router, &lab.router_dir),
+        0,
+        "a session came up with the wrong password"
+    );
+    for node in ["n1", "n2"] {
+        let log = std::fs::read_to_string(lab.dir.join(format!("{node}.log"))).unwrap();
+        assert!(
+            !log.contains("wrong-Pass") && !log.contains("s3cret-Pass"),
+            "{node}'s agent logged a password"
+        );
+    }
+
+    patch_peer(&client, json!({"passwordSecret": {"name": "bgp-right"}})).await;
+    both_report(&client, "Established").await;
+    until("both sessions Established at the router", || {
+        established(&lab.router, &lab.router_dir) == 2
+    })
+    .await;
+
+    // A wrong peerASN: the nodes refuse the router's OPEN.
+    patch_peer(&client, json!({"peerASN": 64514})).await;
+    let bad_as = both_report(&client, "BadPeerAS").await;
+    assert!(bad_as.contains("Bad Peer AS"), "{bad_as}");
+    let warnings: Vec<String> =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default")
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("router"))
+            .filter_map(|e| e.reason)
+            .collect();
+    for reason in ["NotConfigured", "AuthenticationFailure", "BadPeerAS"] {
+        assert!(
+            warnings.iter().any(|r| r == reason),
+            "no Warning Event {reason} on the BGPPeer: {warnings:?}"
+        );
+    }
+    assert_eq!(established(&lab.router, &lab.router_dir), 0);
+    patch_peer(&client, json!({"peerASN": 64513})).await;
+    both_report(&client, "Established").await;
+
+    // The Local-policy address follows its endpoint from n1 to n2.
+    until("n1 announces the Local-policy address", || {
+        next_hops(&lab.router, LOCAL_VIP) == ["198.18.0.11"]
+    })
+    .await;
+    let web2_ip = lab.topo.layout().pod("web2").unwrap().1.ip.to_string();
+    apply(
+        &client,
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        json!({
+            "metadata": {"namespace": "default", "name": "local-1",
+                         "labels": {"kubernetes.io/service-name": "local"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [web2_ip], "conditions": {"ready": true}, "nodeName": "n2"}]
+        }),
+    )
+    .await;
+    until("the Local-policy address moved to n2", || {
+        next_hops(&lab.router, LOCAL_VIP) == ["198.18.0.12"]
+    })
+    .await;
+
+    // A deleted Service is withdrawn from every node.
+    until("ECMP for the Cluster-policy address", || {
+        next_hops(&lab.router, VIP) == ["198.18.0.11", "198.18.0.12"]
+    })
+    .await;
+    Api::<Service>::namespaced(client.clone(), "default")
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    until("the deleted Service's address withdrawn", || {
+        next_hops(&lab.router, VIP).is_empty()
+    })
+    .await;
+    assert_eq!(next_hops(&lab.router, LOCAL_VIP), ["198.18.0.12"]);
+
+    // n1's FRR killed and started again empty, as the kubelet restarts the sidecar: the agent
+    // sees the new daemons and configures them again.
+    let n1_frr = lab.dir.join("frr-n1");
+    kill_frr(&n1_frr);
+    until("n1's session down at the router", || {
+        established(&lab.router, &lab.router_dir) == 1
+    })
+    .await;
+    start_frr(lab.topo.netns("n1").unwrap(), &n1_frr, "");
+    until(
+        "n1's session back once its agent configured the new FRR",
+        || established(&lab.router, &lab.router_dir) == 2,
+    )
+    .await;
+    both_report(&client, "Established").await;
+    println!("bgp_netns sessions: whole test {:?}", began.elapsed());
+    lab.finish().await;
 }

@@ -136,6 +136,28 @@ fn record_request(node: &'static str, operation: &'static str, old: &str, new: &
     }
 }
 
+fn session(node: &str) -> Value {
+    json!({"apiVersion": "berth.dev/v1alpha1", "kind": "BGPSessionState",
+           "metadata": {"name": "bgp-0123", "namespace": RELEASE_NAMESPACE},
+           "spec": {"node": node, "peer": "tor", "bgpState": "Established"}})
+}
+
+/// An agent's write of a BGP session record; an update turns `old` into `new`.
+fn session_request(node: &'static str, operation: &'static str, old: &str, new: &str) -> Request {
+    let (object, old_object) = match operation {
+        "CREATE" => (session(new), Value::Null),
+        "UPDATE" => (session(new), session(old)),
+        _ => (Value::Null, session(old)),
+    };
+    Request {
+        operation,
+        resource: "bgpsessionstates",
+        object,
+        old_object,
+        ..record_request(node, "CREATE", "", node)
+    }
+}
+
 fn cel_eval(expression: &str, context: &Context) -> Result<Cel, String> {
     let program = Program::compile(expression).map_err(|err| format!("{expression:?}: {err:?}"))?;
     program
@@ -332,6 +354,8 @@ fn each_agent_writes_only_its_own_lease_and_records() {
             Ok(()),
         ),
     ];
+    let mut rows = rows;
+    rows.extend(session_rows());
     let mut failures = Vec::new();
     for (what, request, want) in &rows {
         let got = admit(&policy, request);
@@ -345,6 +369,49 @@ fn each_agent_writes_only_its_own_lease_and_records() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A node's BGP session records: its own, never a peer's, whatever the operation (a session
+/// record reports a fact only that node can see, so no one takes it over).
+fn session_rows() -> Vec<(&'static str, Request, Result<(), &'static str>)> {
+    let not_mine = "only BGPSessionState records of node node-1";
+    vec![
+        (
+            "its own session record, created",
+            session_request("node-1", "CREATE", "", "node-1"),
+            Ok(()),
+        ),
+        (
+            "its own session record, replaced",
+            session_request("node-1", "UPDATE", "node-1", "node-1"),
+            Ok(()),
+        ),
+        (
+            "its own session record, deleted",
+            session_request("node-1", "DELETE", "node-1", ""),
+            Ok(()),
+        ),
+        (
+            "a session record in a peer's name",
+            session_request("node-1", "CREATE", "", "node-2"),
+            Err(not_mine),
+        ),
+        (
+            "a peer's session record, rewritten",
+            session_request("node-1", "UPDATE", "node-2", "node-2"),
+            Err(not_mine),
+        ),
+        (
+            "a peer's session record, taken over",
+            session_request("node-1", "UPDATE", "node-2", "node-1"),
+            Err(not_mine),
+        ),
+        (
+            "a peer's session record, deleted",
+            session_request("node-1", "DELETE", "node-2", ""),
+            Err(not_mine),
+        ),
+    ]
 }
 
 /// A node name too long for `berth-agent-<node>` gets a hashed Lease name (berth-api's
@@ -435,6 +502,18 @@ fn the_policy_follows_the_settings_that_write_per_node_objects() {
         .map_err(|_| ()),
         Err(())
     );
+    // The BGP speaker alone (the bgp value set) writes session records: guarded too.
+    let bgp_only = the_policy(
+        &python,
+        json!({"agent": {"config": {"membership": "", "l2Announcer": false, "bgpSpeaker": true}}}),
+    );
+    for (what, request, want) in session_rows() {
+        assert_eq!(
+            admit(&bgp_only, &request).map_err(|_| ()),
+            want.map_err(|_| ()),
+            "{what}"
+        );
+    }
     // Nothing per node written: nothing to guard; and the switch turns it off.
     for values in [
         json!({"agent": {"config": {"membership": "", "l2Announcer": false}}}),

@@ -40,6 +40,14 @@ const WAIT: Duration = Duration::from_secs(60);
 const AGENT_DEFAULTS: &str = "defaults";
 const AGENT_LEASE_ONLY: &str = "membership off";
 const AGENT_DATAPATH_ONLY: &str = "liveness and announcer off";
+const AGENT_BGP: &str = "bgp speaker";
+
+/// The agent's values with the BGP speaker on, one password Secret it may read, and liveness and
+/// the L2 announcer off (the bgp value set).
+fn agent_bgp() -> Value {
+    json!({"agent": {"config": {"membership": "", "l2Announcer": false, "bgpSpeaker": true},
+                     "frr": {"passwordSecrets": ["bgp-password"]}}})
+}
 /// The node the agents run as: the Node `start_with` makes, the topology's first node.
 const NODE: &str = "node-1";
 
@@ -737,6 +745,12 @@ impl AgentProcess {
                     assert!(v.starts_with("/etc/berth/membership/"), "{name}={v}");
                     key.display().to_string()
                 }
+                // The sidecar's shared directory: a scratch one here, never the host's.
+                (Value::String(_), _) if name == "BERTH_FRR_DIR" => {
+                    let frr = dir.join("frr");
+                    std::fs::create_dir_all(&frr).unwrap();
+                    frr.display().to_string()
+                }
                 (Value::String(v), _) => v.clone(),
                 (_, Value::String(field)) if field == "spec.nodeName" => NODE.to_owned(),
                 _ => panic!("the agent's variable {var} is neither a value nor the node name"),
@@ -937,6 +951,108 @@ async fn agent_netns_scenario(python: &Path, values: Value, token: &str) -> Vec<
     requests
 }
 
+/// The chart's agent with the BGP speaker on, in a node namespace (its `berth-bgp` device needs
+/// one), with no FRR beside it: it reads the BGP objects, the pools and the peer's password
+/// Secret, writes its `BGPSessionState` records (FRR unavailable; a peer with a missing
+/// BFDProfile left out, with a Warning Event), and deletes them on SIGTERM.
+async fn agent_bgp_scenario(python: &Path, token: &str) -> Vec<RecordedRequest> {
+    use berth_lab::netns::bind_tcp_in_netns;
+    use berth_lab::topology::{Topology, TopologySpec};
+
+    let spec = TopologySpec::new(TopologySpec::unique_prefix("rbacbgp"))
+        .node("n1", Vec::<String>::new())
+        .client("cp");
+    let topo = Topology::create(&spec).unwrap();
+    let api = std::net::SocketAddr::new(topo.layout().client("cp").unwrap().ip.into(), 6443);
+    let inside = bind_tcp_in_netns(topo.netns("cp").unwrap(), api).unwrap();
+    let (server, admin) = start_with(
+        LabApiServer::builder()
+            .record_requests(true)
+            .listen("127.0.0.1:0".parse().unwrap())
+            .listener(berth_lab::Listener::Bound(inside)),
+    )
+    .await;
+    for object in [
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "IPPool", "metadata": {"name": "bgp"},
+               "spec": {"addresses": ["198.19.10.0/24"]}}),
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "BFDProfile", "metadata": {"name": "fast"},
+               "spec": {}}),
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "BGPAdvertisement", "metadata": {"name": "bgp"},
+               "spec": {"ipPools": ["bgp"]}}),
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "bgp-password", "namespace": LEASE_NAMESPACE},
+               "type": "kubernetes.io/basic-auth", "data": {"password": "czNjcmV0"}}),
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "BGPPeer", "metadata": {"name": "tor"},
+               "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "198.18.0.1",
+                        "bfdProfile": "fast", "passwordSecret": {"name": "bgp-password"}}}),
+        // Left out for its missing BFDProfile: a Warning Event on it.
+        json!({"apiVersion": "berth.dev/v1alpha1", "kind": "BGPPeer", "metadata": {"name": "tor-b"},
+               "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "198.18.0.2",
+                        "bfdProfile": "missing"}}),
+    ] {
+        create(&admin, object).await;
+    }
+    let dir = unique_dir("berth-chart-rbac");
+    let agent = AgentProcess::start(
+        topo.netns("n1").unwrap(),
+        python,
+        agent_bgp(),
+        &dir,
+        &kubeconfig_at(&dir, &format!("http://{api}"), token),
+    );
+    let log = dir.join("agent.log");
+    let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let records: Api<berth_api::BGPSessionState> = Api::namespaced(admin.clone(), LEASE_NAMESPACE);
+    let recorded = tokio::time::timeout(WAIT, async {
+        loop {
+            let here = records
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .any(|r| r.spec.node == NODE && r.spec.peer == "tor");
+            let requests = requests_of(&server, token);
+            let read_secret = requests
+                .iter()
+                .any(|r| r.verb == "get" && r.resource == "secrets");
+            let warned = requests
+                .iter()
+                .any(|r| r.verb == "create" && r.resource == "events");
+            if here && read_secret && warned {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    assert!(
+        recorded.is_ok(),
+        "no BGPSessionState record and Secret read; the agent's log:\n{}",
+        agent_log()
+    );
+    let status = agent.stop(Duration::from_secs(15)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "berth agent did not stop cleanly within 15 s of SIGTERM ({status:?}); its log:\n{}",
+        agent_log()
+    );
+    assert!(
+        records
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "the agent's BGPSessionState record outlived its graceful stop"
+    );
+    let requests = requests_of(&server, token);
+    let _ = std::fs::remove_dir_all(&dir);
+    server.shutdown().await.unwrap();
+    topo.destroy().unwrap();
+    requests
+}
+
 /// The agent with the chart's default values (membership on with its key, the L2 announcer on),
 /// and with liveness by Lease only: every request allowed by the agent's rendered rules, every
 /// rule used. The datapath-only scenario runs again here (it is quick), so that the agent's table
@@ -956,9 +1072,12 @@ async fn chart_agent_defaults_are_exactly_what_the_agent_calls() {
     let lease_only = agent_netns_scenario(&python, lease_only_values, "agent-lease-only").await;
     let datapath_rules = chart_rules(&python, agent_datapath_only()).agent;
     let datapath = agent_scenario().await;
+    let bgp_rules = chart_rules(&python, agent_bgp()).agent;
+    let bgp = agent_bgp_scenario(&python, "agent-bgp").await;
     let mut problems = compare("agent", &defaults_rules, &defaults);
     problems.extend(compare("agent", &lease_only_rules, &lease_only));
     problems.extend(compare("agent", &datapath_rules, &datapath));
+    problems.extend(compare("agent", &bgp_rules, &bgp));
     let runs = [
         Run {
             label: AGENT_DEFAULTS,
@@ -974,6 +1093,11 @@ async fn chart_agent_defaults_are_exactly_what_the_agent_calls() {
             label: AGENT_DATAPATH_ONLY,
             rules: &datapath_rules,
             requests: &datapath,
+        },
+        Run {
+            label: AGENT_BGP,
+            rules: &bgp_rules,
+            requests: &bgp,
         },
     ];
     problems.extend(check_docs("agent", &table("agent", &runs)));

@@ -148,8 +148,9 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_MEMBERSHIP_SUSPICION_TIMEOUT", default_value = "400ms", value_parser = parse_duration)]
     membership_suspicion_timeout: Duration,
 
-    /// Namespace of the agents' Leases (`berth-agent-<node>`) and of the announcer's
-    /// `ServiceL2Status` records: the agent's own.
+    /// Namespace of the agents' Leases (`berth-agent-<node>`), of the announcer's
+    /// `ServiceL2Status` and the BGP speaker's `BGPSessionState` records, and of BGP password
+    /// Secrets that name no namespace: the agent's own.
     #[arg(long, env = "BERTH_LEASE_NAMESPACE", default_value = "kube-system")]
     lease_namespace: String,
 
@@ -260,6 +261,7 @@ impl AgentArgs {
             bgp_speaker: self.bgp_speaker.then(|| berth_agent::SpeakerConfig {
                 frr_dir: self.frr_dir.clone(),
                 frr_reload: self.frr_reload.clone(),
+                ..Default::default()
             }),
         }
     }

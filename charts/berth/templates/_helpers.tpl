@@ -42,6 +42,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The FRR sidecar's image: berth's own (which carries FRR) unless agent.frr.image names one. */}}
+{{- define "berth.frrImage" -}}
+{{- if .Values.agent.frr.image.repository -}}
+{{- printf "%s:%s" .Values.agent.frr.image.repository (default .Chart.AppVersion .Values.agent.frr.image.tag) -}}
+{{- else -}}
+{{- include "berth.image" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "berth.membershipSecretName" -}}
 {{- default (printf "%s-membership" (include "berth.fullname" .)) .Values.agent.membership.existingSecret -}}
 {{- end -}}

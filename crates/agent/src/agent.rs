@@ -431,31 +431,30 @@ where
                 result
             })
         });
-        let speaker =
-            self.config
-                .speaker()
-                .cloned()
-                .zip(speaker_objects)
-                .map(|(config, objects)| {
-                    let task = crate::speaker::run_speaker(
-                        config,
-                        self.client.clone(),
-                        objects,
-                        index.clone(),
-                        self.synced.subscribe(),
-                        stop.clone(),
-                    );
-                    let stop = stop.clone();
-                    tokio::spawn(async move {
-                        let result = task.await;
-                        if let Err(err) = &result {
-                            tracing::error!(error = %error_chain(err), "the BGP speaker stopped");
-                            // Without the speaker nothing is announced: stop rather than run half.
-                            stop.cancel();
-                        }
-                        result
-                    })
-                });
+        let speaker = self
+            .config
+            .speaker()
+            .zip(speaker_objects)
+            .map(|(config, objects)| {
+                let task = crate::speaker::run_speaker(
+                    config,
+                    self.client.clone(),
+                    objects,
+                    index.clone(),
+                    self.synced.subscribe(),
+                    stop.clone(),
+                );
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let result = task.await;
+                    if let Err(err) = &result {
+                        tracing::error!(error = %error_chain(err), "the BGP speaker stopped");
+                        // Without the speaker nothing is announced: stop rather than run half.
+                        stop.cancel();
+                    }
+                    result
+                })
+            });
         let router = admin_router(
             registry,
             self.readiness.clone(),

@@ -95,7 +95,8 @@ pub struct AgentOptions {
     pub l2_interfaces: Vec<String>,
     /// `spec.externalIPs` are programmed only inside these; empty (the default): none.
     pub external_ip_cidrs: Vec<IpNet>,
-    /// Namespace of this node's `ServiceL2Status` records (the agent's own: the lease namespace).
+    /// The agent's own namespace (the lease namespace): its `ServiceL2Status` and
+    /// `BGPSessionState` records, and the BGP peers' password Secrets unless a peer names another.
     pub l2_status_namespace: String,
     /// Owned addresses are announced again this often after their takeover rounds; zero: only
     /// on takeover.
@@ -268,8 +269,14 @@ impl AgentConfig {
     }
 
     /// The BGP speaker's settings, when it is enabled.
-    pub fn speaker(&self) -> Option<&crate::speaker::SpeakerConfig> {
-        self.options.bgp_speaker.as_ref()
+    pub fn speaker(&self) -> Option<crate::speaker::SpeakerConfig> {
+        self.options
+            .bgp_speaker
+            .clone()
+            .map(|config| crate::speaker::SpeakerConfig {
+                namespace: self.options.l2_status_namespace.clone(),
+                ..config
+            })
     }
 
     /// What the planner of one family is given.

@@ -10,6 +10,13 @@
 //!   Services or EndpointSlices, and recomputes after each datapath sync, so an address is never
 //!   announced before the rules that serve it are in place.
 //!
+//! Peer passwords are read from their Secrets (`get`, by name: the agent may neither list nor
+//! watch Secrets) when the set of referenced Secrets changes and at every resync, so a changed
+//! password is applied within [`RESYNC`]. They go into `frr.conf` (mode 0600) and nowhere else:
+//! FRR's output is redacted before it is logged.
+//!
+//! Each node reports its sessions as `BGPSessionState` records ([`crate::bgpstatus`]).
+//!
 //! Stopping withdraws every route first. A SIGKILLed agent withdraws too: the device, and its
 //! routes, die with the process.
 
@@ -24,13 +31,13 @@ use berth_api::{
     IPPool,
 };
 use berth_bgp::{
-    compute_announcements, render_frr_config, KernelRoutes, NodeState, PoolFacts, ServiceFacts,
-    SpeakerInput, SpeakerNode,
+    compute_announcements, password_from_secret, redact, render_frr_config, KernelRoutes,
+    NodeState, PeerEntry, PoolFacts, ServiceFacts, SpeakerInput, SpeakerNode,
 };
 use berth_core::TrafficPolicy;
 use berth_datapath::NodeView;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -45,6 +52,22 @@ use crate::Error;
 const RESYNC: Duration = Duration::from_secs(30);
 /// Longest a `frr-reload.py` run may take.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the speaker looks for a restarted FRR (new daemon pids), which starts empty and
+/// must be configured again.
+const FRR_CHECK: Duration = Duration::from_secs(2);
+
+/// FRR's daemons by pid, from their pid files: changes when FRR restarts.
+async fn frr_generation(dir: &std::path::Path) -> Option<String> {
+    let mut out = String::new();
+    for daemon in ["zebra", "bgpd", "bfdd"] {
+        let pid = tokio::fs::read_to_string(dir.join(format!("{daemon}.pid")))
+            .await
+            .ok()?;
+        out.push_str(pid.trim());
+        out.push(' ');
+    }
+    Some(out)
+}
 
 /// Where FRR is and how to reconfigure it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +76,9 @@ pub struct SpeakerConfig {
     pub frr_dir: PathBuf,
     /// `frr-reload.py` (package frr-pythontools).
     pub frr_reload: PathBuf,
+    /// The agent's namespace: its `BGPSessionState` records, and password Secrets whose
+    /// reference names no namespace.
+    pub namespace: String,
 }
 
 impl Default for SpeakerConfig {
@@ -60,6 +86,7 @@ impl Default for SpeakerConfig {
         Self {
             frr_dir: PathBuf::from("/var/run/frr"),
             frr_reload: PathBuf::from("/usr/lib/frr/frr-reload.py"),
+            namespace: "kube-system".into(),
         }
     }
 }
@@ -219,14 +246,139 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A peer's password Secret: (namespace, name).
+pub type SecretKey = (String, String);
+
+/// Every peer's password Secret, the namespace defaulting to the agent's.
+pub fn password_refs(
+    peers: &BTreeMap<String, BGPPeerSpec>,
+    namespace: &str,
+) -> BTreeMap<String, SecretKey> {
+    peers
+        .iter()
+        .filter_map(|(name, spec)| {
+            let secret = spec.password_secret.as_ref()?;
+            let ns = secret
+                .namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_string());
+            Some((name.clone(), (ns, secret.name.clone())))
+        })
+        .collect()
+}
+
+/// The passwords read, by Secret, and why a Secret gave none.
+#[derive(Debug, Clone, Default)]
+pub struct Passwords {
+    read: BTreeMap<SecretKey, Result<String, String>>,
+}
+
+impl Passwords {
+    /// Each peer's password, and the peers whose Secret gave none with the reason.
+    pub fn for_peers(
+        &self,
+        refs: &BTreeMap<String, SecretKey>,
+    ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let mut passwords = BTreeMap::new();
+        let mut problems = BTreeMap::new();
+        for (peer, key) in refs {
+            match self.read.get(key) {
+                Some(Ok(password)) => {
+                    passwords.insert(peer.clone(), password.clone());
+                }
+                Some(Err(why)) => {
+                    problems.insert(
+                        peer.clone(),
+                        format!("the password Secret {}/{} {why}", key.0, key.1),
+                    );
+                }
+                None => {
+                    problems.insert(
+                        peer.clone(),
+                        format!(
+                            "the password Secret {}/{} has not been read yet",
+                            key.0, key.1
+                        ),
+                    );
+                }
+            }
+        }
+        (passwords, problems)
+    }
+}
+
+/// Reads every Secret in `keys` by name; a failure is kept as the Secret's reason. A Secret
+/// that cannot be read at all (the API server unreachable, a timeout) keeps the password read
+/// before, so a passing API outage never takes a peer, and its session, out of FRR; a Secret
+/// that is gone, forbidden or holds no usable password does.
+async fn fetch_passwords(
+    client: &Client,
+    keys: &BTreeSet<SecretKey>,
+    before: &Passwords,
+) -> Passwords {
+    let mut read = BTreeMap::new();
+    for (ns, name) in keys {
+        let key = (ns.clone(), name.clone());
+        let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+        let result = match api.get_opt(name).await {
+            Ok(Some(secret)) => password_from_secret(&secret),
+            Ok(None) => Err("does not exist".to_string()),
+            Err(kube::Error::Api(status)) => Err(format!(
+                "cannot be read: {} ({})",
+                status.message, status.code
+            )),
+            Err(err) => match before.read.get(&key) {
+                Some(Ok(password)) => {
+                    tracing::warn!(secret = %format!("{ns}/{name}"), error = %err, "reading a BGP peer's password Secret failed; keeping the password read before");
+                    Ok(password.clone())
+                }
+                _ => Err(format!("cannot be read: {err}")),
+            },
+        };
+        if let Err(why) = &result {
+            tracing::warn!(secret = %format!("{ns}/{name}"), reason = %why, "a BGP peer's password Secret gives no password");
+        }
+        read.insert(key, result);
+    }
+    Passwords { read }
+}
+
 /// What one pass decided, computed under the locks and applied outside them.
 struct Pass {
     config: Option<String>,
     skipped: Vec<berth_bgp::Skipped>,
     routes: BTreeSet<IpNet>,
+    /// The peers that select this node, kept or left out: one session record each.
+    peers: Vec<PeerEntry>,
 }
 
-fn compute_pass(objects: &BgpObjects, index: &Index, announce: bool) -> Pass {
+/// The peers that select this node, each with why it was left out of the configuration.
+pub fn build_peer_entries(
+    peers: &[(String, BGPPeerSpec)],
+    labels: &BTreeMap<String, String>,
+    skipped: &[berth_bgp::Skipped],
+) -> Vec<PeerEntry> {
+    peers
+        .iter()
+        .filter(|(_, spec)| spec.selects_node(labels))
+        .map(|(name, spec)| PeerEntry {
+            name: name.clone(),
+            address: spec.peer_address.clone(),
+            left_out: skipped
+                .iter()
+                .find(|s| s.kind == "BGPPeer" && s.name == *name)
+                .map(|s| s.reason.clone()),
+        })
+        .collect()
+}
+
+fn compute_pass(
+    objects: &BgpObjects,
+    index: &Index,
+    announce: bool,
+    passwords: &BTreeMap<String, String>,
+    password_problems: &BTreeMap<String, String>,
+) -> Pass {
     let view = index.view();
     let node_state = index.node_state().cloned().unwrap_or_default();
     let router_id = view.node.addresses.iter().find_map(|ip| match ip {
@@ -248,9 +400,25 @@ fn compute_pass(objects: &BgpObjects, index: &Index, announce: bool) -> Pass {
         profiles: &profiles,
         advertisements: &advertisements,
         pools: &pools,
-        // Peer passwords from Secrets are not read yet: such peers are skipped with a reason.
-        passwords: &BTreeMap::new(),
+        passwords,
     });
+    let mut skipped = rendered.skipped;
+    // The renderer knows only that a password is missing; the Secret's reading says why.
+    for s in &mut skipped {
+        if let Some(why) = password_problems
+            .get(&s.name)
+            .filter(|_| s.kind == "BGPPeer")
+        {
+            if s.reason.contains("password") {
+                s.reason = why.clone();
+            }
+        }
+    }
+    let entries = if index.node_state().is_some() {
+        build_peer_entries(&peers, &node_state.labels, &skipped)
+    } else {
+        Vec::new()
+    };
     let routes = if announce && index.is_listed() {
         compute_announcements(
             &node_state,
@@ -265,13 +433,15 @@ fn compute_pass(objects: &BgpObjects, index: &Index, announce: bool) -> Pass {
     };
     Pass {
         config: index.node_state().map(|_| rendered.text),
-        skipped: rendered.skipped,
+        skipped,
         routes,
+        peers: entries,
     }
 }
 
 /// Runs the speaker until `stop`: renders and applies FRR's configuration, keeps the routes of
-/// the announced addresses, and withdraws them all before returning.
+/// the announced addresses and the node's session records, and withdraws every route before
+/// returning.
 pub(crate) async fn run_speaker(
     config: SpeakerConfig,
     client: Client,
@@ -282,12 +452,32 @@ pub(crate) async fn run_speaker(
 ) -> Result<(), Error> {
     let routes = KernelRoutes::open().await.map_err(Error::Bgp)?;
     let SpeakerObjects { objects, wake } = objects;
-    let tasks = spawn_watches(&client, &objects, &wake, &stop);
+    let mut tasks = spawn_watches(&client, &objects, &wake, &stop);
+    let (peers_tx, peers_rx) = watch::channel(None::<Vec<PeerEntry>>);
+    let (applied_tx, applied_rx) = watch::channel(0u64);
+    let node = lock(&index).view().node.name.clone();
+    tasks.push(tokio::spawn(crate::bgpstatus::run_session_status(
+        client.clone(),
+        crate::bgpstatus::StatusConfig {
+            node,
+            namespace: config.namespace.clone(),
+            frr_dir: config.frr_dir.clone(),
+        },
+        peers_rx,
+        applied_rx,
+        stop.clone(),
+    )));
     let mut applied: Option<String> = None;
     let mut reported: Vec<berth_bgp::Skipped> = Vec::new();
+    let mut passwords = Passwords::default();
+    let mut password_keys: Option<BTreeSet<SecretKey>> = None;
+    let mut applied_to: Option<String> = None;
     let mut tick = tokio::time::interval(RESYNC);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut frr_check = tokio::time::interval(FRR_CHECK);
+    frr_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let mut resync = false;
         tokio::select! {
             () = stop.cancelled() => break,
             () = wake.notified() => {}
@@ -296,17 +486,40 @@ pub(crate) async fn run_speaker(
                     break;
                 }
             }
-            _ = tick.tick() => {}
+            _ = tick.tick() => resync = true,
+            _ = frr_check.tick() => {
+                if applied.is_none() || frr_generation(&config.frr_dir).await == applied_to {
+                    continue;
+                }
+                tracing::info!("FRR restarted; configuring it again");
+                applied = None;
+            }
         }
-        let pass = {
+        let refs = {
             let objects = lock(&objects);
             if !objects.is_listed() {
                 continue;
             }
+            password_refs(&objects.peers.items, &config.namespace)
+        };
+        let keys: BTreeSet<SecretKey> = refs.values().cloned().collect();
+        if resync || password_keys.as_ref() != Some(&keys) {
+            passwords = fetch_passwords(&client, &keys, &passwords).await;
+            password_keys = Some(keys);
+        }
+        let (peer_passwords, problems) = passwords.for_peers(&refs);
+        let pass = {
+            let objects = lock(&objects);
             // Announce only once the datapath has synced: an address must not draw traffic
             // before the rules that serve it exist.
             let announce = *synced.borrow() > 0;
-            compute_pass(&objects, &lock(&index), announce)
+            compute_pass(
+                &objects,
+                &lock(&index),
+                announce,
+                &peer_passwords,
+                &problems,
+            )
         };
         if pass.skipped != reported {
             for s in &pass.skipped {
@@ -316,10 +529,13 @@ pub(crate) async fn run_speaker(
         }
         if let Some(text) = pass.config {
             if applied.as_deref() != Some(text.as_str()) {
-                match apply_frr_config(&config, &text).await {
+                let generation = frr_generation(&config.frr_dir).await;
+                match apply_frr_config(&config, &text, &peer_passwords).await {
                     Ok(()) => {
                         tracing::info!(bytes = text.len(), "FRR configuration applied");
                         applied = Some(text);
+                        applied_to = generation;
+                        applied_tx.send_modify(|n| *n += 1);
                     }
                     Err(err) => {
                         tracing::warn!(error = %err, "applying the FRR configuration failed; retrying")
@@ -327,6 +543,13 @@ pub(crate) async fn run_speaker(
                 }
             }
         }
+        peers_tx.send_if_modified(|current| {
+            let changed = current.as_ref() != Some(&pass.peers);
+            if changed {
+                *current = Some(pass.peers.clone());
+            }
+            changed
+        });
         match routes.apply_routes(&pass.routes).await {
             Ok(plan) if !plan.is_empty() => tracing::info!(
                 announced = ?plan.add.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -349,13 +572,31 @@ pub(crate) async fn run_speaker(
     Ok(())
 }
 
-/// Writes `frr.conf` (atomically) and runs `frr-reload.py --reload` on it.
-async fn apply_frr_config(config: &SpeakerConfig, text: &str) -> Result<(), String> {
+/// Writes `frr.conf` (atomically, readable by the agent only: it holds the peers' passwords)
+/// and runs `frr-reload.py --reload` on it. FRR's output is redacted before it is reported.
+async fn apply_frr_config(
+    config: &SpeakerConfig,
+    text: &str,
+    passwords: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    use tokio::io::AsyncWriteExt;
     let path = config.frr_dir.join("frr.conf");
     let staged = config.frr_dir.join("frr.conf.berth");
-    tokio::fs::write(&staged, text)
+    let _ = tokio::fs::remove_file(&staged).await;
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&staged)
+        .await
+        .map_err(|e| format!("creating {}: {e}", staged.display()))?;
+    file.write_all(text.as_bytes())
         .await
         .map_err(|e| format!("writing {}: {e}", staged.display()))?;
+    file.sync_all()
+        .await
+        .map_err(|e| format!("writing {}: {e}", staged.display()))?;
+    drop(file);
     tokio::fs::rename(&staged, &path)
         .await
         .map_err(|e| format!("renaming to {}: {e}", path.display()))?;
@@ -382,7 +623,11 @@ async fn apply_frr_config(config: &SpeakerConfig, text: &str) -> Result<(), Stri
             .take(5)
             .collect::<Vec<_>>()
             .join(" | ");
-        Err(format!("frr-reload.py exited with {}: {tail}", out.status))
+        Err(format!(
+            "frr-reload.py exited with {}: {}",
+            out.status,
+            redact(&tail, passwords)
+        ))
     }
 }
 
@@ -615,6 +860,138 @@ mod tests {
                     false
                 ),
                 ("default/web", vec!["198.19.10.5".to_string()], true, true),
+            ]
+        );
+    }
+
+    fn mk_peer(
+        address: &str,
+        secret: Option<(&str, Option<&str>)>,
+        zone: Option<&str>,
+    ) -> BGPPeerSpec {
+        BGPPeerSpec {
+            my_asn: 64512,
+            peer_asn: 64513,
+            peer_address: address.into(),
+            peer_port: None,
+            source_address: None,
+            hold_time: None,
+            keepalive_time: None,
+            router_id: None,
+            node_selectors: zone
+                .map(|z| {
+                    vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                            match_labels: Some([("zone".to_string(), z.to_string())].into()),
+                            ..Default::default()
+                        },
+                    ]
+                })
+                .unwrap_or_default(),
+            password_secret: secret.map(|(name, namespace)| berth_api::SecretRef {
+                name: name.into(),
+                namespace: namespace.map(str::to_string),
+            }),
+            bfd_profile: None,
+            ebgp_multi_hop: None,
+            enable_graceful_restart: None,
+        }
+    }
+
+    #[test]
+    fn passwords_by_peer_and_why_a_secret_gave_none() {
+        let peers: BTreeMap<String, BGPPeerSpec> = [
+            ("plain".to_string(), mk_peer("198.18.0.1", None, None)),
+            (
+                "here".to_string(),
+                mk_peer("198.18.0.2", Some(("auth", None)), None),
+            ),
+            (
+                "there".to_string(),
+                mk_peer("198.18.0.3", Some(("auth", Some("net"))), None),
+            ),
+            (
+                "unread".to_string(),
+                mk_peer("198.18.0.4", Some(("later", None)), None),
+            ),
+        ]
+        .into();
+        let refs = password_refs(&peers, "berth-system");
+        assert_eq!(
+            refs,
+            [
+                (
+                    "here".to_string(),
+                    ("berth-system".to_string(), "auth".to_string())
+                ),
+                ("there".to_string(), ("net".to_string(), "auth".to_string())),
+                (
+                    "unread".to_string(),
+                    ("berth-system".to_string(), "later".to_string())
+                ),
+            ]
+            .into()
+        );
+        let read = Passwords {
+            read: [
+                (
+                    ("berth-system".to_string(), "auth".to_string()),
+                    Ok("s3cret".to_string()),
+                ),
+                (
+                    ("net".to_string(), "auth".to_string()),
+                    Err("does not exist".to_string()),
+                ),
+            ]
+            .into(),
+        };
+        let (passwords, problems) = read.for_peers(&refs);
+        assert_eq!(
+            passwords,
+            [("here".to_string(), "s3cret".to_string())].into()
+        );
+        assert_eq!(
+            problems["there"],
+            "the password Secret net/auth does not exist"
+        );
+        assert!(problems["unread"].contains("has not been read yet"));
+        assert!(!problems.values().any(|p| p.contains("s3cret")));
+    }
+
+    #[test]
+    fn peer_entries_are_the_peers_that_select_the_node() {
+        let peers = [
+            ("a".to_string(), mk_peer("198.18.0.1", None, None)),
+            ("b".to_string(), mk_peer("198.18.0.2", None, Some("east"))),
+            ("c".to_string(), mk_peer("198.18.0.3", None, Some("west"))),
+        ];
+        let labels: BTreeMap<String, String> = [("zone".to_string(), "east".to_string())].into();
+        let skipped = [
+            berth_bgp::Skipped {
+                kind: "BGPPeer",
+                name: "b".into(),
+                reason: "BFDProfile fast does not exist".into(),
+            },
+            berth_bgp::Skipped {
+                kind: "BFDProfile",
+                name: "a".into(),
+                reason: "not a peer".into(),
+            },
+        ];
+        let entries = build_peer_entries(&peers, &labels, &skipped);
+        assert_eq!(
+            entries,
+            [
+                PeerEntry {
+                    name: "a".into(),
+                    address: "198.18.0.1".into(),
+                    left_out: None
+                },
+                PeerEntry {
+                    name: "b".into(),
+                    address: "198.18.0.2".into(),
+                    left_out: Some("BFDProfile fast does not exist".into())
+                },
             ]
         );
     }

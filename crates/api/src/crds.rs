@@ -5,7 +5,8 @@ use kube::CustomResourceExt;
 use serde_json::{Map, Value};
 
 use crate::{
-    BFDProfile, BGPAdvertisement, BGPPeer, Error, IPPool, L2Advertisement, ServiceL2Status,
+    BFDProfile, BGPAdvertisement, BGPPeer, BGPSessionState, Error, IPPool, L2Advertisement,
+    ServiceL2Status,
 };
 
 /// Every berth CRD, in a fixed order.
@@ -17,6 +18,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         BGPAdvertisement::crd(),
         BFDProfile::crd(),
         ServiceL2Status::crd(),
+        BGPSessionState::crd(),
     ]
 }
 

@@ -1,9 +1,10 @@
 //! berth's API: the `IPPool`, `L2Advertisement`, `BGPPeer`, `BGPAdvertisement`, `BFDProfile`
-//! and `ServiceL2Status` custom resources, their validation, the CRD manifests, and every
+//! `ServiceL2Status` and `BGPSessionState` custom resources, their validation, the CRD manifests, and every
 //! well-known name (annotations, labels, finalizers, classes, conditions).
 
 mod annotations;
 mod bgp;
+mod bgpsession;
 mod condition;
 mod convert;
 mod crds;
@@ -23,6 +24,7 @@ pub use bgp::{
     DEFAULT_BFD_INTERVAL_MS, DEFAULT_BFD_MULTIPLIER, DEFAULT_HOLD_TIME_SECS,
     DEFAULT_KEEPALIVE_TIME_SECS, DEFAULT_PEER_PORT,
 };
+pub use bgpsession::{BGPSessionState, BGPSessionStateSpec};
 pub use condition::{
     bounded, find_condition, set_condition, MAX_CONDITION_MESSAGE, MAX_EVENT_NOTE,
 };

@@ -19,6 +19,8 @@ pub const KIND_BGP_PEER: &str = "BGPPeer";
 pub const KIND_BGP_ADVERTISEMENT: &str = "BGPAdvertisement";
 /// `kind` of the BFD profile resource.
 pub const KIND_BFD_PROFILE: &str = "BFDProfile";
+/// `kind` of the record of one node's session with one BGP peer.
+pub const KIND_BGP_SESSION_STATE: &str = "BGPSessionState";
 /// `kubectl get berth` lists every berth resource.
 pub const CATEGORY: &str = "berth";
 
@@ -183,6 +185,10 @@ pub mod label {
     pub const SERVICE_NAMESPACE: &str = "berth.dev/service-namespace";
     /// On a ServiceL2Status: the name of the Service it describes.
     pub const SERVICE_NAME: &str = "berth.dev/service-name";
+    /// On a BGPSessionState: the BGPPeer it describes (`kubectl get bgpsession -l berth.dev/bgp-peer=tor`).
+    pub const BGP_PEER: &str = "berth.dev/bgp-peer";
+    /// On a BGPSessionState: the node whose session it describes.
+    pub const NODE: &str = "berth.dev/node";
 }
 
 /// Node taints berth reads.
@@ -276,6 +282,8 @@ pub mod condition {
     pub const OVERLAPS_CLUSTER: &str = "OverlapsCluster";
     /// IPPool: whether the pool's spec is valid (the controller re-validates what the apiserver accepted).
     pub const VALID: &str = "Valid";
+    /// BGPSessionState: whether the node's BGP session with the peer is up.
+    pub const ESTABLISHED: &str = "Established";
 
     /// `status` values of a condition.
     pub const TRUE: &str = "True";
@@ -308,6 +316,23 @@ pub mod condition {
         pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
         /// The Service's annotations or ports cannot be modelled.
         pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
+        /// BGPSessionState: the session is up.
+        pub const ESTABLISHED: &str = "Established";
+        /// BGPSessionState: the peer is not in this node's FRR configuration (a missing
+        /// BFDProfile or password Secret, a second AS, ...); the message says why.
+        pub const NOT_CONFIGURED: &str = "NotConfigured";
+        /// BGPSessionState: the router's OPEN carried another AS than the BGPPeer's peerASN, or
+        /// the router refused this node's AS.
+        pub const BAD_PEER_AS: &str = "BadPeerAS";
+        /// BGPSessionState: TCP MD5 signatures do not match (a wrong or missing password).
+        pub const AUTHENTICATION_FAILURE: &str = "AuthenticationFailure";
+        /// BGPSessionState: the router sent another NOTIFICATION; the message carries it.
+        pub const NOTIFICATION: &str = "Notification";
+        /// BGPSessionState: the session is being set up (Idle, Connect, Active, OpenSent,
+        /// OpenConfirm) with no error seen.
+        pub const CONNECTING: &str = "Connecting";
+        /// BGPSessionState: FRR did not answer the agent.
+        pub const FRR_UNAVAILABLE: &str = "FRRUnavailable";
     }
 }
 

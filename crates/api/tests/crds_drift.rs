@@ -51,6 +51,7 @@ fn crds_yaml_is_deterministic_and_multi_document() {
             "bgpadvertisements.berth.dev",
             "bfdprofiles.berth.dev",
             "servicel2statuses.berth.dev",
+            "bgpsessionstates.berth.dev",
         ]
     );
 }

@@ -7,7 +7,9 @@
 //! - **dynamic** ([`route`]): one /32 or /128 route per announced address on berth's own
 //!   `berth-bgp` device, written by rtnetlink; zebra sees it and bgpd redistributes it.
 //!
-//! [`announce`] decides, purely, which prefixes this node announces.
+//! [`announce`] decides, purely, which prefixes this node announces; [`session`] turns what FRR
+//! says about each peer into the node's `BGPSessionState` records; [`password`] checks the
+//! peers' passwords read from Secrets and keeps them out of logs.
 //!
 //! Decisions where the design leaves room:
 //! - Every eligible node announces (no election): the router's ECMP spreads the traffic, and
@@ -21,13 +23,21 @@
 //!   ([`route`] says more).
 
 pub mod announce;
+pub mod password;
 pub mod render;
 pub mod route;
+pub mod session;
 mod tun;
 
 pub use announce::{compute_announcements, Announcement, NodeState, PoolFacts, ServiceFacts};
+pub use password::{check_password, password_from_secret, redact};
 pub use render::{render_frr_config, RenderedConfig, Skipped, SpeakerInput, SpeakerNode};
 pub use route::{plan_routes, KernelRoutes, RoutePlan, BERTH_INTERFACE, ROUTE_PROTOCOL};
+pub use session::{
+    build_session_event, build_session_state, compute_sessions, is_own_session_record,
+    parse_md5_failures, parse_neighbors, same_observation, session_record_name, NeighborFacts,
+    PeerEntry, SessionMemory, SessionReport,
+};
 
 /// Everything that can fail in berth-bgp.
 #[derive(Debug, thiserror::Error)]

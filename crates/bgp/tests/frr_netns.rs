@@ -1,7 +1,8 @@
 //! BGP announcing against a real router, on one host (root; runs serially in its own binary).
 //! The lab is described in `frr_lab/mod.rs`. Killing a node's holder withdraws its route while
 //! its session stays up; cutting a node's link withdraws its next hop through BFD, before the
-//! hold time could.
+//! hold time could. The IPv6 address travels over the IPv6 sessions (MP-BGP) to an ECMP route
+//! in the router's IPv6 FIB.
 
 // A panic is a test failure here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -42,6 +43,17 @@ fn routes_spread_over_nodes_and_a_killed_agent_or_cut_link_withdraws() {
     wait_for(Duration::from_secs(10), "one next hop per node", || {
         next_hops(&lab) == ["198.18.0.11", "198.18.0.12"]
     });
+    let vip6 = format!("{VIP6}/128");
+    wait_for(
+        Duration::from_secs(20),
+        "one IPv6 next hop per node for the IPv6 address",
+        || next_hops_of(&lab, &vip6).len() == 2,
+    );
+    let hops6 = next_hops_of(&lab, &vip6);
+    assert!(
+        hops6.iter().all(|h| h.starts_with("fe80:")) && hops6[0] != hops6[1],
+        "two nodes' link-local next hops: {hops6:?}"
+    );
 
     let mut served = BTreeMap::<String, usize>::new();
     for _ in 0..16 {
@@ -66,6 +78,11 @@ fn routes_spread_over_nodes_and_a_killed_agent_or_cut_link_withdraws() {
     wait_for(Duration::from_secs(5), "node1's next hop withdrawn", || {
         next_hops(&lab) == ["198.18.0.12"]
     });
+    wait_for(
+        Duration::from_secs(5),
+        "node1's IPv6 next hop withdrawn",
+        || next_hops_of(&lab, &vip6).len() == 1,
+    );
     assert_eq!(established(&lab), 2, "the killed agent's session stays up");
     for _ in 0..4 {
         assert_eq!(

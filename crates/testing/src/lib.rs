@@ -8,12 +8,15 @@
 //! [`require`] says what a test needs from the machine: a missing requirement skips the test
 //! with a printed reason, or fails it under `CI=true` / `BERTH_REQUIRE_ROOT=1`.
 //!
-//! Features: `datapath` (the datapath's input model and iptables hooks) and `lab` (the lab API
-//! server and namespace harness); without them, the Kubernetes object builders alone.
+//! Features: `datapath` (the datapath's input model and iptables hooks), `lab` (the lab API
+//! server and namespace harness) and `bgp` (FRR routers for BGP tests); without them, the
+//! Kubernetes object builders alone.
 //!
 //! Address plan the defaults follow: Services 10.96.0.0/16, pods 10.244.<node>.0/24, nodes and
 //! clients on 198.18.0.0/24, load-balancer addresses 198.18.0.200 upward.
 
+#[cfg(feature = "bgp")]
+pub mod bgp;
 #[cfg(feature = "datapath")]
 pub mod datapath;
 #[cfg(feature = "datapath")]

@@ -6,7 +6,9 @@
 //! Address plan: LAN 198.18.0.0/24 (a bridge in `<prefix>-lan`): router 198.18.0.1, node1
 //! 198.18.0.11, node2 198.18.0.12. Behind the router, 198.19.20.0/24: router .1, client .100.
 //! The BGP pool 198.19.10.0/24 lies outside both, so the client's traffic is really routed.
-//! Nodes speak AS 64512, the router AS 64513.
+//! IPv6 on the LAN too, fd00:198:18::/64 (router ::1, nodes ::11 and ::12), with a second
+//! session per node over it (MP-BGP, IPv6 unicast) announcing fd00:19:10::5 from the pool
+//! fd00:19:10::/120. Nodes speak AS 64512, the router AS 64513.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,12 +23,16 @@ use berth_bgp::{render_frr_config, KernelRoutes, PoolFacts, SpeakerInput, Speake
 use berth_core::parse_address;
 
 pub const VIP: &str = "198.19.10.5";
+pub const VIP6: &str = "fd00:19:10::5";
+pub const ROUTER6: &str = "fd00:198:18::1";
 pub const HOLDER_ENV: &str = "BERTH_BGP_TEST_HOLDER";
-pub const FRR_DIR: &str = "/usr/lib/frr";
+pub use berth_testing::bgp::FRR_DIR;
 pub const NODES: [(&str, &str); 2] = [("node1", "198.18.0.11"), ("node2", "198.18.0.12")];
 
 /// The holder: when this process was re-executed as one (`BERTH_BGP_TEST_HOLDER=<netns>`), holds
-/// the routes and serves TCP until killed; otherwise returns at once.
+/// the routes and serves TCP until killed; otherwise returns at once. Each line `+<prefix>` or
+/// `-<prefix>` on its stdin adds or removes a route beside the VIP's, as the agent does for a
+/// Service; it answers `DONE` once the kernel has it.
 pub fn holder_process() {
     let Ok(netns) = std::env::var(HOLDER_ENV) else {
         return;
@@ -40,17 +46,40 @@ pub fn holder_process() {
     runtime.block_on(async {
         let routes = KernelRoutes::open().await.unwrap();
         let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await.unwrap();
-        let desired = [format!("{VIP}/32").parse().unwrap()].into();
+        let mut desired: std::collections::BTreeSet<ipnet::IpNet> = [
+            format!("{VIP}/32").parse().unwrap(),
+            format!("{VIP6}/128").parse().unwrap(),
+        ]
+        .into();
         routes.apply_routes(&desired).await.unwrap();
         println!("HOLDER-READY");
-        loop {
-            let (mut stream, _) = listener.accept().await.unwrap();
-            let reply = format!("{netns}\n");
-            tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
-                let _ = stream.write_all(reply.as_bytes()).await;
-            });
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let reply = format!("{netns}\n");
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    let _ = stream.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let (add, prefix) = line.split_at(1);
+            let Ok(prefix) = prefix.trim().parse::<ipnet::IpNet>() else {
+                continue;
+            };
+            if add == "+" {
+                desired.insert(prefix);
+            } else {
+                desired.remove(&prefix);
+            }
+            routes.apply_routes(&desired).await.unwrap();
+            println!("DONE");
         }
+        // Stdin closed: keep holding until killed.
+        std::future::pending::<()>().await;
     });
 }
 
@@ -59,6 +88,14 @@ pub struct Lab {
     pub prefix: String,
     pub dir: PathBuf,
     pub holders: BTreeMap<String, Child>,
+    /// Each holder's stdin (route commands) and stdout (their answers).
+    pub controls: BTreeMap<
+        String,
+        (
+            std::process::ChildStdin,
+            std::io::Lines<BufReader<std::process::ChildStdout>>,
+        ),
+    >,
 }
 
 impl Lab {
@@ -71,6 +108,7 @@ impl Lab {
             prefix,
             dir,
             holders: BTreeMap::new(),
+            controls: BTreeMap::new(),
         };
         build_topology(&lab);
         start_frr(&lab, "router", &router_config());
@@ -106,18 +144,7 @@ impl Drop for Lab {
             let _ = child.wait();
         }
         for name in ["router", "node1", "node2"] {
-            for daemon in ["bgpd", "bfdd", "zebra"] {
-                let pid_file = self.frr_dir(name).join(format!("{daemon}.pid"));
-                if let Some(pid) = std::fs::read_to_string(&pid_file)
-                    .ok()
-                    .and_then(|p| p.trim().parse::<i32>().ok())
-                {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-            }
+            berth_testing::bgp::kill_frr(&self.frr_dir(name));
         }
         for name in ["client", "router", "node1", "node2", "lan"] {
             let _ = Command::new("ip")
@@ -193,6 +220,17 @@ pub fn build_topology(lab: &Lab) {
             &format!("{address}/24"),
             "dev",
             "eth0",
+        ]);
+        run(&[
+            "ip",
+            "-n",
+            &lab.ns(name),
+            "addr",
+            "add",
+            &format!("{}/64", lan6(address)),
+            "dev",
+            "eth0",
+            "nodad",
         ]);
     }
     let router = lab.ns("router");
@@ -289,80 +327,44 @@ pub fn build_topology(lab: &Lab) {
     }
 }
 
-pub fn start_frr(lab: &Lab, name: &str, config: &str) {
-    let dir = lab.frr_dir(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("frr.conf"), config).unwrap();
-    // FRR drops to its own user; its sockets and pid files live in this directory.
-    run(&["chown", "-R", "frr:frr", dir.to_str().unwrap()]);
-    for daemon in ["zebra", "bfdd", "bgpd"] {
-        let d = dir.to_str().unwrap();
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            &lab.ns(name),
-            &format!("{FRR_DIR}/{daemon}"),
-            "-d",
-            "-u",
-            "frr",
-            "-g",
-            "frr",
-            "-i",
-            &format!("{d}/{daemon}.pid"),
-            "--vty_socket",
-            d,
-            "-z",
-            &format!("{d}/zserv.api"),
-            "-f",
-            "/dev/null",
-            "--log",
-            &format!("file:{d}/{daemon}.log"),
-        ]);
-    }
-    wait_for(Duration::from_secs(10), "FRR's vty sockets", || {
-        ["zebra", "bgpd", "bfdd"]
-            .iter()
-            .all(|d| dir.join(format!("{d}.vty")).exists())
-    });
+/// A LAN member's IPv6 address: its IPv4 host number in fd00:198:18::/64.
+pub fn lan6(v4: &str) -> String {
+    format!("fd00:198:18::{}", v4.rsplit('.').next().unwrap())
 }
 
-/// Applies `frr.conf` through frr-reload.py, as the agent's sidecar does.
+pub fn start_frr(lab: &Lab, name: &str, config: &str) {
+    berth_testing::bgp::start_frr(&lab.ns(name), &lab.frr_dir(name), config);
+}
+
+/// Applies `frr.conf` through frr-reload.py, as the agent does.
 pub fn reload_frr(lab: &Lab, name: &str) {
-    let dir = lab.frr_dir(name);
-    let d = dir.to_str().unwrap();
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &lab.ns(name),
-        "python3",
-        &format!("{FRR_DIR}/frr-reload.py"),
-        "--reload",
-        "--stdout",
-        "--vty_socket",
-        d,
-        "--confdir",
-        d,
-        "--rundir",
-        d,
-        &format!("{d}/frr.conf"),
-    ]);
+    berth_testing::bgp::reload_frr(&lab.ns(name), &lab.frr_dir(name));
 }
 
 pub fn vtysh(lab: &Lab, name: &str, command: &str) -> String {
+    berth_testing::bgp::vtysh(&lab.ns(name), &lab.frr_dir(name), command)
+}
+
+/// Configuration commands through vtysh, in `conf t`.
+pub fn vtysh_config(lab: &Lab, name: &str, commands: &[&str]) {
     let dir = lab.frr_dir(name);
-    output(&[
-        "ip",
-        "netns",
-        "exec",
-        &lab.ns(name),
-        "vtysh",
-        "--vty_socket",
-        dir.to_str().unwrap(),
-        "-c",
-        command,
-    ])
+    let mut args = vec![
+        "ip".to_string(),
+        "netns".into(),
+        "exec".into(),
+        lab.ns(name),
+        "vtysh".into(),
+        "--vty_socket".into(),
+        dir.to_str().unwrap().into(),
+        "-c".into(),
+        "conf t".into(),
+    ];
+    for c in commands {
+        args.push("-c".into());
+        args.push((*c).to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(&args);
 }
 
 pub fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
@@ -378,43 +380,11 @@ pub fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 
 /// The router's next hops for the VIP, from its kernel FIB.
 pub fn next_hops(lab: &Lab) -> Vec<String> {
-    let json = output(&[
-        "ip",
-        "-j",
-        "-n",
-        &lab.ns("router"),
-        "route",
-        "show",
-        &format!("{VIP}/32"),
-    ]);
-    let routes: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-    let mut hops: Vec<String> = Vec::new();
-    for route in routes.as_array().into_iter().flatten() {
-        if let Some(gw) = route["gateway"].as_str() {
-            hops.push(gw.to_string());
-        }
-        for hop in route["nexthops"].as_array().into_iter().flatten() {
-            if let Some(gw) = hop["gateway"].as_str() {
-                hops.push(gw.to_string());
-            }
-        }
-    }
-    hops.sort();
-    hops
+    next_hops_of(lab, &format!("{VIP}/32"))
 }
 
 pub fn established(lab: &Lab) -> usize {
-    let json = vtysh(lab, "router", "show bgp ipv4 unicast summary json");
-    let summary: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-    summary["peers"]
-        .as_object()
-        .map(|peers| {
-            peers
-                .values()
-                .filter(|p| p["state"] == "Established")
-                .count()
-        })
-        .unwrap_or(0)
+    berth_testing::bgp::established(&lab.ns("router"), &lab.frr_dir("router"))
 }
 
 /// Whether the router's BFD session with `peer` is up (BFD can only detect what it watches).
@@ -437,14 +407,34 @@ pub fn spawn_holder(lab: &mut Lab, name: &str) {
             "--test-threads=1",
         ])
         .env(HOLDER_ENV, lab.ns(name))
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    let stdin = child.stdin.take().unwrap();
     lab.holders.insert(name.to_string(), child);
     let mut lines = BufReader::new(stdout).lines();
     let ready = lines.any(|l| l.is_ok_and(|l| l.contains("HOLDER-READY")));
     assert!(ready, "the {name} holder did not start");
+    lab.controls.insert(name.to_string(), (stdin, lines));
+}
+
+/// Makes `name`'s holder add (`true`) or remove a route for `prefix`; returns once it is in
+/// the node's kernel.
+pub fn holder_route(lab: &mut Lab, name: &str, prefix: &str, add: bool) {
+    use std::io::Write;
+    let (stdin, lines) = lab.controls.get_mut(name).unwrap();
+    writeln!(stdin, "{}{prefix}", if add { '+' } else { '-' }).unwrap();
+    stdin.flush().unwrap();
+    let done = lines.any(|l| l.is_ok_and(|l| l.contains("DONE")));
+    assert!(done, "the {name} holder did not apply {prefix}");
+}
+
+/// The router's next hops for `prefix` (either family), from its kernel FIB. IPv6 next hops
+/// are the nodes' link-local addresses, as FRR installs them for directly connected peers.
+pub fn next_hops_of(lab: &Lab, prefix: &str) -> Vec<String> {
+    berth_testing::bgp::fib_next_hops(&lab.ns("router"), prefix)
 }
 
 /// Connects from the client to the VIP; the answer names the node that served it.
@@ -473,10 +463,15 @@ pub fn router_config() -> String {
          no bgp ebgp-requires-policy\n neighbor nodes peer-group\n neighbor nodes remote-as 64512\n \
          neighbor nodes timers 3 9\n neighbor nodes timers connect 1\n neighbor nodes bfd\n neighbor nodes bfd profile fast\n",
     );
+    // The IPv6 sessions carry IPv6 unicast only.
+    c.push_str(" neighbor nodes6 peer-group\n neighbor nodes6 remote-as 64512\n neighbor nodes6 timers 3 9\n neighbor nodes6 timers connect 1\n");
     for (_, address) in NODES {
         c.push_str(&format!(" neighbor {address} peer-group nodes\n"));
+        c.push_str(&format!(" neighbor {} peer-group nodes6\n", lan6(address)));
     }
-    c.push_str(" address-family ipv4 unicast\n  maximum-paths 8\n exit-address-family\nexit\n!\nbfd\n profile fast\n  receive-interval 100\n  transmit-interval 100\n exit\nexit\n!\nend\n");
+    c.push_str(" address-family ipv4 unicast\n  no neighbor nodes6 activate\n  maximum-paths 8\n exit-address-family\n");
+    c.push_str(" address-family ipv6 unicast\n  neighbor nodes6 activate\n  maximum-paths 8\n exit-address-family\n");
+    c.push_str("exit\n!\nbfd\n profile fast\n  receive-interval 100\n  transmit-interval 100\n exit\nexit\n!\nend\n");
     c
 }
 
@@ -486,24 +481,32 @@ pub fn node_config(name: &str, address: &str) -> String {
         labels: BTreeMap::new(),
         router_id: Some(address.parse().unwrap()),
     };
-    let peers = [(
-        "router".to_string(),
-        BGPPeerSpec {
-            my_asn: 64512,
-            peer_asn: 64513,
-            peer_address: "198.18.0.1".into(),
-            peer_port: None,
-            source_address: None,
-            hold_time: None,
-            keepalive_time: None,
-            router_id: None,
-            node_selectors: Vec::new(),
-            password_secret: None,
-            bfd_profile: Some("fast".into()),
-            ebgp_multi_hop: None,
-            enable_graceful_restart: None,
-        },
-    )];
+    let router = BGPPeerSpec {
+        my_asn: 64512,
+        peer_asn: 64513,
+        peer_address: "198.18.0.1".into(),
+        peer_port: None,
+        source_address: None,
+        hold_time: None,
+        keepalive_time: None,
+        router_id: None,
+        node_selectors: Vec::new(),
+        password_secret: None,
+        bfd_profile: Some("fast".into()),
+        ebgp_multi_hop: None,
+        enable_graceful_restart: None,
+    };
+    let peers = [
+        ("router".to_string(), router.clone()),
+        (
+            "router6".to_string(),
+            BGPPeerSpec {
+                peer_address: ROUTER6.into(),
+                bfd_profile: None,
+                ..router
+            },
+        ),
+    ];
     let profiles = [("fast".to_string(), BFDProfileSpec::default())];
     let advertisements = [(
         "bgp".to_string(),
@@ -516,7 +519,10 @@ pub fn node_config(name: &str, address: &str) -> String {
     let pools = [PoolFacts {
         name: "bgp".into(),
         labels: BTreeMap::new(),
-        ranges: vec![parse_address("198.19.10.0/24").unwrap()],
+        ranges: vec![
+            parse_address("198.19.10.0/24").unwrap(),
+            parse_address("fd00:19:10::/120").unwrap(),
+        ],
     }];
     let rendered = render_frr_config(&SpeakerInput {
         node: &node,

@@ -153,6 +153,17 @@ const BUILT_INS: &[BuiltIn] = &[
         scale: false,
         short: &["cm"],
     },
+    // BGP peers' passwords; stored as written (`stringData` is not folded into `data`).
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "secrets",
+        kind: "Secret",
+        namespaced: true,
+        status: false,
+        scale: false,
+        short: &[],
+    },
     BuiltIn {
         group: "discovery.k8s.io",
         version: "v1",
