@@ -62,7 +62,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 # 1. The root filesystem. Reproducible for a given archive state (SOURCE_DATE_EPOCH).
-rootfs=$out/rootfs-$suite.tar
+# The cached tar is named after what goes into it, so a changed package list or user hook
+# never reuses a root filesystem made from the old one.
+rootfs=$out/rootfs-$suite-$(printf '%s\n%s\n%s\n' "$packages" "$frr_users" "$mirror" | sha256sum | cut -c1-12).tar
 if [[ ! -s $rootfs ]]; then
     start=$(date +%s)
     say "root filesystem: Debian $suite with $packages from $mirror"
