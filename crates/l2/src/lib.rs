@@ -10,9 +10,12 @@
 //!
 //! # Decisions
 //!
-//! - **One election per address**: the Services holding an IP are merged first; the IP is
-//!   gated on local endpoints only when every one of them uses `externalTrafficPolicy: Local`
-//!   (then any node with a Ready endpoint of any of them qualifies).
+//! - **One election per address**: the Services holding an IP are merged first. Each Service
+//!   with `externalTrafficPolicy: Local` restricts the candidates to the nodes running one of
+//!   its Ready endpoints, so an address shared by Local Services is answered only where every
+//!   one of them has an endpoint (answered elsewhere, one Service's port would time out, its
+//!   traffic dropped for want of a local endpoint); when no node has them all, nobody answers
+//!   and the address counts as `unowned`. Cluster-policy Services restrict nothing.
 //! - **Which Services**: LoadBalancer Services of class `berth.dev/l2`, or of no class; their
 //!   `status.loadBalancer.ingress[].ip` are the addresses. Whatever the class, an address
 //!   outside every IPPool is never answered.
