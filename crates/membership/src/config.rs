@@ -47,6 +47,13 @@ pub struct MembershipOptions {
     pub takeover_hold: Duration,
     /// How far a message's timestamp may be from the receiver's clock.
     pub clock_window: Duration,
+    /// How often every agent sends each peer a heartbeat.
+    pub heartbeat_interval: Duration,
+    /// How long this node answers without hearing a majority of its peers.
+    pub withdraw_after: Duration,
+    /// How long a peer stays live without being heard (then its addresses move). At least
+    /// `withdraw_after` plus two heartbeat intervals, so a node cut off withdraws first.
+    pub failure_timeout: Duration,
 }
 
 impl Default for MembershipOptions {
@@ -65,6 +72,9 @@ impl Default for MembershipOptions {
             suspicion_timeout: Duration::from_millis(400),
             takeover_hold: Duration::from_millis(300),
             clock_window: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_millis(40),
+            withdraw_after: Duration::from_millis(130),
+            failure_timeout: Duration::from_millis(250),
         }
     }
 }
@@ -136,6 +146,34 @@ impl MembershipOptions {
             }
             if self.suspicion_timeout.is_zero() {
                 return Err(invalid("suspicion timeout", "must be greater than zero"));
+            }
+            if self.heartbeat_interval < Duration::from_millis(5) {
+                return Err(invalid("heartbeat interval", "must be at least 5ms"));
+            }
+            if self.withdraw_after <= self.heartbeat_interval {
+                return Err(invalid(
+                    "withdraw after",
+                    format!(
+                        "{:?} must be longer than the heartbeat interval {:?}",
+                        self.withdraw_after, self.heartbeat_interval
+                    ),
+                ));
+            }
+            let timing = crate::live::Timing {
+                heartbeat: self.heartbeat_interval,
+                withdraw: self.withdraw_after,
+                failure: self.failure_timeout,
+            };
+            if !timing.is_safe() {
+                return Err(invalid(
+                    "failure timeout",
+                    format!(
+                        "{:?} must be at least the withdrawal time {:?} plus two heartbeat intervals ({:?}): a node cut off must stop answering before its peers take over",
+                        self.failure_timeout,
+                        self.withdraw_after,
+                        self.withdraw_after + self.heartbeat_interval * 2
+                    ),
+                ));
             }
             if self.clock_window < Duration::from_millis(100) {
                 return Err(invalid("clock window", "must be at least 100ms"));
@@ -223,6 +261,15 @@ impl MembershipConfig {
 
     pub fn clock_window(&self) -> Duration {
         self.options.clock_window
+    }
+
+    /// The heartbeat's three times.
+    pub fn timing(&self) -> crate::live::Timing {
+        crate::live::Timing {
+            heartbeat: self.options.heartbeat_interval,
+            withdraw: self.options.withdraw_after,
+            failure: self.options.failure_timeout,
+        }
     }
 
     /// The slowest crash detection SWIM allows with these timings for a cluster where every

@@ -26,14 +26,21 @@ use crate::gate::{Gate, Sources};
 use crate::identity::Peer;
 use crate::lease::{build_lease, LeaseView};
 use crate::live::{
-    cluster_peers, compute_live, live_set, LeaseState, Mode, PeerFacts, SelfHold, SwimState,
+    cluster_peers, compute_live, live_set, next_change, LeaseState, Mode, PeerFacts, SelfHold,
+    SwimState,
 };
 use crate::metrics::MembershipMetrics;
-use crate::swim::{Outgoing, Swim, SwimEvent};
+use crate::swim::{Heard, Outgoing, Swim, SwimEvent};
 use crate::Error;
 
 /// The set of nodes whose agents are live now, this node included when it counts itself.
 pub type LiveNodes = Arc<BTreeSet<String>>;
+
+/// Until when this node may answer for its addresses: `None` without limit, `Some(t)` only
+/// before `t` (a past instant: not at all). Responders check it on every request, so a
+/// node that stops hearing its peers, or was stopped, falls silent on time whatever its
+/// tasks are doing.
+pub type AnswerUntil = Option<Instant>;
 
 /// How often peers with a fresh Lease that SWIM does not count alive are asked to let this
 /// node join.
@@ -51,6 +58,8 @@ pub struct Membership {
     config: MembershipConfig,
     client: Client,
     live: watch::Sender<LiveNodes>,
+    until: watch::Sender<AnswerUntil>,
+    ready: Option<watch::Receiver<bool>>,
     metrics: MembershipMetrics,
     socket: Option<std::net::UdpSocket>,
 }
@@ -63,10 +72,14 @@ impl Membership {
         client: Client,
     ) -> (Membership, watch::Receiver<LiveNodes>) {
         let (live, receiver) = watch::channel(LiveNodes::default());
+        // Nothing is answered before the first verdict.
+        let (until, _) = watch::channel(Some(Instant::now()));
         let membership = Membership {
             config,
             client,
             live,
+            until,
+            ready: None,
             metrics: MembershipMetrics::default(),
             socket: None,
         };
@@ -77,6 +90,19 @@ impl Membership {
     /// binding the configured address. Its address is advertised unless one is configured.
     pub fn with_socket(mut self, socket: std::net::UdpSocket) -> Self {
         self.socket = Some(socket);
+        self
+    }
+
+    /// Until when this node may answer (see [`AnswerUntil`]).
+    pub fn answer_until(&self) -> watch::Receiver<AnswerUntil> {
+        self.until.subscribe()
+    }
+
+    /// This node counts itself live (and says so to its peers) only while `ready` holds
+    /// true: the announcer says whether it is ready to answer. A dropped sender counts as
+    /// ready. Without this, the node is always ready.
+    pub fn with_ready(mut self, ready: watch::Receiver<bool>) -> Self {
+        self.ready = Some(ready);
         self
     }
 
@@ -97,6 +123,8 @@ impl Membership {
             config,
             client,
             live,
+            until,
+            mut ready,
             metrics,
             socket,
         } = self;
@@ -141,10 +169,16 @@ impl Membership {
         let mut state = LoopState {
             node: node.clone(),
             mode: if swim.is_some() {
-                Mode::Membership
+                Mode::Membership(config.timing())
             } else {
                 Mode::LeaseOnly
             },
+            sight: BTreeMap::new(),
+            self_live: false,
+            ready: ready.as_ref().is_none_or(|r| *r.borrow()),
+            until,
+            next_beat: Instant::now(),
+            next_change: None,
             view: LeaseView::default(),
             listed: false,
             nodes: NodeNames::default(),
@@ -173,6 +207,20 @@ impl Membership {
                 () = tokio::time::sleep_until(wake.into()) => {
                     if let Some(swim) = swim.as_mut() {
                         swim.fire_due(Instant::now());
+                    }
+                }
+                changed = async {
+                    match ready.as_mut() {
+                        Some(rx) => rx.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    state.ready = match ready.as_ref() {
+                        Some(rx) if changed => *rx.borrow(),
+                        _ => true,
+                    };
+                    if !changed {
+                        ready = None;
                     }
                 }
                 _ = rejoin.tick(), if swim.is_some() => {
@@ -213,8 +261,19 @@ impl Membership {
                 let (out, events) = swim.drain(unix_micros());
                 send_all(socket.as_deref(), out).await;
                 state.on_swim_events(events);
+                state.on_heard(swim.take_heard(), Instant::now());
             }
-            if state.publish(swim.as_ref(), false) {
+            let was_live = state.self_live;
+            let cut_off = state.publish(swim.as_ref(), false);
+            if let Some(swim) = swim.as_mut() {
+                let now = Instant::now();
+                if now >= state.next_beat || state.self_live != was_live {
+                    let beats = state.heartbeats(swim);
+                    send_all(socket.as_deref(), beats).await;
+                    state.next_beat = now + state.heartbeat_interval();
+                }
+            }
+            if cut_off {
                 if let Some(swim) = swim.as_mut().filter(|s| s.has_members()) {
                     tracing::warn!(
                         "cut off from the other agents; SWIM starts over as a new identity"
@@ -228,8 +287,13 @@ impl Membership {
         };
 
         receiver_stop.cancel();
-        // Stop: withdraw, delete the Lease first, then leave SWIM.
+        // Stop: withdraw, tell the peers (they take over at once), delete the Lease, then
+        // leave SWIM.
         state.publish(swim.as_ref(), true);
+        if let Some(swim) = swim.as_mut() {
+            let beats = state.heartbeats(swim);
+            send_all(socket.as_deref(), beats).await;
+        }
         renewer_stop.cancel();
         if let Err(err) = (&mut renewer.0).await {
             tracing::warn!(error = %err, "the Lease renewer stopped abnormally");
@@ -428,6 +492,16 @@ struct LoopState {
     probe_timeout: Duration,
     metrics: MembershipMetrics,
     live: watch::Sender<LiveNodes>,
+    /// Each peer's last authenticated datagram, and whether its last heartbeat said ready.
+    sight: BTreeMap<String, (Instant, bool)>,
+    /// Whether this node counted itself at the last look (what its heartbeats say).
+    self_live: bool,
+    /// Whether the announcer is ready to answer.
+    ready: bool,
+    until: watch::Sender<AnswerUntil>,
+    next_beat: Instant,
+    /// When the verdict changes next with nothing heard.
+    next_change: Option<Instant>,
 }
 
 impl LoopState {
@@ -498,6 +572,34 @@ impl LoopState {
         }
     }
 
+    /// Records what was heard; a SWIM message keeps the sender's last heartbeat's word.
+    fn on_heard(&mut self, heard: Vec<Heard>, now: Instant) {
+        for Heard { node, ready } in heard {
+            let entry = self.sight.entry(node).or_insert((now, false));
+            entry.0 = now;
+            if let Some(ready) = ready {
+                entry.1 = ready;
+            }
+        }
+    }
+
+    fn heartbeat_interval(&self) -> Duration {
+        match self.mode {
+            Mode::Membership(timing) => timing.heartbeat,
+            Mode::LeaseOnly => Duration::from_secs(3600),
+        }
+    }
+
+    /// A heartbeat to every peer that advertises an endpoint, saying whether this node counts
+    /// itself live.
+    fn heartbeats(&self, swim: &mut Swim) -> Vec<Outgoing> {
+        let micros = unix_micros();
+        self.sources()
+            .into_iter()
+            .map(|(endpoint, node)| swim.heartbeat(&node, endpoint, self.self_live, micros))
+            .collect()
+    }
+
     fn on_swim_events(&mut self, events: Vec<SwimEvent>) {
         for event in events {
             match event {
@@ -523,10 +625,13 @@ impl LoopState {
             // One millisecond late, so the Lease has expired when we look.
             now + Duration::from_millis(u64::try_from(end - now_ms).unwrap_or(0) + 1)
         });
+        let beat = swim.map(|_| self.next_beat);
         [
             swim.and_then(Swim::next_timer),
             lease,
             self.hold.wake_at(now),
+            beat,
+            self.next_change,
         ]
         .into_iter()
         .flatten()
@@ -542,45 +647,53 @@ impl LoopState {
             return false;
         }
         let now_ms = unix_millis();
+        let now = Instant::now();
         let mut peers: BTreeMap<String, PeerFacts> = BTreeMap::new();
         for node in self.view.nodes() {
-            let state = match swim.map(|s| s.state(node)) {
-                // Never heard: is it in SWIM at all? Its Lease says.
-                Some(SwimState::Unknown) | None if self.view.endpoint(node).is_none() => {
-                    SwimState::NotMember
-                }
-                Some(state) => state,
-                None => SwimState::Unknown,
-            };
+            let sight = self.sight.get(node);
             peers.insert(
                 node.to_string(),
                 PeerFacts {
                     lease: self.view.state(node, now_ms),
-                    swim: state,
+                    member: swim.is_some() && self.view.endpoint(node).is_some(),
+                    heard: sight.map(|s| s.0),
+                    ready: sight.is_some_and(|s| s.1),
                 },
             );
         }
-        if let Some(swim) = swim {
-            for (node, state) in swim.states() {
-                peers.entry(node.clone()).or_insert(PeerFacts {
-                    lease: self.view.state(node, now_ms),
-                    swim: *state,
-                });
-            }
+        // Heard, but without a Lease (deleted by a stopping agent, or not seen yet).
+        for (node, (heard, ready)) in &self.sight {
+            peers.entry(node.clone()).or_insert(PeerFacts {
+                lease: LeaseState::Absent,
+                member: true,
+                heard: Some(*heard),
+                ready: *ready,
+            });
         }
         peers.remove(&self.node);
         let peers = cluster_peers(peers, &self.node, &self.nodes.names);
         let own_lease = self.view.state(&self.node, now_ms);
-        let verdict = compute_live(self.mode, &self.node, own_lease, &peers);
+        let verdict = compute_live(self.mode, &self.node, own_lease, &peers, now);
+        self.next_change = next_change(self.mode, &peers, now);
         // Only on losing eligibility: a starting node that has heard few peers yet is not
         // cut off, it is joining.
-        let cut_off = self.mode == Mode::Membership
+        let cut_off = matches!(self.mode, Mode::Membership(_))
             && own_lease != LeaseState::Absent
             && self.was_eligible
             && !verdict.self_eligible;
         self.was_eligible = verdict.self_eligible;
         let eligible = verdict.self_eligible && !stopping;
-        let self_live = self.hold.observe(eligible, Instant::now());
+        let held = self.hold.observe(eligible, now);
+        let self_live = held && (self.ready || self.mode == Mode::LeaseOnly);
+        self.self_live = self_live;
+        // The responders' limit goes first: when this node stops, it stops before anything
+        // else hears of it.
+        let until = if self_live { verdict.until } else { Some(now) };
+        self.until.send_if_modified(|current| {
+            let changed = *current != until;
+            *current = until;
+            changed
+        });
         let set = live_set(verdict, &self.node, self_live);
         let metrics = &self.metrics;
         let node = &self.node;

@@ -35,6 +35,20 @@ pub struct Outgoing {
 
 type Engine = Foca<Peer, PostcardCodec, StdRng, NoCustomBroadcast>;
 
+/// A heartbeat's payload: these bytes, then one byte, 1 when the sender counts itself live
+/// (it answers for its addresses), 0 when not. foca's messages cannot begin so: postcard
+/// would read the first two bytes as a name longer than any datagram.
+pub const HEARTBEAT: &[u8; 4] = b"\xffBHB";
+
+/// An authenticated datagram, as the heartbeat view needs it: who sent it, and what it said
+/// of itself if it was a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heard {
+    pub node: String,
+    /// `Some(ready)` for a heartbeat, `None` for a SWIM message.
+    pub ready: Option<bool>,
+}
+
 pub struct Swim {
     foca: Engine,
     config: foca::Config,
@@ -49,6 +63,8 @@ pub struct Swim {
     /// until it rejoins).
     states: BTreeMap<String, SwimState>,
     heard: BTreeMap<String, Instant>,
+    /// Authenticated datagrams since the last [`Swim::take_heard`].
+    fresh: Vec<Heard>,
     events: Vec<SwimEvent>,
 }
 
@@ -66,6 +82,7 @@ impl Swim {
             timers: BinaryHeap::new(),
             states: BTreeMap::new(),
             heard: BTreeMap::new(),
+            fresh: Vec::new(),
             events: Vec::new(),
         }
     }
@@ -114,12 +131,41 @@ impl Swim {
         }
         self.guard.admit(opened.sender, opened.stamp, now_micros)?;
         self.heard.insert(opened.sender.to_string(), now);
+        if let Some(flag) = opened.payload.strip_prefix(HEARTBEAT.as_slice()) {
+            self.fresh.push(Heard {
+                node: opened.sender.to_string(),
+                ready: Some(flag == [1]),
+            });
+            return Ok(());
+        }
+        self.fresh.push(Heard {
+            node: opened.sender.to_string(),
+            ready: None,
+        });
         if let Err(err) = self.foca.handle_data(opened.payload, &mut self.runtime) {
             // Authentic but not usable by foca (e.g. from a down member): nothing to do.
             tracing::debug!(error = %err, sender = opened.sender, "membership data ignored");
         }
         self.collect(now);
         Ok(())
+    }
+
+    /// The authenticated datagrams received since the last call.
+    pub fn take_heard(&mut self) -> Vec<Heard> {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// A heartbeat to `node` at `to`, sealed like every datagram; `ready`: this node counts
+    /// itself live.
+    pub fn heartbeat(&mut self, node: &str, to: SocketAddr, ready: bool, now_micros: u64) -> Outgoing {
+        let me = self.foca.identity().node.clone();
+        let stamp = self.stamper.next(now_micros);
+        let mut payload = HEARTBEAT.to_vec();
+        payload.push(u8::from(ready));
+        Outgoing {
+            to,
+            datagram: seal(&self.key, &me, node, stamp, &payload),
+        }
     }
 
     /// When the next timer is due.
