@@ -75,7 +75,10 @@ pub use index::L2Index;
 pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
 pub use schedule::{GratuitousSchedule, InterfaceHold, StartupSettle};
-pub use speaker::{run_link, run_link_refreshing, L2Metrics};
+pub use speaker::{
+    find_conflict, may_answer, run_link, run_link_refreshing, run_link_with, Conflict, L2Metrics,
+    LinkOptions,
+};
 pub use status::{
     build_announced, build_status, is_own_record, parse_status, plan_status, status_name,
     superseded_records, Announced, StatusPlan,
