@@ -180,10 +180,7 @@ async fn trial(lab: &mut L2Lab, fault: Fault) -> Trial {
             .collect();
         let last_before = interim.iter().filter(|at| **at <= first).max().copied();
         let after = interim.iter().any(|at| *at > first);
-        (
-            last_before.map_or(Duration::ZERO, |at| first - at),
-            after,
-        )
+        (last_before.map_or(Duration::ZERO, |at| first - at), after)
     };
     eventually_tcp(&lab.client_ns, "web", "TCP after the owner came back").await;
     // Let the interim owner's and the returning owner's gratuitous rounds pass.
@@ -229,7 +226,11 @@ async fn rows_for(lab: &mut L2Lab, faults: &[Fault], liveness: &'static str, n: 
                 secs(t.tcp),
                 secs(t.new_conn),
                 secs(t.handback),
-                if t.handback_overlap { " (two answers)" } else { "" }
+                if t.handback_overlap {
+                    " (two answers)"
+                } else {
+                    ""
+                }
             );
             trials.push(t);
         }
@@ -309,7 +310,13 @@ async fn loaded(lab: &mut L2Lab, n: usize, watch: Duration) -> Option<(Row, f64,
     }
     let _load = Load::start(&lab.client_ns)?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut rows = rows_for(lab, &[Fault::Crash], "membership, stress-ng on all cores", n).await;
+    let mut rows = rows_for(
+        lab,
+        &[Fault::Crash],
+        "membership, stress-ng on all cores",
+        n,
+    )
+    .await;
     // Past the last trial's gratuitous rounds and handback.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (own_before, live_before) = change_counters(lab);
@@ -433,7 +440,8 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in &rows {
-        let pick = |f: fn(&Trial) -> Duration| -> Vec<Duration> { row.trials.iter().map(f).collect() };
+        let pick =
+            |f: fn(&Trial) -> Duration| -> Vec<Duration> { row.trials.iter().map(f).collect() };
         let (arp, tcp, conn, back) = (
             pick(|t| t.arp),
             pick(|t| t.tcp),

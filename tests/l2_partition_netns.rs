@@ -124,10 +124,7 @@ fn double_answers(
 }
 
 /// Which MAC answered each address in the rounds after `from` (the last answer wins).
-fn answerers(
-    seen: &[(Instant, IpAddr, Mac, bool)],
-    from: Instant,
-) -> BTreeMap<IpAddr, Mac> {
+fn answerers(seen: &[(Instant, IpAddr, Mac, bool)], from: Instant) -> BTreeMap<IpAddr, Mac> {
     seen.iter()
         .filter(|(at, _, _, gratuitous)| *at >= from && !gratuitous)
         .map(|(_, ip, mac, _)| (*ip, *mac))
@@ -178,7 +175,11 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
         .collect();
     for (ip, owner) in &owners {
         lab.capture
-            .until(&ip.to_string(), Some(macs[owner.as_str()]), "first election")
+            .until(
+                &ip.to_string(),
+                Some(macs[owner.as_str()]),
+                "first election",
+            )
             .await;
     }
     // Past the first takeovers' gratuitous rounds.

@@ -339,7 +339,9 @@ pub async fn run_link_with<L: Link>(
                 metrics.requests_received.inc();
                 metrics
                     .ignored
-                    .get_or_create(&ReasonLabels { reason: "withdrawn" })
+                    .get_or_create(&ReasonLabels {
+                        reason: "withdrawn",
+                    })
                     .inc();
             }
             Ok(reply) => {

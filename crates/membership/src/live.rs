@@ -221,7 +221,11 @@ pub fn compute_live(
 
 /// The next instant a verdict can change with nothing heard: a peer's last datagram ageing
 /// past the withdrawal time or the failure timeout.
-pub fn next_change(mode: Mode, peers: &BTreeMap<String, PeerFacts>, now: Instant) -> Option<Instant> {
+pub fn next_change(
+    mode: Mode,
+    peers: &BTreeMap<String, PeerFacts>,
+    now: Instant,
+) -> Option<Instant> {
     let Mode::Membership(timing) = mode else {
         return None;
     };
@@ -294,7 +298,6 @@ pub fn live_set(verdict: Verdict, me: &str, self_live: bool) -> BTreeSet<String>
     }
     set
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -590,7 +593,11 @@ mod tests {
             now,
         );
         assert!(!lease_only.peers.iter().any(|p| p.starts_with("ghost")));
-        let alone = cluster_peers(view(&[("a", heard(Fresh, now, None, false))]), "a", &BTreeSet::new());
+        let alone = cluster_peers(
+            view(&[("a", heard(Fresh, now, None, false))]),
+            "a",
+            &BTreeSet::new(),
+        );
         assert!(alone.contains_key("a"));
     }
 
@@ -627,7 +634,14 @@ mod tests {
     fn first_double_answer(t: Timing) -> Option<String> {
         let mode = Mode::Membership(t);
         let nodes = ["a", "b", "c"];
-        let rankings: [[usize; 3]; 6] = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+        let rankings: [[usize; 3]; 6] = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
         let start = t0();
         let cut_at = start + MS(1000);
         for cut in 0..3 {
@@ -651,12 +665,15 @@ mod tests {
                             let peers: BTreeMap<String, PeerFacts> = (0..3)
                                 .filter(|j| *j != i)
                                 .map(|j| {
-                                    (nodes[j].to_string(), PeerFacts {
-                                        lease: Fresh,
-                                        member: true,
-                                        heard: Some(last_heard(i, j, now)),
-                                        ready: true,
-                                    })
+                                    (
+                                        nodes[j].to_string(),
+                                        PeerFacts {
+                                            lease: Fresh,
+                                            member: true,
+                                            heard: Some(last_heard(i, j, now)),
+                                            ready: true,
+                                        },
+                                    )
                                 })
                                 .collect();
                             let v = compute_live(mode, nodes[i], Fresh, &peers, now);

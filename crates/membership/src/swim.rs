@@ -157,7 +157,13 @@ impl Swim {
 
     /// A heartbeat to `node` at `to`, sealed like every datagram; `ready`: this node counts
     /// itself live.
-    pub fn heartbeat(&mut self, node: &str, to: SocketAddr, ready: bool, now_micros: u64) -> Outgoing {
+    pub fn heartbeat(
+        &mut self,
+        node: &str,
+        to: SocketAddr,
+        ready: bool,
+        now_micros: u64,
+    ) -> Outgoing {
         let me = self.foca.identity().node.clone();
         let stamp = self.stamper.next(now_micros);
         let mut payload = HEARTBEAT.to_vec();
