@@ -205,6 +205,14 @@ impl Membership {
                 biased;
                 () = shutdown.cancelled() => break Ok(()),
                 () = tokio::time::sleep_until(wake.into()) => {
+                    // What arrived while this task waited (or while the process was not
+                    // running at all) is read before anyone is judged silent: a busy node
+                    // must not take its own lateness for its peers' silence. Bounded by the
+                    // queue, which only the gate fills.
+                    tokio::task::yield_now().await;
+                    while let Ok((datagram, from)) = datagrams.try_recv() {
+                        receive_one(swim.as_mut(), &datagram, from, &metrics);
+                    }
                     if let Some(swim) = swim.as_mut() {
                         swim.fire_due(Instant::now());
                     }
@@ -249,12 +257,7 @@ impl Membership {
                     None => break Err(Error::WatchEnded),
                 },
                 Some((datagram, from)) = datagrams.recv() => {
-                    if let Some(swim) = swim.as_mut() {
-                        if let Err(refusal) = swim.receive(&datagram, Instant::now(), unix_micros()) {
-                            tracing::debug!(from = %from, reason = refusal.label(), "membership datagram refused");
-                            metrics.refuse(refusal);
-                        }
-                    }
+                    receive_one(swim.as_mut(), &datagram, from, &metrics);
                 }
             }
             if let Some(swim) = swim.as_mut() {
@@ -751,6 +754,20 @@ async fn receive_gated(
             Err(refusal) => refusal,
         };
         tracing::trace!(from = %from, reason = refusal.label(), "membership datagram dropped");
+        metrics.refuse(refusal);
+    }
+}
+
+/// One datagram the gate admitted, into SWIM (and the heartbeat view, through it).
+fn receive_one(
+    swim: Option<&mut Swim>,
+    datagram: &[u8],
+    from: SocketAddr,
+    metrics: &MembershipMetrics,
+) {
+    let Some(swim) = swim else { return };
+    if let Err(refusal) = swim.receive(datagram, Instant::now(), unix_micros()) {
+        tracing::debug!(from = %from, reason = refusal.label(), "membership datagram refused");
         metrics.refuse(refusal);
     }
 }
