@@ -236,6 +236,8 @@ impl AgentArgs {
             probe_period: self.membership_probe_period,
             probe_timeout: self.membership_probe_timeout,
             suspicion_timeout: self.membership_suspicion_timeout,
+            key_file: self.membership_key_file.clone(),
+            previous_key_file: self.membership_previous_key_file.clone(),
             heartbeat_interval: self.membership_heartbeat_interval,
             withdraw_after: self.membership_withdraw_after,
             failure_timeout: self.membership_failure_timeout,

@@ -36,6 +36,10 @@ pub struct MembershipOptions {
     /// A second key whose datagrams are accepted too (never used to seal), so that a key can
     /// be rotated without splitting the cluster: see `docs/architecture.md`.
     pub previous_key: Option<Vec<u8>>,
+    /// Where `key` and `previous_key` were read from: read again every 10 s, so a rotated
+    /// Secret takes effect without a restart (see `docs/l2.md`).
+    pub key_file: Option<std::path::PathBuf>,
+    pub previous_key_file: Option<std::path::PathBuf>,
     /// How often a random peer is probed.
     pub probe_period: Duration,
     /// How long a probe waits for a direct answer before asking others to probe indirectly.
@@ -67,6 +71,8 @@ impl Default for MembershipOptions {
             advertise_address: None,
             key: None,
             previous_key: None,
+            key_file: None,
+            previous_key_file: None,
             probe_period: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(80),
             suspicion_timeout: Duration::from_millis(400),
@@ -261,6 +267,12 @@ impl MembershipConfig {
 
     pub fn clock_window(&self) -> Duration {
         self.options.clock_window
+    }
+
+    /// The key files to read again while running, when given.
+    pub fn key_files(&self) -> Option<(&std::path::Path, Option<&std::path::Path>)> {
+        let key = self.options.key_file.as_deref()?;
+        Some((key, self.options.previous_key_file.as_deref()))
     }
 
     /// The heartbeat's three times.

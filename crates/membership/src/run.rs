@@ -50,6 +50,10 @@ const REJOIN_PERIOD: Duration = Duration::from_secs(1);
 /// dropped (`backlog`), never queued without bound.
 const RECEIVE_QUEUE: usize = 256;
 
+/// How often the key files are read again (a rotated Secret reaches the files within about a
+/// minute through the kubelet).
+const KEY_POLL: Duration = Duration::from_secs(10);
+
 /// How long a stopping agent waits for the API server to delete its Lease.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -195,6 +199,9 @@ impl Membership {
         let mut node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .boxed();
+        let mut key_poll = tokio::time::interval(KEY_POLL);
+        key_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut keys_read: Option<KeyBytes> = None;
         let mut rejoin = tokio::time::interval(REJOIN_PERIOD);
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let result = loop {
@@ -229,6 +236,11 @@ impl Membership {
                     };
                     if !changed {
                         ready = None;
+                    }
+                }
+                _ = key_poll.tick(), if swim.is_some() && config.key_files().is_some() => {
+                    if let (Some(swim), Some((key, previous))) = (swim.as_mut(), config.key_files()) {
+                        reload_keys(swim, key, previous, &mut keys_read);
                     }
                 }
                 _ = rejoin.tick(), if swim.is_some() => {
@@ -756,6 +768,49 @@ async fn receive_gated(
         tracing::trace!(from = %from, reason = refusal.label(), "membership datagram dropped");
         metrics.refuse(refusal);
     }
+}
+
+/// The key files' bytes as last applied.
+type KeyBytes = (Vec<u8>, Option<Vec<u8>>);
+
+/// Reads the key files and, when they changed, seals with the new key and accepts both. A file
+/// that cannot be read or holds no valid key changes nothing (logged).
+fn reload_keys(
+    swim: &mut Swim,
+    key_file: &std::path::Path,
+    previous_file: Option<&std::path::Path>,
+    last: &mut Option<KeyBytes>,
+) {
+    let key = match std::fs::read(key_file) {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            tracing::warn!(file = %key_file.display(), error = %err, "reading the membership key failed; keeping the one in use");
+            return;
+        }
+    };
+    // A Secret without `previous` has no such file: no previous key.
+    let previous = previous_file.and_then(|f| std::fs::read(f).ok());
+    let read = (key, previous);
+    if last.as_ref() == Some(&read) {
+        return;
+    }
+    let first = last.is_none();
+    let parsed = Key::new(&read.0).and_then(|key| {
+        let previous = read.1.as_deref().map(Key::new).transpose()?;
+        Ok((key, previous))
+    });
+    match parsed {
+        Ok((key, previous)) => {
+            swim.set_keys(key, previous);
+            if !first {
+                tracing::info!("the membership key files changed; sealing with the new key");
+            }
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "the membership key files hold no valid key; keeping the one in use")
+        }
+    }
+    *last = Some(read);
 }
 
 /// One datagram the gate admitted, into SWIM (and the heartbeat view, through it).

@@ -93,6 +93,13 @@ impl Swim {
         self
     }
 
+    /// Seals with `key` from now on and accepts `key` and `previous`: a rotation read from
+    /// the Secret's files while running.
+    pub fn set_keys(&mut self, key: Key, previous: Option<Key>) {
+        self.key = key;
+        self.previous_key = previous;
+    }
+
     pub fn identity(&self) -> &Peer {
         self.foca.identity()
     }
@@ -535,6 +542,32 @@ mod tests {
             assert!(open(&new, &datagram.datagram).is_ok());
             assert_eq!(open(&old, &datagram.datagram).err(), Some(Refusal::BadTag));
         }
+    }
+
+    #[test]
+    fn keys_set_while_running_take_effect_at_once() {
+        let old = Key::new(KEY).unwrap();
+        let new = Key::new(b"the rotated-in key, long enough!").unwrap();
+        let mut node = mk_swim("node-0", 7000);
+        let now = Instant::now();
+        let micros = 1_000_000_000;
+        let from_new = seal(&new, "node-1", "node-0", micros, b"x");
+        assert_eq!(node.receive(&from_new, now, micros), Err(Refusal::BadTag));
+        node.set_keys(new.clone(), Some(old.clone()));
+        assert_eq!(node.receive(&from_new, now, micros), Ok(()));
+        let from_old = seal(&old, "node-1", "node-0", micros + 1, b"x");
+        assert_eq!(node.receive(&from_old, now, micros), Ok(()));
+        let beat = node.heartbeat(
+            "node-1",
+            SocketAddr::from(([127, 0, 0, 1], 7001)),
+            true,
+            micros,
+        );
+        assert!(open(&new, &beat.datagram).is_ok());
+        // The previous key dropped: old datagrams are refused.
+        node.set_keys(new, None);
+        let from_old = seal(&old, "node-1", "node-0", micros + 2, b"x");
+        assert_eq!(node.receive(&from_old, now, micros), Err(Refusal::BadTag));
     }
 
     #[test]
