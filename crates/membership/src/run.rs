@@ -188,7 +188,6 @@ impl Membership {
             nodes: NodeNames::default(),
             was_eligible: false,
             hold: SelfHold::new(config.takeover_hold()),
-            probe_timeout: config.probe_timeout(),
             metrics: metrics.clone(),
             live,
         };
@@ -504,7 +503,6 @@ struct LoopState {
     /// Whether this node was eligible at the last look.
     was_eligible: bool,
     hold: SelfHold,
-    probe_timeout: Duration,
     metrics: MembershipMetrics,
     live: watch::Sender<LiveNodes>,
     /// Each peer's last authenticated datagram, and whether its last heartbeat said ready.
@@ -621,10 +619,6 @@ impl LoopState {
                 SwimEvent::Up(node) => tracing::debug!(peer = %node, "SWIM: up"),
                 SwimEvent::Down { node, silent_for } => {
                     tracing::info!(peer = %node, silent_for = ?silent_for, "SWIM: declared down");
-                    // A leave arrives right after the last datagram: not a detection.
-                    if let Some(silent) = silent_for.filter(|s| *s >= self.probe_timeout) {
-                        self.metrics.detection.observe(silent.as_secs_f64());
-                    }
                 }
                 SwimEvent::Rejoined => {
                     tracing::warn!("declared down by the other agents; rejoining");
@@ -710,6 +704,18 @@ impl LoopState {
             changed
         });
         let set = live_set(verdict, &self.node, self_live);
+        // Peers that leave the live set for their silence: the detection time, from the last
+        // datagram heard (a leave or a lost Lease is no detection).
+        if let Mode::Membership(timing) = self.mode {
+            for peer in self.live.borrow().difference(&set) {
+                if let Some((heard, _)) = self.sight.get(peer) {
+                    let silent = now.saturating_duration_since(*heard);
+                    if silent >= timing.failure {
+                        self.metrics.detection.observe(silent.as_secs_f64());
+                    }
+                }
+            }
+        }
         let metrics = &self.metrics;
         let node = &self.node;
         self.live.send_if_modified(|current| {
