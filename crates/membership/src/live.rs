@@ -83,6 +83,8 @@ pub struct PeerFacts {
     pub heard: Option<Instant>,
     /// Its last heartbeat said it counts itself live.
     pub ready: bool,
+    /// Its last heartbeat said it hears this node: reaching a peer takes both directions.
+    pub hears_me: bool,
 }
 
 impl PeerFacts {
@@ -93,6 +95,7 @@ impl PeerFacts {
             member: false,
             heard: None,
             ready: false,
+            hears_me: false,
         }
     }
 
@@ -133,11 +136,12 @@ pub fn peer_is_live(mode: Mode, facts: PeerFacts, now: Instant) -> bool {
     }
 }
 
-/// Whether this node reaches a peer at `now`: heard within the withdrawal time (a peer outside
-/// the heartbeats: its Lease is fresh).
+/// Whether this node reaches a peer at `now`: heard within the withdrawal time, and that peer
+/// said it hears this node (a cut of this node's sending alone must make it withdraw too; a
+/// peer outside the heartbeats: its Lease is fresh).
 fn peer_is_reached(timing: Timing, facts: PeerFacts, now: Instant) -> bool {
     if facts.member {
-        facts.heard_within(now, timing.withdraw)
+        facts.heard_within(now, timing.withdraw) && facts.hears_me
     } else {
         facts.lease == LeaseState::Fresh
     }
@@ -327,6 +331,7 @@ mod tests {
             member: true,
             heard: ago.map(|ms| now - MS(ms)),
             ready,
+            hears_me: true,
         }
     }
 
@@ -462,6 +467,30 @@ mod tests {
         let v = compute_live(membership(), "b", Fresh, &from_b, now);
         assert!(v.self_eligible);
         assert!(v.peers.contains("a"));
+    }
+
+    /// Only this node's sending is cut: it hears its peers, they do not hear it and will take
+    /// its addresses. Their heartbeats say they do not hear it, so it withdraws all the same.
+    #[test]
+    fn a_node_whose_peers_do_not_hear_it_withdraws() {
+        let now = t0();
+        let deaf = |f: PeerFacts| PeerFacts {
+            hears_me: false,
+            ..f
+        };
+        let from_a = view(&[
+            ("b", deaf(heard(Fresh, now, Some(5), true))),
+            ("c", deaf(heard(Fresh, now, Some(5), true))),
+        ]);
+        let v = compute_live(membership(), "a", Fresh, &from_a, now);
+        assert!(!v.self_eligible);
+        assert_eq!(v.peers, names(&["b", "c"]), "still live: a takes nothing");
+        // One of the two still hears it: the majority holds.
+        let from_a = view(&[
+            ("b", heard(Fresh, now, Some(5), true)),
+            ("c", deaf(heard(Fresh, now, Some(5), true))),
+        ]);
+        assert!(compute_live(membership(), "a", Fresh, &from_a, now).self_eligible);
     }
 
     #[test]
@@ -672,6 +701,8 @@ mod tests {
                                             member: true,
                                             heard: Some(last_heard(i, j, now)),
                                             ready: true,
+                                            // The worst case for safety: heard both ways.
+                                            hears_me: true,
                                         },
                                     )
                                 })

@@ -505,8 +505,9 @@ struct LoopState {
     hold: SelfHold,
     metrics: MembershipMetrics,
     live: watch::Sender<LiveNodes>,
-    /// Each peer's last authenticated datagram, and whether its last heartbeat said ready.
-    sight: BTreeMap<String, (Instant, bool)>,
+    /// Each peer's last authenticated datagram, and what its last heartbeat said: ready, and
+    /// whether it hears this node.
+    sight: BTreeMap<String, (Instant, bool, bool)>,
     /// Whether this node counted itself at the last look (what its heartbeats say).
     self_live: bool,
     /// Whether the announcer is ready to answer.
@@ -587,11 +588,19 @@ impl LoopState {
 
     /// Records what was heard; a SWIM message keeps the sender's last heartbeat's word.
     fn on_heard(&mut self, heard: Vec<Heard>, now: Instant) {
-        for Heard { node, ready } in heard {
-            let entry = self.sight.entry(node).or_insert((now, false));
+        for Heard {
+            node,
+            ready,
+            hears_me,
+        } in heard
+        {
+            let entry = self.sight.entry(node).or_insert((now, false, false));
             entry.0 = now;
             if let Some(ready) = ready {
                 entry.1 = ready;
+            }
+            if let Some(hears_me) = hears_me {
+                entry.2 = hears_me;
             }
         }
     }
@@ -607,9 +616,20 @@ impl LoopState {
     /// itself live.
     fn heartbeats(&self, swim: &mut Swim) -> Vec<Outgoing> {
         let micros = unix_micros();
+        let now = Instant::now();
+        let withdraw = match self.mode {
+            Mode::Membership(timing) => timing.withdraw,
+            Mode::LeaseOnly => Duration::ZERO,
+        };
         self.sources()
             .into_iter()
-            .map(|(endpoint, node)| swim.heartbeat(&node, endpoint, self.self_live, micros))
+            .map(|(endpoint, node)| {
+                let hears = self
+                    .sight
+                    .get(&node)
+                    .is_some_and(|(heard, ..)| now < *heard + withdraw);
+                swim.heartbeat(&node, endpoint, self.self_live, hears, micros)
+            })
             .collect()
     }
 
@@ -667,16 +687,18 @@ impl LoopState {
                     member: swim.is_some() && self.view.endpoint(node).is_some(),
                     heard: sight.map(|s| s.0),
                     ready: sight.is_some_and(|s| s.1),
+                    hears_me: sight.is_some_and(|s| s.2),
                 },
             );
         }
         // Heard, but without a Lease (deleted by a stopping agent, or not seen yet).
-        for (node, (heard, ready)) in &self.sight {
+        for (node, (heard, ready, hears_me)) in &self.sight {
             peers.entry(node.clone()).or_insert(PeerFacts {
                 lease: LeaseState::Absent,
                 member: true,
                 heard: Some(*heard),
                 ready: *ready,
+                hears_me: *hears_me,
             });
         }
         peers.remove(&self.node);
@@ -708,7 +730,7 @@ impl LoopState {
         // datagram heard (a leave or a lost Lease is no detection).
         if let Mode::Membership(timing) = self.mode {
             for peer in self.live.borrow().difference(&set) {
-                if let Some((heard, _)) = self.sight.get(peer) {
+                if let Some((heard, ..)) = self.sight.get(peer) {
                     let silent = now.saturating_duration_since(*heard);
                     if silent >= timing.failure {
                         self.metrics.detection.observe(silent.as_secs_f64());

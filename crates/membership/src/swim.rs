@@ -35,10 +35,13 @@ pub struct Outgoing {
 
 type Engine = Foca<Peer, PostcardCodec, StdRng, NoCustomBroadcast>;
 
-/// A heartbeat's payload: these bytes, then one byte, 1 when the sender counts itself live
-/// (it answers for its addresses), 0 when not. foca's messages cannot begin so: postcard
+/// A heartbeat's payload: these bytes, then one byte of flags: [`READY`] when the sender counts
+/// itself live (it answers for its addresses), [`HEARS_YOU`] when it heard the recipient within
+/// its withdrawal time. foca's messages cannot begin so: postcard
 /// would read the first two bytes as a name longer than any datagram.
 pub const HEARTBEAT: &[u8; 4] = b"\xffBHB";
+pub const READY: u8 = 1;
+pub const HEARS_YOU: u8 = 2;
 
 /// An authenticated datagram, as the heartbeat view needs it: who sent it, and what it said
 /// of itself if it was a heartbeat.
@@ -47,6 +50,8 @@ pub struct Heard {
     pub node: String,
     /// `Some(ready)` for a heartbeat, `None` for a SWIM message.
     pub ready: Option<bool>,
+    /// For a heartbeat: whether the sender hears this node.
+    pub hears_me: Option<bool>,
 }
 
 pub struct Swim {
@@ -138,16 +143,19 @@ impl Swim {
         }
         self.guard.admit(opened.sender, opened.stamp, now_micros)?;
         self.heard.insert(opened.sender.to_string(), now);
-        if let Some(flag) = opened.payload.strip_prefix(HEARTBEAT.as_slice()) {
+        if let Some(flags) = opened.payload.strip_prefix(HEARTBEAT.as_slice()) {
+            let flags = flags.first().copied().unwrap_or(0);
             self.fresh.push(Heard {
                 node: opened.sender.to_string(),
-                ready: Some(flag == [1]),
+                ready: Some(flags & READY != 0),
+                hears_me: Some(flags & HEARS_YOU != 0),
             });
             return Ok(());
         }
         self.fresh.push(Heard {
             node: opened.sender.to_string(),
             ready: None,
+            hears_me: None,
         });
         if let Err(err) = self.foca.handle_data(opened.payload, &mut self.runtime) {
             // Authentic but not usable by foca (e.g. from a down member): nothing to do.
@@ -163,18 +171,19 @@ impl Swim {
     }
 
     /// A heartbeat to `node` at `to`, sealed like every datagram; `ready`: this node counts
-    /// itself live.
+    /// itself live; `hears_you`: it heard `node` within its withdrawal time.
     pub fn heartbeat(
         &mut self,
         node: &str,
         to: SocketAddr,
         ready: bool,
+        hears_you: bool,
         now_micros: u64,
     ) -> Outgoing {
         let me = self.foca.identity().node.clone();
         let stamp = self.stamper.next(now_micros);
         let mut payload = HEARTBEAT.to_vec();
-        payload.push(u8::from(ready));
+        payload.push(if ready { READY } else { 0 } | if hears_you { HEARS_YOU } else { 0 });
         Outgoing {
             to,
             datagram: seal(&self.key, &me, node, stamp, &payload),
@@ -560,6 +569,7 @@ mod tests {
         let beat = node.heartbeat(
             "node-1",
             SocketAddr::from(([127, 0, 0, 1], 7001)),
+            true,
             true,
             micros,
         );
