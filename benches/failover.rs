@@ -213,6 +213,9 @@ async fn rows_for(lab: &mut L2Lab, faults: &[Fault], liveness: &'static str, n: 
         .until(VIP, Some(lab.macs[owner.as_str()]), "first election")
         .await;
     eventually_tcp(&lab.client_ns, "web", "first TCP").await;
+    // Every agent past its startup settle (1 s of a quiet live set) before the first fault: a
+    // first trial right after the election measured the settle, not a failover.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let mut rows = Vec::new();
     for fault in faults {
         let mut trials = Vec::new();
