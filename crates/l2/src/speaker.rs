@@ -365,3 +365,55 @@ pub async fn run_link_with<L: Link>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    const OURS: Mac = [2, 0, 0, 0, 0, 1];
+    const THEIRS: Mac = [2, 0, 0, 0, 0, 9];
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
+    #[test]
+    fn another_hosts_gratuitous_announcement_of_an_owned_address_is_a_conflict() {
+        let owned: BTreeSet<IpAddr> = [ip("198.18.0.200"), ip("fd00::200")].into();
+        for frame in build_gratuitous(THEIRS, ip("198.18.0.200")) {
+            assert_eq!(
+                find_conflict(&frame, OURS, &owned),
+                Some((ip("198.18.0.200"), THEIRS))
+            );
+        }
+        for frame in build_gratuitous(THEIRS, ip("fd00::200")) {
+            assert_eq!(
+                find_conflict(&frame, OURS, &owned),
+                Some((ip("fd00::200"), THEIRS))
+            );
+        }
+        // Our own announcements, another address, and a request are no conflict.
+        for frame in build_gratuitous(OURS, ip("198.18.0.200")) {
+            assert_eq!(find_conflict(&frame, OURS, &owned), None);
+        }
+        for frame in build_gratuitous(THEIRS, ip("198.18.0.201")) {
+            assert_eq!(find_conflict(&frame, OURS, &owned), None);
+        }
+        let request = crate::frame::client::build_arp_request(
+            THEIRS,
+            std::net::Ipv4Addr::new(198, 18, 0, 100),
+            std::net::Ipv4Addr::new(198, 18, 0, 200),
+        );
+        assert_eq!(find_conflict(&request, OURS, &owned), None);
+    }
+
+    #[test]
+    fn answers_stop_at_the_deadline() {
+        let now = Instant::now();
+        assert!(may_answer(None, now));
+        assert!(may_answer(Some(now + Duration::from_millis(1)), now));
+        assert!(!may_answer(Some(now), now));
+        assert!(!may_answer(Some(now - Duration::from_millis(1)), now));
+    }
+}
