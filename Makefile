@@ -284,9 +284,11 @@ bench-aws: check-cargo deps-python
 	$(CARGO) bench --profile dev -p berth-aws --bench aws_calls
 
 # L2 failover with three real agents in network namespaces (root): outage after a crash, a link
-# down and a graceful stop, membership on and Lease only, and the agents' API load with 1,000
-# LoadBalancer Services. Built with the dev profile: the outage is set by detection timeouts, not
-# CPU, and the test build is reused. About ten minutes; BERTH_FAILOVER_TRIALS=N shortens it.
+# down and a graceful stop, time to a new connection and the owner's return, the crashes again
+# under stress-ng with a watch for false takeovers, Lease only, and the agents' API load with
+# 1,000 LoadBalancer Services. Built with the dev profile: the outage is set by detection
+# timeouts, not CPU, and the test build is reused. About twenty minutes; BERTH_FAILOVER_TRIALS=N
+# and BERTH_FAILOVER_WATCH_SECONDS=S (600) shorten it.
 bench-failover: check-cargo
 	$(CARGO) bench --profile dev -p berth --bench failover
 

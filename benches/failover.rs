@@ -10,10 +10,19 @@
 //! the new owner, and beside it the time to its unsolicited NA. Then 1,000 LoadBalancer
 //! Services are added and the API requests of the three agents are counted at steady state.
 //!
+//! Each trial also times the time to a new TCP connection (from the fault to the first connect
+//! that succeeded after the last failed one) and the owner's return (from the interim owner's
+//! last answer to the returning owner's first: the planned handover's gap, at the 20 ms probe
+//! resolution). Then, with `stress-ng` holding every core (when installed), the crash trials
+//! again and a watch of `BERTH_FAILOVER_WATCH_SECONDS` (600) with no fault, counting the
+//! announcers' ownership changes and live-set changes: every one is a false takeover.
+//!
 //! Needs root; without it, prints why and a line with no numbers. Ends with
-//! `failover: crash_p99_s=... linkdown_p99_s=... graceful_p99_s=... lease_only_crash_p99_s=... api_rps_1k=...`
-//! where each p99 is of the per-trial client-visible outage, the larger of ARP and TCP, and
-//! `failover_ndp: crash_p99_s=... linkdown_p99_s=... graceful_p99_s=...` (the NDP outage).
+//! `failover: crash_p50_s=... crash_p99_s=... linkdown_p99_s=... graceful_p99_s=... new_conn_crash_p99_s=... return_gap_p99_s=... loaded_crash_p99_s=... false_takeovers=... lease_only_crash_p99_s=... api_rps_1k=...`
+//! where crash, link-down and graceful figures are of the per-trial client-visible outage, the
+//! larger of ARP and TCP.
+//! It prints `failover_ndp: crash_p99_s=... linkdown_p99_s=... graceful_p99_s=...` (the NDP
+//! outage) before it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -47,6 +56,12 @@ impl Fault {
 struct Trial {
     arp: Duration,
     tcp: Duration,
+    /// From the fault to the first new TCP connection that succeeded after the last failed one.
+    new_conn: Duration,
+    /// The owner's return: from the interim owner's last answer to the owner's first.
+    handback: Duration,
+    /// The interim owner answered after the returning owner had (two answers).
+    handback_overlap: bool,
 }
 
 /// Nearest-rank percentile.
@@ -82,6 +97,7 @@ async fn trial(lab: &mut L2Lab, fault: Fault) -> Trial {
     }
     let mut arp_at: Option<Instant> = None;
     let mut last_tcp_failure: Option<Instant> = None;
+    let mut first_ok_after_failure: Option<Instant> = None;
     let mut tcp_ok_after_move = false;
     let deadline = t0 + Duration::from_secs(60);
     while Instant::now() < deadline {
@@ -100,8 +116,12 @@ async fn trial(lab: &mut L2Lab, fault: Fault) -> Trial {
             if arp_at.is_some() {
                 tcp_ok_after_move = true;
             }
+            if last_tcp_failure.is_some() && first_ok_after_failure.is_none() {
+                first_ok_after_failure = Some(Instant::now());
+            }
         } else {
             last_tcp_failure = Some(Instant::now());
+            first_ok_after_failure = None;
         }
         if arp_at.is_none() {
             arp_at = lab
@@ -122,17 +142,62 @@ async fn trial(lab: &mut L2Lab, fault: Fault) -> Trial {
     }
     let arp = arp_at.map_or(deadline - t0, |at| at - t0);
     let tcp = last_tcp_failure.map_or(Duration::ZERO, |at| at.saturating_duration_since(t0));
+    let new_conn = match (last_tcp_failure, first_ok_after_failure) {
+        (None, _) => Duration::ZERO,
+        (Some(_), Some(ok)) => ok - t0,
+        (Some(_), None) => deadline - t0,
+    };
+    let undone = Instant::now();
     match fault {
         Fault::Crash | Fault::Graceful => lab.agents.start(&owner),
         Fault::LinkDown => lab.set_link(&owner, true),
     }
-    lab.capture
-        .until(VIP, Some(lab.macs[owner.as_str()]), "the owner back")
-        .await;
+    // The return, probed every 20 ms: when did the interim owner stop, the owner start?
+    let owner_mac = lab.macs[owner.as_str()];
+    let back_by = Instant::now() + Duration::from_secs(30);
+    let mut owner_first: Option<Instant> = None;
+    while Instant::now() < back_by {
+        lab.capture
+            .probes
+            .send(build_arp_request(PROBE_MAC, PROBE_IP, v4))
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        owner_first = lab
+            .capture
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(at, ip, mac, _)| *at >= undone && *ip == target && *mac == owner_mac)
+            .map(|(at, ..)| *at);
+        if let Some(first) = owner_first {
+            if Instant::now() > first + Duration::from_millis(300) {
+                break;
+            }
+        }
+    }
+    let (handback, handback_overlap) = {
+        let seen = lab.capture.seen.lock().unwrap();
+        let first = owner_first.unwrap_or(back_by);
+        let interim: Vec<Instant> = seen
+            .iter()
+            .filter(|(at, ip, mac, _)| *at >= undone && *ip == target && *mac == next_mac)
+            .map(|(at, ..)| *at)
+            .collect();
+        let last_before = interim.iter().filter(|at| **at <= first).max().copied();
+        let after = interim.iter().any(|at| *at > first);
+        (last_before.map_or(Duration::ZERO, |at| first - at), after)
+    };
     eventually_tcp(&lab.client_ns, "web", "TCP after the owner came back").await;
     // Let the interim owner's and the returning owner's gratuitous rounds pass.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    Trial { arp, tcp }
+    Trial {
+        arp,
+        tcp,
+        new_conn,
+        handback,
+        handback_overlap,
+    }
 }
 
 struct Row {
@@ -154,17 +219,27 @@ async fn rows_for(lab: &mut L2Lab, faults: &[Fault], liveness: &'static str, n: 
         .until(VIP, Some(lab.macs[owner.as_str()]), "first election")
         .await;
     eventually_tcp(&lab.client_ns, "web", "first TCP").await;
+    // Every agent past its startup settle (1 s of a quiet live set) before the first fault: a
+    // first trial right after the election measured the settle, not a failover.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let mut rows = Vec::new();
     for fault in faults {
         let mut trials = Vec::new();
         for i in 0..n {
             let t = trial(lab, *fault).await;
             eprintln!(
-                "{liveness} {}: trial {}: arp {} s, tcp {} s",
+                "{liveness} {}: trial {}: arp {} s, tcp {} s, new connection {} s, handback {} s{}",
                 fault.name(),
                 i + 1,
                 secs(t.arp),
-                secs(t.tcp)
+                secs(t.tcp),
+                secs(t.new_conn),
+                secs(t.handback),
+                if t.handback_overlap {
+                    " (two answers)"
+                } else {
+                    ""
+                }
             );
             trials.push(t);
         }
@@ -175,6 +250,110 @@ async fn rows_for(lab: &mut L2Lab, faults: &[Fault], liveness: &'static str, n: 
         });
     }
     rows
+}
+
+/// The sum over the agents of their announcer's ownership changes and their live-set changes.
+fn change_counters(lab: &L2Lab) -> (f64, f64) {
+    let mut ownership = 0.0;
+    let mut live = 0.0;
+    for ns in lab.agents.netns.values() {
+        let Ok((200, body)) = berth_lab::kubelet::server::http_get(
+            ns,
+            "127.0.0.1:10356".parse().unwrap(),
+            "/metrics",
+            Duration::from_secs(5),
+        ) else {
+            continue;
+        };
+        for line in body.lines() {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let value: f64 = value.parse().unwrap_or(0.0);
+            if name.starts_with("berth_l2_ownership_changes_total") {
+                ownership += value;
+            } else if name.starts_with("berth_membership_changes_total") {
+                live += value;
+            }
+        }
+    }
+    (ownership, live)
+}
+
+/// `stress-ng` holding every core busy, inside `netns`, until dropped.
+struct Load(std::process::Child);
+
+impl Load {
+    fn start(netns: &str) -> Option<Load> {
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", netns, "stress-ng", "--cpu", "0", "--quiet"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        Some(Load(child))
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        // stress-ng's workers leave with their parent on SIGTERM.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// Under `stress-ng` on every core: crash trials, then a watch with no fault, counting the
+/// announcers' ownership changes and live-set changes none of them caused. `None` without
+/// stress-ng.
+async fn loaded(lab: &mut L2Lab, n: usize, watch: Duration) -> Option<(Row, f64, f64)> {
+    let has_stress = std::process::Command::new("stress-ng")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_stress {
+        eprintln!("stress-ng not found: no loaded rows");
+        return None;
+    }
+    let _load = Load::start(&lab.client_ns)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut rows = rows_for(
+        lab,
+        &[Fault::Crash],
+        "membership, stress-ng on all cores",
+        n,
+    )
+    .await;
+    // Past the last trial's gratuitous rounds and handback.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (own_before, live_before) = change_counters(lab);
+    let target: IpAddr = VIP.parse().unwrap();
+    let IpAddr::V4(v4) = target else {
+        unreachable!()
+    };
+    let began = Instant::now();
+    while began.elapsed() < watch {
+        lab.capture
+            .probes
+            .send(build_arp_request(PROBE_MAC, PROBE_IP, v4))
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (own_after, live_after) = change_counters(lab);
+    let answerers = lab.capture.answerers_since(VIP, began);
+    eprintln!(
+        "loaded watch of {watch:?}: ownership changes {}, live-set changes {}, answerers of {VIP}: {}",
+        own_after - own_before,
+        live_after - live_before,
+        answerers.len()
+    );
+    Some((
+        rows.remove(0),
+        own_after - own_before,
+        live_after - live_before,
+    ))
 }
 
 /// Requests per second the API server serves at steady state with 1,000 LoadBalancer Services.
@@ -231,19 +410,30 @@ fn main() {
         .build()
         .unwrap();
     let began = Instant::now();
-    let (mut rows, ndp, api_rps) = runtime.block_on(async {
+    let watch = Duration::from_secs(
+        std::env::var("BERTH_FAILOVER_WATCH_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(600),
+    );
+    let (mut rows, ndp, api_rps, load) = runtime.block_on(async {
         let mut lab = L2Lab::start("bf", "on", "10s").await;
-        let rows = rows_for(
+        let mut rows = rows_for(
             &mut lab,
             &[Fault::Crash, Fault::LinkDown, Fault::Graceful],
-            "membership (SWIM + Lease)",
+            "membership (heartbeat + Lease)",
             n,
         )
         .await;
         let ndp = ndp_rows(&mut lab, n).await;
+        let load = loaded(&mut lab, n, watch).await;
+        let load = load.map(|(row, own, live)| {
+            rows.push(row);
+            (own, live)
+        });
         let api = api_rps_1k(&mut lab).await;
         lab.finish().await;
-        (rows, ndp, api)
+        (rows, ndp, api, load)
     });
     let lease_rows = runtime.block_on(async {
         let mut lab = L2Lab::start("bl", "off", "10s").await;
@@ -256,37 +446,72 @@ fn main() {
     println!();
     println!("L2 failover: 3 agents, {n} trials per row, ARP probe + TCP connect every 20 ms ({:?} in all)", began.elapsed());
     println!(
-        "| fault | liveness | ARP p50 s | ARP p99 s | TCP p50 s | TCP p99 s | visible p99 s |"
+        "| fault | liveness | ARP p50 s | ARP p99 s | TCP p50 s | TCP p99 s | new connection p50 s | new connection p99 s | visible p99 s | return gap p50 s | return gap p99 s | return with two answers |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in &rows {
-        let arp: Vec<Duration> = row.trials.iter().map(|t| t.arp).collect();
-        let tcp: Vec<Duration> = row.trials.iter().map(|t| t.tcp).collect();
+        let pick =
+            |f: fn(&Trial) -> Duration| -> Vec<Duration> { row.trials.iter().map(f).collect() };
+        let (arp, tcp, conn, back) = (
+            pick(|t| t.arp),
+            pick(|t| t.tcp),
+            pick(|t| t.new_conn),
+            pick(|t| t.handback),
+        );
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.fault.name(),
             row.liveness,
             secs(percentile(&arp, 50.0)),
             secs(percentile(&arp, 99.0)),
             secs(percentile(&tcp, 50.0)),
             secs(percentile(&tcp, 99.0)),
+            secs(percentile(&conn, 50.0)),
+            secs(percentile(&conn, 99.0)),
             secs(row.visible_p99()),
+            secs(percentile(&back, 50.0)),
+            secs(percentile(&back, 99.0)),
+            row.trials.iter().filter(|t| t.handback_overlap).count(),
         );
     }
     print_ndp_rows(&ndp, n);
+    match load {
+        Some((own, live)) => println!(
+            "stress-ng on all cores, {watch:?} with no fault: {own} announcer ownership changes, {live} live-set changes"
+        ),
+        None => println!("stress-ng not found: no loaded rows"),
+    }
     println!("API requests/s, 3 agents, 1,000 LoadBalancer Services, steady state: {api_rps:.2}");
-    let p99 = |fault: Fault, lease_only: bool| {
+    let find = |fault: Fault, liveness: &str| {
         rows.iter()
-            .find(|r| r.fault == fault && r.liveness.starts_with("Lease") == lease_only)
+            .find(|r| r.fault == fault && r.liveness.starts_with(liveness))
+    };
+    let p99 = |fault: Fault, liveness: &str| {
+        find(fault, liveness)
             .map(|r| secs(r.visible_p99()))
             .unwrap_or_default()
     };
+    let stat = |fault: Fault, liveness: &str, p: f64, f: fn(&Trial) -> Duration| {
+        find(fault, liveness)
+            .map(|r| secs(percentile(&r.trials.iter().map(f).collect::<Vec<_>>(), p)))
+            .unwrap_or_default()
+    };
+    let heartbeat = "membership (heartbeat";
     println!(
-        "failover: crash_p99_s={} linkdown_p99_s={} graceful_p99_s={} lease_only_crash_p99_s={} api_rps_1k={:.2}",
-        p99(Fault::Crash, false),
-        p99(Fault::LinkDown, false),
-        p99(Fault::Graceful, false),
-        p99(Fault::Crash, true),
+        "failover: crash_p50_s={} crash_p99_s={} linkdown_p50_s={} linkdown_p99_s={} graceful_p99_s={} new_conn_crash_p50_s={} new_conn_crash_p99_s={} return_gap_p99_s={} loaded_crash_p99_s={} false_takeovers={} false_live_changes={} watch_s={} lease_only_crash_p99_s={} api_rps_1k={:.2}",
+        stat(Fault::Crash, heartbeat, 50.0, |t| t.arp.max(t.tcp)),
+        p99(Fault::Crash, heartbeat),
+        stat(Fault::LinkDown, heartbeat, 50.0, |t| t.arp.max(t.tcp)),
+        p99(Fault::LinkDown, heartbeat),
+        p99(Fault::Graceful, heartbeat),
+        stat(Fault::Crash, heartbeat, 50.0, |t| t.new_conn),
+        stat(Fault::Crash, heartbeat, 99.0, |t| t.new_conn),
+        stat(Fault::Crash, heartbeat, 99.0, |t| t.handback),
+        p99(Fault::Crash, "membership, stress-ng"),
+        load.map_or("none".to_string(), |(own, _)| own.to_string()),
+        load.map_or("none".to_string(), |(_, live)| live.to_string()),
+        watch.as_secs(),
+        p99(Fault::Crash, "Lease"),
         api_rps
     );
 }

@@ -148,6 +148,19 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_MEMBERSHIP_SUSPICION_TIMEOUT", default_value = "400ms", value_parser = parse_duration)]
     membership_suspicion_timeout: Duration,
 
+    /// How often this agent sends every peer agent a heartbeat (liveness is decided by them).
+    #[arg(long, env = "BERTH_MEMBERSHIP_HEARTBEAT_INTERVAL", default_value = "40ms", value_parser = parse_duration)]
+    membership_heartbeat_interval: Duration,
+
+    /// How long this agent answers for its addresses without hearing a majority of its peers.
+    #[arg(long, env = "BERTH_MEMBERSHIP_WITHDRAW_AFTER", default_value = "130ms", value_parser = parse_duration)]
+    membership_withdraw_after: Duration,
+
+    /// How long a peer agent stays live without being heard before its addresses move; at
+    /// least the withdrawal time plus two heartbeat intervals.
+    #[arg(long, env = "BERTH_MEMBERSHIP_FAILURE_TIMEOUT", default_value = "250ms", value_parser = parse_duration)]
+    membership_failure_timeout: Duration,
+
     /// Namespace of the agents' Leases (`berth-agent-<node>`), of the announcer's
     /// `ServiceL2Status` and the BGP speaker's `BGPSessionState` records, and of BGP password
     /// Secrets that name no namespace: the agent's own.
@@ -224,6 +237,11 @@ impl AgentArgs {
             probe_period: self.membership_probe_period,
             probe_timeout: self.membership_probe_timeout,
             suspicion_timeout: self.membership_suspicion_timeout,
+            key_file: self.membership_key_file.clone(),
+            previous_key_file: self.membership_previous_key_file.clone(),
+            heartbeat_interval: self.membership_heartbeat_interval,
+            withdraw_after: self.membership_withdraw_after,
+            failure_timeout: self.membership_failure_timeout,
             ..berth_membership::MembershipOptions::default()
         };
         Ok(Some(options.validate()?))

@@ -316,6 +316,17 @@ where
         }
     }
 
+    /// Gives the announcer until when it may answer, and where to say it is ready to.
+    pub fn set_answer_gate(
+        &mut self,
+        until: watch::Receiver<berth_membership::AnswerUntil>,
+        ready: watch::Sender<bool>,
+    ) {
+        if let Some(announcer) = self.announcer.take() {
+            self.announcer = Some(announcer.with_answer_gate(until, ready));
+        }
+    }
+
     /// The announcer's counters, when it is enabled.
     pub fn l2_metrics(&self) -> Option<&berth_l2::L2Metrics> {
         self.announcer.as_ref().map(Announcer::metrics)

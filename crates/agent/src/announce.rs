@@ -14,7 +14,7 @@ use berth_api::names::event;
 use berth_api::L2Advertisement;
 use berth_l2::{
     build_announced, diff_ownership, local_interfaces, Answers, InterfaceHold, L2Index, L2Metrics,
-    PacketLink, StartupSettle, TakeoverDelay,
+    LinkOptions, PacketLink, StartupSettle, TakeoverDelay,
 };
 use berth_telemetry::MetricsRegistry;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -43,6 +43,11 @@ const INTERFACE_HOLD: Duration = Duration::from_secs(1);
 const STARTUP_SETTLE: Duration = Duration::from_secs(1);
 /// How long a takeover from a live owner waits for that owner to stop.
 const TAKEOVER_DELAY: Duration = Duration::from_millis(300);
+/// How long a node that just became live waits before answering what it gains: its first
+/// heartbeat saying so reaches its peers, which stop at once, within this.
+const HANDOVER_DELAY: Duration = Duration::from_millis(60);
+/// How often one address's conflict is recorded as an Event (the metric counts every one).
+const CONFLICT_EVENT_EVERY: Duration = Duration::from_secs(60);
 /// Announcements waiting to be reported; a full queue drops the oldest news, never the work.
 const REPORT_QUEUE: usize = 4096;
 
@@ -67,6 +72,17 @@ pub struct Announcer {
     /// What the watches tell the announcer, and the signal that they told it something.
     index: Arc<Mutex<L2Index>>,
     wake: Arc<Notify>,
+    until: Option<watch::Receiver<berth_membership::AnswerUntil>>,
+    ready: Option<watch::Sender<bool>>,
+}
+
+/// What the report task records.
+#[derive(Debug)]
+enum Report {
+    /// This node took over the Service's address.
+    Announcing(berth_l2::ServiceKey, std::net::IpAddr),
+    /// Another host announced the Service's address, which this node answers for.
+    Conflict(berth_l2::ServiceKey, berth_l2::Conflict),
 }
 
 fn lock(index: &Mutex<L2Index>) -> std::sync::MutexGuard<'_, L2Index> {
@@ -119,7 +135,21 @@ impl Announcer {
             live,
             index: Arc::new(Mutex::new(L2Index::new(node))),
             wake: Arc::new(Notify::new()),
+            until: None,
+            ready: None,
         }
+    }
+
+    /// Answers only while `until` allows (berth-membership's verdict), and says through
+    /// `ready` when it is ready to answer: settled, listed, an interface up.
+    pub fn with_answer_gate(
+        mut self,
+        until: watch::Receiver<berth_membership::AnswerUntil>,
+        ready: watch::Sender<bool>,
+    ) -> Self {
+        self.until = Some(until);
+        self.ready = Some(ready);
+        self
     }
 
     /// Takes liveness from `live` (the membership's live set).
@@ -234,6 +264,7 @@ impl Announcer {
     pub async fn run(self, stop: CancellationToken) -> Result<(), Error> {
         let interfaces = choose_interfaces(&self.config)?;
         let (answers_tx, answers_rx) = watch::channel(Arc::new(Answers::default()));
+        let (conflict_tx, mut conflicts) = mpsc::unbounded_channel();
         let mut tasks = Vec::new();
         let mut opened = Vec::new();
         for name in &interfaces {
@@ -241,11 +272,15 @@ impl Announcer {
                 Ok(link) => {
                     tracing::info!(interface = %name, "answering ARP and NDP");
                     opened.push(name.clone());
-                    tasks.push(tokio::spawn(berth_l2::run_link_refreshing(
+                    tasks.push(tokio::spawn(berth_l2::run_link_with(
                         link,
                         answers_rx.clone(),
                         self.metrics.clone(),
-                        self.config.gratuitous_interval,
+                        LinkOptions {
+                            refresh: self.config.gratuitous_interval,
+                            until: self.until.clone(),
+                            conflicts: Some(conflict_tx.clone()),
+                        },
                         stop.clone().cancelled_owned(),
                     )));
                 }
@@ -273,23 +308,34 @@ impl Announcer {
             records_rx,
             stop.clone(),
         )));
+        drop(conflict_tx);
         let Announcer {
-            node: _,
+            node,
             config: _,
             client: _,
             metrics,
             mut live,
+            until: _,
+            ready,
             index,
             wake,
         } = self;
+        let mut up = BTreeSet::new();
+        let mut self_live = false;
+        let mut conflict_reported: std::collections::BTreeMap<std::net::IpAddr, Instant> =
+            std::collections::BTreeMap::new();
         let mut current = Arc::new(Answers::default());
         let mut hold = InterfaceHold::new(INTERFACE_HOLD);
         let mut settle = StartupSettle::new(STARTUP_SETTLE);
-        let mut delay = TakeoverDelay::new(TAKEOVER_DELAY);
+        let mut delay = TakeoverDelay::new(TAKEOVER_DELAY).with_handover(HANDOVER_DELAY);
         if live.is_none() {
             // Without liveness there is nothing to converge.
             let now = Instant::now();
             settle.changed(now.checked_sub(STARTUP_SETTLE).unwrap_or(now));
+        } else {
+            // The first live set may be the empty one the channel starts with (no peer ready
+            // yet, this node not either): it counts as arrived.
+            settle.changed(Instant::now());
         }
         let mut poll = tokio::time::interval(INTERFACE_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -304,9 +350,32 @@ impl Announcer {
                         None => std::future::pending().await,
                     }
                 } => {}
+                Some(conflict) = conflicts.recv() => {
+                    let now = Instant::now();
+                    let due = conflict_reported
+                        .get(&conflict.ip)
+                        .is_none_or(|at| now.saturating_duration_since(*at) >= CONFLICT_EVENT_EVERY);
+                    if due {
+                        conflict_reported.insert(conflict.ip, now);
+                        let services = current
+                            .entry(conflict.ip)
+                            .map(|e| e.services.clone())
+                            .unwrap_or_default();
+                        for service in services {
+                            let _ = report_tx.try_send(Report::Conflict(service, conflict.clone()));
+                        }
+                    }
+                    continue;
+                }
                 _ = poll.tick() => {
-                    let up = hold.observe(Instant::now(), &opened, &interfaces_up(&opened));
-                    if !lock(&index).set_local_up(up) {
+                    up = hold.observe(Instant::now(), &opened, &interfaces_up(&opened));
+                    let (changed, listed) = {
+                        let mut index = lock(&index);
+                        (index.set_local_up(up.clone()), index.is_listed())
+                    };
+                    if !changed {
+                        let open = settle.is_open(Instant::now());
+                        publish_ready(ready.as_ref(), open && listed && !up.is_empty());
                         continue;
                     }
                 }
@@ -323,13 +392,24 @@ impl Announcer {
                         continue;
                     }
                     let set = rx.borrow_and_update().clone();
+                    let now_live = set.contains(&node);
+                    if now_live && !self_live {
+                        // A planned handover: the peers stop on hearing this node is live.
+                        delay.returned(Instant::now());
+                    }
+                    self_live = now_live;
                     if !lock(&index).set_live(set) {
                         continue;
                     }
                     settle.changed(Instant::now());
                 }
             }
-            if !settle.is_open(Instant::now()) {
+            let open = settle.is_open(Instant::now());
+            // Ready once settled, listed, and with an interface to answer on: a node whose
+            // every announcing interface is down tells its peers it is not live.
+            let listed = lock(&index).is_listed();
+            publish_ready(ready.as_ref(), open && listed && !up.is_empty());
+            if !open {
                 continue;
             }
             let next = {
@@ -358,7 +438,7 @@ impl Announcer {
                 true
             });
             for (service, ip) in changes.services {
-                if report_tx.try_send((service, ip)).is_err() {
+                if report_tx.try_send(Report::Announcing(service, ip)).is_err() {
                     tracing::warn!("announcement reports are backed up; one is not written");
                 }
             }
@@ -373,12 +453,22 @@ impl Announcer {
     }
 }
 
+fn publish_ready(ready: Option<&watch::Sender<bool>>, now_ready: bool) {
+    if let Some(ready) = ready {
+        ready.send_if_modified(|current| {
+            let changed = *current != now_ready;
+            *current = now_ready;
+            changed
+        });
+    }
+}
+
 /// Records the Event for each taken-over Service, one at a time: there are as many as this
 /// node's takeovers, not as Services.
 async fn run_reports(
     client: Client,
     node: String,
-    mut rx: mpsc::Receiver<(berth_l2::ServiceKey, std::net::IpAddr)>,
+    mut rx: mpsc::Receiver<Report>,
     stop: CancellationToken,
 ) {
     let mut seq: u64 = 0;
@@ -387,11 +477,20 @@ async fn run_reports(
             () = stop.cancelled() => return,
             next = rx.recv() => next,
         };
-        let Some(((namespace, name), ip)) = next else {
+        let Some(report) = next else {
             return;
         };
         seq += 1;
-        let event = build_announcing_event(&namespace, &name, &node, ip, seq);
+        let (namespace, name, event) = match report {
+            Report::Announcing((namespace, name), ip) => {
+                let event = build_announcing_event(&namespace, &name, &node, ip, seq);
+                (namespace, name, event)
+            }
+            Report::Conflict((namespace, name), conflict) => {
+                let event = build_conflict_event(&namespace, &name, &node, &conflict, seq);
+                (namespace, name, event)
+            }
+        };
         if let Err(err) = Api::<Event>::namespaced(client.clone(), &namespace)
             .create(&PostParams::default(), &event)
             .await
@@ -399,6 +498,31 @@ async fn run_reports(
             tracing::warn!(%namespace, %name, error = %err, "recording the announcing Event failed");
         }
     }
+}
+
+/// The Warning Event: another host announced the Service's address, which `node` answers for.
+pub fn build_conflict_event(
+    namespace: &str,
+    name: &str,
+    node: &str,
+    conflict: &berth_l2::Conflict,
+    seq: u64,
+) -> Event {
+    let mac = conflict
+        .mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let mut event = build_announcing_event(namespace, name, node, conflict.ip, seq);
+    event.action = Some("Announce".into());
+    event.reason = Some(event::ADDRESS_CONFLICT.into());
+    event.type_ = Some("Warning".into());
+    event.note = Some(format!(
+        "another host ({mac}) announces {} on {}, which node {node} answers for: two hosts claim the address",
+        conflict.ip, conflict.interface
+    ));
+    event
 }
 
 /// The events.k8s.io/v1 Event "announcing from node X" about a Service.

@@ -4,7 +4,7 @@
 
 use berth_datapath::iptables::CommandIptables;
 use berth_datapath::nft::CommandNft;
-use berth_membership::{LiveNodes, Membership, MembershipConfig};
+use berth_membership::{AnswerUntil, LiveNodes, Membership, MembershipConfig};
 use berth_telemetry::{MetricsRegistry, Readiness};
 use kube::Client;
 use tokio::net::TcpListener;
@@ -28,20 +28,28 @@ pub struct RunOptions {
 }
 
 /// Starts agent liveness: its metrics go into `registry` as `berth_membership_*`, and the
-/// returned receiver holds the live nodes for the announcer. Stops with `shutdown`,
-/// withdrawing this node and deleting its Lease first.
+/// returned receivers hold the live nodes and until when this node may answer, for the
+/// announcer, which says through `ready` whether it is ready to answer. Stops with
+/// `shutdown`, withdrawing this node and deleting its Lease first.
 pub fn start_membership(
     config: MembershipConfig,
     client: Client,
     registry: &mut MetricsRegistry,
+    ready: Option<watch::Receiver<bool>>,
     shutdown: CancellationToken,
 ) -> (
     JoinHandle<Result<(), berth_membership::Error>>,
     watch::Receiver<LiveNodes>,
+    watch::Receiver<AnswerUntil>,
 ) {
     let (membership, live) = Membership::new(config, client);
+    let membership = match ready {
+        Some(ready) => membership.with_ready(ready),
+        None => membership,
+    };
+    let until = membership.answer_until();
     membership.register_metrics(registry.sub_registry("membership"));
-    (tokio::spawn(membership.run(shutdown)), live)
+    (tokio::spawn(membership.run(shutdown)), live, until)
 }
 
 /// Runs until `shutdown` is cancelled (or the agent fails), serving the admin endpoint on
@@ -55,12 +63,16 @@ pub async fn run_agent(
     let mut registry = MetricsRegistry::new();
     registry.register_build_info(&opts.version);
     let readiness = Readiness::new();
+    // The announcer tells liveness when it is ready to answer; dropped unused, it counts as
+    // ready.
+    let (ready_tx, ready_rx) = watch::channel(false);
     let (membership, live) = match opts.membership {
         Some(config) => {
-            let (task, live) = start_membership(
+            let (task, live, until) = start_membership(
                 config,
                 client.clone(),
                 &mut registry,
+                Some(ready_rx),
                 shutdown.child_token(),
             );
             let stop = shutdown.clone();
@@ -70,7 +82,7 @@ pub async fn run_agent(
                 stop.cancel();
                 result
             });
-            (Some(task), Some(live))
+            (Some(task), Some((live, until)))
         }
         None => (None, None),
     };
@@ -101,8 +113,9 @@ pub async fn run_agent(
         &mut registry,
         &readiness,
     )?;
-    if let Some(live) = live {
+    if let Some((live, until)) = live {
         agent.set_live_nodes(live);
+        agent.set_answer_gate(until, ready_tx);
     }
     let ran = agent
         .run(

@@ -350,6 +350,8 @@ pub mod event {
     /// Warning on an IPPool: some of its addresses are the cluster's own and never assigned.
     pub const POOL_OVERLAPS_CLUSTER: &str = "PoolOverlapsCluster";
     pub const ANNOUNCING: &str = "Announcing";
+    /// Warning on a Service: another host announces its L2 address.
+    pub const ADDRESS_CONFLICT: &str = "AddressConflict";
     /// Component name reported on Events.
     pub const CONTROLLER_COMPONENT: &str = "berth-controller";
     pub const AGENT_COMPONENT: &str = "berth-agent";

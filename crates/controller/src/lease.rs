@@ -3,13 +3,20 @@
 //! the renew deadline (shorter than the lease duration, so the old leader has stopped
 //! before anyone may take over), and hand the Lease back on shutdown. The decision is a pure
 //! function; the loop around it is thin.
+//!
+//! Expiry is client-go's observed-time rule: a Lease held by another replica is expired when
+//! it has not *changed* for its duration, by this replica's own clock ([`Observed`]). The
+//! holder's `renewTime` is never compared with the local clock, so a standby whose clock is
+//! ahead cannot take over from a healthy leader, nor a leader whose clock is behind keep a
+//! dead claim alive. The price, as in client-go: a standby that starts waits one full lease
+//! duration before it may take over a Lease it has never seen change.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::Client;
 use tokio::sync::watch;
@@ -31,12 +38,36 @@ pub enum LeaseAction {
     Wait { holder: String },
 }
 
-/// Decides from the Lease as read (`None`: absent) at `now`. A Lease without its own
-/// duration counts with `default_duration`.
+/// The Lease as this replica last saw it, and when it last saw it change, by its own clock.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    record: Option<LeaseSpec>,
+    since: Option<Instant>,
+}
+
+impl Observed {
+    /// Records the Lease as read at `now` (`None`: absent); any change restarts the clock.
+    pub fn observe(&mut self, spec: Option<&LeaseSpec>, now: Instant) {
+        let changed = self.since.is_none() || self.record.as_ref() != spec;
+        if changed {
+            self.record = spec.cloned();
+            self.since = Some(now);
+        }
+    }
+
+    /// When the Lease last changed, by this replica's clock.
+    pub fn since(&self) -> Option<Instant> {
+        self.since
+    }
+}
+
+/// Decides from the Lease as read (`None`: absent), observed as `observed`, at `now` (this
+/// replica's clock). A Lease without its own duration counts with `default_duration`.
 pub fn decide_lease(
     spec: Option<&LeaseSpec>,
     me: &str,
-    now: Timestamp,
+    observed: &Observed,
+    now: Instant,
     default_duration: Duration,
 ) -> LeaseAction {
     let Some(spec) = spec else {
@@ -51,16 +82,19 @@ pub fn decide_lease(
     }
     let duration = spec
         .lease_duration_seconds
-        .map(|s| SignedDuration::from_secs(i64::from(s.max(0))))
-        .unwrap_or_else(|| SignedDuration::from_secs(default_duration.as_secs() as i64));
-    let last = spec.renew_time.as_ref().or(spec.acquire_time.as_ref());
-    match last {
-        Some(MicroTime(t)) if t.checked_add(duration).is_ok_and(|end| end > now) => {
-            LeaseAction::Wait {
-                holder: holder.to_string(),
-            }
+        .map(|s| Duration::from_secs(u64::try_from(s.max(0)).unwrap_or(0)))
+        .unwrap_or(default_duration);
+    // A holder that never wrote a time holds nothing.
+    if spec.renew_time.is_none() && spec.acquire_time.is_none() {
+        return LeaseAction::TakeOver;
+    }
+    let since = observed.since().unwrap_or(now);
+    if now < since + duration {
+        LeaseAction::Wait {
+            holder: holder.to_string(),
         }
-        _ => LeaseAction::TakeOver,
+    } else {
+        LeaseAction::TakeOver
     }
 }
 
@@ -144,6 +178,7 @@ pub struct LeaderElector {
     api: Api<Lease>,
     cfg: LeaseConfig,
     term: Term,
+    observed: Mutex<Observed>,
 }
 
 impl LeaderElector {
@@ -153,6 +188,7 @@ impl LeaderElector {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
             term: Term::default(),
+            observed: Mutex::new(Observed::default()),
         }
     }
 
@@ -230,12 +266,22 @@ impl LeaderElector {
             .await
             .map_err(|e| Error::kube("reading the lease", e))?;
         let now = Timestamp::now();
-        let action = decide_lease(
-            current.as_ref().and_then(|l| l.spec.as_ref()),
-            &self.cfg.identity,
-            now,
-            self.cfg.lease_duration,
-        );
+        let spec = current.as_ref().and_then(|l| l.spec.as_ref());
+        let action = {
+            let mut observed = self
+                .observed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let local = Instant::now();
+            observed.observe(spec, local);
+            decide_lease(
+                spec,
+                &self.cfg.identity,
+                &observed,
+                local,
+                self.cfg.lease_duration,
+            )
+        };
         let secs = i32::try_from(self.cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
         let result = match (action, current) {
             (LeaseAction::Wait { .. }, _) => return Ok(false),
@@ -325,6 +371,10 @@ mod tests {
         }
     }
 
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
     const D: Duration = Duration::from_secs(15);
 
     #[test]
@@ -348,36 +398,95 @@ mod tests {
 
     #[test]
     fn absent_lease_is_created() {
-        assert_eq!(decide_lease(None, "a", at(0), D), LeaseAction::Create);
+        let t0 = Instant::now();
+        let mut seen = Observed::default();
+        seen.observe(None, t0);
+        assert_eq!(decide_lease(None, "a", &seen, t0, D), LeaseAction::Create);
     }
 
     #[test]
     fn own_lease_is_renewed_even_when_expired() {
+        let t0 = Instant::now();
         let s = mk_spec(Some("a"), 0, 15);
-        assert_eq!(decide_lease(Some(&s), "a", at(100), D), LeaseAction::Renew);
+        let mut seen = Observed::default();
+        seen.observe(Some(&s), t0);
+        assert_eq!(
+            decide_lease(Some(&s), "a", &seen, t0 + secs(100), D),
+            LeaseAction::Renew
+        );
     }
 
     #[test]
-    fn others_current_claim_is_respected_until_it_expires() {
+    fn others_claim_is_respected_until_it_has_not_changed_for_its_duration() {
+        let t0 = Instant::now();
+        let mut seen = Observed::default();
         let s = mk_spec(Some("b"), 0, 15);
+        seen.observe(Some(&s), t0);
         assert_eq!(
-            decide_lease(Some(&s), "a", at(14), D),
+            decide_lease(Some(&s), "a", &seen, t0 + secs(14), D),
             LeaseAction::Wait { holder: "b".into() }
         );
+        // Renewed (the record changed) at t0 + 10: another full duration from then.
+        let renewed = mk_spec(Some("b"), 10, 15);
+        seen.observe(Some(&renewed), t0 + secs(10));
         assert_eq!(
-            decide_lease(Some(&s), "a", at(15), D),
+            decide_lease(Some(&renewed), "a", &seen, t0 + secs(24), D),
+            LeaseAction::Wait { holder: "b".into() }
+        );
+        // Read again unchanged: the clock keeps running from the change.
+        seen.observe(Some(&renewed), t0 + secs(20));
+        assert_eq!(
+            decide_lease(Some(&renewed), "a", &seen, t0 + secs(25), D),
+            LeaseAction::TakeOver
+        );
+    }
+
+    /// Clock skew: the holder's renewTime says nothing about expiry. A leader whose clock is
+    /// an hour behind (its renewTime looks an hour old) keeps the Lease while it renews; one
+    /// whose clock is an hour ahead cannot keep a dead claim alive.
+    #[test]
+    fn a_skewed_clock_neither_steals_a_live_lease_nor_keeps_a_dead_one() {
+        let t0 = Instant::now();
+        let mut seen = Observed::default();
+        for i in 0..10u64 {
+            // The leader renews every 2 s, its clock 3600 s behind the standby's.
+            let s = mk_spec(Some("b"), (2 * i) as i64 - 3600, 15);
+            seen.observe(Some(&s), t0 + secs(2 * i));
+            assert_eq!(
+                decide_lease(Some(&s), "a", &seen, t0 + secs(2 * i + 1), D),
+                LeaseAction::Wait { holder: "b".into() },
+                "renewal {i}"
+            );
+        }
+        // A leader an hour ahead that died: its renewTime is in the standby's future, yet the
+        // Lease is taken over once it has not changed for its duration.
+        let mut seen = Observed::default();
+        let s = mk_spec(Some("b"), 3600, 15);
+        seen.observe(Some(&s), t0);
+        assert_eq!(
+            decide_lease(Some(&s), "a", &seen, t0 + secs(15), D),
             LeaseAction::TakeOver
         );
     }
 
     #[test]
     fn released_or_timeless_leases_are_free() {
+        let t0 = Instant::now();
+        let mut seen = Observed::default();
         let s = mk_spec(None, 0, 15);
-        assert_eq!(decide_lease(Some(&s), "a", at(1), D), LeaseAction::TakeOver);
+        seen.observe(Some(&s), t0);
+        assert_eq!(
+            decide_lease(Some(&s), "a", &seen, t0 + secs(1), D),
+            LeaseAction::TakeOver
+        );
         let s = LeaseSpec {
             holder_identity: Some("b".into()),
             ..LeaseSpec::default()
         };
-        assert_eq!(decide_lease(Some(&s), "a", at(1), D), LeaseAction::TakeOver);
+        seen.observe(Some(&s), t0);
+        assert_eq!(
+            decide_lease(Some(&s), "a", &seen, t0 + secs(1), D),
+            LeaseAction::TakeOver
+        );
     }
 }

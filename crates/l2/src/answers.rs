@@ -149,9 +149,17 @@ pub fn diff_ownership(old: &Answers, new: &Answers) -> OwnershipChanges {
 /// answered only after a delay, so the old owner, reacting to the same change, stops first.
 /// Addresses taken from a dead owner, or from nobody, are answered at once. Pure: the caller
 /// passes the time.
+///
+/// A planned handover: when this node (re)gains liveness, every address it gains waits the
+/// (shorter) handover delay from that moment, whoever answered it before. Its peers count it
+/// live when its first heartbeat saying so arrives, and stop answering what it takes at once;
+/// the handover delay covers that heartbeat's way. Agents that become live together wait too,
+/// so they hear of each other before answering.
 #[derive(Debug, Clone)]
 pub struct TakeoverDelay {
     delay: std::time::Duration,
+    handover: std::time::Duration,
+    returned: Option<std::time::Instant>,
     waiting: BTreeMap<IpAddr, std::time::Instant>,
 }
 
@@ -159,8 +167,21 @@ impl TakeoverDelay {
     pub fn new(delay: std::time::Duration) -> Self {
         TakeoverDelay {
             delay,
+            handover: delay,
+            returned: None,
             waiting: BTreeMap::new(),
         }
+    }
+
+    /// The delay of a planned handover (see the type).
+    pub fn with_handover(mut self, handover: std::time::Duration) -> Self {
+        self.handover = handover;
+        self
+    }
+
+    /// This node just became live.
+    pub fn returned(&mut self, now: std::time::Instant) {
+        self.returned = Some(now);
     }
 
     /// `next`, with the takeovers from live owners still waiting shown as the old owner's.
@@ -174,8 +195,32 @@ impl TakeoverDelay {
     ) -> Answers {
         let owned_now: BTreeSet<IpAddr> = next.owned().map(|o| o.ip).collect();
         self.waiting.retain(|ip, _| owned_now.contains(ip));
+        let handover_end = self
+            .returned
+            .map(|at| at + self.handover)
+            .filter(|end| now < *end);
+        if handover_end.is_none() {
+            self.returned = None;
+        }
         for ip in owned_now {
-            let previous_owner = match published.ips.get(&ip).map(|e| &e.answer) {
+            let before = published.ips.get(&ip).map(|e| &e.answer);
+            if let Some(end) = handover_end {
+                if !matches!(before, Some(IpAnswer::Owned(_))) {
+                    let due = *self.waiting.entry(ip).or_insert(end);
+                    if now < due {
+                        if let Some(entry) = next.ips.get_mut(&ip) {
+                            entry.answer = match before {
+                                Some(answer) => answer.clone(),
+                                None => IpAnswer::Elsewhere { owner: None },
+                            };
+                        }
+                        continue;
+                    }
+                    self.waiting.remove(&ip);
+                    continue;
+                }
+            }
+            let previous_owner = match before {
                 Some(IpAnswer::Elsewhere { owner: Some(owner) }) => owner.clone(),
                 _ => {
                     self.waiting.remove(&ip);
@@ -274,6 +319,36 @@ mod tests {
         // Losing is never delayed.
         let lost = delay.apply(&published, before.clone(), &live, t0 + ms(301));
         assert_eq!(lost, before);
+    }
+
+    #[test]
+    fn a_returning_node_takes_everything_after_the_handover_delay_only() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let live: BTreeSet<String> = ["n1", "n2"].iter().map(|s| s.to_string()).collect();
+        let mut delay = TakeoverDelay::new(ms(300)).with_handover(ms(60));
+        let before = table(&[
+            ("198.18.0.200", elsewhere("n2")),
+            ("198.18.0.201", IpAnswer::Elsewhere { owner: None }),
+        ]);
+        let after = table(&[("198.18.0.200", owned()), ("198.18.0.201", owned())]);
+        delay.returned(t0);
+        // From a live owner and from nobody alike: wait for the handover, not 300 ms.
+        let published = delay.apply(&before, after.clone(), &live, t0 + ms(10));
+        assert_eq!(published, before);
+        assert_eq!(delay.next_due(), Some(t0 + ms(60)));
+        let published = delay.apply(&published, after.clone(), &live, t0 + ms(60));
+        assert_eq!(published, after);
+        assert_eq!(delay.next_due(), None);
+        // Later moves from a live owner wait the full delay again.
+        let moved = table(&[("198.18.0.200", elsewhere("n2")), ("198.18.0.201", owned())]);
+        let published = delay.apply(&published, moved.clone(), &live, t0 + ms(500));
+        assert_eq!(published, moved);
+        let published = delay.apply(&published, after.clone(), &live, t0 + ms(600));
+        assert!(published
+            .decide("198.18.0.200".parse().expect("ip"), "eth0")
+            .is_err());
+        assert_eq!(delay.next_due(), Some(t0 + ms(900)));
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //!
 //! An IP's candidates are the live nodes that an `L2Advertisement` selecting one of the IP's
 //! pools also selects, that are neither excluded nor `NetworkUnavailable` nor being deleted,
-//! that have an interface to answer on, and — when every Service holding the IP uses
-//! `externalTrafficPolicy: Local` — that run a Ready endpoint. The owner is the candidate with
+//! that have an interface to answer on, and — for each Service holding the IP that uses
+//! `externalTrafficPolicy: Local` — that run one of its Ready endpoints. The owner is the candidate with
 //! the smallest sha256(node + "#" + ip): every agent computes the same owner from the same view.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -90,8 +90,8 @@ impl Interfaces {
 /// The demand on one IP, merged over every Service that holds it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpDemand {
-    /// `Some(nodes)` when every Service holding the IP uses `externalTrafficPolicy: Local`: only
-    /// these nodes (with a Ready endpoint of one of them) may answer. `None`: any node.
+    /// `Some(nodes)` when a Service holding the IP uses `externalTrafficPolicy: Local`: only
+    /// these nodes (with a Ready endpoint of every such Service) may answer. `None`: any node.
     pub endpoint_nodes: Option<BTreeSet<String>>,
 }
 

@@ -451,22 +451,24 @@ impl L2Index {
         let mut demands: BTreeMap<IpAddr, (IpDemand, BTreeSet<ServiceKey>)> = BTreeMap::new();
         for (key, facts) in &self.services {
             for ip in &facts.ips {
-                let (demand, services) = demands.entry(*ip).or_insert_with(|| {
-                    (
-                        IpDemand {
-                            endpoint_nodes: Some(BTreeSet::new()),
-                        },
-                        BTreeSet::new(),
-                    )
-                });
+                let (demand, services) = demands.entry(*ip).or_default();
                 services.insert(key.clone());
                 if !facts.local {
-                    // One Service of Cluster policy on the address: any node may answer.
-                    demand.endpoint_nodes = None;
-                } else if let Some(nodes) = &mut demand.endpoint_nodes {
-                    let local = ready.get(&(key.0.as_str(), key.1.as_str()));
-                    nodes.extend(local.into_iter().flatten().map(|n| n.to_string()));
+                    // A Cluster-policy Service is served from any node: no constraint.
+                    continue;
                 }
+                // A Local one only from nodes with one of its Ready endpoints: the address is
+                // answered where every Local Service sharing it has one.
+                let local: BTreeSet<String> = ready
+                    .get(&(key.0.as_str(), key.1.as_str()))
+                    .into_iter()
+                    .flatten()
+                    .map(|n| n.to_string())
+                    .collect();
+                demand.endpoint_nodes = Some(match demand.endpoint_nodes.take() {
+                    None => local,
+                    Some(nodes) => nodes.intersection(&local).cloned().collect(),
+                });
             }
         }
         demands

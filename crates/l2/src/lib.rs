@@ -10,9 +10,12 @@
 //!
 //! # Decisions
 //!
-//! - **One election per address**: the Services holding an IP are merged first; the IP is
-//!   gated on local endpoints only when every one of them uses `externalTrafficPolicy: Local`
-//!   (then any node with a Ready endpoint of any of them qualifies).
+//! - **One election per address**: the Services holding an IP are merged first. Each Service
+//!   with `externalTrafficPolicy: Local` restricts the candidates to the nodes running one of
+//!   its Ready endpoints, so an address shared by Local Services is answered only where every
+//!   one of them has an endpoint (answered elsewhere, one Service's port would time out, its
+//!   traffic dropped for want of a local endpoint); when no node has them all, nobody answers
+//!   and the address counts as `unowned`. Cluster-policy Services restrict nothing.
 //! - **Which Services**: LoadBalancer Services of class `berth.dev/l2`, or of no class; their
 //!   `status.loadBalancer.ingress[].ip` are the addresses. Whatever the class, an address
 //!   outside every IPPool is never answered.
@@ -72,7 +75,10 @@ pub use index::L2Index;
 pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
 pub use schedule::{GratuitousSchedule, InterfaceHold, StartupSettle};
-pub use speaker::{run_link, run_link_refreshing, L2Metrics};
+pub use speaker::{
+    find_conflict, may_answer, run_link, run_link_refreshing, run_link_with, Conflict, L2Metrics,
+    LinkOptions,
+};
 pub use status::{
     build_announced, build_status, is_own_record, parse_status, plan_status, status_name,
     superseded_records, Announced, StatusPlan,

@@ -11,10 +11,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::answers::{Answers, IpAnswer};
-use crate::frame::{build_gratuitous, solicited_node};
+use crate::frame::client::read_answer;
+use crate::frame::{build_gratuitous, solicited_node, Mac};
 use crate::responder::{respond, Ignored};
 use crate::schedule::GratuitousSchedule;
 use crate::transport::Link;
@@ -51,6 +52,8 @@ pub struct L2Metrics {
     pub announced: Family<AddressLabels, Gauge>,
     /// Addresses of this node's view by election outcome; `unowned` has no candidate node.
     pub addresses: Family<StateLabels, Gauge>,
+    /// Gratuitous announcements by another host of an address this node answers for.
+    pub conflicts: Family<AddressLabels, Counter>,
 }
 
 impl L2Metrics {
@@ -91,6 +94,11 @@ impl L2Metrics {
             "addresses",
             "LoadBalancer addresses in this node's view, by election outcome (owned here, elsewhere, unowned: no candidate node, not_advertised)",
             metrics.addresses.clone(),
+        );
+        registry.register(
+            "conflicts",
+            "Gratuitous announcements by another host of an address this node answers for",
+            metrics.conflicts.clone(),
         );
         for state in ADDRESS_STATES {
             metrics
@@ -170,12 +178,70 @@ pub async fn run_link<L: Link>(
 /// [`run_link`], and every owned address announced again every `refresh` after its takeover
 /// rounds.
 pub async fn run_link_refreshing<L: Link>(
-    mut link: L,
-    mut answers: watch::Receiver<Arc<Answers>>,
+    link: L,
+    answers: watch::Receiver<Arc<Answers>>,
     metrics: L2Metrics,
     refresh: Option<std::time::Duration>,
     stop: impl std::future::Future<Output = ()>,
 ) {
+    let options = LinkOptions {
+        refresh,
+        ..LinkOptions::default()
+    };
+    run_link_with(link, answers, metrics, options, stop).await;
+}
+
+/// What a speaker does besides answering from the table.
+#[derive(Debug, Default)]
+pub struct LinkOptions {
+    /// Owned addresses are announced again this often after their takeover rounds.
+    pub refresh: Option<std::time::Duration>,
+    /// Until when this node may answer at all (berth-membership's verdict): checked on every
+    /// request and every gratuitous round, so a node cut off from its peers, or stopped and
+    /// continued, is silent on time even before its table is recomputed. `None`: always.
+    pub until: Option<watch::Receiver<Option<std::time::Instant>>>,
+    /// Where to report another host's gratuitous announcement of an address this interface
+    /// answers for.
+    pub conflicts: Option<mpsc::UnboundedSender<Conflict>>,
+}
+
+/// Another host announced an address this node answers for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub ip: IpAddr,
+    pub mac: Mac,
+    pub interface: String,
+}
+
+/// Whether `until` lets this node answer at `now`.
+pub fn may_answer(until: Option<std::time::Instant>, now: std::time::Instant) -> bool {
+    until.is_none_or(|until| now < until)
+}
+
+/// A gratuitous announcement in `frame`, by another MAC than `ours`, of an address in `owned`.
+pub fn find_conflict(frame: &[u8], ours: Mac, owned: &BTreeSet<IpAddr>) -> Option<(IpAddr, Mac)> {
+    let answer = read_answer(frame)?;
+    (answer.gratuitous && answer.mac != ours && owned.contains(&answer.ip))
+        .then_some((answer.ip, answer.mac))
+}
+
+/// [`run_link`] with [`LinkOptions`].
+pub async fn run_link_with<L: Link>(
+    mut link: L,
+    mut answers: watch::Receiver<Arc<Answers>>,
+    metrics: L2Metrics,
+    options: LinkOptions,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let LinkOptions {
+        refresh,
+        until,
+        conflicts,
+    } = options;
+    let allowed = || {
+        let now = tokio::time::Instant::now().into_std();
+        may_answer(until.as_ref().and_then(|u| *u.borrow()), now)
+    };
     let name = link.interface().name.clone();
     let mut owned: BTreeSet<IpAddr> = BTreeSet::new();
     let mut groups: BTreeSet<Ipv6Addr> = BTreeSet::new();
@@ -211,7 +277,8 @@ pub async fn run_link_refreshing<L: Link>(
             groups = wanted;
             owned = now_owned;
         }
-        for ip in schedule.take_due(tokio::time::Instant::now().into_std()) {
+        let due = schedule.take_due(tokio::time::Instant::now().into_std());
+        for ip in due.into_iter().filter(|_| allowed()) {
             for frame in build_gratuitous(link.interface().mac, ip) {
                 match link.send(&frame) {
                     Ok(()) => {
@@ -251,7 +318,32 @@ pub async fn run_link_refreshing<L: Link>(
             }
         };
         let interface = link.interface().clone();
+        if let Some((ip, mac)) = find_conflict(&frame, interface.mac, &owned) {
+            tracing::warn!(interface = %name, %ip, mac = ?mac, "another host announces an address this node answers for");
+            metrics
+                .conflicts
+                .get_or_create(&AddressLabels {
+                    address: ip.to_string(),
+                })
+                .inc();
+            if let Some(tx) = &conflicts {
+                let _ = tx.send(Conflict {
+                    ip,
+                    mac,
+                    interface: name.clone(),
+                });
+            }
+        }
         match respond(&frame, &interface, |ip, iface| current.decide(ip, iface)) {
+            Ok(_) if !allowed() => {
+                metrics.requests_received.inc();
+                metrics
+                    .ignored
+                    .get_or_create(&ReasonLabels {
+                        reason: "withdrawn",
+                    })
+                    .inc();
+            }
             Ok(reply) => {
                 metrics.requests_received.inc();
                 match link.send(&reply) {
@@ -271,5 +363,57 @@ pub async fn run_link_refreshing<L: Link>(
                 metrics.observe_ignored(&ignored);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    const OURS: Mac = [2, 0, 0, 0, 0, 1];
+    const THEIRS: Mac = [2, 0, 0, 0, 0, 9];
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
+    #[test]
+    fn another_hosts_gratuitous_announcement_of_an_owned_address_is_a_conflict() {
+        let owned: BTreeSet<IpAddr> = [ip("198.18.0.200"), ip("fd00::200")].into();
+        for frame in build_gratuitous(THEIRS, ip("198.18.0.200")) {
+            assert_eq!(
+                find_conflict(&frame, OURS, &owned),
+                Some((ip("198.18.0.200"), THEIRS))
+            );
+        }
+        for frame in build_gratuitous(THEIRS, ip("fd00::200")) {
+            assert_eq!(
+                find_conflict(&frame, OURS, &owned),
+                Some((ip("fd00::200"), THEIRS))
+            );
+        }
+        // Our own announcements, another address, and a request are no conflict.
+        for frame in build_gratuitous(OURS, ip("198.18.0.200")) {
+            assert_eq!(find_conflict(&frame, OURS, &owned), None);
+        }
+        for frame in build_gratuitous(THEIRS, ip("198.18.0.201")) {
+            assert_eq!(find_conflict(&frame, OURS, &owned), None);
+        }
+        let request = crate::frame::client::build_arp_request(
+            THEIRS,
+            std::net::Ipv4Addr::new(198, 18, 0, 100),
+            std::net::Ipv4Addr::new(198, 18, 0, 200),
+        );
+        assert_eq!(find_conflict(&request, OURS, &owned), None);
+    }
+
+    #[test]
+    fn answers_stop_at_the_deadline() {
+        let now = Instant::now();
+        assert!(may_answer(None, now));
+        assert!(may_answer(Some(now + Duration::from_millis(1)), now));
+        assert!(!may_answer(Some(now), now));
+        assert!(!may_answer(Some(now - Duration::from_millis(1)), now));
     }
 }

@@ -174,9 +174,14 @@ fn local_policy_follows_ready_endpoints_and_moves_when_the_last_goes() {
             owner: Some("node-3".into())
         })
     );
-    // Sharing with a Cluster-policy Service lifts the endpoint gate.
+    // Sharing with a Cluster-policy Service keeps the Local one's gate: node-3 still.
     index.apply_service(&mk_lb("dns", &[&ours], "Cluster", json!(null)));
-    assert_eq!(index.answers().decide(ip(&ours), "eth0"), Ok(()));
+    assert_eq!(
+        index.answers().decide(ip(&ours), "eth0"),
+        Err(Refusal::NotElected {
+            owner: Some("node-3".into())
+        })
+    );
     // Deleting the slice of a Local-only address leaves no candidate.
     index.delete_service(&mk_lb("dns", &[&ours], "Cluster", json!(null)));
     index.delete_slice(&slice);
@@ -184,6 +189,48 @@ fn local_policy_follows_ready_endpoints_and_moves_when_the_last_goes() {
         index.answers().decide(ip(&ours), "eth0"),
         Err(Refusal::NotElected { owner: None })
     );
+}
+
+/// Two Local Services without selectors share an address, their endpoints on different nodes:
+/// a node with only one of them would time the other's port out, so only a node with both may
+/// answer, and none when no node has both.
+#[test]
+fn local_services_sharing_an_address_are_answered_where_every_one_has_an_endpoint() {
+    let (ours, _) = ours_and_theirs();
+    let mut index = listed_index();
+    index.apply_service(&mk_lb("web", &[&ours], "Local", json!(null)));
+    index.apply_service(&mk_lb("dns", &[&ours], "Local", json!(null)));
+    index.apply_slice(&mk_endpoints("web", "web-1", &[("node-1", true)]));
+    index.apply_slice(&mk_endpoints("dns", "dns-1", &[("node-2", true)]));
+    assert_eq!(
+        index.answers().decide(ip(&ours), "eth0"),
+        Err(Refusal::NotElected { owner: None }),
+        "no node has both"
+    );
+    // dns gains a Ready endpoint on node-3, web too: node-3 is the only node with both.
+    index.apply_slice(&mk_endpoints(
+        "dns",
+        "dns-1",
+        &[("node-2", true), ("node-3", true)],
+    ));
+    index.apply_slice(&mk_endpoints(
+        "web",
+        "web-1",
+        &[("node-1", true), ("node-3", true)],
+    ));
+    assert_eq!(
+        index.answers().decide(ip(&ours), "eth0"),
+        Err(Refusal::NotElected {
+            owner: Some("node-3".into())
+        })
+    );
+    // And node-1 once it has both.
+    index.apply_slice(&mk_endpoints(
+        "dns",
+        "dns-1",
+        &[("node-1", true), ("node-2", true)],
+    ));
+    assert_eq!(index.answers().decide(ip(&ours), "eth0"), Ok(()));
 }
 
 #[test]

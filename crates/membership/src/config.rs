@@ -36,6 +36,10 @@ pub struct MembershipOptions {
     /// A second key whose datagrams are accepted too (never used to seal), so that a key can
     /// be rotated without splitting the cluster: see `docs/architecture.md`.
     pub previous_key: Option<Vec<u8>>,
+    /// Where `key` and `previous_key` were read from: read again every 10 s, so a rotated
+    /// Secret takes effect without a restart (see `docs/l2.md`).
+    pub key_file: Option<std::path::PathBuf>,
+    pub previous_key_file: Option<std::path::PathBuf>,
     /// How often a random peer is probed.
     pub probe_period: Duration,
     /// How long a probe waits for a direct answer before asking others to probe indirectly.
@@ -47,6 +51,13 @@ pub struct MembershipOptions {
     pub takeover_hold: Duration,
     /// How far a message's timestamp may be from the receiver's clock.
     pub clock_window: Duration,
+    /// How often every agent sends each peer a heartbeat.
+    pub heartbeat_interval: Duration,
+    /// How long this node answers without hearing a majority of its peers.
+    pub withdraw_after: Duration,
+    /// How long a peer stays live without being heard (then its addresses move). At least
+    /// `withdraw_after` plus two heartbeat intervals, so a node cut off withdraws first.
+    pub failure_timeout: Duration,
 }
 
 impl Default for MembershipOptions {
@@ -60,11 +71,16 @@ impl Default for MembershipOptions {
             advertise_address: None,
             key: None,
             previous_key: None,
+            key_file: None,
+            previous_key_file: None,
             probe_period: Duration::from_millis(200),
             probe_timeout: Duration::from_millis(80),
             suspicion_timeout: Duration::from_millis(400),
             takeover_hold: Duration::from_millis(300),
             clock_window: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_millis(40),
+            withdraw_after: Duration::from_millis(130),
+            failure_timeout: Duration::from_millis(250),
         }
     }
 }
@@ -136,6 +152,34 @@ impl MembershipOptions {
             }
             if self.suspicion_timeout.is_zero() {
                 return Err(invalid("suspicion timeout", "must be greater than zero"));
+            }
+            if self.heartbeat_interval < Duration::from_millis(5) {
+                return Err(invalid("heartbeat interval", "must be at least 5ms"));
+            }
+            if self.withdraw_after <= self.heartbeat_interval {
+                return Err(invalid(
+                    "withdraw after",
+                    format!(
+                        "{:?} must be longer than the heartbeat interval {:?}",
+                        self.withdraw_after, self.heartbeat_interval
+                    ),
+                ));
+            }
+            let timing = crate::live::Timing {
+                heartbeat: self.heartbeat_interval,
+                withdraw: self.withdraw_after,
+                failure: self.failure_timeout,
+            };
+            if !timing.is_safe() {
+                return Err(invalid(
+                    "failure timeout",
+                    format!(
+                        "{:?} must be at least the withdrawal time {:?} plus two heartbeat intervals ({:?}): a node cut off must stop answering before its peers take over",
+                        self.failure_timeout,
+                        self.withdraw_after,
+                        self.withdraw_after + self.heartbeat_interval * 2
+                    ),
+                ));
             }
             if self.clock_window < Duration::from_millis(100) {
                 return Err(invalid("clock window", "must be at least 100ms"));
@@ -223,6 +267,21 @@ impl MembershipConfig {
 
     pub fn clock_window(&self) -> Duration {
         self.options.clock_window
+    }
+
+    /// The key files to read again while running, when given.
+    pub fn key_files(&self) -> Option<(&std::path::Path, Option<&std::path::Path>)> {
+        let key = self.options.key_file.as_deref()?;
+        Some((key, self.options.previous_key_file.as_deref()))
+    }
+
+    /// The heartbeat's three times.
+    pub fn timing(&self) -> crate::live::Timing {
+        crate::live::Timing {
+            heartbeat: self.options.heartbeat_interval,
+            withdraw: self.options.withdraw_after,
+            failure: self.options.failure_timeout,
+        }
     }
 
     /// The slowest crash detection SWIM allows with these timings for a cluster where every

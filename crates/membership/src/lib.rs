@@ -11,18 +11,16 @@
 //!   first withdraws itself from its own set, then deletes its Lease (peers drop it on the
 //!   delete event, without waiting for expiry), then leaves SWIM. Every agent watches the
 //!   namespace's agent Leases.
-//! - **SWIM** ([`foca`], sans-IO, driven by one tokio task over one UDP socket): probe period,
-//!   probe timeout and suspicion timeout are flags. A crash is declared after at most
-//!   `k·period + period + suspicion` where `k` is how many periods pass before a survivor
-//!   probes the dead node (about one to two with three nodes): 0.6–1.0 s with the defaults
-//!   (200 ms, 80 ms, 400 ms); measured over loopback with three agents, a killed agent was
-//!   dropped by both survivors 0.60–0.98 s after the kill (10 trials) and a stopped one
-//!   within 2–13 ms. Each identity carries a generation (start time in ms) that
-//!   foca renews when the node finds it was declared down, so a node comes back at once
-//!   after a restart or a healed partition. Down nodes are never forgotten, and asked to
-//!   rejoin every second.
-//! - **The combination rule** ([`live::compute_live`], pure, tested exhaustively) and the
-//!   takeover hold ([`live::SelfHold`]).
+//! - **Heartbeats**: every agent sends each peer a sealed heartbeat every heartbeat interval
+//!   (40 ms), one byte saying whether it counts itself live. A peer is live while it was heard
+//!   within the failure timeout (250 ms) and said it is. Crash detection is bounded by the
+//!   failure timeout after the last datagram, whatever the cluster's size.
+//! - **SWIM** ([`foca`], sans-IO, driven by the same task over the same UDP socket) keeps
+//!   running between the agents: it finds them and spreads who is there, and its messages
+//!   count as heard; it no longer decides liveness (its crash detection took 0.6–1.0 s).
+//! - **The combination rule** ([`live::compute_live`], pure, tested exhaustively, with a
+//!   simulated partition over every heartbeat phase) and the takeover hold
+//!   ([`live::SelfHold`]).
 //!
 //! Decisions where the design leaves room:
 //! - **Peers are found through their Leases** (of existing Nodes): each agent writes the
@@ -64,26 +62,31 @@
 //!   [`lease`]): a peer with a skewed clock cannot keep a dead Lease fresh or make a live one
 //!   look expired. Only the membership datagrams' stamps compare clocks (the clock window).
 //! - **The combination rule.** Lease-only mode (membership off, the baseline the failover
-//!   benchmark compares against): live = Lease fresh. With membership on, SWIM decides
-//!   for peers that advertise an endpoint (alive, unless its Lease is deleted; down or never
-//!   heard, whatever its Lease says, so an agent started after a crash agrees with the others
-//!   that the crashed node is not live), and the Lease for peers that take no part in SWIM
-//!   (no endpoint on their Lease). This node counts itself only on the majority side: the
-//!   nodes it counts live (itself included) must be more than half of those that may be live
-//!   anywhere (those plus every peer whose Lease is fresh). Peers are counted over the
-//!   cluster's Nodes, not over whatever Leases exist: a Lease of a node that is no Node (a
-//!   ghost written with stolen Lease rights, or a deleted Node's leftover) counts for nothing,
-//!   is not probed, and is never live (the chart's admission policy also stops an agent from
-//!   writing any Lease but its own). A node cut off from the LAN but
-//!   not from the API sees every peer down over SWIM while their Leases stay fresh, so it is
-//!   the minority and withdraws while the others take over; it stays withdrawn until it
-//!   hears the others again. A tie (two nodes, or two equal halves) goes to the side holding
-//!   the smallest node name. The price: a crashed node counts against the majority until its
-//!   Lease expires, so in a two-node cluster the crash of the smaller node, or in a
-//!   three-node cluster the crash of two at once, is taken over when the Leases expire, not
-//!   within a second. A node that neither renews its
-//!   own Lease nor reaches any peer is cut off from everything and withdraws; a lone node
-//!   keeps answering when the API server is down, and so does a cluster whose SWIM works.
+//!   benchmark compares against): live = Lease fresh. With membership on, the heartbeats
+//!   decide for peers that advertise an endpoint (live while heard within the failure timeout
+//!   and saying they count themselves, unless the Lease is deleted), and the Lease for peers
+//!   that take no part (no endpoint on their Lease). This node counts itself only on the
+//!   majority side: the nodes it reaches (itself and the peers heard within the withdrawal
+//!   time, 130 ms) must be more than half of those that may be live anywhere (those plus every
+//!   peer whose Lease is fresh). Peers are counted over the cluster's Nodes, not over whatever
+//!   Leases exist: a Lease of a node that is no Node (a ghost written with stolen Lease
+//!   rights, or a deleted Node's leftover) counts for nothing, is not sent heartbeats, and is
+//!   never live (the chart's admission policy also stops an agent from writing any Lease but
+//!   its own). A tie (two nodes, or two equal halves) goes to the side holding the smallest
+//!   node name; so in a two-node cluster the crash of the smaller node, or in a three-node
+//!   cluster the crash of two at once, is taken over when the Leases expire. A node that
+//!   neither renews its own Lease nor reaches any peer is cut off from everything and
+//!   withdraws; a lone node keeps answering when the API server is down, and so does a
+//!   cluster whose heartbeats flow.
+//! - **Withdrawal before takeover.** The failure timeout must be at least the withdrawal time
+//!   plus two heartbeat intervals ([`live::Timing::is_safe`], checked at start). A node whose
+//!   membership traffic alone is cut stops answering within the withdrawal time (it hears no
+//!   majority), while its peers count from its last heartbeat, at most one interval before
+//!   the cut: they take its addresses only after it has stopped, and it takes none of theirs
+//!   (by the time a peer's failure timeout ends, it has no majority). The instant this node's
+//!   right to answer ends if nothing more is heard is published ([`AnswerUntil`]) and checked
+//!   by the responders on every request: a busy or stopped-and-continued agent is silent on
+//!   time, not when its tasks next run.
 //! - **A healed split does not ripple.** In SWIM a down verdict is final for an identity, so
 //!   the verdicts a cut-off node reached alone (everyone else down) would, once the LAN heals,
 //!   force every healthy peer to rejoin and start its hold over: a gap for every address. So
@@ -91,11 +94,12 @@
 //!   new identity that knows nobody (it keeps its own record of who was down, so it stays
 //!   withdrawn); peers with fresh Leases that SWIM does not count alive are asked to let it
 //!   join every second.
-//! - **Never two answers after a return.** A node that (re)gains liveness — at start, after a
-//!   rejoin, when a partition heals — counts itself only after the takeover hold (300 ms)
-//!   without a break, while its peers count it as soon as they hear it. So the node handing
-//!   an address back stops first, and a returning node never answers beside it: the price
-//!   is a gap of about the hold for the addresses that move back.
+//! - **A planned return.** A node that (re)gains liveness — at start, after a rejoin, when a
+//!   partition heals — counts itself only after the takeover hold (300 ms) without a break
+//!   and once its announcer says it is ready ([`Membership::with_ready`]); its peers count it
+//!   only once its heartbeat says so, and stop answering what moves to it on that heartbeat.
+//!   The announcer answers what it gains a short handover delay after counting itself, so
+//!   the handover's gap is that delay, not a detection time.
 //! - **Metrics**: `berth_membership_changes_total{change}`, `berth_membership_live_nodes`,
 //!   `berth_membership_detection_seconds` (from the last datagram heard to the declaration;
 //!   graceful leaves, heard right away, are not counted) and
@@ -113,7 +117,7 @@ pub mod swim;
 
 pub use config::{MembershipConfig, MembershipOptions, DEFAULT_PORT};
 pub use metrics::MembershipMetrics;
-pub use run::{pick_advertise_address, LiveNodes, Membership};
+pub use run::{pick_advertise_address, AnswerUntil, LiveNodes, Membership};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

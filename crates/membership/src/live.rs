@@ -1,22 +1,30 @@
-//! Which nodes are live: the combination of each agent's Lease and the SWIM membership, as one
-//! pure function, and the hold a node waits before it counts itself live again.
+//! Which nodes are live: the combination of each agent's Lease and the heartbeats between the
+//! agents, as pure functions, and the hold a node waits before it counts itself live again.
 //!
 //! The rule (the crate documentation says why):
 //! - **Lease only** (membership off): a node is live while its Lease is fresh.
-//! - **Membership on**, for a peer: SWIM decides when it knows the peer — alive is live
-//!   (unless its Lease is gone: a stopping agent deletes it first), down is not live whatever
-//!   its Lease says. A peer that advertises a SWIM endpoint is live only once SWIM has heard
-//!   it; a peer that takes no part in SWIM (its Lease advertises no endpoint) counts by its
-//!   Lease.
+//! - **Membership on**, for a peer that takes part (its Lease advertises an endpoint): live
+//!   while it was heard within the failure timeout, its last heartbeat said it counts itself
+//!   live, and its Lease exists (a stopping agent deletes it). A peer that takes no part counts
+//!   by its Lease.
 //! - **Membership on**, for this node: its Lease must exist, and it must be on the majority
-//!   side: the nodes it can count live (itself included) are more than half of the nodes that
-//!   may be live anywhere (those plus every peer with a fresh Lease that SWIM cannot reach); a
-//!   tie goes to the side holding the smallest name. Peers are counted only when they are Nodes
-//!   of the cluster ([`cluster_peers`]): a ghost Lease counts for nothing. A node that can neither renew its own
-//!   Lease nor reach any peer it knows is cut off and withdraws.
+//!   side: the nodes it *reaches* — itself, and the peers heard within the withdrawal time,
+//!   ready or not — are more than half of the nodes that may be live anywhere (those plus every
+//!   peer with a fresh Lease); a tie goes to the side holding the smallest name. Peers are
+//!   counted only when they are Nodes of the cluster ([`cluster_peers`]): a ghost Lease counts
+//!   for nothing. A node that can neither renew its own Lease nor reach any peer it knows is
+//!   cut off and withdraws.
+//! - **Withdrawal before takeover**: the withdrawal time is shorter than the failure timeout by
+//!   more than two heartbeat intervals ([`Timing`]). A node cut off from its peers stops
+//!   answering when it has heard from too few of them for the withdrawal time; its peers take
+//!   its addresses when they have not heard it for the failure timeout, counted from a
+//!   heartbeat that left at most one interval before the cut. The verdict carries the instant
+//!   this node's right to answer ends if nothing more is heard ([`Verdict::until`]), which the
+//!   responders check on every request: the withdrawal does not wait for a busy, or stopped,
+//!   process to notice.
 //! - In both modes this node counts itself only after being eligible for the takeover hold
-//!   without a break; peers count it at once. So when ownership moves to a node that (re)joins,
-//!   the old owner stops before the new one starts: a short gap, never two answers.
+//!   without a break; peers count it once its heartbeat says so. So when ownership moves to a
+//!   node that (re)joins, the old owner stops before the new one starts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -32,7 +40,8 @@ pub enum LeaseState {
     Absent,
 }
 
-/// A node as SWIM sees it from here.
+/// A node as SWIM sees it from here. Liveness is decided by the heartbeats; SWIM finds the
+/// peers, and says who takes part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SwimState {
     Alive,
@@ -44,18 +53,62 @@ pub enum SwimState {
     NotMember,
 }
 
+/// The three times of the heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How often every agent sends each peer a heartbeat.
+    pub heartbeat: Duration,
+    /// How long without a majority of peers heard before this node stops answering.
+    pub withdraw: Duration,
+    /// How long a peer stays live without being heard.
+    pub failure: Duration,
+}
+
+impl Timing {
+    /// Whether a cut-off node is sure to have withdrawn before its peers take over: they
+    /// count from its last heartbeat, sent at most one interval before the cut, and a second
+    /// interval absorbs delivery and scheduling delays.
+    pub fn is_safe(&self) -> bool {
+        self.failure >= self.withdraw + self.heartbeat * 2
+    }
+}
+
 /// What this agent knows about one peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerFacts {
     pub lease: LeaseState,
-    pub swim: SwimState,
+    /// Takes part in the heartbeats (its Lease advertises an endpoint).
+    pub member: bool,
+    /// When it was last heard (any authenticated datagram).
+    pub heard: Option<Instant>,
+    /// Its last heartbeat said it counts itself live.
+    pub ready: bool,
+    /// Its last heartbeat said it hears this node: reaching a peer takes both directions.
+    pub hears_me: bool,
+}
+
+impl PeerFacts {
+    /// A peer outside the heartbeats, judged by its Lease.
+    pub fn lease_only(lease: LeaseState) -> Self {
+        PeerFacts {
+            lease,
+            member: false,
+            heard: None,
+            ready: false,
+            hears_me: false,
+        }
+    }
+
+    fn heard_within(&self, now: Instant, d: Duration) -> bool {
+        self.heard.is_some_and(|at| now < at + d)
+    }
 }
 
 /// Where liveness comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     LeaseOnly,
-    Membership,
+    Membership(Timing),
 }
 
 /// The pure verdict before the hold.
@@ -65,24 +118,69 @@ pub struct Verdict {
     pub peers: BTreeSet<String>,
     /// Whether this node may count itself (the hold still applies).
     pub self_eligible: bool,
+    /// When this node stops being eligible if nothing more is heard; `None`: not before
+    /// something else changes (Lease only, a lone node, or not eligible now).
+    pub until: Option<Instant>,
 }
 
-/// Whether a peer counts as live.
-pub fn peer_is_live(mode: Mode, facts: PeerFacts) -> bool {
-    let PeerFacts { lease, swim } = facts;
+/// Whether a peer counts as live at `now`.
+pub fn peer_is_live(mode: Mode, facts: PeerFacts, now: Instant) -> bool {
     match mode {
-        Mode::LeaseOnly => lease == LeaseState::Fresh,
-        Mode::Membership => match swim {
-            SwimState::Alive => lease != LeaseState::Absent,
-            SwimState::Down | SwimState::Unknown => false,
-            SwimState::NotMember => lease == LeaseState::Fresh,
-        },
+        Mode::LeaseOnly => facts.lease == LeaseState::Fresh,
+        Mode::Membership(_) if !facts.member => facts.lease == LeaseState::Fresh,
+        Mode::Membership(timing) => {
+            facts.lease != LeaseState::Absent
+                && facts.ready
+                && facts.heard_within(now, timing.failure)
+        }
     }
 }
 
-/// Whether a peer may be live somewhere, reachable from here or not.
-fn peer_may_be_live(mode: Mode, facts: PeerFacts) -> bool {
-    peer_is_live(mode, facts) || facts.lease == LeaseState::Fresh
+/// Whether this node reaches a peer at `now`: heard within the withdrawal time, and that peer
+/// said it hears this node (a cut of this node's sending alone must make it withdraw too; a
+/// peer outside the heartbeats: its Lease is fresh).
+fn peer_is_reached(timing: Timing, facts: PeerFacts, now: Instant) -> bool {
+    if facts.member {
+        facts.heard_within(now, timing.withdraw) && facts.hears_me
+    } else {
+        facts.lease == LeaseState::Fresh
+    }
+}
+
+/// Whether this node may count itself at `at` (see the module documentation).
+fn eligible_at(
+    mode: Mode,
+    me: &str,
+    own_lease: LeaseState,
+    peers: &BTreeMap<String, PeerFacts>,
+    at: Instant,
+) -> bool {
+    let timing = match mode {
+        Mode::LeaseOnly => return own_lease == LeaseState::Fresh,
+        Mode::Membership(timing) => timing,
+    };
+    let others = || peers.iter().filter(|(name, _)| name.as_str() != me);
+    let reached: BTreeSet<&str> = others()
+        .filter(|(_, facts)| peer_is_reached(timing, **facts, at))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let may_be_live: BTreeSet<&str> = others()
+        .filter(|(name, facts)| {
+            reached.contains(name.as_str())
+                || peer_is_live(mode, **facts, at)
+                || facts.lease == LeaseState::Fresh
+        })
+        .map(|(name, _)| name.as_str())
+        .chain(std::iter::once(me))
+        .collect();
+    let reachable = reached.len() + 1;
+    let all = may_be_live.len();
+    let smallest = may_be_live.first().copied().unwrap_or(me);
+    let majority = 2 * reachable > all
+        || (2 * reachable == all && (smallest == me || reached.contains(smallest)));
+    let knows_peers = others().next().is_some();
+    let cut_off = own_lease != LeaseState::Fresh && reached.is_empty() && knows_peers;
+    own_lease != LeaseState::Absent && majority && !cut_off
 }
 
 /// The combination rule (see the module documentation). `me` is this node, `own_lease` its own
@@ -92,35 +190,56 @@ pub fn compute_live(
     me: &str,
     own_lease: LeaseState,
     peers: &BTreeMap<String, PeerFacts>,
+    now: Instant,
 ) -> Verdict {
     let live: BTreeSet<String> = peers
         .iter()
-        .filter(|(name, facts)| name.as_str() != me && peer_is_live(mode, **facts))
+        .filter(|(name, facts)| name.as_str() != me && peer_is_live(mode, **facts, now))
         .map(|(name, _)| name.clone())
         .collect();
-    let self_eligible = match mode {
-        Mode::LeaseOnly => own_lease == LeaseState::Fresh,
-        Mode::Membership => {
-            let may_be_live: BTreeSet<&str> = peers
+    let self_eligible = eligible_at(mode, me, own_lease, peers, now);
+    let until = match mode {
+        Mode::Membership(timing) if self_eligible => {
+            // Eligibility only changes when a peer's last datagram ages past one of the two
+            // times: look at each such instant, in order.
+            let mut instants: Vec<Instant> = peers
                 .iter()
-                .filter(|(name, facts)| name.as_str() != me && peer_may_be_live(mode, **facts))
-                .map(|(name, _)| name.as_str())
-                .chain(std::iter::once(me))
+                .filter(|(name, facts)| name.as_str() != me && facts.member)
+                .filter_map(|(_, facts)| facts.heard)
+                .flat_map(|at| [at + timing.withdraw, at + timing.failure])
+                .filter(|at| *at > now)
                 .collect();
-            let reachable = live.len() + 1;
-            let all = may_be_live.len();
-            let smallest = may_be_live.first().copied().unwrap_or(me);
-            let majority = 2 * reachable > all
-                || (2 * reachable == all && (smallest == me || live.contains(smallest)));
-            let knows_peers = peers.keys().any(|name| name != me);
-            let cut_off = own_lease != LeaseState::Fresh && live.is_empty() && knows_peers;
-            own_lease != LeaseState::Absent && majority && !cut_off
+            instants.sort();
+            instants
+                .into_iter()
+                .find(|at| !eligible_at(mode, me, own_lease, peers, *at))
         }
+        _ => None,
     };
     Verdict {
         peers: live,
         self_eligible,
+        until,
     }
+}
+
+/// The next instant a verdict can change with nothing heard: a peer's last datagram ageing
+/// past the withdrawal time or the failure timeout.
+pub fn next_change(
+    mode: Mode,
+    peers: &BTreeMap<String, PeerFacts>,
+    now: Instant,
+) -> Option<Instant> {
+    let Mode::Membership(timing) = mode else {
+        return None;
+    };
+    peers
+        .values()
+        .filter(|facts| facts.member)
+        .filter_map(|facts| facts.heard)
+        .flat_map(|at| [at + timing.withdraw, at + timing.failure])
+        .filter(|at| *at > now)
+        .min()
 }
 
 /// Only peers that are Nodes of the cluster take part: in the majority, in the live set. A
@@ -190,201 +309,442 @@ mod tests {
 
     use super::*;
     use LeaseState::{Absent, Expired, Fresh};
-    use SwimState::{Alive, Down, NotMember, Unknown};
 
-    fn facts(lease: LeaseState, swim: SwimState) -> PeerFacts {
-        PeerFacts { lease, swim }
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    fn timing() -> Timing {
+        Timing {
+            heartbeat: MS(40),
+            withdraw: MS(130),
+            failure: MS(250),
+        }
     }
 
-    fn peers(list: &[(&str, LeaseState, SwimState)]) -> BTreeMap<String, PeerFacts> {
-        list.iter()
-            .map(|(n, l, s)| (n.to_string(), facts(*l, *s)))
-            .collect()
+    fn membership() -> Mode {
+        Mode::Membership(timing())
+    }
+
+    /// A member peer heard `ago` before `now` (never when `None`).
+    fn heard(lease: LeaseState, now: Instant, ago: Option<u64>, ready: bool) -> PeerFacts {
+        PeerFacts {
+            lease,
+            member: true,
+            heard: ago.map(|ms| now - MS(ms)),
+            ready,
+            hears_me: true,
+        }
+    }
+
+    fn view(list: &[(&str, PeerFacts)]) -> BTreeMap<String, PeerFacts> {
+        list.iter().map(|(n, f)| (n.to_string(), *f)).collect()
+    }
+
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A clock far enough from its start for every `now - ago`.
+    fn t0() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
+    }
+
+    #[test]
+    fn the_default_timing_withdraws_before_any_takeover() {
+        assert!(timing().is_safe());
+        let tight = Timing {
+            failure: MS(209),
+            ..timing()
+        };
+        assert!(!tight.is_safe());
     }
 
     #[test]
     fn one_peer_every_combination() {
-        // (lease, swim, live with membership, live with leases only)
+        let now = t0();
+        // (lease, heard ms ago, ready, live with membership, live with leases only)
         let table = [
-            (Fresh, Alive, true, true),
-            (Fresh, Down, false, true),
-            (Fresh, Unknown, false, true),
-            (Fresh, NotMember, true, true),
-            (Expired, Alive, true, false),
-            (Expired, Down, false, false),
-            (Expired, Unknown, false, false),
-            (Expired, NotMember, false, false),
-            (Absent, Alive, false, false),
-            (Absent, Down, false, false),
-            (Absent, Unknown, false, false),
-            (Absent, NotMember, false, false),
+            (Fresh, Some(10), true, true, true),
+            (Fresh, Some(249), true, true, true),
+            (Fresh, Some(250), true, false, true),
+            (Fresh, Some(10), false, false, true),
+            (Fresh, None, true, false, true),
+            (Expired, Some(10), true, true, false),
+            (Expired, Some(300), true, false, false),
+            (Absent, Some(10), true, false, false),
+            (Absent, None, false, false, false),
         ];
-        for (lease, swim, membership, lease_only) in table {
-            let f = facts(lease, swim);
-            assert_eq!(peer_is_live(Mode::Membership, f), membership, "{f:?}");
-            assert_eq!(peer_is_live(Mode::LeaseOnly, f), lease_only, "{f:?}");
+        for (lease, ago, ready, membership_live, lease_live) in table {
+            let f = heard(lease, now, ago, ready);
+            assert_eq!(peer_is_live(membership(), f, now), membership_live, "{f:?}");
+            assert_eq!(peer_is_live(Mode::LeaseOnly, f, now), lease_live, "{f:?}");
+        }
+        // A peer outside the heartbeats counts by its Lease, in both modes.
+        for (lease, live) in [(Fresh, true), (Expired, false), (Absent, false)] {
+            let f = PeerFacts::lease_only(lease);
+            assert_eq!(peer_is_live(membership(), f, now), live);
+            assert_eq!(peer_is_live(Mode::LeaseOnly, f, now), live);
         }
     }
 
     #[test]
-    fn lease_only_ignores_swim_and_needs_the_own_lease_fresh() {
-        let states = [Alive, Down, Unknown, NotMember];
-        let leases = [Fresh, Expired, Absent];
-        for own in leases {
-            for (lb, sb) in leases
-                .iter()
-                .flat_map(|l| states.iter().map(move |s| (*l, *s)))
-            {
-                let view = peers(&[("b", lb, sb), ("c", Fresh, Down)]);
-                let v = compute_live(Mode::LeaseOnly, "a", own, &view);
-                assert_eq!(v.self_eligible, own == Fresh);
-                let expected: BTreeSet<String> = ["b", "c"]
-                    .into_iter()
-                    .filter(|n| *n == "c" || lb == Fresh)
-                    .map(String::from)
-                    .collect();
-                assert_eq!(v.peers, expected);
-            }
+    fn lease_only_ignores_heartbeats_and_needs_the_own_lease_fresh() {
+        let now = t0();
+        for own in [Fresh, Expired, Absent] {
+            let v = compute_live(
+                Mode::LeaseOnly,
+                "a",
+                own,
+                &view(&[
+                    ("b", heard(Fresh, now, None, false)),
+                    ("c", heard(Expired, now, Some(1), true)),
+                ]),
+                now,
+            );
+            assert_eq!(v.self_eligible, own == Fresh);
+            assert_eq!(v.peers, names(&["b"]));
+            assert_eq!(v.until, None);
         }
     }
 
     #[test]
     fn a_single_node_is_live_with_or_without_its_lease_renewed() {
+        let now = t0();
         let none = BTreeMap::new();
-        assert!(compute_live(Mode::Membership, "a", Fresh, &none).self_eligible);
+        let v = compute_live(membership(), "a", Fresh, &none, now);
+        assert!(v.self_eligible);
+        assert_eq!(v.until, None, "nothing to hear: no end");
         // The API server is down: a lone node keeps answering.
-        assert!(compute_live(Mode::Membership, "a", Expired, &none).self_eligible);
+        assert!(compute_live(membership(), "a", Expired, &none, now).self_eligible);
         // Its Lease is gone (stopping, or deleted): it does not.
-        assert!(!compute_live(Mode::Membership, "a", Absent, &none).self_eligible);
-        // Its own entry in the view changes nothing.
-        let own = peers(&[("a", Fresh, Alive)]);
-        assert!(compute_live(Mode::Membership, "a", Expired, &own).self_eligible);
+        assert!(!compute_live(membership(), "a", Absent, &none, now).self_eligible);
     }
 
     #[test]
-    fn a_crashed_peer_drops_out_at_once_and_the_rest_keep_the_majority() {
-        let view = peers(&[("b", Fresh, Alive), ("c", Fresh, Down)]);
-        let v = compute_live(Mode::Membership, "a", Fresh, &view);
-        assert_eq!(v.peers, BTreeSet::from(["b".to_string()]));
+    fn a_crashed_peer_drops_out_after_the_failure_timeout_and_the_rest_keep_answering() {
+        let now = t0();
+        let b = heard(Fresh, now, Some(20), true);
+        // c silent for 200 ms: still live (no takeover yet), no longer reached.
+        let v = compute_live(
+            membership(),
+            "a",
+            Fresh,
+            &view(&[("b", b), ("c", heard(Fresh, now, Some(200), true))]),
+            now,
+        );
+        assert_eq!(v.peers, names(&["b", "c"]));
+        assert!(v.self_eligible, "b is reached: a keeps the majority");
+        // Eligible until b, too, has been silent for the withdrawal time.
+        assert_eq!(v.until, Some(now - MS(20) + MS(130)));
+        // At 250 ms c is not live: its addresses move.
+        let v = compute_live(
+            membership(),
+            "a",
+            Fresh,
+            &view(&[("b", b), ("c", heard(Fresh, now, Some(250), true))]),
+            now,
+        );
+        assert_eq!(v.peers, names(&["b"]));
         assert!(v.self_eligible);
     }
 
     #[test]
-    fn a_node_cut_off_from_the_lan_but_not_the_api_withdraws() {
-        // a sees b and c down over SWIM, but their Leases are renewed: a is the one cut off.
-        let view = peers(&[("b", Fresh, Down), ("c", Fresh, Down)]);
-        let v = compute_live(Mode::Membership, "a", Fresh, &view);
+    fn a_node_that_hears_no_peer_withdraws_before_they_take_over() {
+        let now = t0();
+        // a hears neither b nor c for the withdrawal time; their Leases are renewed.
+        let from_a = view(&[
+            ("b", heard(Fresh, now, Some(130), true)),
+            ("c", heard(Fresh, now, Some(135), true)),
+        ]);
+        let v = compute_live(membership(), "a", Fresh, &from_a, now);
         assert!(!v.self_eligible);
-        assert!(v.peers.is_empty());
-        // b and c, meanwhile, see a down and keep the majority.
-        let from_b = peers(&[("a", Fresh, Down), ("c", Fresh, Alive)]);
-        assert!(compute_live(Mode::Membership, "b", Fresh, &from_b).self_eligible);
+        // b and c still count a live: no takeover while a may still answer.
+        assert_eq!(v.peers, names(&["b", "c"]));
+        // Seen from b at the same instant: a still live, b keeps the majority with c.
+        let from_b = view(&[
+            ("a", heard(Fresh, now, Some(130), true)),
+            ("c", heard(Fresh, now, Some(5), true)),
+        ]);
+        let v = compute_live(membership(), "b", Fresh, &from_b, now);
+        assert!(v.self_eligible);
+        assert!(v.peers.contains("a"));
+    }
+
+    /// Only this node's sending is cut: it hears its peers, they do not hear it and will take
+    /// its addresses. Their heartbeats say they do not hear it, so it withdraws all the same.
+    #[test]
+    fn a_node_whose_peers_do_not_hear_it_withdraws() {
+        let now = t0();
+        let deaf = |f: PeerFacts| PeerFacts {
+            hears_me: false,
+            ..f
+        };
+        let from_a = view(&[
+            ("b", deaf(heard(Fresh, now, Some(5), true))),
+            ("c", deaf(heard(Fresh, now, Some(5), true))),
+        ]);
+        let v = compute_live(membership(), "a", Fresh, &from_a, now);
+        assert!(!v.self_eligible);
+        assert_eq!(v.peers, names(&["b", "c"]), "still live: a takes nothing");
+        // One of the two still hears it: the majority holds.
+        let from_a = view(&[
+            ("b", heard(Fresh, now, Some(5), true)),
+            ("c", deaf(heard(Fresh, now, Some(5), true))),
+        ]);
+        assert!(compute_live(membership(), "a", Fresh, &from_a, now).self_eligible);
     }
 
     #[test]
     fn a_node_cut_off_from_the_lan_and_the_api_stays_withdrawn_when_leases_expire() {
-        // Seen from a, every Lease (its own too) expires: it still reaches nobody.
-        let view = peers(&[("b", Expired, Down), ("c", Expired, Down)]);
-        assert!(!compute_live(Mode::Membership, "a", Expired, &view).self_eligible);
-        // The API server down for everyone, the LAN fine: SWIM carries on.
-        let view = peers(&[("b", Expired, Alive), ("c", Expired, Alive)]);
-        let v = compute_live(Mode::Membership, "a", Expired, &view);
+        let now = t0();
+        let from_a = view(&[
+            ("b", heard(Expired, now, Some(5000), true)),
+            ("c", heard(Expired, now, Some(5000), true)),
+        ]);
+        assert!(!compute_live(membership(), "a", Expired, &from_a, now).self_eligible);
+        // The API server down for everyone, the LAN fine: the heartbeats carry on.
+        let from_a = view(&[
+            ("b", heard(Expired, now, Some(10), true)),
+            ("c", heard(Expired, now, Some(10), true)),
+        ]);
+        let v = compute_live(membership(), "a", Expired, &from_a, now);
         assert!(v.self_eligible);
         assert_eq!(v.peers.len(), 2);
     }
 
+    /// Two nodes: the one holding the smaller name keeps answering when they cannot hear each
+    /// other (a split or a crash look the same); the other waits for the first's Lease to
+    /// expire. So a crash of the smaller node is taken over at Lease speed, the other's at
+    /// heartbeat speed: the price of never answering twice when the LAN splits two nodes.
     #[test]
     fn two_nodes_split_evenly_the_smallest_name_keeps_answering() {
-        let from_a = peers(&[("b", Fresh, Down)]);
-        let from_b = peers(&[("a", Fresh, Down)]);
-        assert!(compute_live(Mode::Membership, "a", Fresh, &from_a).self_eligible);
-        assert!(!compute_live(Mode::Membership, "b", Fresh, &from_b).self_eligible);
+        let now = t0();
+        let from_a = view(&[("b", heard(Fresh, now, Some(1000), true))]);
+        let from_b = view(&[("a", heard(Fresh, now, Some(1000), true))]);
+        assert!(compute_live(membership(), "a", Fresh, &from_a, now).self_eligible);
+        assert!(!compute_live(membership(), "b", Fresh, &from_b, now).self_eligible);
         // Once a's Lease expires (a crashed), b takes over.
-        let from_b = peers(&[("a", Expired, Down)]);
-        assert!(compute_live(Mode::Membership, "b", Fresh, &from_b).self_eligible);
+        let from_b = view(&[("a", heard(Expired, now, Some(1000), true))]);
+        assert!(compute_live(membership(), "b", Fresh, &from_b, now).self_eligible);
+        // a deleted its Lease (a graceful stop): at once.
+        let from_b = view(&[("a", heard(Absent, now, Some(1000), false))]);
+        assert!(compute_live(membership(), "b", Fresh, &from_b, now).self_eligible);
     }
 
     #[test]
-    fn a_peer_outside_swim_counts_by_its_lease_one_inside_only_once_heard() {
-        // An agent with membership off advertises no endpoint: its Lease decides.
-        let view = peers(&[("b", Fresh, NotMember), ("c", Expired, NotMember)]);
-        let v = compute_live(Mode::Membership, "a", Fresh, &view);
-        assert_eq!(v.peers, BTreeSet::from(["b".to_string()]));
-        assert!(v.self_eligible);
-        // One that advertises an endpoint but was never heard (starting, or crashed before
-        // this agent started) is not live, yet may be: a starting agent that has heard nobody
-        // waits for the others instead of claiming everything.
-        let view = peers(&[("b", Fresh, Unknown), ("c", Fresh, Unknown)]);
-        let v = compute_live(Mode::Membership, "a", Fresh, &view);
-        assert!(v.peers.is_empty());
-        assert!(!v.self_eligible);
-    }
-
-    /// Every split of four nodes into two sides that cannot reach each other, all Leases
-    /// fresh: at most one side counts itself live, so no address is answered twice.
-    #[test]
-    fn ghost_leases_outvote_real_agents_unless_peers_are_nodes() {
-        // Three real agents that hear each other, and six fresh agent Leases of nodes that do
-        // not exist, advertising endpoints nobody answers on (or none at all).
-        let mut view = peers(&[("b", Fresh, Alive), ("c", Fresh, Alive)]);
-        let ghosts = [Unknown, Unknown, NotMember, Down, Unknown, Unknown];
-        for (i, swim) in ghosts.into_iter().enumerate() {
-            view.insert(format!("ghost-{i}"), facts(Fresh, swim));
-        }
-        let nodes: BTreeSet<String> = ["a", "b", "c"].iter().map(|n| n.to_string()).collect();
-        // Counted over the Leases, the ghosts win: a real agent withdraws.
-        let over_leases = compute_live(Mode::Membership, "a", Fresh, &view);
-        assert!(!over_leases.self_eligible);
-        assert!(over_leases.peers.contains("ghost-2"));
-        // Counted over the Nodes, they change nothing.
-        let over_nodes = compute_live(
-            Mode::Membership,
+    fn a_peer_heard_but_not_ready_counts_for_the_majority_not_for_the_election() {
+        let now = t0();
+        // b restarted (or is in its hold): a reaches it, does not elect it.
+        let v = compute_live(
+            membership(),
             "a",
             Fresh,
-            &cluster_peers(view.clone(), "a", &nodes),
+            &view(&[
+                ("b", heard(Fresh, now, Some(10), false)),
+                ("c", heard(Fresh, now, Some(1000), true)),
+            ]),
+            now,
         );
-        assert_eq!(
-            over_nodes,
-            Verdict {
-                peers: ["b", "c"].iter().map(|n| n.to_string()).collect(),
-                self_eligible: true,
-            }
+        assert!(v.peers.is_empty());
+        assert!(v.self_eligible);
+        // Agents starting together hear each other before any is ready: all eligible.
+        let v = compute_live(
+            membership(),
+            "a",
+            Fresh,
+            &view(&[
+                ("b", heard(Fresh, now, Some(10), false)),
+                ("c", heard(Fresh, now, Some(10), false)),
+            ]),
+            now,
         );
-        // Lease-only mode counts no majority, but a ghost would be live.
+        assert!(v.self_eligible);
+        // One that advertises an endpoint but was never heard may be live: a starting agent
+        // that has heard nobody waits instead of claiming everything.
+        let v = compute_live(
+            membership(),
+            "a",
+            Fresh,
+            &view(&[
+                ("b", heard(Fresh, now, None, false)),
+                ("c", heard(Fresh, now, None, false)),
+            ]),
+            now,
+        );
+        assert!(!v.self_eligible);
+        // A peer outside the heartbeats counts by its Lease.
+        let v = compute_live(
+            membership(),
+            "a",
+            Fresh,
+            &view(&[
+                ("b", PeerFacts::lease_only(Fresh)),
+                ("c", PeerFacts::lease_only(Expired)),
+            ]),
+            now,
+        );
+        assert_eq!(v.peers, names(&["b"]));
+        assert!(v.self_eligible);
+    }
+
+    #[test]
+    fn ghost_leases_outvote_real_agents_unless_peers_are_nodes() {
+        let now = t0();
+        let mut peers = view(&[
+            ("b", heard(Fresh, now, Some(10), true)),
+            ("c", heard(Fresh, now, Some(10), true)),
+        ]);
+        for i in 0..6 {
+            let ghost = if i == 2 {
+                PeerFacts::lease_only(Fresh)
+            } else {
+                heard(Fresh, now, None, false)
+            };
+            peers.insert(format!("ghost-{i}"), ghost);
+        }
+        let nodes = names(&["a", "b", "c"]);
+        let over_leases = compute_live(membership(), "a", Fresh, &peers, now);
+        assert!(!over_leases.self_eligible);
+        assert!(over_leases.peers.contains("ghost-2"));
+        let over_nodes = compute_live(
+            membership(),
+            "a",
+            Fresh,
+            &cluster_peers(peers.clone(), "a", &nodes),
+            now,
+        );
+        assert_eq!(over_nodes.peers, names(&["b", "c"]));
+        assert!(over_nodes.self_eligible);
         let lease_only = compute_live(
             Mode::LeaseOnly,
             "a",
             Fresh,
-            &cluster_peers(view, "a", &nodes),
+            &cluster_peers(peers, "a", &nodes),
+            now,
         );
         assert!(!lease_only.peers.iter().any(|p| p.starts_with("ghost")));
-        // This node takes part even before its own Node is seen.
-        let alone = cluster_peers(peers(&[("a", Fresh, Alive)]), "a", &BTreeSet::new());
+        let alone = cluster_peers(
+            view(&[("a", heard(Fresh, now, None, false))]),
+            "a",
+            &BTreeSet::new(),
+        );
         assert!(alone.contains_key("a"));
     }
 
+    /// Every split of four nodes into two sides that cannot reach each other, all Leases
+    /// fresh: exactly one side counts itself live.
     #[test]
     fn no_partition_leaves_two_sides_live() {
+        let now = t0();
         let nodes = ["a", "b", "c", "d"];
         for mask in 0u32..16 {
             let side = |n: usize| mask & (1 << n) != 0;
             let live_sides: BTreeSet<bool> = (0..nodes.len())
                 .filter(|i| {
-                    let view: BTreeMap<String, PeerFacts> = (0..nodes.len())
+                    let peers: BTreeMap<String, PeerFacts> = (0..nodes.len())
                         .filter(|j| j != i)
                         .map(|j| {
-                            let swim = if side(j) == side(*i) { Alive } else { Down };
-                            (nodes[j].to_string(), facts(Fresh, swim))
+                            let ago = if side(j) == side(*i) { 10 } else { 1000 };
+                            (nodes[j].to_string(), heard(Fresh, now, Some(ago), true))
                         })
                         .collect();
-                    compute_live(Mode::Membership, nodes[*i], Fresh, &view).self_eligible
+                    compute_live(membership(), nodes[*i], Fresh, &peers, now).self_eligible
                 })
                 .map(side)
                 .collect();
-            assert!(live_sides.len() <= 1, "mask {mask:04b}: {live_sides:?}");
-            // And someone always answers.
-            assert_eq!(live_sides.len(), 1, "mask {mask:04b}");
+            assert_eq!(live_sides.len(), 1, "mask {mask:04b}: {live_sides:?}");
         }
+    }
+
+    /// Three nodes; the LAN cuts one of them off at `cut` (both ways). Heartbeats leave each
+    /// node every interval from its own phase and arrive `delay` later; every node evaluates
+    /// every millisecond. For every address ranking and every phase, no instant has two nodes
+    /// answering the same address: a node answers an address when it is eligible (before its
+    /// `until`) and first in the ranking among itself and the peers it counts live.
+    fn first_double_answer(t: Timing) -> Option<String> {
+        let mode = Mode::Membership(t);
+        let nodes = ["a", "b", "c"];
+        let rankings: [[usize; 3]; 6] = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        let start = t0();
+        let cut_at = start + MS(1000);
+        for cut in 0..3 {
+            for phases in (0..27u64).map(|p| [p % 3 * 13, p / 3 % 3 * 13, p / 9 * 13]) {
+                for delay in [0u64, 2, 15] {
+                    // When j's datagrams last reached i, seen at `now`.
+                    let last_heard = |i: usize, j: usize, now: Instant| -> Instant {
+                        let linked = cut != i && cut != j;
+                        let sent_by = if linked || now < cut_at { now } else { cut_at };
+                        let arrive_by = sent_by - MS(delay);
+                        let since_phase = (arrive_by - start).as_millis() as u64;
+                        let phase = phases[j];
+                        let every = t.heartbeat.as_millis() as u64;
+                        let beats = since_phase.saturating_sub(phase) / every;
+                        start + MS(phase + beats * every + delay)
+                    };
+                    for ms in 900..1700u64 {
+                        let now = start + MS(ms);
+                        let mut answering = [[false; 3]; 6];
+                        for i in 0..3 {
+                            let peers: BTreeMap<String, PeerFacts> = (0..3)
+                                .filter(|j| *j != i)
+                                .map(|j| {
+                                    (
+                                        nodes[j].to_string(),
+                                        PeerFacts {
+                                            lease: Fresh,
+                                            member: true,
+                                            heard: Some(last_heard(i, j, now)),
+                                            ready: true,
+                                            // The worst case for safety: heard both ways.
+                                            hears_me: true,
+                                        },
+                                    )
+                                })
+                                .collect();
+                            let v = compute_live(mode, nodes[i], Fresh, &peers, now);
+                            if !v.self_eligible {
+                                continue;
+                            }
+                            for (r, ranking) in rankings.iter().enumerate() {
+                                let owner = ranking
+                                    .iter()
+                                    .find(|n| **n == i || v.peers.contains(nodes[**n]))
+                                    .copied();
+                                answering[r][i] = owner == Some(i);
+                            }
+                        }
+                        for (r, row) in answering.iter().enumerate() {
+                            if row.iter().filter(|a| **a).count() > 1 {
+                                return Some(format!(
+                                    "cut {cut}, phases {phases:?}, delay {delay}, ranking {:?}, at {ms} ms: {row:?}",
+                                    rankings[r]
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_cut_off_node_withdraws_before_anyone_takes_over() {
+        assert_eq!(first_double_answer(timing()), None);
+        // The rule is what makes it hold: a failure timeout shorter than the withdrawal time
+        // plus the heartbeat's slack answers twice.
+        let unsafe_timing = Timing {
+            failure: MS(150),
+            ..timing()
+        };
+        assert!(!unsafe_timing.is_safe());
+        assert!(first_double_answer(unsafe_timing).is_some());
     }
 
     #[test]
@@ -397,15 +757,12 @@ mod tests {
         assert!(!hold.observe(true, t0 + ms(299)));
         assert!(hold.observe(true, t0 + ms(300)));
         assert_eq!(hold.wake_at(t0 + ms(300)), None);
-        // Losing eligibility is immediate, and the hold starts over.
         assert!(!hold.observe(false, t0 + ms(301)));
         assert!(!hold.observe(true, t0 + ms(400)));
         assert!(hold.observe(true, t0 + ms(700)));
-        // Declared down by the others: start over from then.
         hold.restart(t0 + ms(800));
         assert!(!hold.observe(true, t0 + ms(900)));
         assert!(hold.observe(true, t0 + ms(1100)));
-        // A restart while not eligible changes nothing.
         let mut idle = SelfHold::new(ms(300));
         idle.restart(t0);
         assert_eq!(idle.wake_at(t0), None);
@@ -414,8 +771,9 @@ mod tests {
     #[test]
     fn the_published_set_has_this_node_only_when_it_counts_itself() {
         let verdict = Verdict {
-            peers: BTreeSet::from(["b".to_string()]),
+            peers: names(&["b"]),
             self_eligible: true,
+            until: None,
         };
         assert_eq!(live_set(verdict.clone(), "a", false).len(), 1);
         assert!(live_set(verdict, "a", true).contains("a"));

@@ -26,14 +26,21 @@ use crate::gate::{Gate, Sources};
 use crate::identity::Peer;
 use crate::lease::{build_lease, LeaseView};
 use crate::live::{
-    cluster_peers, compute_live, live_set, LeaseState, Mode, PeerFacts, SelfHold, SwimState,
+    cluster_peers, compute_live, live_set, next_change, LeaseState, Mode, PeerFacts, SelfHold,
+    SwimState,
 };
 use crate::metrics::MembershipMetrics;
-use crate::swim::{Outgoing, Swim, SwimEvent};
+use crate::swim::{Heard, Outgoing, Swim, SwimEvent};
 use crate::Error;
 
 /// The set of nodes whose agents are live now, this node included when it counts itself.
 pub type LiveNodes = Arc<BTreeSet<String>>;
+
+/// Until when this node may answer for its addresses: `None` without limit, `Some(t)` only
+/// before `t` (a past instant: not at all). Responders check it on every request, so a
+/// node that stops hearing its peers, or was stopped, falls silent on time whatever its
+/// tasks are doing.
+pub type AnswerUntil = Option<Instant>;
 
 /// How often peers with a fresh Lease that SWIM does not count alive are asked to let this
 /// node join.
@@ -43,6 +50,10 @@ const REJOIN_PERIOD: Duration = Duration::from_secs(1);
 /// dropped (`backlog`), never queued without bound.
 const RECEIVE_QUEUE: usize = 256;
 
+/// How often the key files are read again (a rotated Secret reaches the files within about a
+/// minute through the kubelet).
+const KEY_POLL: Duration = Duration::from_secs(10);
+
 /// How long a stopping agent waits for the API server to delete its Lease.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -51,6 +62,8 @@ pub struct Membership {
     config: MembershipConfig,
     client: Client,
     live: watch::Sender<LiveNodes>,
+    until: watch::Sender<AnswerUntil>,
+    ready: Option<watch::Receiver<bool>>,
     metrics: MembershipMetrics,
     socket: Option<std::net::UdpSocket>,
 }
@@ -63,10 +76,14 @@ impl Membership {
         client: Client,
     ) -> (Membership, watch::Receiver<LiveNodes>) {
         let (live, receiver) = watch::channel(LiveNodes::default());
+        // Nothing is answered before the first verdict.
+        let (until, _) = watch::channel(Some(Instant::now()));
         let membership = Membership {
             config,
             client,
             live,
+            until,
+            ready: None,
             metrics: MembershipMetrics::default(),
             socket: None,
         };
@@ -77,6 +94,19 @@ impl Membership {
     /// binding the configured address. Its address is advertised unless one is configured.
     pub fn with_socket(mut self, socket: std::net::UdpSocket) -> Self {
         self.socket = Some(socket);
+        self
+    }
+
+    /// Until when this node may answer (see [`AnswerUntil`]).
+    pub fn answer_until(&self) -> watch::Receiver<AnswerUntil> {
+        self.until.subscribe()
+    }
+
+    /// This node counts itself live (and says so to its peers) only while `ready` holds
+    /// true: the announcer says whether it is ready to answer. A dropped sender counts as
+    /// ready. Without this, the node is always ready.
+    pub fn with_ready(mut self, ready: watch::Receiver<bool>) -> Self {
+        self.ready = Some(ready);
         self
     }
 
@@ -97,6 +127,8 @@ impl Membership {
             config,
             client,
             live,
+            until,
+            mut ready,
             metrics,
             socket,
         } = self;
@@ -141,16 +173,21 @@ impl Membership {
         let mut state = LoopState {
             node: node.clone(),
             mode: if swim.is_some() {
-                Mode::Membership
+                Mode::Membership(config.timing())
             } else {
                 Mode::LeaseOnly
             },
+            sight: BTreeMap::new(),
+            self_live: false,
+            ready: ready.as_ref().is_none_or(|r| *r.borrow()),
+            until,
+            next_beat: Instant::now(),
+            next_change: None,
             view: LeaseView::default(),
             listed: false,
             nodes: NodeNames::default(),
             was_eligible: false,
             hold: SelfHold::new(config.takeover_hold()),
-            probe_timeout: config.probe_timeout(),
             metrics: metrics.clone(),
             live,
         };
@@ -161,6 +198,9 @@ impl Membership {
         let mut node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .boxed();
+        let mut key_poll = tokio::time::interval(KEY_POLL);
+        key_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut keys_read: Option<KeyBytes> = None;
         let mut rejoin = tokio::time::interval(REJOIN_PERIOD);
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let result = loop {
@@ -171,8 +211,35 @@ impl Membership {
                 biased;
                 () = shutdown.cancelled() => break Ok(()),
                 () = tokio::time::sleep_until(wake.into()) => {
+                    // What arrived while this task waited (or while the process was not
+                    // running at all) is read before anyone is judged silent: a busy node
+                    // must not take its own lateness for its peers' silence. Bounded by the
+                    // queue, which only the gate fills.
+                    tokio::task::yield_now().await;
+                    while let Ok((datagram, from)) = datagrams.try_recv() {
+                        receive_one(swim.as_mut(), &datagram, from, &metrics);
+                    }
                     if let Some(swim) = swim.as_mut() {
                         swim.fire_due(Instant::now());
+                    }
+                }
+                changed = async {
+                    match ready.as_mut() {
+                        Some(rx) => rx.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    state.ready = match ready.as_ref() {
+                        Some(rx) if changed => *rx.borrow(),
+                        _ => true,
+                    };
+                    if !changed {
+                        ready = None;
+                    }
+                }
+                _ = key_poll.tick(), if swim.is_some() && config.key_files().is_some() => {
+                    if let (Some(swim), Some((key, previous))) = (swim.as_mut(), config.key_files()) {
+                        reload_keys(swim, key, previous, &mut keys_read);
                     }
                 }
                 _ = rejoin.tick(), if swim.is_some() => {
@@ -201,20 +268,26 @@ impl Membership {
                     None => break Err(Error::WatchEnded),
                 },
                 Some((datagram, from)) = datagrams.recv() => {
-                    if let Some(swim) = swim.as_mut() {
-                        if let Err(refusal) = swim.receive(&datagram, Instant::now(), unix_micros()) {
-                            tracing::debug!(from = %from, reason = refusal.label(), "membership datagram refused");
-                            metrics.refuse(refusal);
-                        }
-                    }
+                    receive_one(swim.as_mut(), &datagram, from, &metrics);
                 }
             }
             if let Some(swim) = swim.as_mut() {
                 let (out, events) = swim.drain(unix_micros());
                 send_all(socket.as_deref(), out).await;
                 state.on_swim_events(events);
+                state.on_heard(swim.take_heard(), Instant::now());
             }
-            if state.publish(swim.as_ref(), false) {
+            let was_live = state.self_live;
+            let cut_off = state.publish(swim.as_ref(), false);
+            if let Some(swim) = swim.as_mut() {
+                let now = Instant::now();
+                if now >= state.next_beat || state.self_live != was_live {
+                    let beats = state.heartbeats(swim);
+                    send_all(socket.as_deref(), beats).await;
+                    state.next_beat = now + state.heartbeat_interval();
+                }
+            }
+            if cut_off {
                 if let Some(swim) = swim.as_mut().filter(|s| s.has_members()) {
                     tracing::warn!(
                         "cut off from the other agents; SWIM starts over as a new identity"
@@ -228,8 +301,13 @@ impl Membership {
         };
 
         receiver_stop.cancel();
-        // Stop: withdraw, delete the Lease first, then leave SWIM.
+        // Stop: withdraw, tell the peers (they take over at once), delete the Lease, then
+        // leave SWIM.
         state.publish(swim.as_ref(), true);
+        if let Some(swim) = swim.as_mut() {
+            let beats = state.heartbeats(swim);
+            send_all(socket.as_deref(), beats).await;
+        }
         renewer_stop.cancel();
         if let Err(err) = (&mut renewer.0).await {
             tracing::warn!(error = %err, "the Lease renewer stopped abnormally");
@@ -425,9 +503,19 @@ struct LoopState {
     /// Whether this node was eligible at the last look.
     was_eligible: bool,
     hold: SelfHold,
-    probe_timeout: Duration,
     metrics: MembershipMetrics,
     live: watch::Sender<LiveNodes>,
+    /// Each peer's last authenticated datagram, and what its last heartbeat said: ready, and
+    /// whether it hears this node.
+    sight: BTreeMap<String, (Instant, bool, bool)>,
+    /// Whether this node counted itself at the last look (what its heartbeats say).
+    self_live: bool,
+    /// Whether the announcer is ready to answer.
+    ready: bool,
+    until: watch::Sender<AnswerUntil>,
+    next_beat: Instant,
+    /// When the verdict changes next with nothing heard.
+    next_change: Option<Instant>,
 }
 
 impl LoopState {
@@ -498,16 +586,59 @@ impl LoopState {
         }
     }
 
+    /// Records what was heard; a SWIM message keeps the sender's last heartbeat's word.
+    fn on_heard(&mut self, heard: Vec<Heard>, now: Instant) {
+        for Heard {
+            node,
+            ready,
+            hears_me,
+        } in heard
+        {
+            let entry = self.sight.entry(node).or_insert((now, false, false));
+            entry.0 = now;
+            if let Some(ready) = ready {
+                entry.1 = ready;
+            }
+            if let Some(hears_me) = hears_me {
+                entry.2 = hears_me;
+            }
+        }
+    }
+
+    fn heartbeat_interval(&self) -> Duration {
+        match self.mode {
+            Mode::Membership(timing) => timing.heartbeat,
+            Mode::LeaseOnly => Duration::from_secs(3600),
+        }
+    }
+
+    /// A heartbeat to every peer that advertises an endpoint, saying whether this node counts
+    /// itself live.
+    fn heartbeats(&self, swim: &mut Swim) -> Vec<Outgoing> {
+        let micros = unix_micros();
+        let now = Instant::now();
+        let withdraw = match self.mode {
+            Mode::Membership(timing) => timing.withdraw,
+            Mode::LeaseOnly => Duration::ZERO,
+        };
+        self.sources()
+            .into_iter()
+            .map(|(endpoint, node)| {
+                let hears = self
+                    .sight
+                    .get(&node)
+                    .is_some_and(|(heard, ..)| now < *heard + withdraw);
+                swim.heartbeat(&node, endpoint, self.self_live, hears, micros)
+            })
+            .collect()
+    }
+
     fn on_swim_events(&mut self, events: Vec<SwimEvent>) {
         for event in events {
             match event {
                 SwimEvent::Up(node) => tracing::debug!(peer = %node, "SWIM: up"),
                 SwimEvent::Down { node, silent_for } => {
                     tracing::info!(peer = %node, silent_for = ?silent_for, "SWIM: declared down");
-                    // A leave arrives right after the last datagram: not a detection.
-                    if let Some(silent) = silent_for.filter(|s| *s >= self.probe_timeout) {
-                        self.metrics.detection.observe(silent.as_secs_f64());
-                    }
                 }
                 SwimEvent::Rejoined => {
                     tracing::warn!("declared down by the other agents; rejoining");
@@ -523,10 +654,13 @@ impl LoopState {
             // One millisecond late, so the Lease has expired when we look.
             now + Duration::from_millis(u64::try_from(end - now_ms).unwrap_or(0) + 1)
         });
+        let beat = swim.map(|_| self.next_beat);
         [
             swim.and_then(Swim::next_timer),
             lease,
             self.hold.wake_at(now),
+            beat,
+            self.next_change,
         ]
         .into_iter()
         .flatten()
@@ -542,46 +676,68 @@ impl LoopState {
             return false;
         }
         let now_ms = unix_millis();
+        let now = Instant::now();
         let mut peers: BTreeMap<String, PeerFacts> = BTreeMap::new();
         for node in self.view.nodes() {
-            let state = match swim.map(|s| s.state(node)) {
-                // Never heard: is it in SWIM at all? Its Lease says.
-                Some(SwimState::Unknown) | None if self.view.endpoint(node).is_none() => {
-                    SwimState::NotMember
-                }
-                Some(state) => state,
-                None => SwimState::Unknown,
-            };
+            let sight = self.sight.get(node);
             peers.insert(
                 node.to_string(),
                 PeerFacts {
                     lease: self.view.state(node, now_ms),
-                    swim: state,
+                    member: swim.is_some() && self.view.endpoint(node).is_some(),
+                    heard: sight.map(|s| s.0),
+                    ready: sight.is_some_and(|s| s.1),
+                    hears_me: sight.is_some_and(|s| s.2),
                 },
             );
         }
-        if let Some(swim) = swim {
-            for (node, state) in swim.states() {
-                peers.entry(node.clone()).or_insert(PeerFacts {
-                    lease: self.view.state(node, now_ms),
-                    swim: *state,
-                });
-            }
+        // Heard, but without a Lease (deleted by a stopping agent, or not seen yet).
+        for (node, (heard, ready, hears_me)) in &self.sight {
+            peers.entry(node.clone()).or_insert(PeerFacts {
+                lease: LeaseState::Absent,
+                member: true,
+                heard: Some(*heard),
+                ready: *ready,
+                hears_me: *hears_me,
+            });
         }
         peers.remove(&self.node);
         let peers = cluster_peers(peers, &self.node, &self.nodes.names);
         let own_lease = self.view.state(&self.node, now_ms);
-        let verdict = compute_live(self.mode, &self.node, own_lease, &peers);
+        let verdict = compute_live(self.mode, &self.node, own_lease, &peers, now);
+        self.next_change = next_change(self.mode, &peers, now);
         // Only on losing eligibility: a starting node that has heard few peers yet is not
         // cut off, it is joining.
-        let cut_off = self.mode == Mode::Membership
+        let cut_off = matches!(self.mode, Mode::Membership(_))
             && own_lease != LeaseState::Absent
             && self.was_eligible
             && !verdict.self_eligible;
         self.was_eligible = verdict.self_eligible;
         let eligible = verdict.self_eligible && !stopping;
-        let self_live = self.hold.observe(eligible, Instant::now());
+        let held = self.hold.observe(eligible, now);
+        let self_live = held && (self.ready || self.mode == Mode::LeaseOnly);
+        self.self_live = self_live;
+        // The responders' limit goes first: when this node stops, it stops before anything
+        // else hears of it.
+        let until = if self_live { verdict.until } else { Some(now) };
+        self.until.send_if_modified(|current| {
+            let changed = *current != until;
+            *current = until;
+            changed
+        });
         let set = live_set(verdict, &self.node, self_live);
+        // Peers that leave the live set for their silence: the detection time, from the last
+        // datagram heard (a leave or a lost Lease is no detection).
+        if let Mode::Membership(timing) = self.mode {
+            for peer in self.live.borrow().difference(&set) {
+                if let Some((heard, ..)) = self.sight.get(peer) {
+                    let silent = now.saturating_duration_since(*heard);
+                    if silent >= timing.failure {
+                        self.metrics.detection.observe(silent.as_secs_f64());
+                    }
+                }
+            }
+        }
         let metrics = &self.metrics;
         let node = &self.node;
         self.live.send_if_modified(|current| {
@@ -638,6 +794,63 @@ async fn receive_gated(
             Err(refusal) => refusal,
         };
         tracing::trace!(from = %from, reason = refusal.label(), "membership datagram dropped");
+        metrics.refuse(refusal);
+    }
+}
+
+/// The key files' bytes as last applied.
+type KeyBytes = (Vec<u8>, Option<Vec<u8>>);
+
+/// Reads the key files and, when they changed, seals with the new key and accepts both. A file
+/// that cannot be read or holds no valid key changes nothing (logged).
+fn reload_keys(
+    swim: &mut Swim,
+    key_file: &std::path::Path,
+    previous_file: Option<&std::path::Path>,
+    last: &mut Option<KeyBytes>,
+) {
+    let key = match std::fs::read(key_file) {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            tracing::warn!(file = %key_file.display(), error = %err, "reading the membership key failed; keeping the one in use");
+            return;
+        }
+    };
+    // A Secret without `previous` has no such file: no previous key.
+    let previous = previous_file.and_then(|f| std::fs::read(f).ok());
+    let read = (key, previous);
+    if last.as_ref() == Some(&read) {
+        return;
+    }
+    let first = last.is_none();
+    let parsed = Key::new(&read.0).and_then(|key| {
+        let previous = read.1.as_deref().map(Key::new).transpose()?;
+        Ok((key, previous))
+    });
+    match parsed {
+        Ok((key, previous)) => {
+            swim.set_keys(key, previous);
+            if !first {
+                tracing::info!("the membership key files changed; sealing with the new key");
+            }
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "the membership key files hold no valid key; keeping the one in use")
+        }
+    }
+    *last = Some(read);
+}
+
+/// One datagram the gate admitted, into SWIM (and the heartbeat view, through it).
+fn receive_one(
+    swim: Option<&mut Swim>,
+    datagram: &[u8],
+    from: SocketAddr,
+    metrics: &MembershipMetrics,
+) {
+    let Some(swim) = swim else { return };
+    if let Err(refusal) = swim.receive(datagram, Instant::now(), unix_micros()) {
+        tracing::debug!(from = %from, reason = refusal.label(), "membership datagram refused");
         metrics.refuse(refusal);
     }
 }

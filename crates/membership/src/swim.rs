@@ -35,6 +35,25 @@ pub struct Outgoing {
 
 type Engine = Foca<Peer, PostcardCodec, StdRng, NoCustomBroadcast>;
 
+/// A heartbeat's payload: these bytes, then one byte of flags: [`READY`] when the sender counts
+/// itself live (it answers for its addresses), [`HEARS_YOU`] when it heard the recipient within
+/// its withdrawal time. foca's messages cannot begin so: postcard
+/// would read the first two bytes as a name longer than any datagram.
+pub const HEARTBEAT: &[u8; 4] = b"\xffBHB";
+pub const READY: u8 = 1;
+pub const HEARS_YOU: u8 = 2;
+
+/// An authenticated datagram, as the heartbeat view needs it: who sent it, and what it said
+/// of itself if it was a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heard {
+    pub node: String,
+    /// `Some(ready)` for a heartbeat, `None` for a SWIM message.
+    pub ready: Option<bool>,
+    /// For a heartbeat: whether the sender hears this node.
+    pub hears_me: Option<bool>,
+}
+
 pub struct Swim {
     foca: Engine,
     config: foca::Config,
@@ -49,6 +68,8 @@ pub struct Swim {
     /// until it rejoins).
     states: BTreeMap<String, SwimState>,
     heard: BTreeMap<String, Instant>,
+    /// Authenticated datagrams since the last [`Swim::take_heard`].
+    fresh: Vec<Heard>,
     events: Vec<SwimEvent>,
 }
 
@@ -66,6 +87,7 @@ impl Swim {
             timers: BinaryHeap::new(),
             states: BTreeMap::new(),
             heard: BTreeMap::new(),
+            fresh: Vec::new(),
             events: Vec::new(),
         }
     }
@@ -74,6 +96,13 @@ impl Swim {
     pub fn with_previous_key(mut self, key: Option<Key>) -> Self {
         self.previous_key = key;
         self
+    }
+
+    /// Seals with `key` from now on and accepts `key` and `previous`: a rotation read from
+    /// the Secret's files while running.
+    pub fn set_keys(&mut self, key: Key, previous: Option<Key>) {
+        self.key = key;
+        self.previous_key = previous;
     }
 
     pub fn identity(&self) -> &Peer {
@@ -114,12 +143,51 @@ impl Swim {
         }
         self.guard.admit(opened.sender, opened.stamp, now_micros)?;
         self.heard.insert(opened.sender.to_string(), now);
+        if let Some(flags) = opened.payload.strip_prefix(HEARTBEAT.as_slice()) {
+            let flags = flags.first().copied().unwrap_or(0);
+            self.fresh.push(Heard {
+                node: opened.sender.to_string(),
+                ready: Some(flags & READY != 0),
+                hears_me: Some(flags & HEARS_YOU != 0),
+            });
+            return Ok(());
+        }
+        self.fresh.push(Heard {
+            node: opened.sender.to_string(),
+            ready: None,
+            hears_me: None,
+        });
         if let Err(err) = self.foca.handle_data(opened.payload, &mut self.runtime) {
             // Authentic but not usable by foca (e.g. from a down member): nothing to do.
             tracing::debug!(error = %err, sender = opened.sender, "membership data ignored");
         }
         self.collect(now);
         Ok(())
+    }
+
+    /// The authenticated datagrams received since the last call.
+    pub fn take_heard(&mut self) -> Vec<Heard> {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// A heartbeat to `node` at `to`, sealed like every datagram; `ready`: this node counts
+    /// itself live; `hears_you`: it heard `node` within its withdrawal time.
+    pub fn heartbeat(
+        &mut self,
+        node: &str,
+        to: SocketAddr,
+        ready: bool,
+        hears_you: bool,
+        now_micros: u64,
+    ) -> Outgoing {
+        let me = self.foca.identity().node.clone();
+        let stamp = self.stamper.next(now_micros);
+        let mut payload = HEARTBEAT.to_vec();
+        payload.push(if ready { READY } else { 0 } | if hears_you { HEARS_YOU } else { 0 });
+        Outgoing {
+            to,
+            datagram: seal(&self.key, &me, node, stamp, &payload),
+        }
     }
 
     /// When the next timer is due.
@@ -483,6 +551,33 @@ mod tests {
             assert!(open(&new, &datagram.datagram).is_ok());
             assert_eq!(open(&old, &datagram.datagram).err(), Some(Refusal::BadTag));
         }
+    }
+
+    #[test]
+    fn keys_set_while_running_take_effect_at_once() {
+        let old = Key::new(KEY).unwrap();
+        let new = Key::new(b"the rotated-in key, long enough!").unwrap();
+        let mut node = mk_swim("node-0", 7000);
+        let now = Instant::now();
+        let micros = 1_000_000_000;
+        let from_new = seal(&new, "node-1", "node-0", micros, b"x");
+        assert_eq!(node.receive(&from_new, now, micros), Err(Refusal::BadTag));
+        node.set_keys(new.clone(), Some(old.clone()));
+        assert_eq!(node.receive(&from_new, now, micros), Ok(()));
+        let from_old = seal(&old, "node-1", "node-0", micros + 1, b"x");
+        assert_eq!(node.receive(&from_old, now, micros), Ok(()));
+        let beat = node.heartbeat(
+            "node-1",
+            SocketAddr::from(([127, 0, 0, 1], 7001)),
+            true,
+            true,
+            micros,
+        );
+        assert!(open(&new, &beat.datagram).is_ok());
+        // The previous key dropped: old datagrams are refused.
+        node.set_keys(new, None);
+        let from_old = seal(&old, "node-1", "node-0", micros + 2, b"x");
+        assert_eq!(node.receive(&from_old, now, micros), Err(Refusal::BadTag));
     }
 
     #[test]

@@ -42,6 +42,9 @@ fn mk_options(node: &str) -> MembershipOptions {
         probe_timeout: Duration::from_millis(100),
         suspicion_timeout: Duration::from_millis(600),
         takeover_hold: Duration::from_millis(100),
+        heartbeat_interval: Duration::from_millis(50),
+        withdraw_after: Duration::from_millis(200),
+        failure_timeout: Duration::from_millis(400),
         ..MembershipOptions::default()
     }
 }
@@ -121,7 +124,7 @@ async fn endpoint_of(client: &Client, node: &str) -> SocketAddr {
 }
 
 #[tokio::test]
-async fn a_crashed_member_is_dropped_by_swim_long_before_its_lease_expires() {
+async fn a_crashed_member_is_dropped_by_its_heartbeats_long_before_its_lease_expires() {
     let (_server, client) = start_lab_with_nodes(&["node-a", "node-b", "node-c"]).await;
     let mut a = start(&client, mk_options("node-a"));
     let mut b = start(&client, mk_options("node-b"));
@@ -141,8 +144,8 @@ async fn a_crashed_member_is_dropped_by_swim_long_before_its_lease_expires() {
         "the Lease was not what dropped it"
     );
 
-    // The detection time was measured from the last datagram heard: at least the suspicion
-    // timeout, and the detector, not the Lease, fired.
+    // The detection time was measured from the last datagram heard: at least the failure
+    // timeout, and the heartbeats, not the Lease, fired.
     let detections: Vec<_> = [&a, &b]
         .iter()
         .map(|r| r.metrics.detection.clone())
@@ -158,7 +161,7 @@ async fn a_crashed_member_is_dropped_by_swim_long_before_its_lease_expires() {
         let sum = line_value(&text, &format!("d{i}_sum"));
         assert!(count >= 1.0, "{text}");
         assert!(
-            sum / count >= 0.6 && sum / count < LONG.as_secs_f64(),
+            sum / count >= 0.4 && sum / count < LONG.as_secs_f64(),
             "{text}"
         );
     }

@@ -153,22 +153,23 @@ async fn a_node_cut_off_from_the_lan_withdraws_and_returns_only_after_its_peers_
     })
     .await;
 
-    // From the moment the link came back, node1 never counted itself while a peer did not
-    // count it yet: the peers yielded first, so no address was answered by two nodes.
+    // A planned handover: from the moment the link came back, the peers count node1 only
+    // once it counts itself (its heartbeat says so), and within the announcer's handover delay
+    // (60 ms) after it, so node1 answers what it gains only once they have yielded.
     let log = log.lock().unwrap().clone();
-    let mut latest: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
-    for (at, node, set) in &log {
-        latest.insert(node.clone(), set.clone());
-        if *at < back {
-            continue;
-        }
-        let node1_counts_itself = latest.get("node1").is_some_and(|s| s.contains("node1"));
-        let a_peer_does_not = ["node2", "node3"]
-            .iter()
-            .any(|p| !latest.get(*p).is_some_and(|s| s.contains("node1")));
+    let first_counted = |by: &str| {
+        log.iter()
+            .find(|(at, node, set)| *at >= back && node == by && set.contains("node1"))
+            .map(|(at, ..)| *at)
+            .unwrap_or_else(|| panic!("{by} never counted node1 again: {log:?}"))
+    };
+    let itself = first_counted("node1");
+    for peer in ["node2", "node3"] {
+        let by_peer = first_counted(peer);
         assert!(
-            !(node1_counts_itself && a_peer_does_not),
-            "node1 counted itself before its peers did: {log:?}"
+            by_peer >= itself && by_peer <= itself + Duration::from_millis(60),
+            "{peer} counted node1 {:?} after node1 did: {log:?}",
+            by_peer.checked_duration_since(itself)
         );
     }
 

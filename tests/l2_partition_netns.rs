@@ -1,0 +1,274 @@
+//! Two answers when only membership traffic is cut, end to end: the L2 lab's three real agents
+//! (membership on) and eight LoadBalancer addresses spread over them. Each trial drops one
+//! node's membership traffic both ways (UDP 7947 in and out, by iptables rules inside that
+//! node's namespace; ARP, TCP and the API server still work) for 1.5 s, then heals it, while
+//! the client namespace probes every address by ARP every 20 ms and captures every ARP reply
+//! on the LAN (AF_PACKET). A *double answer* is a probe round (20 ms) in which two MACs
+//! answered, or announced, the same address. Ten trials, the cut node rotating; then three
+//! trials where the owner's agent is stopped (SIGSTOP) for 1.5 s and continued: a continued
+//! owner must not answer from the table it had before it was stopped.
+//!
+//! What must hold: no double answer in any trial; during each cut, every address the cut node
+//! owned is answered by another node (the takeover happened); after the heal, the cut node
+//! answers its addresses again (the handover back happened).
+//!
+//! Bounded: about 50 s. Needs root, iproute2 and iptables; skips with a message elsewhere,
+//! fails instead under `CI=true` or `BERTH_REQUIRE_ROOT=1`. Namespaces `berth-tp<pid>-*`,
+//! deleted at the end (also on failure). The address plan is at the top of `l2_lab/mod.rs`;
+//! this test adds Services `p0`-`p5` at 198.18.0.210-.215 (Cluster policy).
+
+#![allow(clippy::unwrap_used)]
+
+mod l2_lab;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use berth_l2::frame::client::build_arp_request;
+use berth_l2::frame::Mac;
+use l2_lab::*;
+
+const PROBE_EVERY: Duration = Duration::from_millis(20);
+const TRIALS: usize = 10;
+const STOP_TRIALS: usize = 3;
+const FAULT_FOR: Duration = Duration::from_millis(1500);
+
+fn addresses() -> Vec<String> {
+    let mut all = vec![VIP.to_string()];
+    all.extend((210..216).map(|i| format!("198.18.0.{i}")));
+    all
+}
+
+#[test]
+fn a_membership_cut_or_a_stopped_owner_never_makes_two_nodes_answer() {
+    if !ready() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let lab = L2Lab::start("tp", "on", "3s").await;
+        let lab = scenario(lab).await;
+        lab.finish().await;
+    });
+}
+
+/// The rules that drop `node`'s membership traffic both ways, or take them away.
+fn cut(lab: &mut L2Lab, node: &str, on: bool) {
+    let ns = lab.topo.netns(node).unwrap().to_string();
+    let op = if on { "-I" } else { "-D" };
+    for (chain, dir) in [
+        ("INPUT", "--dport"),
+        ("INPUT", "--sport"),
+        ("OUTPUT", "--dport"),
+        ("OUTPUT", "--sport"),
+    ] {
+        lab.topo
+            .exec(
+                &ns,
+                &[
+                    "iptables", "-w", op, chain, "-p", "udp", dir, "7947", "-j", "DROP",
+                ],
+            )
+            .unwrap();
+    }
+}
+
+/// Probes every address once per round; returns when each round was sent.
+async fn probe_for(lab: &L2Lab, how_long: Duration, rounds: &mut Vec<Instant>) {
+    let targets: Vec<std::net::Ipv4Addr> = addresses()
+        .iter()
+        .map(|a| match a.parse::<IpAddr>().unwrap() {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(_) => unreachable!(),
+        })
+        .collect();
+    let end = Instant::now() + how_long;
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while Instant::now() < end {
+        tick.tick().await;
+        rounds.push(Instant::now());
+        for v4 in &targets {
+            lab.capture
+                .probes
+                .send(build_arp_request(PROBE_MAC, PROBE_IP, *v4))
+                .unwrap();
+        }
+    }
+}
+
+/// Per address, the rounds (by start) in which two MACs answered or announced it.
+fn double_answers(
+    seen: &[(Instant, IpAddr, Mac, bool)],
+    rounds: &[Instant],
+) -> Vec<(String, Duration, BTreeSet<Mac>)> {
+    let Some(first) = rounds.first().copied() else {
+        return Vec::new();
+    };
+    let mut by_round: BTreeMap<(usize, IpAddr), BTreeSet<Mac>> = BTreeMap::new();
+    for (at, ip, mac, _) in seen.iter().filter(|(at, ..)| *at >= first) {
+        // The round an answer belongs to: the last one started before it.
+        let round = rounds.partition_point(|start| start <= at) - 1;
+        by_round.entry((round, *ip)).or_default().insert(*mac);
+    }
+    by_round
+        .into_iter()
+        .filter(|(_, macs)| macs.len() > 1)
+        .map(|((round, ip), macs)| (ip.to_string(), rounds[round] - first, macs))
+        .collect()
+}
+
+/// Which MAC answered each address in the rounds after `from` (the last answer wins).
+fn answerers(seen: &[(Instant, IpAddr, Mac, bool)], from: Instant) -> BTreeMap<IpAddr, Mac> {
+    seen.iter()
+        .filter(|(at, _, _, gratuitous)| *at >= from && !gratuitous)
+        .map(|(_, ip, mac, _)| (*ip, *mac))
+        .collect()
+}
+
+/// The longest time an address went unanswered in the rounds since `from`.
+fn longest_silence(seen: &[(Instant, IpAddr, Mac, bool)], from: Instant, to: Instant) -> Duration {
+    let mut longest = Duration::ZERO;
+    for address in addresses() {
+        let ip: IpAddr = address.parse().unwrap();
+        let mut last = from;
+        for (at, ..) in seen
+            .iter()
+            .filter(|(at, a, _, g)| *a == ip && !g && *at >= from && *at <= to)
+        {
+            longest = longest.max(at.saturating_duration_since(last));
+            last = *at;
+        }
+        longest = longest.max(to.saturating_duration_since(last));
+    }
+    longest
+}
+
+async fn scenario(mut lab: L2Lab) -> L2Lab {
+    for (i, address) in addresses().iter().enumerate().skip(1) {
+        let name = format!("p{}", i - 1);
+        apply(
+            &lab.client,
+            "v1",
+            "Service",
+            mk_lb(
+                &name,
+                &format!("10.96.1.{}", 10 + i),
+                30200 + u16::try_from(i).unwrap(),
+                "Cluster",
+                8080,
+            ),
+        )
+        .await;
+        set_ingress(&lab.client, &name, address).await;
+    }
+    let macs = lab.macs.clone();
+    let node_of: BTreeMap<Mac, &str> = macs.iter().map(|(n, m)| (*m, *n)).collect();
+    let owners: BTreeMap<IpAddr, String> = addresses()
+        .iter()
+        .map(|a| (a.parse().unwrap(), owner_among(&NODES, a)))
+        .collect();
+    for (ip, owner) in &owners {
+        lab.capture
+            .until(
+                &ip.to_string(),
+                Some(macs[owner.as_str()]),
+                "first election",
+            )
+            .await;
+    }
+    // Past the first takeovers' gratuitous rounds.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let mut all_doubles = Vec::new();
+    let trials: Vec<(&str, &str)> = (0..TRIALS)
+        .map(|i| ("cut", NODES[i % NODES.len()]))
+        .chain((0..STOP_TRIALS).map(|i| ("stop", NODES[i % NODES.len()])))
+        .collect();
+    for (trial, (fault, node)) in trials.into_iter().enumerate() {
+        let mut rounds = Vec::new();
+        let began = Instant::now();
+        probe_for(&lab, Duration::from_millis(200), &mut rounds).await;
+        let fault_at = Instant::now();
+        match fault {
+            "cut" => cut(&mut lab, node, true),
+            _ => {
+                let pid = lab.agents.children[node].id().to_string();
+                std::process::Command::new("kill")
+                    .args(["-STOP", &pid])
+                    .status()
+                    .unwrap();
+            }
+        }
+        probe_for(&lab, FAULT_FOR, &mut rounds).await;
+        let during = answerers(
+            &lab.capture.seen.lock().unwrap(),
+            fault_at + FAULT_FOR - Duration::from_millis(300),
+        );
+        let heal_at = Instant::now();
+        match fault {
+            "cut" => cut(&mut lab, node, false),
+            _ => {
+                let pid = lab.agents.children[node].id().to_string();
+                std::process::Command::new("kill")
+                    .args(["-CONT", &pid])
+                    .status()
+                    .unwrap();
+            }
+        }
+        // Back: every address answered by its owner again.
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            probe_for(&lab, Duration::from_millis(300), &mut rounds).await;
+            let now = answerers(
+                &lab.capture.seen.lock().unwrap(),
+                Instant::now() - Duration::from_millis(100),
+            );
+            let home = owners
+                .iter()
+                .all(|(ip, owner)| now.get(ip) == Some(&macs[owner.as_str()]));
+            if home {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "trial {trial}: addresses not back home after the heal: {now:?}"
+            );
+        }
+        // Let the returning node's gratuitous rounds be captured too.
+        probe_for(&lab, Duration::from_millis(1200), &mut rounds).await;
+        let seen = lab.capture.seen.lock().unwrap().clone();
+        let doubles = double_answers(&seen, &rounds);
+        let silence = longest_silence(&seen, fault_at, heal_at);
+        eprintln!(
+            "trial {trial}: {fault} {node}: {} rounds, {} double answers, longest silence during the fault {silence:?}, back home {:?} after the heal",
+            rounds.len(),
+            doubles.len(),
+            Instant::now() - heal_at - Duration::from_millis(1200)
+        );
+        for (ip, owner) in &owners {
+            if owner == node {
+                let by = during.get(ip).map(|m| node_of[m]);
+                assert!(
+                    by.is_some_and(|n| n != node),
+                    "trial {trial}: {fault} {node}: {ip} not taken over (answered by {by:?})"
+                );
+            }
+        }
+        all_doubles.extend(
+            doubles
+                .into_iter()
+                .map(|(ip, at, m)| (trial, fault, node, ip, at, m, began)),
+        );
+    }
+    assert!(
+        all_doubles.is_empty(),
+        "two nodes answered the same address: {all_doubles:?}"
+    );
+    lab
+}
