@@ -4,10 +4,14 @@
 //! form runs `nft` ([`exec`]).
 
 pub mod exec;
+pub mod expr;
 pub mod inline;
+pub mod netlink;
 pub mod render;
 pub mod sync;
+pub mod wire;
 
 pub use exec::CommandNft;
+pub use netlink::NetlinkNft;
 pub use render::{rule_jump, Command, Element, NftChain, NftRule, Transaction};
 pub use sync::{remove_table, Nft, NftSyncer};
