@@ -633,6 +633,29 @@ impl NetlinkSocket {
         Ok(batch.bytes.len())
     }
 
+    /// Sends `bytes` as they are (whole batches or not) in one `send` and returns what the
+    /// kernel answered: what the crash tests hand the kernel to show that no cut-short batch
+    /// commits anything.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<Vec<Reply>, Error> {
+        let wanted = bytes.len() + 65_536;
+        setsockopt(&self.fd(), sockopt::SndBufForce, &wanted)
+            .or_else(|_| setsockopt(&self.fd(), sockopt::SndBuf, &wanted))
+            .map_err(|e| io_error("size the send buffer", e.into()))?;
+        self.socket
+            .send(bytes, 0)
+            .map_err(|e| io_error("send", e))?;
+        let mut out = Vec::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+        loop {
+            buf.clear();
+            match self.socket.recv(&mut buf, libc::MSG_DONTWAIT) {
+                Ok(_) => out.extend(parse_replies(&buf)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(out),
+                Err(e) => return Err(io_error("receive", e)),
+            }
+        }
+    }
+
     /// Reads answers until the last message's acknowledgement (or a refusal of the batch as a
     /// whole); the kernel has queued all of them by the time `send` returns.
     fn replies(&mut self, batch: &Batch) -> Result<Vec<Reply>, Error> {
