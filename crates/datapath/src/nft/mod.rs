@@ -4,6 +4,7 @@
 //! forms are berth's own netlink batches ([`netlink`], expressions by [`expr`], framing by
 //! [`wire`]; the default) and the `nft` program reading the text ([`exec`]).
 
+pub mod adopt;
 pub mod exec;
 pub mod expr;
 pub mod inline;

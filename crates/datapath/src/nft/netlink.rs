@@ -19,6 +19,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use nix::sys::socket::{setsockopt, sockopt};
 
 use crate::error::Error;
+use crate::nft::adopt::{canonical_rule, Observed, ObservedChain, ObservedSet};
 use crate::nft::expr::{
     addr_bytes, nfproto, protocol_number, put_verdict, rule_userdata, write_rule_exprs,
     NFTA_DATA_VALUE, NFT_JUMP,
@@ -29,8 +30,8 @@ use crate::nft::render::{
 };
 use crate::nft::sync::Nft;
 use crate::nft::wire::{
-    Mark, Writer, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLMSG_HDRLEN,
-    NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
+    Attrs, Mark, Writer, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES,
+    NLMSG_HDRLEN, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
 };
 use berth_core::IpFamily;
 
@@ -699,6 +700,201 @@ impl NetlinkSocket {
     }
 }
 
+const NFT_MSG_GETCHAIN: u16 = 4;
+const NFT_MSG_GETRULE: u16 = 7;
+const NFT_MSG_GETSET: u16 = 10;
+const NFT_MSG_GETSETELEM: u16 = 13;
+const NFT_MSG_GETTABLE: u16 = 1;
+const NLMSG_DONE: u16 = 3;
+const ENOENT: i32 = 2;
+
+impl NetlinkSocket {
+    /// One dump request; the attributes (after `nfgenmsg`) of every message it answers with.
+    /// `Ok(None)` when the kernel says the object does not exist.
+    fn dump(
+        &mut self,
+        kind: u16,
+        family: IpFamily,
+        attrs: impl FnOnce(&mut Writer),
+    ) -> Result<Option<Vec<Vec<u8>>>, Error> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut w = Writer::default();
+        let m = w.begin_message(
+            msg_type(kind),
+            NLM_F_REQUEST | crate::nft::wire::NLM_F_DUMP,
+            seq,
+            nfproto(family),
+            0,
+        );
+        attrs(&mut w);
+        w.end_message(m);
+        setsockopt(
+            &self.fd(),
+            sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(30, 0),
+        )
+        .map_err(|e| io_error("set a receive timeout", e.into()))?;
+        self.socket
+            .send(w.bytes(), 0)
+            .map_err(|e| io_error("send a dump request", e))?;
+        let mut out = Vec::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 18);
+        loop {
+            buf.clear();
+            self.socket
+                .recv(&mut buf, 0)
+                .map_err(|e| io_error("receive a dump", e))?;
+            let mut at = 0;
+            while at + NLMSG_HDRLEN <= buf.len() {
+                let len =
+                    u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) as usize;
+                let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
+                let msg_seq =
+                    u32::from_ne_bytes([buf[at + 8], buf[at + 9], buf[at + 10], buf[at + 11]]);
+                if len < NLMSG_HDRLEN || at + len > buf.len() {
+                    break;
+                }
+                let body = &buf[at + NLMSG_HDRLEN..at + len];
+                at += (len + 3) & !3;
+                if msg_seq != seq {
+                    continue;
+                }
+                match kind {
+                    NLMSG_DONE => return Ok(Some(out)),
+                    NLMSG_ERROR => {
+                        let error = body
+                            .get(..4)
+                            .map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+                        if error == 0 {
+                            continue;
+                        }
+                        if -error == ENOENT {
+                            return Ok(None);
+                        }
+                        return Err(Error::Netlink {
+                            object: "a dump of berth's table".to_string(),
+                            errno: -error,
+                            message: io::Error::from_raw_os_error(-error).to_string(),
+                        });
+                    }
+                    _ => out.push(body.get(4..).unwrap_or(&[]).to_vec()),
+                }
+            }
+        }
+    }
+
+    /// berth's table of `family` as the kernel holds it: chains with their rules, sets, and the
+    /// elements of the maps and the hairpin set. `None` when there is no such table.
+    pub fn read_table(&mut self, family: IpFamily, table: &str) -> Result<Option<Observed>, Error> {
+        let tables = self
+            .dump(NFT_MSG_GETTABLE, family, |_| {})?
+            .unwrap_or_default();
+        let exists = tables
+            .iter()
+            .any(|t| Attrs(t).get(1).and_then(|a| a.str()) == Some(table));
+        if !exists {
+            return Ok(None);
+        }
+        let mut observed = Observed::default();
+        for chain in self
+            .dump(NFT_MSG_GETCHAIN, family, |_| {})?
+            .unwrap_or_default()
+        {
+            let attrs = Attrs(&chain);
+            if attrs.get(1).and_then(|a| a.str()) != Some(table) {
+                continue;
+            }
+            let Some(name) = attrs.get(3).and_then(|a| a.str()) else {
+                continue;
+            };
+            let hook = attrs.get(4).map(|h| {
+                let kind = attrs.get(7).and_then(|a| a.str()).unwrap_or("").to_string();
+                let num = h.nested().get(1).and_then(|a| a.u32()).unwrap_or(u32::MAX);
+                let prio = h.nested().get(2).and_then(|a| a.u32()).unwrap_or(0) as i32;
+                (kind, num, prio)
+            });
+            observed.chains.insert(
+                name.to_string(),
+                ObservedChain {
+                    hook,
+                    rules: Vec::new(),
+                },
+            );
+        }
+        let rules = self
+            .dump(NFT_MSG_GETRULE, family, |w| w.put_str(1, table))?
+            .unwrap_or_default();
+        for rule in rules {
+            let attrs = Attrs(&rule);
+            if attrs.get(1).and_then(|a| a.str()) != Some(table) {
+                continue;
+            }
+            let Some(chain) = attrs.get(2).and_then(|a| a.str()) else {
+                continue;
+            };
+            let exprs = attrs.get(4).map_or(&[][..], |a| a.value);
+            let userdata = attrs.get(7).map(|a| a.value);
+            if let Some(c) = observed.chains.get_mut(chain) {
+                c.rules.push(canonical_rule(exprs, userdata));
+            }
+        }
+        let sets = self
+            .dump(NFT_MSG_GETSET, family, |w| w.put_str(1, table))?
+            .unwrap_or_default();
+        for set in sets {
+            let attrs = Attrs(&set);
+            if attrs.get(1).and_then(|a| a.str()) != Some(table) {
+                continue;
+            }
+            let Some(name) = attrs.get(2).and_then(|a| a.str()) else {
+                continue;
+            };
+            let u32_of = |kind| attrs.get(kind).and_then(|a| a.u32()).unwrap_or(0);
+            observed.sets.insert(
+                name.to_string(),
+                ObservedSet {
+                    flags: u32_of(3),
+                    key_type: u32_of(4),
+                    key_len: u32_of(5),
+                    timeout_ms: attrs.get(11).and_then(|a| a.u64()).unwrap_or(0),
+                },
+            );
+        }
+        for set in [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET] {
+            if !observed.sets.contains_key(set) {
+                continue;
+            }
+            let messages = self
+                .dump(NFT_MSG_GETSETELEM, family, |w| {
+                    w.put_str(1, table);
+                    w.put_str(2, set);
+                })?
+                .unwrap_or_default();
+            let elements = observed.elements.entry(set.to_string()).or_default();
+            for message in messages {
+                let Some(list) = Attrs(&message).get(3) else {
+                    continue;
+                };
+                for element in list.nested() {
+                    let e = element.nested();
+                    let Some(key) = e.get(1).and_then(|k| k.nested().get(1)) else {
+                        continue;
+                    };
+                    let target = e
+                        .get(2)
+                        .and_then(|d| d.nested().get(2))
+                        .and_then(|v| v.nested().get(2))
+                        .and_then(|c| c.str())
+                        .map(str::to_string);
+                    elements.insert(key.value.to_vec(), target);
+                }
+            }
+        }
+        Ok(Some(observed))
+    }
+}
+
 fn open_socket() -> Result<Socket, Error> {
     let mut socket = Socket::new(NETLINK_NETFILTER).map_err(|e| io_error("create", e))?;
     socket.bind_auto().map_err(|e| io_error("bind", e))?;
@@ -786,6 +982,18 @@ impl Nft for NetlinkNft {
         let bytes = self.apply_to(tx, TABLE)?;
         tx.set_written(bytes);
         Ok(())
+    }
+
+    fn read(&mut self, family: IpFamily) -> Result<Option<Observed>, Error> {
+        let result = self.socket()?.read_table(family, TABLE);
+        if result.is_err() {
+            self.socket = None;
+        }
+        result
+    }
+
+    fn can_read(&self) -> bool {
+        true
     }
 }
 
