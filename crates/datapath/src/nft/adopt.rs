@@ -367,3 +367,274 @@ fn element_from_key(
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::render::{Hook, NftChain, NftRule};
+    use crate::plan::model::{ChainName, Match, RecentAction, Rule, Table, Target};
+    use berth_core::Protocol;
+    use std::net::IpAddr;
+
+    fn chain(name: &str) -> NftChain {
+        NftChain::new(Table::Nat, &ChainName::new(name))
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn dnat(to: &str, affinity: Option<&str>) -> NftRule {
+        let mut matches = vec![Match::Random { one_in: 2 }];
+        if let Some(set) = affinity {
+            matches.push(Match::Recent {
+                name: ChainName::new(set),
+                action: RecentAction::Set,
+            });
+        }
+        matches.push(Match::Protocol(Protocol::Tcp));
+        NftRule::Rule(Rule::new(matches, Target::Dnat(to.parse().unwrap())))
+    }
+
+    /// A small plan: the prerouting base chain, the Service map and one Service with affinity.
+    fn mk_planned() -> NftRuleset {
+        let mut p = NftRuleset::default();
+        let pre = ChainName::new("PREROUTING");
+        let base = NftChain::new(Table::Nat, &pre);
+        p.hooks
+            .insert(base.clone(), Hook::of_builtin(Table::Nat, &pre).unwrap());
+        p.chains.insert(
+            base,
+            vec![NftRule::Rule(Rule::jump(
+                vec![Match::comment("berth service portals")],
+                &ChainName::new("BERTH-SERVICES"),
+            ))],
+        );
+        p.chains
+            .insert(chain("BERTH-SERVICES"), vec![NftRule::ServiceMap]);
+        p.chains.insert(
+            chain("BERTH-SVC-A"),
+            vec![
+                dnat("10.244.1.2:8080", Some("BERTH-SEP-A1")),
+                dnat("10.244.2.2:8080", None),
+            ],
+        );
+        p.services
+            .insert((ip("10.96.0.10"), Protocol::Tcp, 80), chain("BERTH-SVC-A"));
+        p.affinity.insert(ChainName::new("BERTH-SEP-A1"), 300);
+        p.hairpin.insert(
+            chain("BERTH-SVC-A"),
+            [ip("10.244.1.2")].into_iter().collect(),
+        );
+        p
+    }
+
+    /// What the kernel holds after berth wrote `p`, as a dump reads it.
+    fn observe(p: &NftRuleset) -> Observed {
+        let mut o = Observed::default();
+        for (c, rules) in &p.chains {
+            let hook = p
+                .hooks
+                .get(c)
+                .map(|h| (h.kind().to_string(), h.number(), h.priority_number()));
+            let rules = rules
+                .iter()
+                .map(|r| planned_rule(IpFamily::V4, c, r))
+                .collect();
+            o.chains
+                .insert(c.to_string(), ObservedChain { hook, rules });
+        }
+        let set = |flags, key_type, key_len, timeout_ms| ObservedSet {
+            flags,
+            key_type,
+            key_len,
+            timeout_ms,
+        };
+        o.sets.insert(SERVICE_MAP.into(), set(8, 0x730d, 12, 0));
+        o.sets.insert(NODE_PORT_MAP.into(), set(8, 0x30d, 8, 0));
+        o.sets.insert(HAIRPIN_SET.into(), set(0, 0x1c7, 8, 0));
+        for (name, seconds) in &p.affinity {
+            o.sets.insert(
+                name.to_string(),
+                set(0x30, 7, 4, u64::from(*seconds) * 1000),
+            );
+        }
+        let mut elements = |set: &str, element: Element, target: Option<String>| {
+            o.elements
+                .entry(set.to_string())
+                .or_default()
+                .insert(element_key(&element), target);
+        };
+        for (k, t) in &p.services {
+            elements(
+                SERVICE_MAP,
+                Element::Service(*k, t.clone()),
+                Some(t.to_string()),
+            );
+        }
+        for ip in p.hairpin_endpoints() {
+            elements(HAIRPIN_SET, Element::Hairpin(ip), None);
+        }
+        o
+    }
+
+    fn names(commands: &[Command]) -> Vec<String> {
+        commands
+            .iter()
+            .map(|c| {
+                crate::nft::render::command_text(IpFamily::V4, c)
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_matching_table_needs_nothing() {
+        let p = mk_planned();
+        assert_eq!(plan_repair(&observe(&p), &p, IpFamily::V4), Some(vec![]));
+    }
+
+    /// (what changed in the kernel, the commands that repair it)
+    #[test]
+    fn each_difference_is_repaired_alone() {
+        let p = mk_planned();
+        type Change = fn(&mut Observed);
+        let rows: Vec<(&str, Change, Vec<&str>)> = vec![
+            (
+                "a rule deleted",
+                |o| {
+                    o.chains.get_mut("nat-BERTH-SVC-A").unwrap().rules.pop();
+                },
+                vec![
+                    "flush chain ip berth nat-BERTH-SVC-A",
+                    "add rule ip berth nat-BERTH-SVC-A numgen random mod 2 == 0 update @BERTH-SEP-A1 { ip saddr } meta l4proto tcp dnat to 10.244.1.2:8080",
+                    "add rule ip berth nat-BERTH-SVC-A numgen random mod 2 == 0 meta l4proto tcp dnat to 10.244.2.2:8080",
+                ],
+            ),
+            (
+                "a chain deleted",
+                |o| {
+                    o.chains.remove("nat-BERTH-SERVICES");
+                },
+                vec![
+                    "add chain ip berth nat-BERTH-SERVICES",
+                    "add rule ip berth nat-BERTH-SERVICES ip daddr . meta l4proto . th dport vmap @service-ips",
+                ],
+            ),
+            (
+                "a stray chain and set",
+                |o| {
+                    o.chains.insert("nat-BERTH-OLD".into(), ObservedChain::default());
+                    o.sets.insert("BERTH-SEP-OLD".into(), ObservedSet::default());
+                },
+                vec![
+                    "flush chain ip berth nat-BERTH-OLD",
+                    "delete chain ip berth nat-BERTH-OLD",
+                    "delete set ip berth BERTH-SEP-OLD",
+                ],
+            ),
+            (
+                "a map element gone, a stray one, a hairpin pair gone",
+                |o| {
+                    let map = o.elements.get_mut(SERVICE_MAP).unwrap();
+                    map.clear();
+                    map.insert(
+                        element_key(&Element::Service(
+                            ("10.96.0.99".parse().unwrap(), Protocol::Udp, 53),
+                            chain("BERTH-SVC-A"),
+                        )),
+                        Some("nat-BERTH-SVC-A".into()),
+                    );
+                    o.elements.get_mut(HAIRPIN_SET).unwrap().clear();
+                },
+                vec![
+                    "delete element ip berth service-ips { 10.96.0.99 . udp . 53 }",
+                    "add element ip berth service-ips { 10.96.0.10 . tcp . 80 : jump nat-BERTH-SVC-A }",
+                    "add element ip berth hairpin { 10.244.1.2 . 10.244.1.2 }",
+                ],
+            ),
+            (
+                "an affinity set with another timeout",
+                |o| o.sets.get_mut("BERTH-SEP-A1").unwrap().timeout_ms = 10_000,
+                vec!["add set ip berth BERTH-SEP-A1 { type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }"],
+            ),
+        ];
+        for (what, change, want) in rows {
+            let mut o = observe(&p);
+            change(&mut o);
+            let got = plan_repair(&o, &p, IpFamily::V4).unwrap_or_else(|| panic!("{what}"));
+            assert_eq!(names(&got), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_table_of_another_shape_is_replaced() {
+        let p = mk_planned();
+        let mut no_map = observe(&p);
+        no_map.sets.remove(SERVICE_MAP);
+        assert_eq!(plan_repair(&no_map, &p, IpFamily::V4), None);
+        let mut rehooked = observe(&p);
+        rehooked.chains.get_mut("nat-PREROUTING").unwrap().hook = Some(("nat".into(), 0, 0));
+        assert_eq!(plan_repair(&rehooked, &p, IpFamily::V4), None);
+        let mut foreign = observe(&p);
+        foreign
+            .chains
+            .insert("someone".into(), ObservedChain::default());
+        assert_eq!(plan_repair(&foreign, &p, IpFamily::V4), None);
+    }
+
+    #[test]
+    fn what_the_kernel_adds_to_a_rule_is_not_a_difference() {
+        // lookup with flags 0, dynset with timeout 0 and flags 0, counter values, a NAT range's
+        // maxima and flags: the kernel's dump of what berth wrote.
+        let mut w = Writer::default();
+        let expr = |w: &mut Writer, name: &str, data: &dyn Fn(&mut Writer)| {
+            let e = w.begin_nest(1);
+            w.put_str(1, name);
+            let d = w.begin_nest(2);
+            data(w);
+            w.end_nest(d);
+            w.end_nest(e);
+        };
+        expr(&mut w, "lookup", &|w| {
+            w.put_str(1, "s");
+            w.put_u32(2, 1);
+            w.put_u32(5, 0);
+        });
+        expr(&mut w, "dynset", &|w| {
+            w.put_str(1, "s");
+            w.put_u32(3, 1);
+            w.put_u32(4, 1);
+            w.put_u64(6, 0);
+            w.put_u32(9, 0);
+        });
+        expr(&mut w, "counter", &|w| {
+            w.put_u64(1, 1234);
+            w.put_u64(2, 5);
+        });
+        let dumped = canonical_rule(w.bytes(), None);
+        let mut w = Writer::default();
+        expr(&mut w, "lookup", &|w| {
+            w.put_u32(2, 1);
+            w.put_str(1, "s");
+        });
+        expr(&mut w, "dynset", &|w| {
+            w.put_u32(4, 1);
+            w.put_u32(3, 1);
+            w.put_str(1, "s");
+        });
+        expr(&mut w, "counter", &|_| {});
+        assert_eq!(dumped, canonical_rule(w.bytes(), None));
+        // A real difference stays one: another set.
+        let lookup = |set: &'static str| {
+            let mut w = Writer::default();
+            expr(&mut w, "lookup", &|w| {
+                w.put_u32(2, 1);
+                w.put_str(1, set);
+            });
+            canonical_rule(w.bytes(), None)
+        };
+        assert_ne!(lookup("s"), lookup("t"));
+    }
+}

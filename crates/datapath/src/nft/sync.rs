@@ -1,14 +1,18 @@
 //! The nftables Syncer: applies planned rulesets to berth's own table through the [`Nft`] trait,
 //! one atomic transaction per sync, partially when it can.
 //!
-//! - A full sync deletes and recreates the table in one transaction (`add table`, `delete table`,
-//!   `add table`, then everything): no packet ever sees a half-built table, stale chains cannot
-//!   survive, and other programs' tables are never named. Connections already established keep
-//!   their translation (conntrack holds it); affinity entries start over.
+//! - A full sync adopts when the writer can read the kernel ([`Nft::read`], the netlink writer):
+//!   berth's table is read back, compared with the plan and only the difference written
+//!   ([`crate::nft::adopt::plan_repair`]), so a matching table keeps its rules and its affinity
+//!   entries. Otherwise (no table, one it cannot repair, a writer that cannot read) it deletes
+//!   and recreates the table in one transaction (`add table`, `delete table`, `add table`, then
+//!   everything): no packet ever sees a half-built table, stale chains cannot survive, and other
+//!   programs' tables are never named. Connections already established keep their translation
+//!   (conntrack holds it); affinity entries start over.
 //! - A partial sync sends only what changed since the last successful sync, as the iptables
 //!   [`crate::iptables::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
 //!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds. Desired
-//!   state is diffed in memory; nothing is read back from the kernel.
+//!   state is diffed in memory; a partial sync reads nothing back from the kernel.
 //! - Every command of a partial transaction names berth's table, so when someone deleted it
 //!   (`nft flush ruleset`, say) the transaction fails as a whole, and any failure makes the next
 //!   sync full. (The iptables backend needs a canary chain for this; a table needs none.) A
