@@ -316,3 +316,17 @@ fn a_refused_batch_names_the_object_and_changes_nothing() {
         "the flush was not applied either"
     );
 }
+
+#[test]
+fn the_probe_is_accepted_and_leaves_nothing() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let ns = Netns::new("probe");
+    assert!(NetlinkNft::in_netns(&ns.0).usable());
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "nft", "list", "ruleset"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
+    // A namespace that does not exist: not usable, and no panic.
+    assert!(!NetlinkNft::in_netns("berth-nq-no-such-namespace").usable());
+}
