@@ -49,9 +49,15 @@ fp_nft=$(value first_packet nftables_30k_vs_100)
 rss=$(value rss agent_rss_mb)
 backend_default=$(value rss backend_default)
 full_10k=$(value sync full_sync_10k_s)
+full_30k=$(value sync full_sync_30k_s)
 change_10k=$(value sync change_10k_real_ms)
+add_10k=$(value sync add_10k_real_ms)
+text_full_10k=$(value sync nft_text_full_sync_10k_s)
+text_change_10k=$(value sync nft_text_change_10k_real_ms)
 
 echo "datapath: change_10k_tree_ms=${tree_ms:-na} change_10k_linear_ms=${linear_ms:-na}" \
     "first_packet_30k_vs_100_tree=${fp_tree:-na} first_packet_30k_vs_100_linear=${fp_linear:-na}" \
     "agent_rss_mb=${rss:-na}" "full_sync_10k_s=${full_10k:-na} change_10k_real_ms=${change_10k:-na}" \
+    "add_10k_real_ms=${add_10k:-na} full_sync_30k_s=${full_30k:-na}" \
+    "nft_text_full_sync_10k_s=${text_full_10k:-na} nft_text_change_10k_real_ms=${text_change_10k:-na}" \
     "nft_first_packet_30k_vs_100=${fp_nft:-na} backend_default=${backend_default:-na}"

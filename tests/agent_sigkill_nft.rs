@@ -1,18 +1,24 @@
 //! `berth agent` on the nftables backend, SIGKILLed at random moments of a large sync, never leaves
 //! half a table: after every kill, berth's `ip berth` table is exactly the ruleset the node held
-//! before (old) or the one the agent was writing (new), never a prefix of the transaction.
+//! before (old) or the one the agent was writing (new), never a prefix of the transaction. Run
+//! with each writer: netlink (the default: the batch is built in memory and handed to the kernel
+//! in one `send`, so a kill before it commits nothing and one after it cannot stop the kernel's
+//! transaction) and `nft -f -` (`--nft-writer nft`).
 //!
 //! The old ruleset is what the agent programs for the first half of the Services, the new one for
 //! all of them (at least 3,000); both are recorded once from converged agents. Each round loads the
 //! old table, starts an agent against the full API state (its first sync replaces the table in one
-//! transaction) and kills it: half of the rounds at a random instant after the start, half at a
-//! random instant after its `nft` child appears, which is when a streamed write was cut. `nft` may
-//! outlive the agent, so each check waits until nothing runs in the namespace any more.
+//! transaction) and kills it: with `nft`, half of the rounds at a random instant after the start,
+//! half at a random instant after its `nft` child appears, which is when a streamed write was
+//! cut (`nft` may outlive the agent, so each check waits until nothing runs in the namespace any
+//! more); with netlink, every round at a random instant between the start and the time a full
+//! sync took.
 //! Root, iproute2 and nft (skips with a message elsewhere, fails under `CI=true`).
 //!
-//! Address plan: the node namespace `berth-ak<pid>` has only loopback, where the lab API server
-//! listens for the agent; Services 10.96.0.0/16, endpoints 10.244.1.0/24 (no traffic is sent).
-//! `BERTH_SIGKILL_SERVICES` and `BERTH_SIGKILL_ROUNDS` change the size (defaults 3,000 and 24).
+//! Address plan: the node namespace `berth-ak<pid>-<writer>` has only loopback, where the lab API
+//! server listens for the agent; Services 10.96.0.0/16, endpoints 10.244.1.0/24 (no traffic is sent).
+//! `BERTH_SIGKILL_SERVICES` and `BERTH_SIGKILL_ROUNDS` change the size (defaults 3,000, and 12
+//! rounds per writer).
 
 #![allow(clippy::unwrap_used)]
 
@@ -44,8 +50,8 @@ fn env_or(name: &str, default: usize) -> usize {
 struct Netns(String);
 
 impl Netns {
-    fn new() -> Netns {
-        let name = format!("berth-ak{}", std::process::id());
+    fn new(tag: &str) -> Netns {
+        let name = format!("berth-ak{}-{tag}", std::process::id());
         for args in [
             vec!["netns", "add", &name],
             vec!["-n", &name, "link", "set", "lo", "up"],
@@ -139,12 +145,13 @@ impl Drop for Netns {
 struct Agent(Child);
 
 impl Agent {
-    fn start(ns: &Netns, kubeconfig: &std::path::Path) -> Agent {
+    fn start(ns: &Netns, kubeconfig: &std::path::Path, writer: &str) -> Agent {
         Agent(
             Command::new("ip")
                 .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_berth"), "agent"])
                 .args(["--node-name", "node1", "--cluster-cidr", "10.244.0.0/16"])
                 .args(["--backend", "nftables", "--min-sync-interval", "100ms"])
+                .args(["--nft-writer", writer])
                 .args(["--admin-listen", "127.0.0.1:0"])
                 .args(["--healthz-bind-address", "127.0.0.1"])
                 .arg("--kubeconfig")
@@ -169,8 +176,13 @@ impl Drop for Agent {
 }
 
 /// Starts an agent and waits until berth's table is `expected`; the agent is stopped after.
-fn converge(ns: &Netns, kubeconfig: &std::path::Path, expected_rules: usize) -> Vec<String> {
-    let mut agent = Agent::start(ns, kubeconfig);
+fn converge(
+    ns: &Netns,
+    kubeconfig: &std::path::Path,
+    writer: &str,
+    expected_rules: usize,
+) -> Vec<String> {
+    let mut agent = Agent::start(ns, kubeconfig, writer);
     let deadline = Instant::now() + CONVERGE;
     let mut last = Vec::new();
     loop {
@@ -242,11 +254,19 @@ impl Rng {
     }
 }
 
+/// One writer after the other (each with its own namespace and API server): run side by side
+/// they would share the machine's two cores and the kill instants would mean less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
+    let rounds = env_or("BERTH_SIGKILL_ROUNDS", 12);
+    for writer in ["netlink", "nft"] {
+        killed_agent_rounds(writer, rounds).await;
+    }
+}
+
+async fn killed_agent_rounds(writer: &str, rounds: usize) {
     require!(Requirement::Netns, Requirement::Nft);
     let total = env_or("BERTH_SIGKILL_SERVICES", 3_000).max(2);
-    let rounds = env_or("BERTH_SIGKILL_ROUNDS", 24);
     let seed = std::env::var("BERTH_SIGKILL_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -258,11 +278,12 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
                 | 1
         });
     eprintln!(
-        "agent SIGKILL on nftables: {total} Services, {rounds} rounds, BERTH_SIGKILL_SEED={seed}"
+        "agent SIGKILL on nftables ({writer}): {total} Services, {rounds} rounds, \
+         BERTH_SIGKILL_SEED={seed}"
     );
     let mut rng = Rng(seed);
 
-    let ns = Netns::new();
+    let ns = Netns::new(writer);
     let inside = bind_tcp_in_netns(&ns.0, "127.0.0.1:0".parse().unwrap()).unwrap();
     let inside_addr: SocketAddr = inside.local_addr().unwrap();
     let server = LabApiServer::builder()
@@ -294,12 +315,12 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
     create_services(&client, 0..half).await;
     let ns_ref = &ns;
     let kc = kubeconfig.clone();
-    let old = tokio::task::block_in_place(|| converge(ns_ref, &kc, half));
+    let old = tokio::task::block_in_place(|| converge(ns_ref, &kc, writer, half));
     let old_text = ns.nft(&["list", "table", "ip", "berth"], None);
     // The new one: all of them. The time it took bounds the random kill instants.
     create_services(&client, half..total).await;
     let began = Instant::now();
-    let new = tokio::task::block_in_place(|| converge(ns_ref, &kc, total));
+    let new = tokio::task::block_in_place(|| converge(ns_ref, &kc, writer, total));
     let full_sync = began.elapsed();
     assert_ne!(old, new);
 
@@ -313,9 +334,9 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
                 )),
             );
             assert_eq!(ns.table(), old, "round {round}: the old table reloads");
-            let mut agent = Agent::start(&ns, &kubeconfig);
+            let mut agent = Agent::start(&ns, &kubeconfig, writer);
             let started = Instant::now();
-            let during_nft = if round % 2 == 0 {
+            let during_nft = if writer == "netlink" || round % 2 == 0 {
                 std::thread::sleep(Duration::from_millis(
                     rng.below(full_sync.as_millis() as u64),
                 ));
@@ -353,11 +374,15 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
         seen
     });
     eprintln!(
-        "agent SIGKILL on nftables: {rounds} kills, {} left the old table, {} the new one, {} \
-         while nft was running; a full sync of {total} Services took {full_sync:?}",
+        "agent SIGKILL on nftables ({writer}): {rounds} kills, {} left the old table, {} the new \
+         one, {} while nft was running; a full sync of {total} Services took {full_sync:?}",
         outcome.0, outcome.1, outcome.2
     );
-    assert!(outcome.2 > 0, "no kill landed while nft was running");
+    if writer == "nft" {
+        assert!(outcome.2 > 0, "no kill landed while nft was running");
+    } else {
+        assert!(outcome.0 > 0, "no kill landed before the batch was sent");
+    }
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

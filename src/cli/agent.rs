@@ -22,11 +22,17 @@ pub struct AgentArgs {
 
     /// What programs the kernel: `nftables` (berth's own tables `ip berth`/`ip6 berth`, verdict-map
     /// dispatch), `iptables` (berth's chains in the iptables tables), or `auto` (the default):
-    /// nftables, the fastest backend, when `nft` runs, the kernel accepts what it programs and
+    /// nftables, the fastest backend, when the kernel accepts what it programs and
     /// iptables' FORWARD policy is not DROP (an nftables accept cannot override it, Docker sets
     /// it), else iptables. The other backend has berth's rules removed at start.
     #[arg(long, env = "BERTH_BACKEND", value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
+
+    /// How the nftables backend writes the kernel: `netlink` (the default) sends berth's own
+    /// nfnetlink batch, one kernel transaction per sync, with no `nft` program; `nft` runs
+    /// `nft -f -` on the same transaction as text (the readable form, for comparison).
+    #[arg(long, env = "BERTH_NFT_WRITER", value_enum, default_value_t = NftWriterArg::Netlink)]
+    nft_writer: NftWriterArg,
 
     /// How the iptables entry chains find a Service: a tree keyed by address, or kube-proxy's
     /// linear list (the nftables backend always uses verdict maps).
@@ -194,6 +200,12 @@ enum BackendArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum NftWriterArg {
+    Netlink,
+    Nft,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum DispatchArg {
     Tree,
     Linear,
@@ -299,6 +311,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         config,
         version: env!("CARGO_PKG_VERSION").to_string(),
         membership,
+        nft_writer: match args.nft_writer {
+            NftWriterArg::Netlink => berth_agent::NftWriter::Netlink,
+            NftWriterArg::Nft => berth_agent::NftWriter::Nft,
+        },
     };
     super::run(|shutdown| async move {
         let client = super::build_client(args.kubeconfig.as_deref()).await?;

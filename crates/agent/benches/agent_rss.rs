@@ -35,8 +35,8 @@ use berth_agent::{
     NodeFacts, DEFAULT_BACKEND,
 };
 use berth_datapath::iptables::{Iptables, Syncer};
-use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::Nft;
+use berth_datapath::nft::NftWriter;
 use berth_datapath::nft::Transaction;
 use berth_datapath::plan::convert::ProxyMode;
 use berth_datapath::{ChainName, Dispatch, JumpRule, Payload, PlanOptions, Planner, Table};
@@ -351,9 +351,9 @@ fn main() {
         .unwrap();
     print!("{}", String::from_utf8_lossy(&breakdown.stdout));
     // What the agent's default picks here, with the probes `berth agent` runs (they change
-    // nothing: `nft --check` and `iptables-save -t filter`).
+    // nothing: a netlink probe on a scratch table and `iptables-save -t filter`).
     let default = DEFAULT_BACKEND.resolve(|| NodeFacts {
-        nft_usable: CommandNft::new().usable(),
+        nft_usable: NftWriter::default().usable(),
         iptables_forward_drops: CommandIptables::new(IpFamily::V4).forward_drops(),
     });
     let of = |backend: Backend| {

@@ -15,10 +15,11 @@ use crate::Error;
 pub enum Backend {
     /// `iptables-restore` into berth's chains of the iptables tables.
     Iptables,
-    /// `nft -f -` into berth's own tables `ip berth` / `ip6 berth`.
+    /// One nftables transaction per sync (netlink batches, or `nft -f -`: `--nft-writer`) into
+    /// berth's own tables `ip berth` / `ip6 berth`.
     Nftables,
-    /// nftables when `nft` runs, the kernel accepts what the backend programs and iptables'
-    /// `filter FORWARD` policy is not DROP; else iptables. Decided once at start
+    /// nftables when its writer works here, the kernel accepts what the backend programs and
+    /// iptables' `filter FORWARD` policy is not DROP; else iptables. Decided once at start
     /// ([`Backend::resolve`]).
     Auto,
 }
@@ -30,7 +31,8 @@ pub const DEFAULT_BACKEND: Backend = Backend::Auto;
 /// What `auto` looks at on the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeFacts {
-    /// `nft --check` accepts a probe of every feature the nftables backend uses.
+    /// The kernel accepts, through the nftables writer, a probe of every feature the nftables
+    /// backend uses.
     pub nft_usable: bool,
     /// iptables' `filter FORWARD` chain drops by policy (Docker sets this) in some family.
     /// Every base chain of every table sees a packet, and a drop anywhere wins: an accept in

@@ -3,7 +3,7 @@
 //! and binds the admin endpoint, as it does for the controller.
 
 use berth_datapath::iptables::CommandIptables;
-use berth_datapath::nft::CommandNft;
+use berth_datapath::nft::NftWriter;
 use berth_membership::{AnswerUntil, LiveNodes, Membership, MembershipConfig};
 use berth_telemetry::{MetricsRegistry, Readiness};
 use kube::Client;
@@ -25,6 +25,8 @@ pub struct RunOptions {
     /// Agent liveness (this agent's Lease, SWIM between agents) for the L2 announcer; `None`
     /// runs none.
     pub membership: Option<MembershipConfig>,
+    /// How the nftables backend writes the kernel.
+    pub nft_writer: NftWriter,
 }
 
 /// Starts agent liveness: its metrics go into `registry` as `berth_membership_*`, and the
@@ -86,12 +88,13 @@ pub async fn run_agent(
         }
         None => (None, None),
     };
-    // `auto` looks once (`nft --check` and `iptables-save -t filter`, which change nothing); the
-    // backend not chosen has berth's rules removed before the first sync.
+    // `auto` looks once (the nftables writer's probe on a scratch table and `iptables-save -t
+    // filter`, which leave nothing behind); the backend not chosen has berth's rules removed
+    // before the first sync.
     let families = opts.config.families().to_vec();
     let backend = opts.config.backend().resolve(|| {
         let facts = NodeFacts {
-            nft_usable: CommandNft::new().usable(),
+            nft_usable: opts.nft_writer.usable(),
             iptables_forward_drops: families
                 .iter()
                 .any(|family| CommandIptables::new(*family).forward_drops()),
@@ -103,12 +106,16 @@ pub async fn run_agent(
         );
         facts
     });
-    tracing::info!(backend = backend.as_str(), "datapath backend");
+    tracing::info!(
+        backend = backend.as_str(),
+        nft_writer = opts.nft_writer.as_str(),
+        "datapath backend"
+    );
     let mut agent = Agent::with_nft(
         opts.config.with_backend(backend),
         client,
         CommandIptables::new,
-        |_| -> BoxedNft { Box::new(CommandNft::new()) },
+        |_| -> BoxedNft { opts.nft_writer.writer() },
         CommandConntrack::new(),
         &mut registry,
         &readiness,

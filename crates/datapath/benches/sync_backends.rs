@@ -5,7 +5,8 @@
 //! - one endpoint of one Service replaced (a pod restart), median of `--changes` runs;
 //! - one Service added, median of `--changes` runs.
 //!
-//! Backends: berth on iptables-legacy, iptables-nft and nftables. Anchors measured in the same run:
+//! Backends: berth on iptables-legacy, iptables-nft and nftables (its netlink writer, the
+//! default, and `nft -f` reading the same transactions as text). Anchors measured in the same run:
 //! kube-proxy-shaped layouts on each — iptables with linear dispatch, the entry chains rewritten
 //! on every sync and a plain `--noflush` restore (kube-proxy's iptables mode), and for nftables
 //! kube-proxy's layout with one anonymous `numgen … vmap` per Service, loaded with `nft -f`
@@ -19,7 +20,8 @@
 //! the case is not tried at larger sizes. The kube-proxy-shaped anchors run up to `--anchor-max`
 //! Services (`BERTH_SYNC_ANCHOR_MAX`); above it their rows say `skipped`.
 //! Prints one `sync:` line per (size, case) and, per size, the summary keys `full_sync_<n>_s`,
-//! `change_<n>_real_ms` (berth on nftables) and their ratios to the anchors.
+//! `change_<n>_real_ms`, `add_<n>_real_ms` (berth on nftables through netlink), the same through
+//! `nft -f` (`nft_text_…`) and their ratios to the anchors.
 #![allow(clippy::unwrap_used)]
 
 use std::io::Write as _;
@@ -33,9 +35,8 @@ use berth_core::IpFamily;
 use berth_datapath::backend::SyncRuleset;
 use berth_datapath::iptables::Syncer;
 use berth_datapath::iptables::{Backend, CommandIptables};
-use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::Transaction;
-use berth_datapath::nft::{Nft, NftSyncer};
+use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, NftWriter};
 use berth_datapath::{
     rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions, Planner, ServicePort,
     ServicePortName,
@@ -199,7 +200,7 @@ impl Drop for Watchdog {
 enum Case {
     Berth(Backend),
     KubeProxyIptables(Backend),
-    BerthNft,
+    BerthNft(NftWriter),
     KubeProxyNft,
 }
 
@@ -214,15 +215,18 @@ impl Case {
             Case::Berth(_) => "berth-iptables-nft",
             Case::KubeProxyIptables(Backend::Legacy) => "kube-proxy-shaped-iptables-legacy",
             Case::KubeProxyIptables(_) => "kube-proxy-shaped-iptables-nft",
-            Case::BerthNft => "berth-nftables",
+            Case::BerthNft(NftWriter::Netlink) => "berth-nftables",
+            Case::BerthNft(NftWriter::Nft) => "berth-nftables-nft-text",
             Case::KubeProxyNft => "kube-proxy-shaped-nftables",
         }
     }
 }
 
-/// berth's nftables first: it is the row the summary needs.
-const CASES: [Case; 6] = [
-    Case::BerthNft,
+/// berth's nftables first (its netlink writer, the default, then `nft -f`): the rows the
+/// summary needs.
+const CASES: [Case; 7] = [
+    Case::BerthNft(NftWriter::Netlink),
+    Case::BerthNft(NftWriter::Nft),
     Case::KubeProxyNft,
     Case::Berth(Backend::Legacy),
     Case::KubeProxyIptables(Backend::Legacy),
@@ -236,13 +240,14 @@ struct Result {
     cold_bytes: usize,
     change: Duration,
     add: Duration,
-    /// `nft -f` alone in the cold sync and the median change (berth on nftables only).
+    /// The writer alone (`nft -f`, or building and sending the netlink batch) in the cold sync
+    /// and the median change (berth on nftables only).
     nft_split: Option<(Duration, Duration)>,
 }
 
-/// Keeps the wall time of the last `nft -f`.
+/// Keeps the wall time of the last write.
 struct TimedNft {
-    nft: CommandNft,
+    nft: Box<dyn Nft>,
     last: Arc<Mutex<Duration>>,
 }
 
@@ -295,9 +300,12 @@ fn measure_berth(
             )
             .rewriting_every_sync(rewritten_every_sync(Dispatch::Linear)),
         ),
-        Case::BerthNft => Box::new(NftSyncer::new(
+        Case::BerthNft(writer) => Box::new(NftSyncer::new(
             TimedNft {
-                nft: CommandNft::in_netns(ns),
+                nft: match writer {
+                    NftWriter::Netlink => Box::new(NetlinkNft::in_netns(ns)),
+                    NftWriter::Nft => Box::new(CommandNft::in_netns(ns)),
+                },
                 last: nft_time.clone(),
             },
             IpFamily::V4,
@@ -345,7 +353,7 @@ fn measure_berth(
         cold_bytes,
         change: median(change),
         add: median(add),
-        nft_split: (case == Case::BerthNft).then(|| (cold_nft, median(change_nft))),
+        nft_split: matches!(case, Case::BerthNft(_)).then(|| (cold_nft, median(change_nft))),
     })
 }
 
@@ -538,7 +546,7 @@ fn main() {
                 Ok(r) => {
                     let split = r.nft_split.map_or(String::new(), |(cold, change)| {
                         format!(
-                            " (nft -f alone: cold_s={:.2} change_ms={:.1})",
+                            " (writer alone: cold_s={:.2} change_ms={:.1})",
                             cold.as_secs_f64(),
                             ms(change)
                         )
@@ -568,7 +576,9 @@ fn main() {
         };
         let cold = |r: &Result| r.cold.as_secs_f64();
         let change = |r: &Result| ms(r.change);
-        let nft = get(Case::BerthNft);
+        let nft = get(Case::BerthNft(NftWriter::Netlink));
+        let text = get(Case::BerthNft(NftWriter::Nft));
+        let add = |r: &Result| ms(r.add);
         let label = if n % 1000 == 0 {
             format!("{}k", n / 1000)
         } else {
@@ -576,10 +586,16 @@ fn main() {
         };
         println!(
             "sync summary {label}: full_sync_{label}_s={} change_{label}_real_ms={} \
+             add_{label}_real_ms={} nft_text_full_sync_{label}_s={} \
+             nft_text_change_{label}_real_ms={} nft_text_add_{label}_real_ms={} \
              kube_proxy_nft_cold_vs_berth={} kube_proxy_nft_change_vs_berth={} \
              ipt_nft_kube_proxy_cold_vs_berth={} ipt_legacy_kube_proxy_change_vs_berth={}",
             nft.map_or("na".into(), |r| format!("{:.2}", cold(&r))),
             nft.map_or("na".into(), |r| format!("{:.1}", change(&r))),
+            nft.map_or("na".into(), |r| format!("{:.1}", add(&r))),
+            text.map_or("na".into(), |r| format!("{:.2}", cold(&r))),
+            text.map_or("na".into(), |r| format!("{:.1}", change(&r))),
+            text.map_or("na".into(), |r| format!("{:.1}", add(&r))),
             ratio(nft, get(Case::KubeProxyNft), cold),
             ratio(nft, get(Case::KubeProxyNft), change),
             ratio(

@@ -21,6 +21,14 @@ pub enum Error {
         status: String,
         stderr: String,
     },
+    /// The kernel refused a message of an nftables batch (the whole batch is then not applied),
+    /// or the netlink socket failed; `object` names what the message did, in `nft` words.
+    #[error("nftables over netlink: {object}: {message} (errno {errno})")]
+    Netlink {
+        object: String,
+        errno: i32,
+        message: String,
+    },
     #[error("packet trace failed: {reason}")]
     Trace { reason: String },
     #[error("invalid {field} in {object}: {value:?}")]
@@ -40,6 +48,7 @@ impl Error {
             Error::Restore { .. } => "restore",
             Error::Spawn { .. } => "spawn",
             Error::Command { .. } => "command",
+            Error::Netlink { .. } => "netlink",
             Error::Trace { .. } => "trace",
             Error::InvalidInput { .. } => "invalid",
         }
@@ -52,7 +61,7 @@ impl Error {
         match self {
             #[cfg(any(test, feature = "fake"))]
             Error::Restore { .. } => true,
-            Error::Spawn { .. } | Error::Command { .. } => true,
+            Error::Spawn { .. } | Error::Command { .. } | Error::Netlink { .. } => true,
             Error::Parse { .. } | Error::Trace { .. } | Error::InvalidInput { .. } => false,
         }
     }

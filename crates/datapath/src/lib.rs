@@ -22,9 +22,14 @@
 //!   the rule that chooses it, and hairpin traffic is found in postrouting by one set of
 //!   `ep . ep` pairs. `nft` reads every chain into its cache on each run, so the chain count, not
 //!   the size of a change, sets the cost of every transaction.
-//! - One transaction per sync; a full sync deletes and recreates the table inside it (no half-built
-//!   table is ever visible, stale objects cannot survive, established connections keep their
-//!   conntrack translation; affinity entries start over). Partial syncs are diffed in memory; every
+//! - One transaction per sync, written by default as berth's own nfnetlink batch
+//!   ([`nft::netlink`]: one `send`, one kernel transaction, no `nft` process; the same
+//!   transaction as `nft -f -` text with [`nft::NftWriter::Nft`]). A full sync on the netlink
+//!   writer reads the table back and writes only what differs ([`nft::adopt`]): a matching table
+//!   is left alone, so affinity entries and rule handles survive agent restarts and the hourly
+//!   pass. Without a table to adopt (or one it cannot repair) a full sync deletes and recreates
+//!   the table inside one transaction (no half-built table is ever visible, stale objects cannot
+//!   survive, established connections keep their conntrack translation). Partial syncs are diffed in memory; every
 //!   command names berth's table, so a deleted table fails the transaction and the next sync is
 //!   full (no canary needed); a `flush table` of berth's table by someone else is repaired by the
 //!   next full sync (the agent's hourly rewrite, as kube-proxy's `FullSyncPeriod`).

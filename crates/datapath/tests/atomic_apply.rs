@@ -1,6 +1,8 @@
 //! Nothing half-written reaches the kernel: a payload cut short — as one is when the agent is
 //! SIGKILLed or OOM-killed while writing it — must leave the old ruleset in place, on both
-//! backends, through the real `nft` and `iptables-restore` inside a network namespace.
+//! backends, through the real `nft` and `iptables-restore` inside a network namespace, and on the
+//! netlink writer, whose batch is built whole in memory and sent in one `send`: there a cut batch
+//! can only be one the kernel refuses, which every prefix and byte cut of a real batch shows.
 //!
 //! Each test first shows the hazard is real: the same prefixes piped straight into the program
 //! (as berth once streamed them) commit something for some cut points (`nft -f -` commits the
@@ -24,6 +26,7 @@ use berth_datapath::fake::MemoryNft;
 use berth_datapath::iptables::CommandIptables;
 use berth_datapath::iptables::Iptables;
 use berth_datapath::iptables::{render, ChainSelection};
+use berth_datapath::nft::netlink::{build_batch, NetlinkSocket};
 use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::NftSyncer;
 use berth_datapath::*;
@@ -174,6 +177,70 @@ fn no_prefix_of_an_nft_transaction_commits() {
     // And the whole transaction still applies.
     nft.apply_payload(&new_tx).unwrap();
     assert_ne!(list(), old);
+}
+
+/// The full-sync transaction of `view` as the netlink writer's batch.
+fn full_batch(view: &NodeView) -> Vec<u8> {
+    let mut keeper = NftSyncer::new(Keep::default(), IpFamily::V4);
+    keeper
+        .sync(&plan(view, &mk_options(Dispatch::Linear)))
+        .unwrap();
+    build_batch(keeper.nft().0.as_ref().unwrap(), "berth", 1000).bytes
+}
+
+/// An [`Nft`] that keeps the last transaction.
+#[derive(Default)]
+struct Keep(Option<berth_datapath::nft::Transaction>);
+
+impl berth_datapath::nft::Nft for Keep {
+    fn apply(&mut self, tx: &berth_datapath::nft::Transaction) -> Result<(), Error> {
+        self.0 = Some(tx.clone());
+        Ok(())
+    }
+}
+
+/// Offsets of every message boundary of a batch, short of the whole.
+fn message_boundaries(batch: &[u8]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < batch.len() {
+        let len = u32::from_ne_bytes(batch[at..at + 4].try_into().unwrap()) as usize;
+        at += len;
+        if at < batch.len() {
+            out.push(at);
+        }
+    }
+    out
+}
+
+#[test]
+fn no_prefix_of_a_netlink_batch_commits() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let ns = Netns::new(3);
+    let list = || ns.run("nft", &["list", "ruleset"], b"").1;
+    let old_tx = full_transaction(&old_view());
+    let (ok, _) = ns.run("nft", &["-f", "-"], old_tx.as_bytes());
+    assert!(ok, "the old transaction applies");
+    let old = list();
+    let batch = full_batch(&mk_fixed_view());
+    let mut socket = NetlinkSocket::open(Some(&ns.0)).unwrap();
+    let (_, random) = cut_points(&batch);
+    let boundaries = message_boundaries(&batch);
+    assert!(boundaries.len() > 50, "{}", boundaries.len());
+    for &cut in boundaries.iter().chain(&random) {
+        socket.send_raw(&batch[..cut]).unwrap();
+        assert_eq!(list(), old, "cut at byte {cut} of {}", batch.len());
+    }
+    // And the whole batch applies, acknowledged without an error.
+    let replies = socket.send_raw(&batch).unwrap();
+    assert!(replies.iter().all(|r| r.error == 0), "{replies:?}");
+    assert_ne!(list(), old);
+    eprintln!(
+        "netlink: {} message boundaries and {} byte cuts of a {}-byte batch committed nothing",
+        boundaries.len(),
+        random.len(),
+        batch.len()
+    );
 }
 
 #[test]

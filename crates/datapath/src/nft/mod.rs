@@ -1,13 +1,54 @@
-//! The nftables backend: a planned ruleset -> berth's own table as `nft -f` commands
+//! The nftables backend: a planned ruleset -> berth's own table as `nft` commands
 //! ([`render`], with each endpoint's chain folded into the rule that chooses it by [`inline`])
 //! -> applied one transaction per sync by an [`NftSyncer`] through the [`Nft`] trait, whose real
-//! form runs `nft` ([`exec`]).
+//! forms are berth's own netlink batches ([`netlink`], expressions by [`expr`], framing by
+//! [`wire`]; the default) and the `nft` program reading the text ([`exec`]).
 
+pub mod adopt;
 pub mod exec;
+pub mod expr;
 pub mod inline;
+pub mod netlink;
 pub mod render;
 pub mod sync;
+pub mod wire;
 
 pub use exec::CommandNft;
+pub use netlink::NetlinkNft;
 pub use render::{rule_jump, Command, Element, NftChain, NftRule, Transaction};
 pub use sync::{remove_table, Nft, NftSyncer};
+
+/// How the nftables backend writes the kernel: its own netlink batches (the default), or the
+/// `nft` program reading the same transaction as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NftWriter {
+    #[default]
+    Netlink,
+    Nft,
+}
+
+impl NftWriter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NftWriter::Netlink => "netlink",
+            NftWriter::Nft => "nft",
+        }
+    }
+
+    /// The writer for the agent's own network namespace.
+    pub fn writer(self) -> Box<dyn Nft + Send> {
+        match self {
+            NftWriter::Netlink => Box::new(NetlinkNft::new()),
+            NftWriter::Nft => Box::new(CommandNft::new()),
+        }
+    }
+
+    /// Whether this writer works here and the kernel accepts everything the backend programs
+    /// (a probe that leaves nothing behind).
+    pub fn usable(self) -> bool {
+        match self {
+            NftWriter::Netlink => NetlinkNft::new().usable(),
+            NftWriter::Nft => CommandNft::new().usable(),
+        }
+    }
+}

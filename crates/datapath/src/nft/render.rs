@@ -113,11 +113,34 @@ impl Hook {
         })
     }
 
-    fn kind(self) -> &'static str {
+    /// The chain type: `nat`, `route` or `filter`.
+    pub fn kind(self) -> &'static str {
         match self.table {
             Table::Nat => "nat",
             Table::Mangle if self.hook == "output" => "route",
             Table::Filter | Table::Mangle => "filter",
+        }
+    }
+
+    /// The hook's number (`NF_INET_PRE_ROUTING` …).
+    pub fn number(self) -> u32 {
+        match self.hook {
+            "prerouting" => 0,
+            "input" => 1,
+            "forward" => 2,
+            "output" => 3,
+            _ => 4,
+        }
+    }
+
+    /// The priority as a number (`dstnat` is -100, `srcnat` 100, `mangle` -150, `filter` 0).
+    pub fn priority_number(self) -> i32 {
+        match self.priority {
+            "dstnat" => -100,
+            "srcnat" => 100,
+            "mangle" => -150,
+            "filter" => 0,
+            other => other.parse().unwrap_or(0),
         }
     }
 
@@ -435,9 +458,14 @@ impl Transaction {
         }
     }
 
-    /// Bytes written by the last [`Payload::write_to`].
+    /// Bytes written by the last [`Payload::write_to`] (or sent by the netlink writer).
     pub fn written(&self) -> usize {
         self.written.get()
+    }
+
+    /// Records how many bytes a writer sent for this transaction.
+    pub fn set_written(&self, bytes: usize) {
+        self.written.set(bytes);
     }
 
     pub fn push(&mut self, command: Command) {
@@ -755,18 +783,31 @@ fn plain_rule_text(family: IpFamily, table: Table, rule: &Rule) -> String {
         out.push(' ');
     }
     out.push_str(&verdict);
-    if let Some(text) = comment {
-        let mut text: String = text.chars().filter(|c| *c != '"' && *c != '\\').collect();
-        if text.len() >= MAX_COMMENT {
-            let mut end = MAX_COMMENT - 1;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-        }
+    if let Some(text) = comment.as_deref().map(clean_comment) {
         let _ = write!(out, " comment \"{text}\"");
     }
     out
+}
+
+/// A comment as nft takes it: no quotes or backslashes, shorter than [`MAX_COMMENT`].
+fn clean_comment(text: &str) -> String {
+    let mut text: String = text.chars().filter(|c| *c != '"' && *c != '\\').collect();
+    if text.len() >= MAX_COMMENT {
+        let mut end = MAX_COMMENT - 1;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// The comment a rule carries in berth's table (its first), as the text renderer writes it.
+pub fn comment_text(rule: &Rule) -> Option<String> {
+    rule.matches.iter().find_map(|m| match m {
+        Match::Comment(text) => Some(clean_comment(text)),
+        _ => None,
+    })
 }
 
 /// nft cannot express a match the planner never uses for the ip families: refuse it clearly

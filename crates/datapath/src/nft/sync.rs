@@ -1,14 +1,18 @@
 //! The nftables Syncer: applies planned rulesets to berth's own table through the [`Nft`] trait,
 //! one atomic transaction per sync, partially when it can.
 //!
-//! - A full sync deletes and recreates the table in one transaction (`add table`, `delete table`,
-//!   `add table`, then everything): no packet ever sees a half-built table, stale chains cannot
-//!   survive, and other programs' tables are never named. Connections already established keep
-//!   their translation (conntrack holds it); affinity entries start over.
+//! - A full sync adopts when the writer can read the kernel ([`Nft::read`], the netlink writer):
+//!   berth's table is read back, compared with the plan and only the difference written
+//!   ([`crate::nft::adopt::plan_repair`]), so a matching table keeps its rules and its affinity
+//!   entries. Otherwise (no table, one it cannot repair, a writer that cannot read) it deletes
+//!   and recreates the table in one transaction (`add table`, `delete table`, `add table`, then
+//!   everything): no packet ever sees a half-built table, stale chains cannot survive, and other
+//!   programs' tables are never named. Connections already established keep their translation
+//!   (conntrack holds it); affinity entries start over.
 //! - A partial sync sends only what changed since the last successful sync, as the iptables
 //!   [`crate::iptables::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
 //!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds. Desired
-//!   state is diffed in memory; nothing is read back from the kernel.
+//!   state is diffed in memory; a partial sync reads nothing back from the kernel.
 //! - Every command of a partial transaction names berth's table, so when someone deleted it
 //!   (`nft flush ruleset`, say) the transaction fails as a whole, and any failure makes the next
 //!   sync full. (The iptables backend needs a canary chain for this; a table needs none.) A
@@ -22,6 +26,7 @@ use std::net::IpAddr;
 
 use crate::backend::{SyncKind, SyncReport, SyncRuleset};
 use crate::error::Error;
+use crate::nft::adopt::{plan_repair, Observed};
 use crate::nft::render::{
     affinity_refs, check_expressible, convert_chain, is_folded, Command, ConvertedChain, Element,
     NftChain, NftRule, NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
@@ -33,13 +38,32 @@ use berth_core::IpFamily;
 
 /// The nftables operations berth needs, for one address family.
 pub trait Nft {
-    /// Applies one transaction atomically (`nft -f -`): all of it, or nothing and an error.
+    /// Applies one transaction atomically: all of it, or nothing and an error.
     fn apply(&mut self, tx: &Transaction) -> Result<(), Error>;
+
+    /// Whether [`Nft::read`] reads the kernel; a writer that cannot replaces the table on
+    /// every full sync instead of adopting it.
+    fn can_read(&self) -> bool {
+        false
+    }
+
+    /// berth's table as the kernel holds it (`None`: there is none), for adoption.
+    fn read(&mut self, _family: IpFamily) -> Result<Option<Observed>, Error> {
+        Ok(None)
+    }
 }
 
 impl<N: Nft + ?Sized> Nft for Box<N> {
     fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
         (**self).apply(tx)
+    }
+
+    fn can_read(&self) -> bool {
+        (**self).can_read()
+    }
+
+    fn read(&mut self, family: IpFamily) -> Result<Option<Observed>, Error> {
+        (**self).read(family)
     }
 }
 
@@ -303,6 +327,11 @@ impl<N: Nft> NftSyncer<N> {
     }
 
     fn full(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
+        if self.nft.can_read() {
+            if let Some(report) = self.adopt(rs)? {
+                return Ok(report);
+            }
+        }
         let (tx, applied) = self.full_transaction(rs)?;
         let deleted_chains = self.applied.as_ref().map_or(0, |before| {
             before
@@ -321,6 +350,52 @@ impl<N: Nft> NftSyncer<N> {
         };
         self.applied = Some(applied);
         Ok(report)
+    }
+
+    /// A full sync that reads the table first and writes only what differs from the plan:
+    /// nothing at all when it matches, so the dynamic sets' affinity entries and every rule
+    /// stay as they are. `None` when there is no table or it cannot be repaired in place.
+    fn adopt(&mut self, rs: &Ruleset) -> Result<Option<SyncReport>, Error> {
+        let Some(observed) = self.nft.read(self.family)? else {
+            return Ok(None);
+        };
+        let (full, applied) = self.full_transaction(rs)?;
+        drop(full);
+        let planned = NftRuleset::from_ruleset(rs);
+        let Some(commands) = plan_repair(&observed, &planned, self.family) else {
+            return Ok(None);
+        };
+        let deleted: BTreeSet<&NftChain> = commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::DeleteChain(chain) => Some(chain),
+                _ => None,
+            })
+            .collect();
+        let rewritten = commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::FlushChain(chain) | Command::AddChain(chain, _) => Some(chain),
+                _ => None,
+            })
+            .filter(|chain| !deleted.contains(chain))
+            .collect::<BTreeSet<_>>()
+            .len();
+        let deleted_chains = deleted.len();
+        let mut tx = Transaction::new(self.family);
+        tx.commands = commands;
+        if !tx.is_empty() {
+            self.nft.apply(&tx)?;
+        }
+        let report = SyncReport {
+            kind: SyncKind::Full,
+            rewritten_chains: rewritten,
+            deleted_chains,
+            payload_bytes: tx.written(),
+            rule_count: applied.rules,
+        };
+        self.applied = Some(applied);
+        Ok(Some(report))
     }
 
     fn partial(&mut self, rs: &Ruleset, chains: &BTreeSet<ChainKey>) -> Result<SyncReport, Error> {

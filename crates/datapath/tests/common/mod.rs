@@ -4,6 +4,8 @@
 //! - external IPs 198.18.0.150+, load-balancer IPs 198.18.0.200+, off-cluster client 198.18.0.100
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod kube_proxy;
+
 use berth_core::{Protocol, TrafficPolicy};
 use std::net::IpAddr;
 

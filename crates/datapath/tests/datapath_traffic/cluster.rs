@@ -13,7 +13,7 @@ use berth_core::{IpFamily, Protocol, TrafficPolicy};
 use berth_datapath::backend::{SyncKind, SyncReport};
 use berth_datapath::iptables::CommandIptables;
 use berth_datapath::iptables::{remove_berth_rules, Syncer};
-use berth_datapath::nft::CommandNft;
+use berth_datapath::nft::NetlinkNft;
 use berth_datapath::nft::{remove_table, Nft, NftSyncer};
 use berth_datapath::{
     plan, rewritten_every_sync, Dispatch, Endpoint, IpMode, LoadBalancerIngress, NodeView,
@@ -60,7 +60,7 @@ pub enum Backend {
 /// One node's datapath, on either backend.
 pub enum NodeSyncer {
     Iptables(Syncer<CommandIptables>),
-    Nftables(NftSyncer<CommandNft>),
+    Nftables(NftSyncer<NetlinkNft>),
 }
 
 impl NodeSyncer {
@@ -198,7 +198,7 @@ impl Cluster {
                         )
                     }
                     Backend::Nftables => NodeSyncer::Nftables(NftSyncer::new(
-                        CommandNft::in_netns(self.netns(node)),
+                        NetlinkNft::in_netns(self.netns(node)),
                         family,
                     )),
                 };
@@ -237,7 +237,7 @@ impl Cluster {
                     Backend::Nftables => {
                         remove_berth_rules(&mut CommandIptables::in_netns(family, &ns)).map(|_| ())
                     }
-                    Backend::Iptables => CommandNft::in_netns(&ns).apply(&remove_table(family)),
+                    Backend::Iptables => NetlinkNft::in_netns(&ns).apply(&remove_table(family)),
                 }
                 .unwrap_or_else(|err| panic!("switching {node} to {backend:?}: {err}"));
             }

@@ -17,7 +17,7 @@
 //! One cluster is built, every scenario runs with tree dispatch, then every scenario again after
 //! a restart of the agents with linear dispatch, then again on the nftables backend (berth's
 //! iptables rules removed, its own nftables tables `ip berth` and `ip6 berth` programmed by
-//! `nft`); in each mode, every scenario runs in IPv4, then in IPv6 (`ip6tables`, `ip6 berth`).
+//! berth's netlink writer); in each mode, every scenario runs in IPv4, then in IPv6 (`ip6tables`, `ip6 berth`).
 //! The namespaces are deleted at the end, also when a scenario fails.
 //! `cargo test --test datapath_traffic -- <substring>` runs the scenarios whose label
 //! (`<mode>::<family>::<name>`, e.g. `nftables::ipv6::hairpin_lands_on_the_pod_itself`) matches.
@@ -116,6 +116,64 @@ fn client_ip_affinity_sticks(c: &mut Cluster) {
             pods.len(),
             1,
             "{from} should stick to one endpoint: {pods:?}"
+        );
+    }
+}
+
+/// The client's entries in node1's affinity sets (nftables), as `nft` lists them.
+fn affinity_entries(c: &mut Cluster, client: std::net::IpAddr) -> usize {
+    let ns = c.netns("node1");
+    let listing = c
+        .topo
+        .exec(&ns, &["nft", "list", "table", "ip", "berth"])
+        .unwrap();
+    let mut in_set = false;
+    let mut count = 0;
+    for line in listing.lines().map(str::trim) {
+        if line.starts_with("set BERTH-SEP-") {
+            in_set = true;
+        } else if line == "}" {
+            in_set = false;
+        } else if in_set && line.starts_with("elements") && line.contains(&client.to_string()) {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// ClientIP affinity and an open connection survive an agent restart: the restarted agent
+/// adopts its nftables table (nothing rewritten, the dynamic sets' entries kept) or restores the
+/// same iptables chains (the `recent` lists live on), so the client keeps its endpoint.
+fn client_ip_affinity_survives_an_agent_restart(c: &mut Cluster) {
+    let (mut conn, first) =
+        EchoConnection::open(&c.netns("c1"), sa(svc_ip(10), 80), OK_TIMEOUT).unwrap();
+    let before = pods_of(&ask_many(c, "c1", sa(svc_ip(13), 80), 10));
+    assert_eq!(before.len(), 1, "c1 sticks to one endpoint: {before:?}");
+    let client = pod_ip(&c.topo, "c1");
+    let nftables = c.backend == Backend::Nftables;
+    if nftables {
+        assert_eq!(affinity_entries(c, client), 1, "c1's affinity entry");
+    }
+    let dispatch = c.dispatch;
+    for round in 0..2 {
+        c.restart_agents(dispatch);
+        assert_eq!(
+            conn.ping().unwrap(),
+            first,
+            "round {round}: the open connection"
+        );
+        if nftables {
+            assert_eq!(
+                affinity_entries(c, client),
+                1,
+                "round {round}: c1's entry kept"
+            );
+        }
+        let after = pods_of(&ask_many(c, "c1", sa(svc_ip(13), 80), 10));
+        assert_eq!(
+            after.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>(),
+            "round {round}: c1 keeps its endpoint across the restart"
         );
     }
 }
@@ -386,6 +444,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         local_policy_drops_on_a_node_without_endpoints,
     ),
     ("client_ip_affinity_sticks", client_ip_affinity_sticks),
+    (
+        "client_ip_affinity_survives_an_agent_restart",
+        client_ip_affinity_survives_an_agent_restart,
+    ),
     (
         "three_endpoints_share_the_load",
         three_endpoints_share_the_load,

@@ -1,0 +1,640 @@
+//! Adoption: berth's table as the kernel holds it ([`Observed`], read back by a netlink dump)
+//! against the plan, and the transaction that repairs the difference ([`plan_repair`]) instead
+//! of replacing the table. What a full sync used to rebuild from nothing (and so forgot: the
+//! ClientIP affinity entries of the dynamic sets) is kept wherever it already matches.
+//!
+//! Rules are compared in a canonical form of their expressions: each expression's name and its
+//! attributes sorted by type, without what the kernel adds or counts on its own (counter values,
+//! `lookup`/`dynset` flags and timeouts left at zero, the `bitwise` operation when boolean, a NAT
+//! range's upper bounds and flags, set ids) and with nesting flags cleared. A rule berth wrote
+//! and the kernel dumped compare equal; any other difference rewrites the chain.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::nft::expr::{rule_userdata, write_rule_exprs};
+use crate::nft::inline::HAIRPIN_SET;
+use crate::nft::netlink::element_key;
+use crate::nft::render::{Command, Element, NftRuleset, NODE_PORT_MAP, SERVICE_MAP};
+use crate::nft::wire::{Attr, Attrs, Writer};
+use berth_core::IpFamily;
+
+/// A base chain's hook as the kernel reports it: type, hook number, priority.
+pub type ObservedHook = (String, u32, i32);
+
+/// One chain of berth's table in the kernel: its hook and its rules, canonical.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ObservedChain {
+    pub hook: Option<ObservedHook>,
+    pub rules: Vec<Vec<u8>>,
+}
+
+/// One set or map: flags, key type and length, timeout of its entries (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ObservedSet {
+    pub flags: u32,
+    pub key_type: u32,
+    pub key_len: u32,
+    pub timeout_ms: u64,
+}
+
+/// berth's table of one family as the kernel holds it. Elements are read for the two maps
+/// and the hairpin set only: the dynamic sets' entries are state berth never rewrites.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Observed {
+    pub chains: BTreeMap<String, ObservedChain>,
+    pub sets: BTreeMap<String, ObservedSet>,
+    /// set -> key -> the chain the element jumps to (maps) or `None` (sets).
+    pub elements: BTreeMap<String, BTreeMap<Vec<u8>, Option<String>>>,
+}
+
+/// The attributes of one expression that say what it does, as `(type, value)`; values of
+/// nested attributes canonical too.
+fn canonical_expr(name: &str, data: Attrs<'_>, out: &mut Vec<u8>) {
+    let mut attrs: Vec<(u16, Vec<u8>)> = Vec::new();
+    for attr in data {
+        let keep = match (name, attr.kind) {
+            ("counter", _) => false,
+            // lookup: set id, flags 0
+            ("lookup", 4) => false,
+            ("lookup", 5) => attr.u32() != Some(0),
+            // dynset: set id, timeout 0, pad, flags 0
+            ("dynset", 2) | ("dynset", 8) => false,
+            ("dynset", 6) => attr.u64() != Some(0),
+            ("dynset", 9) => attr.u32() != Some(0),
+            // bitwise: a boolean operation
+            ("bitwise", 6) => attr.u32() != Some(0),
+            // nat: range maxima (the kernel repeats the minima) and flags it sets itself
+            ("nat", 4) | ("nat", 6) | ("nat", 7) => false,
+            _ => true,
+        };
+        if !keep {
+            continue;
+        }
+        let value = match (name, attr.kind) {
+            ("cmp", 3) | ("immediate", 2) | ("bitwise", 4) | ("bitwise", 5) => canonical_data(attr),
+            _ => attr.value.to_vec(),
+        };
+        attrs.push((attr.kind, value));
+    }
+    attrs.sort();
+    push_field(out, name.as_bytes());
+    for (kind, value) in attrs {
+        out.extend_from_slice(&kind.to_be_bytes());
+        push_field(out, &value);
+    }
+}
+
+/// `NFTA_DATA_VALUE` as is; `NFTA_DATA_VERDICT` as its code and chain.
+fn canonical_data(attr: Attr<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for inner in attr.nested() {
+        out.extend_from_slice(&inner.kind.to_be_bytes());
+        if inner.kind == 2 {
+            for v in inner.nested() {
+                out.extend_from_slice(&v.kind.to_be_bytes());
+                push_field(&mut out, v.value);
+            }
+        } else {
+            push_field(&mut out, inner.value);
+        }
+    }
+    out
+}
+
+fn push_field(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// A rule in canonical form, from the value of its `NFTA_RULE_EXPRESSIONS` and its userdata.
+pub fn canonical_rule(expressions: &[u8], userdata: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for elem in Attrs(expressions) {
+        let attrs = elem.nested();
+        let name = attrs.get(1).and_then(|a| a.str()).unwrap_or("");
+        let data = attrs.get(2).map_or(Attrs(&[]), |a| a.nested());
+        canonical_expr(name, data, &mut out);
+    }
+    out.push(0xff);
+    push_field(&mut out, userdata.unwrap_or(&[]));
+    out
+}
+
+/// The canonical form of a planned rule, as berth would write it.
+fn planned_rule(
+    family: IpFamily,
+    chain: &crate::nft::render::NftChain,
+    rule: &crate::nft::render::NftRule,
+) -> Vec<u8> {
+    let mut w = Writer::default();
+    write_rule_exprs(&mut w, family, chain.table, rule);
+    canonical_rule(w.bytes(), rule_userdata(rule).as_deref())
+}
+
+/// The expected declaration of each fixed set and map, from the batch writer's own choice.
+fn fixed_sets_match(observed: &Observed, family: IpFamily) -> bool {
+    let (addr, len) = match family {
+        IpFamily::V4 => (7, 4),
+        IpFamily::V6 => (8, 16),
+    };
+    let want = [
+        (SERVICE_MAP, 0x8, (addr << 12) | (12 << 6) | 13, len + 8),
+        (NODE_PORT_MAP, 0x8, (12 << 6) | 13, 8),
+        (HAIRPIN_SET, 0, (addr << 6) | addr, len * 2),
+    ];
+    want.iter().all(|(name, flags, key_type, key_len)| {
+        observed.sets.get(*name).is_some_and(|s| {
+            s.flags & 0x8 == *flags && s.key_type == *key_type && s.key_len == *key_len
+        })
+    })
+}
+
+/// The commands that turn `observed` into `planned`, leaving alone whatever already matches
+/// (and the dynamic sets' entries); `None` when the table is not one berth can repair in place
+/// (its maps are missing or of another shape, a base chain hooks elsewhere): then it is replaced.
+pub fn plan_repair(
+    observed: &Observed,
+    planned: &NftRuleset,
+    family: IpFamily,
+) -> Option<Vec<Command>> {
+    if !fixed_sets_match(observed, family) {
+        return None;
+    }
+    let (addr_type, addr_len) = match family {
+        IpFamily::V4 => (7, 4),
+        IpFamily::V6 => (8, 16),
+    };
+    let mut added = Vec::new();
+    let mut sets = Vec::new();
+    let mut rewritten = Vec::new();
+    for (chain, rules) in &planned.chains {
+        let name = chain.to_string();
+        let hook = planned.hooks.get(chain).copied();
+        let want_hook = hook.map(|h| (h.kind().to_string(), h.number(), h.priority_number()));
+        match observed.chains.get(&name) {
+            Some(seen) if seen.hook != want_hook => return None,
+            Some(seen) => {
+                let same = seen.rules.len() == rules.len()
+                    && seen
+                        .rules
+                        .iter()
+                        .zip(rules)
+                        .all(|(have, rule)| *have == planned_rule(family, chain, rule));
+                if !same {
+                    rewritten.push(Command::FlushChain(chain.clone()));
+                    rewritten.extend(
+                        rules
+                            .iter()
+                            .map(|r| Command::AddRule(chain.clone(), r.clone())),
+                    );
+                }
+            }
+            None => {
+                added.push(Command::AddChain(chain.clone(), hook));
+                rewritten.extend(
+                    rules
+                        .iter()
+                        .map(|r| Command::AddRule(chain.clone(), r.clone())),
+                );
+            }
+        }
+    }
+    for (name, seconds) in &planned.affinity {
+        let want = ObservedSet {
+            flags: 0x30,
+            key_type: addr_type,
+            key_len: addr_len,
+            timeout_ms: u64::from(*seconds) * 1000,
+        };
+        match observed.sets.get(name.as_str()) {
+            Some(seen)
+                if seen.key_type != want.key_type
+                    || seen.key_len != want.key_len
+                    || seen.flags & 0x30 != 0x30 =>
+            {
+                return None
+            }
+            Some(seen) if *seen == want => {}
+            // Absent, or another timeout: declaring it again updates it in place.
+            _ => sets.push(Command::AddAffinitySet(name.clone(), *seconds)),
+        }
+    }
+    let mut element_deletes = Vec::new();
+    let mut element_adds = Vec::new();
+    let mut diff = |set: &str, want: BTreeMap<Vec<u8>, (Element, Option<String>)>| {
+        let empty = BTreeMap::new();
+        let have = observed.elements.get(set).unwrap_or(&empty);
+        for (key, target) in have {
+            match want.get(key) {
+                Some((_, t)) if t == target => {}
+                Some((element, _)) => element_deletes.push(Command::DeleteElement(element.clone())),
+                None => {
+                    if let Some(element) = element_from_key(set, key, target, family) {
+                        element_deletes.push(Command::DeleteElement(element));
+                    }
+                }
+            }
+        }
+        for (key, (element, target)) in want {
+            if have.get(&key) != Some(&target) {
+                element_adds.push(Command::AddElement(element));
+            }
+        }
+    };
+    let keyed = |element: Element| {
+        let target = match &element {
+            Element::Service(_, t) | Element::NodePort(_, t) => Some(t.to_string()),
+            Element::Hairpin(_) => None,
+        };
+        (element_key(&element), (element, target))
+    };
+    diff(
+        SERVICE_MAP,
+        planned
+            .services
+            .iter()
+            .map(|(k, t)| keyed(Element::Service(*k, t.clone())))
+            .collect(),
+    );
+    diff(
+        NODE_PORT_MAP,
+        planned
+            .node_ports
+            .iter()
+            .map(|(k, t)| keyed(Element::NodePort(*k, t.clone())))
+            .collect(),
+    );
+    diff(
+        HAIRPIN_SET,
+        planned
+            .hairpin_endpoints()
+            .into_iter()
+            .map(|ip| keyed(Element::Hairpin(ip)))
+            .collect(),
+    );
+    // Chains and sets berth no longer plans, deleted once nothing names them.
+    let planned_chains: BTreeSet<String> = planned.chains.keys().map(|c| c.to_string()).collect();
+    let stale_chains: Vec<&String> = observed
+        .chains
+        .keys()
+        .filter(|c| !planned_chains.contains(*c))
+        .collect();
+    let fixed = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET];
+    let stale_sets: Vec<&String> = observed
+        .sets
+        .keys()
+        .filter(|s| {
+            !fixed.contains(&s.as_str())
+                && !planned.affinity.keys().any(|a| a.as_str() == s.as_str())
+        })
+        .collect();
+    let mut out = added;
+    out.extend(sets);
+    out.extend(rewritten);
+    out.extend(element_deletes);
+    out.extend(element_adds);
+    let stale_chains: Vec<_> = stale_chains
+        .into_iter()
+        .map(|c| raw_chain(c))
+        .collect::<Option<_>>()?;
+    for chain in &stale_chains {
+        out.push(Command::FlushChain(chain.clone()));
+    }
+    for chain in stale_chains {
+        out.push(Command::DeleteChain(chain));
+    }
+    for set in stale_sets {
+        out.push(Command::DeleteAffinitySet(
+            crate::plan::model::ChainName::new(set),
+        ));
+    }
+    Some(out)
+}
+
+/// A chain of the table by its nft name (`nat-BERTH-…`), for commands that only name it;
+/// `None` for a name berth never gives a chain.
+fn raw_chain(name: &str) -> Option<crate::nft::render::NftChain> {
+    use crate::plan::model::{ChainName, Table};
+    let (table, rest) = name.split_once('-')?;
+    Some(crate::nft::render::NftChain::new(
+        Table::parse(table)?,
+        &ChainName::new(rest),
+    ))
+}
+
+/// An element the plan does not have, rebuilt from its key to be deleted.
+fn element_from_key(
+    set: &str,
+    key: &[u8],
+    target: &Option<String>,
+    family: IpFamily,
+) -> Option<Element> {
+    use berth_core::Protocol;
+    use std::net::IpAddr;
+    let addr_len = match family {
+        IpFamily::V4 => 4,
+        IpFamily::V6 => 16,
+    };
+    let addr = |bytes: &[u8]| -> Option<IpAddr> {
+        match bytes.len() {
+            4 => Some(IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?)),
+            16 => Some(IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?)),
+            _ => None,
+        }
+    };
+    let proto = |b: u8| match b {
+        6 => Some(Protocol::Tcp),
+        17 => Some(Protocol::Udp),
+        132 => Some(Protocol::Sctp),
+        _ => None,
+    };
+    let port = |b: &[u8]| Some(u16::from_be_bytes([*b.first()?, *b.get(1)?]));
+    let target = raw_chain(target.as_deref().unwrap_or("nat-BERTH-NONE"))?;
+    match set {
+        SERVICE_MAP if key.len() == addr_len + 8 => Some(Element::Service(
+            (
+                addr(&key[..addr_len])?,
+                proto(key[addr_len])?,
+                port(&key[addr_len + 4..])?,
+            ),
+            target,
+        )),
+        NODE_PORT_MAP if key.len() == 8 => Some(Element::NodePort(
+            (proto(key[0])?, port(&key[4..])?),
+            target,
+        )),
+        HAIRPIN_SET if key.len() == addr_len * 2 => Some(Element::Hairpin(addr(&key[..addr_len])?)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::render::{Hook, NftChain, NftRule};
+    use crate::plan::model::{ChainName, Match, RecentAction, Rule, Table, Target};
+    use berth_core::Protocol;
+    use std::net::IpAddr;
+
+    fn chain(name: &str) -> NftChain {
+        NftChain::new(Table::Nat, &ChainName::new(name))
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn dnat(to: &str, affinity: Option<&str>) -> NftRule {
+        let mut matches = vec![Match::Random { one_in: 2 }];
+        if let Some(set) = affinity {
+            matches.push(Match::Recent {
+                name: ChainName::new(set),
+                action: RecentAction::Set,
+            });
+        }
+        matches.push(Match::Protocol(Protocol::Tcp));
+        NftRule::Rule(Rule::new(matches, Target::Dnat(to.parse().unwrap())))
+    }
+
+    /// A small plan: the prerouting base chain, the Service map and one Service with affinity.
+    fn mk_planned() -> NftRuleset {
+        let mut p = NftRuleset::default();
+        let pre = ChainName::new("PREROUTING");
+        let base = NftChain::new(Table::Nat, &pre);
+        p.hooks
+            .insert(base.clone(), Hook::of_builtin(Table::Nat, &pre).unwrap());
+        p.chains.insert(
+            base,
+            vec![NftRule::Rule(Rule::jump(
+                vec![Match::comment("berth service portals")],
+                &ChainName::new("BERTH-SERVICES"),
+            ))],
+        );
+        p.chains
+            .insert(chain("BERTH-SERVICES"), vec![NftRule::ServiceMap]);
+        p.chains.insert(
+            chain("BERTH-SVC-A"),
+            vec![
+                dnat("10.244.1.2:8080", Some("BERTH-SEP-A1")),
+                dnat("10.244.2.2:8080", None),
+            ],
+        );
+        p.services
+            .insert((ip("10.96.0.10"), Protocol::Tcp, 80), chain("BERTH-SVC-A"));
+        p.affinity.insert(ChainName::new("BERTH-SEP-A1"), 300);
+        p.hairpin.insert(
+            chain("BERTH-SVC-A"),
+            [ip("10.244.1.2")].into_iter().collect(),
+        );
+        p
+    }
+
+    /// What the kernel holds after berth wrote `p`, as a dump reads it.
+    fn observe(p: &NftRuleset) -> Observed {
+        let mut o = Observed::default();
+        for (c, rules) in &p.chains {
+            let hook = p
+                .hooks
+                .get(c)
+                .map(|h| (h.kind().to_string(), h.number(), h.priority_number()));
+            let rules = rules
+                .iter()
+                .map(|r| planned_rule(IpFamily::V4, c, r))
+                .collect();
+            o.chains
+                .insert(c.to_string(), ObservedChain { hook, rules });
+        }
+        let set = |flags, key_type, key_len, timeout_ms| ObservedSet {
+            flags,
+            key_type,
+            key_len,
+            timeout_ms,
+        };
+        o.sets.insert(SERVICE_MAP.into(), set(8, 0x730d, 12, 0));
+        o.sets.insert(NODE_PORT_MAP.into(), set(8, 0x30d, 8, 0));
+        o.sets.insert(HAIRPIN_SET.into(), set(0, 0x1c7, 8, 0));
+        for (name, seconds) in &p.affinity {
+            o.sets.insert(
+                name.to_string(),
+                set(0x30, 7, 4, u64::from(*seconds) * 1000),
+            );
+        }
+        let mut elements = |set: &str, element: Element, target: Option<String>| {
+            o.elements
+                .entry(set.to_string())
+                .or_default()
+                .insert(element_key(&element), target);
+        };
+        for (k, t) in &p.services {
+            elements(
+                SERVICE_MAP,
+                Element::Service(*k, t.clone()),
+                Some(t.to_string()),
+            );
+        }
+        for ip in p.hairpin_endpoints() {
+            elements(HAIRPIN_SET, Element::Hairpin(ip), None);
+        }
+        o
+    }
+
+    fn names(commands: &[Command]) -> Vec<String> {
+        commands
+            .iter()
+            .map(|c| {
+                crate::nft::render::command_text(IpFamily::V4, c)
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_matching_table_needs_nothing() {
+        let p = mk_planned();
+        assert_eq!(plan_repair(&observe(&p), &p, IpFamily::V4), Some(vec![]));
+    }
+
+    /// (what changed in the kernel, the commands that repair it)
+    #[test]
+    fn each_difference_is_repaired_alone() {
+        let p = mk_planned();
+        type Change = fn(&mut Observed);
+        let rows: Vec<(&str, Change, Vec<&str>)> = vec![
+            (
+                "a rule deleted",
+                |o| {
+                    o.chains.get_mut("nat-BERTH-SVC-A").unwrap().rules.pop();
+                },
+                vec![
+                    "flush chain ip berth nat-BERTH-SVC-A",
+                    "add rule ip berth nat-BERTH-SVC-A numgen random mod 2 == 0 update @BERTH-SEP-A1 { ip saddr } meta l4proto tcp dnat to 10.244.1.2:8080",
+                    "add rule ip berth nat-BERTH-SVC-A numgen random mod 2 == 0 meta l4proto tcp dnat to 10.244.2.2:8080",
+                ],
+            ),
+            (
+                "a chain deleted",
+                |o| {
+                    o.chains.remove("nat-BERTH-SERVICES");
+                },
+                vec![
+                    "add chain ip berth nat-BERTH-SERVICES",
+                    "add rule ip berth nat-BERTH-SERVICES ip daddr . meta l4proto . th dport vmap @service-ips",
+                ],
+            ),
+            (
+                "a stray chain and set",
+                |o| {
+                    o.chains.insert("nat-BERTH-OLD".into(), ObservedChain::default());
+                    o.sets.insert("BERTH-SEP-OLD".into(), ObservedSet::default());
+                },
+                vec![
+                    "flush chain ip berth nat-BERTH-OLD",
+                    "delete chain ip berth nat-BERTH-OLD",
+                    "delete set ip berth BERTH-SEP-OLD",
+                ],
+            ),
+            (
+                "a map element gone, a stray one, a hairpin pair gone",
+                |o| {
+                    let map = o.elements.get_mut(SERVICE_MAP).unwrap();
+                    map.clear();
+                    map.insert(
+                        element_key(&Element::Service(
+                            ("10.96.0.99".parse().unwrap(), Protocol::Udp, 53),
+                            chain("BERTH-SVC-A"),
+                        )),
+                        Some("nat-BERTH-SVC-A".into()),
+                    );
+                    o.elements.get_mut(HAIRPIN_SET).unwrap().clear();
+                },
+                vec![
+                    "delete element ip berth service-ips { 10.96.0.99 . udp . 53 }",
+                    "add element ip berth service-ips { 10.96.0.10 . tcp . 80 : jump nat-BERTH-SVC-A }",
+                    "add element ip berth hairpin { 10.244.1.2 . 10.244.1.2 }",
+                ],
+            ),
+            (
+                "an affinity set with another timeout",
+                |o| o.sets.get_mut("BERTH-SEP-A1").unwrap().timeout_ms = 10_000,
+                vec!["add set ip berth BERTH-SEP-A1 { type ipv4_addr ; flags dynamic,timeout ; timeout 300s ; }"],
+            ),
+        ];
+        for (what, change, want) in rows {
+            let mut o = observe(&p);
+            change(&mut o);
+            let got = plan_repair(&o, &p, IpFamily::V4).unwrap_or_else(|| panic!("{what}"));
+            assert_eq!(names(&got), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_table_of_another_shape_is_replaced() {
+        let p = mk_planned();
+        let mut no_map = observe(&p);
+        no_map.sets.remove(SERVICE_MAP);
+        assert_eq!(plan_repair(&no_map, &p, IpFamily::V4), None);
+        let mut rehooked = observe(&p);
+        rehooked.chains.get_mut("nat-PREROUTING").unwrap().hook = Some(("nat".into(), 0, 0));
+        assert_eq!(plan_repair(&rehooked, &p, IpFamily::V4), None);
+        let mut foreign = observe(&p);
+        foreign
+            .chains
+            .insert("someone".into(), ObservedChain::default());
+        assert_eq!(plan_repair(&foreign, &p, IpFamily::V4), None);
+    }
+
+    #[test]
+    fn what_the_kernel_adds_to_a_rule_is_not_a_difference() {
+        // lookup with flags 0, dynset with timeout 0 and flags 0, counter values, a NAT range's
+        // maxima and flags: the kernel's dump of what berth wrote.
+        let mut w = Writer::default();
+        let expr = |w: &mut Writer, name: &str, data: &dyn Fn(&mut Writer)| {
+            let e = w.begin_nest(1);
+            w.put_str(1, name);
+            let d = w.begin_nest(2);
+            data(w);
+            w.end_nest(d);
+            w.end_nest(e);
+        };
+        expr(&mut w, "lookup", &|w| {
+            w.put_str(1, "s");
+            w.put_u32(2, 1);
+            w.put_u32(5, 0);
+        });
+        expr(&mut w, "dynset", &|w| {
+            w.put_str(1, "s");
+            w.put_u32(3, 1);
+            w.put_u32(4, 1);
+            w.put_u64(6, 0);
+            w.put_u32(9, 0);
+        });
+        expr(&mut w, "counter", &|w| {
+            w.put_u64(1, 1234);
+            w.put_u64(2, 5);
+        });
+        let dumped = canonical_rule(w.bytes(), None);
+        let mut w = Writer::default();
+        expr(&mut w, "lookup", &|w| {
+            w.put_u32(2, 1);
+            w.put_str(1, "s");
+        });
+        expr(&mut w, "dynset", &|w| {
+            w.put_u32(4, 1);
+            w.put_u32(3, 1);
+            w.put_str(1, "s");
+        });
+        expr(&mut w, "counter", &|_| {});
+        assert_eq!(dumped, canonical_rule(w.bytes(), None));
+        // A real difference stays one: another set.
+        let lookup = |set: &'static str| {
+            let mut w = Writer::default();
+            expr(&mut w, "lookup", &|w| {
+                w.put_u32(2, 1);
+                w.put_str(1, set);
+            });
+            canonical_rule(w.bytes(), None)
+        };
+        assert_ne!(lookup("s"), lookup("t"));
+    }
+}

@@ -1,0 +1,332 @@
+//! The two nftables writers agree: every golden ruleset, and a run of partial syncs after it, is
+//! written through berth's netlink batches ([`NetlinkNft`]) into one network namespace and as
+//! text through the real `nft -f` into another, and `nft -j list table` must read both back
+//! identical (handles aside, set elements in any order). Also: a refused batch names the
+//! object, and changes nothing.
+//!
+//! Root, iproute2 and nft (skips with a message elsewhere, fails under `CI=true`).
+//! Address plan: the datapath tests' own (tests/common), kube-proxy's for its golden input, and
+//! for IPv6 Services fd00:96::/112, pods fd00:244:1::/64 and fd00:244:2::/64, node fd00:18::11.
+//! The namespaces `berth-nq<pid>-{nl,nft}` have no interfaces, only tables.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Command;
+
+use berth_core::IpFamily;
+use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, Transaction};
+use berth_datapath::*;
+use berth_testing::{require, Requirement};
+use common::*;
+use serde_json::Value;
+
+/// A named network namespace, deleted when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let name = format!("berth-nq{}-{tag}", std::process::id());
+        let status = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
+        assert!(status.success(), "ip netns add {name}");
+        Netns(name)
+    }
+
+    /// `nft -j list table <family> berth`, normalised: no handles, no metainfo, set elements
+    /// sorted; `None` when there is no table.
+    fn table(&self, family: IpFamily) -> Option<Value> {
+        let fam = match family {
+            IpFamily::V4 => "ip",
+            IpFamily::V6 => "ip6",
+        };
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &self.0, "nft", "-j", "list", "table", fam, "berth",
+            ])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return None;
+        }
+        let mut json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        normalise(&mut json);
+        Some(json)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn normalise(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("handle");
+            map.remove("metainfo");
+            for (key, inner) in map.iter_mut() {
+                normalise(inner);
+                if key == "elem" {
+                    if let Value::Array(elems) = inner {
+                        elems.sort_by_key(|e| e.to_string());
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            items.iter_mut().for_each(normalise);
+            items.retain(|item| item.as_object().is_none_or(|o| !o.is_empty()));
+        }
+        _ => {}
+    }
+}
+
+/// Applies every transaction through both writers, each into its own namespace.
+struct Both {
+    netlink: NetlinkNft,
+    text: CommandNft,
+}
+
+impl Nft for Both {
+    fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
+        let by_text = self.text.apply(tx);
+        let by_netlink = self.netlink.apply(tx);
+        assert_eq!(
+            by_text.is_ok(),
+            by_netlink.is_ok(),
+            "the writers disagree on whether to apply:\n{}\nnft: {by_text:?}\nnetlink: {by_netlink:?}",
+            tx.text()
+        );
+        by_text
+    }
+}
+
+struct Pair {
+    netlink: Netns,
+    text: Netns,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        Pair {
+            netlink: Netns::new("nl"),
+            text: Netns::new("nft"),
+        }
+    }
+
+    fn syncer(&self, family: IpFamily) -> NftSyncer<Both> {
+        NftSyncer::new(
+            Both {
+                netlink: NetlinkNft::in_netns(&self.netlink.0),
+                text: CommandNft::in_netns(&self.text.0),
+            },
+            family,
+        )
+    }
+
+    /// Both tables read back alike; the listing, for more checks.
+    fn assert_equal(&self, family: IpFamily, what: &str) -> Value {
+        let by_text = self.text.table(family).expect("nft wrote the table");
+        let by_netlink = self.netlink.table(family).expect("netlink wrote the table");
+        if by_text != by_netlink {
+            let (a, b) = (
+                by_text["nftables"].as_array().unwrap(),
+                by_netlink["nftables"].as_array().unwrap(),
+            );
+            let first = a.iter().zip(b.iter()).find(|(x, y)| x != y);
+            panic!(
+                "{what}: the tables differ ({} objects by nft, {} by netlink); first difference:\n nft:     {}\n netlink: {}",
+                a.len(),
+                b.len(),
+                first.map_or("-".to_string(), |(x, _)| x.to_string()),
+                first.map_or("-".to_string(), |(_, y)| y.to_string()),
+            );
+        }
+        by_text
+    }
+}
+
+fn linear(family: IpFamily) -> PlanOptions {
+    let mut options = mk_options(Dispatch::Linear);
+    if family == IpFamily::V6 {
+        options.family = IpFamily::V6;
+        options.cluster_cidr = Some("fd00:244::/48".parse().unwrap());
+    }
+    options
+}
+
+/// IPv6 Services of every kind the planner writes: endpoints here and elsewhere, node port,
+/// external IP, load balancer with source ranges and ClientIP affinity, none ready.
+fn mk_v6_view() -> NodeView {
+    let mut a = mk_svc(
+        "v6-a",
+        "fd00:96::10",
+        80,
+        vec![
+            mk_ep("fd00:244:1::5", 8080, "node-a"),
+            mk_ep("fd00:244:2::5", 8080, "node-b"),
+        ],
+    );
+    a.node_port = Some(30080);
+    a.external_ips = vec![ip("fd00:18::150")];
+    let mut b = mk_svc(
+        "v6-b",
+        "fd00:96::20",
+        443,
+        vec![
+            mk_ep("fd00:244:1::6", 8443, "node-a"),
+            mk_ep("fd00:244:2::7", 8443, "node-b"),
+        ],
+    );
+    b.node_port = Some(30443);
+    b.load_balancer_ingress = vec![lb("fd00:18::200")];
+    b.source_ranges = vec![
+        "fd00:203::/56".parse().unwrap(),
+        "fd00:18::/124".parse().unwrap(),
+    ];
+    b.session_affinity = SessionAffinity::ClientIp {
+        timeout_seconds: 600,
+    };
+    b.external_traffic_policy = berth_core::TrafficPolicy::Local;
+    b.health_check_node_port = Some(30200);
+    let mut none = mk_svc("v6-none", "fd00:96::30", 80, vec![]);
+    none.node_port = Some(30090);
+    let mut node = mk_node();
+    node.addresses = vec![ip("fd00:18::11")];
+    NodeView {
+        node,
+        services: vec![a, b, none],
+    }
+}
+
+/// Changes a partial sync must carry: an endpoint gone, a Service gone, affinity's timeout
+/// changed, a new Service with affinity and a node port.
+fn changes(view: &NodeView, family: IpFamily) -> Vec<(&'static str, NodeView)> {
+    let mut steps = Vec::new();
+    let mut next = view.clone();
+    if let Some(svc) = next.services.iter_mut().find(|s| s.endpoints.len() > 1) {
+        svc.endpoints.pop();
+    }
+    steps.push(("an endpoint removed", next.clone()));
+    next.services.remove(0);
+    steps.push(("a Service removed", next.clone()));
+    for svc in &mut next.services {
+        if let SessionAffinity::ClientIp { timeout_seconds } = &mut svc.session_affinity {
+            *timeout_seconds += 60;
+        }
+    }
+    steps.push(("affinity timeout changed", next.clone()));
+    let (cluster_ip, ep) = match family {
+        IpFamily::V4 => ("10.96.0.99", "10.244.1.99"),
+        IpFamily::V6 => ("fd00:96::99", "fd00:244:1::99"),
+    };
+    let mut added = mk_svc(
+        "svc-added",
+        cluster_ip,
+        8081,
+        vec![mk_ep(ep, 9090, "node-a")],
+    );
+    added.node_port = Some(30099);
+    added.session_affinity = SessionAffinity::ClientIp {
+        timeout_seconds: 30,
+    };
+    next.services.push(added);
+    steps.push(("a Service added", next));
+    steps
+}
+
+fn equal_through_a_history(pair: &Pair, family: IpFamily, name: &str, view: &NodeView) {
+    let options = linear(family);
+    let mut syncer = pair.syncer(family);
+    let report = syncer.sync(&plan(view, &options)).unwrap();
+    assert_eq!(report.kind, SyncKind::Full);
+    let listing = pair.assert_equal(family, &format!("{name}: full sync"));
+    assert!(
+        listing.to_string().contains("\"dnat\""),
+        "{name}: nothing programmed"
+    );
+    for (step, next) in changes(view, family) {
+        let report = syncer.sync(&plan(&next, &options)).unwrap();
+        assert_eq!(report.kind, SyncKind::Partial, "{name}: {step}");
+        pair.assert_equal(family, &format!("{name}: {step}"));
+    }
+    // And the hourly full sync over a table that holds everything.
+    syncer.force_full_sync();
+    syncer.sync(&plan(view, &options)).unwrap();
+    pair.assert_equal(family, &format!("{name}: full sync again"));
+}
+
+#[test]
+fn netlink_and_nft_write_the_same_tables() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let pair = Pair::new();
+    equal_through_a_history(
+        &pair,
+        IpFamily::V4,
+        "fixed set (golden fixed_nft.txt)",
+        &mk_fixed_view(),
+    );
+    equal_through_a_history(
+        &pair,
+        IpFamily::V4,
+        "kube-proxy's TestOverallIPTablesRules",
+        &kube_proxy::kube_proxy_overall_view(),
+    );
+    equal_through_a_history(&pair, IpFamily::V6, "IPv6 Services", &mk_v6_view());
+}
+
+#[test]
+fn a_refused_batch_names_the_object_and_changes_nothing() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let ns = Netns::new("err");
+    let mut syncer = NftSyncer::new(NetlinkNft::in_netns(&ns.0), IpFamily::V4);
+    syncer
+        .sync(&plan(&mk_fixed_view(), &linear(IpFamily::V4)))
+        .unwrap();
+    let before = ns.table(IpFamily::V4).unwrap();
+    // A rule that jumps to a chain that does not exist, after valid commands.
+    let mut tx = Transaction::new(IpFamily::V4);
+    let chain = berth_datapath::nft::NftChain::new(Table::Nat, &ChainName::new("BERTH-SERVICES"));
+    tx.push(berth_datapath::nft::Command::FlushChain(chain.clone()));
+    tx.push(berth_datapath::nft::Command::AddRule(
+        chain,
+        berth_datapath::nft::NftRule::Rule(Rule::jump(
+            vec![],
+            &ChainName::new("BERTH-NO-SUCH-CHAIN"),
+        )),
+    ));
+    let err = syncer.nft_mut().apply(&tx).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("add rule ip berth nat-BERTH-SERVICES jump nat-BERTH-NO-SUCH-CHAIN"),
+        "{text}"
+    );
+    assert!(
+        matches!(err, Error::Netlink { errno, .. } if errno == 2),
+        "{err:?}"
+    );
+    assert_eq!(
+        ns.table(IpFamily::V4).unwrap(),
+        before,
+        "the flush was not applied either"
+    );
+}
+
+#[test]
+fn the_probe_is_accepted_and_leaves_nothing() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let ns = Netns::new("probe");
+    assert!(NetlinkNft::in_netns(&ns.0).usable());
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "nft", "list", "ruleset"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
+    // A namespace that does not exist: not usable, and no panic.
+    assert!(!NetlinkNft::in_netns("berth-nq-no-such-namespace").usable());
+}
