@@ -44,6 +44,9 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_EXTERNAL_IP_CIDRS", value_delimiter = ',')]
     external_ip_cidrs: Vec<berth_agent::IpNet>,
 
+    #[command(flatten)]
+    service_bounds: super::ServiceBoundsArgs,
+
     /// The cluster's node port range, as given to the controller (`--node-port-range`) or the
     /// API server (`--service-node-port-range`): a node port outside it is never programmed.
     #[arg(long, env = "BERTH_NODE_PORT_RANGE", default_value = "30000-32767", value_parser = parse_node_port_range)]
@@ -247,6 +250,7 @@ impl AgentArgs {
             },
             cluster_cidrs: self.cluster_cidr.clone(),
             external_ip_cidrs: self.external_ip_cidrs.clone(),
+            service_bounds: self.service_bounds.bounds(),
             masquerade_all: self.masquerade_all,
             node_port_range: self.node_port_range,
             min_sync_interval: self.min_sync_interval,

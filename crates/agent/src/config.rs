@@ -95,6 +95,8 @@ pub struct AgentOptions {
     pub l2_interfaces: Vec<String>,
     /// `spec.externalIPs` are programmed only inside these; empty (the default): none.
     pub external_ip_cidrs: Vec<IpNet>,
+    /// How large one Service may be before it is not programmed (`--max-service-*`).
+    pub service_bounds: berth_api::ServiceBounds,
     /// Namespace of this node's `ServiceL2Status` records (the agent's own: the lease namespace).
     pub l2_status_namespace: String,
     /// Owned addresses are announced again this often after their takeover rounds; zero: only
@@ -122,6 +124,7 @@ impl Default for AgentOptions {
             l2_announcer: false,
             l2_interfaces: Vec::new(),
             external_ip_cidrs: Vec::new(),
+            service_bounds: berth_api::ServiceBounds::default(),
             l2_status_namespace: "kube-system".into(),
             l2_gratuitous_interval: Duration::from_secs(60),
             bgp_speaker: None,
@@ -212,6 +215,7 @@ impl AgentConfig {
     pub fn service_policy(&self) -> berth_datapath::plan::convert::ServicePolicy {
         berth_datapath::plan::convert::ServicePolicy {
             external_ip_cidrs: self.options.external_ip_cidrs.clone(),
+            bounds: self.options.service_bounds,
         }
     }
 
