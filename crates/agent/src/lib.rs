@@ -22,6 +22,7 @@
 
 pub mod agent;
 pub mod announce;
+pub mod cleanup;
 pub mod config;
 pub mod conntrack;
 pub mod datapath;
