@@ -109,7 +109,9 @@ fn add_foreign(ns: &Netns) {
         );
         ns.run(
             tool,
-            &["-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT"],
+            &[
+                "-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT",
+            ],
             None,
         );
     }
@@ -208,13 +210,22 @@ fn cleanup_removes_every_berth_rule_and_nothing_else() {
         ("nft", "table ip6 berth"),
     ] {
         assert!(
-            berth.iter().any(|l| l.starts_with(&format!("{tool}: ")) && l.contains(needle)),
+            berth
+                .iter()
+                .any(|l| l.starts_with(&format!("{tool}: ")) && l.contains(needle)),
             "{tool} lacks {needle:?}: {berth:#?}"
         );
     }
 
     let out = Command::new("ip")
-        .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_berth"), "agent", "--cleanup"])
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            env!("CARGO_BIN_EXE_berth"),
+            "agent",
+            "--cleanup",
+        ])
         .output()
         .unwrap();
     assert!(
@@ -231,7 +242,14 @@ fn cleanup_removes_every_berth_rule_and_nothing_else() {
 
     // Nothing left to do: a second run succeeds and changes nothing.
     let again = Command::new("ip")
-        .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_berth"), "agent", "--cleanup"])
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            env!("CARGO_BIN_EXE_berth"),
+            "agent",
+            "--cleanup",
+        ])
         .output()
         .unwrap();
     assert!(again.status.success());

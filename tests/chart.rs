@@ -155,12 +155,18 @@ fn controller_values_are_its_flags() {
                 "external-ip-cidrs",
                 "agent.config.externalIpCidrs: the controller reports what the agents leave out",
             ),
-            ("max-service-ports", "agent.config.maxServicePorts, likewise"),
+            (
+                "max-service-ports",
+                "agent.config.maxServicePorts, likewise",
+            ),
             (
                 "max-endpoints-per-service-port",
                 "agent.config.maxEndpointsPerServicePort, likewise",
             ),
-            ("max-service-endpoints", "agent.config.maxServiceEndpoints, likewise"),
+            (
+                "max-service-endpoints",
+                "agent.config.maxServiceEndpoints, likewise",
+            ),
         ],
         &[
             (

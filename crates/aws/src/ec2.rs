@@ -19,6 +19,12 @@ pub struct SdkEc2 {
     metrics: Arc<AwsMetrics>,
 }
 
+impl std::fmt::Debug for SdkEc2 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SdkEc2").finish_non_exhaustive()
+    }
+}
+
 impl SdkEc2 {
     pub fn new(client: ec2::Client, metrics: Arc<AwsMetrics>) -> Self {
         SdkEc2 { client, metrics }
@@ -60,7 +66,12 @@ impl SdkEc2 {
                 let tags: BTreeMap<String, String> = s
                     .tags()
                     .iter()
-                    .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                    .filter_map(|t| {
+                        Some((
+                            t.key()?.to_string(),
+                            t.value().unwrap_or_default().to_string(),
+                        ))
+                    })
                     .collect();
                 out.push(SubnetFacts {
                     id: id.to_string(),

@@ -256,7 +256,11 @@ impl<C: Elbv2> NlbProvider<C> {
             return Ok(None);
         }
         let scheme = crate::model::scheme_of(svc)?;
-        let choices = || self.subnet_choices.lock().unwrap_or_else(|e| e.into_inner());
+        let choices = || {
+            self.subnet_choices
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
         if let Some((at, choice)) = choices().get(&scheme) {
             if at.elapsed() < self.verify_after {
                 return Ok(Some(choice.clone()));

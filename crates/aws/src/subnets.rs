@@ -40,7 +40,7 @@ pub struct SubnetFacts {
 }
 
 /// The one call discovery makes: every subnet carrying `role_tag`.
-pub trait SubnetSource: Send + Sync {
+pub trait SubnetSource: Send + Sync + fmt::Debug {
     fn describe_subnets<'a>(
         &'a self,
         role_tag: &'a str,
@@ -148,10 +148,9 @@ pub fn choose_subnets(
         let why_not = match subnet.tags.get(tag) {
             None => Some(format!("no {tag} tag")),
             Some(v) if !role_on(v) => Some(format!("{tag} is {v:?}, not 1 or empty")),
-            _ if !tagged_ours && !others.is_empty() => Some(format!(
-                "tagged for another cluster: {}",
-                others.join(", ")
-            )),
+            _ if !tagged_ours && !others.is_empty() => {
+                Some(format!("tagged for another cluster: {}", others.join(", ")))
+            }
             _ if subnet.available_addresses < MIN_FREE_ADDRESSES => Some(format!(
                 "{} free addresses, fewer than {MIN_FREE_ADDRESSES}",
                 subnet.available_addresses
@@ -274,7 +273,11 @@ mod tests {
             (
                 "shared between clusters, ours among them",
                 Scheme::Internal,
-                vec![mk_subnet("subnet-0", "us-east-1a", &[INTERNAL, THEIRS, SHARED])],
+                vec![mk_subnet(
+                    "subnet-0",
+                    "us-east-1a",
+                    &[INTERNAL, THEIRS, SHARED],
+                )],
                 vec!["subnet-0"],
             ),
             (
@@ -306,7 +309,11 @@ mod tests {
             ),
         ];
         for (row, scheme, subnets, want) in rows {
-            assert_eq!(ids(&choose_subnets(&subnets, "prod", scheme)), want, "{row}");
+            assert_eq!(
+                ids(&choose_subnets(&subnets, "prod", scheme)),
+                want,
+                "{row}"
+            );
         }
     }
 
@@ -355,11 +362,17 @@ mod tests {
         let mut other_vpc = mk_subnet("subnet-2", "us-east-1b", &[INTERNAL, OURS]);
         other_vpc.vpc_id = "vpc-2".into();
         let err = choose_subnets(
-            &[mk_subnet("subnet-1", "us-east-1a", &[INTERNAL, OURS]), other_vpc],
+            &[
+                mk_subnet("subnet-1", "us-east-1a", &[INTERNAL, OURS]),
+                other_vpc,
+            ],
             "prod",
             Scheme::Internal,
         )
         .unwrap_err();
-        assert!(err.to_string().contains("several VPCs (vpc-1, vpc-2)"), "{err}");
+        assert!(
+            err.to_string().contains("several VPCs (vpc-1, vpc-2)"),
+            "{err}"
+        );
     }
 }

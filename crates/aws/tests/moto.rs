@@ -602,21 +602,31 @@ async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
         BTreeSet::from([ids["ours-a"].clone(), ids["shared-b"].clone()])
     );
     let why = ensured.discovered_subnets.unwrap();
-    assert!(why.contains("tagged kubernetes.io/cluster/lab=owned"), "{why}");
     assert!(
-        why.contains(&format!("{} (tagged for another cluster: other)", ids["stranger-c"])),
+        why.contains("tagged kubernetes.io/cluster/lab=owned"),
         "{why}"
     );
     assert!(
-        why.contains(&format!("{} already chosen in us-east-1a", ids["untagged-a"])),
+        why.contains(&format!(
+            "{} (tagged for another cluster: other)",
+            ids["stranger-c"]
+        )),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!(
+            "{} already chosen in us-east-1a",
+            ids["untagged-a"]
+        )),
         "{why}"
     );
 
     // Internet-facing reads the other role tag.
     let mut public = mk_service("web", "public", vec![mk_port(80, Protocol::Tcp, 30081)]);
-    public
-        .annotations
-        .insert(ann::AWS_LOAD_BALANCER_SCHEME.into(), "internet-facing".into());
+    public.annotations.insert(
+        ann::AWS_LOAD_BALANCER_SCHEME.into(),
+        "internet-facing".into(),
+    );
     let ensured = p
         .ensure(&public, &nodes(&moto, 2), &IpTargets::new(), None)
         .await

@@ -62,7 +62,12 @@ async fn dropped_entries_and_oversized_services_are_reported_on_the_service() {
     running.adopted().await;
 
     let port = json!([{"name": "http", "port": 80, "protocol": "TCP"}]);
-    create_svc(&client, "clean", json!({"ports": port, "externalIPs": ["192.0.2.7"]})).await;
+    create_svc(
+        &client,
+        "clean",
+        json!({"ports": port, "externalIPs": ["192.0.2.7"]}),
+    )
+    .await;
     create_svc(
         &client,
         "tenant",
@@ -76,7 +81,10 @@ async fn dropped_entries_and_oversized_services_are_reported_on_the_service() {
     })
     .await;
     let (status, reason, message) = condition(&svc).unwrap();
-    assert_eq!((status.as_str(), reason.as_str()), ("True", "EntriesDropped"));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "EntriesDropped")
+    );
     assert!(
         message.contains("spec.externalIPs[1]: Invalid value: \"198.18.0.2\": not inside the external IP CIDRs this cluster allows (192.0.2.0/24)"),
         "{message}"
@@ -96,7 +104,9 @@ async fn dropped_entries_and_oversized_services_are_reported_on_the_service() {
     let (status, _, message) = condition(&svc).unwrap();
     assert_eq!(status, "False");
     assert!(
-        message.starts_with("endpoints of port \"http\" (TCP): Too many: 4: must have at most 3 items"),
+        message.starts_with(
+            "endpoints of port \"http\" (TCP): Too many: 4: must have at most 3 items"
+        ),
         "{message}"
     );
     // Back within bounds: Accepted again.
@@ -121,14 +131,33 @@ async fn dropped_entries_and_oversized_services_are_reported_on_the_service() {
     })
     .await;
 
-    settled(&client).await;
     // One Warning per finding, none for the return to Accepted.
     let warnings = |events: Vec<(String, String)>, reason: &str| {
         events.into_iter().filter(|(r, _)| r == reason).count()
     };
-    assert_eq!(warnings(events_for(&client, "tenant").await, "EntriesDropped"), 1);
-    assert_eq!(warnings(events_for(&client, "big").await, "ServiceTooLarge"), 1);
-    assert_eq!(warnings(events_for(&client, "wide").await, "ServiceTooLarge"), 1);
+    for (name, reason) in [
+        ("tenant", "EntriesDropped"),
+        ("big", "ServiceTooLarge"),
+        ("wide", "ServiceTooLarge"),
+    ] {
+        wait_until("the Warning Event", || async {
+            warnings(events_for(&client, name).await, reason) > 0
+        })
+        .await;
+    }
+    settled(&client).await;
+    assert_eq!(
+        warnings(events_for(&client, "tenant").await, "EntriesDropped"),
+        1
+    );
+    assert_eq!(
+        warnings(events_for(&client, "big").await, "ServiceTooLarge"),
+        1
+    );
+    assert_eq!(
+        warnings(events_for(&client, "wide").await, "ServiceTooLarge"),
+        1
+    );
     let note = events_for(&client, "tenant")
         .await
         .into_iter()

@@ -53,7 +53,10 @@ fn slice_sizes_count_endpoints_per_port_and_skip_what_no_agent_reads() {
         build_slice_sizes(&slice),
         Some(SliceSizes {
             service: "web".into(),
-            ports: vec![("a".into(), Protocol::Tcp, 2), ("a".into(), Protocol::Udp, 2)],
+            ports: vec![
+                ("a".into(), Protocol::Tcp, 2),
+                ("a".into(), Protocol::Udp, 2)
+            ],
         })
     );
     let mut fqdn = slice.clone();
@@ -123,7 +126,11 @@ fn verdict_rows() {
 fn another_proxys_service_is_not_judged() {
     let mut svc = mk_svc(json!({"ports": ports(9)}), json!([]));
     svc.metadata.labels = Some(
-        [("service.kubernetes.io/service-proxy-name".to_string(), "other".to_string())].into(),
+        [(
+            "service.kubernetes.io/service-proxy-name".to_string(),
+            "other".to_string(),
+        )]
+        .into(),
     );
     assert_eq!(judge(&svc, std::iter::empty(), &policy()), None);
 }
@@ -167,7 +174,11 @@ fn report_rows() {
     let (conditions, warn) = plan_report(&reported, &dropped, t(4)).unwrap();
     assert!(warn);
     assert_eq!(conditions[0].reason, "EntriesDropped");
-    assert!(conditions[0].message.ends_with(": x"), "{}", conditions[0].message);
+    assert!(
+        conditions[0].message.ends_with(": x"),
+        "{}",
+        conditions[0].message
+    );
 
     // Other conditions (the allocation's) are kept as they are.
     let with_other = mk_svc(
@@ -183,7 +194,8 @@ fn report_rows() {
 #[test]
 fn warnings_name_the_reason_and_what_was_left_out() {
     assert_eq!(warning_of(&Verdict::Accepted), None);
-    let (reason, note) = warning_of(&Verdict::EntriesDropped(vec!["a".into(), "b".into()])).unwrap();
+    let (reason, note) =
+        warning_of(&Verdict::EntriesDropped(vec!["a".into(), "b".into()])).unwrap();
     assert_eq!(reason, "EntriesDropped");
     assert!(note.ends_with(": a; b"), "{note}");
     assert_eq!(
