@@ -79,11 +79,35 @@ impl Netns {
                     _ => l.to_string(),
                 })
                 .collect();
-            out.push((tool.to_string(), text.join("\n")));
+            out.push((tool.to_string(), without_empty_tables(&text)));
         }
         out.push(("nft".into(), self.run("nft", &["list", "ruleset"], None)));
         out
     }
+}
+
+/// The dump without tables that hold no rule and only built-in chains: programming berth's rules
+/// makes the kernel create a legacy table (mangle, say) that outlives them, empty, as a table
+/// of x_tables cannot be removed. A table with any rule or any user chain is kept whole.
+fn without_empty_tables(lines: &[String]) -> String {
+    let mut out = Vec::new();
+    let mut table: Vec<&String> = Vec::new();
+    for line in lines {
+        table.push(line);
+        if line == "COMMIT" {
+            let empty = table.iter().all(|l| {
+                l.starts_with('*')
+                    || *l == "COMMIT"
+                    || (l.ends_with(" ACCEPT") && l.starts_with(':'))
+            });
+            if !empty {
+                out.extend(table.iter().map(|l| l.as_str()));
+            }
+            table.clear();
+        }
+    }
+    out.extend(table.iter().map(|l| l.as_str()));
+    out.join("\n")
 }
 
 impl Drop for Netns {

@@ -561,6 +561,16 @@ print(json.dumps(out))
     serde_json::from_str(&moto.python(&code).unwrap()).unwrap()
 }
 
+async fn subnets_of(p: &NlbProvider<SdkElbv2>, arn: String) -> BTreeSet<String> {
+    p.client()
+        .describe_load_balancers(LbQuery::Arns(vec![arn]))
+        .await
+        .unwrap()
+        .items[0]
+        .subnets
+        .clone()
+}
+
 #[tokio::test]
 async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
     let moto = match moto::start(2) {
@@ -582,15 +592,6 @@ async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
     let p = NlbProvider::new(client, config, Duration::from_secs(600))
         .with_metrics(metrics.clone())
         .with_subnet_source(std::sync::Arc::new(ec2));
-    let subnets_of = |arn: String| async {
-        p.client()
-            .describe_load_balancers(LbQuery::Arns(vec![arn]))
-            .await
-            .unwrap()
-            .items[0]
-            .subnets
-            .clone()
-    };
 
     let internal = mk_service("web", "internal", vec![mk_port(80, Protocol::Tcp, 30080)]);
     let ensured = p
@@ -598,7 +599,7 @@ async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
         .await
         .unwrap();
     assert_eq!(
-        subnets_of(ensured.load_balancer_arn.clone()).await,
+        subnets_of(&p, ensured.load_balancer_arn.clone()).await,
         BTreeSet::from([ids["ours-a"].clone(), ids["shared-b"].clone()])
     );
     let why = ensured.discovered_subnets.unwrap();
@@ -615,8 +616,8 @@ async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
     );
     assert!(
         why.contains(&format!(
-            "{} already chosen in us-east-1a",
-            ids["untagged-a"]
+            "{} ({} already chosen in us-east-1a)",
+            ids["untagged-a"], ids["ours-a"]
         )),
         "{why}"
     );
@@ -632,7 +633,7 @@ async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
         .await
         .unwrap();
     assert_eq!(
-        subnets_of(ensured.load_balancer_arn).await,
+        subnets_of(&p, ensured.load_balancer_arn).await,
         BTreeSet::from([ids["public-a"].clone()])
     );
 
@@ -656,7 +657,7 @@ async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
         .unwrap();
     assert_eq!(ensured.discovered_subnets, None);
     assert_eq!(
-        subnets_of(ensured.load_balancer_arn).await,
+        subnets_of(&p, ensured.load_balancer_arn).await,
         BTreeSet::from([moto.subnets[1].clone()])
     );
 
