@@ -151,6 +151,22 @@ fn controller_values_are_its_flags() {
         &[
             ("kubeconfig", "in-cluster configuration"),
             ("identity", "the pod's name, from the Downward API"),
+            (
+                "external-ip-cidrs",
+                "agent.config.externalIpCidrs: the controller reports what the agents leave out",
+            ),
+            (
+                "max-service-ports",
+                "agent.config.maxServicePorts, likewise",
+            ),
+            (
+                "max-endpoints-per-service-port",
+                "agent.config.maxEndpointsPerServicePort, likewise",
+            ),
+            (
+                "max-service-endpoints",
+                "agent.config.maxServiceEndpoints, likewise",
+            ),
         ],
         &[
             (
@@ -176,6 +192,10 @@ fn agent_values_are_its_flags() {
         &[
             ("kubeconfig", "in-cluster configuration"),
             ("node-name", "spec.nodeName, from the Downward API"),
+            (
+                "cleanup",
+                "an init container's argument when proxyMode is none, never the agent's",
+            ),
             (
                 "node-port-range",
                 "controller.config.nodePortRange, so both accept the same node ports",

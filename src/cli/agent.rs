@@ -12,8 +12,14 @@ use super::parse_duration;
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Name of the Node this agent runs on (the Downward API's `spec.nodeName`).
-    #[arg(long, env = "BERTH_NODE_NAME")]
-    node_name: String,
+    #[arg(long, env = "BERTH_NODE_NAME", required_unless_present = "cleanup")]
+    node_name: Option<String>,
+
+    /// Remove everything berth programs on this node, as kube-proxy's `--cleanup`: the nftables
+    /// tables `ip berth` and `ip6 berth`, and every `BERTH-*` chain and the jumps into it in
+    /// iptables (both families, legacy and nft), nothing else; then exit (0 when all of it went).
+    #[arg(long, env = "BERTH_CLEANUP")]
+    cleanup: bool,
 
     /// Which Services to program: `full` replaces kube-proxy, `labeled` only takes Services
     /// labelled `service.kubernetes.io/service-proxy-name: berth`, `none` leaves iptables alone.
@@ -49,6 +55,9 @@ pub struct AgentArgs {
     /// them is left out of the datapath.
     #[arg(long, env = "BERTH_EXTERNAL_IP_CIDRS", value_delimiter = ',')]
     external_ip_cidrs: Vec<berth_agent::IpNet>,
+
+    #[command(flatten)]
+    service_bounds: super::ServiceBoundsArgs,
 
     /// The cluster's node port range, as given to the controller (`--node-port-range`) or the
     /// API server (`--service-node-port-range`): a node port outside it is never programmed.
@@ -238,7 +247,7 @@ impl AgentArgs {
             _ => None,
         };
         let options = berth_membership::MembershipOptions {
-            node_name: self.node_name.clone(),
+            node_name: self.node_name.clone().unwrap_or_default(),
             enabled: mode == OnOff::On,
             lease_namespace: self.lease_namespace.clone(),
             lease_duration: self.lease_duration,
@@ -261,7 +270,7 @@ impl AgentArgs {
 
     fn to_options(&self) -> berth_agent::AgentOptions {
         berth_agent::AgentOptions {
-            node_name: self.node_name.clone(),
+            node_name: self.node_name.clone().unwrap_or_default(),
             proxy_mode: match self.proxy_mode {
                 ProxyModeArg::Full => berth_agent::ProxyMode::Full,
                 ProxyModeArg::Labeled => berth_agent::ProxyMode::Labeled,
@@ -278,6 +287,7 @@ impl AgentArgs {
             },
             cluster_cidrs: self.cluster_cidr.clone(),
             external_ip_cidrs: self.external_ip_cidrs.clone(),
+            service_bounds: self.service_bounds.bounds(),
             masquerade_all: self.masquerade_all,
             node_port_range: self.node_port_range,
             min_sync_interval: self.min_sync_interval,
@@ -304,6 +314,15 @@ fn parse_node_port_range(text: &str) -> Result<berth_controller::PortRange, Stri
 
 /// Programs the iptables of the network namespace it runs in; stopping leaves the rules in place.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    if args.cleanup {
+        let steps = berth_agent::cleanup::cleanup_node();
+        let failed = steps.iter().filter(|s| s.outcome.is_err()).count();
+        for step in &steps {
+            println!("{step}");
+        }
+        anyhow::ensure!(failed == 0, "{failed} cleanup step(s) failed");
+        return Ok(());
+    }
     let config = args.to_options().validate()?;
     let membership = args.membership_config()?;
     let admin_listen = config.admin_listen();
@@ -403,6 +422,8 @@ mod tests {
         assert_eq!(config.announcer(), None);
         assert!(parse(&["agent", "--node-name", "n", "--sync-period", "soon"]).is_err());
         assert!(args.membership_config().unwrap().is_none());
+        // --cleanup needs no node name.
+        assert!(parse(&["agent", "--cleanup"]).is_ok());
     }
 
     fn agent_args(extra: &[&str]) -> AgentArgs {

@@ -89,6 +89,14 @@ pub struct ControllerArgs {
     #[arg(long, env = "BERTH_RESERVED_ADDRESSES", value_delimiter = ',', value_parser = parse_reserved_address)]
     reserved_addresses: Vec<berth_controller::AddressRange>,
 
+    /// The agents' `--external-ip-cidrs`: external IPs outside them are reported on their
+    /// Service (condition and Warning Event), as the agents leave them out.
+    #[arg(long, env = "BERTH_EXTERNAL_IP_CIDRS", value_delimiter = ',')]
+    external_ip_cidrs: Vec<IpNet>,
+
+    #[command(flatten)]
+    service_bounds: super::ServiceBoundsArgs,
+
     /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`).
     #[arg(long, env = "BERTH_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     admin_listen: SocketAddr,
@@ -172,6 +180,10 @@ impl ControllerArgs {
             retry_period: self.retry_period,
             pool_gone_grace: self.pool_gone_grace,
             reserved_addresses: self.reserved_addresses.clone(),
+            service_policy: berth_api::ServicePolicy {
+                external_ip_cidrs: self.external_ip_cidrs.clone(),
+                bounds: self.service_bounds.bounds(),
+            },
         }
     }
 }

@@ -17,6 +17,36 @@ use anyhow::Context;
 use berth_controller::CancellationToken;
 use tokio::net::TcpListener;
 
+/// How large one Service may be before no node programs it: the agent skips it, the
+/// controller reports it (condition and Warning Event); the chart gives both the agent's values.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServiceBoundsArgs {
+    /// Most entries in one Service's `spec.ports`; a Service with more is not programmed on any
+    /// node.
+    #[arg(long, env = "BERTH_MAX_SERVICE_PORTS", default_value_t = berth_api::ServiceBounds::DEFAULT_MAX_PORTS)]
+    max_service_ports: usize,
+
+    /// Most endpoints (ready or not) of one Service port; a Service with a port over it is not
+    /// programmed on any node.
+    #[arg(long, env = "BERTH_MAX_ENDPOINTS_PER_SERVICE_PORT", default_value_t = berth_api::ServiceBounds::DEFAULT_MAX_ENDPOINTS_PER_PORT)]
+    max_endpoints_per_service_port: usize,
+
+    /// Most endpoints of one Service summed over its ports (each is a chain on every node); a
+    /// Service over it is not programmed on any node.
+    #[arg(long, env = "BERTH_MAX_SERVICE_ENDPOINTS", default_value_t = berth_api::ServiceBounds::DEFAULT_MAX_ENDPOINTS)]
+    max_service_endpoints: usize,
+}
+
+impl ServiceBoundsArgs {
+    pub fn bounds(&self) -> berth_api::ServiceBounds {
+        berth_api::ServiceBounds {
+            max_ports: self.max_service_ports,
+            max_endpoints_per_port: self.max_endpoints_per_service_port,
+            max_endpoints: self.max_service_endpoints,
+        }
+    }
+}
+
 /// One duration syntax for every flag: `500ms`, `2s`, `1m`, `1h`; a bare number is seconds.
 pub(crate) fn parse_duration(value: &str) -> Result<Duration, String> {
     berth_agent::parse_duration(value).map_err(|e| e.to_string())

@@ -59,6 +59,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "berth.controller.config" -}}
 {{- $config := deepCopy .Values.controller.config -}}
 {{- $_ := set $config "leaseNamespace" (default .Release.Namespace $config.leaseNamespace) -}}
+{{- /* The controller reports on each Service what the agents leave out: their values. */ -}}
+{{- range $key := list "externalIpCidrs" "maxServicePorts" "maxEndpointsPerServicePort" "maxServiceEndpoints" -}}
+{{- $_ := set $config $key (get $.Values.agent.config $key) -}}
+{{- end -}}
 {{- toYaml $config -}}
 {{- end -}}
 

@@ -17,10 +17,17 @@
 //! ruleset and its per-Service cache) and `full_sync_peak_mb` (rendering and applying the first,
 //! full payload).
 //!
-//! `--big-service-child [--ports N] [--endpoints M]` runs the same stages for one Service of
-//! N ports (default 5,000) and M endpoints (default 20): what one tenant's Service costs.
+//! `--big-service-child [--ports N] [--endpoints M] [--unbounded]` runs the same stages for one
+//! Service of N ports (default 5,000) and M endpoints (default 20): what one tenant's Service
+//! costs.
 //!
-//! Run: `cargo bench -p berth-agent --bench agent_rss [-- --services N]`.
+//! `--big-service [--ports N] [--endpoints M]` measures that Service through the real agent
+//! (lab API server child, null backends, as above) twice: with no bound on a Service's size
+//! and with the default bounds (`--max-service-*`), which refuse it. It prints
+//! `big_service_agent_rss_mb_unbounded=<n> big_service_agent_rss_mb_bounded=<n>` and the same
+//! two breakdowns.
+//!
+//! Run: `cargo bench -p berth-agent --bench agent_rss [-- --services N | --big-service]`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -34,6 +41,7 @@ use berth_agent::{
     Agent, AgentOptions, Backend, BoxedNft, CommandIptables, Conntrack, ConntrackFlow, IpFamily,
     NodeFacts, DEFAULT_BACKEND,
 };
+use berth_api::{ServiceBounds, ServicePolicy};
 use berth_datapath::iptables::{Iptables, Syncer};
 use berth_datapath::nft::Nft;
 use berth_datapath::nft::NftWriter;
@@ -116,20 +124,20 @@ fn mb(kib: u64) -> f64 {
 
 /// The stages of the agent one by one, in this process, objects built and dropped one at a time.
 fn run_breakdown_child(services: usize) {
-    breakdown(mk_objects(services));
+    breakdown(mk_objects(services), ServiceBounds::default());
 }
 
 /// The same stages for one Service of `ports` ports and `endpoints` endpoints (slices of 100
 /// ports, the API server's limit): what one tenant's Service costs every agent.
-fn run_big_service_child(ports: usize, endpoints: usize) {
-    println!("one Service: ports={ports} endpoints={endpoints}");
-    breakdown(mk_big_service(ports, endpoints));
+fn run_big_service_child(ports: usize, endpoints: usize, bounds: ServiceBounds) {
+    println!("one Service: ports={ports} endpoints={endpoints} bounds={bounds:?}");
+    breakdown(mk_big_service(ports, endpoints), bounds);
 }
 
 fn mk_big_service(ports: usize, endpoints: usize) -> impl Iterator<Item = Value> {
     let port = |p: usize| json!({"name": format!("p{p}"), "port": 1000 + p, "protocol": "TCP"});
     let service = mk_service_json(
-        "tenant",
+        "default",
         "big",
         json!({"type": "NodePort", "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"],
                "ports": (0..ports).map(|p| {
@@ -141,7 +149,7 @@ fn mk_big_service(ports: usize, endpoints: usize) -> impl Iterator<Item = Value>
     let eps: Vec<Value> = (0..endpoints)
         .map(|e| {
             json!({
-                "addresses": [format!("10.128.0.{}", e + 1)],
+                "addresses": [format!("10.128.{}.{}", e / 250, e % 250 + 1)],
                 "conditions": {"ready": true, "serving": true, "terminating": false},
                 "nodeName": format!("node-{}", e % NODES)
             })
@@ -150,7 +158,7 @@ fn mk_big_service(ports: usize, endpoints: usize) -> impl Iterator<Item = Value>
     let slices = (0..ports.div_ceil(100)).map(move |s| {
         let ports: Vec<Value> = (s * 100..((s + 1) * 100).min(ports)).map(port).collect();
         mk_slice_json(
-            "tenant",
+            "default",
             "big",
             &format!("big-{s}"),
             Value::Array(ports),
@@ -160,11 +168,15 @@ fn mk_big_service(ports: usize, endpoints: usize) -> impl Iterator<Item = Value>
     std::iter::once(service).chain(slices)
 }
 
-fn breakdown(objects: impl Iterator<Item = Value>) {
+fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds) {
     let cluster_cidr = "10.128.0.0/9".parse().unwrap();
     let start = status_kib("VmRSS:");
     let clock = Instant::now();
-    let mut index = Index::new("node-0", ProxyMode::Full, chrono::Utc::now());
+    let mut index =
+        Index::new("node-0", ProxyMode::Full, chrono::Utc::now()).with_policy(ServicePolicy {
+            bounds,
+            ..ServicePolicy::default()
+        });
     index.begin_services();
     index.begin_slices();
     index.begin_node();
@@ -242,12 +254,12 @@ fn mk_objects(services: usize) -> impl Iterator<Item = Value> {
     })
 }
 
-/// The child: serve `services` Services until the parent closes stdin.
-fn run_apiserver_child(services: usize, kubeconfig: PathBuf) {
+/// The child: serve `objects` until the parent closes stdin.
+fn run_apiserver_child(objects: impl Iterator<Item = Value>, kubeconfig: PathBuf) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let server = LabApiServer::builder().start().await.unwrap();
-        server.seed(mk_objects(services)).unwrap();
+        server.seed(objects).unwrap();
         server.write_kubeconfig(&kubeconfig).unwrap();
         println!("ready");
         std::io::stdout().flush().unwrap();
@@ -278,10 +290,19 @@ fn main() {
         .unwrap_or(10_000);
     let kubeconfig =
         std::env::temp_dir().join(format!("berth-agent-rss-{}.kubeconfig", std::process::id()));
+    let n = |flag, default: usize| arg_value(&args, flag).map_or(default, |v| v.parse().unwrap());
+    let (ports, endpoints) = (n("--ports", 5000), n("--endpoints", 20));
+    let bounds = if args.iter().any(|a| a == "--unbounded") {
+        ServiceBounds::UNBOUNDED
+    } else {
+        ServiceBounds::default()
+    };
     if args.iter().any(|a| a == "--big-service-child") {
-        let n =
-            |flag, default: usize| arg_value(&args, flag).map_or(default, |v| v.parse().unwrap());
-        run_big_service_child(n("--ports", 5000), n("--endpoints", 20));
+        run_big_service_child(ports, endpoints, bounds);
+        return;
+    }
+    if args.iter().any(|a| a == "--big-service") {
+        run_big_service(ports, endpoints, &kubeconfig);
         return;
     }
     if args.iter().any(|a| a == "--breakdown-child") {
@@ -290,7 +311,11 @@ fn main() {
     }
     if args.iter().any(|a| a == "--lab-apiserver-child") {
         let path = PathBuf::from(arg_value(&args, "--kubeconfig").unwrap());
-        run_apiserver_child(services, path);
+        if args.iter().any(|a| a == "--big") {
+            run_apiserver_child(mk_big_service(ports, endpoints), path);
+        } else {
+            run_apiserver_child(mk_objects(services), path);
+        }
         return;
     }
 
@@ -300,7 +325,8 @@ fn main() {
             Some("nftables") => Backend::Nftables,
             _ => Backend::Iptables,
         };
-        run_agent_child(services, backend, path);
+        let big = args.iter().any(|a| a == "--big");
+        run_agent_child(services, backend, path, big.then_some(bounds));
         return;
     }
 
@@ -373,8 +399,73 @@ fn main() {
     );
 }
 
+/// The big Service through the real agent, without and with bounds, then the breakdowns.
+fn run_big_service(ports: usize, endpoints: usize, kubeconfig: &std::path::Path) {
+    let exe = std::env::current_exe().unwrap();
+    let sizes = [
+        "--ports".to_string(),
+        ports.to_string(),
+        "--endpoints".into(),
+        endpoints.to_string(),
+    ];
+    let mut child = Command::new(&exe)
+        .args(["--lab-apiserver-child", "--big", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(&sizes)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let mut results = Vec::new();
+    for (label, extra) in [("unbounded", Some("--unbounded")), ("bounded", None)] {
+        let out = Command::new(&exe)
+            .args([
+                "--agent-child",
+                "--big",
+                "--backend",
+                "iptables",
+                "--kubeconfig",
+            ])
+            .arg(kubeconfig)
+            .args(&sizes)
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        print!("{text}");
+        assert!(out.status.success(), "{label} agent child failed");
+        let mb = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("agent_rss_mb="))
+            .unwrap()
+            .to_string();
+        results.push(format!("big_service_agent_rss_mb_{label}={mb}"));
+    }
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    let _ = std::fs::remove_file(kubeconfig);
+    for extra in [Some("--unbounded"), None] {
+        let out = Command::new(&exe)
+            .arg("--big-service-child")
+            .args(&sizes)
+            .args(extra)
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+    println!("{}", results.join(" "));
+}
+
 /// One backend's agent against the API server child: its peak resident set over the first sync.
-fn run_agent_child(services: usize, backend: Backend, kubeconfig: PathBuf) {
+/// `big`: the API server holds the one big Service, programmed under these bounds.
+fn run_agent_child(
+    services: usize,
+    backend: Backend,
+    kubeconfig: PathBuf,
+    big: Option<ServiceBounds>,
+) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (baseline, peak, first_sync) = runtime.block_on(async {
         let file = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
@@ -391,6 +482,7 @@ fn run_agent_child(services: usize, backend: Backend, kubeconfig: PathBuf) {
             healthz_bind_address: "127.0.0.1".parse().unwrap(),
             admin_listen: "127.0.0.1:0".parse().unwrap(),
             backend,
+            service_bounds: big.unwrap_or_default(),
             ..AgentOptions::default()
         };
         let mut registry = MetricsRegistry::new();
@@ -418,14 +510,20 @@ fn run_agent_child(services: usize, backend: Backend, kubeconfig: PathBuf) {
         status.wait_for(|s| s.syncs > 0).await.unwrap();
         let first_sync = started.elapsed();
         let rules = status.borrow().rules;
-        assert!(rules > services * ENDPOINTS, "only {rules} rules");
+        if big.is_none() {
+            assert!(rules > services * ENDPOINTS, "only {rules} rules");
+        }
         let peak = vm_hwm_kib();
         stop.cancel();
         task.await.unwrap().unwrap();
         (baseline, peak, first_sync)
     });
+    let objects = match big {
+        Some(bounds) => format!("one big Service, bounds={bounds:?}"),
+        None => format!("services={services} endpoints_per_service={ENDPOINTS}"),
+    };
     println!(
-        "rss: backend={} services={services} endpoints_per_service={ENDPOINTS} first_sync_ms={} baseline_hwm_mb={:.1} agent_rss_mb={:.1}",
+        "rss: backend={} {objects} first_sync_ms={} baseline_hwm_mb={:.1} agent_rss_mb={:.1}",
         backend.as_str(),
         first_sync.as_millis(),
         mb(baseline),

@@ -97,6 +97,8 @@ pub struct AgentOptions {
     pub l2_interfaces: Vec<String>,
     /// `spec.externalIPs` are programmed only inside these; empty (the default): none.
     pub external_ip_cidrs: Vec<IpNet>,
+    /// How large one Service may be before it is not programmed (`--max-service-*`).
+    pub service_bounds: berth_api::ServiceBounds,
     /// The agent's own namespace (the lease namespace): its `ServiceL2Status` and
     /// `BGPSessionState` records, and the BGP peers' password Secrets unless a peer names another.
     pub l2_status_namespace: String,
@@ -125,6 +127,7 @@ impl Default for AgentOptions {
             l2_announcer: false,
             l2_interfaces: Vec::new(),
             external_ip_cidrs: Vec::new(),
+            service_bounds: berth_api::ServiceBounds::default(),
             l2_status_namespace: "kube-system".into(),
             l2_gratuitous_interval: Duration::from_secs(60),
             bgp_speaker: None,
@@ -215,6 +218,7 @@ impl AgentConfig {
     pub fn service_policy(&self) -> berth_datapath::plan::convert::ServicePolicy {
         berth_datapath::plan::convert::ServicePolicy {
             external_ip_cidrs: self.options.external_ip_cidrs.clone(),
+            bounds: self.options.service_bounds,
         }
     }
 

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use berth_api::names::{annotation, label};
+use berth_api::{check_service_size, PortSize};
 use berth_core::{PortRange, Protocol};
 use berth_datapath::plan::convert::{
     build_endpoints, build_node_info, build_service_ports_with, ProxyMode, ServicePolicy,
@@ -145,8 +146,11 @@ pub struct Index {
     relist_slices: Option<HashSet<SliceKey>>,
     /// During a Node relist: whether our Node was in it.
     relist_node: Option<bool>,
-    /// What Services may ask of this node (`--external-ip-cidrs`).
+    /// What Services may ask of this node (`--external-ip-cidrs`, `--max-service-*`).
     policy: ServicePolicy,
+    /// Services over a size bound (see [`Index::admit_size`]): their ports without endpoints,
+    /// kept so a slice change that brings one back within bounds programs it again.
+    refused: HashMap<SliceKey, Vec<ServicePort>>,
     /// The Node's labels and whether it may announce, for the BGP speaker; `None` while the
     /// Node is unknown.
     node_state: Option<berth_bgp::NodeState>,
@@ -247,6 +251,7 @@ impl Index {
             relist_slices: None,
             relist_node: None,
             policy: ServicePolicy::default(),
+            refused: HashMap::new(),
             node_state: None,
         }
     }
@@ -405,13 +410,53 @@ impl Index {
             );
             log_refusals(&namespace, &name, &refusals);
             self.with_endpoints(&namespace, &name, &mut ports);
+            let ports = self.admit_size(&namespace, &name, ports);
             self.replace(&namespace, &name, ports);
         }
     }
 
     pub fn delete_service(&mut self, svc: &Service) {
         if let Some((namespace, name)) = meta_key(&svc.metadata) {
+            self.refused.remove(&(namespace.clone(), name.clone()));
             self.replace(&namespace, &name, Vec::new());
+        }
+    }
+
+    /// `ports` (with their endpoints) when the Service fits the policy's bounds; otherwise
+    /// nothing, and the ports are kept aside without endpoints. A Service past a bound gets no
+    /// datapath at all rather than a truncated one: every node then does the same whatever its
+    /// history, and the controller's condition (the same [`check_service_size`]) says so.
+    fn admit_size(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        mut ports: Vec<ServicePort>,
+    ) -> Vec<ServicePort> {
+        let key = (namespace.to_string(), name.to_string());
+        let sizes: Vec<PortSize<'_>> = ports
+            .iter()
+            .map(|p| PortSize {
+                name: &p.name.port,
+                protocol: p.protocol,
+                endpoints: p.endpoints.len(),
+            })
+            .collect();
+        match check_service_size(&self.policy.bounds, &sizes) {
+            Ok(()) => {
+                if self.refused.remove(&key).is_some() {
+                    tracing::info!(%namespace, %name, "Service within bounds again; programmed");
+                }
+                ports
+            }
+            Err(too_large) => {
+                for port in &mut ports {
+                    port.endpoints = Vec::new();
+                }
+                if self.refused.insert(key, ports).is_none() {
+                    tracing::warn!(%namespace, %name, "not programmed: {too_large}");
+                }
+                Vec::new()
+            }
         }
     }
 
@@ -426,6 +471,7 @@ impl Index {
         let Some(staged) = self.relist_services.take() else {
             return;
         };
+        self.refused.retain(|key, _| staged.contains_key(key));
         let old = std::mem::take(&mut self.view.services);
         // Node ports stay with the listed Service that had them programmed; new claims are
         // taken in list order.
@@ -478,6 +524,7 @@ impl Index {
                 }
             }
             self.with_endpoints(&key.0, &key.1, &mut after);
+            let after = self.admit_size(&key.0, &key.1, after);
             note_change(&mut self.pending, &key.0, &key.1, &before, &after);
             view.extend(after);
         }
@@ -498,11 +545,27 @@ impl Index {
     /// Recomputes the endpoints of a Service after one of its slices changed.
     fn refresh_endpoints(&mut self, namespace: &str, name: &str) {
         let range = self.range_of(namespace, name);
-        if range.is_empty() {
-            return;
-        }
-        let mut ports = self.view.services[range].to_vec();
+        let key = (namespace.to_string(), name.to_string());
+        let mut ports = if range.is_empty() {
+            match self.refused.get(&key) {
+                // Node ports are admitted again: another Service may have taken one meanwhile.
+                Some(ports) => {
+                    let mut ports = ports.clone();
+                    let services = &self.view.services;
+                    let refusals =
+                        admit_node_ports(&mut ports, &[], self.node_port_range, |port| {
+                            uses_node_port(services, port)
+                        });
+                    log_refusals(namespace, name, &refusals);
+                    ports
+                }
+                None => return,
+            }
+        } else {
+            self.view.services[range].to_vec()
+        };
         self.with_endpoints(namespace, name, &mut ports);
+        let ports = self.admit_size(namespace, name, ports);
         self.replace(namespace, name, ports);
     }
 

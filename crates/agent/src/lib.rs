@@ -23,6 +23,7 @@
 pub mod agent;
 pub mod announce;
 pub mod bgpstatus;
+pub mod cleanup;
 pub mod config;
 pub mod conntrack;
 pub mod datapath;

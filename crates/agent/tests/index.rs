@@ -533,3 +533,75 @@ fn a_node_port_another_service_holds_is_not_programmed() {
     index.apply_service(&mk_node_port_service("api", "10.96.0.11", 30080));
     assert_eq!(node_port_of(&index, "api"), Some(30080));
 }
+
+fn mk_bounded_index(max_endpoints_per_port: usize) -> Index {
+    mk_index().with_policy(berth_api::ServicePolicy {
+        bounds: berth_api::ServiceBounds {
+            max_ports: 1,
+            max_endpoints_per_port,
+            max_endpoints: 10,
+        },
+        ..Default::default()
+    })
+}
+
+#[test]
+fn a_service_past_a_bound_gets_no_datapath_until_it_fits_again() {
+    let mut index = mk_bounded_index(2);
+    index.apply_service(&mk_service("default", "web", "10.96.0.10"));
+    index.apply_service(&mk_service("default", "api", "10.96.0.11"));
+    index.take_pending();
+    let three = [
+        ("10.244.1.5", true, NODE),
+        ("10.244.1.6", true, NODE),
+        ("10.244.1.7", true, NODE),
+    ];
+    // Three endpoints on a port bounded at two: the whole Service leaves the view.
+    index.apply_slice(&mk_slice("default", "web", "web-abc", &three));
+    assert_eq!(changed(&mut index), vec!["default/web"]);
+    assert!(index.view().services.iter().all(|p| p.name.name != "web"));
+    // The other Service is untouched.
+    assert_eq!(index.view().services.len(), 1);
+    // Still too many: nothing to report.
+    let mut other = three;
+    other[2].0 = "10.244.1.8";
+    index.apply_slice(&mk_slice("default", "web", "web-abc", &other));
+    assert!(!index.has_pending());
+    // Back within the bound through a slice change alone: programmed again, endpoints and all.
+    index.apply_slice(&mk_slice("default", "web", "web-abc", &three[..2]));
+    assert_eq!(changed(&mut index), vec!["default/web"]);
+    assert_eq!(
+        endpoint_ips(&index, "web"),
+        vec!["10.244.1.5", "10.244.1.6"]
+    );
+}
+
+#[test]
+fn a_refused_service_is_forgotten_when_deleted_or_unlisted() {
+    let mut index = mk_bounded_index(0);
+    let web = mk_service("default", "web", "10.96.0.10");
+    index.apply_service(&web);
+    index.apply_slice(&mk_slice(
+        "default",
+        "web",
+        "web-abc",
+        &[("10.244.1.5", true, NODE)],
+    ));
+    assert!(index.view().services.is_empty());
+    index.delete_service(&web);
+    index.take_pending();
+    // A slice change of a deleted Service programs nothing.
+    index.apply_slice(&mk_slice("default", "web", "web-abc", &[]));
+    assert!(index.view().services.is_empty());
+
+    index.apply_service(&web);
+    index.apply_slice(&mk_slice(
+        "default",
+        "web",
+        "web-abc",
+        &[("10.244.1.5", true, NODE)],
+    ));
+    index.reset_services(&[]);
+    index.apply_slice(&mk_slice("default", "web", "web-abc", &[]));
+    assert!(index.view().services.is_empty());
+}

@@ -13,6 +13,7 @@ mod l2advertisement;
 mod l2status;
 pub mod names;
 mod schema;
+mod service_checks;
 
 pub use annotations::{
     ip_pool, requested_ips, requested_ips_with_spec, sharing_key, sharing_namespaces,
@@ -34,6 +35,10 @@ pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus, ServiceAllocation};
 pub use l2advertisement::{L2Advertisement, L2AdvertisementSpec};
 pub use l2status::{ServiceL2Status, ServiceL2StatusSpec};
 pub use schema::{address_rules, MAX_ADDRESSES, MAX_INTERFACES, MAX_PRIORITY, MIN_PRIORITY};
+pub use service_checks::{
+    check_service_size, dropped_entries, filter_external_ips, filter_source_ranges, Dropped,
+    PortSize, ServiceBounds, ServicePolicy, TooLarge,
+};
 
 /// Everything that can fail in berth-api.
 #[derive(Debug, thiserror::Error)]

@@ -275,6 +275,10 @@ pub mod condition {
     pub const ALLOCATED: &str = "berth.dev/Allocated";
     /// Service: whether the load balancer is provisioned and its ingress published.
     pub const LOAD_BALANCER_READY: &str = "berth.dev/LoadBalancerReady";
+    /// Service: whether the agents program it as written. `False` (`ServiceTooLarge`): past a
+    /// size bound, no node programs it; `True` with `EntriesDropped`: some entries are left out
+    /// and the rest is programmed. Written only once something was ever wrong.
+    pub const DATAPATH_ACCEPTED: &str = "berth.dev/DatapathAccepted";
     /// IPPool: whether the pool's addresses overlap another pool's.
     pub const OVERLAPPING: &str = "Overlapping";
     /// IPPool: whether the pool's addresses contain the cluster's own (Node addresses, the
@@ -293,6 +297,12 @@ pub mod condition {
     /// Reasons, CamelCase as Kubernetes expects.
     pub mod reason {
         pub const ALLOCATED: &str = "Allocated";
+        /// `DatapathAccepted`: programmed as written.
+        pub const ACCEPTED: &str = "Accepted";
+        /// `DatapathAccepted`: past `--max-service-*`, not programmed.
+        pub const SERVICE_TOO_LARGE: &str = "ServiceTooLarge";
+        /// `DatapathAccepted`: some `externalIPs` / `loadBalancerSourceRanges` entries left out.
+        pub const ENTRIES_DROPPED: &str = "EntriesDropped";
         pub const IP_ALREADY_ALLOCATED: &str = "IPAlreadyAllocated";
         pub const PORT_ALREADY_ALLOCATED: &str = "PortAlreadyAllocated";
         pub const NOT_IN_ANY_POOL: &str = "NotInAnyPool";
@@ -352,6 +362,12 @@ pub mod event {
     pub const ANNOUNCING: &str = "Announcing";
     /// Warning on a Service: another host announces its L2 address.
     pub const ADDRESS_CONFLICT: &str = "AddressConflict";
+    /// Warning: the Service is past a size bound and no node programs it.
+    pub const SERVICE_TOO_LARGE: &str = "ServiceTooLarge";
+    /// Warning: entries of the Service are left out of every node's datapath.
+    pub const ENTRIES_DROPPED: &str = "EntriesDropped";
+    /// The AWS provider chose subnets by their tags.
+    pub const SUBNETS_DISCOVERED: &str = "SubnetsDiscovered";
     /// Component name reported on Events.
     pub const CONTROLLER_COMPONENT: &str = "berth-controller";
     pub const AGENT_COMPONENT: &str = "berth-agent";

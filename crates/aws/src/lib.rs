@@ -31,9 +31,11 @@
 //!   `healthCheckNodePort`; otherwise TCP on the traffic port; the `healthcheck-*`
 //!   annotations override, as the AWS Load Balancer Controller reads them.
 //! - **Subnets** are IDs: from the `aws-load-balancer-subnets` annotation, else the controller's
-//!   `--aws-subnets`. Subnet names would need `ec2:DescribeSubnets`, which berth does not call.
+//!   `--aws-subnets`, else discovered by their tags as the AWS Load Balancer Controller does
+//!   ([`subnets`]; one `ec2:DescribeSubnets` per scheme, kept for `verify_after`).
 
 pub mod annotations;
+pub mod ec2;
 pub mod elbv2;
 pub mod memory;
 pub mod metrics;
@@ -43,6 +45,7 @@ pub mod observed;
 pub mod plan;
 pub mod provider;
 pub mod sdk;
+pub mod subnets;
 
 pub use elbv2::{ApiError, ApiErrorKind, Elbv2};
 pub use memory::MemoryElbv2;

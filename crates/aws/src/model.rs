@@ -362,7 +362,7 @@ pub fn load_balancer_names(config: &ProviderConfig, svc: &ServiceFacts) -> Vec<S
     names
 }
 
-fn scheme_of(svc: &ServiceFacts) -> Result<Scheme, ModelError> {
+pub(crate) fn scheme_of(svc: &ServiceFacts) -> Result<Scheme, ModelError> {
     match svc.annotations.get(ann::AWS_LOAD_BALANCER_SCHEME) {
         None => Ok(Scheme::Internal),
         Some(v) => Scheme::parse(v.trim()).ok_or_else(|| {

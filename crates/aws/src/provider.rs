@@ -14,13 +14,14 @@ use berth_api::names::aws_tag;
 use crate::elbv2::{ApiError, ApiErrorKind, Elbv2, LbQuery, Page, TgQuery, TAGS_PER_CALL};
 use crate::metrics::{AwsMetrics, SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP};
 use crate::model::{
-    build_stack, load_balancer_names, IpTargets, ModelError, NodeFacts, ProviderConfig,
+    build_stack, load_balancer_names, IpTargets, ModelError, NodeFacts, ProviderConfig, Scheme,
     ServiceFacts, Stack,
 };
 use crate::observed::{
     LoadBalancer, Observed, ObservedLoadBalancer, ObservedTargetGroup, Tags, TargetGroup,
 };
 use crate::plan::{plan_delete, plan_stack, LbRef, Step, TgRef};
+use crate::subnets::{choose_subnets, SubnetChoice, SubnetSource};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -45,6 +46,8 @@ pub enum Error {
     },
     #[error("{what}: no answer within {after:?}")]
     Timeout { what: &'static str, after: Duration },
+    #[error(transparent)]
+    Subnets(#[from] crate::subnets::DiscoveryError),
 }
 
 impl Error {
@@ -56,7 +59,9 @@ impl Error {
             Error::NotYetGone(_)
             | Error::Unresolved(_)
             | Error::Paging { .. }
-            | Error::Timeout { .. } => true,
+            | Error::Timeout { .. }
+            // Someone may tag a subnet: tried again with backoff.
+            | Error::Subnets(_) => true,
         }
     }
 }
@@ -71,6 +76,8 @@ pub struct Ensured {
     pub skipped_nodes: Vec<String>,
     /// Mutating calls made (0 when nothing had to change).
     pub changes: usize,
+    /// Which subnets discovery chose and why, when the Service's subnets came from their tags.
+    pub discovered_subnets: Option<String>,
 }
 
 /// What a sweep removed.
@@ -119,6 +126,11 @@ pub struct NlbProvider<C> {
     deleted: Mutex<HashMap<String, Instant>>,
     /// What the sweep removed (the SDK client counts the calls into the same metrics).
     metrics: Arc<AwsMetrics>,
+    /// Where subnets are discovered for Services that name none (no annotation, no
+    /// `--aws-subnets`); `None`: such a Service is refused.
+    subnet_source: Option<Arc<dyn SubnetSource>>,
+    /// The last choice per scheme, reused for `verify_after`: a steady state makes no call.
+    subnet_choices: Mutex<HashMap<Scheme, (Instant, SubnetChoice)>>,
 }
 
 /// What a sweep found tagged in the account, listed before the Services are read: everything
@@ -219,7 +231,47 @@ impl<C: Elbv2> NlbProvider<C> {
             in_flight: Mutex::new(BTreeSet::new()),
             deleted: Mutex::new(HashMap::new()),
             metrics: Arc::new(AwsMetrics::default()),
+            subnet_source: None,
+            subnet_choices: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Discovers subnets by their tags through `source` for Services that name none.
+    pub fn with_subnet_source(mut self, source: Arc<dyn SubnetSource>) -> Self {
+        self.subnet_source = Some(source);
+        self
+    }
+
+    /// The discovered subnets for `svc`, or `None` when it names its own (annotation) or the
+    /// controller's `--aws-subnets` applies, or no source is configured.
+    async fn discover_subnets(&self, svc: &ServiceFacts) -> Result<Option<SubnetChoice>, Error> {
+        let Some(source) = &self.subnet_source else {
+            return Ok(None);
+        };
+        if svc
+            .annotations
+            .contains_key(berth_api::names::annotation::AWS_LOAD_BALANCER_SUBNETS)
+            || !self.config.default_subnets.is_empty()
+        {
+            return Ok(None);
+        }
+        let scheme = crate::model::scheme_of(svc)?;
+        let choices = || {
+            self.subnet_choices
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        if let Some((at, choice)) = choices().get(&scheme) {
+            if at.elapsed() < self.verify_after {
+                return Ok(Some(choice.clone()));
+            }
+        }
+        let subnets = source
+            .describe_subnets(crate::subnets::role_tag(scheme))
+            .await?;
+        let choice = choose_subnets(&subnets, &self.config.cluster_name, scheme)?;
+        choices().insert(scheme, (Instant::now(), choice.clone()));
+        Ok(Some(choice))
     }
 
     /// Bounds the sweep's listing of the account (default [`DEFAULT_LISTING_TIMEOUT`]).
@@ -264,7 +316,20 @@ impl<C: Elbv2> NlbProvider<C> {
         ip_targets: &IpTargets,
         known_arn: Option<&str>,
     ) -> Result<Ensured, Error> {
-        let stack = build_stack(svc, nodes, ip_targets, &self.config)?;
+        let discovered = self.discover_subnets(svc).await?;
+        let with_discovered;
+        let config = match &discovered {
+            Some(choice) => {
+                with_discovered = ProviderConfig {
+                    default_subnets: choice.ids(),
+                    ..self.config.clone()
+                };
+                &with_discovered
+            }
+            None => &self.config,
+        };
+        let discovered_subnets = discovered.map(|c| c.to_string());
+        let stack = build_stack(svc, nodes, ip_targets, config)?;
         let key = stack.service.clone();
         let _in_flight = self.start(&key);
         let print = fingerprint(&stack);
@@ -275,6 +340,7 @@ impl<C: Elbv2> NlbProvider<C> {
                     load_balancer_arn: c.lb_arn.clone(),
                     skipped_nodes: c.skipped_nodes.clone(),
                     changes: 0,
+                    discovered_subnets,
                 });
             }
         }
@@ -327,6 +393,7 @@ impl<C: Elbv2> NlbProvider<C> {
             load_balancer_arn: lb.arn,
             skipped_nodes: stack.skipped_nodes,
             changes,
+            discovered_subnets,
         })
     }
 

@@ -92,6 +92,8 @@ pub struct SdkElbv2 {
     register: DefaultDirectRateLimiter,
     modify: DefaultDirectRateLimiter,
     metrics: Arc<AwsMetrics>,
+    /// What the client was built from, when built by [`Self::from_loader`].
+    sdk_config: Option<aws_config::SdkConfig>,
 }
 
 impl std::fmt::Debug for SdkElbv2 {
@@ -108,6 +110,7 @@ impl SdkElbv2 {
             register: limiter(limits.register),
             modify: limiter(limits.modify),
             metrics,
+            sdk_config: None,
         }
     }
 
@@ -151,7 +154,19 @@ impl SdkElbv2 {
             loader = loader.endpoint_url(url);
         }
         let config = loader.load().await;
-        Self::new(elbv2::Client::new(&config), limits, metrics)
+        let mut sdk = Self::new(elbv2::Client::new(&config), limits, metrics);
+        sdk.sdk_config = Some(config);
+        sdk
+    }
+
+    /// EC2 with the same configuration (credentials, region, endpoint, retries, timeouts), for
+    /// subnet discovery; `None` for a client built from a bare ELBv2 client ([`Self::new`]).
+    pub fn ec2(&self) -> Option<crate::ec2::SdkEc2> {
+        let config = self.sdk_config.as_ref()?;
+        Some(crate::ec2::SdkEc2::new(
+            aws_sdk_ec2::Client::new(config),
+            self.metrics.clone(),
+        ))
     }
 
     async fn admit(&self, class: Class) {
@@ -197,7 +212,7 @@ pub fn https_client() -> elbv2::config::SharedHttpClient {
         .build_https()
 }
 
-fn api_error<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
+pub(crate) fn api_error<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
     operation: &'static str,
     e: SdkError<E, R>,
 ) -> ApiError {

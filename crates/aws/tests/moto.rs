@@ -536,3 +536,151 @@ async fn tls_listeners_terminate_on_the_ports_named() {
         .unwrap();
     assert_eq!((steady.changes, metrics.mutating() - quiet), (0, 0));
 }
+
+/// Subnets made in moto's EC2 with tags, beside the two untagged ones `moto::start` makes;
+/// returns their IDs by label.
+fn tagged_subnets(moto: &Moto) -> BTreeMap<String, String> {
+    let code = r#"
+ec2 = boto3.client('ec2', endpoint_url=elb.meta.endpoint_url, region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing')
+vpc = ec2.describe_subnets(SubnetIds=[SUBNET0])['Subnets'][0]['VpcId']
+def mk(label, cidr, zone, tags):
+    sid = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone)['Subnet']['SubnetId']
+    ec2.create_tags(Resources=[sid], Tags=[{'Key': k, 'Value': v} for k, v in tags])
+    return label, sid
+out = dict([
+    mk('ours-a', '10.0.10.0/24', 'us-east-1a', [('kubernetes.io/role/internal-elb', '1'), ('kubernetes.io/cluster/lab', 'owned')]),
+    mk('untagged-a', '10.0.9.0/24', 'us-east-1a', [('kubernetes.io/role/internal-elb', '1')]),
+    mk('shared-b', '10.0.12.0/24', 'us-east-1b', [('kubernetes.io/role/internal-elb', ''), ('kubernetes.io/cluster/lab', 'shared')]),
+    mk('stranger-c', '10.0.13.0/24', 'us-east-1c', [('kubernetes.io/role/internal-elb', '1'), ('kubernetes.io/cluster/other', 'owned')]),
+    mk('stranger-public-b', '10.0.15.0/24', 'us-east-1b', [('kubernetes.io/role/elb', '1'), ('kubernetes.io/cluster/other', 'owned')]),
+    mk('public-a', '10.0.14.0/24', 'us-east-1a', [('kubernetes.io/role/elb', '1'), ('kubernetes.io/cluster/lab', 'owned')]),
+])
+print(json.dumps(out))
+"#
+    .replace("SUBNET0", &format!("{:?}", moto.subnets[0]));
+    serde_json::from_str(&moto.python(&code).unwrap()).unwrap()
+}
+
+async fn subnets_of(p: &NlbProvider<SdkElbv2>, arn: String) -> BTreeSet<String> {
+    p.client()
+        .describe_load_balancers(LbQuery::Arns(vec![arn]))
+        .await
+        .unwrap()
+        .items[0]
+        .subnets
+        .clone()
+}
+
+#[tokio::test]
+async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
+    let moto = match moto::start(2) {
+        Ok(m) => m,
+        Err(reason) if !required() => {
+            eprintln!("skipping: {reason}");
+            return;
+        }
+        Err(reason) => panic!("required under CI: {reason}"),
+    };
+    let ids = tagged_subnets(&moto);
+    let (client, metrics) = moto::client(&moto);
+    let ec2 = moto::ec2(&moto, metrics.clone());
+    // No --aws-subnets: every Service without the annotation is discovered.
+    let config = ProviderConfig {
+        default_subnets: Vec::new(),
+        ..config(&moto)
+    };
+    let p = NlbProvider::new(client, config, Duration::from_secs(600))
+        .with_metrics(metrics.clone())
+        .with_subnet_source(std::sync::Arc::new(ec2));
+
+    let internal = mk_service("web", "internal", vec![mk_port(80, Protocol::Tcp, 30080)]);
+    let ensured = p
+        .ensure(&internal, &nodes(&moto, 2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        subnets_of(&p, ensured.load_balancer_arn.clone()).await,
+        BTreeSet::from([ids["ours-a"].clone(), ids["shared-b"].clone()])
+    );
+    let why = ensured.discovered_subnets.unwrap();
+    assert!(
+        why.contains("tagged kubernetes.io/cluster/lab=owned"),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!(
+            "{} (tagged for another cluster: other)",
+            ids["stranger-c"]
+        )),
+        "{why}"
+    );
+    assert!(
+        why.contains(&format!(
+            "{} ({} already chosen in us-east-1a)",
+            ids["untagged-a"], ids["ours-a"]
+        )),
+        "{why}"
+    );
+
+    // Internet-facing reads the other role tag.
+    let mut public = mk_service("web", "public", vec![mk_port(80, Protocol::Tcp, 30081)]);
+    public.annotations.insert(
+        ann::AWS_LOAD_BALANCER_SCHEME.into(),
+        "internet-facing".into(),
+    );
+    let ensured = p
+        .ensure(&public, &nodes(&moto, 2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        subnets_of(&p, ensured.load_balancer_arn).await,
+        BTreeSet::from([ids["public-a"].clone()])
+    );
+
+    // One DescribeSubnets per scheme: the next ensure reuses the choice.
+    let calls = metrics.count("DescribeSubnets", "success");
+    p.forget(&internal.key());
+    p.ensure(&internal, &nodes(&moto, 2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    assert_eq!(metrics.count("DescribeSubnets", "success"), calls);
+
+    // The annotation still wins over discovery.
+    let mut named = mk_service("web", "named", vec![mk_port(80, Protocol::Tcp, 30082)]);
+    named.annotations.insert(
+        ann::AWS_LOAD_BALANCER_SUBNETS.into(),
+        moto.subnets[1].clone(),
+    );
+    let ensured = p
+        .ensure(&named, &nodes(&moto, 2), &IpTargets::new(), None)
+        .await
+        .unwrap();
+    assert_eq!(ensured.discovered_subnets, None);
+    assert_eq!(
+        subnets_of(&p, ensured.load_balancer_arn).await,
+        BTreeSet::from([moto.subnets[1].clone()])
+    );
+
+    // Another cluster in the same account finds only what is its own or nobody's.
+    let (client, metrics) = moto::client(&moto);
+    let theirs = NlbProvider::new(
+        client,
+        ProviderConfig {
+            cluster_name: "elsewhere".into(),
+            default_subnets: Vec::new(),
+            quotas: Default::default(),
+        },
+        Duration::ZERO,
+    )
+    .with_subnet_source(std::sync::Arc::new(moto::ec2(&moto, metrics)));
+    let err = theirs
+        .ensure(&public, &nodes(&moto, 2), &IpTargets::new(), None)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("no subnet is tagged kubernetes.io/role/elb (1 or empty) for an internet-facing load balancer"),
+        "{text}"
+    );
+    assert!(err.is_retryable());
+}

@@ -90,6 +90,9 @@ pub struct ControllerConfig {
     /// `--reserved-addresses`: never assigned from any IPPool, beside the Nodes' addresses,
     /// their pod CIDRs and the service CIDRs (the LAN's gateway, DNS servers, a pod CIDR).
     pub reserved_addresses: Vec<berth_core::AddressRange>,
+    /// What the agents allow a Service (`--external-ip-cidrs`, `--max-service-*`, the agents'
+    /// values): the controller reports what they leave out.
+    pub service_policy: berth_api::ServicePolicy,
 }
 
 impl ControllerConfig {
@@ -106,6 +109,7 @@ impl ControllerConfig {
             pool_gone_grace: None,
             resync_period: Duration::from_secs(300),
             reserved_addresses: Vec::new(),
+            service_policy: berth_api::ServicePolicy::default(),
         }
     }
 }
@@ -137,6 +141,8 @@ pub struct ControllerOptions {
     pub pool_gone_grace: Option<Duration>,
     /// As [`parse_reserved_addresses`] returns them.
     pub reserved_addresses: Vec<berth_core::AddressRange>,
+    /// The agents' `--external-ip-cidrs` and `--max-service-*`.
+    pub service_policy: berth_api::ServicePolicy,
 }
 
 impl ControllerOptions {
@@ -157,6 +163,7 @@ impl ControllerOptions {
             retry_period,
             pool_gone_grace,
             reserved_addresses,
+            service_policy,
         } = self;
         let endpoints = if endpoints {
             let slices = berth_endpoints::SliceConfig::new(max_endpoints_per_slice)
@@ -196,6 +203,7 @@ impl ControllerOptions {
             endpoints,
             pool_gone_grace,
             reserved_addresses,
+            service_policy,
             ..ControllerConfig::new(service_cidrs)
         })
     }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::allocation::apply::WriteCtx;
 use crate::allocation::Worker;
 use crate::config::ControllerConfig;
+use crate::datapath_report::DatapathReport;
 use crate::endpoints::EndpointsController;
 use crate::events::{event_queue, EVENT_QUEUE, EVENT_WRITERS};
 use crate::lease::{LeaderElector, Term};
@@ -181,6 +182,7 @@ impl AllocationController {
             metrics: self.metrics.clone(),
             leading,
         });
+        let report_ctx = ctx.clone();
         let readiness = self.readiness.clone();
         let mut worker = Worker::new(
             self.cfg.clone(),
@@ -193,6 +195,13 @@ impl AllocationController {
                 }
             }),
         )?;
+        let (report_feed, report_services) = service_feed();
+        worker.feed_services(report_feed);
+        let report = DatapathReport::new(self.cfg.service_policy.clone()).run(
+            report_ctx,
+            report_services,
+            token.clone(),
+        );
         let endpoints = self.endpoints.clone().map(|endpoints| {
             let (feed, services) = service_feed();
             worker.feed_services(feed);
@@ -212,7 +221,8 @@ impl AllocationController {
             tokio::join!(
                 worker.run(token.clone()),
                 event_writer.run(token.clone()),
-                aws
+                aws,
+                report
             );
         };
         let Some((endpoints, services)) = endpoints else {

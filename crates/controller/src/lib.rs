@@ -9,6 +9,7 @@
 pub mod allocation;
 pub mod config;
 mod controller;
+pub mod datapath_report;
 pub mod endpoints;
 mod error;
 pub mod events;

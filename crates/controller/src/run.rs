@@ -45,6 +45,8 @@ pub async fn run_controller(
             metrics.clone(),
         )
         .await;
+        // Subnets by tags for Services that name none, through EC2 with the same settings.
+        let subnets = sdk.ec2();
         // Every AWS call is fenced by the leadership term, so a deposed leader stops calling
         // before a successor starts.
         let fenced = crate::load_balancer::Fenced::new(sdk, controller.term());
@@ -58,6 +60,10 @@ pub async fn run_controller(
             aws.verify_after,
         )
         .with_metrics(metrics);
+        let provider = match subnets {
+            Some(ec2) => provider.with_subnet_source(std::sync::Arc::new(ec2)),
+            None => provider,
+        };
         controller = controller.with_aws(crate::load_balancer::aws_runner(
             std::sync::Arc::new(provider),
             crate::load_balancer::AwsLoopConfig {

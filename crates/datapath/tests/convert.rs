@@ -265,6 +265,7 @@ fn invalid_services_are_skipped_not_fatal() {
 fn policy(cidrs: &[&str]) -> ServicePolicy {
     ServicePolicy {
         external_ip_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+        ..ServicePolicy::default()
     }
 }
 

@@ -31,3 +31,17 @@ pub fn client(moto: &Moto) -> (SdkElbv2, Arc<AwsMetrics>) {
         metrics,
     )
 }
+
+/// The real EC2 subnet source against `moto`, counting into `metrics`.
+pub fn ec2(moto: &Moto, metrics: Arc<AwsMetrics>) -> berth_aws::ec2::SdkEc2 {
+    use aws_sdk_ec2 as ec2;
+    let creds = aws_credential_types::Credentials::new("testing", "testing", None, None, "test");
+    let config = ec2::Config::builder()
+        .behavior_version(ec2::config::BehaviorVersion::latest())
+        .region(ec2::config::Region::new("us-east-1"))
+        .credentials_provider(creds)
+        .http_client(berth_aws::sdk::https_client())
+        .endpoint_url(&moto.url)
+        .build();
+    berth_aws::ec2::SdkEc2::new(ec2::Client::from_conf(config), metrics)
+}

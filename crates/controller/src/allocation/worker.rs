@@ -55,7 +55,7 @@ pub(crate) struct Worker {
     on_started: Box<dyn FnMut() + Send>,
     /// The endpoints controller's view of the Services, when it runs: every watch event is
     /// passed on with the same shared objects, so the Services are watched and held once.
-    service_feed: Option<ServiceFeedSender>,
+    service_feeds: Vec<ServiceFeedSender>,
 }
 
 impl Worker {
@@ -77,14 +77,15 @@ impl Worker {
             state,
             pool_status_due: None,
             jobs: FuturesUnordered::new(),
-            service_feed: None,
+            service_feeds: Vec::new(),
             on_started,
         })
     }
 
-    /// Passes every Service watch event on to the endpoints controller of this term.
+    /// Passes every Service watch event on to another consumer of this term (the endpoints
+    /// controller, the datapath report).
     pub(crate) fn feed_services(&mut self, feed: ServiceFeedSender) {
-        self.service_feed = Some(feed);
+        self.service_feeds.push(feed);
     }
 
     /// Runs until `token` is cancelled, then lets the writes already sent finish (see
@@ -154,8 +155,8 @@ impl Worker {
         let observed = match input {
             Input::Svc(r) => (*r).map(|e| {
                 let event = map_event(e, |s| Arc::new(super::cache::trim(s)));
-                if let Some(feed) = &self.service_feed {
-                    // Gone only when the endpoints controller has stopped, which ends the term.
+                for feed in &self.service_feeds {
+                    // Gone only when its consumer has stopped, which ends the term.
                     let _ = feed.send(event.clone());
                 }
                 Observed::Service(event)

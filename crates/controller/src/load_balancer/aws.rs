@@ -405,6 +405,17 @@ async fn apply<C: Elbv2 + 'static>(
     if let Some(conditions) = build_ready_condition(&svc, Ok(()), now()) {
         write_conditions(&api, &svc.name_any(), resource_version, conditions).await?;
     }
+    if let (Some(subnets), true) = (&ensured.discovered_subnets, ensured.changes > 0) {
+        // Said whenever the load balancer changed: which subnets its tags chose and why.
+        record(
+            ctx,
+            &svc,
+            EventType::Normal,
+            ev::SUBNETS_DISCOVERED,
+            subnets.clone(),
+        )
+        .await;
+    }
     if ensured.changes > 0 || !has_status {
         record(
             ctx,

@@ -4,7 +4,6 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -94,117 +93,7 @@ pub fn build_node_info(node: &Node) -> NodeInfo {
     }
 }
 
-/// What an administrator allows Services to ask of every node.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServicePolicy {
-    /// `--external-ip-cidrs`: `spec.externalIPs` are programmed only inside these. Empty (the
-    /// default) allows none, as the API server's `DenyServiceExternalIPs` admission plugin:
-    /// an external IP is any address on every node, the API server's or a database's included.
-    pub external_ip_cidrs: Vec<IpNet>,
-}
-
-impl ServicePolicy {
-    /// Every external IP allowed (kube-proxy's behaviour): for tests and for clusters that
-    /// guard `spec.externalIPs` by admission instead.
-    pub fn allow_all() -> Self {
-        Self {
-            external_ip_cidrs: ["0.0.0.0/0", "::/0"]
-                .iter()
-                .filter_map(|c| c.parse().ok())
-                .collect(),
-        }
-    }
-
-    fn allows(&self, ip: IpAddr) -> bool {
-        self.external_ip_cidrs.iter().any(|c| c.contains(&ip))
-    }
-}
-
-/// One entry of a Service left out of its datapath, and why, in the API server's words
-/// (`spec.externalIPs[0]: Invalid value: "010.0.0.5": must be a valid IP address`). The rest of
-/// the Service is programmed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dropped {
-    pub field: String,
-    pub value: String,
-    pub detail: String,
-}
-
-impl std::fmt::Display for Dropped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: Invalid value: {:?}: {}",
-            self.field, self.value, self.detail
-        )
-    }
-}
-
-/// `spec.externalIPs` that parse and that the policy allows; the others are `Dropped`.
-fn filter_external_ips(
-    values: &[String],
-    policy: &ServicePolicy,
-    dropped: &mut Vec<Dropped>,
-) -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    for (i, value) in values.iter().enumerate() {
-        let field = format!("spec.externalIPs[{i}]");
-        let drop = |detail: String| Dropped {
-            field: field.clone(),
-            value: value.clone(),
-            detail,
-        };
-        // Rust's parser refuses leading zeros (`010.0.0.5`), which Go once read as octal.
-        match value.parse::<IpAddr>() {
-            Err(_) => dropped.push(drop("must be a valid IP address".into())),
-            Ok(ip) if !policy.allows(ip) => dropped.push(drop(format!(
-                "not inside the external IP CIDRs this cluster allows ({})",
-                allowed_text(policy)
-            ))),
-            Ok(ip) => out.push(ip),
-        }
-    }
-    out
-}
-
-fn allowed_text(policy: &ServicePolicy) -> String {
-    if policy.external_ip_cidrs.is_empty() {
-        "none".into()
-    } else {
-        policy
-            .external_ip_cidrs
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-/// `spec.loadBalancerSourceRanges` that parse; the others are `Dropped`. `None` when entries
-/// were given and none parses: the load balancer must then stay closed, not open to all.
-fn filter_source_ranges(values: &[String], dropped: &mut Vec<Dropped>) -> Option<Vec<IpNet>> {
-    let mut out = Vec::new();
-    for (i, value) in values.iter().enumerate() {
-        match parse_cidr(value.trim()) {
-            Some(net) => out.push(net),
-            None => dropped.push(Dropped {
-                field: format!("spec.loadBalancerSourceRanges[{i}]"),
-                value: value.clone(),
-                detail: "must be a valid CIDR".into(),
-            }),
-        }
-    }
-    (values.is_empty() || !out.is_empty()).then_some(out)
-}
-
-/// A CIDR whose address the standard parser reads: `ipnet` takes `010.0.0.0/8` for
-/// `10.0.0.0/8`, which others read as octal (`8.0.0.0/8`); an ambiguous range is refused.
-fn parse_cidr(text: &str) -> Option<IpNet> {
-    let (addr, len) = text.split_once('/')?;
-    let addr: IpAddr = addr.parse().ok()?;
-    let len: u8 = len.parse().ok()?;
-    IpNet::new(addr, len).ok()
-}
+pub use berth_api::{filter_external_ips, filter_source_ranges, Dropped, ServicePolicy};
 
 fn parse_ips(object: &str, field: &str, values: &[String]) -> Result<Vec<IpAddr>, Error> {
     values
