@@ -236,6 +236,7 @@ impl Index {
                 node: NodeInfo {
                     name: node_name.to_string(),
                     addresses: Vec::new(),
+                    zone: None,
                 },
                 services: Vec::new(),
             },
@@ -644,6 +645,7 @@ impl Index {
         self.set_node(NodeInfo {
             name: self.node_name.clone(),
             addresses: Vec::new(),
+            zone: None,
         });
     }
 

@@ -545,6 +545,7 @@ mod tests {
                     serving: *ready,
                     terminating: false,
                     node_name: Some(node.to_string()),
+                    hints: None,
                 })
                 .collect(),
         }
@@ -556,6 +557,7 @@ mod tests {
             node: NodeInfo {
                 name: "node1".into(),
                 addresses: Vec::new(),
+                zone: None,
             },
             services: vec![
                 mk_port(

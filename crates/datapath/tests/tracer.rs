@@ -452,6 +452,7 @@ fn ipv6_tree_dispatch_matches_linear() {
         node: NodeInfo {
             name: "node-a".into(),
             addresses: vec![ip("fd00:18::11")],
+            zone: None,
         },
         services,
     };

@@ -56,6 +56,12 @@ fn same_for_endpoints(a: &Service, b: &Service) -> bool {
                 &s.metadata.uid,
                 &s.metadata.labels,
                 &s.metadata.deletion_timestamp,
+                s.metadata.annotations.as_ref().map(|a| {
+                    (
+                        a.get(berth_endpoints::ANNOTATION_TOPOLOGY_MODE),
+                        a.get(berth_endpoints::ANNOTATION_TOPOLOGY_AWARE_HINTS),
+                    )
+                }),
             ),
             spec.map(|s| {
                 (
@@ -65,6 +71,7 @@ fn same_for_endpoints(a: &Service, b: &Service) -> bool {
                     &s.publish_not_ready_addresses,
                     &s.ports,
                     &s.cluster_ip,
+                    &s.traffic_distribution,
                 )
             }),
         )

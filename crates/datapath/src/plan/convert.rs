@@ -6,12 +6,12 @@ use std::str::FromStr;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice};
 
 use crate::error::Error;
 use crate::plan::input::{
     Endpoint, IpMode, LoadBalancerIngress, NodeInfo, NodeView, ServicePort, ServicePortName,
-    SessionAffinity, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
+    SessionAffinity, TopologyHints, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
 };
 use berth_api::names::label;
 use berth_core::{Protocol, TrafficPolicy};
@@ -75,23 +75,51 @@ pub fn is_proxied(svc: &Service, mode: ProxyMode) -> bool {
     }
 }
 
+/// The Node's name, its InternalIP then ExternalIP addresses (so the first of a family is its
+/// primary address, as kube-proxy picks it) and its zone label.
 pub fn build_node_info(node: &Node) -> NodeInfo {
-    let addresses = node
+    let status = node
         .status
         .as_ref()
-        .and_then(|status| status.addresses.as_ref())
-        .map(|addresses| {
-            addresses
-                .iter()
-                .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
-                .filter_map(|a| a.address.parse::<IpAddr>().ok())
-                .collect()
-        })
+        .and_then(|status| status.addresses.as_deref())
         .unwrap_or_default();
+    let of_type = |kind: &'static str| {
+        status
+            .iter()
+            .filter(move |a| a.type_ == kind)
+            .filter_map(|a| a.address.parse::<IpAddr>().ok())
+    };
+    let addresses = of_type("InternalIP").chain(of_type("ExternalIP")).collect();
+    let zone = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(label::TOPOLOGY_ZONE))
+        .filter(|zone| !zone.is_empty())
+        .cloned();
     NodeInfo {
         name: node.metadata.name.clone().unwrap_or_default(),
         addresses,
+        zone,
     }
+}
+
+/// An endpoint's `hints`, or `None` when it gives no zone and no node.
+fn build_hints(hints: Option<&EndpointHints>) -> Option<Box<TopologyHints>> {
+    let hints = hints?;
+    let zones = hints
+        .for_zones
+        .iter()
+        .flatten()
+        .map(|z| z.name.clone())
+        .collect();
+    let nodes = hints
+        .for_nodes
+        .iter()
+        .flatten()
+        .map(|n| n.name.clone())
+        .collect();
+    TopologyHints::boxed(zones, nodes)
 }
 
 /// What an administrator allows Services to ask of every node.
@@ -263,6 +291,7 @@ pub fn build_endpoints(
                 serving,
                 terminating,
                 node_name: ep.node_name.clone(),
+                hints: build_hints(ep.hints.as_ref()),
             });
         }
     }

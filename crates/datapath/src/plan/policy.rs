@@ -222,6 +222,7 @@ mod tests {
             serving: true,
             terminating: false,
             node_name: Some(node.into()),
+            hints: None,
         }
     }
 
@@ -238,6 +239,7 @@ mod tests {
         NodeInfo {
             name: "node-a".into(),
             addresses: vec!["198.18.0.11".parse().unwrap()],
+            zone: None,
         }
     }
 

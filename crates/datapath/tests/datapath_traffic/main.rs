@@ -9,7 +9,7 @@
 //!   by the clients' routes to the node that would announce them.
 //! - node1 pods a1 10.244.1.2, a2 10.244.1.3, c1 10.244.1.4 (a client pod); node2 pods
 //!   b1 10.244.2.2, b2 10.244.2.3. Each node is its pods' gateway at 10.244.<n>.1.
-//! - Services 10.96.0.0/16, node ports 30080-30087. Echo servers: TCP 8080, UDP 8053.
+//! - Services 10.96.0.0/16 (topology ones at .30-.32), node ports 30080-30087. Echo servers: TCP 8080, UDP 8053.
 //!
 //! One cluster is built, every scenario runs with tree dispatch, then every scenario again after
 //! a restart of the agents with linear dispatch, then again on the nftables backend (berth's
@@ -21,6 +21,7 @@
 mod cluster;
 mod flows;
 mod split;
+mod topology;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -405,6 +406,18 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "client_ip_affinity_expires",
         flows::client_ip_affinity_expires,
+    ),
+    (
+        "topology_same_zone_endpoints_only",
+        topology::same_zone_endpoints_only,
+    ),
+    (
+        "topology_same_node_endpoints_only",
+        topology::same_node_endpoints_only,
+    ),
+    (
+        "topology_no_endpoint_in_the_zone_falls_back_to_all",
+        topology::no_endpoint_in_the_zone_falls_back_to_all,
     ),
 ];
 
