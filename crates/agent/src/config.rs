@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use berth_core::{dns1123_subdomain_problem, IpFamily, PortRange};
 use berth_datapath::plan::convert::ProxyMode;
-use berth_datapath::{Dispatch, PlanOptions};
+use berth_datapath::{Dispatch, NodePortAddresses, PlanOptions};
 use ipnet::IpNet;
 
 use crate::Error;
@@ -95,6 +95,9 @@ pub struct AgentOptions {
     pub l2_interfaces: Vec<String>,
     /// `spec.externalIPs` are programmed only inside these; empty (the default): none.
     pub external_ip_cidrs: Vec<IpNet>,
+    /// kube-proxy's `--nodeport-addresses`: the node's addresses node ports answer on; empty
+    /// (the default): every local address.
+    pub node_port_addresses: NodePortAddresses,
     /// Namespace of this node's `ServiceL2Status` records (the agent's own: the lease namespace).
     pub l2_status_namespace: String,
     /// Owned addresses are announced again this often after their takeover rounds; zero: only
@@ -122,6 +125,7 @@ impl Default for AgentOptions {
             l2_announcer: false,
             l2_interfaces: Vec::new(),
             external_ip_cidrs: Vec::new(),
+            node_port_addresses: NodePortAddresses::default(),
             l2_status_namespace: "kube-system".into(),
             l2_gratuitous_interval: Duration::from_secs(60),
             bgp_speaker: None,
@@ -288,6 +292,7 @@ impl AgentConfig {
                 .find(|cidr| IpFamily::of(cidr.addr()) == family)
                 .copied(),
             masquerade_all: self.options.masquerade_all,
+            node_port_addresses: self.options.node_port_addresses.clone(),
             ..PlanOptions::default()
         }
     }

@@ -20,6 +20,7 @@
 
 mod cluster;
 mod flows;
+mod node_port_addresses;
 mod split;
 mod topology;
 
@@ -406,6 +407,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "client_ip_affinity_expires",
         flows::client_ip_affinity_expires,
+    ),
+    (
+        "node_ports_answer_only_inside_the_cidrs",
+        node_port_addresses::node_ports_answer_only_inside_the_cidrs,
     ),
     (
         "topology_same_zone_endpoints_only",
