@@ -51,17 +51,14 @@ fn same_for_endpoints(a: &Service, b: &Service) -> bool {
     // The fields `berth-endpoints` reads (its `ServiceView`), and the deletion mark.
     fn read(s: &Service) -> impl PartialEq + '_ {
         let spec = s.spec.as_ref();
+        let annotation = |key: &str| s.metadata.annotations.as_ref().and_then(|a| a.get(key));
         (
             (
                 &s.metadata.uid,
                 &s.metadata.labels,
                 &s.metadata.deletion_timestamp,
-                s.metadata.annotations.as_ref().map(|a| {
-                    (
-                        a.get(berth_endpoints::ANNOTATION_TOPOLOGY_MODE),
-                        a.get(berth_endpoints::ANNOTATION_TOPOLOGY_AWARE_HINTS),
-                    )
-                }),
+                annotation(berth_endpoints::ANNOTATION_TOPOLOGY_MODE),
+                annotation(berth_endpoints::ANNOTATION_TOPOLOGY_AWARE_HINTS),
             ),
             spec.map(|s| {
                 (
