@@ -16,8 +16,10 @@ COPY benches benches
 COPY crates crates
 COPY src src
 # The release profile keeps line tables (file:line in panics), 235 MB; the image carries the
-# symbols but not the debug sections, 47 MB.
-RUN cargo build --release --locked --bin berth \
+# symbols but not the debug sections, 47 MB. `--build-arg CARGO_FEATURES=--no-default-features`
+# leaves out `berth lab` (the in-memory API server and the netns lab), which production never runs.
+ARG CARGO_FEATURES=""
+RUN cargo build --release --locked --bin berth $CARGO_FEATURES \
  && mkdir -p /out && objcopy --strip-debug target/release/berth /out/berth
 
 # trixie, Debian's stable release: nftables 1.1.3, whose `nft` reads only the chains a command

@@ -231,6 +231,8 @@ e2e-kind:
 lint: check-cargo
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# The production binary without `berth lab` (the default feature `lab`) builds and is clean.
+	$(CARGO) clippy -p berth --no-default-features --bins -- -D warnings
 
 ## Generated files
 

@@ -4,12 +4,16 @@
 //! trials (default 20), the client sends an ARP probe and opens a TCP connection to the VIP every
 //! 20 ms; the ARP outage runs from the fault to the first reply from the new owner, the TCP outage
 //! to the end of the last failed connection. The same crash trials run again with membership off
-//! (Lease only, 10 s Leases): the shape of the Lease-based announcers. Then 1,000 LoadBalancer
+//! (Lease only, 10 s Leases): the shape of the Lease-based announcers. The same three faults are
+//! measured for an IPv6 LoadBalancer address announced by NDP (`ndp_rows`): a multicast Neighbor
+//! Solicitation every 20 ms, the outage running to the first solicited Neighbor Advertisement of
+//! the new owner, and beside it the time to its unsolicited NA. Then 1,000 LoadBalancer
 //! Services are added and the API requests of the three agents are counted at steady state.
 //!
 //! Needs root; without it, prints why and a line with no numbers. Ends with
 //! `failover: crash_p99_s=... linkdown_p99_s=... graceful_p99_s=... lease_only_crash_p99_s=... api_rps_1k=...`
-//! where each p99 is of the per-trial client-visible outage, the larger of ARP and TCP.
+//! where each p99 is of the per-trial client-visible outage, the larger of ARP and TCP, and
+//! `failover_ndp: crash_p99_s=... linkdown_p99_s=... graceful_p99_s=...` (the NDP outage).
 
 #![allow(clippy::unwrap_used)]
 
@@ -20,6 +24,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use berth_l2::frame::client::build_arp_request;
+use l2_lab::ndp::{announce_ipv6, vip6, NdpCapture, VIP6};
 use l2_lab::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,7 +231,7 @@ fn main() {
         .build()
         .unwrap();
     let began = Instant::now();
-    let (mut rows, api_rps) = runtime.block_on(async {
+    let (mut rows, ndp, api_rps) = runtime.block_on(async {
         let mut lab = L2Lab::start("bf", "on", "10s").await;
         let rows = rows_for(
             &mut lab,
@@ -235,9 +240,10 @@ fn main() {
             n,
         )
         .await;
+        let ndp = ndp_rows(&mut lab, n).await;
         let api = api_rps_1k(&mut lab).await;
         lab.finish().await;
-        (rows, api)
+        (rows, ndp, api)
     });
     let lease_rows = runtime.block_on(async {
         let mut lab = L2Lab::start("bl", "off", "10s").await;
@@ -267,6 +273,7 @@ fn main() {
             secs(row.visible_p99()),
         );
     }
+    print_ndp_rows(&ndp, n);
     println!("API requests/s, 3 agents, 1,000 LoadBalancer Services, steady state: {api_rps:.2}");
     let p99 = |fault: Fault, lease_only: bool| {
         rows.iter()
@@ -282,4 +289,109 @@ fn main() {
         p99(Fault::Crash, true),
         api_rps
     );
+}
+
+// NDP rows: the same faults for the IPv6 address of `l2_lab::ndp`, kept apart from the ARP rows.
+
+struct NdpTrial {
+    /// To the first solicited NA from the new owner: when a client can resolve the address again.
+    ndp: Duration,
+    /// To the new owner's unsolicited NA, which updates the caches that already hold the address.
+    unsolicited: Duration,
+}
+
+/// One fault of the owner of VIP6, measured by NDP, then undone until the owner answers again.
+async fn ndp_trial(lab: &mut L2Lab, ndp: &NdpCapture, fault: Fault) -> NdpTrial {
+    let owner = owner_among(&NODES, VIP6);
+    let next = owner_among(&without(&NODES, &[&owner]), VIP6);
+    let next_mac = lab.macs[next.as_str()];
+    let t0 = Instant::now();
+    match fault {
+        Fault::Crash => lab.agents.stop(&owner, "-KILL"),
+        Fault::LinkDown => lab.set_link(&owner, false),
+        Fault::Graceful => lab.agents.stop(&owner, "-TERM"),
+    }
+    let deadline = t0 + Duration::from_secs(60);
+    let first = |solicited: bool| {
+        ndp.since(vip6(), t0, |na| {
+            na.mac == next_mac && na.solicited == solicited
+        })
+        .first()
+        .map(|na| na.at - t0)
+    };
+    let (mut answered, mut unsolicited) = (None, None);
+    while Instant::now() < deadline && (answered.is_none() || unsolicited.is_none()) {
+        let tick = Instant::now();
+        ndp.solicit(vip6(), None);
+        answered = answered.or_else(|| first(true));
+        unsolicited = unsolicited.or_else(|| first(false));
+        tokio::time::sleep_until((tick + Duration::from_millis(20)).into()).await;
+    }
+    match fault {
+        Fault::Crash | Fault::Graceful => lab.agents.start(&owner),
+        Fault::LinkDown => lab.set_link(&owner, true),
+    }
+    ndp.until(vip6(), Some(lab.macs[owner.as_str()]), "the owner back")
+        .await;
+    // Let the interim owner's and the returning owner's unsolicited rounds pass.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let missing = deadline - t0;
+    NdpTrial {
+        ndp: answered.unwrap_or(missing),
+        unsolicited: unsolicited.unwrap_or(missing),
+    }
+}
+
+async fn ndp_rows(lab: &mut L2Lab, n: usize) -> Vec<(Fault, Vec<NdpTrial>)> {
+    let ndp = NdpCapture::start(&lab.client_ns);
+    announce_ipv6(&lab.client).await;
+    let owner = owner_among(&NODES, VIP6);
+    ndp.until(vip6(), Some(lab.macs[owner.as_str()]), "first election")
+        .await;
+    let mut rows = Vec::new();
+    for fault in [Fault::Crash, Fault::LinkDown, Fault::Graceful] {
+        let mut trials = Vec::new();
+        for i in 0..n {
+            let t = ndp_trial(lab, &ndp, fault).await;
+            eprintln!(
+                "NDP {}: trial {}: solicited NA {} s, unsolicited NA {} s",
+                fault.name(),
+                i + 1,
+                secs(t.ndp),
+                secs(t.unsolicited)
+            );
+            trials.push(t);
+        }
+        rows.push((fault, trials));
+    }
+    rows
+}
+
+fn print_ndp_rows(rows: &[(Fault, Vec<NdpTrial>)], n: usize) {
+    println!();
+    println!(
+        "L2 failover by NDP (IPv6 address): 3 agents, membership (SWIM + Lease), {n} trials per row, multicast NS every 20 ms"
+    );
+    println!("| fault | NDP p50 s | NDP p99 s | unsolicited NA p50 s | unsolicited NA p99 s |");
+    println!("|---|---|---|---|---|");
+    let mut summary = Vec::new();
+    for (fault, trials) in rows {
+        let ndp: Vec<Duration> = trials.iter().map(|t| t.ndp).collect();
+        let unsolicited: Vec<Duration> = trials.iter().map(|t| t.unsolicited).collect();
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            fault.name(),
+            secs(percentile(&ndp, 50.0)),
+            secs(percentile(&ndp, 99.0)),
+            secs(percentile(&unsolicited, 50.0)),
+            secs(percentile(&unsolicited, 99.0)),
+        );
+        let key = match fault {
+            Fault::Crash => "crash",
+            Fault::LinkDown => "linkdown",
+            Fault::Graceful => "graceful",
+        };
+        summary.push(format!("{key}_p99_s={}", secs(percentile(&ndp, 99.0))));
+    }
+    println!("failover_ndp: {}", summary.join(" "));
 }

@@ -10,6 +10,7 @@ use berth_telemetry::{resolve_log_filter, LogConfig, LogFormat};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cli::agent::AgentArgs;
 use cli::controller::ControllerArgs;
+#[cfg(feature = "lab")]
 use cli::lab::LabCommand;
 
 #[derive(Debug, Parser)]
@@ -81,6 +82,7 @@ enum Command {
     Version,
     /// The lab: berth on one Linux host, for tests and demos (never for production).
     #[command(subcommand)]
+    #[cfg(feature = "lab")]
     Lab(LabCommand),
     /// Explain what berth does with an object, from the API and the agents.
     #[command(subcommand)]
@@ -121,6 +123,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Version => write_stdout(&version_line()),
         Command::Agent(args) => cli::agent::run(args),
+        #[cfg(feature = "lab")]
         Command::Lab(command) => cli::lab::run(command),
         Command::Explain(command) => cli::explain::run(command),
         Command::Controller(args) => cli::controller::run(args),

@@ -1,6 +1,8 @@
 //! `berth agent` as a real process inside a node namespace, watching the lab API server: a
 //! Service and its EndpointSlice created through the API become rules that real packets follow,
-//! an endpoint change moves them, and deleting the Service stops them. Root, iproute2 and
+//! an endpoint change moves them, and deleting the Service stops them. With the datapath and the
+//! L2 announcer both reading Services, EndpointSlices and Nodes, the agent watches each kind
+//! once (the lab API server's request log). Root, iproute2 and
 //! iptables only (skips with a message elsewhere, fails under `CI=true`).
 //!
 //! Address plan (docs/architecture.md): LAN 198.18.0.0/24 (node1 .11, client .100); pods a1 and
@@ -101,6 +103,7 @@ async fn the_agent_process_turns_api_objects_into_rules_packets_follow() {
     let server = LabApiServer::builder()
         .listen("127.0.0.1:0".parse().unwrap())
         .listener(Listener::Bound(inside))
+        .record_requests(true)
         .start()
         .await
         .unwrap();
@@ -139,6 +142,9 @@ async fn the_agent_process_turns_api_objects_into_rules_packets_follow() {
                 "127.0.0.1:0",
             ])
             .args(["--healthz-bind-address", "127.0.0.1"])
+            // The announcer reads Services, EndpointSlices and Nodes too; no pool or
+            // advertisement exists, so it owns and sends nothing.
+            .arg("--l2-announcer")
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .stdout(Stdio::null())
@@ -221,6 +227,22 @@ async fn the_agent_process_turns_api_objects_into_rules_packets_follow() {
         "the agent exited during the test"
     );
     drop(agent);
+
+    // One watch per kind, however many parts of the agent read it. The test's own client
+    // watches nothing, so every watch in the log is the agent's.
+    let mut watches = std::collections::BTreeMap::<String, u64>::new();
+    for r in server.recorded_requests() {
+        if r.verb == "watch" {
+            *watches.entry(r.resource.clone()).or_default() += r.count;
+        }
+    }
+    for kind in ["services", "endpointslices", "nodes"] {
+        assert_eq!(
+            watches.get(kind),
+            Some(&1),
+            "watches of {kind}: {watches:?}"
+        );
+    }
     server.shutdown().await.unwrap();
     topo.destroy().unwrap();
     let _ = std::fs::remove_dir_all(&dir);

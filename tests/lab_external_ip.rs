@@ -55,6 +55,7 @@ async fn a_tenant_external_ip_on_the_api_servers_address_takes_nothing() {
     let opts = berth_lab::cluster::UpOptions {
         name,
         nodes: 1,
+        families: berth_lab::cluster::plan::LabFamilies::Ipv4,
         state_dir: dir,
         exe: BERTH.into(),
         timeout: Duration::from_secs(60),

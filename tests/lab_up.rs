@@ -1,5 +1,6 @@
 //! `berth lab up / down` as processes: a lab proves a NodePort Service from its client and
-//! leaves nothing behind; `down` removes everything after `up` was SIGKILLed; a second `up`
+//! leaves nothing behind; the examples are proven through every address of every Service on a
+//! dual-stack lab (the default) and an IPv6-only one; `down` removes everything after `up` was SIGKILLed; a second `up`
 //! refuses while the first runs. Needs root and iproute2/iptables: each lab is named
 //! `t<pid><n>` (namespaces `berth-t<pid><n>-*`) with its own state directory. Skips with a
 //! message elsewhere (berth-testing's `require`), and fails instead under CI=true or
@@ -118,6 +119,125 @@ fn up_once_proves_a_node_port_from_the_client_and_leaves_nothing() {
         .unwrap_or_else(|| panic!("no ClusterIP request in:\n{stdout}"));
     assert!(cluster_ip.contains("pod web-"), "{cluster_ip}");
     assert!(stdout.contains("default/web"), "{stdout}");
+    assert!(lab.namespaces().is_empty(), "{:?}", lab.namespaces());
+    assert!(!lab.dir.exists());
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+/// The request lines of a proof, e.g. `LoadBalancer [fd00:198:18::200]:80 from client: ...`.
+fn requests(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains(" from ") && l.contains("answered"))
+        .collect()
+}
+
+/// Whether `lines` hold an answered request of `path` to an address starting with `addr`.
+fn answered(lines: &[&str], path: &str, addr: &str) -> bool {
+    lines
+        .iter()
+        .any(|l| l.starts_with(&format!("{path} {addr}")) && l.contains(": pod echo-"))
+}
+
+#[test]
+fn up_once_proves_the_examples_through_both_families_and_through_ipv6_alone() {
+    if !lab_ready() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = LabName::new(3);
+    let examples = examples();
+    let up = |family: &str| {
+        lab.run(
+            "up",
+            &[
+                "--nodes",
+                "2",
+                "--ip-family",
+                family,
+                "--once",
+                "--timeout",
+                "60s",
+                "--apply",
+                examples.to_str().unwrap(),
+            ],
+        )
+    };
+
+    // Dual stack (the default family, named here): the dual-stack Service answers on its IPv4
+    // and IPv6 LoadBalancer addresses (ARP and NDP), on both node-port families and on both
+    // ClusterIPs; the single-stack one stays IPv4.
+    let out = up("dual");
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}
+{}",
+        text(&out.stderr)
+    );
+    let lines = requests(&stdout);
+    for (path, addr) in [
+        ("LoadBalancer", "198.18.0.2"),
+        ("LoadBalancer", "[fd00:198:18::2"),
+        ("NodePort", "198.18.0.11:"),
+        ("NodePort", "[fd00:198:18::11]:"),
+        ("ClusterIP", "10.96."),
+        ("ClusterIP", "[fd00:96::"),
+    ] {
+        assert!(
+            answered(&lines, path, addr),
+            "no {path} {addr} in:
+{stdout}"
+        );
+    }
+    assert_eq!(
+        lines.len(),
+        3 + 6,
+        "echo: 3 ways in, echo-dual: 6
+{stdout}"
+    );
+    let dual_row = stdout
+        .lines()
+        .find(|l| l.starts_with("default/echo-dual"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no echo-dual row in:
+{stdout}"
+            )
+        });
+    assert!(
+        dual_row.contains("198.18.0.2") && dual_row.contains("fd00:198:18::2"),
+        "{dual_row}"
+    );
+    assert!(lab.namespaces().is_empty(), "{:?}", lab.namespaces());
+
+    // IPv6 only: every Service, the single-stack one too, answers over IPv6 alone.
+    let out = up("ipv6");
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}
+{}",
+        text(&out.stderr)
+    );
+    let lines = requests(&stdout);
+    assert_eq!(lines.len(), 2 * 3, "{stdout}");
+    assert!(
+        lines.iter().all(|l| l
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|a| a.starts_with('['))),
+        "an IPv4 way in on an IPv6-only lab:
+{stdout}"
+    );
+    assert!(
+        answered(&lines, "LoadBalancer", "[fd00:198:18::2"),
+        "{stdout}"
+    );
     assert!(lab.namespaces().is_empty(), "{:?}", lab.namespaces());
     assert!(!lab.dir.exists());
 }

@@ -24,9 +24,14 @@ wait_for() {
     done
 }
 
+# url IP PORT: the URL of / there; an IPv6 address goes in brackets.
+url() {
+    if [[ $1 == *:* ]]; then echo "http://[$1]:$2/"; else echo "http://$1:$2/"; fi
+}
+
 # get_from NETNS IP PORT: one HTTP request from inside the namespace; prints the echo line.
 get_from() {
-    ip netns exec "$1" curl -s --max-time 2 "http://$2:$3/"
+    ip netns exec "$1" curl -s --max-time 2 "$(url "$2" "$3")"
 }
 
 # pod_of LINE: the pod named in an echo answer.
@@ -47,6 +52,8 @@ svc_field() { kubectl get svc "$1" -o "jsonpath=$2"; }
 
 node_port() { svc_field "$1" '{.spec.ports[0].nodePort}'; }
 lb_ip() { svc_field "$1" '{.status.loadBalancer.ingress[0].ip}'; }
+# lb_ips SVC: every LoadBalancer address, space separated.
+lb_ips() { svc_field "$1" '{.status.loadBalancer.ingress[*].ip}'; }
 # announcer SVC: the nodes whose agents record that they announce the Service's addresses (one,
 # unless an address is changing hands).
 announcer() {
@@ -111,9 +118,16 @@ spec:
 YAML
 }
 
-# node_ip NODE: the node's LAN address.
-node_ip() {
+# node_ips NODE: the node's LAN addresses (its InternalIPs, primary family first).
+node_ips() {
     kubectl get node "$1" -o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}'
+}
+
+# node_ip NODE: the node's LAN address of the cluster's primary family.
+node_ip() {
+    local ips
+    read -ra ips <<<"$(node_ips "$1")"
+    echo "${ips[0]}"
 }
 
 # arp_answers NETNS IP: whether anyone on the LAN answers ARP for IP (a neighbour entry that

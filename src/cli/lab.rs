@@ -51,6 +51,12 @@ pub struct UpArgs {
     #[arg(long, env = "BERTH_LAB_NODES", default_value_t = 3)]
     nodes: usize,
 
+    /// The cluster's address families: `dual` (Nodes, Pods, Service CIDRs and rules of both
+    /// families, IPv4 primary), `ipv4`, or `ipv6` (an IPv6-only cluster whose namespaces keep an
+    /// IPv4 LAN address too).
+    #[arg(long, env = "BERTH_LAB_IP_FAMILY", value_enum, default_value_t = IpFamilyArg::Dual)]
+    ip_family: IpFamilyArg,
+
     /// Manifests to apply once the lab is up (every .yaml file of the directory).
     #[arg(long, env = "BERTH_LAB_APPLY")]
     apply: Option<PathBuf>,
@@ -64,6 +70,25 @@ pub struct UpArgs {
     timeout: std::time::Duration,
 }
 
+/// `--ip-family`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IpFamilyArg {
+    Ipv4,
+    Ipv6,
+    Dual,
+}
+
+impl From<IpFamilyArg> for berth_lab::cluster::plan::LabFamilies {
+    fn from(arg: IpFamilyArg) -> Self {
+        use berth_lab::cluster::plan::LabFamilies;
+        match arg {
+            IpFamilyArg::Ipv4 => LabFamilies::Ipv4,
+            IpFamilyArg::Ipv6 => LabFamilies::Ipv6,
+            IpFamilyArg::Dual => LabFamilies::Dual,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct KubeletArgs {
     /// The lab's name (its namespaces are `berth-<name>-*`).
@@ -73,6 +98,10 @@ pub struct KubeletArgs {
     /// Number of the lab's nodes.
     #[arg(long, env = "BERTH_LAB_NODES", default_value_t = 3)]
     nodes: usize,
+
+    /// The cluster's address families, as given to `lab up`.
+    #[arg(long, env = "BERTH_LAB_IP_FAMILY", value_enum, default_value_t = IpFamilyArg::Ipv4)]
+    ip_family: IpFamilyArg,
 
     /// Kubeconfig of the lab's API server.
     #[arg(long, env = "BERTH_KUBECONFIG")]
@@ -237,6 +266,7 @@ fn run_up(args: UpArgs) -> anyhow::Result<()> {
     let opts = berth_lab::cluster::UpOptions {
         name: args.lab.name.clone(),
         nodes: args.nodes,
+        families: args.ip_family.into(),
         state_dir: args.lab.state_dir.clone(),
         exe: std::env::current_exe().context("finding the berth binary")?,
         timeout: args.timeout,
@@ -292,12 +322,14 @@ fn run_up(args: UpArgs) -> anyhow::Result<()> {
 
 fn run_kubelet(args: KubeletArgs) -> anyhow::Result<()> {
     let prefix = berth_lab::cluster::plan::lab_prefix(&args.name)?;
-    let layout = berth_lab::topology::layout(&berth_lab::cluster::plan::lab_topology(
-        &prefix, args.nodes,
+    let families = args.ip_family.into();
+    let layout = berth_lab::topology::layout(&berth_lab::cluster::plan::lab_topology_for(
+        &prefix, args.nodes, families,
     )?)?;
+    let config = berth_lab::kubelet::KubeletConfig::new(layout).with_families(families);
     super::run(|shutdown| async move {
         let client = super::build_client(args.kubeconfig.as_deref()).await?;
-        berth_lab::kubelet::Kubelet::new(client, berth_lab::kubelet::KubeletConfig::new(layout))
+        berth_lab::kubelet::Kubelet::new(client, config)
             .run(shutdown)
             .await
             .context("running the lab kubelet")
@@ -360,6 +392,28 @@ mod tests {
         let faults = args.faults.unwrap();
         assert_eq!((faults.error_rate, faults.seed), (0.1, 3));
         assert!(parse(&["lab", "apiserver", "--faults", "{oops"]).is_err());
+    }
+
+    #[test]
+    fn lab_up_is_dual_stack_unless_told_otherwise() {
+        use berth_lab::cluster::plan::LabFamilies;
+        let families = |argv: &[&str]| match parse(argv).unwrap().command {
+            Command::Lab(LabCommand::Up(args)) => LabFamilies::from(args.ip_family),
+            Command::Lab(LabCommand::Kubelet(args)) => LabFamilies::from(args.ip_family),
+            other => panic!("parsed {other:?}"),
+        };
+        assert_eq!(families(&["lab", "up"]), LabFamilies::Dual);
+        assert_eq!(
+            families(&["lab", "up", "--ip-family", "ipv6"]),
+            LabFamilies::Ipv6
+        );
+        // The kubelet is told by `up`; alone it keeps the IPv4 default of its callers.
+        assert_eq!(families(&["lab", "kubelet"]), LabFamilies::Ipv4);
+        assert_eq!(
+            families(&["lab", "kubelet", "--ip-family", "dual"]),
+            LabFamilies::Dual
+        );
+        assert!(parse(&["lab", "up", "--ip-family", "IPv6"]).is_err());
     }
 
     #[test]

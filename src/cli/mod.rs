@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod controller;
 pub mod explain;
+#[cfg(feature = "lab")]
 pub mod lab;
 
 use std::future::Future;

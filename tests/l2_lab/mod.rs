@@ -11,6 +11,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod ndp;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

@@ -17,9 +17,6 @@ use berth_datapath::iptables::Iptables;
 use berth_datapath::plan::convert::ProxyMode;
 use berth_telemetry::{MetricsRegistry, Readiness, ReadinessCheck, SharedRegistry};
 use chrono::Utc;
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::Api;
 use kube::runtime::watcher;
 use kube::Client;
 use tokio::net::TcpListener;
@@ -36,7 +33,8 @@ use crate::healthcheck::{build_health_targets, HealthCheckServers, HealthTarget}
 use crate::index::{Index, Pending};
 use crate::metrics::{AgentMetrics, FamilyOutcome};
 use crate::schedule::{AgentHealth, SyncSchedule, SyncScope};
-use crate::watch::{run_watch, Handlers};
+use crate::speaker::SpeakerObjects;
+use crate::watch::{Feeds, Handlers};
 use crate::Error;
 
 /// What the sync loop last did, published for tests and diagnostics.
@@ -344,57 +342,66 @@ where
         &self.metrics
     }
 
+    /// Feeds the datapath's index from the agent's shared watches.
+    fn subscribe(feeds: &mut Feeds, index: &Arc<Mutex<Index>>, wake: &Arc<Notify>) {
+        feeds.services.feed(
+            index,
+            wake,
+            Handlers {
+                kind: "Service",
+                apply: Index::apply_service,
+                delete: Index::delete_service,
+                begin: Index::begin_services,
+                finish: Index::finish_services,
+            },
+        );
+        feeds.slices.feed(
+            index,
+            wake,
+            Handlers {
+                kind: "EndpointSlice",
+                apply: Index::apply_slice,
+                delete: Index::delete_slice,
+                begin: Index::begin_slices,
+                finish: Index::finish_slices,
+            },
+        );
+        // Other nodes' objects, when the announcer has them watched, are ignored.
+        feeds.nodes.feed(
+            index,
+            wake,
+            Handlers {
+                kind: "Node",
+                apply: Index::apply_node,
+                delete: Index::delete_node,
+                begin: Index::begin_node,
+                finish: Index::finish_node,
+            },
+        );
+    }
+
+    /// One watch per kind, whatever reads it: the datapath, the announcer, the BGP speaker.
     fn spawn_watches(
         &self,
         index: &Arc<Mutex<Index>>,
         wake: &Arc<Notify>,
+        speaker: Option<&SpeakerObjects>,
         stop: &CancellationToken,
     ) -> Vec<JoinHandle<()>> {
-        let node_selector = format!("metadata.name={}", self.config.node_name());
-        vec![
-            tokio::spawn(run_watch(
-                Api::<Service>::all(self.client.clone()),
-                watcher::Config::default(),
-                index.clone(),
-                wake.clone(),
-                Handlers {
-                    kind: "Service",
-                    apply: Index::apply_service,
-                    delete: Index::delete_service,
-                    begin: Index::begin_services,
-                    finish: Index::finish_services,
-                },
-                stop.clone(),
-            )),
-            tokio::spawn(run_watch(
-                Api::<EndpointSlice>::all(self.client.clone()),
-                watcher::Config::default(),
-                index.clone(),
-                wake.clone(),
-                Handlers {
-                    kind: "EndpointSlice",
-                    apply: Index::apply_slice,
-                    delete: Index::delete_slice,
-                    begin: Index::begin_slices,
-                    finish: Index::finish_slices,
-                },
-                stop.clone(),
-            )),
-            tokio::spawn(run_watch(
-                Api::<Node>::all(self.client.clone()),
-                watcher::Config::default().fields(&node_selector),
-                index.clone(),
-                wake.clone(),
-                Handlers {
-                    kind: "Node",
-                    apply: Index::apply_node,
-                    delete: Index::delete_node,
-                    begin: Index::begin_node,
-                    finish: Index::finish_node,
-                },
-                stop.clone(),
-            )),
-        ]
+        let mut feeds = Feeds::new();
+        Self::subscribe(&mut feeds, index, wake);
+        match &self.announcer {
+            Some(announcer) => announcer.subscribe(&mut feeds),
+            // Nothing else reads Nodes: watch this node's alone.
+            None => feeds.nodes.set_config(
+                watcher::Config::default()
+                    .fields(&format!("metadata.name={}", self.config.node_name())),
+            ),
+        }
+        if let Some(speaker) = speaker {
+            speaker.subscribe(&mut feeds);
+        }
+        feeds.spawn(&self.client, stop)
     }
 
     /// Runs until `shutdown` resolves, serving the admin endpoint on `admin`. Stopping leaves the
@@ -425,7 +432,8 @@ where
             .with_node_eligibility(health.node_eligibility()),
         ));
         let wake = Arc::new(Notify::new());
-        let watches = self.spawn_watches(&index, &wake, &stop);
+        let speaker_objects = self.config.speaker().map(|_| SpeakerObjects::default());
+        let watches = self.spawn_watches(&index, &wake, speaker_objects.as_ref(), &stop);
         let announcer = self.announcer.take().map(|announcer| {
             let stop = stop.clone();
             tokio::spawn(async move {
@@ -436,25 +444,31 @@ where
                 result
             })
         });
-        let speaker = self.config.speaker().cloned().map(|config| {
-            let task = crate::speaker::run_speaker(
-                config,
-                self.client.clone(),
-                index.clone(),
-                self.synced.subscribe(),
-                stop.clone(),
-            );
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let result = task.await;
-                if let Err(err) = &result {
-                    tracing::error!(error = %error_chain(err), "the BGP speaker stopped");
-                    // Without the speaker nothing is announced: stop rather than run half.
-                    stop.cancel();
-                }
-                result
-            })
-        });
+        let speaker =
+            self.config
+                .speaker()
+                .cloned()
+                .zip(speaker_objects)
+                .map(|(config, objects)| {
+                    let task = crate::speaker::run_speaker(
+                        config,
+                        self.client.clone(),
+                        objects,
+                        index.clone(),
+                        self.synced.subscribe(),
+                        stop.clone(),
+                    );
+                    let stop = stop.clone();
+                    tokio::spawn(async move {
+                        let result = task.await;
+                        if let Err(err) = &result {
+                            tracing::error!(error = %error_chain(err), "the BGP speaker stopped");
+                            // Without the speaker nothing is announced: stop rather than run half.
+                            stop.cancel();
+                        }
+                        result
+                    })
+                });
         let router = admin_router(
             registry,
             self.readiness.clone(),

@@ -1,5 +1,6 @@
-//! The L2 announcer inside the agent: watches of IPPools, L2Advertisements, Nodes, Services and
-//! EndpointSlices feed berth-l2's [`L2Index`]; with the live set and the local interfaces'
+//! The L2 announcer inside the agent: IPPools, L2Advertisements, Nodes, Services and
+//! EndpointSlices feed berth-l2's [`L2Index`] (all but L2Advertisements through the agent's
+//! shared watches, [`Feeds`]); with the live set and the local interfaces'
 //! state it becomes the table of answers each interface's speaker reads. What it announces is
 //! kept in this node's `ServiceL2Status` records ([`crate::l2status`]); when this node takes an
 //! address over, the Services holding it get an Event "announcing from node X". The agent
@@ -10,14 +11,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use berth_api::names::event;
-use berth_api::{IPPool, L2Advertisement};
+use berth_api::L2Advertisement;
 use berth_l2::{
     build_announced, diff_ownership, local_interfaces, Answers, InterfaceHold, L2Index, L2Metrics,
     PacketLink, StartupSettle, TakeoverDelay,
 };
 use berth_telemetry::MetricsRegistry;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::l2status::{run_status_records, AnnouncedSet};
-use crate::watch::{run_watch, Handlers};
+use crate::watch::{run_watch, Feeds, Handlers};
 use crate::Error;
 
 /// The nodes whose agents are live, as berth-membership publishes them.
@@ -64,6 +64,9 @@ pub struct Announcer {
     client: Client,
     metrics: L2Metrics,
     live: Option<LiveSet>,
+    /// What the watches tell the announcer, and the signal that they told it something.
+    index: Arc<Mutex<L2Index>>,
+    wake: Arc<Notify>,
 }
 
 fn lock(index: &Mutex<L2Index>) -> std::sync::MutexGuard<'_, L2Index> {
@@ -114,6 +117,8 @@ impl Announcer {
             client,
             metrics: L2Metrics::register(registry.sub_registry("l2")),
             live,
+            index: Arc::new(Mutex::new(L2Index::new(node))),
+            wake: Arc::new(Notify::new()),
         }
     }
 
@@ -127,115 +132,102 @@ impl Announcer {
         &self.metrics
     }
 
-    fn spawn_watches(
-        &self,
-        index: &Arc<Mutex<L2Index>>,
-        wake: &Arc<Notify>,
-        stop: &CancellationToken,
-    ) -> Vec<JoinHandle<()>> {
-        let client = &self.client;
-        vec![
-            tokio::spawn(run_watch(
-                Api::<IPPool>::all(client.clone()),
-                watcher::Config::default(),
-                index.clone(),
-                wake.clone(),
-                Handlers {
-                    kind: "IPPool",
-                    apply: |i: &mut L2Index, o| {
-                        i.apply_pool(o);
-                    },
-                    delete: |i: &mut L2Index, o| {
-                        i.delete_pool(o);
-                    },
-                    begin: L2Index::begin_pools,
-                    finish: |i: &mut L2Index| {
-                        i.finish_pools();
-                    },
+    /// Feeds the announcer's index from the agent's shared watches of IPPools, Nodes, Services
+    /// and EndpointSlices (the kinds other components read too).
+    pub(crate) fn subscribe(&self, feeds: &mut Feeds) {
+        let (index, wake) = (&self.index, &self.wake);
+        feeds.pools.feed(
+            index,
+            wake,
+            Handlers {
+                kind: "IPPool",
+                apply: |i: &mut L2Index, o| {
+                    i.apply_pool(o);
                 },
-                stop.clone(),
-            )),
-            tokio::spawn(run_watch(
-                Api::<L2Advertisement>::all(client.clone()),
-                watcher::Config::default(),
-                index.clone(),
-                wake.clone(),
-                Handlers {
-                    kind: "L2Advertisement",
-                    apply: |i: &mut L2Index, o| {
-                        i.apply_advertisement(o);
-                    },
-                    delete: |i: &mut L2Index, o| {
-                        i.delete_advertisement(o);
-                    },
-                    begin: L2Index::begin_advertisements,
-                    finish: |i: &mut L2Index| {
-                        i.finish_advertisements();
-                    },
+                delete: |i: &mut L2Index, o| {
+                    i.delete_pool(o);
                 },
-                stop.clone(),
-            )),
-            tokio::spawn(run_watch(
-                Api::<Node>::all(client.clone()),
-                watcher::Config::default(),
-                index.clone(),
-                wake.clone(),
-                Handlers {
-                    kind: "Node",
-                    apply: |i: &mut L2Index, o| {
-                        i.apply_node(o);
-                    },
-                    delete: |i: &mut L2Index, o| {
-                        i.delete_node(o);
-                    },
-                    begin: L2Index::begin_nodes,
-                    finish: |i: &mut L2Index| {
-                        i.finish_nodes();
-                    },
+                begin: L2Index::begin_pools,
+                finish: |i: &mut L2Index| {
+                    i.finish_pools();
                 },
-                stop.clone(),
-            )),
-            tokio::spawn(run_watch(
-                Api::<Service>::all(client.clone()),
-                watcher::Config::default(),
-                index.clone(),
-                wake.clone(),
-                Handlers {
-                    kind: "Service",
-                    apply: |i: &mut L2Index, o| {
-                        i.apply_service(o);
-                    },
-                    delete: |i: &mut L2Index, o| {
-                        i.delete_service(o);
-                    },
-                    begin: L2Index::begin_services,
-                    finish: |i: &mut L2Index| {
-                        i.finish_services();
-                    },
+            },
+        );
+        feeds.nodes.feed(
+            index,
+            wake,
+            Handlers {
+                kind: "Node",
+                apply: |i: &mut L2Index, o| {
+                    i.apply_node(o);
                 },
-                stop.clone(),
-            )),
-            tokio::spawn(run_watch(
-                Api::<EndpointSlice>::all(client.clone()),
-                watcher::Config::default(),
-                index.clone(),
-                wake.clone(),
-                Handlers {
-                    kind: "EndpointSlice",
-                    apply: |i: &mut L2Index, o| {
-                        i.apply_slice(o);
-                    },
-                    delete: |i: &mut L2Index, o| {
-                        i.delete_slice(o);
-                    },
-                    begin: L2Index::begin_slices,
-                    finish: |i: &mut L2Index| {
-                        i.finish_slices();
-                    },
+                delete: |i: &mut L2Index, o| {
+                    i.delete_node(o);
                 },
-                stop.clone(),
-            )),
-        ]
+                begin: L2Index::begin_nodes,
+                finish: |i: &mut L2Index| {
+                    i.finish_nodes();
+                },
+            },
+        );
+        feeds.services.feed(
+            index,
+            wake,
+            Handlers {
+                kind: "Service",
+                apply: |i: &mut L2Index, o| {
+                    i.apply_service(o);
+                },
+                delete: |i: &mut L2Index, o| {
+                    i.delete_service(o);
+                },
+                begin: L2Index::begin_services,
+                finish: |i: &mut L2Index| {
+                    i.finish_services();
+                },
+            },
+        );
+        feeds.slices.feed(
+            index,
+            wake,
+            Handlers {
+                kind: "EndpointSlice",
+                apply: |i: &mut L2Index, o| {
+                    i.apply_slice(o);
+                },
+                delete: |i: &mut L2Index, o| {
+                    i.delete_slice(o);
+                },
+                begin: L2Index::begin_slices,
+                finish: |i: &mut L2Index| {
+                    i.finish_slices();
+                },
+            },
+        );
+    }
+
+    /// The watch of the one kind only the announcer reads.
+    fn spawn_advertisements(&self, stop: &CancellationToken) -> JoinHandle<()> {
+        tokio::spawn(run_watch(
+            Api::<L2Advertisement>::all(self.client.clone()),
+            watcher::Config::default(),
+            self.index.clone(),
+            self.wake.clone(),
+            Handlers {
+                kind: "L2Advertisement",
+                apply: |i: &mut L2Index, o| {
+                    i.apply_advertisement(o);
+                },
+                delete: |i: &mut L2Index, o| {
+                    i.delete_advertisement(o);
+                },
+                begin: L2Index::begin_advertisements,
+                finish: |i: &mut L2Index| {
+                    i.finish_advertisements();
+                },
+            },
+            stop.clone(),
+        ))
     }
 
     /// Runs until `stop` is cancelled. Fails only when no interface can be opened.
@@ -265,9 +257,7 @@ impl Announcer {
         if opened.is_empty() {
             return Err(Error::NoInterface(interfaces.join(",")));
         }
-        let index = Arc::new(Mutex::new(L2Index::new(&self.node)));
-        let wake = Arc::new(Notify::new());
-        tasks.extend(self.spawn_watches(&index, &wake, &stop));
+        tasks.push(self.spawn_advertisements(&stop));
         let (report_tx, report_rx) = mpsc::channel(REPORT_QUEUE);
         tasks.push(tokio::spawn(run_reports(
             self.client.clone(),
@@ -289,6 +279,8 @@ impl Announcer {
             client: _,
             metrics,
             mut live,
+            index,
+            wake,
         } = self;
         let mut current = Arc::new(Answers::default());
         let mut hold = InterfaceHold::new(INTERFACE_HOLD);

@@ -38,7 +38,7 @@ use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::index::Index;
-use crate::watch::{run_watch, Handlers};
+use crate::watch::{run_watch, Feeds, Handlers};
 use crate::Error;
 
 /// A full re-render and route check at least this often, whatever was heard.
@@ -272,16 +272,16 @@ fn compute_pass(objects: &BgpObjects, index: &Index, announce: bool) -> Pass {
 
 /// Runs the speaker until `stop`: renders and applies FRR's configuration, keeps the routes of
 /// the announced addresses, and withdraws them all before returning.
-pub async fn run_speaker(
+pub(crate) async fn run_speaker(
     config: SpeakerConfig,
     client: Client,
+    objects: SpeakerObjects,
     index: Arc<Mutex<Index>>,
     mut synced: watch::Receiver<u64>,
     stop: CancellationToken,
 ) -> Result<(), Error> {
     let routes = KernelRoutes::open().await.map_err(Error::Bgp)?;
-    let objects = Arc::new(Mutex::new(BgpObjects::default()));
-    let wake = Arc::new(Notify::new());
+    let SpeakerObjects { objects, wake } = objects;
     let tasks = spawn_watches(&client, &objects, &wake, &stop);
     let mut applied: Option<String> = None;
     let mut reported: Vec<berth_bgp::Skipped> = Vec::new();
@@ -386,6 +386,31 @@ async fn apply_frr_config(config: &SpeakerConfig, text: &str) -> Result<(), Stri
     }
 }
 
+/// The speaker's view of the BGP objects and IPPools, and the signal that it changed; made
+/// before the agent's shared watches start, so IPPools are watched once for every reader.
+#[derive(Default)]
+pub(crate) struct SpeakerObjects {
+    objects: Arc<Mutex<BgpObjects>>,
+    wake: Arc<Notify>,
+}
+
+impl SpeakerObjects {
+    pub(crate) fn subscribe(&self, feeds: &mut Feeds) {
+        feeds.pools.feed(
+            &self.objects,
+            &self.wake,
+            Handlers {
+                kind: "IPPool",
+                apply: BgpObjects::apply_pool,
+                delete: |o: &mut BgpObjects, p| o.pools.delete(&p.name_any()),
+                begin: |o: &mut BgpObjects| o.pools.begin(),
+                finish: |o: &mut BgpObjects| o.pools.finish(),
+            },
+        );
+    }
+}
+
+/// The watches of the kinds only the speaker reads.
 fn spawn_watches(
     client: &Client,
     objects: &Arc<Mutex<BgpObjects>>,
@@ -432,20 +457,6 @@ fn spawn_watches(
                 delete: |o: &mut BgpObjects, p| o.profiles.delete(&p.name_any()),
                 begin: |o: &mut BgpObjects| o.profiles.begin(),
                 finish: |o: &mut BgpObjects| o.profiles.finish(),
-            },
-            stop.clone(),
-        )),
-        tokio::spawn(run_watch(
-            Api::<IPPool>::all(client.clone()),
-            watcher::Config::default(),
-            objects.clone(),
-            wake.clone(),
-            Handlers {
-                kind: "IPPool",
-                apply: BgpObjects::apply_pool,
-                delete: |o: &mut BgpObjects, p| o.pools.delete(&p.name_any()),
-                begin: |o: &mut BgpObjects| o.pools.begin(),
-                finish: |o: &mut BgpObjects| o.pools.finish(),
             },
             stop.clone(),
         )),

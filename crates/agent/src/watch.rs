@@ -1,15 +1,21 @@
-//! Watch tasks: each turns one kube-rs watcher stream into index calls and wakes the loop that
-//! reads the index (the datapath's [`Index`](crate::index::Index) or the announcer's).
+//! Watch tasks: one kube-rs watcher per kind of object, whose events enter every index that
+//! reads that kind (the datapath's [`Index`](crate::index::Index), the announcer's, the BGP
+//! speaker's), each woken after its own update. The agent opens its watches through [`Feeds`],
+//! so a kind two components read is still watched once.
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use berth_api::IPPool;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::Resource;
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// How one kind of object enters the index `S`.
@@ -23,6 +29,138 @@ pub(crate) struct Handlers<S, K> {
     pub finish: fn(&mut S),
 }
 
+/// One watch event, as every consumer of the kind receives it.
+enum Step<'a, K> {
+    Begin,
+    /// An object of a list in progress: the reader waits for the end of the list anyway, so
+    /// nobody is woken.
+    Listed(&'a K),
+    Finish,
+    Apply(&'a K),
+    Delete(&'a K),
+}
+
+/// An index fed by a watch: the index, how the kind enters it, and whom to wake.
+trait Consumer<K>: Send {
+    fn take(&self, step: &Step<'_, K>);
+}
+
+struct Fed<S, K> {
+    index: Arc<Mutex<S>>,
+    wake: Arc<Notify>,
+    handlers: Handlers<S, K>,
+}
+
+impl<S: Send, K> Consumer<K> for Fed<S, K> {
+    fn take(&self, step: &Step<'_, K>) {
+        let mut index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+        let h = &self.handlers;
+        match step {
+            Step::Begin => (h.begin)(&mut index),
+            Step::Listed(obj) => {
+                (h.apply)(&mut index, obj);
+                return;
+            }
+            Step::Finish => (h.finish)(&mut index),
+            Step::Apply(obj) => (h.apply)(&mut index, obj),
+            Step::Delete(obj) => (h.delete)(&mut index, obj),
+        }
+        drop(index);
+        self.wake.notify_one();
+    }
+}
+
+/// The consumers of one kind, before its watch starts.
+pub(crate) struct Feed<K> {
+    kind: &'static str,
+    config: watcher::Config,
+    consumers: Vec<Box<dyn Consumer<K>>>,
+}
+
+impl<K> Feed<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    pub fn new(kind: &'static str, config: watcher::Config) -> Self {
+        Feed {
+            kind,
+            config,
+            consumers: Vec::new(),
+        }
+    }
+
+    /// Feeds `index` (and wakes `wake`) from this kind's watch.
+    pub fn feed<S: Send + 'static>(
+        &mut self,
+        index: &Arc<Mutex<S>>,
+        wake: &Arc<Notify>,
+        handlers: Handlers<S, K>,
+    ) {
+        self.consumers.push(Box::new(Fed {
+            index: index.clone(),
+            wake: wake.clone(),
+            handlers,
+        }));
+    }
+
+    /// Narrows what the watch asks for (a field selector); every consumer must accept it.
+    pub fn set_config(&mut self, config: watcher::Config) {
+        self.config = config;
+    }
+
+    /// Starts the watch when anything reads the kind.
+    pub fn spawn(self, api: Api<K>, stop: &CancellationToken) -> Option<JoinHandle<()>> {
+        (!self.consumers.is_empty()).then(|| tokio::spawn(self.run(api, stop.clone())))
+    }
+
+    async fn run(self, api: Api<K>, stop: CancellationToken) {
+        let Feed {
+            kind,
+            config,
+            consumers,
+        } = self;
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        let mut listed = 0usize;
+        loop {
+            let event = tokio::select! {
+                () = stop.cancelled() => return,
+                event = stream.next() => event,
+            };
+            let Some(event) = event else {
+                tracing::warn!(kind, "watch stream ended");
+                return;
+            };
+            let event = match event {
+                Ok(event) => event,
+                Err(err) => {
+                    tracing::warn!(kind, error = %err, "watch failed; retrying");
+                    continue;
+                }
+            };
+            let step = match &event {
+                watcher::Event::Init => {
+                    listed = 0;
+                    Step::Begin
+                }
+                watcher::Event::InitApply(obj) => {
+                    listed += 1;
+                    Step::Listed(obj)
+                }
+                watcher::Event::InitDone => {
+                    tracing::debug!(kind, objects = listed, "listed");
+                    Step::Finish
+                }
+                watcher::Event::Apply(obj) => Step::Apply(obj),
+                watcher::Event::Delete(obj) => Step::Delete(obj),
+            };
+            for consumer in &consumers {
+                consumer.take(&step);
+            }
+        }
+    }
+}
+
+/// A watch with one consumer: for kinds only one component reads.
 pub(crate) async fn run_watch<S, K>(
     api: Api<K>,
     config: watcher::Config,
@@ -34,44 +172,46 @@ pub(crate) async fn run_watch<S, K>(
     S: Send + 'static,
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let mut stream = watcher(api, config).default_backoff().boxed();
-    let mut listed = 0usize;
-    loop {
-        let event = tokio::select! {
-            () = stop.cancelled() => return,
-            event = stream.next() => event,
-        };
-        let Some(event) = event else {
-            tracing::warn!(kind = handlers.kind, "watch stream ended");
-            return;
-        };
-        let event = match event {
-            Ok(event) => event,
-            Err(err) => {
-                tracing::warn!(kind = handlers.kind, error = %err, "watch failed; retrying");
-                continue;
-            }
-        };
-        let mut index = index.lock().unwrap_or_else(PoisonError::into_inner);
-        match event {
-            watcher::Event::Init => {
-                listed = 0;
-                (handlers.begin)(&mut index);
-            }
-            watcher::Event::InitApply(obj) => {
-                listed += 1;
-                (handlers.apply)(&mut index, &obj);
-                // The sync loop waits for the end of the list anyway.
-                continue;
-            }
-            watcher::Event::InitDone => {
-                (handlers.finish)(&mut index);
-                tracing::debug!(kind = handlers.kind, objects = listed, "listed");
-            }
-            watcher::Event::Apply(obj) => (handlers.apply)(&mut index, &obj),
-            watcher::Event::Delete(obj) => (handlers.delete)(&mut index, &obj),
+    let mut feed = Feed::new(handlers.kind, config);
+    feed.feed(&index, &wake, handlers);
+    feed.run(api, stop).await;
+}
+
+/// The kinds more than one component reads, each watched once for all of them.
+pub(crate) struct Feeds {
+    pub services: Feed<Service>,
+    pub slices: Feed<EndpointSlice>,
+    /// Every Node when the announcer reads them; else only this node's (a field selector).
+    pub nodes: Feed<Node>,
+    pub pools: Feed<IPPool>,
+}
+
+impl Feeds {
+    pub fn new() -> Self {
+        Feeds {
+            services: Feed::new("Service", watcher::Config::default()),
+            slices: Feed::new("EndpointSlice", watcher::Config::default()),
+            nodes: Feed::new("Node", watcher::Config::default()),
+            pools: Feed::new("IPPool", watcher::Config::default()),
         }
-        drop(index);
-        wake.notify_one();
+    }
+
+    /// Starts one watch per kind that anything reads.
+    pub fn spawn(self, client: &Client, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+        let Feeds {
+            services,
+            slices,
+            nodes,
+            pools,
+        } = self;
+        [
+            services.spawn(Api::all(client.clone()), stop),
+            slices.spawn(Api::all(client.clone()), stop),
+            nodes.spawn(Api::all(client.clone()), stop),
+            pools.spawn(Api::all(client.clone()), stop),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }

@@ -54,3 +54,42 @@ fn crds_yaml_is_deterministic_and_multi_document() {
         ]
     );
 }
+
+#[test]
+fn every_crd_is_named_by_the_vocabulary() {
+    // The kinds and the category other crates and the chart name come from `berth_api::names`;
+    // the derive attributes cannot use those constants, so they are held equal here.
+    use berth_api::names::{
+        API_VERSION, CATEGORY, KIND_BFD_PROFILE, KIND_BGP_ADVERTISEMENT, KIND_BGP_PEER,
+        KIND_IP_POOL, KIND_L2_ADVERTISEMENT, KIND_SERVICE_L2_STATUS,
+    };
+    let mut kinds: Vec<String> = Vec::new();
+    for crd in berth_api::crds() {
+        let names = &crd.spec.names;
+        kinds.push(names.kind.clone());
+        assert_eq!(
+            names.categories.as_deref(),
+            Some(&[CATEGORY.to_string()][..]),
+            "{}: `kubectl get {CATEGORY}` lists it",
+            names.kind
+        );
+        let (group, version) = API_VERSION.split_once('/').unwrap();
+        assert_eq!(crd.spec.group, group, "{}", names.kind);
+        assert!(
+            crd.spec.versions.iter().any(|v| v.name == version),
+            "{}",
+            names.kind
+        );
+    }
+    kinds.sort();
+    let mut vocabulary = vec![
+        KIND_BFD_PROFILE,
+        KIND_BGP_ADVERTISEMENT,
+        KIND_BGP_PEER,
+        KIND_IP_POOL,
+        KIND_L2_ADVERTISEMENT,
+        KIND_SERVICE_L2_STATUS,
+    ];
+    vocabulary.sort();
+    assert_eq!(kinds, vocabulary);
+}

@@ -135,9 +135,54 @@ fn default_pool_is_the_lab_pool() {
     let pool: IPPool = serde_json::from_value(doc).unwrap();
     assert_eq!(pool.metadata.name.as_deref(), Some("default"));
     let ranges = pool.spec.ranges().unwrap();
-    assert_eq!(ranges.len(), 1);
+    assert_eq!(ranges.len(), 2);
     assert_eq!(ranges[0].to_string(), "198.18.0.200-198.18.0.250");
     assert_eq!(ranges[0].len(), 51);
+    // The IPv6 LAN's own numbers: fd00:198:18::200 to ::250 (hex), above the nodes and client.
+    assert_eq!(ranges[1].to_string(), "fd00:198:18::200-fd00:198:18::250");
+    assert_eq!(ranges[1].len(), 0x51);
+}
+
+#[test]
+fn no_example_pool_holds_a_lab_node_or_client_address() {
+    // The lab's LAN hosts (docs/lab.md): control plane .2, nodes .11 up to .26 (16 nodes at
+    // most), the client .100; in IPv6 the same numbers as hex digits.
+    let mut hosts: Vec<std::net::IpAddr> = Vec::new();
+    for n in std::iter::once(2u16)
+        .chain(11..=26)
+        .chain(std::iter::once(100))
+    {
+        hosts.push(format!("198.18.0.{n}").parse().unwrap());
+        hosts.push(format!("fd00:198:18::{n}").parse().unwrap());
+    }
+    let pools: Vec<IPPool> = documents()
+        .into_iter()
+        .filter(|(_, doc)| doc["kind"] == KIND_IP_POOL)
+        .map(|(_, doc)| serde_json::from_value(doc).unwrap())
+        .collect();
+    assert!(pools.len() >= 2);
+    for pool in pools {
+        for range in pool.spec.ranges().unwrap() {
+            for host in &hosts {
+                assert!(!range.contains(*host), "{range} holds {host}");
+            }
+        }
+    }
+}
+
+#[test]
+fn dual_stack_service_example_asks_for_both_families_where_the_cluster_has_them() {
+    let (_, doc) = documents()
+        .into_iter()
+        .find(|(file, _)| file == "service-dual-stack.yaml")
+        .unwrap();
+    let service: Service = serde_json::from_value(doc).unwrap();
+    let spec = service.spec.unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
+    assert_eq!(spec.load_balancer_class.as_deref(), Some(class::L2));
+    assert_eq!(spec.ip_family_policy.as_deref(), Some("PreferDualStack"));
+    // No ipFamilies: the cluster's own order, so the example works on every lab family.
+    assert_eq!(spec.ip_families, None);
 }
 
 #[test]

@@ -497,6 +497,68 @@ fn ipv6_tree_dispatch_matches_linear() {
     }
 }
 
+/// kube-proxy's rule for IPv6: node ports are never served on `::1` (a packet from `::1` cannot
+/// leave the loopback device), while every other local address still takes them.
+#[test]
+fn ipv6_node_ports_leave_out_localhost() {
+    let mut svc = mk_svc(
+        "svc-v6",
+        "fd00:96::a",
+        80,
+        vec![mk_ep("fd00:244:2::5", 8080, "node-b")],
+    );
+    svc.node_port = Some(30080);
+    let view = NodeView {
+        node: NodeInfo {
+            name: "node-a".into(),
+            addresses: vec![ip("fd00:198:18::b")],
+            zone: None,
+        },
+        services: vec![svc],
+    };
+    let env = TraceEnv {
+        local_addresses: vec![ip("fd00:198:18::b"), ip("::1")],
+        ..TraceEnv::default()
+    };
+    let from_node = |dst: &str| trace::Packet {
+        src: ip(dst),
+        dst: ip(dst),
+        protocol: Protocol::Tcp,
+        dport: 30080,
+        origin: Origin::LocalProcess,
+        bridged: false,
+    };
+    for dispatch in [Dispatch::Linear, Dispatch::Tree] {
+        let options = PlanOptions {
+            family: IpFamily::V6,
+            dispatch,
+            cluster_cidr: Some("fd00:244::/32".parse().unwrap()),
+            ..PlanOptions::default()
+        };
+        let rs = plan(&view, &options);
+        let mut rulesets = vec![(format!("{dispatch:?}"), rs.clone())];
+        if dispatch == Dispatch::Linear {
+            rulesets.push(("nftables".into(), nft_traceable(&rs, IpFamily::V6)));
+        }
+        for (name, rs) in rulesets {
+            assert_eq!(
+                outcomes(&rs, &env, &from_node("::1")),
+                vec![(Verdict::Delivered, false, 1000)],
+                "{name}: [::1]:30080"
+            );
+            assert_eq!(
+                outcomes(&rs, &env, &from_node("fd00:198:18::b")),
+                vec![(Verdict::Dnat(ip_port("[fd00:244:2::5]:8080")), true, 1000)],
+                "{name}: the node's own address"
+            );
+        }
+    }
+}
+
+fn ip_port(s: &str) -> std::net::SocketAddr {
+    s.parse().unwrap()
+}
+
 #[test]
 fn each_path_names_every_rule_it_hit() {
     let view = mk_fixed_view();

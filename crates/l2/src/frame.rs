@@ -306,8 +306,31 @@ pub mod client {
         hops: u8,
     ) -> Vec<u8> {
         let group = solicited_node(target);
-        let builder = PacketBuilder::ethernet2(mac, multicast_mac(group))
-            .ipv6(source.octets(), group.octets(), hops)
+        write_ns(mac, multicast_mac(group), source, group, target, hops)
+    }
+
+    /// A Neighbor Solicitation sent straight to `target` at `to`, the MAC a neighbour entry
+    /// holds: how a kernel confirms a stale entry (RFC 4861 §7.3.3) before it falls back to
+    /// the solicited-node group.
+    pub fn build_unicast_neighbor_solicitation(
+        mac: Mac,
+        source: Ipv6Addr,
+        target: Ipv6Addr,
+        to: Mac,
+    ) -> Vec<u8> {
+        write_ns(mac, to, source, target, target, NDP_HOP_LIMIT)
+    }
+
+    fn write_ns(
+        mac: Mac,
+        eth_destination: Mac,
+        source: Ipv6Addr,
+        destination: Ipv6Addr,
+        target: Ipv6Addr,
+        hops: u8,
+    ) -> Vec<u8> {
+        let builder = PacketBuilder::ethernet2(mac, eth_destination)
+            .ipv6(source.octets(), destination.octets(), hops)
             .icmpv6(Icmpv6Type::NeighborSolicitation);
         let mut payload = Vec::with_capacity(24);
         payload.extend_from_slice(&target.octets());

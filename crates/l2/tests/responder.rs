@@ -9,7 +9,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use berth_l2::frame::client::{build_arp_request, build_neighbor_solicitation, read_answer};
+use berth_l2::frame::client::{
+    build_arp_request, build_neighbor_solicitation, build_unicast_neighbor_solicitation,
+    read_answer,
+};
 use berth_l2::frame::{
     build_gratuitous, multicast_mac, parse_frame, solicited_node, Inbound, Mac, Malformed,
     ALL_NODES, BROADCAST,
@@ -109,10 +112,16 @@ fn a_neighbor_solicitation_gets_a_solicited_override_advertisement() {
 
 #[test]
 fn unicast_and_duplicate_address_solicitations_are_answered_too() {
-    // Neighbour unreachability detection: unicast to the MAC, still answered.
-    let mut nud = build_neighbor_solicitation(CLIENT_MAC, client_v6(), vip6(), 255);
-    nud[..6].copy_from_slice(&NODE_MAC);
-    assert!(respond(&nud, &eth0(), decide).is_ok());
+    // Neighbour unreachability detection: to the VIP itself at the cached MAC, still answered,
+    // and to the solicitor (MetalLB's announcer stayed silent: metallb#2685, #2920).
+    let nud = build_unicast_neighbor_solicitation(CLIENT_MAC, client_v6(), vip6(), NODE_MAC);
+    assert_eq!(eth_of(&nud).1, NODE_MAC);
+    let na = respond(&nud, &eth0(), decide).unwrap();
+    assert_eq!(eth_of(&na), (NODE_MAC, CLIENT_MAC));
+    assert_eq!(
+        read_answer(&na).map(|a| (a.ip, a.mac, a.gratuitous)),
+        Some((IpAddr::V6(vip6()), NODE_MAC, false))
+    );
     // Duplicate address detection (source ::): the answer goes to all nodes, not solicited.
     let dad = build_neighbor_solicitation(CLIENT_MAC, Ipv6Addr::UNSPECIFIED, vip6(), 255);
     let na = respond(&dad, &eth0(), decide).unwrap();

@@ -112,6 +112,30 @@ pub fn bind_tcp_in_netns(name: &str, addr: SocketAddr) -> Result<TcpListener, Ne
     })
 }
 
+/// Binds a TCP listener to `addr` inside the named network namespace; an IPv6 address is bound
+/// IPv6-only (`IPV6_V6ONLY`), so `[::]:port` and `0.0.0.0:port` can both be bound and each
+/// client is seen in its own family, whatever `net.ipv6.bindv6only` says.
+pub fn bind_tcp_family_in_netns(name: &str, addr: SocketAddr) -> Result<TcpListener, NetnsError> {
+    run_in_netns(name, move || bind_tcp_family(addr))?.map_err(|source| NetnsError::Bind {
+        name: name.to_string(),
+        addr,
+        source,
+    })
+}
+
+fn bind_tcp_family(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    // As std's TcpListener::bind does, so a restarted pod server finds its port at once.
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(128)?;
+    Ok(socket.into())
+}
+
 /// Binds a UDP socket to `addr` inside the named network namespace.
 pub fn bind_udp_in_netns(name: &str, addr: SocketAddr) -> Result<UdpSocket, NetnsError> {
     run_in_netns(name, move || UdpSocket::bind(addr))?.map_err(|source| NetnsError::Bind {
@@ -159,6 +183,8 @@ mod tests {
         let missing = "berth-no-such-namespace-for-sure";
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let err = bind_tcp_in_netns(missing, any).unwrap_err();
+        assert!(matches!(err, NetnsError::Open { .. }), "{err}");
+        let err = bind_tcp_family_in_netns(missing, any).unwrap_err();
         assert!(matches!(err, NetnsError::Open { .. }), "{err}");
         let err = bind_udp_in_netns(missing, any).unwrap_err();
         assert!(matches!(err, NetnsError::Open { .. }), "{err}");

@@ -6,7 +6,7 @@
 //! chain's name is derived from the prefix it covers, so a Service change rewrites one leaf.
 //! Node ports are split the same way by port range, one tree per protocol.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use ipnet::IpNet;
 
@@ -235,6 +235,28 @@ pub fn build_dispatch(
     }
 }
 
+/// The jump from `BERTH-SERVICES` to `BERTH-NODEPORTS`. In IPv6 it leaves out `::1`, as
+/// kube-proxy does: a packet from `::1` never leaves the loopback device, so a node port reached
+/// on `::1` could only time out; left alone, it is refused at once (nothing listens there).
+/// IPv4 node ports answer on 127.0.0.1 (`route_localnet`).
+pub(crate) fn node_ports_jump(family: IpFamily) -> Rule {
+    let mut matches = vec![
+        Match::comment("berth service nodeports; NOTE: this must be the last rule in this chain"),
+        Match::AddrTypeLocal {
+            side: AddrSide::Dst,
+            negated: false,
+        },
+    ];
+    if family == IpFamily::V6 {
+        matches.push(Match::Destination {
+            net: IpNet::from(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+            negated: true,
+        });
+    }
+    // Must stay last: node ports are tried only after every Service address.
+    Rule::jump(matches, &names::fixed(names::NODEPORTS))
+}
+
 /// The jumps from `BERTH-SERVICES` to `BERTH-NODEPORTS`, which end that chain: one for every
 /// local address, or (`--nodeport-addresses`) one per CIDR of the family for the node's own
 /// addresses inside it, and one for its primary address. No node known yet with only `primary`:
@@ -253,7 +275,7 @@ pub(crate) fn node_ports_jumps(options: &PlanOptions, node: Option<&NodeInfo>) -
             .iter()
             .any(|c| c.prefix_len() == 0 && options.family.contains(c.addr()))
     {
-        return vec![Rule::jump(vec![Match::comment(COMMENT), local], &target)];
+        return vec![node_ports_jump(options.family)];
     }
     let mut rules: Vec<Rule> = wanted
         .cidrs

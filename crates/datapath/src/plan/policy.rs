@@ -60,6 +60,9 @@ pub(crate) struct PortPolicy {
     /// The EXT chain exists: needed even without local endpoints, as it short-circuits node and
     /// pod traffic to the cluster chain.
     pub uses_external_chain: bool,
+    /// `loadBalancerSourceRanges` of the family being planned; as in kube-proxy, a dual-stack
+    /// Service whose ranges are all of the other family has none here, and is not firewalled.
+    pub source_ranges: Vec<IpNet>,
     /// LoadBalancer traffic passes the FW chain (`loadBalancerSourceRanges` with a VIP).
     pub uses_firewall: bool,
     /// Where LoadBalancer traffic enters: FW when firewalled, else EXT.
@@ -154,8 +157,13 @@ pub(crate) fn decide_port(
     };
     let internal_chain = policy_chain(internal_local);
     let external_policy_chain = policy_chain(external_local);
-    let uses_firewall =
-        has_endpoints && !load_balancer_ips.is_empty() && !port.source_ranges.is_empty();
+    let source_ranges: Vec<IpNet> = port
+        .source_ranges
+        .iter()
+        .copied()
+        .filter(|range| family.contains(range.addr()))
+        .collect();
+    let uses_firewall = has_endpoints && !load_balancer_ips.is_empty() && !source_ranges.is_empty();
     let load_balancer_chain = if uses_firewall {
         chains.firewall.clone()
     } else {
@@ -171,8 +179,7 @@ pub(crate) fn decide_port(
         (false, Some(cidr)) => Masquerade::OffCluster(cidr),
         (false, None) => Masquerade::Never,
     };
-    let firewall_admits_node = port
-        .source_ranges
+    let firewall_admits_node = source_ranges
         .iter()
         .any(|range| node.addresses.iter().any(|addr| range.contains(addr)));
     let affinity_seconds = match port.session_affinity {
@@ -191,6 +198,7 @@ pub(crate) fn decide_port(
         external_policy_chain,
         has_external: has_endpoints && !(external_local && no_local),
         uses_external_chain: has_endpoints && port.externally_accessible(family),
+        source_ranges,
         uses_firewall,
         load_balancer_chain,
         unreachable,
@@ -432,6 +440,46 @@ mod tests {
         assert!(!decide(&port, &options()).unwrap().firewall_admits_node);
         port.source_ranges.push("198.18.0.0/24".parse().unwrap());
         assert!(decide(&port, &options()).unwrap().firewall_admits_node);
+    }
+
+    #[test]
+    fn source_ranges_are_those_of_the_planned_family() {
+        // Dual stack: a VIP per family, an endpoint per family.
+        let mut port = mk_load_balancer(mk_port(vec![
+            mk_ep("10.244.1.5", "node-a"),
+            mk_ep("fd00:244:1::5", "node-a"),
+        ]));
+        port.cluster_ips.push("fd00:96::1".parse().unwrap());
+        port.load_balancer_ingress.push(LoadBalancerIngress {
+            ip: "fd00:198:18::c8".parse().unwrap(),
+            mode: IpMode::Vip,
+        });
+        port.source_ranges = vec![
+            "203.0.113.0/24".parse().unwrap(),
+            "fd00:198:18::64/128".parse().unwrap(),
+        ];
+        let v6 = PlanOptions {
+            family: IpFamily::V6,
+            cluster_cidr: Some("fd00:244::/48".parse().unwrap()),
+            ..PlanOptions::default()
+        };
+        let ranges = |port: &ServicePort, options: &PlanOptions| {
+            let policy = decide(port, options).unwrap();
+            let ranges: Vec<String> = policy.source_ranges.iter().map(|r| r.to_string()).collect();
+            (policy.uses_firewall, ranges)
+        };
+        assert_eq!(
+            ranges(&port, &options()),
+            (true, vec!["203.0.113.0/24".into()])
+        );
+        assert_eq!(
+            ranges(&port, &v6),
+            (true, vec!["fd00:198:18::64/128".into()])
+        );
+        // Ranges of the other family only: this family's VIP is not firewalled (kube-proxy's
+        // reading of a dual-stack Service's ranges).
+        port.source_ranges.truncate(1);
+        assert_eq!(ranges(&port, &v6), (false, vec![]));
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub(crate) fn plan_service_port(
         plan_external_chain(rs, &policy);
     }
     if policy.uses_firewall {
-        plan_firewall_chain(rs, port, &policy);
+        plan_firewall_chain(rs, &policy);
     }
     plan_endpoint_choice(rs, port, eps, &policy);
 }
@@ -212,12 +212,12 @@ fn plan_external_chain(rs: &mut Ruleset, policy: &PortPolicy) {
 
 /// FW: LoadBalancer traffic from an admitted source range goes on to EXT; the rest is counted
 /// here and dropped in filter (nat cannot drop).
-fn plan_firewall_chain(rs: &mut Ruleset, port: &ServicePort, policy: &PortPolicy) {
+fn plan_firewall_chain(rs: &mut Ruleset, policy: &PortPolicy) {
     let (fw, ext) = (&policy.chains.firewall, &policy.chains.external);
     let nat = rs.table_mut(Table::Nat);
     nat.chain_mut(fw);
     let comment: Arc<str> = Arc::from(format!("{} loadbalancer IP", policy.name));
-    for range in &port.source_ranges {
+    for range in &policy.source_ranges {
         let source = Match::Source {
             net: *range,
             negated: false,

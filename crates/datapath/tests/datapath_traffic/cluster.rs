@@ -1,5 +1,8 @@
 //! The cluster every traffic scenario runs against: the namespaces, the echo servers, the
-//! Services, and one berth datapath (Syncer) per node; plus the helpers scenarios ask with.
+//! dual-stack Services, and one berth datapath (Syncer) per node and family; plus the helpers
+//! scenarios ask with. Scenarios name hosts by their IPv4 address of the plan; the helpers
+//! ([`ask`], [`assert_refused`]...) and [`Cluster::ip`] address the same host in the family under
+//! test ([`Cluster::family`]), its IPv6 twin when that is IPv6 (`family.rs`).
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
@@ -13,12 +16,15 @@ use berth_datapath::iptables::{remove_berth_rules, Syncer};
 use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::{remove_table, Nft, NftSyncer};
 use berth_datapath::{
-    plan, rewritten_every_sync, Dispatch, Endpoint, IpMode, LoadBalancerIngress, NodeInfo,
-    NodeView, PlanOptions, ServicePort, SessionAffinity, TopologyHints,
+    plan, rewritten_every_sync, Dispatch, Endpoint, IpMode, LoadBalancerIngress, NodeView,
+    PlanOptions, ServicePort, SessionAffinity, TopologyHints,
 };
 use berth_lab::echo::{tcp_echo, tcp_echo_many, EchoHandle, EchoReply, EchoServer};
 use berth_lab::topology::{Topology, TopologySpec};
-use berth_testing::{mk_endpoint, mk_node_info, mk_service_port, port_name};
+use berth_testing::{mk_endpoint, mk_service_port, port_name};
+use ipnet::IpNet;
+
+use crate::family::{add_ipv6, dual_stack, in_family};
 
 pub const OK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Long enough for a SYN to be answered on a quiet LAN, short enough to keep DROP tests fast.
@@ -26,6 +32,8 @@ pub const DROP_TIMEOUT: Duration = Duration::from_millis(800);
 pub const TCP_PORT: u16 = 8080;
 pub const UDP_PORT: u16 = 8053;
 pub const NODES: [&str; 2] = ["node1", "node2"];
+/// Every node programs both families, each in its own table.
+pub const FAMILIES: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
 
 /// Each node's `topology.kubernetes.io/zone`: node1 in zone-a, node2 in zone-b.
 pub fn zone_of(node: &str) -> &'static str {
@@ -81,7 +89,9 @@ pub struct Cluster {
     /// Kept alive for the whole run.
     pub echoes: Vec<EchoHandle>,
     pub services: Vec<ServicePort>,
-    pub syncers: BTreeMap<&'static str, NodeSyncer>,
+    pub syncers: BTreeMap<(&'static str, IpFamily), NodeSyncer>,
+    /// The family scenarios address.
+    pub family: IpFamily,
     /// The dispatch mode of the last restart (linear on nftables, whose maps it becomes).
     pub dispatch: Dispatch,
     pub backend: Backend,
@@ -96,10 +106,12 @@ impl Cluster {
             .client("client")
             .client("other");
         let mut topo = Topology::create(&spec).unwrap();
+        add_ipv6(&mut topo);
         let echoes = ["a1", "a2", "b1", "b2"]
             .into_iter()
-            .map(|pod| {
-                let ip = pod_ip(&topo, pod);
+            .flat_map(|pod| FAMILIES.map(|family| (pod, family)))
+            .map(|(pod, family)| {
+                let ip = in_family(pod_ip(&topo, pod), family);
                 EchoServer::bind(
                     topo.netns(pod).unwrap(),
                     pod,
@@ -118,8 +130,21 @@ impl Cluster {
             ("other", 202, "node1"),
             ("client", 203, "node2"),
         ] {
-            topo.steer(client, Ipv4Addr::new(198, 18, 0, lb), node)
-                .unwrap();
+            let vip = Ipv4Addr::new(198, 18, 0, lb);
+            topo.steer(client, vip, node).unwrap();
+            let netns = topo.netns(client).unwrap().to_string();
+            let via = IpAddr::V4(topo.layout().node(node).unwrap().lan_ip);
+            let (vip, via) = (
+                in_family(IpAddr::V4(vip), IpFamily::V6).to_string(),
+                in_family(via, IpFamily::V6).to_string(),
+            );
+            topo.exec(
+                &netns,
+                &[
+                    "ip", "-6", "route", "replace", &vip, "via", &via, "dev", "eth0",
+                ],
+            )
+            .unwrap();
         }
         let services = mk_services(&topo);
         Cluster {
@@ -127,6 +152,7 @@ impl Cluster {
             echoes,
             services,
             syncers: BTreeMap::new(),
+            family: IpFamily::V4,
             dispatch: Dispatch::Tree,
             backend: Backend::Iptables,
         }
@@ -136,47 +162,79 @@ impl Cluster {
         self.topo.netns(name).unwrap().to_string()
     }
 
+    /// `ip` (an address of the IPv4 plan) in the family under test.
+    pub fn ip(&self, ip: IpAddr) -> IpAddr {
+        in_family(ip, self.family)
+    }
+
     pub fn view(&self, node: &str) -> NodeView {
+        let lan_ip = IpAddr::V4(self.topo.layout().node(node).unwrap().lan_ip);
         NodeView {
-            node: NodeInfo {
+            node: berth_datapath::NodeInfo {
+                name: node.into(),
+                addresses: FAMILIES.map(|f| in_family(lan_ip, f)).to_vec(),
                 zone: Some(zone_of(node).to_owned()),
-                ..mk_node_info(node, node_ip(self, node))
             },
             services: self.services.clone(),
         }
     }
 
-    pub fn options(dispatch: Dispatch) -> PlanOptions {
+    pub fn options(dispatch: Dispatch, family: IpFamily) -> PlanOptions {
+        // The IPv6 pod CIDRs fd00:244:<n>::/120 lie in fd00:244::/32.
+        let cluster_cidr: IpNet = match family {
+            IpFamily::V4 => "10.244.0.0/16",
+            IpFamily::V6 => "fd00:244::/32",
+        }
+        .parse()
+        .unwrap();
         PlanOptions {
-            family: IpFamily::V4,
+            family,
             dispatch,
-            cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
+            cluster_cidr: Some(cluster_cidr),
             ..PlanOptions::default()
         }
     }
 
-    /// Starts a fresh agent datapath (a new Syncer, as after a restart) on every node and syncs.
+    /// Starts a fresh agent datapath (new Syncers, as after a restart) on every node, one per
+    /// family, and syncs.
     pub fn restart_agents(&mut self, dispatch: Dispatch) {
         for node in NODES {
-            let mut syncer = match self.backend {
-                Backend::Iptables => {
-                    let ipt = CommandIptables::in_netns(IpFamily::V4, self.netns(node));
-                    NodeSyncer::Iptables(
-                        Syncer::new(ipt).rewriting_every_sync(rewritten_every_sync(dispatch)),
-                    )
-                }
-                Backend::Nftables => NodeSyncer::Nftables(NftSyncer::new(
-                    CommandNft::in_netns(self.netns(node)),
-                    IpFamily::V4,
-                )),
-            };
-            let report = syncer
-                .sync(&plan(&self.view(node), &Self::options(dispatch)))
-                .unwrap_or_else(|err| panic!("sync on {node}: {err}"));
-            assert_eq!(report.kind, SyncKind::Full);
-            self.syncers.insert(node, syncer);
+            for family in FAMILIES {
+                let mut syncer = match self.backend {
+                    Backend::Iptables => {
+                        let ipt = CommandIptables::in_netns(family, self.netns(node));
+                        NodeSyncer::Iptables(
+                            Syncer::new(ipt).rewriting_every_sync(rewritten_every_sync(dispatch)),
+                        )
+                    }
+                    Backend::Nftables => NodeSyncer::Nftables(NftSyncer::new(
+                        CommandNft::in_netns(self.netns(node)),
+                        family,
+                    )),
+                };
+                let report = syncer
+                    .sync(&plan(&self.view(node), &Self::options(dispatch, family)))
+                    .unwrap_or_else(|err| panic!("sync on {node} ({family:?}): {err}"));
+                assert_eq!(report.kind, SyncKind::Full);
+                self.syncers.insert((node, family), syncer);
+            }
         }
         self.dispatch = dispatch;
+    }
+
+    /// Syncs every node and family with the cluster's current Services and `options` (of the
+    /// current dispatch), whatever kind of sync that takes.
+    pub fn sync_with(&mut self, options: impl Fn(IpFamily) -> PlanOptions) {
+        for node in NODES {
+            for family in FAMILIES {
+                let rs = plan(&self.view(node), &options(family));
+                self.syncers
+                    .get_mut(&(node, family))
+                    .unwrap()
+                    .sync(&rs)
+                    .unwrap_or_else(|err| panic!("sync on {node} ({family:?}): {err}"));
+            }
+        }
     }
 
     /// Moves every node to `backend`, removing berth's rules from the other one, as the agent
@@ -184,14 +242,15 @@ impl Cluster {
     pub fn switch_backend(&mut self, backend: Backend) {
         for node in NODES {
             let ns = self.netns(node);
-            match backend {
-                Backend::Nftables => {
-                    remove_berth_rules(&mut CommandIptables::in_netns(IpFamily::V4, &ns))
-                        .map(|_| ())
+            for family in FAMILIES {
+                match backend {
+                    Backend::Nftables => {
+                        remove_berth_rules(&mut CommandIptables::in_netns(family, &ns)).map(|_| ())
+                    }
+                    Backend::Iptables => CommandNft::in_netns(&ns).apply(&remove_table(family)),
                 }
-                Backend::Iptables => CommandNft::in_netns(&ns).apply(&remove_table(IpFamily::V4)),
+                .unwrap_or_else(|err| panic!("switching {node} to {backend:?}: {err}"));
             }
-            .unwrap_or_else(|err| panic!("switching {node} to {backend:?}: {err}"));
         }
         self.syncers.clear();
         self.backend = backend;
@@ -199,14 +258,38 @@ impl Cluster {
 
     /// Syncs the current Services on every node with the running agents' Syncers.
     pub fn sync_all(&mut self, expected: SyncKind) {
-        let options = Self::options(self.dispatch);
         for node in NODES {
-            let rs = plan(&self.view(node), &options);
-            let syncer = self.syncers.get_mut(node).unwrap();
-            let report = syncer
-                .sync(&rs)
-                .unwrap_or_else(|err| panic!("sync on {node}: {err}"));
-            assert_eq!(report.kind, expected, "{node}: {report:?}");
+            for family in FAMILIES {
+                let rs = plan(&self.view(node), &Self::options(self.dispatch, family));
+                let syncer = self.syncers.get_mut(&(node, family)).unwrap();
+                let report = syncer
+                    .sync(&rs)
+                    .unwrap_or_else(|err| panic!("sync on {node} ({family:?}): {err}"));
+                assert_eq!(report.kind, expected, "{node} ({family:?}): {report:?}");
+            }
+        }
+    }
+
+    /// `iptables` or `ip6tables` (and their `-save`), for the family under test.
+    pub fn iptables_cmd(&self) -> &'static str {
+        match self.family {
+            IpFamily::V4 => "iptables",
+            IpFamily::V6 => "ip6tables",
+        }
+    }
+
+    pub fn iptables_save_cmd(&self) -> &'static str {
+        match self.family {
+            IpFamily::V4 => "iptables-save",
+            IpFamily::V6 => "ip6tables-save",
+        }
+    }
+
+    /// nftables' name of the family under test (`ip`, `ip6`).
+    pub fn nft_family(&self) -> &'static str {
+        match self.family {
+            IpFamily::V4 => "ip",
+            IpFamily::V6 => "ip6",
         }
     }
 
@@ -215,9 +298,10 @@ impl Cluster {
     pub fn nat_chains(&mut self, node: &str, prefix: &str) -> usize {
         let ns = self.netns(node);
         if self.backend == Backend::Nftables {
+            let family = self.nft_family();
             let listing = self
                 .topo
-                .exec(&ns, &["nft", "list", "table", "ip", "berth"])
+                .exec(&ns, &["nft", "list", "table", family, "berth"])
                 .unwrap();
             let wanted = format!("chain nat-{prefix}");
             return listing
@@ -225,10 +309,8 @@ impl Cluster {
                 .filter(|l| l.trim_start().starts_with(&wanted))
                 .count();
         }
-        let dump = self
-            .topo
-            .exec(&ns, &["iptables-save", "-t", "nat"])
-            .unwrap();
+        let save = self.iptables_save_cmd();
+        let dump = self.topo.exec(&ns, &[save, "-t", "nat"]).unwrap();
         dump.lines()
             .filter(|l| l.strip_prefix(':').is_some_and(|c| c.starts_with(prefix)))
             .count()
@@ -243,9 +325,10 @@ impl Cluster {
         }
         assert_eq!(self.nat_chains(node, "BERTH-SEP-"), 0, "{node}");
         let ns = self.netns(node);
+        let family = self.nft_family();
         let listing = self
             .topo
-            .exec(&ns, &["nft", "list", "table", "ip", "berth"])
+            .exec(&ns, &["nft", "list", "table", family, "berth"])
             .unwrap();
         let mut port = "";
         let mut pairs = std::collections::BTreeSet::new();
@@ -262,6 +345,7 @@ impl Cluster {
     }
 }
 
+/// A pod's address in the IPv4 plan (see [`Cluster::ip`]).
 pub fn pod_ip(topo: &Topology, pod: &str) -> IpAddr {
     IpAddr::V4(topo.layout().pod(pod).unwrap().1.ip)
 }
@@ -371,7 +455,7 @@ pub fn mk_services(topo: &Topology) -> Vec<ServicePort> {
         vec![zoned("b1", false), zoned("b2", false)],
     );
 
-    vec![
+    [
         web,
         web_dns,
         public,
@@ -386,6 +470,9 @@ pub fn mk_services(topo: &Topology) -> Vec<ServicePort> {
         same_node,
         other_zone,
     ]
+    .into_iter()
+    .map(dual_stack)
+    .collect()
 }
 
 pub fn pods_of(replies: &[EchoReply]) -> BTreeMap<String, usize> {
@@ -396,17 +483,25 @@ pub fn pods_of(replies: &[EchoReply]) -> BTreeMap<String, usize> {
     counts
 }
 
+/// `addr` (of the IPv4 plan) in the family under test.
+pub fn in_plan(c: &Cluster, addr: SocketAddr) -> SocketAddr {
+    sa(c.ip(addr.ip()), addr.port())
+}
+
 pub fn ask_many(c: &Cluster, from: &str, addr: SocketAddr, n: usize) -> Vec<EchoReply> {
+    let addr = in_plan(c, addr);
     tcp_echo_many(&c.netns(from), addr, n, OK_TIMEOUT)
         .unwrap_or_else(|err| panic!("{from} -> {addr}: {err}"))
 }
 
 pub fn ask(c: &Cluster, from: &str, addr: SocketAddr) -> EchoReply {
+    let addr = in_plan(c, addr);
     tcp_echo(&c.netns(from), addr, OK_TIMEOUT)
         .unwrap_or_else(|err| panic!("{from} -> {addr}: {err}"))
 }
 
 pub fn assert_dropped(c: &Cluster, from: &str, addr: SocketAddr) {
+    let addr = in_plan(c, addr);
     let err = tcp_echo(&c.netns(from), addr, DROP_TIMEOUT).unwrap_err();
     assert!(
         matches!(
@@ -418,6 +513,7 @@ pub fn assert_dropped(c: &Cluster, from: &str, addr: SocketAddr) {
 }
 
 pub fn assert_refused(c: &Cluster, from: &str, addr: SocketAddr) {
+    let addr = in_plan(c, addr);
     let err = tcp_echo(&c.netns(from), addr, OK_TIMEOUT).unwrap_err();
     assert_eq!(
         err.io_kind(),
@@ -426,6 +522,7 @@ pub fn assert_refused(c: &Cluster, from: &str, addr: SocketAddr) {
     );
 }
 
+/// A node's LAN address in the family under test.
 pub fn node_ip(c: &Cluster, node: &str) -> IpAddr {
-    IpAddr::V4(c.topo.layout().node(node).unwrap().lan_ip)
+    c.ip(IpAddr::V4(c.topo.layout().node(node).unwrap().lan_ip))
 }

@@ -7,24 +7,18 @@ use std::process::Command;
 use std::time::Duration;
 
 use berth_agent::plan_conntrack_cleanup;
-use berth_core::Protocol;
-use berth_datapath::{plan, ServicePort, SessionAffinity};
+use berth_core::{IpFamily, Protocol};
+use berth_datapath::{ServicePort, SessionAffinity};
 use berth_lab::echo::EchoReply;
 use berth_lab::netns::bind_udp_in_netns;
 
 use crate::cluster::*;
+use crate::family::dual_stack;
 
 /// Syncs every node with the cluster's current Services, whatever kind of sync that takes.
 fn sync(c: &mut Cluster) {
-    let options = Cluster::options(c.dispatch);
-    for node in NODES {
-        let rs = plan(&c.view(node), &options);
-        c.syncers
-            .get_mut(node)
-            .unwrap()
-            .sync(&rs)
-            .unwrap_or_else(|err| panic!("sync on {node}: {err}"));
-    }
+    let dispatch = c.dispatch;
+    c.sync_with(|family| Cluster::options(dispatch, family));
 }
 
 /// Runs `scenario` with `extra` added to the Services, and puts the Services back afterwards,
@@ -56,7 +50,7 @@ fn mk_udp_public(c: &Cluster, pod: &str) -> ServicePort {
     port.node_port = Some(UDP_NODE_PORT);
     // Steered by the client to node2, which has no endpoint: the packet crosses to node1.
     port.load_balancer_ingress = vec![lb(v4(198, 18, 0, 203))];
-    port
+    dual_stack(port)
 }
 
 /// One question on `socket`, a flow that keeps its source port across questions.
@@ -92,7 +86,7 @@ pub fn udp_node_port_load_balancer_and_a_replaced_endpoint(c: &mut Cluster) {
         for addr in [
             node_port(c, "node1"),
             node_port(c, "node2"),
-            sa(v4(198, 18, 0, 203), 53),
+            in_plan(c, sa(v4(198, 18, 0, 203), 53)),
         ] {
             let reply = berth_lab::echo::udp_echo(&c.netns("client"), addr, OK_TIMEOUT)
                 .unwrap_or_else(|err| panic!("client -> {addr}: {err}"));
@@ -102,7 +96,12 @@ pub fn udp_node_port_load_balancer_and_a_replaced_endpoint(c: &mut Cluster) {
         // A live flow (one source port) through node1's node port, then the endpoint is
         // replaced by b1. The flow's conntrack entry still sends it to a1, which still answers:
         // the stale entry is real, and only its removal moves the flow.
-        let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+        let any: SocketAddr = match c.family {
+            IpFamily::V4 => "0.0.0.0:0",
+            IpFamily::V6 => "[::]:0",
+        }
+        .parse()
+        .unwrap();
         let socket = bind_udp_in_netns(&c.netns("client"), any).unwrap();
         socket.set_read_timeout(Some(OK_TIMEOUT)).unwrap();
         let target = node_port(c, "node1");
@@ -155,7 +154,7 @@ pub fn client_ip_affinity_expires(c: &mut Cluster) {
     short.session_affinity = SessionAffinity::ClientIp {
         timeout_seconds: AFFINITY_SECONDS,
     };
-    with_services(c, vec![short], |c| {
+    with_services(c, vec![dual_stack(short)], |c| {
         let addr = sa(svc_ip(21), 80);
         let first = ask(c, "c1", addr).pod;
         // Sticky while the entry is fresh: each question renews it.

@@ -10,15 +10,22 @@
 //! - node1 pods a1 10.244.1.2, a2 10.244.1.3, c1 10.244.1.4 (a client pod); node2 pods
 //!   b1 10.244.2.2, b2 10.244.2.3. Each node is its pods' gateway at 10.244.<n>.1.
 //! - Services 10.96.0.0/16 (topology ones at .30-.32), node ports 30080-30087. Echo servers: TCP 8080, UDP 8053.
+//! - The cluster is dual-stack: every address above has an IPv6 twin in ULA space
+//!   (198.18.0.11 -> fd00:198:18::b, 10.244.1.2 -> fd00:244:1::2, 10.96.0.10 -> fd00:96::a;
+//!   `family.rs`), and every Service both families.
 //!
 //! One cluster is built, every scenario runs with tree dispatch, then every scenario again after
 //! a restart of the agents with linear dispatch, then again on the nftables backend (berth's
-//! iptables rules removed, its own nftables table programmed by `nft`). The namespaces are deleted at the end, also when
-//! a scenario fails. `cargo test --test datapath_traffic -- <substring>` runs matching scenarios.
+//! iptables rules removed, its own nftables tables `ip berth` and `ip6 berth` programmed by
+//! `nft`); in each mode, every scenario runs in IPv4, then in IPv6 (`ip6tables`, `ip6 berth`).
+//! The namespaces are deleted at the end, also when a scenario fails.
+//! `cargo test --test datapath_traffic -- <substring>` runs the scenarios whose label
+//! (`<mode>::<family>::<name>`, e.g. `nftables::ipv6::hairpin_lands_on_the_pod_itself`) matches.
 
 #![allow(clippy::unwrap_used)]
 
 mod cluster;
+mod family;
 mod flows;
 mod node_port_addresses;
 mod split;
@@ -27,6 +34,7 @@ mod topology;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
 
+use berth_core::IpFamily;
 use berth_datapath::backend::SyncKind;
 use berth_datapath::plan::builtin_jumps;
 use berth_datapath::{plan, Dispatch};
@@ -41,7 +49,7 @@ fn cluster_ip_from_a_pod(c: &mut Cluster) {
     let replies = ask_many(c, "c1", sa(svc_ip(10), 80), 20);
     let pods = pods_of(&replies);
     assert_eq!(pods.keys().collect::<Vec<_>>(), ["a1", "b1"], "{pods:?}");
-    let c1 = pod_ip(&c.topo, "c1");
+    let c1 = c.ip(pod_ip(&c.topo, "c1"));
     assert!(
         replies.iter().all(|r| r.client.ip() == c1),
         "pod traffic is not masqueraded"
@@ -49,9 +57,9 @@ fn cluster_ip_from_a_pod(c: &mut Cluster) {
 }
 
 fn cluster_ip_udp_from_a_pod(c: &mut Cluster) {
-    let reply = udp_echo(&c.netns("c1"), sa(svc_ip(10), 53), OK_TIMEOUT).unwrap();
+    let reply = udp_echo(&c.netns("c1"), in_plan(c, sa(svc_ip(10), 53)), OK_TIMEOUT).unwrap();
     assert!(["a1", "b1"].contains(&reply.pod.as_str()), "{reply:?}");
-    assert_eq!(reply.client.ip(), pod_ip(&c.topo, "c1"));
+    assert_eq!(reply.client.ip(), c.ip(pod_ip(&c.topo, "c1")));
 }
 
 fn cluster_ip_from_the_nodes(c: &mut Cluster) {
@@ -72,7 +80,7 @@ fn node_port_with_cluster_policy_masquerades(c: &mut Cluster) {
     // Through node1 itself the source is node1's address on the pod's link.
     let reply = ask(c, "client", sa(node_ip(c, "node1"), 30080));
     assert_eq!(reply.pod, "a2");
-    assert_eq!(reply.client.ip(), v4(10, 244, 1, 1));
+    assert_eq!(reply.client.ip(), c.ip(v4(10, 244, 1, 1)));
 }
 
 fn load_balancer_ip_with_cluster_policy(c: &mut Cluster) {
@@ -86,7 +94,7 @@ fn load_balancer_ip_with_cluster_policy(c: &mut Cluster) {
 }
 
 fn local_policy_keeps_the_client_address(c: &mut Cluster) {
-    let client_ip = v4(198, 18, 0, 100);
+    let client_ip = c.ip(v4(198, 18, 0, 100));
     let reply = ask(c, "client", sa(v4(198, 18, 0, 200), 80));
     assert_eq!(reply.pod, "b2");
     assert_eq!(reply.client.ip(), client_ip);
@@ -161,20 +169,28 @@ fn hairpin_lands_on_the_pod_itself(c: &mut Cluster) {
     let reply = ask(c, "a1", sa(svc_ip(18), 80));
     assert_eq!(reply.pod, "a1");
     // Masqueraded to the gateway, or a1 would answer itself directly and drop the reply.
-    assert_eq!(reply.client.ip(), v4(10, 244, 1, 1));
+    assert_eq!(reply.client.ip(), c.ip(v4(10, 244, 1, 1)));
 }
 
 fn node_port_on_localhost(c: &mut Cluster) {
-    let reply = ask(c, "node1", sa(v4(127, 0, 0, 1), 30080));
-    assert_eq!(reply.pod, "a2");
+    match c.family {
+        IpFamily::V4 => {
+            let reply = ask(c, "node1", sa(v4(127, 0, 0, 1), 30080));
+            assert_eq!(reply.pod, "a2");
+        }
+        // As with kube-proxy, never in IPv6: the kernel drops a packet from ::1 that leaves the
+        // loopback device, so the node port must not capture it; nothing listens there.
+        IpFamily::V6 => assert_refused(c, "node1", sa(v4(127, 0, 0, 1), 30080)),
+    }
 }
 
 fn a_partial_sync_moves_traffic_and_removes_stale_chains(c: &mut Cluster) {
     let original = c.services.clone();
     let a1 = pod_ip(&c.topo, "a1");
+    let a1_twins = FAMILIES.map(|f| family::in_family(a1, f));
     let seps_before = c.programmed_endpoints("node1");
     for port in c.services.iter_mut().filter(|p| p.name.name == "spread") {
-        port.endpoints.retain(|ep| ep.ip == a1);
+        port.endpoints.retain(|ep| a1_twins.contains(&ep.ip));
     }
     c.sync_all(SyncKind::Partial);
     assert_eq!(c.programmed_endpoints("node1"), seps_before - 2);
@@ -189,10 +205,12 @@ fn a_partial_sync_moves_traffic_and_removes_stale_chains(c: &mut Cluster) {
     assert_eq!(pods.len(), 3, "{pods:?}");
 }
 
-/// `iptables-save` without berth's own lines and without packet counters.
+/// `iptables-save` (of the family under test) without berth's own lines and without packet
+/// counters.
 fn foreign_rules(c: &mut Cluster, node: &str) -> Vec<String> {
     let ns = c.netns(node);
-    let dump = c.topo.exec(&ns, &["iptables-save"]).unwrap();
+    let save = c.iptables_save_cmd();
+    let dump = c.topo.exec(&ns, &[save]).unwrap();
     dump.lines()
         .filter(|l| !l.starts_with('#') && !l.contains("BERTH-"))
         .map(|l| match l.strip_prefix(':') {
@@ -207,7 +225,7 @@ fn foreign_rules(c: &mut Cluster, node: &str) -> Vec<String> {
 }
 
 fn iptables(c: &mut Cluster, ns: &str, line: &str) -> Result<String, TopologyError> {
-    let argv: Vec<&str> = std::iter::once("iptables")
+    let argv: Vec<&str> = std::iter::once(c.iptables_cmd())
         .chain(line.split_whitespace())
         .collect();
     c.topo.exec(ns, &argv)
@@ -231,35 +249,32 @@ fn remove_foreign_chains(c: &mut Cluster, ns: &str) {
 fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
     let ns = c.netns("node1");
     remove_foreign_chains(c, &ns);
+    let stranger = c.ip(v4(10, 244, 9, 9));
     for line in [
-        "-t nat -N KEEP-NAT",
-        "-t nat -A KEEP-NAT -s 10.244.9.9 -j RETURN",
-        "-t filter -N KEEP-FILTER",
-        "-t filter -A KEEP-FILTER -s 10.244.9.9 -j DROP",
-        "-t filter -A INPUT -j KEEP-FILTER",
+        "-t nat -N KEEP-NAT".to_string(),
+        format!("-t nat -A KEEP-NAT -s {stranger} -j RETURN"),
+        "-t filter -N KEEP-FILTER".to_string(),
+        format!("-t filter -A KEEP-FILTER -s {stranger} -j DROP"),
+        "-t filter -A INPUT -j KEEP-FILTER".to_string(),
     ] {
-        iptables(c, &ns, line).unwrap();
+        iptables(c, &ns, &line).unwrap();
     }
     let before = foreign_rules(c, "node1");
     assert!(before.iter().any(|l| l.contains("KEEP-NAT")), "{before:?}");
     // Another program's nftables table too, where `nft` is installed.
     let with_nft = missing(&[Requirement::Nft]).is_empty();
+    let nft_family = c.nft_family();
     let foreign_before = with_nft.then(|| {
-        let _ = c.topo.exec(&ns, &["nft", "delete", "table", "ip", "keep"]);
-        c.topo
-            .exec(
-                &ns,
-                &[
-                    "nft",
-                    "add table ip keep; add chain ip keep input { type filter hook input priority 10 ; }; add rule ip keep input ip saddr 10.244.9.9 drop",
-                ],
-            )
-            .unwrap();
+        let _ = c.topo.exec(&ns, &["nft", "delete", "table", nft_family, "keep"]);
+        let script = format!(
+            "add table {nft_family} keep; add chain {nft_family} keep input {{ type filter hook input priority 10 ; }}; add rule {nft_family} keep input {nft_family} saddr {stranger} drop"
+        );
+        c.topo.exec(&ns, &["nft", &script]).unwrap();
         foreign_table(c, &ns)
     });
 
     let (mut conn, first) =
-        EchoConnection::open(&c.netns("c1"), sa(svc_ip(10), 80), OK_TIMEOUT).unwrap();
+        EchoConnection::open(&c.netns("c1"), in_plan(c, sa(svc_ip(10), 80)), OK_TIMEOUT).unwrap();
     let dispatch = c.dispatch;
     c.restart_agents(dispatch);
     for _ in 0..3 {
@@ -281,7 +296,7 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
             "other programs' nftables tables are untouched"
         );
         c.topo
-            .exec(&ns, &["nft", "delete", "table", "ip", "keep"])
+            .exec(&ns, &["nft", "delete", "table", nft_family, "keep"])
             .unwrap();
     }
     if c.backend == Backend::Nftables {
@@ -291,7 +306,8 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
         return;
     }
     // The restarted agent found its jumps in place rather than inserting them again.
-    let dump = c.topo.exec(&ns, &["iptables-save"]).unwrap();
+    let save = c.iptables_save_cmd();
+    let dump = c.topo.exec(&ns, &[save]).unwrap();
     let jumps = dump
         .lines()
         .filter(|l| {
@@ -310,9 +326,10 @@ fn agent_restart_breaks_and_flushes_nothing(c: &mut Cluster) {
 /// dispatch rewrites every time.
 fn steady_state_after_restart(c: &mut Cluster, dispatch: Dispatch) {
     let view = c.view("node1");
-    let syncer = c.syncers.get_mut("node1").unwrap();
+    let family = c.family;
+    let syncer = c.syncers.get_mut(&("node1", family)).unwrap();
     let report = syncer
-        .sync(&plan(&view, &Cluster::options(dispatch)))
+        .sync(&plan(&view, &Cluster::options(dispatch, family)))
         .unwrap();
     assert_eq!(report.kind, SyncKind::Partial);
     if dispatch == Dispatch::Tree || c.backend == Backend::Nftables {
@@ -322,17 +339,19 @@ fn steady_state_after_restart(c: &mut Cluster, dispatch: Dispatch) {
 
 /// Another program's nftables table, its rules as `nft` lists them.
 fn foreign_table(c: &mut Cluster, ns: &str) -> String {
+    let family = c.nft_family();
     c.topo
-        .exec(ns, &["nft", "list", "table", "ip", "keep"])
+        .exec(ns, &["nft", "list", "table", family, "keep"])
         .unwrap()
 }
 
 /// berth's rules live in one backend only: after a switch the other holds nothing of berth's.
 fn the_other_backend_holds_no_berth_rules(c: &mut Cluster) {
+    let (save, family) = (c.iptables_save_cmd(), c.nft_family());
     for node in NODES {
         let ns = c.netns(node);
-        let iptables = c.topo.exec(&ns, &["iptables-save"]).unwrap();
-        let nft_table = c.topo.exec(&ns, &["nft", "list", "table", "ip", "berth"]);
+        let iptables = c.topo.exec(&ns, &[save]).unwrap();
+        let nft_table = c.topo.exec(&ns, &["nft", "list", "table", family, "berth"]);
         match c.backend {
             Backend::Iptables => {
                 assert!(iptables.contains(":BERTH-SERVICES"), "{node}");
@@ -441,10 +460,17 @@ fn label((backend, dispatch): (Backend, Dispatch)) -> String {
     }
 }
 
+fn family_label(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "ipv4",
+        IpFamily::V6 => "ipv6",
+    }
+}
+
 /// What a mode needs beyond [`DATAPATH_NEEDS`].
 fn mode_needs((backend, _): (Backend, Dispatch)) -> &'static [Requirement] {
     match backend {
-        Backend::Iptables => &[],
+        Backend::Iptables => &[Requirement::Ip6tables],
         Backend::Nftables => &[Requirement::Nft],
     }
 }
@@ -457,30 +483,64 @@ fn result_line(passed: usize, failed: usize, ignored: usize, filtered: usize) ->
     )
 }
 
+/// One scenario in one family, as libtest names it: `<mode>::<family>::<name>`.
+struct Case {
+    family: IpFamily,
+    name: &'static str,
+    scenario: Scenario,
+}
+
+fn case_label(mode: (Backend, Dispatch), case: &Case) -> String {
+    format!(
+        "{}::{}::{}",
+        label(mode),
+        family_label(case.family),
+        case.name
+    )
+}
+
+/// The cases of `mode` whose label matches a filter (every case without filters).
+fn selected_cases(mode: (Backend, Dispatch), filters: &[String]) -> Vec<Case> {
+    FAMILIES
+        .into_iter()
+        .flat_map(|family| {
+            SCENARIOS.iter().map(move |(name, scenario)| Case {
+                family,
+                name,
+                scenario: *scenario,
+            })
+        })
+        .filter(|case| {
+            let label = case_label(mode, case);
+            filters.is_empty() || filters.iter().any(|f| label.contains(f.as_str()))
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
         for mode in MODES {
-            for (name, _) in SCENARIOS {
-                println!("{}::{name}: test", label(mode));
+            for case in selected_cases(mode, &[]) {
+                println!("{}: test", case_label(mode, &case));
             }
         }
         return ExitCode::SUCCESS;
     }
     let filters: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
-    let selected: Vec<&(&str, Scenario)> = SCENARIOS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+    let plan: Vec<((Backend, Dispatch), Vec<Case>)> = MODES
+        .into_iter()
+        .map(|mode| (mode, selected_cases(mode, &filters)))
         .collect();
-    let filtered = (SCENARIOS.len() - selected.len()) * MODES.len();
-    let total = selected.len() * MODES.len();
+    let total: usize = plan.iter().map(|(_, cases)| cases.len()).sum();
+    let filtered = SCENARIOS.len() * FAMILIES.len() * MODES.len() - total;
     println!("\nrunning {total} tests");
     match decide(&missing(DATAPATH_NEEDS), strict()) {
         Verdict::Run => {}
         Verdict::Skip(reason) => {
-            for mode in MODES {
-                for (name, _) in &selected {
-                    println!("test {}::{name} ... ignored, {reason}", label(mode));
+            for (mode, cases) in &plan {
+                for case in cases {
+                    println!("test {} ... ignored, {reason}", case_label(*mode, case));
                 }
             }
             println!("\n{}\n", result_line(0, 0, total, filtered));
@@ -494,7 +554,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    if selected.is_empty() {
+    if total == 0 {
         println!("\n{}\n", result_line(0, 0, 0, filtered));
         return ExitCode::SUCCESS;
     }
@@ -509,22 +569,25 @@ fn main() -> ExitCode {
     let mut failed = Vec::new();
     let mut passed = 0;
     let mut ignored = 0;
-    for mode in MODES {
-        let (backend, dispatch) = mode;
-        let label = label(mode);
-        match decide(&missing(mode_needs(mode)), strict()) {
+    for (mode, cases) in &plan {
+        let (backend, dispatch) = *mode;
+        if cases.is_empty() {
+            continue;
+        }
+        match decide(&missing(mode_needs(*mode)), strict()) {
             Verdict::Run => {}
             Verdict::Skip(reason) => {
-                for (name, _) in &selected {
-                    println!("test {label}::{name} ... ignored, {reason}");
+                for case in cases {
+                    println!("test {} ... ignored, {reason}", case_label(*mode, case));
                     ignored += 1;
                 }
                 continue;
             }
             Verdict::Fail(reason) => {
-                for (name, _) in &selected {
-                    println!("test {label}::{name} ... FAILED ({reason})");
-                    failed.push(format!("{label}::{name}"));
+                for case in cases {
+                    let label = case_label(*mode, case);
+                    println!("test {label} ... FAILED ({reason})");
+                    failed.push(label);
                 }
                 continue;
             }
@@ -537,23 +600,26 @@ fn main() -> ExitCode {
         };
         if let Err(panic) = catch_unwind(AssertUnwindSafe(start)) {
             // Every scenario of this mode counts as failed: none of them ran.
-            for (name, _) in &selected {
-                println!("test {label}::{name} ... FAILED (the sync before it failed)");
-                failed.push(format!("{label}::{name}"));
+            for case in cases {
+                let label = case_label(*mode, case);
+                println!("test {label} ... FAILED (the sync before it failed)");
+                failed.push(label);
             }
-            println!("sync {label}: {panic:?}");
+            println!("sync {}: {panic:?}", label(*mode));
             continue;
         }
-        for (name, scenario) in &selected {
-            let result = catch_unwind(AssertUnwindSafe(|| scenario(&mut cluster)));
+        for case in cases {
+            cluster.family = case.family;
+            let label = case_label(*mode, case);
+            let result = catch_unwind(AssertUnwindSafe(|| (case.scenario)(&mut cluster)));
             match result {
                 Ok(()) => {
                     passed += 1;
-                    println!("test {label}::{name} ... ok");
+                    println!("test {label} ... ok");
                 }
                 Err(_) => {
-                    println!("test {label}::{name} ... FAILED");
-                    failed.push(format!("{label}::{name}"));
+                    println!("test {label} ... FAILED");
+                    failed.push(label);
                 }
             }
         }

@@ -1,25 +1,22 @@
 //! `--nodeport-addresses`: node ports answer only on the node's addresses inside the CIDRs (or
-//! its primary address). node1 has two: 198.18.0.11 on the LAN (its primary, the Node's
-//! InternalIP) and 10.244.1.1, its pods' gateway. Service `public` has node port 30080.
+//! its primary address). node1 has two per family: 198.18.0.11 / fd00:198:18::b on the LAN (its
+//! primary, the Node's InternalIP) and 10.244.1.1 / fd00:244:1::1, its pods' gateway. Service
+//! `public` has node port 30080. Each value names both families' CIDRs.
 
-use berth_datapath::{plan, NodePortAddresses};
+use berth_core::IpFamily;
+use berth_datapath::NodePortAddresses;
 
 use crate::cluster::*;
 
-/// Syncs node1 with `value` as its `--nodeport-addresses`, runs `scenario`, and syncs it back
+/// Syncs the nodes with `value` as their `--nodeport-addresses`, runs `scenario`, and syncs it back
 /// to the default, also when the scenario fails.
 fn with_node_port_addresses(c: &mut Cluster, value: &str, scenario: impl FnOnce(&mut Cluster)) {
     let sync = |c: &mut Cluster, addresses: NodePortAddresses| {
-        let options = berth_datapath::PlanOptions {
-            node_port_addresses: addresses,
-            ..Cluster::options(c.dispatch)
-        };
-        let rs = plan(&c.view("node1"), &options);
-        c.syncers
-            .get_mut("node1")
-            .unwrap()
-            .sync(&rs)
-            .unwrap_or_else(|err| panic!("sync on node1: {err}"));
+        let dispatch = c.dispatch;
+        c.sync_with(|family: IpFamily| berth_datapath::PlanOptions {
+            node_port_addresses: addresses.clone(),
+            ..Cluster::options(dispatch, family)
+        });
     };
     sync(c, value.parse().unwrap());
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(c)));
@@ -32,18 +29,24 @@ fn with_node_port_addresses(c: &mut Cluster, value: &str, scenario: impl FnOnce(
 const NODE_PORT: u16 = 30080;
 
 pub fn node_ports_answer_only_inside_the_cidrs(c: &mut Cluster) {
-    let lan = sa(node_ip(c, "node1"), NODE_PORT);
+    // Addresses of the IPv4 plan: the helpers ask in the family under test.
+    let lan = sa(v4(198, 18, 0, 11), NODE_PORT);
+    assert_eq!(
+        node_ip(c, "node1"),
+        c.ip(lan.ip()),
+        "node1's LAN address moved"
+    );
     let pod_side = sa(v4(10, 244, 1, 1), NODE_PORT);
     // Without the flag: on both addresses.
     assert_eq!(ask(c, "client", lan).pod, "a2");
     assert_eq!(ask(c, "c1", pod_side).pod, "a2");
-    with_node_port_addresses(c, "198.18.0.0/24", |c| {
+    with_node_port_addresses(c, "198.18.0.0/24,fd00:198:18::/64", |c| {
         assert_eq!(ask(c, "client", lan).pod, "a2");
         // Nothing listens on 30080: the node's own stack refuses.
         assert_refused(c, "c1", pod_side);
         assert_refused(c, "node1", sa(v4(127, 0, 0, 1), NODE_PORT));
     });
-    with_node_port_addresses(c, "10.244.1.0/24,fd00::/64", |c| {
+    with_node_port_addresses(c, "10.244.1.0/24,fd00:244:1::/64", |c| {
         assert_refused(c, "client", lan);
         assert_eq!(ask(c, "c1", pod_side).pod, "a2");
     });
@@ -51,7 +54,7 @@ pub fn node_ports_answer_only_inside_the_cidrs(c: &mut Cluster) {
         assert_eq!(ask(c, "client", lan).pod, "a2");
         assert_refused(c, "c1", pod_side);
     });
-    with_node_port_addresses(c, "0.0.0.0/0", |c| {
+    with_node_port_addresses(c, "0.0.0.0/0,::/0", |c| {
         assert_eq!(ask(c, "client", lan).pod, "a2");
         assert_eq!(ask(c, "c1", pod_side).pod, "a2");
     });

@@ -7,9 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 
-use berth_datapath::{plan, Dispatch, ServicePort};
+use berth_datapath::{Dispatch, PlanOptions, ServicePort};
 
 use crate::cluster::*;
+use crate::family::dual_stack;
 
 /// Extra Services: `split-<i>` at 10.96.1.<1 + 3i>, node port 30100 + 5i, one endpoint each.
 const EXTRA: u8 = 24;
@@ -36,7 +37,7 @@ fn mk_extras(c: &Cluster) -> Vec<ServicePort> {
             );
             let mut port = mk_port(&format!("split-{i}"), extra_ip(i), vec![ep]);
             port.node_port = Some(extra_port(i));
-            port
+            dual_stack(port)
         })
         .collect()
 }
@@ -75,7 +76,11 @@ impl Tree {
                     .push(target.to_string());
             } else if is_tree_chain(chain) {
                 let key = if chain.starts_with("BERTH-DST-") {
-                    option(&words, "-d").map(|d| d.trim_end_matches("/32").to_string())
+                    option(&words, "-d").map(|d| {
+                        d.trim_end_matches("/32")
+                            .trim_end_matches("/128")
+                            .to_string()
+                    })
                 } else {
                     option(&words, "--dport").map(str::to_string)
                 };
@@ -125,16 +130,11 @@ fn first_middle_last(keys: &[String]) -> BTreeSet<String> {
 }
 
 fn sync_with_leaf_size(c: &mut Cluster, leaf_size: usize) {
-    let mut options = Cluster::options(c.dispatch);
-    options.leaf_size = leaf_size;
-    for node in NODES {
-        let rs = plan(&c.view(node), &options);
-        c.syncers
-            .get_mut(node)
-            .unwrap()
-            .sync(&rs)
-            .unwrap_or_else(|err| panic!("sync on {node}: {err}"));
-    }
+    let dispatch = c.dispatch;
+    c.sync_with(|family| PlanOptions {
+        leaf_size,
+        ..Cluster::options(dispatch, family)
+    });
 }
 
 pub fn split_trees_reach_every_leaf(c: &mut Cluster) {
@@ -144,7 +144,7 @@ pub fn split_trees_reach_every_leaf(c: &mut Cluster) {
     sync_with_leaf_size(c, LEAF_SIZE);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| probe(c)));
     c.services = base;
-    sync_with_leaf_size(c, Cluster::options(c.dispatch).leaf_size);
+    sync_with_leaf_size(c, PlanOptions::default().leaf_size);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
@@ -155,12 +155,15 @@ fn expected_pod(i: u8) -> &'static str {
 }
 
 fn probe(c: &mut Cluster) {
-    let by_ip: BTreeMap<String, u8> = (0..EXTRA).map(|i| (extra_ip(i).to_string(), i)).collect();
+    let by_ip: BTreeMap<String, u8> = (0..EXTRA)
+        .map(|i| (c.ip(extra_ip(i)).to_string(), i))
+        .collect();
     let by_port: BTreeMap<String, u8> =
         (0..EXTRA).map(|i| (extra_port(i).to_string(), i)).collect();
     let (dst, np): (BTreeSet<u8>, BTreeSet<u8>) = if c.dispatch == Dispatch::Tree {
         let ns = c.netns("node1");
-        let dump = c.topo.exec(&ns, &["iptables-save", "-t", "nat"]).unwrap();
+        let save = c.iptables_save_cmd();
+        let dump = c.topo.exec(&ns, &[save, "-t", "nat"]).unwrap();
         let tree = Tree::parse(&dump);
         for root in ["BERTH-SERVICES", "BERTH-NODEPORTS"] {
             assert!(tree.depth(root) >= 2, "{root} is not split twice: {tree:?}");

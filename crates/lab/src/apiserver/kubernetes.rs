@@ -2,7 +2,7 @@
 //! itself from the start, pointing at its own address. In-cluster clients find the API server
 //! through it, and a service proxy programs it like any other Service.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use serde_json::{json, Value};
 
@@ -13,17 +13,19 @@ use super::write::{Door, Managed, WriteCtx};
 /// The first address of the lab's service CIDR (10.96.0.0/16), as the API server takes the
 /// first address of `--service-cluster-ip-range` for it.
 pub const KUBERNETES_CLUSTER_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+/// The same in the lab's IPv6 service CIDR (fd00:96::/112), for an API server serving over
+/// IPv6 (an IPv6-only lab): the Service takes the family of the server's address.
+pub const KUBERNETES_CLUSTER_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x96, 0, 0, 0, 0, 0, 1);
 
 /// The Service, its Endpoints and its EndpointSlice for an API server serving at `endpoint`.
 pub fn build_kubernetes_service(endpoint: SocketAddr, now: &str) -> [Value; 3] {
     let ip = endpoint.ip().to_string();
     let port = endpoint.port();
-    let address_type = match endpoint.ip() {
-        IpAddr::V4(_) => "IPv4",
-        IpAddr::V6(_) => "IPv6",
+    let (address_type, cluster_ip) = match endpoint.ip() {
+        IpAddr::V4(_) => ("IPv4", KUBERNETES_CLUSTER_IP.to_string()),
+        IpAddr::V6(_) => ("IPv6", KUBERNETES_CLUSTER_IP6.to_string()),
     };
     let labels = json!({"component": "apiserver", "provider": "kubernetes"});
-    let cluster_ip = KUBERNETES_CLUSTER_IP.to_string();
     let service = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels,
@@ -31,7 +33,7 @@ pub fn build_kubernetes_service(endpoint: SocketAddr, now: &str) -> [Value; 3] {
         "spec": {
             "type": "ClusterIP",
             "clusterIP": cluster_ip, "clusterIPs": [cluster_ip],
-            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+            "ipFamilies": [address_type], "ipFamilyPolicy": "SingleStack",
             "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
             "sessionAffinity": "None", "internalTrafficPolicy": "Cluster"
         },
@@ -106,6 +108,19 @@ mod tests {
             slice["metadata"]["labels"]["kubernetes.io/service-name"],
             "kubernetes"
         );
+    }
+
+    #[test]
+    fn an_api_server_on_ipv6_gets_an_ipv6_service() {
+        let [svc, eps, slice] = build_kubernetes_service(
+            "[fd00:198:18::2]:6443".parse().unwrap(),
+            "2026-01-01T00:00:00Z",
+        );
+        assert_eq!(svc["spec"]["clusterIP"], "fd00:96::1");
+        assert_eq!(svc["spec"]["clusterIPs"], json!(["fd00:96::1"]));
+        assert_eq!(svc["spec"]["ipFamilies"], json!(["IPv6"]));
+        assert_eq!(eps["subsets"][0]["addresses"][0]["ip"], "fd00:198:18::2");
+        assert_eq!(slice["addressType"], "IPv6");
     }
 
     #[test]

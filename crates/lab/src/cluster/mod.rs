@@ -95,6 +95,8 @@ impl Progress for Quiet {
 pub struct UpOptions {
     pub name: String,
     pub nodes: usize,
+    /// The cluster's address families (`--ip-family`).
+    pub families: plan::LabFamilies,
     pub state_dir: PathBuf,
     /// The `berth` binary the components run.
     pub exe: PathBuf,
@@ -116,6 +118,7 @@ pub struct Lab {
     children: Vec<(String, Child)>,
     client: Option<Client>,
     timeout: Duration,
+    families: plan::LabFamilies,
 }
 
 impl Lab {
@@ -131,6 +134,11 @@ impl Lab {
         &self.files.dir
     }
 
+    /// The cluster's address families.
+    pub fn families(&self) -> plan::LabFamilies {
+        self.families
+    }
+
     /// A client for the lab's API server (loopback).
     pub fn client(&self) -> Result<Client, ClusterError> {
         self.client
@@ -141,7 +149,7 @@ impl Lab {
     /// Builds the lab, starts every component and waits until they are ready.
     pub async fn start(opts: &UpOptions, progress: &dyn Progress) -> Result<Lab, ClusterError> {
         let prefix = plan::lab_prefix(&opts.name)?;
-        let spec = plan::lab_topology(&prefix, opts.nodes)?;
+        let spec = plan::lab_topology_for(&prefix, opts.nodes, opts.families)?;
         let layout = layout(&spec)?;
         let files = Files::new(&opts.state_dir);
 
@@ -167,6 +175,7 @@ impl Lab {
             children: Vec::new(),
             client: None,
             timeout: opts.timeout,
+            families: opts.families,
         };
 
         progress.start("building the network (LAN, control plane, nodes, client)");
@@ -177,8 +186,14 @@ impl Lab {
         ));
 
         write_membership_key(&lab.files.membership_key)?;
-        let components = plan::plan_components(&opts.name, opts.nodes, &lab.layout, &lab.files)?;
-        let lan_api = plan::lan_api(&lab.layout)?;
+        let components = plan::plan_components(
+            &opts.name,
+            opts.nodes,
+            opts.families,
+            &lab.layout,
+            &lab.files,
+        )?;
+        let lan_api = plan::lan_api(&lab.layout, opts.families)?;
         std::fs::write(
             &lab.files.lan_kubeconfig,
             crate::apiserver::kubeconfig_yaml(&format!("http://{lan_api}")),
@@ -338,21 +353,16 @@ impl Lab {
 
     /// The agents' and the controller's `/healthz`, asked from their own namespaces.
     async fn wait_for_admin(&mut self) -> Result<(), ClusterError> {
-        let mut checks: Vec<(String, SocketAddr)> = self
-            .layout
-            .nodes
-            .iter()
-            .map(|n| {
-                (
-                    n.netns.clone(),
-                    SocketAddr::from((n.lan_ip, AGENT_ADMIN_PORT)),
-                )
-            })
-            .collect();
+        let mut checks: Vec<(String, SocketAddr)> = Vec::new();
+        for n in &self.layout.nodes {
+            let ip = plan::node_primary_ip(n, self.families)?;
+            checks.push((n.netns.clone(), SocketAddr::new(ip, AGENT_ADMIN_PORT)));
+        }
         if let Some(cp) = &self.layout.control_plane {
+            let api = plan::lan_api(&self.layout, self.families)?;
             checks.push((
                 cp.netns.clone(),
-                SocketAddr::from((cp.ip, CONTROLLER_ADMIN_PORT)),
+                SocketAddr::new(api.ip(), CONTROLLER_ADMIN_PORT),
             ));
         }
         let deadline = Instant::now() + self.timeout;
@@ -477,29 +487,26 @@ impl Lab {
             if facts.targets.is_empty() {
                 all_ok = false;
             }
-            let lb_answer = answers
-                .iter()
-                .find(|a| a.target.path == "LoadBalancer")
-                .or_else(|| answers.first());
             table_rows.push(vec![
                 facts.key.clone(),
                 facts.kind.clone(),
-                facts.lb_ip.map(|ip| ip.to_string()).unwrap_or("-".into()),
-                facts.announcing_node.clone().unwrap_or("-".into()),
+                if facts.lb_ips.is_empty() {
+                    "-".into()
+                } else {
+                    facts
+                        .lb_ips
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                },
+                facts.announced_by().unwrap_or("-".into()),
                 if endpoints.is_empty() {
                     "none ready".into()
                 } else {
                     endpoints.join(",")
                 },
-                match lb_answer.map(|a| &a.result) {
-                    Some(Ok(reply)) => format!(
-                        "{} answered {}",
-                        lb_answer.map(|a| a.target.path).unwrap_or(""),
-                        reply.pod
-                    ),
-                    Some(Err(_)) => "FAILED".into(),
-                    None => "no way in".into(),
-                },
+                proof::proof_cell(&answers),
             ]);
         }
         let mut out = proof::render_table(

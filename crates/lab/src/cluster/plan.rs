@@ -1,9 +1,13 @@
 //! What a lab is made of (pure): its topology and the processes that run in it.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use crate::topology::{Layout, TopologySpec, ETH0, NETNS_PREFIX};
+use berth_core::IpFamily;
+
+use crate::topology::{
+    ClientLayout, Layout, NodeLayout, TopologySpec, ETH0, NETNS_PREFIX, SERVICE6_CIDR, SERVICE_CIDR,
+};
 
 use super::ClusterError;
 
@@ -15,6 +19,108 @@ pub const AGENT_ADMIN_PORT: u16 = 10356;
 pub const CONTROLLER_ADMIN_PORT: u16 = 9090;
 /// The pod CIDR of the whole lab: every node's 10.244.<n>.0/24 lies inside.
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// The IPv6 pod CIDR of the whole lab: every node's fd00:244:<n>::/64 lies inside.
+pub const CLUSTER6_CIDR: &str = "fd00:244::/48";
+
+/// The address families of a lab's cluster: its Nodes' InternalIPs, pod addresses, Service
+/// CIDRs and the families its agents program. The lab's namespaces carry IPv6 as soon as the
+/// cluster uses it, IPv4 always (an IPv6-only cluster on dual-stack hosts); the control plane
+/// is reached over the primary family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LabFamilies {
+    #[default]
+    Ipv4,
+    Ipv6,
+    /// IPv4 primary, as kind and kubeadm order a dual-stack cluster.
+    Dual,
+}
+
+impl LabFamilies {
+    /// The families in their cluster order, the primary first.
+    pub fn families(self) -> &'static [IpFamily] {
+        match self {
+            LabFamilies::Ipv4 => &[IpFamily::V4],
+            LabFamilies::Ipv6 => &[IpFamily::V6],
+            LabFamilies::Dual => &[IpFamily::V4, IpFamily::V6],
+        }
+    }
+
+    pub fn has(self, family: IpFamily) -> bool {
+        self.families().contains(&family)
+    }
+
+    pub fn primary(self) -> IpFamily {
+        self.families()[0]
+    }
+
+    /// The `--ip-family` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LabFamilies::Ipv4 => "ipv4",
+            LabFamilies::Ipv6 => "ipv6",
+            LabFamilies::Dual => "dual",
+        }
+    }
+
+    /// The controller's `--service-cidr`, one CIDR per family in cluster order.
+    pub fn service_cidrs(self) -> String {
+        self.per_family(SERVICE_CIDR, SERVICE6_CIDR)
+    }
+
+    /// The agents' `--cluster-cidr`.
+    pub fn cluster_cidrs(self) -> String {
+        self.per_family(CLUSTER_CIDR, CLUSTER6_CIDR)
+    }
+
+    fn per_family(self, v4: &str, v6: &str) -> String {
+        let parts: Vec<&str> = self
+            .families()
+            .iter()
+            .map(|f| match f {
+                IpFamily::V4 => v4,
+                IpFamily::V6 => v6,
+            })
+            .collect();
+        parts.join(",")
+    }
+}
+
+impl std::str::FromStr for LabFamilies {
+    type Err = ClusterError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "ipv4" => Ok(LabFamilies::Ipv4),
+            "ipv6" => Ok(LabFamilies::Ipv6),
+            "dual" => Ok(LabFamilies::Dual),
+            other => Err(ClusterError::Invalid(format!(
+                "--ip-family {other:?}: expected ipv4, ipv6 or dual"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for LabFamilies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A node's LAN address of `family`, if it has one.
+pub fn node_ip(node: &NodeLayout, family: IpFamily) -> Option<IpAddr> {
+    match family {
+        IpFamily::V4 => Some(IpAddr::V4(node.lan_ip)),
+        IpFamily::V6 => node.lan_ip6.map(IpAddr::V6),
+    }
+}
+
+/// A client's (or the control plane's) LAN address of `family`, if it has one.
+pub fn client_ip(client: &ClientLayout, family: IpFamily) -> Option<IpAddr> {
+    match family {
+        IpFamily::V4 => Some(IpAddr::V4(client.ip)),
+        IpFamily::V6 => client.ip6.map(IpAddr::V6),
+    }
+}
 /// Most nodes a lab holds (the address plan holds more, but this is a one-host demo).
 pub const MAX_NODES: usize = 16;
 
@@ -34,8 +140,17 @@ pub fn lab_prefix(name: &str) -> Result<String, ClusterError> {
 }
 
 /// A control plane, `nodes` nodes (`node1`...) without pods (the kubelet makes them) and one
-/// client.
+/// client, IPv4 only.
 pub fn lab_topology(prefix: &str, nodes: usize) -> Result<TopologySpec, ClusterError> {
+    lab_topology_for(prefix, nodes, LabFamilies::Ipv4)
+}
+
+/// [`lab_topology`] for a cluster of `families`: with IPv6 addresses as soon as it uses IPv6.
+pub fn lab_topology_for(
+    prefix: &str,
+    nodes: usize,
+    families: LabFamilies,
+) -> Result<TopologySpec, ClusterError> {
     if !(1..=MAX_NODES).contains(&nodes) {
         return Err(ClusterError::Invalid(format!(
             "--nodes {nodes}: a lab has 1 to {MAX_NODES} nodes"
@@ -45,7 +160,12 @@ pub fn lab_topology(prefix: &str, nodes: usize) -> Result<TopologySpec, ClusterE
     for i in 1..=nodes {
         spec = spec.node(&format!("node{i}"), Vec::<String>::new());
     }
-    Ok(spec.client("client"))
+    let spec = spec.client("client");
+    Ok(if families.has(IpFamily::V6) {
+        spec.with_ipv6()
+    } else {
+        spec
+    })
 }
 
 /// The state directory's files.
@@ -103,13 +223,26 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|a| a.to_string()).collect()
 }
 
-/// The control plane's API server address on the LAN.
-pub fn lan_api(layout: &Layout) -> Result<SocketAddr, ClusterError> {
+fn no_address(what: &str, family: IpFamily) -> ClusterError {
+    ClusterError::Invalid(format!("the lab layout gives {what} no {family} address"))
+}
+
+/// The control plane's API server address on the LAN, in the cluster's primary family.
+pub fn lan_api(layout: &Layout, families: LabFamilies) -> Result<SocketAddr, ClusterError> {
     let cp = layout
         .control_plane
         .as_ref()
         .ok_or_else(|| ClusterError::Invalid("the lab layout has no control plane".into()))?;
-    Ok(SocketAddr::from((cp.ip, LAN_API_PORT)))
+    let ip = client_ip(cp, families.primary())
+        .ok_or_else(|| no_address("the control plane", families.primary()))?;
+    Ok(SocketAddr::new(ip, LAN_API_PORT))
+}
+
+/// A node's LAN address in the cluster's primary family: where its agent serves and meets the
+/// other agents.
+pub fn node_primary_ip(node: &NodeLayout, families: LabFamilies) -> Result<IpAddr, ClusterError> {
+    node_ip(node, families.primary())
+        .ok_or_else(|| no_address(&format!("node {}", node.name), families.primary()))
 }
 
 /// The processes, in start order: the API server (loopback and the LAN), the kubelet, the
@@ -118,6 +251,7 @@ pub fn lan_api(layout: &Layout) -> Result<SocketAddr, ClusterError> {
 pub fn plan_components(
     name: &str,
     nodes: usize,
+    families: LabFamilies,
     layout: &Layout,
     files: &Files,
 ) -> Result<Vec<Component>, ClusterError> {
@@ -125,7 +259,8 @@ pub fn plan_components(
         .control_plane
         .as_ref()
         .ok_or_else(|| ClusterError::Invalid("the lab layout has no control plane".into()))?;
-    let lan_api = lan_api(layout)?;
+    let lan_api = lan_api(layout, families)?;
+    let cp_ip = lan_api.ip();
     let log = |component: &str| files.logs.join(format!("{component}.log"));
     let kubeconfig = files.kubeconfig.display().to_string();
     let lan_kubeconfig = files.lan_kubeconfig.display().to_string();
@@ -156,6 +291,8 @@ pub fn plan_components(
                 name,
                 "--nodes",
                 &nodes.to_string(),
+                "--ip-family",
+                families.as_str(),
                 "--kubeconfig",
                 &kubeconfig,
             ]),
@@ -174,15 +311,18 @@ pub fn plan_components(
                 "controller",
                 "--kubeconfig",
                 &lan_kubeconfig,
+                "--service-cidr",
+                &families.service_cidrs(),
                 "--endpoints",
                 "on",
                 "--admin-listen",
-                &SocketAddr::from((cp.ip, CONTROLLER_ADMIN_PORT)).to_string(),
+                &SocketAddr::new(cp_ip, CONTROLLER_ADMIN_PORT).to_string(),
             ]),
             log: log("controller"),
         },
     ];
     for node in &layout.nodes {
+        let node_ip = node_primary_ip(node, families)?;
         out.push(Component {
             name: format!("agent-{}", node.name),
             netns: Some(node.netns.clone()),
@@ -193,9 +333,9 @@ pub fn plan_components(
                 "--kubeconfig",
                 &lan_kubeconfig,
                 "--cluster-cidr",
-                CLUSTER_CIDR,
+                &families.cluster_cidrs(),
                 "--admin-listen",
-                &SocketAddr::from((node.lan_ip, AGENT_ADMIN_PORT)).to_string(),
+                &SocketAddr::new(node_ip, AGENT_ADMIN_PORT).to_string(),
                 // ARP for the LoadBalancer IPs this node is elected for, on its LAN interface.
                 "--l2-announcer",
                 "--l2-interfaces",
@@ -206,7 +346,7 @@ pub fn plan_components(
                 "--membership-key-file",
                 &files.membership_key.display().to_string(),
                 "--membership-bind-address",
-                &node.lan_ip.to_string(),
+                &node_ip.to_string(),
             ]),
             log: log(&format!("agent-{}", node.name)),
         });
@@ -246,7 +386,7 @@ mod tests {
     fn components_run_where_a_cluster_runs_them() {
         let l = layout(&lab_topology("berth-lab", 2).unwrap()).unwrap();
         let files = Files::new(Path::new("/state"));
-        let components = plan_components("lab", 2, &l, &files).unwrap();
+        let components = plan_components("lab", 2, LabFamilies::Ipv4, &l, &files).unwrap();
         let exe = Path::new("/bin/berth");
         let lines: Vec<(String, String)> = components
             .iter()
@@ -256,13 +396,84 @@ mod tests {
             lines,
             [
                 ("apiserver".to_string(), "/bin/berth lab apiserver --listen 127.0.0.1:0 --listen-netns berth-lab-cp=198.18.0.2:6443 --kubeconfig /state/kubeconfig --graceful-pod-deletion".to_string()),
-                ("kubelet".to_string(), "/bin/berth lab kubelet --name lab --nodes 2 --kubeconfig /state/kubeconfig".to_string()),
+                ("kubelet".to_string(), "/bin/berth lab kubelet --name lab --nodes 2 --ip-family ipv4 --kubeconfig /state/kubeconfig".to_string()),
                 ("controller-manager".to_string(), "/bin/berth lab controller-manager --kubeconfig /state/kubeconfig".to_string()),
-                ("controller".to_string(), "ip netns exec berth-lab-cp /bin/berth controller --kubeconfig /state/kubeconfig.lan --endpoints on --admin-listen 198.18.0.2:9090".to_string()),
+                ("controller".to_string(), "ip netns exec berth-lab-cp /bin/berth controller --kubeconfig /state/kubeconfig.lan --service-cidr 10.96.0.0/16 --endpoints on --admin-listen 198.18.0.2:9090".to_string()),
                 ("agent-node1".to_string(), "ip netns exec berth-lab-node1 /bin/berth agent --node-name node1 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.11:10356 --l2-announcer --l2-interfaces eth0 --membership on --membership-key-file /state/membership.key --membership-bind-address 198.18.0.11".to_string()),
                 ("agent-node2".to_string(), "ip netns exec berth-lab-node2 /bin/berth agent --node-name node2 --kubeconfig /state/kubeconfig.lan --cluster-cidr 10.244.0.0/16 --admin-listen 198.18.0.12:10356 --l2-announcer --l2-interfaces eth0 --membership on --membership-key-file /state/membership.key --membership-bind-address 198.18.0.12".to_string()),
             ]
         );
         assert_eq!(components[4].log, Path::new("/state/logs/agent-node1.log"));
+    }
+
+    fn argv_of(components: &[Component], name: &str) -> String {
+        components
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap()
+            .argv(Path::new("/bin/berth"))
+            .join(" ")
+    }
+
+    #[test]
+    fn a_dual_stack_lab_gives_every_component_both_families() {
+        let families: LabFamilies = "dual".parse().unwrap();
+        let l = layout(&lab_topology_for("berth-lab", 2, families).unwrap()).unwrap();
+        assert!(l.lan6.is_some());
+        let files = Files::new(Path::new("/state"));
+        let c = plan_components("lab", 2, families, &l, &files).unwrap();
+        assert!(argv_of(&c, "apiserver").contains("--listen-netns berth-lab-cp=198.18.0.2:6443"));
+        assert!(argv_of(&c, "kubelet").contains("--ip-family dual"));
+        assert!(argv_of(&c, "controller")
+            .contains("--service-cidr 10.96.0.0/16,fd00:96::/112 --endpoints on"));
+        let agent = argv_of(&c, "agent-node2");
+        assert!(
+            agent.contains(
+                "--cluster-cidr 10.244.0.0/16,fd00:244::/48 --admin-listen 198.18.0.12:10356"
+            ),
+            "{agent}"
+        );
+        assert!(
+            agent.ends_with("--membership-bind-address 198.18.0.12"),
+            "{agent}"
+        );
+    }
+
+    #[test]
+    fn an_ipv6_lab_reaches_its_control_plane_over_ipv6() {
+        let families = LabFamilies::Ipv6;
+        let l = layout(&lab_topology_for("berth-lab", 1, families).unwrap()).unwrap();
+        let files = Files::new(Path::new("/state"));
+        let c = plan_components("lab", 1, families, &l, &files).unwrap();
+        assert!(
+            argv_of(&c, "apiserver").contains("--listen-netns berth-lab-cp=[fd00:198:18::2]:6443")
+        );
+        assert!(argv_of(&c, "controller").contains(
+            "--service-cidr fd00:96::/112 --endpoints on --admin-listen [fd00:198:18::2]:9090"
+        ));
+        let agent = argv_of(&c, "agent-node1");
+        assert!(
+            agent.contains("--cluster-cidr fd00:244::/48 --admin-listen [fd00:198:18::11]:10356"),
+            "{agent}"
+        );
+        assert!(agent.ends_with("--membership-bind-address fd00:198:18::11"));
+        // An IPv4 layout has no IPv6 control plane to offer.
+        let v4 = layout(&lab_topology("berth-lab", 1).unwrap()).unwrap();
+        assert!(plan_components("lab", 1, families, &v4, &files).is_err());
+    }
+
+    #[test]
+    fn families_parse_and_spell_their_cidrs() {
+        for (text, cidrs) in [
+            ("ipv4", "10.96.0.0/16"),
+            ("ipv6", "fd00:96::/112"),
+            ("dual", "10.96.0.0/16,fd00:96::/112"),
+        ] {
+            let f: LabFamilies = text.parse().unwrap();
+            assert_eq!((f.as_str(), f.service_cidrs().as_str()), (text, cidrs));
+        }
+        assert_eq!(LabFamilies::Ipv6.cluster_cidrs(), "fd00:244::/48");
+        assert_eq!(LabFamilies::Dual.primary(), IpFamily::V4);
+        assert!("IPv6".parse::<LabFamilies>().is_err());
     }
 }

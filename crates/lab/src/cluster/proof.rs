@@ -2,13 +2,16 @@
 //! client through the LoadBalancer IP and a node port, a node through the ClusterIP), and a table
 //! of what answered.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use berth_api::ServiceL2Status;
+use berth_core::IpFamily;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::plan::node_ip;
 use crate::echo::EchoReply;
 use crate::kubelet::server::http_get;
 use crate::topology::Layout;
@@ -29,15 +32,73 @@ pub struct Target {
 pub struct ServiceFacts {
     pub key: String,
     pub kind: String,
-    pub cluster_ip: Option<IpAddr>,
-    pub lb_ip: Option<IpAddr>,
-    pub announcing_node: Option<String>,
+    /// `spec.clusterIPs` (else `spec.clusterIP`), primary family first.
+    pub cluster_ips: Vec<IpAddr>,
+    /// The ingress addresses in `status.loadBalancer`.
+    pub lb_ips: Vec<IpAddr>,
+    /// How many LoadBalancer addresses the Service wants: one per family of `spec.ipFamilies`.
+    pub wanted_lb_ips: usize,
+    /// Each LoadBalancer address with the nodes that report announcing it (one, unless it is
+    /// changing hands; two families may be announced by two nodes).
+    pub announcers: Vec<(IpAddr, Vec<String>)>,
     pub targets: Vec<Target>,
 }
 
-/// Reads a Service; ways in are those its allocated fields allow, through its first TCP port.
-/// The announcing node comes from the agents' `ServiceL2Status` records (`records`, from any
-/// namespace): several nodes, which should never be, are shown together.
+impl ServiceFacts {
+    /// The ANNOUNCED BY cell: the node, or each address's nodes when they differ.
+    pub fn announced_by(&self) -> Option<String> {
+        let all: BTreeSet<&str> = self
+            .announcers
+            .iter()
+            .flat_map(|(_, nodes)| nodes.iter().map(String::as_str))
+            .collect();
+        if all.is_empty() {
+            return None;
+        }
+        let same = self
+            .announcers
+            .iter()
+            .all(|(_, nodes)| nodes.len() == all.len());
+        if same {
+            return Some(all.into_iter().collect::<Vec<_>>().join(","));
+        }
+        let each: Vec<String> = self
+            .announcers
+            .iter()
+            .map(|(ip, nodes)| {
+                let nodes = if nodes.is_empty() {
+                    "-".to_string()
+                } else {
+                    nodes.join(",")
+                };
+                format!("{nodes} ({ip})")
+            })
+            .collect();
+        Some(each.join(" "))
+    }
+
+    /// Whether every LoadBalancer address it wants is there and announced by some node.
+    pub fn announced(&self) -> bool {
+        self.lb_ips.len() >= self.wanted_lb_ips
+            && self.announcers.iter().all(|(_, nodes)| !nodes.is_empty())
+    }
+}
+
+fn parse_ips<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    for ip in texts.into_iter().filter_map(|t| t.parse().ok()) {
+        if !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    out
+}
+
+/// Reads a Service; ways in are those its allocated fields allow, through its first TCP port:
+/// every LoadBalancer address from the client (ARP for IPv4, NDP for IPv6), the node port on
+/// the first node's LAN address of each of the Service's families from the client, and every
+/// ClusterIP from the first node. The announcing nodes come from the agents'
+/// `ServiceL2Status` records (`records`, from any namespace).
 pub fn service_facts(
     svc: &Service,
     layout: &Layout,
@@ -47,26 +108,42 @@ pub fn service_facts(
     let key = format!("{}/{}", meta.namespace.as_deref()?, meta.name.as_deref()?);
     let spec = svc.spec.as_ref()?;
     let kind = spec.type_.clone().unwrap_or_else(|| "ClusterIP".into());
-    let cluster_ip = spec
-        .cluster_ip
-        .as_deref()
-        .and_then(|ip| ip.parse::<IpAddr>().ok());
-    let lb_ip = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .and_then(|ingress| ingress.iter().find_map(|i| i.ip.as_deref()?.parse().ok()));
-    let announcers: std::collections::BTreeSet<&str> = records
+    let cluster_ips = match spec.cluster_ips.as_ref().filter(|ips| !ips.is_empty()) {
+        Some(ips) => parse_ips(ips.iter().map(String::as_str)),
+        None => parse_ips(spec.cluster_ip.as_deref()),
+    };
+    let lb_ips = parse_ips(
+        svc.status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.ip.as_deref()),
+    );
+    let wanted_lb_ips = spec.ip_families.as_ref().map_or(1, |f| f.len().max(1));
+    let own: Vec<&ServiceL2Status> = records
         .iter()
         .filter(|r| {
             Some(&r.spec.service_namespace) == meta.namespace.as_ref()
                 && Some(&r.spec.service_name) == meta.name.as_ref()
         })
-        .map(|r| r.spec.node.as_str())
         .collect();
-    let announcing_node =
-        (!announcers.is_empty()).then(|| announcers.into_iter().collect::<Vec<_>>().join(","));
+    let announcers = lb_ips
+        .iter()
+        .map(|ip| {
+            let nodes: BTreeSet<String> = own
+                .iter()
+                .filter(|r| {
+                    // A record without addresses (an older agent) speaks for all of them.
+                    r.spec.addresses.is_empty()
+                        || r.spec.addresses.iter().any(|a| a.parse() == Ok(*ip))
+                })
+                .map(|r| r.spec.node.clone())
+                .collect();
+            (*ip, nodes.into_iter().collect())
+        })
+        .collect();
     let port = spec
         .ports
         .iter()
@@ -77,69 +154,94 @@ pub fn service_facts(
         (port, layout.clients.first(), layout.nodes.first())
     {
         let service_port = u16::try_from(port.port).unwrap_or(0);
-        if let Some(ip) = lb_ip {
+        for ip in &lb_ips {
             targets.push(Target {
                 path: "LoadBalancer",
                 from: client.name.clone(),
                 netns: client.netns.clone(),
-                addr: SocketAddr::new(ip, service_port),
+                addr: SocketAddr::new(*ip, service_port),
             });
         }
         if let Some(node_port) = port.node_port.and_then(|p| u16::try_from(p).ok()) {
-            targets.push(Target {
-                path: "NodePort",
-                from: client.name.clone(),
-                netns: client.netns.clone(),
-                addr: SocketAddr::from((node.lan_ip, node_port)),
-            });
+            // The Service's families, primary first; IPv4 while it has no ClusterIP yet.
+            let mut order: Vec<IpFamily> = Vec::new();
+            for family in cluster_ips.iter().map(|ip| IpFamily::of(*ip)) {
+                if !order.contains(&family) {
+                    order.push(family);
+                }
+            }
+            if order.is_empty() {
+                order.push(IpFamily::V4);
+            }
+            for family in order {
+                if let Some(ip) = node_ip(node, family) {
+                    targets.push(Target {
+                        path: "NodePort",
+                        from: client.name.clone(),
+                        netns: client.netns.clone(),
+                        addr: SocketAddr::new(ip, node_port),
+                    });
+                }
+            }
         }
-        if let Some(ip) = cluster_ip {
+        for ip in &cluster_ips {
             targets.push(Target {
                 path: "ClusterIP",
                 from: node.name.clone(),
                 netns: node.netns.clone(),
-                addr: SocketAddr::new(ip, service_port),
+                addr: SocketAddr::new(*ip, service_port),
             });
         }
     }
     Some(ServiceFacts {
         key,
         kind,
-        cluster_ip,
-        lb_ip,
-        announcing_node,
+        cluster_ips,
+        lb_ips,
+        wanted_lb_ips,
+        announcers,
         targets,
     })
 }
 
-/// `pod@ip` of every ready endpoint in the Service's slices, sorted.
+/// `pod@ip` of every ready endpoint in the Service's slices, sorted; a pod in the slices of
+/// both families shows both addresses, `pod@ipv4+ipv6` (in the order of the slices).
 pub fn ready_endpoints(slices: &[EndpointSlice]) -> Vec<String> {
-    let mut out: Vec<String> = slices
+    let mut by_pod: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for e in slices
         .iter()
         .flat_map(|s| s.endpoints.iter())
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
-        .map(|e| {
-            let pod = e
-                .target_ref
-                .as_ref()
-                .and_then(|t| t.name.clone())
-                .unwrap_or_else(|| "?".into());
-            format!("{pod}@{}", e.addresses.first().cloned().unwrap_or_default())
+    {
+        let pod = e
+            .target_ref
+            .as_ref()
+            .and_then(|t| t.name.clone())
+            .unwrap_or_else(|| "?".into());
+        let ip = e.addresses.first().cloned().unwrap_or_default();
+        let ips = by_pod.entry(pod).or_default();
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    by_pod
+        .into_iter()
+        .map(|(pod, mut ips)| {
+            // IPv4 before IPv6, whatever order the slices were listed in.
+            ips.sort_by_key(|ip| ip.contains(':'));
+            format!("{pod}@{}", ips.join("+"))
         })
-        .collect();
-    out.sort();
-    out
+        .collect()
 }
 
 /// Whether the lab is ready to be proven: every Service has a ClusterIP and a ready endpoint,
-/// every LoadBalancer Service an address and the node announcing it, and every Pod that is not
+/// every LoadBalancer Service an address per family and a node announcing each, and every Pod that is not
 /// being deleted is Ready. The summary then shows the settled cluster, not a moment of its start.
 pub fn settled(rows: &[(ServiceFacts, Vec<String>)], pods: &[Pod]) -> bool {
     let services = rows.iter().all(|(facts, endpoints)| {
         !endpoints.is_empty()
-            && facts.cluster_ip.is_some()
-            && (facts.kind != "LoadBalancer"
-                || (facts.lb_ip.is_some() && facts.announcing_node.is_some()))
+            && !facts.cluster_ips.is_empty()
+            && (facts.kind != "LoadBalancer" || facts.announced())
     });
     services
         && pods
@@ -173,6 +275,32 @@ impl Answer {
             Err(reason) => format!("{} {} from {}: FAILED: {reason}", t.path, t.addr, t.from),
         }
     }
+}
+
+/// The PROOF cell of a Service: the pods that answered through its LoadBalancer addresses
+/// (else through its first way in), or how many ways in failed.
+pub fn proof_cell(answers: &[Answer]) -> String {
+    let failed = answers.iter().filter(|a| a.result.is_err()).count();
+    if failed > 0 {
+        return format!("FAILED ({failed} of {} ways in)", answers.len());
+    }
+    let through_lb: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.target.path == "LoadBalancer")
+        .collect();
+    let shown: Vec<&Answer> = if through_lb.is_empty() {
+        answers.iter().take(1).collect()
+    } else {
+        through_lb
+    };
+    let Some(first) = shown.first() else {
+        return "no way in".into();
+    };
+    let pods: Vec<&str> = shown
+        .iter()
+        .filter_map(|a| a.result.as_ref().ok().map(|r| r.pod.as_str()))
+        .collect();
+    format!("{} answered {}", first.target.path, pods.join(", "))
 }
 
 /// Sends `GET /` until the echo server answers or `limit` passes. Blocking.
@@ -268,7 +396,7 @@ mod tests {
         ];
         let facts = service_facts(&svc, &mk_layout(), &records).unwrap();
         assert_eq!(facts.key, "default/echo");
-        assert_eq!(facts.announcing_node.as_deref(), Some("node2"));
+        assert_eq!(facts.announced_by().as_deref(), Some("node2"));
         let split = [
             mk_record("node2", "default", "echo"),
             mk_record("node1", "default", "echo"),
@@ -276,7 +404,7 @@ mod tests {
         assert_eq!(
             service_facts(&svc, &mk_layout(), &split)
                 .unwrap()
-                .announcing_node
+                .announced_by()
                 .as_deref(),
             Some("node1,node2")
         );
@@ -312,7 +440,131 @@ mod tests {
         .unwrap();
         let facts = service_facts(&svc, &mk_layout(), &[]).unwrap();
         assert!(facts.targets.is_empty());
-        assert_eq!(facts.lb_ip, None);
+        assert!(facts.lb_ips.is_empty());
+        assert!(!facts.announced());
+    }
+
+    fn mk_dual_layout() -> Layout {
+        layout(
+            &TopologySpec::new("berth-lab")
+                .control_plane("cp")
+                .node("node1", Vec::<String>::new())
+                .client("client")
+                .with_ipv6(),
+        )
+        .unwrap()
+    }
+
+    fn mk_dual_service() -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": "echo-dual", "namespace": "default"},
+            "spec": {"type": "LoadBalancer", "clusterIP": "fd00:96::10",
+                "clusterIPs": ["fd00:96::10", "10.96.0.10"],
+                "ipFamilies": ["IPv6", "IPv4"], "ipFamilyPolicy": "RequireDualStack",
+                "ports": [{"port": 80, "nodePort": 30080}]},
+            "status": {"loadBalancer": {"ingress": [
+                {"ip": "fd00:198:18::200", "ipMode": "VIP"},
+                {"ip": "198.18.0.200", "ipMode": "VIP"}]}}
+        }))
+        .unwrap()
+    }
+
+    fn mk_record_for(node: &str, addresses: &[&str]) -> ServiceL2Status {
+        let mut record = mk_record(node, "default", "echo-dual");
+        record.metadata.name = Some(format!("l2-{node}-{}", addresses.len()));
+        record.spec.addresses = addresses.iter().map(|a| a.to_string()).collect();
+        record
+    }
+
+    #[test]
+    fn a_dual_stack_load_balancer_is_reached_through_every_address() {
+        let records = [
+            mk_record_for("node1", &["198.18.0.200"]),
+            mk_record_for("node3", &["fd00:198:18::200"]),
+        ];
+        let facts = service_facts(&mk_dual_service(), &mk_dual_layout(), &records).unwrap();
+        let ways: Vec<(&str, &str, String)> = facts
+            .targets
+            .iter()
+            .map(|t| (t.path, t.netns.as_str(), t.addr.to_string()))
+            .collect();
+        assert_eq!(
+            ways,
+            [
+                (
+                    "LoadBalancer",
+                    "berth-lab-client",
+                    "[fd00:198:18::200]:80".to_string()
+                ),
+                (
+                    "LoadBalancer",
+                    "berth-lab-client",
+                    "198.18.0.200:80".to_string()
+                ),
+                (
+                    "NodePort",
+                    "berth-lab-client",
+                    "[fd00:198:18::11]:30080".to_string()
+                ),
+                (
+                    "NodePort",
+                    "berth-lab-client",
+                    "198.18.0.11:30080".to_string()
+                ),
+                (
+                    "ClusterIP",
+                    "berth-lab-node1",
+                    "[fd00:96::10]:80".to_string()
+                ),
+                ("ClusterIP", "berth-lab-node1", "10.96.0.10:80".to_string()),
+            ]
+        );
+        assert!(facts.announced());
+        // Two nodes, one per address: each named with its address.
+        assert_eq!(
+            facts.announced_by().as_deref(),
+            Some("node3 (fd00:198:18::200) node1 (198.18.0.200)")
+        );
+        // One family not announced yet: not settled.
+        let half = service_facts(&mk_dual_service(), &mk_dual_layout(), &records[..1]).unwrap();
+        assert!(!half.announced());
+        let row = (half, vec!["a@10.244.1.2".to_string()]);
+        assert!(!settled(&[row], &[]));
+        // One node for both.
+        let both = [mk_record_for(
+            "node2",
+            &["198.18.0.200", "fd00:198:18::200"],
+        )];
+        let facts = service_facts(&mk_dual_service(), &mk_dual_layout(), &both).unwrap();
+        assert_eq!(facts.announced_by().as_deref(), Some("node2"));
+    }
+
+    #[test]
+    fn a_dual_stack_service_waits_for_its_second_address() {
+        let mut svc = mk_dual_service();
+        if let Some(status) = svc.status.as_mut() {
+            status.load_balancer = serde_json::from_value(
+                json!({"ingress": [{"ip": "198.18.0.200", "ipMode": "VIP"}]}),
+            )
+            .unwrap();
+        }
+        let records = [mk_record_for("node1", &["198.18.0.200"])];
+        let facts = service_facts(&svc, &mk_dual_layout(), &records).unwrap();
+        assert_eq!((facts.lb_ips.len(), facts.wanted_lb_ips), (1, 2));
+        assert!(!facts.announced());
+    }
+
+    #[test]
+    fn a_single_stack_service_on_a_dual_stack_lab_keeps_to_its_family() {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"type": "NodePort", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
+                "ipFamilies": ["IPv4"], "ports": [{"port": 80, "nodePort": 30081}]}
+        }))
+        .unwrap();
+        let facts = service_facts(&svc, &mk_dual_layout(), &[]).unwrap();
+        let addrs: Vec<String> = facts.targets.iter().map(|t| t.addr.to_string()).collect();
+        assert_eq!(addrs, ["198.18.0.11:30081", "10.96.0.20:80"]);
     }
 
     #[test]
@@ -326,7 +578,26 @@ mod tests {
             ]
         }))
         .unwrap();
-        assert_eq!(ready_endpoints(&[slice]), ["a@10.244.1.3", "b@10.244.1.2"]);
+        assert_eq!(
+            ready_endpoints(std::slice::from_ref(&slice)),
+            ["a@10.244.1.3", "b@10.244.1.2"]
+        );
+        let slice6: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "s6"}, "addressType": "IPv6",
+            "endpoints": [
+                {"addresses": ["fd00:244:1::2"], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "name": "b"}},
+                {"addresses": ["fd00:244:2::2"], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "name": "c"}}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            ready_endpoints(&[slice6, slice]),
+            [
+                "a@10.244.1.3",
+                "b@10.244.1.2+fd00:244:1::2",
+                "c@fd00:244:2::2"
+            ]
+        );
     }
 
     fn mk_pod(name: &str, ready: &str, deleting: bool) -> Pod {
@@ -370,6 +641,34 @@ mod tests {
         // A pod that is not being deleted is not Ready yet.
         let starting = [mk_pod("a", "True", false), mk_pod("c", "False", false)];
         assert!(!settled(&[row(true, &["a@10.244.1.2"])], &starting));
+    }
+
+    #[test]
+    fn the_proof_cell_names_the_pods_behind_every_load_balancer_address() {
+        let target = |path: &'static str, addr: &str| Target {
+            path,
+            from: "client".into(),
+            netns: "berth-lab-client".into(),
+            addr: addr.parse().unwrap(),
+        };
+        let ok = |t: Target, pod: &str| Answer {
+            result: Ok(EchoReply {
+                pod: pod.into(),
+                client: "198.18.0.100:4000".parse().unwrap(),
+            }),
+            target: t,
+        };
+        let answers = vec![
+            ok(target("LoadBalancer", "198.18.0.200:80"), "echo-1"),
+            ok(target("LoadBalancer", "[fd00:198:18::200]:80"), "echo-3"),
+            ok(target("NodePort", "198.18.0.11:30080"), "echo-2"),
+        ];
+        assert_eq!(proof_cell(&answers), "LoadBalancer answered echo-1, echo-3");
+        assert_eq!(proof_cell(&answers[2..]), "NodePort answered echo-2");
+        assert_eq!(proof_cell(&[]), "no way in");
+        let mut failing = answers;
+        failing[1].result = Err("timed out".into());
+        assert_eq!(proof_cell(&failing), "FAILED (1 of 3 ways in)");
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! The lab kubelet: Node objects for the lab's node namespaces, and Pods as pod namespaces.
 //!
-//! - Each node namespace becomes a Node: `InternalIP` (its LAN address), `podCIDR`,
-//!   `providerID` (`berth-lab://<prefix>/<node>`), and a Ready condition renewed every heartbeat.
+//! - Each node namespace becomes a Node: an `InternalIP` per family of the cluster (its LAN
+//!   addresses), `podCIDRs` likewise, `providerID` (`berth-lab://<prefix>/<node>`), and a Ready
+//!   condition renewed every heartbeat.
 //! - A Pod without `spec.nodeName` is bound to the Ready node with the fewest pods that matches
 //!   its `nodeSelector`. A Pod bound to a lab node becomes a namespace hanging off that node (the
-//!   topology's pod links, address 10.244.<n>.(slot+1)) running the HTTP echo server
-//!   ([`server`]) on each TCP `containerPort` (8080 when none).
-//! - Status: `podIP(s)`, `hostIP(s)`, phase Running, and Ready from a real HTTP readiness probe
-//!   sent from the node's namespace to the pod (the container's `readinessProbe.httpGet`, else
+//!   topology's pod links, address 10.244.<n>.(slot+1), and fd00:244:<n>::(slot+1) when the
+//!   lab has IPv6) running the HTTP echo server ([`server`]) on each TCP `containerPort` (8080
+//!   when none), on every address of the pod.
+//! - Status: `podIP(s)`, `hostIP(s)` (one per family of the cluster, primary first), phase
+//!   Running, and Ready from a real HTTP readiness probe sent from the node's namespace to the
+//!   pod's primary address, IPv4 or IPv6 (the container's `readinessProbe.httpGet`, else
 //!   `GET /healthz` on the first port) every probe period.
 //! - Flipping readiness: the annotation `lab.berth.dev/ready: "false"` closes the pod's gate, so
 //!   its server answers the probe with 503 and the next probe turns Ready False; removing the
@@ -25,8 +28,10 @@ pub mod pods;
 pub mod server;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+use berth_core::IpFamily;
 
 use chrono::{SecondsFormat, Utc};
 use futures::StreamExt;
@@ -37,6 +42,7 @@ use kube::Client;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::plan::{node_ip, LabFamilies};
 use crate::netns::NetnsError;
 use crate::topology::{
     free_pod_slot, parse_link_names, plan_add_pod, plan_destroy, pod_layout, remove_leftovers,
@@ -90,6 +96,8 @@ fn now_rfc3339() -> String {
 #[derive(Debug, Clone)]
 pub struct KubeletConfig {
     pub layout: Layout,
+    /// The cluster's families: which of a node's and a pod's addresses are reported, in order.
+    pub families: LabFamilies,
     /// Time between readiness probes (and pod reconciles without a watch event).
     pub probe_period: Duration,
     /// Time between Node heartbeats.
@@ -100,17 +108,38 @@ impl KubeletConfig {
     pub fn new(layout: Layout) -> Self {
         KubeletConfig {
             layout,
+            families: LabFamilies::Ipv4,
             probe_period: Duration::from_millis(500),
             heartbeat_period: Duration::from_secs(10),
         }
     }
+
+    /// The cluster's families (IPv4 unless set).
+    pub fn with_families(mut self, families: LabFamilies) -> Self {
+        self.families = families;
+        self
+    }
+}
+
+/// A pod's addresses of the cluster's families, primary first.
+pub fn pod_ips(pod: &PodLayout, families: LabFamilies) -> Vec<IpAddr> {
+    families
+        .families()
+        .iter()
+        .filter_map(|family| match family {
+            IpFamily::V4 => Some(IpAddr::V4(pod.ip)),
+            IpFamily::V6 => pod.ip6.map(IpAddr::V6),
+        })
+        .collect()
 }
 
 struct RunningPod {
     view: PodView,
     node: String,
     layout: PodLayout,
-    host_ip: std::net::Ipv4Addr,
+    /// The pod's addresses the cluster knows, primary first, and its node's.
+    pod_ips: Vec<IpAddr>,
+    host_ips: Vec<IpAddr>,
     server: PodServer,
     gate: bool,
     started: String,
@@ -201,16 +230,27 @@ impl Kubelet {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let prefix = &self.config.layout.prefix;
+        let families = self.config.families;
         for n in &self.config.layout.nodes {
             if with_spec {
                 nodes
-                    .patch(&n.name, &params, &Patch::Apply(node::build_node(prefix, n)))
+                    .patch(
+                        &n.name,
+                        &params,
+                        &Patch::Apply(node::build_node(prefix, n, families)),
+                    )
                     .await
                     .map_err(api_err(format!("applying Node {}", n.name)))?;
             }
-            let status = node::build_node_status(n, since, &now_rfc3339());
+            let status = node::build_node_status(n, families, since, &now_rfc3339());
+            // A merge patch, which replaces lists whole: applied, `addresses` is a map keyed by
+            // `type`, and a dual-stack node's two InternalIPs would collapse into one.
             nodes
-                .patch_status(&n.name, &params, &Patch::Apply(status))
+                .patch_status(
+                    &n.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": status["status"]})),
+                )
                 .await
                 .map_err(api_err(format!("applying the status of Node {}", n.name)))?;
         }
@@ -368,7 +408,13 @@ impl Kubelet {
             what: "making a pod namespace".into(),
             source: std::io::Error::other(e),
         })??;
-        let server = match PodServer::start(&pod.netns, &view.name, &view.ports, view.ready_gate) {
+        let server = match PodServer::start(
+            &pod.netns,
+            &view.name,
+            &view.ports,
+            pod.ip6.is_some(),
+            view.ready_gate,
+        ) {
             Ok(server) => server,
             Err(err) => {
                 delete_netns(pod.netns.clone()).await;
@@ -376,14 +422,22 @@ impl Kubelet {
             }
         };
         let now = now_rfc3339();
-        tracing::info!(pod = %format!("{}/{}", view.namespace, view.name), node = %node_name, ip = %pod.ip, "started");
+        let families = self.config.families;
+        let pod_ips = pod_ips(&pod, families);
+        let host_ips: Vec<IpAddr> = families
+            .families()
+            .iter()
+            .filter_map(|family| node_ip(&node, *family))
+            .collect();
+        tracing::info!(pod = %format!("{}/{}", view.namespace, view.name), node = %node_name, ips = ?pod_ips, "started");
         self.running.insert(
             view.uid.clone(),
             RunningPod {
                 view: view.clone(),
                 node: node_name,
                 layout: pod,
-                host_ip: node.lan_ip,
+                pod_ips,
+                host_ips,
                 server,
                 gate: view.ready_gate,
                 started: now.clone(),
@@ -429,7 +483,8 @@ impl Kubelet {
             .filter_map(|(uid, p)| {
                 let node_ns = layout.node(&p.node)?.netns.clone();
                 let (path, port) = p.view.probe.clone();
-                let addr = SocketAddr::from((p.layout.ip, port));
+                // The primary address, as a kubelet probes the pod's podIP.
+                let addr = SocketAddr::new(*p.pod_ips.first()?, port);
                 let uid = uid.clone();
                 Some(tokio::task::spawn_blocking(move || {
                     let ok = http_get(&node_ns, addr, &path, Duration::from_secs(1))
@@ -452,8 +507,8 @@ impl Kubelet {
     async fn write_statuses(&mut self) {
         for p in self.running.values_mut() {
             let facts = PodFacts {
-                pod_ip: p.layout.ip,
-                host_ip: p.host_ip,
+                pod_ips: p.pod_ips.clone(),
+                host_ips: p.host_ips.clone(),
                 started: p.started.clone(),
                 ready: p.ready,
                 ready_since: p.ready_since.clone(),

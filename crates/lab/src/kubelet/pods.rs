@@ -2,7 +2,7 @@
 //! and the status it reports.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
@@ -239,25 +239,32 @@ pub fn plan_pods(
 /// What the kubelet knows of a running pod for its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFacts {
-    pub pod_ip: Ipv4Addr,
-    pub host_ip: Ipv4Addr,
+    /// One per family of the cluster, primary first.
+    pub pod_ips: Vec<IpAddr>,
+    /// The node's InternalIPs.
+    pub host_ips: Vec<IpAddr>,
     pub started: String,
     pub ready: bool,
     /// When readiness last changed (RFC 3339).
     pub ready_since: String,
 }
 
-/// `status` of a running pod: phase Running, its addresses, and Ready from the probe.
+/// `status` of a running pod: phase Running, its addresses (`podIP` the primary one, `podIPs`
+/// all, as on a dual-stack cluster), and Ready from the probe.
 pub fn build_pod_status(pod: &PodView, facts: &PodFacts) -> Value {
+    let ip_list = |ips: &[IpAddr]| -> Vec<Value> {
+        ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect()
+    };
+    let first = |ips: &[IpAddr]| ips.first().map(ToString::to_string);
     let ready = if facts.ready { "True" } else { "False" };
     let condition = |kind: &str, status: &str, since: &str| json!({"type": kind, "status": status, "lastProbeTime": null, "lastTransitionTime": since});
     let (container, image) = &pod.container;
     json!({
         "phase": "Running",
-        "hostIP": facts.host_ip.to_string(),
-        "hostIPs": [{"ip": facts.host_ip.to_string()}],
-        "podIP": facts.pod_ip.to_string(),
-        "podIPs": [{"ip": facts.pod_ip.to_string()}],
+        "hostIP": first(&facts.host_ips),
+        "hostIPs": ip_list(&facts.host_ips),
+        "podIP": first(&facts.pod_ips),
+        "podIPs": ip_list(&facts.pod_ips),
         "startTime": facts.started,
         "conditions": [
             condition("PodScheduled", "True", &facts.started),
@@ -507,8 +514,8 @@ mod tests {
     #[test]
     fn status_reports_addresses_and_readiness() {
         let facts = PodFacts {
-            pod_ip: Ipv4Addr::new(10, 244, 1, 2),
-            host_ip: Ipv4Addr::new(198, 18, 0, 11),
+            pod_ips: vec!["10.244.1.2".parse().unwrap()],
+            host_ips: vec!["198.18.0.11".parse().unwrap()],
             started: "t0".into(),
             ready: false,
             ready_since: "t1".into(),
@@ -526,5 +533,33 @@ mod tests {
             .unwrap();
         assert_eq!(ready["status"], "False");
         assert_eq!(ready["lastTransitionTime"], "t1");
+    }
+
+    #[test]
+    fn a_dual_stack_pod_reports_both_addresses_primary_first() {
+        let facts = PodFacts {
+            pod_ips: vec![
+                "fd00:244:1::2".parse().unwrap(),
+                "10.244.1.2".parse().unwrap(),
+            ],
+            host_ips: vec![
+                "fd00:198:18::11".parse().unwrap(),
+                "198.18.0.11".parse().unwrap(),
+            ],
+            started: "t0".into(),
+            ready: true,
+            ready_since: "t0".into(),
+        };
+        let status = build_pod_status(&mk_pod("a", Some("node1")), &facts);
+        assert_eq!(status["podIP"], "fd00:244:1::2");
+        assert_eq!(
+            status["podIPs"],
+            json!([{"ip": "fd00:244:1::2"}, {"ip": "10.244.1.2"}])
+        );
+        assert_eq!(status["hostIP"], "fd00:198:18::11");
+        assert_eq!(
+            status["hostIPs"],
+            json!([{"ip": "fd00:198:18::11"}, {"ip": "198.18.0.11"}])
+        );
     }
 }

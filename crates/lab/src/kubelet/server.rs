@@ -17,7 +17,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::echo::EchoReply;
-use crate::netns::{bind_tcp_in_netns, connect_tcp_in_netns};
+use crate::netns::{bind_tcp_family_in_netns, connect_tcp_in_netns};
 
 use super::KubeletError;
 
@@ -56,8 +56,15 @@ pub struct PodServer {
 }
 
 impl PodServer {
-    /// Binds `0.0.0.0:<port>` for each port inside `netns` and serves on the current runtime.
-    pub fn start(netns: &str, pod: &str, ports: &[u16], ready: bool) -> Result<Self, KubeletError> {
+    /// Binds `0.0.0.0:<port>` for each port inside `netns`, and `[::]:<port>` (IPv6 only, so
+    /// each client is seen in its own family) with `ipv6`, and serves on the current runtime.
+    pub fn start(
+        netns: &str,
+        pod: &str,
+        ports: &[u16],
+        ipv6: bool,
+        ready: bool,
+    ) -> Result<Self, KubeletError> {
         let gate = Arc::new(AtomicBool::new(ready));
         let state = PodState {
             pod: Arc::from(pod),
@@ -68,9 +75,19 @@ impl PodServer {
             .fallback(get(echo))
             .with_state(state);
         let mut tasks = Vec::new();
-        for port in ports {
-            let addr = SocketAddr::from(([0, 0, 0, 0], *port));
-            let listener = bind_tcp_in_netns(netns, addr)?;
+        let mut addrs: Vec<SocketAddr> = ports
+            .iter()
+            .map(|port| SocketAddr::from(([0, 0, 0, 0], *port)))
+            .collect();
+        if ipv6 {
+            addrs.extend(
+                ports
+                    .iter()
+                    .map(|port| SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, *port))),
+            );
+        }
+        for addr in addrs {
+            let listener = bind_tcp_family_in_netns(netns, addr)?;
             listener
                 .set_nonblocking(true)
                 .map_err(|source| KubeletError::Io {

@@ -1,13 +1,14 @@
 //! Spec -> layout: namespace names and every address, from the lab's address plan.
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use super::{
     TopologyError, TopologySpec, CONTROL_PLANE_HOST, FIRST_CLIENT_HOST, FIRST_NODE_HOST,
-    LAN_NETWORK, LAN_PREFIX_LEN, LB_POOL_FIRST_HOST, NETNS_PREFIX, POD_NETWORK,
+    LAN6_NETWORK, LAN6_PREFIX_LEN, LAN_NETWORK, LAN_PREFIX_LEN, LB_POOL_FIRST_HOST, NETNS_PREFIX,
+    POD6_NETWORK, POD_NETWORK,
 };
 
 /// The name reserved for the LAN namespace (`<prefix>-lan`).
@@ -21,8 +22,17 @@ pub struct PodLayout {
     pub name: String,
     pub netns: String,
     pub ip: Ipv4Addr,
+    /// With IPv6: fd00:244:<node>::(slot+1).
+    pub ip6: Option<Ipv6Addr>,
     /// The node's end of the pod's veth, in the node namespace.
     pub node_veth: String,
+}
+
+impl PodLayout {
+    /// Its addresses, IPv4 first.
+    pub fn ips(&self) -> Vec<IpAddr> {
+        addresses(self.ip, self.ip6)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +45,19 @@ pub struct NodeLayout {
     pub pod_cidr: Ipv4Net,
     /// The pods' gateway: the node's address on every pod veth.
     pub gateway: Ipv4Addr,
+    /// With IPv6: the node's LAN address, its pods' /64 and their gateway.
+    pub lan_ip6: Option<Ipv6Addr>,
+    pub pod_cidr6: Option<Ipv6Net>,
+    pub gateway6: Option<Ipv6Addr>,
     pub pods: Vec<PodLayout>,
     pub route_localnet: bool,
+}
+
+impl NodeLayout {
+    /// Its LAN addresses, IPv4 first.
+    pub fn lan_ips(&self) -> Vec<IpAddr> {
+        addresses(self.lan_ip, self.lan_ip6)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +65,22 @@ pub struct ClientLayout {
     pub name: String,
     pub netns: String,
     pub ip: Ipv4Addr,
+    /// With IPv6: its LAN address, fd00:198:18::<the IPv4 host number as hex digits>.
+    pub ip6: Option<Ipv6Addr>,
     pub lan_port: String,
+}
+
+impl ClientLayout {
+    /// Its LAN addresses, IPv4 first.
+    pub fn ips(&self) -> Vec<IpAddr> {
+        addresses(self.ip, self.ip6)
+    }
+}
+
+fn addresses(v4: Ipv4Addr, v6: Option<Ipv6Addr>) -> Vec<IpAddr> {
+    std::iter::once(IpAddr::V4(v4))
+        .chain(v6.map(IpAddr::V6))
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +89,8 @@ pub struct Layout {
     pub lan_netns: String,
     pub lan_bridge: String,
     pub lan: Ipv4Net,
+    /// With IPv6: fd00:198:18::/64.
+    pub lan6: Option<Ipv6Net>,
     pub nodes: Vec<NodeLayout>,
     pub clients: Vec<ClientLayout>,
     /// Joins the LAN like a client, at 198.18.0.2.
@@ -108,6 +146,9 @@ pub fn pod_layout(
         name: name.to_string(),
         netns: format!("{prefix}-{}-p{slot}", node.name),
         ip: host([net[0], net[1], net[2]], slot + 1),
+        ip6: node
+            .pod_cidr6
+            .map(|cidr| host6(cidr.network(), u16::from(slot) + 1)),
         node_veth: format!("vp{slot}"),
     })
 }
@@ -135,6 +176,44 @@ pub fn parse_link_names(output: &str) -> Vec<String> {
 
 fn host(net: [u8; 3], last: u8) -> Ipv4Addr {
     Ipv4Addr::new(net[0], net[1], net[2], last)
+}
+
+/// `n` written in decimal, read as hexadecimal: 11 -> 0x11, so that fd00:198:18::11 reads as
+/// 198.18.0.11 does. Numbers of the plan stay below 10,000, where this is exact.
+fn hex_digits(n: u16) -> u16 {
+    let mut out = 0u16;
+    let mut shift = 0u32;
+    let mut rest = n;
+    loop {
+        out |= (rest % 10) << shift;
+        rest /= 10;
+        shift += 4;
+        if rest == 0 || shift >= 16 {
+            return out;
+        }
+    }
+}
+
+/// The address `last` (as hex digits, see [`hex_digits`]) inside the /64 (or wider) `net`.
+fn host6(net: Ipv6Addr, last: u16) -> Ipv6Addr {
+    let mut segments = net.segments();
+    segments[7] = hex_digits(last);
+    Ipv6Addr::from(segments)
+}
+
+/// The /64 of node `i`'s pods: fd00:244:<i as hex digits>::/64.
+fn node_pod_cidr6(i: u8) -> Result<Ipv6Net, TopologyError> {
+    let net = Ipv6Addr::new(
+        POD6_NETWORK[0],
+        POD6_NETWORK[1],
+        hex_digits(u16::from(i)),
+        0,
+        0,
+        0,
+        0,
+        0,
+    );
+    Ipv6Net::new(net, 64).map_err(|e| invalid(format!("IPv6 pod CIDR of node {i}: {e}")))
 }
 
 fn invalid(msg: String) -> TopologyError {
@@ -193,6 +272,7 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
     }
     let lan_octets = LAN_NETWORK.octets();
     let lan_net = [lan_octets[0], lan_octets[1], lan_octets[2]];
+    let lan6 = |last: u8| spec.ipv6.then(|| host6(LAN6_NETWORK, u16::from(last)));
     let mut seen = BTreeSet::new();
     let mut nodes = Vec::with_capacity(spec.nodes.len());
     for (i, node) in (1u8..).zip(&spec.nodes) {
@@ -206,6 +286,11 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
             )));
         }
         let pod_net = [POD_NETWORK[0], POD_NETWORK[1], i];
+        let pod_cidr6 = if spec.ipv6 {
+            Some(node_pod_cidr6(i)?)
+        } else {
+            None
+        };
         let mut pods = Vec::with_capacity(node.pods.len());
         for (k, pod) in (1u8..).zip(&node.pods) {
             check_name("pod", pod, &mut seen)?;
@@ -213,17 +298,22 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
                 name: pod.clone(),
                 netns: format!("{prefix}-{pod}"),
                 ip: host(pod_net, k + 1),
+                ip6: pod_cidr6.map(|c| host6(c.network(), u16::from(k) + 1)),
                 node_veth: format!("vp{k}"),
             });
         }
+        let lan_host = FIRST_NODE_HOST + i - 1;
         nodes.push(NodeLayout {
             name: node.name.clone(),
             netns: format!("{prefix}-{}", node.name),
-            lan_ip: host(lan_net, FIRST_NODE_HOST + i - 1),
+            lan_ip: host(lan_net, lan_host),
             lan_port: format!("n{i}"),
             pod_cidr: Ipv4Net::new(host(pod_net, 0), 24)
                 .map_err(|e| invalid(format!("pod CIDR of node {}: {e}", node.name)))?,
             gateway: host(pod_net, 1),
+            lan_ip6: lan6(lan_host),
+            pod_cidr6,
+            gateway6: pod_cidr6.map(|c| host6(c.network(), 1)),
             pods,
             route_localnet: node.route_localnet,
         });
@@ -235,6 +325,7 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
             name: client.clone(),
             netns: format!("{prefix}-{client}"),
             ip: host(lan_net, FIRST_CLIENT_HOST + j),
+            ip6: lan6(FIRST_CLIENT_HOST + j),
             lan_port: format!("c{j}"),
         });
     }
@@ -245,6 +336,7 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
                 name: name.clone(),
                 netns: format!("{prefix}-{name}"),
                 ip: host(lan_net, CONTROL_PLANE_HOST),
+                ip6: lan6(CONTROL_PLANE_HOST),
                 lan_port: "cp".to_string(),
             })
         }
@@ -255,6 +347,14 @@ pub fn layout(spec: &TopologySpec) -> Result<Layout, TopologyError> {
         lan_netns: format!("{prefix}-{LAN_NAME}"),
         lan_bridge: "br0".to_string(),
         lan: Ipv4Net::new(LAN_NETWORK, LAN_PREFIX_LEN).map_err(|e| invalid(format!("LAN: {e}")))?,
+        lan6: if spec.ipv6 {
+            Some(
+                Ipv6Net::new(LAN6_NETWORK, LAN6_PREFIX_LEN)
+                    .map_err(|e| invalid(format!("IPv6 LAN: {e}")))?,
+            )
+        } else {
+            None
+        },
         nodes,
         clients,
         control_plane,
@@ -431,6 +531,100 @@ mod tests {
         );
         for slot in [0, 254, 255] {
             assert!(pod_layout("berth-t1", node2, slot, "x").is_err(), "{slot}");
+        }
+    }
+
+    #[test]
+    fn ipv6_addresses_mirror_the_ipv4_plan() {
+        let l = layout(&mk_spec().control_plane("cp").with_ipv6()).unwrap();
+        assert_eq!(l.lan6.unwrap().to_string(), "fd00:198:18::/64");
+        let n1 = l.node("node1").unwrap();
+        assert_eq!(n1.lan_ip6.unwrap().to_string(), "fd00:198:18::11");
+        assert_eq!(n1.pod_cidr6.unwrap().to_string(), "fd00:244:1::/64");
+        assert_eq!(n1.gateway6.unwrap().to_string(), "fd00:244:1::1");
+        assert_eq!(
+            n1.pods[1].ips(),
+            [
+                "10.244.1.3".parse::<IpAddr>().unwrap(),
+                "fd00:244:1::3".parse().unwrap()
+            ]
+        );
+        let n2 = l.node("node2").unwrap();
+        assert_eq!(
+            n2.lan_ips(),
+            [
+                "198.18.0.12".parse::<IpAddr>().unwrap(),
+                "fd00:198:18::12".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            l.client("other").unwrap().ip6.unwrap().to_string(),
+            "fd00:198:18::101"
+        );
+        let cp = l.control_plane.as_ref().unwrap();
+        assert_eq!(cp.ip6.unwrap().to_string(), "fd00:198:18::2");
+        let later = pod_layout("berth-t1", n2, 253, "x").unwrap();
+        assert_eq!(later.ip6.unwrap().to_string(), "fd00:244:2::254");
+        // Without IPv6, nothing of it.
+        let v4 = layout(&mk_spec()).unwrap();
+        assert_eq!(v4.lan6, None);
+        assert!(v4
+            .nodes
+            .iter()
+            .all(|n| n.lan_ip6.is_none() && n.pod_cidr6.is_none()));
+        assert_eq!(v4.nodes[0].pods[0].ips().len(), 1);
+        assert_eq!(
+            pod_layout("berth-t1", &v4.nodes[0], 3, "y").unwrap().ip6,
+            None
+        );
+    }
+
+    #[test]
+    fn hex_digits_spell_the_decimal_number() {
+        for (n, hex) in [
+            (0, 0x0),
+            (2, 0x2),
+            (11, 0x11),
+            (100, 0x100),
+            (254, 0x254),
+            (9999, 0x9999),
+        ] {
+            assert_eq!(hex_digits(n), hex, "{n}");
+        }
+    }
+
+    #[test]
+    fn every_ipv6_host_of_the_plan_is_distinct() {
+        let mut spec = TopologySpec::new("berth-t1")
+            .control_plane("cp")
+            .with_ipv6();
+        for i in 0..89 {
+            spec = spec.node(&format!("n{i}"), (0..3).map(move |k| format!("p{k}x{i}")));
+        }
+        for j in 0..100 {
+            spec = spec.client(&format!("c{j}"));
+        }
+        let l = layout(&spec).unwrap();
+        let mut seen = BTreeSet::new();
+        let lan6 = l.lan6.unwrap();
+        for ip in l
+            .nodes
+            .iter()
+            .filter_map(|n| n.lan_ip6)
+            .chain(l.clients.iter().filter_map(|c| c.ip6))
+            .chain(l.control_plane.iter().filter_map(|c| c.ip6))
+        {
+            assert!(lan6.contains(&ip), "{ip}");
+            assert!(seen.insert(ip), "{ip} twice");
+        }
+        assert_eq!(seen.len(), 89 + 100 + 1);
+        for node in &l.nodes {
+            let cidr = node.pod_cidr6.unwrap();
+            assert!(cidr.contains(&node.gateway6.unwrap()));
+            for pod in &node.pods {
+                assert!(cidr.contains(&pod.ip6.unwrap()));
+                assert!(seen.insert(pod.ip6.unwrap()));
+            }
         }
     }
 

@@ -14,6 +14,13 @@
 //!                                                    10.244.j.0/24 via node j
 //! ```
 //!
+//! With [`TopologySpec::with_ipv6`] every namespace gets an IPv6 address beside its IPv4 one,
+//! from the same plan written in IPv6: the LAN is fd00:198:18::/64 and a host keeps its IPv4
+//! number as hexadecimal digits (198.18.0.11 is fd00:198:18::11, the client fd00:198:18::100);
+//! node i's pods live in fd00:244:i::/64 (pod k at fd00:244:i::(1+k), gateway fd00:244:i::1);
+//! the Service CIDR fd00:96::/112 is routed like 10.96.0.0/16. Addresses are added without
+//! duplicate address detection, so they are usable at once.
+//!
 //! Pods hang off their node on point-to-point veths (no pod bridge), so every pod packet is routed
 //! by the node and seen by its iptables in both directions: Service traffic between two pods of one
 //! node needs neither `br_netfilter` nor bridge hairpin mode, and a pod reaching itself through a
@@ -24,7 +31,7 @@ mod layout;
 mod run;
 mod steps;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub use layout::{
     free_pod_slot, layout, parse_link_names, pod_layout, ClientLayout, Layout, NodeLayout,
@@ -57,6 +64,13 @@ pub const POD_NETWORK: [u8; 2] = [10, 244];
 /// The Service CIDR nodes route towards their LAN interface, so that their own connections to a
 /// ClusterIP find a route before iptables rewrites the destination.
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The LAN in IPv6 (a unique local /64): hosts keep their IPv4 number, written as hex digits.
+pub const LAN6_NETWORK: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x198, 0x18, 0, 0, 0, 0, 0);
+pub const LAN6_PREFIX_LEN: u8 = 64;
+/// Pod CIDR of node i in IPv6 is fd00:244:i::/64, inside this /48.
+pub const POD6_NETWORK: [u16; 2] = [0xfd00, 0x244];
+/// The IPv6 Service CIDR, routed by the nodes like [`SERVICE_CIDR`].
+pub const SERVICE6_CIDR: &str = "fd00:96::/112";
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
@@ -106,6 +120,9 @@ pub struct TopologySpec {
     pub clients: Vec<String>,
     /// A namespace on the LAN at 198.18.0.2 for the API server and the controller.
     pub control_plane: Option<String>,
+    /// Every namespace gets an IPv6 address too (fd00:198:18::/64 on the LAN, fd00:244:i::/64
+    /// for node i's pods).
+    pub ipv6: bool,
 }
 
 impl TopologySpec {
@@ -115,7 +132,14 @@ impl TopologySpec {
             nodes: Vec::new(),
             clients: Vec::new(),
             control_plane: None,
+            ipv6: false,
         }
+    }
+
+    /// IPv6 addresses beside the IPv4 ones, everywhere.
+    pub fn with_ipv6(mut self) -> Self {
+        self.ipv6 = true;
+        self
     }
 
     /// A prefix no other process uses: `berth-<tag><pid>`.

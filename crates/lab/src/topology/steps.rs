@@ -5,7 +5,7 @@
 //! namespace untouched, and the tests below check it for every step.
 
 use super::layout::{Layout, NodeLayout, PodLayout};
-use super::{ETH0, SERVICE_CIDR};
+use super::{ETH0, SERVICE6_CIDR, SERVICE_CIDR};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -81,15 +81,31 @@ fn veth(netns: &str, name: &str, peer_netns: &str, peer: &str) -> Step {
     )
 }
 
+/// `ip addr add <addr> dev <dev>` for an IPv6 address: without duplicate address detection,
+/// which would keep it unusable for a second while nothing else on the lab LAN can hold it.
+fn addr6(netns: &str, addr: &str, dev: &str) -> Step {
+    ip(netns, &["addr", "add", addr, "dev", dev, "nodad"])
+}
+
 /// Plugs `netns` into the LAN: a veth from `port` on the bridge `br` in `lan` to its eth0,
-/// which gets `addr` (with the LAN's prefix length). Nodes and clients join the LAN alike.
-fn join_lan(lan: &str, br: &str, port: &str, netns: &str, addr: &str) -> [Step; 4] {
-    [
+/// which gets `addr` (with the LAN's prefix length), and `addr6` too when given. Nodes and
+/// clients join the LAN alike.
+fn join_lan(
+    lan: &str,
+    br: &str,
+    port: &str,
+    netns: &str,
+    addr: &str,
+    addr6: Option<&str>,
+) -> Vec<Step> {
+    let mut steps = vec![
         veth(lan, port, netns, ETH0),
         ip(lan, &["link", "set", port, "master", br, "up"]),
         ip(netns, &["addr", "add", addr, "dev", ETH0]),
-        ip(netns, &["link", "set", ETH0, "up"]),
-    ]
+    ];
+    steps.extend(addr6.map(|a| self::addr6(netns, a, ETH0)));
+    steps.push(ip(netns, &["link", "set", ETH0, "up"]));
+    steps
 }
 
 fn node_sysctls(node: &NodeLayout) -> Vec<Step> {
@@ -103,6 +119,9 @@ fn node_sysctls(node: &NodeLayout) -> Vec<Step> {
     if node.route_localnet {
         steps.push(sysctl(ns, "net.ipv4.conf.all.route_localnet", "1"));
     }
+    if node.lan_ip6.is_some() {
+        steps.push(sysctl(ns, "net.ipv6.conf.all.forwarding", "1"));
+    }
     steps
 }
 
@@ -114,7 +133,7 @@ fn pod_link_steps(node: &NodeLayout, pod: &PodLayout) -> Vec<Step> {
     let gateway_host = format!("{gateway}/32");
     let (pns, veth_name) = (&pod.netns, &pod.node_veth);
     let pod_ip = pod.ip.to_string();
-    vec![
+    let mut steps = vec![
         veth(ns, veth_name, pns, ETH0),
         // The same gateway address on every pod veth: each pod finds its gateway on its own
         // link, and the node routes each pod address to that pod's veth.
@@ -142,7 +161,28 @@ fn pod_link_steps(node: &NodeLayout, pod: &PodLayout) -> Vec<Step> {
             pns,
             &["route", "add", "default", "via", &gateway, "dev", ETH0],
         ),
-    ]
+    ];
+    if let (Some(gateway6), Some(pod_ip6)) = (node.gateway6, pod.ip6) {
+        let gateway6 = gateway6.to_string();
+        let gateway6_host = format!("{gateway6}/128");
+        let pod_host6 = format!("{pod_ip6}/128");
+        steps.extend([
+            addr6(ns, &gateway6_host, veth_name),
+            ip(
+                ns,
+                &[
+                    "route", "add", &pod_host6, "dev", veth_name, "src", &gateway6,
+                ],
+            ),
+            addr6(pns, &pod_host6, ETH0),
+            ip(pns, &["route", "add", &gateway6_host, "dev", ETH0]),
+            ip(
+                pns,
+                &["route", "add", "::/0", "via", &gateway6, "dev", ETH0],
+            ),
+        ]);
+    }
+    steps
 }
 
 /// The steps that add one pod to a running topology: its namespace, then its link to the node.
@@ -169,19 +209,44 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
     }
     let lan = &layout.lan_netns;
     let br = &layout.lan_bridge;
-    steps.push(ip(lan, &["link", "add", br, "type", "bridge"]));
+    if layout.lan6.is_some() {
+        // Without snooping the bridge floods every Neighbor Solicitation, as a plain switch
+        // does: the announcer listens on a solicited-node group it never reports with MLD.
+        steps.push(ip(
+            lan,
+            &["link", "add", br, "type", "bridge", "mcast_snooping", "0"],
+        ));
+    } else {
+        steps.push(ip(lan, &["link", "add", br, "type", "bridge"]));
+    }
     steps.push(ip(lan, &["link", "set", br, "up"]));
     let lan_len = layout.lan.prefix_len();
+    let lan6_len = layout.lan6.map(|n| n.prefix_len());
+    let with_len6 = |ip6: Option<std::net::Ipv6Addr>| match (ip6, lan6_len) {
+        (Some(ip6), Some(len)) => Some(format!("{ip6}/{len}")),
+        _ => None,
+    };
 
     for node in &layout.nodes {
         let ns = &node.netns;
         steps.extend(node_sysctls(node));
         let lan_addr = format!("{}/{lan_len}", node.lan_ip);
-        steps.extend(join_lan(lan, br, &node.lan_port, ns, &lan_addr));
+        let lan_addr6 = with_len6(node.lan_ip6);
+        steps.extend(join_lan(
+            lan,
+            br,
+            &node.lan_port,
+            ns,
+            &lan_addr,
+            lan_addr6.as_deref(),
+        ));
         steps.push(ip(
             ns,
             &["route", "add", SERVICE_CIDR, "dev", ETH0, "scope", "link"],
         ));
+        if node.lan_ip6.is_some() {
+            steps.push(ip(ns, &["route", "add", SERVICE6_CIDR, "dev", ETH0]));
+        }
         for other in layout.nodes.iter().filter(|o| o.name != node.name) {
             steps.push(ip(
                 ns,
@@ -195,6 +260,20 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
                     ETH0,
                 ],
             ));
+            if let (Some(cidr6), Some(via6)) = (other.pod_cidr6, other.lan_ip6) {
+                steps.push(ip(
+                    ns,
+                    &[
+                        "route",
+                        "add",
+                        &cidr6.to_string(),
+                        "via",
+                        &via6.to_string(),
+                        "dev",
+                        ETH0,
+                    ],
+                ));
+            }
         }
         for pod in &node.pods {
             steps.extend(pod_link_steps(node, pod));
@@ -202,12 +281,28 @@ pub fn plan_create(layout: &Layout) -> Vec<Step> {
     }
     if let Some(cp) = &layout.control_plane {
         let addr = format!("{}/{lan_len}", cp.ip);
-        steps.extend(join_lan(lan, br, &cp.lan_port, &cp.netns, &addr));
+        let addr6 = with_len6(cp.ip6);
+        steps.extend(join_lan(
+            lan,
+            br,
+            &cp.lan_port,
+            &cp.netns,
+            &addr,
+            addr6.as_deref(),
+        ));
     }
     for client in &layout.clients {
         let ns = &client.netns;
         let addr = format!("{}/{lan_len}", client.ip);
-        steps.extend(join_lan(lan, br, &client.lan_port, ns, &addr));
+        let addr6 = with_len6(client.ip6);
+        steps.extend(join_lan(
+            lan,
+            br,
+            &client.lan_port,
+            ns,
+            &addr,
+            addr6.as_deref(),
+        ));
     }
     steps
 }
@@ -325,6 +420,59 @@ mod tests {
             assert!(created.contains(&step), "{step}");
         }
         assert_eq!(later.len(), 10);
+    }
+
+    #[test]
+    fn with_ipv6_every_namespace_gets_its_second_address_and_routes() {
+        let l = layout(
+            &TopologySpec::new("berth-t7")
+                .control_plane("cp")
+                .node("node1", ["a1"])
+                .node("node2", ["b1"])
+                .client("client")
+                .with_ipv6(),
+        )
+        .unwrap();
+        let steps = render(&plan_create(&l));
+        for expected in [
+            "ip -n berth-t7-lan link add br0 type bridge mcast_snooping 0",
+            "ip netns exec berth-t7-node1 sysctl -qw net.ipv6.conf.all.forwarding=1",
+            "ip -n berth-t7-node1 addr add 198.18.0.11/24 dev eth0",
+            "ip -n berth-t7-node1 addr add fd00:198:18::11/64 dev eth0 nodad",
+            "ip -n berth-t7-node1 route add fd00:96::/112 dev eth0",
+            "ip -n berth-t7-node1 route add fd00:244:2::/64 via fd00:198:18::12 dev eth0",
+            "ip -n berth-t7-node2 route add fd00:244:1::/64 via fd00:198:18::11 dev eth0",
+            "ip -n berth-t7-node1 addr add fd00:244:1::1/128 dev vp1 nodad",
+            "ip -n berth-t7-node1 route add fd00:244:1::2/128 dev vp1 src fd00:244:1::1",
+            "ip -n berth-t7-a1 addr add fd00:244:1::2/128 dev eth0 nodad",
+            "ip -n berth-t7-a1 route add fd00:244:1::1/128 dev eth0",
+            "ip -n berth-t7-a1 route add ::/0 via fd00:244:1::1 dev eth0",
+            "ip -n berth-t7-b1 route add ::/0 via fd00:244:2::1 dev eth0",
+            "ip -n berth-t7-cp addr add fd00:198:18::2/64 dev eth0 nodad",
+            "ip -n berth-t7-client addr add fd00:198:18::100/64 dev eth0 nodad",
+        ] {
+            assert!(steps.iter().any(|s| s == expected), "missing {expected:?}");
+        }
+        // An address goes on before its link comes up.
+        let pos = |line: &str| steps.iter().position(|s| s == line).unwrap();
+        assert!(
+            pos("ip -n berth-t7-client addr add fd00:198:18::100/64 dev eth0 nodad")
+                < pos("ip -n berth-t7-client link set eth0 up")
+        );
+        // Pods added later get the same IPv6 steps as planned ones.
+        let node1 = l.node("node1").unwrap();
+        let later = render(&plan_add_pod(node1, &node1.pods[0]));
+        for step in &later[2..] {
+            assert!(steps.contains(step), "{step}");
+        }
+        assert_eq!(later.len(), 15);
+        // Without IPv6, no IPv6 step at all.
+        let v4 = render(&plan_create(&mk_layout()));
+        assert!(
+            v4.iter()
+                .all(|s| !s.contains("fd00") && !s.contains("ipv6") && !s.contains("::")),
+            "{v4:?}"
+        );
     }
 
     #[test]
