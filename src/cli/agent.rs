@@ -64,6 +64,13 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_NODE_PORT_RANGE", default_value = "30000-32767", value_parser = parse_node_port_range)]
     node_port_range: berth_controller::PortRange,
 
+    /// kube-proxy's --nodeport-addresses: CIDRs and the keyword `primary`, comma separated.
+    /// Node ports answer only on this node's addresses inside the CIDRs, and on its primary
+    /// address (the Node's first InternalIP of each family) with `primary`. Empty (the default):
+    /// on every local address.
+    #[arg(long, env = "BERTH_NODEPORT_ADDRESSES", value_parser = parse_node_port_addresses)]
+    nodeport_addresses: Option<berth_agent::NodePortAddresses>,
+
     /// Masquerade all traffic to ClusterIPs.
     #[arg(long, env = "BERTH_MASQUERADE_ALL")]
     masquerade_all: bool,
@@ -290,6 +297,7 @@ impl AgentArgs {
             service_bounds: self.service_bounds.bounds(),
             masquerade_all: self.masquerade_all,
             node_port_range: self.node_port_range,
+            node_port_addresses: self.nodeport_addresses.clone().unwrap_or_default(),
             min_sync_interval: self.min_sync_interval,
             sync_period: self.sync_period,
             healthz_bind_address: self.healthz_bind_address,
@@ -308,6 +316,10 @@ impl AgentArgs {
 }
 
 /// The controller's own parser, so both flags accept and refuse the same ranges.
+fn parse_node_port_addresses(text: &str) -> Result<berth_agent::NodePortAddresses, String> {
+    text.parse()
+}
+
 fn parse_node_port_range(text: &str) -> Result<berth_controller::PortRange, String> {
     berth_controller::parse_node_port_range(text).map_err(super::controller::flag_error)
 }

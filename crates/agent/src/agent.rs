@@ -31,7 +31,7 @@ use crate::conntrack::Conntrack;
 use crate::datapath::{BoxedNft, FamilyDatapath};
 use crate::healthcheck::{build_health_targets, HealthCheckServers, HealthTarget};
 use crate::index::{Index, Pending};
-use crate::metrics::AgentMetrics;
+use crate::metrics::{AgentMetrics, FamilyOutcome};
 use crate::schedule::{AgentHealth, SyncSchedule, SyncScope};
 use crate::speaker::SpeakerObjects;
 use crate::watch::{Feeds, Handlers};
@@ -60,6 +60,8 @@ struct Engine<I, C> {
 struct Outcome {
     kind: SyncKind,
     rules: usize,
+    /// Each family's own apply, for kube-proxy's per-family metrics.
+    families: Vec<FamilyOutcome>,
     error: Option<Error>,
     targets: BTreeMap<u16, HealthTarget>,
     conntrack_failures: u64,
@@ -93,8 +95,18 @@ impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
         let mut kind = SyncKind::Partial;
         let mut rules = 0;
         let mut error = None;
+        let mut families = Vec::new();
         for datapath in &mut self.datapaths {
-            match datapath.apply(scope.rewrite) {
+            let began = Instant::now();
+            let result = datapath.apply(scope.rewrite);
+            families.push(FamilyOutcome {
+                family: datapath.family_name(),
+                backend: datapath.backend_name(),
+                seconds: began.elapsed().as_secs_f64(),
+                kind: result.as_ref().ok().map(|report| report.kind),
+                rules_by_table: datapath.rules_by_table(),
+            });
+            match result {
                 Ok(report) => {
                     rules += report.rule_count;
                     if report.kind == SyncKind::Full {
@@ -121,6 +133,7 @@ impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
         Outcome {
             kind,
             rules,
+            families,
             error,
             targets,
             conntrack_failures,
@@ -571,6 +584,10 @@ where
             metrics
                 .conntrack_failures
                 .inc_by(outcome.conntrack_failures);
+            let now = Utc::now();
+            for family in &outcome.families {
+                metrics.kube_proxy.observe_family(family, now);
+            }
             match outcome.error {
                 None => {
                     health.record_success(Instant::now());
@@ -579,10 +596,14 @@ where
                     metrics
                         .rules
                         .set(i64::try_from(outcome.rules).unwrap_or(i64::MAX));
-                    let now = Utc::now();
                     for trigger in &work.triggers {
                         let latency = (now - *trigger).to_std().unwrap_or_default();
                         metrics.network_programming.observe(latency.as_secs_f64());
+                        for family in &outcome.families {
+                            metrics
+                                .kube_proxy
+                                .observe_network_programming(family.family, latency.as_secs_f64());
+                        }
                     }
                     if was_failing || status.borrow().syncs == 0 {
                         tracing::info!(

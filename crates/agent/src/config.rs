@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use berth_core::{dns1123_subdomain_problem, IpFamily, PortRange};
 use berth_datapath::plan::convert::ProxyMode;
-use berth_datapath::{Dispatch, PlanOptions};
+use berth_datapath::{Dispatch, NodePortAddresses, PlanOptions};
 use ipnet::IpNet;
 
 use crate::Error;
@@ -99,6 +99,9 @@ pub struct AgentOptions {
     pub external_ip_cidrs: Vec<IpNet>,
     /// How large one Service may be before it is not programmed (`--max-service-*`).
     pub service_bounds: berth_api::ServiceBounds,
+    /// kube-proxy's `--nodeport-addresses`: the node's addresses node ports answer on; empty
+    /// (the default): every local address.
+    pub node_port_addresses: NodePortAddresses,
     /// The agent's own namespace (the lease namespace): its `ServiceL2Status` and
     /// `BGPSessionState` records, and the BGP peers' password Secrets unless a peer names another.
     pub l2_status_namespace: String,
@@ -128,6 +131,7 @@ impl Default for AgentOptions {
             l2_interfaces: Vec::new(),
             external_ip_cidrs: Vec::new(),
             service_bounds: berth_api::ServiceBounds::default(),
+            node_port_addresses: NodePortAddresses::default(),
             l2_status_namespace: "kube-system".into(),
             l2_gratuitous_interval: Duration::from_secs(60),
             bgp_speaker: None,
@@ -301,6 +305,7 @@ impl AgentConfig {
                 .find(|cidr| IpFamily::of(cidr.addr()) == family)
                 .copied(),
             masquerade_all: self.options.masquerade_all,
+            node_port_addresses: self.options.node_port_addresses.clone(),
             ..PlanOptions::default()
         }
     }

@@ -184,6 +184,20 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
         }
     }
 
+    /// Rules of berth's chains in each table of the planned ruleset (what the last successful
+    /// apply wrote), for kube-proxy's `sync_proxy_rules_iptables_total`.
+    pub fn rules_by_table(&self) -> Vec<(&'static str, usize)> {
+        self.planner
+            .ruleset()
+            .tables
+            .iter()
+            .map(|(table, rules)| {
+                let count = rules.chains.values().map(Vec::len).sum();
+                (table.as_str(), count)
+            })
+            .collect()
+    }
+
     pub fn backend_name(&self) -> &'static str {
         match &self.syncer {
             Applier::Iptables(_) => "iptables",

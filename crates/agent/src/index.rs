@@ -240,6 +240,7 @@ impl Index {
                 node: NodeInfo {
                     name: node_name.to_string(),
                     addresses: Vec::new(),
+                    zone: None,
                 },
                 services: Vec::new(),
             },
@@ -707,6 +708,7 @@ impl Index {
         self.set_node(NodeInfo {
             name: self.node_name.clone(),
             addresses: Vec::new(),
+            zone: None,
         });
     }
 

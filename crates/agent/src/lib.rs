@@ -53,6 +53,7 @@ pub use berth_datapath::iptables::CommandIptables;
 /// What a binary needs to configure and run the agent without depending on the datapath itself.
 pub use berth_datapath::plan::convert::ProxyMode;
 pub use berth_datapath::Dispatch;
+pub use berth_datapath::NodePortAddresses;
 pub use ipnet::IpNet;
 
 #[derive(Debug, thiserror::Error)]

@@ -801,6 +801,7 @@ mod tests {
                     serving: *ready,
                     terminating: false,
                     node_name: Some(node.to_string()),
+                    hints: None,
                 })
                 .collect(),
         }
@@ -812,6 +813,7 @@ mod tests {
             node: NodeInfo {
                 name: "node1".into(),
                 addresses: Vec::new(),
+                zone: None,
             },
             services: vec![
                 mk_port(

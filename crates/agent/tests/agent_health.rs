@@ -151,6 +151,11 @@ async fn healthz_fails_while_syncs_fail_and_recovers() {
     let (_, metrics) = http::get(h.admin_port, "/metrics").await.unwrap();
     let failures = metric(&metrics, "berth_agent_restore_failures_total");
     assert!(failures >= 1.0, "{metrics}");
+    let failures = metric(
+        &metrics,
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv4\"}",
+    );
+    assert!(failures >= 1.0, "{metrics}");
 
     h.fail.store(false, Ordering::SeqCst);
     let failures_seen = h.status.borrow().failures;
@@ -228,6 +233,89 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} not in\n{text}"))
 }
 
+/// The same facts under kube-proxy's names, types, labels and buckets (`pkg/proxy/metrics`).
+fn assert_kube_proxy_names(metrics: &str, rules: f64) {
+    let v4 = "{ip_family=\"IPv4\"}";
+    for (name, kind) in [
+        ("kubeproxy_sync_proxy_rules_duration_seconds", "histogram"),
+        (
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "histogram",
+        ),
+        (
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "histogram",
+        ),
+        (
+            "kubeproxy_network_programming_duration_seconds",
+            "histogram",
+        ),
+        ("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "gauge"),
+        ("kubeproxy_sync_proxy_rules_iptables_total", "gauge"),
+        (
+            "kubeproxy_sync_proxy_rules_iptables_restore_failures",
+            "counter",
+        ),
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} {kind}: {metrics}"
+        );
+    }
+    let count = |name: &str| metric(metrics, &format!("{name}_count{v4}"));
+    assert!(count("kubeproxy_sync_proxy_rules_duration_seconds") >= 2.0);
+    assert!(count("kubeproxy_sync_full_proxy_rules_duration_seconds") >= 1.0);
+    assert!(count("kubeproxy_sync_partial_proxy_rules_duration_seconds") >= 1.0);
+    assert_eq!(
+        count("kubeproxy_network_programming_duration_seconds"),
+        1.0,
+        "{metrics}"
+    );
+    // kube-proxy's buckets: 1 ms doubling, and the programming latency's 0 to 5 min.
+    assert!(
+        metrics.contains(
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.001\",ip_family=\"IPv4\"}"
+        ) || metrics.contains(
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.001\"}"
+        ),
+        "{metrics}"
+    );
+    let buckets = metrics
+        .lines()
+        .filter(|l| l.starts_with("kubeproxy_network_programming_duration_seconds_bucket"))
+        .count();
+    assert_eq!(buckets, 82, "81 bounds and +Inf: {metrics}");
+    let synced_at = metric(
+        metrics,
+        &format!("kubeproxy_sync_proxy_rules_last_timestamp_seconds{v4}"),
+    );
+    let now = chrono::Utc::now().timestamp() as f64;
+    assert!(
+        (now - 120.0..=now + 1.0).contains(&synced_at),
+        "{synced_at}"
+    );
+    let by_table: f64 = ["filter", "nat", "mangle"]
+        .iter()
+        .map(|table| {
+            let name = format!(
+                "kubeproxy_sync_proxy_rules_iptables_total{{ip_family=\"IPv4\",table=\"{table}\"}}"
+            );
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(name.as_str())?.trim().parse().ok())
+                .unwrap_or(0.0)
+        })
+        .sum();
+    assert_eq!(by_table, rules, "{metrics}");
+    assert_eq!(
+        metric(
+            metrics,
+            &format!("kubeproxy_sync_proxy_rules_iptables_restore_failures_total{v4}")
+        ),
+        0.0
+    );
+}
+
 #[tokio::test]
 async fn metrics_report_syncs_rules_and_network_programming_latency() {
     let mut h = start(ProxyMode::Full).await;
@@ -288,6 +376,7 @@ async fn metrics_report_syncs_rules_and_network_programming_latency() {
         "berth_agent_network_programming_duration_seconds_sum",
     );
     assert!((0.0..60.0).contains(&latency), "{latency}");
+    assert_kube_proxy_names(&metrics, rules);
     let (server, _) = h.stop().await;
     server.shutdown().await.unwrap();
 }

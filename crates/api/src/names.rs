@@ -43,6 +43,11 @@ pub mod class {
 
 /// Annotations berth reads on Services.
 pub mod annotation {
+    /// Upstream's topology-aware routing switch (`Auto`): kube-controller-manager then writes
+    /// CPU-proportional zone hints and ignores `spec.trafficDistribution`.
+    pub const TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
+    /// [`TOPOLOGY_MODE`]'s predecessor, read the same way.
+    pub const TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
     /// Requested LoadBalancer IPs, comma separated, at most one per family.
     pub const LOAD_BALANCER_IPS: &str = "berth.dev/load-balancer-ips";
     /// Name of the IPPool the LoadBalancer IP must come from.

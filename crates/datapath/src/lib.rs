@@ -81,4 +81,6 @@ pub use error::Error;
 pub use iptables::{render, ChainSelection, Rendered};
 pub use plan::input::*;
 pub use plan::model::*;
-pub use plan::{plan, rewritten_every_sync, Changes, Dispatch, PlanOptions, Planner};
+pub use plan::{
+    plan, rewritten_every_sync, Changes, Dispatch, NodePortAddresses, PlanOptions, Planner,
+};

@@ -387,3 +387,45 @@ fn external_ips_only_inside_the_allowed_cidrs_and_bad_entries_drop_alone() {
         assert_eq!(got_dropped, *want_dropped, "{ctx}");
     }
 }
+
+#[test]
+fn topology_hints_and_the_nodes_zone_are_read() {
+    let slice = mk_slice(
+        "web",
+        "web-1",
+        json!([
+            {"addresses": ["10.244.1.5"], "nodeName": "node-a",
+             "hints": {"forZones": [{"name": "zone-a"}], "forNodes": [{"name": "node-a"}]}},
+            {"addresses": ["10.244.2.5"], "nodeName": "node-b", "hints": {"forZones": []}},
+            {"addresses": ["10.244.3.5"], "nodeName": "node-c"},
+        ]),
+    );
+    let eps = build_endpoints(&[&slice], "http", Protocol::Tcp);
+    assert_eq!(eps[0].zone_hints(), ["zone-a"]);
+    assert_eq!(eps[0].node_hints(), ["node-a"]);
+    // An empty list is no hint, as kube-proxy reads it.
+    assert!(eps[1].hints.is_none() && eps[1].zone_hints().is_empty());
+    assert!(eps[2].hints.is_none());
+
+    let node = berth_testing::mk_node(
+        "node-a",
+        json!({"topology.kubernetes.io/zone": "zone-a"}),
+        &[
+            ("ExternalIP", "203.0.113.11"),
+            ("InternalIP", "198.18.0.11"),
+            ("InternalIP", "fd00::11"),
+        ],
+    );
+    let info = build_node_info(&node);
+    assert_eq!(info.zone.as_deref(), Some("zone-a"));
+    // InternalIP first: the first of a family is the primary address.
+    assert_eq!(
+        info.primary_address(IpFamily::V4),
+        Some("198.18.0.11".parse().unwrap())
+    );
+    assert_eq!(
+        info.primary_address(IpFamily::V6),
+        Some("fd00::11".parse().unwrap())
+    );
+    assert_eq!(build_node_info(&mk_node()).zone, None);
+}

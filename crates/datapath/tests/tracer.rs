@@ -452,6 +452,7 @@ fn ipv6_tree_dispatch_matches_linear() {
         node: NodeInfo {
             name: "node-a".into(),
             addresses: vec![ip("fd00:18::11")],
+            zone: None,
         },
         services,
     };
@@ -511,6 +512,7 @@ fn ipv6_node_ports_leave_out_localhost() {
         node: NodeInfo {
             name: "node-a".into(),
             addresses: vec![ip("fd00:198:18::b")],
+            zone: None,
         },
         services: vec![svc],
     };

@@ -22,11 +22,15 @@
 //!   kube-controller-manager never adopt each other's slices;
 //! - a pod that reports only `podIP` is read as if `podIPs` held it, as the
 //!   API server's defaulting does;
-//! - not computed here: topology hints (trafficDistribution) and the
-//!   `last-change-trigger-time` annotation, which needs a clock.
+//! - topology hints follow `spec.trafficDistribution` (`PreferSameZone`, its
+//!   older name `PreferClose`, `PreferSameNode`) as upstream's `trafficdist`
+//!   heuristics do; a Service annotated `service.kubernetes.io/topology-mode`
+//!   (upstream's CPU-proportional topology cache) gets no hints;
+//! - not computed here: the `last-change-trigger-time` annotation, which needs a clock.
 
 mod endpoints;
 mod error;
+mod hints;
 mod plan;
 mod pod;
 mod service;
@@ -46,6 +50,8 @@ pub use slices::{
 pub use berth_api::names::annotation::{
     ENDPOINTS_OVER_CAPACITY as ANNOTATION_OVER_CAPACITY,
     ENDPOINTS_OVER_CAPACITY_TRUNCATED as OVER_CAPACITY_TRUNCATED,
+    TOPOLOGY_AWARE_HINTS as ANNOTATION_TOPOLOGY_AWARE_HINTS,
+    TOPOLOGY_MODE as ANNOTATION_TOPOLOGY_MODE,
 };
 pub use berth_api::names::label::{
     ENDPOINTSLICE_MANAGED_BY as LABEL_MANAGED_BY,

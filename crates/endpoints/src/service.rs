@@ -8,6 +8,7 @@ use berth_core::IpFamily;
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::hints::Distribution;
 use crate::LABEL_HEADLESS;
 
 pub(crate) const DEFAULT_PROTOCOL: &str = "TCP";
@@ -58,6 +59,8 @@ pub(crate) struct ServiceView<'a> {
     pub ports: Vec<PortSpec<'a>>,
     pub cluster_ip: Option<&'a str>,
     pub ip_families: Vec<IpFamily>,
+    /// The topology hints its endpoints get (`spec.trafficDistribution`).
+    pub distribution: Distribution,
 }
 
 pub(crate) fn namespace_of(ns: Option<&str>) -> &str {
@@ -92,6 +95,9 @@ impl<'a> ServiceView<'a> {
             ports: spec.ports.iter().flatten().map(PortSpec::new).collect(),
             cluster_ip: spec.cluster_ip.as_deref().filter(|ip| !ip.is_empty()),
             ip_families,
+            distribution: Distribution::of(spec.traffic_distribution.as_deref(), |key| {
+                service.metadata.annotations.as_ref()?.get(key).cloned()
+            }),
         })
     }
 

@@ -372,6 +372,7 @@ fn pod_endpoint(
         hostname: pod.hostname.map(str::to_owned),
         node_name: pod.node_name.map(str::to_owned),
         target_ref: Some(pod_reference(pod)),
+        hints: svc.distribution.hints(pod.node_name, zone),
         zone: zone.map(str::to_owned),
         ..Endpoint::default()
     })

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::text::{encode, encode_eof};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Metric, Registry, Unit};
 
@@ -17,10 +17,16 @@ pub const METRIC_PREFIX: &str = "berth";
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// A `berth_`-prefixed registry under construction.
+/// The prefix of kube-proxy's metric names, which the agent publishes too.
+pub const KUBE_PROXY_PREFIX: &str = "kubeproxy";
+
+/// A `berth_`-prefixed registry under construction, and beside it one for the metrics berth
+/// publishes under kube-proxy's own names (`kubeproxy_`), so dashboards and alerts written for
+/// kube-proxy keep working.
 #[derive(Debug)]
 pub struct MetricsRegistry {
     registry: Registry,
+    kube_proxy: Registry,
 }
 
 impl Default for MetricsRegistry {
@@ -33,7 +39,14 @@ impl MetricsRegistry {
     pub fn new() -> Self {
         MetricsRegistry {
             registry: Registry::with_prefix(METRIC_PREFIX),
+            kube_proxy: Registry::with_prefix(KUBE_PROXY_PREFIX),
         }
+    }
+
+    /// The registry whose metrics are named `kubeproxy_...`, as kube-proxy names them: only for
+    /// metrics that mean what kube-proxy's mean (same type, labels and buckets).
+    pub fn kube_proxy_registry(&mut self) -> &mut Registry {
+        &mut self.kube_proxy
     }
 
     /// Registers `metric` as `berth_<name>`. The caller keeps a clone of the metric to update it;
@@ -62,18 +75,25 @@ impl MetricsRegistry {
 
     /// Ends registration: the result is cheap to clone into HTTP handlers.
     pub fn into_shared(self) -> SharedRegistry {
-        SharedRegistry(Arc::new(self.registry))
+        SharedRegistry(Arc::new((self.registry, self.kube_proxy)))
     }
 }
 
 /// A registry that no longer accepts registrations, shared with the admin router.
 #[derive(Debug, Clone)]
-pub struct SharedRegistry(Arc<Registry>);
+pub struct SharedRegistry(Arc<(Registry, Registry)>);
 
 impl SharedRegistry {
-    /// The OpenMetrics text exposition, ending with `# EOF`.
+    /// The OpenMetrics text exposition of berth's metrics then the `kubeproxy_` ones, ending
+    /// with `# EOF`.
     pub fn encode(&self) -> Result<String, Error> {
-        encode_registry(&self.0)
+        let (berth, kube_proxy) = &*self.0;
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut out, berth)
+            .and_then(|()| prometheus_client::encoding::text::encode_registry(&mut out, kube_proxy))
+            .and_then(|()| encode_eof(&mut out))
+            .map_err(Error::EncodeMetrics)?;
+        Ok(out)
     }
 }
 
@@ -173,6 +193,27 @@ mod tests {
             out.contains("berth_build_info{version=\"1.2.3\"} 1\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn kube_proxy_names_sit_beside_berths_before_one_eof() {
+        let mut metrics = MetricsRegistry::new();
+        metrics.register("syncs", "Datapath syncs", Counter::<u64>::default());
+        let gauge = Gauge::<i64>::default();
+        gauge.set(5);
+        metrics.kube_proxy_registry().register(
+            "sync_proxy_rules_iptables_total",
+            "Total number of iptables rules owned by kube-proxy",
+            gauge,
+        );
+        let out = metrics.into_shared().encode().unwrap();
+        assert!(out.contains("berth_syncs_total 0\n"), "{out}");
+        assert!(
+            out.contains("kubeproxy_sync_proxy_rules_iptables_total 5\n"),
+            "{out}"
+        );
+        assert_eq!(out.matches("# EOF").count(), 1, "{out}");
+        assert!(out.ends_with("# EOF\n"), "{out}");
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub fn mk_endpoint(ip: IpAddr, port: u16, node: &str) -> Endpoint {
         serving: true,
         terminating: false,
         node_name: Some(node.into()),
+        hints: None,
     }
 }
 
@@ -55,5 +56,6 @@ pub fn mk_node_info(name: &str, address: IpAddr) -> NodeInfo {
     NodeInfo {
         name: name.into(),
         addresses: vec![address],
+        zone: None,
     }
 }

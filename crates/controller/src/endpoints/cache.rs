@@ -51,11 +51,14 @@ fn same_for_endpoints(a: &Service, b: &Service) -> bool {
     // The fields `berth-endpoints` reads (its `ServiceView`), and the deletion mark.
     fn read(s: &Service) -> impl PartialEq + '_ {
         let spec = s.spec.as_ref();
+        let annotation = |key: &str| s.metadata.annotations.as_ref().and_then(|a| a.get(key));
         (
             (
                 &s.metadata.uid,
                 &s.metadata.labels,
                 &s.metadata.deletion_timestamp,
+                annotation(berth_endpoints::ANNOTATION_TOPOLOGY_MODE),
+                annotation(berth_endpoints::ANNOTATION_TOPOLOGY_AWARE_HINTS),
             ),
             spec.map(|s| {
                 (
@@ -65,6 +68,7 @@ fn same_for_endpoints(a: &Service, b: &Service) -> bool {
                     &s.publish_not_ready_addresses,
                     &s.ports,
                     &s.cluster_ip,
+                    &s.traffic_distribution,
                 )
             }),
         )

@@ -144,6 +144,27 @@ fn only_changes_that_matter_to_endpoints_reach_a_service() {
     spec.health_check_node_port = Some(30_001);
     spec.load_balancer_class = Some("berth.dev/l2".to_owned());
     assert!(cache.apply_service(svc.clone(), at(1)).is_empty());
+    // trafficDistribution and the topology-mode annotation decide the slices' hints.
+    Arc::make_mut(&mut svc)
+        .spec
+        .as_mut()
+        .unwrap()
+        .traffic_distribution = Some("PreferSameZone".to_owned());
+    assert_eq!(
+        cache.apply_service(svc.clone(), at(1)),
+        vec![key("shop", "web")]
+    );
+    Arc::make_mut(&mut svc).metadata.annotations = Some(
+        [(
+            "service.kubernetes.io/topology-mode".to_owned(),
+            "Auto".to_owned(),
+        )]
+        .into(),
+    );
+    assert_eq!(
+        cache.apply_service(svc.clone(), at(1)),
+        vec![key("shop", "web")]
+    );
     // The cluster IP is read: whether a Service is headless changes its Endpoints.
     Arc::make_mut(&mut svc).spec.as_mut().unwrap().cluster_ip = Some("10.96.0.10".to_owned());
     assert_eq!(cache.apply_service(svc, at(1)), vec![key("shop", "web")]);

@@ -5,12 +5,12 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice};
 
 use crate::error::Error;
 use crate::plan::input::{
     Endpoint, IpMode, LoadBalancerIngress, NodeInfo, NodeView, ServicePort, ServicePortName,
-    SessionAffinity, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
+    SessionAffinity, TopologyHints, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
 };
 use berth_api::names::label;
 use berth_core::{Protocol, TrafficPolicy};
@@ -74,26 +74,54 @@ pub fn is_proxied(svc: &Service, mode: ProxyMode) -> bool {
     }
 }
 
+/// The Node's name, its InternalIP then ExternalIP addresses (so the first of a family is its
+/// primary address, as kube-proxy picks it) and its zone label.
 pub fn build_node_info(node: &Node) -> NodeInfo {
-    let addresses = node
+    let status = node
         .status
         .as_ref()
-        .and_then(|status| status.addresses.as_ref())
-        .map(|addresses| {
-            addresses
-                .iter()
-                .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
-                .filter_map(|a| a.address.parse::<IpAddr>().ok())
-                .collect()
-        })
+        .and_then(|status| status.addresses.as_deref())
         .unwrap_or_default();
+    let of_type = |kind: &'static str| {
+        status
+            .iter()
+            .filter(move |a| a.type_ == kind)
+            .filter_map(|a| a.address.parse::<IpAddr>().ok())
+    };
+    let addresses = of_type("InternalIP").chain(of_type("ExternalIP")).collect();
+    let zone = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(label::TOPOLOGY_ZONE))
+        .filter(|zone| !zone.is_empty())
+        .cloned();
     NodeInfo {
         name: node.metadata.name.clone().unwrap_or_default(),
         addresses,
+        zone,
     }
 }
 
 pub use berth_api::{filter_external_ips, filter_source_ranges, Dropped, ServicePolicy};
+
+/// An endpoint's `hints`, or `None` when it gives no zone and no node.
+fn build_hints(hints: Option<&EndpointHints>) -> Option<Box<TopologyHints>> {
+    let hints = hints?;
+    let zones = hints
+        .for_zones
+        .iter()
+        .flatten()
+        .map(|z| z.name.clone())
+        .collect();
+    let nodes = hints
+        .for_nodes
+        .iter()
+        .flatten()
+        .map(|n| n.name.clone())
+        .collect();
+    TopologyHints::boxed(zones, nodes)
+}
 
 fn parse_ips(object: &str, field: &str, values: &[String]) -> Result<Vec<IpAddr>, Error> {
     values
@@ -152,6 +180,7 @@ pub fn build_endpoints(
                 serving,
                 terminating,
                 node_name: ep.node_name.clone(),
+                hints: build_hints(ep.hints.as_ref()),
             });
         }
     }

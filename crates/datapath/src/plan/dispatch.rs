@@ -10,9 +10,11 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use ipnet::IpNet;
 
+use crate::plan::input::NodeInfo;
 use crate::plan::model::protocol_keyword;
 use crate::plan::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table};
 use crate::plan::names;
+use crate::plan::options::PlanOptions;
 use berth_core::{IpFamily, Protocol};
 
 /// How the entry chains find a Service.
@@ -231,8 +233,6 @@ pub fn build_dispatch(
             }
         }
     }
-    rs.table_mut(Table::Nat)
-        .push(&services, node_ports_jump(family));
 }
 
 /// The jump from `BERTH-SERVICES` to `BERTH-NODEPORTS`. In IPv6 it leaves out `::1`, as
@@ -255,4 +255,160 @@ pub(crate) fn node_ports_jump(family: IpFamily) -> Rule {
     }
     // Must stay last: node ports are tried only after every Service address.
     Rule::jump(matches, &names::fixed(names::NODEPORTS))
+}
+
+/// The jumps from `BERTH-SERVICES` to `BERTH-NODEPORTS`, which end that chain: one for every
+/// local address, or (`--nodeport-addresses`) one per CIDR of the family for the node's own
+/// addresses inside it, and one for its primary address. No node known yet with only `primary`:
+/// no jump, so no node port answers anywhere until the node's address is known.
+pub(crate) fn node_ports_jumps(options: &PlanOptions, node: Option<&NodeInfo>) -> Vec<Rule> {
+    const COMMENT: &str = "berth service nodeports; NOTE: this must be the last rule in this chain";
+    let local = Match::AddrTypeLocal {
+        side: AddrSide::Dst,
+        negated: false,
+    };
+    let target = names::fixed(names::NODEPORTS);
+    let wanted = &options.node_port_addresses;
+    if !wanted.is_set()
+        || wanted
+            .cidrs
+            .iter()
+            .any(|c| c.prefix_len() == 0 && options.family.contains(c.addr()))
+    {
+        return vec![node_ports_jump(options.family)];
+    }
+    let mut rules: Vec<Rule> = wanted
+        .cidrs
+        .iter()
+        .filter(|cidr| options.family.contains(cidr.addr()))
+        .map(|cidr| {
+            Rule::jump(
+                vec![
+                    Match::comment(COMMENT),
+                    Match::dst_net(*cidr),
+                    local.clone(),
+                ],
+                &target,
+            )
+        })
+        .collect();
+    let primary = node.and_then(|node| node.primary_address(options.family));
+    if let Some(ip) = primary.filter(|_| wanted.primary) {
+        rules.push(Rule::jump(
+            vec![Match::comment(COMMENT), Match::dst(ip)],
+            &target,
+        ));
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::input::NodeView;
+    use crate::plan::{plan, Planner};
+
+    /// The jumps' destination matches, `local` for each that also asks for a local address.
+    fn jumps(value: &str, family: IpFamily, node: Option<&NodeInfo>) -> Vec<(String, bool)> {
+        let options = PlanOptions {
+            family,
+            node_port_addresses: value.parse().unwrap_or_else(|err| panic!("{value}: {err}")),
+            ..PlanOptions::default()
+        };
+        node_ports_jumps(&options, node)
+            .iter()
+            .map(|rule| {
+                assert_eq!(
+                    rule.jump_target().map(ChainName::as_str),
+                    Some(names::NODEPORTS)
+                );
+                let dst = rule.matches.iter().find_map(|m| match m {
+                    Match::Destination { net, .. } => Some(net.to_string()),
+                    _ => None,
+                });
+                let local = rule
+                    .matches
+                    .iter()
+                    .any(|m| matches!(m, Match::AddrTypeLocal { .. }));
+                (dst.unwrap_or_else(|| "any".into()), local)
+            })
+            .collect()
+    }
+
+    fn node(addresses: &[&str]) -> NodeInfo {
+        NodeInfo {
+            name: "node-a".into(),
+            addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
+            zone: None,
+        }
+    }
+
+    #[test]
+    fn node_port_jumps_follow_nodeport_addresses() {
+        let n = node(&["198.18.0.11", "fd00::11", "198.18.1.11"]);
+        let own = |rows: &[(&str, bool)]| -> Vec<(String, bool)> {
+            rows.iter().map(|(d, l)| (d.to_string(), *l)).collect()
+        };
+        let v4 = IpFamily::V4;
+        type Row<'a> = (&'a str, IpFamily, Option<&'a NodeInfo>, Vec<(String, bool)>);
+        let rows: Vec<Row> = vec![
+            ("", v4, Some(&n), own(&[("any", true)])),
+            (
+                "198.18.0.0/24",
+                v4,
+                Some(&n),
+                own(&[("198.18.0.0/24", true)]),
+            ),
+            (
+                "198.18.0.0/24,primary",
+                v4,
+                Some(&n),
+                own(&[("198.18.0.0/24", true), ("198.18.0.11/32", false)]),
+            ),
+            (
+                "primary",
+                IpFamily::V6,
+                Some(&n),
+                own(&[("fd00::11/128", false)]),
+            ),
+            // No node yet: nothing to name, so no node port answers.
+            ("primary", v4, None, own(&[])),
+            // Only the other family's CIDR: none in this one.
+            ("fd00::/64", v4, Some(&n), own(&[])),
+            (
+                "fd00::/64",
+                IpFamily::V6,
+                Some(&n),
+                own(&[("fd00::/64", true)]),
+            ),
+            // A CIDR of all addresses is every local address, whatever else is listed.
+            (
+                "198.18.0.0/24,0.0.0.0/0",
+                v4,
+                Some(&n),
+                own(&[("any", true)]),
+            ),
+            ("::/0", v4, Some(&n), own(&[])),
+        ];
+        for (value, family, node, want) in rows {
+            assert_eq!(jumps(value, family, node), want, "{value} {family:?}");
+        }
+    }
+
+    #[test]
+    fn a_new_primary_address_is_planned_incrementally_as_in_full() {
+        let options = PlanOptions {
+            node_port_addresses: "primary".parse().unwrap(),
+            ..PlanOptions::default()
+        };
+        let mut planner = Planner::new(options.clone());
+        for addresses in [&[][..], &["198.18.0.11"], &["198.18.0.12", "198.18.0.11"]] {
+            let view = NodeView {
+                node: node(addresses),
+                services: Vec::new(),
+            };
+            planner.update(&view);
+            assert_eq!(planner.ruleset(), &plan(&view, &options), "{addresses:?}");
+        }
+    }
 }

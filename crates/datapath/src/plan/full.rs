@@ -4,7 +4,7 @@
 //! on its own; only the entry dispatch is shared (see [`crate::plan::dispatch`]).
 
 use crate::plan::categorize::categorize;
-use crate::plan::dispatch::{build_dispatch, Dispatch, DispatchEntries};
+use crate::plan::dispatch::{build_dispatch, node_ports_jumps, Dispatch, DispatchEntries};
 use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
 use crate::plan::input::{NodeView, ServicePort};
 use crate::plan::model::{ChainName, Ruleset, Table};
@@ -64,5 +64,9 @@ pub fn plan(view: &NodeView, options: &PlanOptions) -> Ruleset {
         options.family,
         options.leaf_size,
     );
+    for jump in node_ports_jumps(options, Some(&view.node)) {
+        rs.table_mut(Table::Nat)
+            .push(&names::fixed(names::SERVICES), jump);
+    }
     rs
 }

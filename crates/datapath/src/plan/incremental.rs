@@ -14,7 +14,7 @@ use std::hash::{Hash, Hasher};
 
 use crate::plan::categorize::categorize;
 use crate::plan::dispatch::{
-    node_ports_jump, range_of, AddrSpace, Dispatch, DispatchEntries, KeySpace, PortSpace, V4Space,
+    node_ports_jumps, range_of, AddrSpace, Dispatch, DispatchEntries, KeySpace, PortSpace, V4Space,
     V6Space,
 };
 use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
@@ -126,6 +126,11 @@ fn key_of(port: &ServicePort) -> (&ServicePortName, Protocol) {
 impl Planner {
     /// An empty planner; the first [`Planner::update`] plans everything.
     pub fn new(options: PlanOptions) -> Self {
+        Self::for_node(options, None)
+    }
+
+    /// An empty planner for `node` (whose addresses the node-port jumps may name).
+    fn for_node(options: PlanOptions, node: Option<NodeInfo>) -> Self {
         let mut base = Ruleset {
             jumps: builtin_jumps(),
             ..Ruleset::default()
@@ -133,13 +138,13 @@ impl Planner {
         plan_fixed_chains(&mut base, options.random_fully);
         let mut rs = base.clone();
         // What dispatch of no Services at all gives.
-        rs.table_mut(Table::Nat).push(
-            &names::fixed(names::SERVICES),
-            node_ports_jump(options.family),
-        );
+        for jump in node_ports_jumps(&options, node.as_ref()) {
+            rs.table_mut(Table::Nat)
+                .push(&names::fixed(names::SERVICES), jump);
+        }
         Planner {
             options,
-            node: None,
+            node,
             rs,
             base,
             services: BTreeMap::new(),
@@ -194,8 +199,7 @@ impl Planner {
         let mut may_have_changed = may_have_changed;
         if self.node.as_ref() != Some(&view.node) {
             // Node facts enter every Service's plan: start over.
-            *self = Planner::new(self.options.clone());
-            self.node = Some(view.node.clone());
+            *self = Planner::for_node(self.options.clone(), Some(view.node.clone()));
             may_have_changed = &everything;
         }
         // Both sides of the merge skip the ports that cannot have changed, so a hinted update
@@ -419,7 +423,7 @@ impl Planner {
             services.extend(cached.dst.iter().map(|(_, rule)| rule.clone()));
             node_ports.extend(cached.node_ports.iter().map(|(_, _, rule)| rule.clone()));
         }
-        services.push(node_ports_jump(self.options.family));
+        services.extend(node_ports_jumps(&self.options, self.node.as_ref()));
         let nat = self.rs.table_mut(Table::Nat);
         nat.chains.insert(names::fixed(names::SERVICES), services);
         nat.chains
@@ -451,7 +455,7 @@ impl Planner {
                     range_of(128, 0, 0),
                 ),
             };
-            rules.push(node_ports_jump(self.options.family));
+            rules.extend(node_ports_jumps(&self.options, self.node.as_ref()));
             walk.rewritten.insert(names::fixed(names::SERVICES), rules);
         }
         if changes.node_ports.values().any(|dirty| !dirty.is_empty()) {

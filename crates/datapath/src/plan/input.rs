@@ -61,11 +61,39 @@ pub struct Endpoint {
     pub serving: bool,
     pub terminating: bool,
     pub node_name: Option<String>,
+    /// The slice's `hints`; `None` when it gives neither zones nor nodes. Boxed: most endpoints
+    /// have none, and an agent holds every endpoint of the cluster.
+    pub hints: Option<Box<TopologyHints>>,
+}
+
+/// EndpointSlice `hints.forZones` and `hints.forNodes`: where the endpoints controller wants an
+/// endpoint used (`trafficDistribution`). Read by [`crate::plan::categorize`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct TopologyHints {
+    pub zones: Vec<String>,
+    pub nodes: Vec<String>,
+}
+
+impl TopologyHints {
+    /// `None` when both lists are empty, as kube-proxy reads a missing and an empty hint alike.
+    pub fn boxed(zones: Vec<String>, nodes: Vec<String>) -> Option<Box<TopologyHints>> {
+        (!zones.is_empty() || !nodes.is_empty()).then(|| Box::new(TopologyHints { zones, nodes }))
+    }
 }
 
 impl Endpoint {
     pub fn is_local(&self, node: &NodeInfo) -> bool {
         self.node_name.as_deref() == Some(node.name.as_str())
+    }
+
+    /// The zones this endpoint is hinted for (empty: no zone hint).
+    pub fn zone_hints(&self) -> &[String] {
+        self.hints.as_deref().map_or(&[], |h| h.zones.as_slice())
+    }
+
+    /// The nodes this endpoint is hinted for (empty: no node hint).
+    pub fn node_hints(&self) -> &[String] {
+        self.hints.as_deref().map_or(&[], |h| h.nodes.as_slice())
     }
 
     /// The `ip:port` form used in DNAT targets, comments and chain-name hashes.
@@ -123,7 +151,21 @@ impl ServicePort {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct NodeInfo {
     pub name: String,
+    /// InternalIP then ExternalIP addresses of the Node's status, each in status order.
     pub addresses: Vec<IpAddr>,
+    /// The Node's `topology.kubernetes.io/zone` label, for topology hints.
+    pub zone: Option<String>,
+}
+
+impl NodeInfo {
+    /// The node's primary address of `family`, as kube-proxy's `primary` reads it: the first
+    /// InternalIP of that family, else the first ExternalIP.
+    pub fn primary_address(&self, family: IpFamily) -> Option<IpAddr> {
+        self.addresses
+            .iter()
+            .copied()
+            .find(|ip| family.contains(*ip))
+    }
 }
 
 /// Everything one node's datapath depends on.

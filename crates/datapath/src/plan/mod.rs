@@ -22,4 +22,4 @@ pub use dispatch::Dispatch;
 pub use fixed::builtin_jumps;
 pub use full::{plan, rewritten_every_sync};
 pub use incremental::{Changes, Planner};
-pub use options::PlanOptions;
+pub use options::{NodePortAddresses, PlanOptions};

@@ -135,6 +135,7 @@ mod tests {
             serving: true,
             terminating: false,
             node_name: None,
+            hints: None,
         };
         for chain in [
             service_chain(ServiceChain::Cluster, &name(), Protocol::Sctp),
@@ -159,6 +160,7 @@ mod tests {
             serving: true,
             terminating: false,
             node_name: None,
+            hints: None,
         };
         let first = endpoint_chain(&name(), Protocol::Tcp, &endpoint);
         endpoint.port = 8081;

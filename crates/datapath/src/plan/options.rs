@@ -17,6 +17,53 @@ pub struct PlanOptions {
     pub random_fully: bool,
     /// Most rules in one dispatch-tree leaf chain.
     pub leaf_size: usize,
+    /// kube-proxy's `--nodeport-addresses`: the node addresses node ports answer on.
+    pub node_port_addresses: NodePortAddresses,
+}
+
+/// kube-proxy's `--nodeport-addresses`: CIDRs and the keyword `primary`. Node ports answer on
+/// the node's own addresses inside the CIDRs (any family's `0.0.0.0/0` or `::/0`: all of them),
+/// and on its primary address of the family when `primary` is given. Empty (the default): on
+/// every local address, as kube-proxy's iptables mode without the flag.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodePortAddresses {
+    pub cidrs: Vec<IpNet>,
+    pub primary: bool,
+}
+
+impl NodePortAddresses {
+    /// Whether the flag was given at all.
+    pub fn is_set(&self) -> bool {
+        self.primary || !self.cidrs.is_empty()
+    }
+}
+
+impl std::str::FromStr for NodePortAddresses {
+    type Err = String;
+
+    /// A comma-separated list of CIDRs and `primary`, as kube-proxy's flag takes it.
+    fn from_str(value: &str) -> Result<Self, String> {
+        let mut out = NodePortAddresses::default();
+        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            if entry == "primary" {
+                out.primary = true;
+                continue;
+            }
+            let net: IpNet = entry.parse().map_err(|_| {
+                format!("{entry:?} is neither a CIDR (198.18.0.0/24, fd00::/64) nor \"primary\"")
+            })?;
+            if net.trunc() != net {
+                return Err(format!(
+                    "{entry:?} has host bits set: write {} instead",
+                    net.trunc()
+                ));
+            }
+            if !out.cidrs.contains(&net) {
+                out.cidrs.push(net);
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl Default for PlanOptions {
@@ -28,6 +75,31 @@ impl Default for PlanOptions {
             masquerade_all: false,
             random_fully: true,
             leaf_size: 16,
+            node_port_addresses: NodePortAddresses::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_port_addresses_parse_as_kube_proxy_takes_them() {
+        let parsed: NodePortAddresses = "198.18.0.0/24, primary,fd00::/64,198.18.0.0/24"
+            .parse()
+            .unwrap();
+        assert!(parsed.primary && parsed.is_set());
+        let cidrs: Vec<String> = parsed.cidrs.iter().map(ToString::to_string).collect();
+        assert_eq!(cidrs, ["198.18.0.0/24", "fd00::/64"]);
+        assert!(!"".parse::<NodePortAddresses>().unwrap().is_set());
+        for bad in [
+            "198.18.0.1/24",
+            "primary,eth0",
+            "198.18.0.300/24",
+            "Primary",
+        ] {
+            assert!(bad.parse::<NodePortAddresses>().is_err(), "{bad}");
         }
     }
 }

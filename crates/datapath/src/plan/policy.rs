@@ -230,6 +230,7 @@ mod tests {
             serving: true,
             terminating: false,
             node_name: Some(node.into()),
+            hints: None,
         }
     }
 
@@ -246,6 +247,7 @@ mod tests {
         NodeInfo {
             name: "node-a".into(),
             addresses: vec!["198.18.0.11".parse().unwrap()],
+            zone: None,
         }
     }
 

@@ -17,7 +17,7 @@ use berth_datapath::nft::NetlinkNft;
 use berth_datapath::nft::{remove_table, Nft, NftSyncer};
 use berth_datapath::{
     plan, rewritten_every_sync, Dispatch, Endpoint, IpMode, LoadBalancerIngress, NodeView,
-    PlanOptions, ServicePort, SessionAffinity,
+    PlanOptions, ServicePort, SessionAffinity, TopologyHints,
 };
 use berth_lab::echo::{tcp_echo, tcp_echo_many, EchoHandle, EchoReply, EchoServer};
 use berth_lab::topology::{Topology, TopologySpec};
@@ -34,6 +34,15 @@ pub const UDP_PORT: u16 = 8053;
 pub const NODES: [&str; 2] = ["node1", "node2"];
 /// Every node programs both families, each in its own table.
 pub const FAMILIES: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
+
+/// Each node's `topology.kubernetes.io/zone`: node1 in zone-a, node2 in zone-b.
+pub fn zone_of(node: &str) -> &'static str {
+    if node == "node1" {
+        "zone-a"
+    } else {
+        "zone-b"
+    }
+}
 
 /// The namespace tag of this test binary: namespaces are `berth-tr<pid>-*`.
 pub const TAG: &str = "tr";
@@ -164,6 +173,7 @@ impl Cluster {
             node: berth_datapath::NodeInfo {
                 name: node.into(),
                 addresses: FAMILIES.map(|f| in_family(lan_ip, f)).to_vec(),
+                zone: Some(zone_of(node).to_owned()),
             },
             services: self.services.clone(),
         }
@@ -418,6 +428,33 @@ pub fn mk_services(topo: &Topology) -> Vec<ServicePort> {
 
     let hairpin = mk_port("hairpin", svc_ip(18), vec![tcp("a1")]);
 
+    // Hinted as the endpoints controller hints them: each endpoint for its node's zone, and for
+    // its node under PreferSameNode.
+    let zoned = |pod: &str, same_node: bool| {
+        let node = topo.layout().pod(pod).unwrap().0.name.clone();
+        let zones = vec![zone_of(&node).to_owned()];
+        let nodes = if same_node { vec![node] } else { vec![] };
+        Endpoint {
+            hints: TopologyHints::boxed(zones, nodes),
+            ..tcp(pod)
+        }
+    };
+    let same_zone = mk_port(
+        "same-zone",
+        svc_ip(30),
+        vec![zoned("a1", false), zoned("a2", false), zoned("b1", false)],
+    );
+    let same_node = mk_port(
+        "same-node",
+        svc_ip(31),
+        vec![zoned("a2", true), zoned("b1", true), zoned("b2", true)],
+    );
+    let other_zone = mk_port(
+        "other-zone",
+        svc_ip(32),
+        vec![zoned("b1", false), zoned("b2", false)],
+    );
+
     [
         web,
         web_dns,
@@ -429,6 +466,9 @@ pub fn mk_services(topo: &Topology) -> Vec<ServicePort> {
         terminating,
         ranges,
         hairpin,
+        same_zone,
+        same_node,
+        other_zone,
     ]
     .into_iter()
     .map(dual_stack)

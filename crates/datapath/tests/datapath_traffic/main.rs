@@ -9,7 +9,7 @@
 //!   by the clients' routes to the node that would announce them.
 //! - node1 pods a1 10.244.1.2, a2 10.244.1.3, c1 10.244.1.4 (a client pod); node2 pods
 //!   b1 10.244.2.2, b2 10.244.2.3. Each node is its pods' gateway at 10.244.<n>.1.
-//! - Services 10.96.0.0/16, node ports 30080-30087. Echo servers: TCP 8080, UDP 8053.
+//! - Services 10.96.0.0/16 (topology ones at .30-.32), node ports 30080-30087. Echo servers: TCP 8080, UDP 8053.
 //! - The cluster is dual-stack: every address above has an IPv6 twin in ULA space
 //!   (198.18.0.11 -> fd00:198:18::b, 10.244.1.2 -> fd00:244:1::2, 10.96.0.10 -> fd00:96::a;
 //!   `family.rs`), and every Service both families.
@@ -27,7 +27,9 @@
 mod cluster;
 mod family;
 mod flows;
+mod node_port_addresses;
 mod split;
+mod topology;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -486,6 +488,22 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "client_ip_affinity_expires",
         flows::client_ip_affinity_expires,
+    ),
+    (
+        "node_ports_answer_only_inside_the_cidrs",
+        node_port_addresses::node_ports_answer_only_inside_the_cidrs,
+    ),
+    (
+        "topology_same_zone_endpoints_only",
+        topology::same_zone_endpoints_only,
+    ),
+    (
+        "topology_same_node_endpoints_only",
+        topology::same_node_endpoints_only,
+    ),
+    (
+        "topology_no_endpoint_in_the_zone_falls_back_to_all",
+        topology::no_endpoint_in_the_zone_falls_back_to_all,
     ),
 ];
 
