@@ -203,7 +203,7 @@ fn workload_cells(printer: Printer, obj: &Value, name: Value, age: Value) -> Vec
             .collect::<Vec<_>>()
             .join(",")
     };
-    let selector = crate::apiserver::scale::selector_string(&obj["spec"]["selector"]);
+    let selector = crate::scale::selector_string(&obj["spec"]["selector"]);
     let mut cells = vec![name];
     if printer == Printer::Deployment {
         cells.extend([

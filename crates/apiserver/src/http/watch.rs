@@ -3,10 +3,10 @@
 
 use super::verbs::build_table;
 use super::{ApiError, App};
-use crate::apiserver::resource::ResourceInfo;
-use crate::apiserver::store::ListQuery;
-use crate::apiserver::table::{partial_metadata, IncludeObject, Wanted};
-use crate::apiserver::watch::{project, EventType};
+use crate::resource::ResourceInfo;
+use crate::store::ListQuery;
+use crate::table::{partial_metadata, IncludeObject, Wanted};
+use crate::watch::{project, EventType};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -308,7 +308,7 @@ mod tests {
 
     #[test]
     fn bookmark_shapes() {
-        let info = crate::apiserver::resource::built_ins().remove(1);
+        let info = crate::resource::built_ins().remove(1);
         let line: Value = serde_json::from_slice(&bookmark(&info, 7, true)).unwrap();
         assert_eq!(line["type"], "BOOKMARK");
         assert_eq!(line["object"]["metadata"]["resourceVersion"], "7");
