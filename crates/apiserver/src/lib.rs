@@ -6,6 +6,7 @@
 //! re-exports it as `berth_lab::apiserver` and builds the lab cluster around it; the production
 //! binary built without the `lab` feature links neither.
 
+pub mod columns;
 pub mod defaults;
 pub mod discovery;
 pub mod error;

@@ -1,8 +1,7 @@
 //! `/scale` on Deployments and ReplicaSets: get, update and patch a Scale, written through as
 //! an update of the object's `spec.replicas` (see [`crate::scale`]).
 
-use super::verbs::write_as_manager;
-use super::{json_response, App};
+use super::{json_response, write_as_manager, App};
 use crate::error::ApiError;
 use crate::patch::{build_patched, PatchType};
 use crate::resource::{view, ResourceInfo, Schema};

@@ -1,11 +1,10 @@
 //! Watch streams: newline-delimited JSON events from the store's history, with bookmarks, initial
 //! events for streaming lists, 410 Gone as an ERROR event, timeouts and injected drops.
 
-use super::verbs::build_table;
 use super::{ApiError, App};
 use crate::resource::ResourceInfo;
 use crate::store::ListQuery;
-use crate::table::{partial_metadata, IncludeObject, Wanted};
+use crate::table::{build_table, partial_metadata, IncludeObject, Wanted};
 use crate::watch::{project, EventType};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -85,7 +84,11 @@ fn table_line(
     include: IncludeObject,
 ) -> Bytes {
     let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
-    event_line(kind, &build_table(info, &[obj], meta, api_version, include))
+    let now = chrono::Utc::now();
+    event_line(
+        kind,
+        &build_table(info, &[obj], meta, api_version, include, now),
+    )
 }
 
 fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
