@@ -264,7 +264,7 @@ bench-datapath: check-cargo
 	@CARGO=$(CARGO) scripts/bench-datapath.sh
 
 bench-lab-api: check-cargo
-	$(CARGO) bench -p berth-lab --bench lab_api_table
+	$(CARGO) bench -p berth-apiserver --bench lab_api_table
 
 # Cold start of `berth controller` (a release build, run as a child) against 10,000 LoadBalancer
 # Services, and of the endpoints controller against 100,000 pods.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_lab::{LabApiServer, LabApiServerBuilder, LabApiServerHandle};
+use berth_apiserver::{LabApiServer, LabApiServerBuilder, LabApiServerHandle};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::Client;

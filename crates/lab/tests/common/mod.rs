@@ -1,4 +1,4 @@
-//! Shared helpers for the lab API server tests: a server per test, on 127.0.0.1, free port.
+//! Shared helpers for the lab's tests: a lab API server per test (127.0.0.1, free port), a dir.
 
 #![allow(clippy::unwrap_used, dead_code)]
 

@@ -6,7 +6,7 @@
 
 mod common;
 
-use berth_lab::LabApiServer;
+use berth_apiserver::LabApiServer;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

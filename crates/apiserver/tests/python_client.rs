@@ -6,7 +6,7 @@
 
 mod common;
 
-use berth_lab::LabApiServer;
+use berth_apiserver::LabApiServer;
 use k8s_pb::api::core::v1 as pb;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};

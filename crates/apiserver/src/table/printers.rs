@@ -3,7 +3,8 @@
 //! wide form, as the apiserver generates them (kubectl hides priority-1 columns unless `-o wide`).
 
 use super::age::since;
-use super::Column;
+use super::text::str_at;
+use crate::columns::Column;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
@@ -203,7 +204,7 @@ fn workload_cells(printer: Printer, obj: &Value, name: Value, age: Value) -> Vec
             .collect::<Vec<_>>()
             .join(",")
     };
-    let selector = crate::apiserver::scale::selector_string(&obj["spec"]["selector"]);
+    let selector = crate::scale::selector_string(&obj["spec"]["selector"]);
     let mut cells = vec![name];
     if printer == Printer::Deployment {
         cells.extend([
@@ -230,10 +231,6 @@ fn workload_cells(printer: Printer, obj: &Value, name: Value, age: Value) -> Vec
 /// `creationTimestamp`'s description, shared by every Age column.
 pub const CREATED: &str =
     "CreationTimestamp is a timestamp representing the server time when this object was created.";
-
-pub(super) fn str_at(v: &Value) -> &str {
-    v.as_str().unwrap_or_default()
-}
 
 fn strings(v: &Value) -> Vec<&str> {
     v.as_array()

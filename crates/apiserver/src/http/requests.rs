@@ -148,7 +148,7 @@ impl RequestLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::http::route::{parse, Route};
+    use crate::http::route::{parse, Route};
     use axum::http::HeaderValue;
 
     fn path(p: &str) -> ResourcePath {

@@ -3,7 +3,7 @@
 
 use super::printers::Printer;
 use super::*;
-use crate::apiserver::resource::{built_ins, from_crd};
+use crate::resource::{built_ins, from_crd};
 
 const NOW: &str = "2026-01-01T01:00:00Z";
 const FIVE_MIN_AGO: &str = "2026-01-01T00:55:00Z";

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use berth_lab::LabApiServer;
+use berth_apiserver::LabApiServer;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};

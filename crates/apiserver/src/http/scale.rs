@@ -1,14 +1,13 @@
 //! `/scale` on Deployments and ReplicaSets: get, update and patch a Scale, written through as
-//! an update of the object's `spec.replicas` (see [`crate::apiserver::scale`]).
+//! an update of the object's `spec.replicas` (see [`crate::scale`]).
 
-use super::verbs::write_as_manager;
-use super::{json_response, App};
-use crate::apiserver::error::ApiError;
-use crate::apiserver::patch::{build_patched, PatchType};
-use crate::apiserver::resource::{view, ResourceInfo, Schema};
-use crate::apiserver::scale::{to_scale, wanted_replicas, with_replicas};
-use crate::apiserver::store::meta_str;
-use crate::apiserver::write::Door;
+use super::{json_response, write_as_manager, App};
+use crate::error::ApiError;
+use crate::patch::{build_patched, PatchType};
+use crate::resource::{view, ResourceInfo, Schema};
+use crate::scale::{to_scale, wanted_replicas, with_replicas};
+use crate::store::meta_str;
+use crate::write::Door;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use serde_json::Value;

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use super::table::{printer_columns, PrinterColumn};
+use super::columns::{printer_columns, PrinterColumn};
 
 /// How lists inside objects of a resource merge (strategic merge patch and server-side apply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,27 +2,23 @@
 
 use super::route::ResourcePath;
 use super::watch::{serve_watch, WatchParams};
-use super::{bytes_response, json_response, App};
-use crate::apiserver::error::ApiError;
-use crate::apiserver::fields::Part;
-use crate::apiserver::managed::{self, Writer};
-use crate::apiserver::patch::{build_patched, PatchType};
-use crate::apiserver::protobuf;
-use crate::apiserver::resource::{view, ResourceInfo};
-use crate::apiserver::selector::{FieldSelector, LabelSelector};
-use crate::apiserver::store::{meta_str, ListQuery, Obj, Store, Stored};
-use crate::apiserver::table::{self, IncludeObject, Layout, Wanted};
-use crate::apiserver::write::{DeleteOptions, Door, Managed, WriteCtx};
+use super::{bytes_response, json_response, now, write_as_manager, App};
+use crate::error::ApiError;
+use crate::fields::Part;
+use crate::managed::{self, Writer};
+use crate::patch::{build_patched, PatchType};
+use crate::protobuf;
+use crate::resource::{view, ResourceInfo};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{meta_str, ListQuery, Obj, Stored};
+use crate::table::{self, IncludeObject, Wanted};
+use crate::write::{DeleteOptions, Door, Managed, WriteCtx};
 use axum::body::Bytes;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
 
 /// The object as the requested version shows it (see [`view`]).
 fn as_version<'a>(obj: &'a Obj, api_version: &str) -> std::borrow::Cow<'a, Value> {
@@ -43,25 +39,15 @@ fn table_response(
 ) -> Response {
     json_response(
         StatusCode::OK,
-        &build_table(info, items, metadata, api_version, include),
+        &table::build_table(
+            info,
+            items,
+            metadata,
+            api_version,
+            include,
+            chrono::Utc::now(),
+        ),
     )
-}
-
-pub(super) fn build_table(
-    info: &ResourceInfo,
-    items: &[&Obj],
-    metadata: Value,
-    api_version: &str,
-    include: IncludeObject,
-) -> Value {
-    let layout = Layout::of(info);
-    let shown_as = info.api_version();
-    let now = chrono::Utc::now();
-    let rows = items
-        .iter()
-        .map(|obj| layout.row(obj, &view(obj, &shown_as), now, api_version, include))
-        .collect();
-    table::table(api_version, &layout.columns(), rows, metadata)
 }
 
 fn list_meta(rv: u64, cont: Option<&str>, remaining: Option<u64>) -> Value {
@@ -118,40 +104,6 @@ fn list_query(query: &HashMap<String, String>, info: &ResourceInfo) -> Result<Li
         },
         continue_token: query.get("continue").filter(|c| !c.is_empty()).cloned(),
     })
-}
-
-/// The field manager of a non-apply write: the `fieldManager` parameter, else the client's
-/// user-agent product name, as the apiserver derives it.
-fn manager_of(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
-    if let Some(m) = query.get("fieldManager").filter(|m| !m.is_empty()) {
-        return m.clone();
-    }
-    headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|ua| ua.split('/').next())
-        .filter(|s| !s.is_empty())
-        .unwrap_or("unknown")
-        .to_owned()
-}
-
-/// Runs a create, update or non-apply patch: the request's field manager owns what it sets,
-/// and the write is stamped with the time it was asked for.
-pub(super) fn write_as_manager<T>(
-    app: &App,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    door: Door,
-    write: impl FnOnce(&mut Store, &WriteCtx) -> T,
-) -> T {
-    let manager = manager_of(query, headers);
-    let t = now();
-    let ctx = WriteCtx {
-        now: &t,
-        door,
-        managed: Managed::Track(&manager),
-    };
-    app.write(|s| write(s, &ctx))
 }
 
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {

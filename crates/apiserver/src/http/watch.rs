@@ -1,12 +1,11 @@
 //! Watch streams: newline-delimited JSON events from the store's history, with bookmarks, initial
 //! events for streaming lists, 410 Gone as an ERROR event, timeouts and injected drops.
 
-use super::verbs::build_table;
 use super::{ApiError, App};
-use crate::apiserver::resource::ResourceInfo;
-use crate::apiserver::store::ListQuery;
-use crate::apiserver::table::{partial_metadata, IncludeObject, Wanted};
-use crate::apiserver::watch::{project, EventType};
+use crate::resource::ResourceInfo;
+use crate::store::ListQuery;
+use crate::table::{build_table, partial_metadata, IncludeObject, Wanted};
+use crate::watch::{project, EventType};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -85,7 +84,11 @@ fn table_line(
     include: IncludeObject,
 ) -> Bytes {
     let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
-    event_line(kind, &build_table(info, &[obj], meta, api_version, include))
+    let now = chrono::Utc::now();
+    event_line(
+        kind,
+        &build_table(info, &[obj], meta, api_version, include, now),
+    )
 }
 
 fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
@@ -308,7 +311,7 @@ mod tests {
 
     #[test]
     fn bookmark_shapes() {
-        let info = crate::apiserver::resource::built_ins().remove(1);
+        let info = crate::resource::built_ins().remove(1);
         let line: Value = serde_json::from_slice(&bookmark(&info, 7, true)).unwrap();
         assert_eq!(line["type"], "BOOKMARK");
         assert_eq!(line["object"]["metadata"]["resourceVersion"], "7");

@@ -7,90 +7,16 @@
 pub mod age;
 mod pod;
 pub mod printers;
+mod text;
 
-use super::error::ApiError;
-use super::resource::{ResourceInfo, Schema};
+use crate::columns::{Column, PrinterColumn};
+use crate::error::ApiError;
+use crate::resource::{view, ResourceInfo, Schema};
+use crate::store::Obj;
 use chrono::{DateTime, Utc};
 use jsonpath_rust::JsonPath;
 use printers::Printer;
 use serde_json::{json, Map, Value};
-
-/// One column definition of a Table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Column {
-    pub name: String,
-    pub type_: String,
-    pub format: String,
-    pub description: String,
-    /// 0 always shown; 1 and more only with `-o wide`.
-    pub priority: i64,
-}
-
-impl Column {
-    pub fn new(name: &str, type_: &str, priority: i64, description: &str) -> Self {
-        Self {
-            name: name.to_owned(),
-            type_: type_.to_owned(),
-            format: String::new(),
-            description: description.to_owned(),
-            priority,
-        }
-    }
-
-    /// The Name column every table starts with (Events show it last, in the wide form).
-    pub fn name() -> Self {
-        Self {
-            format: "name".to_owned(),
-            ..Self::new(
-                "Name",
-                "string",
-                0,
-                "Name must be unique within a namespace.",
-            )
-        }
-    }
-
-    fn to_json(&self) -> Value {
-        json!({"name": self.name, "type": self.type_, "format": self.format,
-            "description": self.description, "priority": self.priority})
-    }
-}
-
-/// One of a CRD version's `additionalPrinterColumns`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PrinterColumn {
-    pub column: Column,
-    pub json_path: String,
-}
-
-/// The `additionalPrinterColumns` of one CRD version entry; columns without a name or JSONPath
-/// are skipped (the apiextensions server would have refused them).
-pub fn printer_columns(version: &Value) -> Vec<PrinterColumn> {
-    version["additionalPrinterColumns"]
-        .as_array()
-        .map(|cols| {
-            cols.iter()
-                .filter_map(|c| {
-                    let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
-                    let (name, json_path) = (text("name"), text("jsonPath"));
-                    if name.is_empty() || json_path.is_empty() {
-                        return None;
-                    }
-                    Some(PrinterColumn {
-                        column: Column {
-                            name,
-                            type_: text("type"),
-                            format: text("format"),
-                            description: text("description"),
-                            priority: c["priority"].as_i64().unwrap_or_default(),
-                        },
-                        json_path,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// What the rows carry besides their cells (`includeObject`; kubectl's default is Metadata).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,6 +196,24 @@ pub fn table(api_version: &str, columns: &[Column], rows: Vec<Value>, metadata: 
         "columnDefinitions": columns.iter().map(Column::to_json).collect::<Vec<_>>(),
         "rows": rows,
     })
+}
+
+/// A Table of stored objects, each row shown as its resource's version shows it, ages as of `now`.
+pub fn build_table(
+    info: &ResourceInfo,
+    items: &[&Obj],
+    metadata: Value,
+    api_version: &str,
+    include: IncludeObject,
+    now: DateTime<Utc>,
+) -> Value {
+    let layout = Layout::of(info);
+    let shown_as = info.api_version();
+    let rows = items
+        .iter()
+        .map(|obj| layout.row(obj, &view(obj, &shown_as), now, api_version, include))
+        .collect();
+    table(api_version, &layout.columns(), rows, metadata)
 }
 
 /// kubectl's JSONPath (`.spec.x`, `{.spec.x}`) as a JSONPath query (`$.spec.x`).

@@ -5,7 +5,7 @@
 //! name rather than silently dropped, so such a client knows to send JSON.
 
 use super::{list, object_meta, undecodable, Fields};
-use crate::apiserver::error::ApiError;
+use crate::error::ApiError;
 use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use berth_lab::{Faults, LabApiServer};
+use berth_apiserver::{Faults, LabApiServer};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};

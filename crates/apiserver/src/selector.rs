@@ -292,7 +292,7 @@ fn field_value(obj: &Value, field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::resource::built_ins;
+    use crate::resource::built_ins;
     use serde_json::json;
 
     fn info(plural: &str) -> ResourceInfo {

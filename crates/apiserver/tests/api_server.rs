@@ -4,7 +4,7 @@
 
 mod common;
 
-use berth_lab::{run_apiserver, ApiServerOptions, LabApiServer, Listener};
+use berth_apiserver::{run_apiserver, ApiServerOptions, LabApiServer, Listener};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::api::Api;
 use serde_json::json;

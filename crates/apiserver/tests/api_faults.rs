@@ -4,7 +4,7 @@
 
 mod common;
 
-use berth_lab::{Faults, LabApiServer};
+use berth_apiserver::{Faults, LabApiServer};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde_json::json;

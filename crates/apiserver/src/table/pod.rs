@@ -1,7 +1,7 @@
 //! `printPod`: the most involved of upstream's printers, on its own.
 
 use super::age::since;
-use super::printers::str_at;
+use super::text::str_at;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 

@@ -1,5 +1,12 @@
-//! The lab API server (docs/architecture.md, "The lab").
+//! berth-apiserver: the lab API server (docs/architecture.md, "The lab").
+//!
+//! An in-memory Kubernetes API server that speaks the real HTTP API, so that kube-rs clients,
+//! watchers and `kubectl` run against it unchanged. It allocates nothing and runs no controllers:
+//! it is the ground truth that berth's controller and agents are tested against. `berth-lab`
+//! re-exports it as `berth_lab::apiserver` and builds the lab cluster around it; the production
+//! binary built without the `lab` feature links neither.
 
+pub mod columns;
 pub mod defaults;
 pub mod discovery;
 pub mod error;

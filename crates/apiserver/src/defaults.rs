@@ -106,7 +106,7 @@ fn replica_set(obj: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::resource::built_ins;
+    use crate::resource::built_ins;
 
     fn info(plural: &str) -> ResourceInfo {
         built_ins()

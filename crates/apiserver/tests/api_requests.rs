@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 
-use berth_lab::LabApiServer;
+use berth_apiserver::LabApiServer;
 use serde_json::Value;
 
 /// One HTTP/1.1 request on loopback; the response body as JSON (or the status line on failure).

@@ -9,12 +9,11 @@ mod watch;
 
 pub use requests::RecordedRequest;
 
-pub use verbs::now;
-
 use super::discovery;
 use super::error::ApiError;
 use super::faults::{FaultState, Faults};
 use super::store::Store;
+use super::write::{Door, Managed, WriteCtx};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
@@ -110,6 +109,45 @@ impl App {
         self.fault_state().set(faults);
         Ok(())
     }
+}
+
+/// The time a write is stamped with, as the API shows times (RFC 3339, whole seconds, UTC).
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The field manager of a non-apply write: the `fieldManager` parameter, else the client's
+/// user-agent product name, as the apiserver derives it.
+fn manager_of(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(m) = query.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_owned()
+}
+
+/// Runs a create, update or non-apply patch: the request's field manager owns what it sets,
+/// and the write is stamped with the time it was asked for.
+fn write_as_manager<T>(
+    app: &App,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    door: Door,
+    write: impl FnOnce(&mut Store, &WriteCtx) -> T,
+) -> T {
+    let manager = manager_of(query, headers);
+    let t = now();
+    let ctx = WriteCtx {
+        now: &t,
+        door,
+        managed: Managed::Track(&manager),
+    };
+    app.write(|s| write(s, &ctx))
 }
 
 pub fn router(app: Arc<App>) -> Router {

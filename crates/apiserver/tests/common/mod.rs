@@ -1,0 +1,14 @@
+//! Shared helpers for the lab API server tests: a server per test, on 127.0.0.1, free port.
+
+#![allow(clippy::unwrap_used, dead_code)]
+
+use berth_apiserver::LabApiServerHandle;
+use kube::Client;
+
+pub async fn start() -> (LabApiServerHandle, Client) {
+    berth_testing::start_lab().await
+}
+
+pub fn unique_dir(tag: &str) -> std::path::PathBuf {
+    berth_testing::unique_dir(&format!("berth-lab-{tag}"))
+}
