@@ -62,7 +62,7 @@ fn every_crd_is_named_by_the_vocabulary() {
     // the derive attributes cannot use those constants, so they are held equal here.
     use berth_api::names::{
         API_VERSION, CATEGORY, KIND_BFD_PROFILE, KIND_BGP_ADVERTISEMENT, KIND_BGP_PEER,
-        KIND_IP_POOL, KIND_L2_ADVERTISEMENT, KIND_SERVICE_L2_STATUS,
+        KIND_BGP_SESSION_STATE, KIND_IP_POOL, KIND_L2_ADVERTISEMENT, KIND_SERVICE_L2_STATUS,
     };
     let mut kinds: Vec<String> = Vec::new();
     for crd in berth_api::crds() {
@@ -87,6 +87,7 @@ fn every_crd_is_named_by_the_vocabulary() {
         KIND_BFD_PROFILE,
         KIND_BGP_ADVERTISEMENT,
         KIND_BGP_PEER,
+        KIND_BGP_SESSION_STATE,
         KIND_IP_POOL,
         KIND_L2_ADVERTISEMENT,
         KIND_SERVICE_L2_STATUS,
