@@ -372,10 +372,11 @@ def check_rbac(f, name, docs, values):
     granted = {(g, r) for rule in rules["controller"] for g in rule["apiGroups"] for r in rule["resources"]}
     for resource in (("", "pods"), ("", "endpoints")):
         f.check((resource in granted) == endpoints_on, where, f"controller {resource} granted exactly when endpoints are on")
-    # EndpointSlices are also read (never written) by the aws-nlb class, for `ip` targets.
-    aws_on = values["controller"]["config"].get("awsNlb") == "on"
+    # EndpointSlices are always read (never written without endpoints on): the datapath report
+    # counts a Service's endpoints against the agents' size bounds, and the aws-nlb class takes
+    # `ip` targets from them.
     slices = ("discovery.k8s.io", "endpointslices")
-    f.check((slices in granted) == (endpoints_on or aws_on), where, f"controller {slices} granted exactly when endpoints or aws-nlb are on")
+    f.check(slices in granted, where, f"controller {slices} granted (read always)")
     slice_verbs = {v for rule in rules["controller"] if "endpointslices" in rule["resources"] for v in rule["verbs"]}
     f.check(endpoints_on or not (slice_verbs - {"list", "watch"}), where, "controller writes EndpointSlices only with endpoints on")
     lease_rules = [r for r in rules["controller"] if "leases" in r["resources"]]
