@@ -246,60 +246,7 @@ async fn start_lab(tag: &str, router_extra: &str, peer_extra: Value) -> Lab {
     // The client sits behind the router; the nodes route the client's network through it.
     run(&["ip", "netns", "add", &outside]);
     run(&["ip", "-n", &outside, "link", "set", "lo", "up"]);
-    run(&[
-        "ip", "-n", &router, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0",
-        "netns", &outside,
-    ]);
-    run(&["ip", "-n", &router, "link", "set", "eth1", "up"]);
-    run(&[
-        "ip",
-        "-n",
-        &router,
-        "addr",
-        "add",
-        "198.19.20.1/24",
-        "dev",
-        "eth1",
-    ]);
-    run(&["ip", "-n", &outside, "link", "set", "eth0", "up"]);
-    run(&[
-        "ip",
-        "-n",
-        &outside,
-        "addr",
-        "add",
-        "198.19.20.100/24",
-        "dev",
-        "eth0",
-    ]);
-    run(&[
-        "ip",
-        "-n",
-        &outside,
-        "route",
-        "add",
-        "default",
-        "via",
-        "198.19.20.1",
-    ]);
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &router,
-        "sysctl",
-        "-qw",
-        "net.ipv4.ip_forward=1",
-    ]);
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &router,
-        "sysctl",
-        "-qw",
-        "net.ipv4.fib_multipath_hash_policy=1",
-    ]);
+    berth_testing::bgp::connect_behind_router(&router, &outside);
     for (node, _) in NODES {
         let ns = topo.netns(node).unwrap().to_string();
         topo.exec(

@@ -31,6 +31,39 @@ fn text(dir: &Path) -> &str {
         .unwrap_or_else(|| panic!("{} is not UTF-8", dir.display()))
 }
 
+/// Puts `client` behind `router` on 198.19.20.0/24 (router `eth1` .1, client `eth0` .100, the
+/// client's default route through the router) and makes the router forward, hashing on ports
+/// too so one client's connections spread over its ECMP next hops. Both namespaces exist.
+pub fn connect_behind_router(router: &str, client: &str) {
+    run(&[
+        "ip", "-n", router, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0", "netns",
+        client,
+    ]);
+    for (ns, dev, address) in [
+        (router, "eth1", "198.19.20.1/24"),
+        (client, "eth0", "198.19.20.100/24"),
+    ] {
+        run(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        run(&["ip", "-n", ns, "addr", "add", address, "dev", dev]);
+    }
+    run(&[
+        "ip",
+        "-n",
+        client,
+        "route",
+        "add",
+        "default",
+        "via",
+        "198.19.20.1",
+    ]);
+    for sysctl in [
+        "net.ipv4.ip_forward=1",
+        "net.ipv4.fib_multipath_hash_policy=1",
+    ] {
+        run(&["ip", "netns", "exec", router, "sysctl", "-qw", sysctl]);
+    }
+}
+
 /// Starts zebra, bfdd and bgpd in `ns` with their pid files, vty sockets and logs in `dir`
 /// (made, and handed to the frr user) and `config` written to `dir/frr.conf` (not loaded: the
 /// daemons start empty, as the chart's sidecar does); waits for their vty sockets.

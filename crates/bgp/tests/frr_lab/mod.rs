@@ -235,61 +235,7 @@ pub fn build_topology(lab: &Lab) {
     }
     let router = lab.ns("router");
     let client = lab.ns("client");
-    run(&[
-        "ip", "-n", &router, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0",
-        "netns", &client,
-    ]);
-    run(&["ip", "-n", &router, "link", "set", "eth1", "up"]);
-    run(&["ip", "-n", &client, "link", "set", "eth0", "up"]);
-    run(&[
-        "ip",
-        "-n",
-        &router,
-        "addr",
-        "add",
-        "198.19.20.1/24",
-        "dev",
-        "eth1",
-    ]);
-    run(&[
-        "ip",
-        "-n",
-        &client,
-        "addr",
-        "add",
-        "198.19.20.100/24",
-        "dev",
-        "eth0",
-    ]);
-    run(&[
-        "ip",
-        "-n",
-        &client,
-        "route",
-        "add",
-        "default",
-        "via",
-        "198.19.20.1",
-    ]);
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &router,
-        "sysctl",
-        "-qw",
-        "net.ipv4.ip_forward=1",
-    ]);
-    // Hash on ports too, so one client's connections spread over the next hops.
-    run(&[
-        "ip",
-        "netns",
-        "exec",
-        &router,
-        "sysctl",
-        "-qw",
-        "net.ipv4.fib_multipath_hash_policy=1",
-    ]);
+    berth_testing::bgp::connect_behind_router(&router, &client);
     for (name, address) in NODES {
         let ns = lab.ns(name);
         run(&[
