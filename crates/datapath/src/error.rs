@@ -29,6 +29,10 @@ pub enum Error {
         errno: i32,
         message: String,
     },
+    /// berth's nftables table as the kernel holds it holds something berth never writes (a
+    /// table another program changed): `object` names where, `reason` what.
+    #[error("berth's nftables table, {object}: {reason}")]
+    Decode { object: String, reason: String },
     #[error("packet trace failed: {reason}")]
     Trace { reason: String },
     #[error("invalid {field} in {object}: {value:?}")]
@@ -49,6 +53,7 @@ impl Error {
             Error::Spawn { .. } => "spawn",
             Error::Command { .. } => "command",
             Error::Netlink { .. } => "netlink",
+            Error::Decode { .. } => "decode",
             Error::Trace { .. } => "trace",
             Error::InvalidInput { .. } => "invalid",
         }
@@ -62,7 +67,10 @@ impl Error {
             #[cfg(any(test, feature = "fake"))]
             Error::Restore { .. } => true,
             Error::Spawn { .. } | Error::Command { .. } | Error::Netlink { .. } => true,
-            Error::Parse { .. } | Error::Trace { .. } | Error::InvalidInput { .. } => false,
+            Error::Parse { .. }
+            | Error::Decode { .. }
+            | Error::Trace { .. }
+            | Error::InvalidInput { .. } => false,
         }
     }
 }

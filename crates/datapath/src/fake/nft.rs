@@ -6,31 +6,16 @@
 //! hairpin pair cannot be deleted when absent, and an address of the other family is refused.
 //! [`MemoryNft::traceable`] turns what it holds back into a [`Ruleset`] for the packet tracer.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeSet;
 
 use crate::error::Error;
 use crate::nft::render::{
-    affinity_refs, command_text, rule_jump, Command, Element, Hook, NftChain, NftRule, NodePortKey,
-    ServiceKey, Transaction,
+    affinity_refs, command_text, rule_jump, Command, Element, NftChain, NftRule, Transaction,
 };
 use crate::nft::sync::Nft;
-use crate::plan::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset};
+pub use crate::nft::table::NftTable;
+use crate::plan::model::Ruleset;
 use berth_core::IpFamily;
-
-/// berth's table as the kernel would hold it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NftTable {
-    pub chains: BTreeMap<NftChain, Vec<NftRule>>,
-    pub hooks: BTreeMap<NftChain, Hook>,
-    /// Whether the maps are declared.
-    pub maps: bool,
-    pub services: BTreeMap<ServiceKey, NftChain>,
-    pub node_ports: BTreeMap<NodePortKey, NftChain>,
-    pub affinity: BTreeMap<ChainName, u32>,
-    /// Endpoints of the hairpin set (`ep . ep`).
-    pub hairpin: BTreeSet<IpAddr>,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryNft {
@@ -217,66 +202,12 @@ impl MemoryNft {
         Ok(())
     }
 
-    /// berth's table as a ruleset the tracer follows: base chains become the built-in jumps,
-    /// each map lookup becomes one rule per element (keys are unique, so their order does not
-    /// matter), every other rule is the planned rule itself.
+    /// berth's table as a ruleset the tracer follows ([`NftTable::traceable`]).
     pub fn traceable(&self) -> Ruleset {
-        let mut rs = Ruleset::default();
-        let Some(table) = &self.table else {
-            return rs;
-        };
-        for (chain, rules) in &table.chains {
-            let mut out = Vec::new();
-            for rule in rules {
-                match rule {
-                    NftRule::Rule(rule) => out.push(rule.clone()),
-                    NftRule::ServiceMap => {
-                        for ((addr, proto, port), target) in &table.services {
-                            out.push(Rule::jump(
-                                vec![
-                                    Match::Protocol(*proto),
-                                    Match::dst(*addr),
-                                    Match::DestPort(PortMatch::Single(*port)),
-                                ],
-                                &target.name,
-                            ));
-                        }
-                    }
-                    NftRule::NodePortMap => {
-                        for ((proto, port), target) in &table.node_ports {
-                            out.push(Rule::jump(
-                                vec![
-                                    Match::Protocol(*proto),
-                                    Match::DestPort(PortMatch::Single(*port)),
-                                ],
-                                &target.name,
-                            ));
-                        }
-                    }
-                    // In postrouting the destination is the translated one. The tracer has no
-                    // `ct status dnat`: a pair would also match a pod sending straight to
-                    // itself, a packet that never reaches the node's hooks.
-                    NftRule::Hairpin(target) => {
-                        for ip in &table.hairpin {
-                            out.push(Rule::jump(vec![Match::src(*ip), Match::dst(*ip)], target));
-                        }
-                    }
-                }
-            }
-            match table.hooks.get(chain) {
-                Some(hook) => rs.jumps.extend(out.into_iter().map(|rule| JumpRule {
-                    table: hook.table,
-                    from: hook.builtin(),
-                    rule,
-                })),
-                None => {
-                    rs.table_mut(chain.table)
-                        .chains
-                        .insert(chain.name.clone(), out);
-                }
-            }
-        }
-        rs
+        self.table
+            .as_ref()
+            .map(NftTable::traceable)
+            .unwrap_or_default()
     }
 
     /// Names of the chains in berth's table.

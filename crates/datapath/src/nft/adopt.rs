@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::nft::dump::{chain_msg, element_msg, rule_msg, set_msg, RawTable};
 use crate::nft::expr::{rule_userdata, write_rule_exprs};
 use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::netlink::element_key;
@@ -104,6 +105,60 @@ fn canonical_data(attr: Attr<'_>) -> Vec<u8> {
 fn push_field(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
     out.extend_from_slice(bytes);
+}
+
+/// berth's table as adoption compares it: a dump's chains with their hooks and canonical rules,
+/// its sets, and the elements of the maps and the hairpin set. Messages without a name are
+/// left out (the kernel never sends one).
+pub fn observe(raw: &RawTable) -> Observed {
+    let mut observed = Observed::default();
+    for chain in raw.chains.iter().filter_map(|m| chain_msg(m)) {
+        observed.chains.insert(
+            chain.name.to_string(),
+            ObservedChain {
+                hook: chain.hook,
+                rules: Vec::new(),
+            },
+        );
+    }
+    for rule in raw.rules.iter().filter_map(|m| rule_msg(m)) {
+        if let Some(c) = observed.chains.get_mut(rule.chain) {
+            c.rules.push(canonical_rule(rule.exprs, rule.userdata));
+        }
+    }
+    for set in raw.sets.iter().filter_map(|m| set_msg(m)) {
+        observed.sets.insert(
+            set.name.to_string(),
+            ObservedSet {
+                flags: set.flags,
+                key_type: set.key_type,
+                key_len: set.key_len,
+                timeout_ms: set.timeout_ms,
+            },
+        );
+    }
+    for set in [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET] {
+        if observed.sets.contains_key(set) {
+            observed.elements.entry(set.to_string()).or_default();
+        }
+    }
+    for (set, list) in raw.elements.iter().filter_map(|m| element_msg(m)) {
+        let elements = observed.elements.entry(set.to_string()).or_default();
+        for element in list {
+            let e = element.nested();
+            let Some(key) = e.get(1).and_then(|k| k.nested().get(1)) else {
+                continue;
+            };
+            let target = e
+                .get(2)
+                .and_then(|d| d.nested().get(2))
+                .and_then(|v| v.nested().get(2))
+                .and_then(|c| c.str())
+                .map(str::to_string);
+            elements.insert(key.value.to_vec(), target);
+        }
+    }
+    observed
 }
 
 /// A rule in canonical form, from the value of its `NFTA_RULE_EXPRESSIONS` and its userdata.

@@ -36,37 +36,37 @@ pub(crate) const NF_ACCEPT: u32 = 1;
 pub(crate) const NFT_JUMP: u32 = -3i32 as u32;
 pub(crate) const NFT_RETURN: u32 = -5i32 as u32;
 
-const NFT_REG_VERDICT: u32 = 0;
-const NFT_REG_1: u32 = 1;
+pub(crate) const NFT_REG_VERDICT: u32 = 0;
+pub(crate) const NFT_REG_1: u32 = 1;
 const NFT_REG32_00: u32 = 8;
 
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
+pub(crate) const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+pub(crate) const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
 
-const NFT_META_MARK: u32 = 3;
-const NFT_META_L4PROTO: u32 = 16;
-const NFT_CT_STATE: u32 = 0;
-const NFT_CT_STATUS: u32 = 2;
+pub(crate) const NFT_META_MARK: u32 = 3;
+pub(crate) const NFT_META_L4PROTO: u32 = 16;
+pub(crate) const NFT_CT_STATE: u32 = 0;
+pub(crate) const NFT_CT_STATUS: u32 = 2;
 /// `IPS_DST_NAT`: the connection's destination was translated.
-const IPS_DST_NAT: u32 = 1 << 5;
+pub(crate) const IPS_DST_NAT: u32 = 1 << 5;
 
-const NFT_CMP_EQ: u32 = 0;
-const NFT_CMP_NEQ: u32 = 1;
-const NFT_CMP_LTE: u32 = 3;
-const NFT_CMP_GTE: u32 = 5;
+pub(crate) const NFT_CMP_EQ: u32 = 0;
+pub(crate) const NFT_CMP_NEQ: u32 = 1;
+pub(crate) const NFT_CMP_LTE: u32 = 3;
+pub(crate) const NFT_CMP_GTE: u32 = 5;
 
-const NFT_NG_RANDOM: u32 = 1;
-const NFT_DYNSET_OP_UPDATE: u32 = 1;
-const NFT_NAT_DNAT: u32 = 1;
-const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 1 << 1;
-const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 1 << 4;
-const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
-const NFTA_FIB_F_SADDR: u32 = 1;
-const NFTA_FIB_F_DADDR: u32 = 2;
-const RTN_LOCAL: u32 = 2;
-const NFT_REJECT_ICMP_UNREACH: u32 = 0;
-const ICMP_PORT_UNREACH: u8 = 3;
-const ICMPV6_PORT_UNREACH: u8 = 4;
+pub(crate) const NFT_NG_RANDOM: u32 = 1;
+pub(crate) const NFT_DYNSET_OP_UPDATE: u32 = 1;
+pub(crate) const NFT_NAT_DNAT: u32 = 1;
+pub(crate) const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 1 << 1;
+pub(crate) const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 1 << 4;
+pub(crate) const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
+pub(crate) const NFTA_FIB_F_SADDR: u32 = 1;
+pub(crate) const NFTA_FIB_F_DADDR: u32 = 2;
+pub(crate) const RTN_LOCAL: u32 = 2;
+pub(crate) const NFT_REJECT_ICMP_UNREACH: u32 = 0;
+pub(crate) const ICMP_PORT_UNREACH: u8 = 3;
+pub(crate) const ICMPV6_PORT_UNREACH: u8 = 4;
 
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`: the family of a table and of a NAT expression.
 pub fn nfproto(family: IpFamily) -> u8 {
@@ -78,7 +78,7 @@ pub fn nfproto(family: IpFamily) -> u8 {
 
 /// The kernel's number of a register `slot` 32-bit words into the register file, as `nft`
 /// writes it.
-fn register(slot: u32) -> u32 {
+pub(crate) fn register(slot: u32) -> u32 {
     if slot.is_multiple_of(4) {
         NFT_REG_1 + slot / 4
     } else {
@@ -103,7 +103,7 @@ pub fn addr_bytes(addr: IpAddr) -> Vec<u8> {
 }
 
 /// Where the source or destination address sits in the network header, and its length.
-fn addr_field(family: IpFamily, side: AddrSide) -> (u32, u32) {
+pub(crate) fn addr_field(family: IpFamily, side: AddrSide) -> (u32, u32) {
     match (family, side) {
         (IpFamily::V4, AddrSide::Src) => (12, 4),
         (IpFamily::V4, AddrSide::Dst) => (16, 4),
@@ -390,7 +390,7 @@ pub(crate) fn put_verdict(w: &mut Writer, code: u32, chain: Option<&str>) {
 }
 
 /// The conntrack state bit `ct state` tests (`NF_CT_STATE_BIT`).
-fn ct_state_bit(state: CtState) -> u32 {
+pub(crate) fn ct_state_bit(state: CtState) -> u32 {
     match state {
         CtState::Invalid => 1,
         CtState::Established => 1 << 1,
@@ -400,7 +400,7 @@ fn ct_state_bit(state: CtState) -> u32 {
 }
 
 /// The 32-bit register slots a concatenation's fields take: each rounded up to 4 bytes.
-fn slots(len: u32) -> u32 {
+pub(crate) fn slots(len: u32) -> u32 {
     len.div_ceil(4)
 }
 

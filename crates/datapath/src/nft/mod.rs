@@ -2,21 +2,27 @@
 //! ([`render`], with each endpoint's chain folded into the rule that chooses it by [`inline`])
 //! -> applied one transaction per sync by an [`NftSyncer`] through the [`Nft`] trait, whose real
 //! forms are berth's own netlink batches ([`netlink`], expressions by [`expr`], framing by
-//! [`wire`]; the default) and the `nft` program reading the text ([`exec`]).
+//! [`wire`]; the default) and the `nft` program reading the text ([`exec`]). Read back, the
+//! kernel's table is a [`dump`]: adoption compares it with the plan ([`adopt`]), `berth explain`
+//! decodes it into the typed [`table`] the packet tracer follows ([`decode`]).
 
 pub mod adopt;
+pub mod decode;
+pub mod dump;
 pub mod exec;
 pub mod expr;
 pub mod inline;
 pub mod netlink;
 pub mod render;
 pub mod sync;
+pub mod table;
 pub mod wire;
 
 pub use exec::CommandNft;
 pub use netlink::NetlinkNft;
 pub use render::{rule_jump, Command, Element, NftChain, NftRule, Transaction};
 pub use sync::{remove_table, Nft, NftSyncer};
+pub use table::NftTable;
 
 /// How the nftables backend writes the kernel: its own netlink batches (the default), or the
 /// `nft` program reading the same transaction as text.

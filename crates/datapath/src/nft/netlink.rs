@@ -19,7 +19,8 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use nix::sys::socket::{setsockopt, sockopt};
 
 use crate::error::Error;
-use crate::nft::adopt::{canonical_rule, Observed, ObservedChain, ObservedSet};
+use crate::nft::adopt::{observe, Observed};
+use crate::nft::dump::{set_msg, RawTable};
 use crate::nft::expr::{
     addr_bytes, nfproto, protocol_number, put_verdict, rule_userdata, write_rule_exprs,
     NFTA_DATA_VALUE, NFT_JUMP,
@@ -784,9 +785,10 @@ impl NetlinkSocket {
         }
     }
 
-    /// berth's table of `family` as the kernel holds it: chains with their rules, sets, and the
-    /// elements of the maps and the hairpin set. `None` when there is no such table.
-    pub fn read_table(&mut self, family: IpFamily, table: &str) -> Result<Option<Observed>, Error> {
+    /// berth's table of `family` as the kernel holds it, as the dump returned it: chains,
+    /// rules, sets, and the elements of the maps and the hairpin set. `None` when there is no
+    /// such table.
+    pub fn dump_table(&mut self, family: IpFamily, table: &str) -> Result<Option<RawTable>, Error> {
         let tables = self
             .dump(NFT_MSG_GETTABLE, family, |_| {})?
             .unwrap_or_default();
@@ -796,102 +798,46 @@ impl NetlinkSocket {
         if !exists {
             return Ok(None);
         }
-        let mut observed = Observed::default();
-        for chain in self
-            .dump(NFT_MSG_GETCHAIN, family, |_| {})?
-            .unwrap_or_default()
-        {
-            let attrs = Attrs(&chain);
-            if attrs.get(1).and_then(|a| a.str()) != Some(table) {
-                continue;
-            }
-            let Some(name) = attrs.get(3).and_then(|a| a.str()) else {
-                continue;
-            };
-            let hook = attrs.get(4).map(|h| {
-                let kind = attrs.get(7).and_then(|a| a.str()).unwrap_or("").to_string();
-                let num = h.nested().get(1).and_then(|a| a.u32()).unwrap_or(u32::MAX);
-                let prio = h.nested().get(2).and_then(|a| a.u32()).unwrap_or(0) as i32;
-                (kind, num, prio)
-            });
-            observed.chains.insert(
-                name.to_string(),
-                ObservedChain {
-                    hook,
-                    rules: Vec::new(),
-                },
-            );
-        }
-        let rules = self
-            .dump(NFT_MSG_GETRULE, family, |w| w.put_str(1, table))?
-            .unwrap_or_default();
-        for rule in rules {
-            let attrs = Attrs(&rule);
-            if attrs.get(1).and_then(|a| a.str()) != Some(table) {
-                continue;
-            }
-            let Some(chain) = attrs.get(2).and_then(|a| a.str()) else {
-                continue;
-            };
-            let exprs = attrs.get(4).map_or(&[][..], |a| a.value);
-            let userdata = attrs.get(7).map(|a| a.value);
-            if let Some(c) = observed.chains.get_mut(chain) {
-                c.rules.push(canonical_rule(exprs, userdata));
-            }
-        }
-        let sets = self
-            .dump(NFT_MSG_GETSET, family, |w| w.put_str(1, table))?
-            .unwrap_or_default();
-        for set in sets {
-            let attrs = Attrs(&set);
-            if attrs.get(1).and_then(|a| a.str()) != Some(table) {
-                continue;
-            }
-            let Some(name) = attrs.get(2).and_then(|a| a.str()) else {
-                continue;
-            };
-            let u32_of = |kind| attrs.get(kind).and_then(|a| a.u32()).unwrap_or(0);
-            observed.sets.insert(
-                name.to_string(),
-                ObservedSet {
-                    flags: u32_of(3),
-                    key_type: u32_of(4),
-                    key_len: u32_of(5),
-                    timeout_ms: attrs.get(11).and_then(|a| a.u64()).unwrap_or(0),
-                },
-            );
-        }
-        for set in [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET] {
-            if !observed.sets.contains_key(set) {
-                continue;
-            }
+        // Every message names its table first; the chain dump answers for all tables.
+        let ours = |m: &Vec<u8>| Attrs(m).get(1).and_then(|a| a.str()) == Some(table);
+        let mut raw = RawTable {
+            chains: self
+                .dump(NFT_MSG_GETCHAIN, family, |_| {})?
+                .unwrap_or_default(),
+            rules: self
+                .dump(NFT_MSG_GETRULE, family, |w| w.put_str(1, table))?
+                .unwrap_or_default(),
+            sets: self
+                .dump(NFT_MSG_GETSET, family, |w| w.put_str(1, table))?
+                .unwrap_or_default(),
+            elements: Vec::new(),
+        };
+        raw.chains.retain(ours);
+        raw.rules.retain(ours);
+        raw.sets.retain(ours);
+        let fixed: Vec<&str> = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET]
+            .into_iter()
+            .filter(|set| {
+                raw.sets
+                    .iter()
+                    .any(|m| set_msg(m).is_some_and(|s| s.name == *set))
+            })
+            .collect();
+        for set in fixed {
             let messages = self
                 .dump(NFT_MSG_GETSETELEM, family, |w| {
                     w.put_str(1, table);
                     w.put_str(2, set);
                 })?
                 .unwrap_or_default();
-            let elements = observed.elements.entry(set.to_string()).or_default();
-            for message in messages {
-                let Some(list) = Attrs(&message).get(3) else {
-                    continue;
-                };
-                for element in list.nested() {
-                    let e = element.nested();
-                    let Some(key) = e.get(1).and_then(|k| k.nested().get(1)) else {
-                        continue;
-                    };
-                    let target = e
-                        .get(2)
-                        .and_then(|d| d.nested().get(2))
-                        .and_then(|v| v.nested().get(2))
-                        .and_then(|c| c.str())
-                        .map(str::to_string);
-                    elements.insert(key.value.to_vec(), target);
-                }
-            }
+            raw.elements.extend(messages);
         }
-        Ok(Some(observed))
+        Ok(Some(raw))
+    }
+
+    /// berth's table of `family` as adoption compares it with the plan ([`observe`]).
+    pub fn read_table(&mut self, family: IpFamily, table: &str) -> Result<Option<Observed>, Error> {
+        Ok(self.dump_table(family, table)?.map(|raw| observe(&raw)))
     }
 }
 
@@ -956,6 +902,16 @@ impl NetlinkNft {
         let result = self.socket()?.apply(tx, table);
         if result.is_err() {
             // A socket that saw a failure starts over: nothing stale is read as an answer.
+            self.socket = None;
+        }
+        result
+    }
+
+    /// berth's table of `family` as a netlink dump returns it (`None`: there is none), for
+    /// `berth explain` to decode ([`crate::nft::decode`]).
+    pub fn dump(&mut self, family: IpFamily) -> Result<Option<RawTable>, Error> {
+        let result = self.socket()?.dump_table(family, TABLE);
+        if result.is_err() {
             self.socket = None;
         }
         result

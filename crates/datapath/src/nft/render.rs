@@ -538,7 +538,8 @@ fn element_set(element: &Element) -> &'static str {
     }
 }
 
-fn element_text(element: &Element, with_target: bool) -> String {
+/// An element as `nft` writes it: its key, and with `with_target` its verdict.
+pub fn element_text(element: &Element, with_target: bool) -> String {
     let (key, target) = match element {
         Element::Service((addr, proto, port), target) => (
             format!("{addr} . {} . {port}", protocol_keyword(*proto)),
