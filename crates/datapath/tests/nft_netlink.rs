@@ -1,8 +1,10 @@
 //! The two nftables writers agree: every golden ruleset, and a run of partial syncs after it, is
 //! written through berth's netlink batches ([`NetlinkNft`]) into one network namespace and as
 //! text through the real `nft -f` into another, and `nft -j list table` must read both back
-//! identical (handles aside, set elements in any order). Also: a refused batch names the
-//! object, and changes nothing.
+//! identical (handles aside, set elements in any order). After every step both tables are also
+//! dumped by netlink and decoded ([`decode_table`], what `berth explain` traces): each must be
+//! the typed table the in-memory nftables holds after the same transactions, as the kernel can
+//! hold it. Also: a refused batch names the object, and changes nothing.
 //!
 //! Root, iproute2 and nft (skips with a message elsewhere, fails under `CI=true`).
 //! Address plan: the datapath tests' own (tests/common), kube-proxy's for its golden input, and
@@ -16,7 +18,10 @@ mod common;
 use std::process::Command;
 
 use berth_core::IpFamily;
-use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, Transaction};
+use berth_datapath::fake::MemoryNft;
+use berth_datapath::nft::decode::decode_table;
+use berth_datapath::nft::dump::RawTable;
+use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, NftTable, Transaction};
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
 use common::*;
@@ -86,10 +91,12 @@ fn normalise(value: &mut Value) {
     }
 }
 
-/// Applies every transaction through both writers, each into its own namespace.
+/// Applies every transaction through both writers, each into its own namespace, and to the
+/// in-memory nftables (the typed table the decoded ones must equal).
 struct Both {
     netlink: NetlinkNft,
     text: CommandNft,
+    model: MemoryNft,
 }
 
 impl Nft for Both {
@@ -102,8 +109,22 @@ impl Nft for Both {
             "the writers disagree on whether to apply:\n{}\nnft: {by_text:?}\nnetlink: {by_netlink:?}",
             tx.text()
         );
+        let by_model = self.model.apply(tx);
+        assert_eq!(by_text.is_ok(), by_model.is_ok(), "{by_model:?}");
         by_text
     }
+}
+
+/// The first chain (or else the first other part) in which two typed tables differ.
+fn first_difference(got: &NftTable, want: &NftTable) -> String {
+    let chains = want.chains.keys().chain(got.chains.keys());
+    for chain in chains {
+        let (g, w) = (got.chains.get(chain), want.chains.get(chain));
+        if g != w {
+            return format!("chain {chain}:\n decoded: {g:?}\n planned: {w:?}");
+        }
+    }
+    format!("decoded: {got:?}\nplanned: {want:?}")
 }
 
 struct Pair {
@@ -124,9 +145,31 @@ impl Pair {
             Both {
                 netlink: NetlinkNft::in_netns(&self.netlink.0),
                 text: CommandNft::in_netns(&self.text.0),
+                model: MemoryNft::new(family),
             },
             family,
         )
+    }
+
+    /// Both tables, dumped and decoded as `berth explain` does (through the bytes the agent
+    /// sends), are the model's table as the kernel can hold it.
+    fn assert_decoded(&self, family: IpFamily, model: &MemoryNft, what: &str) {
+        let want = model.table.as_ref().expect("a table").kernel_form();
+        for ns in [&self.netlink, &self.text] {
+            let raw = NetlinkNft::in_netns(&ns.0)
+                .dump(family)
+                .unwrap()
+                .expect("a table to dump");
+            let raw = RawTable::from_bytes(&raw.to_bytes()).unwrap();
+            let got =
+                decode_table(family, &raw).unwrap_or_else(|e| panic!("{what}: {}: {e}", ns.0));
+            assert!(
+                got == want,
+                "{what}: {} decodes to another table; {}",
+                ns.0,
+                first_difference(&got, &want)
+            );
+        }
     }
 
     /// Both tables read back alike; the listing, for more checks.
@@ -246,6 +289,7 @@ fn equal_through_a_history(pair: &Pair, family: IpFamily, name: &str, view: &Nod
     let report = syncer.sync(&plan(view, &options)).unwrap();
     assert_eq!(report.kind, SyncKind::Full);
     let listing = pair.assert_equal(family, &format!("{name}: full sync"));
+    pair.assert_decoded(family, &syncer.nft().model, &format!("{name}: full sync"));
     assert!(
         listing.to_string().contains("\"dnat\""),
         "{name}: nothing programmed"
@@ -254,11 +298,17 @@ fn equal_through_a_history(pair: &Pair, family: IpFamily, name: &str, view: &Nod
         let report = syncer.sync(&plan(&next, &options)).unwrap();
         assert_eq!(report.kind, SyncKind::Partial, "{name}: {step}");
         pair.assert_equal(family, &format!("{name}: {step}"));
+        pair.assert_decoded(family, &syncer.nft().model, &format!("{name}: {step}"));
     }
     // And the hourly full sync over a table that holds everything.
     syncer.force_full_sync();
     syncer.sync(&plan(view, &options)).unwrap();
     pair.assert_equal(family, &format!("{name}: full sync again"));
+    pair.assert_decoded(
+        family,
+        &syncer.nft().model,
+        &format!("{name}: full sync again"),
+    );
 }
 
 #[test]
