@@ -133,7 +133,7 @@ run: deps
 e2e: deps
 	$(CARGO) build --bin berth
 	BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh
-	# berth explain traces iptables rulesets: its packet comparison on a lab whose agents run iptables.
+	# berth explain's packet comparison once more on a lab whose agents run iptables (the first run: nftables).
 	BERTH_BACKEND=iptables BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh 90-explain
 
 # A test that returns early because the machine lacks something (root, a tool) prints a line

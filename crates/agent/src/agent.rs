@@ -164,8 +164,8 @@ pub fn admin_router(
     backend: crate::config::Backend,
     node: String,
 ) -> Router {
-    // One read-back at a time: each runs iptables-save or nft over the whole table, and the
-    // admin port is reachable from the node network.
+    // One read-back at a time: each runs iptables-save or a netlink dump over the whole table,
+    // and the admin port is reachable from the node network.
     let one_at_a_time = Arc::new(tokio::sync::Semaphore::new(1));
     Router::new()
         .route(

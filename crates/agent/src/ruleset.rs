@@ -1,7 +1,8 @@
 //! `GET /debug/ruleset?family=ipv4|ipv6`: the node's current ruleset as the kernel holds it,
-//! read back with the backend's own tool (`iptables-save -t nat` and `-t filter`, or
-//! `nft list table <family> berth`), for `berth explain` to trace packets through. It reads and
-//! changes nothing else.
+//! for `berth explain` to trace packets through: berth's lines of `iptables-save -t nat` and
+//! `-t filter` (`text`), or a netlink dump of berth's table `ip berth` / `ip6 berth`
+//! (`netlink`: the dump's messages, base64, which `berth explain` decodes; no `nft` needed). It
+//! reads and changes nothing else.
 
 use axum::extract::Query;
 use axum::http::StatusCode;
@@ -10,7 +11,10 @@ use axum::Json;
 use berth_core::IpFamily;
 use berth_datapath::iptables::CommandIptables;
 use berth_datapath::iptables::Iptables;
+use berth_datapath::nft::render::{family_keyword, TABLE};
+use berth_datapath::nft::NetlinkNft;
 use berth_datapath::Table;
+use data_encoding::BASE64;
 use serde_json::json;
 
 use crate::config::Backend;
@@ -29,21 +33,25 @@ pub fn parse_family(family: Option<&str>) -> Result<IpFamily, String> {
     }
 }
 
-fn dump(backend: Backend, family: IpFamily) -> Result<String, String> {
+/// What the kernel holds, in the form the answer carries it.
+enum Dumped {
+    Text(String),
+    Netlink(Vec<u8>),
+}
+
+fn dump(backend: Backend, family: IpFamily) -> Result<Dumped, String> {
     match backend {
         Backend::Nftables => {
-            let table_family = match family {
-                IpFamily::V4 => "ip",
-                IpFamily::V6 => "ip6",
-            };
-            let out = std::process::Command::new("nft")
-                .args(["list", "table", table_family, "berth"])
-                .output()
-                .map_err(|e| format!("running nft: {e}"))?;
-            if !out.status.success() {
-                return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
-            }
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+            let raw = NetlinkNft::new()
+                .dump(family)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    format!(
+                        "there is no table {} {TABLE} on this node (no Service of this family programmed yet?)",
+                        family_keyword(family)
+                    )
+                })?;
+            Ok(Dumped::Netlink(raw.to_bytes()))
         }
         Backend::Iptables | Backend::Auto => {
             let mut iptables = CommandIptables::new(family);
@@ -52,7 +60,7 @@ fn dump(backend: Backend, family: IpFamily) -> Result<String, String> {
                 let dump = iptables.save(table).map_err(|e| e.to_string())?;
                 text.push_str(&berth_lines(&dump));
             }
-            Ok(text)
+            Ok(Dumped::Text(text))
         }
     }
 }
@@ -90,12 +98,23 @@ pub async fn serve(backend: Backend, node: String, query: Query<RulesetQuery>) -
         Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
     };
     let read = tokio::task::spawn_blocking(move || dump(backend, family)).await;
+    let family_name = match family {
+        IpFamily::V4 => "ipv4",
+        IpFamily::V6 => "ipv6",
+    };
     match read {
-        Ok(Ok(text)) => Json(json!({
+        Ok(Ok(Dumped::Text(text))) => Json(json!({
             "node": node,
             "backend": backend.as_str(),
-            "family": match family { IpFamily::V4 => "ipv4", IpFamily::V6 => "ipv6" },
+            "family": family_name,
             "text": text,
+        }))
+        .into_response(),
+        Ok(Ok(Dumped::Netlink(bytes))) => Json(json!({
+            "node": node,
+            "backend": backend.as_str(),
+            "family": family_name,
+            "netlink": BASE64.encode(&bytes),
         }))
         .into_response(),
         Ok(Err(why)) => (StatusCode::INTERNAL_SERVER_ERROR, why).into_response(),

@@ -120,11 +120,13 @@ pub fn node_addresses(node: &Node) -> Vec<IpAddr> {
         .collect()
 }
 
-/// The agent's answer: the backend it runs and the ruleset text the kernel gave back.
+/// The agent's answer: the backend it runs and what the kernel gave back: `iptables-save`
+/// text, or (nftables) the netlink dump of berth's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentRuleset {
     pub backend: String,
     pub text: String,
+    pub netlink: Option<Vec<u8>>,
 }
 
 /// `GET /debug/ruleset?family=…` from the agent at `addr` (plain HTTP/1.1, closed after the answer, 10 s at most).
@@ -168,9 +170,18 @@ pub fn parse_answer(answer: &[u8]) -> Result<AgentRuleset, String> {
         ));
     }
     let v: Value = serde_json::from_str(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let netlink = match v["netlink"].as_str() {
+        Some(b64) => Some(
+            data_encoding::BASE64
+                .decode(b64.as_bytes())
+                .map_err(|e| format!("the netlink dump is not base64: {e}"))?,
+        ),
+        None => None,
+    };
     Ok(AgentRuleset {
         backend: v["backend"].as_str().unwrap_or_default().to_owned(),
         text: v["text"].as_str().unwrap_or_default().to_owned(),
+        netlink,
     })
 }
 
@@ -185,9 +196,17 @@ mod tests {
             parse_answer(ok).unwrap(),
             AgentRuleset {
                 backend: "iptables".into(),
-                text: "*nat\nCOMMIT\n".into()
+                text: "*nat\nCOMMIT\n".into(),
+                netlink: None,
             }
         );
+        let nft = b"HTTP/1.0 200 OK\r\n\r\n{\"backend\":\"nftables\",\"netlink\":\"AQAAAAE=\"}";
+        assert_eq!(
+            parse_answer(nft).unwrap().netlink,
+            Some(vec![1, 0, 0, 0, 1])
+        );
+        let bad = b"HTTP/1.0 200 OK\r\n\r\n{\"backend\":\"nftables\",\"netlink\":\"*\"}";
+        assert!(parse_answer(bad).unwrap_err().contains("not base64"));
         let missing = b"HTTP/1.0 404 Not Found\r\n\r\n";
         assert!(parse_answer(missing)
             .unwrap_err()

@@ -1,18 +1,23 @@
-//! A packet's path through a node's current ruleset (pure): the text the agent read back from
-//! the kernel (`iptables-save`) becomes berth's typed ruleset, and the datapath's tracer follows
-//! the packet through it, rule by rule.
+//! A packet's path through a node's current ruleset (pure): what the agent read back from the
+//! kernel becomes berth's typed ruleset, and the datapath's tracer follows the packet through
+//! it, rule by rule. On iptables that is `iptables-save` text ([`ruleset_from_save`]); on
+//! nftables a netlink dump of berth's table, decoded into the typed table berth wrote
+//! ([`table_from_netlink`]), whose hops are shown in nft's words.
 //!
 //! Only berth's part of the ruleset is traced: `BERTH-*` chains and the jumps from built-in
-//! chains into them. Other programs' rules (kube-proxy's, Docker's) are not followed; a
-//! built-in chain's own verdicts besides those jumps are not either. An nftables ruleset is
-//! shown but not traced yet: berth reads nftables text back into no typed ruleset today.
+//! chains into them (on nftables, berth's own table). Other programs' rules (kube-proxy's,
+//! Docker's, another nftables table) are not followed; a built-in chain's own verdicts besides
+//! those jumps are not either.
 
 use std::net::{IpAddr, SocketAddr};
 
-use berth_core::Protocol;
+use berth_core::{IpFamily, Protocol};
 use berth_datapath::iptables::rule_text::rule_args;
 use berth_datapath::iptables::rule_text::{parse_rule, split_words};
-use berth_datapath::trace::{trace_paths, Origin, Packet, TraceEnv, TracedPath, Verdict};
+use berth_datapath::nft::decode::decode_table;
+use berth_datapath::nft::dump::RawTable;
+use berth_datapath::nft::NftTable;
+use berth_datapath::trace::{trace_paths, Hit, Origin, Packet, TraceEnv, TracedPath, Verdict};
 use berth_datapath::{ChainName, JumpRule, Ruleset, Table};
 
 use crate::Error;
@@ -186,6 +191,19 @@ pub fn ruleset_from_save(save: &str) -> Result<Ruleset, Error> {
     Ok(rs)
 }
 
+/// The typed table of berth's nftables table of `family`, from the dump an agent sent
+/// ([`RawTable::to_bytes`]); anything in it berth never writes is an error naming it.
+pub fn table_from_netlink(family: IpFamily, bytes: &[u8]) -> Result<NftTable, Error> {
+    RawTable::from_bytes(bytes)
+        .and_then(|raw| decode_table(family, &raw))
+        .map_err(|source| Error::Ruleset { source })
+}
+
+/// A hop of an iptables path: `table/chain: rule`, as `iptables-save` prints the rule.
+pub fn iptables_hop(hit: &Hit) -> String {
+    format!("{}/{}: {}", hit.table, hit.chain, rule_args(&hit.rule))
+}
+
 /// The packet to explain: TCP unless said otherwise, arriving on the node from the network.
 pub fn packet(from: IpAddr, to: SocketAddr, protocol: Protocol) -> Packet {
     Packet {
@@ -211,8 +229,13 @@ pub fn explain_paths(
     trace_paths(rs, &env, packet).map_err(|source| Error::Trace { source })
 }
 
-/// The paths as text: each rule hit, then where the packet ends.
-pub fn render_paths(packet: &Packet, node: &str, paths: &[TracedPath]) -> String {
+/// The paths as text: each rule hit (as `hop` writes it), then where the packet ends.
+pub fn render_paths(
+    packet: &Packet,
+    node: &str,
+    paths: &[TracedPath],
+    hop: &dyn Fn(&Hit) -> String,
+) -> String {
     let mut out = format!(
         "Path of {} {} -> {}:{} arriving on {node}:\n",
         berth_datapath::protocol_keyword(packet.protocol),
@@ -229,12 +252,7 @@ pub fn render_paths(packet: &Packet, node: &str, paths: &[TracedPath]) -> String
             path.probability
         ));
         for hit in &path.hits {
-            out.push_str(&format!(
-                "    {}/{}: {}\n",
-                hit.table,
-                hit.chain,
-                rule_args(&hit.rule)
-            ));
+            out.push_str(&format!("    {}\n", hop(hit)));
         }
         let masq = if path.outcome.masqueraded {
             "masqueraded (the endpoint sees the node's address)"
@@ -334,7 +352,7 @@ COMMIT
                 .unwrap();
             assert!(dnat.chain.as_str().starts_with("BERTH-SEP-"));
         }
-        let text = render_paths(&p, "node1", &paths);
+        let text = render_paths(&p, "node1", &paths, &iptables_hop);
         assert!(text.contains("nat/PREROUTING:"), "{text}");
         assert!(
             text.contains("DNAT to 10.244.1.2:8080, masqueraded"),
@@ -354,6 +372,86 @@ COMMIT
         let paths = explain_paths(&rs, &[], &p).unwrap();
         assert_eq!(paths.len(), 1);
         assert_eq!(paths[0].outcome.verdict, Verdict::Delivered);
+    }
+
+    /// berth's nftables table for one Service with two endpoints, as a node's agent dumps it.
+    fn nft_dump() -> Vec<u8> {
+        use berth_datapath::nft::render::{Command, Element, Hook, NftChain, NftRule, TABLE};
+        use berth_datapath::nft::{netlink::build_batch, Transaction};
+        use berth_datapath::{Match, Rule};
+        let chain = |name: &str| NftChain::new(Table::Nat, &ChainName::new(name));
+        let (pre, services, svc) = (
+            chain("PREROUTING"),
+            chain("BERTH-SERVICES"),
+            chain("BERTH-SVC-AAAA"),
+        );
+        let mut tx = Transaction::new(IpFamily::V4);
+        tx.push(Command::AddTable);
+        tx.push(Command::AddMaps);
+        tx.push(Command::AddChain(
+            pre.clone(),
+            Hook::of_builtin(Table::Nat, &pre.name),
+        ));
+        tx.push(Command::AddChain(services.clone(), None));
+        tx.push(Command::AddChain(svc.clone(), None));
+        tx.push(Command::AddRule(
+            pre,
+            NftRule::Rule(Rule::jump(
+                vec![Match::comment("berth service portals")],
+                &services.name,
+            )),
+        ));
+        tx.push(Command::AddRule(services, NftRule::ServiceMap));
+        for (rule, to) in [
+            (vec![Match::Random { one_in: 2 }], "10.244.1.2:8080"),
+            (vec![], "10.244.2.2:8080"),
+        ] {
+            tx.push(Command::AddRule(
+                svc.clone(),
+                NftRule::Rule(Rule::new(rule, Target::Dnat(to.parse().unwrap()))),
+            ));
+        }
+        tx.push(Command::AddElement(Element::Service(
+            ("198.18.0.200".parse().unwrap(), Protocol::Tcp, 80),
+            svc,
+        )));
+        RawTable::of_batch(&build_batch(&tx, TABLE, 1).bytes).to_bytes()
+    }
+
+    #[test]
+    fn an_nftables_dump_is_traced_to_each_endpoint_in_nfts_words() {
+        let table = table_from_netlink(IpFamily::V4, &nft_dump()).unwrap();
+        let p = packet(
+            "198.18.0.100".parse().unwrap(),
+            "198.18.0.200:80".parse().unwrap(),
+            Protocol::Tcp,
+        );
+        let paths = explain_paths(&table.traceable(), &[], &p).unwrap();
+        let text = render_paths(&p, "node1", &paths, &|hit| {
+            table.hop_text(IpFamily::V4, hit)
+        });
+        for line in [
+            "  path 1 (probability 0.500):",
+            "    nat-PREROUTING: jump nat-BERTH-SERVICES comment \"berth service portals\"",
+            "    nat-BERTH-SERVICES: ip daddr . meta l4proto . th dport vmap @service-ips (element 198.18.0.200 . tcp . 80 : jump nat-BERTH-SVC-AAAA)",
+            "    nat-BERTH-SVC-AAAA: numgen random mod 2 == 0 dnat to 10.244.1.2:8080",
+            "    => DNAT to 10.244.1.2:8080, not masqueraded (the endpoint sees the client's address)",
+            "    nat-BERTH-SVC-AAAA: dnat to 10.244.2.2:8080",
+            "    => DNAT to 10.244.2.2:8080, not masqueraded (the endpoint sees the client's address)",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\nnot in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_dump_that_is_not_berths_table_is_an_error() {
+        let err = table_from_netlink(IpFamily::V4, &[1, 0, 0, 0, 9]).unwrap_err();
+        let source = std::error::Error::source(&err).unwrap().to_string();
+        assert!(source.contains("cut short"), "{source}");
+        // berth's table of the other family: its addresses are of another length.
+        let err = table_from_netlink(IpFamily::V6, &nft_dump()).unwrap_err();
+        let source = std::error::Error::source(&err).unwrap().to_string();
+        assert!(source.contains("set service-ips"), "{source}");
     }
 
     #[test]

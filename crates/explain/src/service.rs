@@ -1,8 +1,12 @@
 //! `berth explain service`: the report, then (when asked) the packet's path on one node.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
-use berth_core::Protocol;
+use berth_core::{IpFamily, Protocol};
+use berth_datapath::nft::NftTable;
+use berth_datapath::trace::Hit;
+use berth_datapath::Ruleset;
 use kube::Client;
 
 use crate::fetch::{fetch_inputs, fetch_ruleset, node_addresses, FetchError};
@@ -16,6 +20,12 @@ pub enum ExplainError {
     Trace(#[from] crate::Error),
     #[error("{0}")]
     Nothing(String),
+}
+
+/// A node's ruleset, typed, as its backend holds it.
+enum Traced {
+    Iptables(Ruleset),
+    Nft(NftTable),
 }
 
 #[derive(Debug, Clone)]
@@ -86,19 +96,33 @@ pub async fn explain_service(
         .ok_or_else(|| ExplainError::Nothing(format!("Node {node_name} reports no InternalIP")))?;
     let family = if dst.is_ipv4() { "ipv4" } else { "ipv6" };
     let ruleset = fetch_ruleset(SocketAddr::new(agent_ip, ask.agent_admin_port), family).await?;
-    if ruleset.backend != "iptables" {
-        out.push_str(&format!(
-            "Path on {node_name}: its agent runs the {} backend; berth explain traces iptables rulesets only for now. The kernel's ruleset as the agent read it:\n{}",
-            ruleset.backend, ruleset.text
-        ));
-        return Ok(out);
-    }
-    let rs = path::ruleset_from_save(&ruleset.text)?;
+    let ip_family = if dst.is_ipv4() {
+        IpFamily::V4
+    } else {
+        IpFamily::V6
+    };
+    let traced = match (ruleset.backend.as_str(), &ruleset.netlink) {
+        ("nftables", Some(dump)) => Traced::Nft(path::table_from_netlink(ip_family, dump)?),
+        ("iptables", _) => Traced::Iptables(path::ruleset_from_save(&ruleset.text)?),
+        (backend, _) => {
+            return Err(ExplainError::Nothing(format!(
+                "the agent on {node_name} runs the {backend} backend and sent no ruleset this berth can trace (an agent older than this berth sends nftables as text)"
+            )))
+        }
+    };
+    let rs = match &traced {
+        Traced::Iptables(rs) => Cow::Borrowed(rs),
+        Traced::Nft(table) => Cow::Owned(table.traceable()),
+    };
+    let hop = |hit: &Hit| match &traced {
+        Traced::Iptables(_) => path::iptables_hop(hit),
+        Traced::Nft(table) => table.hop_text(ip_family, hit),
+    };
     for port in &report.ports {
         let to = SocketAddr::new(dst, u16::try_from(port.port).unwrap_or(0));
         let packet = path::packet(from, to, protocol_of(&port.protocol));
         let paths = path::explain_paths(&rs, &local, &packet)?;
-        out.push_str(&path::render_paths(&packet, &node_name, &paths));
+        out.push_str(&path::render_paths(&packet, &node_name, &paths, &hop));
     }
     Ok(out)
 }
