@@ -9,12 +9,13 @@
 //!   reads, it needs no `nft` on the node, and it is the kernel's own form, stable across `nft`
 //!   versions whose text changes.
 //! - A decoded table equals the planned one as the kernel can hold it ([`NftTable::kernel_form`]:
-//!   see [`rule`] for what a rule loses on the way); the equality test in
+//!   see [`kernel_rule`] for what a rule loses on the way); the equality test in
 //!   `tests/nft_netlink.rs` holds the two together through full and partial syncs.
 //! - The affinity sets' entries are not read: they are state (who was sent where), not the
 //!   ruleset; a trace follows a client without an entry.
 
 mod expr;
+mod kernel;
 mod rule;
 #[cfg(test)]
 mod tests;
@@ -22,7 +23,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-pub use rule::kernel_rule;
+pub use kernel::kernel_rule;
 
 use crate::error::Error;
 use crate::nft::dump::{chain_msg, element_msg, rule_msg, set_msg, RawTable, SetMsg};
