@@ -380,3 +380,52 @@ fn the_probe_is_accepted_and_leaves_nothing() {
     // A namespace that does not exist: not usable, and no panic.
     assert!(!NetlinkNft::in_netns("berth-nq-no-such-namespace").usable());
 }
+
+/// What another program does to berth's table with `nft`, and the words the decoder's error
+/// must contain: the decoder refuses it by name rather than guess.
+#[test]
+fn a_table_changed_by_nft_is_refused_by_name() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let ns = Netns::new("tamper");
+    let mut syncer = NftSyncer::new(NetlinkNft::in_netns(&ns.0), IpFamily::V4);
+    syncer
+        .sync(&plan(&mk_fixed_view(), &linear(IpFamily::V4)))
+        .unwrap();
+    let decode = || {
+        let raw = NetlinkNft::in_netns(&ns.0)
+            .dump(IpFamily::V4)
+            .unwrap()
+            .unwrap();
+        decode_table(IpFamily::V4, &raw)
+    };
+    assert!(decode().is_ok(), "berth's own table decodes");
+    let rows: [(&str, &str); 3] = [
+        (
+            "add rule ip berth nat-BERTH-SERVICES log prefix \"seen\"",
+            "of chain nat-BERTH-SERVICES: expression \"log\"",
+        ),
+        (
+            "add chain ip berth audit",
+            "chain audit: not a chain berth plans",
+        ),
+        (
+            "add set ip berth blocked { type ipv4_addr ; }",
+            "set blocked: neither a map of berth's nor an affinity set",
+        ),
+    ];
+    for (command, words) in rows {
+        let status = Command::new("ip")
+            .args(["netns", "exec", &ns.0, "nft", command])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{command}");
+        let err = decode().expect_err(command);
+        assert!(err.to_string().contains(words), "{command}: {err}");
+        // The agent's next full sync repairs the table, which then decodes again.
+        syncer.force_full_sync();
+        syncer
+            .sync(&plan(&mk_fixed_view(), &linear(IpFamily::V4)))
+            .unwrap();
+        assert!(decode().is_ok(), "{command}: repaired");
+    }
+}
