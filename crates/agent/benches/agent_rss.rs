@@ -346,7 +346,7 @@ fn main() {
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
     let mut rss = Vec::new();
     for backend in [Backend::Iptables, Backend::Nftables] {
-        let out = Command::new(std::env::current_exe().unwrap())
+        let out = agent_child_command()
             .args([
                 "--agent-child",
                 "--services",
@@ -399,6 +399,18 @@ fn main() {
     );
 }
 
+/// This executable as an agent child, with glibc's malloc limited to two arenas as `berth`'s
+/// `main` limits it (`MALLOC_ARENA_MAX` in the environment still wins, as it does there): the
+/// agent's threads would otherwise each get an arena of their own and the peak would be the
+/// bench's, not the agent's.
+fn agent_child_command() -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        command.env("MALLOC_ARENA_MAX", "2");
+    }
+    command
+}
+
 /// The big Service through the real agent, without and with bounds, then the breakdowns.
 fn run_big_service(ports: usize, endpoints: usize, kubeconfig: &std::path::Path) {
     let exe = std::env::current_exe().unwrap();
@@ -420,7 +432,7 @@ fn run_big_service(ports: usize, endpoints: usize, kubeconfig: &std::path::Path)
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
     let mut results = Vec::new();
     for (label, extra) in [("unbounded", Some("--unbounded")), ("bounded", None)] {
-        let out = Command::new(&exe)
+        let out = agent_child_command()
             .args([
                 "--agent-child",
                 "--big",
