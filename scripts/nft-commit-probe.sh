@@ -12,20 +12,78 @@
 #   interval data map keyed by `numgen random mod 65536`; an endpoint change rewrites that map's
 #   elements only and adds no rule.
 #
-# Usage (root): scripts/nft-commit-probe.sh [jump|datamap|both] [services]. Needs nft, strace,
-# python3. With `perf` installed, PERF=1 records the `jump` case's kernel stacks and prints the top
-# of the report.
+# `traffic` sends 60 HTTP requests through a one-Service `datamap` table from a client namespace to
+# three endpoints in a server namespace (veth, 10.244.9.0/24, ClusterIP 10.96.0.10), then removes
+# one endpoint by rewriting the map's elements and sends 60 more: the counts per endpoint show the
+# layout forwards and spreads. Needs curl too.
+#
+# Usage (root): scripts/nft-commit-probe.sh [jump|datamap|both|traffic] [services]. Needs nft,
+# strace, python3. With `perf` installed, PERF=1 records the `jump` case's kernel stacks and prints
+# the top of the report.
 set -euo pipefail
 
 layout=${1:-both}
 services=${2:-10000}
 work=$(mktemp -d)
 ns=berth-commit-probe-$$
+client=berth-probe-cli-$$
+server=berth-probe-srv-$$
+pids=()
 cleanup() {
-    ip netns del "$ns" 2>/dev/null || true
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for n in "$ns" "$client" "$server"; do ip netns del "$n" 2>/dev/null || true; done
     rm -rf "$work"
 }
 trap cleanup EXIT
+
+if [[ $layout == traffic ]]; then
+    ip netns add "$client"
+    ip netns add "$server"
+    ip link add berth-probe-c netns "$client" type veth peer name berth-probe-s netns "$server"
+    ip -n "$client" addr add 10.244.9.1/24 dev berth-probe-c
+    ip -n "$client" link set berth-probe-c up
+    ip -n "$client" route add 10.96.0.0/16 dev berth-probe-c
+    for n in 11 12 13; do ip -n "$server" addr add "10.244.9.$n/24" dev berth-probe-s; done
+    ip -n "$server" link set berth-probe-s up
+    for n in 11 12 13; do
+        ip netns exec "$server" python3 -c "
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'10.244.9.$n')
+    def log_message(self, *a): pass
+http.server.HTTPServer(('10.244.9.$n', 8080), H).serve_forever()" &
+        pids+=($!)
+    done
+    sleep 1
+    ip netns exec "$client" nft -f - <<'NFT'
+add table ip berth
+add map ip berth service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add map ip berth eps-X { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
+add chain ip berth nat-BERTH-SVC-X
+add chain ip berth nat-BERTH-SERVICES
+add chain ip berth nat-OUTPUT { type nat hook output priority -100 ; policy accept ; }
+add rule ip berth nat-BERTH-SERVICES ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip berth nat-OUTPUT jump nat-BERTH-SERVICES
+add rule ip berth nat-BERTH-SVC-X meta l4proto tcp dnat ip to numgen random mod 65536 map @eps-X
+add element ip berth eps-X { 0-21844 : 10.244.9.11 . 8080, 21845-43689 : 10.244.9.12 . 8080, 43690-65535 : 10.244.9.13 . 8080 }
+add element ip berth service-ips { 10.96.0.10 . tcp . 80 : jump nat-BERTH-SVC-X }
+NFT
+    ask() {
+        for _ in $(seq 60); do
+            ip netns exec "$client" curl -s -m 2 http://10.96.0.10/ || echo -n failed
+            echo
+        done | sort | uniq -c | tr -s ' \n' ' '
+        echo
+    }
+    echo "three endpoints: $(ask)"
+    ip netns exec "$client" nft -f - <<'NFT'
+delete element ip berth eps-X { 0-21844, 21845-43689, 43690-65535 }
+add element ip berth eps-X { 0-32767 : 10.244.9.11 . 8080, 32768-65535 : 10.244.9.13 . 8080 }
+NFT
+    echo "10.244.9.12 removed (elements only): $(ask)"
+    exit 0
+fi
 
 cat >"$work/gen.py" <<'PY'
 import sys
