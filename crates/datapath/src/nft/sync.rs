@@ -668,7 +668,7 @@ mod tests {
     fn endpoint_indexes_match_pair_by_pair_insertion() {
         let chain = |table, name: &str| NftChain::new(table, &ChainName::new(name));
         let ep = ChainName::new;
-        // (endpoint chain, chain using it): shared endpoints, two tables, a chain with none.
+        // (endpoint chain, chain using it): endpoints shared by chains, a name in two tables.
         let pairs: BTreeSet<(ChainName, NftChain)> = [
             (ep("BERTH-SEP-A"), chain(Table::Nat, "BERTH-SVC-1")),
             (ep("BERTH-SEP-B"), chain(Table::Nat, "BERTH-SVC-1")),
