@@ -122,6 +122,44 @@ fn endpoint_indexes(pairs: BTreeSet<(ChainName, NftChain)>) -> EndpointIndexes {
     (used_by, chain_endpoints)
 }
 
+/// The state a full sync of `planned` leaves, as the diffs need it; every rule checked to be
+/// expressible. Takes the planned endpoint pairs, which the indexes are built from.
+fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
+    // Consumed as the two indexes are built, both from sorted lists (full nodes): at 10,000
+    // Services these are 100,000 entries each.
+    let (used_by, chain_endpoints) = endpoint_indexes(std::mem::take(&mut planned.endpoints));
+    let mut applied = Applied {
+        services: planned.services.clone(),
+        node_ports: planned.node_ports.clone(),
+        affinity: planned.affinity.clone(),
+        rules: planned.rule_count(),
+        chain_endpoints,
+        used_by,
+        ..Applied::default()
+    };
+    for (chain, rules) in &planned.chains {
+        for rule in rules {
+            check_expressible(rule)?;
+        }
+        if planned.hooks.contains_key(chain) {
+            continue;
+        }
+        let key = (chain.table, chain.name.clone());
+        if let Some(hairpin) = planned.hairpin.get(chain) {
+            for ip in hairpin {
+                *applied.hairpin.entry(*ip).or_default() += 1;
+            }
+            applied.chain_hairpin.insert(key.clone(), hairpin.clone());
+        }
+        let sets = sets_named(rules);
+        if !sets.is_empty() {
+            applied.chain_sets.insert(key.clone(), sets);
+        }
+        applied.chains.insert(key, (rules_hash(rules), rules.len()));
+    }
+    Ok(applied)
+}
+
 impl Applied {
     /// Records the sets `chain` names now; returns the sets no chain names any more.
     fn set_chain_sets(&mut self, chain: &ChainKey, sets: BTreeSet<ChainName>) -> Vec<ChainName> {
@@ -285,29 +323,7 @@ impl<N: Nft> NftSyncer<N> {
     /// The transaction that replaces berth's table with `rs`, and the state it leaves.
     fn full_transaction(&self, rs: &Ruleset) -> Result<(Transaction, Applied), Error> {
         let mut planned = NftRuleset::from_ruleset(rs);
-        // The planned endpoints are consumed as the two indexes are built, and both are built
-        // from sorted lists (full nodes): at 10,000 Services these are 100,000 entries each.
-        let (used_by, chain_endpoints) = endpoint_indexes(std::mem::take(&mut planned.endpoints));
-        let mut applied = Applied {
-            services: planned.services.clone(),
-            node_ports: planned.node_ports.clone(),
-            affinity: planned.affinity.clone(),
-            rules: planned.rule_count(),
-            chain_endpoints,
-            used_by,
-            ..Applied::default()
-        };
-        for (chain, hairpin) in &planned.hairpin {
-            if planned.hooks.contains_key(chain) {
-                continue;
-            }
-            for ip in hairpin {
-                *applied.hairpin.entry(*ip).or_default() += 1;
-            }
-            applied
-                .chain_hairpin
-                .insert((chain.table, chain.name.clone()), hairpin.clone());
-        }
+        let applied = applied_state(&mut planned)?;
         let mut tx = Transaction::new(self.family);
         // Sized exactly: grown by doubling, a cold load's 130,000 commands would hold room for
         // 262,144 (19 MB at 10,000 Services).
@@ -333,21 +349,6 @@ impl<N: Nft> NftSyncer<N> {
             tx.push(Command::AddAffinitySet(name.clone(), *seconds));
         }
         for (chain, rules) in planned.chains {
-            for rule in &rules {
-                check_expressible(rule)?;
-            }
-            if !planned.hooks.contains_key(&chain) {
-                let sets = sets_named(&rules);
-                if !sets.is_empty() {
-                    applied
-                        .chain_sets
-                        .insert((chain.table, chain.name.clone()), sets);
-                }
-                applied.chains.insert(
-                    (chain.table, chain.name.clone()),
-                    (rules_hash(&rules), rules.len()),
-                );
-            }
             for rule in rules {
                 tx.push(Command::AddRule(chain.clone(), rule));
             }
@@ -397,9 +398,10 @@ impl<N: Nft> NftSyncer<N> {
         let Some(observed) = self.nft.read(self.family)? else {
             return Ok(None);
         };
-        let (full, applied) = self.full_transaction(rs)?;
-        drop(full);
-        let planned = NftRuleset::from_ruleset(rs);
+        // The plan and the state it leaves, without the full transaction (a table that
+        // matches needs none).
+        let mut planned = NftRuleset::from_ruleset(rs);
+        let applied = applied_state(&mut planned)?;
         let Some(commands) = plan_repair(&observed, &planned, self.family) else {
             return Ok(None);
         };
