@@ -47,6 +47,8 @@ fp_tree=$(value first_packet tree_30k_vs_100)
 fp_linear=$(value first_packet linear_30k_vs_100)
 fp_nft=$(value first_packet nftables_30k_vs_100)
 rss=$(value rss agent_rss_mb)
+rss_iptables=$(value rss agent_rss_mb_iptables)
+rss_nftables=$(value rss agent_rss_mb_nftables)
 backend_default=$(value rss backend_default)
 full_10k=$(value sync full_sync_10k_s)
 full_30k=$(value sync full_sync_30k_s)
@@ -57,7 +59,8 @@ text_change_10k=$(value sync nft_text_change_10k_real_ms)
 
 echo "datapath: change_10k_tree_ms=${tree_ms:-na} change_10k_linear_ms=${linear_ms:-na}" \
     "first_packet_30k_vs_100_tree=${fp_tree:-na} first_packet_30k_vs_100_linear=${fp_linear:-na}" \
-    "agent_rss_mb=${rss:-na}" "full_sync_10k_s=${full_10k:-na} change_10k_real_ms=${change_10k:-na}" \
+    "agent_rss_mb=${rss:-na} agent_rss_mb_iptables=${rss_iptables:-na} agent_rss_mb_nftables=${rss_nftables:-na}" \
+    "full_sync_10k_s=${full_10k:-na} change_10k_real_ms=${change_10k:-na}" \
     "add_10k_real_ms=${add_10k:-na} full_sync_30k_s=${full_30k:-na}" \
     "nft_text_full_sync_10k_s=${text_full_10k:-na} nft_text_change_10k_real_ms=${text_change_10k:-na}" \
     "nft_first_packet_30k_vs_100=${fp_nft:-na} backend_default=${backend_default:-na}"

@@ -9,7 +9,9 @@
 //! client set-up only) and again once the agent's first full sync of every Service has
 //! succeeded; the difference is the agent's peak: watch lists, the index, the planner's ruleset,
 //! the Syncer's state and the rendered payload. iptables and nft are null implementations that
-//! accept every call, so no kernel or fake-kernel state is counted.
+//! accept every call, so no kernel or fake-kernel state is counted; the null nft builds each
+//! transaction's nfnetlink batch as the default writer does (`--nft-writer nft`: renders the
+//! text instead). Agents run with two malloc arenas, as `berth`'s `main` sets.
 //!
 //! A second child (`--breakdown-child`) then replays the same objects through the agent's parts
 //! without any API server, printing the resident set after each stage, so the total can be
@@ -27,7 +29,8 @@
 //! `big_service_agent_rss_mb_unbounded=<n> big_service_agent_rss_mb_bounded=<n>` and the same
 //! two breakdowns.
 //!
-//! Run: `cargo bench -p berth-agent --bench agent_rss [-- --services N | --big-service]`.
+//! Run: `cargo bench -p berth-agent --bench agent_rss [-- --services N | --nft-writer nft |
+//! --big-service]`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -43,6 +46,8 @@ use berth_agent::{
 };
 use berth_api::{ServiceBounds, ServicePolicy};
 use berth_datapath::iptables::{Iptables, Syncer};
+use berth_datapath::nft::netlink::build_batch;
+use berth_datapath::nft::render::TABLE;
 use berth_datapath::nft::Nft;
 use berth_datapath::nft::NftWriter;
 use berth_datapath::nft::Transaction;
@@ -85,11 +90,20 @@ impl Iptables for NullIptables {
     }
 }
 
-/// Accepts every transaction, rendering it into nothing.
-struct NullNft;
+/// Accepts every transaction. As the default (netlink) writer it builds the transaction's whole
+/// nfnetlink batch in memory, as that writer does before its one `send`, and drops it unsent;
+/// as the `nft` writer (`--nft-writer nft`) it renders the text into nothing.
+struct NullNft {
+    netlink: bool,
+}
 
 impl Nft for NullNft {
     fn apply(&mut self, tx: &Transaction) -> Result<(), berth_datapath::Error> {
+        if self.netlink {
+            let batch = build_batch(tx, TABLE, 0);
+            tx.set_written(batch.bytes.len());
+            return Ok(());
+        }
         tx.write_to(&mut std::io::sink())
             .map_err(|err| berth_datapath::Error::Restore {
                 reason: err.to_string(),
@@ -326,7 +340,8 @@ fn main() {
             _ => Backend::Iptables,
         };
         let big = args.iter().any(|a| a == "--big");
-        run_agent_child(services, backend, path, big.then_some(bounds));
+        let netlink = arg_value(&args, "--nft-writer").as_deref() != Some("nft");
+        run_agent_child(services, backend, path, big.then_some(bounds), netlink);
         return;
     }
 
@@ -344,15 +359,19 @@ fn main() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let nft_writer = arg_value(&args, "--nft-writer").unwrap_or_else(|| "netlink".into());
+    let nft_writer = nft_writer.as_str();
     let mut rss = Vec::new();
     for backend in [Backend::Iptables, Backend::Nftables] {
-        let out = Command::new(std::env::current_exe().unwrap())
+        let out = agent_child_command()
             .args([
                 "--agent-child",
                 "--services",
                 &services.to_string(),
                 "--backend",
                 backend.as_str(),
+                "--nft-writer",
+                nft_writer,
                 "--kubeconfig",
             ])
             .arg(&kubeconfig)
@@ -399,6 +418,18 @@ fn main() {
     );
 }
 
+/// This executable as an agent child, with glibc's malloc limited to two arenas as `berth`'s
+/// `main` limits it (`MALLOC_ARENA_MAX` in the environment still wins, as it does there): the
+/// agent's threads would otherwise each get an arena of their own and the peak would be the
+/// bench's, not the agent's.
+fn agent_child_command() -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        command.env("MALLOC_ARENA_MAX", "2");
+    }
+    command
+}
+
 /// The big Service through the real agent, without and with bounds, then the breakdowns.
 fn run_big_service(ports: usize, endpoints: usize, kubeconfig: &std::path::Path) {
     let exe = std::env::current_exe().unwrap();
@@ -420,7 +451,7 @@ fn run_big_service(ports: usize, endpoints: usize, kubeconfig: &std::path::Path)
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
     let mut results = Vec::new();
     for (label, extra) in [("unbounded", Some("--unbounded")), ("bounded", None)] {
-        let out = Command::new(&exe)
+        let out = agent_child_command()
             .args([
                 "--agent-child",
                 "--big",
@@ -465,6 +496,7 @@ fn run_agent_child(
     backend: Backend,
     kubeconfig: PathBuf,
     big: Option<ServiceBounds>,
+    netlink: bool,
 ) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (baseline, peak, first_sync) = runtime.block_on(async {
@@ -490,7 +522,7 @@ fn run_agent_child(
             options.validate().unwrap(),
             client,
             |_| NullIptables,
-            |_| -> BoxedNft { Box::new(NullNft) },
+            |_| -> BoxedNft { Box::new(NullNft { netlink }) },
             NullConntrack,
             &mut registry,
             &Readiness::new(),
@@ -523,8 +555,9 @@ fn run_agent_child(
         None => format!("services={services} endpoints_per_service={ENDPOINTS}"),
     };
     println!(
-        "rss: backend={} {objects} first_sync_ms={} baseline_hwm_mb={:.1} agent_rss_mb={:.1}",
+        "rss: backend={} nft_writer={} {objects} first_sync_ms={} baseline_hwm_mb={:.1} agent_rss_mb={:.1}",
         backend.as_str(),
+        if netlink { "netlink" } else { "nft" },
         first_sync.as_millis(),
         mb(baseline),
         mb(peak.saturating_sub(baseline))

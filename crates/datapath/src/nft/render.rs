@@ -351,6 +351,9 @@ impl NftRuleset {
     /// Converts a plan (best made with linear dispatch, which becomes the maps).
     pub fn from_ruleset(rs: &Ruleset) -> Self {
         let mut out = NftRuleset::default();
+        // Collected, then built in one go: a set built from a sorted list fills its nodes, where
+        // inserting in order leaves them about half empty (100,000 entries at 10,000 Services).
+        let mut endpoints = Vec::new();
         for (table, rules) in &rs.tables {
             for (chain, chain_rules) in &rules.chains {
                 if !chain.is_berth()
@@ -361,9 +364,12 @@ impl NftRuleset {
                 }
                 let converted = convert_chain(rs, *table, chain, chain_rules);
                 let here = NftChain::new(*table, chain);
-                for endpoint in converted.endpoints {
-                    out.endpoints.insert((endpoint, here.clone()));
-                }
+                endpoints.extend(
+                    converted
+                        .endpoints
+                        .into_iter()
+                        .map(|endpoint| (endpoint, here.clone())),
+                );
                 if !converted.hairpin.is_empty() {
                     out.hairpin.insert(here, converted.hairpin);
                 }
@@ -378,6 +384,7 @@ impl NftRuleset {
                     .insert(NftChain::new(*table, chain), converted.rules);
             }
         }
+        out.endpoints = endpoints.into_iter().collect();
         for jump in &rs.jumps {
             let Some(hook) = Hook::of_builtin(jump.table, &jump.from) else {
                 continue;
