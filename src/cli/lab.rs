@@ -148,6 +148,15 @@ pub struct ApiserverArgs {
     /// token or user agent), served at `GET /lab/requests`.
     #[arg(long, env = "BERTH_LAB_RECORD_REQUESTS")]
     record_requests: bool,
+
+    /// The cluster's Service CIDRs, one per family, primary first (kube-apiserver's flag): the
+    /// server starts with the default ServiceCIDR `kubernetes` holding them. None: no ServiceCIDR.
+    #[arg(
+        long,
+        env = "BERTH_LAB_SERVICE_CLUSTER_IP_RANGE",
+        value_delimiter = ','
+    )]
+    service_cluster_ip_range: Vec<berth_controller::IpNet>,
 }
 
 fn parse_faults(json: &str) -> Result<berth_lab::Faults, String> {
@@ -200,6 +209,11 @@ impl ApiserverArgs {
                 // The first namespace listener is the control plane's LAN address: the one
                 // agents and pods reach the server at.
                 kubernetes_endpoint: self.listen_netns.first().map(|(_, addr)| *addr),
+                service_cidrs: self
+                    .service_cluster_ip_range
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
             },
             netns_listeners: self.listen_netns,
         })
