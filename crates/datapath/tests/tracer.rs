@@ -84,7 +84,8 @@ fn service_cidrs_reject_unknown_ports_and_drop_unallocated_addresses() {
     let from_node = |dst: &str, port| packet(NODE_IP, dst, port, Origin::LocalProcess);
     let all = ["10.96.0.0/16"];
     // (cidrs, packet, outcome)
-    let rows: Vec<(&[&str], trace::Packet, Vec<(Verdict, bool, u32)>)> = vec![
+    type Row<'a> = (&'a [&'a str], trace::Packet, Vec<(Verdict, bool, u32)>);
+    let rows: Vec<Row> = vec![
         (&all, from_pod("10.96.0.10", 81), reject.to_vec()),
         (&all, from_node("10.96.0.10", 81), reject.to_vec()),
         (&all, from_client("10.96.0.10", 81), reject.to_vec()),

@@ -4,7 +4,8 @@
 //! level costs a new connection at most two rules and a leaf holds at most `leaf_size` rules. A
 //! leaf's content is exactly the rules linear dispatch would have had for those addresses, and a
 //! chain's name is derived from the prefix it covers, so a Service change rewrites one leaf.
-//! Node ports are split the same way by port range, one tree per protocol.
+//! Node ports are split the same way by port range, one tree per protocol, and the filter
+//! chain `BERTH-CLUSTER-IPS` lays out its ClusterIP rejects the same way by address.
 
 use std::net::{IpAddr, Ipv6Addr};
 
