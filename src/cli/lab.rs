@@ -409,6 +409,32 @@ mod tests {
     }
 
     #[test]
+    fn lab_apiserver_service_cluster_ip_range_becomes_the_default_service_cidr() {
+        let cli = parse(&[
+            "lab",
+            "apiserver",
+            "--service-cluster-ip-range",
+            "10.96.0.0/16,fd00:96::/112",
+        ])
+        .unwrap();
+        let Command::Lab(LabCommand::Apiserver(args)) = cli.command else {
+            panic!("parsed {:?}", cli.command);
+        };
+        let config = args.validate().unwrap();
+        assert_eq!(
+            config.options.service_cidrs,
+            ["10.96.0.0/16", "fd00:96::/112"]
+        );
+        assert!(parse(&[
+            "lab",
+            "apiserver",
+            "--service-cluster-ip-range",
+            "10.96.0.0"
+        ])
+        .is_err());
+    }
+
+    #[test]
     fn lab_up_is_dual_stack_unless_told_otherwise() {
         use berth_lab::cluster::plan::LabFamilies;
         let families = |argv: &[&str]| match parse(argv).unwrap().command {
