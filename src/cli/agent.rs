@@ -71,6 +71,13 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_NODEPORT_ADDRESSES", value_parser = parse_node_port_addresses)]
     nodeport_addresses: Option<berth_agent::NodePortAddresses>,
 
+    /// The cluster's Service CIDR(s), one per family, comma separated, for clusters that do not
+    /// serve ServiceCIDR objects (before Kubernetes 1.33; where they are served, they hold
+    /// instead). New connections into them that no Service takes are rejected (a ClusterIP's
+    /// undefined port) or dropped (an address no Service holds). Empty (the default): no check.
+    #[arg(long, env = "BERTH_SERVICE_CIDR", value_delimiter = ',')]
+    service_cidr: Vec<berth_agent::IpNet>,
+
     /// Masquerade all traffic to ClusterIPs.
     #[arg(long, env = "BERTH_MASQUERADE_ALL")]
     masquerade_all: bool,
@@ -84,7 +91,8 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_SYNC_PERIOD", default_value = "30s", value_parser = parse_duration)]
     sync_period: Duration,
 
-    /// Address the health-check node-port servers bind.
+    /// Address the health-check node-port servers bind while `--nodeport-addresses` is unset
+    /// (or names every address); with it set they listen on the node-port addresses instead.
     #[arg(long, env = "BERTH_HEALTHZ_BIND_ADDRESS", default_value = "0.0.0.0")]
     healthz_bind_address: IpAddr,
 
@@ -298,6 +306,7 @@ impl AgentArgs {
             masquerade_all: self.masquerade_all,
             node_port_range: self.node_port_range,
             node_port_addresses: self.nodeport_addresses.clone().unwrap_or_default(),
+            service_cidrs: self.service_cidr.clone(),
             min_sync_interval: self.min_sync_interval,
             sync_period: self.sync_period,
             healthz_bind_address: self.healthz_bind_address,

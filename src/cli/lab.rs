@@ -148,6 +148,15 @@ pub struct ApiserverArgs {
     /// token or user agent), served at `GET /lab/requests`.
     #[arg(long, env = "BERTH_LAB_RECORD_REQUESTS")]
     record_requests: bool,
+
+    /// The cluster's Service CIDRs, one per family, primary first (kube-apiserver's flag): the
+    /// server starts with the default ServiceCIDR `kubernetes` holding them. None: no ServiceCIDR.
+    #[arg(
+        long,
+        env = "BERTH_LAB_SERVICE_CLUSTER_IP_RANGE",
+        value_delimiter = ','
+    )]
+    service_cluster_ip_range: Vec<berth_controller::IpNet>,
 }
 
 fn parse_faults(json: &str) -> Result<berth_lab::Faults, String> {
@@ -200,6 +209,11 @@ impl ApiserverArgs {
                 // The first namespace listener is the control plane's LAN address: the one
                 // agents and pods reach the server at.
                 kubernetes_endpoint: self.listen_netns.first().map(|(_, addr)| *addr),
+                service_cidrs: self
+                    .service_cluster_ip_range
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
             },
             netns_listeners: self.listen_netns,
         })
@@ -392,6 +406,32 @@ mod tests {
         let faults = args.faults.unwrap();
         assert_eq!((faults.error_rate, faults.seed), (0.1, 3));
         assert!(parse(&["lab", "apiserver", "--faults", "{oops"]).is_err());
+    }
+
+    #[test]
+    fn lab_apiserver_service_cluster_ip_range_becomes_the_default_service_cidr() {
+        let cli = parse(&[
+            "lab",
+            "apiserver",
+            "--service-cluster-ip-range",
+            "10.96.0.0/16,fd00:96::/112",
+        ])
+        .unwrap();
+        let Command::Lab(LabCommand::Apiserver(args)) = cli.command else {
+            panic!("parsed {:?}", cli.command);
+        };
+        let config = args.validate().unwrap();
+        assert_eq!(
+            config.options.service_cidrs,
+            ["10.96.0.0/16", "fd00:96::/112"]
+        );
+        assert!(parse(&[
+            "lab",
+            "apiserver",
+            "--service-cluster-ip-range",
+            "10.96.0.0"
+        ])
+        .is_err());
     }
 
     #[test]

@@ -29,7 +29,10 @@ use crate::config::AgentConfig;
 use crate::config::Backend;
 use crate::conntrack::Conntrack;
 use crate::datapath::{BoxedNft, FamilyDatapath};
-use crate::healthcheck::{build_health_targets, HealthCheckServers, HealthTarget};
+use crate::healthcheck::{
+    build_health_check_addresses, build_health_targets, fetch_local_addresses, HealthCheckServers,
+    HealthTarget,
+};
 use crate::index::{Index, Pending};
 use crate::metrics::{AgentMetrics, FamilyOutcome};
 use crate::schedule::{AgentHealth, SyncSchedule, SyncScope};
@@ -79,6 +82,33 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// Where health-check node ports listen now (see [`build_health_check_addresses`]); `None`
+/// when the node's addresses cannot be read, so they stay where they are.
+fn health_check_addresses(
+    config: &AgentConfig,
+    node: &berth_datapath::NodeInfo,
+) -> Option<Vec<std::net::IpAddr>> {
+    let wanted = config.node_port_addresses();
+    let local = if wanted.cidrs.is_empty() {
+        Vec::new()
+    } else {
+        match fetch_local_addresses() {
+            Ok(local) => local,
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "health-check node ports stay where they are");
+                return None;
+            }
+        }
+    };
+    Some(build_health_check_addresses(
+        wanted,
+        config.healthz_bind_address(),
+        &local,
+        node,
+        config.families(),
+    ))
+}
+
 fn lock(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
     index.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -88,6 +118,7 @@ impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
         let targets = {
             let index = lock(index);
             for datapath in &mut self.datapaths {
+                datapath.set_service_cidrs(index.service_cidrs());
                 datapath.plan(index.view(), &work.services, scope.replan);
             }
             build_health_targets(index.view())
@@ -353,8 +384,27 @@ where
         &self.metrics
     }
 
-    /// Feeds the datapath's index from the agent's shared watches.
-    fn subscribe(feeds: &mut Feeds, index: &Arc<Mutex<Index>>, wake: &Arc<Notify>) {
+    /// Feeds the datapath's index from the agent's shared watches; ServiceCIDRs only when the
+    /// cluster serves them (else the index keeps `--service-cidr`).
+    fn subscribe(
+        feeds: &mut Feeds,
+        index: &Arc<Mutex<Index>>,
+        wake: &Arc<Notify>,
+        service_cidrs: bool,
+    ) {
+        if service_cidrs {
+            feeds.service_cidrs.feed(
+                index,
+                wake,
+                Handlers {
+                    kind: "ServiceCIDR",
+                    apply: Index::apply_service_cidr,
+                    delete: Index::delete_service_cidr,
+                    begin: Index::begin_service_cidrs,
+                    finish: Index::finish_service_cidrs,
+                },
+            );
+        }
         feeds.services.feed(
             index,
             wake,
@@ -397,10 +447,14 @@ where
         index: &Arc<Mutex<Index>>,
         wake: &Arc<Notify>,
         speaker: Option<&SpeakerObjects>,
+        service_cidrs: bool,
         stop: &CancellationToken,
     ) -> Vec<JoinHandle<()>> {
         let mut feeds = Feeds::new();
-        Self::subscribe(&mut feeds, index, wake);
+        if !service_cidrs {
+            tracing::info!(cidrs = ?self.config.service_cidrs(), "ServiceCIDRs not watched; --service-cidr holds");
+        }
+        Self::subscribe(&mut feeds, index, wake, service_cidrs);
         match &self.announcer {
             Some(announcer) => announcer.subscribe(&mut feeds),
             // Nothing else reads Nodes: watch this node's alone.
@@ -440,11 +494,22 @@ where
             )
             .with_policy(self.config.service_policy())
             .with_node_port_range(self.config.node_port_range())
+            .with_service_cidrs(self.config.service_cidrs().to_vec())
             .with_node_eligibility(health.node_eligibility()),
         ));
         let wake = Arc::new(Notify::new());
         let speaker_objects = self.config.speaker().map(|_| SpeakerObjects::default());
-        let watches = self.spawn_watches(&index, &wake, speaker_objects.as_ref(), &stop);
+        // Without a datapath nothing reads them.
+        let client = self.client.clone();
+        let service_cidrs =
+            !self.engine.datapaths.is_empty() && crate::watch::service_cidrs_served(&client).await;
+        let watches = self.spawn_watches(
+            &index,
+            &wake,
+            speaker_objects.as_ref(),
+            service_cidrs,
+            &stop,
+        );
         let announcer = self.announcer.take().map(|announcer| {
             let stop = stop.clone();
             tokio::spawn(async move {
@@ -646,6 +711,10 @@ where
                         s.last_error = Some(message);
                     });
                 }
+            }
+            let node = lock(index).view().node.clone();
+            if let Some(addresses) = health_check_addresses(&config, &node) {
+                servers.set_addresses(addresses).await;
             }
             servers.update(&outcome.targets).await;
             let ports = servers.ports();

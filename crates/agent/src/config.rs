@@ -88,7 +88,9 @@ pub struct AgentOptions {
     pub min_sync_interval: Duration,
     /// A full-consistency sync runs at least this often.
     pub sync_period: Duration,
-    /// Address the health-check node-port servers bind (the port is each Service's).
+    /// Address the health-check node-port servers bind (the port is each Service's) when
+    /// `node_port_addresses` is unset or names every address; otherwise they listen on the
+    /// node-port addresses, as kube-proxy serves them.
     pub healthz_bind_address: IpAddr,
     pub admin_listen: SocketAddr,
     /// Answer ARP and NDP for the LoadBalancer IPs this node is elected for.
@@ -102,6 +104,10 @@ pub struct AgentOptions {
     /// kube-proxy's `--nodeport-addresses`: the node's addresses node ports answer on; empty
     /// (the default): every local address.
     pub node_port_addresses: NodePortAddresses,
+    /// The cluster's Service CIDRs where it does not serve ServiceCIDR objects (before
+    /// Kubernetes 1.33): new connections into them that no Service translated are rejected
+    /// (a ClusterIP's undefined port) or dropped (an unallocated address). Empty: no such check.
+    pub service_cidrs: Vec<IpNet>,
     /// The agent's own namespace (the lease namespace): its `ServiceL2Status` and
     /// `BGPSessionState` records, and the BGP peers' password Secrets unless a peer names another.
     pub l2_status_namespace: String,
@@ -132,6 +138,7 @@ impl Default for AgentOptions {
             external_ip_cidrs: Vec::new(),
             service_bounds: berth_api::ServiceBounds::default(),
             node_port_addresses: NodePortAddresses::default(),
+            service_cidrs: Vec::new(),
             l2_status_namespace: "kube-system".into(),
             l2_gratuitous_interval: Duration::from_secs(60),
             bgp_speaker: None,
@@ -202,6 +209,23 @@ impl AgentOptions {
             families.push(IpFamily::V4);
         }
         families.sort();
+        let mut cidr_families = Vec::new();
+        for cidr in &self.service_cidrs {
+            if cidr.trunc() != *cidr {
+                return Err(invalid(
+                    "service CIDR",
+                    format!("{cidr} has host bits set: write {} instead", cidr.trunc()),
+                ));
+            }
+            let family = IpFamily::of(cidr.addr());
+            if cidr_families.contains(&family) {
+                return Err(invalid(
+                    "service CIDR",
+                    format!("{cidr}: at most one CIDR per address family"),
+                ));
+            }
+            cidr_families.push(family);
+        }
         Ok(AgentConfig {
             options: self,
             families,
@@ -256,6 +280,16 @@ impl AgentConfig {
 
     pub fn sync_period(&self) -> Duration {
         self.options.sync_period
+    }
+
+    /// `--nodeport-addresses`: where node ports, and health-check node ports, answer.
+    pub fn node_port_addresses(&self) -> &NodePortAddresses {
+        &self.options.node_port_addresses
+    }
+
+    /// `--service-cidr`: the Service CIDRs while no ServiceCIDR objects are known.
+    pub fn service_cidrs(&self) -> &[IpNet] {
+        &self.options.service_cidrs
     }
 
     pub fn healthz_bind_address(&self) -> IpAddr {
@@ -382,6 +416,24 @@ mod tests {
         };
         assert_eq!(Backend::Iptables.resolve(ask), Backend::Iptables);
         assert!(!asked.get(), "a chosen backend is not probed");
+    }
+
+    #[test]
+    fn service_cidrs_are_one_network_per_family() {
+        let with = |cidrs: &[&str]| {
+            AgentOptions {
+                service_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+                ..mk_options()
+            }
+            .validate()
+        };
+        let config = with(&["10.96.0.0/16", "fd00:96::/112"]).unwrap();
+        assert_eq!(config.service_cidrs().len(), 2);
+        assert!(with(&[]).unwrap().service_cidrs().is_empty());
+        for bad in [&["10.96.0.1/16"][..], &["10.96.0.0/16", "10.97.0.0/16"]] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(err.contains("service CIDR"), "{bad:?}: {err}");
+        }
     }
 
     #[test]

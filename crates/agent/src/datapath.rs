@@ -136,6 +136,12 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
         self.family.as_str()
     }
 
+    /// Plans with `cidrs` as the cluster's Service CIDRs; a change makes the next plan and
+    /// apply full.
+    pub fn set_service_cidrs(&mut self, cidrs: &[ipnet::IpNet]) {
+        self.planner.set_service_cidrs(cidrs);
+    }
+
     /// Brings the planned ruleset to `view`: every Service when `full`, else those in `changed`.
     pub fn plan(&mut self, view: &NodeView, changed: &ChangedServices, full: bool) {
         if full {

@@ -1,6 +1,9 @@
 //! `healthCheckNodePort` servers: for each LoadBalancer Service with `externalTrafficPolicy:
 //! Local`, an HTTP listener on its health-check port that tells the load balancer whether this
-//! node has a Ready endpoint (200) or not (503), as kube-proxy's do.
+//! node has a Ready endpoint (200) or not (503), as kube-proxy's do. They listen where node ports
+//! answer: on the addresses `--nodeport-addresses` selects ([`build_health_check_addresses`]), or
+//! on `--healthz-bind-address` (every address, by default) when it is unset, as kube-proxy
+//! serves them on its node-port addresses.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -9,7 +12,8 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use berth_datapath::NodeView;
+use berth_core::IpFamily;
+use berth_datapath::{NodeInfo, NodePortAddresses, NodeView};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -64,6 +68,54 @@ pub fn build_health_targets(view: &NodeView) -> BTreeMap<u16, HealthTarget> {
         .collect()
 }
 
+/// The addresses health-check node ports listen on. `--nodeport-addresses` unset, or naming a
+/// CIDR of all addresses: `all` alone (`--healthz-bind-address`). Otherwise the node's `local`
+/// addresses inside its CIDRs and, with `primary`, the Node's primary address of each of the
+/// agent's `families`, sorted; none when nothing matches (then no health-check port answers,
+/// as no node port does).
+pub fn build_health_check_addresses(
+    wanted: &NodePortAddresses,
+    all: IpAddr,
+    local: &[IpAddr],
+    node: &NodeInfo,
+    families: &[IpFamily],
+) -> Vec<IpAddr> {
+    if !wanted.is_set() || wanted.cidrs.iter().any(|cidr| cidr.prefix_len() == 0) {
+        return vec![all];
+    }
+    let mut out: BTreeSet<IpAddr> = local
+        .iter()
+        .copied()
+        .filter(|ip| wanted.cidrs.iter().any(|cidr| cidr.contains(ip)))
+        .collect();
+    if wanted.primary {
+        out.extend(
+            families
+                .iter()
+                .filter_map(|family| node.primary_address(*family)),
+        );
+    }
+    out.into_iter().collect()
+}
+
+/// The node's own addresses, from its interfaces (what `--nodeport-addresses` CIDRs select).
+pub fn fetch_local_addresses() -> Result<Vec<IpAddr>, Error> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(Error::LocalAddresses)?;
+    let mut out: Vec<IpAddr> = addrs
+        .filter_map(|ifaddr| ifaddr.address)
+        .filter_map(|storage| {
+            if let Some(v4) = storage.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                storage.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// The status and JSON body one health-check request gets.
 pub fn health_response(target: &HealthTarget, agent_healthy: bool) -> (StatusCode, String) {
     let body = serde_json::json!({
@@ -81,12 +133,14 @@ pub fn health_response(target: &HealthTarget, agent_healthy: bool) -> (StatusCod
 struct Running {
     target: watch::Sender<HealthTarget>,
     stop: CancellationToken,
-    task: JoinHandle<()>,
+    /// One per address listened on.
+    tasks: Vec<JoinHandle<()>>,
 }
 
-/// The running health-check servers, one per port.
+/// The running health-check servers, one per port, each listening on every address of
+/// [`HealthCheckServers::set_addresses`].
 pub struct HealthCheckServers {
-    bind: IpAddr,
+    addresses: Vec<IpAddr>,
     health: AgentHealth,
     servers: BTreeMap<u16, Running>,
 }
@@ -114,12 +168,34 @@ async fn answer(target: watch::Receiver<HealthTarget>, health: AgentHealth) -> R
 }
 
 impl HealthCheckServers {
+    /// Servers that listen on `bind` until [`HealthCheckServers::set_addresses`] says otherwise.
     pub fn new(bind: IpAddr, health: AgentHealth) -> Self {
         HealthCheckServers {
-            bind,
+            addresses: vec![bind],
             health,
             servers: BTreeMap::new(),
         }
+    }
+
+    /// Listens on `addresses` from now on: when they differ, every server stops, and the next
+    /// [`HealthCheckServers::update`] starts them again there.
+    pub async fn set_addresses(&mut self, addresses: Vec<IpAddr>) {
+        if addresses == self.addresses {
+            return;
+        }
+        tracing::info!(?addresses, "health-check node ports move");
+        let servers = std::mem::take(&mut self.servers);
+        for (_, running) in servers {
+            running.stop.cancel();
+            for task in running.tasks {
+                let _ = task.await;
+            }
+        }
+        self.addresses = addresses;
+    }
+
+    pub fn addresses(&self) -> &[IpAddr] {
+        &self.addresses
     }
 
     pub fn ports(&self) -> Vec<u16> {
@@ -139,7 +215,9 @@ impl HealthCheckServers {
             if let Some(running) = self.servers.remove(&port) {
                 tracing::info!(port, "stopping health-check server");
                 running.stop.cancel();
-                let _ = running.task.await;
+                for task in running.tasks {
+                    let _ = task.await;
+                }
             }
         }
         for (port, target) in targets {
@@ -153,34 +231,45 @@ impl HealthCheckServers {
                 });
                 continue;
             }
-            let addr = SocketAddr::new(self.bind, *port);
-            let listener = match bind(addr) {
-                Ok(listener) => listener,
-                Err(err) => {
-                    tracing::warn!(error = %err, service = %format!("{}/{}", target.namespace, target.name), "health-check server not started");
-                    continue;
+            let service = format!("{}/{}", target.namespace, target.name);
+            let mut listeners = Vec::new();
+            for ip in &self.addresses {
+                let addr = SocketAddr::new(*ip, *port);
+                match bind(addr) {
+                    Ok(listener) => listeners.push((addr, listener)),
+                    Err(err) => {
+                        tracing::warn!(error = %err, %service, "health-check server not listening there");
+                    }
                 }
-            };
-            tracing::info!(%addr, namespace = %target.namespace, name = %target.name, "health-check server listening");
+            }
+            if listeners.is_empty() {
+                // Tried again on the next update.
+                continue;
+            }
             let (sender, receiver) = watch::channel(target.clone());
-            let health = self.health.clone();
-            let router = Router::new().fallback(move || answer(receiver.clone(), health.clone()));
             let stop = CancellationToken::new();
-            let shutdown = stop.clone().cancelled_owned();
-            let task = tokio::spawn(async move {
-                if let Err(err) = axum::serve(listener, router)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                {
-                    tracing::warn!(%addr, error = %err, "health-check server failed");
-                }
-            });
+            let mut tasks = Vec::new();
+            for (addr, listener) in listeners {
+                tracing::info!(%addr, %service, "health-check server listening");
+                let (receiver, health) = (receiver.clone(), self.health.clone());
+                let router =
+                    Router::new().fallback(move || answer(receiver.clone(), health.clone()));
+                let shutdown = stop.clone().cancelled_owned();
+                tasks.push(tokio::spawn(async move {
+                    if let Err(err) = axum::serve(listener, router)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                    {
+                        tracing::warn!(%addr, error = %err, "health-check server failed");
+                    }
+                }));
+            }
             self.servers.insert(
                 *port,
                 Running {
                     target: sender,
                     stop,
-                    task,
+                    tasks,
                 },
             );
         }

@@ -21,6 +21,7 @@ use berth_datapath::{Endpoint, NodeInfo, NodeView, ServicePort, ServicePortName}
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::conntrack::{plan_conntrack_cleanup, ConntrackFlow};
@@ -79,6 +80,8 @@ pub struct Pending {
     pub services: ChangedServices,
     /// The Node's addresses or presence changed: every Service's plan may differ.
     pub node: bool,
+    /// The cluster's Service CIDRs changed: every family's plan starts over.
+    pub service_cidrs: bool,
     /// `last-change-trigger-time` of slice changes made after the index was created.
     pub triggers: Vec<DateTime<Utc>>,
     pub conntrack: Vec<ConntrackFlow>,
@@ -88,6 +91,7 @@ impl Pending {
     pub fn is_empty(&self) -> bool {
         self.services.is_empty()
             && !self.node
+            && !self.service_cidrs
             && self.triggers.is_empty()
             && self.conntrack.is_empty()
     }
@@ -96,6 +100,7 @@ impl Pending {
     pub fn merge(&mut self, later: Pending) {
         self.services.extend(later.services);
         self.node |= later.node;
+        self.service_cidrs |= later.service_cidrs;
         self.triggers.extend(later.triggers);
         self.conntrack.extend(later.conntrack);
         self.conntrack.sort();
@@ -154,6 +159,8 @@ pub struct Index {
     /// The Node's labels and whether it may announce, for the BGP speaker; `None` while the
     /// Node is unknown.
     node_state: Option<berth_bgp::NodeState>,
+    /// The cluster's Service CIDRs (ServiceCIDR objects, else `--service-cidr`).
+    service_cidrs: crate::service_cidrs::ServiceCidrs,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -254,7 +261,43 @@ impl Index {
             policy: ServicePolicy::default(),
             refused: HashMap::new(),
             node_state: None,
+            service_cidrs: crate::service_cidrs::ServiceCidrs::default(),
         }
+    }
+
+    /// The Service CIDRs to use until ServiceCIDR objects are listed (for good on a cluster
+    /// without the kind): the agent's `--service-cidr`. [`Index::new`] has none.
+    pub fn with_service_cidrs(mut self, fallback: Vec<ipnet::IpNet>) -> Self {
+        self.service_cidrs = crate::service_cidrs::ServiceCidrs::new(fallback);
+        self
+    }
+
+    /// The cluster's Service CIDRs, both families.
+    pub fn service_cidrs(&self) -> &[ipnet::IpNet] {
+        self.service_cidrs.current()
+    }
+
+    fn note_service_cidrs(&mut self, changed: bool) {
+        self.pending.service_cidrs |= changed;
+    }
+
+    pub fn apply_service_cidr(&mut self, object: &ServiceCIDR) {
+        let changed = self.service_cidrs.apply(object);
+        self.note_service_cidrs(changed);
+    }
+
+    pub fn delete_service_cidr(&mut self, object: &ServiceCIDR) {
+        let changed = self.service_cidrs.delete(object);
+        self.note_service_cidrs(changed);
+    }
+
+    pub fn begin_service_cidrs(&mut self) {
+        self.service_cidrs.begin();
+    }
+
+    pub fn finish_service_cidrs(&mut self) {
+        let changed = self.service_cidrs.finish();
+        self.note_service_cidrs(changed);
     }
 
     /// The index under `policy`; [`Index::new`] allows no external IP.

@@ -35,6 +35,7 @@ pub mod node_ports;
 pub mod ruleset;
 mod run;
 pub mod schedule;
+pub mod service_cidrs;
 pub mod speaker;
 mod watch;
 
@@ -97,6 +98,8 @@ pub enum Error {
     NoInterface(String),
     #[error("the BGP speaker failed")]
     Bgp(#[source] berth_bgp::Error),
+    #[error("listing the node's addresses failed")]
+    LocalAddresses(#[source] nix::errno::Errno),
 }
 
 impl Error {
@@ -110,6 +113,7 @@ impl Error {
             Error::Task(_) => "task",
             Error::L2(_) | Error::NoInterface(_) => "l2",
             Error::Bgp(_) => "bgp",
+            Error::LocalAddresses(_) => "addresses",
         }
     }
 
@@ -119,7 +123,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Sync { source, .. } => source.is_retryable(),
-            Error::Conntrack { .. } | Error::ConntrackCommand { .. } => true,
+            Error::Conntrack { .. } | Error::ConntrackCommand { .. } | Error::LocalAddresses(_) => {
+                true
+            }
             Error::InvalidConfig { .. }
             | Error::Bind { .. }
             | Error::Telemetry(_)

@@ -10,6 +10,7 @@ use berth_api::IPPool;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource};
@@ -184,6 +185,8 @@ pub(crate) struct Feeds {
     /// Every Node when the announcer reads them; else only this node's (a field selector).
     pub nodes: Feed<Node>,
     pub pools: Feed<IPPool>,
+    /// Read only where the cluster serves the kind (see [`service_cidrs_served`]).
+    pub service_cidrs: Feed<ServiceCIDR>,
 }
 
 impl Feeds {
@@ -193,6 +196,7 @@ impl Feeds {
             slices: Feed::new("EndpointSlice", watcher::Config::default()),
             nodes: Feed::new("Node", watcher::Config::default()),
             pools: Feed::new("IPPool", watcher::Config::default()),
+            service_cidrs: Feed::new("ServiceCIDR", watcher::Config::default()),
         }
     }
 
@@ -203,15 +207,34 @@ impl Feeds {
             slices,
             nodes,
             pools,
+            service_cidrs,
         } = self;
         [
             services.spawn(Api::all(client.clone()), stop),
             slices.spawn(Api::all(client.clone()), stop),
             nodes.spawn(Api::all(client.clone()), stop),
             pools.spawn(Api::all(client.clone()), stop),
+            service_cidrs.spawn(Api::all(client.clone()), stop),
         ]
         .into_iter()
         .flatten()
         .collect()
+    }
+}
+
+/// Whether the cluster serves `networking.k8s.io/v1` ServiceCIDRs (Kubernetes 1.33 and later).
+/// Only a clear "not found" answers no: on any other failure the kind is watched anyway, and
+/// the watch retries; until it lists, the agent's `--service-cidr` holds.
+pub(crate) async fn service_cidrs_served(client: &Client) -> bool {
+    match client
+        .list_api_group_resources("networking.k8s.io/v1")
+        .await
+    {
+        Ok(list) => list.resources.iter().any(|r| r.name == "servicecidrs"),
+        Err(kube::Error::Api(status)) if status.code == 404 => false,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot tell whether ServiceCIDRs are served; watching them");
+            true
+        }
     }
 }

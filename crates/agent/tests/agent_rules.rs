@@ -370,3 +370,58 @@ async fn the_kubernetes_service_a_lab_starts_with_is_programmed_like_any_other()
     let expected = h.expected_rules().await;
     assert_eq!(h.programmed(), expected);
 }
+
+/// The lab's default ServiceCIDR (as an API server keeps it) and one created later enter the
+/// agent's rules through its ServiceCIDR watch: new connections into either that no Service
+/// translated go to `BERTH-CLUSTER-IPS`, which rejects the ClusterIPs and drops the rest. The
+/// `--service-cidr` fallback is not used where the kind is served.
+#[tokio::test]
+async fn service_cidr_objects_enter_the_rules_through_the_watch() {
+    let (server, _) = berth_testing::start_lab_with(
+        berth_lab::LabApiServer::builder().service_cidrs(vec!["10.96.0.0/16".into()]),
+    )
+    .await;
+    let mut options = mk_options(ProxyMode::Full);
+    options.service_cidrs = vec!["192.0.2.0/24".parse().unwrap()];
+    let mut h = start_agent(
+        server,
+        options,
+        SharedIptables::new(MemoryIptables::default()),
+    )
+    .await;
+    h.create(mk_node_json(NODE, "198.18.0.11")).await;
+    h.create(mk_service_json(
+        "default",
+        "web",
+        "10.96.0.10",
+        json!([{"name": "http", "port": 80}]),
+    ))
+    .await;
+    let filter = |ipt: &MemoryIptables| {
+        berth_datapath::iptables::Iptables::save(&mut ipt.clone(), Table::Filter).unwrap()
+    };
+    h.wait_for("the default ServiceCIDR and web's ClusterIP", |_, ipt| {
+        let filter = filter(ipt);
+        filter.contains("-d 10.96.0.0/16 -j BERTH-CLUSTER-IPS")
+            && filter.contains("-d 10.96.0.10 -j REJECT")
+    })
+    .await;
+    h.create(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": "extra"},
+        "spec": {"cidrs": ["10.97.0.0/24"]}
+    }))
+    .await;
+    h.wait_for("the second ServiceCIDR", |_, ipt| {
+        filter(ipt).contains("-d 10.97.0.0/24")
+    })
+    .await;
+    let filter = filter(&h.iptables.lock());
+    assert!(filter.contains("-A BERTH-CLUSTER-IPS"), "{filter}");
+    assert!(
+        !filter.contains("192.0.2.0/24"),
+        "the flag holds only without the kind: {filter}"
+    );
+    let (server, _) = h.stop().await;
+    server.shutdown().await.unwrap();
+}

@@ -258,6 +258,7 @@ mod tests {
                 "discovery.k8s.io",
                 "coordination.k8s.io",
                 "events.k8s.io",
+                "networking.k8s.io",
                 "apps",
                 "apiextensions.k8s.io"
             ]

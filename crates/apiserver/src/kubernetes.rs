@@ -59,10 +59,63 @@ pub fn build_kubernetes_service(endpoint: SocketAddr, now: &str) -> [Value; 3] {
     [service, endpoints, slice]
 }
 
+/// The finalizer an API server keeps on a ServiceCIDR while ClusterIPs inside it are allocated.
+pub const SERVICE_CIDR_FINALIZER: &str = "networking.k8s.io/service-cidr-finalizer";
+
+/// The default ServiceCIDR `kubernetes` an API server creates from its
+/// `--service-cluster-ip-range` (one CIDR per family, primary first), Ready as its controller
+/// marks it.
+pub fn build_default_service_cidr(cidrs: &[String], now: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": "kubernetes", "creationTimestamp": now,
+            "finalizers": [SERVICE_CIDR_FINALIZER]},
+        "spec": {"cidrs": cidrs},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "",
+            "message": "Kubernetes Service CIDR is ready", "lastTransitionTime": now}]}
+    })
+}
+
+/// Creates the default ServiceCIDR `kubernetes` in a fresh store.
+pub fn seed_default_service_cidr(
+    store: &mut Store,
+    cidrs: &[String],
+    now: &str,
+) -> Result<(), ApiError> {
+    let object = build_default_service_cidr(cidrs, now);
+    let status = object["status"].clone();
+    seed(store, [object], now)?;
+    // A create keeps no status: the ServiceCIDR controller writes it through `/status`.
+    let info = store
+        .catalogue()
+        .find("networking.k8s.io", "v1", "servicecidrs")
+        .cloned()
+        .ok_or_else(|| ApiError::bad_request("servicecidrs are not served".to_owned()))?;
+    let mut created = (*store.get(&info, "", "kubernetes")?).clone();
+    created["status"] = status;
+    let ctx = WriteCtx {
+        now,
+        door: Door::Status,
+        managed: Managed::Track("kube-apiserver"),
+    };
+    store.update(&info, "", "kubernetes", created, &ctx)?;
+    Ok(())
+}
+
 /// Creates `default/kubernetes` in a fresh store.
 pub fn seed_kubernetes_service(
     store: &mut Store,
     endpoint: SocketAddr,
+    now: &str,
+) -> Result<(), ApiError> {
+    seed(store, build_kubernetes_service(endpoint, now), now)
+}
+
+/// Creates `objects` as the API server's own (field manager `kube-apiserver`), each in the
+/// namespace its metadata names.
+fn seed(
+    store: &mut Store,
+    objects: impl IntoIterator<Item = Value>,
     now: &str,
 ) -> Result<(), ApiError> {
     let ctx = WriteCtx {
@@ -70,7 +123,7 @@ pub fn seed_kubernetes_service(
         door: Door::Main,
         managed: Managed::Track("kube-apiserver"),
     };
-    for obj in build_kubernetes_service(endpoint, now) {
+    for obj in objects {
         let (api_version, kind) = (
             obj["apiVersion"].as_str().unwrap_or_default().to_owned(),
             obj["kind"].as_str().unwrap_or_default().to_owned(),
@@ -84,7 +137,11 @@ pub fn seed_kubernetes_service(
             .ok_or_else(|| {
                 ApiError::bad_request(format!("no resource for {api_version} {kind}"))
             })?;
-        store.create(&info, "default", obj, &ctx)?;
+        let namespace = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        store.create(&info, &namespace, obj, &ctx)?;
     }
     Ok(())
 }
@@ -121,6 +178,28 @@ mod tests {
         assert_eq!(svc["spec"]["ipFamilies"], json!(["IPv6"]));
         assert_eq!(eps["subsets"][0]["addresses"][0]["ip"], "fd00:198:18::2");
         assert_eq!(slice["addressType"], "IPv6");
+    }
+
+    #[test]
+    fn the_default_service_cidr_holds_every_family_and_is_ready() {
+        let now = "2026-01-01T00:00:00Z";
+        let mut store = Store::new(100, now);
+        let cidrs = ["10.96.0.0/16".to_owned(), "fd00:96::/112".to_owned()];
+        seed_default_service_cidr(&mut store, &cidrs, now).unwrap();
+        let info = store
+            .catalogue()
+            .find("networking.k8s.io", "v1", "servicecidrs")
+            .cloned()
+            .unwrap();
+        let got = store.get(&info, "", "kubernetes").unwrap();
+        assert_eq!(got["spec"]["cidrs"], json!(cidrs));
+        assert_eq!(got["status"]["conditions"][0]["type"], "Ready");
+        assert_eq!(got["status"]["conditions"][0]["status"], "True");
+        assert_eq!(
+            got["metadata"]["finalizers"],
+            json!([SERVICE_CIDR_FINALIZER])
+        );
+        assert!(got["metadata"].get("namespace").is_none());
     }
 
     #[test]

@@ -194,6 +194,18 @@ const BUILT_INS: &[BuiltIn] = &[
         scale: false,
         short: &["ev"],
     },
+    // The cluster's Service IP ranges (GA in Kubernetes 1.33): the lab keeps `kubernetes`, made
+    // from its service CIDRs, as an API server does; service proxies read them all.
+    BuiltIn {
+        group: "networking.k8s.io",
+        version: "v1",
+        plural: "servicecidrs",
+        kind: "ServiceCIDR",
+        namespaced: false,
+        status: true,
+        scale: false,
+        short: &[],
+    },
     BuiltIn {
         group: "apps",
         version: "v1",
@@ -437,6 +449,15 @@ mod tests {
         let crd = mk_crd("Namespaced", true);
         let cat = Catalogue::build([&crd]);
         assert!(cat.find("", "v1", "services").is_some());
+        let cidrs = cat.find("networking.k8s.io", "v1", "servicecidrs").unwrap();
+        assert_eq!(
+            (
+                cidrs.kind.as_str(),
+                cidrs.namespaced,
+                cidrs.status_subresource
+            ),
+            ("ServiceCIDR", false, true)
+        );
         assert!(cat.find("berth.dev", "v1", "ippools").is_some());
         assert!(cat.find("berth.dev", "v0", "ippools").is_none());
         let groups = cat.groups();

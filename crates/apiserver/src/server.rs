@@ -37,6 +37,7 @@ pub struct LabApiServerBuilder {
     graceful_pod_deletion: bool,
     record_requests: bool,
     kubernetes_endpoint: Option<SocketAddr>,
+    service_cidrs: Vec<String>,
 }
 
 impl Default for LabApiServerBuilder {
@@ -49,6 +50,7 @@ impl Default for LabApiServerBuilder {
             graceful_pod_deletion: false,
             record_requests: false,
             kubernetes_endpoint: None,
+            service_cidrs: Vec::new(),
         }
     }
 }
@@ -102,6 +104,13 @@ impl LabApiServerBuilder {
         self
     }
 
+    /// Start with the default ServiceCIDR `kubernetes` holding `cidrs` (one per family, primary
+    /// first), as an API server keeps its `--service-cluster-ip-range`; none when empty.
+    pub fn service_cidrs(mut self, cidrs: Vec<String>) -> Self {
+        self.service_cidrs = cidrs;
+        self
+    }
+
     /// Bind (127.0.0.1 on a free port when no listener was given) and start serving.
     pub async fn start(self) -> Result<LabApiServerHandle, LabError> {
         self.faults.validate().map_err(LabError::Faults)?;
@@ -110,6 +119,10 @@ impl LabApiServerBuilder {
         store.set_graceful_pod_deletion(self.graceful_pod_deletion);
         if let Some(endpoint) = self.kubernetes_endpoint {
             super::kubernetes::seed_kubernetes_service(&mut store, endpoint, &now)
+                .map_err(LabError::Seed)?;
+        }
+        if !self.service_cidrs.is_empty() {
+            super::kubernetes::seed_default_service_cidr(&mut store, &self.service_cidrs, &now)
                 .map_err(LabError::Seed)?;
         }
         let app = Arc::new(App::new(store, self.faults, self.bookmark_interval));
@@ -293,6 +306,8 @@ pub struct ApiServerOptions {
     pub record_requests: bool,
     /// Where in-cluster clients reach the server: `default/kubernetes` points there.
     pub kubernetes_endpoint: Option<SocketAddr>,
+    /// The cluster's Service CIDRs: the default ServiceCIDR `kubernetes` holds them.
+    pub service_cidrs: Vec<String>,
 }
 
 /// Serve until `shutdown` resolves. Prints each address, and writes the kubeconfig for the first.
@@ -303,7 +318,8 @@ pub async fn run_apiserver(
     let mut builder = LabApiServer::builder()
         .faults(opts.faults)
         .graceful_pod_deletion(opts.graceful_pod_deletion)
-        .record_requests(opts.record_requests);
+        .record_requests(opts.record_requests)
+        .service_cidrs(opts.service_cidrs);
     if let Some(n) = opts.history_capacity {
         builder = builder.history_capacity(n);
     }

@@ -336,6 +336,23 @@ fn tables(k: &Kubectl) {
     let namespaces = k.ok(&["get", "namespaces"]);
     assert_eq!(row_of(&namespaces, "kube-system")[1], "Active");
 
+    // ServiceCIDRs, cluster-scoped, with upstream's columns.
+    let cidr = k.manifest(
+        "servicecidr.yaml",
+        "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata:\n  name: extra\nspec:\n  cidrs: [10.97.0.0/24, fd00:97::/112]\n",
+    );
+    k.ok(&["create", "-f", &cidr]);
+    let cidrs = k.ok(&["get", "servicecidrs"]);
+    assert_eq!(
+        columns(cidrs.lines().next().unwrap()),
+        ["NAME", "CIDRS", "AGE"],
+        "{cidrs}"
+    );
+    assert_eq!(
+        row_of(&cidrs, "extra")[..2],
+        ["extra", "10.97.0.0/24,fd00:97::/112"]
+    );
+
     // A custom resource prints its CRD's additionalPrinterColumns.
     let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds/berth.dev.yaml");
     k.ok(&["create", "-f", crds]);

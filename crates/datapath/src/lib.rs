@@ -44,6 +44,13 @@
 //! Decisions beyond kube-proxy's iptables mode, which the semantics otherwise follow:
 //! - Load-balancer traffic not admitted by `BERTH-FW-*` is dropped in the filter chain
 //!   `BERTH-PROXY-FIREWALL` (nat cannot drop), as kube-proxy's `KUBE-PROXY-FIREWALL` does.
+//! - With the cluster's Service CIDRs known ([`PlanOptions::service_cidrs`]), both backends do
+//!   what kube-proxy's nftables mode does with ServiceCIDRs (its iptables mode ignores them): a
+//!   new connection still addressed into a Service CIDR after DNAT leaves the filter
+//!   `BERTH-SERVICES` for `BERTH-CLUSTER-IPS`, which rejects a ClusterIP (a port its Service does
+//!   not have) and drops any other address. The ClusterIPs are laid out there as the Service
+//!   addresses are in the nat dispatch (a tree with tree dispatch), so a Service change rewrites
+//!   one leaf, and translated traffic never walks them.
 //! - Jumps from built-in chains are not part of the restore payload: the Syncer checks and inserts
 //!   them one by one on full syncs, so berth never flushes a chain it does not own.
 //! - `BERTH-CANARY` (filter and nat) is created after each full sync; when it is gone, someone

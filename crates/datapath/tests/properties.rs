@@ -50,6 +50,17 @@ fn svc_spec() -> impl Strategy<Value = SvcSpec> {
         )
 }
 
+/// Service CIDRs of the plan: none, all of the views' ClusterIPs, or a part of them (and the
+/// other family's, which an IPv4 plan ignores).
+fn service_cidrs(choice: usize) -> Vec<ipnet::IpNet> {
+    let cidrs: &[&str] = match choice {
+        0 => &[],
+        1 => &["10.96.0.0/16"],
+        _ => &["10.96.0.0/23", "fd00:96::/112"],
+    };
+    cidrs.iter().map(|c| c.parse().unwrap()).collect()
+}
+
 fn mk_view(specs: &[SvcSpec]) -> NodeView {
     let mut seen_ports = std::collections::BTreeSet::new();
     let services = specs
@@ -102,10 +113,17 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn tree_and_linear_agree(specs in proptest::collection::vec(svc_spec(), 1..30), leaf in 1usize..5) {
+    fn tree_and_linear_agree(
+        specs in proptest::collection::vec(svc_spec(), 1..30),
+        leaf in 1usize..5,
+        cidrs in 0usize..3,
+    ) {
         let view = mk_view(&specs);
-        let linear = plan(&view, &mk_options(Dispatch::Linear));
-        let mut tree_options = mk_options(Dispatch::Tree);
+        let mut linear_options = mk_options(Dispatch::Linear);
+        linear_options.service_cidrs = service_cidrs(cidrs);
+        let linear = plan(&view, &linear_options);
+        let mut tree_options = linear_options.clone();
+        tree_options.dispatch = Dispatch::Tree;
         tree_options.leaf_size = leaf;
         let tree = plan(&view, &tree_options);
         check_consistency(&linear);
@@ -122,7 +140,10 @@ proptest! {
                 }
             }
             packets.push(packet(NODE_IP, &svc.cluster_ips[0].to_string(), svc.port, Origin::LocalProcess));
+            // A port the Service may not have.
+            packets.push(packet(LOCAL_POD, &svc.cluster_ips[0].to_string(), 8443, Origin::Network));
         }
+        packets.push(packet(LOCAL_POD, "10.96.3.250", 80, Origin::Network));
         packets.push(packet(CLIENT_IP, "10.96.9.9", 80, Origin::Network));
         for p in &packets {
             prop_assert_eq!(outcomes(&linear, &env(), p), outcomes(&tree, &env(), p), "{:?}", p);
@@ -196,10 +217,12 @@ proptest! {
         tree in any::<bool>(),
         leaf in 1usize..4,
         hinted in any::<bool>(),
+        cidrs in 0usize..3,
     ) {
         let mut previous = NodeView::default();
         let mut options = mk_options(if tree { Dispatch::Tree } else { Dispatch::Linear });
         options.leaf_size = leaf;
+        options.service_cidrs = service_cidrs(cidrs);
         let mut planner = Planner::new(options.clone());
         let mut syncer = Syncer::new(MemoryIptables::default())
             .rewriting_every_sync(rewritten_every_sync(options.dispatch));

@@ -35,6 +35,121 @@ fn assert_flow(
     }
 }
 
+/// [`assert_flow`] with `cidrs` as the cluster's Service CIDRs.
+fn assert_flow_in_cidrs(
+    view: &NodeView,
+    cidrs: &[&str],
+    p: &trace::Packet,
+    expected: &[(Verdict, bool, u32)],
+) {
+    for dispatch in [Dispatch::Linear, Dispatch::Tree] {
+        let mut options = mk_options(dispatch);
+        options.leaf_size = 2;
+        options.service_cidrs = cidrs.iter().map(|c| c.parse().unwrap()).collect();
+        let rs = plan(view, &options);
+        check_consistency(&rs);
+        let mut got = outcomes(&rs, &env(), p);
+        got.sort();
+        assert_eq!(got, expected, "{dispatch:?} {cidrs:?} {p:?}");
+        if dispatch == Dispatch::Linear {
+            let mut got = outcomes(&nft_traceable(&rs, options.family), &env(), p);
+            got.sort();
+            assert_eq!(got, expected, "nftables {cidrs:?} {p:?}");
+        }
+    }
+}
+
+/// ServiceCIDRs, as kube-proxy's nftables mode reads them (`cluster-ips-check`): inside them a
+/// new connection that no Service port translated is rejected when it goes to a ClusterIP (a
+/// port the Service does not have) and dropped when no Service holds the address, from a pod,
+/// the node itself and off the node alike. Services keep their own verdicts, and without
+/// Service CIDRs (or outside them) such traffic passes untouched, as before.
+#[test]
+fn service_cidrs_reject_unknown_ports_and_drop_unallocated_addresses() {
+    let view = mk_fixed_view();
+    let (reject, drop, untouched) = (
+        [(Verdict::Reject, false, 1000)],
+        [(Verdict::Drop, false, 1000)],
+        [(Verdict::Delivered, false, 1000)],
+    );
+    let both = |masq| {
+        let mut out = vec![
+            (dnat("10.244.1.2:8080"), masq, 500),
+            (dnat("10.244.2.2:8080"), masq, 500),
+        ];
+        out.sort();
+        out
+    };
+    let from_pod = |dst: &str, port| packet(LOCAL_POD, dst, port, Origin::Network);
+    let from_node = |dst: &str, port| packet(NODE_IP, dst, port, Origin::LocalProcess);
+    let all = ["10.96.0.0/16"];
+    // (cidrs, packet, outcome)
+    type Row<'a> = (&'a [&'a str], trace::Packet, Vec<(Verdict, bool, u32)>);
+    let rows: Vec<Row> = vec![
+        (&all, from_pod("10.96.0.10", 81), reject.to_vec()),
+        (&all, from_node("10.96.0.10", 81), reject.to_vec()),
+        (&all, from_client("10.96.0.10", 81), reject.to_vec()),
+        (&all, from_pod("10.96.9.9", 80), drop.to_vec()),
+        (&all, from_node("10.96.9.9", 80), drop.to_vec()),
+        (&all, from_client("10.96.9.9", 80), drop.to_vec()),
+        // What Services answer is unchanged.
+        (&all, from_pod("10.96.0.10", 80), both(false)),
+        (&all, from_node("10.96.0.10", 80), both(true)),
+        (&all, from_pod("10.96.0.60", 80), reject.to_vec()),
+        // Outside the CIDRs nothing changes.
+        (&all, from_pod("10.97.0.10", 80), untouched.to_vec()),
+        (
+            &["10.96.0.0/24"],
+            from_pod("10.96.9.9", 80),
+            untouched.to_vec(),
+        ),
+        (&["10.96.0.0/24"], from_pod("10.96.0.99", 80), drop.to_vec()),
+        // Without Service CIDRs, or with only the other family's: untouched.
+        (&[], from_pod("10.96.0.10", 81), untouched.to_vec()),
+        (&[], from_pod("10.96.9.9", 80), untouched.to_vec()),
+        (
+            &["fd00:96::/112"],
+            from_pod("10.96.9.9", 80),
+            untouched.to_vec(),
+        ),
+        (
+            &["fd00:96::/112"],
+            from_pod("10.96.0.10", 81),
+            untouched.to_vec(),
+        ),
+    ];
+    for (cidrs, p, expected) in rows {
+        assert_flow_in_cidrs(&view, cidrs, &p, &expected);
+    }
+}
+
+/// The incremental planner starts over when the Service CIDRs change, and then holds exactly
+/// what a full plan with the new ones gives.
+#[test]
+fn a_change_of_service_cidrs_is_planned_as_in_full() {
+    let view = mk_fixed_view();
+    for dispatch in [Dispatch::Linear, Dispatch::Tree] {
+        let mut options = mk_options(dispatch);
+        options.leaf_size = 2;
+        let mut planner = Planner::new(options.clone());
+        for cidrs in [
+            &[][..],
+            &["10.96.0.0/16"],
+            &["10.96.0.0/24", "fd00:96::/112"],
+            &[],
+        ] {
+            let cidrs: Vec<ipnet::IpNet> = cidrs.iter().map(|c| c.parse().unwrap()).collect();
+            options.service_cidrs = cidrs.clone();
+            planner.set_service_cidrs(&cidrs);
+            planner.update(&view);
+            assert_eq!(planner.ruleset(), &plan(&view, &options), "{cidrs:?}");
+            assert_eq!(planner.take_changes(), Changes::All, "{cidrs:?}");
+            planner.update(&view);
+            assert_eq!(planner.take_changes(), Changes::Chains(Default::default()));
+        }
+    }
+}
+
 fn from_client(dst: &str, dport: u16) -> trace::Packet {
     packet(CLIENT_IP, dst, dport, Origin::Network)
 }

@@ -168,6 +168,12 @@ impl Harness {
                     .await
                     .unwrap();
             }
+            "ServiceCIDR" => {
+                Api::<k8s_openapi::api::networking::v1::ServiceCIDR>::all(self.client.clone())
+                    .create(&pp, &serde_json::from_value(obj).unwrap())
+                    .await
+                    .unwrap();
+            }
             other => panic!("no builder for {other}"),
         }
     }

@@ -12,8 +12,13 @@ pub fn free_port() -> u16 {
 
 /// `(status, body)` of `GET path` on `127.0.0.1:port`.
 pub async fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    get_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path).await
+}
+
+/// `(status, body)` of `GET path` on `addr`.
+pub async fn get_at(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).await?;

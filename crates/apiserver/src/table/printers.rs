@@ -19,6 +19,7 @@ pub enum Printer {
     EndpointSlice,
     Event,
     Lease,
+    ServiceCidr,
     Namespace,
     ConfigMap,
     Deployment,
@@ -37,6 +38,7 @@ impl Printer {
             ("discovery.k8s.io", "endpointslices") => Self::EndpointSlice,
             ("", "events") | ("events.k8s.io", "events") => Self::Event,
             ("coordination.k8s.io", "leases") => Self::Lease,
+            ("networking.k8s.io", "servicecidrs") => Self::ServiceCidr,
             ("", "namespaces") => Self::Namespace,
             ("", "configmaps") => Self::ConfigMap,
             ("apps", "deployments") => Self::Deployment,
@@ -107,6 +109,11 @@ impl Printer {
                 Column { priority: 1, ..name() },
             ],
             Self::Lease => vec![name(), c("Holder", "string", 0, "The holder of the lease"), age()],
+            Self::ServiceCidr => vec![
+                name(),
+                c("CIDRs", "string", 0, "CIDRs defines the IP blocks in CIDR notation (e.g. \"192.168.0.0/24\" or \"2001:db8::/64\") from which to assign service cluster IPs. Max of two CIDRs is allowed, one of each IP family. This field is immutable."),
+                age(),
+            ],
             Self::Namespace => vec![
                 name(),
                 c("Status", "string", 0, "The status of the namespace"),
@@ -174,6 +181,13 @@ impl Printer {
             ],
             Self::Event => event_cells(obj, name, now),
             Self::Lease => vec![name, json!(str_at(&obj["spec"]["holderIdentity"])), age],
+            Self::ServiceCidr => {
+                let cidrs: Vec<&str> = obj["spec"]["cidrs"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                vec![name, json!(cidrs.join(",")), age]
+            }
             Self::Namespace => vec![name, json!(str_at(&obj["status"]["phase"])), age],
             Self::ConfigMap => {
                 let len = |v: &Value| v.as_object().map_or(0, Map::len);

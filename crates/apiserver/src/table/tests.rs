@@ -407,6 +407,32 @@ fn event_cells_old_and_new_style() {
 }
 
 #[test]
+fn service_cidr_cells_join_the_cidrs() {
+    let meta = json!({"name": "kubernetes", "creationTimestamp": FIVE_MIN_AGO});
+    assert_eq!(
+        cells(
+            Printer::ServiceCidr,
+            json!({"metadata": meta, "spec": {"cidrs": ["10.96.0.0/16", "fd00:96::/112"]}})
+        ),
+        vec![
+            json!("kubernetes"),
+            json!("10.96.0.0/16,fd00:96::/112"),
+            json!("5m")
+        ]
+    );
+    assert_eq!(
+        cells(Printer::ServiceCidr, json!({"metadata": meta, "spec": {}}))[1],
+        json!("")
+    );
+    let names: Vec<String> = Printer::ServiceCidr
+        .columns()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(names, ["Name", "CIDRs", "Age"]);
+}
+
+#[test]
 fn lease_namespace_configmap_cells() {
     let meta = json!({"name": "x", "creationTimestamp": FIVE_MIN_AGO});
     assert_eq!(

@@ -4,7 +4,8 @@
 //! level costs a new connection at most two rules and a leaf holds at most `leaf_size` rules. A
 //! leaf's content is exactly the rules linear dispatch would have had for those addresses, and a
 //! chain's name is derived from the prefix it covers, so a Service change rewrites one leaf.
-//! Node ports are split the same way by port range, one tree per protocol.
+//! Node ports are split the same way by port range, one tree per protocol, and the filter
+//! chain `BERTH-CLUSTER-IPS` lays out its ClusterIP rejects the same way by address.
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -12,7 +13,7 @@ use ipnet::IpNet;
 
 use crate::plan::input::NodeInfo;
 use crate::plan::model::protocol_keyword;
-use crate::plan::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table};
+use crate::plan::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table, Target};
 use crate::plan::names;
 use crate::plan::options::PlanOptions;
 use berth_core::{IpFamily, Protocol};
@@ -32,6 +33,9 @@ pub enum Dispatch {
 pub struct DispatchEntries {
     pub(crate) by_dst: Vec<(u128, Rule)>,
     pub(crate) by_node_port: Vec<(Protocol, u128, Rule)>,
+    /// The filter REJECT of each ClusterIP inside the Service CIDRs, laid out below
+    /// `BERTH-CLUSTER-IPS` as the Service addresses are below `BERTH-SERVICES`.
+    pub(crate) by_cluster_ip: Vec<(u128, Rule)>,
 }
 
 pub(crate) fn addr_key(addr: IpAddr) -> u128 {
@@ -48,6 +52,10 @@ impl DispatchEntries {
 
     pub fn push_node_port(&mut self, protocol: Protocol, port: u16, rule: Rule) {
         self.by_node_port.push((protocol, u128::from(port), rule));
+    }
+
+    pub fn push_cluster_ip(&mut self, addr: IpAddr, rule: Rule) {
+        self.by_cluster_ip.push((addr_key(addr), rule));
     }
 }
 
@@ -69,7 +77,9 @@ pub(crate) fn range_of(bits: u32, prefix: u128, len: u32) -> (u128, u128) {
     (prefix, prefix | span)
 }
 
-pub(crate) struct AddrSpace(pub(crate) IpFamily);
+/// Addresses of one family, and the kind of tree they name ([`names::DISPATCH_DST`] or
+/// [`names::DISPATCH_CLUSTER_IP`]).
+pub(crate) struct AddrSpace(pub(crate) IpFamily, pub(crate) &'static str);
 
 impl AddrSpace {
     fn net(&self, prefix: u128, len: u32) -> Option<IpNet> {
@@ -89,7 +99,7 @@ macro_rules! addr_space {
         impl KeySpace for $ty {
             const BITS: u32 = $bits;
             fn kind(&self) -> &'static str {
-                names::DISPATCH_DST
+                self.0 .1
             }
             fn label(&self, prefix: u128, len: u32) -> String {
                 self.0
@@ -133,10 +143,11 @@ impl KeySpace for PortSpace {
     }
 }
 
-/// Writes `entries` (sorted by key) into `chain`: the rules themselves when they fit a leaf,
-/// else one jump per half of the first bit where the keys differ.
+/// Writes `entries` (sorted by key) into `chain` of `table`: the rules themselves when they fit a
+/// leaf, else one jump per half of the first bit where the keys differ.
 fn fill<S: KeySpace>(
     rs: &mut Ruleset,
+    table: Table,
     space: &S,
     chain: &ChainName,
     entries: &[(u128, Rule)],
@@ -152,9 +163,9 @@ fn fill<S: KeySpace>(
         (first.0 ^ last.0).leading_zeros() - (128 - S::BITS)
     };
     if entries.len() <= leaf_size.max(1) || common >= S::BITS {
-        let nat = rs.table_mut(Table::Nat);
+        let rules = rs.table_mut(table);
         for (_, rule) in entries {
-            nat.push(chain, rule.clone());
+            rules.push(chain, rule.clone());
         }
         return;
     }
@@ -172,56 +183,95 @@ fn fill<S: KeySpace>(
         };
         let prefix = key & mask & range_of(S::BITS, 0, 0).1;
         let child = names::dispatch_chain(space.kind(), &space.label(prefix, child_len));
-        rs.table_mut(Table::Nat)
+        rs.table_mut(table)
             .push(chain, Rule::jump(space.matches(prefix, child_len), &child));
-        rs.table_mut(Table::Nat).chain_mut(&child);
-        fill(rs, space, &child, half, leaf_size);
+        rs.table_mut(table).chain_mut(&child);
+        fill(rs, table, space, &child, half, leaf_size);
     }
 }
 
-/// Lays out the nat entry chains `BERTH-SERVICES` and `BERTH-NODEPORTS`.
-pub fn build_dispatch(
+/// Lays out `entries` by destination address in `table`'s `chain` (sorted first: rules of one
+/// address keep their Service order), as a tree of `kind` or as one list.
+fn lay_out_by_address(
     rs: &mut Ruleset,
-    entries: DispatchEntries,
-    dispatch: Dispatch,
-    family: IpFamily,
-    leaf_size: usize,
+    table: Table,
+    chain: &ChainName,
+    kind: &'static str,
+    mut entries: Vec<(u128, Rule)>,
+    options: &PlanOptions,
 ) {
+    match options.dispatch {
+        Dispatch::Linear => {
+            let rules = rs.table_mut(table);
+            for (_, rule) in entries {
+                rules.push(chain, rule);
+            }
+        }
+        Dispatch::Tree => {
+            entries.sort_by_key(|(key, _)| *key);
+            let space = AddrSpace(options.family, kind);
+            match options.family {
+                IpFamily::V4 => fill(
+                    rs,
+                    table,
+                    &V4Space(space),
+                    chain,
+                    &entries,
+                    options.leaf_size,
+                ),
+                IpFamily::V6 => fill(
+                    rs,
+                    table,
+                    &V6Space(space),
+                    chain,
+                    &entries,
+                    options.leaf_size,
+                ),
+            }
+        }
+    }
+}
+
+/// Lays out the nat entry chains `BERTH-SERVICES` and `BERTH-NODEPORTS`, and with Service
+/// CIDRs the filter chain `BERTH-CLUSTER-IPS`.
+pub fn build_dispatch(rs: &mut Ruleset, entries: DispatchEntries, options: &PlanOptions) {
     let services = names::fixed(names::SERVICES);
     let node_ports = names::fixed(names::NODEPORTS);
     let DispatchEntries {
-        mut by_dst,
+        by_dst,
         mut by_node_port,
+        by_cluster_ip,
     } = entries;
-    match dispatch {
+    lay_out_by_address(
+        rs,
+        Table::Nat,
+        &services,
+        names::DISPATCH_DST,
+        by_dst,
+        options,
+    );
+    if !options.family_service_cidrs().is_empty() {
+        let cluster_ips = names::fixed(names::CLUSTER_IPS);
+        rs.table_mut(Table::Filter).chain_mut(&cluster_ips);
+        lay_out_by_address(
+            rs,
+            Table::Filter,
+            &cluster_ips,
+            names::DISPATCH_CLUSTER_IP,
+            by_cluster_ip,
+            options,
+        );
+        rs.table_mut(Table::Filter)
+            .push(&cluster_ips, unallocated_drop());
+    }
+    match options.dispatch {
         Dispatch::Linear => {
             let nat = rs.table_mut(Table::Nat);
-            for (_, rule) in by_dst {
-                nat.push(&services, rule);
-            }
             for (_, _, rule) in by_node_port {
                 nat.push(&node_ports, rule);
             }
         }
         Dispatch::Tree => {
-            // Stable sorts: rules of one address keep the Service order of the linear layout.
-            by_dst.sort_by_key(|(key, _)| *key);
-            match family {
-                IpFamily::V4 => fill(
-                    rs,
-                    &V4Space(AddrSpace(IpFamily::V4)),
-                    &services,
-                    &by_dst,
-                    leaf_size,
-                ),
-                IpFamily::V6 => fill(
-                    rs,
-                    &V6Space(AddrSpace(IpFamily::V6)),
-                    &services,
-                    &by_dst,
-                    leaf_size,
-                ),
-            }
             by_node_port.sort_by_key(|(proto, key, _)| (*proto, *key));
             for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
                 let of_proto: Vec<(u128, Rule)> = by_node_port
@@ -229,10 +279,48 @@ pub fn build_dispatch(
                     .filter(|(p, _, _)| *p == proto)
                     .map(|(_, key, rule)| (*key, rule.clone()))
                     .collect();
-                fill(rs, &PortSpace(proto), &node_ports, &of_proto, leaf_size);
+                fill(
+                    rs,
+                    Table::Nat,
+                    &PortSpace(proto),
+                    &node_ports,
+                    &of_proto,
+                    options.leaf_size,
+                );
             }
         }
     }
+}
+
+/// The last rule of `BERTH-CLUSTER-IPS`: a new connection into a Service CIDR that no ClusterIP
+/// rule took goes to an address no Service holds.
+pub(crate) fn unallocated_drop() -> Rule {
+    Rule::new(
+        vec![Match::comment(
+            "berth: drop traffic to unallocated cluster IPs",
+        )],
+        Target::Drop,
+    )
+}
+
+/// The rules that end the filter `BERTH-SERVICES`: a new connection still addressed into one of
+/// the family's Service CIDRs after DNAT was not taken by any Service port, and is checked in
+/// `BERTH-CLUSTER-IPS`. After the no-endpoint rules, so those keep their REJECT or DROP.
+pub(crate) fn service_cidr_jumps(options: &PlanOptions) -> Vec<Rule> {
+    let target = names::fixed(names::CLUSTER_IPS);
+    options
+        .family_service_cidrs()
+        .into_iter()
+        .map(|cidr| {
+            Rule::jump(
+                vec![
+                    Match::comment("berth: untranslated traffic to a Service CIDR"),
+                    Match::dst_net(cidr),
+                ],
+                &target,
+            )
+        })
+        .collect()
 }
 
 /// The jump from `BERTH-SERVICES` to `BERTH-NODEPORTS`. In IPv6 it leaves out `::1`, as

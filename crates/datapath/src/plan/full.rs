@@ -4,7 +4,9 @@
 //! on its own; only the entry dispatch is shared (see [`crate::plan::dispatch`]).
 
 use crate::plan::categorize::categorize;
-use crate::plan::dispatch::{build_dispatch, node_ports_jumps, Dispatch, DispatchEntries};
+use crate::plan::dispatch::{
+    build_dispatch, node_ports_jumps, service_cidr_jumps, Dispatch, DispatchEntries,
+};
 use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
 use crate::plan::input::{NodeView, ServicePort};
 use crate::plan::model::{ChainName, Ruleset, Table};
@@ -57,15 +59,13 @@ pub fn plan(view: &NodeView, options: &PlanOptions) -> Ruleset {
             options,
         );
     }
-    build_dispatch(
-        &mut rs,
-        entries,
-        options.dispatch,
-        options.family,
-        options.leaf_size,
-    );
+    build_dispatch(&mut rs, entries, options);
     for jump in node_ports_jumps(options, Some(&view.node)) {
         rs.table_mut(Table::Nat)
+            .push(&names::fixed(names::SERVICES), jump);
+    }
+    for jump in service_cidr_jumps(options) {
+        rs.table_mut(Table::Filter)
             .push(&names::fixed(names::SERVICES), jump);
     }
     rs

@@ -14,8 +14,8 @@ use std::hash::{Hash, Hasher};
 
 use crate::plan::categorize::categorize;
 use crate::plan::dispatch::{
-    node_ports_jumps, range_of, AddrSpace, Dispatch, DispatchEntries, KeySpace, PortSpace, V4Space,
-    V6Space,
+    node_ports_jumps, range_of, service_cidr_jumps, unallocated_drop, AddrSpace, Dispatch,
+    DispatchEntries, KeySpace, PortSpace, V4Space, V6Space,
 };
 use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
 use crate::plan::input::{NodeInfo, NodeView, ServicePort, ServicePortName};
@@ -94,6 +94,7 @@ struct Cached {
     shared: BTreeMap<ChainKey, Vec<Rule>>,
     dst: Vec<(u128, Rule)>,
     node_ports: Vec<(Protocol, u128, Rule)>,
+    cluster_ips: Vec<(u128, Rule)>,
 }
 
 /// Holds the current ruleset and the per-Service cache; see the module docs.
@@ -110,6 +111,8 @@ pub struct Planner {
     contributors: BTreeMap<ChainKey, BTreeSet<ServiceKey>>,
     dst: Index,
     node_ports: BTreeMap<Protocol, Index>,
+    /// The ClusterIP rejects below `BERTH-CLUSTER-IPS` (empty without Service CIDRs).
+    cluster_ips: Index,
     pending: Option<BTreeSet<ChainKey>>,
 }
 
@@ -142,6 +145,14 @@ impl Planner {
             rs.table_mut(Table::Nat)
                 .push(&names::fixed(names::SERVICES), jump);
         }
+        let cidr_jumps = service_cidr_jumps(&options);
+        if !cidr_jumps.is_empty() {
+            let filter = rs.table_mut(Table::Filter);
+            for jump in cidr_jumps {
+                filter.push(&names::fixed(names::SERVICES), jump);
+            }
+            filter.push(&names::fixed(names::CLUSTER_IPS), unallocated_drop());
+        }
         Planner {
             options,
             node,
@@ -151,7 +162,20 @@ impl Planner {
             contributors: BTreeMap::new(),
             dst: Index::new(),
             node_ports: BTreeMap::new(),
+            cluster_ips: Index::new(),
             pending: None,
+        }
+    }
+
+    /// Plans with `cidrs` as the cluster's Service CIDRs from now on. A change starts over, as new
+    /// node facts do: the next update plans everything and reports every chain changed.
+    pub fn set_service_cidrs(&mut self, cidrs: &[ipnet::IpNet]) {
+        if self.options.service_cidrs != cidrs {
+            let options = PlanOptions {
+                service_cidrs: cidrs.to_vec(),
+                ..self.options.clone()
+            };
+            *self = Planner::for_node(options, None);
         }
     }
 
@@ -264,6 +288,9 @@ impl Planner {
             }
             Dispatch::Tree => self.rebuild_tree_dispatch(&changes),
         }
+        if !changes.cluster_ips.is_empty() {
+            self.rebuild_cluster_ips(&changes.cluster_ips);
+        }
     }
 
     fn plan_group(&self, group: &[&ServicePort], print: u64) -> (Cached, ChainRules) {
@@ -295,16 +322,22 @@ impl Planner {
                 }
             }
         }
-        let (mut dst, mut node_ports) = (entries.by_dst, entries.by_node_port);
+        let DispatchEntries {
+            by_dst: mut dst,
+            by_node_port: mut node_ports,
+            by_cluster_ip: mut cluster_ips,
+        } = entries;
         // Kept for the Service's lifetime: no room for entries that will never come.
         dst.shrink_to_fit();
         node_ports.shrink_to_fit();
+        cluster_ips.shrink_to_fit();
         let cached = Cached {
             fingerprint: print,
             owned: owned.keys().cloned().collect(),
             shared,
             dst,
             node_ports,
+            cluster_ips,
         };
         (cached, owned)
     }
@@ -376,6 +409,17 @@ impl Planner {
             dst_new.iter().map(|(k, r)| (*k, r)),
             &mut changes.dst,
         );
+        let cip_old = old.as_ref().map_or(&[][..], |c| &c.cluster_ips[..]);
+        let cip_new = new.as_ref().map_or(&[][..], |c| &c.cluster_ips[..]);
+        if !cip_old.is_empty() || !cip_new.is_empty() {
+            swap_entries(
+                &mut self.cluster_ips,
+                &key,
+                cip_old.iter().map(|(k, r)| (*k, r)),
+                cip_new.iter().map(|(k, r)| (*k, r)),
+                &mut changes.cluster_ips,
+            );
+        }
         for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
             let (np_old, np_new) = (node_ports_of(&old, proto), node_ports_of(&new, proto));
             if np_old.is_empty() && np_new.is_empty() {
@@ -408,11 +452,74 @@ impl Planner {
                     rules.extend(part.iter().cloned());
                 }
             }
+            if *chain == (Table::Filter, names::fixed(names::SERVICES)) {
+                rules.extend(service_cidr_jumps(&self.options));
+            }
             let table = self.rs.table_mut(chain.0);
             if table.chains.get(&chain.1) != Some(&rules) {
                 table.chains.insert(chain.1.clone(), rules);
                 self.touch(chain.clone());
             }
+        }
+    }
+
+    /// Rewrites `BERTH-CLUSTER-IPS` (and, in tree mode, the tree chains below it whose range
+    /// holds a changed ClusterIP), as [`crate::plan::dispatch::build_dispatch`] lays it out.
+    fn rebuild_cluster_ips(&mut self, dirty: &BTreeSet<u128>) {
+        let root = names::fixed(names::CLUSTER_IPS);
+        let (mut rules, rewritten, orphans) = match self.options.dispatch {
+            Dispatch::Linear => {
+                let rules: Vec<Rule> = self
+                    .services
+                    .values()
+                    .flat_map(|cached| cached.cluster_ips.iter().map(|(_, rule)| rule.clone()))
+                    .collect();
+                (rules, BTreeMap::new(), BTreeSet::new())
+            }
+            Dispatch::Tree => {
+                let mut walk = TreeWalk {
+                    existing: self.rs.table(Table::Filter),
+                    leaf_size: self.options.leaf_size,
+                    rewritten: BTreeMap::new(),
+                    reached: BTreeSet::new(),
+                };
+                let space = AddrSpace(self.options.family, names::DISPATCH_CLUSTER_IP);
+                let rules = match self.options.family {
+                    IpFamily::V4 => walk.node(
+                        &V4Space(space),
+                        &self.cluster_ips,
+                        dirty,
+                        range_of(32, 0, 0),
+                    ),
+                    IpFamily::V6 => walk.node(
+                        &V6Space(space),
+                        &self.cluster_ips,
+                        dirty,
+                        range_of(128, 0, 0),
+                    ),
+                };
+                // The root is rewritten below: its old children count as the walk's too.
+                walk.rewritten.insert(root.clone(), Vec::new());
+                let orphans = walk.orphans();
+                walk.rewritten.remove(&root);
+                (rules, walk.rewritten, orphans)
+            }
+        };
+        rules.push(unallocated_drop());
+        let filter = self.rs.table_mut(Table::Filter);
+        let mut touched = Vec::new();
+        for (chain, chain_rules) in rewritten.into_iter().chain([(root, rules)]) {
+            if filter.chains.get(&chain) != Some(&chain_rules) {
+                filter.chains.insert(chain.clone(), chain_rules);
+                touched.push(chain);
+            }
+        }
+        for chain in orphans {
+            filter.chains.remove(&chain);
+            touched.push(chain);
+        }
+        for chain in touched {
+            self.touch((Table::Filter, chain));
         }
     }
 
@@ -443,13 +550,13 @@ impl Planner {
         if !changes.dst.is_empty() {
             let mut rules = match self.options.family {
                 IpFamily::V4 => walk.node(
-                    &V4Space(AddrSpace(IpFamily::V4)),
+                    &V4Space(AddrSpace(IpFamily::V4, names::DISPATCH_DST)),
                     &self.dst,
                     &changes.dst,
                     range_of(32, 0, 0),
                 ),
                 IpFamily::V6 => walk.node(
-                    &V6Space(AddrSpace(IpFamily::V6)),
+                    &V6Space(AddrSpace(IpFamily::V6, names::DISPATCH_DST)),
                     &self.dst,
                     &changes.dst,
                     range_of(128, 0, 0),
@@ -495,6 +602,7 @@ struct Touched {
     /// Dispatch keys whose entries changed.
     dst: BTreeSet<u128>,
     node_ports: BTreeMap<Protocol, BTreeSet<u128>>,
+    cluster_ips: BTreeSet<u128>,
 }
 
 fn node_ports_of(cached: &Option<Cached>, proto: Protocol) -> Vec<(u128, &Rule)> {

@@ -14,6 +14,9 @@ pub const MARK_MASQ: &str = "BERTH-MARK-MASQ";
 pub const FORWARD: &str = "BERTH-FORWARD";
 /// Drops load-balancer traffic that `BERTH-FW-*` did not accept (nat cannot drop).
 pub const PROXY_FIREWALL: &str = "BERTH-PROXY-FIREWALL";
+/// Filter: new connections to a Service CIDR that were not translated (kube-proxy's
+/// `cluster-ips-check`): REJECT for a ClusterIP (a port its Service does not have), else DROP.
+pub const CLUSTER_IPS: &str = "BERTH-CLUSTER-IPS";
 /// An empty chain nobody else creates: if it is gone, someone flushed iptables and berth resyncs fully.
 pub const CANARY: &str = "BERTH-CANARY";
 
@@ -84,16 +87,20 @@ pub fn endpoint_chain(
 /// Kinds of dispatch-tree chains: by destination address, and by node port.
 pub const DISPATCH_DST: &str = "DST";
 pub const DISPATCH_NODE_PORT: &str = "NP";
+/// The filter tree of ClusterIPs below [`CLUSTER_IPS`].
+pub const DISPATCH_CLUSTER_IP: &str = "CIP";
 
 /// Whether the chain is an inner node or leaf of a dispatch tree.
 pub fn is_dispatch_chain(chain: &ChainName) -> bool {
-    [DISPATCH_DST, DISPATCH_NODE_PORT].iter().any(|kind| {
-        chain
-            .as_str()
-            .strip_prefix("BERTH-")
-            .and_then(|rest| rest.strip_prefix(kind))
-            .is_some_and(|rest| rest.starts_with('-'))
-    })
+    [DISPATCH_DST, DISPATCH_NODE_PORT, DISPATCH_CLUSTER_IP]
+        .iter()
+        .any(|kind| {
+            chain
+                .as_str()
+                .strip_prefix("BERTH-")
+                .and_then(|rest| rest.strip_prefix(kind))
+                .is_some_and(|rest| rest.starts_with('-'))
+        })
 }
 
 /// A dispatch-tree chain, named after the key range it covers (`kind` separates the trees).
@@ -143,6 +150,8 @@ mod tests {
             endpoint_chain(&name(), Protocol::Sctp, &endpoint),
             dispatch_chain("DST", "fd00::/7"),
             dispatch_chain("NP", "tcp 30000-32767"),
+            dispatch_chain(DISPATCH_CLUSTER_IP, "fd00:96::/112"),
+            fixed(CLUSTER_IPS),
             fixed(EXTERNAL_SERVICES),
             fixed(PROXY_FIREWALL),
         ] {

@@ -19,6 +19,11 @@ pub struct PlanOptions {
     pub leaf_size: usize,
     /// kube-proxy's `--nodeport-addresses`: the node addresses node ports answer on.
     pub node_port_addresses: NodePortAddresses,
+    /// The cluster's Service CIDRs (its `ServiceCIDR` objects, or the agent's `--service-cidr`):
+    /// new connections to an address inside one of this family's that was not translated are
+    /// rejected when it is a Service's ClusterIP (a port the Service does not have) and dropped
+    /// otherwise (no Service holds it), as kube-proxy's nftables mode does. Empty: no such check.
+    pub service_cidrs: Vec<IpNet>,
 }
 
 /// kube-proxy's `--nodeport-addresses`: CIDRs and the keyword `primary`. Node ports answer on
@@ -76,7 +81,28 @@ impl Default for PlanOptions {
             random_fully: true,
             leaf_size: 16,
             node_port_addresses: NodePortAddresses::default(),
+            service_cidrs: Vec::new(),
         }
+    }
+}
+
+impl PlanOptions {
+    /// The Service CIDRs of the options' family, in the order given, without repeats.
+    pub fn family_service_cidrs(&self) -> Vec<IpNet> {
+        let mut out: Vec<IpNet> = Vec::new();
+        for cidr in &self.service_cidrs {
+            if self.family.contains(cidr.addr()) && !out.contains(cidr) {
+                out.push(*cidr);
+            }
+        }
+        out
+    }
+
+    /// Whether `addr` lies inside one of the family's Service CIDRs.
+    pub fn in_service_cidrs(&self, addr: std::net::IpAddr) -> bool {
+        self.service_cidrs
+            .iter()
+            .any(|cidr| self.family.contains(cidr.addr()) && cidr.contains(&addr))
     }
 }
 

@@ -55,6 +55,7 @@ pub(crate) fn plan_service_port(
         return;
     };
     push_dispatch_entries(entries, port, &policy);
+    push_cluster_ip_entries(entries, &policy, options);
     plan_filter_rules(rs, port, &policy);
     plan_cluster_ip_masquerade(rs, port, &policy);
     if policy.uses_external_chain {
@@ -91,6 +92,23 @@ fn push_dispatch_entries(entries: &mut DispatchEntries, port: &ServicePort, poli
             node_port,
             Rule::jump(matches, &policy.chains.external),
         );
+    }
+}
+
+/// The REJECT of each ClusterIP inside the Service CIDRs, for new connections to it that no
+/// port of the Service translated (kube-proxy's `cluster-ips` set). Every port of a Service
+/// writes its own, so a port's plan depends on that port alone.
+fn push_cluster_ip_entries(
+    entries: &mut DispatchEntries,
+    policy: &PortPolicy,
+    options: &PlanOptions,
+) {
+    for ip in &policy.cluster_ips {
+        if options.in_service_cidrs(*ip) {
+            let comment = format!("{} cluster IP, on a port it does not have", policy.name);
+            let matches = vec![Match::comment(comment), Match::dst(*ip)];
+            entries.push_cluster_ip(*ip, Rule::new(matches, Target::Reject));
+        }
     }
 }
 

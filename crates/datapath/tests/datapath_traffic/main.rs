@@ -28,6 +28,7 @@ mod cluster;
 mod family;
 mod flows;
 mod node_port_addresses;
+mod service_cidrs;
 mod split;
 mod topology;
 
@@ -504,6 +505,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "topology_no_endpoint_in_the_zone_falls_back_to_all",
         topology::no_endpoint_in_the_zone_falls_back_to_all,
+    ),
+    (
+        "service_cidrs_refuse_undefined_ports_and_drop_unallocated_addresses",
+        service_cidrs::undefined_ports_are_refused_and_unallocated_addresses_dropped,
     ),
 ];
 

@@ -278,6 +278,8 @@ pub fn plan_components(
                 "--kubeconfig",
                 &kubeconfig,
                 "--graceful-pod-deletion",
+                "--service-cluster-ip-range",
+                &families.service_cidrs(),
             ]),
             log: log("apiserver"),
         },
@@ -395,7 +397,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                ("apiserver".to_string(), "/bin/berth lab apiserver --listen 127.0.0.1:0 --listen-netns berth-lab-cp=198.18.0.2:6443 --kubeconfig /state/kubeconfig --graceful-pod-deletion".to_string()),
+                ("apiserver".to_string(), "/bin/berth lab apiserver --listen 127.0.0.1:0 --listen-netns berth-lab-cp=198.18.0.2:6443 --kubeconfig /state/kubeconfig --graceful-pod-deletion --service-cluster-ip-range 10.96.0.0/16".to_string()),
                 ("kubelet".to_string(), "/bin/berth lab kubelet --name lab --nodes 2 --ip-family ipv4 --kubeconfig /state/kubeconfig".to_string()),
                 ("controller-manager".to_string(), "/bin/berth lab controller-manager --kubeconfig /state/kubeconfig".to_string()),
                 ("controller".to_string(), "ip netns exec berth-lab-cp /bin/berth controller --kubeconfig /state/kubeconfig.lan --service-cidr 10.96.0.0/16 --endpoints on --admin-listen 198.18.0.2:9090".to_string()),
@@ -424,6 +426,8 @@ mod tests {
         let c = plan_components("lab", 2, families, &l, &files).unwrap();
         assert!(argv_of(&c, "apiserver").contains("--listen-netns berth-lab-cp=198.18.0.2:6443"));
         assert!(argv_of(&c, "kubelet").contains("--ip-family dual"));
+        assert!(argv_of(&c, "apiserver")
+            .ends_with("--service-cluster-ip-range 10.96.0.0/16,fd00:96::/112"));
         assert!(argv_of(&c, "controller")
             .contains("--service-cidr 10.96.0.0/16,fd00:96::/112 --endpoints on"));
         let agent = argv_of(&c, "agent-node2");
