@@ -345,7 +345,11 @@ pub fn parse_fib(json: &str) -> BTreeMap<IpAddr, Vec<IpAddr>> {
             .into_iter()
             .collect();
         for hop in route["nexthops"].as_array().into_iter().flatten() {
-            hops.extend(hop["gateway"].as_str().and_then(|g| g.parse::<IpAddr>().ok()));
+            hops.extend(
+                hop["gateway"]
+                    .as_str()
+                    .and_then(|g| g.parse::<IpAddr>().ok()),
+            );
         }
         if !hops.is_empty() {
             hops.sort();

@@ -247,9 +247,6 @@ impl Lab {
     fn build_bgp_network(&mut self) -> Result<(), ClusterError> {
         use crate::topology::Runner;
         let mut runner = crate::topology::IpCommand;
-        for step in bgp::plan_network(&self.layout)? {
-            runner.run(&step)?;
-        }
         let frr = nix::unistd::User::from_name("frr")
             .ok()
             .flatten()
@@ -258,6 +255,9 @@ impl Lab {
                     "--bgp needs FRR (Debian package frr, which makes the user frr)".into(),
                 )
             })?;
+        for step in bgp::plan_network(&self.layout)? {
+            runner.run(&step)?;
+        }
         let router = bgp::router(&self.layout)?.name.clone();
         let owners =
             std::iter::once(router).chain(self.layout.nodes.iter().map(|n| n.name.clone()));
