@@ -292,9 +292,13 @@ bench-aws: check-cargo deps-python
 bench-failover: check-cargo
 	$(CARGO) bench --profile dev -p berth --bench failover
 
-# BGP: SIGKILL and link-cut withdrawal at a real FRR router, p50/p99 over BERTH_BGP_TRIALS (20).
+# BGP: SIGKILL and link-cut withdrawal at a real FRR router, p50/p99 over BERTH_BGP_TRIALS (20);
+# then 1,000 Services to routes through the real agents and their API requests/s at steady
+# state. One `bgp:` line with both parts' fields.
 bench-bgp: check-cargo
-	$(CARGO) bench --profile dev -p berth-bgp --bench bgp_failover
+	$(CARGO) bench --profile dev -p berth-bgp --bench bgp_failover > target/bench-bgp-failover.txt
+	BERTH_BGP_FAILOVER="$$(grep '^bgp:' target/bench-bgp-failover.txt)" \
+		$(CARGO) bench --profile dev -p berth --bench bgp_services
 
 ## Recovery
 

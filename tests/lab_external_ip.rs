@@ -59,6 +59,7 @@ async fn a_tenant_external_ip_on_the_api_servers_address_takes_nothing() {
         state_dir: dir,
         exe: BERTH.into(),
         timeout: Duration::from_secs(60),
+        bgp: false,
     };
     // Dropped at the end or on a failure: stops every process, deletes every namespace.
     let lab = berth_lab::cluster::Lab::start(&opts, &Quiet).await.unwrap();

@@ -3,7 +3,9 @@
 # in order with the real kubectl, then stops the lab (which removes everything, also when a
 # journey fails). Needs root, iproute2, curl and kubectl: without them it skips with a message,
 # but fails under CI=true or BERTH_REQUIRE_ROOT=1. Journeys that need the L2 announcer (NEEDS=
-# "announcer") are skipped, with a message, while `berth agent` has none.
+# "announcer") are skipped, with a message, while `berth agent` has none. Where FRR is installed
+# the lab runs with --bgp (a router on the LAN, FRR on every node); journeys that need it
+# (NEEDS="bgp") are skipped, with a message, where it is not.
 #
 #   e2e/local/run.sh [JOURNEY...]     e.g. e2e/local/run.sh 10-pods-follow
 set -euo pipefail
@@ -27,12 +29,19 @@ fi
 
 announcer=no
 "$BERTH_BIN" agent --help | grep -qi 'announc' && announcer=yes
+bgp=no bgp_flag=()
+if [[ -x /usr/lib/frr/bgpd && -f /usr/lib/frr/frr-reload.py ]] && command -v vtysh >/dev/null 2>&1; then
+    bgp=yes bgp_flag=(--bgp)
+fi
 
 LAB=e2e$$
 STATE_DIR=$(mktemp -d /tmp/berth-e2e.XXXXXX)
 CLIENT_NS=berth-$LAB-client
+# With --bgp: the router on the LAN and the client behind it.
+ROUTER_NS=berth-$LAB-router
+OUTSIDE_NS=berth-$LAB-outside
 export KUBECONFIG=$STATE_DIR/kubeconfig
-export LAB STATE_DIR CLIENT_NS
+export LAB STATE_DIR CLIENT_NS ROUTER_NS OUTSIDE_NS
 up_log=$(mktemp /tmp/berth-e2e-up.XXXXXX)
 up_pid=""
 
@@ -47,8 +56,8 @@ stop_lab() {
 }
 trap stop_lab EXIT
 
-echo "e2e: starting lab $LAB (3 nodes)"
-"$BERTH_BIN" lab up --name "$LAB" --state-dir "$STATE_DIR" --nodes 3 >"$up_log" 2>&1 &
+echo "e2e: starting lab $LAB (3 nodes${bgp_flag:+, BGP})"
+"$BERTH_BIN" lab up --name "$LAB" --state-dir "$STATE_DIR" --nodes 3 "${bgp_flag[@]}" >"$up_log" 2>&1 &
 up_pid=$!
 deadline=$((SECONDS + 120))
 until grep -q "is up" "$up_log"; do
@@ -78,6 +87,11 @@ for name in "${journeys[@]}"; do
     source "$here/$name.sh"
     if [[ $NEEDS == announcer && $announcer == no ]]; then
         echo "e2e: $name: SKIPPED (needs the L2 announcer; this berth agent has none)"
+        skipped=$((skipped + 1))
+        continue
+    fi
+    if [[ $NEEDS == bgp && $bgp == no ]]; then
+        echo "e2e: $name: SKIPPED (needs FRR: Debian packages frr and frr-pythontools)"
         skipped=$((skipped + 1))
         continue
     fi

@@ -57,9 +57,17 @@ pub struct UpArgs {
     #[arg(long, env = "BERTH_LAB_IP_FAMILY", value_enum, default_value_t = IpFamilyArg::Dual)]
     ip_family: IpFamilyArg,
 
-    /// Manifests to apply once the lab is up (every .yaml file of the directory).
+    /// Manifests to apply once the lab is up (every .yaml file of the directory; with `--bgp`,
+    /// those of its subdirectory `bgp` too).
     #[arg(long, env = "BERTH_LAB_APPLY")]
     apply: Option<PathBuf>,
+
+    /// Add a BGP router on the LAN (FRR, peering with every node) with a client behind it, run
+    /// FRR on every node and make the agents BGP speakers; the proof reaches BGP-announced
+    /// addresses from the client behind the router. Needs FRR (Debian packages frr and
+    /// frr-pythontools).
+    #[arg(long, env = "BERTH_LAB_BGP")]
+    bgp: bool,
 
     /// Prove, print the summary and tear the lab down instead of staying up.
     #[arg(long, env = "BERTH_LAB_ONCE")]
@@ -284,6 +292,7 @@ fn run_up(args: UpArgs) -> anyhow::Result<()> {
         state_dir: args.lab.state_dir.clone(),
         exe: std::env::current_exe().context("finding the berth binary")?,
         timeout: args.timeout,
+        bgp: args.bgp,
     };
     super::run(|shutdown| async move {
         let steps = Steps::new();
@@ -295,7 +304,11 @@ fn run_up(args: UpArgs) -> anyhow::Result<()> {
         if let Some(dir) = &args.apply {
             use berth_lab::cluster::Progress;
             steps.start(&format!("applying {}", dir.display()));
-            let applied = lab.apply(dir).await?;
+            let mut applied = lab.apply(dir).await?;
+            let bgp_dir = dir.join("bgp");
+            if args.bgp && bgp_dir.is_dir() {
+                applied.extend(lab.apply(&bgp_dir).await?);
+            }
             steps.done(&applied.join(", "));
             let (table, ok) = tokio::select! {
                 result = lab.prove(&steps) => result?,

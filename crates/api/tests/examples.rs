@@ -20,7 +20,12 @@ fn examples_dir() -> PathBuf {
 
 /// (file name, document) for every YAML document under examples/.
 fn documents() -> Vec<(String, Value)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(examples_dir())
+    documents_in(examples_dir())
+}
+
+/// (file name, document) for every YAML document in `dir` (not its subdirectories).
+fn documents_in(dir: PathBuf) -> Vec<(String, Value)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
@@ -124,6 +129,78 @@ fn examples_of_our_kinds_round_trip_and_validate() {
         seen.0
     );
     assert!(seen.1 >= 1, "expected an L2Advertisement example");
+}
+
+/// examples/bgp (applied by `berth lab up --bgp` only): every object parses, validates in Rust
+/// and against its CRD's CEL rules; the pool lies outside the lab LAN (its addresses are routed
+/// through the lab's router) and is never assigned unasked; the advertisement names it.
+#[test]
+fn bgp_examples_validate_and_their_pool_lies_outside_the_lan() {
+    use berth_api::names::{KIND_BFD_PROFILE, KIND_BGP_ADVERTISEMENT, KIND_BGP_PEER};
+    use berth_api::{BFDProfile, BGPAdvertisement, BGPPeer};
+    let mut kinds = Vec::new();
+    let mut pools = Vec::new();
+    let mut advertised = Vec::new();
+    for (file, doc) in documents_in(examples_dir().join("bgp")) {
+        if doc["apiVersion"] != API_VERSION {
+            continue;
+        }
+        let kind = doc["kind"].as_str().unwrap().to_string();
+        let verdict = match kind.as_str() {
+            KIND_IP_POOL => {
+                let pool: IPPool = serde_json::from_value(doc.clone()).unwrap();
+                pools.push(pool.clone());
+                pool.spec.validate()
+            }
+            KIND_BGP_PEER => serde_json::from_value::<BGPPeer>(doc.clone())
+                .unwrap()
+                .spec
+                .validate(),
+            KIND_BGP_ADVERTISEMENT => {
+                let adv: BGPAdvertisement = serde_json::from_value(doc.clone()).unwrap();
+                advertised.extend(adv.spec.ip_pools.clone());
+                adv.spec.validate()
+            }
+            KIND_BFD_PROFILE => serde_json::from_value::<BFDProfile>(doc.clone())
+                .unwrap()
+                .spec
+                .validate(),
+            other => panic!("{file}: unexpected kind {other}"),
+        };
+        if let Err(errors) = verdict {
+            panic!("{file}: {errors}");
+        }
+        cel_check(&kind, &file, &doc);
+        kinds.push(kind);
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "BFDProfile",
+            "BGPAdvertisement",
+            "BGPPeer",
+            "BGPPeer",
+            "IPPool"
+        ]
+    );
+    let [pool] = pools.as_slice() else {
+        panic!("one BGP pool expected: {pools:?}");
+    };
+    assert!(!pool.spec.auto_assign, "the BGP pool assigns itself");
+    assert_eq!(advertised, [pool.metadata.name.clone().unwrap()]);
+    let lan: ipnet::IpNet = "198.18.0.0/24".parse().unwrap();
+    let lan6: ipnet::IpNet = "fd00:198:18::/64".parse().unwrap();
+    for range in pool.spec.ranges().unwrap() {
+        let text = range.to_string();
+        for end in text.split('-') {
+            let ip: std::net::IpAddr = end.parse().unwrap();
+            assert!(
+                !lan.contains(&ip) && !lan6.contains(&ip),
+                "{text} lies on the lab LAN"
+            );
+        }
+    }
 }
 
 #[test]

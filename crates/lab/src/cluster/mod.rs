@@ -10,12 +10,14 @@
 //! up after one that is gone (saying so).
 
 pub mod apply;
+pub mod bgp;
 pub mod plan;
 pub mod proof;
 pub mod state;
 
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -102,6 +104,9 @@ pub struct UpOptions {
     pub exe: PathBuf,
     /// How long each wait may take.
     pub timeout: Duration,
+    /// A BGP router with a client behind it, FRR on every node, the agents BGP speakers
+    /// ([`bgp`]).
+    pub bgp: bool,
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
@@ -119,6 +124,8 @@ pub struct Lab {
     client: Option<Client>,
     timeout: Duration,
     families: plan::LabFamilies,
+    /// With `--bgp`: the node names of the next hops the router may learn.
+    bgp: Option<BTreeMap<IpAddr, String>>,
 }
 
 impl Lab {
@@ -149,7 +156,10 @@ impl Lab {
     /// Builds the lab, starts every component and waits until they are ready.
     pub async fn start(opts: &UpOptions, progress: &dyn Progress) -> Result<Lab, ClusterError> {
         let prefix = plan::lab_prefix(&opts.name)?;
-        let spec = plan::lab_topology_for(&prefix, opts.nodes, opts.families)?;
+        let mut spec = plan::lab_topology_for(&prefix, opts.nodes, opts.families)?;
+        if opts.bgp {
+            spec = spec.client(bgp::ROUTER);
+        }
         let layout = layout(&spec)?;
         let files = Files::new(&opts.state_dir);
 
@@ -176,6 +186,7 @@ impl Lab {
             client: None,
             timeout: opts.timeout,
             families: opts.families,
+            bgp: None,
         };
 
         progress.start("building the network (LAN, control plane, nodes, client)");
@@ -185,6 +196,12 @@ impl Lab {
             lab.layout.namespaces().len()
         ));
 
+        if opts.bgp {
+            progress.start("building the BGP router and the client behind it");
+            lab.build_bgp_network()?;
+            progress.done(&bgp::describe(&lab.layout, opts.families)?);
+        }
+
         write_membership_key(&lab.files.membership_key)?;
         let components = plan::plan_components(
             &opts.name,
@@ -192,6 +209,7 @@ impl Lab {
             opts.families,
             &lab.layout,
             &lab.files,
+            opts.bgp,
         )?;
         let lan_api = plan::lan_api(&lab.layout, opts.families)?;
         std::fs::write(
@@ -215,7 +233,124 @@ impl Lab {
         lab.wait_for_nodes().await?;
         lab.wait_for_admin().await?;
         progress.done(&format!("{} nodes", opts.nodes));
+        if opts.bgp {
+            progress.start("configuring the router's FRR");
+            lab.configure_router().await?;
+            progress.done("frr.conf applied with frr-reload.py");
+        }
         Ok(lab)
+    }
+
+    /// The outside namespace behind the router, the routes to it, and a directory per FRR
+    /// owned by the `frr` user; remembers the nodes' link-local addresses, which IPv6 routes
+    /// learnt over BGP name as next hops.
+    fn build_bgp_network(&mut self) -> Result<(), ClusterError> {
+        use crate::topology::Runner;
+        let mut runner = crate::topology::IpCommand;
+        let frr = nix::unistd::User::from_name("frr")
+            .ok()
+            .flatten()
+            .ok_or_else(|| {
+                ClusterError::Invalid(
+                    "--bgp needs FRR (Debian package frr, which makes the user frr)".into(),
+                )
+            })?;
+        for step in bgp::plan_network(&self.layout)? {
+            runner.run(&step)?;
+        }
+        let router = bgp::router(&self.layout)?.name.clone();
+        let owners =
+            std::iter::once(router).chain(self.layout.nodes.iter().map(|n| n.name.clone()));
+        for owner in owners {
+            let dir = bgp::frr_dir(&self.files.dir, &owner);
+            std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+            nix::unistd::chown(&dir, Some(frr.uid), Some(frr.gid)).map_err(|e| {
+                ClusterError::Io {
+                    what: format!("handing {} to the frr user", dir.display()),
+                    source: std::io::Error::from(e),
+                }
+            })?;
+        }
+        let mut link_locals = BTreeMap::new();
+        for node in &self.layout.nodes {
+            let json = runner.run(&[
+                "ip".into(),
+                "-6".into(),
+                "-j".into(),
+                "-n".into(),
+                node.netns.clone(),
+                "addr".into(),
+                "show".into(),
+                "dev".into(),
+                crate::topology::ETH0.into(),
+            ])?;
+            link_locals.insert(node.name.clone(), bgp::parse_link_locals(&json));
+        }
+        self.bgp = Some(bgp::hop_names(&self.layout, &link_locals));
+        Ok(())
+    }
+
+    /// Writes the router's `frr.conf` and applies it once its daemons answer.
+    async fn configure_router(&mut self) -> Result<(), ClusterError> {
+        let router = bgp::router(&self.layout)?.clone();
+        let dir = bgp::frr_dir(&self.files.dir, &router.name);
+        let deadline = Instant::now() + self.timeout;
+        while !bgp::DAEMONS
+            .iter()
+            .all(|d| dir.join(format!("{d}.vty")).exists())
+        {
+            self.check_children()?;
+            if Instant::now() >= deadline {
+                return Err(self.timed_out("the router's FRR"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let conf = dir.join("frr.conf");
+        std::fs::write(&conf, bgp::render_router_config(&self.layout)?)
+            .map_err(io_err(format!("writing {}", conf.display())))?;
+        let argv = bgp::reload_argv(&router.netns, &dir);
+        tokio::task::spawn_blocking(move || {
+            use crate::topology::Runner;
+            crate::topology::IpCommand.run(&argv)
+        })
+        .await
+        .map_err(|e| ClusterError::Io {
+            what: "applying the router's configuration".into(),
+            source: std::io::Error::other(e),
+        })??;
+        Ok(())
+    }
+
+    /// With `--bgp`: every route in the router's kernel FIB (both families) with its next hops'
+    /// node names (an address a name does not cover stays as it is).
+    async fn router_fib(&self) -> Option<BTreeMap<IpAddr, Vec<String>>> {
+        let names = self.bgp.clone()?;
+        let netns = bgp::router(&self.layout).ok()?.netns.clone();
+        let fib = tokio::task::spawn_blocking(move || {
+            let mut fib = BTreeMap::new();
+            for family in ["-4", "-6"] {
+                let out = Command::new("ip")
+                    .args([family, "-j", "-n", &netns, "route", "show"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                fib.extend(bgp::parse_fib(&out));
+            }
+            fib
+        })
+        .await
+        .ok()?;
+        Some(
+            fib.into_iter()
+                .map(|(dst, hops)| {
+                    let nodes = hops
+                        .iter()
+                        .map(|h| names.get(h).cloned().unwrap_or_else(|| h.to_string()))
+                        .collect();
+                    (dst, nodes)
+                })
+                .collect(),
+        )
     }
 
     fn spawn(&mut self, component: &plan::Component, exe: &Path) -> Result<(), ClusterError> {
@@ -426,12 +561,17 @@ impl Lab {
                     what: "listing ServiceL2Status records".into(),
                     source,
                 })?;
+            let fib = self.router_fib().await;
+            let outside = bgp::outside(&self.layout);
             let rows: Vec<(proof::ServiceFacts, Vec<String>)> = list
                 .items
                 .iter()
                 .filter(|s| s.metadata.name.as_deref() != Some("kubernetes"))
                 .filter_map(|s| {
-                    let facts = proof::service_facts(s, &self.layout, &announced.items)?;
+                    let mut facts = proof::service_facts(s, &self.layout, &announced.items)?;
+                    if let Some(fib) = &fib {
+                        proof::route_facts(&mut facts, &self.layout, &outside, fib);
+                    }
                     let own: Vec<EndpointSlice> = all_slices
                         .items
                         .iter()

@@ -201,7 +201,9 @@ pub struct Component {
     pub name: String,
     /// Runs inside this namespace (`ip netns exec`), else in the caller's.
     pub netns: Option<String>,
-    /// The `berth` arguments.
+    /// The program, when it is not the `berth` binary (FRR's daemons).
+    pub program: Option<String>,
+    /// The program's arguments.
     pub args: Vec<String>,
     pub log: PathBuf,
 }
@@ -213,7 +215,11 @@ impl Component {
         if let Some(ns) = &self.netns {
             argv.extend(["ip".into(), "netns".into(), "exec".into(), ns.clone()]);
         }
-        argv.push(exe.display().to_string());
+        argv.push(
+            self.program
+                .clone()
+                .unwrap_or_else(|| exe.display().to_string()),
+        );
         argv.extend(self.args.iter().cloned());
         argv
     }
@@ -247,13 +253,15 @@ pub fn node_primary_ip(node: &NodeLayout, families: LabFamilies) -> Result<IpAdd
 
 /// The processes, in start order: the API server (loopback and the LAN), the kubelet, the
 /// lab's controller-manager (Deployments and ReplicaSets), the controller in the control-plane namespace, and one agent (datapath and L2 announcer) in each
-/// node namespace.
+/// node namespace. With `bgp`, FRR's daemons in the router's and every node's namespace before
+/// the agents, and each agent a BGP speaker driving its node's FRR.
 pub fn plan_components(
     name: &str,
     nodes: usize,
     families: LabFamilies,
     layout: &Layout,
     files: &Files,
+    bgp: bool,
 ) -> Result<Vec<Component>, ClusterError> {
     let cp = layout
         .control_plane
@@ -268,6 +276,7 @@ pub fn plan_components(
         Component {
             name: "apiserver".into(),
             netns: None,
+            program: None,
             args: strings(&[
                 "lab",
                 "apiserver",
@@ -286,6 +295,7 @@ pub fn plan_components(
         Component {
             name: "kubelet".into(),
             netns: None,
+            program: None,
             args: strings(&[
                 "lab",
                 "kubelet",
@@ -303,12 +313,14 @@ pub fn plan_components(
         Component {
             name: "controller-manager".into(),
             netns: None,
+            program: None,
             args: strings(&["lab", "controller-manager", "--kubeconfig", &kubeconfig]),
             log: log("controller-manager"),
         },
         Component {
             name: "controller".into(),
             netns: Some(cp.netns.clone()),
+            program: None,
             args: strings(&[
                 "controller",
                 "--kubeconfig",
@@ -323,11 +335,39 @@ pub fn plan_components(
             log: log("controller"),
         },
     ];
+    if bgp {
+        let router = super::bgp::router(layout)?;
+        out.extend(super::bgp::frr_components(
+            &router.name,
+            &router.netns,
+            &super::bgp::frr_dir(&files.dir, &router.name),
+            &files.logs,
+        ));
+        for node in &layout.nodes {
+            out.extend(super::bgp::frr_components(
+                &node.name,
+                &node.netns,
+                &super::bgp::frr_dir(&files.dir, &node.name),
+                &files.logs,
+            ));
+        }
+    }
     for node in &layout.nodes {
         let node_ip = node_primary_ip(node, families)?;
+        let mut speaker = Vec::new();
+        if bgp {
+            speaker = vec![
+                "--bgp-speaker".to_string(),
+                "--frr-dir".to_string(),
+                super::bgp::frr_dir(&files.dir, &node.name)
+                    .display()
+                    .to_string(),
+            ];
+        }
         out.push(Component {
             name: format!("agent-{}", node.name),
             netns: Some(node.netns.clone()),
+            program: None,
             args: strings(&[
                 "agent",
                 "--node-name",
@@ -349,7 +389,10 @@ pub fn plan_components(
                 &files.membership_key.display().to_string(),
                 "--membership-bind-address",
                 &node_ip.to_string(),
-            ]),
+            ])
+            .into_iter()
+            .chain(speaker)
+            .collect(),
             log: log(&format!("agent-{}", node.name)),
         });
     }
@@ -388,7 +431,7 @@ mod tests {
     fn components_run_where_a_cluster_runs_them() {
         let l = layout(&lab_topology("berth-lab", 2).unwrap()).unwrap();
         let files = Files::new(Path::new("/state"));
-        let components = plan_components("lab", 2, LabFamilies::Ipv4, &l, &files).unwrap();
+        let components = plan_components("lab", 2, LabFamilies::Ipv4, &l, &files, false).unwrap();
         let exe = Path::new("/bin/berth");
         let lines: Vec<(String, String)> = components
             .iter()
@@ -423,7 +466,7 @@ mod tests {
         let l = layout(&lab_topology_for("berth-lab", 2, families).unwrap()).unwrap();
         assert!(l.lan6.is_some());
         let files = Files::new(Path::new("/state"));
-        let c = plan_components("lab", 2, families, &l, &files).unwrap();
+        let c = plan_components("lab", 2, families, &l, &files, false).unwrap();
         assert!(argv_of(&c, "apiserver").contains("--listen-netns berth-lab-cp=198.18.0.2:6443"));
         assert!(argv_of(&c, "kubelet").contains("--ip-family dual"));
         assert!(argv_of(&c, "apiserver")
@@ -448,7 +491,7 @@ mod tests {
         let families = LabFamilies::Ipv6;
         let l = layout(&lab_topology_for("berth-lab", 1, families).unwrap()).unwrap();
         let files = Files::new(Path::new("/state"));
-        let c = plan_components("lab", 1, families, &l, &files).unwrap();
+        let c = plan_components("lab", 1, families, &l, &files, false).unwrap();
         assert!(
             argv_of(&c, "apiserver").contains("--listen-netns berth-lab-cp=[fd00:198:18::2]:6443")
         );
@@ -463,7 +506,43 @@ mod tests {
         assert!(agent.ends_with("--membership-bind-address fd00:198:18::11"));
         // An IPv4 layout has no IPv6 control plane to offer.
         let v4 = layout(&lab_topology("berth-lab", 1).unwrap()).unwrap();
-        assert!(plan_components("lab", 1, families, &v4, &files).is_err());
+        assert!(plan_components("lab", 1, families, &v4, &files, false).is_err());
+    }
+
+    #[test]
+    fn a_bgp_lab_starts_frr_before_the_agents_and_makes_them_speakers() {
+        let spec = lab_topology_for("berth-lab", 2, LabFamilies::Dual)
+            .unwrap()
+            .client(super::super::bgp::ROUTER);
+        let l = layout(&spec).unwrap();
+        let files = Files::new(Path::new("/state"));
+        let c = plan_components("lab", 2, LabFamilies::Dual, &l, &files, true).unwrap();
+        let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names[4..],
+            [
+                "frr-router-zebra",
+                "frr-router-bfdd",
+                "frr-router-bgpd",
+                "frr-node1-zebra",
+                "frr-node1-bfdd",
+                "frr-node1-bgpd",
+                "frr-node2-zebra",
+                "frr-node2-bfdd",
+                "frr-node2-bgpd",
+                "agent-node1",
+                "agent-node2",
+            ]
+        );
+        assert!(argv_of(&c, "frr-router-bgpd")
+            .starts_with("ip netns exec berth-lab-router /usr/lib/frr/bgpd "));
+        assert!(argv_of(&c, "agent-node2").ends_with("--bgp-speaker --frr-dir /state/frr/node2"));
+        // Without the flag: no FRR, no speaker; and a BGP lab needs its router.
+        let plain = plan_components("lab", 2, LabFamilies::Dual, &l, &files, false).unwrap();
+        assert!(plain.iter().all(|c| c.program.is_none()));
+        assert!(!argv_of(&plain, "agent-node1").contains("bgp"));
+        let no_router = layout(&lab_topology("berth-lab", 2).unwrap()).unwrap();
+        assert!(plan_components("lab", 2, LabFamilies::Ipv4, &no_router, &files, true).is_err());
     }
 
     #[test]

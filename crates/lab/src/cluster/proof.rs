@@ -204,6 +204,29 @@ pub fn service_facts(
     })
 }
 
+/// With a BGP router (`berth lab up --bgp`): a LoadBalancer address outside the LAN is reached
+/// from the client behind the router (`outside`), and announced by the nodes that are its next
+/// hops in the router's kernel FIB (`fib`, next hops by node name).
+pub fn route_facts(
+    facts: &mut ServiceFacts,
+    layout: &Layout,
+    outside: &super::bgp::Outside,
+    fib: &std::collections::BTreeMap<IpAddr, Vec<String>>,
+) {
+    let routed = |ip: IpAddr| super::bgp::is_routed(layout, ip);
+    for target in facts
+        .targets
+        .iter_mut()
+        .filter(|t| t.path == "LoadBalancer" && routed(t.addr.ip()))
+    {
+        target.from = outside.name.clone();
+        target.netns = outside.netns.clone();
+    }
+    for (ip, nodes) in facts.announcers.iter_mut().filter(|(ip, _)| routed(*ip)) {
+        *nodes = fib.get(ip).cloned().unwrap_or_default();
+    }
+}
+
 /// `pod@ip` of every ready endpoint in the Service's slices, sorted; a pod in the slices of
 /// both families shows both addresses, `pod@ipv4+ipv6` (in the order of the slices).
 pub fn ready_endpoints(slices: &[EndpointSlice]) -> Vec<String> {
@@ -678,5 +701,66 @@ mod tests {
             &[vec!["long".into(), "x".into()], vec!["y".into(), "".into()]],
         );
         assert_eq!(table, "A     BB\nlong  x\ny\n");
+    }
+
+    #[test]
+    fn a_bgp_address_is_reached_from_behind_the_router_and_announced_by_its_next_hops() {
+        let l = layout(
+            &TopologySpec::new("berth-lab")
+                .control_plane("cp")
+                .node("node1", Vec::<String>::new())
+                .node("node2", Vec::<String>::new())
+                .client("client")
+                .client("router")
+                .with_ipv6(),
+        )
+        .unwrap();
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "echo-bgp", "namespace": "default"},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.10",
+                "clusterIPs": ["10.96.0.10", "fd00:96::10"], "ipFamilies": ["IPv4", "IPv6"],
+                "ports": [{"port": 80, "nodePort": 30080}]},
+            "status": {"loadBalancer": {"ingress": [
+                {"ip": "198.19.10.1", "ipMode": "VIP"}, {"ip": "fd00:19:10::1", "ipMode": "VIP"},
+                {"ip": "198.18.0.200", "ipMode": "VIP"}]}}
+        }))
+        .unwrap();
+        let mut facts =
+            service_facts(&svc, &l, &[mk_record("node1", "default", "echo-bgp")]).unwrap();
+        let outside = crate::cluster::bgp::outside(&l);
+        let fib = std::collections::BTreeMap::from([(
+            "198.19.10.1".parse().unwrap(),
+            vec!["node1".to_string(), "node2".to_string()],
+        )]);
+        route_facts(&mut facts, &l, &outside, &fib);
+        let lb: Vec<(String, &str)> = facts
+            .targets
+            .iter()
+            .filter(|t| t.path == "LoadBalancer")
+            .map(|t| (t.addr.to_string(), t.netns.as_str()))
+            .collect();
+        assert_eq!(
+            lb,
+            [
+                ("198.19.10.1:80".to_string(), "berth-lab-outside"),
+                ("[fd00:19:10::1]:80".to_string(), "berth-lab-outside"),
+                ("198.18.0.200:80".to_string(), "berth-lab-client"),
+            ]
+        );
+        // The IPv6 address has no route yet: not announced, so the lab keeps waiting.
+        assert!(!facts.announced());
+        assert_eq!(
+            facts.announced_by().as_deref(),
+            Some("node1,node2 (198.19.10.1) - (fd00:19:10::1) node1 (198.18.0.200)")
+        );
+        let fib6 = std::collections::BTreeMap::from([
+            (
+                "198.19.10.1".parse().unwrap(),
+                vec!["node1".to_string(), "node2".to_string()],
+            ),
+            ("fd00:19:10::1".parse().unwrap(), vec!["node2".to_string()]),
+        ]);
+        route_facts(&mut facts, &l, &outside, &fib6);
+        assert!(facts.announced());
     }
 }
