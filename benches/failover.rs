@@ -90,11 +90,16 @@ async fn trial(lab: &mut L2Lab, fault: Fault) -> Trial {
     };
     let addr = SocketAddr::new(target, 80);
     let t0 = Instant::now();
-    match fault {
-        Fault::Crash => lab.agents.stop(&owner, "-KILL"),
-        Fault::LinkDown => lab.set_link(&owner, false),
-        Fault::Graceful => lab.agents.stop(&owner, "-TERM"),
-    }
+    // A stopping agent is not waited for: the client probes from the fault on, while the old
+    // owner is still on its way out (a graceful stop deletes its Lease and records first).
+    let stopping = match fault {
+        Fault::Crash => Some(lab.agents.signal(&owner, "-KILL")),
+        Fault::LinkDown => {
+            lab.set_link(&owner, false);
+            None
+        }
+        Fault::Graceful => Some(lab.agents.signal(&owner, "-TERM")),
+    };
     let mut arp_at: Option<Instant> = None;
     let mut last_tcp_failure: Option<Instant> = None;
     let mut first_ok_after_failure: Option<Instant> = None;
@@ -147,6 +152,12 @@ async fn trial(lab: &mut L2Lab, fault: Fault) -> Trial {
         (Some(_), Some(ok)) => ok - t0,
         (Some(_), None) => deadline - t0,
     };
+    if let Some(stopping) = stopping {
+        tokio::task::spawn_blocking(move || stopping.join())
+            .await
+            .unwrap()
+            .unwrap();
+    }
     let undone = Instant::now();
     match fault {
         Fault::Crash | Fault::Graceful => lab.agents.start(&owner),
@@ -377,11 +388,31 @@ async fn api_rps_1k(lab: &mut L2Lab) -> f64 {
         .await;
         set_ingress(&lab.client, &name, &ip).await;
     }
-    // Let the agents take it all in (annotations and Events of the takeovers included).
+    // Let the agents take it all in (records and Events of the takeovers included).
     tokio::time::sleep(Duration::from_secs(15)).await;
     let before = lab.server.request_counts();
     let window = Duration::from_secs(20);
-    tokio::time::sleep(window).await;
+    // In slices, each with what was asked: a backlog shrinks from slice to slice, a loop does
+    // not.
+    let slices = 4;
+    let mut log = lab.server.recorded_requests();
+    for slice in 1..=slices {
+        tokio::time::sleep(window / slices).await;
+        let now = lab.server.recorded_requests();
+        let mut kinds: std::collections::BTreeMap<String, u64> = Default::default();
+        for r in requests_between(&log, &now) {
+            let sub = if r.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", r.subresource)
+            };
+            *kinds
+                .entry(format!("{} {}{sub}", r.verb, r.resource))
+                .or_default() += r.count;
+        }
+        eprintln!("api at steady state, slice {slice} of {slices}: {kinds:?}");
+        log = now;
+    }
     let after = lab.server.request_counts();
     let requests = (after.reads - before.reads) + (after.writes - before.writes);
     eprintln!(
@@ -531,11 +562,14 @@ async fn ndp_trial(lab: &mut L2Lab, ndp: &NdpCapture, fault: Fault) -> NdpTrial 
     let next = owner_among(&without(&NODES, &[&owner]), VIP6);
     let next_mac = lab.macs[next.as_str()];
     let t0 = Instant::now();
-    match fault {
-        Fault::Crash => lab.agents.stop(&owner, "-KILL"),
-        Fault::LinkDown => lab.set_link(&owner, false),
-        Fault::Graceful => lab.agents.stop(&owner, "-TERM"),
-    }
+    let stopping = match fault {
+        Fault::Crash => Some(lab.agents.signal(&owner, "-KILL")),
+        Fault::LinkDown => {
+            lab.set_link(&owner, false);
+            None
+        }
+        Fault::Graceful => Some(lab.agents.signal(&owner, "-TERM")),
+    };
     let deadline = t0 + Duration::from_secs(60);
     let first = |solicited: bool| {
         ndp.since(vip6(), t0, |na| {
@@ -551,6 +585,12 @@ async fn ndp_trial(lab: &mut L2Lab, ndp: &NdpCapture, fault: Fault) -> NdpTrial 
         answered = answered.or_else(|| first(true));
         unsolicited = unsolicited.or_else(|| first(false));
         tokio::time::sleep_until((tick + Duration::from_millis(20)).into()).await;
+    }
+    if let Some(stopping) = stopping {
+        tokio::task::spawn_blocking(move || stopping.join())
+            .await
+            .unwrap()
+            .unwrap();
     }
     match fault {
         Fault::Crash | Fault::Graceful => lab.agents.start(&owner),

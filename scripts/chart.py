@@ -326,6 +326,25 @@ def check_agent(f, name, docs, values):
         f.check(len(secrets) == 1 and secrets[0]["metadata"]["name"] == secret_name and "key" in secrets[0].get("data", {}), where, "creates the membership Secret it mounts")
 
 
+def check_agent_rollout(f):
+    """What rolls the agents. Every agent setting is a flag or variable of the pod template, so a
+    changed value rolls them. The membership Secret has no checksum annotation, on purpose
+    (docs/architecture.md, membership key rotation): agents re-read the key files every 10 s, and a render
+    without a cluster makes a new key each time, which a checksum would turn into a restart of
+    every agent, with a new key, on every render."""
+    where = "agent rollout"
+
+    def template(docs):
+        return one(docs, "DaemonSet", "-agent")["spec"]["template"]
+
+    first = template(render({}))
+    f.check(first == template(render({})), where, "two renders give the same agent pod template")
+    f.check(not any(k.startswith("checksum/") for k in (first["metadata"].get("annotations") or {})),
+            where, "no checksum annotation on the agent pod template")
+    changed = template(render({"agent": {"config": {"membershipHeartbeatInterval": "50ms"}}}))
+    f.check(changed != first, where, "a changed agent setting changes the pod template (the agents roll)")
+
+
 def check_frr(f, where, spec, containers, values):
     """The FRR sidecar: FRR's own capabilities and nothing more, a read-only root, the shared
     directory at the agent's frrDir, and the agent in the vty group instead of holding
@@ -505,6 +524,7 @@ def check():
     if not os.environ.get("BERTH_BIN"):
         print("chart: BERTH_BIN unset: the rendered settings are not fed to the binary", file=sys.stderr)
     check_schema_rejects(f)
+    check_agent_rollout(f)
     for name, values in value_sets().items():
         check_lint(f, name, values)
         count, kinds = check_value_set(f, name, values)

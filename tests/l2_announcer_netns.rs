@@ -10,8 +10,10 @@
 
 mod l2_lab;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use berth_lab::RecordedRequest;
 use kube::api::Api;
 use l2_lab::*;
 use serde_json::json;
@@ -233,8 +235,118 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
             "{how}: answers for {VIP} went {runs:?}, expected {expected_runs:?}"
         );
     }
+    quiet_window(&lab).await;
+    announcing_interface_down(&mut lab).await;
     eprintln!("l2 announcer scenario took {:?}", began.elapsed());
     lab
+}
+
+/// Services announced at steady state: what the agents write over a quiet window once every
+/// record is in, through three short stalls of one agent (SIGSTOP for 300 ms: its peers take
+/// its addresses over and hand them back within half a second). Nothing but the Lease
+/// renewals may be written: a status, Event or Lease rewritten on a timer, or a record and an
+/// Event per Service for every flap of liveness (what a loaded machine makes), fails it.
+async fn quiet_window(lab: &L2Lab) {
+    const SERVICES: u32 = 30;
+    let client = &lab.client;
+    for i in 0..SERVICES {
+        let name = format!("bulk-{i}");
+        let cip = format!("10.96.1.{}", 10 + i);
+        // Three Services on each address, as sharing Services are.
+        let ip = format!("198.18.0.{}", 202 + i / 3);
+        apply(
+            client,
+            "v1",
+            "Service",
+            mk_lb(
+                &name,
+                &cip,
+                30200 + u16::try_from(i).unwrap(),
+                "Cluster",
+                8080,
+            ),
+        )
+        .await;
+        set_ingress(client, &name, &ip).await;
+    }
+    let want: BTreeSet<(String, String)> = (0..SERVICES)
+        .map(|i| {
+            let ip = format!("198.18.0.{}", 202 + i / 3);
+            (format!("bulk-{i}"), owner_among(&NODES, &ip))
+        })
+        .collect();
+    berth_testing::eventually(
+        "every bulk Service's record",
+        LIMIT,
+        Duration::from_millis(200),
+        || {
+            let (client, want) = (client.clone(), want.clone());
+            async move {
+                let records = Api::<berth_api::ServiceL2Status>::all(client)
+                    .list(&Default::default())
+                    .await
+                    .ok()?;
+                let have: BTreeSet<(String, String)> = records
+                    .items
+                    .into_iter()
+                    .filter(|r| r.spec.service_name.starts_with("bulk-"))
+                    .map(|r| (r.spec.service_name, r.spec.node))
+                    .collect();
+                (have == want).then_some(())
+            }
+        },
+    )
+    .await;
+    // The last takeovers' Events are on their way; then the window.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let began = Instant::now();
+    let before = lab.server.recorded_requests();
+    let stalled = owner_among(&NODES, "198.18.0.202");
+    let pid = lab.agents.children[&stalled].id().to_string();
+    for _ in 0..3 {
+        let signal = |s: &str| {
+            std::process::Command::new("kill")
+                .args([s, &pid])
+                .status()
+                .unwrap()
+        };
+        signal("-STOP");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        signal("-CONT");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let window = began.elapsed();
+    let after = lab.server.recorded_requests();
+    let made = requests_between(&before, &after);
+    for r in &made {
+        eprintln!(
+            "quiet window: {} x {} {}/{} {}/{}",
+            r.count, r.verb, r.api_group, r.resource, r.namespace, r.name
+        );
+    }
+    let (leases, others): (Vec<&RecordedRequest>, Vec<&RecordedRequest>) = made
+        .iter()
+        .filter(|r| is_write(r))
+        .partition(|r| r.resource == "leases");
+    assert!(
+        others.is_empty(),
+        "writes other than Lease renewals at steady state: {others:?}"
+    );
+    // Each agent renews every third of its 3 s Lease.
+    let renewals: u64 = leases.iter().map(|r| r.count).sum();
+    let most = 3 * (window.as_secs() + 2);
+    assert!(
+        renewals <= most,
+        "{renewals} Lease writes in {window:?}: {leases:?}"
+    );
+    // The stalls did move the addresses: the window saw what it was meant to.
+    let moved = lab.capture.answerers_since("198.18.0.202", began);
+    eprintln!("quiet window of {window:?}: answers for 198.18.0.202 went {moved:?}");
+    assert!(
+        moved.len() > 1,
+        "the stalls of {stalled} moved no address: {moved:?}"
+    );
 }
 
 /// Waits until the ServiceL2Status records of `default/<service>` name exactly `nodes`.
@@ -258,4 +370,79 @@ async fn records_say(client: &kube::Client, service: &str, nodes: &[&str], what:
         }
     })
     .await;
+}
+
+/// A node whose announcing interface is down while its LAN link (and so its membership) is
+/// up is not elected: it tells its peers it is not ready and the next node answers, until the
+/// interface has been up again for the hold. The owner of VIP gets a second port on the LAN
+/// bridge, `eth1`, and announces only there.
+async fn announcing_interface_down(lab: &mut L2Lab) {
+    let owner = owner_among(&NODES, VIP);
+    let next = owner_among(&without(&NODES, &[&owner]), VIP);
+    let next_mac = lab.macs[next.as_str()];
+    let ns = lab.topo.netns(&owner).unwrap().to_string();
+    let (lan_ns, bridge) = {
+        let layout = lab.topo.layout();
+        (layout.lan_netns.clone(), layout.lan_bridge.clone())
+    };
+    let port = format!("ann-{owner}");
+    let link = |args: &[&str]| -> Vec<String> { args.iter().map(|a| a.to_string()).collect() };
+    for (netns, argv) in [
+        (
+            &ns,
+            link(&[
+                "ip", "link", "add", "eth1", "type", "veth", "peer", "name", &port, "netns",
+                &lan_ns,
+            ]),
+        ),
+        (
+            &lan_ns,
+            link(&["ip", "link", "set", &port, "master", &bridge, "up"]),
+        ),
+        (&ns, link(&["ip", "link", "set", "eth1", "up"])),
+    ] {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        lab.topo.exec(netns, &argv).unwrap();
+    }
+    let eth1 = mac_of_link(&mut lab.topo, &ns, "eth1");
+    // Every interface may announce (the advertisement named eth0 until now).
+    apply(
+        &lab.client,
+        "berth.dev/v1alpha1",
+        "L2Advertisement",
+        advertise(json!({"ipPools": ["default"]})),
+    )
+    .await;
+    lab.agents.stop(&owner, "-TERM");
+    lab.agents.interfaces.insert(owner.clone(), "eth1".into());
+    lab.agents.start(&owner);
+    lab.capture
+        .until(VIP, Some(eth1), "the owner answering on eth1")
+        .await;
+    lab.topo
+        .exec(&ns, &["ip", "link", "set", "eth1", "down"])
+        .unwrap();
+    lab.capture
+        .until(VIP, Some(next_mac), "eth1 down, the LAN link up")
+        .await;
+    records_say(
+        &lab.client,
+        "web",
+        &[next.as_str()],
+        "eth1 down: the record moved",
+    )
+    .await;
+    // Not elected for as long as the interface stays down.
+    for _ in 0..5 {
+        let answered = lab.capture.probe(VIP).await;
+        assert_eq!(
+            answered.into_iter().collect::<Vec<_>>(),
+            [next_mac],
+            "eth1 still down"
+        );
+    }
+    lab.topo
+        .exec(&ns, &["ip", "link", "set", "eth1", "up"])
+        .unwrap();
+    lab.capture.until(VIP, Some(eth1), "eth1 up again").await;
 }

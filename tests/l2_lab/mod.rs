@@ -27,7 +27,7 @@ use berth_l2::{election_key, Link, Listen, PacketLink};
 use berth_lab::echo::{tcp_echo, EchoHandle, EchoServer};
 use berth_lab::netns::bind_tcp_in_netns;
 use berth_lab::topology::{Topology, TopologySpec};
-use berth_lab::{LabApiServer, LabApiServerHandle, Listener};
+use berth_lab::{LabApiServer, LabApiServerHandle, Listener, RecordedRequest};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
@@ -190,6 +190,8 @@ pub struct Agents {
     pub membership: String,
     /// `--lease-duration`.
     pub lease: String,
+    /// `--l2-interfaces` of the nodes that announce elsewhere than on `eth0`.
+    pub interfaces: BTreeMap<String, String>,
 }
 
 impl Agents {
@@ -197,6 +199,7 @@ impl Agents {
         let i = NODES.iter().position(|n| *n == node).unwrap() + 11;
         let address = format!("198.18.0.{i}");
         let log = std::fs::File::create(self.dir.join(format!("{node}.log"))).unwrap();
+        let interfaces = self.interfaces.get(node).map_or("eth0", String::as_str);
         let child = Command::new("ip")
             .args(["netns", "exec", &self.netns[node], &self.bin, "agent"])
             .args([
@@ -204,7 +207,7 @@ impl Agents {
                 node,
                 "--l2-announcer",
                 "--l2-interfaces",
-                "eth0",
+                interfaces,
             ])
             .args([
                 "--cluster-cidr",
@@ -239,11 +242,19 @@ impl Agents {
 
     /// Sends `signal` and waits for the process to end.
     pub fn stop(&mut self, node: &str, signal: &str) {
+        let _ = self.signal(node, signal).join();
+    }
+
+    /// Sends `signal` and returns at once: what the others do while the process stops can be
+    /// watched. Joining the returned thread waits for the process to end.
+    pub fn signal(&mut self, node: &str, signal: &str) -> std::thread::JoinHandle<()> {
         let mut child = self.children.remove(node).unwrap();
         let _ = Command::new("kill")
             .args([signal, &child.id().to_string()])
             .status();
-        let _ = child.wait();
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        })
     }
 }
 
@@ -351,8 +362,12 @@ pub async fn set_node(client: &Client, node: &str, labels: Value, network_unavai
 }
 
 pub fn mac_of(topo: &mut Topology, netns: &str) -> Mac {
+    mac_of_link(topo, netns, "eth0")
+}
+
+pub fn mac_of_link(topo: &mut Topology, netns: &str, link: &str) -> Mac {
     let out = topo
-        .exec(netns, &["ip", "-o", "link", "show", "eth0"])
+        .exec(netns, &["ip", "-o", "link", "show", link])
         .unwrap();
     let text = out.split("link/ether ").nth(1).unwrap();
     let mut mac = [0u8; 6];
@@ -421,6 +436,7 @@ impl L2Lab {
         let inside = bind_tcp_in_netns(&cp, API.parse().unwrap()).unwrap();
         inside.set_nonblocking(true).unwrap();
         let server = LabApiServer::builder()
+            .record_requests(true)
             .listen("127.0.0.1:0".parse().unwrap())
             .listener(Listener::Bound(inside))
             .start()
@@ -518,6 +534,7 @@ impl L2Lab {
             children: BTreeMap::new(),
             membership: membership.to_string(),
             lease: lease.to_string(),
+            interfaces: BTreeMap::new(),
         };
         for node in NODES {
             agents.start(node);
@@ -607,4 +624,33 @@ impl L2Lab {
         topo.destroy().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The requests made between two snapshots of the request log, each with how many times.
+pub fn requests_between(
+    before: &[RecordedRequest],
+    after: &[RecordedRequest],
+) -> Vec<RecordedRequest> {
+    let key = |r: &RecordedRequest| {
+        let mut r = r.clone();
+        r.count = 0;
+        r
+    };
+    let earlier: BTreeMap<RecordedRequest, u64> =
+        before.iter().map(|r| (key(r), r.count)).collect();
+    after
+        .iter()
+        .filter_map(|r| {
+            let count = r.count - earlier.get(&key(r)).copied().unwrap_or(0);
+            (count > 0).then(|| RecordedRequest { count, ..r.clone() })
+        })
+        .collect()
+}
+
+/// Whether a request writes (RBAC's writing verbs).
+pub fn is_write(r: &RecordedRequest) -> bool {
+    matches!(
+        r.verb.as_str(),
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    )
 }

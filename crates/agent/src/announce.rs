@@ -2,9 +2,9 @@
 //! EndpointSlices feed berth-l2's [`L2Index`] (all but L2Advertisements through the agent's
 //! shared watches, [`Feeds`]); with the live set and the local interfaces'
 //! state it becomes the table of answers each interface's speaker reads. What it announces is
-//! kept in this node's `ServiceL2Status` records ([`crate::l2status`]); when this node takes an
-//! address over, the Services holding it get an Event "announcing from node X". The agent
-//! writes nothing on the Services themselves.
+//! kept in this node's `ServiceL2Status` records ([`crate::l2status`]); when the record of an
+//! address this node took over is written, the Services holding it get an Event "announcing
+//! from node X". The agent writes nothing on the Services themselves.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -78,7 +78,7 @@ pub struct Announcer {
 
 /// What the report task records.
 #[derive(Debug)]
-enum Report {
+pub(crate) enum Report {
     /// This node took over the Service's address.
     Announcing(berth_l2::ServiceKey, std::net::IpAddr),
     /// Another host announced the Service's address, which this node answers for.
@@ -306,6 +306,7 @@ impl Announcer {
             self.node.clone(),
             self.config.status_namespace.clone(),
             records_rx,
+            report_tx.clone(),
             stop.clone(),
         )));
         drop(conflict_tx);
@@ -437,11 +438,6 @@ impl Announcer {
                 *current = Arc::new(announced);
                 true
             });
-            for (service, ip) in changes.services {
-                if report_tx.try_send(Report::Announcing(service, ip)).is_err() {
-                    tracing::warn!("announcement reports are backed up; one is not written");
-                }
-            }
             current = next;
         }
         // The speakers stop with the same token; answers are dropped with them.

@@ -2,25 +2,30 @@
 //! Service, in the agent's own namespace, written by server-side apply with the agent's field
 //! manager and deleted when the node stops announcing the Service (also on a graceful stop).
 //! A node that takes a Service's addresses over deletes the records other nodes hold for just
-//! those addresses: a crashed agent cannot delete its own.
-//! The agent needs no right on Services for it. Writes follow the announcer's table (the
-//! latest one wins, so a burst of changes is one pass), never a timer; a failed write is
-//! retried with backoff.
+//! those addresses: a crashed agent cannot delete its own, and records the Event "announcing
+//! from node X" on the Service.
+//! The agent needs no right on Services for it. Writes follow the announcer's table once it
+//! has been unchanged for a second ([`WriteSettle`]; at most five seconds late under constant
+//! change), never a timer: a liveness flap shorter than that writes nothing, where following
+//! each table cost a record and an Event per Service moved, and there and back. A failed write
+//! is retried with backoff.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use berth_api::names::{field_manager, label};
 use berth_api::ServiceL2Status;
 use berth_l2::{
     build_status, is_own_record, parse_status, plan_status, superseded_records, Announced,
-    ServiceKey,
+    ServiceKey, WriteSettle,
 };
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::Client;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+
+use crate::announce::Report;
 
 /// What this node announces, per Service.
 pub type AnnouncedSet = Arc<BTreeMap<ServiceKey, Announced>>;
@@ -29,13 +34,20 @@ const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 /// How long a stopping agent spends deleting its records.
 const STOP_DEADLINE: Duration = Duration::from_secs(2);
+/// How long the announcer's table must stay unchanged before it is written.
+const WRITE_QUIET: Duration = Duration::from_secs(1);
+/// How late a table that keeps changing is written at most.
+const WRITE_LONGEST: Duration = Duration::from_secs(5);
 
-/// Writes `node`'s records in `namespace` until `stop`, then deletes them.
-pub async fn run_status_records(
+/// Writes `node`'s records in `namespace` until `stop`, then deletes them. Each Service (and
+/// address) this node newly announces goes to `reports` for its Event once its record is
+/// written.
+pub(crate) async fn run_status_records(
     client: Client,
     node: String,
     namespace: String,
     mut desired: watch::Receiver<AnnouncedSet>,
+    reports: mpsc::Sender<Report>,
     stop: CancellationToken,
 ) {
     let api: Api<ServiceL2Status> = Api::namespaced(client, &namespace);
@@ -56,32 +68,52 @@ pub async fn run_status_records(
         }
     };
     retry = RETRY_MIN;
+    let mut settle = WriteSettle::new(WRITE_QUIET, WRITE_LONGEST);
+    // The table as it is now may differ from what was read back.
+    settle.changed(Instant::now());
+    let mut retry_at: Option<Instant> = None;
     loop {
-        let want = desired.borrow_and_update().clone();
-        let complete = apply_plan(&api, &node, &namespace, &want, &mut written).await;
-        let wait = if complete {
-            retry = RETRY_MIN;
-            None
-        } else {
-            let wait = retry;
-            retry = (retry * 2).min(RETRY_MAX);
-            Some(wait)
+        let next = match (settle.due(), retry_at) {
+            (Some(due), Some(at)) => Some(due.min(at)),
+            (due, at) => due.or(at),
         };
         tokio::select! {
             () = stop.cancelled() => break,
-            changed = desired.changed() => if changed.is_err() { break },
+            changed = desired.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                settle.changed(Instant::now());
+                continue;
+            }
             () = async {
-                match wait {
-                    Some(wait) => tokio::time::sleep(wait).await,
+                match next {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
                     None => std::future::pending().await,
                 }
             } => {}
+        }
+        let want = desired.borrow_and_update().clone();
+        settle.written();
+        if apply_plan(&api, &node, &namespace, &want, &mut written, Some(&reports)).await {
+            retry = RETRY_MIN;
+            retry_at = None;
+        } else {
+            retry_at = Some(Instant::now() + retry);
+            retry = (retry * 2).min(RETRY_MAX);
         }
     }
     // The node no longer answers: its records go, within a bound.
     let cleared = tokio::time::timeout(
         STOP_DEADLINE,
-        apply_plan(&api, &node, &namespace, &BTreeMap::new(), &mut written),
+        apply_plan(
+            &api,
+            &node,
+            &namespace,
+            &BTreeMap::new(),
+            &mut written,
+            None,
+        ),
     )
     .await;
     if !matches!(cleared, Ok(true)) {
@@ -155,13 +187,15 @@ async fn clear_superseded(
     ok
 }
 
-/// Writes what differs; returns whether every write succeeded.
+/// Writes what differs; returns whether every write succeeded. The addresses a written record
+/// newly holds go to `reports`, one Event each.
 async fn apply_plan(
     api: &Api<ServiceL2Status>,
     node: &str,
     namespace: &str,
     desired: &BTreeMap<ServiceKey, Announced>,
     written: &mut BTreeMap<ServiceKey, Announced>,
+    reports: Option<&mpsc::Sender<Report>>,
 ) -> bool {
     let plan = plan_status(desired, written);
     let mut complete = true;
@@ -175,11 +209,22 @@ async fn apply_plan(
         match api.patch(&name, &params, &Patch::Apply(&status)).await {
             Ok(_) => {
                 tracing::debug!(service = %format!("{}/{}", key.0, key.1), record = %name, "ServiceL2Status written");
-                let taken_over = written.insert(key.clone(), announced.clone()).is_none();
-                if taken_over && !clear_superseded(api, node, &key, announced).await {
+                let before = written.insert(key.clone(), announced.clone());
+                if before.is_none() && !clear_superseded(api, node, &key, announced).await {
                     complete = false;
                     // Written again next pass, and the others' records looked at again.
                     written.remove(&key);
+                    continue;
+                }
+                let gained = announced
+                    .addresses
+                    .iter()
+                    .filter(|ip| before.as_ref().is_none_or(|b| !b.addresses.contains(ip)));
+                for ip in gained {
+                    let sent = reports.map(|r| r.try_send(Report::Announcing(key.clone(), *ip)));
+                    if matches!(sent, Some(Err(_))) {
+                        tracing::warn!("announcement reports are backed up; one is not written");
+                    }
                 }
             }
             Err(err) => {

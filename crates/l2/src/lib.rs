@@ -74,7 +74,7 @@ pub use frame::Mac;
 pub use index::L2Index;
 pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
 pub use responder::{respond, Ignored, Interface};
-pub use schedule::{GratuitousSchedule, InterfaceHold, StartupSettle};
+pub use schedule::{GratuitousSchedule, InterfaceHold, StartupSettle, WriteSettle};
 pub use speaker::{
     find_conflict, may_answer, run_link, run_link_refreshing, run_link_with, Conflict, L2Metrics,
     LinkOptions,

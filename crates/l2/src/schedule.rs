@@ -369,3 +369,101 @@ mod settle_tests {
         assert_eq!(settle.next_check(), None);
     }
 }
+
+/// When a changed table of what this node announces is written to the API (its
+/// `ServiceL2Status` records and the takeover Events): once it has stayed unchanged for
+/// `quiet`, and no later than `longest` after the first change not yet written. A liveness flap
+/// shorter than `quiet` (a stalled peer, a busy machine) then writes nothing at all, where
+/// writing each table would cost a record and an Event per Service moved, twice; a steady
+/// stream of changes is still written every `longest`. The ARP answers never wait for this.
+/// Pure: the caller passes the time.
+#[derive(Debug, Clone)]
+pub struct WriteSettle {
+    quiet: std::time::Duration,
+    longest: std::time::Duration,
+    /// The first and the last change not yet written.
+    pending: Option<(Instant, Instant)>,
+}
+
+impl WriteSettle {
+    pub fn new(quiet: std::time::Duration, longest: std::time::Duration) -> Self {
+        WriteSettle {
+            quiet,
+            longest: longest.max(quiet),
+            pending: None,
+        }
+    }
+
+    /// The table changed at `now`.
+    pub fn changed(&mut self, now: Instant) {
+        self.pending = Some(match self.pending {
+            Some((first, _)) => (first, now),
+            None => (now, now),
+        });
+    }
+
+    /// When to write, if a change waits.
+    pub fn due(&self) -> Option<Instant> {
+        self.pending
+            .map(|(first, last)| (last + self.quiet).min(first + self.longest))
+    }
+
+    /// The table as it is now is being written.
+    pub fn written(&mut self) {
+        self.pending = None;
+    }
+}
+
+#[cfg(test)]
+mod write_settle_tests {
+    use super::*;
+
+    fn ms(n: u64) -> std::time::Duration {
+        std::time::Duration::from_millis(n)
+    }
+
+    #[test]
+    fn nothing_is_due_until_something_changes() {
+        let s = WriteSettle::new(ms(1000), ms(5000));
+        assert_eq!(s.due(), None);
+    }
+
+    #[test]
+    fn a_change_is_written_once_quiet_and_each_change_restarts_the_wait() {
+        let t0 = Instant::now();
+        let mut s = WriteSettle::new(ms(1000), ms(5000));
+        s.changed(t0);
+        assert_eq!(s.due(), Some(t0 + ms(1000)));
+        // A flap: the table changes back 400 ms later; the write waits for the quiet again,
+        // and by then the table is what was written before (nothing to write).
+        s.changed(t0 + ms(400));
+        assert_eq!(s.due(), Some(t0 + ms(1400)));
+        s.written();
+        assert_eq!(s.due(), None);
+    }
+
+    #[test]
+    fn a_stream_of_changes_is_still_written_every_longest() {
+        let t0 = Instant::now();
+        let mut s = WriteSettle::new(ms(1000), ms(5000));
+        for i in 0..100 {
+            s.changed(t0 + ms(300 * i));
+            assert!(
+                s.due().is_some_and(|due| due <= t0 + ms(5000)),
+                "change {i}"
+            );
+        }
+        assert_eq!(s.due(), Some(t0 + ms(5000)));
+        s.written();
+        s.changed(t0 + ms(30_000));
+        assert_eq!(s.due(), Some(t0 + ms(31_000)));
+    }
+
+    #[test]
+    fn longest_is_never_shorter_than_quiet() {
+        let t0 = Instant::now();
+        let mut s = WriteSettle::new(ms(1000), ms(10));
+        s.changed(t0);
+        assert_eq!(s.due(), Some(t0 + ms(1000)));
+    }
+}

@@ -318,7 +318,10 @@ pub async fn run_link_with<L: Link>(
             }
         };
         let interface = link.interface().clone();
-        if let Some((ip, mac)) = find_conflict(&frame, interface.mac, &owned) {
+        // A withdrawn node (stopped and continued, cut off) answers for nothing: the peers that
+        // took its addresses over announce them rightly, whatever its stale table says.
+        let conflict = find_conflict(&frame, interface.mac, &owned).filter(|_| allowed());
+        if let Some((ip, mac)) = conflict {
             tracing::warn!(interface = %name, %ip, mac = ?mac, "another host announces an address this node answers for");
             metrics
                 .conflicts

@@ -323,3 +323,59 @@ async fn without_joining_the_solicited_node_group_no_solicitation_arrives() {
     );
     let _ = &mut client;
 }
+
+/// Another host's gratuitous announcement of an owned address is a conflict only while this
+/// node may answer: a withdrawn node (stopped and continued, cut off) reports nothing about
+/// the peers that took its addresses over.
+#[tokio::test(start_paused = true)]
+async fn a_withdrawn_node_reports_no_conflict() {
+    let vip: Ipv4Addr = "198.18.0.210".parse().unwrap();
+    let lan = MemoryLan::default();
+    let mut index = L2Index::new(NODES[0]);
+    index.reset_pools(&[mk_pool(
+        "default",
+        json!(null),
+        &["198.18.0.200-198.18.0.250"],
+    )]);
+    index.reset_advertisements(&[mk_adv("lan", json!({"ipPools": ["default"]}))]);
+    index.reset_nodes(&[mk_plain_node(NODES[0])]);
+    index.reset_services(&[mk_lb("web", &["198.18.0.210"], "Cluster", json!(null))]);
+    index.reset_slices(&[]);
+    index.set_live(Arc::new([NODES[0].to_string()].into()));
+    index.set_local_up(["eth0".to_string()].into());
+    let (_answers, rx) = watch::channel(Arc::new(index.answers()));
+    // Until now: answering ended (tokio's clock, which the speaker reads).
+    let past = tokio::time::Instant::now().into_std();
+    let (until_tx, until) = watch::channel(Some(past));
+    let (conflicts_tx, mut conflicts) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    tokio::spawn(berth_l2::run_link_with(
+        lan.attach("eth0", node_mac(0)),
+        rx,
+        L2Metrics::default(),
+        berth_l2::LinkOptions {
+            refresh: None,
+            until: Some(until),
+            conflicts: Some(conflicts_tx),
+        },
+        stop.clone().cancelled_owned(),
+    ));
+    let mut peer = lan.attach("eth0", node_mac(1));
+    let announce = |peer: &mut MemoryLink| {
+        for frame in berth_l2::frame::build_gratuitous(node_mac(1), IpAddr::V4(vip)) {
+            peer.send(&frame).unwrap();
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    announce(&mut peer);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(conflicts.try_recv().is_err(), "withdrawn: no conflict");
+    until_tx.send_replace(Some(
+        tokio::time::Instant::now().into_std() + Duration::from_secs(3600),
+    ));
+    announce(&mut peer);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let conflict = conflicts.try_recv().expect("answering: a conflict");
+    assert_eq!((conflict.ip, conflict.mac), (IpAddr::V4(vip), node_mac(1)));
+    stop.cancel();
+}
