@@ -169,10 +169,6 @@ impl ApiError {
         .with_details(json!({"retryAfterSeconds": retry_after_seconds}))
     }
 
-    pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(403, "Forbidden", message)
-    }
-
     /// The `metav1.Status` body for this error.
     pub fn to_status(&self) -> Value {
         let mut status = json!({

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -12,7 +12,7 @@ use crate::pod::{resolve_port, select_pods, PodView};
 use crate::service::{ServiceView, DEFAULT_PROTOCOL};
 use crate::{
     Computed, DEFAULT_MAX_ENDPOINTS_PER_SLICE, LABEL_HEADLESS, LABEL_MANAGED_BY,
-    LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE, MANAGED_BY_BERTH, MAX_ENDPOINTS_PER_SLICE_LIMIT,
+    LABEL_SERVICE_NAME, MANAGED_BY_BERTH, MAX_ENDPOINTS_PER_SLICE_LIMIT,
 };
 use berth_core::IpFamily;
 
@@ -71,23 +71,6 @@ impl NodeZones {
     pub fn insert(&mut self, node: impl Into<String>, zone: Option<String>) {
         self.nodes
             .insert(node.into(), zone.filter(|z| !z.is_empty()));
-    }
-
-    pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Self {
-        let mut zones = NodeZones::new();
-        for node in nodes {
-            let Some(name) = node.metadata.name.as_deref() else {
-                continue;
-            };
-            let zone = node
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_TOPOLOGY_ZONE))
-                .cloned();
-            zones.insert(name, zone);
-        }
-        zones
     }
 
     /// `None` when the node is unknown; `Some(None)` when it has no zone.
@@ -204,10 +187,6 @@ impl DesiredSlices {
     /// The labels every slice of the Service carries.
     pub fn labels(&self) -> &BTreeMap<String, String> {
         &self.labels
-    }
-
-    pub fn endpoint_count(&self) -> usize {
-        self.groups.iter().map(|g| g.endpoints.len()).sum()
     }
 
     /// The Service as the controlling owner, so slices are garbage collected with it.
