@@ -114,7 +114,7 @@ fn flood(
 
 /// One agent's `berth_membership_*` counters: live-set changes and refusals by reason.
 fn membership_counters(netns: &str) -> BTreeMap<String, f64> {
-    let (status, body) = berth_lab::kubelet::server::http_get(
+    let (status, body) = berth_lab::netns::http_get(
         netns,
         "127.0.0.1:10356".parse().unwrap(),
         "/metrics",
