@@ -42,19 +42,7 @@ fn flood_seconds() -> u64 {
 
 #[test]
 fn a_flood_of_junk_forgeries_and_replays_changes_nothing() {
-    if !ready() {
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let lab = L2Lab::start("tf", "on", "3s").await;
-        let lab = scenario(lab).await;
-        lab.finish().await;
-    });
+    run_lab("tf", scenario);
 }
 
 /// The datagrams the rogue sends, cycling: a third each of random bytes, wrong-key frames and
