@@ -1,4 +1,4 @@
-//! Errors: [`ApiError`] is what a client sees (a Kubernetes `Status`), [`LabError`] is what the
+//! Errors: [`ApiError`] is what a client sees (a Kubernetes `Status`), [`Error`] is what the
 //! embedding program sees when the server itself cannot run.
 
 use serde_json::{json, Value};
@@ -197,7 +197,7 @@ fn qualified(resource: &str, group: &str) -> String {
 
 /// Failures of the server as a program (binding, kubeconfig, client construction).
 #[derive(Debug, thiserror::Error)]
-pub enum LabError {
+pub enum Error {
     #[error("binding {addr}")]
     Bind {
         addr: String,

@@ -7,7 +7,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::endpoints::pod_reference;
-use crate::error::EndpointsError;
+use crate::error::Error;
 use crate::pod::{resolve_port, select_pods, PodView};
 use crate::service::{ServiceView, DEFAULT_PROTOCOL};
 use crate::{
@@ -27,9 +27,9 @@ pub struct SliceConfig {
 
 impl SliceConfig {
     /// `max_endpoints_per_slice` must lie in 1..=1000, as the API server requires.
-    pub fn new(max_endpoints_per_slice: usize) -> Result<Self, EndpointsError> {
+    pub fn new(max_endpoints_per_slice: usize) -> Result<Self, Error> {
         if !(1..=MAX_ENDPOINTS_PER_SLICE_LIMIT).contains(&max_endpoints_per_slice) {
-            return Err(EndpointsError::InvalidMaxEndpointsPerSlice {
+            return Err(Error::InvalidMaxEndpointsPerSlice {
                 got: max_endpoints_per_slice,
                 max: MAX_ENDPOINTS_PER_SLICE_LIMIT,
             });
@@ -387,7 +387,7 @@ pub fn compute_desired_slices(
             Some(zone) => zone,
             None if svc.publish_not_ready => None,
             None => {
-                skipped.push(EndpointsError::NodeNotFound {
+                skipped.push(Error::NodeNotFound {
                     namespace: pod.namespace.to_owned(),
                     pod: pod.name.to_owned(),
                     service: svc.name.to_owned(),
