@@ -168,6 +168,7 @@ impl AllocationState {
             self.schedule_pool_status();
             self.wake_waiting(Some(key));
         }
+        self.held.forget(key);
         self.states.remove(key);
     }
 }
