@@ -268,7 +268,7 @@ fn change_counters(lab: &L2Lab) -> (f64, f64) {
     let mut ownership = 0.0;
     let mut live = 0.0;
     for ns in lab.agents.netns.values() {
-        let Ok((200, body)) = berth_lab::kubelet::server::http_get(
+        let Ok((200, body)) = berth_lab::netns::http_get(
             ns,
             "127.0.0.1:10356".parse().unwrap(),
             "/metrics",

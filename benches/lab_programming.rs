@@ -95,13 +95,9 @@ fn agent_buckets(layout: &berth_lab::topology::Layout) -> Buckets {
     let mut all = Buckets::new();
     for node in &layout.nodes {
         let addr = SocketAddr::from((node.lan_ip, 10356));
-        let (_, body) = berth_lab::kubelet::server::http_get(
-            &node.netns,
-            addr,
-            "/metrics",
-            Duration::from_secs(5),
-        )
-        .unwrap();
+        let (_, body) =
+            berth_lab::netns::http_get(&node.netns, addr, "/metrics", Duration::from_secs(5))
+                .unwrap();
         parse_buckets(&body, &mut all);
     }
     all
@@ -113,19 +109,14 @@ fn agent_rules(layout: &berth_lab::topology::Layout) -> Vec<String> {
         .iter()
         .map(|node| {
             let addr = SocketAddr::from((node.lan_ip, 10356));
-            berth_lab::kubelet::server::http_get(
-                &node.netns,
-                addr,
-                "/metrics",
-                Duration::from_secs(5),
-            )
-            .map(|(_, body)| {
-                body.lines()
-                    .find(|l| l.starts_with("berth_agent_rules "))
-                    .unwrap_or("")
-                    .to_string()
-            })
-            .unwrap_or_default()
+            berth_lab::netns::http_get(&node.netns, addr, "/metrics", Duration::from_secs(5))
+                .map(|(_, body)| {
+                    body.lines()
+                        .find(|l| l.starts_with("berth_agent_rules "))
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .unwrap_or_default()
         })
         .collect()
 }

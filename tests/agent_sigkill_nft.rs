@@ -15,14 +15,14 @@
 //! sync took.
 //! Root, iproute2 and nft (skips with a message elsewhere, fails under `CI=true`).
 //!
-//! Address plan: the node namespace `berth-ak<pid>-<writer>` has only loopback, where the lab API
-//! server listens for the agent; Services 10.96.0.0/16, endpoints 10.244.1.0/24 (no traffic is sent).
+//! Address plan: the node namespaces `berth-ak<pid>-<writer>` have only loopback, where the one
+//! lab API server listens for each writer's agent; Services 10.96.0.0/16, endpoints
+//! 10.244.1.0/24 (no traffic is sent).
 //! `BERTH_SIGKILL_SERVICES` and `BERTH_SIGKILL_ROUNDS` change the size (defaults 3,000, and 12
 //! rounds per writer).
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -254,18 +254,21 @@ impl Rng {
     }
 }
 
-/// One writer after the other (each with its own namespace and API server): run side by side
+/// The tables a writer's converged agents programmed, and how long the full sync took.
+struct Recorded {
+    old: Vec<String>,
+    old_text: String,
+    new: Vec<String>,
+    full_sync: Duration,
+}
+
+/// One API server and one set of Services for both writers, each writer in its own namespace
+/// (the server listens inside both). The rounds run one writer after the other: side by side
 /// they would share the machine's two cores and the kill instants would mean less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
-    let rounds = env_or("BERTH_SIGKILL_ROUNDS", 12);
-    for writer in ["netlink", "nft"] {
-        killed_agent_rounds(writer, rounds).await;
-    }
-}
-
-async fn killed_agent_rounds(writer: &str, rounds: usize) {
     require!(Requirement::Netns, Requirement::Nft);
+    let rounds = env_or("BERTH_SIGKILL_ROUNDS", 12);
     let total = env_or("BERTH_SIGKILL_SERVICES", 3_000).max(2);
     let seed = std::env::var("BERTH_SIGKILL_SEED")
         .ok()
@@ -277,28 +280,34 @@ async fn killed_agent_rounds(writer: &str, rounds: usize) {
                 .as_nanos() as u64
                 | 1
         });
-    eprintln!(
-        "agent SIGKILL on nftables ({writer}): {total} Services, {rounds} rounds, \
-         BERTH_SIGKILL_SEED={seed}"
-    );
-    let mut rng = Rng(seed);
-
-    let ns = Netns::new(writer);
-    let inside = bind_tcp_in_netns(&ns.0, "127.0.0.1:0".parse().unwrap()).unwrap();
-    let inside_addr: SocketAddr = inside.local_addr().unwrap();
-    let server = LabApiServer::builder()
-        .listen("127.0.0.1:0".parse().unwrap())
-        .listener(Listener::Bound(inside))
-        .start()
-        .await
+    let writers = ["netlink", "nft"];
+    let namespaces: Vec<Netns> = writers.iter().map(|w| Netns::new(w)).collect();
+    let mut builder = LabApiServer::builder().listen("127.0.0.1:0".parse().unwrap());
+    let mut inside_addrs = Vec::new();
+    for ns in &namespaces {
+        let inside = bind_tcp_in_netns(&ns.0, "127.0.0.1:0".parse().unwrap()).unwrap();
+        inside_addrs.push(inside.local_addr().unwrap());
+        builder = builder.listener(Listener::Bound(inside));
+    }
+    let server = builder.start().await.unwrap();
+    let outside = *server
+        .addrs()
+        .iter()
+        .find(|a| !inside_addrs.contains(a))
         .unwrap();
-    let outside = *server.addrs().iter().find(|a| **a != inside_addr).unwrap();
     let mut config = kube::Config::new(format!("http://{outside}").parse().unwrap());
     config.default_namespace = "default".into();
     let client = kube::Client::try_from(config).unwrap();
     let dir = berth_testing::unique_dir("agent-sigkill-nft");
-    let kubeconfig = dir.join("kubeconfig");
-    write_kubeconfig(&kubeconfig, &format!("http://{inside_addr}")).unwrap();
+    let kubeconfigs: Vec<std::path::PathBuf> = writers
+        .iter()
+        .zip(&inside_addrs)
+        .map(|(writer, addr)| {
+            let path = dir.join(format!("kubeconfig-{writer}"));
+            write_kubeconfig(&path, &format!("http://{addr}")).unwrap();
+            path
+        })
+        .collect();
     Api::<Node>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -313,18 +322,74 @@ async fn killed_agent_rounds(writer: &str, rounds: usize) {
     // The old ruleset: the first half of the Services, programmed by a converged agent.
     let half = total / 2;
     create_services(&client, 0..half).await;
-    let ns_ref = &ns;
-    let kc = kubeconfig.clone();
-    let old = tokio::task::block_in_place(|| converge(ns_ref, &kc, writer, half));
-    let old_text = ns.nft(&["list", "table", "ip", "berth"], None);
+    let olds: Vec<(Vec<String>, String)> = tokio::task::block_in_place(|| {
+        writers
+            .iter()
+            .zip(&namespaces)
+            .zip(&kubeconfigs)
+            .map(|((writer, ns), kc)| {
+                let old = converge(ns, kc, writer, half);
+                (old, ns.nft(&["list", "table", "ip", "berth"], None))
+            })
+            .collect()
+    });
     // The new one: all of them. The time it took bounds the random kill instants.
     create_services(&client, half..total).await;
-    let began = Instant::now();
-    let new = tokio::task::block_in_place(|| converge(ns_ref, &kc, writer, total));
-    let full_sync = began.elapsed();
-    assert_ne!(old, new);
+    let recorded: Vec<Recorded> = tokio::task::block_in_place(|| {
+        writers
+            .iter()
+            .zip(&namespaces)
+            .zip(&kubeconfigs)
+            .zip(olds)
+            .map(|(((writer, ns), kc), (old, old_text))| {
+                let began = Instant::now();
+                let new = converge(ns, kc, writer, total);
+                let full_sync = began.elapsed();
+                assert_ne!(old, new);
+                Recorded {
+                    old,
+                    old_text,
+                    new,
+                    full_sync,
+                }
+            })
+            .collect()
+    });
+    for ((writer, ns), (kc, rec)) in writers
+        .iter()
+        .zip(&namespaces)
+        .zip(kubeconfigs.iter().zip(&recorded))
+    {
+        eprintln!(
+            "agent SIGKILL on nftables ({writer}): {total} Services, {rounds} rounds, \
+             BERTH_SIGKILL_SEED={seed}"
+        );
+        tokio::task::block_in_place(|| {
+            killed_agent_rounds(writer, ns, kc, rec, total, rounds, seed)
+        });
+    }
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
-    let outcome = tokio::task::block_in_place(|| {
+fn killed_agent_rounds(
+    writer: &str,
+    ns: &Netns,
+    kubeconfig: &std::path::Path,
+    rec: &Recorded,
+    total: usize,
+    rounds: usize,
+    seed: u64,
+) {
+    let Recorded {
+        old,
+        old_text,
+        new,
+        full_sync,
+    } = rec;
+    let full_sync = *full_sync;
+    let mut rng = Rng(seed);
+    let outcome = {
         let mut seen = (0, 0, 0); // (old, new, kills while nft was running)
         for round in 0..rounds {
             ns.nft(
@@ -333,8 +398,8 @@ async fn killed_agent_rounds(writer: &str, rounds: usize) {
                     "table ip berth\ndelete table ip berth\n{old_text}"
                 )),
             );
-            assert_eq!(ns.table(), old, "round {round}: the old table reloads");
-            let mut agent = Agent::start(&ns, &kubeconfig, writer);
+            assert_eq!(&ns.table(), old, "round {round}: the old table reloads");
+            let mut agent = Agent::start(ns, kubeconfig, writer);
             let started = Instant::now();
             let during_nft = if writer == "netlink" || round % 2 == 0 {
                 std::thread::sleep(Duration::from_millis(
@@ -354,9 +419,9 @@ async fn killed_agent_rounds(writer: &str, rounds: usize) {
             agent.kill();
             ns.wait_idle();
             let table = ns.table();
-            if table == old {
+            if &table == old {
                 seen.0 += 1;
-            } else if table == new {
+            } else if &table == new {
                 seen.1 += 1;
             } else {
                 let missing = new.iter().filter(|l| !table.contains(l)).count();
@@ -372,7 +437,7 @@ async fn killed_agent_rounds(writer: &str, rounds: usize) {
             seen.2 += usize::from(during_nft);
         }
         seen
-    });
+    };
     eprintln!(
         "agent SIGKILL on nftables ({writer}): {rounds} kills, {} left the old table, {} the new \
          one, {} while nft was running; a full sync of {total} Services took {full_sync:?}",
@@ -383,6 +448,4 @@ async fn killed_agent_rounds(writer: &str, rounds: usize) {
     } else {
         assert!(outcome.0 > 0, "no kill landed before the batch was sent");
     }
-    server.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }

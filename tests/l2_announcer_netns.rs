@@ -20,19 +20,7 @@ use serde_json::json;
 
 #[test]
 fn one_node_answers_for_each_lb_ip_and_another_takes_over() {
-    if !ready() {
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let lab = L2Lab::start("tl", "on", "3s").await;
-        let lab = scenario(lab).await;
-        lab.finish().await;
-    });
+    run_lab("tl", scenario);
 }
 
 async fn scenario(mut lab: L2Lab) -> L2Lab {

@@ -42,19 +42,7 @@ fn flood_seconds() -> u64 {
 
 #[test]
 fn a_flood_of_junk_forgeries_and_replays_changes_nothing() {
-    if !ready() {
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let lab = L2Lab::start("tf", "on", "3s").await;
-        let lab = scenario(lab).await;
-        lab.finish().await;
-    });
+    run_lab("tf", scenario);
 }
 
 /// The datagrams the rogue sends, cycling: a third each of random bytes, wrong-key frames and
@@ -114,7 +102,7 @@ fn flood(
 
 /// One agent's `berth_membership_*` counters: live-set changes and refusals by reason.
 fn membership_counters(netns: &str) -> BTreeMap<String, f64> {
-    let (status, body) = berth_lab::kubelet::server::http_get(
+    let (status, body) = berth_lab::netns::http_get(
         netns,
         "127.0.0.1:10356".parse().unwrap(),
         "/metrics",

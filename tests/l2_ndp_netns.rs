@@ -22,22 +22,13 @@ use l2_lab::*;
 
 #[test]
 fn three_agents_answer_each_neighbor_solicitation_once_and_fail_over() {
-    if !ready() {
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let lab = L2Lab::start("tn", "on", "3s").await;
+    run_lab("tn", |lab| async move {
         let ndp = NdpCapture::start(&lab.client_ns);
         let began = Instant::now();
         announce_ipv6(&lab.client).await;
         let lab = scenario(lab, &ndp, began).await;
         drop(ndp);
-        lab.finish().await;
+        lab
     });
 }
 

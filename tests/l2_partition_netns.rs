@@ -42,19 +42,7 @@ fn addresses() -> Vec<String> {
 
 #[test]
 fn a_membership_cut_or_a_stopped_owner_never_makes_two_nodes_answer() {
-    if !ready() {
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let lab = L2Lab::start("tp", "on", "3s").await;
-        let lab = scenario(lab).await;
-        lab.finish().await;
-    });
+    run_lab("tp", scenario);
 }
 
 /// The rules that drop `node`'s membership traffic both ways, or take them away.

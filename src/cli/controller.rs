@@ -157,7 +157,7 @@ fn parse_default_class(text: &str) -> Result<Option<&'static str>, String> {
 /// clap already says that the flag's value is invalid.
 pub(super) fn flag_error(error: berth_controller::Error) -> String {
     match error {
-        berth_controller::Error::Config(reason) => reason,
+        berth_controller::Error::InvalidConfig(reason) => reason,
         other => other.to_string(),
     }
 }

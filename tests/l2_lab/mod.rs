@@ -50,6 +50,28 @@ pub fn ready() -> bool {
     berth_testing::require(berth_testing::DATAPATH_NEEDS)
 }
 
+/// What every L2 lab test does around its scenario: skip without root, start the lab
+/// (namespaces `berth-<tag><pid>-*`, membership on, 3 s leases) on a two-thread runtime, run
+/// `scenario`, and take the lab down.
+pub fn run_lab<F>(tag: &str, scenario: impl FnOnce(L2Lab) -> F)
+where
+    F: std::future::Future<Output = L2Lab>,
+{
+    if !ready() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let lab = L2Lab::start(tag, "on", "3s").await;
+        let lab = scenario(lab).await;
+        lab.finish().await;
+    });
+}
+
 pub fn owner_among(candidates: &[&str], ip: &str) -> String {
     let ip: IpAddr = ip.parse().unwrap();
     candidates
@@ -66,19 +88,21 @@ pub fn without<'a>(all: &[&'a str], gone: &[&str]) -> Vec<&'a str> {
 /// Answers seen on the LAN: when, for which address, from which MAC, gratuitous or not.
 pub type Seen = Arc<Mutex<Vec<(Instant, IpAddr, Mac, bool)>>>;
 
-/// Every ARP answer the client namespace sees, and a way to send probes from it.
-pub struct Capture {
-    pub seen: Seen,
-    pub probes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+/// A thread in `netns` with a packet socket on its `eth0`: every frame `read` turns into a
+/// `T` is recorded in `seen`; every frame sent into `send` goes out. Stopped when dropped.
+pub struct Tap<T> {
+    pub seen: Arc<Mutex<Vec<T>>>,
+    pub send: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Capture {
-    pub fn start(netns: &str) -> Capture {
-        let seen: Seen = Arc::default();
+impl<T: Send + 'static> Tap<T> {
+    /// Returns once the socket is open.
+    pub fn start(netns: &str, read: impl Fn(&[u8]) -> Option<T> + Send + 'static) -> Tap<T> {
+        let seen: Arc<Mutex<Vec<T>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let (probes, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+        let (send, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
         let (opened_tx, opened_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn({
             let (seen, stop, netns) = (seen.clone(), stop.clone(), netns.to_string());
@@ -95,11 +119,11 @@ impl Capture {
                             tokio::select! {
                                 frame = link.recv() => {
                                     let Ok(frame) = frame else { continue };
-                                    if let Some(a) = read_answer(&frame) {
-                                        seen.lock().unwrap().push((Instant::now(), a.ip, a.mac, a.gratuitous));
+                                    if let Some(item) = read(&frame) {
+                                        seen.lock().unwrap().push(item);
                                     }
                                 }
-                                Some(probe) = rx.recv() => { let _ = link.send(&probe); }
+                                Some(out) = rx.recv() => { let _ = link.send(&out); }
                                 () = tokio::time::sleep(Duration::from_millis(50)) => {}
                             }
                         }
@@ -109,11 +133,40 @@ impl Capture {
             }
         });
         opened_rx.recv_timeout(LIMIT).unwrap();
-        Capture {
+        Tap {
             seen,
-            probes,
+            send,
             stop,
             thread: Some(thread),
+        }
+    }
+}
+
+impl<T> Drop for Tap<T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Every ARP answer the client namespace sees, and a way to send probes from it.
+pub struct Capture {
+    pub seen: Seen,
+    pub probes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    _tap: Tap<(Instant, IpAddr, Mac, bool)>,
+}
+
+impl Capture {
+    pub fn start(netns: &str) -> Capture {
+        let tap = Tap::start(netns, |frame| {
+            read_answer(frame).map(|a| (Instant::now(), a.ip, a.mac, a.gratuitous))
+        });
+        Capture {
+            seen: tap.seen.clone(),
+            probes: tap.send.clone(),
+            _tap: tap,
         }
     }
 
@@ -168,15 +221,6 @@ impl Capture {
             }
         }
         runs
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

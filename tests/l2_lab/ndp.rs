@@ -9,20 +9,18 @@
 //! no host has. fd00:198:18::1ff is in no pool.
 
 use std::net::Ipv6Addr;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use berth_l2::frame::client::{
     build_neighbor_solicitation, build_unicast_neighbor_solicitation, read_answer,
 };
 use berth_l2::frame::{Mac, NDP_HOP_LIMIT};
-use berth_l2::{Link, Listen, PacketLink};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use serde_json::json;
 
-use super::{advertise, apply, mk_slice, LIMIT, PROBE_MAC};
+use super::{advertise, apply, mk_slice, Tap, LIMIT, PROBE_MAC};
 
 pub const VIP6: &str = "fd00:198:18::c8";
 /// In no pool: nobody may answer for it.
@@ -65,54 +63,15 @@ fn read_na(frame: &[u8]) -> Option<Na> {
 
 /// Every NA the client namespace sees, and a way to send solicitations from it.
 pub struct NdpCapture {
-    pub seen: Arc<Mutex<Vec<Na>>>,
-    send: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    tap: Tap<Na>,
     next_source: AtomicU16,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl NdpCapture {
     pub fn start(netns: &str) -> NdpCapture {
-        let seen: Arc<Mutex<Vec<Na>>> = Arc::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (send, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
-        let (opened_tx, opened_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn({
-            let (seen, stop, netns) = (seen.clone(), stop.clone(), netns.to_string());
-            move || {
-                berth_lab::netns::run_in_netns(&netns, move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    runtime.block_on(async move {
-                        let mut link = PacketLink::open_with("eth0", Listen::Neighbour).unwrap();
-                        opened_tx.send(()).unwrap();
-                        while !stop.load(Ordering::Relaxed) {
-                            tokio::select! {
-                                frame = link.recv() => {
-                                    let Ok(frame) = frame else { continue };
-                                    if let Some(na) = read_na(&frame) {
-                                        seen.lock().unwrap().push(na);
-                                    }
-                                }
-                                Some(ns) = rx.recv() => { let _ = link.send(&ns); }
-                                () = tokio::time::sleep(Duration::from_millis(50)) => {}
-                            }
-                        }
-                    });
-                })
-                .unwrap();
-            }
-        });
-        opened_rx.recv_timeout(LIMIT).unwrap();
         NdpCapture {
-            seen,
-            send,
+            tap: Tap::start(netns, read_na),
             next_source: AtomicU16::new(1),
-            stop,
-            thread: Some(thread),
         }
     }
 
@@ -125,13 +84,14 @@ impl NdpCapture {
             None => build_neighbor_solicitation(PROBE_MAC, source, target, NDP_HOP_LIMIT),
             Some(mac) => build_unicast_neighbor_solicitation(PROBE_MAC, source, target, mac),
         };
-        self.send.send(frame).unwrap();
+        self.tap.send.send(frame).unwrap();
         source
     }
 
     /// The NAs sent to `source` (the answers to the solicitation it sent).
     pub fn answers_to(&self, source: Ipv6Addr) -> Vec<Na> {
-        self.seen
+        self.tap
+            .seen
             .lock()
             .unwrap()
             .iter()
@@ -142,7 +102,8 @@ impl NdpCapture {
 
     /// The NAs for `target` since `from` that `pick` keeps.
     pub fn since(&self, target: Ipv6Addr, from: Instant, pick: impl Fn(&Na) -> bool) -> Vec<Na> {
-        self.seen
+        self.tap
+            .seen
             .lock()
             .unwrap()
             .iter()
@@ -170,15 +131,6 @@ impl NdpCapture {
                 Instant::now() < deadline,
                 "{what}: {target} answered by {got:?}"
             );
-        }
-    }
-}
-
-impl Drop for NdpCapture {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
         }
     }
 }

@@ -371,11 +371,6 @@ where
         }
     }
 
-    /// The announcer's counters, when it is enabled.
-    pub fn l2_metrics(&self) -> Option<&berth_l2::L2Metrics> {
-        self.announcer.as_ref().map(Announcer::metrics)
-    }
-
     pub fn status(&self) -> watch::Receiver<AgentStatus> {
         self.status.subscribe()
     }

@@ -793,8 +793,4 @@ impl Index {
         }
         finish(self);
     }
-
-    pub fn service_port_count(&self) -> usize {
-        self.view.services.len()
-    }
 }

@@ -297,7 +297,6 @@ pub mod condition {
     /// `status` values of a condition.
     pub const TRUE: &str = "True";
     pub const FALSE: &str = "False";
-    pub const UNKNOWN: &str = "Unknown";
 
     /// Reasons, CamelCase as Kubernetes expects.
     pub mod reason {

@@ -1,4 +1,4 @@
-//! Errors: [`ApiError`] is what a client sees (a Kubernetes `Status`), [`LabError`] is what the
+//! Errors: [`ApiError`] is what a client sees (a Kubernetes `Status`), [`Error`] is what the
 //! embedding program sees when the server itself cannot run.
 
 use serde_json::{json, Value};
@@ -169,10 +169,6 @@ impl ApiError {
         .with_details(json!({"retryAfterSeconds": retry_after_seconds}))
     }
 
-    pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(403, "Forbidden", message)
-    }
-
     /// The `metav1.Status` body for this error.
     pub fn to_status(&self) -> Value {
         let mut status = json!({
@@ -201,7 +197,7 @@ fn qualified(resource: &str, group: &str) -> String {
 
 /// Failures of the server as a program (binding, kubeconfig, client construction).
 #[derive(Debug, thiserror::Error)]
-pub enum LabError {
+pub enum Error {
     #[error("binding {addr}")]
     Bind {
         addr: String,

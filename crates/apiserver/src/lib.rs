@@ -31,7 +31,7 @@ pub mod write;
 #[cfg(test)]
 mod store_tests;
 
-pub use error::{ApiError, LabError};
+pub use error::{ApiError, Error};
 pub use faults::Faults;
 pub use http::{RecordedRequest, RequestCounts};
 pub use server::{

@@ -1,7 +1,7 @@
 //! Running the server: in-process for tests ([`LabApiServer::builder`]) and as `berth lab apiserver`
 //! ([`run_apiserver`]).
 
-use super::error::{ApiError, LabError};
+use super::error::{ApiError, Error};
 use super::faults::Faults;
 use super::http::{router, App, RecordedRequest, RequestCounts};
 use super::store::Store;
@@ -112,14 +112,14 @@ impl LabApiServerBuilder {
     }
 
     /// Bind (127.0.0.1 on a free port when no listener was given) and start serving.
-    pub async fn start(self) -> Result<LabApiServerHandle, LabError> {
-        self.faults.validate().map_err(LabError::Faults)?;
+    pub async fn start(self) -> Result<LabApiServerHandle, Error> {
+        self.faults.validate().map_err(Error::Faults)?;
         let now = super::http::now();
         let mut store = Store::new(self.history_capacity, &now);
         store.set_graceful_pod_deletion(self.graceful_pod_deletion);
         if let Some(endpoint) = self.kubernetes_endpoint {
             super::kubernetes::seed_kubernetes_service(&mut store, endpoint, &now)
-                .map_err(LabError::Seed)?;
+                .map_err(Error::Seed)?;
         }
         if !self.service_cidrs.is_empty() {
             super::kubernetes::seed_default_service_cidr(&mut store, &self.service_cidrs, &now)
@@ -137,23 +137,23 @@ impl LabApiServerBuilder {
                 Listener::Addr(addr) => {
                     tokio::net::TcpListener::bind(addr)
                         .await
-                        .map_err(|source| LabError::Bind {
+                        .map_err(|source| Error::Bind {
                             addr: addr.to_string(),
                             source,
                         })?
                 }
                 Listener::Bound(std) => {
-                    std.set_nonblocking(true).map_err(LabError::Listener)?;
-                    tokio::net::TcpListener::from_std(std).map_err(LabError::Listener)?
+                    std.set_nonblocking(true).map_err(Error::Listener)?;
+                    tokio::net::TcpListener::from_std(std).map_err(Error::Listener)?
                 }
             };
             bound.push(listener);
         }
         let mut addrs = Vec::new();
         for l in &bound {
-            addrs.push(l.local_addr().map_err(LabError::Listener)?);
+            addrs.push(l.local_addr().map_err(Error::Listener)?);
         }
-        let first = *addrs.first().ok_or(LabError::NoListener)?;
+        let first = *addrs.first().ok_or(Error::NoListener)?;
         if let Ok(mut a) = app.server_address.lock() {
             *a = first.to_string();
         }
@@ -165,7 +165,7 @@ impl LabApiServerBuilder {
                 axum::serve(listener, svc)
                     .with_graceful_shutdown(token.cancelled_owned())
                     .await
-                    .map_err(LabError::Serve)
+                    .map_err(Error::Serve)
             }));
         }
         Ok(LabApiServerHandle { app, addrs, tasks })
@@ -176,7 +176,7 @@ impl LabApiServerBuilder {
 pub struct LabApiServerHandle {
     app: Arc<App>,
     addrs: Vec<SocketAddr>,
-    tasks: Vec<JoinHandle<Result<(), LabError>>>,
+    tasks: Vec<JoinHandle<Result<(), Error>>>,
 }
 
 impl LabApiServerHandle {
@@ -194,15 +194,15 @@ impl LabApiServerHandle {
     }
 
     /// A real kube client that talks HTTP to this server.
-    pub fn client(&self) -> Result<kube::Client, LabError> {
+    pub fn client(&self) -> Result<kube::Client, Error> {
         let url = self.url();
-        let uri: http::Uri = url.parse().map_err(|_| LabError::NoListener)?;
+        let uri: http::Uri = url.parse().map_err(|_| Error::NoListener)?;
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".to_owned();
-        kube::Client::try_from(config).map_err(|source| LabError::Client { url, source })
+        kube::Client::try_from(config).map_err(|source| Error::Client { url, source })
     }
 
-    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), LabError> {
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
         write_kubeconfig(path, &self.url())
     }
 
@@ -210,8 +210,8 @@ impl LabApiServerHandle {
         self.app.fault_state().faults().clone()
     }
 
-    pub fn set_faults(&self, faults: Faults) -> Result<(), LabError> {
-        self.app.set_faults(faults).map_err(LabError::Faults)
+    pub fn set_faults(&self, faults: Faults) -> Result<(), Error> {
+        self.app.set_faults(faults).map_err(Error::Faults)
     }
 
     /// Forget the watch history: every watch resumed from an earlier version gets 410 Gone.
@@ -270,7 +270,7 @@ impl LabApiServerHandle {
     }
 
     /// Stop serving: open watches end, listeners close.
-    pub async fn shutdown(self) -> Result<(), LabError> {
+    pub async fn shutdown(self) -> Result<(), Error> {
         self.app.shutdown.cancel();
         for t in self.tasks {
             if let Ok(r) = t.await {
@@ -288,8 +288,8 @@ pub fn kubeconfig_yaml(server: &str) -> String {
     )
 }
 
-pub fn write_kubeconfig(path: &Path, server: &str) -> Result<(), LabError> {
-    std::fs::write(path, kubeconfig_yaml(server)).map_err(|source| LabError::WriteKubeconfig {
+pub fn write_kubeconfig(path: &Path, server: &str) -> Result<(), Error> {
+    std::fs::write(path, kubeconfig_yaml(server)).map_err(|source| Error::WriteKubeconfig {
         path: path.display().to_string(),
         source,
     })
@@ -314,7 +314,7 @@ pub struct ApiServerOptions {
 pub async fn run_apiserver(
     opts: ApiServerOptions,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), LabError> {
+) -> Result<(), Error> {
     let mut builder = LabApiServer::builder()
         .faults(opts.faults)
         .graceful_pod_deletion(opts.graceful_pod_deletion)

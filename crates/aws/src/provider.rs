@@ -99,9 +99,10 @@ struct Converged {
     skipped_nodes: Vec<String>,
 }
 
-/// The sweep's listing of a region at its quotas (3,000 target groups, a few hundred load
-/// balancers) is a few dozen pages and about 200 DescribeTags at 50 calls a second.
-pub const DEFAULT_LISTING_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the sweep may take to list the account. A region at its quotas (3,000 target
+/// groups, a few hundred load balancers) is a few dozen pages and about 200 DescribeTags at 50
+/// calls a second.
+pub const LISTING_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The NLB provider over any ELBv2 client.
 #[derive(Debug)]
@@ -111,8 +112,6 @@ pub struct NlbProvider<C> {
     /// A Service whose model has not changed since it converged is not read again until this
     /// much time has passed (or a sweep saw one of its resources vanish).
     verify_after: Duration,
-    /// How long the sweep's listing of the account may take.
-    listing_timeout: Duration,
     /// Target groups in the region (every owner's) as the last listing counted them, kept
     /// up to date with what berth creates and deletes since: a Service whose new target
     /// groups would pass the regional quota is refused before it creates any.
@@ -225,7 +224,6 @@ impl<C: Elbv2> NlbProvider<C> {
             client,
             config,
             verify_after,
-            listing_timeout: DEFAULT_LISTING_TIMEOUT,
             region_target_groups: Mutex::new(None),
             converged: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(BTreeSet::new()),
@@ -272,12 +270,6 @@ impl<C: Elbv2> NlbProvider<C> {
         let choice = choose_subnets(&subnets, &self.config.cluster_name, scheme)?;
         choices().insert(scheme, (Instant::now(), choice.clone()));
         Ok(Some(choice))
-    }
-
-    /// Bounds the sweep's listing of the account (default [`DEFAULT_LISTING_TIMEOUT`]).
-    pub fn with_listing_timeout(mut self, timeout: Duration) -> Self {
-        self.listing_timeout = timeout;
-        self
     }
 
     /// Counts what the sweep removes into `metrics` (the binary's registered ones).
@@ -738,13 +730,13 @@ impl<C: Elbv2> NlbProvider<C> {
     }
 
     /// Lists every load balancer and target group of the account with their tags, within
-    /// [`Self::with_listing_timeout`]: a server that stops answering cannot stall the sweep.
+    /// [`LISTING_TIMEOUT`]: a server that stops answering cannot stall the sweep.
     pub async fn list_for_sweep(&self) -> Result<SweepListing, Error> {
-        match tokio::time::timeout(self.listing_timeout, self.list_all()).await {
+        match tokio::time::timeout(LISTING_TIMEOUT, self.list_all()).await {
             Ok(listing) => listing,
             Err(_) => Err(Error::Timeout {
                 what: "listing the account for the sweep",
-                after: self.listing_timeout,
+                after: LISTING_TIMEOUT,
             }),
         }
     }

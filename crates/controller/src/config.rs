@@ -42,20 +42,22 @@ impl LeaseConfig {
     /// the elector trusts what it is given.
     pub fn validate(&self) -> Result<(), Error> {
         if self.lease_duration.as_secs() < 1 {
-            return Err(Error::Config("--lease-duration must be at least 1s".into()));
+            return Err(Error::InvalidConfig(
+                "--lease-duration must be at least 1s".into(),
+            ));
         }
         if self.renew_deadline >= self.lease_duration {
-            return Err(Error::Config(
+            return Err(Error::InvalidConfig(
                 "--renew-deadline must be shorter than --lease-duration".into(),
             ));
         }
         if self.retry_period.is_zero() || self.retry_period >= self.renew_deadline {
-            return Err(Error::Config(
+            return Err(Error::InvalidConfig(
                 "--retry-period must be positive and shorter than --renew-deadline".into(),
             ));
         }
         if self.name.is_empty() || self.namespace.is_empty() || self.identity.is_empty() {
-            return Err(Error::Config(
+            return Err(Error::InvalidConfig(
                 "lease name, namespace and identity must not be empty".into(),
             ));
         }
@@ -167,9 +169,9 @@ impl ControllerOptions {
         } = self;
         let endpoints = if endpoints {
             let slices = berth_endpoints::SliceConfig::new(max_endpoints_per_slice)
-                .map_err(|e| Error::Config(format!("--max-endpoints-per-slice: {e}")))?;
+                .map_err(|e| Error::InvalidConfig(format!("--max-endpoints-per-slice: {e}")))?;
             if concurrent_endpoint_syncs == 0 {
-                return Err(Error::Config(
+                return Err(Error::InvalidConfig(
                     "--concurrent-endpoint-syncs must be at least 1".into(),
                 ));
             }
@@ -217,9 +219,9 @@ pub fn parse_grace(
 ) -> Result<Option<Duration>, Error> {
     match text.trim() {
         "never" => Ok(None),
-        other => parse_duration(other)
-            .map(Some)
-            .map_err(|e| Error::Config(format!("--pool-gone-grace {text:?}: {e} (or `never`)"))),
+        other => parse_duration(other).map(Some).map_err(|e| {
+            Error::InvalidConfig(format!("--pool-gone-grace {text:?}: {e} (or `never`)"))
+        }),
     }
 }
 
@@ -231,9 +233,9 @@ pub fn parse_reserved_addresses(text: &str) -> Result<Vec<berth_core::AddressRan
         .filter(|s| !s.is_empty())
         .map(|s| match s.parse::<std::net::IpAddr>() {
             Ok(ip) => berth_core::AddressRange::new(ip, ip)
-                .ok_or_else(|| Error::Config(format!("--reserved-addresses {s:?}"))),
+                .ok_or_else(|| Error::InvalidConfig(format!("--reserved-addresses {s:?}"))),
             Err(_) => berth_core::parse_address(s)
-                .map_err(|e| Error::Config(format!("--reserved-addresses: {e}"))),
+                .map_err(|e| Error::InvalidConfig(format!("--reserved-addresses: {e}"))),
         })
         .collect()
 }
@@ -246,13 +248,13 @@ pub fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, Error> {
         .filter(|s| !s.is_empty())
         .map(|s| {
             s.parse::<IpNet>()
-                .map_err(|e| Error::Config(format!("--service-cidr {s:?}: {e}")))
+                .map_err(|e| Error::InvalidConfig(format!("--service-cidr {s:?}: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     match cidrs.as_slice() {
         [_] => Ok(cidrs),
         [a, b] if matches!(a, IpNet::V4(_)) != matches!(b, IpNet::V4(_)) => Ok(cidrs),
-        _ => Err(Error::Config(format!(
+        _ => Err(Error::InvalidConfig(format!(
             "--service-cidr {text:?}: expected one CIDR, or two of different IP families"
         ))),
     }
@@ -261,7 +263,7 @@ pub fn parse_service_cidrs(text: &str) -> Result<Vec<IpNet>, Error> {
 /// Parses `--node-port-range`: `first-last`.
 pub fn parse_node_port_range(text: &str) -> Result<PortRange, Error> {
     text.parse()
-        .map_err(|e| Error::Config(format!("--node-port-range: {e}")))
+        .map_err(|e| Error::InvalidConfig(format!("--node-port-range: {e}")))
 }
 
 /// Parses `--default-class`: `l2`, `aws-nlb` (or their full class names) or `none`.
@@ -270,7 +272,7 @@ pub fn parse_default_class(text: &str) -> Result<Option<&'static str>, Error> {
         "none" | "" => Ok(None),
         "l2" | class::L2 => Ok(Some(class::L2)),
         "aws-nlb" | class::AWS_NLB => Ok(Some(class::AWS_NLB)),
-        other => Err(Error::Config(format!(
+        other => Err(Error::InvalidConfig(format!(
             "--default-class {other:?}: expected l2, aws-nlb or none"
         ))),
     }

@@ -134,9 +134,9 @@ impl std::fmt::Display for ErrorCategory {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid configuration: {0}")]
-    Config(String),
+    InvalidConfig(String),
     #[error("allocator setup: {0}")]
-    Allocator(#[from] berth_ipam::IpamError),
+    Allocator(#[from] berth_ipam::Error),
     #[error("{action}: {source}")]
     Kube {
         action: String,
@@ -165,7 +165,7 @@ pub enum Error {
         source: watcher::Error,
     },
     #[error("a {kind} watcher ended")]
-    WatcherEnded { kind: &'static str },
+    WatchEnded { kind: &'static str },
 }
 
 impl Error {
@@ -178,12 +178,12 @@ impl Error {
 
     pub fn category(&self) -> ErrorCategory {
         match self {
-            Self::Config(_) | Self::Allocator(_) => ErrorCategory::Config,
+            Self::InvalidConfig(_) | Self::Allocator(_) => ErrorCategory::Config,
             Self::Kube { source, .. } => ErrorCategory::of_api(source),
             Self::Write { source, .. } => ErrorCategory::of_api(source),
             Self::Telemetry(_) => ErrorCategory::Admin,
             Self::Lease(_) => ErrorCategory::Lease,
-            Self::Watch { .. } | Self::WatcherEnded { .. } => ErrorCategory::Watch,
+            Self::Watch { .. } | Self::WatchEnded { .. } => ErrorCategory::Watch,
         }
     }
 
@@ -272,7 +272,7 @@ mod tests {
         let conflict = Error::kube("patching", api_error(409));
         assert_eq!(conflict.category(), ErrorCategory::Conflict);
         assert!(conflict.is_retryable());
-        assert!(!Error::Config("bad".into()).is_retryable());
-        assert!(Error::WatcherEnded { kind: "Pod" }.is_retryable());
+        assert!(!Error::InvalidConfig("bad".into()).is_retryable());
+        assert!(Error::WatchEnded { kind: "Pod" }.is_retryable());
     }
 }

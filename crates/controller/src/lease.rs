@@ -140,13 +140,6 @@ impl Term {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = state;
     }
 
-    /// A term that never ends (a single replica without leader election).
-    pub fn unbounded() -> Self {
-        let term = Term::default();
-        term.extend_unbounded();
-        term
-    }
-
     /// Leads until told otherwise (no leader election).
     pub fn extend_unbounded(&self) {
         self.set(TermState::Unbounded);

@@ -31,25 +31,13 @@ use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::NftSyncer;
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
+use common::netns::Netns;
 use common::*;
 
 /// How many random byte cuts each test makes beside the line boundaries.
 const RANDOM_CUTS: usize = 300;
 
-/// A named network namespace, deleted when dropped.
-struct Netns(String);
-
 impl Netns {
-    fn new(n: u32) -> Netns {
-        let name = format!("berth-aa{}-{n}", std::process::id());
-        let status = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(status.success(), "ip netns add {name}");
-        Netns(name)
-    }
-
     /// Runs `program args` in the namespace with `stdin` piped in whole; whether it succeeded.
     fn run(&self, program: &str, args: &[&str], stdin: &[u8]) -> (bool, String) {
         let mut child = Command::new("ip")
@@ -66,12 +54,6 @@ impl Netns {
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
         )
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
     }
 }
 
@@ -132,7 +114,7 @@ fn old_view() -> NodeView {
 #[test]
 fn no_prefix_of_an_nft_transaction_commits() {
     require!(Requirement::Netns, Requirement::Nft);
-    let ns = Netns::new(1);
+    let ns = Netns::new("aa", "1");
     let list = || ns.run("nft", &["list", "ruleset"], b"").1;
     let old_tx = full_transaction(&old_view());
     let new_tx = full_transaction(&mk_fixed_view());
@@ -216,7 +198,7 @@ fn message_boundaries(batch: &[u8]) -> Vec<usize> {
 #[test]
 fn no_prefix_of_a_netlink_batch_commits() {
     require!(Requirement::Netns, Requirement::Nft);
-    let ns = Netns::new(3);
+    let ns = Netns::new("aa", "3");
     let list = || ns.run("nft", &["list", "ruleset"], b"").1;
     let old_tx = full_transaction(&old_view());
     let (ok, _) = ns.run("nft", &["-f", "-"], old_tx.as_bytes());
@@ -246,7 +228,7 @@ fn no_prefix_of_a_netlink_batch_commits() {
 #[test]
 fn no_prefix_of_an_iptables_restore_commits() {
     require!(Requirement::Netns, Requirement::Iptables);
-    let ns = Netns::new(2);
+    let ns = Netns::new("aa", "2");
     let save = || {
         ["filter", "nat"]
             .iter()

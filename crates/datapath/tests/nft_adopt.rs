@@ -12,85 +12,25 @@
 
 mod common;
 
-use std::process::Command;
-
 use berth_core::IpFamily;
 use berth_datapath::nft::{NetlinkNft, NftSyncer};
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
+use common::netns::Netns;
 use common::*;
 use serde_json::Value;
 
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let name = format!("berth-na{}-{tag}", std::process::id());
-        let status = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(status.success(), "ip netns add {name}");
-        Netns(name)
-    }
-
-    fn nft(&self, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0, "nft"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "nft {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// `nft -j list table ip berth`, elements sorted, expiry times dropped; handles kept when
-    /// `handles` is set.
-    fn table(&self, handles: bool) -> Value {
-        let mut json: Value =
-            serde_json::from_str(&self.nft(&["-j", "list", "table", "ip", "berth"])).unwrap();
-        normalise(&mut json, handles);
-        json
-    }
-
-    fn syncer(&self) -> NftSyncer<NetlinkNft> {
-        NftSyncer::new(NetlinkNft::in_netns(&self.0), IpFamily::V4)
-    }
+fn netns(tag: &str) -> Netns {
+    Netns::new("na", tag)
 }
 
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// `nft -j list table ip berth` (see [`common::netns::normalise`]).
+fn table(ns: &Netns, handles: bool) -> Value {
+    ns.table(IpFamily::V4, handles).expect("the table exists")
 }
 
-fn normalise(value: &mut Value, handles: bool) {
-    match value {
-        Value::Object(map) => {
-            map.remove("metainfo");
-            map.remove("expires");
-            if !handles {
-                map.remove("handle");
-            }
-            for (key, inner) in map.iter_mut() {
-                normalise(inner, handles);
-                if key == "elem" {
-                    if let Value::Array(elems) = inner {
-                        elems.sort_by_key(|e| e.to_string());
-                    }
-                }
-            }
-        }
-        Value::Array(items) => {
-            items.iter_mut().for_each(|i| normalise(i, handles));
-            items.retain(|item| item.as_object().is_none_or(|o| !o.is_empty()));
-        }
-        _ => {}
-    }
+fn syncer(ns: &Netns) -> NftSyncer<NetlinkNft> {
+    NftSyncer::new(NetlinkNft::in_netns(&ns.0), IpFamily::V4)
 }
 
 /// The affinity set of the fixed set's ClientIP Service and its name.
@@ -111,12 +51,12 @@ const CLIENT: &str = "198.18.0.100";
 #[test]
 fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
     require!(Requirement::Netns, Requirement::Nft);
-    let ns = Netns::new("a");
-    let fresh = Netns::new("fresh");
+    let ns = netns("a");
+    let fresh = netns("fresh");
     let options = mk_options(Dispatch::Linear);
     let rs = plan(&mk_fixed_view(), &options);
-    ns.syncer().sync(&rs).unwrap();
-    fresh.syncer().sync(&rs).unwrap();
+    syncer(&ns).sync(&rs).unwrap();
+    syncer(&fresh).sync(&rs).unwrap();
     let set = affinity_set(&ns);
     // A client's affinity entry, as its first packet would have left it.
     ns.nft(&[
@@ -127,11 +67,11 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
         &set,
         &format!("{{ {CLIENT} }}"),
     ]);
-    let before = ns.table(true);
+    let before = table(&ns, true);
     assert!(before.to_string().contains(CLIENT), "{before}");
 
     // A restart: a new Syncer, the same plan. Nothing is written.
-    let mut restarted = ns.syncer();
+    let mut restarted = syncer(&ns);
     let report = restarted.sync(&rs).unwrap();
     assert_eq!(report.kind, SyncKind::Full);
     assert_eq!(
@@ -140,7 +80,7 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
         "{report:?}"
     );
     assert_eq!(
-        ns.table(true),
+        table(&ns, true),
         before,
         "the table and its handles are untouched"
     );
@@ -191,7 +131,7 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
         "BERTH-SEP-STALE",
         "{ type ipv4_addr ; flags dynamic,timeout ; timeout 10s ; }",
     ]);
-    assert_ne!(ns.table(false), fresh.table(false));
+    assert_ne!(table(&ns, false), table(&fresh, false));
 
     // The periodic full reconciliation repairs exactly that.
     restarted.force_full_sync();
@@ -202,7 +142,7 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
         (1, 1),
         "{report:?}"
     );
-    let repaired = ns.table(false);
+    let repaired = table(&ns, false);
     let without_client = {
         let text = repaired.to_string();
         assert!(
@@ -214,7 +154,7 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
         strip_dynamic_elements(&mut json);
         json
     };
-    let mut fresh_table = fresh.table(false);
+    let mut fresh_table = table(&fresh, false);
     strip_dynamic_elements(&mut fresh_table);
     assert_eq!(
         without_client, fresh_table,
@@ -226,15 +166,15 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
     view.services.remove(0);
     view.services[0].endpoints.pop();
     let next = plan(&view, &options);
-    let report = ns.syncer().sync(&next).unwrap();
+    let report = syncer(&ns).sync(&next).unwrap();
     assert!(
         report.rewritten_chains > 0 && report.rewritten_chains < 10,
         "{report:?}"
     );
-    fresh.syncer().sync(&next).unwrap();
-    let mut got = ns.table(false);
+    syncer(&fresh).sync(&next).unwrap();
+    let mut got = table(&ns, false);
     strip_dynamic_elements(&mut got);
-    let mut want = fresh.table(false);
+    let mut want = table(&fresh, false);
     strip_dynamic_elements(&mut want);
     assert_same(&got, &want, "a new plan adopted");
 }

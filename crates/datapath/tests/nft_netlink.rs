@@ -24,72 +24,9 @@ use berth_datapath::nft::dump::RawTable;
 use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, NftTable, Transaction};
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
+use common::netns::Netns;
 use common::*;
 use serde_json::Value;
-
-/// A named network namespace, deleted when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let name = format!("berth-nq{}-{tag}", std::process::id());
-        let status = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(status.success(), "ip netns add {name}");
-        Netns(name)
-    }
-
-    /// `nft -j list table <family> berth`, normalised: no handles, no metainfo, set elements
-    /// sorted; `None` when there is no table.
-    fn table(&self, family: IpFamily) -> Option<Value> {
-        let fam = match family {
-            IpFamily::V4 => "ip",
-            IpFamily::V6 => "ip6",
-        };
-        let out = Command::new("ip")
-            .args([
-                "netns", "exec", &self.0, "nft", "-j", "list", "table", fam, "berth",
-            ])
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            return None;
-        }
-        let mut json: Value = serde_json::from_slice(&out.stdout).unwrap();
-        normalise(&mut json);
-        Some(json)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn normalise(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            map.remove("handle");
-            map.remove("metainfo");
-            for (key, inner) in map.iter_mut() {
-                normalise(inner);
-                if key == "elem" {
-                    if let Value::Array(elems) = inner {
-                        elems.sort_by_key(|e| e.to_string());
-                    }
-                }
-            }
-        }
-        Value::Array(items) => {
-            items.iter_mut().for_each(normalise);
-            items.retain(|item| item.as_object().is_none_or(|o| !o.is_empty()));
-        }
-        _ => {}
-    }
-}
 
 /// Applies every transaction through both writers, each into its own namespace, and to the
 /// in-memory nftables (the typed table the decoded ones must equal).
@@ -135,8 +72,8 @@ struct Pair {
 impl Pair {
     fn new() -> Pair {
         Pair {
-            netlink: Netns::new("nl"),
-            text: Netns::new("nft"),
+            netlink: Netns::new("nq", "nl"),
+            text: Netns::new("nq", "nft"),
         }
     }
 
@@ -174,8 +111,11 @@ impl Pair {
 
     /// Both tables read back alike; the listing, for more checks.
     fn assert_equal(&self, family: IpFamily, what: &str) -> Value {
-        let by_text = self.text.table(family).expect("nft wrote the table");
-        let by_netlink = self.netlink.table(family).expect("netlink wrote the table");
+        let by_text = self.text.table(family, false).expect("nft wrote the table");
+        let by_netlink = self
+            .netlink
+            .table(family, false)
+            .expect("netlink wrote the table");
         if by_text != by_netlink {
             let (a, b) = (
                 by_text["nftables"].as_array().unwrap(),
@@ -333,12 +273,12 @@ fn netlink_and_nft_write_the_same_tables() {
 #[test]
 fn a_refused_batch_names_the_object_and_changes_nothing() {
     require!(Requirement::Netns, Requirement::Nft);
-    let ns = Netns::new("err");
+    let ns = Netns::new("nq", "err");
     let mut syncer = NftSyncer::new(NetlinkNft::in_netns(&ns.0), IpFamily::V4);
     syncer
         .sync(&plan(&mk_fixed_view(), &linear(IpFamily::V4)))
         .unwrap();
-    let before = ns.table(IpFamily::V4).unwrap();
+    let before = ns.table(IpFamily::V4, false).unwrap();
     // A rule that jumps to a chain that does not exist, after valid commands.
     let mut tx = Transaction::new(IpFamily::V4);
     let chain = berth_datapath::nft::NftChain::new(Table::Nat, &ChainName::new("BERTH-SERVICES"));
@@ -361,7 +301,7 @@ fn a_refused_batch_names_the_object_and_changes_nothing() {
         "{err:?}"
     );
     assert_eq!(
-        ns.table(IpFamily::V4).unwrap(),
+        ns.table(IpFamily::V4, false).unwrap(),
         before,
         "the flush was not applied either"
     );
@@ -370,7 +310,7 @@ fn a_refused_batch_names_the_object_and_changes_nothing() {
 #[test]
 fn the_probe_is_accepted_and_leaves_nothing() {
     require!(Requirement::Netns, Requirement::Nft);
-    let ns = Netns::new("probe");
+    let ns = Netns::new("nq", "probe");
     assert!(NetlinkNft::in_netns(&ns.0).usable());
     let out = Command::new("ip")
         .args(["netns", "exec", &ns.0, "nft", "list", "ruleset"])
@@ -386,7 +326,7 @@ fn the_probe_is_accepted_and_leaves_nothing() {
 #[test]
 fn a_table_changed_by_nft_is_refused_by_name() {
     require!(Requirement::Netns, Requirement::Nft);
-    let ns = Netns::new("tamper");
+    let ns = Netns::new("nq", "tamper");
     let mut syncer = NftSyncer::new(NetlinkNft::in_netns(&ns.0), IpFamily::V4);
     syncer
         .sync(&plan(&mk_fixed_view(), &linear(IpFamily::V4)))

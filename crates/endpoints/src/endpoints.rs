@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::error::EndpointsError;
+use crate::error::Error;
 use crate::pod::{resolve_port, select_pods, PodView};
 use crate::service::{PortSpec, ServiceView};
 use crate::{Computed, ANNOTATION_OVER_CAPACITY, MAX_ENDPOINTS_ADDRESSES, OVER_CAPACITY_TRUNCATED};
@@ -208,7 +208,7 @@ pub fn build_endpoints(service: &Service, pods: &[Pod]) -> Computed<Option<Endpo
     for pod in &selected {
         let family = svc.endpoints_family(pod.ips.first().map(|(_, ip)| ip));
         let Some(ip) = pod.ips_of(family).next() else {
-            skipped.push(EndpointsError::NoAddressForFamily {
+            skipped.push(Error::NoAddressForFamily {
                 namespace: pod.namespace.to_owned(),
                 pod: pod.name.to_owned(),
                 service: svc.name.to_owned(),

@@ -6,7 +6,7 @@ use std::net::AddrParseError;
 /// complete for every other pod. The controller turns them into log lines or
 /// Events.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EndpointsError {
+pub enum Error {
     #[error("pod {namespace}/{pod}: invalid IP address {ip:?}")]
     InvalidPodIp {
         namespace: String,

@@ -37,7 +37,7 @@ mod service;
 mod slices;
 
 pub use endpoints::{build_endpoints, comparable_subsets, endpoints_need_update};
-pub use error::EndpointsError;
+pub use error::Error;
 pub use plan::{plan_endpoint_slices, SlicePlan};
 pub use pod::find_port;
 pub use slices::{
@@ -71,5 +71,5 @@ pub const MAX_ENDPOINTS_PER_SLICE_LIMIT: usize = 1000;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Computed<T> {
     pub value: T,
-    pub skipped: Vec<EndpointsError>,
+    pub skipped: Vec<Error>,
 }

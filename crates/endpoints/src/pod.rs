@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Container, Pod, ServicePort};
 
-use crate::error::EndpointsError;
+use crate::error::Error;
 use crate::service::{namespace_of, PortSpec, ServiceView, Target, DEFAULT_PROTOCOL};
 use berth_core::IpFamily;
 
@@ -82,7 +82,7 @@ pub(crate) fn select_pods<'a>(
     service: &ServiceView<'_>,
     pods: &'a [Pod],
     include_terminating: bool,
-    skipped: &mut Vec<EndpointsError>,
+    skipped: &mut Vec<Error>,
 ) -> Vec<PodView<'a>> {
     let mut selected = Vec::new();
     for pod in pods {
@@ -99,7 +99,7 @@ pub(crate) fn select_pods<'a>(
         for text in reported_ips(pod) {
             match text.parse::<IpAddr>() {
                 Ok(ip) => ips.push((text, ip)),
-                Err(source) => skipped.push(EndpointsError::InvalidPodIp {
+                Err(source) => skipped.push(Error::InvalidPodIp {
                     namespace: namespace.to_owned(),
                     pod: name.to_owned(),
                     ip: text.to_owned(),

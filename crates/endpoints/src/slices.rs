@@ -2,17 +2,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::endpoints::pod_reference;
-use crate::error::EndpointsError;
+use crate::error::Error;
 use crate::pod::{resolve_port, select_pods, PodView};
 use crate::service::{ServiceView, DEFAULT_PROTOCOL};
 use crate::{
     Computed, DEFAULT_MAX_ENDPOINTS_PER_SLICE, LABEL_HEADLESS, LABEL_MANAGED_BY,
-    LABEL_SERVICE_NAME, LABEL_TOPOLOGY_ZONE, MANAGED_BY_BERTH, MAX_ENDPOINTS_PER_SLICE_LIMIT,
+    LABEL_SERVICE_NAME, MANAGED_BY_BERTH, MAX_ENDPOINTS_PER_SLICE_LIMIT,
 };
 use berth_core::IpFamily;
 
@@ -27,9 +27,9 @@ pub struct SliceConfig {
 
 impl SliceConfig {
     /// `max_endpoints_per_slice` must lie in 1..=1000, as the API server requires.
-    pub fn new(max_endpoints_per_slice: usize) -> Result<Self, EndpointsError> {
+    pub fn new(max_endpoints_per_slice: usize) -> Result<Self, Error> {
         if !(1..=MAX_ENDPOINTS_PER_SLICE_LIMIT).contains(&max_endpoints_per_slice) {
-            return Err(EndpointsError::InvalidMaxEndpointsPerSlice {
+            return Err(Error::InvalidMaxEndpointsPerSlice {
                 got: max_endpoints_per_slice,
                 max: MAX_ENDPOINTS_PER_SLICE_LIMIT,
             });
@@ -71,23 +71,6 @@ impl NodeZones {
     pub fn insert(&mut self, node: impl Into<String>, zone: Option<String>) {
         self.nodes
             .insert(node.into(), zone.filter(|z| !z.is_empty()));
-    }
-
-    pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Self {
-        let mut zones = NodeZones::new();
-        for node in nodes {
-            let Some(name) = node.metadata.name.as_deref() else {
-                continue;
-            };
-            let zone = node
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_TOPOLOGY_ZONE))
-                .cloned();
-            zones.insert(name, zone);
-        }
-        zones
     }
 
     /// `None` when the node is unknown; `Some(None)` when it has no zone.
@@ -204,10 +187,6 @@ impl DesiredSlices {
     /// The labels every slice of the Service carries.
     pub fn labels(&self) -> &BTreeMap<String, String> {
         &self.labels
-    }
-
-    pub fn endpoint_count(&self) -> usize {
-        self.groups.iter().map(|g| g.endpoints.len()).sum()
     }
 
     /// The Service as the controlling owner, so slices are garbage collected with it.
@@ -408,7 +387,7 @@ pub fn compute_desired_slices(
             Some(zone) => zone,
             None if svc.publish_not_ready => None,
             None => {
-                skipped.push(EndpointsError::NodeNotFound {
+                skipped.push(Error::NodeNotFound {
                     namespace: pod.namespace.to_owned(),
                     pod: pod.name.to_owned(),
                     service: svc.name.to_owned(),

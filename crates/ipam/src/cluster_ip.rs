@@ -8,7 +8,7 @@ use rand::rngs::SmallRng;
 
 use crate::band::{pick_random, static_band};
 use crate::cluster_ip_plan::{ClusterIpPlan, ClusterIpSlot};
-use crate::error::IpamError;
+use crate::error::Error;
 use crate::offsets::{OffsetSet, OwnerIndex};
 use crate::owners::Owners;
 use crate::types::{adopt_in_order, u128_to_ip, OwnerKey};
@@ -29,9 +29,9 @@ struct CidrRange {
 }
 
 impl CidrRange {
-    fn new(cidr: IpNet) -> Result<Self, IpamError> {
+    fn new(cidr: IpNet) -> Result<Self, Error> {
         let cidr = cidr.trunc();
-        let invalid = |reason: &str| IpamError::InvalidServiceCidr {
+        let invalid = |reason: &str| Error::InvalidServiceCidr {
             cidr: cidr.to_string(),
             reason: reason.into(),
         };
@@ -90,9 +90,9 @@ pub struct ClusterIpAllocator<K: OwnerKey> {
 impl<K: OwnerKey> ClusterIpAllocator<K> {
     /// An allocator over `cidrs` (in `--service-cidr` order), drawing random picks from
     /// `rng` (seed it for reproducible runs).
-    pub fn new(cidrs: &[IpNet], rng: SmallRng) -> Result<Self, IpamError> {
+    pub fn new(cidrs: &[IpNet], rng: SmallRng) -> Result<Self, Error> {
         if cidrs.is_empty() || cidrs.len() > 2 {
-            return Err(IpamError::InvalidServiceCidr {
+            return Err(Error::InvalidServiceCidr {
                 cidr: join(cidrs),
                 reason: "expected one CIDR, or two of different IP families".into(),
             });
@@ -103,7 +103,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
             let range = CidrRange::new(*cidr)?;
             let slot = &mut ranges[range.family.index()];
             if slot.is_some() {
-                return Err(IpamError::InvalidServiceCidr {
+                return Err(Error::InvalidServiceCidr {
                     cidr: join(cidrs),
                     reason: "expected one CIDR, or two of different IP families".into(),
                 });
@@ -135,7 +135,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     }
 
     /// A free address of `family` for `owner`, or the one it already holds.
-    pub fn allocate(&mut self, owner: &K, family: IpFamily) -> Result<IpAddr, IpamError> {
+    pub fn allocate(&mut self, owner: &K, family: IpFamily) -> Result<IpAddr, Error> {
         let f = family.index();
         // One owner lookup serves both the idempotency check and the recording.
         let id = self.owners.lookup(owner);
@@ -144,9 +144,9 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         }
         let range = self.ranges[f]
             .as_mut()
-            .ok_or(IpamError::FamilyNotConfigured { family })?;
+            .ok_or(Error::FamilyNotConfigured { family })?;
         let offset = pick_random(&range.used, range.size, range.band, &mut self.rng)
-            .ok_or(IpamError::IpRangeFull { family })?;
+            .ok_or(Error::IpRangeFull { family })?;
         range.used.insert(offset);
         let ip = range.ip_at(offset);
         let id = match id {
@@ -159,13 +159,13 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     }
 
     /// Reserves `ip` for `owner` (a requested or existing `spec.clusterIPs` value).
-    pub fn allocate_specific(&mut self, owner: &K, ip: IpAddr) -> Result<(), IpamError> {
+    pub fn allocate_specific(&mut self, owner: &K, ip: IpAddr) -> Result<(), Error> {
         let family = IpFamily::of(ip);
         let held = self.held(owner, family);
         let range = self.ranges[family.index()]
             .as_mut()
-            .ok_or(IpamError::IpFamilyNotConfigured { ip, family })?;
-        let offset = range.offset_of(ip).ok_or(IpamError::IpNotInRange {
+            .ok_or(Error::IpFamilyNotConfigured { ip, family })?;
+        let offset = range.offset_of(ip).ok_or(Error::IpNotInRange {
             ip,
             range: range.cidr,
         })?;
@@ -173,11 +173,11 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
             return if held == ip {
                 Ok(())
             } else {
-                Err(IpamError::ClusterIpImmutable { ip, held })
+                Err(Error::ClusterIpImmutable { ip, held })
             };
         }
         if !range.used.insert(offset) {
-            return Err(IpamError::IpAlreadyAllocated { ip });
+            return Err(Error::IpAlreadyAllocated { ip });
         }
         self.record(owner, ip);
         Ok(())
@@ -185,14 +185,14 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
 
     /// Records an address found on an existing Service while rebuilding state. Call it
     /// oldest Service first: the first claimant keeps the address and a younger one gets
-    /// [`IpamError::IpAlreadyAllocated`].
-    pub fn adopt(&mut self, owner: &K, ip: IpAddr) -> Result<(), IpamError> {
+    /// [`Error::IpAlreadyAllocated`].
+    pub fn adopt(&mut self, owner: &K, ip: IpAddr) -> Result<(), Error> {
         self.allocate_specific(owner, ip)
     }
 
     /// Adopts `(owner, address)` pairs in the order given (oldest Service first); returns
     /// the refused ones with the reason, for Warning Events on the younger Services.
-    pub fn adopt_all<I>(&mut self, existing: I) -> Vec<(K, IpAddr, IpamError)>
+    pub fn adopt_all<I>(&mut self, existing: I) -> Vec<(K, IpAddr, Error)>
     where
         I: IntoIterator<Item = (K, IpAddr)>,
     {
@@ -202,11 +202,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     /// Makes `owner` hold exactly the plan's addresses: reserves requested ones, allocates
     /// the rest, and releases held addresses of families the plan no longer has. All or
     /// nothing: on error the owner keeps what it held before.
-    pub fn allocate_plan(
-        &mut self,
-        owner: &K,
-        plan: &ClusterIpPlan,
-    ) -> Result<Vec<IpAddr>, IpamError> {
+    pub fn allocate_plan(&mut self, owner: &K, plan: &ClusterIpPlan) -> Result<Vec<IpAddr>, Error> {
         let before = self
             .owners
             .find(owner)
@@ -371,7 +367,7 @@ mod tests {
         a.allocate_specific(&o("a"), ip("10.96.0.5")).unwrap();
         assert!(matches!(
             a.allocate_specific(&o("a"), ip("10.96.0.6")),
-            Err(IpamError::ClusterIpImmutable { .. })
+            Err(Error::ClusterIpImmutable { .. })
         ));
     }
 
@@ -492,7 +488,7 @@ mod tests {
         let plan = plan_cluster_ips(&req, a.families()).unwrap();
         assert!(matches!(
             a.allocate_plan(&o("new"), &plan),
-            Err(IpamError::IpAlreadyAllocated { .. })
+            Err(Error::IpAlreadyAllocated { .. })
         ));
         assert_eq!(a.owner_of(ip("10.96.0.9")), None, "rolled back");
         // Downgrading to single stack releases the secondary family.

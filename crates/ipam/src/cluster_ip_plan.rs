@@ -7,7 +7,7 @@ use berth_core::{
     quoted, quoted_list, FieldError, FieldErrorKind, FieldErrors, IpFamily, IpFamilyPolicy,
 };
 
-use crate::error::IpamError;
+use crate::error::Error;
 
 /// The ClusterIP-related fields of a Service that is not ExternalName (which gets nothing
 /// and need not be planned).
@@ -51,7 +51,7 @@ pub struct ClusterIpPlan {
 pub fn plan_cluster_ips(
     req: &ClusterIpRequest,
     configured: &[IpFamily],
-) -> Result<ClusterIpPlan, IpamError> {
+) -> Result<ClusterIpPlan, Error> {
     let selectorless_headless = req.headless && !req.has_selector;
     let policy = req.policy.unwrap_or(if selectorless_headless {
         IpFamilyPolicy::RequireDualStack
@@ -61,7 +61,7 @@ pub fn plan_cluster_ips(
     let is_configured = |f: IpFamily| configured.contains(&f);
     let mut errs = validate_fields(req);
     if !errs.is_empty() {
-        return Err(IpamError::Invalid(FieldErrors(errs)));
+        return Err(Error::Invalid(FieldErrors(errs)));
     }
 
     if policy == IpFamilyPolicy::SingleStack {
@@ -100,7 +100,7 @@ pub fn plan_cluster_ips(
         }
     }
     if !errs.is_empty() {
-        return Err(IpamError::Invalid(FieldErrors(errs)));
+        return Err(Error::Invalid(FieldErrors(errs)));
     }
 
     let default_family = configured.first().copied().unwrap_or(IpFamily::V4);
@@ -137,7 +137,7 @@ pub fn plan_cluster_ips(
         }
     }
     if !errs.is_empty() {
-        return Err(IpamError::Invalid(FieldErrors(errs)));
+        return Err(Error::Invalid(FieldErrors(errs)));
     }
 
     if families.is_empty() {

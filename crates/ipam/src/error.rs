@@ -27,7 +27,7 @@ impl fmt::Display for PortField {
 
 /// Every failure of berth-ipam.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IpamError {
+pub enum Error {
     // ---- configuration ----
     /// `--service-cidr` is unusable.
     #[error("invalid service CIDR {cidr}: {reason}")]
@@ -108,7 +108,7 @@ pub enum IpamError {
     PortInUse { port: String, ip: IpAddr },
 }
 
-impl IpamError {
+impl Error {
     /// Attaches the field path to a node-port error from a bare allocator call.
     pub fn at_field(self, path: impl Into<String>) -> Self {
         match self {

@@ -30,7 +30,7 @@
 //!   the network address. State is a bitmap up to 4 Mi addresses and run-length sets beyond,
 //!   so an IPv6 /64 or /48 costs memory per allocation, not per address. An owner holds at
 //!   most one address per family; asking for another of the same family is refused
-//!   ([`IpamError::ClusterIpImmutable`]).
+//!   ([`Error::ClusterIpImmutable`]).
 //! - **NodePort**: [`NodePortAllocator::assign_service`] mirrors the API server: entries with
 //!   the same Service port share a node port (TCP and UDP on 53), a requested node port is
 //!   reserved, `healthCheckNodePort` is reserved or allocated and never equals a traffic
@@ -76,7 +76,7 @@ mod types;
 
 pub use cluster_ip::ClusterIpAllocator;
 pub use cluster_ip_plan::{plan_cluster_ips, ClusterIpPlan, ClusterIpRequest, ClusterIpSlot};
-pub use error::{IpamError, PortField};
+pub use error::{Error, PortField};
 pub use lb::{LbIpAllocator, Orphan, ServiceView};
 pub use node_port::{NodePortAllocator, NodePortAssignment, NodePortRequest, ServicePortSpec};
 pub use pool::{PoolSpec, PoolStatus};

@@ -8,7 +8,7 @@ use berth_core::{FieldError, FieldErrorKind, FieldErrors, PortRange, Protocol};
 use rand::rngs::SmallRng;
 
 use crate::band::{pick_random, static_band};
-use crate::error::{IpamError, PortField};
+use crate::error::{Error, PortField};
 use crate::hash::FxHashMap;
 use crate::offsets::OffsetSet;
 use crate::types::{adopt_in_order, OwnerKey};
@@ -75,10 +75,10 @@ impl<K: OwnerKey> NodePortAllocator<K> {
     }
 
     /// A new free port for `owner` (each call takes another one).
-    pub fn allocate(&mut self, owner: &K) -> Result<u16, IpamError> {
+    pub fn allocate(&mut self, owner: &K) -> Result<u16, Error> {
         let size = u128::from(self.range.size());
-        let offset = pick_random(&self.used, size, self.band, &mut self.rng)
-            .ok_or(IpamError::PortRangeFull)?;
+        let offset =
+            pick_random(&self.used, size, self.band, &mut self.rng).ok_or(Error::PortRangeFull)?;
         self.used.insert(offset);
         // offset < size <= 65536 - first, so the sum is a valid port.
         let port = self.range.first + offset as u16;
@@ -87,19 +87,19 @@ impl<K: OwnerKey> NodePortAllocator<K> {
     }
 
     /// Reserves `port` for `owner`; succeeds without change if the owner already holds it.
-    /// Errors carry no field path; [`IpamError::at_field`] adds one
+    /// Errors carry no field path; [`Error::at_field`] adds one
     /// (`spec.ports[0].nodePort: Invalid value: 40000: ...`).
-    pub fn allocate_specific(&mut self, owner: &K, port: u16) -> Result<(), IpamError> {
+    pub fn allocate_specific(&mut self, owner: &K, port: u16) -> Result<(), Error> {
         let at = PortField { path: None, port };
         if !self.range.contains(port) {
-            return Err(IpamError::PortNotInRange {
+            return Err(Error::PortNotInRange {
                 at,
                 range: self.range,
             });
         }
         match self.owner_of(port) {
             Some(holder) if holder == owner => Ok(()),
-            Some(_) => Err(IpamError::PortAlreadyAllocated { at }),
+            Some(_) => Err(Error::PortAlreadyAllocated { at }),
             None => {
                 self.used.insert(u128::from(port - self.range.first));
                 self.record(owner, port);
@@ -109,13 +109,13 @@ impl<K: OwnerKey> NodePortAllocator<K> {
     }
 
     /// Records a port found on an existing Service while rebuilding state; oldest first.
-    pub fn adopt(&mut self, owner: &K, port: u16) -> Result<(), IpamError> {
+    pub fn adopt(&mut self, owner: &K, port: u16) -> Result<(), Error> {
         self.allocate_specific(owner, port)
     }
 
     /// Adopts `(owner, port)` pairs in the order given (oldest Service first); returns the
     /// refused ones with the reason.
-    pub fn adopt_all<I>(&mut self, existing: I) -> Vec<(K, u16, IpamError)>
+    pub fn adopt_all<I>(&mut self, existing: I) -> Vec<(K, u16, Error)>
     where
         I: IntoIterator<Item = (K, u16)>,
     {
@@ -184,9 +184,9 @@ impl<K: OwnerKey> NodePortAllocator<K> {
         &mut self,
         owner: &K,
         req: &NodePortRequest,
-    ) -> Result<NodePortAssignment, IpamError> {
+    ) -> Result<NodePortAssignment, Error> {
         if let Some(dup) = duplicate_node_port(&req.ports) {
-            return Err(IpamError::Invalid(FieldErrors(vec![dup])));
+            return Err(Error::Invalid(FieldErrors(vec![dup])));
         }
         let before = self.ports_of(owner);
         let mut taken: Vec<u16> = Vec::new();
@@ -219,7 +219,7 @@ impl<K: OwnerKey> NodePortAllocator<K> {
         owner: &K,
         req: &NodePortRequest,
         taken: &mut Vec<u16>,
-    ) -> Result<NodePortAssignment, IpamError> {
+    ) -> Result<NodePortAssignment, Error> {
         let mut by_service_port: HashMap<u16, u16> = HashMap::new();
         let mut node_ports = Vec::with_capacity(req.ports.len());
         for (i, sp) in req.ports.iter().enumerate() {
@@ -254,13 +254,13 @@ impl<K: OwnerKey> NodePortAllocator<K> {
             None => None,
             Some(Some(p)) => {
                 if node_ports.contains(&Some(p)) {
-                    return Err(IpamError::HealthCheckPort {
+                    return Err(Error::HealthCheckPort {
                         port: p,
                         reason: "provided port is already allocated".into(),
                     });
                 }
                 self.allocate_specific(owner, p)
-                    .map_err(|e| IpamError::HealthCheckPort {
+                    .map_err(|e| Error::HealthCheckPort {
                         port: p,
                         reason: e.to_string(),
                     })?;
@@ -270,7 +270,7 @@ impl<K: OwnerKey> NodePortAllocator<K> {
             Some(None) => {
                 let p = self
                     .allocate(owner)
-                    .map_err(|_| IpamError::HealthCheckPortRangeFull)?;
+                    .map_err(|_| Error::HealthCheckPortRangeFull)?;
                 taken.push(p);
                 Some(p)
             }

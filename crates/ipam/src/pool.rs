@@ -7,7 +7,7 @@ use berth_core::{
     is_buggy_ip, parse_address, to_u128, AddressRange, FieldErrors, IpFamily, LabelSelector, Labels,
 };
 
-use crate::error::IpamError;
+use crate::error::Error;
 use crate::types::u128_to_ip;
 
 /// An IPPool's spec.
@@ -55,7 +55,7 @@ impl PoolSpec {
 
     /// Checks the spec without installing it, so a controller can report a bad pool on
     /// its own status and still install the others.
-    pub fn validate(&self) -> Result<(), IpamError> {
+    pub fn validate(&self) -> Result<(), Error> {
         Pool::compile(self.clone()).map(|_| ())
     }
 
@@ -102,8 +102,8 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub(crate) fn compile(spec: PoolSpec) -> Result<Self, IpamError> {
-        let invalid = |reason: String| IpamError::InvalidPool {
+    pub(crate) fn compile(spec: PoolSpec) -> Result<Self, Error> {
+        let invalid = |reason: String| Error::InvalidPool {
             pool: spec.name.clone(),
             reason,
         };

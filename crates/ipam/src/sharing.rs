@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use berth_core::{Labels, Protocol, TrafficPolicy};
 
-use crate::error::IpamError;
+use crate::error::Error;
 
 /// A port a Service exposes on its LoadBalancer IP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,11 +51,11 @@ pub(crate) fn check_sharing<K: Display>(
     ip: IpAddr,
     new: &Holder,
     others: &[(&K, &Holder)],
-) -> Result<(), IpamError> {
+) -> Result<(), Error> {
     if others.is_empty() {
         return Ok(());
     }
-    let cannot = |reason: String| IpamError::CannotShare {
+    let cannot = |reason: String| Error::CannotShare {
         ip,
         holders: others
             .iter()
@@ -95,7 +95,7 @@ pub(crate) fn check_sharing<K: Display>(
     }
     for port in &new.ports {
         if others.iter().any(|(_, o)| o.ports.contains(port)) {
-            return Err(IpamError::PortInUse {
+            return Err(Error::PortInUse {
                 port: port.to_string(),
                 ip,
             });

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use berth_core::{from_u128, IpFamily};
 
-use crate::error::IpamError;
+use crate::error::Error;
 
 /// What an allocator needs from an owner key: cheap equality, hashing and a total order
 /// (for reproducible reports), and a Display for error messages.
@@ -66,8 +66,8 @@ pub(crate) fn u128_to_ip(family: IpFamily, value: u128) -> IpAddr {
 /// first claimant wins) and returns the refused ones with the reason, for Warning Events.
 pub(crate) fn adopt_in_order<K, V: Copy>(
     existing: impl IntoIterator<Item = (K, V)>,
-    mut adopt: impl FnMut(&K, V) -> Result<(), IpamError>,
-) -> Vec<(K, V, IpamError)> {
+    mut adopt: impl FnMut(&K, V) -> Result<(), Error>,
+) -> Vec<(K, V, Error)> {
     existing
         .into_iter()
         .filter_map(|(owner, value)| adopt(&owner, value).err().map(|e| (owner, value, e)))

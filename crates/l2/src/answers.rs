@@ -95,11 +95,6 @@ impl Answers {
                 _ => None,
             })
     }
-
-    /// Whether this node owns `ip` on `interface`.
-    pub fn owns_on(&self, ip: IpAddr, interface: &str) -> bool {
-        self.decide(ip, interface).is_ok()
-    }
 }
 
 /// What changed between two tables, for this node.

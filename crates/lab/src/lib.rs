@@ -26,5 +26,5 @@ pub mod workloads;
 pub use berth_apiserver as apiserver;
 pub use berth_apiserver::{
     run_apiserver, ApiServerOptions, Faults, LabApiServer, LabApiServerBuilder, LabApiServerHandle,
-    LabError, Listener, RecordedRequest, RequestCounts,
+    Listener, RecordedRequest, RequestCounts,
 };

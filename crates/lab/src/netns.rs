@@ -3,9 +3,11 @@
 //! A socket belongs to the namespace it was created in, for its whole life. So a short-lived thread
 //! enters the namespace, binds or connects, and ends; the socket it returns keeps working in that
 //! namespace while every thread of the process stays in its own. Nothing here creates or changes
-//! a namespace.
+//! a namespace. [`http_get`] is the one HTTP request the lab makes from a namespace: the kubelet's
+//! readiness probes and `lab up`'s health checks and proofs.
 
 use std::fs::File;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,6 +50,14 @@ pub enum NetnsError {
     },
     #[error("the thread working in network namespace {0} ended without an answer")]
     Thread(String),
+    #[error("{what}")]
+    Exchange {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{target} answered {answer:?}, which is not HTTP")]
+    NotHttp { target: String, answer: String },
 }
 
 impl NetnsError {
@@ -160,6 +170,42 @@ pub fn connect_tcp_in_netns(
     })
 }
 
+/// One HTTP GET from inside `netns`; returns the status code and the body. Blocking.
+pub fn http_get(
+    netns: &str,
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), NetnsError> {
+    let io = |source| NetnsError::Exchange {
+        what: format!("GET http://{addr}{path} from {netns}"),
+        source,
+    };
+    let mut stream = connect_tcp_in_netns(netns, addr, timeout)?;
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: berth-lab\r\n\r\n");
+    stream.write_all(request.as_bytes()).map_err(io)?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).map_err(io)?;
+    parse_response(&answer).ok_or_else(|| NetnsError::NotHttp {
+        target: format!("http://{addr}{path}"),
+        answer: answer.chars().take(200).collect(),
+    })
+}
+
+/// The status code and body of an HTTP/1.x response.
+pub fn parse_response(answer: &str) -> Option<(u16, String)> {
+    let status_line = answer.lines().next()?;
+    let mut parts = status_line.split_whitespace();
+    if !parts.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let code = parts.next()?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Some((code, body.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +247,19 @@ mod tests {
             source: std::io::ErrorKind::ConnectionRefused.into(),
         };
         assert_eq!(err.io_kind(), Some(std::io::ErrorKind::ConnectionRefused));
+    }
+
+    #[test]
+    fn responses_are_read_as_status_and_body() {
+        assert_eq!(
+            parse_response("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 3\r\n\r\nno\n"),
+            Some((503, "no\n".to_string()))
+        );
+        assert_eq!(
+            parse_response("HTTP/1.0 200 OK\r\n\r\n{\"pod\":\"a\"}"),
+            Some((200, "{\"pod\":\"a\"}".to_string()))
+        );
+        assert_eq!(parse_response("{\"pod\":\"a\"}\n"), None);
+        assert_eq!(parse_response(""), None);
     }
 }

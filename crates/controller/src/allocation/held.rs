@@ -5,6 +5,7 @@
 //! two Services naming one value; the last, one in which a value nothing names stands against
 //! the value the Service does name, without freeing a value the write that won may name.
 
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -16,14 +17,54 @@ use super::cache::trim;
 use super::facts::ServiceFacts;
 use super::fresh::{release_fresh, Fresh};
 use super::state::AllocationState;
-use super::write::WrittenSpec;
+use super::write::{Write, WrittenSpec};
 
 /// Values only a decision's writes would name (see `fresh`), and the version of the Service
 /// those writes were made against.
 #[derive(Debug)]
-pub(crate) struct Unwritten {
-    pub(crate) version: Option<String>,
-    pub(crate) fresh: Fresh,
+struct Unwritten {
+    version: Option<String>,
+    fresh: Fresh,
+}
+
+/// What Services hold beyond what their objects name, per Service. Only this room reads or
+/// changes it; the state machine asks and tells through [`AllocationState`]'s methods below.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// Services holding LoadBalancer addresses their type no longer uses until the write
+    /// clearing their status has landed (see `withhold_until_cleared`).
+    clearing: HashSet<ServiceKey>,
+    /// What the decision behind a Service's write in flight newly gave it; kept as `refused`
+    /// when the write naming it is refused.
+    in_flight: HashMap<ServiceKey, Unwritten>,
+    /// What refused writes would have named: held until the Service is decided again from a
+    /// newer version, which lets go of what that version does not name (see `settle_refused`).
+    refused: HashMap<ServiceKey, Unwritten>,
+}
+
+impl Held {
+    /// Whether anything is held for `key`.
+    #[cfg(test)]
+    pub(super) fn holds(&self, key: &ServiceKey) -> bool {
+        let Self {
+            clearing,
+            in_flight,
+            refused,
+        } = self;
+        clearing.contains(key) || in_flight.contains_key(key) || refused.contains_key(key)
+    }
+
+    /// Forgets everything held for `key` (the allocators release its values).
+    pub(super) fn forget(&mut self, key: &ServiceKey) {
+        let Self {
+            clearing,
+            in_flight,
+            refused,
+        } = self;
+        clearing.remove(key);
+        in_flight.remove(key);
+        refused.remove(key);
+    }
 }
 
 impl AllocationState {
@@ -43,10 +84,7 @@ impl AllocationState {
 
     /// Frees the LoadBalancer addresses of a Service whose status no longer names them.
     pub(crate) fn release_cleared(&mut self, key: &ServiceKey) {
-        let clearing = self
-            .states
-            .get_mut(key)
-            .is_some_and(|s| std::mem::take(&mut s.clearing));
+        let clearing = self.held.clearing.remove(key);
         if clearing && !self.alloc.lb.release_owner(key).is_empty() {
             self.schedule_pool_status();
             self.wake_waiting(None);
@@ -76,7 +114,9 @@ impl AllocationState {
     /// `settle_refused` reads a newer version.
     pub(crate) fn hold_refused(&mut self, key: &ServiceKey, version: Option<String>, fresh: Fresh) {
         if !fresh.is_empty() {
-            self.state_mut(key).refused = Some(Unwritten { version, fresh });
+            self.held
+                .refused
+                .insert(key.clone(), Unwritten { version, fresh });
         }
     }
 
@@ -97,7 +137,7 @@ impl AllocationState {
     ) -> Fresh {
         let mut freed = false;
         let mut carried = Fresh::default();
-        if let Some(own) = self.states.get_mut(key).and_then(|s| s.refused.take()) {
+        if let Some(own) = self.held.refused.remove(key) {
             if own.version.is_some() && own.version == svc.metadata.resource_version {
                 carried = own.fresh;
             } else {
@@ -110,9 +150,9 @@ impl AllocationState {
             }
         }
         let claimed: Vec<(ServiceKey, Fresh)> = self
-            .states
+            .held
+            .refused
             .iter()
-            .filter_map(|(k, s)| Some((k, s.refused.as_ref()?)))
             .map(|(k, held)| (k.clone(), held.fresh.without(&held.fresh.unnamed_by(facts))))
             .filter(|(_, named)| !named.is_empty())
             .collect();
@@ -121,12 +161,10 @@ impl AllocationState {
                 Some(svc) => named.unnamed_by(&self.read(svc)),
                 None => named,
             };
-            if let Some(state) = self.states.get_mut(&other) {
-                if let Some(held) = &mut state.refused {
-                    held.fresh = held.fresh.without(&give);
-                    if held.fresh.is_empty() {
-                        state.refused = None;
-                    }
+            if let Some(held) = self.held.refused.get_mut(&other) {
+                held.fresh = held.fresh.without(&give);
+                if held.fresh.is_empty() {
+                    self.held.refused.remove(&other);
                 }
             }
             self.tidy(&other);
@@ -152,6 +190,41 @@ impl AllocationState {
         true
     }
 
+    /// The write about to start names `fresh` for the first time, made against `version`.
+    pub(super) fn hold_in_flight(
+        &mut self,
+        key: &ServiceKey,
+        version: Option<String>,
+        fresh: Fresh,
+    ) {
+        if !fresh.is_empty() {
+            self.held
+                .in_flight
+                .insert(key.clone(), Unwritten { version, fresh });
+        }
+    }
+
+    /// The write in flight for `key` ended: refused (`refused`, with the version the refused
+    /// write carried when a spec write before it landed), what it would have named is held
+    /// as refused; otherwise it is the Service's object's to name, and nothing more is held.
+    pub(super) fn end_in_flight(
+        &mut self,
+        key: &ServiceKey,
+        refused: Option<Write>,
+        spec_version: Option<String>,
+    ) {
+        let Some(u) = self.held.in_flight.remove(key) else {
+            return;
+        };
+        if let Some(write) = refused {
+            let version = match write {
+                Write::Status => spec_version.or(u.version),
+                Write::Spec => u.version,
+            };
+            self.hold_refused(key, version, u.fresh.unwritten(write));
+        }
+    }
+
     /// The plan frees the addresses of a Service that stops being a LoadBalancer at once,
     /// but its status names them until the clearing write (`ingress`) lands. Given to another
     /// Service meanwhile, a crash in between would leave two Services naming one address, and
@@ -169,9 +242,7 @@ impl AllocationState {
             // The Service keeps (or is given) load-balancer addresses: what an earlier clearing
             // write that never landed withheld is its own again. Left marked, the next write
             // that lands would free addresses its status still names.
-            if let Some(s) = self.states.get_mut(key) {
-                s.clearing = false;
-            }
+            self.held.clearing.remove(key);
             return;
         }
         if before.is_empty() || !self.alloc.lb.ips_of(key).is_empty() {
@@ -180,7 +251,7 @@ impl AllocationState {
         let mut view = facts.lb_view.clone();
         view.namespace_labels = labels.clone();
         if self.alloc.lb.adopt(key, &view, before).is_ok() {
-            self.state_mut(key).clearing = true;
+            self.held.clearing.insert(key.clone());
         }
     }
 }

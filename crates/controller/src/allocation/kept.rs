@@ -10,6 +10,7 @@
 //! [`POOL_NOT_FOUND_GRACE`]: long enough for a tool that applies the Service before the pool,
 //! not so long that a misspelt name blocks the address for good.
 
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -68,6 +69,56 @@ pub(crate) struct Keeping {
     deadline: Option<Timestamp>,
 }
 
+/// Every Service keeping addresses, and when each one's grace runs out. Only this room reads
+/// or changes it; the state machine asks and tells through [`AllocationState`]'s methods below.
+#[derive(Debug)]
+pub(super) struct Keepers {
+    /// `--pool-gone-grace`.
+    grace: Option<Duration>,
+    keeping: HashMap<ServiceKey, Keeping>,
+    /// When the grace of each Service keeping an address runs out.
+    deadlines: BTreeSet<(Timestamp, ServiceKey)>,
+}
+
+impl Keepers {
+    pub(super) fn new(grace: Option<Duration>) -> Self {
+        Self {
+            grace,
+            keeping: HashMap::new(),
+            deadlines: BTreeSet::new(),
+        }
+    }
+
+    /// Whether `key` keeps (or is about to keep) addresses.
+    #[cfg(test)]
+    pub(super) fn keeps(&self, key: &ServiceKey) -> bool {
+        self.keeping.contains_key(key)
+    }
+
+    /// Ends keeping for `key`; whether it kept anything.
+    fn forget(&mut self, key: &ServiceKey) -> bool {
+        let Some(k) = self.keeping.remove(key) else {
+            return false;
+        };
+        if let Some(d) = k.deadline {
+            self.deadlines.remove(&(d, key.clone()));
+        }
+        true
+    }
+
+    /// Moves `key`'s deadline from `old` to `new`.
+    fn reschedule(&mut self, key: &ServiceKey, old: Option<Timestamp>, new: Option<Timestamp>) {
+        if old != new {
+            if let Some(d) = old {
+                self.deadlines.remove(&(d, key.clone()));
+            }
+            if let Some(d) = new {
+                self.deadlines.insert((d, key.clone()));
+            }
+        }
+    }
+}
+
 impl AllocationState {
     /// After the pools changed (or a leader adopted what the Services name): every Service
     /// whose addresses the pools as they are would no longer give it keeps them, as it asks
@@ -76,11 +127,7 @@ impl AllocationState {
         let mut taken: Vec<ServiceKey> = Vec::new();
         for (key, svc) in &self.services {
             // Held for a pool not found, they were not given by the pools before either.
-            let not_found = self
-                .states
-                .get(key)
-                .and_then(|s| s.keeping.as_ref())
-                .is_some_and(|k| !k.gone);
+            let not_found = self.keepers.keeping.get(key).is_some_and(|k| !k.gone);
             if not_found || self.alloc.lb.ips_of(key).is_empty() {
                 continue;
             }
@@ -102,9 +149,7 @@ impl AllocationState {
             // and loses them.
             if held.iter().any(|ip| is_cluster_address(&self.cluster, *ip)) {
                 tracing::warn!(service = %key, ips = ?held, "the Service holds an address of the cluster's own; it loses it");
-                if let Some(st) = self.states.get_mut(&key) {
-                    st.keeping = None;
-                }
+                self.keepers.keeping.remove(&key);
                 self.queue.mark(key);
                 continue;
             }
@@ -124,7 +169,7 @@ impl AllocationState {
             return;
         };
         let ask = LbAsk::of(&self.read(&svc));
-        let k = self.state_mut(key).keeping.get_or_insert(Keeping {
+        let k = self.keepers.keeping.entry(key.clone()).or_insert(Keeping {
             ask,
             gone: true,
             pool: None,
@@ -141,7 +186,7 @@ impl AllocationState {
     /// took, while it has not changed since and its grace has not run out; the address it
     /// held when it named a pool that does not exist, until that grace runs out.
     pub(super) fn may_keep(&mut self, key: &ServiceKey, facts: &ServiceFacts, now: &Time) -> Keep {
-        let Some(k) = self.states.get(key).and_then(|s| s.keeping.as_ref()) else {
+        let Some(k) = self.keepers.keeping.get(key) else {
             return Keep {
                 pool_gone: false,
                 pool_not_found: true,
@@ -180,18 +225,21 @@ impl AllocationState {
             return true;
         };
         let grace = match &kept {
-            Kept::PoolGone => self.pool_gone_grace,
-            Kept::PoolNotFound { .. } => Some(self.pool_gone_grace.unwrap_or(POOL_NOT_FOUND_GRACE)),
+            Kept::PoolGone => self.keepers.grace,
+            Kept::PoolNotFound { .. } => Some(self.keepers.grace.unwrap_or(POOL_NOT_FOUND_GRACE)),
         };
         let first_seen = kept_since(svc).unwrap_or(now.0);
-        let state = self.state_mut(key);
-        let k = state.keeping.get_or_insert_with(|| Keeping {
-            ask: LbAsk::of(facts),
-            gone: false,
-            pool: None,
-            since: None,
-            deadline: None,
-        });
+        let k = self
+            .keepers
+            .keeping
+            .entry(key.clone())
+            .or_insert_with(|| Keeping {
+                ask: LbAsk::of(facts),
+                gone: false,
+                pool: None,
+                since: None,
+                deadline: None,
+            });
         let since = *k.since.get_or_insert(first_seen);
         let deadline = grace
             .and_then(|g| SignedDuration::try_from(g).ok())
@@ -202,14 +250,7 @@ impl AllocationState {
         }
         let old = std::mem::replace(&mut k.deadline, deadline);
         let pool = k.pool.clone();
-        if old != deadline {
-            if let Some(d) = old {
-                self.deadlines.remove(&(d, key.clone()));
-            }
-            if let Some(d) = deadline {
-                self.deadlines.insert((d, key.clone()));
-            }
-        }
+        self.keepers.reschedule(key, old, deadline);
         let held = self.alloc.lb.ips_of(key);
         let until = match deadline {
             Some(d) => format!("until {d}"),
@@ -240,37 +281,33 @@ impl AllocationState {
 
     /// Ends keeping: the Service is decided as any other from now on.
     pub(super) fn stop_keeping(&mut self, key: &ServiceKey) {
-        let Some(k) = self.states.get_mut(key).and_then(|s| s.keeping.take()) else {
-            return;
-        };
-        if let Some(d) = k.deadline {
-            self.deadlines.remove(&(d, key.clone()));
+        if self.keepers.forget(key) {
+            self.schedule_pool_status();
         }
-        self.schedule_pool_status();
     }
 
     /// When the earliest grace runs out.
     pub(crate) fn next_deadline(&self) -> Option<Time> {
-        self.deadlines.first().map(|(t, _)| Time(*t))
+        self.keepers.deadlines.first().map(|(t, _)| Time(*t))
     }
 
     /// Services whose grace has run out by `now` are decided again.
     pub(crate) fn deadlines_due(&mut self, now: &Time) {
-        while let Some((t, key)) = self.deadlines.first().cloned() {
+        while let Some((t, key)) = self.keepers.deadlines.first().cloned() {
             if t > now.0 {
                 break;
             }
-            self.deadlines.remove(&(t, key.clone()));
+            self.keepers.deadlines.remove(&(t, key.clone()));
             self.queue.mark(key);
         }
     }
 
     /// LoadBalancer addresses held by Services that no pool contains.
     pub(super) fn count_kept(&self) -> usize {
-        self.states
-            .iter()
-            .filter(|(_, s)| s.keeping.is_some())
-            .flat_map(|(k, _)| self.alloc.lb.ips_of(k))
+        self.keepers
+            .keeping
+            .keys()
+            .flat_map(|k| self.alloc.lb.ips_of(k))
             .filter(|ip| self.alloc.lb.pool_of(*ip).is_none())
             .count()
     }

@@ -134,7 +134,7 @@ impl AllocationState {
         // Refused: someone holds them already; deciding the Service sorts it out. In no
         // pool, they are kept as its pool going away would have kept them.
         let adopted = match self.alloc.lb.adopt(key, &view, &facts.ingress_ips) {
-            Err(berth_ipam::IpamError::NotAllowedByConfig { .. }) => {
+            Err(berth_ipam::Error::NotAllowedByConfig { .. }) => {
                 let kept = self.alloc.lb.keep(key, &view, &facts.ingress_ips);
                 if kept.is_ok() {
                     self.start_keeping(key, None);
@@ -168,6 +168,7 @@ impl AllocationState {
             self.schedule_pool_status();
             self.wake_waiting(Some(key));
         }
+        self.held.forget(key);
         self.states.remove(key);
     }
 }

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use berth_api::names::condition::reason;
 use berth_core::{IpFamily, IpFamilyPolicy, Labels, PortRange};
 use berth_ipam::{
-    plan_cluster_ips, ClusterIpAllocator, IpamError, LbIpAllocator, NodePortAllocator,
+    plan_cluster_ips, ClusterIpAllocator, Error as IpamError, LbIpAllocator, NodePortAllocator,
     NodePortRequest, ServiceKey,
 };
 use ipnet::IpNet;

@@ -3,13 +3,15 @@
 //! events (`observe`), asks it for the next write (`decide`), hands it the write's outcome
 //! (`done`) and tells it the time; everything it returns is plain data.
 //!
-//! Per Service it keeps one [`ServiceState`]: what the Service still holds beyond what its
-//! object asks for, what the write in flight would newly name, and what refused writes would
-//! have named. A release removes that one entry.
+//! Per Service it keeps at most one [`ServiceState`] (waiting for a value, dropping values),
+//! and two rooms keep their own data behind private fields: `held` (what the Service holds
+//! beyond what its object names: addresses until their clearing write lands, what the write in
+//! flight would newly name, what refused writes would have named) and `kept` (addresses the
+//! pools no longer give it, with their grace). A release removes all of it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use berth_api::names::condition::reason;
 use berth_api::IPPool;
@@ -17,20 +19,19 @@ use berth_core::Labels;
 use berth_ipam::{PoolSpec, ServiceKey};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher;
 
 use super::cache::Cache;
 use super::cluster_addresses::{build_cluster_addresses, excluded_ranges, ClusterAddress};
 use super::facts::{read_service, LbClass, ServiceFacts};
 use super::fresh::{compute_fresh, Holding};
-use super::held::Unwritten;
-use super::kept::{event_reason, Keeping};
+use super::held::Held;
+use super::kept::{event_reason, Keepers};
 use super::plan::{adopt_all, plan_service_keeping, Allocators, Keep};
 use super::pools::build_pool_specs;
 use super::queue::Queue;
 use super::write::{
-    build_conditions, build_spec_patch, ingress_differs, JobOutcome, Write, WriteJob, WrittenSpec,
+    build_conditions, build_spec_patch, ingress_differs, JobOutcome, WriteJob, WrittenSpec,
 };
 use crate::config::ControllerConfig;
 use crate::error::ErrorCategory;
@@ -48,47 +49,25 @@ pub(crate) enum Observed {
     Node(watcher::Event<Node>),
 }
 
-/// What the state machine keeps of one Service besides its cached object and the values the
-/// allocators hold for it. Absent (the default) for most Services.
+/// What the state machine keeps of one Service besides its cached object, the values the
+/// allocators hold for it, what it holds beyond what its object names (`held`) and what it keeps
+/// that the pools no longer give it (`kept`). Absent (the default) for most Services.
 #[derive(Debug, Default)]
 pub(crate) struct ServiceState {
     /// Its last decision failed for want of a value: it is decided again whenever a value is
     /// let go.
     pub(crate) waiting: bool,
-    /// It holds LoadBalancer addresses its type no longer uses until the write clearing its
-    /// status has landed (see `withhold_until_cleared`).
-    pub(crate) clearing: bool,
     /// Its spec write drops values its type no longer uses (node ports, an ExternalName
     /// Service's ClusterIPs), or its status write clears an address its cleanup finalizer
     /// waits for: decided again once it lands, which frees them or removes the finalizer (the
     /// write's echo alone would not be decided).
     pub(crate) dropping: bool,
-    /// What the decision behind its write in flight newly gave it; kept as `refused` when the
-    /// write naming it is refused.
-    pub(crate) in_flight: Option<Unwritten>,
-    /// What refused writes would have named: held until the Service is decided again from a
-    /// newer version, which lets go of what that version does not name (see `settle_refused`).
-    pub(crate) refused: Option<Unwritten>,
-    /// It keeps addresses the pools no longer give it (see `kept`).
-    pub(crate) keeping: Option<Keeping>,
 }
 
 impl ServiceState {
     fn is_idle(&self) -> bool {
-        let Self {
-            waiting,
-            clearing,
-            dropping,
-            in_flight,
-            refused,
-            keeping,
-        } = self;
-        !waiting
-            && !clearing
-            && !dropping
-            && in_flight.is_none()
-            && refused.is_none()
-            && keeping.is_none()
+        let Self { waiting, dropping } = self;
+        !waiting && !dropping
     }
 }
 
@@ -116,10 +95,10 @@ pub(crate) struct AllocationState {
     pub(super) pools_in_flight: HashSet<String>,
     /// Deleted Services whose provider state is to be cleaned up.
     cleanups: Vec<ServiceKey>,
-    /// `--pool-gone-grace`.
-    pub(super) pool_gone_grace: Option<Duration>,
-    /// When the grace of each Service keeping an address runs out.
-    pub(super) deadlines: BTreeSet<(Timestamp, ServiceKey)>,
+    /// What Services hold beyond what their objects name (`held`).
+    pub(super) held: Held,
+    /// The Services keeping addresses the pools no longer give them (`kept`).
+    pub(super) keepers: Keepers,
     /// The pools installed last, to name the pool an address was in once it is gone.
     pool_specs: Vec<PoolSpec>,
     /// `--service-cidr` and `--reserved-addresses`, part of the cluster's own addresses.
@@ -151,8 +130,8 @@ impl AllocationState {
             pool_status_wanted: false,
             pools_in_flight: HashSet::new(),
             cleanups: Vec::new(),
-            pool_gone_grace: cfg.pool_gone_grace,
-            deadlines: BTreeSet::new(),
+            held: Held::default(),
+            keepers: Keepers::new(cfg.pool_gone_grace),
             pool_specs: Vec::new(),
             service_cidrs: cfg.service_cidrs.clone(),
             reserved: cfg.reserved_addresses.clone(),
@@ -168,6 +147,12 @@ impl AllocationState {
     /// The Service's entry, made when missing; [`Self::tidy`] removes it once idle again.
     pub(super) fn state_mut(&mut self, key: &ServiceKey) -> &mut ServiceState {
         self.states.entry(key.clone()).or_default()
+    }
+
+    /// Whether the state machine keeps anything for the Service beyond its holdings.
+    #[cfg(test)]
+    pub(super) fn has_entry(&self, key: &ServiceKey) -> bool {
+        self.states.contains_key(key) || self.held.holds(key) || self.keepers.keeps(key)
     }
 
     pub(super) fn tidy(&mut self, key: &ServiceKey) {
@@ -469,10 +454,7 @@ impl AllocationState {
         );
         let mut fresh = compute_fresh(&before, &facts, &out.fill, job.ingress.as_deref());
         fresh.merge(carried);
-        if !fresh.is_empty() {
-            let version = job.svc.metadata.resource_version.clone();
-            self.state_mut(&key).in_flight = Some(Unwritten { version, fresh });
-        }
+        self.hold_in_flight(&key, job.svc.metadata.resource_version.clone(), fresh);
         self.tidy(&key);
         self.queue.started(key);
         self.in_flight += 1;
@@ -506,14 +488,11 @@ impl AllocationState {
         if landed {
             self.release_cleared(&key);
         }
-        let fresh = self.states.get_mut(&key).and_then(|s| s.in_flight.take());
-        if let (JobOutcome::Rejected { write }, Some(u)) = (&outcome, fresh) {
-            let version = match write {
-                Write::Status => spec_version.or(u.version),
-                Write::Spec => u.version,
-            };
-            self.hold_refused(&key, version, u.fresh.unwritten(*write));
-        }
+        let refused = match &outcome {
+            JobOutcome::Rejected { write } => Some(*write),
+            _ => None,
+        };
+        self.end_in_flight(&key, refused, spec_version);
         if let Some(category) = self.queue.finished(&key, outcome, now) {
             self.metrics.error(category);
         }

@@ -462,5 +462,5 @@ async fn feed<K, S>(
             }
         }
     }
-    Err(Error::WatcherEnded { kind })
+    Err(Error::WatchEnded { kind })
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use berth_api::names::annotation::ENDPOINTS_LAST_CHANGE_TRIGGER_TIME;
 use berth_endpoints::{
-    build_endpoints, compute_desired_slices, plan_endpoint_slices, EndpointsError, SliceConfig,
-    SlicePlan, ANNOTATION_OVER_CAPACITY,
+    build_endpoints, compute_desired_slices, plan_endpoint_slices, Error as EndpointsError,
+    SliceConfig, SlicePlan, ANNOTATION_OVER_CAPACITY,
 };
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::api::core::v1::Endpoints;

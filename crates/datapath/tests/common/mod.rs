@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod kube_proxy;
+pub mod netns;
 
 use berth_core::{Protocol, TrafficPolicy};
 use std::net::IpAddr;

@@ -25,7 +25,7 @@ use std::net::IpAddr;
 use holders::HolderMap;
 use index::FreeIndex;
 
-use crate::error::IpamError;
+use crate::error::Error;
 use crate::hash::FxHashMap;
 use crate::owners::{Absent, Owners, Reset};
 use crate::pool::{Pool, PoolSpec, PoolStatus};
@@ -176,14 +176,14 @@ impl<K: OwnerKey> LbIpAllocator<K> {
 
     /// Replaces the pools. Every spec must be valid and names unique, else nothing
     /// changes. Addresses held outside every new pool are kept and reported.
-    pub fn set_pools(&mut self, specs: Vec<PoolSpec>) -> Result<Vec<Orphan<K>>, IpamError> {
+    pub fn set_pools(&mut self, specs: Vec<PoolSpec>) -> Result<Vec<Orphan<K>>, Error> {
         let mut pools = specs
             .into_iter()
             .map(Pool::compile)
             .collect::<Result<Vec<_>, _>>()?;
         pools.sort_by(Pool::choice_order);
         if let Some(w) = pools.windows(2).find(|w| w[0].name() == w[1].name()) {
-            return Err(IpamError::InvalidPool {
+            return Err(Error::InvalidPool {
                 pool: w[0].name().to_string(),
                 reason: "duplicate pool name".into(),
             });
@@ -264,7 +264,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// Gives `owner` one address per family of `svc` (see the module docs for the order),
     /// keeping addresses it already holds while they remain allowed and releasing those it
     /// no longer needs. All or nothing: on error the owner keeps what it held.
-    pub fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
+    pub fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, Error> {
         self.decide_then_install(
             owner,
             svc,
@@ -280,9 +280,9 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         &mut self,
         owner: &K,
         svc: &ServiceView,
-        decide: impl FnOnce(&Self, Option<u32>, &Holder) -> Result<T, IpamError>,
+        decide: impl FnOnce(&Self, Option<u32>, &Holder) -> Result<T, Error>,
         installed: impl FnOnce(&T) -> &[IpAddr],
-    ) -> Result<T, IpamError> {
+    ) -> Result<T, Error> {
         let mut holder = std::mem::take(&mut self.scratch);
         svc.holder_into(&mut holder);
         let me = self.owners.lookup(owner);
@@ -299,7 +299,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         me: Option<u32>,
         svc: &ServiceView,
         holder: &Holder,
-    ) -> Result<Vec<IpAddr>, IpamError> {
+    ) -> Result<Vec<IpAddr>, Error> {
         let held = me.map(|id| self.owners.get(id).held);
         if !svc.requested_ips.is_empty() {
             return self.choose_requested(me, svc, holder);
@@ -309,16 +309,16 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 .pools
                 .iter()
                 .position(|p| p.name() == name)
-                .ok_or_else(|| IpamError::UnknownPool { pool: name.clone() })?;
+                .ok_or_else(|| Error::UnknownPool { pool: name.clone() })?;
             if !self.admits(i, svc) {
-                return Err(IpamError::PoolNotCompatible { pool: name.clone() });
+                return Err(Error::PoolNotCompatible { pool: name.clone() });
             }
             return svc
                 .wanted_families()
                 .iter()
                 .map(|&fam| {
                     self.keep_or_pick(me, held, holder, fam, |_, idx| idx == i)
-                        .ok_or_else(|| IpamError::PoolExhausted {
+                        .ok_or_else(|| Error::PoolExhausted {
                             pool: name.clone(),
                             family: fam,
                         })
@@ -331,7 +331,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
                 self.keep_or_pick(me, held, holder, fam, |this, idx| {
                     this.pools[idx].spec.auto_assign && this.admits(idx, svc)
                 })
-                .ok_or(IpamError::NoAvailableIps { family: fam })
+                .ok_or(Error::NoAvailableIps { family: fam })
             })
             .collect()
     }
@@ -341,29 +341,29 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         me: Option<u32>,
         svc: &ServiceView,
         holder: &Holder,
-    ) -> Result<Vec<IpAddr>, IpamError> {
+    ) -> Result<Vec<IpAddr>, Error> {
         let families = svc.wanted_families();
         let mut seen: Vec<IpFamily> = Vec::new();
         for ip in &svc.requested_ips {
             let fam = IpFamily::of(*ip);
             if !families.contains(&fam) || seen.contains(&fam) {
-                return Err(IpamError::RequestedFamilyMismatch { ip: *ip });
+                return Err(Error::RequestedFamilyMismatch { ip: *ip });
             }
             seen.push(fam);
             let containing: Vec<usize> = (0..self.pools.len())
                 .filter(|&i| self.pools[i].contains(*ip))
                 .collect();
             let Some(&first) = containing.first() else {
-                return Err(IpamError::NotAllowedByConfig { ip: *ip });
+                return Err(Error::NotAllowedByConfig { ip: *ip });
             };
             if !containing.iter().any(|&i| self.admits(i, svc)) {
-                return Err(IpamError::PoolNotCompatible {
+                return Err(Error::PoolNotCompatible {
                     pool: self.pools[first].name().to_string(),
                 });
             }
             if let Some(name) = &svc.requested_pool {
                 if !containing.iter().any(|&i| self.pools[i].name() == name) {
-                    return Err(IpamError::IpNotInPool {
+                    return Err(Error::IpNotInPool {
                         ip: *ip,
                         pool: name.clone(),
                     });
@@ -444,7 +444,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// it oldest Service first: an address a younger Service cannot share with its older
     /// holders is refused (the older keeps it). Pool admission is not re-checked here; a
     /// later [`Self::assign`] moves the Service if its pools no longer admit it.
-    pub fn adopt(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), IpamError> {
+    pub fn adopt(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), Error> {
         self.decide_then_install(
             owner,
             svc,
@@ -458,7 +458,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     /// away, so that nobody else is given them and a pool re-created with them counts them
     /// again. Refused only as [`Self::adopt`] refuses a claim for any other reason (two
     /// addresses of one family, or sharing rules).
-    pub fn keep(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), IpamError> {
+    pub fn keep(&mut self, owner: &K, svc: &ServiceView, ips: &[IpAddr]) -> Result<(), Error> {
         self.decide_then_install(
             owner,
             svc,
@@ -469,7 +469,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
     }
 
     /// What [`Self::assign`] would give `owner` now, without giving it.
-    pub fn check(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, IpamError> {
+    pub fn check(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, Error> {
         let mut holder = std::mem::take(&mut self.scratch);
         svc.holder_into(&mut holder);
         let me = self.owners.find(owner);
@@ -483,7 +483,7 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         me: Option<u32>,
         holder: &Holder,
         ips: &[IpAddr],
-    ) -> Result<(), IpamError> {
+    ) -> Result<(), Error> {
         self.check_claim(me, holder, ips, true)
     }
 
@@ -493,15 +493,15 @@ impl<K: OwnerKey> LbIpAllocator<K> {
         holder: &Holder,
         ips: &[IpAddr],
         in_a_pool: bool,
-    ) -> Result<(), IpamError> {
+    ) -> Result<(), Error> {
         let mut seen: Vec<IpFamily> = Vec::new();
         for ip in ips {
             if seen.contains(&IpFamily::of(*ip)) {
-                return Err(IpamError::RequestedFamilyMismatch { ip: *ip });
+                return Err(Error::RequestedFamilyMismatch { ip: *ip });
             }
             seen.push(IpFamily::of(*ip));
             if in_a_pool && !self.pools.iter().any(|p| p.contains(*ip)) {
-                return Err(IpamError::NotAllowedByConfig { ip: *ip });
+                return Err(Error::NotAllowedByConfig { ip: *ip });
             }
             check_sharing(*ip, holder, &self.others(*ip, me))?;
         }

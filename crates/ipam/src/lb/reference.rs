@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::{Orphan, ServiceView};
-use crate::error::IpamError;
+use crate::error::Error;
 use crate::hash::FxHashMap;
 use crate::pool::{Pool, PoolSpec, PoolStatus};
 use crate::runset::RunSet;
@@ -50,7 +50,7 @@ fn check_sharing<K: OwnerKey>(
     ip: IpAddr,
     new: &Holder,
     others: &[Holding<K>],
-) -> Result<(), IpamError> {
+) -> Result<(), Error> {
     let others: Vec<(&K, &Holder)> = others.iter().map(|(k, h)| (&**k, &**h)).collect();
     crate::sharing::check_sharing(ip, new, &others)
 }
@@ -147,14 +147,14 @@ impl<K: OwnerKey> Reference<K> {
 
     /// Replaces the pools. Every spec must be valid and names unique, else nothing
     /// changes. Addresses held outside every new pool are kept and reported.
-    pub(crate) fn set_pools(&mut self, specs: Vec<PoolSpec>) -> Result<Vec<Orphan<K>>, IpamError> {
+    pub(crate) fn set_pools(&mut self, specs: Vec<PoolSpec>) -> Result<Vec<Orphan<K>>, Error> {
         let mut pools = specs
             .into_iter()
             .map(Pool::compile)
             .collect::<Result<Vec<_>, _>>()?;
         pools.sort_by(Pool::choice_order);
         if let Some(w) = pools.windows(2).find(|w| w[0].name() == w[1].name()) {
-            return Err(IpamError::InvalidPool {
+            return Err(Error::InvalidPool {
                 pool: w[0].name().to_string(),
                 reason: "duplicate pool name".into(),
             });
@@ -221,11 +221,7 @@ impl<K: OwnerKey> Reference<K> {
     /// Gives `owner` one address per family of `svc` (see the module docs for the order),
     /// keeping addresses it already holds while they remain allowed and releasing those it
     /// no longer needs. All or nothing: on error the owner keeps what it held.
-    pub(crate) fn assign(
-        &mut self,
-        owner: &K,
-        svc: &ServiceView,
-    ) -> Result<Vec<IpAddr>, IpamError> {
+    pub(crate) fn assign(&mut self, owner: &K, svc: &ServiceView) -> Result<Vec<IpAddr>, Error> {
         let holder = Arc::new(service_holder(svc));
         let held = self.by_owner.get(owner).copied();
         let chosen = if !svc.requested_ips.is_empty() {
@@ -235,15 +231,15 @@ impl<K: OwnerKey> Reference<K> {
                 .pools
                 .iter()
                 .position(|p| p.name() == name)
-                .ok_or_else(|| IpamError::UnknownPool { pool: name.clone() })?;
+                .ok_or_else(|| Error::UnknownPool { pool: name.clone() })?;
             if !self.admits(i, svc) {
-                return Err(IpamError::PoolNotCompatible { pool: name.clone() });
+                return Err(Error::PoolNotCompatible { pool: name.clone() });
             }
             wanted_families(svc)
                 .into_iter()
                 .map(|fam| {
                     self.keep_or_pick(owner, held, &holder, fam, |_, idx| idx == i)
-                        .ok_or_else(|| IpamError::PoolExhausted {
+                        .ok_or_else(|| Error::PoolExhausted {
                             pool: name.clone(),
                             family: fam,
                         })
@@ -256,7 +252,7 @@ impl<K: OwnerKey> Reference<K> {
                     self.keep_or_pick(owner, held, &holder, fam, |me, idx| {
                         me.pools[idx].spec.auto_assign && me.admits(idx, svc)
                     })
-                    .ok_or(IpamError::NoAvailableIps { family: fam })
+                    .ok_or(Error::NoAvailableIps { family: fam })
                 })
                 .collect::<Result<Vec<_>, _>>()?
         };
@@ -269,29 +265,29 @@ impl<K: OwnerKey> Reference<K> {
         owner: &K,
         svc: &ServiceView,
         holder: &Holder,
-    ) -> Result<Vec<IpAddr>, IpamError> {
+    ) -> Result<Vec<IpAddr>, Error> {
         let families = wanted_families(svc);
         let mut seen: Vec<IpFamily> = Vec::new();
         for ip in &svc.requested_ips {
             let fam = IpFamily::of(*ip);
             if !families.contains(&fam) || seen.contains(&fam) {
-                return Err(IpamError::RequestedFamilyMismatch { ip: *ip });
+                return Err(Error::RequestedFamilyMismatch { ip: *ip });
             }
             seen.push(fam);
             let containing: Vec<usize> = (0..self.pools.len())
                 .filter(|&i| self.pools[i].contains(*ip))
                 .collect();
             let Some(&first) = containing.first() else {
-                return Err(IpamError::NotAllowedByConfig { ip: *ip });
+                return Err(Error::NotAllowedByConfig { ip: *ip });
             };
             if !containing.iter().any(|&i| self.admits(i, svc)) {
-                return Err(IpamError::PoolNotCompatible {
+                return Err(Error::PoolNotCompatible {
                     pool: self.pools[first].name().to_string(),
                 });
             }
             if let Some(name) = &svc.requested_pool {
                 if !containing.iter().any(|&i| self.pools[i].name() == name) {
-                    return Err(IpamError::IpNotInPool {
+                    return Err(Error::IpNotInPool {
                         ip: *ip,
                         pool: name.clone(),
                     });
@@ -383,16 +379,16 @@ impl<K: OwnerKey> Reference<K> {
         owner: &K,
         svc: &ServiceView,
         ips: &[IpAddr],
-    ) -> Result<(), IpamError> {
+    ) -> Result<(), Error> {
         let holder = Arc::new(service_holder(svc));
         let mut seen: Vec<IpFamily> = Vec::new();
         for ip in ips {
             if seen.contains(&IpFamily::of(*ip)) {
-                return Err(IpamError::RequestedFamilyMismatch { ip: *ip });
+                return Err(Error::RequestedFamilyMismatch { ip: *ip });
             }
             seen.push(IpFamily::of(*ip));
             if !self.pools.iter().any(|p| p.contains(*ip)) {
-                return Err(IpamError::NotAllowedByConfig { ip: *ip });
+                return Err(Error::NotAllowedByConfig { ip: *ip });
             }
             check_sharing(*ip, &holder, &self.others(*ip, owner))?;
         }

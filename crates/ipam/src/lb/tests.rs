@@ -130,7 +130,7 @@ proptest! {
         let mut a: LbIpAllocator<String> = LbIpAllocator::new();
         let mut r: Reference<String> = Reference::new();
         let name = |o: u8| format!("ns/svc-{o}");
-        let err = |e: IpamError| e.to_string();
+        let err = |e: Error| e.to_string();
         prop_assert_eq!(a.set_pools(pools(first)).map_err(err), r.set_pools(pools(first)).map_err(err));
         for op in ops {
             match op {
@@ -182,7 +182,7 @@ fn a_kept_address_outside_every_pool_is_held_counted_once_a_pool_has_it_and_chec
     // Adoption refuses an address in no pool; keeping takes it.
     assert!(matches!(
         a.adopt(&1, &v4, &[ip("198.18.0.20")]),
-        Err(IpamError::NotAllowedByConfig { .. })
+        Err(Error::NotAllowedByConfig { .. })
     ));
     a.keep(&1, &v4, &[ip("198.18.0.20")]).unwrap();
     assert_eq!(a.ips_of(&1), [ip("198.18.0.20")]);

@@ -31,7 +31,7 @@ use kube::Client;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::kubelet::server::http_get;
+use crate::netns::http_get;
 use crate::topology::{layout, remove_leftovers, Layout, Topology, TopologyError};
 use plan::{Files, AGENT_ADMIN_PORT, CONTROLLER_ADMIN_PORT};
 use state::{LabState, Process};

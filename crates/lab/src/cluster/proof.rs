@@ -13,7 +13,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::plan::node_ip;
 use crate::echo::EchoReply;
-use crate::kubelet::server::http_get;
+use crate::netns::http_get;
 use crate::topology::Layout;
 
 /// One way in to a Service.

@@ -43,13 +43,13 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::plan::{node_ip, LabFamilies};
-use crate::netns::NetnsError;
+use crate::netns::{http_get, NetnsError};
 use crate::topology::{
     free_pod_slot, parse_link_names, plan_add_pod, plan_destroy, pod_layout, remove_leftovers,
     IpCommand, Layout, PodLayout, Runner, TopologyError,
 };
 use pods::{plan_pods, Action, NodeView, PodFacts, PodView, Running};
-use server::{http_get, PodServer};
+use server::PodServer;
 
 /// A pod annotated with `"false"` here fails its readiness probe.
 pub const READY_ANNOTATION: &str = berth_api::names::annotation::LAB_READY;
@@ -69,8 +69,6 @@ pub enum KubeletError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{target} answered {answer:?}, which is not HTTP")]
-    Http { target: String, answer: String },
     #[error("{what}")]
     Api {
         what: String,

@@ -1,15 +1,14 @@
-//! The HTTP echo server a lab pod runs, and the readiness probe against it.
+//! The HTTP echo server a lab pod runs (the readiness probe against it is
+//! [`crate::netns::http_get`]).
 //!
 //! `GET /healthz` answers 200 while the pod's readiness gate is open and 503 once it is closed
 //! (the `lab.berth.dev/ready: "false"` annotation); every other path answers 200 with
 //! `{"pod":"<name>","client":"<addr:port>"}`, the same line [`crate::echo`] speaks, so the
 //! client's proof names the pod that answered and the source address it saw.
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
@@ -17,7 +16,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::echo::EchoReply;
-use crate::netns::{bind_tcp_family_in_netns, connect_tcp_in_netns};
+use crate::netns::bind_tcp_family_in_netns;
 
 use super::KubeletError;
 
@@ -119,60 +118,5 @@ impl Drop for PodServer {
         for task in &self.tasks {
             task.abort();
         }
-    }
-}
-
-/// One HTTP GET from inside `netns`; returns the status code and the body. Blocking.
-pub fn http_get(
-    netns: &str,
-    addr: SocketAddr,
-    path: &str,
-    timeout: Duration,
-) -> Result<(u16, String), KubeletError> {
-    let io = |source| KubeletError::Io {
-        what: format!("GET http://{addr}{path} from {netns}"),
-        source,
-    };
-    let mut stream = connect_tcp_in_netns(netns, addr, timeout)?;
-    stream.set_read_timeout(Some(timeout)).map_err(io)?;
-    stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: berth-lab\r\n\r\n");
-    stream.write_all(request.as_bytes()).map_err(io)?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).map_err(io)?;
-    parse_response(&answer).ok_or_else(|| KubeletError::Http {
-        target: format!("http://{addr}{path}"),
-        answer: answer.chars().take(200).collect(),
-    })
-}
-
-/// The status code and body of an HTTP/1.x response.
-pub fn parse_response(answer: &str) -> Option<(u16, String)> {
-    let status_line = answer.lines().next()?;
-    let mut parts = status_line.split_whitespace();
-    if !parts.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    let code = parts.next()?.parse().ok()?;
-    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    Some((code, body.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn responses_are_read_as_status_and_body() {
-        assert_eq!(
-            parse_response("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 3\r\n\r\nno\n"),
-            Some((503, "no\n".to_string()))
-        );
-        assert_eq!(
-            parse_response("HTTP/1.0 200 OK\r\n\r\n{\"pod\":\"a\"}"),
-            Some((200, "{\"pod\":\"a\"}".to_string()))
-        );
-        assert_eq!(parse_response("{\"pod\":\"a\"}\n"), None);
-        assert_eq!(parse_response(""), None);
     }
 }

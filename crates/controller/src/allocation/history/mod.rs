@@ -517,7 +517,7 @@ impl Run {
                 assert_eq!(owner == Some(key(name)), held, "{ctx}: held by {owner:?}");
             }
             Want::Entry(name, present) => {
-                let got = self.leader().state.states.contains_key(&key(name));
+                let got = self.leader().state.has_entry(&key(name));
                 assert_eq!(got, present, "{ctx}");
             }
             Want::Exact(name) => {
