@@ -13,6 +13,8 @@ wanted=(
     "procps:pgrep"
     "conntrack:conntrack"
     "curl:curl"
+    # Runs a controller replica with its wall clock skewed (tests/controller_clock_skew.rs).
+    "faketime:faketime"
     # BGP: the speaker (zebra, bgpd, bfdd, vtysh) and frr-reload.py, which applies a rendered config.
     "frr:vtysh"
     "frr-pythontools:/usr/lib/frr/frr-reload.py"

@@ -124,6 +124,8 @@ pub struct Replicas {
     /// Per slot: its own kubeconfig and flags added after the spec's (each replica behind
     /// its own proxy to the API server or to AWS).
     overrides: std::collections::BTreeMap<usize, (PathBuf, Vec<String>)>,
+    /// Per slot: a program (and its arguments) that runs the binary, e.g. `faketime -f +1h`.
+    wrappers: std::collections::BTreeMap<usize, Vec<String>>,
 }
 
 impl Replicas {
@@ -133,7 +135,14 @@ impl Replicas {
             slots: (0..slots).map(|_| None).collect(),
             started: 0,
             overrides: Default::default(),
+            wrappers: Default::default(),
         }
+    }
+
+    /// Every process started in `slot` from now on runs as `wrapper... <bin> controller ...`.
+    #[allow(dead_code)] // not every test wraps a replica
+    pub fn set_slot_wrapper(&mut self, slot: usize, wrapper: Vec<String>) {
+        self.wrappers.insert(slot, wrapper);
     }
 
     /// Every process started in `slot` from now on reads `kubeconfig` and gets `args` too.
@@ -154,7 +163,15 @@ impl Replicas {
             Some((k, a)) => (k.clone(), a.clone()),
             None => (self.spec.kubeconfig.clone(), Vec::new()),
         };
-        let child = Command::new(&self.spec.bin)
+        let mut command = match self.wrappers.get(&slot).and_then(|w| w.split_first()) {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&self.spec.bin);
+                c
+            }
+            None => Command::new(&self.spec.bin),
+        };
+        let child = command
             .arg("controller")
             .arg("--kubeconfig")
             .arg(&kubeconfig)
