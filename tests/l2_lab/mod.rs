@@ -346,28 +346,7 @@ pub fn mk_slice(service: &str, endpoints: &[(&str, &str, bool)]) -> Value {
 }
 
 pub async fn apply(client: &Client, api_version: &str, kind: &str, object: Value) {
-    let mut object = object;
-    object["apiVersion"] = json!(api_version);
-    object["kind"] = json!(kind);
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let ns = object["metadata"]["namespace"].as_str().map(str::to_string);
-    let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
-        api_version: api_version.into(),
-        kind: kind.into(),
-    })
-    .unwrap();
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let api: Api<kube::core::DynamicObject> = match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), &ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("l2-test").force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|err| panic!("applying {kind} {name}: {err}"));
+    berth_testing::lab::apply_object(client, api_version, kind, object, "l2-test").await;
 }
 
 pub async fn set_ingress(client: &Client, name: &str, ip: &str) {

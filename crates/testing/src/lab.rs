@@ -116,3 +116,40 @@ pub fn unique_dir(prefix: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap_or_else(|err| panic!("creating {}: {err}", dir.display()));
     dir
 }
+
+/// Server-side applies `object` (its `apiVersion` and `kind` set here) under the field manager
+/// `manager`, finding its resource by discovery: namespaced when it names a namespace.
+pub async fn apply_object(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    mut object: serde_json::Value,
+    manager: &str,
+) {
+    object["apiVersion"] = serde_json::json!(api_version);
+    object["kind"] = serde_json::json!(kind);
+    let name = object["metadata"]["name"]
+        .as_str()
+        .expect("the object names itself")
+        .to_string();
+    let ns = object["metadata"]["namespace"].as_str().map(str::to_string);
+    let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+        api_version: api_version.into(),
+        kind: kind.into(),
+    })
+    .unwrap_or_else(|err| panic!("{api_version} {kind}: {err}"));
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|err| panic!("discovering {kind}: {err}"));
+    let api: Api<kube::core::DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), &ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &kube::api::PatchParams::apply(manager).force(),
+        &kube::api::Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("applying {kind} {name}: {err}"));
+}
