@@ -190,6 +190,7 @@ async fn bench() -> String {
     for t in 0..trials {
         let i = SERVICES + t;
         let at = create(&client, i).await;
+        let wall = std::time::SystemTime::now() - at.elapsed();
         let deadline = Instant::now() + Duration::from_secs(30);
         let seen = loop {
             if let Some(seen) = poller.seen_at(bulk_ip(i)) {
@@ -202,7 +203,16 @@ async fn bench() -> String {
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         one.push(seen - at);
-        eprintln!("service trial {t}: {:?}", seen - at);
+        let since_epoch = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "service trial {t}: {:?} (bulk-{i} {}, created at {}.{:03} s since the epoch)",
+            seen - at,
+            bulk_ip(i),
+            since_epoch.as_secs(),
+            since_epoch.subsec_millis()
+        );
     }
     drop(poller);
 
