@@ -1,13 +1,14 @@
 //! When to sync: the pure timing rules of the sync loop, tested with made-up instants.
 //!
-//! - Changes are synced at most once per `min_interval`, and syncs of changes get at most
-//!   1/[`COST_SPACING`] of the agent's time: each one's cost, times [`COST_SPACING`], is charged to
-//!   a clock of the share used, and a sync starts no sooner than that clock minus [`COST_BURST`]
-//!   (a generic cell rate algorithm). Under constant churn at most a quarter of a core goes to
-//!   syncing however large the ruleset is, and a burst waits and is coalesced; a change after a
-//!   quiet spell, or the second of two close ones (a Service created, then its status written
-//!   by the controller), goes at the floor instead of waiting four times the previous sync's
-//!   cost. kube-proxy spaces syncs by a fixed 1 s; spacing by cost lets a small or cheap change
+//! - Changes are synced at most once per `min_interval`, and a sync starts no sooner than
+//!   [`COST_SPACING`] times the previous sync's duration after the previous one started, so under
+//!   constant churn at most a quarter of a core goes to syncing however large the ruleset is.
+//!   A burst waits and is coalesced. One exception: while syncs of changes have used less than
+//!   their quarter share of the recent past (each one's cost, times [`COST_SPACING`], charged to
+//!   a clock of the share used, which may run at most [`COST_BURST`] ahead: a generic cell rate
+//!   algorithm), the next goes at the floor. So the second of two close changes after a quiet
+//!   spell (a Service created, then its status written by the controller) is not held four
+//!   times the first one's cost, and the allowance, once spent, leaves the spacing as it was. kube-proxy spaces syncs by a fixed 1 s; spacing by cost lets a small or cheap change
 //!   through in a few hundred milliseconds, and a slow backend slows itself down.
 //! - A full-consistency sync runs when `period` has passed since the last full one: every Service
 //!   is planned again and every chain whose content differs from what was applied (or whose
@@ -56,6 +57,8 @@ pub struct SyncSchedule {
     min_interval: Duration,
     period: Duration,
     last_attempt: Option<Instant>,
+    /// How long the last sync of changes took.
+    last_cost: Duration,
     /// Until when syncs of changes have used their share of time: each one's start (or this,
     /// if later) plus [`COST_SPACING`] times its cost. A full sync's cost is not counted: it is
     /// rare (once per period), and changes waiting behind it should not wait four times longer.
@@ -71,6 +74,7 @@ impl SyncSchedule {
             min_interval,
             period,
             last_attempt: None,
+            last_cost: Duration::ZERO,
             share_used_until: None,
             last_full: None,
             last_rewrite: None,
@@ -96,10 +100,11 @@ impl SyncSchedule {
             return (now, SyncReason::Initial);
         };
         let floor = last + self.min_interval;
+        let spaced = last + self.last_cost.saturating_mul(COST_SPACING);
         let share = self
             .share_used_until
             .map_or(floor, |until| until.checked_sub(COST_BURST).unwrap_or(last));
-        let earliest = floor.max(share);
+        let earliest = floor.max(spaced.min(share));
         if self.failures > 0 {
             return (
                 (last + self.backoff()).max(earliest).max(now),
@@ -142,6 +147,7 @@ impl SyncSchedule {
         let rewrote = self.scope(reason, now).rewrite;
         self.last_attempt = Some(now);
         if reason == SyncReason::Changes {
+            self.last_cost = cost;
             let from = self.share_used_until.map_or(now, |until| until.max(now));
             self.share_used_until = Some(from + cost.saturating_mul(COST_SPACING));
         }
@@ -256,6 +262,26 @@ mod tests {
         assert_eq!(
             schedule.next_sync(created + ms(180), true),
             (created + ms(180), SyncReason::Changes)
+        );
+    }
+
+    #[test]
+    fn a_spent_allowance_is_not_paid_back_later() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(ms(100), PERIOD);
+        schedule.record(t0, ms(0), SyncReason::Initial, true);
+        // Expensive syncs back to back put the share clock seconds ahead...
+        let mut now = t0 + ms(1000);
+        for _ in 0..5 {
+            schedule.record(now, ms(500), SyncReason::Changes, true);
+            now = schedule.next_sync(now + ms(500), true).0;
+        }
+        // ...yet after a cheap one the next waits only four times its cost, as before the
+        // allowance existed: a burst of Services is not held back for what came before it.
+        schedule.record(now, ms(50), SyncReason::Changes, true);
+        assert_eq!(
+            schedule.next_sync(now + ms(50), true),
+            (now + ms(200), SyncReason::Changes)
         );
     }
 
