@@ -6,7 +6,9 @@
 //!   controller would) to its /32 in the router's kernel FIB with both nodes as next hops.
 //!   First for 1,000 Services written one after another as fast as the API server takes them
 //!   (`burst`), then for `BERTH_BGP_SERVICE_TRIALS` (20) more, one at a time, with the 1,000
-//!   in place.
+//!   in place, each [`QUIET`] after the previous one's route arrived: a single Service in a
+//!   cluster at rest, not constant churn (the burst measures that), where the agents' sync
+//!   rate limit, not the path to the router, would decide.
 //! - The API requests per second the two agents make at steady state with those Services.
 //!
 //! Prints the `bgp:` line; when `BERTH_BGP_FAILOVER` holds the line of the failover part
@@ -30,6 +32,8 @@ use kube::Client;
 use serde_json::json;
 
 const SERVICES: u32 = 1000;
+/// The pause before each single-Service trial.
+const QUIET: Duration = Duration::from_secs(1);
 /// The bulk Services' addresses: 198.19.12.1 upward, in their own pool.
 const BULK_POOL: &str = "198.19.12.0/22";
 const BULK_FIRST: Ipv4Addr = Ipv4Addr::new(198, 19, 12, 1);
@@ -189,7 +193,9 @@ async fn bench() -> String {
     let mut one = Vec::with_capacity(trials as usize);
     for t in 0..trials {
         let i = SERVICES + t;
+        tokio::time::sleep(QUIET).await;
         let at = create(&client, i).await;
+        let wall = std::time::SystemTime::now() - at.elapsed();
         let deadline = Instant::now() + Duration::from_secs(30);
         let seen = loop {
             if let Some(seen) = poller.seen_at(bulk_ip(i)) {
@@ -202,7 +208,16 @@ async fn bench() -> String {
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         one.push(seen - at);
-        eprintln!("service trial {t}: {:?}", seen - at);
+        let since_epoch = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "service trial {t}: {:?} (bulk-{i} {}, created at {}.{:03} s since the epoch)",
+            seen - at,
+            bulk_ip(i),
+            since_epoch.as_secs(),
+            since_epoch.subsec_millis()
+        );
     }
     drop(poller);
 

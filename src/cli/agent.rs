@@ -83,7 +83,8 @@ pub struct AgentArgs {
     masquerade_all: bool,
 
     /// Least time between two syncs (e.g. `1s`, `500ms`); faster changes are coalesced. A sync
-    /// also waits four times the previous sync's duration, so a slow backend spaces itself.
+    /// also waits four times the previous sync's duration, unless recent syncs used less than a
+    /// quarter of the time, so a slow backend spaces itself.
     #[arg(long, env = "BERTH_MIN_SYNC_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
     min_sync_interval: Duration,
 

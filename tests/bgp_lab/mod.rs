@@ -369,7 +369,11 @@ pub async fn start_lab(tag: &str, router_extra: &str, peer_extra: Value) -> Lab 
             ])
             .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
-            .env("RUST_LOG", "info")
+            // `BERTH_BGP_LAB_LOG` (e.g. `berth_agent=debug`) to see each sync and pass.
+            .env(
+                "RUST_LOG",
+                std::env::var("BERTH_BGP_LAB_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -3,9 +3,13 @@
 //! - Changes are synced at most once per `min_interval`, and a sync starts no sooner than
 //!   [`COST_SPACING`] times the previous sync's duration after the previous one started, so under
 //!   constant churn at most a quarter of a core goes to syncing however large the ruleset is.
-//!   A burst waits and is coalesced. kube-proxy spaces syncs by a fixed 1 s; spacing by cost lets
-//!   a small or cheap change through in a few hundred milliseconds, and a slow backend slows
-//!   itself down.
+//!   A burst waits and is coalesced. One exception: while syncs of changes have used less than
+//!   their quarter share of the recent past (each one's cost, times [`COST_SPACING`], charged to
+//!   a clock of the share used, which may run at most [`COST_BURST`] ahead: a generic cell rate
+//!   algorithm), the next goes at the floor. So the second of two close changes after a quiet
+//!   spell (a Service created, then its status written by the controller) is not held four
+//!   times the first one's cost, and the allowance, once spent, leaves the spacing as it was. kube-proxy spaces syncs by a fixed 1 s; spacing by cost lets a small or cheap change
+//!   through in a few hundred milliseconds, and a slow backend slows itself down.
 //! - A full-consistency sync runs when `period` has passed since the last full one: every Service
 //!   is planned again and every chain whose content differs from what was applied (or whose
 //!   canary is gone) is rewritten. Rewriting every chain regardless is due once per
@@ -35,6 +39,10 @@ pub struct SyncScope {
 /// started: syncing takes at most 1/`COST_SPACING` of the agent's time.
 pub const COST_SPACING: u32 = 4;
 
+/// How far syncs of changes may run ahead of their share ([`COST_SPACING`]) before they are
+/// spaced: about two syncs of a 1,000-Service node in a debug build under load.
+pub const COST_BURST: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncReason {
     /// Nothing synced yet.
@@ -49,9 +57,12 @@ pub struct SyncSchedule {
     min_interval: Duration,
     period: Duration,
     last_attempt: Option<Instant>,
-    /// How long the last sync of changes took. A full sync's cost is not counted: it is rare
-    /// (once per period), and changes waiting behind it should not wait four times longer.
+    /// How long the last sync of changes took.
     last_cost: Duration,
+    /// Until when syncs of changes have used their share of time: each one's start (or this,
+    /// if later) plus [`COST_SPACING`] times its cost. A full sync's cost is not counted: it is
+    /// rare (once per period), and changes waiting behind it should not wait four times longer.
+    share_used_until: Option<Instant>,
     last_full: Option<Instant>,
     last_rewrite: Option<Instant>,
     failures: u32,
@@ -64,6 +75,7 @@ impl SyncSchedule {
             period,
             last_attempt: None,
             last_cost: Duration::ZERO,
+            share_used_until: None,
             last_full: None,
             last_rewrite: None,
             failures: 0,
@@ -87,10 +99,12 @@ impl SyncSchedule {
         let Some(last) = self.last_attempt else {
             return (now, SyncReason::Initial);
         };
-        let earliest = last
-            + self
-                .min_interval
-                .max(self.last_cost.saturating_mul(COST_SPACING));
+        let floor = last + self.min_interval;
+        let spaced = last + self.last_cost.saturating_mul(COST_SPACING);
+        let share = self
+            .share_used_until
+            .map_or(floor, |until| until.checked_sub(COST_BURST).unwrap_or(last));
+        let earliest = floor.max(spaced.min(share));
         if self.failures > 0 {
             return (
                 (last + self.backoff()).max(earliest).max(now),
@@ -134,6 +148,8 @@ impl SyncSchedule {
         self.last_attempt = Some(now);
         if reason == SyncReason::Changes {
             self.last_cost = cost;
+            let from = self.share_used_until.map_or(now, |until| until.max(now));
+            self.share_used_until = Some(from + cost.saturating_mul(COST_SPACING));
         }
         if ok {
             self.failures = 0;
@@ -201,11 +217,18 @@ mod tests {
             schedule.next_sync(t0 + ms(10), true),
             (t0 + ms(100), SyncReason::Changes)
         );
-        // 300 ms of work: the next waits until 4 × 300 ms after it began.
+        // 300 ms of work after a quiet spell: 4 × 300 ms of share used, of which the burst
+        // allowance forgives 1 s, so the next waits only 200 ms past the floor.
         schedule.record(t0 + ms(100), ms(300), SyncReason::Changes, true);
         assert_eq!(
-            schedule.next_sync(t0 + ms(400), true),
-            (t0 + ms(1300), SyncReason::Changes)
+            schedule.next_sync(t0 + ms(150), true),
+            (t0 + ms(300), SyncReason::Changes)
+        );
+        // Another 300 ms at once: the allowance is spent, the next waits its full 4 × 300 ms.
+        schedule.record(t0 + ms(300), ms(300), SyncReason::Changes, true);
+        assert_eq!(
+            schedule.next_sync(t0 + ms(600), true),
+            (t0 + ms(1500), SyncReason::Changes)
         );
         // The periodic consistency sync is spaced the same way.
         assert_eq!(
@@ -219,12 +242,76 @@ mod tests {
             after_full.next_sync(t0 + ms(2000), true),
             (t0 + ms(2000), SyncReason::Changes)
         );
-        // Once a cheap sync ran, the floor is back.
-        schedule.record(t0 + ms(1300), ms(10), SyncReason::Changes, true);
+        // Once the share has caught up, a cheap sync is followed at the floor.
+        schedule.record(t0 + ms(3000), ms(10), SyncReason::Changes, true);
         assert_eq!(
-            schedule.next_sync(t0 + ms(1310), true),
-            (t0 + ms(1400), SyncReason::Changes)
+            schedule.next_sync(t0 + ms(3010), true),
+            (t0 + ms(3100), SyncReason::Changes)
         );
+    }
+
+    #[test]
+    fn a_change_right_after_another_is_not_held_by_the_first_ones_cost() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(ms(100), PERIOD);
+        schedule.record(t0, ms(20), SyncReason::Initial, true);
+        // A Service created at 10 s (180 ms to sync), its status written 50 ms later: the
+        // second sync starts at the floor, not 4 × 180 ms after the first.
+        let created = t0 + ms(10_000);
+        schedule.record(created, ms(180), SyncReason::Changes, true);
+        assert_eq!(
+            schedule.next_sync(created + ms(180), true),
+            (created + ms(180), SyncReason::Changes)
+        );
+    }
+
+    #[test]
+    fn a_spent_allowance_is_not_paid_back_later() {
+        let t0 = Instant::now();
+        let mut schedule = SyncSchedule::new(ms(100), PERIOD);
+        schedule.record(t0, ms(0), SyncReason::Initial, true);
+        // Expensive syncs back to back put the share clock seconds ahead...
+        let mut now = t0 + ms(1000);
+        for _ in 0..5 {
+            schedule.record(now, ms(500), SyncReason::Changes, true);
+            now = schedule.next_sync(now + ms(500), true).0;
+        }
+        // ...yet after a cheap one the next waits only four times its cost, as before the
+        // allowance existed: a burst of Services is not held back for what came before it.
+        schedule.record(now, ms(50), SyncReason::Changes, true);
+        assert_eq!(
+            schedule.next_sync(now + ms(50), true),
+            (now + ms(200), SyncReason::Changes)
+        );
+    }
+
+    #[test]
+    fn constant_churn_gets_at_most_its_share_plus_the_burst() {
+        // Changes always waiting; each sync costs `cost`: over a minute, syncing takes at most
+        // 1/COST_SPACING of the time, plus what the burst allowance lends once.
+        for cost in [1, 10, 50, 100, 180, 250, 400, 1000, 3000] {
+            for min in [0, 100, 1000] {
+                let t0 = Instant::now();
+                let mut schedule = SyncSchedule::new(ms(min), Duration::from_secs(3600));
+                schedule.record(t0, ms(0), SyncReason::Initial, true);
+                let mut now = t0;
+                let mut busy = Duration::ZERO;
+                while now < t0 + ms(60_000) {
+                    let (at, reason) = schedule.next_sync(now, true);
+                    assert_eq!(reason, SyncReason::Changes);
+                    assert!(at >= now);
+                    schedule.record(at, ms(cost), reason, true);
+                    busy += ms(cost);
+                    now = at + ms(cost);
+                }
+                let elapsed = now - t0;
+                let allowed = elapsed / COST_SPACING + COST_BURST / COST_SPACING + ms(cost);
+                assert!(
+                    busy <= allowed,
+                    "cost {cost} ms, floor {min} ms: busy {busy:?} of {elapsed:?}"
+                );
+            }
+        }
     }
 
     #[test]
