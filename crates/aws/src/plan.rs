@@ -182,9 +182,50 @@ pub fn plan_stack(desired: &Stack, observed: &Observed) -> Vec<Step> {
     let mut steps = Vec::new();
     let want_lb = &desired.load_balancer;
 
-    // The load balancer: keep the first that matches (lowest ARN, so the choice is stable),
-    // delete the rest: replaced by a scheme or name change, or duplicates.
-    let mut lbs: Vec<&ObservedLoadBalancer> = observed.load_balancers.iter().collect();
+    let keeper = plan_load_balancer_keeper(want_lb, &observed.load_balancers, &mut steps);
+    let tgs = sorted_target_groups(observed);
+    let (kept, create_tgs) = choose_target_groups(desired, &tgs);
+    let lb_ref = plan_load_balancer(want_lb, keeper, &mut steps);
+
+    // A target group is made in the load balancer's VPC, so after the load balancer.
+    steps.extend(create_tgs);
+    for want in desired.target_groups.values() {
+        match kept.get(want.resource.as_str()) {
+            Some(o) => plan_kept_target_group(want, o, &mut steps),
+            None => plan_new_target_group(want, &mut steps),
+        }
+    }
+
+    plan_listeners(desired, keeper, &kept, &lb_ref, &mut steps);
+
+    // Target groups nothing wants any more.
+    for o in &tgs {
+        if !kept.values().any(|k| k.tg.arn == o.tg.arn) {
+            steps.push(Step::DeleteTargetGroup {
+                arn: o.tg.arn.clone(),
+            });
+        }
+    }
+
+    if let Some(k) = keeper {
+        plan_tags(&k.lb.arn, &want_lb.tags, &k.tags, &mut steps);
+    }
+    for want in desired.target_groups.values() {
+        if let Some(o) = kept.get(want.resource.as_str()) {
+            plan_tags(&o.tg.arn, &want.tags, &o.tags, &mut steps);
+        }
+    }
+    steps
+}
+
+/// The load balancer to keep: the first that matches (lowest ARN, so the choice is stable);
+/// the rest are deleted: replaced by a scheme or name change, or duplicates.
+fn plan_load_balancer_keeper<'a>(
+    want_lb: &LoadBalancerSpec,
+    observed: &'a [ObservedLoadBalancer],
+    steps: &mut Vec<Step>,
+) -> Option<&'a ObservedLoadBalancer> {
+    let mut lbs: Vec<&ObservedLoadBalancer> = observed.iter().collect();
     lbs.sort_by(|a, b| a.lb.arn.cmp(&b.lb.arn));
     let keeper = lbs
         .iter()
@@ -204,11 +245,21 @@ pub fn plan_stack(desired: &Stack, observed: &Observed) -> Vec<Step> {
             why,
         });
     }
+    keeper
+}
 
-    // Target groups: keep one per resource whose immutable fields match.
+fn sorted_target_groups(observed: &Observed) -> Vec<&ObservedTargetGroup> {
     let mut tgs: Vec<&ObservedTargetGroup> = observed.target_groups.iter().collect();
     tgs.sort_by(|a, b| a.tg.arn.cmp(&b.tg.arn));
-    let mut kept: BTreeMap<&str, &ObservedTargetGroup> = BTreeMap::new();
+    tgs
+}
+
+/// Target groups: keep one per resource whose immutable fields match; create the others.
+fn choose_target_groups<'a, 'd>(
+    desired: &'d Stack,
+    tgs: &[&'a ObservedTargetGroup],
+) -> (BTreeMap<&'d str, &'a ObservedTargetGroup>, Vec<Step>) {
+    let mut kept = BTreeMap::new();
     let mut create_tgs = Vec::new();
     for want in desired.target_groups.values() {
         if let Some(o) = tgs.iter().copied().find(|o| keeps_target_group(want, o)) {
@@ -217,12 +268,16 @@ pub fn plan_stack(desired: &Stack, observed: &Observed) -> Vec<Step> {
             create_tgs.push(Step::CreateTargetGroup(want.clone()));
         }
     }
-    let tg_ref = |resource: &str| match kept.get(resource) {
-        Some(o) => TgRef::Arn(o.tg.arn.clone()),
-        None => TgRef::Planned(resource.to_string()),
-    };
+    (kept, create_tgs)
+}
 
-    let lb_ref = match keeper {
+/// The kept load balancer brought to the wanted subnets and attributes, or a new one.
+fn plan_load_balancer(
+    want_lb: &LoadBalancerSpec,
+    keeper: Option<&ObservedLoadBalancer>,
+    steps: &mut Vec<Step>,
+) -> LbRef {
+    match keeper {
         Some(k) => {
             if k.lb.subnets != want_lb.subnets {
                 steps.push(Step::SetSubnets {
@@ -249,57 +304,67 @@ pub fn plan_stack(desired: &Stack, observed: &Observed) -> Vec<Step> {
             }
             LbRef::Planned
         }
-    };
-
-    // A target group is made in the load balancer's VPC, so after the load balancer.
-    steps.extend(create_tgs);
-    for want in desired.target_groups.values() {
-        match kept.get(want.resource.as_str()) {
-            Some(o) => {
-                if o.tg.health_check != want.health_check {
-                    steps.push(Step::ModifyTargetGroup {
-                        arn: o.tg.arn.clone(),
-                        health_check: want.health_check.clone(),
-                    });
-                }
-                let attributes = changed_attributes(&want.attributes, o.attributes.as_ref());
-                if !attributes.is_empty() {
-                    steps.push(Step::ModifyTargetGroupAttributes {
-                        tg: TgRef::Arn(o.tg.arn.clone()),
-                        attributes,
-                    });
-                }
-                for batch in chunks(want.targets.difference(&o.targets).cloned()) {
-                    steps.push(Step::RegisterTargets {
-                        tg: TgRef::Arn(o.tg.arn.clone()),
-                        targets: batch,
-                    });
-                }
-                for batch in chunks(o.targets.difference(&want.targets).cloned()) {
-                    steps.push(Step::DeregisterTargets {
-                        arn: o.tg.arn.clone(),
-                        targets: batch,
-                    });
-                }
-            }
-            None => {
-                if !want.attributes.is_empty() {
-                    steps.push(Step::ModifyTargetGroupAttributes {
-                        tg: TgRef::Planned(want.resource.clone()),
-                        attributes: want.attributes.clone(),
-                    });
-                }
-                for batch in chunks(want.targets.iter().cloned()) {
-                    steps.push(Step::RegisterTargets {
-                        tg: TgRef::Planned(want.resource.clone()),
-                        targets: batch,
-                    });
-                }
-            }
-        }
     }
+}
 
-    // Listeners, on the kept load balancer (a new one has none yet).
+/// A kept target group: its health check, attributes and targets brought to what is wanted.
+fn plan_kept_target_group(want: &TargetGroupSpec, o: &ObservedTargetGroup, steps: &mut Vec<Step>) {
+    if o.tg.health_check != want.health_check {
+        steps.push(Step::ModifyTargetGroup {
+            arn: o.tg.arn.clone(),
+            health_check: want.health_check.clone(),
+        });
+    }
+    let attributes = changed_attributes(&want.attributes, o.attributes.as_ref());
+    if !attributes.is_empty() {
+        steps.push(Step::ModifyTargetGroupAttributes {
+            tg: TgRef::Arn(o.tg.arn.clone()),
+            attributes,
+        });
+    }
+    for batch in chunks(want.targets.difference(&o.targets).cloned()) {
+        steps.push(Step::RegisterTargets {
+            tg: TgRef::Arn(o.tg.arn.clone()),
+            targets: batch,
+        });
+    }
+    for batch in chunks(o.targets.difference(&want.targets).cloned()) {
+        steps.push(Step::DeregisterTargets {
+            arn: o.tg.arn.clone(),
+            targets: batch,
+        });
+    }
+}
+
+/// A target group this plan creates: its attributes and all its targets.
+fn plan_new_target_group(want: &TargetGroupSpec, steps: &mut Vec<Step>) {
+    if !want.attributes.is_empty() {
+        steps.push(Step::ModifyTargetGroupAttributes {
+            tg: TgRef::Planned(want.resource.clone()),
+            attributes: want.attributes.clone(),
+        });
+    }
+    for batch in chunks(want.targets.iter().cloned()) {
+        steps.push(Step::RegisterTargets {
+            tg: TgRef::Planned(want.resource.clone()),
+            targets: batch,
+        });
+    }
+}
+
+/// Listeners, on the kept load balancer (a new one has none yet): created, modified, and
+/// those of unwanted or duplicate ports deleted last.
+fn plan_listeners(
+    desired: &Stack,
+    keeper: Option<&ObservedLoadBalancer>,
+    kept: &BTreeMap<&str, &ObservedTargetGroup>,
+    lb_ref: &LbRef,
+    steps: &mut Vec<Step>,
+) {
+    let tg_ref = |resource: &str| match kept.get(resource) {
+        Some(o) => TgRef::Arn(o.tg.arn.clone()),
+        None => TgRef::Planned(resource.to_string()),
+    };
     let mut existing: Vec<_> = keeper.map(|k| k.listeners.clone()).unwrap_or_default();
     existing.sort_by(|a, b| a.arn.cmp(&b.arn));
     let mut seen_ports = BTreeSet::new();
@@ -340,25 +405,6 @@ pub fn plan_stack(desired: &Stack, observed: &Observed) -> Vec<Step> {
             .into_iter()
             .map(|arn| Step::DeleteListener { arn }),
     );
-
-    // Target groups nothing wants any more.
-    for o in &tgs {
-        if !kept.values().any(|k| k.tg.arn == o.tg.arn) {
-            steps.push(Step::DeleteTargetGroup {
-                arn: o.tg.arn.clone(),
-            });
-        }
-    }
-
-    if let Some(k) = keeper {
-        plan_tags(&k.lb.arn, &want_lb.tags, &k.tags, &mut steps);
-    }
-    for want in desired.target_groups.values() {
-        if let Some(o) = kept.get(want.resource.as_str()) {
-            plan_tags(&o.tg.arn, &want.tags, &o.tags, &mut steps);
-        }
-    }
-    steps
 }
 
 /// Removing everything the Service has: load balancers first (their listeners go with them),
