@@ -751,68 +751,20 @@ pub fn build_stack(
 ) -> Result<Stack, ModelError> {
     let service = svc.key();
     let scheme = scheme_of(svc)?;
-    let name = match svc.annotations.get(ann::AWS_LOAD_BALANCER_NAME) {
-        Some(custom) => {
-            if let Some(problem) = name_problem(custom) {
-                return Err(annotation_error(
-                    ann::AWS_LOAD_BALANCER_NAME,
-                    custom,
-                    problem,
-                ));
-            }
-            custom.clone()
-        }
-        None => load_balancer_name(config, svc, scheme),
-    };
+    let name = load_balancer_name_of(svc, config, scheme)?;
     let extra = extra_tags(svc)?;
     let tags_for = |resource: &str| {
         let mut tags = extra.clone();
         tags.extend(base_tags(config, &service, resource));
         tags
     };
-    let target_type = match svc.annotations.get(ann::AWS_NLB_TARGET_TYPE) {
-        None => TargetType::Instance,
-        Some(v) => TargetType::parse(v.trim()).ok_or_else(|| {
-            annotation_error(
-                ann::AWS_NLB_TARGET_TYPE,
-                v,
-                "must be \"instance\" or \"ip\"",
-            )
-        })?,
-    };
+    let target_type = target_type_of(svc)?;
     let health_check = health_check(svc)?;
-    let mut tg_attributes = attributes(svc, ann::AWS_TARGET_GROUP_ATTRIBUTES)?;
-    // As the AWS Load Balancer Controller: `*` is the only value, and it wins over the
-    // attribute given through `target-group-attributes`.
-    if let Some(v) = svc.annotations.get(ann::AWS_PROXY_PROTOCOL) {
-        if v.trim() != "*" {
-            return Err(annotation_error(
-                ann::AWS_PROXY_PROTOCOL,
-                v,
-                "must be \"*\" (proxy protocol v2 on every port)",
-            ));
-        }
-        tg_attributes.insert(PROXY_PROTOCOL_V2.to_string(), "true".to_string());
-    }
-    let mut instances = BTreeSet::new();
-    let mut zones = BTreeMap::new();
-    let mut skipped_nodes = Vec::new();
-    let selected = match target_type {
-        TargetType::Instance => target_nodes(svc, nodes)?,
-        TargetType::Ip => Vec::new(),
+    let tg_attributes = target_group_attributes(svc)?;
+    let instances = match target_type {
+        TargetType::Instance => instances_of(&target_nodes(svc, nodes)?),
+        TargetType::Ip => Instances::default(),
     };
-    for node in selected {
-        let provider_id = node.provider_id.as_deref();
-        match provider_id.and_then(instance_id) {
-            Some(id) => {
-                instances.insert(id.to_string());
-                if let Some(zone) = provider_id.and_then(zone_of) {
-                    zones.insert(id.to_string(), zone.to_string());
-                }
-            }
-            None => skipped_nodes.push(node.name.clone()),
-        }
-    }
     let mut target_groups = BTreeMap::new();
     let mut listeners = BTreeMap::new();
     let listenings = listenings(svc)?;
@@ -820,36 +772,8 @@ pub fn build_stack(
     for (index, l) in listenings.into_iter().enumerate() {
         let resource = format!("{}/{}", l.port, l.protocol.as_str());
         let (port, targets) = match target_type {
-            TargetType::Instance => {
-                let node_port = l.node_port.ok_or_else(|| ModelError::Port {
-                    index,
-                    reason: format!(
-                        "port {} has no nodePort, which instance targets need",
-                        l.port
-                    ),
-                })?;
-                let targets = instances
-                    .iter()
-                    .map(|id| Target {
-                        id: id.clone(),
-                        port: node_port,
-                    })
-                    .collect();
-                (node_port, targets)
-            }
-            TargetType::Ip => {
-                let pods = ip_targets.get(&l.port).cloned().unwrap_or_default();
-                // The target group's own port is only a default; each IP target carries its port.
-                let port = pods.iter().map(|(_, p)| *p).min().unwrap_or(l.port);
-                let targets = pods
-                    .into_iter()
-                    .map(|(ip, p)| Target {
-                        id: ip.to_string(),
-                        port: p,
-                    })
-                    .collect();
-                (port, targets)
-            }
+            TargetType::Instance => instance_targets(index, &l, &instances.ids)?,
+            TargetType::Ip => ip_targets_of(&l, ip_targets),
         };
         let name = build_name(
             &svc.namespace,
@@ -897,8 +821,121 @@ pub fn build_stack(
         service,
         target_groups,
         listeners,
-        skipped_nodes,
+        skipped_nodes: instances.skipped_nodes,
     };
-    check_quotas(&stack, &config.quotas, &zones)?;
+    check_quotas(&stack, &config.quotas, &instances.zones)?;
     Ok(stack)
+}
+
+/// The load balancer's name: the annotation's, checked, or one derived from the Service.
+fn load_balancer_name_of(
+    svc: &ServiceFacts,
+    config: &ProviderConfig,
+    scheme: Scheme,
+) -> Result<String, ModelError> {
+    match svc.annotations.get(ann::AWS_LOAD_BALANCER_NAME) {
+        Some(custom) => match name_problem(custom) {
+            Some(problem) => Err(annotation_error(
+                ann::AWS_LOAD_BALANCER_NAME,
+                custom,
+                problem,
+            )),
+            None => Ok(custom.clone()),
+        },
+        None => Ok(load_balancer_name(config, svc, scheme)),
+    }
+}
+
+fn target_type_of(svc: &ServiceFacts) -> Result<TargetType, ModelError> {
+    match svc.annotations.get(ann::AWS_NLB_TARGET_TYPE) {
+        None => Ok(TargetType::Instance),
+        Some(v) => TargetType::parse(v.trim()).ok_or_else(|| {
+            annotation_error(
+                ann::AWS_NLB_TARGET_TYPE,
+                v,
+                "must be \"instance\" or \"ip\"",
+            )
+        }),
+    }
+}
+
+/// The target groups' attributes, with proxy protocol v2 when the Service asks for it.
+fn target_group_attributes(svc: &ServiceFacts) -> Result<BTreeMap<String, String>, ModelError> {
+    let mut tg_attributes = attributes(svc, ann::AWS_TARGET_GROUP_ATTRIBUTES)?;
+    // As the AWS Load Balancer Controller: `*` is the only value, and it wins over the
+    // attribute given through `target-group-attributes`.
+    if let Some(v) = svc.annotations.get(ann::AWS_PROXY_PROTOCOL) {
+        if v.trim() != "*" {
+            return Err(annotation_error(
+                ann::AWS_PROXY_PROTOCOL,
+                v,
+                "must be \"*\" (proxy protocol v2 on every port)",
+            ));
+        }
+        tg_attributes.insert(PROXY_PROTOCOL_V2.to_string(), "true".to_string());
+    }
+    Ok(tg_attributes)
+}
+
+/// The EC2 instances behind the selected nodes, their zones, and the nodes that name none.
+#[derive(Default)]
+struct Instances {
+    ids: BTreeSet<String>,
+    zones: BTreeMap<String, String>,
+    skipped_nodes: Vec<String>,
+}
+
+fn instances_of(selected: &[&NodeFacts]) -> Instances {
+    let mut out = Instances::default();
+    for node in selected {
+        let provider_id = node.provider_id.as_deref();
+        match provider_id.and_then(instance_id) {
+            Some(id) => {
+                out.ids.insert(id.to_string());
+                if let Some(zone) = provider_id.and_then(zone_of) {
+                    out.zones.insert(id.to_string(), zone.to_string());
+                }
+            }
+            None => out.skipped_nodes.push(node.name.clone()),
+        }
+    }
+    out
+}
+
+/// Instance targets: every instance on the port's nodePort.
+fn instance_targets(
+    index: usize,
+    l: &Listening,
+    instances: &BTreeSet<String>,
+) -> Result<(u16, BTreeSet<Target>), ModelError> {
+    let node_port = l.node_port.ok_or_else(|| ModelError::Port {
+        index,
+        reason: format!(
+            "port {} has no nodePort, which instance targets need",
+            l.port
+        ),
+    })?;
+    let targets = instances
+        .iter()
+        .map(|id| Target {
+            id: id.clone(),
+            port: node_port,
+        })
+        .collect();
+    Ok((node_port, targets))
+}
+
+/// IP targets: the port's ready pods, each on its own port.
+fn ip_targets_of(l: &Listening, ip_targets: &IpTargets) -> (u16, BTreeSet<Target>) {
+    let pods = ip_targets.get(&l.port).cloned().unwrap_or_default();
+    // The target group's own port is only a default; each IP target carries its port.
+    let port = pods.iter().map(|(_, p)| *p).min().unwrap_or(l.port);
+    let targets = pods
+        .into_iter()
+        .map(|(ip, p)| Target {
+            id: ip.to_string(),
+            port: p,
+        })
+        .collect();
+    (port, targets)
 }
