@@ -120,20 +120,7 @@ pub async fn handle(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let info = app
-        .store()
-        .catalogue()
-        .find(&path.group, &path.version, &path.plural)
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::page_not_found(&format!("{} {}/{}", path.plural, path.group, path.version))
-        })?;
-    if !info.namespaced && path.namespace.is_some() {
-        return Err(ApiError::page_not_found(&format!(
-            "{} is not namespaced",
-            info.plural
-        )));
-    }
+    let info = resource_of(&app, &path)?;
     if let (Some("scale"), Some(name), true) = (
         path.subresource.as_deref(),
         path.name.as_deref(),
@@ -151,33 +138,13 @@ pub async fn handle(
         };
         return super::scale::handle(&app, req);
     }
-    let door = match path.subresource.as_deref() {
-        None => Door::Main,
-        Some("status") if info.status_subresource => Door::Status,
-        Some(sub) => return Err(ApiError::page_not_found(&format!("{}/{sub}", info.plural))),
-    };
+    let door = door_of(&path, &info)?;
     let ns = path.namespace.clone().unwrap_or_default();
     let wanted = table::negotiate(
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
         query.get("includeObject").map(String::as_str),
     )?;
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json");
-    let mut body = body;
-    if matches!(method, Method::POST | Method::PUT | Method::DELETE)
-        && content_type.starts_with(protobuf::PROTOBUF)
-        && !body.is_empty()
-    {
-        // Decoded once into the JSON every other path reads.
-        body = Bytes::from(protobuf::decode(&body)?.to_string());
-    } else if matches!(method, Method::POST | Method::PUT)
-        && !content_type.starts_with("application/json")
-        && !content_type.starts_with("application/yaml")
-    {
-        return Err(ApiError::unsupported_body(content_type));
-    }
+    let body = json_body(&method, headers, body)?;
     let mutating = matches!(
         method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
@@ -195,23 +162,7 @@ pub async fn handle(
         )));
     }
     match (method, path.name.as_deref()) {
-        (Method::GET, Some(name)) => {
-            let obj = app.store().get(&info, &ns, name)?;
-            match wanted {
-                Wanted::Json => Ok(object_response(StatusCode::OK, &obj, &info)),
-                Wanted::Table {
-                    api_version,
-                    include,
-                } => {
-                    let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
-                    Ok(table_response(&info, &[&obj], meta, api_version, include))
-                }
-                Wanted::Metadata { api_version } => Ok(json_response(
-                    StatusCode::OK,
-                    &table::partial_metadata(&obj, api_version),
-                )),
-            }
-        }
+        (Method::GET, Some(name)) => get(&app, &info, &ns, name, wanted),
         (Method::GET, None) => {
             let q = list_query(&query, &info)?;
             if flag(&query, "watch") {
@@ -235,21 +186,13 @@ pub async fn handle(
             Ok(object_response(StatusCode::OK, &updated, &info))
         }
         (Method::PATCH, Some(name)) => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
-            let kind = PatchType::from_content_type(content_type)?;
-            if kind == PatchType::Apply {
-                return server_side_apply(&app, &info, &ns, name, door, &query, &body);
-            }
-            let patched = write_as_manager(&app, &query, headers, door, |s, ctx| {
-                let current = s.get(&info, &ns, name)?;
-                let current = view(&current, &info.api_version());
-                let new = build_patched(&current, kind, &body, info.schema)?;
-                s.update(&info, &ns, name, new, ctx)
-            })?;
-            Ok(object_response(StatusCode::OK, &patched, &info))
+            let target = Target {
+                info: &info,
+                ns: &ns,
+                name,
+                door,
+            };
+            patch(&app, target, &query, headers, &body)
         }
         (Method::DELETE, Some(name)) => {
             let opts = delete_options(&body, &query)?;
@@ -260,35 +203,160 @@ pub async fn handle(
         (Method::DELETE, None) => {
             let q = list_query(&query, &info)?;
             let opts = delete_options(&body, &query)?;
-            let t = now();
-            let deleted = app.write(|s| -> Result<Vec<Obj>, ApiError> {
-                let page = s.list(
-                    &info,
-                    path.namespace.as_deref(),
-                    &ListQuery {
-                        limit: None,
-                        continue_token: None,
-                        ..q
-                    },
-                )?;
-                let mut out = Vec::new();
-                for stored in page.items {
-                    let (o_ns, o_name) = (
-                        meta_str(&stored.obj, "namespace").to_owned(),
-                        meta_str(&stored.obj, "name").to_owned(),
-                    );
-                    out.push(s.delete(&info, &o_ns, &o_name, &opts, &t)?);
-                }
-                Ok(out)
-            })?;
-            let rv = app.store().resource_version();
-            let deleted: Vec<Stored> = deleted.into_iter().map(Stored::new).collect();
-            Ok(list_response(&info, &deleted, rv, None, None))
+            delete_collection(&app, &info, path.namespace.as_deref(), q, &opts)
         }
         (m, _) => Err(ApiError::method_not_allowed(format!(
             "the server does not allow this method on the requested resource ({m})"
         ))),
     }
+}
+
+/// The resource a path names, if the catalogue has it and the path's namespace fits it.
+fn resource_of(app: &App, path: &ResourcePath) -> Result<ResourceInfo, ApiError> {
+    let info = app
+        .store()
+        .catalogue()
+        .find(&path.group, &path.version, &path.plural)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::page_not_found(&format!("{} {}/{}", path.plural, path.group, path.version))
+        })?;
+    if !info.namespaced && path.namespace.is_some() {
+        return Err(ApiError::page_not_found(&format!(
+            "{} is not namespaced",
+            info.plural
+        )));
+    }
+    Ok(info)
+}
+
+/// The main door, or `/status` where the resource has it; any other subresource is not found.
+fn door_of(path: &ResourcePath, info: &ResourceInfo) -> Result<Door, ApiError> {
+    match path.subresource.as_deref() {
+        None => Ok(Door::Main),
+        Some("status") if info.status_subresource => Ok(Door::Status),
+        Some(sub) => Err(ApiError::page_not_found(&format!("{}/{sub}", info.plural))),
+    }
+}
+
+/// The request body as the JSON every path reads: protobuf decoded once, JSON and YAML as sent,
+/// any other content type refused for a create or update.
+fn json_body(method: &Method, headers: &HeaderMap, body: Bytes) -> Result<Bytes, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    if matches!(*method, Method::POST | Method::PUT | Method::DELETE)
+        && content_type.starts_with(protobuf::PROTOBUF)
+        && !body.is_empty()
+    {
+        Ok(Bytes::from(protobuf::decode(&body)?.to_string()))
+    } else if matches!(*method, Method::POST | Method::PUT)
+        && !content_type.starts_with("application/json")
+        && !content_type.starts_with("application/yaml")
+    {
+        Err(ApiError::unsupported_body(content_type))
+    } else {
+        Ok(body)
+    }
+}
+
+/// One object, as JSON, a one-row Table or its metadata.
+fn get(
+    app: &App,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    wanted: Wanted,
+) -> Result<Response, ApiError> {
+    let obj = app.store().get(info, ns, name)?;
+    match wanted {
+        Wanted::Json => Ok(object_response(StatusCode::OK, &obj, info)),
+        Wanted::Table {
+            api_version,
+            include,
+        } => {
+            let meta = json!({"resourceVersion": meta_str(&obj, "resourceVersion")});
+            Ok(table_response(info, &[&obj], meta, api_version, include))
+        }
+        Wanted::Metadata { api_version } => Ok(json_response(
+            StatusCode::OK,
+            &table::partial_metadata(&obj, api_version),
+        )),
+    }
+}
+
+/// The object a write names, and the door it comes through.
+struct Target<'a> {
+    info: &'a ResourceInfo,
+    ns: &'a str,
+    name: &'a str,
+    door: Door,
+}
+
+/// A patch of the kind its content type names; server-side apply goes its own way.
+fn patch(
+    app: &App,
+    target: Target<'_>,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let Target {
+        info,
+        ns,
+        name,
+        door,
+    } = target;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let kind = PatchType::from_content_type(content_type)?;
+    if kind == PatchType::Apply {
+        return server_side_apply(app, info, ns, name, door, query, body);
+    }
+    let patched = write_as_manager(app, query, headers, door, |s, ctx| {
+        let current = s.get(info, ns, name)?;
+        let current = view(&current, &info.api_version());
+        let new = build_patched(&current, kind, body, info.schema)?;
+        s.update(info, ns, name, new, ctx)
+    })?;
+    Ok(object_response(StatusCode::OK, &patched, info))
+}
+
+/// Every object the query selects deleted in one write, answered as the list of them.
+fn delete_collection(
+    app: &App,
+    info: &ResourceInfo,
+    namespace: Option<&str>,
+    q: ListQuery,
+    opts: &DeleteOptions,
+) -> Result<Response, ApiError> {
+    let t = now();
+    let deleted = app.write(|s| -> Result<Vec<Obj>, ApiError> {
+        let page = s.list(
+            info,
+            namespace,
+            &ListQuery {
+                limit: None,
+                continue_token: None,
+                ..q
+            },
+        )?;
+        let mut out = Vec::new();
+        for stored in page.items {
+            let (o_ns, o_name) = (
+                meta_str(&stored.obj, "namespace").to_owned(),
+                meta_str(&stored.obj, "name").to_owned(),
+            );
+            out.push(s.delete(info, &o_ns, &o_name, opts, &t)?);
+        }
+        Ok(out)
+    })?;
+    let rv = app.store().resource_version();
+    let deleted: Vec<Stored> = deleted.into_iter().map(Stored::new).collect();
+    Ok(list_response(info, &deleted, rv, None, None))
 }
 
 fn list(
