@@ -104,6 +104,83 @@ fn zero(bytes: &[u8]) -> bool {
     bytes.iter().all(|b| *b == 0)
 }
 
+/// A mark loaded and masked: compared (a mark match) or stored back (a mark statement).
+fn mark(mask: &[u8], xor: &[u8], next: &Expr<'_>) -> Result<Item, String> {
+    let (mask, xor) = (
+        u32_ne(mask).ok_or("a mark mask of another length")?,
+        u32_ne(xor).ok_or("a mark xor of another length")?,
+    );
+    match next {
+        Expr::Cmp {
+            sreg: NFT_REG_1,
+            op,
+            data,
+        } if xor == 0 => {
+            let value = u32_ne(data).ok_or("a mark of another length")?;
+            let negated = negated(*op)?;
+            Ok(Item::Match(Match::Mark {
+                value,
+                mask,
+                negated,
+            }))
+        }
+        Expr::MetaSet {
+            key: NFT_META_MARK,
+            sreg: NFT_REG_1,
+        } => {
+            let op = if mask == u32::MAX {
+                MarkOp::Xor
+            } else if mask == !xor {
+                MarkOp::Or
+            } else {
+                return Err(format!("a mark set to (mark & {mask:#x}) ^ {xor:#x}"));
+            };
+            Ok(Item::Target(Some(Target::Mark { op, value: xor })))
+        }
+        other => Err(format!("a mark load followed by {other:?}")),
+    }
+}
+
+/// A fib address-type lookup compared with `RTN_LOCAL`.
+fn addr_type_local(flags: u32, op: u32) -> Result<Match, String> {
+    let side = match flags {
+        NFTA_FIB_F_SADDR => AddrSide::Src,
+        NFTA_FIB_F_DADDR => AddrSide::Dst,
+        other => return Err(format!("fib with flags {other:#x}")),
+    };
+    let negated = negated(op)?;
+    Ok(Match::AddrTypeLocal { side, negated })
+}
+
+/// The conntrack states a ct state mask names; a bit berth never writes is an error.
+fn ct_states(mask: &[u8]) -> Result<Match, String> {
+    let bits = u32_ne(mask).ok_or("a ct state mask of another length")?;
+    let all = [
+        CtState::New,
+        CtState::Established,
+        CtState::Related,
+        CtState::Invalid,
+    ];
+    let known = all.iter().fold(0, |b, s| b | ct_state_bit(*s));
+    if bits & !known != 0 {
+        return Err(format!("ct state bits {bits:#x}"));
+    }
+    let states = all
+        .into_iter()
+        .filter(|s| bits & ct_state_bit(*s) != 0)
+        .collect();
+    Ok(Match::Conntrack { states })
+}
+
+fn masquerade(flags: u32) -> Result<Target, String> {
+    let random_fully = match flags {
+        0 => false,
+        NF_NAT_RANGE_PROTO_RANDOM_FULLY => true,
+        other => return Err(format!("masquerade with flags {other:#x}")),
+    };
+    Ok(Target::Masquerade { random_fully })
+}
+
 impl Context<'_> {
     fn set_timeout(&self, set: &str) -> Result<u32, String> {
         self.affinity
@@ -243,15 +320,24 @@ impl Context<'_> {
 
     /// The match or statement the expressions at the start of `e` write, and how many they are.
     fn one(&self, e: &[Expr<'_>]) -> Result<(usize, Item), String> {
+        match self.one_match(e)? {
+            Some(found) => Ok(found),
+            None => self.one_statement(e),
+        }
+    }
+
+    /// A match (or the mark statement, which starts as a mark match does) at the start of `e`;
+    /// `None` when `e` starts with something else.
+    fn one_match(&self, e: &[Expr<'_>]) -> Result<Option<(usize, Item)>, String> {
         use Expr::*;
-        let matched = |m: Match| Item::Match(m);
+        let matched = |n: usize, m: Match| Some((n, Item::Match(m)));
         Ok(match e {
             [Payload {
                 dreg: NFT_REG_1,
                 base: NFT_PAYLOAD_NETWORK_HEADER,
                 offset,
                 len,
-            }, rest @ ..] => self.address(*offset, *len, rest)?,
+            }, rest @ ..] => Some(self.address(*offset, *len, rest)?),
             [MetaLoad {
                 key: NFT_META_L4PROTO,
                 dreg: NFT_REG_1,
@@ -259,7 +345,7 @@ impl Context<'_> {
                 sreg: NFT_REG_1,
                 op: NFT_CMP_EQ,
                 data: [p],
-            }, ..] => (2, matched(Match::Protocol(protocol_of(*p)?))),
+            }, ..] => matched(2, Match::Protocol(protocol_of(*p)?)),
             [Payload {
                 dreg: NFT_REG_1,
                 base: NFT_PAYLOAD_TRANSPORT_HEADER,
@@ -275,7 +361,7 @@ impl Context<'_> {
                 data: hi,
             }, ..] => {
                 let range = PortMatch::Range(port_of(lo)?, port_of(hi)?);
-                (3, matched(Match::DestPort(range)))
+                matched(3, Match::DestPort(range))
             }
             [Payload {
                 dreg: NFT_REG_1,
@@ -286,10 +372,7 @@ impl Context<'_> {
                 sreg: NFT_REG_1,
                 op: NFT_CMP_EQ,
                 data,
-            }, ..] => (
-                2,
-                matched(Match::DestPort(PortMatch::Single(port_of(data)?))),
-            ),
+            }, ..] => matched(2, Match::DestPort(PortMatch::Single(port_of(data)?))),
             [MetaLoad {
                 key: NFT_META_MARK,
                 dreg: NFT_REG_1,
@@ -298,44 +381,7 @@ impl Context<'_> {
                 dreg: NFT_REG_1,
                 mask,
                 xor,
-            }, next, ..] => {
-                let (mask, xor) = (
-                    u32_ne(mask).ok_or("a mark mask of another length")?,
-                    u32_ne(xor).ok_or("a mark xor of another length")?,
-                );
-                match next {
-                    Cmp {
-                        sreg: NFT_REG_1,
-                        op,
-                        data,
-                    } if xor == 0 => {
-                        let value = u32_ne(data).ok_or("a mark of another length")?;
-                        let negated = negated(*op)?;
-                        (
-                            3,
-                            matched(Match::Mark {
-                                value,
-                                mask,
-                                negated,
-                            }),
-                        )
-                    }
-                    MetaSet {
-                        key: NFT_META_MARK,
-                        sreg: NFT_REG_1,
-                    } => {
-                        let op = if mask == u32::MAX {
-                            MarkOp::Xor
-                        } else if mask == !xor {
-                            MarkOp::Or
-                        } else {
-                            return Err(format!("a mark set to (mark & {mask:#x}) ^ {xor:#x}"));
-                        };
-                        (3, Item::Target(Some(Target::Mark { op, value: xor })))
-                    }
-                    other => return Err(format!("a mark load followed by {other:?}")),
-                }
-            }
+            }, next, ..] => Some((3, mark(mask, xor, next)?)),
             [Numgen {
                 dreg: NFT_REG_1,
                 modulus,
@@ -348,7 +394,7 @@ impl Context<'_> {
             }, ..]
                 if u32_ne(data) == Some(0) && *modulus > 0 =>
             {
-                (2, matched(Match::Random { one_in: *modulus }))
+                matched(2, Match::Random { one_in: *modulus })
             }
             [Fib {
                 dreg: NFT_REG_1,
@@ -361,13 +407,7 @@ impl Context<'_> {
             }, ..]
                 if u32_ne(data) == Some(RTN_LOCAL) =>
             {
-                let side = match *flags {
-                    NFTA_FIB_F_SADDR => AddrSide::Src,
-                    NFTA_FIB_F_DADDR => AddrSide::Dst,
-                    other => return Err(format!("fib with flags {other:#x}")),
-                };
-                let negated = negated(*op)?;
-                (2, matched(Match::AddrTypeLocal { side, negated }))
+                matched(2, addr_type_local(*flags, *op)?)
             }
             [Ct {
                 key: NFT_CT_STATE,
@@ -384,24 +424,18 @@ impl Context<'_> {
             }, ..]
                 if zero(xor) && zero(data) =>
             {
-                let bits = u32_ne(mask).ok_or("a ct state mask of another length")?;
-                let all = [
-                    CtState::New,
-                    CtState::Established,
-                    CtState::Related,
-                    CtState::Invalid,
-                ];
-                let known = all.iter().fold(0, |b, s| b | ct_state_bit(*s));
-                if bits & !known != 0 {
-                    return Err(format!("ct state bits {bits:#x}"));
-                }
-                let states = all
-                    .into_iter()
-                    .filter(|s| bits & ct_state_bit(*s) != 0)
-                    .collect();
-                (3, matched(Match::Conntrack { states }))
+                matched(3, ct_states(mask)?)
             }
-            [Verdict { code, chain }, ..] => (1, Item::Target(Some(self.verdict(*code, *chain)?))),
+            _ => None,
+        })
+    }
+
+    /// The statement at the start of `e`: a verdict, DNAT, masquerade, reject or counter.
+    fn one_statement(&self, e: &[Expr<'_>]) -> Result<(usize, Item), String> {
+        use Expr::*;
+        let target = |n: usize, t: Target| (n, Item::Target(Some(t)));
+        Ok(match e {
+            [Verdict { code, chain }, ..] => target(1, self.verdict(*code, *chain)?),
             [Value {
                 dreg: NFT_REG_1,
                 data: addr,
@@ -414,25 +448,15 @@ impl Context<'_> {
                 addr: NFT_REG_1,
                 proto: NFT_REG_2,
                 flags,
-            }, ..] => (
-                3,
-                Item::Target(Some(self.dnat(addr, port, *family, *flags)?)),
-            ),
-            [Masq { flags }, ..] => {
-                let random_fully = match *flags {
-                    0 => false,
-                    NF_NAT_RANGE_PROTO_RANDOM_FULLY => true,
-                    other => return Err(format!("masquerade with flags {other:#x}")),
-                };
-                (1, Item::Target(Some(Target::Masquerade { random_fully })))
-            }
+            }, ..] => target(3, self.dnat(addr, port, *family, *flags)?),
+            [Masq { flags }, ..] => target(1, masquerade(*flags)?),
             [Reject {
                 kind: NFT_REJECT_ICMP_UNREACH,
                 code,
             }, ..]
                 if *code == port_unreachable(self.family) =>
             {
-                (1, Item::Target(Some(Target::Reject)))
+                target(1, Target::Reject)
             }
             [Counter, ..] => (1, Item::Target(None)),
             [other, ..] => return Err(format!("{other:?} where berth writes nothing like it")),
