@@ -215,12 +215,28 @@ pub fn plan_repair(
     if !fixed_sets_match(observed, family) {
         return None;
     }
-    let (addr_type, addr_len) = match family {
-        IpFamily::V4 => (7, 4),
-        IpFamily::V6 => (8, 16),
-    };
+    let chains = plan_chains(observed, planned, family)?;
+    let sets = plan_affinity_sets(observed, planned, family)?;
+    let elements = plan_elements(observed, planned, family);
+    let stale = plan_stale(observed, planned)?;
+    let mut out = chains.added;
+    out.extend(sets);
+    out.extend(chains.rewritten);
+    out.extend(elements.deletes);
+    out.extend(elements.adds);
+    out.extend(stale);
+    Some(out)
+}
+
+/// Chains to add (with their rules), and chains whose rules differ, flushed and written again.
+struct ChainRepair {
+    added: Vec<Command>,
+    rewritten: Vec<Command>,
+}
+
+/// `None` when a planned base chain exists on another hook: the table is replaced then.
+fn plan_chains(observed: &Observed, planned: &NftRuleset, family: IpFamily) -> Option<ChainRepair> {
     let mut added = Vec::new();
-    let mut sets = Vec::new();
     let mut rewritten = Vec::new();
     for (chain, rules) in &planned.chains {
         let name = chain.to_string();
@@ -254,6 +270,21 @@ pub fn plan_repair(
             }
         }
     }
+    Some(ChainRepair { added, rewritten })
+}
+
+/// Affinity sets absent or with another timeout, declared again; `None` when one exists with
+/// another key or without timeouts.
+fn plan_affinity_sets(
+    observed: &Observed,
+    planned: &NftRuleset,
+    family: IpFamily,
+) -> Option<Vec<Command>> {
+    let (addr_type, addr_len) = match family {
+        IpFamily::V4 => (7, 4),
+        IpFamily::V6 => (8, 16),
+    };
+    let mut sets = Vec::new();
     for (name, seconds) in &planned.affinity {
         let want = ObservedSet {
             flags: 0x30,
@@ -274,84 +305,93 @@ pub fn plan_repair(
             _ => sets.push(Command::AddAffinitySet(name.clone(), *seconds)),
         }
     }
-    let mut element_deletes = Vec::new();
-    let mut element_adds = Vec::new();
-    let mut diff = |set: &str, want: BTreeMap<Vec<u8>, (Element, Option<String>)>| {
-        let empty = BTreeMap::new();
-        let have = observed.elements.get(set).unwrap_or(&empty);
-        for (key, target) in have {
-            match want.get(key) {
-                Some((_, t)) if t == target => {}
-                Some((element, _)) => element_deletes.push(Command::DeleteElement(element.clone())),
-                None => {
-                    if let Some(element) = element_from_key(set, key, target, family) {
-                        element_deletes.push(Command::DeleteElement(element));
-                    }
+    Some(sets)
+}
+
+/// Elements of the fixed maps and set: those gone or pointing elsewhere deleted, the missing
+/// or changed ones added.
+#[derive(Default)]
+struct ElementRepair {
+    deletes: Vec<Command>,
+    adds: Vec<Command>,
+}
+
+/// An element keyed as the kernel keys it, with the chain it jumps to (none for a set).
+type KeyedElements = BTreeMap<Vec<u8>, (Element, Option<String>)>;
+
+fn keyed(element: Element) -> (Vec<u8>, (Element, Option<String>)) {
+    let target = match &element {
+        Element::Service(_, t) | Element::NodePort(_, t) => Some(t.to_string()),
+        Element::Hairpin(_) => None,
+    };
+    (element_key(&element), (element, target))
+}
+
+fn plan_elements(observed: &Observed, planned: &NftRuleset, family: IpFamily) -> ElementRepair {
+    let mut out = ElementRepair::default();
+    let services = planned
+        .services
+        .iter()
+        .map(|(k, t)| keyed(Element::Service(*k, t.clone())))
+        .collect();
+    diff_elements(observed, SERVICE_MAP, services, family, &mut out);
+    let node_ports = planned
+        .node_ports
+        .iter()
+        .map(|(k, t)| keyed(Element::NodePort(*k, t.clone())))
+        .collect();
+    diff_elements(observed, NODE_PORT_MAP, node_ports, family, &mut out);
+    let hairpin = planned
+        .hairpin_endpoints()
+        .into_iter()
+        .map(|ip| keyed(Element::Hairpin(ip)))
+        .collect();
+    diff_elements(observed, HAIRPIN_SET, hairpin, family, &mut out);
+    out
+}
+
+fn diff_elements(
+    observed: &Observed,
+    set: &str,
+    want: KeyedElements,
+    family: IpFamily,
+    out: &mut ElementRepair,
+) {
+    let empty = BTreeMap::new();
+    let have = observed.elements.get(set).unwrap_or(&empty);
+    for (key, target) in have {
+        match want.get(key) {
+            Some((_, t)) if t == target => {}
+            Some((element, _)) => out.deletes.push(Command::DeleteElement(element.clone())),
+            None => {
+                if let Some(element) = element_from_key(set, key, target, family) {
+                    out.deletes.push(Command::DeleteElement(element));
                 }
             }
         }
-        for (key, (element, target)) in want {
-            if have.get(&key) != Some(&target) {
-                element_adds.push(Command::AddElement(element));
-            }
+    }
+    for (key, (element, target)) in want {
+        if have.get(&key) != Some(&target) {
+            out.adds.push(Command::AddElement(element));
         }
-    };
-    let keyed = |element: Element| {
-        let target = match &element {
-            Element::Service(_, t) | Element::NodePort(_, t) => Some(t.to_string()),
-            Element::Hairpin(_) => None,
-        };
-        (element_key(&element), (element, target))
-    };
-    diff(
-        SERVICE_MAP,
-        planned
-            .services
-            .iter()
-            .map(|(k, t)| keyed(Element::Service(*k, t.clone())))
-            .collect(),
-    );
-    diff(
-        NODE_PORT_MAP,
-        planned
-            .node_ports
-            .iter()
-            .map(|(k, t)| keyed(Element::NodePort(*k, t.clone())))
-            .collect(),
-    );
-    diff(
-        HAIRPIN_SET,
-        planned
-            .hairpin_endpoints()
-            .into_iter()
-            .map(|ip| keyed(Element::Hairpin(ip)))
-            .collect(),
-    );
-    // Chains and sets berth no longer plans, deleted once nothing names them.
+    }
+}
+
+/// Chains and sets berth no longer plans, deleted once nothing names them (chains flushed
+/// first); `None` for a chain name berth never gives.
+fn plan_stale(observed: &Observed, planned: &NftRuleset) -> Option<Vec<Command>> {
     let planned_chains: BTreeSet<String> = planned.chains.keys().map(|c| c.to_string()).collect();
-    let stale_chains: Vec<&String> = observed
+    let stale_chains: Vec<_> = observed
         .chains
         .keys()
         .filter(|c| !planned_chains.contains(*c))
-        .collect();
-    let fixed = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET];
-    let stale_sets: Vec<&String> = observed
-        .sets
-        .keys()
-        .filter(|s| {
-            !fixed.contains(&s.as_str())
-                && !planned.affinity.keys().any(|a| a.as_str() == s.as_str())
-        })
-        .collect();
-    let mut out = added;
-    out.extend(sets);
-    out.extend(rewritten);
-    out.extend(element_deletes);
-    out.extend(element_adds);
-    let stale_chains: Vec<_> = stale_chains
-        .into_iter()
         .map(|c| raw_chain(c))
         .collect::<Option<_>>()?;
+    let fixed = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET];
+    let stale_sets = observed.sets.keys().filter(|s| {
+        !fixed.contains(&s.as_str()) && !planned.affinity.keys().any(|a| a.as_str() == s.as_str())
+    });
+    let mut out = Vec::new();
     for chain in &stale_chains {
         out.push(Command::FlushChain(chain.clone()));
     }
