@@ -217,100 +217,7 @@ impl EndpointsController {
         });
         let stop = shutdown.child_token();
         let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
-        let mut synced = Vec::new();
-        let client = &self.client;
-        let all = watcher::Config::default;
-
-        let services = match services {
-            Some(feed) => futures::stream::unfold(feed, |mut feed| async move {
-                feed.recv().await.map(|event| (Ok(event), feed))
-            })
-            .boxed(),
-            None => watched(Api::<Service>::all(client.clone()), all())
-                .map(|event| event.map(|e| map_event(e, Arc::new)))
-                .boxed(),
-        };
-        synced.push(spawn_watch(
-            &mut tasks,
-            &shared,
-            &stop,
-            "Service",
-            services,
-            Some,
-            |cache, change| {
-                let now = Utc::now();
-                match change {
-                    Change::Apply(s) => cache.apply_service(s, now),
-                    Change::Delete(s) => cache.delete_service(&key_of(&s.metadata), now),
-                    Change::Reset(all) => cache.reset_services(all),
-                }
-            },
-        ));
-        synced.push(spawn_watch(
-            &mut tasks,
-            &shared,
-            &stop,
-            "Pod",
-            watched(Api::<SlimPod>::all(client.clone()), all()),
-            {
-                let mut interner = Interner::default();
-                move |pod: SlimPod| Some(PodFacts::from_pod(&pod, &mut interner))
-            },
-            |cache, change| {
-                let now = Utc::now();
-                match change {
-                    Change::Apply(p) => cache.apply_pod(p, now),
-                    Change::Delete(p) => {
-                        cache.delete_pod(&ObjectKey::new(&*p.namespace, &*p.name), now)
-                    }
-                    Change::Reset(all) => cache.reset_pods(all),
-                }
-            },
-        ));
-        synced.push(spawn_watch(
-            &mut tasks,
-            &shared,
-            &stop,
-            "Node",
-            watched(Api::<Node>::all(client.clone()), all()),
-            Some,
-            |cache, change| match change {
-                Change::Apply(n) => cache.apply_node(&n),
-                Change::Delete(n) => cache.delete_node(n.metadata.name.as_deref().unwrap_or("")),
-                Change::Reset(all) => cache.reset_nodes(&all),
-            },
-        ));
-        synced.push(spawn_watch(
-            &mut tasks,
-            &shared,
-            &stop,
-            "EndpointSlice",
-            // Only berth's slices: other managers' would cost memory for nothing. A slice
-            // relabelled away from berth arrives as a delete.
-            watched(
-                Api::<EndpointSlice>::all(client.clone()),
-                all().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_BERTH}")),
-            ),
-            Some,
-            |cache, change| match change {
-                Change::Apply(s) => cache.apply_slice(s),
-                Change::Delete(s) => cache.delete_slice(&s),
-                Change::Reset(all) => cache.reset_slices(all),
-            },
-        ));
-        synced.push(spawn_watch(
-            &mut tasks,
-            &shared,
-            &stop,
-            "Endpoints",
-            watched(Api::<Endpoints>::all(client.clone()), all()),
-            Some,
-            |cache, change| match change {
-                Change::Apply(e) => cache.apply_endpoints(e),
-                Change::Delete(e) => cache.delete_endpoints(&key_of(&e.metadata)),
-                Change::Reset(all) => cache.reset_endpoints(all),
-            },
-        ));
+        let synced = spawn_watches(&mut tasks, &shared, &stop, &self.client, services);
 
         // Nothing is synced from a partial view: a missing Node would drop its pods' endpoints.
         let all_synced = futures::future::join_all(synced);
@@ -324,43 +231,162 @@ impl EndpointsController {
                 };
                 info!(services = keys.len(), "endpoints caches synced");
                 shared.queue.add_all(keys);
-                for _ in 0..shared.config.workers.max(1) {
-                    let (shared, stop) = (shared.clone(), stop.clone());
-                    tasks.spawn(async move {
-                        while let Some(key) = shared.queue.next(&stop).await {
-                            let span = info_span!("endpoints_sync", namespace = %key.namespace, service = %key.name);
-                            // A sync in flight is dropped on shutdown: a request that cannot
-                            // reach the API server must not hold the process up.
-                            let outcome = tokio::select! {
-                                outcome = shared.sync(&key).instrument(span) => outcome,
-                                () = stop.cancelled() => break,
-                            };
-                            shared.queue.finish(&key, outcome);
-                            shared.metrics.queue_depth.set(gauge(shared.queue.len()));
-                        }
-                        Ok(())
-                    });
-                }
+                spawn_workers(&mut tasks, &shared, &stop);
             }
         }
-
-        let mut result = Ok(());
-        while let Some(joined) = tasks.join_next().await {
-            match joined {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => {
-                    // One part failed for good: stop the others and report it.
-                    stop.cancel();
-                    result = result.and(Err(error));
-                }
-                Err(join) => {
-                    stop.cancel();
-                    warn!(error = %join, "endpoints task ended abnormally");
-                }
-            }
-        }
-        result
+        join_tasks(tasks, &stop).await
     }
+}
+
+/// One watch per kind the cache holds (Services from `services` when given), each feeding
+/// the cache; the receivers fire when their watch has listed everything once.
+fn spawn_watches(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shared: &Arc<Shared>,
+    stop: &CancellationToken,
+    client: &Client,
+    services: Option<ServiceFeed>,
+) -> Vec<oneshot::Receiver<()>> {
+    let all = watcher::Config::default;
+    let services = match services {
+        Some(feed) => futures::stream::unfold(feed, |mut feed| async move {
+            feed.recv().await.map(|event| (Ok(event), feed))
+        })
+        .boxed(),
+        None => watched(Api::<Service>::all(client.clone()), all())
+            .map(|event| event.map(|e| map_event(e, Arc::new)))
+            .boxed(),
+    };
+    let service = spawn_watch(
+        tasks,
+        shared,
+        stop,
+        "Service",
+        services,
+        Some,
+        |cache, change| {
+            let now = Utc::now();
+            match change {
+                Change::Apply(s) => cache.apply_service(s, now),
+                Change::Delete(s) => cache.delete_service(&key_of(&s.metadata), now),
+                Change::Reset(all) => cache.reset_services(all),
+            }
+        },
+    );
+    let pod = spawn_watch(
+        tasks,
+        shared,
+        stop,
+        "Pod",
+        watched(Api::<SlimPod>::all(client.clone()), all()),
+        {
+            let mut interner = Interner::default();
+            move |pod: SlimPod| Some(PodFacts::from_pod(&pod, &mut interner))
+        },
+        |cache, change| {
+            let now = Utc::now();
+            match change {
+                Change::Apply(p) => cache.apply_pod(p, now),
+                Change::Delete(p) => {
+                    cache.delete_pod(&ObjectKey::new(&*p.namespace, &*p.name), now)
+                }
+                Change::Reset(all) => cache.reset_pods(all),
+            }
+        },
+    );
+    let node = spawn_watch(
+        tasks,
+        shared,
+        stop,
+        "Node",
+        watched(Api::<Node>::all(client.clone()), all()),
+        Some,
+        |cache, change| match change {
+            Change::Apply(n) => cache.apply_node(&n),
+            Change::Delete(n) => cache.delete_node(n.metadata.name.as_deref().unwrap_or("")),
+            Change::Reset(all) => cache.reset_nodes(&all),
+        },
+    );
+    let slice = spawn_watch(
+        tasks,
+        shared,
+        stop,
+        "EndpointSlice",
+        // Only berth's slices: other managers' would cost memory for nothing. A slice
+        // relabelled away from berth arrives as a delete.
+        watched(
+            Api::<EndpointSlice>::all(client.clone()),
+            all().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_BERTH}")),
+        ),
+        Some,
+        |cache, change| match change {
+            Change::Apply(s) => cache.apply_slice(s),
+            Change::Delete(s) => cache.delete_slice(&s),
+            Change::Reset(all) => cache.reset_slices(all),
+        },
+    );
+    let endpoints = spawn_watch(
+        tasks,
+        shared,
+        stop,
+        "Endpoints",
+        watched(Api::<Endpoints>::all(client.clone()), all()),
+        Some,
+        |cache, change| match change {
+            Change::Apply(e) => cache.apply_endpoints(e),
+            Change::Delete(e) => cache.delete_endpoints(&key_of(&e.metadata)),
+            Change::Reset(all) => cache.reset_endpoints(all),
+        },
+    );
+    vec![service, pod, node, slice, endpoints]
+}
+
+/// The sync workers, taking Services off the queue until `stop`.
+fn spawn_workers(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shared: &Arc<Shared>,
+    stop: &CancellationToken,
+) {
+    for _ in 0..shared.config.workers.max(1) {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        tasks.spawn(async move {
+            while let Some(key) = shared.queue.next(&stop).await {
+                let span =
+                    info_span!("endpoints_sync", namespace = %key.namespace, service = %key.name);
+                // A sync in flight is dropped on shutdown: a request that cannot
+                // reach the API server must not hold the process up.
+                let outcome = tokio::select! {
+                    outcome = shared.sync(&key).instrument(span) => outcome,
+                    () = stop.cancelled() => break,
+                };
+                shared.queue.finish(&key, outcome);
+                shared.metrics.queue_depth.set(gauge(shared.queue.len()));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Every task to its end; the first that fails for good stops the others and is the result.
+async fn join_tasks(
+    mut tasks: JoinSet<Result<(), Error>>,
+    stop: &CancellationToken,
+) -> Result<(), Error> {
+    let mut result = Ok(());
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                stop.cancel();
+                result = result.and(Err(error));
+            }
+            Err(join) => {
+                stop.cancel();
+                warn!(error = %join, "endpoints task ended abnormally");
+            }
+        }
+    }
+    result
 }
 
 fn gauge(n: usize) -> i64 {
