@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use berth_api::names::{class, finalizer as fin};
+use berth_api::names::{class, condition, finalizer as fin};
 
 pub use super::cleanup::CleanupFacts;
 use berth_core::{IpFamily, IpFamilyPolicy, Protocol, TrafficPolicy};
@@ -99,6 +99,9 @@ pub struct ServiceFacts {
     pub ingress_ips: Vec<IpAddr>,
     /// `status.loadBalancer.ingress` has entries (addresses or hostnames).
     pub has_ingress: bool,
+    /// The status carries berth's `Allocated=True` condition: the ingress there is berth's,
+    /// even when no pool holds its addresses any more (a restart after the pool went).
+    pub allocated_by_berth: bool,
     /// Fields that could not be read, in the API server's words where it has them.
     pub problems: Vec<String>,
     /// What decides the load-balancer cleanup finalizer (see [`super::cleanup`]).
@@ -290,6 +293,14 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         lb_view,
         ingress_ips,
         has_ingress: ingress.is_some_and(|i| !i.is_empty()),
+        allocated_by_berth: svc
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == condition::ALLOCATED && c.status == "True")
+            }),
         problems,
         cleanup: CleanupFacts {
             deleting,

@@ -339,12 +339,14 @@ fn ip_texts(ips: &[IpAddr]) -> String {
 }
 
 /// Clears the ingress of a Service berth no longer serves, when the addresses there were
-/// berth's (held until now, or from one of its pools); someone else's status stays.
+/// berth's (held until now, from one of its pools, or written under berth's `Allocated`
+/// condition); someone else's status stays.
 fn clear_ingress(alloc: &Allocators, f: &ServiceFacts, had_lb: bool) -> Option<Vec<IpAddr>> {
     if f.lb_class == LbClass::Foreign || !f.has_ingress {
         return None;
     }
     let ours = had_lb
+        || f.allocated_by_berth
         || f.ingress_ips
             .iter()
             .any(|ip| alloc.lb.pool_of(*ip).is_some());

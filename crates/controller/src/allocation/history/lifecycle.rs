@@ -344,3 +344,19 @@ proptest! {
         run_lifecycle(grace, &steps);
     }
 }
+
+/// Found by the property: a Service turned ClusterIP, its pool deleted before the controller
+/// cleared its status, then a restart.
+#[test]
+fn a_service_turned_cluster_ip_whose_pool_went_before_a_restart_is_cleared() {
+    run_lifecycle(
+        None,
+        &[
+            Step::Create(1, Ask::Any),
+            Step::Settle,
+            Step::Change(1, Ask::ClusterIp),
+            Step::DeletePool(0),
+            Step::Restart,
+        ],
+    );
+}
