@@ -123,7 +123,7 @@ impl LabApiServerBuilder {
         }
         if !self.service_cidrs.is_empty() {
             super::kubernetes::seed_default_service_cidr(&mut store, &self.service_cidrs, &now)
-                .map_err(LabError::Seed)?;
+                .map_err(Error::Seed)?;
         }
         let app = Arc::new(App::new(store, self.faults, self.bookmark_interval));
         app.requests.set_enabled(self.record_requests);

@@ -260,7 +260,10 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         if let Some(held) = held {
             return Err(Error::ClusterIpImmutable { ip, held });
         }
-        if range.offset_of(ip).is_some_and(|o| range.owners.get(o).is_some()) {
+        if range
+            .offset_of(ip)
+            .is_some_and(|o| range.owners.get(o).is_some())
+        {
             return Err(Error::IpAlreadyAllocated { ip });
         }
         let id = self.owners.intern(owner);
@@ -386,9 +389,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
             .enumerate()
             .filter(|(i, r)| {
                 !ranges.iter().enumerate().any(|(j, o)| {
-                    j != *i
-                        && o.cidr.contains(&r.cidr)
-                        && (o.cidr != r.cidr || j < *i)
+                    j != *i && o.cidr.contains(&r.cidr) && (o.cidr != r.cidr || j < *i)
                 })
             })
             .map(|(_, r)| r.size)
@@ -608,7 +609,10 @@ mod tests {
             .is_empty());
         let c = a.allocate(&o("c"), IpFamily::V4).unwrap();
         assert!(a.cidr(IpFamily::V4).is_some());
-        assert!("192.168.1.0/30".parse::<IpNet>().unwrap().contains(&c), "{c}");
+        assert!(
+            "192.168.1.0/30".parse::<IpNet>().unwrap().contains(&c),
+            "{c}"
+        );
         assert!(a.owner_of(ip("192.168.0.1")).is_some(), "kept");
         assert_eq!((a.used(IpFamily::V4), a.size(IpFamily::V4)), (3, 4));
 
@@ -695,9 +699,15 @@ mod tests {
         got.sort();
         assert_eq!(
             got,
-            ["10.96.0.2", "10.96.0.3", "10.96.0.4", "10.96.0.5", "10.96.0.6"]
-                .map(ip)
-                .to_vec()
+            [
+                "10.96.0.2",
+                "10.96.0.3",
+                "10.96.0.4",
+                "10.96.0.5",
+                "10.96.0.6"
+            ]
+            .map(ip)
+            .to_vec()
         );
         assert_eq!(a.free(IpFamily::V4), 0);
         assert!(a.release(ip("10.96.0.2")));
