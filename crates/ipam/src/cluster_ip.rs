@@ -1,5 +1,7 @@
-//! ClusterIPs from `--service-cidr`: one CIDR per family, never the network address nor
-//! the IPv4 broadcast, random dynamic allocation above the static band.
+//! ClusterIPs from the cluster's Service CIDRs: `--service-cidr` (one CIDR per family), or the
+//! cluster's ServiceCIDR objects where it has them (any number per family, as an API server's
+//! allocator serves them). Never the network address nor the IPv4 broadcast; random dynamic
+//! allocation above each range's static band.
 
 use std::net::IpAddr;
 
@@ -14,11 +16,21 @@ use crate::owners::Owners;
 use crate::types::{adopt_in_order, u128_to_ip, OwnerKey};
 use berth_core::{to_u128, IpFamily};
 
+/// One Service CIDR the allocator serves. A range that is not `ready` (its ServiceCIDR is being
+/// deleted, or its `Ready` condition is `False`) hands out no new address, requested or not, but
+/// the addresses Services hold in it stay theirs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceRange {
+    pub cidr: IpNet,
+    pub ready: bool,
+}
+
 /// One service CIDR and the offsets (from the first usable address) in use.
 #[derive(Debug, Clone)]
 struct CidrRange {
     cidr: IpNet,
     family: IpFamily,
+    ready: bool,
     /// The first usable address (network + 1) as a number.
     first: u128,
     /// Number of usable addresses.
@@ -51,6 +63,7 @@ impl CidrRange {
         Ok(Self {
             cidr,
             family,
+            ready: true,
             first: to_u128(cidr.network()) + 1,
             size,
             band: static_band(total, 16, 256, 16),
@@ -70,20 +83,24 @@ impl CidrRange {
     }
 }
 
-/// ClusterIP allocator for one or two service CIDRs (one per family).
+/// ClusterIP allocator over the cluster's Service CIDRs.
 ///
 /// Each owner holds at most one address per family. Requests are idempotent: asking again
 /// for what an owner already holds succeeds without change, so a controller may retry a
-/// reconcile whose write failed without leaking addresses.
+/// reconcile whose write failed without leaking addresses. Ranges may nest (a larger
+/// ServiceCIDR around the default one): an address in use is marked in every range that
+/// contains it, so no range hands it out again.
 #[derive(Debug, Clone)]
 pub struct ClusterIpAllocator<K: OwnerKey> {
-    /// Indexed by `IpFamily::index`.
-    ranges: [Option<CidrRange>; 2],
+    /// Indexed by `IpFamily::index`; dynamic allocation tries them in order.
+    ranges: [Vec<CidrRange>; 2],
     /// Family order of `--service-cidr`; the first is the cluster's default family.
     order: Vec<IpFamily>,
     /// Each owner's addresses, indexed by `IpFamily::index`. The ranges' owner indexes
     /// hold ids, so releasing an address never hashes or compares a key.
     owners: Owners<K, [Option<IpAddr>; 2]>,
+    /// Addresses held per family (inside a range or not).
+    held_count: [u128; 2],
     rng: SmallRng,
 }
 
@@ -91,32 +108,83 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     /// An allocator over `cidrs` (in `--service-cidr` order), drawing random picks from
     /// `rng` (seed it for reproducible runs).
     pub fn new(cidrs: &[IpNet], rng: SmallRng) -> Result<Self, Error> {
+        let shape = || Error::InvalidServiceCidr {
+            cidr: join(cidrs),
+            reason: "expected one CIDR, or two of different IP families".into(),
+        };
         if cidrs.is_empty() || cidrs.len() > 2 {
-            return Err(Error::InvalidServiceCidr {
-                cidr: join(cidrs),
-                reason: "expected one CIDR, or two of different IP families".into(),
-            });
+            return Err(shape());
         }
-        let mut ranges: [Option<CidrRange>; 2] = [None, None];
+        let mut ranges: [Vec<CidrRange>; 2] = [Vec::new(), Vec::new()];
         let mut order = Vec::new();
         for cidr in cidrs {
             let range = CidrRange::new(*cidr)?;
             let slot = &mut ranges[range.family.index()];
-            if slot.is_some() {
-                return Err(Error::InvalidServiceCidr {
-                    cidr: join(cidrs),
-                    reason: "expected one CIDR, or two of different IP families".into(),
-                });
+            if !slot.is_empty() {
+                return Err(shape());
             }
             order.push(range.family);
-            *slot = Some(range);
+            slot.push(range);
         }
         Ok(Self {
             ranges,
             order,
             owners: Owners::default(),
+            held_count: [0, 0],
             rng,
         })
+    }
+
+    /// Serves `ranges` from now on (the cluster's ServiceCIDRs, in the order dynamic
+    /// allocation is to try them) in place of the current ones. What owners hold stays
+    /// theirs: an address in a new range is marked used there, and one in no range any more
+    /// stays held (nothing hands it out) until its owner lets it go. The same CIDR given
+    /// twice is one range, ready if either says so (as an API server reads two ServiceCIDRs
+    /// naming it). A CIDR without a usable address is left out and returned with the reason.
+    /// The cluster's families (see [`Self::families`]) do not change.
+    pub fn set_ranges(&mut self, ranges: &[ServiceRange]) -> Vec<Error> {
+        let mut next: [Vec<CidrRange>; 2] = [Vec::new(), Vec::new()];
+        let mut refused = Vec::new();
+        for r in ranges {
+            let cidr = r.cidr.trunc();
+            let family = IpFamily::of(cidr.network());
+            if let Some(existing) = next[family.index()].iter_mut().find(|x| x.cidr == cidr) {
+                existing.ready |= r.ready;
+                continue;
+            }
+            match CidrRange::new(cidr) {
+                Ok(mut range) => {
+                    range.ready = r.ready;
+                    next[family.index()].push(range);
+                }
+                Err(e) => refused.push(e),
+            }
+        }
+        self.ranges = next;
+        let ids: Vec<u32> = self.owners.ids().collect();
+        for id in ids {
+            for ip in self.owners.get(id).iter().flatten().copied() {
+                for range in &mut self.ranges[IpFamily::of(ip).index()] {
+                    if let Some(offset) = range.offset_of(ip) {
+                        range.used.insert(offset);
+                        range.owners.set(offset, id);
+                    }
+                }
+            }
+        }
+        refused
+    }
+
+    /// The ranges served now, in order.
+    pub fn ranges(&self) -> Vec<ServiceRange> {
+        self.ranges
+            .iter()
+            .flatten()
+            .map(|r| ServiceRange {
+                cidr: r.cidr,
+                ready: r.ready,
+            })
+            .collect()
     }
 
     /// The configured families; the first is the default (input to
@@ -125,16 +193,13 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         &self.order
     }
 
-    /// The service CIDR of a family.
+    /// The first service CIDR of a family.
     pub fn cidr(&self, family: IpFamily) -> Option<IpNet> {
-        self.range(family).map(|r| r.cidr)
+        self.ranges[family.index()].first().map(|r| r.cidr)
     }
 
-    fn range(&self, family: IpFamily) -> Option<&CidrRange> {
-        self.ranges[family.index()].as_ref()
-    }
-
-    /// A free address of `family` for `owner`, or the one it already holds.
+    /// A free address of `family` for `owner`, or the one it already holds: from the first
+    /// ready range with room.
     pub fn allocate(&mut self, owner: &K, family: IpFamily) -> Result<IpAddr, Error> {
         let f = family.index();
         // One owner lookup serves both the idempotency check and the recording.
@@ -142,52 +207,68 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         if let Some(ip) = id.ok().and_then(|id| self.owners.get(id)[f]) {
             return Ok(ip);
         }
-        let range = self.ranges[f]
-            .as_mut()
-            .ok_or(Error::FamilyNotConfigured { family })?;
-        let offset = pick_random(&range.used, range.size, range.band, &mut self.rng)
+        if self.ranges[f].is_empty() {
+            return Err(Error::FamilyNotConfigured { family });
+        }
+        let rng = &mut self.rng;
+        let ip = self.ranges[f]
+            .iter()
+            .filter(|r| r.ready)
+            .find_map(|r| pick_random(&r.used, r.size, r.band, rng).map(|o| r.ip_at(o)))
             .ok_or(Error::IpRangeFull { family })?;
-        range.used.insert(offset);
-        let ip = range.ip_at(offset);
         let id = match id {
             Ok(id) => id,
             Err(absent) => self.owners.insert(owner, absent),
         };
-        self.owners.get_mut(id)[f] = Some(ip);
-        range.owners.set(offset, id);
+        self.mark(id, ip);
         Ok(ip)
     }
 
-    /// Reserves `ip` for `owner` (a requested or existing `spec.clusterIPs` value).
+    /// Reserves `ip` for `owner` (a requested `spec.clusterIPs` value): it must lie in a
+    /// ready range.
     pub fn allocate_specific(&mut self, owner: &K, ip: IpAddr) -> Result<(), Error> {
-        let family = IpFamily::of(ip);
-        let held = self.held(owner, family);
-        let range = self.ranges[family.index()]
-            .as_mut()
-            .ok_or(Error::IpFamilyNotConfigured { ip, family })?;
-        let offset = range.offset_of(ip).ok_or(Error::IpNotInRange {
-            ip,
-            range: range.cidr,
-        })?;
-        if let Some(held) = held {
-            return if held == ip {
-                Ok(())
-            } else {
-                Err(Error::ClusterIpImmutable { ip, held })
-            };
-        }
-        if !range.used.insert(offset) {
-            return Err(Error::IpAlreadyAllocated { ip });
-        }
-        self.record(owner, ip);
-        Ok(())
+        self.claim(owner, ip, false)
     }
 
-    /// Records an address found on an existing Service while rebuilding state. Call it
-    /// oldest Service first: the first claimant keeps the address and a younger one gets
-    /// [`Error::IpAlreadyAllocated`].
+    /// Records an address found on an existing Service while rebuilding state: a range
+    /// being deleted still holds it. Call it oldest Service first: the first claimant keeps
+    /// the address and a younger one gets [`Error::IpAlreadyAllocated`].
     pub fn adopt(&mut self, owner: &K, ip: IpAddr) -> Result<(), Error> {
-        self.allocate_specific(owner, ip)
+        self.claim(owner, ip, true)
+    }
+
+    fn claim(&mut self, owner: &K, ip: IpAddr, adopting: bool) -> Result<(), Error> {
+        let family = IpFamily::of(ip);
+        let held = self.held(owner, family);
+        if held == Some(ip) {
+            return Ok(());
+        }
+        let ranges = &self.ranges[family.index()];
+        if ranges.is_empty() {
+            return Err(Error::IpFamilyNotConfigured { ip, family });
+        }
+        let mut containing = ranges.iter().filter(|r| r.offset_of(ip).is_some());
+        let Some(range) = containing.clone().next() else {
+            return Err(Error::IpNotInRange {
+                ip,
+                range: join(&ranges.iter().map(|r| r.cidr).collect::<Vec<_>>()),
+            });
+        };
+        if !adopting && !containing.any(|r| r.ready) {
+            return Err(Error::IpRangeNotReady { ip });
+        }
+        if let Some(held) = held {
+            return Err(Error::ClusterIpImmutable { ip, held });
+        }
+        if range
+            .offset_of(ip)
+            .is_some_and(|o| range.owners.get(o).is_some())
+        {
+            return Err(Error::IpAlreadyAllocated { ip });
+        }
+        let id = self.owners.intern(owner);
+        self.mark(id, ip);
+        Ok(())
     }
 
     /// Adopts `(owner, address)` pairs in the order given (oldest Service first); returns
@@ -219,7 +300,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
                 Err(e) => {
                     for ip in out {
                         if !before.contains(&Some(ip)) {
-                            self.release(ip);
+                            self.release_held(owner, ip);
                         }
                     }
                     return Err(e);
@@ -228,7 +309,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         }
         for ip in before.into_iter().flatten() {
             if !out.contains(&ip) {
-                self.release(ip);
+                self.release_held(owner, ip);
             }
         }
         Ok(out)
@@ -238,18 +319,25 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
     /// The owner stays known (cheaply) until [`Self::release_owner`].
     pub fn release(&mut self, ip: IpAddr) -> bool {
         let family = IpFamily::of(ip);
-        let Some(range) = self.ranges[family.index()].as_mut() else {
-            return false;
-        };
-        let Some(offset) = range.offset_of(ip) else {
-            return false;
-        };
-        let Some(id) = range.owners.take(offset) else {
-            return false;
-        };
-        range.used.remove(offset);
-        self.owners.get_mut(id)[family.index()] = None;
-        true
+        let id = self.ranges[family.index()]
+            .iter()
+            .find_map(|r| r.owners.get(r.offset_of(ip)?));
+        match id {
+            Some(id) => {
+                self.unmark(id, ip);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Frees `ip` when `owner` holds it (also outside every range).
+    fn release_held(&mut self, owner: &K, ip: IpAddr) {
+        if let Some(id) = self.owners.find(owner) {
+            if self.owners.get(id)[IpFamily::of(ip).index()] == Some(ip) {
+                self.unmark(id, ip);
+            }
+        }
     }
 
     /// Frees every address `owner` holds, at once, and forgets the owner; returns them.
@@ -259,7 +347,7 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
         };
         let ips: Vec<IpAddr> = self.owners.get(id).iter().flatten().copied().collect();
         for ip in &ips {
-            self.release(*ip);
+            self.unmark(id, *ip);
         }
         self.owners.remove(id);
         ips
@@ -267,8 +355,9 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
 
     /// Who holds `ip`.
     pub fn owner_of(&self, ip: IpAddr) -> Option<&K> {
-        let range = self.range(IpFamily::of(ip))?;
-        let id = range.owners.get(range.offset_of(ip)?)?;
+        let id = self.ranges[IpFamily::of(ip).index()]
+            .iter()
+            .find_map(|r| r.owners.get(r.offset_of(ip)?))?;
         Some(self.owners.key(id))
     }
 
@@ -286,29 +375,63 @@ impl<K: OwnerKey> ClusterIpAllocator<K> {
             .and_then(|id| self.owners.get(id)[family.index()])
     }
 
-    /// Addresses of `family` in use.
+    /// Addresses of `family` held.
     pub fn used(&self, family: IpFamily) -> u128 {
-        self.range(family).map_or(0, |r| r.used.len())
+        self.held_count[family.index()]
     }
 
-    /// Usable addresses of `family` (the CIDR less network and IPv4 broadcast).
+    /// Usable addresses of `family`: every range's (less network and IPv4 broadcast), a
+    /// range inside another counted once.
     pub fn size(&self, family: IpFamily) -> u128 {
-        self.range(family).map_or(0, |r| r.size)
+        let ranges = &self.ranges[family.index()];
+        ranges
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| {
+                !ranges.iter().enumerate().any(|(j, o)| {
+                    j != *i && o.cidr.contains(&r.cidr) && (o.cidr != r.cidr || j < *i)
+                })
+            })
+            .map(|(_, r)| r.size)
+            .fold(0u128, u128::saturating_add)
     }
 
     /// Addresses of `family` still free.
     pub fn free(&self, family: IpFamily) -> u128 {
-        self.size(family) - self.used(family)
+        self.size(family).saturating_sub(self.used(family))
     }
 
-    fn record(&mut self, owner: &K, ip: IpAddr) {
-        let family = IpFamily::of(ip).index();
-        let id = self.owners.intern(owner);
-        self.owners.get_mut(id)[family] = Some(ip);
-        if let Some(range) = self.ranges[family].as_mut() {
+    /// Records `ip` as `id`'s, in every range that contains it.
+    fn mark(&mut self, id: u32, ip: IpAddr) {
+        let f = IpFamily::of(ip).index();
+        for range in &mut self.ranges[f] {
             if let Some(offset) = range.offset_of(ip) {
+                range.used.insert(offset);
                 range.owners.set(offset, id);
             }
+        }
+        let slot = &mut self.owners.get_mut(id)[f];
+        if slot.is_none() {
+            self.held_count[f] += 1;
+        }
+        *slot = Some(ip);
+    }
+
+    /// Forgets `ip` as `id`'s, in every range that contains it.
+    fn unmark(&mut self, id: u32, ip: IpAddr) {
+        let f = IpFamily::of(ip).index();
+        for range in &mut self.ranges[f] {
+            if let Some(offset) = range.offset_of(ip) {
+                if range.owners.get(offset) == Some(id) {
+                    range.owners.take(offset);
+                    range.used.remove(offset);
+                }
+            }
+        }
+        let slot = &mut self.owners.get_mut(id)[f];
+        if *slot == Some(ip) {
+            *slot = None;
+            self.held_count[f] -= 1;
         }
     }
 }
@@ -461,6 +584,150 @@ mod tests {
                 ip("10.96.0.10")
             );
         }
+    }
+
+    fn r(cidr: &str, ready: bool) -> ServiceRange {
+        ServiceRange {
+            cidr: cidr.parse().unwrap(),
+            ready,
+        }
+    }
+
+    /// Histories over ServiceCIDR changes, as an API server's allocator behaves.
+    #[test]
+    fn service_cidr_histories() {
+        // A second ServiceCIDR adds room when the first is full.
+        let mut a = mk_alloc(&["192.168.0.0/30"]);
+        a.allocate(&o("a"), IpFamily::V4).unwrap();
+        a.allocate(&o("b"), IpFamily::V4).unwrap();
+        assert!(matches!(
+            a.allocate(&o("c"), IpFamily::V4),
+            Err(Error::IpRangeFull { .. })
+        ));
+        assert!(a
+            .set_ranges(&[r("192.168.0.0/30", true), r("192.168.1.0/30", true)])
+            .is_empty());
+        let c = a.allocate(&o("c"), IpFamily::V4).unwrap();
+        assert!(a.cidr(IpFamily::V4).is_some());
+        assert!(
+            "192.168.1.0/30".parse::<IpNet>().unwrap().contains(&c),
+            "{c}"
+        );
+        assert!(a.owner_of(ip("192.168.0.1")).is_some(), "kept");
+        assert_eq!((a.used(IpFamily::V4), a.size(IpFamily::V4)), (3, 4));
+
+        // A requested ClusterIP inside the second CIDR is accepted; outside both is not, and
+        // the error names every range.
+        let other = if c == ip("192.168.1.1") {
+            ip("192.168.1.2")
+        } else {
+            ip("192.168.1.1")
+        };
+        a.allocate_specific(&o("d"), other).unwrap();
+        assert_eq!(
+            a.allocate_specific(&o("e"), ip("10.0.0.1")).unwrap_err().to_string(),
+            "failed to allocate IP 10.0.0.1: provided IP is not in the valid range. The range of valid IPs is 192.168.0.0/30,192.168.1.0/30"
+        );
+
+        // The first ServiceCIDR is being deleted: no new address from it, requested or not;
+        // its addresses stay with their Services and are not handed out again.
+        a.set_ranges(&[r("192.168.0.0/30", false), r("192.168.1.0/30", true)]);
+        assert!(a.owner_of(ip("192.168.0.1")).is_some());
+        let freed = a.ips_of(&o("a"))[0];
+        assert!(a.release(freed));
+        assert!(matches!(
+            a.allocate_specific(&o("f"), freed),
+            Err(Error::IpRangeNotReady { .. })
+        ));
+        assert!(matches!(
+            a.allocate(&o("f"), IpFamily::V4),
+            Err(Error::IpRangeFull { .. })
+        ));
+        // Adoption (a restart) still takes what Services hold in it.
+        a.adopt(&o("a"), freed).unwrap();
+        assert_eq!(a.owner_of(freed), Some(&o("a")));
+
+        // The object is gone: what its Services hold stays theirs, and a new range over
+        // those addresses does not hand them out again.
+        a.set_ranges(&[r("192.168.1.0/30", true)]);
+        assert_eq!(a.ips_of(&o("a")), vec![freed]);
+        assert_eq!(a.owner_of(freed), None, "in no range");
+        a.allocate_plan(
+            &o("a"),
+            &ClusterIpPlan {
+                policy: IpFamilyPolicy::SingleStack,
+                families: vec![IpFamily::V4],
+                slots: vec![ClusterIpSlot::Requested(freed)],
+            },
+        )
+        .unwrap();
+        a.set_ranges(&[r("192.168.0.0/24", true), r("192.168.1.0/30", true)]);
+        assert_eq!(a.owner_of(freed), Some(&o("a")));
+        for i in 0..200 {
+            let got = a.allocate(&format!("n{i}"), IpFamily::V4);
+            assert_ne!(got.ok(), Some(freed));
+        }
+        // Releasing the owner frees it in every range.
+        assert_eq!(a.release_owner(&o("a")), vec![freed]);
+        assert_eq!(a.owner_of(freed), None);
+    }
+
+    #[test]
+    fn nested_ranges_mark_an_address_once_for_all() {
+        let mut a = mk_alloc(&["10.96.0.0/30"]);
+        a.allocate_specific(&o("a"), ip("10.96.0.1")).unwrap();
+        // A larger ServiceCIDR around the default one, named twice, one of them not ready.
+        let refused = a.set_ranges(&[
+            r("10.96.0.0/30", true),
+            r("10.96.0.0/29", false),
+            r("10.96.0.0/29", true),
+            r("10.97.0.0/32", true),
+        ]);
+        assert_eq!(refused.len(), 1, "a /32 has no usable address");
+        assert_eq!(
+            a.ranges(),
+            vec![r("10.96.0.0/30", true), r("10.96.0.0/29", true)]
+        );
+        assert_eq!(a.size(IpFamily::V4), 6);
+        assert!(matches!(
+            a.allocate_specific(&o("b"), ip("10.96.0.1")),
+            Err(Error::IpAlreadyAllocated { .. })
+        ));
+        let mut got: Vec<IpAddr> = (0..5)
+            .map(|i| a.allocate(&format!("s{i}"), IpFamily::V4).unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "10.96.0.2",
+                "10.96.0.3",
+                "10.96.0.4",
+                "10.96.0.5",
+                "10.96.0.6"
+            ]
+            .map(ip)
+            .to_vec()
+        );
+        assert_eq!(a.free(IpFamily::V4), 0);
+        assert!(a.release(ip("10.96.0.2")));
+        assert_eq!(a.owner_of(ip("10.96.0.2")), None);
+        assert_eq!(a.allocate(&o("t"), IpFamily::V4).unwrap(), ip("10.96.0.2"));
+    }
+
+    #[test]
+    fn a_family_without_ranges_is_not_configured() {
+        let mut a = mk_alloc(&["10.96.0.0/16"]);
+        a.set_ranges(&[]);
+        assert!(matches!(
+            a.allocate(&o("a"), IpFamily::V4),
+            Err(Error::FamilyNotConfigured { .. })
+        ));
+        assert!(matches!(
+            a.allocate_specific(&o("a"), ip("10.96.0.1")),
+            Err(Error::IpFamilyNotConfigured { .. })
+        ));
+        assert_eq!(a.families(), &[IpFamily::V4]);
     }
 
     #[test]

@@ -6,7 +6,6 @@ use std::fmt;
 use std::net::IpAddr;
 
 use berth_core::{FieldErrors, IpFamily, PortRange, PortRangeError};
-use ipnet::IpNet;
 
 /// Where a node port was asked for: printed as the API server's field prefix
 /// (`spec.ports[0].nodePort: Invalid value: 40000: `), or nothing for a bare allocator call.
@@ -45,7 +44,11 @@ pub enum Error {
     Invalid(FieldErrors),
     /// A ClusterIP asked for outside the service CIDR, or its network/broadcast address.
     #[error("failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {range}")]
-    IpNotInRange { ip: IpAddr, range: IpNet },
+    IpNotInRange { ip: IpAddr, range: String },
+    /// A ClusterIP asked for inside a ServiceCIDR that is being deleted (or not Ready): it
+    /// serves the addresses it holds and no new ones.
+    #[error("failed to allocate IP {ip}: allocator not ready")]
+    IpRangeNotReady { ip: IpAddr },
     /// A ClusterIP of a family the cluster has no CIDR for.
     #[error("failed to allocate IP {ip}: {family} is not configured on this cluster")]
     IpFamilyNotConfigured { ip: IpAddr, family: IpFamily },
@@ -138,7 +141,9 @@ impl Error {
             Self::Invalid(_)
             | Self::IpFamilyNotConfigured { .. }
             | Self::FamilyNotConfigured { .. } => "InvalidIPFamilies",
-            Self::IpNotInRange { .. } | Self::PortNotInRange { .. } => "NotInRange",
+            Self::IpNotInRange { .. }
+            | Self::IpRangeNotReady { .. }
+            | Self::PortNotInRange { .. } => "NotInRange",
             Self::IpAlreadyAllocated { .. }
             | Self::PortAlreadyAllocated { .. }
             | Self::CannotShare { .. }

@@ -74,7 +74,7 @@ mod runset;
 mod sharing;
 mod types;
 
-pub use cluster_ip::ClusterIpAllocator;
+pub use cluster_ip::{ClusterIpAllocator, ServiceRange};
 pub use cluster_ip_plan::{plan_cluster_ips, ClusterIpPlan, ClusterIpRequest, ClusterIpSlot};
 pub use error::{Error, PortField};
 pub use lb::{LbIpAllocator, Orphan, ServiceView};

@@ -144,7 +144,6 @@ impl<K: Clone + Eq + std::hash::Hash, V: Default + Reset> Owners<K, V> {
     }
 
     /// Live owners' ids.
-    #[cfg(test)]
     pub(crate) fn ids(&self) -> impl Iterator<Item = u32> + '_ {
         self.table.iter().copied()
     }

@@ -21,6 +21,7 @@ pub mod plan;
 mod pool_status;
 pub mod pools;
 mod queue;
+mod service_cidrs;
 mod state;
 mod watch;
 mod worker;

@@ -42,6 +42,15 @@ impl AllocationState {
                     self.pools_changed();
                 }
             }
+            Observed::ServiceCidr(e) => {
+                let changed = self
+                    .service_cidr_objects
+                    .as_mut()
+                    .is_some_and(|c| c.observe(e));
+                if changed && self.started {
+                    self.service_cidrs_changed();
+                }
+            }
         }
         self.maybe_start();
     }

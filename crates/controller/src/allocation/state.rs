@@ -18,6 +18,7 @@ use berth_api::IPPool;
 use berth_core::Labels;
 use berth_ipam::{PoolSpec, ServiceKey};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::watcher;
 
@@ -30,6 +31,7 @@ use super::kept::{event_reason, Keepers};
 use super::plan::{adopt_all, plan_service_keeping, Allocators, Keep};
 use super::pools::build_pool_specs;
 use super::queue::Queue;
+use super::service_cidrs::{all_service_cidrs, service_ranges};
 use super::write::{
     build_conditions, build_spec_patch, ingress_differs, JobOutcome, WriteJob, WrittenSpec,
 };
@@ -47,6 +49,7 @@ pub(crate) enum Observed {
     Pool(watcher::Event<IPPool>),
     Namespace(watcher::Event<Namespace>),
     Node(watcher::Event<Node>),
+    ServiceCidr(watcher::Event<ServiceCIDR>),
 }
 
 /// What the state machine keeps of one Service besides its cached object, the values the
@@ -101,8 +104,12 @@ pub(crate) struct AllocationState {
     pub(super) keepers: Keepers,
     /// The pools installed last, to name the pool an address was in once it is gone.
     pool_specs: Vec<PoolSpec>,
-    /// `--service-cidr` and `--reserved-addresses`, part of the cluster's own addresses.
+    /// `--service-cidr` and `--reserved-addresses`, part of the cluster's own addresses (with
+    /// every ServiceCIDR object's).
     service_cidrs: Vec<ipnet::IpNet>,
+    /// The cluster's ServiceCIDR objects, where it serves the kind (`None`: `--service-cidr`
+    /// alone).
+    pub(super) service_cidr_objects: Option<Cache<ServiceCIDR>>,
     reserved: Vec<berth_core::AddressRange>,
     /// The cluster's own addresses as the Nodes show them now: cut out of every pool.
     pub(super) cluster: Vec<ClusterAddress>,
@@ -134,6 +141,7 @@ impl AllocationState {
             keepers: Keepers::new(cfg.pool_gone_grace),
             pool_specs: Vec::new(),
             service_cidrs: cfg.service_cidrs.clone(),
+            service_cidr_objects: None,
             reserved: cfg.reserved_addresses.clone(),
             cluster: Vec::new(),
         })
@@ -194,16 +202,50 @@ impl AllocationState {
         self.queue.due(now);
     }
 
-    /// Adopts every existing value oldest first, once all four kinds are listed.
+    /// Follows the cluster's ServiceCIDR objects (call before the first event, where the
+    /// cluster serves the kind): adoption then waits for them to be listed too.
+    pub(crate) fn watch_service_cidrs(&mut self) {
+        self.service_cidr_objects = Some(Cache::default());
+    }
+
+    /// Serves the ServiceCIDRs as they are now (`--service-cidr` where none are followed).
+    fn install_service_ranges(&mut self) {
+        let Some(objects) = &self.service_cidr_objects else {
+            return;
+        };
+        let ranges = service_ranges(objects.objects.values(), &self.service_cidrs);
+        if ranges == self.alloc.cluster.ranges() {
+            return;
+        }
+        tracing::info!(?ranges, "Service CIDRs changed");
+        for e in self.alloc.cluster.set_ranges(&ranges) {
+            self.metrics.error(ErrorCategory::Config);
+            tracing::warn!(error = %e, "ServiceCIDR range left out");
+        }
+    }
+
+    /// A ServiceCIDR changed: the allocator serves the new ranges, pools lose what they now
+    /// overlap, and Services waiting for room decide again.
+    pub(super) fn service_cidrs_changed(&mut self) {
+        self.install_service_ranges();
+        if self.refresh_cluster_addresses() {
+            self.pools_changed();
+        }
+        self.resync();
+    }
+
+    /// Adopts every existing value oldest first, once all kinds are listed.
     pub(super) fn maybe_start(&mut self) {
         if self.started
             || !(self.svc_synced
                 && self.pools.synced
                 && self.namespaces.synced
                 && self.nodes.synced)
+            || matches!(&self.service_cidr_objects, Some(c) if !c.synced)
         {
             return;
         }
+        self.install_service_ranges();
         self.refresh_cluster_addresses();
         self.install_pools();
         let labels: HashMap<String, Labels> = self.namespace_labels();
@@ -257,11 +299,12 @@ impl AllocationState {
 
     /// Recomputes the cluster's own addresses from the Nodes; true when they changed.
     pub(super) fn refresh_cluster_addresses(&mut self) -> bool {
-        let cluster = build_cluster_addresses(
-            self.nodes.objects.values(),
-            &self.service_cidrs,
-            &self.reserved,
-        );
+        let objects = self
+            .service_cidr_objects
+            .iter()
+            .flat_map(|c| c.objects.values());
+        let cidrs = all_service_cidrs(objects, &self.service_cidrs);
+        let cluster = build_cluster_addresses(self.nodes.objects.values(), &cidrs, &self.reserved);
         let changed = cluster != self.cluster;
         self.cluster = cluster;
         changed

@@ -20,7 +20,7 @@ use tracing::Instrument;
 use super::apply::{self, writer_params, WriteCtx};
 use super::pool_status::PoolStatusWrite;
 use super::state::{AllocationState, Observed};
-use super::watch::{watch_all, Input};
+use super::watch::{service_cidrs_served, watch_all, Input};
 use super::write::{JobOutcome, WrittenSpec};
 use crate::config::ControllerConfig;
 use crate::error::ErrorCategory;
@@ -91,7 +91,16 @@ impl Worker {
     /// Runs until `token` is cancelled, then lets the writes already sent finish (see
     /// `finish_writes`).
     pub(crate) async fn run(mut self, token: CancellationToken) {
-        let mut inputs = watch_all(&self.client);
+        let service_cidrs = tokio::select! {
+            _ = token.cancelled() => return,
+            served = service_cidrs_served(&self.client) => served,
+        };
+        if service_cidrs {
+            self.state.watch_service_cidrs();
+        } else {
+            tracing::info!(cidrs = ?self.cfg.service_cidrs, "ServiceCIDRs not served; --service-cidr holds");
+        }
+        let mut inputs = watch_all(&self.client, service_cidrs);
         loop {
             self.pump();
             let next_retry = self.state.next_retry().map(Instant::from_std);
@@ -164,6 +173,7 @@ impl Worker {
             Input::Pool(r) => (*r).map(Observed::Pool),
             Input::Ns(r) => (*r).map(Observed::Namespace),
             Input::Node(r) => (*r).map(Observed::Node),
+            Input::Cidr(r) => (*r).map(Observed::ServiceCidr),
         };
         match observed {
             Ok(o) => self.state.observe(o),

@@ -316,6 +316,8 @@ fn run_lifecycle(grace: Option<u64>, steps: &[Step]) {
             max_in_flight: 64,
             grace,
             writes: 0,
+            flag: "10.96.0.0/16",
+            service_cidrs: None,
         },
         asks: BTreeMap::new(),
         seen: BTreeMap::new(),

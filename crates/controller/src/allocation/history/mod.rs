@@ -18,6 +18,7 @@ mod rows_crash_windows;
 mod rows_late_writes;
 mod rows_pools;
 mod rows_refusals;
+mod rows_service_cidrs;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_ipam::ServiceKey;
+use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher::Event;
@@ -41,6 +43,13 @@ use api::{Api, Logged};
 /// One step of a history.
 #[derive(Debug, Clone)]
 pub(super) enum Op {
+    /// `--service-cidr` of the leaders started from now on (10.96.0.0/16 unless set).
+    ServiceCidrFlag(&'static str),
+    /// The cluster serves ServiceCIDRs: creates or replaces one with these CIDRs, being
+    /// deleted when the flag says so (leaders see it when they watch).
+    ServiceCidr(&'static str, &'static [&'static str], bool),
+    /// Removes a ServiceCIDR object.
+    DeleteServiceCidr(&'static str),
     /// Creates the pool, or replaces its addresses.
     Pool(&'static str, &'static [&'static str]),
     /// Creates or replaces a pool from its whole spec.
@@ -143,6 +152,8 @@ pub(super) enum Want {
     HoldsLb(&'static str, &'static [&'static str]),
     /// The ClusterIPs the allocators hold for the Service.
     HoldsClusterIps(&'static str, &'static [&'static str]),
+    /// `spec.clusterIP` lies in this CIDR.
+    ClusterIpIn(&'static str, &'static str),
     /// Whether the allocators hold this node port for the Service.
     HoldsPort(&'static str, u16, bool),
     /// The allocators hold for the Service exactly the values its object names.
@@ -247,6 +258,23 @@ struct Run {
     grace: Option<u64>,
     /// Writes taken since the last leader started.
     writes: usize,
+    flag: &'static str,
+    /// The ServiceCIDR objects, where the cluster serves the kind.
+    service_cidrs: Option<BTreeMap<String, ServiceCIDR>>,
+}
+
+fn mk_service_cidr(name: &str, cidrs: &[&str], deleting: bool) -> ServiceCIDR {
+    ServiceCIDR {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            deletion_timestamp: deleting.then(condition_time),
+            ..Default::default()
+        },
+        spec: Some(ServiceCIDRSpec {
+            cidrs: Some(cidrs.iter().map(|c| c.to_string()).collect()),
+        }),
+        status: None,
+    }
 }
 
 impl Run {
@@ -258,12 +286,20 @@ impl Run {
     }
 
     fn start(&mut self) {
-        let mut cfg = ControllerConfig::new(vec!["10.96.0.0/16".parse().expect("a CIDR")]);
+        let mut cfg = ControllerConfig::new(vec![self.flag.parse().expect("a CIDR")]);
         cfg.max_in_flight = self.max_in_flight;
         cfg.pool_gone_grace = self.grace.map(Duration::from_secs);
         let metrics = Metrics::new(&mut Registry::default());
         let mut state = AllocationState::new(&cfg, metrics.clone()).expect("allocators");
         let (services, pools, namespaces) = self.api.list();
+        if let Some(objects) = &self.service_cidrs {
+            state.watch_service_cidrs();
+            state.observe(Observed::ServiceCidr(Event::Init));
+            for o in objects.values() {
+                state.observe(Observed::ServiceCidr(Event::InitApply(o.clone())));
+            }
+            state.observe(Observed::ServiceCidr(Event::InitDone));
+        }
         state.observe(Observed::Node(Event::Init));
         state.observe(Observed::Node(Event::InitDone));
         state.observe(Observed::Namespace(Event::Init));
@@ -366,6 +402,27 @@ impl Run {
     fn step(&mut self, op: Op) {
         let row = self.row;
         match op {
+            Op::ServiceCidrFlag(flag) => self.flag = flag,
+            Op::ServiceCidr(name, cidrs, deleting) => {
+                let object = mk_service_cidr(name, cidrs, deleting);
+                self.service_cidrs
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name.to_string(), object.clone());
+                if let Some(leader) = self.leader.as_mut() {
+                    leader
+                        .state
+                        .observe(Observed::ServiceCidr(Event::Apply(object)));
+                }
+            }
+            Op::DeleteServiceCidr(name) => {
+                let removed = self.service_cidrs.as_mut().and_then(|m| m.remove(name));
+                let removed = removed.unwrap_or_else(|| panic!("{row}: no ServiceCIDR {name}"));
+                if let Some(leader) = self.leader.as_mut() {
+                    leader
+                        .state
+                        .observe(Observed::ServiceCidr(Event::Delete(removed)));
+                }
+            }
             Op::Pool(name, addresses) => self
                 .api
                 .put_pool(name, serde_json::json!({ "addresses": addresses })),
@@ -504,6 +561,14 @@ impl Run {
                     "{ctx}"
                 );
             }
+            Want::ClusterIpIn(name, cidr) => {
+                let got = self.api.cluster_ip(name);
+                let net: ipnet::IpNet = cidr.parse().expect("a CIDR");
+                assert!(
+                    got.as_deref().is_some_and(|g| net.contains(&ip(g))),
+                    "{ctx}: {got:?} not in {cidr}"
+                );
+            }
             Want::HoldsClusterIps(name, ips) => {
                 let want: Vec<IpAddr> = ips.iter().map(|s| ip(s)).collect();
                 assert_eq!(
@@ -564,6 +629,8 @@ pub(super) fn run(row: Row) {
         max_in_flight: 64,
         grace: None,
         writes: 0,
+        flag: "10.96.0.0/16",
+        service_cidrs: None,
     };
     for op in row.ops {
         run.step(op);
