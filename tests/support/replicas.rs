@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,6 +55,9 @@ impl Replica {
     }
 
     fn kill_and_reap(&mut self) {
+        // The whole process group: a wrapper such as `faketime` forks the controller rather
+        // than exec it, and killing the wrapper alone would leave the controller running.
+        let _ = signal_group(&self.child, "-KILL");
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -172,6 +176,8 @@ impl Replicas {
             None => Command::new(&self.spec.bin),
         };
         let child = command
+            // Its own process group, so that a kill reaches a wrapper's child too.
+            .process_group(0)
             .arg("controller")
             .arg("--kubeconfig")
             .arg(&kubeconfig)
@@ -211,8 +217,7 @@ impl Replicas {
         let Some(mut r) = self.slots[slot].take() else {
             return true;
         };
-        let pid = r.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        let sent = signal_group(&r.child, "-TERM");
         let deadline = Instant::now() + grace;
         while sent.as_ref().is_ok_and(|s| s.success()) && Instant::now() < deadline {
             if r.exited().is_some() {
@@ -321,4 +326,12 @@ pub fn seed_from_env(var: &str) -> u64 {
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(1)
         })
+}
+
+/// Sends `signal` (as `kill` spells it) to the process group `child` leads.
+fn signal_group(child: &Child, signal: &str) -> std::io::Result<std::process::ExitStatus> {
+    Command::new("kill")
+        .args([signal, "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status()
 }
