@@ -221,11 +221,13 @@ fn sessions_report_passwords_and_as_and_routes_follow_endpoints() {
 async fn sessions_scenario() {
     let began = Instant::now();
     // The router requires the password and retries its connections every second, so the nodes'
-    // kernels see its signed SYNs and a fixed password establishes at once.
+    // kernels see its signed SYNs and a fixed password establishes at once. The nodes retry every
+    // second too (`connectTime`): after a reconfiguration the router may refuse a node's first
+    // attempt while it still clears the old session, and FRR's default would wait 120 s.
     let lab = start_lab(
         "tp",
         " neighbor nodes password s3cret-Pass\n neighbor nodes timers connect 1\n",
-        json!({"passwordSecret": {"name": "bgp-missing"}}),
+        json!({"passwordSecret": {"name": "bgp-missing"}, "connectTime": "1s"}),
     )
     .await;
     let client = lab.client.clone();

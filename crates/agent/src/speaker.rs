@@ -879,6 +879,7 @@ mod tests {
             source_address: None,
             hold_time: None,
             keepalive_time: None,
+            connect_time: None,
             router_id: None,
             node_selectors: zone
                 .map(|z| {

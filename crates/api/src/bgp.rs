@@ -87,6 +87,11 @@ pub struct BGPPeerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::optional_seconds")]
     pub keepalive_time: Option<String>,
+    /// How long the nodes wait between attempts to open a session that is down (FRR's connect
+    /// retry timer); FRR's `120s` when unset; 1s to 65535s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::optional_seconds")]
+    pub connect_time: Option<String>,
     /// The BGP router id the nodes use; default: the node's own IPv4 address.
     #[serde(default, rename = "routerID", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::optional_ipv4_address")]
@@ -353,6 +358,21 @@ impl BGPPeerSpec {
                 Some(_) => {}
             }
         }
+        if let Some(text) = self.connect_time.as_deref() {
+            match parse_seconds(text) {
+                None => errors.push(
+                    "spec.connectTime",
+                    Some(text),
+                    "must be a duration in seconds such as 10s or 2m",
+                ),
+                Some(s) if !(1..=u64::from(u16::MAX)).contains(&s) => errors.push(
+                    "spec.connectTime",
+                    Some(text),
+                    "must be between 1s and 65535s",
+                ),
+                Some(_) => {}
+            }
+        }
         if let Some((text, parsed)) = keepalive {
             match parsed {
                 None => errors.push(
@@ -389,6 +409,14 @@ impl BGPPeerSpec {
             None if self.hold_time.is_some() => self.hold_secs() / 3,
             None => DEFAULT_KEEPALIVE_TIME_SECS,
         }
+    }
+
+    /// The connect retry time in seconds when set and valid; `None` leaves FRR's default.
+    pub fn connect_secs(&self) -> Option<u64> {
+        self.connect_time
+            .as_deref()
+            .and_then(parse_seconds)
+            .filter(|s| (1..=u64::from(u16::MAX)).contains(s))
     }
 
     pub fn graceful_restart(&self) -> bool {
@@ -578,6 +606,7 @@ mod tests {
             source_address: None,
             hold_time: None,
             keepalive_time: None,
+            connect_time: None,
             router_id: None,
             node_selectors: Vec::new(),
             password_secret: None,
@@ -637,6 +666,7 @@ mod tests {
             source_address: Some("10.0.0".into()),
             hold_time: Some("2s".into()),
             keepalive_time: Some("5s".into()),
+            connect_time: Some("0s".into()),
             router_id: Some("fd00::1".into()),
             node_selectors: Vec::new(),
             password_secret: Some(SecretRef {
@@ -657,12 +687,33 @@ mod tests {
                 "spec.sourceAddress",
                 "spec.routerID",
                 "spec.holdTime",
+                "spec.connectTime",
                 "spec.keepaliveTime",
                 "spec.passwordSecret.name",
                 "spec.bfdProfile",
                 "spec.ebgpMultiHop",
             ]
         );
+    }
+
+    #[test]
+    fn connect_time_is_frrs_default_unless_set_within_bounds() {
+        assert_eq!(mk_peer().connect_secs(), None);
+        for (text, secs, valid) in [
+            ("1s", Some(1), true),
+            ("2m", Some(120), true),
+            ("65535s", Some(65_535), true),
+            ("0s", None, false),
+            ("65536s", None, false),
+            ("soon", None, false),
+        ] {
+            let peer = BGPPeerSpec {
+                connect_time: Some(text.into()),
+                ..mk_peer()
+            };
+            assert_eq!(peer.connect_secs(), secs, "{text}");
+            assert_eq!(peer.validate().is_ok(), valid, "{text}");
+        }
     }
 
     #[test]

@@ -208,6 +208,12 @@ pub fn peer_rules(schema: &mut Schema) {
                 .into(),
             "keepaliveTime must be less than holdTime (9s when unset)".into(),
         ),
+        (
+            "!has(self.connectTime) || (duration(self.connectTime) >= duration('1s') \
+             && duration(self.connectTime) <= duration('65535s'))"
+                .into(),
+            "connectTime must be between 1s and 65535s".into(),
+        ),
     ]);
     if let Some(obj) = schema.as_object_mut() {
         obj.insert("x-kubernetes-validations".into(), rules);

@@ -81,6 +81,10 @@ const PEERS: &[(&str, &str)] = &[
         "less than holdTime",
     ),
     (r#"{"peerASN": 64512, "ebgpMultiHop": true}"#, "eBGP only"),
+    (r#"{"connectTime": "1s"}"#, ""),
+    (r#"{"connectTime": "1092m15s"}"#, ""),
+    (r#"{"connectTime": "0s"}"#, "between 1s and 65535s"),
+    (r#"{"connectTime": "1092m16s"}"#, "between 1s and 65535s"),
 ];
 
 #[test]

@@ -381,6 +381,9 @@ fn render_router(
             spec.keepalive_secs(),
             spec.hold_secs()
         );
+        if let Some(connect) = spec.connect_secs() {
+            let _ = writeln!(text, " neighbor {a} timers connect {connect}");
+        }
         if let Some(source) = &spec.source_address {
             let _ = writeln!(text, " neighbor {a} update-source {source}");
         }

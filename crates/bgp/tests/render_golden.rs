@@ -23,6 +23,7 @@ fn mk_peer(my_asn: u32, peer_asn: u32, address: &str) -> BGPPeerSpec {
         source_address: None,
         hold_time: None,
         keepalive_time: None,
+        connect_time: None,
         router_id: None,
         node_selectors: Vec::new(),
         password_secret: None,
@@ -74,6 +75,7 @@ fn render_rack_a() -> RenderedConfig {
             BGPPeerSpec {
                 hold_time: Some("90s".into()),
                 keepalive_time: Some("30s".into()),
+                connect_time: Some("10s".into()),
                 source_address: Some("198.18.0.11".into()),
                 enable_graceful_restart: Some(false),
                 bfd_profile: Some("slow".into()),

@@ -435,6 +435,7 @@ pub fn node_config(name: &str, address: &str) -> String {
         source_address: None,
         hold_time: None,
         keepalive_time: None,
+        connect_time: None,
         router_id: None,
         node_selectors: Vec::new(),
         password_secret: None,
