@@ -37,7 +37,7 @@ MONITORING_DIR := $(TARGET_DIR)/monitoring
 NETNS_PREFIX := berth-
 
 # Every bench-<name> target below; `make bench` runs them all and summarises their result lines.
-BENCHES := ipam endpoints datapath lab-api controller aws lab failover bgp
+BENCHES := ipam endpoints datapath lab-api controller aws lab failover bgp l2
 BENCH_LOG_DIR := $(TARGET_DIR)/bench-logs
 TEST_LOG := $(TARGET_DIR)/cargo-test.log
 
@@ -299,6 +299,11 @@ bench-bgp: check-cargo
 	$(CARGO) bench --profile dev -p berth-bgp --bench bgp_failover > target/bench-bgp-failover.txt
 	BERTH_BGP_FAILOVER="$$(grep '^bgp:' target/bench-bgp-failover.txt)" \
 		$(CARGO) bench --profile dev -p berth --bench bgp_services
+
+# The announcer's election at 10,000 Services and 100 nodes: the incremental table against the
+# election from scratch, in the same run (pure, no root).
+bench-l2: check-cargo
+	$(CARGO) bench -p berth-l2 --bench election_table
 
 ## Recovery
 

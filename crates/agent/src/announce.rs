@@ -414,7 +414,7 @@ impl Announcer {
                 continue;
             }
             let next = {
-                let index = lock(&index);
+                let mut index = lock(&index);
                 if !index.is_listed() {
                     continue;
                 }

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use berth_core::AddressRange;
 
@@ -48,7 +49,8 @@ pub enum Refusal {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Answers {
     pub(crate) pools: Vec<AddressRange>,
-    pub(crate) ips: BTreeMap<IpAddr, IpEntry>,
+    /// Entries are shared between successive tables: the index re-elects only what changed.
+    pub(crate) ips: BTreeMap<IpAddr, Arc<IpEntry>>,
 }
 
 /// An address this node owns.
@@ -79,7 +81,7 @@ impl Answers {
     }
 
     pub fn entry(&self, ip: IpAddr) -> Option<&IpEntry> {
-        self.ips.get(&ip)
+        self.ips.get(&ip).map(Arc::as_ref)
     }
 
     /// Every address this node owns, in order.
@@ -204,7 +206,7 @@ impl TakeoverDelay {
                     let due = *self.waiting.entry(ip).or_insert(end);
                     if now < due {
                         if let Some(entry) = next.ips.get_mut(&ip) {
-                            entry.answer = match before {
+                            Arc::make_mut(entry).answer = match before {
                                 Some(answer) => answer.clone(),
                                 None => IpAnswer::Elsewhere { owner: None },
                             };
@@ -232,7 +234,7 @@ impl TakeoverDelay {
                 continue;
             }
             if let Some(entry) = next.ips.get_mut(&ip) {
-                entry.answer = IpAnswer::Elsewhere {
+                Arc::make_mut(entry).answer = IpAnswer::Elsewhere {
                     owner: Some(previous_owner),
                 };
             }
@@ -259,10 +261,10 @@ mod tests {
                 .map(|(ip, answer)| {
                     (
                         ip.parse().expect("ip"),
-                        IpEntry {
+                        Arc::new(IpEntry {
                             answer: answer.clone(),
                             services: BTreeSet::new(),
-                        },
+                        }),
                     )
                 })
                 .collect(),

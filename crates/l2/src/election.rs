@@ -158,38 +158,56 @@ impl ElectionView<'_> {
         found
     }
 
-    /// Elects the owner of `ip`.
-    pub fn elect(&self, ip: IpAddr, demand: &IpDemand) -> Election {
+    /// The pools holding `ip`, or why it is not elected at all.
+    fn pools_of(&self, ip: IpAddr) -> Result<Vec<&Pool>, Election> {
         let pools: Vec<&Pool> = self.pools.iter().filter(|p| p.contains(ip)).collect();
         if pools.is_empty() {
-            return Election::NotInPool;
+            return Err(Election::NotInPool);
         }
         let advertised = self
             .advertisements
             .iter()
             .any(|adv| pools.iter().any(|p| adv.selects_pool(&p.name, &p.labels)));
         if !advertised {
-            return Election::NotAdvertised;
+            return Err(Election::NotAdvertised);
         }
+        Ok(pools)
+    }
+
+    /// Where `name` would answer if elected; `None` when it is not a candidate.
+    fn candidate(
+        &self,
+        name: &str,
+        facts: &NodeFacts,
+        pools: &[&Pool],
+        demand: &IpDemand,
+    ) -> Option<Interfaces> {
+        if !self.live.contains(name) || !facts.eligible() {
+            return None;
+        }
+        if let Some(nodes) = &demand.endpoint_nodes {
+            if !nodes.contains(name) {
+                return None;
+            }
+        }
+        let interfaces = self.advertised_interfaces(pools, facts)?;
+        if name == self.local {
+            return interfaces.restrict_to(self.local_up);
+        }
+        Some(interfaces)
+    }
+
+    /// Elects the owner of `ip`: every known node is weighed.
+    pub fn elect(&self, ip: IpAddr, demand: &IpDemand) -> Election {
+        let pools = match self.pools_of(ip) {
+            Ok(pools) => pools,
+            Err(outcome) => return outcome,
+        };
         let mut best: Option<([u8; 32], &str, Interfaces)> = None;
         for (name, facts) in self.nodes {
-            if !self.live.contains(name) || !facts.eligible() {
-                continue;
-            }
-            if let Some(nodes) = &demand.endpoint_nodes {
-                if !nodes.contains(name) {
-                    continue;
-                }
-            }
-            let Some(mut interfaces) = self.advertised_interfaces(&pools, facts) else {
+            let Some(interfaces) = self.candidate(name, facts, &pools, demand) else {
                 continue;
             };
-            if name == self.local {
-                match interfaces.restrict_to(self.local_up) {
-                    Some(up) => interfaces = up,
-                    None => continue,
-                }
-            }
             let key = election_key(name, ip);
             let better = match &best {
                 None => true,
@@ -207,6 +225,49 @@ impl ElectionView<'_> {
             None => Election::NoCandidate,
         }
     }
+
+    /// Elects the owner of `ip` as [`elect`](Self::elect) does, trying first the nodes of
+    /// `order`: the first known nodes in election order, from [`election_order`] over the
+    /// current Nodes. The first candidate among them is the owner, since every node left out
+    /// of `order` sorts after all of them; when none is a candidate, every node is weighed.
+    pub fn elect_in_order(&self, ip: IpAddr, demand: &IpDemand, order: &[String]) -> Election {
+        let pools = match self.pools_of(ip) {
+            Ok(pools) => pools,
+            Err(outcome) => return outcome,
+        };
+        for name in order {
+            let Some(facts) = self.nodes.get(name) else {
+                continue;
+            };
+            if let Some(interfaces) = self.candidate(name, facts, &pools, demand) {
+                return Election::Owner {
+                    node: name.clone(),
+                    interfaces,
+                };
+            }
+        }
+        self.elect(ip, demand)
+    }
+}
+
+/// The first `top` of `nodes` in election order for `ip`: by [`election_key`], then name.
+pub fn election_order<'a>(
+    nodes: impl Iterator<Item = &'a String>,
+    ip: IpAddr,
+    top: usize,
+) -> Vec<String> {
+    let mut keyed: Vec<([u8; 32], &String)> =
+        nodes.map(|name| (election_key(name, ip), name)).collect();
+    let top = top.min(keyed.len());
+    if top == 0 {
+        return Vec::new();
+    }
+    if top < keyed.len() {
+        keyed.select_nth_unstable(top - 1);
+        keyed.truncate(top);
+    }
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, name)| name.clone()).collect()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! an invalid update of a pool or advertisement keeps the last valid one, so a typo does not
 //! take working addresses off the LAN.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::answers::{Answers, IpAnswer, IpEntry, ServiceKey};
-use crate::election::{Election, ElectionView, IpDemand, NodeFacts, Pool};
+use crate::election::{election_order, Election, ElectionView, IpDemand, NodeFacts, Pool};
 
 /// What the election needs of one LoadBalancer Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +67,77 @@ pub struct L2Index {
     listed: BTreeSet<Kind>,
     /// Keys applied during a relist of each kind, to delete the rest at its end.
     relisting: BTreeMap<Kind, BTreeSet<ServiceKey>>,
+    memo: Memo,
+}
+
+/// How many of the known nodes, in election order, are kept per address: the owner is almost
+/// always among them, and when none is a candidate every node is weighed.
+const ORDER_TOP: usize = 8;
+
+/// What the last [`L2Index::answers`] elected, and what changed since. A Service or
+/// EndpointSlice event marks its addresses: their demand is read again and they alone are
+/// elected again. Pools, advertisements, Nodes, the live set and the local interfaces change
+/// every address's election but no demand: every address is elected again from the demands
+/// kept. A relist of Services or EndpointSlices (and the first table) rebuilds everything.
+#[derive(Debug, Clone)]
+struct Memo {
+    /// Rebuild holders, slices and demands, and elect every address.
+    rebuild: bool,
+    /// Elect every address again.
+    all: bool,
+    /// Addresses whose Services or endpoints changed.
+    dirty: BTreeSet<IpAddr>,
+    /// The last outcome per address.
+    ips: BTreeMap<IpAddr, Arc<IpEntry>>,
+    /// What each address demands of its owner.
+    demands: BTreeMap<IpAddr, IpDemand>,
+    /// The Services holding each address.
+    holders: BTreeMap<IpAddr, BTreeSet<ServiceKey>>,
+    /// Each Service's EndpointSlices by name.
+    slices_of: BTreeMap<ServiceKey, BTreeSet<String>>,
+    /// Per address, the first known nodes in election order; emptied when a Node comes or goes.
+    order: HashMap<IpAddr, Vec<String>>,
+}
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo {
+            rebuild: true,
+            all: true,
+            dirty: BTreeSet::new(),
+            ips: BTreeMap::new(),
+            demands: BTreeMap::new(),
+            holders: BTreeMap::new(),
+            slices_of: BTreeMap::new(),
+            order: HashMap::new(),
+        }
+    }
+}
+
+impl Memo {
+    fn service_changed(
+        &mut self,
+        key: &ServiceKey,
+        old: Option<&ServiceFacts>,
+        new: Option<&ServiceFacts>,
+    ) {
+        if self.rebuild {
+            return;
+        }
+        for ip in old.into_iter().flat_map(|f| f.ips.iter()) {
+            if let Some(holders) = self.holders.get_mut(ip) {
+                holders.remove(key);
+                if holders.is_empty() {
+                    self.holders.remove(ip);
+                }
+            }
+            self.dirty.insert(*ip);
+        }
+        for ip in new.into_iter().flat_map(|f| f.ips.iter()) {
+            self.holders.entry(*ip).or_default().insert(key.clone());
+            self.dirty.insert(*ip);
+        }
+    }
 }
 
 fn cluster_key(name: Option<&String>) -> Option<ServiceKey> {
@@ -192,6 +263,7 @@ impl L2Index {
             local_up: BTreeSet::new(),
             listed: BTreeSet::new(),
             relisting: BTreeMap::new(),
+            memo: Memo::default(),
         }
     }
 
@@ -212,7 +284,10 @@ impl L2Index {
         };
         self.seen(Kind::Pools, &key);
         match build_pool(pool) {
-            Ok(built) => put(&mut self.pools, key.1, Some(built)),
+            Ok(built) => {
+                let changed = put(&mut self.pools, key.1, Some(built));
+                self.everything(changed)
+            }
             Err(reason) => {
                 tracing::warn!(pool = %key.1, %reason, "keeping the last valid version of an IPPool that cannot be read");
                 false
@@ -221,10 +296,12 @@ impl L2Index {
     }
 
     pub fn delete_pool(&mut self, pool: &IPPool) -> bool {
-        pool.metadata
+        let changed = pool
+            .metadata
             .name
             .as_ref()
-            .is_some_and(|name| self.pools.remove(name).is_some())
+            .is_some_and(|name| self.pools.remove(name).is_some());
+        self.everything(changed)
     }
 
     pub fn apply_advertisement(&mut self, adv: &L2Advertisement) -> bool {
@@ -236,14 +313,17 @@ impl L2Index {
             tracing::warn!(advertisement = %key.1, %errors, "keeping the last valid version of an L2Advertisement that cannot be read");
             return false;
         }
-        put(&mut self.advertisements, key.1, Some(adv.spec.clone()))
+        let changed = put(&mut self.advertisements, key.1, Some(adv.spec.clone()));
+        self.everything(changed)
     }
 
     pub fn delete_advertisement(&mut self, adv: &L2Advertisement) -> bool {
-        adv.metadata
+        let changed = adv
+            .metadata
             .name
             .as_ref()
-            .is_some_and(|name| self.advertisements.remove(name).is_some())
+            .is_some_and(|name| self.advertisements.remove(name).is_some());
+        self.everything(changed)
     }
 
     pub fn apply_node(&mut self, node: &Node) -> bool {
@@ -251,14 +331,23 @@ impl L2Index {
             return false;
         };
         self.seen(Kind::Nodes, &key);
-        put(&mut self.nodes, key.1, Some(build_node_facts(node)))
+        if !self.nodes.contains_key(&key.1) {
+            self.memo.order.clear();
+        }
+        let changed = put(&mut self.nodes, key.1, Some(build_node_facts(node)));
+        self.everything(changed)
     }
 
     pub fn delete_node(&mut self, node: &Node) -> bool {
-        node.metadata
+        let changed = node
+            .metadata
             .name
             .as_ref()
-            .is_some_and(|name| self.nodes.remove(name).is_some())
+            .is_some_and(|name| self.nodes.remove(name).is_some());
+        if changed {
+            self.memo.order.clear();
+        }
+        self.everything(changed)
     }
 
     pub fn apply_service(&mut self, svc: &Service) -> bool {
@@ -267,12 +356,25 @@ impl L2Index {
             return false;
         };
         self.seen(Kind::Services, &key);
-        put(&mut self.services, key, build_service_facts(svc))
+        let facts = build_service_facts(svc);
+        if self.services.get(&key) == facts.as_ref() {
+            return false;
+        }
+        self.memo
+            .service_changed(&key, self.services.get(&key), facts.as_ref());
+        put(&mut self.services, key, facts)
     }
 
     pub fn delete_service(&mut self, svc: &Service) -> bool {
-        namespaced_key(svc.metadata.namespace.as_ref(), svc.metadata.name.as_ref())
-            .is_some_and(|key| self.services.remove(&key).is_some())
+        let Some(key) = namespaced_key(svc.metadata.namespace.as_ref(), svc.metadata.name.as_ref())
+        else {
+            return false;
+        };
+        let Some(old) = self.services.remove(&key) else {
+            return false;
+        };
+        self.memo.service_changed(&key, Some(&old), None);
+        true
     }
 
     pub fn apply_slice(&mut self, slice: &EndpointSlice) -> bool {
@@ -283,15 +385,60 @@ impl L2Index {
             return false;
         };
         self.seen(Kind::Slices, &key);
-        put(&mut self.slices, key, build_slice_facts(slice))
+        let facts = build_slice_facts(slice);
+        if self.slices.get(&key) == facts.as_ref() {
+            return false;
+        }
+        let old = self.slices.get(&key).map(|f| f.service.clone());
+        self.slice_changed(&key, old, facts.as_ref().map(|f| f.service.clone()));
+        put(&mut self.slices, key, facts)
     }
 
     pub fn delete_slice(&mut self, slice: &EndpointSlice) -> bool {
-        namespaced_key(
+        let Some(key) = namespaced_key(
             slice.metadata.namespace.as_ref(),
             slice.metadata.name.as_ref(),
-        )
-        .is_some_and(|key| self.slices.remove(&key).is_some())
+        ) else {
+            return false;
+        };
+        let Some(old) = self.slices.remove(&key) else {
+            return false;
+        };
+        self.slice_changed(&key, Some(old.service), None);
+        true
+    }
+
+    /// Marks everything for election when `changed`; passes `changed` on.
+    fn everything(&mut self, changed: bool) -> bool {
+        if changed {
+            self.memo.all = true;
+        }
+        changed
+    }
+
+    /// A slice moved from Service `old` to `new` (or came, or went): their addresses are
+    /// elected again.
+    fn slice_changed(&mut self, slice: &ServiceKey, old: Option<String>, new: Option<String>) {
+        if self.memo.rebuild {
+            return;
+        }
+        let (ns, name) = slice;
+        for (service, keep) in [(old, false), (new, true)] {
+            let Some(service) = service else { continue };
+            let key = (ns.clone(), service);
+            let slices = self.memo.slices_of.entry(key.clone()).or_default();
+            if keep {
+                slices.insert(name.clone());
+            } else {
+                slices.remove(name);
+                if slices.is_empty() {
+                    self.memo.slices_of.remove(&key);
+                }
+            }
+            if let Some(facts) = self.services.get(&key) {
+                self.memo.dirty.extend(facts.ips.iter().copied());
+            }
+        }
     }
 
     fn begin(&mut self, kind: Kind) {
@@ -314,13 +461,20 @@ impl L2Index {
             map.retain(|key, _| seen.contains(key));
             map.len() != before
         }
-        match kind {
+        let changed = match kind {
             Kind::Pools => retain_cluster(&mut self.pools, &seen),
             Kind::Advertisements => retain_cluster(&mut self.advertisements, &seen),
             Kind::Nodes => retain_cluster(&mut self.nodes, &seen),
             Kind::Services => retain(&mut self.services, &seen),
             Kind::Slices => retain(&mut self.slices, &seen),
+        };
+        if changed && kind == Kind::Nodes {
+            self.memo.order.clear();
         }
+        if changed && matches!(kind, Kind::Services | Kind::Slices) {
+            self.memo.rebuild = true;
+        }
+        self.everything(changed)
     }
 
     pub fn begin_pools(&mut self) {
@@ -419,7 +573,7 @@ impl L2Index {
             return false;
         }
         self.live = Some(live);
-        true
+        self.everything(true)
     }
 
     /// The local interfaces that are up now.
@@ -428,7 +582,7 @@ impl L2Index {
             return false;
         }
         self.local_up = up;
-        true
+        self.everything(true)
     }
 
     /// The nodes counted live: the live set, or every known Node without one.
@@ -441,80 +595,196 @@ impl L2Index {
 
     /// The Services holding each address, and what the address demands of its owner.
     fn demands(&self) -> BTreeMap<IpAddr, (IpDemand, BTreeSet<ServiceKey>)> {
-        let mut ready: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
+        let mut ready: BTreeMap<ServiceKey, BTreeSet<String>> = BTreeMap::new();
         for ((ns, _), slice) in &self.slices {
             ready
-                .entry((ns.as_str(), slice.service.as_str()))
+                .entry((ns.clone(), slice.service.clone()))
                 .or_default()
-                .extend(slice.ready_nodes.iter().map(String::as_str));
+                .extend(slice.ready_nodes.iter().cloned());
         }
-        let mut demands: BTreeMap<IpAddr, (IpDemand, BTreeSet<ServiceKey>)> = BTreeMap::new();
-        for (key, facts) in &self.services {
-            for ip in &facts.ips {
-                let (demand, services) = demands.entry(*ip).or_default();
-                services.insert(key.clone());
-                if !facts.local {
-                    // A Cluster-policy Service is served from any node: no constraint.
-                    continue;
-                }
-                // A Local one only from nodes with one of its Ready endpoints: the address is
-                // answered where every Local Service sharing it has one.
-                let local: BTreeSet<String> = ready
-                    .get(&(key.0.as_str(), key.1.as_str()))
-                    .into_iter()
-                    .flatten()
-                    .map(|n| n.to_string())
-                    .collect();
-                demand.endpoint_nodes = Some(match demand.endpoint_nodes.take() {
-                    None => local,
-                    Some(nodes) => nodes.intersection(&local).cloned().collect(),
+        holders_of(&self.services)
+            .into_iter()
+            .map(|(ip, services)| {
+                let demand = demand_of(&self.services, &services, |key| {
+                    ready.get(key).cloned().unwrap_or_default()
                 });
-            }
-        }
-        demands
+                (ip, (demand, services))
+            })
+            .collect()
     }
 
-    /// The table of addresses this node answers for. Each address is elected once, however
-    /// many Services share it.
-    pub fn answers(&self) -> Answers {
-        let pools: Vec<Pool> = self.pools.values().cloned().collect();
-        let advertisements: Vec<L2AdvertisementSpec> =
-            self.advertisements.values().cloned().collect();
-        let every_node: BTreeSet<String>;
+    fn view<'a>(
+        &'a self,
+        pools: &'a [Pool],
+        advertisements: &'a [L2AdvertisementSpec],
+        every_node: &'a mut BTreeSet<String>,
+    ) -> ElectionView<'a> {
         let live = match &self.live {
             Some(live) => live.as_ref(),
             None => {
-                every_node = self.nodes.keys().cloned().collect();
-                &every_node
+                *every_node = self.nodes.keys().cloned().collect();
+                every_node
             }
         };
-        let view = ElectionView {
-            pools: &pools,
-            advertisements: &advertisements,
+        ElectionView {
+            pools,
+            advertisements,
             nodes: &self.nodes,
             live,
             local: &self.node,
             local_up: &self.local_up,
+        }
+    }
+
+    fn answer(&self, election: Election) -> Option<IpAnswer> {
+        Some(match election {
+            Election::NotInPool => return None,
+            Election::NotAdvertised => IpAnswer::NotAdvertised,
+            Election::NoCandidate => IpAnswer::Elsewhere { owner: None },
+            Election::Owner { node, interfaces } if node == self.node => {
+                IpAnswer::Owned(interfaces)
+            }
+            Election::Owner { node, .. } => IpAnswer::Elsewhere { owner: Some(node) },
+        })
+    }
+
+    fn pool_ranges(&self) -> Vec<berth_core::AddressRange> {
+        self.pools
+            .values()
+            .flat_map(|p| p.ranges.iter().copied())
+            .collect()
+    }
+
+    /// The table of addresses this node answers for. Each address is elected once, however
+    /// many Services share it; only the addresses whose Services or endpoints changed since the
+    /// last call are elected again, unless something every address depends on changed.
+    pub fn answers(&mut self) -> Answers {
+        let mut memo = std::mem::take(&mut self.memo);
+        if memo.rebuild {
+            memo.holders = holders_of(&self.services);
+            memo.slices_of = BTreeMap::new();
+            for ((ns, name), slice) in &self.slices {
+                memo.slices_of
+                    .entry((ns.clone(), slice.service.clone()))
+                    .or_default()
+                    .insert(name.clone());
+            }
+            memo.ips.clear();
+            memo.demands.clear();
+            memo.dirty = memo.holders.keys().copied().collect();
+            memo.rebuild = false;
+            memo.all = true;
+        }
+        let stale = std::mem::take(&mut memo.dirty);
+        // Every held address when everything changed, and always the marked ones: an address
+        // its last Service left is held by none, and its entry goes.
+        let mut targets = stale.clone();
+        if memo.all {
+            targets.extend(memo.holders.keys().copied());
+        }
+        memo.all = false;
+        let pools: Vec<Pool> = self.pools.values().cloned().collect();
+        let advertisements: Vec<L2AdvertisementSpec> =
+            self.advertisements.values().cloned().collect();
+        let mut every_node = BTreeSet::new();
+        let view = self.view(&pools, &advertisements, &mut every_node);
+        for ip in targets {
+            let Some(services) = memo.holders.get(&ip) else {
+                memo.ips.remove(&ip);
+                memo.demands.remove(&ip);
+                continue;
+            };
+            if stale.contains(&ip) || !memo.demands.contains_key(&ip) {
+                let demand = demand_of(&self.services, services, |(ns, service)| {
+                    let key = (ns.clone(), service.clone());
+                    memo.slices_of
+                        .get(&key)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|slice| self.slices.get(&(ns.clone(), slice.clone())))
+                        .flat_map(|slice| slice.ready_nodes.iter().cloned())
+                        .collect()
+                });
+                memo.demands.insert(ip, demand);
+            }
+            let demand = &memo.demands[&ip];
+            let order = memo
+                .order
+                .entry(ip)
+                .or_insert_with(|| election_order(self.nodes.keys(), ip, ORDER_TOP));
+            let Some(answer) = self.answer(view.elect_in_order(ip, demand, order)) else {
+                memo.ips.remove(&ip);
+                continue;
+            };
+            let unchanged = memo
+                .ips
+                .get(&ip)
+                .is_some_and(|e| e.answer == answer && e.services == *services);
+            if !unchanged {
+                let services = services.clone();
+                memo.ips.insert(ip, Arc::new(IpEntry { answer, services }));
+            }
+        }
+        let answers = Answers {
+            pools: self.pool_ranges(),
+            ips: memo.ips.clone(),
         };
+        self.memo = memo;
+        answers
+    }
+
+    /// The same table computed from scratch, every node weighed for every address: the
+    /// reference [`answers`](Self::answers) must equal, and the baseline of its benchmark.
+    pub fn answers_full(&self) -> Answers {
+        let pools: Vec<Pool> = self.pools.values().cloned().collect();
+        let advertisements: Vec<L2AdvertisementSpec> =
+            self.advertisements.values().cloned().collect();
+        let mut every_node = BTreeSet::new();
+        let view = self.view(&pools, &advertisements, &mut every_node);
         let mut ips = BTreeMap::new();
         for (ip, (demand, services)) in self.demands() {
-            let answer = match view.elect(ip, &demand) {
-                Election::NotInPool => continue,
-                Election::NotAdvertised => IpAnswer::NotAdvertised,
-                Election::NoCandidate => IpAnswer::Elsewhere { owner: None },
-                Election::Owner { node, interfaces } if node == self.node => {
-                    IpAnswer::Owned(interfaces)
-                }
-                Election::Owner { node, .. } => IpAnswer::Elsewhere { owner: Some(node) },
-            };
-            ips.insert(ip, IpEntry { answer, services });
+            if let Some(answer) = self.answer(view.elect(ip, &demand)) {
+                ips.insert(ip, Arc::new(IpEntry { answer, services }));
+            }
         }
         Answers {
-            pools: pools
-                .iter()
-                .flat_map(|p| p.ranges.iter().copied())
-                .collect(),
+            pools: self.pool_ranges(),
             ips,
         }
     }
+}
+
+/// The Services holding each address.
+fn holders_of(
+    services: &BTreeMap<ServiceKey, ServiceFacts>,
+) -> BTreeMap<IpAddr, BTreeSet<ServiceKey>> {
+    let mut holders: BTreeMap<IpAddr, BTreeSet<ServiceKey>> = BTreeMap::new();
+    for (key, facts) in services {
+        for ip in &facts.ips {
+            holders.entry(*ip).or_default().insert(key.clone());
+        }
+    }
+    holders
+}
+
+/// What an address held by `holders` demands of its owner: a Cluster-policy Service is served
+/// from any node; a Local one only from nodes with one of its Ready endpoints (`ready`), so the
+/// address is answered where every Local Service sharing it has one.
+fn demand_of(
+    services: &BTreeMap<ServiceKey, ServiceFacts>,
+    holders: &BTreeSet<ServiceKey>,
+    ready: impl Fn(&ServiceKey) -> BTreeSet<String>,
+) -> IpDemand {
+    let mut demand = IpDemand::default();
+    for key in holders {
+        if !services.get(key).is_some_and(|facts| facts.local) {
+            continue;
+        }
+        let local = ready(key);
+        demand.endpoint_nodes = Some(match demand.endpoint_nodes.take() {
+            None => local,
+            Some(nodes) => nodes.intersection(&local).cloned().collect(),
+        });
+    }
+    demand
 }

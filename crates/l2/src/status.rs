@@ -203,10 +203,10 @@ mod tests {
                 .map(|(a, answer, services)| {
                     (
                         ip(a),
-                        IpEntry {
+                        std::sync::Arc::new(IpEntry {
                             answer: answer.clone(),
                             services: services.iter().cloned().collect(),
-                        },
+                        }),
                     )
                 })
                 .collect(),
