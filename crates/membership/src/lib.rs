@@ -112,6 +112,7 @@ pub mod identity;
 pub mod lease;
 pub mod live;
 pub mod metrics;
+pub mod priority;
 mod run;
 pub mod swim;
 
@@ -139,6 +140,13 @@ pub enum Error {
     },
     #[error("the agent Lease watch ended")]
     WatchEnded,
+    #[error("starting the membership thread or its runtime failed")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the membership thread ended without a result")]
+    ThreadEnded,
 }
 
 impl Error {
@@ -150,6 +158,7 @@ impl Error {
             Error::NoAddress { .. } => "address",
             Error::Kube { .. } => "kube",
             Error::WatchEnded => "watch",
+            Error::Runtime { .. } | Error::ThreadEnded => "runtime",
         }
     }
 }
