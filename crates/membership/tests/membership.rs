@@ -226,8 +226,10 @@ async fn a_stalled_caller_runtime_changes_nothing_for_dedicated_members() {
     }
     let after: Vec<u64> = members.iter().map(|m| changes(&m.metrics)).collect();
     assert_eq!(before, after, "live-set changes while the caller stalled");
-    for member in members {
+    for member in &members {
         assert_eq!(**member.live.borrow(), all);
+    }
+    for member in members {
         member.stop.cancel();
         member.task.await.expect("joined").expect("stopped cleanly");
     }
