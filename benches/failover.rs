@@ -8,7 +8,10 @@
 //! measured for an IPv6 LoadBalancer address announced by NDP (`ndp_rows`): a multicast Neighbor
 //! Solicitation every 20 ms, the outage running to the first solicited Neighbor Advertisement of
 //! the new owner, and beside it the time to its unsolicited NA. Then 1,000 LoadBalancer
-//! Services are added and the API requests of the three agents are counted at steady state.
+//! Services are added and the API requests of the three agents are counted at steady state, and
+//! each agent's live-set changes from the first of them for `BERTH_FAILOVER_FLAP_SECONDS` (60):
+//! flaps. `BERTH_FAILOVER_ONLY=flaps` runs only that part (`BERTH_FAILOVER_FLAP_LOAD=stress`
+//! with `stress-ng` on every core, `BERTH_FAILOVER_LOGS=<dir>` keeps the agents' logs).
 //!
 //! Each trial also times the time to a new TCP connection (from the fault to the first connect
 //! that succeeded after the last failed one) and the owner's return (from the interim owner's
@@ -18,7 +21,7 @@
 //! announcers' ownership changes and live-set changes: every one is a false takeover.
 //!
 //! Needs root; without it, prints why and a line with no numbers. Ends with
-//! `failover: crash_p50_s=... crash_p99_s=... linkdown_p99_s=... graceful_p99_s=... new_conn_crash_p99_s=... return_gap_p99_s=... loaded_crash_p99_s=... false_takeovers=... lease_only_crash_p99_s=... api_rps_1k=...`
+//! `failover: crash_p50_s=... crash_p99_s=... linkdown_p99_s=... graceful_p99_s=... new_conn_crash_p99_s=... return_gap_p99_s=... loaded_crash_p99_s=... false_takeovers=... lease_only_crash_p99_s=... api_rps_1k=... live_changes_1k=...`
 //! where crash, link-down and graceful figures are of the per-trial client-visible outage, the
 //! larger of ARP and TCP.
 //! It prints `failover_ndp: crash_p99_s=... linkdown_p99_s=... graceful_p99_s=...` (the NDP
