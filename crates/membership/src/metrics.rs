@@ -22,6 +22,11 @@ pub struct RefusalLabels {
     pub reason: &'static str,
 }
 
+fn wake_delay_histogram() -> Histogram {
+    // 1 ms to ~1 s: a heartbeat is every 40 ms, a peer is dropped after 250 ms.
+    Histogram::new(exponential_buckets(0.001, 2.0, 11))
+}
+
 fn detection_histogram() -> Histogram {
     // 50 ms to ~50 s.
     Histogram::new(exponential_buckets(0.05, 2.0, 11))
@@ -34,6 +39,8 @@ pub struct MembershipMetrics {
     pub live_nodes: Gauge,
     pub detection: Histogram,
     pub refused: Family<RefusalLabels, Counter>,
+    /// How late the run loop woke for its timers: its thread's (or process's) stalls.
+    pub wake_delay: Histogram,
 }
 
 impl Default for MembershipMetrics {
@@ -43,6 +50,7 @@ impl Default for MembershipMetrics {
             live_nodes: Gauge::default(),
             detection: detection_histogram(),
             refused: Family::default(),
+            wake_delay: wake_delay_histogram(),
         }
     }
 }
@@ -71,6 +79,12 @@ impl MembershipMetrics {
             "refused_messages",
             "Membership datagrams dropped, by reason (size, version, unknown source, rate, backlog, authentication, freshness, replay)",
             self.refused.clone(),
+        );
+        membership.register_with_unit(
+            "wake_delay",
+            "How late the membership loop woke for a timer (heartbeat, probe, expiry)",
+            Unit::Seconds,
+            self.wake_delay.clone(),
         );
         // Every reason shows, at zero, from the start.
         for reason in Refusal::ALL {
@@ -131,6 +145,7 @@ mod tests {
             "berth_membership_refused_messages_total{reason=\"replayed\"} 0",
             "berth_membership_detection_seconds_count 1",
             "berth_membership_live_nodes 0",
+            "berth_membership_wake_delay_seconds_count 0",
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }

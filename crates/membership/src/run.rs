@@ -18,6 +18,7 @@ use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::MembershipConfig;
@@ -120,6 +121,43 @@ impl Membership {
         self.metrics.register(registry);
     }
 
+    /// Runs [`Membership::run`] on an OS thread of its own, with a current-thread runtime of
+    /// its own, so no task of the caller's runtime (watches, indexes, an election over every
+    /// Service) can delay a heartbeat, a receive or a timer: a busy agent must not look dead
+    /// to its peers, nor take its peers for dead. The Lease requests still go through
+    /// `client`'s connections on the runtime that built it; Leases are judged in seconds, not
+    /// in heartbeats. Call it inside a tokio runtime; the handle is that runtime's.
+    /// The thread is named `berth-membership`, so it can be told apart in `top -H` or `perf`,
+    /// and asks for real-time priority ([`crate::priority`]): other processes of a loaded node
+    /// must not delay it either.
+    pub fn spawn_dedicated(self, shutdown: CancellationToken) -> JoinHandle<Result<(), Error>> {
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let started = std::thread::Builder::new()
+            .name("berth-membership".into())
+            .spawn(move || {
+                match crate::priority::raise_current_thread() {
+                    Ok(()) => tracing::info!(
+                        priority = crate::priority::REALTIME_PRIORITY,
+                        "agent liveness runs on a real-time thread (SCHED_RR)"
+                    ),
+                    Err(err) => tracing::info!(
+                        error = %err,
+                        "agent liveness runs at normal priority (SCHED_RR needs CAP_SYS_NICE)"
+                    ),
+                }
+                let ran = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|source| Error::Runtime { source })
+                    .and_then(|runtime| runtime.block_on(self.run(shutdown)));
+                let _ = done_tx.send(ran);
+            });
+        tokio::spawn(async move {
+            started.map_err(|source| Error::Runtime { source })?;
+            done_rx.await.unwrap_or(Err(Error::ThreadEnded))
+        })
+    }
+
     /// Runs until `shutdown`. A graceful stop withdraws this node from the published set,
     /// deletes its Lease (so peers take over at once), then tells SWIM peers it leaves.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
@@ -211,6 +249,11 @@ impl Membership {
                 biased;
                 () = shutdown.cancelled() => break Ok(()),
                 () = tokio::time::sleep_until(wake.into()) => {
+                    let late = Instant::now().saturating_duration_since(wake);
+                    metrics.wake_delay.observe(late.as_secs_f64());
+                    if late > 2 * state.heartbeat_interval() {
+                        tracing::info!(late_ms = late.as_millis() as u64, "the membership loop woke late");
+                    }
                     // What arrived while this task waited (or while the process was not
                     // running at all) is read before anyone is judged silent: a busy node
                     // must not take its own lateness for its peers' silence. Bounded by the
@@ -443,7 +486,7 @@ async fn renew_lease(
     }
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+struct AbortOnDrop(JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
