@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
 
 use crate::frame::Refusal;
 
@@ -41,6 +42,8 @@ pub struct MembershipMetrics {
     pub refused: Family<RefusalLabels, Counter>,
     /// How late the run loop woke for its timers: its thread's (or process's) stalls.
     pub wake_delay: Histogram,
+    /// The largest offset between a peer's clock and this node's, in seconds.
+    pub clock_offset: Gauge<f64, AtomicU64>,
 }
 
 impl Default for MembershipMetrics {
@@ -51,6 +54,7 @@ impl Default for MembershipMetrics {
             detection: detection_histogram(),
             refused: Family::default(),
             wake_delay: wake_delay_histogram(),
+            clock_offset: Gauge::default(),
         }
     }
 }
@@ -85,6 +89,12 @@ impl MembershipMetrics {
             "How late the membership loop woke for a timer (heartbeat, probe, expiry)",
             Unit::Seconds,
             self.wake_delay.clone(),
+        );
+        membership.register_with_unit(
+            "peer_clock_offset",
+            "The largest difference between a peer agent's clock and this one's, estimated from their Lease renewals (membership datagrams are judged by the sender's clock)",
+            Unit::Seconds,
+            self.clock_offset.clone(),
         );
         // Every reason shows, at zero, from the start.
         for reason in Refusal::ALL {
@@ -146,6 +156,7 @@ mod tests {
             "berth_membership_detection_seconds_count 1",
             "berth_membership_live_nodes 0",
             "berth_membership_wake_delay_seconds_count 0",
+            "berth_membership_peer_clock_offset_seconds 0.0",
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }

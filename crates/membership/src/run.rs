@@ -57,6 +57,9 @@ const KEY_POLL: Duration = Duration::from_secs(10);
 
 /// How long a stopping agent waits for the API server to delete its Lease.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A peer's clock further than this from this node's is reported (a log line); the metric
+/// always shows the largest offset.
+const SKEW_REPORTED: Duration = Duration::from_secs(1);
 
 /// Agent liveness: this agent's Lease, the others' Leases, and SWIM between the agents.
 pub struct Membership {
@@ -221,6 +224,7 @@ impl Membership {
             until,
             next_beat: Instant::now(),
             next_change: None,
+            skewed: BTreeSet::new(),
             view: LeaseView::default(),
             listed: false,
             nodes: NodeNames::default(),
@@ -559,6 +563,8 @@ struct LoopState {
     next_beat: Instant,
     /// When the verdict changes next with nothing heard.
     next_change: Option<Instant>,
+    /// Peers whose clocks were last reported off this node's.
+    skewed: BTreeSet<String>,
 }
 
 impl LoopState {
@@ -587,6 +593,12 @@ impl LoopState {
         // A peer SWIM does not count alive is asked to let this node join, each time its
         // Lease is renewed: that is how agents find each other, and how they retry.
         if let Some(swim) = swim {
+            let me = self.node.clone();
+            for node in touched.iter().filter(|node| **node != me) {
+                let offset_ms = self.view.clock_offset_ms(node);
+                swim.set_clock_offset(node, offset_ms.map(|ms| ms.saturating_mul(1000)));
+                self.report_clock_offset(node, offset_ms);
+            }
             let now = Instant::now();
             for node in touched {
                 if node == self.node
@@ -600,6 +612,35 @@ impl LoopState {
                 }
             }
         }
+    }
+
+    /// Says when a peer's clock is off this node's by more than [`SKEW_REPORTED`] (and when it
+    /// is back), and keeps the largest offset in the metrics: harmless to membership now, but
+    /// what else on the node compares clocks (certificates, logs) wants to know.
+    fn report_clock_offset(&mut self, node: &str, offset_ms: Option<i64>) {
+        let off = offset_ms.is_some_and(|ms| ms.unsigned_abs() > SKEW_REPORTED.as_millis() as u64);
+        if off && self.skewed.insert(node.to_string()) {
+            tracing::warn!(
+                peer = node,
+                offset_ms = offset_ms.unwrap_or(0),
+                "a peer's clock is off this node's; its membership datagrams are judged by its own clock"
+            );
+        } else if !off && self.skewed.remove(node) {
+            tracing::info!(
+                peer = node,
+                offset_ms = offset_ms.unwrap_or(0),
+                "a peer's clock agrees with this node's again"
+            );
+        }
+        let largest = self
+            .view
+            .nodes()
+            .filter(|peer| *peer != self.node && self.nodes.names.contains(*peer))
+            .filter_map(|peer| self.view.clock_offset_ms(peer))
+            .map(i64::unsigned_abs)
+            .max()
+            .unwrap_or(0);
+        self.metrics.clock_offset.set(largest as f64 / 1000.0);
     }
 
     /// The endpoints datagrams may come from: those advertised on the Leases of the cluster's
