@@ -64,10 +64,10 @@ fn skew_n3(lab: &mut L2Lab) {
     lab.agents.stop("n3", "-TERM");
     lab.agents.wrappers.insert(
         "n3".to_string(),
-        (
-            ["faketime", "-m", "-f", SKEW].map(String::from).to_vec(),
-            vec![("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into())],
-        ),
+        Wrapper {
+            argv: ["faketime", "-m", "-f", SKEW].map(String::from).to_vec(),
+            env: vec![("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into())],
+        },
     );
     lab.agents.start("n3");
 }

@@ -95,6 +95,13 @@ async fn probe_for(lab: &L2Lab, how_long: Duration, rounds: &mut Vec<Instant>) {
 /// whether it was gratuitous (unsolicited).
 type Seen = (Instant, IpAddr, Mac, bool);
 
+/// What a round saw for one address: when, from which MAC, whether gratuitous.
+type Claim = (Instant, Mac, bool);
+
+/// A round with a double answer: the address, when the round began (since the first), and
+/// what it saw (time since the round began, MAC, gratuitous).
+type DoubleAnswer = (String, Duration, Vec<(Duration, Mac, bool)>);
+
 /// Whether what one round (20 ms) saw for one address, in order, shows two nodes answering at
 /// once. The round's probe reaches every node at the same instant, so a node that replies to it
 /// claimed the address then; a node that takes the address over within the round announces it
@@ -102,7 +109,7 @@ type Seen = (Instant, IpAddr, Mac, bool);
 /// another MAC's announcements is a handover — the old owner stopped, then the new one started
 /// — and anything else with two MACs is a double answer: two replies to the probe, a reply
 /// after another MAC's answer or announcement, or a MAC back after another (A, B, A).
-fn is_double(events: &[(Instant, Mac, bool)]) -> bool {
+fn is_double(events: &[Claim]) -> bool {
     let Some((_, first, _)) = events.first() else {
         return false;
     };
@@ -116,14 +123,11 @@ fn is_double(events: &[(Instant, Mac, bool)]) -> bool {
 
 /// Per address, the rounds (by start, since the first) in which two nodes answered at once
 /// ([`is_double`]), with what the round saw (time since the round began, MAC, gratuitous).
-fn double_answers(
-    seen: &[Seen],
-    rounds: &[Instant],
-) -> Vec<(String, Duration, Vec<(Duration, Mac, bool)>)> {
+fn double_answers(seen: &[Seen], rounds: &[Instant]) -> Vec<DoubleAnswer> {
     let Some(first) = rounds.first().copied() else {
         return Vec::new();
     };
-    let mut by_round: BTreeMap<(usize, IpAddr), Vec<(Instant, Mac, bool)>> = BTreeMap::new();
+    let mut by_round: BTreeMap<(usize, IpAddr), Vec<Claim>> = BTreeMap::new();
     for (at, ip, mac, gratuitous) in seen.iter().filter(|(at, ..)| *at >= first) {
         // The round an answer belongs to: the last one started before it.
         let round = rounds.partition_point(|start| start <= at) - 1;
@@ -306,7 +310,7 @@ fn a_handover_within_a_round_is_no_double_answer_but_an_overlap_is() {
     let ms = |n: u64| t0 + Duration::from_millis(n);
     let (a, b) = ([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb]);
     let c = [2, 0, 0, 0, 0, 0xc];
-    let rows: [(&str, Vec<(Instant, Mac, bool)>, bool); 10] = [
+    let rows: [(&str, Vec<Claim>, bool); 10] = [
         ("one owner replies", vec![(ms(1), a, false)], false),
         ("nobody", vec![], false),
         (

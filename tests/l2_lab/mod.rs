@@ -237,9 +237,15 @@ pub struct Agents {
     pub lease: String,
     /// `--l2-interfaces` of the nodes that announce elsewhere than on `eth0`.
     pub interfaces: BTreeMap<String, String>,
-    /// Per node, a program (and its arguments) that runs the agent, e.g. `faketime -f +1h`,
-    /// with its environment.
-    pub wrappers: BTreeMap<String, (Vec<String>, Vec<(String, String)>)>,
+    /// Per node, a program that runs the agent, e.g. `faketime -f +1h`.
+    pub wrappers: BTreeMap<String, Wrapper>,
+}
+
+/// A program (and its arguments) that runs an agent, with the environment it needs.
+#[derive(Debug, Clone, Default)]
+pub struct Wrapper {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 impl Agents {
@@ -248,11 +254,11 @@ impl Agents {
         let address = format!("198.18.0.{i}");
         let log = std::fs::File::create(self.dir.join(format!("{node}.log"))).unwrap();
         let interfaces = self.interfaces.get(node).map_or("eth0", String::as_str);
-        let (wrapper, env) = self.wrappers.get(node).cloned().unwrap_or_default();
+        let wrapper = self.wrappers.get(node).cloned().unwrap_or_default();
         let child = Command::new("ip")
             .args(["netns", "exec", &self.netns[node]])
-            .args(&wrapper)
-            .envs(env)
+            .args(&wrapper.argv)
+            .envs(wrapper.env)
             .args([&self.bin, "agent"])
             .args([
                 "--node-name",
