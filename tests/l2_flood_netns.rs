@@ -13,7 +13,7 @@
 //! also proves `faketime` reached the agent), and the replays are still refused. Needs
 //! `faketime` (`make deps`).
 //!
-//! Bounded: 15 s of flood (`BERTH_FLOOD_SECONDS` for a longer run). Needs root, iproute2 and
+//! Bounded: 15 s of flood (`BERTH_FLOOD_SECONDS` for a longer run), about 25 s in all. Needs root, iproute2 and
 //! iptables; skips with a message elsewhere, fails instead under `CI=true` or
 //! `BERTH_REQUIRE_ROOT=1`. Namespaces `berth-tf<pid>-*`, deleted at the end (also on failure).
 //! The address plan is at the top of `l2_lab/mod.rs`.
