@@ -72,7 +72,11 @@
 //!   any age once, where the window bounds it to seconds. A peer off by more than a second is
 //!   logged, and `berth_membership_peer_clock_offset_seconds` shows the largest offset. A
 //!   Lease first seen (at start, on a relist) is a sample too, low by its age (at most a
-//!   renewal interval, a third of `--lease-duration`), until its next renewal is seen.
+//!   renewal interval, a third of `--lease-duration`), until its next renewal is seen. The
+//!   stamps, `renewTime` and these observations read one clock ([`clock`]): the system's wall
+//!   clock when the agent started, advanced by the monotonic clock, so NTP stepping a skewed
+//!   node's clock back does not leave its stamps pinned ahead of its `renewTime` (a stamp
+//!   never goes back) and refused as `stale` until the clock catches up.
 //! - **The combination rule.** Lease-only mode (membership off, the baseline the failover
 //!   benchmark compares against): live = Lease fresh. With membership on, the heartbeats
 //!   decide for peers that advertise an endpoint (live while heard within the failure timeout
@@ -124,6 +128,7 @@
 //!   graceful leaves, heard right away, are not counted) and
 //!   `berth_membership_refused_messages_total{reason}`.
 
+pub mod clock;
 pub mod config;
 pub mod frame;
 pub mod gate;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use berth_api::names::{field_manager, lease as lease_names};
 use futures::StreamExt;
@@ -469,7 +469,9 @@ async fn renew_lease(
             config.lease_namespace(),
             config.lease_duration(),
             endpoint,
-            Timestamp::now(),
+            // The clock the stamps use, so peers' estimate of this node's offset fits them.
+            Timestamp::from_microsecond(i64::try_from(unix_micros()).unwrap_or(i64::MAX))
+                .unwrap_or_else(|_| Timestamp::now()),
         );
         let patch = Patch::Apply(&lease);
         let attempt = tokio::select! {
@@ -958,11 +960,10 @@ async fn send_all(socket: Option<&UdpSocket>, out: Vec<Outgoing>) {
     }
 }
 
+/// This agent's wall clock for membership ([`crate::clock`]): steps of the system clock do not
+/// move it.
 fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or_default()
+    crate::clock::process_clock().micros_at(Instant::now())
 }
 
 fn unix_millis() -> i64 {
