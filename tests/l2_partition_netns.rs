@@ -6,15 +6,17 @@
 //! on the LAN (AF_PACKET). A *double answer* is a probe round (20 ms) in which two nodes
 //! claimed the same address at once: two replied to the probe, one replied after another had
 //! answered or announced, or one came back after another (a handover — the old owner's
-//! answers, then the new owner's announcements — is none, see `is_double`). Ten trials, the cut node rotating; then three
-//! trials where the owner's agent is stopped (SIGSTOP) for 1.5 s and continued: a continued
-//! owner must not answer from the table it had before it was stopped.
+//! answers, then the new owner's announcements — is none, see `is_double`). Eight trials, the
+//! cut node rotating; two where the node's incoming membership traffic is cut 300 ms before its
+//! outgoing (it withdraws and still tells its peers, which take over at once: a handover); then
+//! three trials where the owner's agent is stopped (SIGSTOP) for 1.5 s and continued: a
+//! continued owner must not answer from the table it had before it was stopped.
 //!
 //! What must hold: no double answer in any trial; during each cut, every address the cut node
 //! owned is answered by another node (the takeover happened); after the heal, the cut node
 //! answers its addresses again (the handover back happened).
 //!
-//! Bounded: about 50 s. Needs root, iproute2 and iptables; skips with a message elsewhere,
+//! Bounded: about 60 s. Needs root, iproute2 and iptables; skips with a message elsewhere,
 //! fails instead under `CI=true` or `BERTH_REQUIRE_ROOT=1`. Namespaces `berth-tp<pid>-*`,
 //! deleted at the end (also on failure). The address plan is at the top of `l2_lab/mod.rs`;
 //! this test adds Services `p0`-`p5` at 198.18.0.210-.215 (Cluster policy).
@@ -32,8 +34,12 @@ use berth_l2::frame::Mac;
 use l2_lab::*;
 
 const PROBE_EVERY: Duration = Duration::from_millis(20);
-const TRIALS: usize = 10;
+const TRIALS: usize = 8;
 const STOP_TRIALS: usize = 3;
+/// Trials where the node's incoming membership traffic is cut first, its outgoing only after
+/// [`ONE_WAY_FOR`] (longer than the withdrawal time, 130 ms).
+const ONE_WAY_TRIALS: usize = 2;
+const ONE_WAY_FOR: Duration = Duration::from_millis(300);
 const FAULT_FOR: Duration = Duration::from_millis(1500);
 
 fn addresses() -> Vec<String> {
@@ -47,22 +53,22 @@ fn a_membership_cut_or_a_stopped_owner_never_makes_two_nodes_answer() {
     run_lab("tp", scenario);
 }
 
-/// The rules that drop `node`'s membership traffic both ways, or take them away, in one
-/// `iptables-restore` transaction: one `iptables` call per rule took up to 150 ms each on a
-/// loaded machine, so the node stopped hearing its peers well before it stopped reaching them
-/// (a one-way cut, which is a different trial).
-fn cut(lab: &mut L2Lab, node: &str, on: bool) {
+/// The rules that drop a node's incoming membership traffic.
+const INBOUND: [(&str, &str); 2] = [("INPUT", "--dport"), ("INPUT", "--sport")];
+/// The rules that drop its outgoing membership traffic.
+const OUTBOUND: [(&str, &str); 2] = [("OUTPUT", "--dport"), ("OUTPUT", "--sport")];
+
+/// Inserts (`on`) or deletes `rules` for UDP 7947 in `node`'s namespace, in one
+/// `iptables-restore` transaction: with one `iptables` call per rule, a loaded machine once left
+/// the node hearing nothing for longer than the withdrawal time while it could still send —
+/// the one-way cut, which the `inbound-first` trials make on purpose.
+fn cut(lab: &mut L2Lab, node: &str, on: bool, rules: &[(&str, &str)]) {
     let ns = lab.topo.netns(node).unwrap().to_string();
     let op = if on { "-I" } else { "-D" };
-    let rules: String = [
-        ("INPUT", "--dport"),
-        ("INPUT", "--sport"),
-        ("OUTPUT", "--dport"),
-        ("OUTPUT", "--sport"),
-    ]
-    .iter()
-    .map(|(chain, dir)| format!("{op} {chain} -p udp {dir} 7947 -j DROP\n"))
-    .collect();
+    let rules: String = rules
+        .iter()
+        .map(|(chain, dir)| format!("{op} {chain} -p udp {dir} 7947 -j DROP\n"))
+        .collect();
     let script = format!("printf '*filter\n{rules}COMMIT\n' | iptables-restore -w --noflush");
     lab.topo.exec(&ns, &["sh", "-c", &script]).unwrap();
 }
@@ -121,13 +127,12 @@ fn is_double(events: &[Claim]) -> bool {
     }
 }
 
-/// Per address, the rounds (by start, since the first) in which two nodes answered at once
-/// ([`is_double`]), with what the round saw (time since the round began, MAC, gratuitous).
-fn double_answers(seen: &[Seen], rounds: &[Instant]) -> Vec<DoubleAnswer> {
-    let Some(first) = rounds.first().copied() else {
-        return Vec::new();
-    };
+/// What each round saw, per address, in order.
+fn by_round(seen: &[Seen], rounds: &[Instant]) -> BTreeMap<(usize, IpAddr), Vec<Claim>> {
     let mut by_round: BTreeMap<(usize, IpAddr), Vec<Claim>> = BTreeMap::new();
+    let Some(first) = rounds.first().copied() else {
+        return by_round;
+    };
     for (at, ip, mac, gratuitous) in seen.iter().filter(|(at, ..)| *at >= first) {
         // The round an answer belongs to: the last one started before it.
         let round = rounds.partition_point(|start| start <= at) - 1;
@@ -137,6 +142,15 @@ fn double_answers(seen: &[Seen], rounds: &[Instant]) -> Vec<DoubleAnswer> {
             .push((*at, *mac, *gratuitous));
     }
     by_round
+}
+
+/// Per address, the rounds (by start, since the first) in which two nodes answered at once
+/// ([`is_double`]), with what the round saw (time since the round began, MAC, gratuitous).
+fn double_answers(seen: &[Seen], rounds: &[Instant]) -> Vec<DoubleAnswer> {
+    let Some(first) = rounds.first().copied() else {
+        return Vec::new();
+    };
+    by_round(seen, rounds)
         .into_iter()
         .filter(|(_, events)| is_double(events))
         .map(|((round, ip), events)| {
@@ -148,6 +162,15 @@ fn double_answers(seen: &[Seen], rounds: &[Instant]) -> Vec<DoubleAnswer> {
             (ip.to_string(), start - first, events)
         })
         .collect()
+}
+
+/// Rounds in which one node's answers gave way to another's announcements: handovers the
+/// rounds are too coarse to separate, counted to show the rule at work.
+fn handovers_within_a_round(seen: &[Seen], rounds: &[Instant]) -> usize {
+    by_round(seen, rounds)
+        .values()
+        .filter(|events| events.iter().any(|(_, mac, _)| *mac != events[0].1) && !is_double(events))
+        .count()
 }
 
 /// Which MAC answered each address in the rounds after `from` (the last answer wins).
@@ -215,15 +238,24 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
     let mut all_doubles = Vec::new();
     let trials: Vec<(&str, &str)> = (0..TRIALS)
         .map(|i| ("cut", NODES[i % NODES.len()]))
+        .chain((0..ONE_WAY_TRIALS).map(|i| ("inbound-first", NODES[i % NODES.len()])))
         .chain((0..STOP_TRIALS).map(|i| ("stop", NODES[i % NODES.len()])))
         .collect();
+    let both: Vec<(&str, &str)> = INBOUND.iter().chain(&OUTBOUND).copied().collect();
     for (trial, (fault, node)) in trials.into_iter().enumerate() {
         let mut rounds = Vec::new();
         let began = Instant::now();
         probe_for(&lab, Duration::from_millis(200), &mut rounds).await;
         let fault_at = Instant::now();
         match fault {
-            "cut" => cut(&mut lab, node, true),
+            "cut" => cut(&mut lab, node, true, &both),
+            "inbound-first" => {
+                // The node hears nothing for longer than the withdrawal time, and says so,
+                // before its sending is cut too.
+                cut(&mut lab, node, true, &INBOUND);
+                probe_for(&lab, ONE_WAY_FOR, &mut rounds).await;
+                cut(&mut lab, node, true, &OUTBOUND);
+            }
             _ => {
                 let pid = lab.agents.children[node].id().to_string();
                 std::process::Command::new("kill")
@@ -239,7 +271,7 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
         );
         let heal_at = Instant::now();
         match fault {
-            "cut" => cut(&mut lab, node, false),
+            "cut" | "inbound-first" => cut(&mut lab, node, false, &both),
             _ => {
                 let pid = lab.agents.children[node].id().to_string();
                 std::process::Command::new("kill")
@@ -271,9 +303,10 @@ async fn scenario(mut lab: L2Lab) -> L2Lab {
         probe_for(&lab, Duration::from_millis(1200), &mut rounds).await;
         let seen = lab.capture.seen.lock().unwrap().clone();
         let doubles = double_answers(&seen, &rounds);
+        let handovers = handovers_within_a_round(&seen, &rounds);
         let silence = longest_silence(&seen, fault_at, heal_at);
         eprintln!(
-            "trial {trial}: {fault} {node}: {} rounds, {} double answers, longest silence during the fault {silence:?}, back home {:?} after the heal",
+            "trial {trial}: {fault} {node}: {} rounds, {} double answers ({handovers} handovers within a round), longest silence during the fault {silence:?}, back home {:?} after the heal",
             rounds.len(),
             doubles.len(),
             Instant::now() - heal_at - Duration::from_millis(1200)
@@ -367,5 +400,6 @@ fn a_handover_within_a_round_is_no_double_answer_but_an_overlap_is() {
     ];
     let doubles = double_answers(&seen, &[ms(0), ms(20)]);
     assert_eq!(doubles.len(), 1, "{doubles:?}");
+    assert_eq!(handovers_within_a_round(&seen, &[ms(0), ms(20)]), 1);
     assert_eq!(doubles[0].1, Duration::from_millis(20));
 }
