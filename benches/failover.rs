@@ -8,7 +8,10 @@
 //! measured for an IPv6 LoadBalancer address announced by NDP (`ndp_rows`): a multicast Neighbor
 //! Solicitation every 20 ms, the outage running to the first solicited Neighbor Advertisement of
 //! the new owner, and beside it the time to its unsolicited NA. Then 1,000 LoadBalancer
-//! Services are added and the API requests of the three agents are counted at steady state.
+//! Services are added and the API requests of the three agents are counted at steady state, and
+//! each agent's live-set changes from the first of them for `BERTH_FAILOVER_FLAP_SECONDS` (60):
+//! flaps. `BERTH_FAILOVER_ONLY=flaps` runs only that part (`BERTH_FAILOVER_FLAP_LOAD=stress`
+//! with `stress-ng` on every core, `BERTH_FAILOVER_LOGS=<dir>` keeps the agents' logs).
 //!
 //! Each trial also times the time to a new TCP connection (from the fault to the first connect
 //! that succeeded after the last failed one) and the owner's return (from the interim owner's
@@ -18,7 +21,7 @@
 //! announcers' ownership changes and live-set changes: every one is a false takeover.
 //!
 //! Needs root; without it, prints why and a line with no numbers. Ends with
-//! `failover: crash_p50_s=... crash_p99_s=... linkdown_p99_s=... graceful_p99_s=... new_conn_crash_p99_s=... return_gap_p99_s=... loaded_crash_p99_s=... false_takeovers=... lease_only_crash_p99_s=... api_rps_1k=...`
+//! `failover: crash_p50_s=... crash_p99_s=... linkdown_p99_s=... graceful_p99_s=... new_conn_crash_p99_s=... return_gap_p99_s=... loaded_crash_p99_s=... false_takeovers=... lease_only_crash_p99_s=... api_rps_1k=... live_changes_1k=...`
 //! where crash, link-down and graceful figures are of the per-trial client-visible outage, the
 //! larger of ARP and TCP.
 //! It prints `failover_ndp: crash_p99_s=... linkdown_p99_s=... graceful_p99_s=...` (the NDP
@@ -265,9 +268,15 @@ async fn rows_for(lab: &mut L2Lab, faults: &[Fault], liveness: &'static str, n: 
 
 /// The sum over the agents of their announcer's ownership changes and their live-set changes.
 fn change_counters(lab: &L2Lab) -> (f64, f64) {
-    let mut ownership = 0.0;
-    let mut live = 0.0;
-    for ns in lab.agents.netns.values() {
+    agent_change_counters(lab)
+        .values()
+        .fold((0.0, 0.0), |(own, live), (o, l)| (own + o, live + l))
+}
+
+/// Per node: the announcer's ownership changes and the live-set changes its agent counted.
+fn agent_change_counters(lab: &L2Lab) -> std::collections::BTreeMap<String, (f64, f64)> {
+    let mut counters = std::collections::BTreeMap::new();
+    for (node, ns) in &lab.agents.netns {
         let Ok((200, body)) = berth_lab::netns::http_get(
             ns,
             "127.0.0.1:10356".parse().unwrap(),
@@ -276,6 +285,7 @@ fn change_counters(lab: &L2Lab) -> (f64, f64) {
         ) else {
             continue;
         };
+        let (mut ownership, mut live) = (0.0, 0.0);
         for line in body.lines() {
             let Some((name, value)) = line.rsplit_once(' ') else {
                 continue;
@@ -287,8 +297,9 @@ fn change_counters(lab: &L2Lab) -> (f64, f64) {
                 live += value;
             }
         }
+        counters.insert(node.clone(), (ownership, live));
     }
-    (ownership, live)
+    counters
 }
 
 /// `stress-ng` holding every core busy, inside `netns`, until dropped.
@@ -367,8 +378,12 @@ async fn loaded(lab: &mut L2Lab, n: usize, watch: Duration) -> Option<(Row, f64,
     ))
 }
 
-/// Requests per second the API server serves at steady state with 1,000 LoadBalancer Services.
-async fn api_rps_1k(lab: &mut L2Lab) -> f64 {
+/// Requests per second the API server serves at steady state with 1,000 LoadBalancer Services,
+/// and the most live-set changes one agent counted from the first of them to the end of a
+/// `flaps` window (each a flap: nothing failed).
+async fn api_rps_1k(lab: &mut L2Lab, flaps: Duration) -> (f64, f64) {
+    let began = Instant::now();
+    let counted = agent_change_counters(lab);
     for i in 0..1000u32 {
         let name = format!("bulk-{i}");
         let cip = format!("10.96.{}.{}", 10 + i / 200, 10 + i % 200);
@@ -420,7 +435,21 @@ async fn api_rps_1k(lab: &mut L2Lab) -> f64 {
         after.reads - before.reads,
         after.writes - before.writes
     );
-    requests as f64 / window.as_secs_f64()
+    if let Some(rest) = flaps.checked_sub(began.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    let mut most = 0.0f64;
+    for (node, (own, live)) in agent_change_counters(lab) {
+        let (own_before, live_before) = counted.get(&node).copied().unwrap_or_default();
+        eprintln!(
+            "1,000 Services, {:?} from the first: {node}: {} live-set changes, {} ownership changes",
+            began.elapsed(),
+            live - live_before,
+            own - own_before
+        );
+        most = most.max(live - live_before);
+    }
+    (requests as f64 / window.as_secs_f64(), most)
 }
 
 fn main() {
@@ -447,7 +476,41 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(600),
     );
-    let (mut rows, ndp, api_rps, load) = runtime.block_on(async {
+    let flaps = Duration::from_secs(
+        std::env::var("BERTH_FAILOVER_FLAP_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60),
+    );
+    // `flaps`: only the 1,000-Service rows (API load and flaps), on a lab that settled first.
+    if std::env::var("BERTH_FAILOVER_ONLY").as_deref() == Ok("flaps") {
+        let (api_rps, most) = runtime.block_on(async {
+            let mut lab = L2Lab::start("bf", "on", "10s").await;
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            // `BERTH_FAILOVER_FLAP_LOAD=stress`: with stress-ng on every core meanwhile.
+            let _load = (std::env::var("BERTH_FAILOVER_FLAP_LOAD").as_deref() == Ok("stress"))
+                .then(|| Load::start(&lab.client_ns))
+                .flatten();
+            let measured = api_rps_1k(&mut lab, flaps).await;
+            // `BERTH_FAILOVER_LOGS=<dir>`: the agents' logs are kept there, to read the flaps.
+            if let Ok(keep) = std::env::var("BERTH_FAILOVER_LOGS") {
+                std::fs::create_dir_all(&keep).unwrap();
+                for node in NODES {
+                    let log = format!("{node}.log");
+                    std::fs::copy(lab.dir.join(&log), std::path::Path::new(&keep).join(&log))
+                        .unwrap();
+                }
+            }
+            lab.finish().await;
+            measured
+        });
+        println!(
+            "failover: api_rps_1k={api_rps:.2} live_changes_1k={most} flaps_s={}",
+            flaps.as_secs()
+        );
+        return;
+    }
+    let (mut rows, ndp, (api_rps, flap_count), load) = runtime.block_on(async {
         let mut lab = L2Lab::start("bf", "on", "10s").await;
         let mut rows = rows_for(
             &mut lab,
@@ -462,7 +525,7 @@ fn main() {
             rows.push(row);
             (own, live)
         });
-        let api = api_rps_1k(&mut lab).await;
+        let api = api_rps_1k(&mut lab, flaps).await;
         lab.finish().await;
         (rows, ndp, api, load)
     });
@@ -513,6 +576,9 @@ fn main() {
         None => println!("stress-ng not found: no loaded rows"),
     }
     println!("API requests/s, 3 agents, 1,000 LoadBalancer Services, steady state: {api_rps:.2}");
+    println!(
+        "live-set changes of the busiest agent, {flaps:?} from the first of 1,000 Services: {flap_count}"
+    );
     let find = |fault: Fault, liveness: &str| {
         rows.iter()
             .find(|r| r.fault == fault && r.liveness.starts_with(liveness))
@@ -529,7 +595,7 @@ fn main() {
     };
     let heartbeat = "membership (heartbeat";
     println!(
-        "failover: crash_p50_s={} crash_p99_s={} linkdown_p50_s={} linkdown_p99_s={} graceful_p99_s={} new_conn_crash_p50_s={} new_conn_crash_p99_s={} return_gap_p99_s={} loaded_crash_p99_s={} false_takeovers={} false_live_changes={} watch_s={} lease_only_crash_p99_s={} api_rps_1k={:.2}",
+        "failover: crash_p50_s={} crash_p99_s={} linkdown_p50_s={} linkdown_p99_s={} graceful_p99_s={} new_conn_crash_p50_s={} new_conn_crash_p99_s={} return_gap_p99_s={} loaded_crash_p99_s={} false_takeovers={} false_live_changes={} watch_s={} lease_only_crash_p99_s={} api_rps_1k={:.2} live_changes_1k={}",
         stat(Fault::Crash, heartbeat, 50.0, |t| t.arp.max(t.tcp)),
         p99(Fault::Crash, heartbeat),
         stat(Fault::LinkDown, heartbeat, 50.0, |t| t.arp.max(t.tcp)),
@@ -543,7 +609,8 @@ fn main() {
         load.map_or("none".to_string(), |(_, live)| live.to_string()),
         watch.as_secs(),
         p99(Fault::Crash, "Lease"),
-        api_rps
+        api_rps,
+        flap_count
     );
 }
 

@@ -7,7 +7,13 @@
 //! address (the owner's), and an answer for every probe. The agents' `refused_messages`
 //! counters prove the flood reached them and stopped at the gate.
 //!
-//! Bounded: 15 s of flood (`BERTH_FLOOD_SECONDS` for a longer run). Needs root, iproute2 and
+//! One agent (n3) runs under `faketime` with its wall clock an hour ahead, as on a node whose
+//! NTP is off: it must stay a member all along (every agent counts three live nodes, no
+//! datagram refused as `stale`), its peers must see the hour (the clock-offset metric, which
+//! also proves `faketime` reached the agent), and the replays are still refused. Needs
+//! `faketime` (`make deps`).
+//!
+//! Bounded: 15 s of flood (`BERTH_FLOOD_SECONDS` for a longer run), about 25 s in all. Needs root, iproute2 and
 //! iptables; skips with a message elsewhere, fails instead under `CI=true` or
 //! `BERTH_REQUIRE_ROOT=1`. Namespaces `berth-tf<pid>-*`, deleted at the end (also on failure).
 //! The address plan is at the top of `l2_lab/mod.rs`.
@@ -40,9 +46,58 @@ fn flood_seconds() -> u64 {
         .unwrap_or(15)
 }
 
+/// n3's wall clock, ahead of the others'.
+const SKEW: &str = "+1h";
+const SKEW_SECONDS: f64 = 3600.0;
+
 #[test]
 fn a_flood_of_junk_forgeries_and_replays_changes_nothing() {
+    if !berth_testing::require(&[berth_testing::Requirement::Program("faketime")]) {
+        return;
+    }
     run_lab("tf", scenario);
+}
+
+/// Restarts n3's agent with its wall clock [`SKEW`] ahead (only the wall clock: monotonic time
+/// is the machine's, as on a node whose NTP is off; `-m`: libfaketime for many threads).
+fn skew_n3(lab: &mut L2Lab) {
+    lab.agents.stop("n3", "-TERM");
+    lab.agents.wrappers.insert(
+        "n3".to_string(),
+        Wrapper {
+            argv: ["faketime", "-m", "-f", SKEW].map(String::from).to_vec(),
+            env: vec![("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into())],
+        },
+    );
+    lab.agents.start("n3");
+}
+
+/// Waits until every agent counts the three nodes live.
+async fn until_all_live(netns: &BTreeMap<String, String>) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let live: BTreeMap<&String, f64> = netns
+            .iter()
+            .map(|(node, ns)| {
+                (
+                    node,
+                    gauge(&membership_counters(ns), "berth_membership_live_nodes"),
+                )
+            })
+            .collect();
+        if live.values().all(|n| *n == 3.0) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every agent counts three live nodes with n3 {SKEW}: {live:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn gauge(counters: &BTreeMap<String, f64>, name: &str) -> f64 {
+    counters.get(name).copied().unwrap_or(f64::NAN)
 }
 
 /// The datagrams the rogue sends, cycling: a third each of random bytes, wrong-key frames and
@@ -114,6 +169,8 @@ fn membership_counters(netns: &str) -> BTreeMap<String, f64> {
         .filter(|l| {
             l.starts_with("berth_membership_changes_total")
                 || l.starts_with("berth_membership_refused_messages_total")
+                || l.starts_with("berth_membership_live_nodes ")
+                || l.starts_with("berth_membership_peer_clock_offset_seconds ")
         })
         .filter_map(|l| {
             let (name, value) = l.rsplit_once(' ')?;
@@ -130,7 +187,8 @@ fn changes(counters: &BTreeMap<String, f64>) -> f64 {
         .sum()
 }
 
-async fn scenario(lab: L2Lab) -> L2Lab {
+async fn scenario(mut lab: L2Lab) -> L2Lab {
+    skew_n3(&mut lab);
     let macs = lab.macs.clone();
     let owner = owner_among(&NODES, VIP);
     let local_owner = owner_among(&["n1", "n2"], LOCAL_VIP);
@@ -140,9 +198,10 @@ async fn scenario(lab: L2Lab) -> L2Lab {
     lab.capture
         .until(LOCAL_VIP, Some(macs[local_owner.as_str()]), "local policy")
         .await;
+    let netns: BTreeMap<String, String> = lab.agents.netns.clone();
+    until_all_live(&netns).await;
     // Settled: the gratuitous rounds of the first takeovers are over.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let netns: BTreeMap<String, String> = lab.agents.netns.clone();
     let before: BTreeMap<String, BTreeMap<String, f64>> = netns
         .iter()
         .map(|(node, ns)| (node.clone(), membership_counters(ns)))
@@ -216,6 +275,19 @@ async fn scenario(lab: L2Lab) -> L2Lab {
             dropped("replayed"),
             0.0,
             "{node}: a replay reached the guard"
+        );
+        // The skewed node stayed a member, and its clock was seen for what it is.
+        assert_eq!(dropped("stale"), 0.0, "{node}: datagrams refused as stale");
+        assert_eq!(
+            gauge(a, "berth_membership_live_nodes"),
+            3.0,
+            "{node} does not count three live nodes: {a:?}"
+        );
+        let offset = gauge(a, "berth_membership_peer_clock_offset_seconds");
+        eprintln!("flood: {node} sees a peer clock {offset:.1} s off");
+        assert!(
+            (offset - SKEW_SECONDS).abs() < 60.0,
+            "{node}: largest peer clock offset {offset} s, n3 runs {SKEW}"
         );
     }
     // Every probe answered, each by the owner alone.

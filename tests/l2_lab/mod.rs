@@ -15,6 +15,7 @@ pub mod ndp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -236,6 +237,15 @@ pub struct Agents {
     pub lease: String,
     /// `--l2-interfaces` of the nodes that announce elsewhere than on `eth0`.
     pub interfaces: BTreeMap<String, String>,
+    /// Per node, a program that runs the agent, e.g. `faketime -f +1h`.
+    pub wrappers: BTreeMap<String, Wrapper>,
+}
+
+/// A program (and its arguments) that runs an agent, with the environment it needs.
+#[derive(Debug, Clone, Default)]
+pub struct Wrapper {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 impl Agents {
@@ -244,8 +254,12 @@ impl Agents {
         let address = format!("198.18.0.{i}");
         let log = std::fs::File::create(self.dir.join(format!("{node}.log"))).unwrap();
         let interfaces = self.interfaces.get(node).map_or("eth0", String::as_str);
+        let wrapper = self.wrappers.get(node).cloned().unwrap_or_default();
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.netns[node], &self.bin, "agent"])
+            .args(["netns", "exec", &self.netns[node]])
+            .args(&wrapper.argv)
+            .envs(wrapper.env)
+            .args([&self.bin, "agent"])
             .args([
                 "--node-name",
                 node,
@@ -279,6 +293,9 @@ impl Agents {
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
+            // A group of its own: a wrapper such as `faketime` forks the agent rather than
+            // exec it, and signals must reach the agent.
+            .process_group(0)
             .spawn()
             .unwrap();
         self.children.insert(node.to_string(), child);
@@ -294,7 +311,7 @@ impl Agents {
     pub fn signal(&mut self, node: &str, signal: &str) -> std::thread::JoinHandle<()> {
         let mut child = self.children.remove(node).unwrap();
         let _ = Command::new("kill")
-            .args([signal, &child.id().to_string()])
+            .args([signal, "--", &format!("-{}", child.id())])
             .status();
         std::thread::spawn(move || {
             let _ = child.wait();
@@ -305,7 +322,9 @@ impl Agents {
 impl Drop for Agents {
     fn drop(&mut self) {
         for child in self.children.values_mut() {
-            let _ = child.kill();
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
             let _ = child.wait();
         }
     }
@@ -558,6 +577,7 @@ impl L2Lab {
             membership: membership.to_string(),
             lease: lease.to_string(),
             interfaces: BTreeMap::new(),
+            wrappers: BTreeMap::new(),
         };
         for node in NODES {
             agents.start(node);

@@ -31,7 +31,8 @@ pub struct RunOptions {
 
 /// Starts agent liveness: its metrics go into `registry` as `berth_membership_*`, and the
 /// returned receivers hold the live nodes and until when this node may answer, for the
-/// announcer, which says through `ready` whether it is ready to answer. Stops with
+/// announcer, which says through `ready` whether it is ready to answer. It runs on a thread of
+/// its own, so the agent's busy moments cannot make it miss heartbeats. Stops with
 /// `shutdown`, withdrawing this node and deleting its Lease first.
 pub fn start_membership(
     config: MembershipConfig,
@@ -51,7 +52,7 @@ pub fn start_membership(
     };
     let until = membership.answer_until();
     membership.register_metrics(registry.sub_registry("membership"));
-    (tokio::spawn(membership.run(shutdown)), live, until)
+    (membership.spawn_dedicated(shutdown), live, until)
 }
 
 /// Runs until `shutdown` is cancelled (or the agent fails), serving the admin endpoint on

@@ -6,7 +6,8 @@
 //! `tag` is HMAC-SHA256 over everything before it, with the cluster's shared key. `stamp` is
 //! the sender's clock in microseconds since the Unix epoch, made strictly increasing per
 //! sender. A receiver accepts a datagram only when the tag verifies (constant time), it names
-//! the receiver, its stamp lies within the clock window of the receiver's clock, and that
+//! the receiver, its stamp lies within the clock window of the sender's clock as the receiver
+//! reckons it (its own clock plus the sender's offset, [`crate::lease`]), and that
 //! sender's stamp has not been accepted before. Without the key nothing can be forged; a
 //! recorded datagram cannot be played to another node (recipient), later than the window
 //! (stamp), or twice (seen stamps, kept for the window).

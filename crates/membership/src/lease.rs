@@ -7,6 +7,14 @@
 //! `renewTime` change (or first saw it). A peer whose clock runs ahead or behind can neither
 //! keep a dead Lease fresh nor make a live one look expired; the price is that a Lease first
 //! seen (at start, or after a relist that finds a new one) counts as fresh for one duration.
+//!
+//! The same renewals tell how far the writer's clock is from this agent's
+//! ([`LeaseView::clock_offset_ms`]): `renewTime` is the writer's clock when it renewed, and the
+//! moment this agent sees the change is its own clock a little later. Each sample is the true
+//! offset minus that delay (the API request and the watch), never more; so the largest of the
+//! last few samples is the estimate (NTP's minimum-delay filter, in one line). The membership
+//! datagrams' stamps are judged against the sender's clock through it ([`crate::frame`]), so a
+//! node whose clock is off stays a member.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -85,12 +93,25 @@ pub fn read_lease(object: &Lease) -> Option<(String, LeaseRecord)> {
     ))
 }
 
+/// Renewals kept per Lease to estimate its writer's clock offset: with a renewal every third
+/// of the duration, the last few cover one duration, so a stepped clock is followed within it.
+const OFFSET_SAMPLES: usize = 4;
+
 /// A Lease as this agent observed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Observed {
     record: LeaseRecord,
     /// When it stops being fresh by this agent's clock; `None`: never fresh.
     expires_ms: Option<i64>,
+    /// `renewTime` minus this agent's clock when each of the last renewals was seen, oldest
+    /// first.
+    offsets_ms: Vec<i64>,
+}
+
+/// The writer's clock minus this agent's, from samples taken when renewals were seen (each is
+/// the offset minus the delay before the renewal was seen): the largest, the least delayed.
+pub fn estimate_offset_ms(samples: &[i64]) -> Option<i64> {
+    samples.iter().copied().max()
 }
 
 /// Every agent Lease seen, by node.
@@ -113,16 +134,30 @@ impl LeaseView {
             seen.record.renewed_ms != record.renewed_ms
                 || seen.record.duration_ms != record.duration_ms
         });
+        let seen = self.records.remove(&node);
         let expires_ms = if renewed {
             record
                 .renewed_ms
                 .and(record.duration_ms)
                 .map(|d| now_ms.saturating_add(d))
         } else {
-            self.records.get(&node).and_then(|seen| seen.expires_ms)
+            seen.as_ref().and_then(|seen| seen.expires_ms)
         };
-        self.records
-            .insert(node.clone(), Observed { record, expires_ms });
+        let mut offsets_ms = seen.map(|seen| seen.offsets_ms).unwrap_or_default();
+        if let (true, Some(written)) = (renewed, record.renewed_ms) {
+            offsets_ms.push(written.saturating_sub(now_ms));
+            if offsets_ms.len() > OFFSET_SAMPLES {
+                offsets_ms.remove(0);
+            }
+        }
+        self.records.insert(
+            node.clone(),
+            Observed {
+                record,
+                expires_ms,
+                offsets_ms,
+            },
+        );
         Some(node)
     }
 
@@ -152,6 +187,14 @@ impl LeaseView {
             }) if *end > now_ms => LeaseState::Fresh,
             Some(_) => LeaseState::Expired,
         }
+    }
+
+    /// How far `node`'s clock is ahead of this agent's (negative: behind), estimated from its
+    /// renewals; `None` before a renewal time was seen.
+    pub fn clock_offset_ms(&self, node: &str) -> Option<i64> {
+        self.records
+            .get(node)
+            .and_then(|r| estimate_offset_ms(&r.offsets_ms))
     }
 
     pub fn endpoint(&self, node: &str) -> Option<SocketAddr> {
@@ -315,5 +358,39 @@ mod tests {
         view.apply(&build_lease("dead", "ns", ten, None, at(0)), 2 * hour);
         assert_eq!(view.state("dead", 2 * hour + 9_999), LeaseState::Fresh);
         assert_eq!(view.state("dead", 2 * hour + 10_000), LeaseState::Expired);
+    }
+
+    #[test]
+    fn the_writers_clock_offset_is_the_least_delayed_of_its_last_renewals() {
+        let ten = Duration::from_secs(10);
+        let hour = 3_600_000;
+        let mut view = LeaseView::default();
+        assert_eq!(view.clock_offset_ms("a"), None);
+        // The writer is an hour ahead; its renewals are seen 40 ms, 5 ms, 900 ms (a slow
+        // watch) after it wrote them.
+        for (written, seen) in [(hour, 40), (hour + 3_000, 3_005), (hour + 6_000, 6_900)] {
+            view.apply(&build_lease("a", "ns", ten, None, at(written)), seen);
+        }
+        assert_eq!(view.clock_offset_ms("a"), Some(hour - 5));
+        // The same renewal seen again (a relist, an annotation) is no new sample.
+        view.apply(&build_lease("a", "ns", ten, None, at(hour + 6_000)), 20_000);
+        assert_eq!(view.clock_offset_ms("a"), Some(hour - 5));
+        // Its clock is stepped back to ours: followed once the older samples have left.
+        for i in 1..=OFFSET_SAMPLES as i64 {
+            view.apply(
+                &build_lease("a", "ns", ten, None, at(30_000 + i * 3_000)),
+                30_010 + i * 3_000,
+            );
+        }
+        assert_eq!(view.clock_offset_ms("a"), Some(-10));
+        // A writer behind this clock, and a Lease without a renewal time.
+        view.apply(&build_lease("b", "ns", ten, None, at(1_000)), hour);
+        assert_eq!(view.clock_offset_ms("b"), Some(1_000 - hour));
+        let mut never = build_lease("c", "ns", ten, None, at(0));
+        never.spec.as_mut().unwrap().renew_time = None;
+        view.apply(&never, 0);
+        assert_eq!(view.clock_offset_ms("c"), None);
+        assert_eq!(estimate_offset_ms(&[]), None);
+        assert_eq!(estimate_offset_ms(&[-3, 7, 2]), Some(7));
     }
 }

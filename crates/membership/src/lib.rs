@@ -33,14 +33,15 @@
 //!   recipient, a stamp (sender's clock in µs, strictly increasing), the payload, and an
 //!   HMAC-SHA256 tag over all of it with the shared key (a file the caller reads; the chart
 //!   mounts a Secret). A datagram is dropped and counted when its tag does not verify, it
-//!   names another recipient, its stamp is more than the clock window (5 s) from the
-//!   receiver's clock, or that sender's stamp was already accepted (stamps are remembered for
-//!   the window). So a LAN neighbour without the key can neither forge nor alter a message,
-//!   nor replay one to another node, later than the window, or twice. What remains: a
-//!   receiver that restarted has no memory of stamps, so a datagram recorded within the
-//!   window before the restart can be played to it once; such a datagram repeats old
-//!   news (foca's incarnations make stale updates inert). The key is shared: every key
-//!   holder is trusted, as with memberlist's keyring. Clocks must agree within the window.
+//!   names another recipient, its stamp is more than the clock window (5 s) from *the
+//!   sender's* clock as this node reckons it (this node's clock plus the sender's offset,
+//!   learnt from its Lease renewals: see Clocks below), or that sender's stamp was already
+//!   accepted (stamps are remembered for the window). So a LAN neighbour without the key can
+//!   neither forge nor alter a message, nor replay one to another node, later than the
+//!   window, or twice. What remains: a receiver that restarted has no memory of stamps, so a
+//!   datagram recorded within the window before the restart can be played to it once; such a
+//!   datagram repeats old news (foca's incarnations make stale updates inert). The key is
+//!   shared: every key holder is trusted, as with memberlist's keyring.
 //! - **Floods are cheap.** A datagram passes a gate ([`gate`]) before the HMAC or SWIM
 //!   sees it: the right size and envelope version, a source that is the advertised endpoint
 //!   (`ip:port`) of a Node's agent Lease and the same node named as sender, and room in that
@@ -60,7 +61,22 @@
 //! - **Clocks.** A Lease is fresh for its duration from the moment this agent saw its
 //!   `renewTime` change, by this agent's own clock (client-go's observed-time rule,
 //!   [`lease`]): a peer with a skewed clock cannot keep a dead Lease fresh or make a live one
-//!   look expired. Only the membership datagrams' stamps compare clocks (the clock window).
+//!   look expired. The membership datagrams' stamps are judged against the sender's own
+//!   clock: every renewal of a peer's Lease carries its clock (`renewTime`) and is seen here a
+//!   little later by this agent's clock; the largest of the last four differences (each is
+//!   the offset less that delay) is the peer's offset ([`lease::LeaseView::clock_offset_ms`]).
+//!   So an agent whose clock is off — minutes or a day — stays a member; only the delay
+//!   between a renewal and its sighting (milliseconds; seconds when the API server is slow)
+//!   has to fit in the window. Chosen over a per-sender counter with an epoch per restart:
+//!   that needs no clock at all, but a receiver that restarted would accept a recording of
+//!   any age once, where the window bounds it to seconds. A peer off by more than a second is
+//!   logged, and `berth_membership_peer_clock_offset_seconds` shows the largest offset. A
+//!   Lease first seen (at start, on a relist) is a sample too, low by its age (at most a
+//!   renewal interval, a third of `--lease-duration`), until its next renewal is seen. The
+//!   stamps, `renewTime` and these observations read one clock ([`clock`]): the system's wall
+//!   clock when the agent started, advanced by the monotonic clock, so NTP stepping a skewed
+//!   node's clock back does not leave its stamps pinned ahead of its `renewTime` (a stamp
+//!   never goes back) and refused as `stale` until the clock catches up.
 //! - **The combination rule.** Lease-only mode (membership off, the baseline the failover
 //!   benchmark compares against): live = Lease fresh. With membership on, the heartbeats
 //!   decide for peers that advertise an endpoint (live while heard within the failure timeout
@@ -100,11 +116,19 @@
 //!   only once its heartbeat says so, and stop answering what moves to it on that heartbeat.
 //!   The announcer answers what it gains a short handover delay after counting itself, so
 //!   the handover's gap is that delay, not a detection time.
+//! - **A thread of its own, at real-time priority.** [`Membership::spawn_dedicated`] runs the
+//!   loop on the `berth-membership` thread with a current-thread runtime, so the agent's
+//!   other tasks cannot delay a heartbeat, and asks for `SCHED_RR` ([`priority`]), so a loaded
+//!   node's other processes cannot either: measured, they delayed it 80–200 ms, past the
+//!   withdrawal time, and the three lab agents flapped every few seconds under 1,000 Services
+//!   and `stress-ng`; at real-time priority none did. Without `CAP_SYS_NICE` it runs at normal
+//!   priority. `berth_membership_wake_delay_seconds` shows how late the loop wakes.
 //! - **Metrics**: `berth_membership_changes_total{change}`, `berth_membership_live_nodes`,
 //!   `berth_membership_detection_seconds` (from the last datagram heard to the declaration;
 //!   graceful leaves, heard right away, are not counted) and
 //!   `berth_membership_refused_messages_total{reason}`.
 
+pub mod clock;
 pub mod config;
 pub mod frame;
 pub mod gate;
@@ -112,6 +136,7 @@ pub mod identity;
 pub mod lease;
 pub mod live;
 pub mod metrics;
+pub mod priority;
 mod run;
 pub mod swim;
 
@@ -139,6 +164,13 @@ pub enum Error {
     },
     #[error("the agent Lease watch ended")]
     WatchEnded,
+    #[error("starting the membership thread or its runtime failed")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the membership thread ended without a result")]
+    ThreadEnded,
 }
 
 impl Error {
@@ -150,6 +182,7 @@ impl Error {
             Error::NoAddress { .. } => "address",
             Error::Kube { .. } => "kube",
             Error::WatchEnded => "watch",
+            Error::Runtime { .. } | Error::ThreadEnded => "runtime",
         }
     }
 }

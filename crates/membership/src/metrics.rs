@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
 
 use crate::frame::Refusal;
 
@@ -22,6 +23,11 @@ pub struct RefusalLabels {
     pub reason: &'static str,
 }
 
+fn wake_delay_histogram() -> Histogram {
+    // 1 ms to ~1 s: a heartbeat is every 40 ms, a peer is dropped after 250 ms.
+    Histogram::new(exponential_buckets(0.001, 2.0, 11))
+}
+
 fn detection_histogram() -> Histogram {
     // 50 ms to ~50 s.
     Histogram::new(exponential_buckets(0.05, 2.0, 11))
@@ -34,6 +40,10 @@ pub struct MembershipMetrics {
     pub live_nodes: Gauge,
     pub detection: Histogram,
     pub refused: Family<RefusalLabels, Counter>,
+    /// How late the run loop woke for its timers: its thread's (or process's) stalls.
+    pub wake_delay: Histogram,
+    /// The largest offset between a peer's clock and this node's, in seconds.
+    pub clock_offset: Gauge<f64, AtomicU64>,
 }
 
 impl Default for MembershipMetrics {
@@ -43,6 +53,8 @@ impl Default for MembershipMetrics {
             live_nodes: Gauge::default(),
             detection: detection_histogram(),
             refused: Family::default(),
+            wake_delay: wake_delay_histogram(),
+            clock_offset: Gauge::default(),
         }
     }
 }
@@ -71,6 +83,18 @@ impl MembershipMetrics {
             "refused_messages",
             "Membership datagrams dropped, by reason (size, version, unknown source, rate, backlog, authentication, freshness, replay)",
             self.refused.clone(),
+        );
+        membership.register_with_unit(
+            "wake_delay",
+            "How late the membership loop woke for a timer (heartbeat, probe, expiry)",
+            Unit::Seconds,
+            self.wake_delay.clone(),
+        );
+        membership.register_with_unit(
+            "peer_clock_offset",
+            "The largest difference between a peer agent's clock and this one's, estimated from their Lease renewals (membership datagrams are judged by the sender's clock)",
+            Unit::Seconds,
+            self.clock_offset.clone(),
         );
         // Every reason shows, at zero, from the start.
         for reason in Refusal::ALL {
@@ -131,6 +155,8 @@ mod tests {
             "berth_membership_refused_messages_total{reason=\"replayed\"} 0",
             "berth_membership_detection_seconds_count 1",
             "berth_membership_live_nodes 0",
+            "berth_membership_wake_delay_seconds_count 0",
+            "berth_membership_peer_clock_offset_seconds 0.0",
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }

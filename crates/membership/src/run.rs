@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use berth_api::names::{field_manager, lease as lease_names};
 use futures::StreamExt;
@@ -18,6 +18,7 @@ use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::MembershipConfig;
@@ -56,6 +57,9 @@ const KEY_POLL: Duration = Duration::from_secs(10);
 
 /// How long a stopping agent waits for the API server to delete its Lease.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A peer's clock further than this from this node's is reported (a log line); the metric
+/// always shows the largest offset.
+const SKEW_REPORTED: Duration = Duration::from_secs(1);
 
 /// Agent liveness: this agent's Lease, the others' Leases, and SWIM between the agents.
 pub struct Membership {
@@ -118,6 +122,43 @@ impl Membership {
     /// Registers the metrics into `registry`, which the caller prefixes (`berth_membership_`).
     pub fn register_metrics(&self, registry: &mut Registry) {
         self.metrics.register(registry);
+    }
+
+    /// Runs [`Membership::run`] on an OS thread of its own, with a current-thread runtime of
+    /// its own, so no task of the caller's runtime (watches, indexes, an election over every
+    /// Service) can delay a heartbeat, a receive or a timer: a busy agent must not look dead
+    /// to its peers, nor take its peers for dead. The Lease requests still go through
+    /// `client`'s connections on the runtime that built it; Leases are judged in seconds, not
+    /// in heartbeats. Call it inside a tokio runtime; the handle is that runtime's.
+    /// The thread is named `berth-membership`, so it can be told apart in `top -H` or `perf`,
+    /// and asks for real-time priority ([`crate::priority`]): other processes of a loaded node
+    /// must not delay it either.
+    pub fn spawn_dedicated(self, shutdown: CancellationToken) -> JoinHandle<Result<(), Error>> {
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let started = std::thread::Builder::new()
+            .name("berth-membership".into())
+            .spawn(move || {
+                match crate::priority::raise_current_thread() {
+                    Ok(()) => tracing::info!(
+                        priority = crate::priority::REALTIME_PRIORITY,
+                        "agent liveness runs on a real-time thread (SCHED_RR)"
+                    ),
+                    Err(err) => tracing::info!(
+                        error = %err,
+                        "agent liveness runs at normal priority (SCHED_RR needs CAP_SYS_NICE)"
+                    ),
+                }
+                let ran = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|source| Error::Runtime { source })
+                    .and_then(|runtime| runtime.block_on(self.run(shutdown)));
+                let _ = done_tx.send(ran);
+            });
+        tokio::spawn(async move {
+            started.map_err(|source| Error::Runtime { source })?;
+            done_rx.await.unwrap_or(Err(Error::ThreadEnded))
+        })
     }
 
     /// Runs until `shutdown`. A graceful stop withdraws this node from the published set,
@@ -183,6 +224,7 @@ impl Membership {
             until,
             next_beat: Instant::now(),
             next_change: None,
+            skewed: BTreeSet::new(),
             view: LeaseView::default(),
             listed: false,
             nodes: NodeNames::default(),
@@ -211,6 +253,11 @@ impl Membership {
                 biased;
                 () = shutdown.cancelled() => break Ok(()),
                 () = tokio::time::sleep_until(wake.into()) => {
+                    let late = Instant::now().saturating_duration_since(wake);
+                    metrics.wake_delay.observe(late.as_secs_f64());
+                    if late > 2 * state.heartbeat_interval() {
+                        tracing::info!(late_ms = late.as_millis() as u64, "the membership loop woke late");
+                    }
                     // What arrived while this task waited (or while the process was not
                     // running at all) is read before anyone is judged silent: a busy node
                     // must not take its own lateness for its peers' silence. Bounded by the
@@ -422,7 +469,9 @@ async fn renew_lease(
             config.lease_namespace(),
             config.lease_duration(),
             endpoint,
-            Timestamp::now(),
+            // The clock the stamps use, so peers' estimate of this node's offset fits them.
+            Timestamp::from_microsecond(i64::try_from(unix_micros()).unwrap_or(i64::MAX))
+                .unwrap_or_else(|_| Timestamp::now()),
         );
         let patch = Patch::Apply(&lease);
         let attempt = tokio::select! {
@@ -443,7 +492,7 @@ async fn renew_lease(
     }
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+struct AbortOnDrop(JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -516,6 +565,8 @@ struct LoopState {
     next_beat: Instant,
     /// When the verdict changes next with nothing heard.
     next_change: Option<Instant>,
+    /// Peers whose clocks were last reported off this node's.
+    skewed: BTreeSet<String>,
 }
 
 impl LoopState {
@@ -544,6 +595,12 @@ impl LoopState {
         // A peer SWIM does not count alive is asked to let this node join, each time its
         // Lease is renewed: that is how agents find each other, and how they retry.
         if let Some(swim) = swim {
+            let me = self.node.clone();
+            for node in touched.iter().filter(|node| **node != me) {
+                let offset_ms = self.view.clock_offset_ms(node);
+                swim.set_clock_offset(node, offset_ms.map(|ms| ms.saturating_mul(1000)));
+                self.report_clock_offset(node, offset_ms);
+            }
             let now = Instant::now();
             for node in touched {
                 if node == self.node
@@ -557,6 +614,35 @@ impl LoopState {
                 }
             }
         }
+    }
+
+    /// Says when a peer's clock is off this node's by more than [`SKEW_REPORTED`] (and when it
+    /// is back), and keeps the largest offset in the metrics: harmless to membership now, but
+    /// what else on the node compares clocks (certificates, logs) wants to know.
+    fn report_clock_offset(&mut self, node: &str, offset_ms: Option<i64>) {
+        let off = offset_ms.is_some_and(|ms| ms.unsigned_abs() > SKEW_REPORTED.as_millis() as u64);
+        if off && self.skewed.insert(node.to_string()) {
+            tracing::warn!(
+                peer = node,
+                offset_ms = offset_ms.unwrap_or(0),
+                "a peer's clock is off this node's; its membership datagrams are judged by its own clock"
+            );
+        } else if !off && self.skewed.remove(node) {
+            tracing::info!(
+                peer = node,
+                offset_ms = offset_ms.unwrap_or(0),
+                "a peer's clock agrees with this node's again"
+            );
+        }
+        let largest = self
+            .view
+            .nodes()
+            .filter(|peer| *peer != self.node && self.nodes.names.contains(*peer))
+            .filter_map(|peer| self.view.clock_offset_ms(peer))
+            .map(i64::unsigned_abs)
+            .max()
+            .unwrap_or(0);
+        self.metrics.clock_offset.set(largest as f64 / 1000.0);
     }
 
     /// The endpoints datagrams may come from: those advertised on the Leases of the cluster's
@@ -874,11 +960,10 @@ async fn send_all(socket: Option<&UdpSocket>, out: Vec<Outgoing>) {
     }
 }
 
+/// This agent's wall clock for membership ([`crate::clock`]): steps of the system clock do not
+/// move it.
 fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or_default()
+    crate::clock::process_clock().micros_at(Instant::now())
 }
 
 fn unix_millis() -> i64 {

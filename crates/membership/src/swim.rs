@@ -2,7 +2,7 @@
 //! kept in order. The run loop feeds it from a UDP socket and a clock; tests feed it directly.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,9 @@ pub struct Swim {
     previous_key: Option<Key>,
     stamper: Stamper,
     guard: ReplayGuard,
+    /// Each peer's clock minus this node's, in microseconds, from its Lease
+    /// ([`crate::lease::LeaseView::clock_offset_ms`]): its stamps are judged by its own clock.
+    offsets: HashMap<String, i64>,
     timers: BinaryHeap<Reverse<(Instant, Timer<Peer>)>>,
     /// Each peer's state, kept from foca's notifications (a peer declared down stays down
     /// until it rejoins).
@@ -84,6 +87,7 @@ impl Swim {
             previous_key: None,
             stamper: Stamper::default(),
             guard: ReplayGuard::new(clock_window),
+            offsets: HashMap::new(),
             timers: BinaryHeap::new(),
             states: BTreeMap::new(),
             heard: BTreeMap::new(),
@@ -126,7 +130,20 @@ impl Swim {
         self.collect(now);
     }
 
-    /// One received datagram. Refused ones change nothing.
+    /// How far `node`'s clock is ahead of this node's (negative: behind); `None`: unknown,
+    /// taken as none.
+    pub fn set_clock_offset(&mut self, node: &str, micros: Option<i64>) {
+        match micros {
+            Some(micros) => {
+                self.offsets.insert(node.to_string(), micros);
+            }
+            None => {
+                self.offsets.remove(node);
+            }
+        }
+    }
+
+    /// One received datagram; `now_micros` is this node's clock. Refused ones change nothing.
     pub fn receive(
         &mut self,
         datagram: &[u8],
@@ -141,7 +158,9 @@ impl Swim {
         if opened.recipient != me {
             return Err(Refusal::WrongRecipient);
         }
-        self.guard.admit(opened.sender, opened.stamp, now_micros)?;
+        let offset = self.offsets.get(opened.sender).copied().unwrap_or(0);
+        let senders_now = now_micros.saturating_add_signed(offset);
+        self.guard.admit(opened.sender, opened.stamp, senders_now)?;
         self.heard.insert(opened.sender.to_string(), now);
         if let Some(flags) = opened.payload.strip_prefix(HEARTBEAT.as_slice()) {
             let flags = flags.first().copied().unwrap_or(0);
@@ -327,6 +346,8 @@ mod tests {
         dead: Vec<bool>,
         /// Running, but cut off: nothing it sends arrives, nothing reaches it.
         cut: Vec<bool>,
+        /// Each node's wall clock minus the simulation's, in microseconds.
+        skew: Vec<i64>,
         now: Instant,
         epoch_micros: u64,
         start: Instant,
@@ -342,6 +363,7 @@ mod tests {
             Net {
                 dead: vec![false; n],
                 cut: vec![false; n],
+                skew: vec![0; n],
                 nodes,
                 now,
                 start: now,
@@ -354,12 +376,17 @@ mod tests {
             self.epoch_micros + self.now.duration_since(self.start).as_micros() as u64
         }
 
+        /// Node `i`'s wall clock.
+        fn clock(&self, i: usize) -> u64 {
+            self.micros().saturating_add_signed(self.skew[i])
+        }
+
         fn deliver(&mut self) {
             let mut queue: VecDeque<Outgoing> = VecDeque::new();
             loop {
-                let micros = self.micros();
                 for i in 0..self.nodes.len() {
-                    let (out, events) = self.nodes[i].drain(micros);
+                    let clock = self.clock(i);
+                    let (out, events) = self.nodes[i].drain(clock);
                     if !self.dead[i] && !self.cut[i] {
                         queue.extend(out);
                     }
@@ -370,7 +397,8 @@ mod tests {
                 };
                 let to = (packet.to.port() - 7000) as usize;
                 if !self.dead[to] && !self.cut[to] {
-                    let _ = self.nodes[to].receive(&packet.datagram, self.now, micros);
+                    let clock = self.clock(to);
+                    let _ = self.nodes[to].receive(&packet.datagram, self.now, clock);
                 }
             }
         }
@@ -640,6 +668,71 @@ mod tests {
         assert_eq!(
             net.nodes[0].receive(&datagram, now, micros),
             Err(Refusal::Replayed)
+        );
+    }
+
+    /// A node whose clock is a minute ahead: judged by this node's clock (no offset known), its
+    /// datagrams are stale and it never joins; judged by its own clock (the offset its Lease
+    /// tells), it is a member, and its datagrams are still refused when replayed twice or
+    /// later than the window of its clock.
+    #[test]
+    fn a_node_whose_clock_is_off_is_a_member_and_its_replays_are_still_refused() {
+        let minute: i64 = 60_000_000;
+        let mut net = Net::new(3);
+        net.skew[2] = minute;
+        net.join_all();
+        for i in 0..2 {
+            assert_eq!(net.nodes[i].state("node-2"), SwimState::Unknown, "node-{i}");
+        }
+        for i in 0..2 {
+            net.nodes[i].set_clock_offset("node-2", Some(minute));
+            net.nodes[2].set_clock_offset(&format!("node-{i}"), Some(-minute));
+        }
+        net.join_all();
+        net.run_for(Duration::from_secs(2));
+        for i in 0..3 {
+            let others: Vec<SwimState> = (0..3)
+                .filter(|j| *j != i)
+                .map(|j| net.nodes[i].state(&format!("node-{j}")))
+                .collect();
+            assert_eq!(others, vec![SwimState::Alive; 2], "node-{i}");
+        }
+        // A genuine datagram from node-2 to node-0, recorded off the wire.
+        let now = net.now;
+        net.nodes[2].announce(
+            Peer::from_lease("node-0", SocketAddr::from(([127, 0, 0, 1], 7000))),
+            now,
+        );
+        let clock = net.clock(2);
+        let (out, _) = net.nodes[2].drain(clock);
+        let recorded = out
+            .iter()
+            .find(|o| o.to.port() == 7000)
+            .map(|o| o.datagram.clone())
+            .unwrap();
+        let at_node_0 = net.clock(0);
+        assert_eq!(net.nodes[0].receive(&recorded, now, at_node_0), Ok(()));
+        assert_eq!(
+            net.nodes[0].receive(&recorded, now, at_node_0),
+            Err(Refusal::Replayed)
+        );
+        assert_eq!(
+            net.nodes[0].receive(&recorded, now, at_node_0 + 6_000_000),
+            Err(Refusal::Stale)
+        );
+        // Forgetting the offset brings back today's refusal.
+        let fresh = open(&Key::new(KEY).unwrap(), &recorded).unwrap();
+        let again = seal(
+            &Key::new(KEY).unwrap(),
+            fresh.sender,
+            fresh.recipient,
+            fresh.stamp + 1,
+            fresh.payload,
+        );
+        net.nodes[0].set_clock_offset("node-2", None);
+        assert_eq!(
+            net.nodes[0].receive(&again, now, at_node_0),
+            Err(Refusal::Stale)
         );
     }
 }

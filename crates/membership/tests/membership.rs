@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use berth_membership::frame::{seal, Key, Refusal};
 use berth_membership::identity::Peer;
+use berth_membership::metrics::ChangeLabels;
 use berth_membership::swim::Swim;
 use berth_membership::{LiveNodes, Membership, MembershipMetrics, MembershipOptions};
 use berth_testing::start_lab;
@@ -68,6 +69,34 @@ fn start(client: &Client, options: MembershipOptions) -> Running {
         stop,
         task,
     }
+}
+
+/// As [`start`], on a thread and runtime of its own, as the agent runs it.
+fn start_dedicated(client: &Client, options: MembershipOptions) -> Running {
+    let config = options.validate().expect("valid options");
+    let (membership, live) = Membership::new(config, client.clone());
+    let metrics = membership.metrics().clone();
+    let stop = CancellationToken::new();
+    let task = membership.spawn_dedicated(stop.clone());
+    Running {
+        live,
+        metrics,
+        stop,
+        task,
+    }
+}
+
+/// Live-set changes (up and down) a member has counted.
+fn changes(metrics: &MembershipMetrics) -> u64 {
+    ["up", "down"]
+        .into_iter()
+        .map(|change| {
+            metrics
+                .changes
+                .get_or_create(&ChangeLabels { change })
+                .get()
+        })
+        .sum()
 }
 
 /// The lab with the Nodes `names`: peers take part only as Nodes of the cluster.
@@ -169,6 +198,40 @@ async fn a_crashed_member_is_dropped_by_its_heartbeats_long_before_its_lease_exp
         assert_eq!(authentication_refusals(&r.metrics), 0);
         r.stop.cancel();
         r.task.await.expect("joined").expect("stopped cleanly");
+    }
+}
+
+/// The caller's runtime stalls (here the test's only thread, which also serves the API
+/// server, blocked for longer than the failure timeout): members on threads of their own keep
+/// their heartbeats and timers, so nobody flaps. On the caller's runtime the same stalls
+/// drop every peer.
+#[tokio::test]
+async fn a_stalled_caller_runtime_changes_nothing_for_dedicated_members() {
+    let (_server, client) = start_lab_with_nodes(&["node-a", "node-b", "node-c"]).await;
+    let mut members: Vec<Running> = ["node-a", "node-b", "node-c"]
+        .into_iter()
+        .map(|node| start_dedicated(&client, mk_options(node)))
+        .collect();
+    let all = names(&["node-a", "node-b", "node-c"]);
+    for member in &mut members {
+        wait_for(member, "three live members", all.clone()).await;
+    }
+    // Past the takeover holds and the last joins.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before: Vec<u64> = members.iter().map(|m| changes(&m.metrics)).collect();
+    for _ in 0..3 {
+        // Two and a half failure timeouts (400 ms) without this runtime.
+        std::thread::sleep(Duration::from_millis(1000));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let after: Vec<u64> = members.iter().map(|m| changes(&m.metrics)).collect();
+    assert_eq!(before, after, "live-set changes while the caller stalled");
+    for member in &members {
+        assert_eq!(**member.live.borrow(), all);
+    }
+    for member in members {
+        member.stop.cancel();
+        member.task.await.expect("joined").expect("stopped cleanly");
     }
 }
 
