@@ -319,21 +319,31 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
         .await
         .unwrap();
 
-    // The old ruleset: the first half of the Services, programmed by a converged agent.
+    // The old ruleset: the first half of the Services, programmed by a converged agent. Both
+    // writers at once: only what they program is kept, not how long it took.
     let half = total / 2;
     create_services(&client, 0..half).await;
     let olds: Vec<(Vec<String>, String)> = tokio::task::block_in_place(|| {
-        writers
-            .iter()
-            .zip(&namespaces)
-            .zip(&kubeconfigs)
-            .map(|((writer, ns), kc)| {
-                let old = converge(ns, kc, writer, half);
-                (old, ns.nft(&["list", "table", "ip", "berth"], None))
-            })
-            .collect()
+        std::thread::scope(|scope| {
+            let running: Vec<_> = writers
+                .iter()
+                .zip(&namespaces)
+                .zip(&kubeconfigs)
+                .map(|((writer, ns), kc)| {
+                    scope.spawn(move || {
+                        let old = converge(ns, kc, writer, half);
+                        (old, ns.nft(&["list", "table", "ip", "berth"], None))
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|r| r.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
     });
-    // The new one: all of them. The time it took bounds the random kill instants.
+    // The new one: all of them. The time it took bounds the random kill instants, so one
+    // writer after the other, each with the machine to itself.
     create_services(&client, half..total).await;
     let recorded: Vec<Recorded> = tokio::task::block_in_place(|| {
         writers
