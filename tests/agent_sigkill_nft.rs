@@ -175,21 +175,29 @@ impl Drop for Agent {
     }
 }
 
-/// Starts an agent and waits until berth's table is `expected`; the agent is stopped after.
+/// Starts an agent and waits until berth's table has every DNAT and stays as it is; the agent is
+/// stopped after. Returns the table and how long after the start the first listing with every
+/// DNAT came back: the agent writes in one transaction, so that listing saw the whole table,
+/// and the next one only confirms that nothing follows.
 fn converge(
     ns: &Netns,
     kubeconfig: &std::path::Path,
     writer: &str,
     expected_rules: usize,
-) -> Vec<String> {
+) -> (Vec<String>, Duration) {
     let mut agent = Agent::start(ns, kubeconfig, writer);
-    let deadline = Instant::now() + CONVERGE;
+    let started = Instant::now();
+    let deadline = started + CONVERGE;
     let mut last = Vec::new();
-    loop {
+    let mut complete = None;
+    let took = loop {
         let table = ns.table();
         let dnats = table.iter().filter(|l| l.contains("dnat to")).count();
-        if dnats >= expected_rules && table == last {
-            break;
+        if dnats >= expected_rules {
+            let took = *complete.get_or_insert_with(|| started.elapsed());
+            if table == last {
+                break took;
+            }
         }
         assert!(
             Instant::now() < deadline,
@@ -197,10 +205,10 @@ fn converge(
         );
         last = table;
         std::thread::sleep(Duration::from_millis(500));
-    }
+    };
     agent.kill();
     ns.wait_idle();
-    last
+    (last, took)
 }
 
 fn service(i: usize) -> Service {
@@ -331,7 +339,7 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
                 .zip(&kubeconfigs)
                 .map(|((writer, ns), kc)| {
                     scope.spawn(move || {
-                        let old = converge(ns, kc, writer, half);
+                        let (old, _) = converge(ns, kc, writer, half);
                         (old, ns.nft(&["list", "table", "ip", "berth"], None))
                     })
                 })
@@ -352,9 +360,7 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
             .zip(&kubeconfigs)
             .zip(olds)
             .map(|(((writer, ns), kc), (old, old_text))| {
-                let began = Instant::now();
-                let new = converge(ns, kc, writer, total);
-                let full_sync = began.elapsed();
+                let (new, full_sync) = converge(ns, kc, writer, total);
                 assert_ne!(old, new);
                 Recorded {
                     old,
