@@ -130,11 +130,19 @@ run: deps
 	$(CARGO) build --bin berth
 	$(BERTH_BIN) lab up --apply examples $(ARGS)
 
+# berth explain's packet comparison runs once more on a lab whose agents run iptables (the first
+# run: nftables). That lab is a second one with namespaces of its own, so it runs beside the
+# first run; its output follows the first run's.
 e2e: deps
 	$(CARGO) build --bin berth
-	BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh
-	# berth explain's packet comparison once more on a lab whose agents run iptables (the first run: nftables).
-	BERTH_BACKEND=iptables BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh 90-explain
+	@log=$$(mktemp /tmp/berth-e2e-iptables.XXXXXX); \
+	BERTH_BACKEND=iptables BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh 90-explain >"$$log" 2>&1 & \
+	iptables_run=$$!; \
+	BERTH_BIN=$(abspath $(BERTH_BIN)) e2e/local/run.sh && rc=0 || rc=$$?; \
+	wait "$$iptables_run" && iptables_rc=0 || iptables_rc=$$?; \
+	echo "== e2e on a lab with iptables agents: 90-explain =="; \
+	cat "$$log"; rm -f "$$log"; \
+	exit $$((rc || iptables_rc))
 
 # A test that returns early because the machine lacks something (root, a tool) prints a line
 # `berth-test: SKIPPED <test>: <reason>`; libtest counts it as passed, so the summary moves it to

@@ -19,6 +19,7 @@ Value sets: the chart's defaults and every charts/berth/ci/<name>-values.yaml. K
 the oldest and newest berth supports (SUPPORTED_KUBERNETES below; the README says the same).
 """
 
+import functools
 import json
 import os
 import pathlib
@@ -42,6 +43,15 @@ SUPPORTED_KUBERNETES = ["1.33.0", "1.37.0"]
 # Kinds no Kubernetes schema knows: berth's own are checked against its CRDs, the ServiceMonitor
 # against the few fields the Prometheus Operator requires.
 BERTH_KINDS = {"IPPool", "L2Advertisement"}
+# libyaml's loader where PyYAML has it: the same documents, parsed several times faster.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# kubernetes-validate reads and parses a kind's JSON schema and the whole definitions file
+# (megabytes) again for every document it validates; the files do not change during a run, so
+# each is parsed once. Nothing mutates a loaded schema (jsonschema and referencing only read it).
+_kv = kubernetes_validate.utils
+_kv.schema_contents = functools.cache(_kv.schema_contents)
+_kv.all_versions = functools.cache(_kv.all_versions)
 
 
 class Failures:
@@ -68,7 +78,7 @@ def render(values):
     for template, text in sorted(out.items()):
         if not template.endswith((".yaml", ".yml")):
             continue
-        for doc in yaml.safe_load_all(text):
+        for doc in yaml.load_all(text, Loader=YAML_LOADER):
             if doc:
                 docs.append((template, doc))
     return docs
@@ -85,9 +95,10 @@ def merged(values):
         return chart.merge_values(values)
 
 
+@functools.cache
 def crd_schemas():
     schemas = {}
-    for doc in yaml.safe_load_all((CHART / "crds" / "berth.dev.yaml").read_text()):
+    for doc in yaml.load_all((CHART / "crds" / "berth.dev.yaml").read_text(), Loader=YAML_LOADER):
         if not doc:
             continue
         kind = doc["spec"]["names"]["kind"]

@@ -175,21 +175,29 @@ impl Drop for Agent {
     }
 }
 
-/// Starts an agent and waits until berth's table is `expected`; the agent is stopped after.
+/// Starts an agent and waits until berth's table has every DNAT and stays as it is; the agent is
+/// stopped after. Returns the table and how long after the start the first listing with every
+/// DNAT came back: the agent writes in one transaction, so that listing saw the whole table,
+/// and the next one only confirms that nothing follows.
 fn converge(
     ns: &Netns,
     kubeconfig: &std::path::Path,
     writer: &str,
     expected_rules: usize,
-) -> Vec<String> {
+) -> (Vec<String>, Duration) {
     let mut agent = Agent::start(ns, kubeconfig, writer);
-    let deadline = Instant::now() + CONVERGE;
+    let started = Instant::now();
+    let deadline = started + CONVERGE;
     let mut last = Vec::new();
-    loop {
+    let mut complete = None;
+    let took = loop {
         let table = ns.table();
         let dnats = table.iter().filter(|l| l.contains("dnat to")).count();
-        if dnats >= expected_rules && table == last {
-            break;
+        if dnats >= expected_rules {
+            let took = *complete.get_or_insert_with(|| started.elapsed());
+            if table == last {
+                break took;
+            }
         }
         assert!(
             Instant::now() < deadline,
@@ -197,10 +205,10 @@ fn converge(
         );
         last = table;
         std::thread::sleep(Duration::from_millis(500));
-    }
+    };
     agent.kill();
     ns.wait_idle();
-    last
+    (last, took)
 }
 
 fn service(i: usize) -> Service {
@@ -319,21 +327,31 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
         .await
         .unwrap();
 
-    // The old ruleset: the first half of the Services, programmed by a converged agent.
+    // The old ruleset: the first half of the Services, programmed by a converged agent. Both
+    // writers at once: only what they program is kept, not how long it took.
     let half = total / 2;
     create_services(&client, 0..half).await;
     let olds: Vec<(Vec<String>, String)> = tokio::task::block_in_place(|| {
-        writers
-            .iter()
-            .zip(&namespaces)
-            .zip(&kubeconfigs)
-            .map(|((writer, ns), kc)| {
-                let old = converge(ns, kc, writer, half);
-                (old, ns.nft(&["list", "table", "ip", "berth"], None))
-            })
-            .collect()
+        std::thread::scope(|scope| {
+            let running: Vec<_> = writers
+                .iter()
+                .zip(&namespaces)
+                .zip(&kubeconfigs)
+                .map(|((writer, ns), kc)| {
+                    scope.spawn(move || {
+                        let (old, _) = converge(ns, kc, writer, half);
+                        (old, ns.nft(&["list", "table", "ip", "berth"], None))
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|r| r.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
     });
-    // The new one: all of them. The time it took bounds the random kill instants.
+    // The new one: all of them. The time it took bounds the random kill instants, so one
+    // writer after the other, each with the machine to itself.
     create_services(&client, half..total).await;
     let recorded: Vec<Recorded> = tokio::task::block_in_place(|| {
         writers
@@ -342,9 +360,7 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
             .zip(&kubeconfigs)
             .zip(olds)
             .map(|(((writer, ns), kc), (old, old_text))| {
-                let began = Instant::now();
-                let new = converge(ns, kc, writer, total);
-                let full_sync = began.elapsed();
+                let (new, full_sync) = converge(ns, kc, writer, total);
                 assert_ne!(old, new);
                 Recorded {
                     old,

@@ -14,9 +14,15 @@
 //! came before makes no call again unless it acquired the Lease since. A deposed leader must
 //! stop calling AWS before its successor starts.
 //!
-//! The random choices follow one seed, printed at the start; `BERTH_AWS_FAILOVER_SEED`
-//! repeats a run. Needs `moto_server` (`make deps`): without it the test skips, and fails
-//! under `CI=true` or `BERTH_REQUIRE_ROOT=1`.
+//! Two such labs (each its own moto, API server, proxies and replicas, 12 cycles and 2 live
+//! Services) run side by side. Each lab makes at least 38 writes (a cycle's three, a live
+//! Service's create), so 6 disruptions, two of each kind; 12 in all, as one lab with 24 cycles
+//! used to make. A disruption is mostly waiting (for a Lease to expire, for a paused replica),
+//! not CPU, so the labs overlap it and take about half the time.
+//!
+//! The random choices follow one seed, printed at the start (lab `n` uses seed + `n`);
+//! `BERTH_AWS_FAILOVER_SEED` repeats a run. Needs `moto_server` (`make deps`): without it the
+//! test skips, and fails under `CI=true` or `BERTH_REQUIRE_ROOT=1`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -48,10 +54,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const CLUSTER: &str = "failover";
-/// Services that go through create, update and delete.
-const CYCLES: usize = 24;
-/// Services created after them and left live.
-const LIVE: usize = 3;
+/// Labs side by side, each with its own moto, API server, proxies and replicas.
+const LABS: usize = 2;
+/// Services that go through create, update and delete, in each lab.
+const CYCLES: usize = 12;
+/// Services created after them and left live, in each lab.
+const LIVE: usize = 2;
 const CONCURRENT: usize = 4;
 const NODES: usize = 2;
 /// A disruption of the leader after every this many writes.
@@ -278,19 +286,22 @@ fn first_overlap(
     None
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_leave_exactly_the_live_services_nlbs_and_never_call_aws_together() {
-    berth_testing::require!(Requirement::Moto);
-    let seed = replicas::seed_from_env("BERTH_AWS_FAILOVER_SEED");
-    println!("aws_failover: seed={seed} (BERTH_AWS_FAILOVER_SEED={seed} repeats the run)");
+/// One lab: its moto, API server, proxies and two replicas; the cycles with their disruptions,
+/// then the convergence and every check.
+async fn run_lab(lab: usize, seed: u64) {
     let began = Instant::now();
     let mut rng = SmallRng::seed_from_u64(seed);
-    let moto = berth_testing::moto::start(NODES).unwrap_or_else(|e| panic!("{e}"));
+    // moto's start-up waits on a process: off the runtime's threads, which the other lab's API
+    // server and proxies need.
+    let moto = tokio::task::spawn_blocking(|| berth_testing::moto::start(NODES))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
     let (server, client) = start_lab().await;
     install_crds(&client).await;
     create_nodes(&client, &moto).await;
 
-    let scratch = ScratchDir::new("berth-aws-failover");
+    let scratch = ScratchDir::new(&format!("berth-aws-failover-{lab}"));
     let base_kubeconfig = scratch.path.join("kubeconfig");
     server.write_kubeconfig(&base_kubeconfig).unwrap();
     let api_addr: SocketAddr = server.url().trim_start_matches("http://").parse().unwrap();
@@ -453,7 +464,7 @@ async fn two_replicas_leave_exactly_the_live_services_nlbs_and_never_call_aws_to
     let found = loop {
         replicas.assert_all_running();
         let listed = services.list(&ListParams::default()).await;
-        let state = moto_state(&moto);
+        let state = tokio::task::block_in_place(|| moto_state(&moto));
         let last = match (listed, state) {
             (Ok(list), Ok(state)) => {
                 match check_final(CLUSTER, &list.items, &gone, &state, &moto.instances) {
@@ -467,7 +478,7 @@ async fn two_replicas_leave_exactly_the_live_services_nlbs_and_never_call_aws_to
         };
         if last != reported {
             println!(
-                "aws_failover: converging for {:.0?}: {last}",
+                "aws_failover: lab {lab}: converging for {:.0?}: {last}",
                 converging.elapsed()
             );
             reported = last.clone();
@@ -493,7 +504,7 @@ async fn two_replicas_leave_exactly_the_live_services_nlbs_and_never_call_aws_to
     }
     let by_slot = |s: usize| arrivals.iter().filter(|(_, slot)| *slot == s).count();
     println!(
-        "aws_failover: cycles={CYCLES} live={LIVE} writes={writes} kills={} partitions={} pauses={} \
+        "aws_failover: lab {lab}: cycles={CYCLES} live={LIVE} writes={writes} kills={} partitions={} pauses={} \
          lease_holders={} aws_requests=({}, {}) found: load_balancers={} target_groups={} listeners={} \
          churn={churn_took:.0?} converge={converge:.1?} total={:.0?}",
         disruptions[0],
@@ -517,4 +528,22 @@ async fn two_replicas_leave_exactly_the_live_services_nlbs_and_never_call_aws_to
     );
     drop(replicas);
     server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_leave_exactly_the_live_services_nlbs_and_never_call_aws_together() {
+    berth_testing::require!(Requirement::Moto);
+    let seed = replicas::seed_from_env("BERTH_AWS_FAILOVER_SEED");
+    println!("aws_failover: seed={seed} (BERTH_AWS_FAILOVER_SEED={seed} repeats the run)");
+    let began = Instant::now();
+    let labs: Vec<_> = (0..LABS)
+        .map(|lab| tokio::spawn(run_lab(lab, seed.wrapping_add(lab as u64))))
+        .collect();
+    for handle in labs {
+        // A lab's panic is the test's, with its own message.
+        handle
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    }
+    println!("aws_failover: total={:.0?}", began.elapsed());
 }

@@ -2,7 +2,7 @@
 //! lab API server (in this process) and `moto_server`, both on 127.0.0.1.
 //!
 //! moto's EC2 gets a VPC, two subnets and three instances first, so the Nodes' `providerID`s
-//! and the subnets are real ones. Then 100 Services of class `berth.dev/aws-nlb` each go
+//! and the subnets are real ones. Then 50 Services of class `berth.dev/aws-nlb` each go
 //! through a cycle (create, update, delete: ports, traffic policy, scheme and tags change),
 //! several at a time, while the controller is SIGKILLed at random moments (mostly with
 //! reconciles under way) and started again. A few times moto is frozen (SIGSTOP) and the
@@ -18,9 +18,14 @@
 //! The sweep may remove target groups a kill orphaned (that is what it is for), but never a
 //! load balancer: an NLB of a Service that is gone would mean a finalizer came off too early.
 //!
-//! The random choices follow one seed, printed at the start; `BERTH_AWS_SIGKILL_SEED` repeats
-//! a run. Needs `moto_server` (`make deps`): without it the test skips, and fails under
-//! `CI=true` or `BERTH_REQUIRE_ROOT=1`.
+//! Two such labs (each its own moto, API server and controller, 50 cycles and 2 live Services)
+//! run side by side: 100 cycles in all, as one lab used to make alone. Most of a kill's time is
+//! waiting (for the restarted controller to call AWS again, for moto, for retries), not CPU, so
+//! the labs overlap it and take about half the time of one lab doing every cycle.
+//!
+//! The random choices follow one seed, printed at the start (lab `n` uses seed + `n`);
+//! `BERTH_AWS_SIGKILL_SEED` repeats a run. Needs `moto_server` (`make deps`): without it the
+//! test skips, and fails under `CI=true` or `BERTH_REQUIRE_ROOT=1`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -48,16 +53,18 @@ use replicas::{ReplicaSpec, Replicas, ScratchDir};
 use serde_json::{json, Value};
 
 const CLUSTER: &str = "sigkill";
-/// Services that go through create, update and delete.
-const CYCLES: usize = 100;
-/// Services created (and updated) after them and left live.
-const LIVE: usize = 4;
+/// Labs side by side, each with its own moto, API server and controller.
+const LABS: usize = 2;
+/// Services that go through create, update and delete, in each lab.
+const CYCLES: usize = 50;
+/// Services created (and updated) after them and left live, in each lab.
+const LIVE: usize = 2;
 /// Services in their cycle at the same time, at most.
 const CONCURRENT: usize = 6;
 const NODES: usize = 3;
 /// Chance of a SIGKILL after each write.
 const KILL_CHANCE: f64 = 0.12;
-/// Graceful stops while moto is frozen, spread over the run.
+/// Graceful stops while moto is frozen, spread over each lab's run.
 const FROZEN_STOPS: usize = 3;
 /// Deletions left over from the churn drain at the ELBv2 client's 3 changes per second.
 const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
@@ -384,18 +391,34 @@ impl Churn<'_> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
-    berth_testing::require!(Requirement::Moto);
-    let seed = replicas::seed_from_env("BERTH_AWS_SIGKILL_SEED");
-    println!("aws_sigkill: seed={seed} (BERTH_AWS_SIGKILL_SEED={seed} repeats the run)");
+/// What one lab's run saw.
+struct LabRun {
+    kills: usize,
+    kills_mid_call: usize,
+    frozen_stops: usize,
+    writes: BTreeMap<&'static str, usize>,
+    found: aws_state::Found,
+    reported: Reported,
+    churn_took: Duration,
+    converge: Duration,
+    total: Duration,
+}
+
+/// One lab: its moto, API server and controller; the cycles with their kills, then the
+/// convergence and its checks.
+async fn run_lab(lab: usize, seed: u64) -> LabRun {
     let began = Instant::now();
-    let moto = berth_testing::moto::start(NODES).unwrap_or_else(|e| panic!("{e}"));
+    // moto's start-up waits on a process: off the runtime's threads, which the other lab's API
+    // server needs.
+    let moto = tokio::task::spawn_blocking(|| berth_testing::moto::start(NODES))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
     let (server, client) = start_lab().await;
     install_crds(&client).await;
     create_nodes(&client, &moto).await;
 
-    let scratch = ScratchDir::new("berth-aws-sigkill");
+    let scratch = ScratchDir::new(&format!("berth-aws-sigkill-{lab}"));
     let kubeconfig = scratch.path.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
     let args: Vec<String> = [
@@ -466,11 +489,6 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
         writes,
         ..
     } = churn;
-    // The run really did what it is for (a seeded 12% chance per write gives about 40 kills).
-    assert!(
-        kills >= 10 && kills_mid_call >= 5 && frozen_stops == FROZEN_STOPS,
-        "too few interruptions: kills={kills} mid-call={kills_mid_call} frozen={frozen_stops}"
-    );
     let gone: BTreeSet<String> = (0..CYCLES).map(name).collect();
 
     // The last controller converges on its own.
@@ -479,7 +497,7 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
     let found = loop {
         replicas.assert_all_running();
         let listed = services.list(&ListParams::default()).await;
-        let state = moto_state(&moto);
+        let state = tokio::task::block_in_place(|| moto_state(&moto));
         let last = match (listed, state) {
             (Ok(list), Ok(state)) => {
                 match check_final(CLUSTER, &list.items, &gone, &state, &moto.instances) {
@@ -529,18 +547,67 @@ async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
         replicas.logs()
     );
 
-    println!(
-        "aws_sigkill: cycles={CYCLES} live={LIVE} writes={writes:?} kills={kills} (with AWS calls under way: {kills_mid_call}) frozen_stops={frozen_stops} \
-         found: load_balancers={} target_groups={} listeners={} targets={} \
-         swept_target_groups={} swept_load_balancers={} churn={churn_took:.0?} converge={converge:.1?} total={:.0?}",
-        found.load_balancers,
-        found.target_groups,
-        found.listeners,
-        found.targets,
-        reported.swept_target_groups,
-        reported.swept_load_balancers,
-        began.elapsed(),
-    );
     drop(replicas);
     server.shutdown().await.unwrap();
+    LabRun {
+        kills,
+        kills_mid_call,
+        frozen_stops,
+        writes,
+        found,
+        reported,
+        churn_took,
+        converge,
+        total: began.elapsed(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_aws_controller_leaves_exactly_the_live_services_nlbs() {
+    berth_testing::require!(Requirement::Moto);
+    let seed = replicas::seed_from_env("BERTH_AWS_SIGKILL_SEED");
+    println!("aws_sigkill: seed={seed} (BERTH_AWS_SIGKILL_SEED={seed} repeats the run)");
+    let began = Instant::now();
+    let labs: Vec<_> = (0..LABS)
+        .map(|lab| tokio::spawn(run_lab(lab, seed.wrapping_add(lab as u64))))
+        .collect();
+    let (mut kills, mut kills_mid_call, mut frozen_stops) = (0, 0, 0);
+    for (lab, handle) in labs.into_iter().enumerate() {
+        // A lab's panic is the test's, with its own message.
+        let run = handle
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        let LabRun {
+            kills: lab_kills,
+            kills_mid_call: lab_mid_call,
+            frozen_stops: lab_frozen,
+            writes,
+            found,
+            reported,
+            churn_took,
+            converge,
+            total,
+        } = run;
+        println!(
+            "aws_sigkill: lab {lab}: cycles={CYCLES} live={LIVE} writes={writes:?} kills={lab_kills} (with AWS calls under way: {lab_mid_call}) frozen_stops={lab_frozen} \
+             found: load_balancers={} target_groups={} listeners={} targets={} \
+             swept_target_groups={} swept_load_balancers={} churn={churn_took:.0?} converge={converge:.1?} total={total:.0?}",
+            found.load_balancers,
+            found.target_groups,
+            found.listeners,
+            found.targets,
+            reported.swept_target_groups,
+            reported.swept_load_balancers,
+        );
+        kills += lab_kills;
+        kills_mid_call += lab_mid_call;
+        frozen_stops += lab_frozen;
+    }
+    // The run really did what it is for (a seeded 12% chance per write gives about 40 kills
+    // over the labs).
+    assert!(
+        kills >= 10 && kills_mid_call >= 5 && frozen_stops == LABS * FROZEN_STOPS,
+        "too few interruptions: kills={kills} mid-call={kills_mid_call} frozen={frozen_stops}"
+    );
+    println!("aws_sigkill: total={:.0?}", began.elapsed());
 }

@@ -1,6 +1,6 @@
-# The tutorial path: `kubectl create deployment`, `kubectl expose --type LoadBalancer`, curl from
-# the client, then a rolling update (`kubectl rollout restart`) while a client loop sends
-# requests through the LoadBalancer IP and counts the failed ones, once per
+# The tutorial path: `kubectl create deployment` (and `kubectl scale`), `kubectl expose --type
+# LoadBalancer`, curl from the client, then a rolling update (`kubectl rollout restart`) while a
+# client loop sends requests through the LoadBalancer IP and counts the failed ones, once per
 # externalTrafficPolicy. The counts are printed (`disruption: ...`) and are what
 # docs/deployments.md reports; the journey fails when the Deployment does not roll out, when the
 # address stops answering for good, or when more than MAX_FAILED_PERCENT of the requests fail.
@@ -51,10 +51,13 @@ rollout_under_load() {
 }
 
 journey() {
-    kubectl create deployment web --image=berth.dev/lab-echo --replicas=3 --port=8080 >/dev/null
+    # Created without replicas, so that every pod has the short grace period: pods made before
+    # the patch would keep the default 30 s, and the first rollout's loop would wait for them.
+    kubectl create deployment web --image=berth.dev/lab-echo --replicas=0 --port=8080 >/dev/null
     # A short grace period keeps the journey short; old pods still serve while they terminate.
     kubectl patch deployment web --type=strategic \
         -p '{"spec":{"template":{"spec":{"terminationGracePeriodSeconds":3}}}}' >/dev/null
+    kubectl scale deployment/web --replicas=3 >/dev/null
     kubectl rollout status deployment/web --timeout=60s >/dev/null
     log "$(kubectl get deployment web --no-headers | awk '{print "deployment web: " $2 " ready, " $3 " up to date"}')"
     kubectl expose deployment web --type LoadBalancer --port 80 --target-port 8080 >/dev/null

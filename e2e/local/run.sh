@@ -4,8 +4,8 @@
 # journey fails). Needs root, iproute2, curl and kubectl: without them it skips with a message,
 # but fails under CI=true or BERTH_REQUIRE_ROOT=1. Journeys that need the L2 announcer (NEEDS=
 # "announcer") are skipped, with a message, while `berth agent` has none. Where FRR is installed
-# the lab runs with --bgp (a router on the LAN, FRR on every node); journeys that need it
-# (NEEDS="bgp") are skipped, with a message, where it is not.
+# and a journey to run needs it (NEEDS="bgp"), the lab runs with --bgp (a router on the LAN, FRR
+# on every node); where it is not, those journeys are skipped, with a message.
 #
 #   e2e/local/run.sh [JOURNEY...]     e.g. e2e/local/run.sh 10-pods-follow
 set -euo pipefail
@@ -29,9 +29,21 @@ fi
 
 announcer=no
 "$BERTH_BIN" agent --help | grep -qi 'announc' && announcer=yes
+journeys=("$@")
+if ((${#journeys[@]} == 0)); then
+    for f in "$here"/[0-9][0-9]-*.sh; do journeys+=("$(basename "$f" .sh)"); done
+fi
+
 bgp=no bgp_flag=()
 if [[ -x /usr/lib/frr/bgpd && -f /usr/lib/frr/frr-reload.py ]] && command -v vtysh >/dev/null 2>&1; then
-    bgp=yes bgp_flag=(--bgp)
+    bgp=yes
+    # FRR on every node and a router add to the lab's start: only when a journey needs them.
+    for name in "${journeys[@]}"; do
+        if grep -qx 'NEEDS="bgp"' "$here/$name.sh"; then
+            bgp_flag=(--bgp)
+            break
+        fi
+    done
 fi
 
 LAB=e2e$$
@@ -76,10 +88,6 @@ source "$here/lib.sh"
 # The lab's pool and advertisement, as a user would apply them.
 kubectl apply -f "$here/../../examples/ippool.yaml" -f "$here/../../examples/l2advertisement.yaml" >/dev/null
 
-journeys=("$@")
-if ((${#journeys[@]} == 0)); then
-    for f in "$here"/[0-9][0-9]-*.sh; do journeys+=("$(basename "$f" .sh)"); done
-fi
 passed=0 failed=0 skipped=0
 for name in "${journeys[@]}"; do
     NEEDS=""
