@@ -6,7 +6,6 @@ use std::net::IpAddr;
 
 use berth_api::names::{class, condition, finalizer as fin};
 
-pub use super::cleanup::CleanupFacts;
 use berth_core::{IpFamily, IpFamilyPolicy, Protocol, TrafficPolicy};
 use berth_ipam::{
     ClusterIpRequest, LbPort, NodePortRequest, ServiceKey, ServicePortSpec, ServiceView,
@@ -66,6 +65,17 @@ impl StaleNodePorts {
     pub fn all(&self) -> impl Iterator<Item = u16> + '_ {
         self.ports.iter().copied().chain(self.health_check)
     }
+}
+
+/// The finalizer-relevant facts of one Service (see [`super::cleanup`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanupFacts {
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// It carries `service.kubernetes.io/load-balancer-cleanup`.
+    pub has_cleanup: bool,
+    /// It carries the cloud provider's `berth.dev/load-balancer`.
+    pub has_cloud: bool,
 }
 
 /// Everything allocation needs from one Service.
