@@ -39,11 +39,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_state::{check_final, moto_state};
+use aws_state::{check_final, create_nodes, moto_state};
 use berth_api::names::{annotation as ann, class};
-use berth_testing::moto::Moto;
 use berth_testing::{install_crds, start_lab, Requirement};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use rand::rngs::SmallRng;
@@ -192,28 +191,6 @@ impl Drop for Paused {
         let _ = Command::new("kill")
             .args(["-CONT", &self.0.to_string()])
             .status();
-    }
-}
-
-async fn create_nodes(client: &Client, moto: &Moto) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (i, id) in moto.instances.iter().enumerate() {
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": format!("node-{i}")},
-            "spec": {"providerID": format!("aws:///us-east-1a/{id}")},
-        }))
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-        let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-        nodes
-            .patch_status(
-                &format!("node-{i}"),
-                &PatchParams::default(),
-                &Patch::Merge(&status),
-            )
-            .await
-            .unwrap();
     }
 }
 

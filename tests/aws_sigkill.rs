@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use aws_state::{check_final, moto_state};
+use aws_state::{check_final, create_nodes, moto_state};
 use berth_api::names::{annotation as ann, class, label};
 use berth_testing::moto::Moto;
 use berth_testing::{install_crds, start_lab, Requirement};
@@ -130,28 +130,6 @@ fn random_update(rng: &mut SmallRng, svc: &Service) -> (&'static str, Value) {
                 json!({"metadata": {"annotations": {ann::AWS_ADDITIONAL_RESOURCE_TAGS: tags}}}),
             )
         }
-    }
-}
-
-async fn create_nodes(client: &Client, moto: &Moto) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (i, id) in moto.instances.iter().enumerate() {
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": format!("node-{i}")},
-            "spec": {"providerID": format!("aws:///us-east-1a/{id}")},
-        }))
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
-        let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-        nodes
-            .patch_status(
-                &format!("node-{i}"),
-                &PatchParams::default(),
-                &Patch::Merge(&status),
-            )
-            .await
-            .unwrap();
     }
 }
 

@@ -12,22 +12,25 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+#[path = "../support/lab_netns.rs"]
+mod lab_netns;
+
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth_lab::echo::{EchoHandle, EchoServer};
-use berth_lab::netns::bind_tcp_in_netns;
+use berth_lab::echo::EchoHandle;
 use berth_lab::topology::{Topology, TopologySpec};
-use berth_lab::{LabApiServer, Listener};
+use berth_lab::LabApiServer;
 use berth_testing::bgp::{fib_next_hops, kill_frr, reload_frr, start_frr};
 use berth_testing::Requirement;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
+
+use lab_netns::{start_api_in_netns, start_echo};
 
 pub const NODES: [(&str, &str); 2] = [("n1", "198.18.0.11"), ("n2", "198.18.0.12")];
 pub const VIP: &str = "198.19.10.5";
@@ -229,30 +232,15 @@ pub async fn start_lab(tag: &str, router_extra: &str, peer_extra: Value) -> Lab 
         .unwrap();
     }
 
-    let inside = bind_tcp_in_netns(&cp, api_addr.parse().unwrap()).unwrap();
-    inside.set_nonblocking(true).unwrap();
-    let server = LabApiServer::builder()
-        .listen("127.0.0.1:0".parse().unwrap())
-        .listener(Listener::Bound(inside))
-        .start()
-        .await
-        .unwrap();
-    let client = server.client().unwrap();
-    berth_lab::apiserver::write_kubeconfig(&dir.join("kubeconfig"), &format!("http://{api_addr}"))
-        .unwrap();
-    berth_testing::install_crds(&client).await;
+    let (server, client) = start_api_in_netns(
+        LabApiServer::builder(),
+        &cp,
+        api_addr.parse().unwrap(),
+        &dir.join("kubeconfig"),
+    )
+    .await;
 
-    let echo: Vec<EchoHandle> = ["web", "web2"]
-        .iter()
-        .map(|pod| {
-            let (_, p) = topo.layout().pod(pod).unwrap();
-            let addr = SocketAddr::new(IpAddr::V4(p.ip), 8080);
-            EchoServer::bind(topo.netns(pod).unwrap(), pod, Some(addr), None)
-                .unwrap()
-                .start()
-                .unwrap()
-        })
-        .collect();
+    let echo = start_echo(&topo, &["web", "web2"], 8080);
     for (node, ip) in NODES {
         let node_obj: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",

@@ -11,6 +11,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+#[path = "../support/lab_netns.rs"]
+mod lab_netns;
 pub mod ndp;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,13 +27,13 @@ use std::time::{Duration, Instant};
 use berth_l2::frame::client::{build_arp_request, read_answer};
 use berth_l2::frame::Mac;
 use berth_l2::{election_key, Link, Listen, PacketLink};
-use berth_lab::echo::{tcp_echo, EchoHandle, EchoServer};
-use berth_lab::netns::bind_tcp_in_netns;
+use berth_lab::echo::{tcp_echo, EchoHandle};
 use berth_lab::topology::{Topology, TopologySpec};
-use berth_lab::{LabApiServer, LabApiServerHandle, Listener, RecordedRequest};
+use berth_lab::{LabApiServer, LabApiServerHandle, RecordedRequest};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
+use lab_netns::{start_api_in_netns, start_echo};
 use serde_json::{json, Value};
 
 pub const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -475,20 +477,14 @@ impl L2Lab {
         let dir = berth_testing::unique_dir("berth-l2-netns");
         let cp = topo.netns("cp").unwrap().to_string();
         let client_ns = topo.netns("client").unwrap().to_string();
-        let inside = bind_tcp_in_netns(&cp, API.parse().unwrap()).unwrap();
-        inside.set_nonblocking(true).unwrap();
-        let server = LabApiServer::builder()
-            .record_requests(true)
-            .listen("127.0.0.1:0".parse().unwrap())
-            .listener(Listener::Bound(inside))
-            .start()
-            .await
-            .unwrap();
-        let client = server.client().unwrap();
-        berth_lab::apiserver::write_kubeconfig(&dir.join("kubeconfig"), &format!("http://{API}"))
-            .unwrap();
+        let (server, client) = start_api_in_netns(
+            LabApiServer::builder().record_requests(true),
+            &cp,
+            API.parse().unwrap(),
+            &dir.join("kubeconfig"),
+        )
+        .await;
         std::fs::write(dir.join("key"), "0123456789abcdef0123456789abcdef\n").unwrap();
-        berth_testing::install_crds(&client).await;
 
         let macs: BTreeMap<&'static str, Mac> = NODES
             .iter()
@@ -497,17 +493,7 @@ impl L2Lab {
                 (*n, mac_of(&mut topo, &ns))
             })
             .collect();
-        let echo: Vec<EchoHandle> = ["web", "web2"]
-            .iter()
-            .map(|pod| {
-                let (_, p) = topo.layout().pod(pod).unwrap();
-                let addr = SocketAddr::new(IpAddr::V4(p.ip), 8080);
-                EchoServer::bind(topo.netns(pod).unwrap(), pod, Some(addr), None)
-                    .unwrap()
-                    .start()
-                    .unwrap()
-            })
-            .collect();
+        let echo = start_echo(&topo, &["web", "web2"], 8080);
         for (i, node) in NODES.iter().enumerate() {
             let node_obj: Node = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Node",

@@ -1,13 +1,16 @@
-//! The final state of the `aws-nlb` class: what moto holds (read with boto3, not through
-//! berth's own client) against what the live Services in the API server call for.
+//! The `aws-nlb` class's process tests' shared ground: the Nodes they start from, and the final
+//! state: what moto holds (read with boto3, not through berth's own client) against what the
+//! live Services in the API server call for.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use berth_api::names::{annotation as ann, aws_tag, finalizer};
 use berth_testing::moto::Moto;
-use k8s_openapi::api::core::v1::Service;
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use serde::Deserialize;
+use serde_json::json;
 
 #[derive(Debug, Deserialize)]
 pub struct MotoState {
@@ -321,4 +324,27 @@ pub fn check_final(
         found.listeners += lb.listeners.len();
     }
     Ok(found)
+}
+
+/// A Ready Node `node-<i>` for each of moto's instances, its `providerID` naming the instance.
+pub async fn create_nodes(client: &Client, moto: &Moto) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (i, id) in moto.instances.iter().enumerate() {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": format!("node-{i}")},
+            "spec": {"providerID": format!("aws:///us-east-1a/{id}")},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        nodes
+            .patch_status(
+                &format!("node-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&status),
+            )
+            .await
+            .unwrap();
+    }
 }

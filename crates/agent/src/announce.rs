@@ -6,28 +6,26 @@
 //! address this node took over is written, the Services holding it get an Event "announcing
 //! from node X". The agent writes nothing on the Services themselves.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use berth_api::names::event;
 use berth_api::L2Advertisement;
 use berth_l2::{
     build_announced, diff_ownership, local_interfaces, Answers, InterfaceHold, L2Index, L2Metrics,
     LinkOptions, PacketLink, StartupSettle, TakeoverDelay,
 };
 use berth_telemetry::MetricsRegistry;
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::watcher;
 use kube::Client;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::l2events::{build_announcing_event, build_conflict_event};
+use crate::l2events::{run_reports, Report};
 use crate::l2status::{run_status_records, AnnouncedSet};
 use crate::watch::{run_watch, Feeds, Handlers};
 use crate::Error;
@@ -74,15 +72,6 @@ pub struct Announcer {
     wake: Arc<Notify>,
     until: Option<watch::Receiver<berth_membership::AnswerUntil>>,
     ready: Option<watch::Sender<bool>>,
-}
-
-/// What the report task records.
-#[derive(Debug)]
-pub(crate) enum Report {
-    /// This node took over the Service's address.
-    Announcing(berth_l2::ServiceKey, std::net::IpAddr),
-    /// Another host announced the Service's address, which this node answers for.
-    Conflict(berth_l2::ServiceKey, berth_l2::Conflict),
 }
 
 fn lock(index: &Mutex<L2Index>) -> std::sync::MutexGuard<'_, L2Index> {
@@ -265,21 +254,106 @@ impl Announcer {
         let interfaces = choose_interfaces(&self.config)?;
         let (answers_tx, answers_rx) = watch::channel(Arc::new(Answers::default()));
         let (conflict_tx, mut conflicts) = mpsc::unbounded_channel();
+        let (opened, mut tasks) = self.open_links(&interfaces, &answers_rx, &conflict_tx, &stop);
+        if opened.is_empty() {
+            return Err(Error::NoInterface(interfaces.join(",")));
+        }
+        tasks.push(self.spawn_advertisements(&stop));
+        let (report_tx, records_tx) = self.spawn_records(&mut tasks, &stop);
+        drop(conflict_tx);
+        let Announcer {
+            node,
+            config: _,
+            client: _,
+            metrics,
+            mut live,
+            until: _,
+            ready,
+            index,
+            wake,
+        } = self;
+        let mut answering = Answering::new(
+            live.is_some(),
+            Outputs {
+                answers: answers_tx,
+                records: records_tx,
+                reports: report_tx,
+                ready,
+            },
+            node,
+            metrics,
+            index,
+            opened,
+        );
+        let mut poll = tokio::time::interval(INTERFACE_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let settle_at = answering.next_due();
+            let recompute = tokio::select! {
+                () = stop.cancelled() => break,
+                () = wake.notified() => true,
+                () = async {
+                    match settle_at {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending().await,
+                    }
+                } => true,
+                Some(conflict) = conflicts.recv() => {
+                    answering.on_conflict(&conflict);
+                    false
+                }
+                _ = poll.tick() => answering.on_poll(),
+                changed = async {
+                    match &mut live {
+                        Some(rx) => rx.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                } => answering.on_live(&mut live, changed),
+            };
+            if recompute {
+                answering.recompute();
+            }
+        }
+        // The speakers stop with the same token; answers are dropped with them. The record
+        // writer and the reporter keep their inputs until they end.
+        let Outputs {
+            answers,
+            records,
+            reports,
+            ready,
+        } = answering.out;
+        drop(answers);
+        for task in tasks {
+            let _ = task.await;
+        }
+        drop((records, reports, ready));
+        Ok(())
+    }
+
+    /// Opens a speaker on each interface that can be opened; returns the opened ones and
+    /// their tasks.
+    fn open_links(
+        &self,
+        interfaces: &[String],
+        answers: &watch::Receiver<Arc<Answers>>,
+        conflicts: &mpsc::UnboundedSender<berth_l2::Conflict>,
+        stop: &CancellationToken,
+    ) -> (Vec<String>, Vec<JoinHandle<()>>) {
         let mut tasks = Vec::new();
         let mut opened = Vec::new();
-        for name in &interfaces {
+        for name in interfaces {
             match PacketLink::open(name) {
                 Ok(link) => {
                     tracing::info!(interface = %name, "answering ARP and NDP");
                     opened.push(name.clone());
                     tasks.push(tokio::spawn(berth_l2::run_link_with(
                         link,
-                        answers_rx.clone(),
+                        answers.clone(),
                         self.metrics.clone(),
                         LinkOptions {
                             refresh: self.config.gratuitous_interval,
                             until: self.until.clone(),
-                            conflicts: Some(conflict_tx.clone()),
+                            conflicts: Some(conflicts.clone()),
                         },
                         stop.clone().cancelled_owned(),
                     )));
@@ -289,10 +363,15 @@ impl Announcer {
                 }
             }
         }
-        if opened.is_empty() {
-            return Err(Error::NoInterface(interfaces.join(",")));
-        }
-        tasks.push(self.spawn_advertisements(&stop));
+        (opened, tasks)
+    }
+
+    /// Starts the Event reporter and the `ServiceL2Status` writer; returns their inputs.
+    fn spawn_records(
+        &self,
+        tasks: &mut Vec<JoinHandle<()>>,
+        stop: &CancellationToken,
+    ) -> (mpsc::Sender<Report>, watch::Sender<AnnouncedSet>) {
         let (report_tx, report_rx) = mpsc::channel(REPORT_QUEUE);
         tasks.push(tokio::spawn(run_reports(
             self.client.clone(),
@@ -309,27 +388,50 @@ impl Announcer {
             report_tx.clone(),
             stop.clone(),
         )));
-        drop(conflict_tx);
-        let Announcer {
-            node,
-            config: _,
-            client: _,
-            metrics,
-            mut live,
-            until: _,
-            ready,
-            index,
-            wake,
-        } = self;
-        let mut up = BTreeSet::new();
-        let mut self_live = false;
-        let mut conflict_reported: std::collections::BTreeMap<std::net::IpAddr, Instant> =
-            std::collections::BTreeMap::new();
-        let mut current = Arc::new(Answers::default());
-        let mut hold = InterfaceHold::new(INTERFACE_HOLD);
+        (report_tx, records_tx)
+    }
+}
+
+/// Where the announcer's decisions go.
+struct Outputs {
+    /// The table the speakers answer from.
+    answers: watch::Sender<Arc<Answers>>,
+    /// What this node announces, for its `ServiceL2Status` records.
+    records: watch::Sender<AnnouncedSet>,
+    /// Events to record.
+    reports: mpsc::Sender<Report>,
+    /// Whether this node is ready to answer (settled, listed, an interface up).
+    ready: Option<watch::Sender<bool>>,
+}
+
+/// The announcer between wake-ups: the table it answers from now, and the clocks that decide
+/// when that table may change (interfaces held down, the start-up settle, takeover delays).
+struct Answering {
+    node: String,
+    metrics: L2Metrics,
+    index: Arc<Mutex<L2Index>>,
+    out: Outputs,
+    opened: Vec<String>,
+    up: BTreeSet<String>,
+    self_live: bool,
+    conflict_reported: BTreeMap<IpAddr, Instant>,
+    current: Arc<Answers>,
+    hold: InterfaceHold,
+    settle: StartupSettle,
+    delay: TakeoverDelay,
+}
+
+impl Answering {
+    fn new(
+        has_live: bool,
+        out: Outputs,
+        node: String,
+        metrics: L2Metrics,
+        index: Arc<Mutex<L2Index>>,
+        opened: Vec<String>,
+    ) -> Self {
         let mut settle = StartupSettle::new(STARTUP_SETTLE);
-        let mut delay = TakeoverDelay::new(TAKEOVER_DELAY).with_handover(HANDOVER_DELAY);
-        if live.is_none() {
+        if !has_live {
             // Without liveness there is nothing to converge.
             let now = Instant::now();
             settle.changed(now.checked_sub(STARTUP_SETTLE).unwrap_or(now));
@@ -338,114 +440,135 @@ impl Announcer {
             // yet, this node not either): it counts as arrived.
             settle.changed(Instant::now());
         }
-        let mut poll = tokio::time::interval(INTERFACE_POLL);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let settle_at = settle.next_check().or(delay.next_due());
-            tokio::select! {
-                () = stop.cancelled() => break,
-                () = wake.notified() => {}
-                () = async {
-                    match settle_at {
-                        Some(at) => tokio::time::sleep_until(at.into()).await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
-                Some(conflict) = conflicts.recv() => {
-                    let now = Instant::now();
-                    let due = conflict_reported
-                        .get(&conflict.ip)
-                        .is_none_or(|at| now.saturating_duration_since(*at) >= CONFLICT_EVENT_EVERY);
-                    if due {
-                        conflict_reported.insert(conflict.ip, now);
-                        let services = current
-                            .entry(conflict.ip)
-                            .map(|e| e.services.clone())
-                            .unwrap_or_default();
-                        for service in services {
-                            let _ = report_tx.try_send(Report::Conflict(service, conflict.clone()));
-                        }
-                    }
-                    continue;
-                }
-                _ = poll.tick() => {
-                    up = hold.observe(Instant::now(), &opened, &interfaces_up(&opened));
-                    let (changed, listed) = {
-                        let mut index = lock(&index);
-                        (index.set_local_up(up.clone()), index.is_listed())
-                    };
-                    if !changed {
-                        let open = settle.is_open(Instant::now());
-                        publish_ready(ready.as_ref(), open && listed && !up.is_empty());
-                        continue;
-                    }
-                }
-                changed = async {
-                    match &mut live {
-                        Some(rx) => rx.changed().await.is_ok(),
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    let Some(rx) = &mut live else { continue };
-                    if !changed {
-                        tracing::warn!("the live set is gone; keeping the last one");
-                        live = None;
-                        continue;
-                    }
-                    let set = rx.borrow_and_update().clone();
-                    let now_live = set.contains(&node);
-                    if now_live && !self_live {
-                        // A planned handover: the peers stop on hearing this node is live.
-                        delay.returned(Instant::now());
-                    }
-                    self_live = now_live;
-                    if !lock(&index).set_live(set) {
-                        continue;
-                    }
-                    settle.changed(Instant::now());
-                }
-            }
-            let open = settle.is_open(Instant::now());
-            // Ready once settled, listed, and with an interface to answer on: a node whose
-            // every announcing interface is down tells its peers it is not live.
-            let listed = lock(&index).is_listed();
-            publish_ready(ready.as_ref(), open && listed && !up.is_empty());
-            if !open {
-                continue;
-            }
-            let next = {
-                let mut index = lock(&index);
-                if !index.is_listed() {
-                    continue;
-                }
-                let live = index.live_nodes();
-                Arc::new(delay.apply(&current, index.answers(), &live, Instant::now()))
-            };
-            if next == current {
-                continue;
-            }
-            metrics.observe_answers(&next);
-            let changes = diff_ownership(&current, &next);
-            metrics
-                .ownership_changes
-                .inc_by((changes.gained.len() + changes.lost.len()) as u64);
-            answers_tx.send_replace(next.clone());
-            let announced = build_announced(&next);
-            records_tx.send_if_modified(|current| {
-                if **current == announced {
-                    return false;
-                }
-                *current = Arc::new(announced);
-                true
-            });
-            current = next;
+        Answering {
+            node,
+            metrics,
+            index,
+            out,
+            opened,
+            up: BTreeSet::new(),
+            self_live: false,
+            conflict_reported: BTreeMap::new(),
+            current: Arc::new(Answers::default()),
+            hold: InterfaceHold::new(INTERFACE_HOLD),
+            settle,
+            delay: TakeoverDelay::new(TAKEOVER_DELAY).with_handover(HANDOVER_DELAY),
         }
-        // The speakers stop with the same token; answers are dropped with them.
-        drop(answers_tx);
-        for task in tasks {
-            let _ = task.await;
+    }
+
+    /// When the table must be looked at again without any news.
+    fn next_due(&self) -> Option<Instant> {
+        self.settle.next_check().or(self.delay.next_due())
+    }
+
+    /// Another host announced an address this node answers for: an Event per Service holding
+    /// it, at most once a [`CONFLICT_EVENT_EVERY`] per address.
+    fn on_conflict(&mut self, conflict: &berth_l2::Conflict) {
+        let now = Instant::now();
+        let due = self
+            .conflict_reported
+            .get(&conflict.ip)
+            .is_none_or(|at| now.saturating_duration_since(*at) >= CONFLICT_EVENT_EVERY);
+        if due {
+            self.conflict_reported.insert(conflict.ip, now);
+            let services = self
+                .current
+                .entry(conflict.ip)
+                .map(|e| e.services.clone())
+                .unwrap_or_default();
+            for service in services {
+                let _ = self
+                    .out
+                    .reports
+                    .try_send(Report::Conflict(service, conflict.clone()));
+            }
         }
-        Ok(())
+    }
+
+    /// Reads the interfaces' state; true when the table must be looked at again.
+    fn on_poll(&mut self) -> bool {
+        self.up = self
+            .hold
+            .observe(Instant::now(), &self.opened, &interfaces_up(&self.opened));
+        let (changed, listed) = {
+            let mut index = lock(&self.index);
+            (index.set_local_up(self.up.clone()), index.is_listed())
+        };
+        if !changed {
+            let open = self.settle.is_open(Instant::now());
+            publish_ready(
+                self.out.ready.as_ref(),
+                open && listed && !self.up.is_empty(),
+            );
+        }
+        changed
+    }
+
+    /// Takes a new live set (or the loss of the channel); true when the table must be looked
+    /// at again.
+    fn on_live(&mut self, live: &mut Option<LiveSet>, changed: bool) -> bool {
+        let Some(rx) = live else { return false };
+        if !changed {
+            tracing::warn!("the live set is gone; keeping the last one");
+            *live = None;
+            return false;
+        }
+        let set = rx.borrow_and_update().clone();
+        let now_live = set.contains(&self.node);
+        if now_live && !self.self_live {
+            // A planned handover: the peers stop on hearing this node is live.
+            self.delay.returned(Instant::now());
+        }
+        self.self_live = now_live;
+        if !lock(&self.index).set_live(set) {
+            return false;
+        }
+        self.settle.changed(Instant::now());
+        true
+    }
+
+    /// Publishes readiness, and once settled the new table to the speakers and the records.
+    fn recompute(&mut self) {
+        let open = self.settle.is_open(Instant::now());
+        // Ready once settled, listed, and with an interface to answer on: a node whose
+        // every announcing interface is down tells its peers it is not live.
+        let listed = lock(&self.index).is_listed();
+        publish_ready(
+            self.out.ready.as_ref(),
+            open && listed && !self.up.is_empty(),
+        );
+        if !open {
+            return;
+        }
+        let next = {
+            let mut index = lock(&self.index);
+            if !index.is_listed() {
+                return;
+            }
+            let live = index.live_nodes();
+            Arc::new(
+                self.delay
+                    .apply(&self.current, index.answers(), &live, Instant::now()),
+            )
+        };
+        if next == self.current {
+            return;
+        }
+        self.metrics.observe_answers(&next);
+        let changes = diff_ownership(&self.current, &next);
+        self.metrics
+            .ownership_changes
+            .inc_by((changes.gained.len() + changes.lost.len()) as u64);
+        self.out.answers.send_replace(next.clone());
+        let announced = build_announced(&next);
+        self.out.records.send_if_modified(|current| {
+            if **current == announced {
+                return false;
+            }
+            *current = Arc::new(announced);
+            true
+        });
+        self.current = next;
     }
 }
 
@@ -456,100 +579,5 @@ fn publish_ready(ready: Option<&watch::Sender<bool>>, now_ready: bool) {
             *current = now_ready;
             changed
         });
-    }
-}
-
-/// Records the Event for each taken-over Service, one at a time: there are as many as this
-/// node's takeovers, not as Services.
-async fn run_reports(
-    client: Client,
-    node: String,
-    mut rx: mpsc::Receiver<Report>,
-    stop: CancellationToken,
-) {
-    let mut seq: u64 = 0;
-    loop {
-        let next = tokio::select! {
-            () = stop.cancelled() => return,
-            next = rx.recv() => next,
-        };
-        let Some(report) = next else {
-            return;
-        };
-        seq += 1;
-        let (namespace, name, event) = match report {
-            Report::Announcing((namespace, name), ip) => {
-                let event = build_announcing_event(&namespace, &name, &node, ip, seq);
-                (namespace, name, event)
-            }
-            Report::Conflict((namespace, name), conflict) => {
-                let event = build_conflict_event(&namespace, &name, &node, &conflict, seq);
-                (namespace, name, event)
-            }
-        };
-        if let Err(err) = Api::<Event>::namespaced(client.clone(), &namespace)
-            .create(&PostParams::default(), &event)
-            .await
-        {
-            tracing::warn!(%namespace, %name, error = %err, "recording the announcing Event failed");
-        }
-    }
-}
-
-/// The Warning Event: another host announced the Service's address, which `node` answers for.
-pub fn build_conflict_event(
-    namespace: &str,
-    name: &str,
-    node: &str,
-    conflict: &berth_l2::Conflict,
-    seq: u64,
-) -> Event {
-    let mac = conflict
-        .mac
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    let mut event = build_announcing_event(namespace, name, node, conflict.ip, seq);
-    event.action = Some("Announce".into());
-    event.reason = Some(event::ADDRESS_CONFLICT.into());
-    event.type_ = Some("Warning".into());
-    event.note = Some(format!(
-        "another host ({mac}) announces {} on {}, which node {node} answers for: two hosts claim the address",
-        conflict.ip, conflict.interface
-    ));
-    event
-}
-
-/// The events.k8s.io/v1 Event "announcing from node X" about a Service.
-pub fn build_announcing_event(
-    namespace: &str,
-    name: &str,
-    node: &str,
-    ip: std::net::IpAddr,
-    seq: u64,
-) -> Event {
-    let now = Timestamp::now();
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{name}.{:x}{seq:x}", now.as_nanosecond())),
-            namespace: Some(namespace.to_string()),
-            ..ObjectMeta::default()
-        },
-        action: Some("Announce".into()),
-        reason: Some(event::ANNOUNCING.into()),
-        note: Some(format!("announcing from node {node} ({ip})")),
-        type_: Some("Normal".into()),
-        event_time: Some(MicroTime(now)),
-        regarding: Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Service".into()),
-            namespace: Some(namespace.to_string()),
-            name: Some(name.to_string()),
-            ..ObjectReference::default()
-        }),
-        reporting_controller: Some(event::AGENT_COMPONENT.into()),
-        reporting_instance: Some(node.to_string()),
-        ..Event::default()
     }
 }

@@ -742,7 +742,7 @@ impl Index {
             *seen = true;
         }
         self.note_eligibility(crate::schedule::node_eligible(node));
-        self.node_state = Some(crate::speaker::build_node_state(node));
+        self.node_state = Some(build_node_state(node));
         self.set_node(build_node_info(node));
     }
 
@@ -792,5 +792,23 @@ impl Index {
             apply(self, object);
         }
         finish(self);
+    }
+}
+
+/// Whether the Node may announce, with its labels: Ready, not being deleted and not labelled
+/// `node.kubernetes.io/exclude-from-external-load-balancers`.
+pub fn build_node_state(node: &Node) -> berth_bgp::NodeState {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let labels = kube::ResourceExt::labels(node).clone();
+    let excluded = labels.contains_key(label::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS);
+    berth_bgp::NodeState {
+        name: kube::ResourceExt::name_any(node),
+        eligible: ready && !excluded && node.metadata.deletion_timestamp.is_none(),
+        labels,
     }
 }

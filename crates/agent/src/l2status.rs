@@ -25,7 +25,7 @@ use kube::Client;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::announce::Report;
+use crate::l2events::Report;
 
 /// What this node announces, per Service.
 pub type AnnouncedSet = Arc<BTreeMap<ServiceKey, Announced>>;

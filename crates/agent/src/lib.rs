@@ -29,6 +29,7 @@ pub mod conntrack;
 pub mod datapath;
 pub mod healthcheck;
 pub mod index;
+mod l2events;
 pub mod l2status;
 pub mod metrics;
 pub mod node_ports;

@@ -25,19 +25,18 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use berth_api::names::label;
 use berth_api::{
     BFDProfile, BFDProfileSpec, BGPAdvertisement, BGPAdvertisementSpec, BGPPeer, BGPPeerSpec,
     IPPool,
 };
 use berth_bgp::{
     compute_announcements, password_from_secret, redact, render_frr_config, KernelRoutes,
-    NodeState, PeerEntry, PoolFacts, ServiceFacts, SpeakerInput, SpeakerNode,
+    PeerEntry, PoolFacts, ServiceFacts, SpeakerInput, SpeakerNode,
 };
 use berth_core::TrafficPolicy;
 use berth_datapath::NodeView;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -187,24 +186,6 @@ impl BgpObjects {
                 self.pools.delete(&name);
             }
         }
-    }
-}
-
-/// Whether the Node may announce, with its labels: Ready, not being deleted and not labelled
-/// `node.kubernetes.io/exclude-from-external-load-balancers`.
-pub fn build_node_state(node: &Node) -> NodeState {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
-    let labels = node.labels().clone();
-    let excluded = labels.contains_key(label::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS);
-    NodeState {
-        name: node.name_any(),
-        eligible: ready && !excluded && node.metadata.deletion_timestamp.is_none(),
-        labels,
     }
 }
 
@@ -711,11 +692,13 @@ fn spawn_watches(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::build_node_state;
+    use berth_api::names::label;
     use berth_core::Protocol;
     use berth_datapath::{
         Endpoint, IpMode, LoadBalancerIngress, NodeInfo, ServicePort, ServicePortName,
     };
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     fn mk_node(ready: &str, labels: &[(&str, &str)], deleting: bool) -> Node {

@@ -31,8 +31,7 @@ pub const MIN_BFD_INTERVAL_MS: u32 = 10;
 pub const MAX_BFD_INTERVAL_MS: u32 = 60_000;
 pub const MIN_BFD_MULTIPLIER: u32 = 2;
 pub const MAX_BFD_MULTIPLIER: u32 = 255;
-/// Most communities on one advertisement.
-pub const MAX_COMMUNITIES: usize = 32;
+use crate::schema::MAX_COMMUNITIES;
 
 /// A BGP router that the selected nodes peer with.
 // Printer columns repeat `type_ = ...`, which the lint mistakes for a repeated attribute.

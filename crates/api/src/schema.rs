@@ -13,6 +13,8 @@ use berth_core::{
 pub const MAX_ADDRESSES: usize = 128;
 /// Most entries in `L2Advertisement.spec.interfaces`.
 pub const MAX_INTERFACES: usize = 64;
+/// Most communities on one BGPAdvertisement.
+pub const MAX_COMMUNITIES: usize = 32;
 /// `serviceAllocation.priority` bounds: lower numbers are tried first.
 pub const MIN_PRIORITY: i32 = 0;
 pub const MAX_PRIORITY: i32 = 1000;
@@ -182,7 +184,7 @@ pub fn optional_name(generator: &mut SchemaGenerator) -> Schema {
 pub fn communities(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
-        "maxItems": crate::bgp::MAX_COMMUNITIES,
+        "maxItems": MAX_COMMUNITIES,
         "x-kubernetes-list-type": "set",
         "items": {"type": "string", "maxLength": 48, "pattern": COMMUNITY_PATTERN},
     })

@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 
 use crate::elbv2::{ApiError, ApiErrorKind};
 use crate::metrics::AwsMetrics;
+use crate::sdk_error::api_error;
 use crate::subnets::{SubnetFacts, SubnetSource};
 
 /// Pages DescribeSubnets may take before the listing is given up (1,000 subnets each).
@@ -47,7 +48,7 @@ impl SdkEc2 {
                 .set_next_token(token.take())
                 .send()
                 .await
-                .map_err(|e| crate::sdk::api_error(OP, e));
+                .map_err(|e| api_error(OP, e));
             self.metrics.call(
                 OP,
                 match &result {

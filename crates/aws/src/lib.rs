@@ -45,6 +45,7 @@ pub mod observed;
 pub mod plan;
 pub mod provider;
 pub mod sdk;
+mod sdk_error;
 pub mod subnets;
 
 pub use elbv2::{ApiError, ApiErrorKind, Elbv2};

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_elasticloadbalancingv2 as elbv2;
-use aws_sdk_elasticloadbalancingv2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_elasticloadbalancingv2::types as t;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
@@ -20,6 +19,7 @@ use crate::model::{
     TargetGroupSpec, TargetType, TgProtocol,
 };
 use crate::observed::{Listener, LoadBalancer, Tags, TargetGroup};
+use crate::sdk_error::api_error;
 
 /// Requests per second per operation class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,48 +210,6 @@ pub fn https_client() -> elbv2::config::SharedHttpClient {
             aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
         ))
         .build_https()
-}
-
-pub(crate) fn api_error<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
-    operation: &'static str,
-    e: SdkError<E, R>,
-) -> ApiError {
-    let (kind, code, message) = match &e {
-        SdkError::ServiceError(s) => {
-            let code = s.err().code().unwrap_or("Unknown").to_string();
-            let message = s.err().message().unwrap_or_default().to_string();
-            let kind = if code.ends_with("NotFound")
-                || code == "InvalidTarget" && message.contains("does not exist")
-            {
-                ApiErrorKind::NotFound
-            } else if code.starts_with("Throttl")
-                || code == "RequestLimitExceeded"
-                || code == "TooManyRequestsException"
-            {
-                ApiErrorKind::Throttled
-            } else if code == "ResourceInUse" {
-                ApiErrorKind::InUse
-            } else if code.starts_with("Duplicate") {
-                ApiErrorKind::Duplicate
-            } else if code.contains("InternalFailure") || code.contains("ServiceUnavailable") {
-                ApiErrorKind::Transient
-            } else {
-                ApiErrorKind::Invalid
-            };
-            (kind, code, message)
-        }
-        other => (
-            ApiErrorKind::Transient,
-            "Transport".to_string(),
-            format!("{other:?}"),
-        ),
-    };
-    ApiError {
-        operation,
-        kind,
-        code,
-        message,
-    }
 }
 
 fn required<T>(operation: &'static str, what: &str, v: Option<T>) -> ApiResult<T> {

@@ -11,11 +11,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use berth_api::names::{annotation as ann, aws_tag};
 use berth_aws::elbv2::{Elbv2, LbQuery, TgQuery};
-use berth_aws::metrics::{SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP};
+use berth_aws::metrics::{AwsMetrics, SWEPT_LOAD_BALANCER, SWEPT_TARGET_GROUP};
 use berth_aws::model::{HcProtocol, Scheme};
 use berth_aws::{IpTargets, NlbProvider, NodeFacts, ProviderConfig, SdkElbv2, ServiceFacts};
 use berth_core::{Protocol, TrafficPolicy};
@@ -25,6 +26,26 @@ use common::{mk_port, mk_service, CLUSTER};
 fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
         || std::env::var("BERTH_REQUIRE_ROOT").is_ok_and(|v| v == "1")
+}
+
+/// moto with `instances` instances; `None`, and the test skips, when it cannot start here
+/// (a strict run fails instead).
+fn start_or_skip(instances: usize) -> Option<Moto> {
+    match moto::start(instances) {
+        Ok(m) => Some(m),
+        Err(reason) if !required() => {
+            eprintln!("skipping: {reason}");
+            None
+        }
+        Err(reason) => panic!("required under CI: {reason}"),
+    }
+}
+
+/// The provider through the real SDK client against `moto`, counting into the metrics returned.
+fn provider(moto: &Moto) -> (NlbProvider<SdkElbv2>, Arc<AwsMetrics>) {
+    let (client, metrics) = moto::client(moto);
+    let p = NlbProvider::new(client, config(moto), Duration::ZERO).with_metrics(metrics.clone());
+    (p, metrics)
 }
 
 fn nodes(moto: &Moto, n: usize) -> Vec<NodeFacts> {
@@ -130,16 +151,10 @@ fn config(moto: &Moto) -> ProviderConfig {
 
 #[tokio::test]
 async fn the_nlb_follows_the_service_through_its_life_in_moto() {
-    let moto = match moto::start(4) {
-        Ok(m) => m,
-        Err(reason) if !required() => {
-            eprintln!("skipping: {reason}");
-            return;
-        }
-        Err(reason) => panic!("required under CI: {reason}"),
+    let Some(moto) = start_or_skip(4) else {
+        return;
     };
-    let (client, metrics) = moto::client(&moto);
-    let p = NlbProvider::new(client, config(&moto), Duration::ZERO).with_metrics(metrics.clone());
+    let (p, metrics) = provider(&moto);
     let mut svc: ServiceFacts = mk_service(
         "web",
         "front",
@@ -297,16 +312,10 @@ async fn the_nlb_follows_the_service_through_its_life_in_moto() {
 /// orphan, a reconcile still converges, and nothing of anyone else's is touched.
 #[tokio::test]
 async fn strangers_resources_neither_stop_the_sweep_nor_are_touched() {
-    let moto = match moto::start(2) {
-        Ok(m) => m,
-        Err(reason) if !required() => {
-            eprintln!("skipping: {reason}");
-            return;
-        }
-        Err(reason) => panic!("required under CI: {reason}"),
+    let Some(moto) = start_or_skip(2) else {
+        return;
     };
-    let (client, metrics) = moto::client(&moto);
-    let p = NlbProvider::new(client, config(&moto), Duration::ZERO).with_metrics(metrics.clone());
+    let (p, metrics) = provider(&moto);
     let live = mk_service("web", "front", vec![mk_port(80, Protocol::Tcp, 30080)]);
     let orphan = mk_service("web", "gone", vec![mk_port(53, Protocol::Udp, 30053)]);
     let ensured = p
@@ -461,21 +470,15 @@ async fn a_hung_endpoint_ends_in_an_error_not_a_stall() {
 /// nothing.
 #[tokio::test]
 async fn tls_listeners_terminate_on_the_ports_named() {
-    let moto = match moto::start(1) {
-        Ok(m) => m,
-        Err(reason) if !required() => {
-            eprintln!("skipping: {reason}");
-            return;
-        }
-        Err(reason) => panic!("required under CI: {reason}"),
+    let Some(moto) = start_or_skip(1) else {
+        return;
     };
     let cert = moto
         .python("acm = boto3.client('acm', endpoint_url=elb.meta.endpoint_url, region_name='us-east-1', aws_access_key_id='testing', aws_secret_access_key='testing')\nprint(acm.request_certificate(DomainName='front.example.com')['CertificateArn'])")
         .unwrap()
         .trim()
         .to_string();
-    let (client, metrics) = moto::client(&moto);
-    let p = NlbProvider::new(client, config(&moto), Duration::ZERO).with_metrics(metrics.clone());
+    let (p, metrics) = provider(&moto);
     let mut http = mk_port(80, Protocol::Tcp, 30080);
     http.name = Some("http".into());
     let mut https = mk_port(443, Protocol::Tcp, 30443);
@@ -573,13 +576,8 @@ async fn subnets_of(p: &NlbProvider<SdkElbv2>, arn: String) -> BTreeSet<String> 
 
 #[tokio::test]
 async fn subnets_are_found_by_their_tags_one_per_zone_never_a_strangers() {
-    let moto = match moto::start(2) {
-        Ok(m) => m,
-        Err(reason) if !required() => {
-            eprintln!("skipping: {reason}");
-            return;
-        }
-        Err(reason) => panic!("required under CI: {reason}"),
+    let Some(moto) = start_or_skip(2) else {
+        return;
     };
     let ids = tagged_subnets(&moto);
     let (client, metrics) = moto::client(&moto);

@@ -85,26 +85,15 @@ async fn run_job_inner(
     let mut version = job.svc.metadata.resource_version.clone();
     let mut regarding = job.svc.object_ref(&());
     if let Some(patch) = &job.spec_patch {
-        if !ctx.leading() {
-            return JobOutcome::NotLeading;
-        }
-        ctx.metrics.write("spec");
-        // The whole object is read back (once per Service that gets values), so that a retry
-        // can be decided from it; status writes read back only their metadata.
-        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
-        match api
-            .patch(&job.key.name, &writer_params(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(svc) => {
-                generation = svc.metadata.generation;
-                version = svc.metadata.resource_version.clone();
-                regarding.resource_version = version.clone();
-                written.extend(version.clone());
-                *spec = Some(Arc::new(svc));
-            }
-            Err(e) => return outcome_of(&e, Write::Spec),
-        }
+        let svc = match write_spec(ctx, job, patch).await {
+            Ok(svc) => svc,
+            Err(outcome) => return outcome,
+        };
+        generation = svc.metadata.generation;
+        version = svc.metadata.resource_version.clone();
+        regarding.resource_version = version.clone();
+        written.extend(version.clone());
+        *spec = Some(Arc::new(svc));
     }
     let regarding = Arc::new(regarding);
     if let Some((reason, message)) = &job.failure {
@@ -112,12 +101,64 @@ async fn run_job_inner(
             .await;
     }
 
-    // The provider's answer, or the message of the Warning Event when it failed: deleting and
-    // ensuring fail the same way.
-    let provided: Option<Result<Vec<LoadBalancerIngress>, String>> = match &job.ingress {
-        Some(ips) if ips.is_empty() => {
+    let (ingress, lb_failed) = match call_provider(ctx, job, &regarding).await {
+        Some(Ok(ingress)) => (Some(ingress), false),
+        Some(Err(message)) => {
             ctx.event(
                 &regarding,
+                EventType::Warning,
+                ev::SYNC_LOAD_BALANCER_FAILED,
+                message,
+            )
+            .await;
+            (None, true)
+        }
+        None => (None, false),
+    };
+
+    if ingress.is_some() || job.conditions.is_some() {
+        match write_status(ctx, job, generation, version.as_deref(), ingress.as_deref()).await {
+            Ok(status_version) => written.extend(status_version),
+            Err(outcome) => return outcome,
+        }
+    }
+    if ingress.is_some() {
+        record_provided(ctx, job, &regarding).await;
+    }
+    if lb_failed {
+        return JobOutcome::Retry {
+            category: ErrorCategory::Provider,
+        };
+    }
+    JobOutcome::Done { written }
+}
+
+/// Writes the spec patch; the Service as written, or the job's outcome when it failed.
+async fn write_spec(ctx: &WriteCtx, job: &WriteJob, patch: &Value) -> Result<Service, JobOutcome> {
+    if !ctx.leading() {
+        return Err(JobOutcome::NotLeading);
+    }
+    ctx.metrics.write("spec");
+    // The whole object is read back (once per Service that gets values), so that a retry
+    // can be decided from it; status writes read back only their metadata.
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.key.namespace);
+    api.patch(&job.key.name, &writer_params(), &Patch::Merge(patch))
+        .await
+        .map_err(|e| outcome_of(&e, Write::Spec))
+}
+
+/// Asks the provider to delete or ensure the load balancer, with the Event saying so. The
+/// provider's answer, or the message of the Warning Event when it failed: deleting and
+/// ensuring fail the same way. `None`: the job has nothing for the provider.
+async fn call_provider(
+    ctx: &WriteCtx,
+    job: &WriteJob,
+    regarding: &Arc<ObjectReference>,
+) -> Option<Result<Vec<LoadBalancerIngress>, String>> {
+    match &job.ingress {
+        Some(ips) if ips.is_empty() => {
+            ctx.event(
+                regarding,
                 EventType::Normal,
                 ev::DELETING_LOAD_BALANCER,
                 "Deleting load balancer".into(),
@@ -133,7 +174,7 @@ async fn run_job_inner(
         }
         Some(ips) => {
             ctx.event(
-                &regarding,
+                regarding,
                 EventType::Normal,
                 ev::ENSURING_LOAD_BALANCER,
                 "Ensuring load balancer".into(),
@@ -152,58 +193,53 @@ async fn run_job_inner(
             )
         }
         None => None,
-    };
-    let (ingress, lb_failed) = match provided {
-        Some(Ok(ingress)) => (Some(ingress), false),
-        Some(Err(message)) => {
-            ctx.event(
-                &regarding,
-                EventType::Warning,
-                ev::SYNC_LOAD_BALANCER_FAILED,
-                message,
-            )
-            .await;
-            (None, true)
-        }
-        None => (None, false),
-    };
-
-    if ingress.is_some() || job.conditions.is_some() {
-        if !ctx.leading() {
-            return JobOutcome::NotLeading;
-        }
-        // The spec write moved the generation; the condition speaks for the new one.
-        let conditions = job.conditions.clone().map(|mut cs| {
-            for c in cs.iter_mut().filter(|c| c.type_ == cond::ALLOCATED) {
-                c.observed_generation = generation;
-            }
-            cs
-        });
-        let patch = build_status_patch(
-            version.as_deref(),
-            ingress.as_deref(),
-            conditions.as_deref(),
-        );
-        ctx.metrics.write("status");
-        match send_patch(&ctx.client, &job.key, Some("status"), &patch).await {
-            Ok(meta) => written.extend(meta.resource_version),
-            Err(e) => return outcome_of(&e, Write::Status),
-        }
     }
-    match (&job.ingress, ingress.is_some()) {
-        (Some(ips), true) if ips.is_empty() => {
+}
+
+/// Writes the status (ingress and conditions) at `version`; the version written, or the
+/// job's outcome when it failed.
+async fn write_status(
+    ctx: &WriteCtx,
+    job: &WriteJob,
+    generation: Option<i64>,
+    version: Option<&str>,
+    ingress: Option<&[LoadBalancerIngress]>,
+) -> Result<Option<String>, JobOutcome> {
+    if !ctx.leading() {
+        return Err(JobOutcome::NotLeading);
+    }
+    // The spec write moved the generation; the condition speaks for the new one.
+    let conditions = job.conditions.clone().map(|mut cs| {
+        for c in cs.iter_mut().filter(|c| c.type_ == cond::ALLOCATED) {
+            c.observed_generation = generation;
+        }
+        cs
+    });
+    let patch = build_status_patch(version, ingress, conditions.as_deref());
+    ctx.metrics.write("status");
+    match send_patch(&ctx.client, &job.key, Some("status"), &patch).await {
+        Ok(meta) => Ok(meta.resource_version),
+        Err(e) => Err(outcome_of(&e, Write::Status)),
+    }
+}
+
+/// The Events once the provider's answer is in the status: deleted, or the addresses
+/// assigned and the load balancer ensured.
+async fn record_provided(ctx: &WriteCtx, job: &WriteJob, regarding: &Arc<ObjectReference>) {
+    match &job.ingress {
+        Some(ips) if ips.is_empty() => {
             ctx.event(
-                &regarding,
+                regarding,
                 EventType::Normal,
                 ev::DELETED_LOAD_BALANCER,
                 "Deleted load balancer".into(),
             )
             .await;
         }
-        (Some(ips), true) => {
+        Some(ips) => {
             if !job.new_lb_ips.is_empty() {
                 ctx.event(
-                    &regarding,
+                    regarding,
                     EventType::Normal,
                     ev::IP_ALLOCATED,
                     format!("Assigned IP [{}]", ip_list(&job.new_lb_ips)),
@@ -211,30 +247,24 @@ async fn run_job_inner(
                 .await;
             }
             ctx.event(
-                &regarding,
+                regarding,
                 EventType::Normal,
                 ev::ENSURED_LOAD_BALANCER,
                 format!("Ensured load balancer with [{}]", ip_list(ips)),
             )
             .await;
         }
-        _ => {}
+        None => {}
     }
-    if lb_failed {
-        return JobOutcome::Retry {
-            category: ErrorCategory::Provider,
-        };
-    }
-    JobOutcome::Done { written }
 }
 
-/// A merge patch of the Service (or of its `subresource`) with berth's field manager.
 /// Addresses as the load-balancer Events spell them: `10.0.0.1, fd00::1`.
 fn ip_list(ips: &[IpAddr]) -> String {
     let texts: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
     texts.join(", ")
 }
 
+/// A merge patch of the Service (or of its `subresource`) with berth's field manager.
 async fn send_patch(
     client: &kube::Client,
     key: &ServiceKey,

@@ -9,18 +9,8 @@
 //! once deletion confirmed nothing is left. A Service of a class berth does not serve is never
 //! touched: its finalizer belongs to whoever serves it.
 
+pub use super::facts::CleanupFacts;
 use super::facts::LbClass;
-
-/// The finalizer-relevant facts of one Service.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CleanupFacts {
-    /// `metadata.deletionTimestamp` is set.
-    pub deleting: bool,
-    /// It carries `service.kubernetes.io/load-balancer-cleanup`.
-    pub has_cleanup: bool,
-    /// It carries the cloud provider's `berth.dev/load-balancer`.
-    pub has_cloud: bool,
-}
 
 /// What to do with the cleanup finalizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,12 +6,12 @@ use std::net::IpAddr;
 
 use berth_api::names::{class, condition, finalizer as fin};
 
-pub use super::cleanup::CleanupFacts;
 use berth_core::{IpFamily, IpFamilyPolicy, Protocol, TrafficPolicy};
 use berth_ipam::{
     ClusterIpRequest, LbPort, NodePortRequest, ServiceKey, ServicePortSpec, ServiceView,
 };
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// `spec.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +67,17 @@ impl StaleNodePorts {
     }
 }
 
+/// The finalizer-relevant facts of one Service (see [`super::cleanup`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanupFacts {
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// It carries `service.kubernetes.io/load-balancer-cleanup`.
+    pub has_cleanup: bool,
+    /// It carries the cloud provider's `berth.dev/load-balancer`.
+    pub has_cloud: bool,
+}
+
 /// Everything allocation needs from one Service.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServiceFacts {
@@ -116,6 +127,8 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         meta.name.clone().unwrap_or_default(),
     );
     let spec = svc.spec.clone().unwrap_or_default();
+    // Problems keep the order the fields are read in: type, cluster IPs, ports, health
+    // check, requested addresses.
     let mut problems = Vec::new();
     let type_ = ServiceType::parse(spec.type_.as_deref()).unwrap_or_else(|p| {
         problems.push(p);
@@ -127,6 +140,69 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
         spec.ip_families.as_ref().is_none_or(Vec::is_empty) || spec.ip_family_policy.is_none();
 
     let etp = TrafficPolicy::from_spec(spec.external_traffic_policy.as_deref());
+    let port_specs = read_ports(&spec, &mut problems);
+    let lb_ports: Vec<LbPort> = port_specs
+        .iter()
+        .map(|p| LbPort::new(p.protocol, p.port))
+        .collect();
+    let (node_ports, stale_node_ports) =
+        read_node_ports(&spec, type_, etp, port_specs, &mut problems);
+
+    let cleanup = read_cleanup(meta);
+    let lb_class = read_lb_class(&spec, type_, cleanup.deleting, default_class);
+    let LbRequests {
+        requested_ips,
+        requested_pool,
+        sharing_key,
+        sharing_namespaces,
+    } = read_lb_requests(svc, &lb_class, &mut problems);
+    let lb_view = ServiceView {
+        namespace: key.namespace.clone(),
+        namespace_labels: Default::default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        requested_ips,
+        requested_pool,
+        sharing_key,
+        sharing_namespaces,
+        ports: lb_ports,
+        external_traffic_policy: etp,
+        selector: spec.selector.clone().unwrap_or_default(),
+        families: cluster_ips.families.clone(),
+    };
+
+    let stale_cluster_ips = if type_ == ServiceType::ExternalName {
+        cluster_ips.cluster_ips.clone()
+    } else {
+        Vec::new()
+    };
+    ServiceFacts {
+        key,
+        uid: meta.uid.clone().unwrap_or_default(),
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+        created: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        type_,
+        cluster_ips,
+        families_unset,
+        cluster_ips_unset: spec.cluster_ips.as_ref().is_none_or(Vec::is_empty),
+        node_ports,
+        stale_node_ports,
+        stale_cluster_ips,
+        lb_class,
+        lb_view,
+        ingress_ips: ingress_ips(svc),
+        has_ingress: ingress(svc).is_some_and(|i| !i.is_empty()),
+        allocated_by_berth: allocated_by_berth(svc),
+        problems,
+        cleanup,
+    }
+}
+
+/// `spec.ports`: a port berth cannot read is a problem and is left out.
+fn read_ports(spec: &ServiceSpec, problems: &mut Vec<String>) -> Vec<ServicePortSpec> {
     let mut port_specs = Vec::new();
     for (i, p) in spec.ports.iter().flatten().enumerate() {
         let protocol = match p.protocol.as_deref().unwrap_or("TCP").parse::<Protocol>() {
@@ -164,11 +240,18 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
             node_port,
         });
     }
-    let lb_ports: Vec<LbPort> = port_specs
-        .iter()
-        .map(|p| LbPort::new(p.protocol, p.port))
-        .collect();
+    port_specs
+}
 
+/// The node ports the Service's type needs, and those its spec names but the type no
+/// longer uses.
+fn read_node_ports(
+    spec: &ServiceSpec,
+    type_: ServiceType,
+    etp: TrafficPolicy,
+    port_specs: Vec<ServicePortSpec>,
+    problems: &mut Vec<String>,
+) -> (NodePortRequest, StaleNodePorts) {
     let wants_node_ports = matches!(type_, ServiceType::NodePort | ServiceType::LoadBalancer);
     let health_check = (type_ == ServiceType::LoadBalancer && etp == TrafficPolicy::Local).then(
         || match spec.health_check_node_port {
@@ -205,14 +288,18 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
             || spec.allocate_load_balancer_node_ports != Some(false),
         health_check,
     };
+    (node_ports, stale_node_ports)
+}
 
-    let deleting = meta.deletion_timestamp.is_some();
-    let has_finalizer = |name: &str| {
-        meta.finalizers
-            .as_ref()
-            .is_some_and(|f| f.iter().any(|f| f == name))
-    };
-    let lb_class = match type_ {
+/// Who serves the external address; `deleting` Services held by the cleanup finalizer
+/// get none.
+fn read_lb_class(
+    spec: &ServiceSpec,
+    type_: ServiceType,
+    deleting: bool,
+    default_class: Option<&str>,
+) -> LbClass {
+    match type_ {
         ServiceType::LoadBalancer => {
             match class::served_class(spec.load_balancer_class.as_deref(), default_class) {
                 // Held by its cleanup finalizer: the address is released and the status
@@ -229,11 +316,25 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
             LbClass::Foreign
         }
         _ => LbClass::None,
-    };
+    }
+}
 
-    let annotations = meta.annotations.clone().unwrap_or_default();
-    let requested_ips = if lb_class == LbClass::L2 {
-        match berth_api::requested_ips_with_spec(&annotations, spec.load_balancer_ip.as_deref()) {
+/// What the annotations (and `spec.loadBalancerIP`) ask of the LoadBalancer allocator.
+struct LbRequests {
+    requested_ips: Vec<IpAddr>,
+    requested_pool: Option<String>,
+    sharing_key: Option<String>,
+    sharing_namespaces: Vec<String>,
+}
+
+fn read_lb_requests(svc: &Service, lb_class: &LbClass, problems: &mut Vec<String>) -> LbRequests {
+    let annotations = svc.metadata.annotations.clone().unwrap_or_default();
+    let load_balancer_ip = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_ip.as_deref());
+    let requested_ips = if *lb_class == LbClass::L2 {
+        match berth_api::requested_ips_with_spec(&annotations, load_balancer_ip) {
             Ok(r) => r.map(|r| r.ips).unwrap_or_default(),
             Err(e) => {
                 problems.push(e.to_string());
@@ -243,70 +344,51 @@ pub fn read_service(svc: &Service, default_class: Option<&str>) -> ServiceFacts 
     } else {
         Vec::new()
     };
-    let lb_view = ServiceView {
-        namespace: key.namespace.clone(),
-        namespace_labels: Default::default(),
-        labels: meta.labels.clone().unwrap_or_default(),
+    LbRequests {
         requested_ips,
         requested_pool: berth_api::ip_pool(&annotations).map(|a| a.value.to_string()),
         sharing_key: berth_api::sharing_key(&annotations).map(|a| a.value.to_string()),
         sharing_namespaces: berth_api::sharing_namespaces(&annotations),
-        ports: lb_ports,
-        external_traffic_policy: etp,
-        selector: spec.selector.clone().unwrap_or_default(),
-        families: cluster_ips.families.clone(),
-    };
+    }
+}
 
-    let ingress = svc
-        .status
+fn ingress(svc: &Service) -> Option<&Vec<LoadBalancerIngress>> {
+    svc.status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref());
-    let ingress_ips = ingress
+        .and_then(|lb| lb.ingress.as_ref())
+}
+
+/// Addresses in `status.loadBalancer.ingress[].ip`; hostnames and unreadable text are left out.
+fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
+    ingress(svc)
         .into_iter()
         .flatten()
         .filter_map(|i| i.ip.as_deref()?.parse().ok())
-        .collect();
+        .collect()
+}
 
-    let stale_cluster_ips = if type_ == ServiceType::ExternalName {
-        cluster_ips.cluster_ips.clone()
-    } else {
-        Vec::new()
+/// The status carries berth's `Allocated=True` condition.
+fn allocated_by_berth(svc: &Service) -> bool {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == condition::ALLOCATED && c.status == "True")
+        })
+}
+
+fn read_cleanup(meta: &ObjectMeta) -> CleanupFacts {
+    let has_finalizer = |name: &str| {
+        meta.finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == name))
     };
-    ServiceFacts {
-        key,
-        uid: meta.uid.clone().unwrap_or_default(),
-        resource_version: meta.resource_version.clone().unwrap_or_default(),
-        created: meta
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.to_string())
-            .unwrap_or_default(),
-        type_,
-        cluster_ips,
-        families_unset,
-        cluster_ips_unset: spec.cluster_ips.as_ref().is_none_or(Vec::is_empty),
-        node_ports,
-        stale_node_ports,
-        stale_cluster_ips,
-        lb_class,
-        lb_view,
-        ingress_ips,
-        has_ingress: ingress.is_some_and(|i| !i.is_empty()),
-        allocated_by_berth: svc
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == condition::ALLOCATED && c.status == "True")
-            }),
-        problems,
-        cleanup: CleanupFacts {
-            deleting,
-            has_cleanup: has_finalizer(fin::LOAD_BALANCER_CLEANUP),
-            has_cloud: has_finalizer(fin::LOAD_BALANCER),
-        },
+    CleanupFacts {
+        deleting: meta.deletion_timestamp.is_some(),
+        has_cleanup: has_finalizer(fin::LOAD_BALANCER_CLEANUP),
+        has_cloud: has_finalizer(fin::LOAD_BALANCER),
     }
 }
 

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 use crate::topology::{ClientLayout, Layout, ETH0};
 
-use super::plan::{Component, LabFamilies};
+use super::component::Component;
+use super::families::LabFamilies;
 use super::ClusterError;
 
 /// The router's name in the topology (a client on the LAN).

@@ -11,6 +11,8 @@
 
 pub mod apply;
 pub mod bgp;
+mod component;
+mod families;
 pub mod plan;
 pub mod proof;
 pub mod state;

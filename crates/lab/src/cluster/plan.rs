@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use berth_core::IpFamily;
 
-use crate::topology::{
-    ClientLayout, Layout, NodeLayout, TopologySpec, ETH0, NETNS_PREFIX, SERVICE6_CIDR, SERVICE_CIDR,
-};
+use crate::topology::{ClientLayout, Layout, NodeLayout, TopologySpec, ETH0, NETNS_PREFIX};
 
+pub use super::component::Component;
+pub use super::families::{LabFamilies, CLUSTER6_CIDR, CLUSTER_CIDR};
 use super::ClusterError;
 
 /// Where the API server listens in the control-plane namespace, for agents and the controller.
@@ -17,88 +17,6 @@ pub const LAN_API_PORT: u16 = 6443;
 pub const AGENT_ADMIN_PORT: u16 = 10356;
 /// The controller's admin port on the control plane's LAN address.
 pub const CONTROLLER_ADMIN_PORT: u16 = 9090;
-/// The pod CIDR of the whole lab: every node's 10.244.<n>.0/24 lies inside.
-pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
-/// The IPv6 pod CIDR of the whole lab: every node's fd00:244:<n>::/64 lies inside.
-pub const CLUSTER6_CIDR: &str = "fd00:244::/48";
-
-/// The address families of a lab's cluster: its Nodes' InternalIPs, pod addresses, Service
-/// CIDRs and the families its agents program. The lab's namespaces carry IPv6 as soon as the
-/// cluster uses it, IPv4 always (an IPv6-only cluster on dual-stack hosts); the control plane
-/// is reached over the primary family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LabFamilies {
-    #[default]
-    Ipv4,
-    Ipv6,
-    /// IPv4 primary, as kind and kubeadm order a dual-stack cluster.
-    Dual,
-}
-
-impl LabFamilies {
-    /// The families in their cluster order, the primary first.
-    pub fn families(self) -> &'static [IpFamily] {
-        match self {
-            LabFamilies::Ipv4 => &[IpFamily::V4],
-            LabFamilies::Ipv6 => &[IpFamily::V6],
-            LabFamilies::Dual => &[IpFamily::V4, IpFamily::V6],
-        }
-    }
-
-    pub fn has(self, family: IpFamily) -> bool {
-        self.families().contains(&family)
-    }
-
-    pub fn primary(self) -> IpFamily {
-        self.families()[0]
-    }
-
-    /// The `--ip-family` spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LabFamilies::Ipv4 => "ipv4",
-            LabFamilies::Ipv6 => "ipv6",
-            LabFamilies::Dual => "dual",
-        }
-    }
-
-    /// The controller's `--service-cidr`, one CIDR per family in cluster order.
-    pub fn service_cidrs(self) -> String {
-        self.per_family(SERVICE_CIDR, SERVICE6_CIDR)
-    }
-
-    /// The agents' `--cluster-cidr`.
-    pub fn cluster_cidrs(self) -> String {
-        self.per_family(CLUSTER_CIDR, CLUSTER6_CIDR)
-    }
-
-    fn per_family(self, v4: &str, v6: &str) -> String {
-        let parts: Vec<&str> = self
-            .families()
-            .iter()
-            .map(|f| match f {
-                IpFamily::V4 => v4,
-                IpFamily::V6 => v6,
-            })
-            .collect();
-        parts.join(",")
-    }
-}
-
-impl std::str::FromStr for LabFamilies {
-    type Err = ClusterError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "ipv4" => Ok(LabFamilies::Ipv4),
-            "ipv6" => Ok(LabFamilies::Ipv6),
-            "dual" => Ok(LabFamilies::Dual),
-            other => Err(ClusterError::Invalid(format!(
-                "--ip-family {other:?}: expected ipv4, ipv6 or dual"
-            ))),
-        }
-    }
-}
 
 impl std::fmt::Display for LabFamilies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -192,36 +110,6 @@ impl Files {
             logs: dir.join("logs"),
             membership_key: dir.join("membership.key"),
         }
-    }
-}
-
-/// One process of the lab.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Component {
-    pub name: String,
-    /// Runs inside this namespace (`ip netns exec`), else in the caller's.
-    pub netns: Option<String>,
-    /// The program, when it is not the `berth` binary (FRR's daemons).
-    pub program: Option<String>,
-    /// The program's arguments.
-    pub args: Vec<String>,
-    pub log: PathBuf,
-}
-
-impl Component {
-    /// The full command line, `exe` being the `berth` binary.
-    pub fn argv(&self, exe: &Path) -> Vec<String> {
-        let mut argv = Vec::new();
-        if let Some(ns) = &self.netns {
-            argv.extend(["ip".into(), "netns".into(), "exec".into(), ns.clone()]);
-        }
-        argv.push(
-            self.program
-                .clone()
-                .unwrap_or_else(|| exe.display().to_string()),
-        );
-        argv.extend(self.args.iter().cloned());
-        argv
     }
 }
 

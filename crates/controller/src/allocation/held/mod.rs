@@ -5,7 +5,6 @@
 //! two Services naming one value; the last, one in which a value nothing names stands against
 //! the value the Service does name, without freeing a value the write that won may name.
 
-use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -13,59 +12,14 @@ use berth_core::Labels;
 use berth_ipam::ServiceKey;
 use k8s_openapi::api::core::v1::Service;
 
+use self::ledger::Unwritten;
 use super::cache::trim;
 use super::facts::ServiceFacts;
 use super::fresh::{release_fresh, Fresh};
 use super::state::AllocationState;
 use super::write::{Write, WrittenSpec};
 
-/// Values only a decision's writes would name (see `fresh`), and the version of the Service
-/// those writes were made against.
-#[derive(Debug)]
-struct Unwritten {
-    version: Option<String>,
-    fresh: Fresh,
-}
-
-/// What Services hold beyond what their objects name, per Service. Only this room reads or
-/// changes it; the state machine asks and tells through [`AllocationState`]'s methods below.
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    /// Services holding LoadBalancer addresses their type no longer uses until the write
-    /// clearing their status has landed (see `withhold_until_cleared`).
-    clearing: HashSet<ServiceKey>,
-    /// What the decision behind a Service's write in flight newly gave it; kept as `refused`
-    /// when the write naming it is refused.
-    in_flight: HashMap<ServiceKey, Unwritten>,
-    /// What refused writes would have named: held until the Service is decided again from a
-    /// newer version, which lets go of what that version does not name (see `settle_refused`).
-    refused: HashMap<ServiceKey, Unwritten>,
-}
-
-impl Held {
-    /// Whether anything is held for `key`.
-    #[cfg(test)]
-    pub(super) fn holds(&self, key: &ServiceKey) -> bool {
-        let Self {
-            clearing,
-            in_flight,
-            refused,
-        } = self;
-        clearing.contains(key) || in_flight.contains_key(key) || refused.contains_key(key)
-    }
-
-    /// Forgets everything held for `key` (the allocators release its values).
-    pub(super) fn forget(&mut self, key: &ServiceKey) {
-        let Self {
-            clearing,
-            in_flight,
-            refused,
-        } = self;
-        clearing.remove(key);
-        in_flight.remove(key);
-        refused.remove(key);
-    }
-}
+pub(super) mod ledger;
 
 impl AllocationState {
     /// Takes the version a spec write returned as the cached one, unless the watch has

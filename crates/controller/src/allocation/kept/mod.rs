@@ -10,114 +10,21 @@
 //! [`POOL_NOT_FOUND_GRACE`]: long enough for a tool that applies the Service before the pool,
 //! not so long that a misspelt name blocks the address for good.
 
-use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::time::Duration;
 
 use berth_api::names::condition::{self as cond, reason};
-use berth_api::names::event as ev;
 use berth_ipam::{PoolSpec, ServiceKey};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use self::keepers::{Keeping, LbAsk, POOL_NOT_FOUND_GRACE};
 use super::cluster_addresses::is_cluster_address;
-use super::facts::{LbClass, ServiceFacts};
+use super::facts::ServiceFacts;
 use super::plan::{pools_give_held, Allocation, Failure, Keep, Kept};
 use super::state::AllocationState;
 
-/// How long a Service keeps its address after naming a pool that does not exist, unless
-/// `--pool-gone-grace` says otherwise.
-pub(crate) const POOL_NOT_FOUND_GRACE: Duration = Duration::from_secs(300);
-
-/// What of a Service decides which address it gets: a change of any of it is a change of the
-/// Service, which ends keeping.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LbAsk {
-    requested_ips: Vec<IpAddr>,
-    requested_pool: Option<String>,
-    sharing_key: Option<String>,
-    families: Vec<berth_core::IpFamily>,
-    l2: bool,
-}
-
-impl LbAsk {
-    pub(crate) fn of(f: &ServiceFacts) -> Self {
-        let v = &f.lb_view;
-        Self {
-            requested_ips: v.requested_ips.clone(),
-            requested_pool: v.requested_pool.clone(),
-            sharing_key: v.sharing_key.clone(),
-            families: v.families.clone(),
-            l2: f.lb_class == LbClass::L2,
-        }
-    }
-}
-
-/// A Service keeping addresses, or about to (its address left every pool and it has not been
-/// decided since).
-#[derive(Debug)]
-pub(crate) struct Keeping {
-    /// What the Service asked for when it started keeping.
-    ask: LbAsk,
-    /// A pool change took the addresses (else: the Service named a pool not found).
-    gone: bool,
-    /// The pool the address was in, when known (not after a restart).
-    pool: Option<String>,
-    /// When it was first decided as keeping, and the time its grace runs out.
-    since: Option<Timestamp>,
-    deadline: Option<Timestamp>,
-}
-
-/// Every Service keeping addresses, and when each one's grace runs out. Only this room reads
-/// or changes it; the state machine asks and tells through [`AllocationState`]'s methods below.
-#[derive(Debug)]
-pub(super) struct Keepers {
-    /// `--pool-gone-grace`.
-    grace: Option<Duration>,
-    keeping: HashMap<ServiceKey, Keeping>,
-    /// When the grace of each Service keeping an address runs out.
-    deadlines: BTreeSet<(Timestamp, ServiceKey)>,
-}
-
-impl Keepers {
-    pub(super) fn new(grace: Option<Duration>) -> Self {
-        Self {
-            grace,
-            keeping: HashMap::new(),
-            deadlines: BTreeSet::new(),
-        }
-    }
-
-    /// Whether `key` keeps (or is about to keep) addresses.
-    #[cfg(test)]
-    pub(super) fn keeps(&self, key: &ServiceKey) -> bool {
-        self.keeping.contains_key(key)
-    }
-
-    /// Ends keeping for `key`; whether it kept anything.
-    fn forget(&mut self, key: &ServiceKey) -> bool {
-        let Some(k) = self.keeping.remove(key) else {
-            return false;
-        };
-        if let Some(d) = k.deadline {
-            self.deadlines.remove(&(d, key.clone()));
-        }
-        true
-    }
-
-    /// Moves `key`'s deadline from `old` to `new`.
-    fn reschedule(&mut self, key: &ServiceKey, old: Option<Timestamp>, new: Option<Timestamp>) {
-        if old != new {
-            if let Some(d) = old {
-                self.deadlines.remove(&(d, key.clone()));
-            }
-            if let Some(d) = new {
-                self.deadlines.insert((d, key.clone()));
-            }
-        }
-    }
-}
+pub(super) mod keepers;
 
 impl AllocationState {
     /// After the pools changed (or a leader adopted what the Services name): every Service
@@ -310,14 +217,6 @@ impl AllocationState {
             .flat_map(|k| self.alloc.lb.ips_of(k))
             .filter(|ip| self.alloc.lb.pool_of(*ip).is_none())
             .count()
-    }
-}
-
-/// The Event reason a kept address's condition is announced with.
-pub(crate) fn event_reason(out: &Allocation) -> &'static str {
-    match out.kept {
-        Some(Kept::PoolGone) => ev::POOL_GONE,
-        _ => ev::ALLOCATION_FAILED,
     }
 }
 
