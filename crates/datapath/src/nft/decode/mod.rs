@@ -34,7 +34,7 @@ use crate::plan::model::{ChainName, Table};
 use berth_core::IpFamily;
 
 // Set flags and types, as the batch writer declares them.
-const NFT_SET_INTERVAL: u32 = 0x1;
+const NFT_SET_INTERVAL: u32 = 0x4;
 const NFT_SET_MAP: u32 = 0x8;
 const NFT_SET_TIMEOUT: u32 = 0x10;
 const NFT_SET_EVAL: u32 = 0x20;
