@@ -227,15 +227,15 @@ impl ElectionView<'_> {
     }
 
     /// Elects the owner of `ip` as [`elect`](Self::elect) does, trying first the nodes of
-    /// `order`: the first known nodes in election order, from [`election_order`] over the
-    /// current Nodes. The first candidate among them is the owner, since every node left out
+    /// `order`: the first known nodes in election order ([`ElectionOrder`]) over the current
+    /// Nodes. The first candidate among them is the owner, since every node left out
     /// of `order` sorts after all of them; when none is a candidate, every node is weighed.
-    pub fn elect_in_order(&self, ip: IpAddr, demand: &IpDemand, order: &[String]) -> Election {
+    pub fn elect_in_order(&self, ip: IpAddr, demand: &IpDemand, order: &ElectionOrder) -> Election {
         let pools = match self.pools_of(ip) {
             Ok(pools) => pools,
             Err(outcome) => return outcome,
         };
-        for name in order {
+        for name in &order.nodes {
             let Some(facts) = self.nodes.get(name) else {
                 continue;
             };
@@ -250,24 +250,60 @@ impl ElectionView<'_> {
     }
 }
 
-/// The first `top` of `nodes` in election order for `ip`: by [`election_key`], then name.
-pub fn election_order<'a>(
-    nodes: impl Iterator<Item = &'a String>,
-    ip: IpAddr,
+/// The first nodes for one address in election order: by [`election_key`], then name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionOrder {
+    pub nodes: Vec<String>,
+    /// `nodes` holds every known node.
+    complete: bool,
     top: usize,
-) -> Vec<String> {
-    let mut keyed: Vec<([u8; 32], &String)> =
-        nodes.map(|name| (election_key(name, ip), name)).collect();
-    let top = top.min(keyed.len());
-    if top == 0 {
-        return Vec::new();
-    }
-    if top < keyed.len() {
-        keyed.select_nth_unstable(top - 1);
+}
+
+impl ElectionOrder {
+    /// The first `top` of `nodes` for `ip`.
+    pub fn new<'a>(nodes: impl Iterator<Item = &'a String>, ip: IpAddr, top: usize) -> Self {
+        let mut keyed: Vec<([u8; 32], &String)> =
+            nodes.map(|name| (election_key(name, ip), name)).collect();
+        let complete = keyed.len() <= top;
+        if !complete && top > 0 {
+            keyed.select_nth_unstable(top - 1);
+        }
         keyed.truncate(top);
+        keyed.sort_unstable();
+        ElectionOrder {
+            nodes: keyed.into_iter().map(|(_, name)| name.clone()).collect(),
+            complete,
+            top,
+        }
     }
-    keyed.sort_unstable();
-    keyed.into_iter().map(|(_, name)| name.clone()).collect()
+
+    /// A node that just became known: kept when it sorts before the last one kept (or when
+    /// every node is kept), so `nodes` stays the first nodes in election order.
+    pub fn admit(&mut self, name: &str, ip: IpAddr) {
+        let key = election_key(name, ip);
+        let before = |other: &String| (key, name) < (election_key(other, ip), other.as_str());
+        let belongs = self.complete || self.nodes.last().is_some_and(before);
+        if !belongs || self.nodes.iter().any(|n| n == name) {
+            return;
+        }
+        let at = self
+            .nodes
+            .iter()
+            .position(before)
+            .unwrap_or(self.nodes.len());
+        self.nodes.insert(at, name.to_string());
+        if self.nodes.len() > self.top {
+            self.nodes.pop();
+            self.complete = false;
+        }
+    }
+
+    /// A node that is gone; false when nothing is left to try first and the order must be
+    /// computed again.
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.nodes.retain(|n| n != name);
+        self.complete || !self.nodes.is_empty()
+    }
 }
 
 #[cfg(test)]

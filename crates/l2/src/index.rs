@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::answers::{Answers, IpAnswer, IpEntry, ServiceKey};
-use crate::election::{election_order, Election, ElectionView, IpDemand, NodeFacts, Pool};
+use crate::election::{Election, ElectionOrder, ElectionView, IpDemand, NodeFacts, Pool};
 
 /// What the election needs of one LoadBalancer Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,8 +95,9 @@ struct Memo {
     holders: BTreeMap<IpAddr, BTreeSet<ServiceKey>>,
     /// Each Service's EndpointSlices by name.
     slices_of: BTreeMap<ServiceKey, BTreeSet<String>>,
-    /// Per address, the first known nodes in election order; emptied when a Node comes or goes.
-    order: HashMap<IpAddr, Vec<String>>,
+    /// Per address, the first known nodes in election order, kept up to date as Nodes come
+    /// and go.
+    order: HashMap<IpAddr, ElectionOrder>,
 }
 
 impl Default for Memo {
@@ -332,22 +333,23 @@ impl L2Index {
         };
         self.seen(Kind::Nodes, &key);
         if !self.nodes.contains_key(&key.1) {
-            self.memo.order.clear();
+            for (ip, order) in self.memo.order.iter_mut() {
+                order.admit(&key.1, *ip);
+            }
         }
         let changed = put(&mut self.nodes, key.1, Some(build_node_facts(node)));
         self.everything(changed)
     }
 
     pub fn delete_node(&mut self, node: &Node) -> bool {
-        let changed = node
-            .metadata
-            .name
-            .as_ref()
-            .is_some_and(|name| self.nodes.remove(name).is_some());
-        if changed {
-            self.memo.order.clear();
+        let Some(name) = node.metadata.name.as_ref() else {
+            return false;
+        };
+        if self.nodes.remove(name).is_none() {
+            return false;
         }
-        self.everything(changed)
+        self.memo.order.retain(|_, order| order.remove(name));
+        self.everything(true)
     }
 
     pub fn apply_service(&mut self, svc: &Service) -> bool {
@@ -711,7 +713,7 @@ impl L2Index {
             let order = memo
                 .order
                 .entry(ip)
-                .or_insert_with(|| election_order(self.nodes.keys(), ip, ORDER_TOP));
+                .or_insert_with(|| ElectionOrder::new(self.nodes.keys(), ip, ORDER_TOP));
             let Some(answer) = self.answer(view.elect_in_order(ip, demand, order)) else {
                 memo.ips.remove(&ip);
                 continue;

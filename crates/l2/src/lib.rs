@@ -69,7 +69,9 @@ pub mod transport;
 pub use answers::{
     diff_ownership, Answers, IpAnswer, OwnershipChanges, Refusal, ServiceKey, TakeoverDelay,
 };
-pub use election::{election_key, Election, ElectionView, Interfaces, IpDemand, NodeFacts, Pool};
+pub use election::{
+    election_key, Election, ElectionOrder, ElectionView, Interfaces, IpDemand, NodeFacts, Pool,
+};
 pub use frame::Mac;
 pub use index::L2Index;
 pub use packet::{local_interfaces, InterfaceState, Listen, PacketLink};
