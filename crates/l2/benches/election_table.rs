@@ -170,7 +170,7 @@ fn main() {
         }
         index.set_live(Arc::new(live));
     });
-    // A Node joins: the election order of every address is computed again.
+    // A Node joins: each address's order admits it, and every address is elected again.
     let joined = time_incremental(&mut index, 5, |index, round| {
         let name = format!("node-new-{round}");
         index.apply_node(&mk_node(
@@ -205,7 +205,7 @@ fn main() {
     row("an endpoint moves (one Local Service)", change);
     row("a Service changes address", service_change);
     row("the live set changes (every address weighed again)", live);
-    row("a Node joins (every election order computed again)", joined);
+    row("a Node joins (orders updated, every address elected again)", joined);
     println!(
         "l2-election: services={SERVICES} nodes={NODES} full_ms={:.1} cold_ms={:.1} change_ms={:.3} \
          service_change_ms={:.3} live_ms={:.2} node_join_ms={:.1} change_speedup={:.0}",
