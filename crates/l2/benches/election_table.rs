@@ -205,7 +205,10 @@ fn main() {
     row("an endpoint moves (one Local Service)", change);
     row("a Service changes address", service_change);
     row("the live set changes (every address weighed again)", live);
-    row("a Node joins (orders updated, every address elected again)", joined);
+    row(
+        "a Node joins (orders updated, every address elected again)",
+        joined,
+    );
     println!(
         "l2-election: services={SERVICES} nodes={NODES} full_ms={:.1} cold_ms={:.1} change_ms={:.3} \
          service_change_ms={:.3} live_ms={:.2} node_join_ms={:.1} change_speedup={:.0}",

@@ -218,20 +218,8 @@ impl Membership {
             } else {
                 Mode::LeaseOnly
             },
-            sight: BTreeMap::new(),
-            self_live: false,
             ready: ready.as_ref().is_none_or(|r| *r.borrow()),
-            until,
-            next_beat: Instant::now(),
-            next_change: None,
-            skewed: BTreeSet::new(),
-            view: LeaseView::default(),
-            listed: false,
-            nodes: NodeNames::default(),
-            was_eligible: false,
-            hold: SelfHold::new(config.takeover_hold()),
-            metrics: metrics.clone(),
-            live,
+            ..LoopState::new(&node, &config, &metrics, live, until)
         };
         let mut stream = watcher(leases.clone(), watcher::Config::default())
             .default_backoff()
@@ -253,22 +241,7 @@ impl Membership {
                 biased;
                 () = shutdown.cancelled() => break Ok(()),
                 () = tokio::time::sleep_until(wake.into()) => {
-                    let late = Instant::now().saturating_duration_since(wake);
-                    metrics.wake_delay.observe(late.as_secs_f64());
-                    if late > 2 * state.heartbeat_interval() {
-                        tracing::info!(late_ms = late.as_millis() as u64, "the membership loop woke late");
-                    }
-                    // What arrived while this task waited (or while the process was not
-                    // running at all) is read before anyone is judged silent: a busy node
-                    // must not take its own lateness for its peers' silence. Bounded by the
-                    // queue, which only the gate fills.
-                    tokio::task::yield_now().await;
-                    while let Ok((datagram, from)) = datagrams.try_recv() {
-                        receive_one(swim.as_mut(), &datagram, from, &metrics);
-                    }
-                    if let Some(swim) = swim.as_mut() {
-                        swim.fire_due(Instant::now());
-                    }
+                    on_wake(wake, &state, swim.as_mut(), &mut datagrams, &metrics).await;
                 }
                 changed = async {
                     match ready.as_mut() {
@@ -318,33 +291,7 @@ impl Membership {
                     receive_one(swim.as_mut(), &datagram, from, &metrics);
                 }
             }
-            if let Some(swim) = swim.as_mut() {
-                let (out, events) = swim.drain(unix_micros());
-                send_all(socket.as_deref(), out).await;
-                state.on_swim_events(events);
-                state.on_heard(swim.take_heard(), Instant::now());
-            }
-            let was_live = state.self_live;
-            let cut_off = state.publish(swim.as_ref(), false);
-            if let Some(swim) = swim.as_mut() {
-                let now = Instant::now();
-                if now >= state.next_beat || state.self_live != was_live {
-                    let beats = state.heartbeats(swim);
-                    send_all(socket.as_deref(), beats).await;
-                    state.next_beat = now + state.heartbeat_interval();
-                }
-            }
-            if cut_off {
-                if let Some(swim) = swim.as_mut().filter(|s| s.has_members()) {
-                    tracing::warn!(
-                        "cut off from the other agents; SWIM starts over as a new identity"
-                    );
-                    swim.restart();
-                    state.announce_to_unreached(swim);
-                    let (out, _) = swim.drain(unix_micros());
-                    send_all(socket.as_deref(), out).await;
-                }
-            }
+            end_round(&mut state, swim.as_mut(), socket.as_deref()).await;
         };
 
         receiver_stop.cancel();
@@ -359,28 +306,93 @@ impl Membership {
         if let Err(err) = (&mut renewer.0).await {
             tracing::warn!(error = %err, "the Lease renewer stopped abnormally");
         }
-        let name = lease_names::agent_lease_name(&node);
-        match tokio::time::timeout(
-            DELETE_TIMEOUT,
-            leases.delete(&name, &DeleteParams::default()),
-        )
-        .await
-        {
-            Ok(Ok(_)) => tracing::info!(lease = %name, "deleted the agent Lease"),
-            Ok(Err(kube::Error::Api(status))) if status.code == 404 => {}
-            Ok(Err(err)) => {
-                tracing::warn!(error = %err, "deleting the agent Lease failed; peers wait for it to expire")
-            }
-            Err(_) => {
-                tracing::warn!("deleting the agent Lease timed out; peers wait for it to expire")
-            }
-        }
+        delete_own_lease(&leases, &node).await;
         if let Some(swim) = swim.as_mut() {
             swim.leave(Instant::now());
             let (out, _) = swim.drain(unix_micros());
             send_all(socket.as_deref(), out).await;
         }
         result
+    }
+}
+
+/// The loop's timer fired (at `wake`): what arrived while this thread waited is read first,
+/// then SWIM's due timers run.
+async fn on_wake(
+    wake: Instant,
+    state: &LoopState,
+    mut swim: Option<&mut Swim>,
+    datagrams: &mut mpsc::Receiver<(Vec<u8>, SocketAddr)>,
+    metrics: &MembershipMetrics,
+) {
+    let late = Instant::now().saturating_duration_since(wake);
+    metrics.wake_delay.observe(late.as_secs_f64());
+    if late > 2 * state.heartbeat_interval() {
+        tracing::info!(
+            late_ms = late.as_millis() as u64,
+            "the membership loop woke late"
+        );
+    }
+    // What arrived while this task waited (or while the process was not running at all) is
+    // read before anyone is judged silent: a busy node must not take its own lateness for its
+    // peers' silence. Bounded by the queue, which only the gate fills.
+    tokio::task::yield_now().await;
+    while let Ok((datagram, from)) = datagrams.try_recv() {
+        receive_one(swim.as_deref_mut(), &datagram, from, metrics);
+    }
+    if let Some(swim) = swim {
+        swim.fire_due(Instant::now());
+    }
+}
+
+/// After whatever woke the loop: SWIM's messages out and its verdicts in, the live set
+/// published, heartbeats when due (or when this node's own liveness changed), and a node cut
+/// off from everyone starts SWIM over as a new identity.
+async fn end_round(state: &mut LoopState, mut swim: Option<&mut Swim>, socket: Option<&UdpSocket>) {
+    if let Some(swim) = swim.as_deref_mut() {
+        let (out, events) = swim.drain(unix_micros());
+        send_all(socket, out).await;
+        state.on_swim_events(events);
+        state.on_heard(swim.take_heard(), Instant::now());
+    }
+    let was_live = state.self_live;
+    let cut_off = state.publish(swim.as_deref(), false);
+    if let Some(swim) = swim.as_deref_mut() {
+        let now = Instant::now();
+        if now >= state.next_beat || state.self_live != was_live {
+            let beats = state.heartbeats(swim);
+            send_all(socket, beats).await;
+            state.next_beat = now + state.heartbeat_interval();
+        }
+    }
+    if !cut_off {
+        return;
+    }
+    if let Some(swim) = swim.filter(|s| s.has_members()) {
+        tracing::warn!("cut off from the other agents; SWIM starts over as a new identity");
+        swim.restart();
+        state.announce_to_unreached(swim);
+        let (out, _) = swim.drain(unix_micros());
+        send_all(socket, out).await;
+    }
+}
+
+/// Deletes this node's Lease on a graceful stop, so peers take over at once rather than when
+/// it expires.
+async fn delete_own_lease(leases: &Api<Lease>, node: &str) {
+    let name = lease_names::agent_lease_name(node);
+    match tokio::time::timeout(
+        DELETE_TIMEOUT,
+        leases.delete(&name, &DeleteParams::default()),
+    )
+    .await
+    {
+        Ok(Ok(_)) => tracing::info!(lease = %name, "deleted the agent Lease"),
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => {}
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "deleting the agent Lease failed; peers wait for it to expire")
+        }
+        Err(_) => tracing::warn!("deleting the agent Lease timed out; peers wait for it to expire"),
     }
 }
 
@@ -570,6 +582,34 @@ struct LoopState {
 }
 
 impl LoopState {
+    /// Nothing seen yet; Lease-only and ready until the caller says otherwise.
+    fn new(
+        node: &str,
+        config: &MembershipConfig,
+        metrics: &MembershipMetrics,
+        live: watch::Sender<LiveNodes>,
+        until: watch::Sender<AnswerUntil>,
+    ) -> Self {
+        LoopState {
+            node: node.to_string(),
+            mode: Mode::LeaseOnly,
+            sight: BTreeMap::new(),
+            self_live: false,
+            ready: true,
+            until,
+            next_beat: Instant::now(),
+            next_change: None,
+            skewed: BTreeSet::new(),
+            view: LeaseView::default(),
+            listed: false,
+            nodes: NodeNames::default(),
+            was_eligible: false,
+            hold: SelfHold::new(config.takeover_hold()),
+            metrics: metrics.clone(),
+            live,
+        }
+    }
+
     fn on_lease_event(&mut self, event: watcher::Event<Lease>, swim: Option<&mut Swim>) {
         let touched: Vec<String> = match event {
             watcher::Event::Init => {
