@@ -11,16 +11,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::nft::dump::{chain_msg, element_msg, rule_msg, set_msg, RawTable};
-use crate::nft::expr::{rule_userdata, write_rule_exprs};
+use crate::nft::dump::{chain_msg, element_msg, rule_msg, set_msg, ObservedHook, RawTable};
+use crate::nft::expr::{element_key, rule_userdata, write_rule_exprs};
 use crate::nft::inline::HAIRPIN_SET;
-use crate::nft::netlink::element_key;
 use crate::nft::render::{Command, Element, NftRuleset, NODE_PORT_MAP, SERVICE_MAP};
 use crate::nft::wire::{Attr, Attrs, Writer};
 use berth_core::IpFamily;
-
-/// A base chain's hook as the kernel reports it: type, hook number, priority.
-pub type ObservedHook = (String, u32, i32);
 
 /// One chain of berth's table in the kernel: its hook and its rules, canonical.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

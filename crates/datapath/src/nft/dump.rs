@@ -8,8 +8,10 @@
 //! order (every platform berth is built for is little-endian).
 
 use crate::error::Error;
-use crate::nft::adopt::ObservedHook;
 use crate::nft::wire::{Attr, Attrs};
+
+/// A base chain's hook as the kernel reports it: type, hook number, priority.
+pub type ObservedHook = (String, u32, i32);
 
 /// The attributes (after `nfgenmsg`) of each message a dump of berth's table returned.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 
 use crate::nft::inline::HAIRPIN_SET;
-use crate::nft::render::{comment_text, NftChain, NftRule, NODE_PORT_MAP, SERVICE_MAP};
+use crate::nft::render::{comment_text, Element, NftChain, NftRule, NODE_PORT_MAP, SERVICE_MAP};
 use crate::nft::wire::Writer;
 use crate::plan::model::{
     AddrSide, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Table, Target,
@@ -99,6 +99,29 @@ pub fn addr_bytes(addr: IpAddr) -> Vec<u8> {
     match addr {
         IpAddr::V4(a) => a.octets().to_vec(),
         IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+/// A key as the kernel holds it: each field of a concatenation padded to 4 bytes.
+pub fn element_key(element: &Element) -> Vec<u8> {
+    let proto_port = |proto, port: u16| {
+        let mut out = vec![protocol_number(proto), 0, 0, 0];
+        out.extend_from_slice(&port.to_be_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out
+    };
+    match element {
+        Element::Service((addr, proto, port), _) => {
+            let mut out = addr_bytes(*addr);
+            out.extend(proto_port(*proto, *port));
+            out
+        }
+        Element::NodePort((proto, port), _) => proto_port(*proto, *port),
+        Element::Hairpin(addr) => {
+            let mut out = addr_bytes(*addr);
+            out.extend(addr_bytes(*addr));
+            out
+        }
     }
 }
 

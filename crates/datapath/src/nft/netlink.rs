@@ -22,8 +22,7 @@ use crate::error::Error;
 use crate::nft::adopt::{observe, Observed};
 use crate::nft::dump::{set_msg, RawTable};
 use crate::nft::expr::{
-    addr_bytes, nfproto, protocol_number, put_verdict, rule_userdata, write_rule_exprs,
-    NFTA_DATA_VALUE, NFT_JUMP,
+    element_key, nfproto, put_verdict, rule_userdata, write_rule_exprs, NFTA_DATA_VALUE, NFT_JUMP,
 };
 use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{
@@ -369,29 +368,6 @@ fn element_target(element: &Element) -> Option<&NftChain> {
     match element {
         Element::Service(_, target) | Element::NodePort(_, target) => Some(target),
         Element::Hairpin(_) => None,
-    }
-}
-
-/// A key as the kernel holds it: each field of a concatenation padded to 4 bytes.
-pub fn element_key(element: &Element) -> Vec<u8> {
-    let proto_port = |proto, port: u16| {
-        let mut out = vec![protocol_number(proto), 0, 0, 0];
-        out.extend_from_slice(&port.to_be_bytes());
-        out.extend_from_slice(&[0, 0]);
-        out
-    };
-    match element {
-        Element::Service((addr, proto, port), _) => {
-            let mut out = addr_bytes(*addr);
-            out.extend(proto_port(*proto, *port));
-            out
-        }
-        Element::NodePort((proto, port), _) => proto_port(*proto, *port),
-        Element::Hairpin(addr) => {
-            let mut out = addr_bytes(*addr);
-            out.extend(addr_bytes(*addr));
-            out
-        }
     }
 }
 

@@ -15,18 +15,8 @@ use crate::plan::input::NodeInfo;
 use crate::plan::model::protocol_keyword;
 use crate::plan::model::{AddrSide, ChainName, Match, PortMatch, Rule, Ruleset, Table, Target};
 use crate::plan::names;
-use crate::plan::options::PlanOptions;
+use crate::plan::options::{Dispatch, PlanOptions};
 use berth_core::{IpFamily, Protocol};
-
-/// How the entry chains find a Service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Dispatch {
-    /// kube-proxy's layout: one rule per Service address and port in `BERTH-SERVICES`.
-    Linear,
-    /// A tree of chains keyed by destination address (node ports by port range).
-    #[default]
-    Tree,
-}
 
 /// The rules that select a Service, before they are laid out.
 #[derive(Debug, Default)]

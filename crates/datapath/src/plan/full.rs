@@ -5,12 +5,13 @@
 
 use crate::plan::categorize::categorize;
 use crate::plan::dispatch::{
-    build_dispatch, node_ports_jumps, service_cidr_jumps, Dispatch, DispatchEntries,
+    build_dispatch, node_ports_jumps, service_cidr_jumps, DispatchEntries,
 };
 use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
 use crate::plan::input::{NodeView, ServicePort};
 use crate::plan::model::{ChainName, Ruleset, Table};
 use crate::plan::names;
+use crate::plan::options::Dispatch;
 use crate::plan::options::PlanOptions;
 use crate::plan::service::plan_service_port;
 

@@ -14,13 +14,14 @@ use std::hash::{Hash, Hasher};
 
 use crate::plan::categorize::categorize;
 use crate::plan::dispatch::{
-    node_ports_jumps, range_of, service_cidr_jumps, unallocated_drop, AddrSpace, Dispatch,
-    DispatchEntries, KeySpace, PortSpace, V4Space, V6Space,
+    node_ports_jumps, range_of, service_cidr_jumps, unallocated_drop, AddrSpace, DispatchEntries,
+    KeySpace, PortSpace, V4Space, V6Space,
 };
 use crate::plan::fixed::{builtin_jumps, plan_fixed_chains};
 use crate::plan::input::{NodeInfo, NodeView, ServicePort, ServicePortName};
 use crate::plan::model::{ChainName, Rule, Ruleset, Table, TableRules};
 use crate::plan::names;
+use crate::plan::options::Dispatch;
 use crate::plan::options::PlanOptions;
 use crate::plan::service::plan_service_port;
 use berth_core::{IpFamily, Protocol};

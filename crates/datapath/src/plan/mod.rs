@@ -18,8 +18,8 @@ pub mod options;
 pub mod policy;
 pub mod service;
 
-pub use dispatch::Dispatch;
 pub use fixed::builtin_jumps;
 pub use full::{plan, rewritten_every_sync};
 pub use incremental::{Changes, Planner};
+pub use options::Dispatch;
 pub use options::{NodePortAddresses, PlanOptions};

@@ -2,7 +2,6 @@
 
 use ipnet::IpNet;
 
-use crate::plan::dispatch::Dispatch;
 use berth_core::IpFamily;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +23,16 @@ pub struct PlanOptions {
     /// rejected when it is a Service's ClusterIP (a port the Service does not have) and dropped
     /// otherwise (no Service holds it), as kube-proxy's nftables mode does. Empty: no such check.
     pub service_cidrs: Vec<IpNet>,
+}
+
+/// How the entry chains find a Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dispatch {
+    /// kube-proxy's layout: one rule per Service address and port in `BERTH-SERVICES`.
+    Linear,
+    /// A tree of chains keyed by destination address (node ports by port range).
+    #[default]
+    Tree,
 }
 
 /// kube-proxy's `--nodeport-addresses`: CIDRs and the keyword `primary`. Node ports answer on
