@@ -60,6 +60,9 @@ journey() {
 
     kubectl patch svc explained -p '{"spec":{"externalTrafficPolicy":"Local"}}' >/dev/null
     wait_for 30 "the client address preserved" eval '[[ $(client_of "$(get_from $CLIENT_NS $ip 80)") == 198.18.0.100:* ]]'
+    # The address moves at once; the announcer's record follows once the move has held for a
+    # second (at most five), and explain traces on the node the record names.
+    wait_for 30 "a record naming a node with an endpoint" eval '[[ $(announcer explained) == node[12] ]]'
     node=$(announcer explained)
     out=$(explain_on_lan default/explained --from 198.18.0.100)
     grep -q "DNAT to .*, not masqueraded" <<<"$out" || { fail "Local policy masqueraded: $out"; return 1; }
