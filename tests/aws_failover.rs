@@ -47,7 +47,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use replicas::{lease_holder, wait_for_leader, ReplicaSpec, Replicas, ScratchDir};
+use replicas::{
+    lease_holder, wait_for_leader, ReplicaSpec, Replicas, ScratchDir, SHORT_LEASE_FLAGS,
+};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -63,15 +65,6 @@ const CONCURRENT: usize = 4;
 const NODES: usize = 2;
 /// A disruption of the leader after every this many writes.
 const DISRUPT_EVERY: usize = 6;
-/// Lease timings as in the allocation SIGKILL test: duration > renew deadline > retry period.
-const LEASE_FLAGS: [&str; 6] = [
-    "--lease-duration",
-    "2s",
-    "--renew-deadline",
-    "1500ms",
-    "--retry-period",
-    "300ms",
-];
 /// How long a partition or a pause lasts: past the lease, so the standby takes over.
 const CUT_FOR: Duration = Duration::from_millis(3500);
 /// The Lease is polled this often; an acquisition is seen this much after it at most.
@@ -319,7 +312,7 @@ async fn run_lab(lab: usize, seed: u64) {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    args.extend(LEASE_FLAGS.iter().map(|s| s.to_string()));
+    args.extend(SHORT_LEASE_FLAGS.iter().map(|s| s.to_string()));
     // Only for moto: never real credentials, and no instance metadata look-up.
     let env = [
         ("AWS_ACCESS_KEY_ID", "testing"),

@@ -30,17 +30,12 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
 use kube::Client;
-use replicas::{wait_for_leader, ReplicaSpec, Replicas, ScratchDir, LEASE_NAME, LEASE_NAMESPACE};
+use replicas::{
+    wait_for_leader, ReplicaSpec, Replicas, ScratchDir, LEASE_NAME, LEASE_NAMESPACE,
+    SHORT_LEASE_FLAGS,
+};
 
 const LEASE_DURATION: Duration = Duration::from_secs(2);
-const LEASE_FLAGS: [&str; 6] = [
-    "--lease-duration",
-    "2s",
-    "--renew-deadline",
-    "1500ms",
-    "--retry-period",
-    "300ms",
-];
 /// How long the skewed standby must leave a renewing leader alone: three lease durations.
 const HOLD: Duration = Duration::from_secs(6);
 /// Room beyond the lease duration for the standby's retry period, its requests to a debug-build
@@ -92,7 +87,7 @@ async fn skewed_standby(skew: &str, expected: SignedDuration) {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    args.extend(LEASE_FLAGS.iter().map(|s| s.to_string()));
+    args.extend(SHORT_LEASE_FLAGS.iter().map(|s| s.to_string()));
     let mut replicas = Replicas::new(
         ReplicaSpec {
             bin: env!("CARGO_BIN_EXE_berth").into(),

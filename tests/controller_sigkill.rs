@@ -37,7 +37,9 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use support::check::{check_final, track, Holdings, Tracker};
 use support::churn::{churn, pools, ChurnStats, NODE_PORT_RANGE, SERVICE_CIDRS};
-use support::replicas::{lease_holder, wait_for_leader, ReplicaSpec, Replicas, ScratchDir};
+use support::replicas::{
+    lease_holder, wait_for_leader, ReplicaSpec, Replicas, ScratchDir, SHORT_LEASE_FLAGS,
+};
 
 /// Service names in each lab. Half of the single lab's 2,000 keeps each lab's mix of writes:
 /// with every name created once first, a lab over 2,000 names in half the time would spend
@@ -50,18 +52,6 @@ const FAULT_KILLS: usize = 4;
 /// the killed leader's Lease to expire (idle time, not CPU), so two labs make the same number
 /// of kills, each with a takeover of its own, in about half the time.
 const LABS: usize = 2;
-/// Lease timings (duration > renew deadline > retry period), short so that 50 takeovers fit
-/// in the test's time, yet with room for a debug-build API server on a busy machine: a
-/// leader that cannot renew within the deadline steps down, and writes it had in flight
-/// must land before the Lease expires for a standby.
-const LEASE_FLAGS: [&str; 6] = [
-    "--lease-duration",
-    "2s",
-    "--renew-deadline",
-    "1500ms",
-    "--retry-period",
-    "300ms",
-];
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(20);
 const CONVERGE_LIMIT: Duration = Duration::from_secs(90);
 
@@ -284,7 +274,7 @@ async fn run_lab(lab: usize, seed: u64, kills: usize, fault_kills: usize) -> Lab
         "--log-level".into(),
         "warn,berth_controller=debug".into(),
     ];
-    args.extend(LEASE_FLAGS.iter().map(|s| s.to_string()));
+    args.extend(SHORT_LEASE_FLAGS.iter().map(|s| s.to_string()));
     let mut replicas = Replicas::new(
         ReplicaSpec {
             bin: env!("CARGO_BIN_EXE_berth").into(),

@@ -15,6 +15,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const LEASE_NAMESPACE: &str = "kube-system";
 pub const LEASE_NAME: &str = "berth-controller";
+/// Short leader-election timings for tests that kill or cut leaders (duration > renew deadline >
+/// retry period): many takeovers fit in a test, yet a debug-build API server on a busy machine
+/// still has room; a leader that cannot renew within the deadline steps down, and writes it had
+/// in flight land before the Lease expires for a standby.
+pub const SHORT_LEASE_FLAGS: [&str; 6] = [
+    "--lease-duration",
+    "2s",
+    "--renew-deadline",
+    "1500ms",
+    "--retry-period",
+    "300ms",
+];
 
 /// A scratch directory for the kubeconfig and the replicas' logs, removed on drop unless the
 /// test failed (the logs are what explains a failure).
