@@ -12,12 +12,17 @@
 #   interval data map keyed by `numgen random mod 65536`; an endpoint change rewrites that map's
 #   elements only and adds no rule.
 #
+# - `shards`: today's `jump` layout split into K tables `ip berth<k>` (each with its own
+#   `service-ips` map, mark chain and nat base chains at the same hooks; Service s in table s mod K),
+#   for each K of SHARDS (default "1 16 32 64"): the kernel validates a transaction per table, so a
+#   change to one Service chain walks 1/K of the Service chains.
+#
 # `traffic` sends 60 HTTP requests through a one-Service `datamap` table from a client namespace to
 # three endpoints in a server namespace (veth, 10.244.9.0/24, ClusterIP 10.96.0.10), then removes
 # one endpoint by rewriting the map's elements and sends 60 more: the counts per endpoint show the
 # layout forwards and spreads. Needs curl too.
 #
-# Usage (root): scripts/nft-commit-probe.sh [jump|datamap|both|traffic] [services]. Needs nft,
+# Usage (root): scripts/nft-commit-probe.sh [jump|datamap|both|shards|traffic] [services]. Needs nft,
 # strace, python3. With `perf` installed, PERF=1 records the `jump` case's kernel stacks and prints
 # the top of the report.
 set -euo pipefail
@@ -85,6 +90,37 @@ NFT
     exit 0
 fi
 
+cat >"$work/shards.py" <<'PY'
+import sys
+n, K, eps = int(sys.argv[1]), int(sys.argv[2]), 10
+out = []; a = out.append
+chain = lambda s: f"nat-BERTH-SVC-{s:016d}"
+cluster_ip = lambda s: f"10.96.{s // 250}.{s % 250 + 1}"
+pod = lambda k: f"10.{128 + k // 60000}.{k // 250 % 240}.{k % 250 + 1}"
+for k in range(K):
+    t = f"ip berth{k}"
+    a(f"add table {t}")
+    a(f"add map {t} service-ips {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}")
+    a(f"add chain {t} nat-BERTH-MARK-MASQ")
+    a(f"add chain {t} nat-BERTH-SERVICES")
+    a(f"add chain {t} nat-PREROUTING {{ type nat hook prerouting priority dstnat ; policy accept ; }}")
+    a(f"add chain {t} nat-OUTPUT {{ type nat hook output priority -100 ; policy accept ; }}")
+    a(f"add rule {t} nat-BERTH-MARK-MASQ meta mark set meta mark | 0x4000")
+    a(f"add rule {t} nat-BERTH-SERVICES ip daddr . meta l4proto . th dport vmap @service-ips")
+    a(f"add rule {t} nat-OUTPUT jump nat-BERTH-SERVICES")
+    a(f"add rule {t} nat-PREROUTING jump nat-BERTH-SERVICES")
+    mine = [s for s in range(n) if s % K == k]
+    for s in mine: a(f"add chain {t} {chain(s)}")
+    for s in mine:
+        a(f'add rule {t} {chain(s)} meta l4proto tcp ip daddr {cluster_ip(s)} th dport 80 ip saddr != 10.244.0.0/16 jump nat-BERTH-MARK-MASQ comment "ns/svc{s}:p80 cluster IP"')
+        for e in range(eps):
+            pick = f"numgen random mod {eps - e} == 0 " if eps - e > 1 else ""
+            a(f"add rule {t} {chain(s)} {pick}meta l4proto tcp dnat to {pod(s * eps + e)}:8080")
+    if mine:
+        a(f"add element {t} service-ips {{ " + ", ".join(f"{cluster_ip(s)} . tcp . 80 : jump {chain(s)}" for s in mine) + " }")
+print("\n".join(out))
+PY
+
 cat >"$work/gen.py" <<'PY'
 import sys
 layout, n, eps, slots = sys.argv[1], int(sys.argv[2]), 10, 65536
@@ -141,6 +177,25 @@ probe() {
 }
 
 svc=$(printf '%016d' $((services / 2)))
+if [[ $layout == shards ]]; then
+    layout_now=shards
+    for k in ${SHARDS:-1 16 32 64}; do
+        python3 "$work/shards.py" "$services" "$k" >"$work/full.nft"
+        ip netns add "$ns"
+        start=$(date +%s%N)
+        ip netns exec "$ns" nft -f "$work/full.nft"
+        echo "shards K=$k $services: cold load with nft -f: $((($(date +%s%N) - start) / 1000000)) ms"
+        table="ip berth$((services / 2 % k))"
+        chain=nat-BERTH-SVC-$svc
+        grep -E "^add rule $table $chain " "$work/full.nft" >"$work/rules"
+        { echo "flush chain $table $chain"; cat "$work/rules"; } >"$work/rewrite.nft"
+        probe "K=$k: rewrite one Service chain" "$work/rewrite.nft" "$work/rewrite.nft"
+        echo "add rule $table $chain meta l4proto tcp dnat to 10.250.0.1:8080" >"$work/add.nft"
+        probe "K=$k: add one dnat rule" "$work/add.nft" "$work/rewrite.nft"
+        ip netns del "$ns"
+    done
+    exit 0
+fi
 for layout_now in jump datamap; do
     [[ $layout == both || $layout == "$layout_now" ]] || continue
     python3 "$work/gen.py" "$layout_now" "$services" >"$work/full.nft"
