@@ -271,8 +271,8 @@ fn the_fake_refuses_what_the_kernel_refuses() {
     tx.push(Command::AddChain(chain.clone(), None));
     assert!(nft.apply(&tx).is_err(), "no table");
     let mut tx = berth_datapath::nft::Transaction::new(IpFamily::V4);
-    tx.push(Command::AddTable);
-    tx.push(Command::AddMaps);
+    tx.push(Command::AddTable(0));
+    tx.push(Command::AddMaps(0));
     tx.push(Command::AddChain(chain.clone(), None));
     nft.apply(&tx).unwrap();
     let bad = [

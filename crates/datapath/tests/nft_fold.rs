@@ -213,7 +213,7 @@ fn the_fake_refuses_bad_hairpin_commands() {
     let masq = ChainName::new("BERTH-MARK-MASQ");
     let post = NftChain::new(Table::Nat, &ChainName::new("BERTH-POSTROUTING"));
     let mut tx = Transaction::new(IpFamily::V4);
-    tx.push(Command::AddTable);
+    tx.push(Command::AddTable(0));
     tx.push(Command::AddChain(NftChain::new(Table::Nat, &masq), None));
     tx.push(Command::AddChain(post.clone(), None));
     nft.apply(&tx).unwrap();
@@ -226,15 +226,15 @@ fn the_fake_refuses_bad_hairpin_commands() {
         )],
         vec![Command::AddElement(Element::Hairpin(ip("10.244.1.2")))],
         vec![
-            Command::AddMaps,
+            Command::AddMaps(0),
             Command::DeleteElement(Element::Hairpin(ip("10.244.1.2"))),
         ],
         vec![
-            Command::AddMaps,
+            Command::AddMaps(0),
             Command::AddElement(Element::Hairpin(ip("fd00::1"))),
         ],
         vec![
-            Command::AddMaps,
+            Command::AddMaps(0),
             Command::AddRule(
                 post.clone(),
                 NftRule::Hairpin(ChainName::new("BERTH-MISSING")),
@@ -247,7 +247,7 @@ fn the_fake_refuses_bad_hairpin_commands() {
         assert_eq!(nft.table, before.table, "{bad:?}");
     }
     let mut tx = Transaction::new(IpFamily::V4);
-    tx.push(Command::AddMaps);
+    tx.push(Command::AddMaps(0));
     tx.push(Command::AddRule(post, NftRule::Hairpin(masq)));
     // Adding a pair twice is no error, as in the kernel.
     tx.push(Command::AddElement(Element::Hairpin(ip("10.244.1.2"))));

@@ -8,6 +8,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::nft::shard::{Shard, MAIN};
+
 use crate::error::Error;
 use crate::nft::render::{
     affinity_refs, command_text, rule_jump, Command, Element, NftChain, NftRule, Transaction,
@@ -20,7 +22,7 @@ use berth_core::IpFamily;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryNft {
     pub family: IpFamily,
-    /// `None`: berth's table does not exist.
+    /// `None`: none of berth's tables exists.
     pub table: Option<NftTable>,
     /// Makes the next transaction fail before changing anything, as a kernel error would.
     pub fail_next: bool,
@@ -57,10 +59,9 @@ impl MemoryNft {
     /// Chains or map elements that jump to `chain`.
     fn referenced(table: &NftTable, chain: &NftChain) -> bool {
         let by_rule = table.chains.iter().any(|(from, rules)| {
-            rules
-                .iter()
-                .filter_map(rule_jump)
-                .any(|target| from.table == chain.table && *target == chain.name)
+            rules.iter().filter_map(rule_jump).any(|target| {
+                from.table == chain.table && from.shard == chain.shard && *target == chain.name
+            })
         });
         by_rule
             || table.services.values().any(|t| t == chain)
@@ -73,17 +74,31 @@ impl MemoryNft {
         command: &Command,
     ) -> Result<(), Error> {
         let fail = |reason: &str| refused(family, command, reason);
-        if let Command::AddTable = command {
-            state.get_or_insert_with(NftTable::default);
+        if let Command::AddTable(shard) = command {
+            state
+                .get_or_insert_with(NftTable::default)
+                .tables
+                .insert(*shard);
             return Ok(());
         }
         let Some(table) = state.as_mut() else {
             return Err(fail("No such file or directory (no table)"));
         };
+        let shard = command.shard();
+        if !table.tables.contains(&shard) {
+            return Err(fail("No such file or directory (no table)"));
+        }
         match command {
-            Command::AddTable => {}
-            Command::DeleteTable => *state = None,
-            Command::AddMaps => table.maps = true,
+            Command::AddTable(_) => {}
+            Command::DeleteTable(shard) => {
+                Self::delete_table(table, *shard);
+                if table.tables.is_empty() {
+                    *state = None;
+                }
+            }
+            Command::AddMaps(shard) => {
+                table.maps.insert(*shard);
+            }
             Command::AddChain(chain, hook) => {
                 if let Some(existing) = table.hooks.get(chain) {
                     if Some(*existing) != *hook {
@@ -117,7 +132,7 @@ impl MemoryNft {
                 if let Some(target) = rule_jump(rule) {
                     if !table
                         .chains
-                        .contains_key(&NftChain::new(chain.table, target))
+                        .contains_key(&NftChain::in_shard(chain.table, target, chain.shard))
                     {
                         return Err(fail("No such file or directory (jump target)"));
                     }
@@ -126,35 +141,40 @@ impl MemoryNft {
                     rule,
                     NftRule::ServiceMap | NftRule::NodePortMap | NftRule::Hairpin(_)
                 );
-                if needs_maps && !table.maps {
+                let hairpin_elsewhere = matches!(rule, NftRule::Hairpin(_)) && chain.shard != MAIN;
+                if (needs_maps && !table.maps.contains(&chain.shard)) || hairpin_elsewhere {
                     return Err(fail("No such file or directory (map)"));
                 }
-                if affinity_refs(rule).any(|(name, _)| !table.affinity.contains_key(name)) {
+                if affinity_refs(rule)
+                    .any(|(name, _)| !table.affinity.contains_key(&(chain.shard, name.clone())))
+                {
                     return Err(fail("No such file or directory (set)"));
                 }
                 if let Some(rules) = table.chains.get_mut(chain) {
                     rules.push(rule.clone());
                 }
             }
-            Command::AddAffinitySet(name, seconds) => {
-                table.affinity.insert(name.clone(), *seconds);
+            Command::AddAffinitySet(shard, name, seconds) => {
+                table.affinity.insert((*shard, name.clone()), *seconds);
             }
-            Command::DeleteAffinitySet(name) => {
-                if !table.affinity.contains_key(name) {
+            Command::DeleteAffinitySet(shard, name) => {
+                let set = (*shard, name.clone());
+                if !table.affinity.contains_key(&set) {
                     return Err(fail("No such file or directory (set)"));
                 }
                 let used = table
                     .chains
-                    .values()
-                    .flatten()
+                    .iter()
+                    .filter(|(chain, _)| chain.shard == *shard)
+                    .flat_map(|(_, rules)| rules)
                     .any(|rule| affinity_refs(rule).any(|(n, _)| n == name));
                 if used {
                     return Err(fail("Device or resource busy (set is referenced)"));
                 }
-                table.affinity.remove(name);
+                table.affinity.remove(&set);
             }
             Command::AddElement(element) => {
-                if !table.maps {
+                if !table.maps.contains(&element.shard()) {
                     return Err(fail("No such file or directory (map)"));
                 }
                 let (previous, target) = match element {
@@ -172,6 +192,8 @@ impl MemoryNft {
                 if !table.chains.contains_key(target) {
                     return Err(fail("No such file or directory (verdict chain)"));
                 }
+                // The maps of one table are the elements whose targets are in it: a key held
+                // by another shard's map is another element (berth never plans two).
                 if previous.is_some_and(|previous| previous != target) {
                     return Err(fail("File exists (element with another verdict)"));
                 }
@@ -186,12 +208,19 @@ impl MemoryNft {
                 }
             }
             Command::DeleteElement(element) => {
-                if !table.maps {
+                let shard = element.shard();
+                if !table.maps.contains(&shard) {
                     return Err(fail("No such file or directory (map)"));
                 }
                 let present = match element {
-                    Element::Service(key, _) => table.services.remove(key).is_some(),
-                    Element::NodePort(key, _) => table.node_ports.remove(key).is_some(),
+                    Element::Service(key, _) => {
+                        let here = table.services.get(key).is_some_and(|t| t.shard == shard);
+                        here && table.services.remove(key).is_some()
+                    }
+                    Element::NodePort(key, _) => {
+                        let here = table.node_ports.get(key).is_some_and(|t| t.shard == shard);
+                        here && table.node_ports.remove(key).is_some()
+                    }
                     Element::Hairpin(ip) => table.hairpin.remove(ip),
                 };
                 if !present {
@@ -202,6 +231,20 @@ impl MemoryNft {
         Ok(())
     }
 
+    /// Everything of the table `shard` goes with it.
+    fn delete_table(table: &mut NftTable, shard: Shard) {
+        table.tables.remove(&shard);
+        table.maps.remove(&shard);
+        table.chains.retain(|chain, _| chain.shard != shard);
+        table.hooks.retain(|chain, _| chain.shard != shard);
+        table.affinity.retain(|(s, _), _| *s != shard);
+        table.services.retain(|_, target| target.shard != shard);
+        table.node_ports.retain(|_, target| target.shard != shard);
+        if shard == MAIN {
+            table.hairpin.clear();
+        }
+    }
+
     /// berth's table as a ruleset the tracer follows ([`NftTable::traceable`]).
     pub fn traceable(&self) -> Ruleset {
         self.table
@@ -210,11 +253,11 @@ impl MemoryNft {
             .unwrap_or_default()
     }
 
-    /// Names of the chains in berth's table.
+    /// Names of the chains in berth's tables (a shard's as `berth-<n> <chain>`).
     pub fn chain_names(&self) -> BTreeSet<String> {
         self.table
             .iter()
-            .flat_map(|table| table.chains.keys().map(ToString::to_string))
+            .flat_map(|table| table.chains.keys().map(NftTable::chain_label))
             .collect()
     }
 }
@@ -236,5 +279,15 @@ impl Nft for MemoryNft {
         self.table = state;
         self.applied += 1;
         Ok(())
+    }
+
+    fn shards(&mut self, _family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
+        Ok(Some(
+            self.table
+                .iter()
+                .flat_map(|t| t.tables.iter().copied())
+                .filter(|s| *s != MAIN)
+                .collect(),
+        ))
     }
 }

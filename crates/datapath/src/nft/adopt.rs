@@ -11,10 +11,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::nft::dump::{chain_msg, element_msg, rule_msg, set_msg, ObservedHook, RawTable};
+use crate::nft::dump::{
+    chain_msg, element_msg, rule_msg, set_msg, shard_of_message, ObservedHook, RawTable,
+};
 use crate::nft::expr::{element_key, rule_userdata, write_rule_exprs};
 use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{Command, Element, NftRuleset, NODE_PORT_MAP, SERVICE_MAP};
+use crate::nft::shard::{Shard, Shards, MAIN};
 use crate::nft::wire::{Attr, Attrs, Writer};
 use berth_core::IpFamily;
 
@@ -103,10 +106,39 @@ fn push_field(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-/// berth's table as adoption compares it: a dump's chains with their hooks and canonical rules,
-/// its sets, and the elements of the maps and the hairpin set. Messages without a name are
-/// left out (the kernel never sends one).
-pub fn observe(raw: &RawTable) -> Observed {
+/// berth's tables of one family: the main table and the shards, as adoption compares them.
+pub type ObservedTables = BTreeMap<Shard, Observed>;
+
+/// berth's tables as adoption compares them: for each table of `base`'s (the main one and its
+/// shards), a dump's chains with their hooks and canonical rules, its sets, and the elements of
+/// the maps and the hairpin set. Messages without a name or of another table are left out (the
+/// kernel never sends one).
+pub fn observe(base: &str, raw: &RawTable) -> ObservedTables {
+    split_tables(base, raw)
+        .into_iter()
+        .map(|(shard, part)| (shard, observe_one(&part)))
+        .collect()
+}
+
+/// A dump of several tables of `base`'s as one dump per table.
+pub fn split_tables(base: &str, raw: &RawTable) -> BTreeMap<Shard, RawTable> {
+    let mut parts: BTreeMap<Shard, RawTable> = BTreeMap::new();
+    let mut put = |messages: &[Vec<u8>], field: fn(&mut RawTable) -> &mut Vec<Vec<u8>>| {
+        for m in messages {
+            if let Some(shard) = shard_of_message(base, m) {
+                field(parts.entry(shard).or_default()).push(m.clone());
+            }
+        }
+    };
+    put(&raw.chains, |t| &mut t.chains);
+    put(&raw.rules, |t| &mut t.rules);
+    put(&raw.sets, |t| &mut t.sets);
+    put(&raw.elements, |t| &mut t.elements);
+    parts
+}
+
+/// One table as adoption compares it.
+fn observe_one(raw: &RawTable) -> Observed {
     let mut observed = Observed::default();
     for chain in raw.chains.iter().filter_map(|m| chain_msg(m)) {
         observed.chains.insert(
@@ -182,18 +214,44 @@ fn planned_rule(
     canonical_rule(w.bytes(), rule_userdata(rule).as_deref())
 }
 
-/// The expected declaration of each fixed set and map, from the batch writer's own choice.
-fn fixed_sets_match(observed: &Observed, family: IpFamily) -> bool {
+/// The fixed sets and maps of the table `shard` as the batch writer declares them: name,
+/// flags, key type and length.
+fn fixed_sets(family: IpFamily, shard: Shard) -> Vec<(&'static str, u32, u32, u32)> {
     let (addr, len) = match family {
         IpFamily::V4 => (7, 4),
         IpFamily::V6 => (8, 16),
     };
-    let want = [
+    let mut want = vec![
         (SERVICE_MAP, 0x8, (addr << 12) | (12 << 6) | 13, len + 8),
         (NODE_PORT_MAP, 0x8, (12 << 6) | 13, 8),
-        (HAIRPIN_SET, 0, (addr << 6) | addr, len * 2),
     ];
-    want.iter().all(|(name, flags, key_type, key_len)| {
+    if shard == MAIN {
+        want.push((HAIRPIN_SET, 0, (addr << 6) | addr, len * 2));
+    }
+    want
+}
+
+/// A table just added: its fixed sets declared, nothing else.
+fn declared(family: IpFamily, shard: Shard) -> Observed {
+    let mut observed = Observed::default();
+    for (name, flags, key_type, key_len) in fixed_sets(family, shard) {
+        observed.sets.insert(
+            name.to_string(),
+            ObservedSet {
+                flags,
+                key_type,
+                key_len,
+                timeout_ms: 0,
+            },
+        );
+        observed.elements.insert(name.to_string(), BTreeMap::new());
+    }
+    observed
+}
+
+/// The expected declaration of each fixed set and map, from the batch writer's own choice.
+fn fixed_sets_match(observed: &Observed, family: IpFamily, shard: Shard) -> bool {
+    fixed_sets(family, shard).iter().all(|(name, flags, key_type, key_len)| {
         observed.sets.get(*name).is_some_and(|s| {
             s.flags & 0x8 == *flags && s.key_type == *key_type && s.key_len == *key_len
         })
@@ -203,18 +261,55 @@ fn fixed_sets_match(observed: &Observed, family: IpFamily) -> bool {
 /// The commands that turn `observed` into `planned`, leaving alone whatever already matches
 /// (and the dynamic sets' entries); `None` when the table is not one berth can repair in place
 /// (its maps are missing or of another shape, a base chain hooks elsewhere): then it is replaced.
+///
+/// Over berth's tables: a shard the plan has and the kernel not is added, one the kernel has and
+/// the plan not (another shard count before a restart) deleted whole, each other repaired on its
+/// own (no jump crosses tables).
 pub fn plan_repair(
+    observed: &ObservedTables,
+    planned: &NftRuleset,
+    family: IpFamily,
+    shards: Shards,
+) -> Option<Vec<Command>> {
+    let main = observed.get(&MAIN)?;
+    let mut out = Vec::new();
+    let mut added = Vec::new();
+    for shard in shards.shards() {
+        if !observed.contains_key(&shard) {
+            out.push(Command::AddTable(shard));
+            out.push(Command::AddMaps(shard));
+            added.push((shard, declared(family, shard)));
+        }
+    }
+    let tables = std::iter::once((MAIN, main))
+        .chain(shards.shards().filter_map(|s| Some((s, observed.get(&s)?))))
+        .chain(added.iter().map(|(s, o)| (*s, o)));
+    for (shard, table) in tables {
+        out.extend(plan_repair_table(table, planned, family, shard)?);
+    }
+    for shard in observed.keys() {
+        let planned_here = *shard == MAIN || shards.shards().any(|s| s == *shard);
+        if !planned_here {
+            out.push(Command::DeleteTable(*shard));
+        }
+    }
+    Some(out)
+}
+
+/// The repair of one table, `shard`, against its part of the plan.
+fn plan_repair_table(
     observed: &Observed,
     planned: &NftRuleset,
     family: IpFamily,
+    shard: Shard,
 ) -> Option<Vec<Command>> {
-    if !fixed_sets_match(observed, family) {
+    if !fixed_sets_match(observed, family, shard) {
         return None;
     }
-    let chains = plan_chains(observed, planned, family)?;
-    let sets = plan_affinity_sets(observed, planned, family)?;
-    let elements = plan_elements(observed, planned, family);
-    let stale = plan_stale(observed, planned)?;
+    let chains = plan_chains(observed, planned, family, shard)?;
+    let sets = plan_affinity_sets(observed, planned, family, shard)?;
+    let elements = plan_elements(observed, planned, family, shard);
+    let stale = plan_stale(observed, planned, shard)?;
     let mut out = chains.added;
     out.extend(sets);
     out.extend(chains.rewritten);
@@ -231,10 +326,15 @@ struct ChainRepair {
 }
 
 /// `None` when a planned base chain exists on another hook: the table is replaced then.
-fn plan_chains(observed: &Observed, planned: &NftRuleset, family: IpFamily) -> Option<ChainRepair> {
+fn plan_chains(
+    observed: &Observed,
+    planned: &NftRuleset,
+    family: IpFamily,
+    shard: Shard,
+) -> Option<ChainRepair> {
     let mut added = Vec::new();
     let mut rewritten = Vec::new();
-    for (chain, rules) in &planned.chains {
+    for (chain, rules) in planned.chains.iter().filter(|(c, _)| c.shard == shard) {
         let name = chain.to_string();
         let hook = planned.hooks.get(chain).copied();
         let want_hook = hook.map(|h| (h.kind().to_string(), h.number(), h.priority_number()));
@@ -275,13 +375,15 @@ fn plan_affinity_sets(
     observed: &Observed,
     planned: &NftRuleset,
     family: IpFamily,
+    shard: Shard,
 ) -> Option<Vec<Command>> {
     let (addr_type, addr_len) = match family {
         IpFamily::V4 => (7, 4),
         IpFamily::V6 => (8, 16),
     };
     let mut sets = Vec::new();
-    for (name, seconds) in &planned.affinity {
+    let here = planned.affinity.iter().filter(|((s, _), _)| *s == shard);
+    for ((_, name), seconds) in here {
         let want = ObservedSet {
             flags: 0x30,
             key_type: addr_type,
@@ -298,7 +400,7 @@ fn plan_affinity_sets(
             }
             Some(seen) if *seen == want => {}
             // Absent, or another timeout: declaring it again updates it in place.
-            _ => sets.push(Command::AddAffinitySet(name.clone(), *seconds)),
+            _ => sets.push(Command::AddAffinitySet(shard, name.clone(), *seconds)),
         }
     }
     Some(sets)
@@ -323,26 +425,35 @@ fn keyed(element: Element) -> (Vec<u8>, (Element, Option<String>)) {
     (element_key(&element), (element, target))
 }
 
-fn plan_elements(observed: &Observed, planned: &NftRuleset, family: IpFamily) -> ElementRepair {
+fn plan_elements(
+    observed: &Observed,
+    planned: &NftRuleset,
+    family: IpFamily,
+    shard: Shard,
+) -> ElementRepair {
     let mut out = ElementRepair::default();
     let services = planned
         .services
         .iter()
+        .filter(|(_, t)| t.shard == shard)
         .map(|(k, t)| keyed(Element::Service(*k, t.clone())))
         .collect();
-    diff_elements(observed, SERVICE_MAP, services, family, &mut out);
+    diff_elements(observed, SERVICE_MAP, services, family, shard, &mut out);
     let node_ports = planned
         .node_ports
         .iter()
+        .filter(|(_, t)| t.shard == shard)
         .map(|(k, t)| keyed(Element::NodePort(*k, t.clone())))
         .collect();
-    diff_elements(observed, NODE_PORT_MAP, node_ports, family, &mut out);
-    let hairpin = planned
-        .hairpin_endpoints()
-        .into_iter()
-        .map(|ip| keyed(Element::Hairpin(ip)))
-        .collect();
-    diff_elements(observed, HAIRPIN_SET, hairpin, family, &mut out);
+    diff_elements(observed, NODE_PORT_MAP, node_ports, family, shard, &mut out);
+    if shard == MAIN {
+        let hairpin = planned
+            .hairpin_endpoints()
+            .into_iter()
+            .map(|ip| keyed(Element::Hairpin(ip)))
+            .collect();
+        diff_elements(observed, HAIRPIN_SET, hairpin, family, shard, &mut out);
+    }
     out
 }
 
@@ -351,6 +462,7 @@ fn diff_elements(
     set: &str,
     want: KeyedElements,
     family: IpFamily,
+    shard: Shard,
     out: &mut ElementRepair,
 ) {
     let empty = BTreeMap::new();
@@ -360,7 +472,7 @@ fn diff_elements(
             Some((_, t)) if t == target => {}
             Some((element, _)) => out.deletes.push(Command::DeleteElement(element.clone())),
             None => {
-                if let Some(element) = element_from_key(set, key, target, family) {
+                if let Some(element) = element_from_key(set, key, target, family, shard) {
                     out.deletes.push(Command::DeleteElement(element));
                 }
             }
@@ -375,17 +487,26 @@ fn diff_elements(
 
 /// Chains and sets berth no longer plans, deleted once nothing names them (chains flushed
 /// first); `None` for a chain name berth never gives.
-fn plan_stale(observed: &Observed, planned: &NftRuleset) -> Option<Vec<Command>> {
-    let planned_chains: BTreeSet<String> = planned.chains.keys().map(|c| c.to_string()).collect();
+fn plan_stale(observed: &Observed, planned: &NftRuleset, shard: Shard) -> Option<Vec<Command>> {
+    let planned_chains: BTreeSet<String> = planned
+        .chains
+        .keys()
+        .filter(|c| c.shard == shard)
+        .map(|c| c.to_string())
+        .collect();
     let stale_chains: Vec<_> = observed
         .chains
         .keys()
         .filter(|c| !planned_chains.contains(*c))
-        .map(|c| raw_chain(c))
+        .map(|c| raw_chain(c, shard))
         .collect::<Option<_>>()?;
     let fixed = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET];
     let stale_sets = observed.sets.keys().filter(|s| {
-        !fixed.contains(&s.as_str()) && !planned.affinity.keys().any(|a| a.as_str() == s.as_str())
+        !fixed.contains(&s.as_str())
+            && !planned
+                .affinity
+                .keys()
+                .any(|(at, a)| *at == shard && a.as_str() == s.as_str())
     });
     let mut out = Vec::new();
     for chain in &stale_chains {
@@ -396,6 +517,7 @@ fn plan_stale(observed: &Observed, planned: &NftRuleset) -> Option<Vec<Command>>
     }
     for set in stale_sets {
         out.push(Command::DeleteAffinitySet(
+            shard,
             crate::plan::model::ChainName::new(set),
         ));
     }
@@ -404,12 +526,13 @@ fn plan_stale(observed: &Observed, planned: &NftRuleset) -> Option<Vec<Command>>
 
 /// A chain of the table by its nft name (`nat-BERTH-…`), for commands that only name it;
 /// `None` for a name berth never gives a chain.
-fn raw_chain(name: &str) -> Option<crate::nft::render::NftChain> {
+fn raw_chain(name: &str, shard: Shard) -> Option<crate::nft::render::NftChain> {
     use crate::plan::model::{ChainName, Table};
     let (table, rest) = name.split_once('-')?;
-    Some(crate::nft::render::NftChain::new(
+    Some(crate::nft::render::NftChain::in_shard(
         Table::parse(table)?,
         &ChainName::new(rest),
+        shard,
     ))
 }
 
@@ -419,6 +542,7 @@ fn element_from_key(
     key: &[u8],
     target: &Option<String>,
     family: IpFamily,
+    shard: Shard,
 ) -> Option<Element> {
     use berth_core::Protocol;
     use std::net::IpAddr;
@@ -440,7 +564,7 @@ fn element_from_key(
         _ => None,
     };
     let port = |b: &[u8]| Some(u16::from_be_bytes([*b.first()?, *b.get(1)?]));
-    let target = raw_chain(target.as_deref().unwrap_or("nat-BERTH-NONE"))?;
+    let target = raw_chain(target.as_deref().unwrap_or("nat-BERTH-NONE"), shard)?;
     match set {
         SERVICE_MAP if key.len() == addr_len + 8 => Some(Element::Service(
             (
@@ -512,7 +636,7 @@ mod tests {
         );
         p.services
             .insert((ip("10.96.0.10"), Protocol::Tcp, 80), chain("BERTH-SVC-A"));
-        p.affinity.insert(ChainName::new("BERTH-SEP-A1"), 300);
+        p.affinity.insert((MAIN, ChainName::new("BERTH-SEP-A1")), 300);
         p.hairpin.insert(
             chain("BERTH-SVC-A"),
             [ip("10.244.1.2")].into_iter().collect(),
@@ -544,7 +668,7 @@ mod tests {
         o.sets.insert(SERVICE_MAP.into(), set(8, 0x730d, 12, 0));
         o.sets.insert(NODE_PORT_MAP.into(), set(8, 0x30d, 8, 0));
         o.sets.insert(HAIRPIN_SET.into(), set(0, 0x1c7, 8, 0));
-        for (name, seconds) in &p.affinity {
+        for ((_, name), seconds) in &p.affinity {
             o.sets.insert(
                 name.to_string(),
                 set(0x30, 7, 4, u64::from(*seconds) * 1000),
@@ -569,6 +693,11 @@ mod tests {
         o
     }
 
+    /// The main table alone.
+    fn tables(main: Observed) -> ObservedTables {
+        [(MAIN, main)].into()
+    }
+
     fn names(commands: &[Command]) -> Vec<String> {
         commands
             .iter()
@@ -583,7 +712,7 @@ mod tests {
     #[test]
     fn a_matching_table_needs_nothing() {
         let p = mk_planned();
-        assert_eq!(plan_repair(&observe(&p), &p, IpFamily::V4), Some(vec![]));
+        assert_eq!(plan_repair(&tables(observe(&p)), &p, IpFamily::V4, Shards::default()), Some(vec![]));
     }
 
     /// (what changed in the kernel, the commands that repair it)
@@ -654,7 +783,7 @@ mod tests {
         for (what, change, want) in rows {
             let mut o = observe(&p);
             change(&mut o);
-            let got = plan_repair(&o, &p, IpFamily::V4).unwrap_or_else(|| panic!("{what}"));
+            let got = plan_repair(&tables(o), &p, IpFamily::V4, Shards::default()).unwrap_or_else(|| panic!("{what}"));
             assert_eq!(names(&got), want, "{what}");
         }
     }
@@ -664,15 +793,15 @@ mod tests {
         let p = mk_planned();
         let mut no_map = observe(&p);
         no_map.sets.remove(SERVICE_MAP);
-        assert_eq!(plan_repair(&no_map, &p, IpFamily::V4), None);
+        assert_eq!(plan_repair(&tables(no_map), &p, IpFamily::V4, Shards::default()), None);
         let mut rehooked = observe(&p);
         rehooked.chains.get_mut("nat-PREROUTING").unwrap().hook = Some(("nat".into(), 0, 0));
-        assert_eq!(plan_repair(&rehooked, &p, IpFamily::V4), None);
+        assert_eq!(plan_repair(&tables(rehooked), &p, IpFamily::V4, Shards::default()), None);
         let mut foreign = observe(&p);
         foreign
             .chains
             .insert("someone".into(), ObservedChain::default());
-        assert_eq!(plan_repair(&foreign, &p, IpFamily::V4), None);
+        assert_eq!(plan_repair(&tables(foreign), &p, IpFamily::V4, Shards::default()), None);
     }
 
     #[test]

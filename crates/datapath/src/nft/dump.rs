@@ -44,6 +44,16 @@ const NFTA_SET_TIMEOUT: u16 = 11;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 
+/// The table a message names (its first attribute, in every object's message).
+pub fn table_of(attrs: &[u8]) -> Option<&str> {
+    Attrs(attrs).get(1)?.str()
+}
+
+/// The table of berth's (`base` or a shard of it) a message names.
+pub fn shard_of_message(base: &str, attrs: &[u8]) -> Option<crate::nft::shard::Shard> {
+    crate::nft::shard::parse_table_name(base, table_of(attrs)?)
+}
+
 /// One chain message: its name, hook (type, number, priority) and policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainMsg<'a> {

@@ -14,6 +14,7 @@ pub mod expr;
 pub mod inline;
 pub mod netlink;
 pub mod render;
+pub mod shard;
 pub mod sync;
 pub mod table;
 pub mod wire;
@@ -21,6 +22,7 @@ pub mod wire;
 pub use exec::CommandNft;
 pub use netlink::NetlinkNft;
 pub use render::{rule_jump, Command, Element, NftChain, NftRule, Transaction};
+pub use shard::{Shard, Shards};
 pub use sync::{remove_table, Nft, NftSyncer};
 pub use table::NftTable;
 

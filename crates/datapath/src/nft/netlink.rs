@@ -11,6 +11,7 @@
 //! last one, so a 100,000-message batch costs one acknowledgement, and an error names the
 //! object of the message it refers to ([`Error::Netlink`]).
 
+use std::collections::BTreeSet;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -19,7 +20,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use nix::sys::socket::{setsockopt, sockopt};
 
 use crate::error::Error;
-use crate::nft::adopt::{observe, Observed};
+use crate::nft::adopt::{observe, ObservedTables};
 use crate::nft::dump::{set_msg, RawTable};
 use crate::nft::expr::{
     element_key, nfproto, put_verdict, rule_userdata, write_rule_exprs, NFTA_DATA_VALUE, NFT_JUMP,
@@ -28,6 +29,7 @@ use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{
     command_text, Command, Element, NftChain, Transaction, NODE_PORT_MAP, SERVICE_MAP, TABLE,
 };
+use crate::nft::shard::{parse_table_name, table_name, Shard, MAIN};
 use crate::nft::sync::Nft;
 use crate::nft::wire::{
     Attrs, Mark, Writer, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES,
@@ -141,7 +143,10 @@ struct SetSpec<'a> {
 struct Builder<'a> {
     w: Writer,
     family: IpFamily,
+    /// The main table's name; a shard's is `<table>-<n>`.
     table: &'a str,
+    /// The table of the command being written.
+    current: String,
     seq: u32,
     commands: Vec<(u32, usize)>,
     messages: usize,
@@ -166,7 +171,7 @@ impl Builder<'_> {
 
     fn table_message(&mut self, kind: u16, flags: u16, command: usize) {
         let m = self.begin(kind, flags, command);
-        self.w.put_str(1, self.table);
+        self.w.put_str(1, &self.current);
         if kind == NFT_MSG_NEWTABLE {
             self.w.put_u32(2, 0);
         }
@@ -183,7 +188,7 @@ impl Builder<'_> {
             concat,
         } = spec;
         let m = self.begin(NFT_MSG_NEWSET, NLM_F_CREATE, command);
-        self.w.put_str(1, self.table);
+        self.w.put_str(1, &self.current);
         self.w.put_str(2, name);
         self.w.put_u32(3, flags);
         self.w.put_u32(4, key.0);
@@ -202,7 +207,7 @@ impl Builder<'_> {
         self.w.end_message(m);
     }
 
-    fn maps(&mut self, command: usize) {
+    fn maps(&mut self, hairpin: bool, command: usize) {
         let (addr, addr_len) = addr_type(self.family);
         let concat_map = |name, key| SetSpec {
             name,
@@ -219,6 +224,9 @@ impl Builder<'_> {
             command,
         );
         self.set(concat_map(NODE_PORT_MAP, (node_port_type, 8)), command);
+        if !hairpin {
+            return;
+        }
         let hairpin = SetSpec {
             name: HAIRPIN_SET,
             flags: 0,
@@ -230,14 +238,23 @@ impl Builder<'_> {
         self.set(hairpin, command);
     }
 
+    /// Writes the next messages into the table of `shard`.
+    fn enter(&mut self, shard: Shard) {
+        let name = table_name(self.table, shard);
+        if self.current != name {
+            self.current = name;
+        }
+    }
+
     fn command(&mut self, index: usize, command: &Command) {
+        self.enter(command.shard());
         match command {
-            Command::AddTable => self.table_message(NFT_MSG_NEWTABLE, NLM_F_CREATE, index),
-            Command::DeleteTable => self.table_message(NFT_MSG_DELTABLE, 0, index),
-            Command::AddMaps => self.maps(index),
+            Command::AddTable(_) => self.table_message(NFT_MSG_NEWTABLE, NLM_F_CREATE, index),
+            Command::DeleteTable(_) => self.table_message(NFT_MSG_DELTABLE, 0, index),
+            Command::AddMaps(shard) => self.maps(*shard == MAIN, index),
             Command::AddChain(chain, hook) => {
                 let m = self.begin(NFT_MSG_NEWCHAIN, NLM_F_CREATE, index);
-                self.w.put_str(1, self.table);
+                self.w.put_str(1, &self.current);
                 self.w.put_str(3, &chain.to_string());
                 if let Some(hook) = hook {
                     self.w.put_str(7, hook.kind());
@@ -251,19 +268,19 @@ impl Builder<'_> {
             }
             Command::FlushChain(chain) => {
                 let m = self.begin(NFT_MSG_DELRULE, 0, index);
-                self.w.put_str(1, self.table);
+                self.w.put_str(1, &self.current);
                 self.w.put_str(2, &chain.to_string());
                 self.w.end_message(m);
             }
             Command::DeleteChain(chain) => {
                 let m = self.begin(NFT_MSG_DELCHAIN, 0, index);
-                self.w.put_str(1, self.table);
+                self.w.put_str(1, &self.current);
                 self.w.put_str(3, &chain.to_string());
                 self.w.end_message(m);
             }
             Command::AddRule(chain, rule) => {
                 let m = self.begin(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, index);
-                self.w.put_str(1, self.table);
+                self.w.put_str(1, &self.current);
                 self.w.put_str(2, &chain.to_string());
                 let exprs = self.w.begin_nest(4);
                 write_rule_exprs(&mut self.w, self.family, chain.table, rule);
@@ -273,7 +290,7 @@ impl Builder<'_> {
                 }
                 self.w.end_message(m);
             }
-            Command::AddAffinitySet(name, seconds) => {
+            Command::AddAffinitySet(_, name, seconds) => {
                 let (addr, len) = addr_type(self.family);
                 let spec = SetSpec {
                     name: name.as_str(),
@@ -285,9 +302,9 @@ impl Builder<'_> {
                 };
                 self.set(spec, index);
             }
-            Command::DeleteAffinitySet(name) => {
+            Command::DeleteAffinitySet(_, name) => {
                 let m = self.begin(NFT_MSG_DELSET, 0, index);
-                self.w.put_str(1, self.table);
+                self.w.put_str(1, &self.current);
                 self.w.put_str(2, name.as_str());
                 self.w.end_message(m);
             }
@@ -299,9 +316,11 @@ impl Builder<'_> {
 
     /// A run of element commands for one set, as few messages as the attribute size allows.
     fn elements(&mut self, first: usize, run: &[Command]) {
-        let Some((add, set)) = element_of(&run[0]).map(|(add, e)| (add, element_set(e))) else {
+        let Some((add, set, shard)) = element_of(&run[0]).map(|(add, e)| (add, element_set(e), e.shard()))
+        else {
             return;
         };
+        self.enter(shard);
         let kind = if add {
             NFT_MSG_NEWSETELEM
         } else {
@@ -317,7 +336,7 @@ impl Builder<'_> {
                 Some(open) => open,
                 None => {
                     let m = self.begin(kind, flags, first + i);
-                    self.w.put_str(1, self.table);
+                    self.w.put_str(1, &self.current);
                     self.w.put_str(2, set);
                     let list = self.w.begin_nest(3);
                     (m, list, 0)
@@ -378,6 +397,7 @@ pub fn build_batch(tx: &Transaction, table: &str, seq: u32) -> Batch {
         w: Writer::with_capacity(4096 + tx.commands.len() * 160),
         family: tx.family,
         table,
+        current: table.to_string(),
         seq,
         commands: Vec::new(),
         messages: 0,
@@ -398,10 +418,12 @@ pub fn build_batch(tx: &Transaction, table: &str, seq: u32) -> Batch {
     while let Some(first) = rest.first() {
         let run = match element_of(first) {
             Some((add, e)) => {
-                let set = element_set(e);
+                let (set, shard) = (element_set(e), e.shard());
                 rest.iter()
                     .take_while(|c| {
-                        element_of(c).is_some_and(|(a, e)| a == add && element_set(e) == set)
+                        element_of(c).is_some_and(|(a, e)| {
+                            a == add && element_set(e) == set && e.shard() == shard
+                        })
                     })
                     .count()
             }
@@ -761,59 +783,82 @@ impl NetlinkSocket {
         }
     }
 
-    /// berth's table of `family` as the kernel holds it, as the dump returned it: chains,
-    /// rules, sets, and the elements of the maps and the hairpin set. `None` when there is no
-    /// such table.
-    pub fn dump_table(&mut self, family: IpFamily, table: &str) -> Result<Option<RawTable>, Error> {
+    /// The tables of berth's in `family` that exist (`base` and its shards `base-<n>`).
+    pub fn tables(&mut self, family: IpFamily, base: &str) -> Result<BTreeSet<Shard>, Error> {
         let tables = self
             .dump(NFT_MSG_GETTABLE, family, |_| {})?
             .unwrap_or_default();
-        let exists = tables
+        Ok(tables
             .iter()
-            .any(|t| Attrs(t).get(1).and_then(|a| a.str()) == Some(table));
-        if !exists {
+            .filter_map(|t| Attrs(t).get(1).and_then(|a| a.str()))
+            .filter_map(|name| parse_table_name(base, name))
+            .collect())
+    }
+
+    /// berth's tables of `family` (`base` and its shards) as the kernel holds them, as the
+    /// dumps returned them: chains, rules, sets, and the elements of the maps and the hairpin
+    /// set, each message naming its table. `None` when there is no main table. Tables of other
+    /// names are never read.
+    pub fn dump_table(&mut self, family: IpFamily, base: &str) -> Result<Option<RawTable>, Error> {
+        let tables = self.tables(family, base)?;
+        if !tables.contains(&MAIN) {
             return Ok(None);
         }
-        // Every message names its table first; the chain dump answers for all tables.
-        let ours = |m: &Vec<u8>| Attrs(m).get(1).and_then(|a| a.str()) == Some(table);
+        let names: Vec<String> = tables.iter().map(|s| table_name(base, *s)).collect();
+        let ours = |m: &Vec<u8>| {
+            Attrs(m)
+                .get(1)
+                .and_then(|a| a.str())
+                .is_some_and(|t| names.iter().any(|n| n == t))
+        };
+        // The chain dump answers for all tables at once.
         let mut raw = RawTable {
             chains: self
                 .dump(NFT_MSG_GETCHAIN, family, |_| {})?
                 .unwrap_or_default(),
-            rules: self
-                .dump(NFT_MSG_GETRULE, family, |w| w.put_str(1, table))?
-                .unwrap_or_default(),
-            sets: self
-                .dump(NFT_MSG_GETSET, family, |w| w.put_str(1, table))?
-                .unwrap_or_default(),
-            elements: Vec::new(),
+            ..RawTable::default()
         };
         raw.chains.retain(ours);
-        raw.rules.retain(ours);
-        raw.sets.retain(ours);
-        let fixed: Vec<&str> = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET]
-            .into_iter()
-            .filter(|set| {
-                raw.sets
-                    .iter()
-                    .any(|m| set_msg(m).is_some_and(|s| s.name == *set))
-            })
-            .collect();
-        for set in fixed {
-            let messages = self
-                .dump(NFT_MSG_GETSETELEM, family, |w| {
-                    w.put_str(1, table);
-                    w.put_str(2, set);
-                })?
+        for table in &names {
+            let mut rules = self
+                .dump(NFT_MSG_GETRULE, family, |w| w.put_str(1, table))?
                 .unwrap_or_default();
-            raw.elements.extend(messages);
+            let mut sets = self
+                .dump(NFT_MSG_GETSET, family, |w| w.put_str(1, table))?
+                .unwrap_or_default();
+            rules.retain(ours);
+            sets.retain(ours);
+            let fixed: Vec<&str> = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET]
+                .into_iter()
+                .filter(|set| {
+                    sets.iter()
+                        .any(|m| set_msg(m).is_some_and(|s| s.name == *set))
+                })
+                .collect();
+            for set in fixed {
+                let messages = self
+                    .dump(NFT_MSG_GETSETELEM, family, |w| {
+                        w.put_str(1, table);
+                        w.put_str(2, set);
+                    })?
+                    .unwrap_or_default();
+                raw.elements.extend(messages);
+            }
+            raw.rules.extend(rules);
+            raw.sets.extend(sets);
         }
         Ok(Some(raw))
     }
 
-    /// berth's table of `family` as adoption compares it with the plan ([`observe`]).
-    pub fn read_table(&mut self, family: IpFamily, table: &str) -> Result<Option<Observed>, Error> {
-        Ok(self.dump_table(family, table)?.map(|raw| observe(&raw)))
+    /// berth's tables of `family` as adoption compares them with the plan ([`observe`]).
+    pub fn read_table(
+        &mut self,
+        family: IpFamily,
+        base: &str,
+    ) -> Result<Option<ObservedTables>, Error> {
+        Ok(self
+            .dump_table(family, base)?
+            .map(|raw| observe(base, &raw)))
     }
 }
 
@@ -916,12 +961,23 @@ impl Nft for NetlinkNft {
         Ok(())
     }
 
-    fn read(&mut self, family: IpFamily) -> Result<Option<Observed>, Error> {
+    fn read(&mut self, family: IpFamily) -> Result<Option<ObservedTables>, Error> {
         let result = self.socket()?.read_table(family, TABLE);
         if result.is_err() {
             self.socket = None;
         }
         result
+    }
+
+    fn shards(&mut self, family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
+        let result = self.socket()?.tables(family, TABLE);
+        if result.is_err() {
+            self.socket = None;
+        }
+        result.map(|mut tables| {
+            tables.remove(&MAIN);
+            Some(tables)
+        })
     }
 
     fn can_read(&self) -> bool {
@@ -947,8 +1003,8 @@ pub fn probe_transaction() -> Transaction {
     let ep: IpAddr = [10, 0, 0, 1].into();
     let mut tx = Transaction::new(IpFamily::V4);
     let commands = [
-        Command::AddTable,
-        Command::AddMaps,
+        Command::AddTable(MAIN),
+        Command::AddMaps(MAIN),
         Command::AddChain(
             NftChain::new(Table::Nat, &pre),
             Hook::of_builtin(Table::Nat, &pre),
@@ -958,7 +1014,7 @@ pub fn probe_transaction() -> Transaction {
             Hook::of_builtin(Table::Nat, &post),
         ),
         Command::AddChain(svc.clone(), None),
-        Command::AddAffinitySet(set.clone(), 10),
+        Command::AddAffinitySet(MAIN, set.clone(), 10),
         Command::AddRule(NftChain::new(Table::Nat, &pre), NftRule::ServiceMap),
         Command::AddRule(NftChain::new(Table::Nat, &pre), NftRule::NodePortMap),
         Command::AddRule(
@@ -998,7 +1054,7 @@ pub fn probe_transaction() -> Transaction {
         ),
         Command::AddElement(Element::Service((ep, Protocol::Tcp, 80), svc)),
         Command::AddElement(Element::Hairpin(ep)),
-        Command::DeleteTable,
+        Command::DeleteTable(MAIN),
     ];
     tx.commands.extend(commands);
     tx

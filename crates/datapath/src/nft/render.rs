@@ -30,6 +30,10 @@ use ipnet::IpNet;
 use crate::backend::Payload;
 use crate::error::Error;
 use crate::nft::inline::{inline_endpoint, inline_rule, is_endpoint_chain, HAIRPIN_SET};
+use crate::nft::shard::{
+    node_port_base, table_name, Placement, Shard, Shards, MAIN, NODE_PORT_JUMPS,
+    NODE_PORT_PRIORITY,
+};
 use crate::plan::model::protocol_keyword;
 use crate::plan::model::{
     AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Ruleset, Table,
@@ -56,18 +60,31 @@ pub fn family_keyword(family: IpFamily) -> &'static str {
     }
 }
 
-/// One chain of berth's table: the iptables table it was planned in and its name there.
+/// One chain of berth's tables: the iptables table it was planned in, its name there, and the
+/// table of berth's that holds it ([`crate::nft::shard`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NftChain {
     pub table: Table,
     pub name: ChainName,
+    pub shard: Shard,
 }
 
 impl NftChain {
+    /// A chain of the main table.
     pub fn new(table: Table, name: &ChainName) -> Self {
         NftChain {
             table,
             name: name.clone(),
+            shard: MAIN,
+        }
+    }
+
+    /// A chain of the table `shard`.
+    pub fn in_shard(table: Table, name: &ChainName, shard: Shard) -> Self {
+        NftChain {
+            table,
+            name: name.clone(),
+            shard,
         }
     }
 }
@@ -130,6 +147,15 @@ impl Hook {
             "forward" => 2,
             "output" => 3,
             _ => 4,
+        }
+    }
+
+    /// A shard's node-port base chain: right after every shard's Service-address lookup.
+    pub fn node_ports(hook: &'static str) -> Hook {
+        Hook {
+            table: Table::Nat,
+            hook,
+            priority: NODE_PORT_PRIORITY,
         }
     }
 
@@ -338,22 +364,128 @@ pub struct NftRuleset {
     pub hooks: BTreeMap<NftChain, Hook>,
     pub services: BTreeMap<ServiceKey, NftChain>,
     pub node_ports: BTreeMap<NodePortKey, NftChain>,
-    /// Affinity set -> timeout of its entries.
-    pub affinity: BTreeMap<ChainName, u32>,
+    /// Affinity set (in the table of the chains naming it) -> timeout of its entries.
+    pub affinity: BTreeMap<(Shard, ChainName), u32>,
     /// The hairpin endpoints (`ep . ep` in the hairpin set) each chain's rules need.
     pub hairpin: BTreeMap<NftChain, BTreeSet<IpAddr>>,
     /// (endpoint chain, a chain whose rules fold it or jump to it); one flat set, as 100,000
     /// endpoints would be 100,000 small sets.
     pub endpoints: BTreeSet<(ChainName, NftChain)>,
+    /// Each planned chain but the base chains: its table, the hash of its converted rules and
+    /// how many rules its copies hold, as the partial syncs diff them.
+    pub planned: BTreeMap<(Table, ChainName), PlannedChain>,
+}
+
+/// One planned chain in berth's tables, as the partial syncs diff it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannedChain {
+    /// The table of its rules (the main table for the copied and split chains).
+    pub home: Shard,
+    /// [`rules_hash`] of its converted rules.
+    pub hash: u64,
+    /// Rules over all its copies.
+    pub rules: usize,
+}
+
+/// A hash of a chain's converted rules: equal rules, equal hash.
+pub fn rules_hash(rules: &[NftRule]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    rules.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The total of rules over a chain's copies.
+pub fn placed_rule_count(placed: &[(NftChain, Vec<NftRule>)]) -> usize {
+    placed.iter().map(|(_, rules)| rules.len()).sum()
+}
+
+/// Where the rules of one planned chain go: one chain of one table, or (the mark chain, the
+/// sharded dispatch chains) a copy or a part in each table. `placement` has its endpoint chains
+/// resolved to the table of their users ([`Placement::WithUser`] left is the main table).
+pub fn place_rules(
+    shards: Shards,
+    table: Table,
+    chain: &ChainName,
+    placement: Placement,
+    rules: Vec<NftRule>,
+) -> Vec<(NftChain, Vec<NftRule>)> {
+    match placement {
+        Placement::In(shard) => vec![(NftChain::in_shard(table, chain, shard), rules)],
+        Placement::WithUser => vec![(NftChain::new(table, chain), rules)],
+        Placement::Everywhere => std::iter::once(MAIN)
+            .chain(shards.shards())
+            .map(|shard| (NftChain::in_shard(table, chain, shard), rules.clone()))
+            .collect(),
+        Placement::Dispatch => {
+            let jumps = ChainName::new(NODE_PORT_JUMPS);
+            let mut out = Vec::new();
+            for shard in shards.shards() {
+                match rules.split_first() {
+                    // BERTH-SERVICES: the Service-address lookup, and apart from it the jumps to
+                    // node-port dispatch that the node-port base chains run after every shard's
+                    // lookup.
+                    Some((NftRule::ServiceMap, tail)) => {
+                        out.push((
+                            NftChain::in_shard(table, chain, shard),
+                            vec![NftRule::ServiceMap],
+                        ));
+                        out.push((NftChain::in_shard(table, &jumps, shard), tail.to_vec()));
+                    }
+                    _ => out.push((NftChain::in_shard(table, chain, shard), rules.clone())),
+                }
+            }
+            out
+        }
+    }
+}
+
+fn unshardable(chain: &NftChain, reason: String) -> Error {
+    Error::InvalidInput {
+        object: "nftables shards".to_string(),
+        field: chain.to_string(),
+        value: reason,
+    }
+}
+
+/// The chain a map element jumps to, in its shard; sharded, only a Service port's own chains
+/// are map targets (a plan with tree dispatch, say, cannot be sharded).
+fn element_target(shards: Shards, target: &ChainName) -> Result<NftChain, Error> {
+    match shards.place(Table::Nat, target) {
+        Placement::In(shard) if shard != MAIN || !shards.is_sharded() => {
+            Ok(NftChain::in_shard(Table::Nat, target, shard))
+        }
+        _ if !shards.is_sharded() => Ok(NftChain::new(Table::Nat, target)),
+        _ => Err(unshardable(
+            &NftChain::new(Table::Nat, target),
+            "a map element jumps to a chain that is not a Service port's".to_string(),
+        )),
+    }
+}
+
+/// A map element's target chain in the table it belongs to (the main table for a chain that
+/// cannot be a sharded target: the kernel then refuses it, and the next full sync says why).
+pub fn element_chain(shards: Shards, target: &ChainName) -> NftChain {
+    element_target(shards, target).unwrap_or_else(|_| NftChain::new(Table::Nat, target))
 }
 
 impl NftRuleset {
-    /// Converts a plan (best made with linear dispatch, which becomes the maps).
+    /// Converts a plan (best made with linear dispatch, which becomes the maps) into one table.
     pub fn from_ruleset(rs: &Ruleset) -> Self {
+        // One table places every chain: nothing to refuse.
+        Self::from_ruleset_in(rs, Shards::default()).unwrap_or_default()
+    }
+
+    /// Converts a plan into the main table and `shards` nat shards. Refuses a plan whose
+    /// chains would jump from one table into another (the kernel cannot).
+    pub fn from_ruleset_in(rs: &Ruleset, shards: Shards) -> Result<Self, Error> {
         let mut out = NftRuleset::default();
         // Collected, then built in one go: a set built from a sorted list fills its nodes, where
         // inserting in order leaves them about half empty (100,000 entries at 10,000 Services).
         let mut endpoints = Vec::new();
+        // Endpoint chains that stay chains go with their users, known once all are converted.
+        let mut with_user = Vec::new();
+        let mut user_shard: BTreeMap<ChainName, Shard> = BTreeMap::new();
         for (table, rules) in &rs.tables {
             for (chain, chain_rules) in &rules.chains {
                 if !chain.is_berth()
@@ -363,7 +495,15 @@ impl NftRuleset {
                     continue;
                 }
                 let converted = convert_chain(rs, *table, chain, chain_rules);
-                let here = NftChain::new(*table, chain);
+                let placement = shards.place(*table, chain);
+                let home = match placement {
+                    Placement::In(shard) => shard,
+                    _ => MAIN,
+                };
+                let here = NftChain::in_shard(*table, chain, home);
+                for endpoint in &converted.endpoints {
+                    user_shard.entry(endpoint.clone()).or_insert(home);
+                }
                 endpoints.extend(
                     converted
                         .endpoints
@@ -374,40 +514,116 @@ impl NftRuleset {
                     out.hairpin.insert(here, converted.hairpin);
                 }
                 for (key, target) in converted.services {
-                    out.services.insert(key, NftChain::new(Table::Nat, &target));
+                    out.services.insert(key, element_target(shards, &target)?);
                 }
                 for (key, target) in converted.node_ports {
                     out.node_ports
-                        .insert(key, NftChain::new(Table::Nat, &target));
+                        .insert(key, element_target(shards, &target)?);
                 }
-                out.chains
-                    .insert(NftChain::new(*table, chain), converted.rules);
+                if placement == Placement::WithUser {
+                    with_user.push((*table, chain.clone(), converted.rules));
+                    continue;
+                }
+                let hash = rules_hash(&converted.rules);
+                let placed = place_rules(shards, *table, chain, placement, converted.rules);
+                out.planned.insert(
+                    (*table, chain.clone()),
+                    PlannedChain {
+                        home,
+                        hash,
+                        rules: placed_rule_count(&placed),
+                    },
+                );
+                out.chains.extend(placed);
             }
+        }
+        for (table, chain, rules) in with_user {
+            let home = user_shard.get(&chain).copied().unwrap_or(MAIN);
+            let hash = rules_hash(&rules);
+            let placed = place_rules(shards, table, &chain, Placement::In(home), rules);
+            out.planned.insert(
+                (table, chain.clone()),
+                PlannedChain {
+                    home,
+                    hash,
+                    rules: placed_rule_count(&placed),
+                },
+            );
+            out.chains.extend(placed);
         }
         out.endpoints = endpoints.into_iter().collect();
         for jump in &rs.jumps {
             let Some(hook) = Hook::of_builtin(jump.table, &jump.from) else {
                 continue;
             };
-            let base = NftChain::new(jump.table, &jump.from);
-            out.hooks.insert(base.clone(), hook);
-            out.chains
-                .entry(base)
-                .or_default()
-                .push(NftRule::Rule(jump.rule.clone()));
-        }
-        for rule in out.chains.values().flatten() {
-            for (name, seconds) in affinity_refs(rule) {
-                let entry = out
-                    .affinity
-                    .entry(name.clone())
-                    .or_insert(DEFAULT_AFFINITY_SECONDS);
-                if let Some(seconds) = seconds {
-                    *entry = seconds;
+            let to_dispatch = jump
+                .rule
+                .jump_target()
+                .is_some_and(|t| shards.place(jump.table, t) == Placement::Dispatch);
+            if !to_dispatch {
+                let base = NftChain::new(jump.table, &jump.from);
+                out.hooks.insert(base.clone(), hook);
+                out.chains
+                    .entry(base)
+                    .or_default()
+                    .push(NftRule::Rule(jump.rule.clone()));
+                continue;
+            }
+            // Sharded: each shard's Service-address lookup where the jump was, its node-port
+            // lookup one priority later.
+            let node_ports = node_port_base(&jump.from);
+            let to_jumps = Rule::jump(
+                vec![Match::comment("berth service nodeports")],
+                &ChainName::new(NODE_PORT_JUMPS),
+            );
+            for shard in shards.shards() {
+                let base = NftChain::in_shard(jump.table, &jump.from, shard);
+                out.hooks.insert(base.clone(), hook);
+                out.chains
+                    .entry(base)
+                    .or_default()
+                    .push(NftRule::Rule(jump.rule.clone()));
+                let base = NftChain::in_shard(jump.table, &node_ports, shard);
+                out.hooks.insert(base.clone(), Hook::node_ports(hook.hook));
+                let rules = out.chains.entry(base).or_default();
+                if rules.is_empty() {
+                    rules.push(NftRule::Rule(to_jumps.clone()));
                 }
             }
         }
-        out
+        for (chain, rules) in &out.chains {
+            for rule in rules {
+                for (name, seconds) in affinity_refs(rule) {
+                    let entry = out
+                        .affinity
+                        .entry((chain.shard, name.clone()))
+                        .or_insert(DEFAULT_AFFINITY_SECONDS);
+                    if let Some(seconds) = seconds {
+                        *entry = seconds;
+                    }
+                }
+            }
+        }
+        if shards.is_sharded() {
+            out.check_jumps()?;
+        }
+        Ok(out)
+    }
+
+    /// Every jump lands in its own table.
+    fn check_jumps(&self) -> Result<(), Error> {
+        for (chain, rules) in &self.chains {
+            for target in rules.iter().filter_map(rule_jump) {
+                let to = NftChain::in_shard(chain.table, target, chain.shard);
+                if !self.chains.contains_key(&to) {
+                    return Err(unshardable(
+                        chain,
+                        format!("jumps to {target}, which is not in the same table"),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn rule_count(&self) -> usize {
@@ -417,6 +633,13 @@ impl NftRuleset {
     /// Every endpoint of the hairpin set.
     pub fn hairpin_endpoints(&self) -> BTreeSet<IpAddr> {
         self.hairpin.values().flatten().copied().collect()
+    }
+
+    /// The tables this ruleset fills: the main table and the shards.
+    pub fn tables(&self) -> BTreeSet<Shard> {
+        std::iter::once(MAIN)
+            .chain(self.chains.keys().map(|c| c.shard))
+            .collect()
     }
 }
 
@@ -429,23 +652,51 @@ pub enum Element {
     Hairpin(IpAddr),
 }
 
-/// One command of a transaction, in `nft` terms.
+impl Element {
+    /// The table whose map or set holds the element: its target's (the hairpin set is main's).
+    pub fn shard(&self) -> Shard {
+        match self {
+            Element::Service(_, target) | Element::NodePort(_, target) => target.shard,
+            Element::Hairpin(_) => MAIN,
+        }
+    }
+}
+
+/// One command of a transaction, in `nft` terms; each names one table of berth's ([`Command::shard`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    AddTable,
-    DeleteTable,
-    /// Declares the two verdict maps and the hairpin set (idempotent).
-    AddMaps,
+    AddTable(Shard),
+    DeleteTable(Shard),
+    /// Declares the two verdict maps (and in the main table the hairpin set; idempotent).
+    AddMaps(Shard),
     AddChain(NftChain, Option<Hook>),
     FlushChain(NftChain),
     DeleteChain(NftChain),
     AddRule(NftChain, NftRule),
-    /// An affinity set and the timeout of its entries.
-    AddAffinitySet(ChainName, u32),
-    DeleteAffinitySet(ChainName),
+    /// An affinity set, in the table of the chains that name it, and the timeout of its entries.
+    AddAffinitySet(Shard, ChainName, u32),
+    DeleteAffinitySet(Shard, ChainName),
     AddElement(Element),
-    /// The element's target, if any, is ignored: a key names the element.
+    /// The element's key names it; its target says only which table's map holds it.
     DeleteElement(Element),
+}
+
+impl Command {
+    /// The table of berth's the command names.
+    pub fn shard(&self) -> Shard {
+        match self {
+            Command::AddTable(shard)
+            | Command::DeleteTable(shard)
+            | Command::AddMaps(shard)
+            | Command::AddAffinitySet(shard, ..)
+            | Command::DeleteAffinitySet(shard, _) => *shard,
+            Command::AddChain(chain, _)
+            | Command::FlushChain(chain)
+            | Command::DeleteChain(chain)
+            | Command::AddRule(chain, _) => chain.shard,
+            Command::AddElement(element) | Command::DeleteElement(element) => element.shard(),
+        }
+    }
 }
 
 /// One `nft -f -` transaction for one family: the kernel applies all of it or none.
@@ -495,19 +746,24 @@ impl Transaction {
 /// Renders one command as a line of `nft` input.
 pub fn command_text(family: IpFamily, command: &Command) -> String {
     let fam = family_keyword(family);
-    let t = format!("{fam} {TABLE}");
+    let t = format!("{fam} {}", table_name(TABLE, command.shard()));
     let addr_type = match family {
         IpFamily::V4 => "ipv4_addr",
         IpFamily::V6 => "ipv6_addr",
     };
     match command {
-        Command::AddTable => format!("add table {t}\n"),
-        Command::DeleteTable => format!("delete table {t}\n"),
-        Command::AddMaps => format!(
-            "add map {t} {SERVICE_MAP} {{ type {addr_type} . inet_proto . inet_service : verdict ; }}\n\
-             add map {t} {NODE_PORT_MAP} {{ type inet_proto . inet_service : verdict ; }}\n\
-             add set {t} {HAIRPIN_SET} {{ type {addr_type} . {addr_type} ; }}\n"
-        ),
+        Command::AddTable(_) => format!("add table {t}\n"),
+        Command::DeleteTable(_) => format!("delete table {t}\n"),
+        Command::AddMaps(shard) => {
+            let mut maps = format!(
+                "add map {t} {SERVICE_MAP} {{ type {addr_type} . inet_proto . inet_service : verdict ; }}\n\
+                 add map {t} {NODE_PORT_MAP} {{ type inet_proto . inet_service : verdict ; }}\n"
+            );
+            if *shard == MAIN {
+                let _ = writeln!(maps, "add set {t} {HAIRPIN_SET} {{ type {addr_type} . {addr_type} ; }}");
+            }
+            maps
+        }
         Command::AddChain(chain, None) => format!("add chain {t} {chain}\n"),
         Command::AddChain(chain, Some(hook)) => format!(
             "add chain {t} {chain} {{ type {} hook {} priority {} ; policy accept ; }}\n",
@@ -520,10 +776,10 @@ pub fn command_text(family: IpFamily, command: &Command) -> String {
         Command::AddRule(chain, rule) => {
             format!("add rule {t} {chain} {}\n", rule_text(family, chain.table, rule))
         }
-        Command::AddAffinitySet(name, seconds) => format!(
+        Command::AddAffinitySet(_, name, seconds) => format!(
             "add set {t} {name} {{ type {addr_type} ; flags dynamic,timeout ; timeout {seconds}s ; }}\n"
         ),
-        Command::DeleteAffinitySet(name) => format!("delete set {t} {name}\n"),
+        Command::DeleteAffinitySet(_, name) => format!("delete set {t} {name}\n"),
         Command::AddElement(element) => format!(
             "add element {t} {} {{ {} }}\n",
             element_set(element),
@@ -577,12 +833,14 @@ impl Payload for Transaction {
             let (run, set) = match first {
                 Command::AddElement(element) => {
                     let set = element_set(element);
+                    let shard = element.shard();
                     let run = rest
                         .iter()
                         .take(ELEMENTS_PER_LINE)
-                        .take_while(
-                            |c| matches!(c, Command::AddElement(e) if element_set(e) == set),
-                        )
+                        .take_while(|c| {
+                            matches!(c, Command::AddElement(e)
+                                if element_set(e) == set && e.shard() == shard)
+                        })
                         .count();
                     (run, set)
                 }
@@ -597,8 +855,9 @@ impl Payload for Transaction {
                     })
                     .collect();
                 format!(
-                    "add element {} {TABLE} {} {{ {} }}\n",
+                    "add element {} {} {} {{ {} }}\n",
                     family_keyword(self.family),
+                    table_name(TABLE, first.shard()),
                     set,
                     elements.join(", ")
                 )

@@ -19,18 +19,18 @@
 //!   `flush table` that empties berth's chains but keeps them is repaired by the next full sync,
 //!   which the agent runs once an hour (kube-proxy's `FullSyncPeriod`) or after any failure.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use crate::backend::{SyncKind, SyncReport, SyncRuleset};
 use crate::error::Error;
-use crate::nft::adopt::{plan_repair, Observed};
+use crate::nft::adopt::{plan_repair, ObservedTables};
 use crate::nft::render::{
-    affinity_refs, check_expressible, convert_chain, is_folded, Command, ConvertedChain, Element,
-    NftChain, NftRule, NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
+    affinity_refs, check_expressible, convert_chain, element_chain, is_folded, place_rules,
+    placed_rule_count, rules_hash, Command, ConvertedChain, Element, NftChain, NftRule,
+    NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
 };
+use crate::nft::shard::{Placement, Shard, Shards, MAIN, MAX_SHARDS};
 use crate::plan::incremental::Changes;
 use crate::plan::model::{ChainName, Ruleset, Table};
 use crate::plan::names;
@@ -47,8 +47,14 @@ pub trait Nft {
         false
     }
 
-    /// berth's table as the kernel holds it (`None`: there is none), for adoption.
-    fn read(&mut self, _family: IpFamily) -> Result<Option<Observed>, Error> {
+    /// berth's tables as the kernel holds them (`None`: there is no main table), for adoption.
+    fn read(&mut self, _family: IpFamily) -> Result<Option<ObservedTables>, Error> {
+        Ok(None)
+    }
+
+    /// The shard tables of berth's that exist (`None`: unknown, so a full sync removes every
+    /// shard table it does not fill).
+    fn shards(&mut self, _family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
         Ok(None)
     }
 }
@@ -62,23 +68,29 @@ impl<N: Nft + ?Sized> Nft for Box<N> {
         (**self).can_read()
     }
 
-    fn read(&mut self, family: IpFamily) -> Result<Option<Observed>, Error> {
+    fn read(&mut self, family: IpFamily) -> Result<Option<ObservedTables>, Error> {
         (**self).read(family)
+    }
+
+    fn shards(&mut self, family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
+        (**self).shards(family)
     }
 }
 
 type ChainKey = (Table, ChainName);
+/// An affinity set: its table and name.
+type SetKey = (Shard, ChainName);
 
 /// What the last successful sync left in the kernel, as far as diffs need it.
 #[derive(Debug, Clone, Default)]
 struct Applied {
-    /// Hash and length of each chain's converted rules.
-    chains: BTreeMap<ChainKey, (u64, usize)>,
+    /// Hash of each chain's converted rules, how many rules its copies hold, its table.
+    chains: BTreeMap<ChainKey, (u64, usize, Shard)>,
     services: BTreeMap<ServiceKey, NftChain>,
     node_ports: BTreeMap<NodePortKey, NftChain>,
-    affinity: BTreeMap<ChainName, u32>,
+    affinity: BTreeMap<SetKey, u32>,
     /// The affinity sets each chain's rules name; a set no chain names any more is deleted.
-    chain_sets: BTreeMap<ChainKey, BTreeSet<ChainName>>,
+    chain_sets: BTreeMap<ChainKey, BTreeSet<SetKey>>,
     /// The endpoint chains each chain's rules fold or jump to, and the reverse: a changed
     /// endpoint chain rewrites the chains that use it (folded, or no longer foldable).
     chain_endpoints: BTreeMap<ChainKey, BTreeSet<ChainName>>,
@@ -145,24 +157,29 @@ fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
             continue;
         }
         let key = (chain.table, chain.name.clone());
-        if let Some(hairpin) = planned.hairpin.get(chain) {
-            for ip in hairpin {
-                *applied.hairpin.entry(*ip).or_default() += 1;
-            }
-            applied.chain_hairpin.insert(key.clone(), hairpin.clone());
-        }
-        let sets = sets_named(rules);
+        let sets = sets_named(chain.shard, rules);
         if !sets.is_empty() {
-            applied.chain_sets.insert(key.clone(), sets);
+            applied.chain_sets.insert(key, sets);
         }
-        applied.chains.insert(key, (rules_hash(rules), rules.len()));
     }
+    for (chain, hairpin) in &planned.hairpin {
+        for ip in hairpin {
+            *applied.hairpin.entry(*ip).or_default() += 1;
+        }
+        let key = (chain.table, chain.name.clone());
+        applied.chain_hairpin.insert(key, hairpin.clone());
+    }
+    applied.chains = planned
+        .planned
+        .iter()
+        .map(|(key, p)| (key.clone(), (p.hash, p.rules, p.home)))
+        .collect();
     Ok(applied)
 }
 
 impl Applied {
     /// Records the sets `chain` names now; returns the sets no chain names any more.
-    fn set_chain_sets(&mut self, chain: &ChainKey, sets: BTreeSet<ChainName>) -> Vec<ChainName> {
+    fn set_chain_sets(&mut self, chain: &ChainKey, sets: BTreeSet<SetKey>) -> Vec<SetKey> {
         let before = if sets.is_empty() {
             self.chain_sets.remove(chain)
         } else {
@@ -225,18 +242,12 @@ impl Applied {
     }
 }
 
-fn sets_named(rules: &[NftRule]) -> BTreeSet<ChainName> {
+fn sets_named(shard: Shard, rules: &[NftRule]) -> BTreeSet<SetKey> {
     rules
         .iter()
         .flat_map(affinity_refs)
-        .map(|(name, _)| name.clone())
+        .map(|(name, _)| (shard, name.clone()))
         .collect()
-}
-
-fn rules_hash(rules: &[NftRule]) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    rules.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// A berth chain of the plan that the nft table holds (the iptables canary has no place there).
@@ -270,16 +281,30 @@ fn diff_elements<K: Ord + Clone>(
 pub struct NftSyncer<N> {
     nft: N,
     family: IpFamily,
+    shards: Shards,
     applied: Option<Applied>,
 }
 
 impl<N: Nft> NftSyncer<N> {
+    /// A syncer of one table (no nat shards).
     pub fn new(nft: N, family: IpFamily) -> Self {
         NftSyncer {
             nft,
             family,
+            shards: Shards::default(),
             applied: None,
         }
+    }
+
+    /// The same syncer spreading Service chains over `shards` nat shards.
+    pub fn with_shards(mut self, shards: Shards) -> Self {
+        self.shards = shards;
+        self.applied = None;
+        self
+    }
+
+    pub fn shards(&self) -> Shards {
+        self.shards
     }
 
     pub fn nft(&self) -> &N {
@@ -320,33 +345,56 @@ impl<N: Nft> NftSyncer<N> {
         result
     }
 
-    /// The transaction that replaces berth's table with `rs`, and the state it leaves.
-    fn full_transaction(&self, rs: &Ruleset) -> Result<(Transaction, Applied), Error> {
-        let mut planned = NftRuleset::from_ruleset(rs);
+    /// The transaction that replaces berth's tables with `rs`, and the state it leaves. Shard
+    /// tables of another count are removed: those `existing` names, or (not known) every one
+    /// this count does not fill.
+    fn full_transaction(
+        &self,
+        rs: &Ruleset,
+        existing: Option<&BTreeSet<Shard>>,
+    ) -> Result<(Transaction, Applied), Error> {
+        let mut planned = NftRuleset::from_ruleset_in(rs, self.shards)?;
         let applied = applied_state(&mut planned)?;
+        let tables: Vec<Shard> = std::iter::once(MAIN).chain(self.shards.shards()).collect();
+        let stale: Vec<Shard> = match existing {
+            Some(existing) => existing
+                .iter()
+                .copied()
+                .filter(|s| *s != MAIN && !tables.contains(s))
+                .collect(),
+            None => (1..=MAX_SHARDS).filter(|s| !tables.contains(s)).collect(),
+        };
         let mut tx = Transaction::new(self.family);
         // Sized exactly: grown by doubling, a cold load's 130,000 commands would hold room for
         // 262,144 (19 MB at 10,000 Services).
         tx.commands.reserve_exact(
-            4 + planned.chains.len()
+            4 * tables.len()
+                + 2 * stale.len()
+                + planned.chains.len()
                 + planned.affinity.len()
                 + applied.rules
                 + planned.services.len()
                 + planned.node_ports.len()
                 + applied.hairpin.len(),
         );
-        tx.push(Command::AddTable);
-        tx.push(Command::DeleteTable);
-        tx.push(Command::AddTable);
-        tx.push(Command::AddMaps);
+        for shard in stale {
+            tx.push(Command::AddTable(shard));
+            tx.push(Command::DeleteTable(shard));
+        }
+        for shard in &tables {
+            tx.push(Command::AddTable(*shard));
+            tx.push(Command::DeleteTable(*shard));
+            tx.push(Command::AddTable(*shard));
+            tx.push(Command::AddMaps(*shard));
+        }
         for chain in planned.chains.keys() {
             tx.push(Command::AddChain(
                 chain.clone(),
                 planned.hooks.get(chain).copied(),
             ));
         }
-        for (name, seconds) in &planned.affinity {
-            tx.push(Command::AddAffinitySet(name.clone(), *seconds));
+        for ((shard, name), seconds) in &planned.affinity {
+            tx.push(Command::AddAffinitySet(*shard, name.clone(), *seconds));
         }
         for (chain, rules) in planned.chains {
             for rule in rules {
@@ -371,7 +419,8 @@ impl<N: Nft> NftSyncer<N> {
                 return Ok(report);
             }
         }
-        let (tx, applied) = self.full_transaction(rs)?;
+        let existing = self.nft.shards(self.family)?;
+        let (tx, applied) = self.full_transaction(rs, existing.as_ref())?;
         let deleted_chains = self.applied.as_ref().map_or(0, |before| {
             before
                 .chains
@@ -400,9 +449,9 @@ impl<N: Nft> NftSyncer<N> {
         };
         // The plan and the state it leaves, without the full transaction (a table that
         // matches needs none).
-        let mut planned = NftRuleset::from_ruleset(rs);
+        let mut planned = NftRuleset::from_ruleset_in(rs, self.shards)?;
         let applied = applied_state(&mut planned)?;
-        let Some(commands) = plan_repair(&observed, &planned, self.family) else {
+        let Some(commands) = plan_repair(&observed, &planned, self.family, self.shards) else {
             return Ok(None);
         };
         let deleted: BTreeSet<&NftChain> = commands
@@ -444,7 +493,10 @@ impl<N: Nft> NftSyncer<N> {
         let Some(mut next) = self.applied.take() else {
             return self.full(rs);
         };
-        let mut diff = PartialDiff::default();
+        let mut diff = PartialDiff {
+            shards: self.shards,
+            ..PartialDiff::default()
+        };
         // A changed endpoint chain changes the chains that fold it or jump to it.
         let mut work: BTreeSet<ChainKey> = chains
             .iter()
@@ -454,7 +506,11 @@ impl<N: Nft> NftSyncer<N> {
         for key in chains {
             work.extend(next.users(&key.1).filter(|user| key.0 == user.0).cloned());
         }
-        for key in &work {
+        // Endpoint chains that stay chains live with their users: those first.
+        let (endpoints, users): (Vec<&ChainKey>, Vec<&ChainKey>) = work
+            .iter()
+            .partition(|key| self.shards.place(key.0, &key.1) == Placement::WithUser);
+        for key in users.into_iter().chain(endpoints) {
             diff.chain(&mut next, rs, key)?;
         }
         diff.settle(&mut next);
@@ -480,6 +536,7 @@ impl<N: Nft> NftSyncer<N> {
 /// end: sets no chain names any more, hairpin endpoints whose need changed.
 #[derive(Default)]
 struct PartialDiff {
+    shards: Shards,
     added: Vec<Command>,
     flushed: Vec<Command>,
     sets: Vec<Command>,
@@ -489,21 +546,35 @@ struct PartialDiff {
     deleted: Vec<NftChain>,
     stale_sets: Vec<Command>,
     rewritten: usize,
-    orphaned: Vec<ChainName>,
+    orphaned: Vec<SetKey>,
     /// Hairpin endpoints whose need changed -> whether the set held them before.
     touched_hairpin: BTreeMap<IpAddr, bool>,
 }
 
 impl PartialDiff {
+    /// Where the rules of the planned chain `key` go; an endpoint chain that stays a chain goes
+    /// with the chain using it.
+    fn placement(&self, next: &Applied, key: &ChainKey) -> Placement {
+        match self.shards.place(key.0, &key.1) {
+            Placement::WithUser => {
+                let home = next
+                    .users(&key.1)
+                    .find_map(|user| next.chains.get(user))
+                    .map_or(MAIN, |(_, _, home)| *home);
+                Placement::In(home)
+            }
+            other => other,
+        }
+    }
+
     /// Brings one chain of the work list up to `rs`: deleted when it is no longer programmed,
     /// its map elements diffed, flushed and refilled (or added) when its rules changed.
     fn chain(&mut self, next: &mut Applied, rs: &Ruleset, key: &ChainKey) -> Result<(), Error> {
-        let chain = NftChain::new(key.0, &key.1);
         let planned = rs
             .chain(key.0, &key.1)
             .filter(|_| !is_folded(rs, key.0, &key.1));
         let Some(planned) = planned else {
-            if let Some((_, n)) = next.chains.remove(key) {
+            if let Some((_, n, home)) = next.chains.remove(key) {
                 next.rules = next.rules.saturating_sub(n);
                 self.orphaned
                     .extend(next.set_chain_sets(key, BTreeSet::new()));
@@ -513,52 +584,84 @@ impl PartialDiff {
                     BTreeSet::new(),
                     &mut self.touched_hairpin,
                 );
-                self.deleted.push(chain);
+                self.delete_copies(key, home);
             }
             return Ok(());
         };
+        let placement = self.placement(next, key);
+        let home = match placement {
+            Placement::In(shard) => shard,
+            _ => MAIN,
+        };
         let converted = convert_chain(rs, key.0, &key.1, planned);
         self.maps(next, &converted);
-        let state = (rules_hash(&converted.rules), converted.rules.len());
+        let hash = rules_hash(&converted.rules);
+        let placed = place_rules(self.shards, key.0, &key.1, placement, converted.rules);
+        let state = (hash, placed_rule_count(&placed), home);
         let before = next.chains.insert(key.clone(), state);
         if before == Some(state) {
             return Ok(());
         }
         self.rewritten += 1;
-        next.rules = next.rules.saturating_sub(before.map_or(0, |(_, n)| n)) + state.1;
-        match before {
-            Some(_) => self.flushed.push(Command::FlushChain(chain.clone())),
-            None => self.added.push(Command::AddChain(chain.clone(), None)),
+        next.rules = next.rules.saturating_sub(before.map_or(0, |(_, n, _)| n)) + state.1;
+        let moved = before.is_some_and(|(_, _, was)| was != home);
+        if moved {
+            // An endpoint chain whose users moved: out of the old table, into the new one.
+            if let Some((_, _, was)) = before {
+                self.delete_copies(key, was);
+            }
         }
-        self.orphaned
-            .extend(next.set_chain_sets(key, sets_named(&converted.rules)));
+        let sets = placed
+            .iter()
+            .flat_map(|(chain, rules)| sets_named(chain.shard, rules))
+            .collect();
+        self.orphaned.extend(next.set_chain_sets(key, sets));
         next.set_chain_folds(
             key,
             converted.endpoints,
             converted.hairpin,
             &mut self.touched_hairpin,
         );
-        for rule in converted.rules {
-            check_expressible(&rule)?;
-            for (name, seconds) in affinity_refs(&rule) {
-                let known = next.affinity.get(name).copied();
-                // An endpoint chain written before any check names a timeout gets the default.
-                let wanted = seconds.or(known).unwrap_or(DEFAULT_AFFINITY_SECONDS);
-                if known != Some(wanted) {
-                    // Re-adding a set with another timeout updates it in place.
-                    next.affinity.insert(name.clone(), wanted);
-                    self.sets
-                        .push(Command::AddAffinitySet(name.clone(), wanted));
-                }
+        for (chain, rules) in placed {
+            match before {
+                Some(_) if !moved => self.flushed.push(Command::FlushChain(chain.clone())),
+                _ => self.added.push(Command::AddChain(chain.clone(), None)),
             }
-            self.rules.push(Command::AddRule(chain.clone(), rule));
+            for rule in rules {
+                check_expressible(&rule)?;
+                for (name, seconds) in affinity_refs(&rule) {
+                    let set = (chain.shard, name.clone());
+                    let known = next.affinity.get(&set).copied();
+                    // An endpoint chain written before any check names a timeout gets the
+                    // default.
+                    let wanted = seconds.or(known).unwrap_or(DEFAULT_AFFINITY_SECONDS);
+                    if known != Some(wanted) {
+                        // Re-adding a set with another timeout updates it in place.
+                        next.affinity.insert(set, wanted);
+                        self.sets
+                            .push(Command::AddAffinitySet(chain.shard, name.clone(), wanted));
+                    }
+                }
+                self.rules.push(Command::AddRule(chain.clone(), rule));
+            }
         }
         Ok(())
     }
 
+    /// The copies of the planned chain `key` in its table `home`, to delete.
+    fn delete_copies(&mut self, key: &ChainKey, home: Shard) {
+        let placement = match self.shards.place(key.0, &key.1) {
+            Placement::WithUser => Placement::In(home),
+            other => other,
+        };
+        let copies = place_rules(self.shards, key.0, &key.1, placement, Vec::new());
+        self.deleted.extend(copies.into_iter().map(|(chain, _)| chain));
+    }
+
     /// The dispatch maps' element changes, when `converted` is the chain that holds a map.
     fn maps(&mut self, next: &mut Applied, converted: &ConvertedChain) {
-        let to_chain = |target: &ChainName| NftChain::new(Table::Nat, target);
+        let shards = self.shards;
+        let to_chain = |target: &ChainName| element_chain(shards, target);
         match converted.rules.first() {
             Some(NftRule::ServiceMap) => {
                 let after = converted
@@ -600,7 +703,8 @@ impl PartialDiff {
         for set in std::mem::take(&mut self.orphaned) {
             let named = next.chain_sets.values().any(|sets| sets.contains(&set));
             if !named && next.affinity.remove(&set).is_some() {
-                self.stale_sets.push(Command::DeleteAffinitySet(set));
+                self.stale_sets
+                    .push(Command::DeleteAffinitySet(set.0, set.1));
             }
         }
         for (ip, before) in std::mem::take(&mut self.touched_hairpin) {
@@ -642,12 +746,14 @@ impl PartialDiff {
     }
 }
 
-/// The transaction that removes berth's table, whatever it holds (nothing when it is absent):
-/// what switching to the iptables backend does.
+/// The transaction that removes berth's tables, the main one and every shard, whatever they
+/// hold (nothing when they are absent): what switching to the iptables backend does.
 pub fn remove_table(family: IpFamily) -> Transaction {
     let mut tx = Transaction::new(family);
-    tx.push(Command::AddTable);
-    tx.push(Command::DeleteTable);
+    for shard in 0..=MAX_SHARDS {
+        tx.push(Command::AddTable(shard));
+        tx.push(Command::DeleteTable(shard));
+    }
     tx
 }
 

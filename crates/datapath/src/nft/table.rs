@@ -6,24 +6,62 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::nft::render::{element_text, rule_text, Element, Hook, NftChain, NftRule};
+use crate::nft::render::{element_text, rule_text, Element, Hook, NftChain, NftRule, TABLE};
 use crate::nft::render::{NodePortKey, ServiceKey};
-use crate::plan::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset};
+use crate::nft::shard::{table_name, Shard, MAIN};
+use crate::plan::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset, Target};
 use crate::trace::Hit;
 use berth_core::IpFamily;
 
-/// berth's table as the kernel holds it.
+/// berth's tables of one family as the kernel holds them: the main table and the nat shards,
+/// each chain, set and element in its table.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NftTable {
+    /// The tables that exist.
+    pub tables: BTreeSet<Shard>,
     pub chains: BTreeMap<NftChain, Vec<NftRule>>,
     pub hooks: BTreeMap<NftChain, Hook>,
-    /// Whether the maps are declared.
-    pub maps: bool,
+    /// The tables whose maps are declared.
+    pub maps: BTreeSet<Shard>,
+    /// Map elements, each in the map of its target's table.
     pub services: BTreeMap<ServiceKey, NftChain>,
     pub node_ports: BTreeMap<NodePortKey, NftChain>,
-    pub affinity: BTreeMap<ChainName, u32>,
+    pub affinity: BTreeMap<(Shard, ChainName), u32>,
     /// Endpoints of the hairpin set (`ep . ep`).
     pub hairpin: BTreeSet<IpAddr>,
+}
+
+/// A chain's name as the tracer knows it: the same names in two tables (a shard's copy of the
+/// mark chain, its dispatch chains) are two chains, so a shard's carry `@<shard>`.
+pub fn traced_name(name: &ChainName, shard: Shard) -> ChainName {
+    if shard == MAIN {
+        name.clone()
+    } else {
+        ChainName::new(format!("{name}@{shard}"))
+    }
+}
+
+/// The chain a traced name stands for.
+fn untraced(table: crate::plan::model::Table, traced: &ChainName) -> NftChain {
+    let shard = traced
+        .as_str()
+        .rsplit_once('@')
+        .and_then(|(name, shard)| Some((name, shard.parse::<Shard>().ok()?)));
+    match shard {
+        Some((name, shard)) => NftChain::in_shard(table, &ChainName::new(name), shard),
+        None => NftChain::new(table, traced),
+    }
+}
+
+/// A rule of the table `shard` as the tracer follows it: its jump to that table's chain.
+fn traced_rule(rule: &Rule, shard: Shard) -> Rule {
+    match &rule.target {
+        Some(Target::Jump(to)) if shard != MAIN => Rule {
+            target: Some(Target::Jump(traced_name(to, shard))),
+            ..rule.clone()
+        },
+        _ => rule.clone(),
+    }
 }
 
 /// A `service-ips` element as the rule the tracer follows.
@@ -34,7 +72,7 @@ fn service_rule((addr, proto, port): &ServiceKey, target: &NftChain) -> Rule {
             Match::dst(*addr),
             Match::DestPort(PortMatch::Single(*port)),
         ],
-        &target.name,
+        &traced_name(&target.name, target.shard),
     )
 }
 
@@ -45,7 +83,7 @@ fn node_port_rule((proto, port): &NodePortKey, target: &NftChain) -> Rule {
             Match::Protocol(*proto),
             Match::DestPort(PortMatch::Single(*port)),
         ],
-        &target.name,
+        &traced_name(&target.name, target.shard),
     )
 }
 
@@ -57,14 +95,25 @@ fn hairpin_rule(ip: IpAddr, target: &ChainName) -> Rule {
 }
 
 impl NftTable {
-    /// The rules the tracer follows for one rule of the table: a map lookup becomes one rule
-    /// per element (keys are unique, so their order does not matter), a planned rule itself.
-    fn expand(&self, rule: &NftRule) -> Vec<(Rule, Option<Element>)> {
+    /// A chain's name with its table: `nat-BERTH-SVC-…`, in a shard `berth-<n> nat-BERTH-SVC-…`.
+    pub fn chain_label(chain: &NftChain) -> String {
+        if chain.shard == MAIN {
+            chain.to_string()
+        } else {
+            format!("{} {chain}", table_name(TABLE, chain.shard))
+        }
+    }
+
+    /// The rules the tracer follows for one rule of the table `shard`: a map lookup becomes one
+    /// rule per element of that table's map (keys are unique, so their order does not matter),
+    /// a planned rule itself.
+    fn expand(&self, shard: Shard, rule: &NftRule) -> Vec<(Rule, Option<Element>)> {
         match rule {
-            NftRule::Rule(rule) => vec![(rule.clone(), None)],
+            NftRule::Rule(rule) => vec![(traced_rule(rule, shard), None)],
             NftRule::ServiceMap => self
                 .services
                 .iter()
+                .filter(|(_, target)| target.shard == shard)
                 .map(|(key, target)| {
                     let element = Element::Service(*key, target.clone());
                     (service_rule(key, target), Some(element))
@@ -73,6 +122,7 @@ impl NftTable {
             NftRule::NodePortMap => self
                 .node_ports
                 .iter()
+                .filter(|(_, target)| target.shard == shard)
                 .map(|(key, target)| {
                     let element = Element::NodePort(*key, target.clone());
                     (node_port_rule(key, target), Some(element))
@@ -86,28 +136,35 @@ impl NftTable {
         }
     }
 
-    /// The table as a ruleset the tracer follows: base chains become the built-in jumps, each
-    /// map lookup one rule per element, every other rule is the rule itself.
+    /// The tables as a ruleset the tracer follows: base chains become the built-in jumps (the
+    /// base chains of one hook in the order the kernel runs them: by priority, and one priority
+    /// in table order), each map lookup one rule per element, every other rule is the rule
+    /// itself. A table's chains jump only within it: a shard's are named `<chain>@<shard>`.
     pub fn traceable(&self) -> Ruleset {
         let mut rs = Ruleset::default();
+        let mut bases = Vec::new();
         for (chain, rules) in &self.chains {
             let out: Vec<Rule> = rules
                 .iter()
-                .flat_map(|rule| self.expand(rule))
+                .flat_map(|rule| self.expand(chain.shard, rule))
                 .map(|(rule, _)| rule)
                 .collect();
             match self.hooks.get(chain) {
-                Some(hook) => rs.jumps.extend(out.into_iter().map(|rule| JumpRule {
-                    table: hook.table,
-                    from: hook.builtin(),
-                    rule,
-                })),
+                Some(hook) => bases.push((*hook, chain, out)),
                 None => {
                     rs.table_mut(chain.table)
                         .chains
-                        .insert(chain.name.clone(), out);
+                        .insert(traced_name(&chain.name, chain.shard), out);
                 }
             }
+        }
+        bases.sort_by_key(|(hook, chain, _)| (hook.priority_number(), chain.shard));
+        for (hook, _, out) in bases {
+            rs.jumps.extend(out.into_iter().map(|rule| JumpRule {
+                table: hook.table,
+                from: hook.builtin(),
+                rule,
+            }));
         }
         rs
     }
@@ -115,26 +172,42 @@ impl NftTable {
     /// A rule a traced packet hit, as the table holds it: `<chain>: <rule in nft syntax>`, and
     /// for a map or set lookup the element that matched.
     pub fn hop_text(&self, family: IpFamily, hit: &Hit) -> String {
-        let chain = NftChain::new(hit.table, &hit.chain);
-        let found = self.chains.get(&chain).and_then(|rules| {
+        let chain = untraced(hit.table, &hit.chain);
+        // A built-in chain's hit is a rule of one of the base chains standing for it.
+        let bases: Vec<&NftChain> = self
+            .hooks
+            .iter()
+            .filter(|(_, hook)| hook.table == hit.table && hook.builtin() == hit.chain)
+            .map(|(base, _)| base)
+            .collect();
+        let candidates: Vec<&NftChain> = if bases.is_empty() {
+            vec![&chain]
+        } else {
+            bases
+        };
+        let found = candidates.into_iter().find_map(|chain| {
+            let rules = self.chains.get(chain)?;
             rules.iter().find_map(|rule| {
-                self.expand(rule)
+                self.expand(chain.shard, rule)
                     .into_iter()
                     .find(|(traced, _)| *traced == hit.rule)
-                    .map(|(_, element)| (rule, element))
+                    .map(|(_, element)| (chain, rule, element))
             })
         });
-        let text = match found {
-            Some((rule, None)) => rule_text(family, hit.table, rule),
-            Some((rule, Some(element))) => format!(
+        let (chain, text) = match found {
+            Some((chain, rule, None)) => (chain.clone(), rule_text(family, hit.table, rule)),
+            Some((chain, rule, Some(element))) => (chain.clone(), format!(
                 "{} (element {})",
                 rule_text(family, hit.table, rule),
                 element_text(&element, true)
+            )),
+            // Not a rule of these tables (the tracer only hits the tables' own rules).
+            None => (
+                chain,
+                rule_text(family, hit.table, &NftRule::Rule(hit.rule.clone())),
             ),
-            // Not a rule of this table (the tracer only hits the table's own rules).
-            None => rule_text(family, hit.table, &NftRule::Rule(hit.rule.clone())),
         };
-        format!("{chain}: {text}")
+        format!("{}: {text}", Self::chain_label(&chain))
     }
 }
 
@@ -152,7 +225,8 @@ mod tests {
     /// prerouting -> services map -> one Service with one endpoint; postrouting's hairpin.
     fn mk_table() -> NftTable {
         let mut t = NftTable {
-            maps: true,
+            tables: [MAIN].into(),
+            maps: [MAIN].into(),
             ..NftTable::default()
         };
         let pre = nat("PREROUTING");

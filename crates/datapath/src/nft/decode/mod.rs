@@ -26,9 +26,11 @@ use std::net::IpAddr;
 pub use kernel::kernel_rule;
 
 use crate::error::Error;
+use crate::nft::adopt::split_tables;
 use crate::nft::dump::{chain_msg, element_msg, rule_msg, set_msg, RawTable, SetMsg};
 use crate::nft::inline::HAIRPIN_SET;
-use crate::nft::render::{Hook, NftChain, NODE_PORT_MAP, SERVICE_MAP};
+use crate::nft::render::{Hook, NftChain, NODE_PORT_MAP, SERVICE_MAP, TABLE};
+use crate::nft::shard::{node_port_hook, Shard, MAIN};
 use crate::nft::table::NftTable;
 use crate::plan::model::{ChainName, Table};
 use berth_core::IpFamily;
@@ -141,7 +143,12 @@ fn decode_hook(
     policy: Option<u32>,
 ) -> Result<Option<Hook>, Error> {
     let fail = |reason: &str| decode_error(format!("chain {name}"), reason);
-    let want = Hook::of_builtin(chain.table, &chain.name);
+    let want = match (chain.shard, node_port_hook(&chain.name)) {
+        (shard, Some(hook)) if shard != MAIN && chain.table == Table::Nat => {
+            Some(Hook::node_ports(hook))
+        }
+        _ => Hook::of_builtin(chain.table, &chain.name),
+    };
     match (want, hook) {
         (None, None) => Ok(None),
         (Some(want), Some((kind, number, priority)))
@@ -254,34 +261,78 @@ fn decode_element(
     Ok(())
 }
 
-/// berth's table of `family` as the kernel holds it, typed; an error names the first thing in
-/// it that berth never writes.
+/// berth's tables of `family` as the kernel holds them (the main table and its nat shards, in
+/// one dump whose messages name their tables), typed; an error names the first thing in them
+/// that berth never writes.
 pub fn decode_table(family: IpFamily, raw: &RawTable) -> Result<NftTable, Error> {
     let mut table = NftTable::default();
+    table.tables.insert(MAIN);
+    for (shard, part) in split_tables(TABLE, raw) {
+        table.tables.insert(shard);
+        decode_one(family, shard, &part, &mut table)?;
+    }
+    for target in table.services.values().chain(table.node_ports.values()) {
+        if !table.chains.contains_key(target) {
+            return Err(decode_error(
+                format!("an element jumping to {target}"),
+                "the chain was not dumped",
+            ));
+        }
+    }
+    Ok(table)
+}
+
+/// The affinity sets of the table `shard` and their timeouts.
+fn sets_of(table: &NftTable, shard: Shard) -> BTreeMap<ChainName, u32> {
+    table
+        .affinity
+        .iter()
+        .filter(|((s, _), _)| *s == shard)
+        .map(|((_, name), seconds)| (name.clone(), *seconds))
+        .collect()
+}
+
+/// One table of berth's, `shard`, into `table`.
+fn decode_one(
+    family: IpFamily,
+    shard: Shard,
+    raw: &RawTable,
+    table: &mut NftTable,
+) -> Result<(), Error> {
     let mut fixed = 0;
     for message in &raw.sets {
         let set = set_msg(message).ok_or_else(|| decode_error("a set", "without a name"))?;
+        if shard != MAIN && set.name == HAIRPIN_SET {
+            return Err(decode_error("set hairpin", "in a shard (the main table holds it)"));
+        }
         match decode_set(family, &set)? {
             None => fixed += 1,
             Some(seconds) => {
-                table.affinity.insert(ChainName::new(set.name), seconds);
+                table
+                    .affinity
+                    .insert((shard, ChainName::new(set.name)), seconds);
             }
         }
     }
-    table.maps = match fixed {
-        0 => false,
-        3 => true,
+    let all = if shard == MAIN { 3 } else { 2 };
+    match fixed {
+        0 => {}
+        n if n == all => {
+            table.maps.insert(shard);
+        }
         _ => {
             return Err(decode_error(
                 "the maps",
                 "only some of service-ips, node-ports and hairpin are declared",
             ))
         }
-    };
+    }
+    let affinity = sets_of(table, shard);
     let mut names: BTreeMap<String, NftChain> = BTreeMap::new();
     for message in &raw.chains {
         let chain = chain_msg(message).ok_or_else(|| decode_error("a chain", "without a name"))?;
-        let planned = chain_of(chain.name)?;
+        let mut planned = chain_of(chain.name)?;
+        planned.shard = shard;
         if let Some(hook) = decode_hook(&planned, chain.name, chain.hook.as_ref(), chain.policy)? {
             table.hooks.insert(planned.clone(), hook);
         }
@@ -304,7 +355,7 @@ pub fn decode_table(family: IpFamily, raw: &RawTable) -> Result<NftTable, Error>
         let cx = rule::Context {
             family,
             table: chain.table,
-            affinity: &table.affinity,
+            affinity: &affinity,
         };
         let decoded = expr::parse_exprs(msg.exprs)
             .and_then(|exprs| rule::decode_rule(&cx, &exprs, msg.userdata))
@@ -316,10 +367,10 @@ pub fn decode_table(family: IpFamily, raw: &RawTable) -> Result<NftTable, Error>
     for message in &raw.elements {
         let (set, list) =
             element_msg(message).ok_or_else(|| decode_error("elements", "without a set"))?;
-        if table.affinity.contains_key(&ChainName::new(set)) {
+        if affinity.contains_key(&ChainName::new(set)) {
             continue;
         }
-        if fixed_set(family, set).is_none() || !table.maps {
+        if fixed_set(family, set).is_none() || !table.maps.contains(&shard) {
             return Err(decode_error(
                 format!("elements of {set}"),
                 "a set that was not dumped",
@@ -330,19 +381,14 @@ pub fn decode_table(family: IpFamily, raw: &RawTable) -> Result<NftTable, Error>
             .enumerate()
         {
             element_parts(set, element)
-                .and_then(|(key, target)| decode_element(family, &mut table, set, &key, target))
+                .and_then(|(key, target)| {
+                    let target = target.map(|t| NftChain { shard, ..t });
+                    decode_element(family, table, set, &key, target)
+                })
                 .map_err(|reason| decode_error(format!("element {} of {set}", i + 1), reason))?;
         }
     }
-    for target in table.services.values().chain(table.node_ports.values()) {
-        if !table.chains.contains_key(target) {
-            return Err(decode_error(
-                format!("an element jumping to {target}"),
-                "the chain was not dumped",
-            ));
-        }
-    }
-    Ok(table)
+    Ok(())
 }
 
 impl NftTable {
@@ -350,9 +396,16 @@ impl NftTable {
     /// ([`kernel_rule`]). A decoded table is its own kernel form.
     pub fn kernel_form(&self) -> NftTable {
         let mut out = self.clone();
-        for rules in out.chains.values_mut() {
+        let sets: BTreeMap<Shard, BTreeMap<ChainName, u32>> = self
+            .tables
+            .iter()
+            .map(|shard| (*shard, sets_of(self, *shard)))
+            .collect();
+        let none = BTreeMap::new();
+        for (chain, rules) in out.chains.iter_mut() {
+            let affinity = sets.get(&chain.shard).unwrap_or(&none);
             for rule in rules.iter_mut() {
-                *rule = kernel_rule(rule, &self.affinity);
+                *rule = kernel_rule(rule, affinity);
             }
         }
         out

@@ -13,6 +13,7 @@ use crate::fake::MemoryNft;
 use crate::nft::expr::{rule_userdata, write_rule_exprs};
 use crate::nft::netlink::build_batch;
 use crate::nft::render::{Command, Element, NftRule, Transaction, TABLE};
+use crate::nft::shard::MAIN;
 use crate::nft::sync::Nft;
 use crate::nft::wire::Writer;
 use crate::plan::model::{AddrSide, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Target};
@@ -47,8 +48,8 @@ fn mk_tx() -> Transaction {
     let (node_ports, filter_chain) = (nat("BERTH-NODEPORTS"), filter("BERTH-FORWARD"));
     let affinity = ChainName::new("BERTH-SEP-A1");
     for c in [
-        Command::AddTable,
-        Command::AddMaps,
+        Command::AddTable(MAIN),
+        Command::AddMaps(MAIN),
         base(&pre),
         base(&post),
         base(&fwd),
@@ -57,7 +58,7 @@ fn mk_tx() -> Transaction {
         Command::AddChain(svc.clone(), None),
         Command::AddChain(mark.clone(), None),
         Command::AddChain(filter_chain.clone(), None),
-        Command::AddAffinitySet(affinity.clone(), 300),
+        Command::AddAffinitySet(MAIN, affinity.clone(), 300),
     ] {
         tx.push(c);
     }
@@ -241,7 +242,7 @@ fn a_table_of_every_kind_of_object_reads_back_as_written() {
 #[test]
 fn a_table_without_maps_reads_back() {
     let mut tx = Transaction::new(IpFamily::V6);
-    tx.push(Command::AddTable);
+    tx.push(Command::AddTable(MAIN));
     tx.push(Command::AddChain(nat("BERTH-SVC-X"), None));
     tx.push(Command::AddRule(
         nat("BERTH-SVC-X"),
@@ -255,7 +256,7 @@ fn a_table_without_maps_reads_back() {
         NftRule::Rule(Rule::new(vec![], Target::Reject)),
     ));
     let decoded = decode_table(IpFamily::V6, &raw_of(&tx)).unwrap();
-    assert!(!decoded.maps);
+    assert!(decoded.maps.is_empty());
     assert_eq!(decoded, memory_of(&tx).kernel_form());
 }
 
