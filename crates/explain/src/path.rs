@@ -386,8 +386,8 @@ COMMIT
             chain("BERTH-SVC-AAAA"),
         );
         let mut tx = Transaction::new(IpFamily::V4);
-        tx.push(Command::AddTable);
-        tx.push(Command::AddMaps);
+        tx.push(Command::AddTable(0));
+        tx.push(Command::AddMaps(0));
         tx.push(Command::AddChain(
             pre.clone(),
             Hook::of_builtin(Table::Nat, &pre.name),
