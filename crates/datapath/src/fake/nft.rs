@@ -130,10 +130,11 @@ impl MemoryNft {
                     return Err(fail("No such file or directory (chain)"));
                 }
                 if let Some(target) = rule_jump(rule) {
-                    if !table
-                        .chains
-                        .contains_key(&NftChain::in_shard(chain.table, target, chain.shard))
-                    {
+                    if !table.chains.contains_key(&NftChain::in_shard(
+                        chain.table,
+                        target,
+                        chain.shard,
+                    )) {
                         return Err(fail("No such file or directory (jump target)"));
                     }
                 }

@@ -251,11 +251,13 @@ fn declared(family: IpFamily, shard: Shard) -> Observed {
 
 /// The expected declaration of each fixed set and map, from the batch writer's own choice.
 fn fixed_sets_match(observed: &Observed, family: IpFamily, shard: Shard) -> bool {
-    fixed_sets(family, shard).iter().all(|(name, flags, key_type, key_len)| {
-        observed.sets.get(*name).is_some_and(|s| {
-            s.flags & 0x8 == *flags && s.key_type == *key_type && s.key_len == *key_len
+    fixed_sets(family, shard)
+        .iter()
+        .all(|(name, flags, key_type, key_len)| {
+            observed.sets.get(*name).is_some_and(|s| {
+                s.flags & 0x8 == *flags && s.key_type == *key_type && s.key_len == *key_len
+            })
         })
-    })
 }
 
 /// The commands that turn `observed` into `planned`, leaving alone whatever already matches
@@ -636,7 +638,8 @@ mod tests {
         );
         p.services
             .insert((ip("10.96.0.10"), Protocol::Tcp, 80), chain("BERTH-SVC-A"));
-        p.affinity.insert((MAIN, ChainName::new("BERTH-SEP-A1")), 300);
+        p.affinity
+            .insert((MAIN, ChainName::new("BERTH-SEP-A1")), 300);
         p.hairpin.insert(
             chain("BERTH-SVC-A"),
             [ip("10.244.1.2")].into_iter().collect(),
@@ -712,7 +715,10 @@ mod tests {
     #[test]
     fn a_matching_table_needs_nothing() {
         let p = mk_planned();
-        assert_eq!(plan_repair(&tables(observe(&p)), &p, IpFamily::V4, Shards::default()), Some(vec![]));
+        assert_eq!(
+            plan_repair(&tables(observe(&p)), &p, IpFamily::V4, Shards::default()),
+            Some(vec![])
+        );
     }
 
     /// (what changed in the kernel, the commands that repair it)
@@ -783,7 +789,8 @@ mod tests {
         for (what, change, want) in rows {
             let mut o = observe(&p);
             change(&mut o);
-            let got = plan_repair(&tables(o), &p, IpFamily::V4, Shards::default()).unwrap_or_else(|| panic!("{what}"));
+            let got = plan_repair(&tables(o), &p, IpFamily::V4, Shards::default())
+                .unwrap_or_else(|| panic!("{what}"));
             assert_eq!(names(&got), want, "{what}");
         }
     }
@@ -793,15 +800,24 @@ mod tests {
         let p = mk_planned();
         let mut no_map = observe(&p);
         no_map.sets.remove(SERVICE_MAP);
-        assert_eq!(plan_repair(&tables(no_map), &p, IpFamily::V4, Shards::default()), None);
+        assert_eq!(
+            plan_repair(&tables(no_map), &p, IpFamily::V4, Shards::default()),
+            None
+        );
         let mut rehooked = observe(&p);
         rehooked.chains.get_mut("nat-PREROUTING").unwrap().hook = Some(("nat".into(), 0, 0));
-        assert_eq!(plan_repair(&tables(rehooked), &p, IpFamily::V4, Shards::default()), None);
+        assert_eq!(
+            plan_repair(&tables(rehooked), &p, IpFamily::V4, Shards::default()),
+            None
+        );
         let mut foreign = observe(&p);
         foreign
             .chains
             .insert("someone".into(), ObservedChain::default());
-        assert_eq!(plan_repair(&tables(foreign), &p, IpFamily::V4, Shards::default()), None);
+        assert_eq!(
+            plan_repair(&tables(foreign), &p, IpFamily::V4, Shards::default()),
+            None
+        );
     }
 
     #[test]

@@ -316,7 +316,8 @@ impl Builder<'_> {
 
     /// A run of element commands for one set, as few messages as the attribute size allows.
     fn elements(&mut self, first: usize, run: &[Command]) {
-        let Some((add, set, shard)) = element_of(&run[0]).map(|(add, e)| (add, element_set(e), e.shard()))
+        let Some((add, set, shard)) =
+            element_of(&run[0]).map(|(add, e)| (add, element_set(e), e.shard()))
         else {
             return;
         };

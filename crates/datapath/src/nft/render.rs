@@ -31,8 +31,7 @@ use crate::backend::Payload;
 use crate::error::Error;
 use crate::nft::inline::{inline_endpoint, inline_rule, is_endpoint_chain, HAIRPIN_SET};
 use crate::nft::shard::{
-    node_port_base, table_name, Placement, Shard, Shards, MAIN, NODE_PORT_JUMPS,
-    NODE_PORT_PRIORITY,
+    node_port_base, table_name, Placement, Shard, Shards, MAIN, NODE_PORT_JUMPS, NODE_PORT_PRIORITY,
 };
 use crate::plan::model::protocol_keyword;
 use crate::plan::model::{
@@ -517,8 +516,7 @@ impl NftRuleset {
                     out.services.insert(key, element_target(shards, &target)?);
                 }
                 for (key, target) in converted.node_ports {
-                    out.node_ports
-                        .insert(key, element_target(shards, &target)?);
+                    out.node_ports.insert(key, element_target(shards, &target)?);
                 }
                 if placement == Placement::WithUser {
                     with_user.push((*table, chain.clone(), converted.rules));

@@ -164,8 +164,7 @@ pub fn parse_table_name(base: &str, name: &str) -> Option<Shard> {
         return Some(MAIN);
     }
     let digits = name.strip_prefix(base)?.strip_prefix('-')?;
-    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit())
-    {
+    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     digits.parse::<Shard>().ok().filter(|n| *n >= 1)
@@ -193,7 +192,12 @@ mod tests {
     #[test]
     fn unsharded_everything_is_in_the_main_table() {
         let one = Shards::default();
-        for name in ["BERTH-SVC-ABC", "BERTH-SEP-X", "BERTH-MARK-MASQ", "BERTH-SERVICES"] {
+        for name in [
+            "BERTH-SVC-ABC",
+            "BERTH-SEP-X",
+            "BERTH-MARK-MASQ",
+            "BERTH-SERVICES",
+        ] {
             assert_eq!(one.place(Table::Nat, &chain(name)), Placement::In(MAIN));
         }
     }
@@ -219,9 +223,17 @@ mod tests {
         );
         for dispatch in [names::SERVICES, names::NODEPORTS] {
             assert_eq!(k.place(Table::Nat, &chain(dispatch)), Placement::Dispatch);
-            assert_eq!(k.place(Table::Filter, &chain(dispatch)), Placement::In(MAIN));
+            assert_eq!(
+                k.place(Table::Filter, &chain(dispatch)),
+                Placement::In(MAIN)
+            );
         }
-        for main in [names::POSTROUTING, "POSTROUTING", "BERTH-SVC-", "BERTH-DST-X"] {
+        for main in [
+            names::POSTROUTING,
+            "POSTROUTING",
+            "BERTH-SVC-",
+            "BERTH-DST-X",
+        ] {
             assert_eq!(k.place(Table::Nat, &chain(main)), Placement::In(MAIN));
         }
     }
@@ -236,22 +248,39 @@ mod tests {
         }
         assert_eq!(counts[0], 0);
         // 1,000 expected per shard.
-        assert!(counts[1..].iter().all(|n| (850..1150).contains(n)), "{counts:?}");
+        assert!(
+            counts[1..].iter().all(|n| (850..1150).contains(n)),
+            "{counts:?}"
+        );
     }
 
     #[test]
     fn the_shard_is_stable_across_counts_of_one_value() {
         let a = Shards::new(32).unwrap();
         let b = Shards::new(32).unwrap();
-        assert_eq!(a.of_service_port("ABCDEFGH23456777"), b.of_service_port("ABCDEFGH23456777"));
+        assert_eq!(
+            a.of_service_port("ABCDEFGH23456777"),
+            b.of_service_port("ABCDEFGH23456777")
+        );
     }
 
     #[test]
     fn table_names_round_trip_and_others_are_not_berths() {
         for shard in [0, 1, 16, 256] {
-            assert_eq!(parse_table_name("berth", &table_name("berth", shard)), Some(shard));
+            assert_eq!(
+                parse_table_name("berth", &table_name("berth", shard)),
+                Some(shard)
+            );
         }
-        for other in ["berth-probe", "berth-0", "berth-01", "berth-", "berthx", "kube-proxy", "berth-1a"] {
+        for other in [
+            "berth-probe",
+            "berth-0",
+            "berth-01",
+            "berth-",
+            "berthx",
+            "kube-proxy",
+            "berth-1a",
+        ] {
             assert_eq!(parse_table_name("berth", other), None, "{other}");
         }
     }

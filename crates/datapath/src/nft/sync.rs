@@ -27,8 +27,8 @@ use crate::error::Error;
 use crate::nft::adopt::{plan_repair, ObservedTables};
 use crate::nft::render::{
     affinity_refs, check_expressible, convert_chain, element_chain, is_folded, place_rules,
-    placed_rule_count, rules_hash, Command, ConvertedChain, Element, NftChain, NftRule,
-    NftRuleset, NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
+    placed_rule_count, rules_hash, Command, ConvertedChain, Element, NftChain, NftRule, NftRuleset,
+    NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
 };
 use crate::nft::shard::{Placement, Shard, Shards, MAIN, MAX_SHARDS};
 use crate::plan::incremental::Changes;
@@ -655,7 +655,8 @@ impl PartialDiff {
             other => other,
         };
         let copies = place_rules(self.shards, key.0, &key.1, placement, Vec::new());
-        self.deleted.extend(copies.into_iter().map(|(chain, _)| chain));
+        self.deleted
+            .extend(copies.into_iter().map(|(chain, _)| chain));
     }
 
     /// The dispatch maps' element changes, when `converted` is the chain that holds a map.

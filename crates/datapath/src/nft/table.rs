@@ -196,11 +196,14 @@ impl NftTable {
         });
         let (chain, text) = match found {
             Some((chain, rule, None)) => (chain.clone(), rule_text(family, hit.table, rule)),
-            Some((chain, rule, Some(element))) => (chain.clone(), format!(
-                "{} (element {})",
-                rule_text(family, hit.table, rule),
-                element_text(&element, true)
-            )),
+            Some((chain, rule, Some(element))) => (
+                chain.clone(),
+                format!(
+                    "{} (element {})",
+                    rule_text(family, hit.table, rule),
+                    element_text(&element, true)
+                ),
+            ),
             // Not a rule of these tables (the tracer only hits the tables' own rules).
             None => (
                 chain,

@@ -14,7 +14,7 @@ use berth_datapath::backend::{SyncKind, SyncReport};
 use berth_datapath::iptables::CommandIptables;
 use berth_datapath::iptables::{remove_berth_rules, Syncer};
 use berth_datapath::nft::NetlinkNft;
-use berth_datapath::nft::{remove_table, Nft, NftSyncer};
+use berth_datapath::nft::{remove_table, Nft, NftSyncer, Shards};
 use berth_datapath::{
     plan, rewritten_every_sync, Dispatch, Endpoint, IpMode, LoadBalancerIngress, NodeView,
     PlanOptions, ServicePort, SessionAffinity, TopologyHints,
@@ -25,6 +25,14 @@ use berth_testing::{mk_endpoint, mk_service_port, port_name};
 use ipnet::IpNet;
 
 use crate::family::{add_ipv6, dual_stack, in_family};
+
+/// The nat shards of the nftables mode: the Services spread over several tables, so every
+/// scenario crosses them.
+pub const SHARDS: u16 = 4;
+
+pub fn traffic_shards() -> Shards {
+    Shards::new(SHARDS).unwrap()
+}
 
 pub const OK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Long enough for a SYN to be answered on a quiet LAN, short enough to keep DROP tests fast.
@@ -207,10 +215,10 @@ impl Cluster {
                             Syncer::new(ipt).rewriting_every_sync(rewritten_every_sync(dispatch)),
                         )
                     }
-                    Backend::Nftables => NodeSyncer::Nftables(NftSyncer::new(
-                        NetlinkNft::in_netns(self.netns(node)),
-                        family,
-                    )),
+                    Backend::Nftables => NodeSyncer::Nftables(
+                        NftSyncer::new(NetlinkNft::in_netns(self.netns(node)), family)
+                            .with_shards(traffic_shards()),
+                    ),
                 };
                 let report = syncer
                     .sync(&plan(&self.view(node), &Self::options(dispatch, family)))
@@ -293,16 +301,34 @@ impl Cluster {
         }
     }
 
-    /// How many chains of `node`'s nat table start with `prefix` (in berth's nftables table,
+    /// berth's nftables tables on `node` (the main one and its shards), as `nft` lists them.
+    pub fn nft_listing(&mut self, node: &str) -> String {
+        let family = self.nft_family();
+        self.nft_listing_of(node, family)
+    }
+
+    /// The same in the nftables family `family` (`ip`, `ip6`).
+    pub fn nft_listing_of(&mut self, node: &str, family: &str) -> String {
+        let ns = self.netns(node);
+        let mut listing = String::new();
+        for shard in 0..=SHARDS {
+            let table = berth_datapath::nft::shard::table_name("berth", shard);
+            listing.push_str(
+                &self
+                    .topo
+                    .exec(&ns, &["nft", "list", "table", family, &table])
+                    .unwrap(),
+            );
+        }
+        listing
+    }
+
+    /// How many chains of `node`'s nat table start with `prefix` (in berth's nftables tables,
     /// `nat-<prefix>`).
     pub fn nat_chains(&mut self, node: &str, prefix: &str) -> usize {
         let ns = self.netns(node);
         if self.backend == Backend::Nftables {
-            let family = self.nft_family();
-            let listing = self
-                .topo
-                .exec(&ns, &["nft", "list", "table", family, "berth"])
-                .unwrap();
+            let listing = self.nft_listing(node);
             let wanted = format!("chain nat-{prefix}");
             return listing
                 .lines()
@@ -324,12 +350,7 @@ impl Cluster {
             return self.nat_chains(node, "BERTH-SEP-");
         }
         assert_eq!(self.nat_chains(node, "BERTH-SEP-"), 0, "{node}");
-        let ns = self.netns(node);
-        let family = self.nft_family();
-        let listing = self
-            .topo
-            .exec(&ns, &["nft", "list", "table", family, "berth"])
-            .unwrap();
+        let listing = self.nft_listing(node);
         let mut port = "";
         let mut pairs = std::collections::BTreeSet::new();
         for line in listing.lines() {

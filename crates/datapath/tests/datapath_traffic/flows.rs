@@ -2,7 +2,7 @@
 //! with the real `conntrack` removing the stale entry, and session affinity that expires.
 //! Each scenario adds its Service, and puts the cluster's Services back when it ends.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
 
@@ -175,5 +175,49 @@ pub fn client_ip_affinity_expires(c: &mut Cluster) {
             }
         }
         panic!("affinity never expired: {seen:?}");
+    });
+}
+
+/// A node port that is also a Service address on the node (an external IP): the Service
+/// address wins, in iptables (`BERTH-SERVICES` before the node-port jump) and across nftables
+/// shards (every shard's Service-address lookup runs before any shard's node-port lookup), here
+/// with the node port's Service in an earlier shard than the external IP's.
+pub fn service_address_wins_over_a_node_port_in_another_shard(c: &mut Cluster) {
+    use berth_datapath::nft::shard::service_port_hash;
+    use berth_datapath::plan::names::{service_chain, ServiceChain};
+    const PORT: u16 = 30095;
+    let shards = traffic_shards();
+    let shard_of = |port: &ServicePort| {
+        let chain = service_chain(ServiceChain::Cluster, &port.name, port.protocol);
+        shards.of_service_port(service_port_hash(chain.as_str()).unwrap())
+    };
+    let endpoint = |pod: &str| {
+        berth_testing::mk_endpoint(
+            pod_ip(&c.topo, pod),
+            TCP_PORT,
+            &c.topo.layout().pod(pod).unwrap().0.name,
+        )
+    };
+    let mut node_port = mk_port("np-shadowed", svc_ip(21), vec![endpoint("b1")]);
+    node_port.node_port = Some(PORT);
+    // The external IP's Service in a later shard than the node port's.
+    let external = (0..64)
+        .map(|i| {
+            let mut port = mk_port(&format!("ext-{i}"), svc_ip(22), vec![endpoint("a1")]);
+            port.port = PORT;
+            port.external_ips = vec![IpAddr::V4(c.topo.layout().node("node1").unwrap().lan_ip)];
+            port
+        })
+        .find(|port| shard_of(port) > shard_of(&node_port))
+        .unwrap();
+    let extra = vec![dual_stack(node_port), dual_stack(external)];
+    with_services(c, extra, |c| {
+        for _ in 0..3 {
+            let reply = ask(c, "client", sa(node_ip(c, "node1"), PORT));
+            assert_eq!(reply.pod, "a1", "{reply:?}");
+        }
+        // The node port alone answers on the other node.
+        let reply = ask(c, "client", sa(node_ip(c, "node2"), PORT));
+        assert_eq!(reply.pod, "b1", "{reply:?}");
     });
 }

@@ -125,11 +125,7 @@ fn client_ip_affinity_sticks(c: &mut Cluster) {
 
 /// The client's entries in node1's affinity sets (nftables), as `nft` lists them.
 fn affinity_entries(c: &mut Cluster, client: std::net::IpAddr) -> usize {
-    let ns = c.netns("node1");
-    let listing = c
-        .topo
-        .exec(&ns, &["nft", "list", "table", "ip", "berth"])
-        .unwrap();
+    let listing = c.nft_listing_of("node1", "ip");
     let mut in_set = false;
     let mut count = 0;
     for line in listing.lines().map(str::trim) {
@@ -489,6 +485,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "client_ip_affinity_expires",
         flows::client_ip_affinity_expires,
+    ),
+    (
+        "service_address_wins_over_a_node_port_in_another_shard",
+        flows::service_address_wins_over_a_node_port_in_another_shard,
     ),
     (
         "node_ports_answer_only_inside_the_cidrs",

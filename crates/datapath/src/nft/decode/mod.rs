@@ -303,7 +303,10 @@ fn decode_one(
     for message in &raw.sets {
         let set = set_msg(message).ok_or_else(|| decode_error("a set", "without a name"))?;
         if shard != MAIN && set.name == HAIRPIN_SET {
-            return Err(decode_error("set hairpin", "in a shard (the main table holds it)"));
+            return Err(decode_error(
+                "set hairpin",
+                "in a shard (the main table holds it)",
+            ));
         }
         match decode_set(family, &set)? {
             None => fixed += 1,

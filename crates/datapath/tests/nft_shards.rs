@@ -1,0 +1,239 @@
+//! nat sharding against the in-memory nftables: the golden transaction of the fixed set in four
+//! shards, traced outcomes equal to the plan's, a change to one Service written into its shard
+//! alone, partial syncs that leave what a fresh full sync leaves, and a restart with another
+//! shard count that removes the stale shards. `UPDATE_GOLDEN=1` rewrites the golden file.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use berth_core::IpFamily;
+use berth_datapath::backend::SyncKind;
+use berth_datapath::fake::MemoryNft;
+use berth_datapath::nft::render::NftRuleset;
+use berth_datapath::nft::shard::{Shard, MAIN};
+use berth_datapath::nft::{NftSyncer, Shards};
+use berth_datapath::trace::Origin;
+use berth_datapath::*;
+use common::*;
+
+fn shards(k: u16) -> Shards {
+    Shards::new(k).unwrap()
+}
+
+fn syncer(k: u16) -> NftSyncer<MemoryNft> {
+    NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4).with_shards(shards(k))
+}
+
+fn linear() -> PlanOptions {
+    mk_options(Dispatch::Linear)
+}
+
+/// `n` Services with one endpoint and a node port each, every third with ClientIP affinity.
+fn many(n: usize) -> NodeView {
+    let services = (0..n)
+        .map(|i| {
+            let mut svc = mk_svc(
+                &format!("svc-{i}"),
+                &format!("10.96.{}.{}", i / 250, i % 250 + 1),
+                80,
+                vec![
+                    mk_ep(&format!("10.244.2.{}", i % 250 + 1), 8080, "node-b"),
+                    mk_ep(&format!("10.244.3.{}", i % 250 + 1), 8080, "node-b"),
+                ],
+            );
+            svc.node_port = Some(30000 + i as u16);
+            if i % 3 == 0 {
+                svc.session_affinity = SessionAffinity::ClientIp {
+                    timeout_seconds: 600,
+                };
+            }
+            svc
+        })
+        .collect();
+    NodeView {
+        node: mk_node(),
+        services,
+    }
+}
+
+fn step(s: &mut NftSyncer<MemoryNft>, planner: &mut Planner) -> backend::SyncReport {
+    let changes = planner.take_changes();
+    s.sync_changes(planner.ruleset(), &changes).unwrap()
+}
+
+fn last_tx(s: &NftSyncer<MemoryNft>) -> String {
+    s.nft().transactions.last().cloned().unwrap_or_default()
+}
+
+fn fresh(rs: &Ruleset, k: u16) -> MemoryNft {
+    let mut s = syncer(k);
+    s.sync(rs).unwrap();
+    s.nft().clone()
+}
+
+/// The tables a transaction's lines name (`ip berth` is 0, `ip berth-<n>` n).
+fn tables_named(tx: &str) -> BTreeSet<Shard> {
+    tx.lines()
+        .map(|line| {
+            let table = line
+                .split_whitespace()
+                .find(|w| w.starts_with("berth"))
+                .unwrap();
+            table
+                .strip_prefix("berth-")
+                .map_or(MAIN, |n| n.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn golden_full_transaction_of_the_fixed_set_in_four_shards() {
+    let rs = plan(&mk_fixed_view(), &linear());
+    let mut s = syncer(4);
+    s.sync(&rs).unwrap();
+    let text = last_tx(&s);
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/fixed_nft_shards.txt");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    assert_eq!(text, std::fs::read_to_string(&path).unwrap());
+    // berth's tables only; no Service chain in the main table, no filter chain in a shard.
+    for line in text.lines() {
+        assert!(line.contains(" ip berth"), "{line}");
+        let main = line.contains(" ip berth ");
+        assert!(!(main && line.contains("nat-BERTH-SVC-")), "{line}");
+        assert!(main || !line.contains(" filter-"), "{line}");
+    }
+    assert_eq!(tables_named(&text), (0..=4).collect());
+}
+
+/// Every packet the fixed set can receive has the same outcomes in the plan and in the shards,
+/// whatever their count.
+#[test]
+fn the_sharded_tables_trace_like_the_plan() {
+    let view = mk_fixed_view();
+    let rs = plan(&view, &linear());
+    let mut packets = Vec::new();
+    for svc in &view.services {
+        let mut dsts: Vec<(String, u16)> = svc
+            .cluster_ips
+            .iter()
+            .chain(&svc.external_ips)
+            .map(|ip| (ip.to_string(), svc.port))
+            .collect();
+        dsts.extend(
+            svc.load_balancer_ingress
+                .iter()
+                .map(|i| (i.ip.to_string(), svc.port)),
+        );
+        dsts.extend(svc.node_port.map(|np| (NODE_IP.to_string(), np)));
+        for (dst, port) in dsts {
+            for src in [LOCAL_POD, CLIENT_IP, "198.18.0.250"] {
+                packets.push(packet(src, &dst, port, Origin::Network));
+            }
+            packets.push(packet(NODE_IP, &dst, port, Origin::LocalProcess));
+        }
+    }
+    packets.push(packet(CLIENT_IP, "10.96.9.9", 80, Origin::Network));
+    for k in [2, 4, 16] {
+        let table = fresh(&rs, k).traceable();
+        for p in &packets {
+            assert_eq!(
+                outcomes(&rs, &env(), p),
+                outcomes(&table, &env(), p),
+                "{k} shards: {p:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_change_to_one_service_writes_only_its_shard() {
+    let mut view = many(60);
+    let mut planner = Planner::new(linear());
+    planner.update(&view);
+    let mut s = syncer(8);
+    assert_eq!(step(&mut s, &mut planner).kind, SyncKind::Full);
+    for i in [7, 9, 30] {
+        // One endpoint replaced: the Service's chain in its shard, the hairpin pair in main
+        // (a plain set: no validation).
+        view.services[i].endpoints[0].ip = ip(&format!("10.244.4.{i}"));
+        planner.update(&view);
+        let report = step(&mut s, &mut planner);
+        assert_eq!(report.kind, SyncKind::Partial);
+        let tx = last_tx(&s);
+        let shard_tables: Vec<Shard> = tables_named(&tx)
+            .into_iter()
+            .filter(|t| *t != MAIN)
+            .collect();
+        assert_eq!(shard_tables.len(), 1, "{tx}");
+        for line in tx.lines().filter(|l| l.contains(" ip berth ")) {
+            assert!(line.contains(" hairpin "), "{line}");
+        }
+        assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+    }
+    // A new Service: its chain and its map elements in its shard alone.
+    view.services.push({
+        let mut svc = mk_svc(
+            "svc-new",
+            "10.96.9.1",
+            80,
+            vec![mk_ep("10.244.5.1", 8080, "node-b")],
+        );
+        svc.node_port = Some(31000);
+        svc
+    });
+    planner.update(&view);
+    step(&mut s, &mut planner);
+    let tx = last_tx(&s);
+    let shard_tables: Vec<Shard> = tables_named(&tx)
+        .into_iter()
+        .filter(|t| *t != MAIN)
+        .collect();
+    assert_eq!(shard_tables.len(), 1, "{tx}");
+    assert!(tx.contains("add element ip berth-"), "{tx}");
+    assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+    // And gone again, affinity sets with it.
+    view.services.truncate(30);
+    planner.update(&view);
+    step(&mut s, &mut planner);
+    assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+}
+
+#[test]
+fn another_shard_count_after_a_restart_converges() {
+    let rs = plan(&many(40), &linear());
+    for (before, after) in [(8, 2), (2, 8), (8, 1), (1, 4)] {
+        let mut s = syncer(before);
+        s.sync(&rs).unwrap();
+        // A restart: a new syncer on the same tables.
+        let mut restarted =
+            NftSyncer::new(s.nft().clone(), IpFamily::V4).with_shards(shards(after));
+        assert_eq!(restarted.sync(&rs).unwrap().kind, SyncKind::Full);
+        let table = restarted.nft().table.clone().unwrap();
+        assert_eq!(
+            table.tables,
+            (0..=after).filter(|t| *t == 0 || after > 1).collect(),
+            "{before} -> {after}"
+        );
+        assert_eq!(
+            restarted.nft().table,
+            fresh(&rs, after).table,
+            "{before} -> {after}"
+        );
+    }
+}
+
+#[test]
+fn a_plan_whose_jumps_would_cross_tables_is_refused() {
+    // Tree dispatch jumps from the main table's dispatch chains into the Services' chains.
+    let rs = plan(&many(40), &mk_options(Dispatch::Tree));
+    let err = NftRuleset::from_ruleset_in(&rs, shards(4)).unwrap_err();
+    assert!(err.to_string().contains("not in the same table"), "{err}");
+    let mut s = syncer(4);
+    assert!(s.sync(&rs).is_err());
+    assert_eq!(s.nft().table, None);
+}
