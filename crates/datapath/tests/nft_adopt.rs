@@ -13,7 +13,7 @@
 mod common;
 
 use berth_core::IpFamily;
-use berth_datapath::nft::{NetlinkNft, NftSyncer};
+use berth_datapath::nft::{NetlinkNft, NftSyncer, Shards};
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
 use common::netns::Netns;
@@ -177,6 +177,116 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
     let mut want = table(&fresh, false);
     strip_dynamic_elements(&mut want);
     assert_same(&got, &want, "a new plan adopted");
+}
+
+fn sharded(ns: &Netns, k: u16) -> NftSyncer<NetlinkNft> {
+    syncer(ns).with_shards(Shards::new(k).unwrap())
+}
+
+/// The shard table holding the fixed set's affinity set, and the set's name.
+fn sharded_affinity_set(ns: &Netns, k: u16) -> (String, String) {
+    (1..=k)
+        .find_map(|shard| {
+            let table = format!("berth-{shard}");
+            let listing = ns.nft(&["list", "table", "ip", &table]);
+            listing.lines().find_map(|l| {
+                l.trim().strip_prefix("set BERTH-SEP-").map(|rest| {
+                    (
+                        table.clone(),
+                        format!("BERTH-SEP-{}", rest.trim_end_matches(" {")),
+                    )
+                })
+            })
+        })
+        .expect("an affinity set in a shard")
+}
+
+/// berth's tables and any other of the family, dynamic set entries left out, objects sorted
+/// (a repaired table lists its chains in another creation order).
+fn ruleset(ns: &Netns) -> Value {
+    let mut json = ns.ruleset(IpFamily::V4).expect("a ruleset");
+    strip_dynamic_elements(&mut json);
+    if let Some(items) = json["nftables"].as_array_mut() {
+        items.sort_by_key(|item| item.to_string());
+    }
+    json
+}
+
+#[test]
+fn sharded_tables_are_adopted_repaired_and_follow_a_new_shard_count() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let ns = netns("s");
+    let fresh = netns("sfresh");
+    let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Linear));
+    sharded(&ns, 4).sync(&rs).unwrap();
+    sharded(&fresh, 4).sync(&rs).unwrap();
+    let (shard_table, set) = sharded_affinity_set(&ns, 4);
+    ns.nft(&[
+        "add",
+        "element",
+        "ip",
+        &shard_table,
+        &set,
+        &format!("{{ {CLIENT} }}"),
+    ]);
+    let with_client = ns.ruleset(IpFamily::V4).unwrap();
+    assert!(with_client.to_string().contains(CLIENT));
+
+    // A restart with the same count: nothing written, the entry kept.
+    let mut restarted = sharded(&ns, 4);
+    let report = restarted.sync(&rs).unwrap();
+    assert_eq!(
+        (report.rewritten_chains, report.payload_bytes),
+        (0, 0),
+        "{report:?}"
+    );
+    assert_eq!(ns.ruleset(IpFamily::V4).unwrap(), with_client);
+
+    // Someone changes a shard: a map element gone, a stray chain. Repaired in place.
+    ns.nft(&["flush", "map", "ip", &shard_table, "service-ips"]);
+    ns.nft(&["add", "chain", "ip", &shard_table, "nat-BERTH-STALE"]);
+    restarted.force_full_sync();
+    let report = restarted.sync(&rs).unwrap();
+    assert_eq!(report.deleted_chains, 1, "{report:?}");
+    assert!(ns
+        .ruleset(IpFamily::V4)
+        .unwrap()
+        .to_string()
+        .contains(CLIENT));
+    assert_same(&ruleset(&ns), &ruleset(&fresh), "a repaired shard");
+
+    // Tables that are not berth's, with names close to its own, are never touched.
+    for other in ["berth-07", "berthx", "berth-probe-not"] {
+        ns.nft(&["add", "table", "ip", other]);
+        ns.nft(&["add", "chain", "ip", other, "keep"]);
+    }
+    // Another count after a restart: the stale shards go, the plan is what a fresh write of
+    // that count holds.
+    for k in [2, 1, 16] {
+        sharded(&ns, k).sync(&rs).unwrap();
+        let once = netns(&format!("k{k}"));
+        sharded(&once, k).sync(&rs).unwrap();
+        let mut got = ruleset(&ns);
+        if let Some(items) = got["nftables"].as_array_mut() {
+            items.retain(|item| {
+                let table = item
+                    .as_object()
+                    .and_then(|o| o.values().next())
+                    .and_then(|v| v.get("table").or_else(|| v.get("name")))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                !["berth-07", "berthx", "berth-probe-not", "keep"].contains(&table)
+            });
+        }
+        assert_same(&got, &ruleset(&once), &format!("{k} shards after 4"));
+        for other in ["berth-07", "berthx", "berth-probe-not"] {
+            assert!(
+                ns.nft(&["list", "table", "ip", other])
+                    .contains("chain keep"),
+                "{other} untouched"
+            );
+        }
+    }
 }
 
 /// Elements of the affinity sets removed: state, not configuration.

@@ -21,7 +21,7 @@ use berth_core::IpFamily;
 use berth_datapath::fake::MemoryNft;
 use berth_datapath::nft::decode::decode_table;
 use berth_datapath::nft::dump::RawTable;
-use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, NftTable, Transaction};
+use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, NftTable, Shards, Transaction};
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
 use common::netns::Netns;
@@ -77,7 +77,7 @@ impl Pair {
         }
     }
 
-    fn syncer(&self, family: IpFamily) -> NftSyncer<Both> {
+    fn syncer(&self, family: IpFamily, shards: u16) -> NftSyncer<Both> {
         NftSyncer::new(
             Both {
                 netlink: NetlinkNft::in_netns(&self.netlink.0),
@@ -86,6 +86,7 @@ impl Pair {
             },
             family,
         )
+        .with_shards(Shards::new(shards).unwrap())
     }
 
     /// Both tables, dumped and decoded as `berth explain` does (through the bytes the agent
@@ -109,13 +110,14 @@ impl Pair {
         }
     }
 
-    /// Both tables read back alike; the listing, for more checks.
+    /// Both namespaces' tables (berth's only: the main one and its shards) read back alike;
+    /// the listing, for more checks.
     fn assert_equal(&self, family: IpFamily, what: &str) -> Value {
-        let by_text = self.text.table(family, false).expect("nft wrote the table");
+        let by_text = self.text.ruleset(family).expect("nft wrote the tables");
         let by_netlink = self
             .netlink
-            .table(family, false)
-            .expect("netlink wrote the table");
+            .ruleset(family)
+            .expect("netlink wrote the tables");
         if by_text != by_netlink {
             let (a, b) = (
                 by_text["nftables"].as_array().unwrap(),
@@ -223,9 +225,15 @@ fn changes(view: &NodeView, family: IpFamily) -> Vec<(&'static str, NodeView)> {
     steps
 }
 
-fn equal_through_a_history(pair: &Pair, family: IpFamily, name: &str, view: &NodeView) {
+fn equal_through_a_history(
+    pair: &Pair,
+    family: IpFamily,
+    name: &str,
+    view: &NodeView,
+    shards: u16,
+) {
     let options = linear(family);
-    let mut syncer = pair.syncer(family);
+    let mut syncer = pair.syncer(family, shards);
     let report = syncer.sync(&plan(view, &options)).unwrap();
     assert_eq!(report.kind, SyncKind::Full);
     let listing = pair.assert_equal(family, &format!("{name}: full sync"));
@@ -260,14 +268,42 @@ fn netlink_and_nft_write_the_same_tables() {
         IpFamily::V4,
         "fixed set (golden fixed_nft.txt)",
         &mk_fixed_view(),
+        1,
     );
     equal_through_a_history(
         &pair,
         IpFamily::V4,
         "kube-proxy's TestOverallIPTablesRules",
         &kube_proxy::kube_proxy_overall_view(),
+        1,
     );
-    equal_through_a_history(&pair, IpFamily::V6, "IPv6 Services", &mk_v6_view());
+    equal_through_a_history(&pair, IpFamily::V6, "IPv6 Services", &mk_v6_view(), 1);
+    // nat sharded, over the single tables before: the shards are added, the main table's nat
+    // dispatch moves into them.
+    equal_through_a_history(
+        &pair,
+        IpFamily::V4,
+        "fixed set in four shards (golden fixed_nft_shards.txt)",
+        &mk_fixed_view(),
+        4,
+    );
+    equal_through_a_history(
+        &pair,
+        IpFamily::V6,
+        "IPv6 Services in three shards",
+        &mk_v6_view(),
+        3,
+    );
+    // And back to one table: the shards are removed.
+    equal_through_a_history(
+        &pair,
+        IpFamily::V4,
+        "fixed set in one table again",
+        &mk_fixed_view(),
+        1,
+    );
+    let tables = pair.netlink.ruleset(IpFamily::V4).unwrap().to_string();
+    assert!(!tables.contains("berth-1"), "{tables}");
 }
 
 #[test]

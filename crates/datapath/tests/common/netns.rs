@@ -58,6 +58,29 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Every table of `family` in the namespace (`nft -j list ruleset <family>`), normalised as
+    /// [`Netns::table`]; `None` when nft fails.
+    pub fn ruleset(&self, family: IpFamily) -> Option<Value> {
+        let fam = match family {
+            IpFamily::V4 => "ip",
+            IpFamily::V6 => "ip6",
+        };
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &self.0, "nft", "-j", "list", "ruleset", fam,
+            ])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return None;
+        }
+        let mut json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        normalise(&mut json, false);
+        Some(json)
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
