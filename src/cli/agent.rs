@@ -40,6 +40,14 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_NFT_WRITER", value_enum, default_value_t = NftWriterArg::Netlink)]
     nft_writer: NftWriterArg,
 
+    /// nat shards of the nftables backend (1-256): each Service's chains live in one of this
+    /// many tables `berth-<n>`, chosen from its name, so a change to one Service makes the
+    /// kernel validate 1/N of the Service chains; 1 keeps one table. Each new connection's
+    /// first packet looks up its Service in every shard (docs/benchmarks.md, "nat shards").
+    /// Another count after a restart moves the Services (their affinity entries start over).
+    #[arg(long, env = "BERTH_NFT_SHARDS", default_value_t = berth_agent::DEFAULT_NFT_SHARDS)]
+    nft_shards: u16,
+
     /// How the iptables entry chains find a Service: a tree keyed by address, or kube-proxy's
     /// linear list (the nftables backend always uses verdict maps).
     #[arg(long, env = "BERTH_DISPATCH", value_enum, default_value_t = DispatchArg::Tree)]
@@ -292,6 +300,7 @@ impl AgentArgs {
                 ProxyModeArg::Labeled => berth_agent::ProxyMode::Labeled,
                 ProxyModeArg::None => berth_agent::ProxyMode::None,
             },
+            nft_shards: self.nft_shards,
             backend: match self.backend {
                 BackendArg::Iptables => berth_agent::Backend::Iptables,
                 BackendArg::Nftables => berth_agent::Backend::Nftables,

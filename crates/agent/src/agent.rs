@@ -322,7 +322,9 @@ where
                 let ipt = iptables(*family);
                 let nft = nft.as_mut().map(|nft| nft(*family));
                 datapaths.push(match (backend, nft) {
-                    (Backend::Nftables, Some(nft)) => FamilyDatapath::nftables(options, nft, ipt),
+                    (Backend::Nftables, Some(nft)) => {
+                        FamilyDatapath::nftables(options, nft, ipt, config.nft_shards())
+                    }
                     (_, nft) => FamilyDatapath::new(options, ipt, nft),
                 });
             }

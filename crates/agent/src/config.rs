@@ -116,6 +116,8 @@ pub struct AgentOptions {
     pub l2_gratuitous_interval: Duration,
     /// Announce LoadBalancer IPs over BGP through the FRR beside the agent.
     pub bgp_speaker: Option<crate::speaker::SpeakerConfig>,
+    /// nat shards of the nftables backend: Service chains spread over this many tables.
+    pub nft_shards: u16,
 }
 
 impl Default for AgentOptions {
@@ -142,6 +144,7 @@ impl Default for AgentOptions {
             l2_status_namespace: "kube-system".into(),
             l2_gratuitous_interval: Duration::from_secs(60),
             bgp_speaker: None,
+            nft_shards: berth_datapath::nft::shard::DEFAULT_SHARDS,
         }
     }
 }
@@ -168,6 +171,9 @@ impl AgentOptions {
                 "node name",
                 format!("{:?} is not a valid Node name", self.node_name),
             ));
+        }
+        if let Err(err) = berth_datapath::nft::Shards::new(self.nft_shards) {
+            return Err(invalid("nft shards", err.to_string()));
         }
         if self.sync_period.is_zero() {
             return Err(invalid("sync period", "must be greater than zero"));
@@ -253,6 +259,11 @@ impl AgentConfig {
     /// The backend as configured (`Auto` until the caller resolves it).
     pub fn backend(&self) -> Backend {
         self.options.backend
+    }
+
+    /// The nftables backend's nat shards (validated).
+    pub fn nft_shards(&self) -> berth_datapath::nft::Shards {
+        berth_datapath::nft::Shards::new(self.options.nft_shards).unwrap_or_default()
     }
 
     /// The same configuration with `backend` (what [`Backend::resolve`] chose).

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use berth_core::IpFamily;
 use berth_datapath::backend::{SyncReport, SyncRuleset};
 use berth_datapath::iptables::{remove_berth_rules, Iptables, Syncer};
-use berth_datapath::nft::{remove_table, Nft, NftSyncer};
+use berth_datapath::nft::{remove_table, Nft, NftSyncer, Shards};
 use berth_datapath::{
     rewritten_every_sync, ChainName, Changes, JumpRule, NodeView, Payload, PlanOptions, Planner,
     Table,
@@ -116,12 +116,13 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
     }
 
     /// The nftables backend; `iptables` is where berth's chains and jumps are removed.
-    pub fn nftables(options: PlanOptions, nft: BoxedNft, mut iptables: I) -> Self {
+    /// Service chains spread over `shards` nat shards.
+    pub fn nftables(options: PlanOptions, nft: BoxedNft, mut iptables: I, shards: Shards) -> Self {
         let family = options.family;
         FamilyDatapath {
             family,
             planner: Planner::new(options),
-            syncer: Applier::Nftables(NftSyncer::new(nft, family)),
+            syncer: Applier::Nftables(NftSyncer::new(nft, family).with_shards(shards)),
             changes: Changes::All,
             cleanup: Some(Box::new(move || {
                 tool_absent_is_clean(remove_berth_rules(&mut iptables).map(|_| ()))

@@ -42,6 +42,7 @@ mod watch;
 
 pub use agent::{admin_router, Agent, AgentStatus};
 pub use announce::{Announcer, AnnouncerConfig, LiveSet};
+pub use berth_datapath::nft::shard::DEFAULT_SHARDS as DEFAULT_NFT_SHARDS;
 pub use berth_datapath::nft::NftWriter;
 pub use config::{parse_duration, AgentConfig, AgentOptions, Backend, NodeFacts, DEFAULT_BACKEND};
 pub use conntrack::{plan_conntrack_cleanup, CommandConntrack, Conntrack, ConntrackFlow};
