@@ -10,7 +10,8 @@
 //! namespace pair `berth-fp<pid>-*`, deleted afterwards.
 //!
 //! Options: `--sizes 100,10000,30000` `--endpoints 3` `--connections 500`
-//! `--backend legacy|nft|system` (the iptables rows' binary). Defaults are chosen so the run takes minutes, not hours:
+//! `--backend legacy|nft|system` (the iptables rows' binary) `--nft-shards 32` (berth's nat
+//! shards on nftables; the agent's default). Defaults are chosen so the run takes minutes, not hours:
 //! iptables-legacy restores 300k rules in seconds where iptables-nft needs minutes, and 30,000
 //! Services x 10 endpoints (~930k rules) exceed what the kernel accepts as one legacy table (the
 //! restore fails) — so 3 endpoints per Service. A new connection walks the dispatch rules and the
@@ -25,9 +26,10 @@ use berth_core::IpFamily;
 use berth_datapath::backend::SyncReport;
 use berth_datapath::iptables::Syncer;
 use berth_datapath::iptables::{Backend, CommandIptables};
+use berth_datapath::nft::shard::DEFAULT_SHARDS;
 use berth_datapath::nft::CommandNft;
 use berth_datapath::nft::Transaction;
-use berth_datapath::nft::{Nft, NftSyncer};
+use berth_datapath::nft::{Nft, NftSyncer, Shards};
 use berth_datapath::{plan, rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions};
 use berth_lab::echo::{EchoHandle, EchoServer};
 use berth_lab::netns::run_in_netns;
@@ -62,6 +64,14 @@ impl Nft for TimedNft {
     }
 }
 
+/// A row's name: the mode, and for nftables the shard count (`nft/16`).
+fn row_name((mode, shards): (Mode, Shards)) -> String {
+    match mode {
+        Mode::Nftables => format!("nft/{}", shards.count()),
+        _ => mode.name().to_string(),
+    }
+}
+
 /// How the node is programmed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -87,6 +97,11 @@ struct Options {
     endpoints: usize,
     connections: usize,
     backend: Backend,
+    /// berth's nat shards on nftables (`--nft-shards 32,16`: one nftables row per count; the
+    /// first is the one the summary's `nftables_…` ratio reports; default the agent's).
+    shards: Vec<Shards>,
+    /// The rows to run (`--modes tree,linear,nftables`, default all).
+    modes: Vec<Mode>,
 }
 
 fn parse_options() -> Options {
@@ -95,6 +110,8 @@ fn parse_options() -> Options {
         endpoints: 3,
         connections: 500,
         backend: Backend::Legacy,
+        shards: vec![Shards::new(DEFAULT_SHARDS).unwrap()],
+        modes: Mode::ALL.to_vec(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -114,6 +131,25 @@ fn parse_options() -> Options {
             }
             "--connections" => {
                 options.connections = value.parse().unwrap();
+                i += 1;
+            }
+            "--nft-shards" => {
+                options.shards = value
+                    .split(',')
+                    .map(|k| Shards::new(k.trim().parse().unwrap()).unwrap())
+                    .collect();
+                i += 1;
+            }
+            "--modes" => {
+                options.modes = value
+                    .split(',')
+                    .map(|m| {
+                        *Mode::ALL
+                            .iter()
+                            .find(|mode| mode.name() == m.trim())
+                            .unwrap_or_else(|| panic!("no mode {m}"))
+                    })
+                    .collect();
                 i += 1;
             }
             "--backend" => {
@@ -210,6 +246,7 @@ fn connect_times(netns: &str, target: SocketAddr, connections: usize) -> Vec<Dur
 struct Setup {
     services: usize,
     mode: Mode,
+    shards: Shards,
     rules: usize,
     payload_bytes: usize,
     restore_ms: f64,
@@ -222,7 +259,12 @@ struct Setup {
     _topo: Topology,
 }
 
-fn set_up(index: usize, n: usize, mode: Mode, options: &Options) -> Result<Setup, String> {
+fn set_up(
+    index: usize,
+    n: usize,
+    (mode, shards): (Mode, Shards),
+    options: &Options,
+) -> Result<Setup, String> {
     if mode == Mode::Nftables {
         let missing = berth_testing::require::missing(&[berth_testing::Requirement::Nft]);
         if !missing.is_empty() {
@@ -264,7 +306,7 @@ fn set_up(index: usize, n: usize, mode: Mode, options: &Options) -> Result<Setup
             nft: CommandNft::in_netns(node.netns.clone()),
             total: Duration::ZERO,
         };
-        let mut syncer = NftSyncer::new(nft, IpFamily::V4);
+        let mut syncer = NftSyncer::new(nft, IpFamily::V4).with_shards(shards);
         let report = syncer
             .sync(&rs)
             .map_err(|err| format!("full sync failed: {err}"))?;
@@ -284,6 +326,7 @@ fn set_up(index: usize, n: usize, mode: Mode, options: &Options) -> Result<Setup
     let sync_ms = start.elapsed().as_secs_f64() * 1e3;
     Ok(Setup {
         services: n,
+        shards,
         mode,
         rules: report.rule_count,
         payload_bytes: report.payload_bytes,
@@ -325,8 +368,16 @@ fn main() {
     let _ = remove_orphans(TAG);
     let options = parse_options();
     println!(
-        "first-packet latency through the real kernel (iptables rows: {:?} binary; {} endpoints per Service, {} connections per target)",
-        options.backend, options.endpoints, options.connections
+        "first-packet latency through the real kernel (iptables rows: {:?} binary; nftables rows: {} nat shards; {} endpoints per Service, {} connections per target)",
+        options.backend,
+        options
+            .shards
+            .iter()
+            .map(|k| k.count().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        options.endpoints,
+        options.connections
     );
     println!(
         "{:>8} {:>8} {:>9} {:>12} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -342,11 +393,20 @@ fn main() {
         "last_p99"
     );
     let mut setups = Vec::new();
+    // One row per iptables mode, one per nftables shard count.
+    let rows_wanted: Vec<(Mode, Shards)> = options
+        .modes
+        .iter()
+        .flat_map(|mode| match mode {
+            Mode::Nftables => options.shards.iter().map(|k| (*mode, *k)).collect(),
+            _ => vec![(*mode, Shards::default())],
+        })
+        .collect();
     for &n in &options.sizes {
-        for mode in Mode::ALL {
-            match set_up(setups.len(), n, mode, &options) {
+        for &row in &rows_wanted {
+            match set_up(setups.len(), n, row, &options) {
                 Ok(setup) => setups.push(setup),
-                Err(err) => println!("{n:>8} {:>8} {err}", mode.name()),
+                Err(err) => println!("{n:>8} {:>8} {err}", row_name(row)),
             }
         }
     }
@@ -364,7 +424,7 @@ fn main() {
         println!(
             "{:>8} {:>8} {:>9} {:>12} {:>11.0} {:>10.0} {:>8.1}us {:>8.1}us {:>8.1}us {:>8.1}us",
             setup.services,
-            setup.mode.name(),
+            row_name((setup.mode, setup.shards)),
             setup.rules,
             setup.payload_bytes,
             setup.restore_ms,
@@ -374,13 +434,13 @@ fn main() {
             last.p50_us,
             last.p99_us,
         );
-        rows.push((setup.services, setup.mode, last));
+        rows.push((setup.services, (setup.mode, setup.shards), last));
     }
     let (Some(&small), Some(&large)) = (options.sizes.iter().min(), options.sizes.iter().max())
     else {
         return;
     };
-    let ratio = |wanted: Mode| {
+    let ratio = |wanted: (Mode, Shards)| {
         let p50 = |n: usize| {
             rows.iter()
                 .find(|(services, mode, _)| *services == n && *mode == wanted)
@@ -391,17 +451,27 @@ fn main() {
             _ => "failed".to_string(),
         }
     };
-    let ratios: Vec<String> = Mode::ALL
+    // The summary's keys: one per mode (nftables: the first shard count), then every shard
+    // count's own.
+    let mut keys: Vec<(String, (Mode, Shards))> = options
+        .modes
         .iter()
         .map(|mode| {
-            format!(
-                "{}_{}_vs_{}={}",
-                mode.name(),
-                label(large),
-                label(small),
-                ratio(*mode)
-            )
+            let shards = match mode {
+                Mode::Nftables => options.shards.first().copied().unwrap_or_default(),
+                _ => Shards::default(),
+            };
+            (mode.name().to_string(), (*mode, shards))
         })
+        .collect();
+    if options.modes.contains(&Mode::Nftables) {
+        for k in &options.shards {
+            keys.push((format!("nftables_k{}", k.count()), (Mode::Nftables, *k)));
+        }
+    }
+    let ratios: Vec<String> = keys
+        .into_iter()
+        .map(|(key, row)| format!("{key}_{}_vs_{}={}", label(large), label(small), ratio(row)))
         .collect();
     println!("first-packet: {}", ratios.join(" "));
 }

@@ -14,7 +14,8 @@
 //!
 //! Needs root, iproute2, iptables-legacy, iptables-nft and nft; prints a skip message otherwise.
 //! Options: `--sizes 1000,10000,30000` `--endpoints 10` `--changes 3` `--only <substring>,...`
-//! `--budget-s 150` `--anchor-max 10000`. Bounds, so a run ends in minutes: each (size, case)
+//! `--budget-s 150` `--anchor-max 10000` `--nft-shards 32` (berth's nat shards on nftables; the
+//! agent's default). Bounds, so a run ends in minutes: each (size, case)
 //! gets `--budget-s` seconds in all (`BERTH_SYNC_BUDGET_S`); past it the processes in its
 //! namespace (this run's own `iptables-restore` or `nft`) are killed, the row says `stopped`, and
 //! the case is not tried at larger sizes. The kube-proxy-shaped anchors run up to `--anchor-max`
@@ -35,8 +36,9 @@ use berth_core::IpFamily;
 use berth_datapath::backend::SyncRuleset;
 use berth_datapath::iptables::Syncer;
 use berth_datapath::iptables::{Backend, CommandIptables};
+use berth_datapath::nft::shard::{Shard, DEFAULT_SHARDS};
 use berth_datapath::nft::Transaction;
-use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, NftWriter};
+use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, NftWriter, Shards};
 use berth_datapath::{
     rewritten_every_sync, Dispatch, Endpoint, NodeView, PlanOptions, Planner, ServicePort,
     ServicePortName,
@@ -53,6 +55,8 @@ struct Options {
     only: Vec<String>,
     budget: Duration,
     anchor_max: usize,
+    /// berth's nat shards on nftables (`--nft-shards`, the agent's default).
+    shards: Shards,
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -70,6 +74,7 @@ fn parse_options() -> Options {
         only: Vec::new(),
         budget: Duration::from_secs(env_number("BERTH_SYNC_BUDGET_S", 150)),
         anchor_max: env_number("BERTH_SYNC_ANCHOR_MAX", 10_000) as usize,
+        shards: Shards::new(DEFAULT_SHARDS).unwrap(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<String> { v.split(',').map(str::to_string).collect() };
@@ -83,6 +88,7 @@ fn parse_options() -> Options {
             "--only" => options.only = list(&value),
             "--budget-s" => options.budget = Duration::from_secs(value.parse().unwrap()),
             "--anchor-max" => options.anchor_max = value.parse().unwrap(),
+            "--nft-shards" => options.shards = Shards::new(value.parse().unwrap()).unwrap(),
             // cargo bench passes --bench; anything else is ignored.
             _ => {
                 i += 1;
@@ -258,6 +264,13 @@ impl Nft for TimedNft {
         *self.last.lock().unwrap() = start.elapsed();
         result
     }
+
+    fn shards(
+        &mut self,
+        family: IpFamily,
+    ) -> std::result::Result<Option<std::collections::BTreeSet<Shard>>, berth_datapath::Error> {
+        self.nft.shards(family)
+    }
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -300,16 +313,19 @@ fn measure_berth(
             )
             .rewriting_every_sync(rewritten_every_sync(Dispatch::Linear)),
         ),
-        Case::BerthNft(writer) => Box::new(NftSyncer::new(
-            TimedNft {
-                nft: match writer {
-                    NftWriter::Netlink => Box::new(NetlinkNft::in_netns(ns)),
-                    NftWriter::Nft => Box::new(CommandNft::in_netns(ns)),
+        Case::BerthNft(writer) => Box::new(
+            NftSyncer::new(
+                TimedNft {
+                    nft: match writer {
+                        NftWriter::Netlink => Box::new(NetlinkNft::in_netns(ns)),
+                        NftWriter::Nft => Box::new(CommandNft::in_netns(ns)),
+                    },
+                    last: nft_time.clone(),
                 },
-                last: nft_time.clone(),
-            },
-            IpFamily::V4,
-        )),
+                IpFamily::V4,
+            )
+            .with_shards(options.shards),
+        ),
         Case::KubeProxyNft => return Err("not a berth case".into()),
     };
     let mut view = mk_view(n, options.endpoints);
@@ -494,6 +510,10 @@ fn main() {
         return;
     }
     let _ = remove_orphans(TAG);
+    println!(
+        "sync backends: berth on nftables in {} nat shards",
+        options.shards.count()
+    );
     let mut k = 0;
     // Cases stopped by the budget at a smaller size.
     let mut stopped: Vec<Case> = Vec::new();

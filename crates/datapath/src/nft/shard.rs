@@ -31,7 +31,7 @@ pub const MAIN: Shard = 0;
 pub const MAX_SHARDS: u16 = 256;
 /// The agent's default count (`--nft-shards`), chosen by measurement (docs/benchmarks.md, "nat
 /// shards").
-pub const DEFAULT_SHARDS: u16 = 16;
+pub const DEFAULT_SHARDS: u16 = 32;
 /// The priority of a shard's node-port base chains: right after the Service-address lookup of
 /// every shard (`dstnat` = -100 in prerouting, -100 in output).
 pub const NODE_PORT_PRIORITY: &str = "-99";
