@@ -14,7 +14,7 @@ use std::process::Command;
 
 use berth_agent::IpFamily;
 use berth_datapath::iptables::{Backend, CommandIptables, Syncer};
-use berth_datapath::nft::{CommandNft, NftSyncer};
+use berth_datapath::nft::{CommandNft, NftSyncer, Shards};
 use berth_datapath::plan::convert::{build_node_view, ProxyMode};
 use berth_datapath::{PlanOptions, Planner};
 use berth_testing::{require, Requirement};
@@ -198,7 +198,9 @@ fn program_berth(ns: &Netns) {
                 .sync_changes(planner.ruleset(), &changes)
                 .unwrap();
         }
+        // In nat shards, as the agent writes by default: the cleanup removes them too.
         NftSyncer::new(CommandNft::in_netns(&ns.0), family)
+            .with_shards(Shards::new(4).unwrap())
             .sync_changes(planner.ruleset(), &changes)
             .unwrap();
     }
@@ -239,6 +241,8 @@ fn cleanup_removes_every_berth_rule_and_nothing_else() {
         ("ip6tables-nft-save", "-j BERTH-SERVICES"),
         ("nft", "table ip berth"),
         ("nft", "table ip6 berth"),
+        ("nft", "table ip berth-4"),
+        ("nft", "table ip6 berth-4"),
     ] {
         assert!(
             berth

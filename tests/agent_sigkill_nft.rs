@@ -1,5 +1,6 @@
 //! `berth agent` on the nftables backend, SIGKILLed at random moments of a large sync, never leaves
-//! half a table: after every kill, berth's `ip berth` table is exactly the ruleset the node held
+//! half a table: after every kill, berth's tables (`ip berth` and its nat shards `ip berth-<n>`,
+//! one transaction over all of them) are exactly the ruleset the node held
 //! before (old) or the one the agent was writing (new), never a prefix of the transaction. Run
 //! with each writer: netlink (the default: the batch is built in memory and handed to the kernel
 //! in one `send`, so a kill before it commits nothing and one after it cannot stop the kernel's
@@ -85,20 +86,25 @@ impl Netns {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// berth's IPv4 table as a sorted list of lines (set elements print in the kernel's order,
-    /// which need not survive a reload); empty when there is no table.
+    /// berth's IPv4 tables (the main one and its nat shards: the namespace holds no other) as a
+    /// sorted list of lines, each prefixed with its table (set elements print in the kernel's
+    /// order, which need not survive a reload); empty when there is no table.
     fn table(&self) -> Vec<String> {
         let listing = Command::new("ip")
-            .args([
-                "netns", "exec", &self.0, "nft", "list", "table", "ip", "berth",
-            ])
+            .args(["netns", "exec", &self.0, "nft", "list", "ruleset", "ip"])
             .output()
             .unwrap();
-        let mut lines: Vec<String> = String::from_utf8_lossy(&listing.stdout)
-            .lines()
-            .map(|l| l.trim().trim_end_matches(',').to_string())
-            .filter(|l| !l.is_empty())
-            .collect();
+        let mut table = String::new();
+        let mut lines: Vec<String> = Vec::new();
+        for line in String::from_utf8_lossy(&listing.stdout).lines() {
+            let line = line.trim().trim_end_matches(',');
+            if let Some(name) = line.strip_prefix("table ip ") {
+                table = name.trim_end_matches(" {").to_string();
+            }
+            if !line.is_empty() {
+                lines.push(format!("{table}: {line}"));
+            }
+        }
         lines.sort();
         lines
     }
@@ -340,7 +346,7 @@ async fn a_killed_agent_leaves_the_old_table_or_the_new_one() {
                 .map(|((writer, ns), kc)| {
                     scope.spawn(move || {
                         let (old, _) = converge(ns, kc, writer, half);
-                        (old, ns.nft(&["list", "table", "ip", "berth"], None))
+                        (old, ns.nft(&["list", "ruleset", "ip"], None))
                     })
                 })
                 .collect();
@@ -408,12 +414,7 @@ fn killed_agent_rounds(
     let outcome = {
         let mut seen = (0, 0, 0); // (old, new, kills while nft was running)
         for round in 0..rounds {
-            ns.nft(
-                &["-f", "-"],
-                Some(&format!(
-                    "table ip berth\ndelete table ip berth\n{old_text}"
-                )),
-            );
+            ns.nft(&["-f", "-"], Some(&format!("flush ruleset ip\n{old_text}")));
             assert_eq!(&ns.table(), old, "round {round}: the old table reloads");
             let mut agent = Agent::start(ns, kubeconfig, writer);
             let started = Instant::now();

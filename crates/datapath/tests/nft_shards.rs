@@ -237,3 +237,51 @@ fn a_plan_whose_jumps_would_cross_tables_is_refused() {
     assert!(s.sync(&rs).is_err());
     assert_eq!(s.nft().table, None);
 }
+
+/// What `berth explain` shows: a node-port packet traced through every shard's address lookup
+/// (each a miss), then the node-port lookups, into its Service's shard, each hop in the words of
+/// the table that holds it.
+#[test]
+fn a_packet_is_followed_across_the_shards() {
+    let rs = plan(&mk_fixed_view(), &linear());
+    let table = fresh(&rs, 4).table.unwrap();
+    let p = packet(CLIENT_IP, NODE_IP, 30040, Origin::Network);
+    let paths = trace::trace_paths(&table.traceable(), &env(), &p).unwrap();
+    assert_eq!(paths.len(), 3, "three endpoints");
+    for path in &paths {
+        assert!(
+            matches!(path.outcome.verdict, trace::Verdict::Dnat(_)),
+            "{path:?}"
+        );
+        assert!(path.outcome.masqueraded, "{path:?}");
+        let hops: Vec<String> = path
+            .hits
+            .iter()
+            .map(|hit| table.hop_text(IpFamily::V4, hit))
+            .collect();
+        // The address lookups of the four shards, in table order, then the node-port lookup
+        // of the first shard and on to the Service's shard (berth-2 in the golden file).
+        for shard in 1..=4 {
+            let lookup = format!("berth-{shard} nat-PREROUTING: jump nat-BERTH-SERVICES");
+            assert!(hops[shard - 1].starts_with(&lookup), "{hops:#?}");
+        }
+        let element = "berth-2 nat-BERTH-NODEPORTS: meta l4proto . th dport vmap @node-ports \
+                       (element tcp . 30040 : jump nat-BERTH-EXT-BBOKZYRKT4CZJZWS)";
+        assert!(hops.iter().any(|h| h == element), "{hops:#?}");
+        assert!(
+            hops.iter().any(|h| h
+                .starts_with("berth-2 nat-BERTH-EXT-BBOKZYRKT4CZJZWS: jump nat-BERTH-MARK-MASQ")),
+            "{hops:#?}"
+        );
+        assert!(
+            hops.iter()
+                .any(|h| h.starts_with("berth-2 nat-BERTH-MARK-MASQ: meta mark set")),
+            "{hops:#?}"
+        );
+        assert!(
+            hops.iter()
+                .any(|h| h.starts_with("nat-POSTROUTING: jump nat-BERTH-POSTROUTING")),
+            "{hops:#?}"
+        );
+    }
+}

@@ -5,6 +5,8 @@
 //! [`wire`]; the default) and the `nft` program reading the text ([`exec`]). Read back, the
 //! kernel's table is a [`dump`]: adoption compares it with the plan ([`adopt`]), `berth explain`
 //! decodes it into the typed [`table`] the packet tracer follows ([`decode`]).
+//! [`shard`] says which of berth's tables (the main one, or one of the nat shards) holds each
+//! chain, set and element.
 
 pub mod adopt;
 pub mod decode;

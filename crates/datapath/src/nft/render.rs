@@ -18,6 +18,9 @@
 //! - Endpoint chains are folded into the rules that choose them, and hairpin traffic is marked
 //!   in postrouting by a set of `ep . ep` pairs ([`crate::nft::inline`]): a table holds one chain
 //!   per Service, not one per endpoint.
+//! - With nat shards ([`crate::nft::shard`]) each Service port's chains live in one of K tables
+//!   `berth-<n>`, each with its own maps and dispatch; [`NftRuleset::from_ruleset_in`] places
+//!   every chain, set and element ([`place_rules`]), and every [`Command`] names its table.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
