@@ -246,9 +246,11 @@ struct Result {
     cold_bytes: usize,
     change: Duration,
     add: Duration,
-    /// The writer alone (`nft -f`, or building and sending the netlink batch) in the cold sync
-    /// and the median change (berth on nftables only).
-    nft_split: Option<(Duration, Duration)>,
+    /// The writer alone (`nft -f`, or building and sending the netlink batch) in the cold sync,
+    /// the median change and the median add (berth on nftables only).
+    nft_split: Option<(Duration, Duration, Duration)>,
+    /// The incremental planner's part of the median add.
+    add_plan: Duration,
 }
 
 /// Keeps the wall time of the last write.
@@ -340,11 +342,14 @@ fn measure_berth(
     let cold_bytes = report.payload_bytes;
     let cold_nft = nft_last();
 
+    let planning = Arc::new(Mutex::new(Duration::ZERO));
+    let plan_last = || *planning.lock().unwrap();
     let mut step =
         |view: &NodeView, changed: &ServicePortName| -> std::result::Result<Duration, String> {
             let start = Instant::now();
             planner.update_changed(view, &|p| p == changed);
             let changes = planner.take_changes();
+            *planning.lock().unwrap() = start.elapsed();
             syncer
                 .sync_changes(planner.ruleset(), &changes)
                 .map_err(|e| e.to_string())?;
@@ -359,17 +364,23 @@ fn measure_berth(
         change_nft.push(nft_last());
     }
     let mut add = Vec::new();
+    let mut add_nft = Vec::new();
+    let mut add_plan = Vec::new();
     for k in 0..options.changes {
         let i = n + k;
         view.services.push(service(i, options.endpoints));
         add.push(step(&view, &name(i))?);
+        add_nft.push(nft_last());
+        add_plan.push(plan_last());
     }
     Ok(Result {
         cold,
         cold_bytes,
         change: median(change),
         add: median(add),
-        nft_split: matches!(case, Case::BerthNft(_)).then(|| (cold_nft, median(change_nft))),
+        nft_split: matches!(case, Case::BerthNft(_))
+            .then(|| (cold_nft, median(change_nft), median(add_nft))),
+        add_plan: median(add_plan),
     })
 }
 
@@ -486,6 +497,7 @@ fn measure_kube_proxy_nft(
         change: median(change),
         add: median(add),
         nft_split: None,
+        add_plan: Duration::ZERO,
     })
 }
 
@@ -564,11 +576,14 @@ fn main() {
             }
             match result {
                 Ok(r) => {
-                    let split = r.nft_split.map_or(String::new(), |(cold, change)| {
+                    let split = r.nft_split.map_or(String::new(), |(cold, change, add)| {
                         format!(
-                            " (writer alone: cold_s={:.2} change_ms={:.1})",
+                            " (writer alone: cold_s={:.2} change_ms={:.1} add_ms={:.1}; \
+                             planner alone: add_ms={:.1})",
                             cold.as_secs_f64(),
-                            ms(change)
+                            ms(change),
+                            ms(add),
+                            ms(r.add_plan)
                         )
                     });
                     println!(

@@ -169,10 +169,10 @@ fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
         let key = (chain.table, chain.name.clone());
         applied.chain_hairpin.insert(key, hairpin.clone());
     }
-    applied.chains = planned
-        .planned
-        .iter()
-        .map(|(key, p)| (key.clone(), (p.hash, p.rules, p.home)))
+    // Taken, not cloned: 10,000 chain names at 10,000 Services.
+    applied.chains = std::mem::take(&mut planned.planned)
+        .into_iter()
+        .map(|(key, p)| (key, (p.hash, p.rules, p.home)))
         .collect();
     Ok(applied)
 }
@@ -255,24 +255,55 @@ fn programmed(chain: &ChainName) -> bool {
     chain.is_berth() && chain.as_str() != names::CANARY
 }
 
-/// Element-level changes from `before` to `after`: deletions (removed or retargeted keys), then
-/// additions (new or retargeted keys).
-fn diff_elements<K: Ord + Clone>(
-    before: &BTreeMap<K, NftChain>,
-    after: &BTreeMap<K, NftChain>,
+/// The table whose map holds an element jumping to `target` ([`element_chain`]'s, without
+/// building the chain).
+fn element_shard(shards: Shards, target: &ChainName) -> Shard {
+    match shards.place(Table::Nat, target) {
+        Placement::In(shard) => shard,
+        _ => MAIN,
+    }
+}
+
+/// Element-level changes from the map `before` to the chain's `entries` (keys unique, any
+/// order), made to `before` in place: deletions (removed or retargeted keys) in key order, then
+/// additions (new or retargeted keys) in key order. A merge of the two sorted sequences: at
+/// 10,000 Services only what differs is cloned, not the whole map.
+fn diff_entries<K: Ord + Copy>(
+    shards: Shards,
+    before: &mut BTreeMap<K, NftChain>,
+    entries: &[(K, ChainName)],
     element: impl Fn(K, NftChain) -> Element,
     deletes: &mut Vec<Command>,
     adds: &mut Vec<Command>,
 ) {
-    for (key, target) in before {
-        if after.get(key) != Some(target) {
-            deletes.push(Command::DeleteElement(element(key.clone(), target.clone())));
+    let mut wanted: Vec<&(K, ChainName)> = entries.iter().collect();
+    wanted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut wanted = wanted.into_iter().peekable();
+    let mut removed = Vec::new();
+    let mut added = Vec::new();
+    for (key, target) in before.iter() {
+        while let Some((k, t)) = wanted.next_if(|(k, _)| k < key) {
+            added.push((*k, t));
+        }
+        match wanted.next_if(|(k, _)| k == key) {
+            Some((_, t)) if target.name == *t && target.shard == element_shard(shards, t) => {}
+            Some((k, t)) => {
+                removed.push(*key);
+                added.push((*k, t));
+            }
+            None => removed.push(*key),
         }
     }
-    for (key, target) in after {
-        if before.get(key) != Some(target) {
-            adds.push(Command::AddElement(element(key.clone(), target.clone())));
+    added.extend(wanted.map(|(k, t)| (*k, t)));
+    for key in removed {
+        if let Some(old) = before.remove(&key) {
+            deletes.push(Command::DeleteElement(element(key, old)));
         }
+    }
+    for (key, target) in added {
+        let chain = element_chain(shards, target);
+        adds.push(Command::AddElement(element(key, chain.clone())));
+        before.insert(key, chain);
     }
 }
 
@@ -661,39 +692,23 @@ impl PartialDiff {
 
     /// The dispatch maps' element changes, when `converted` is the chain that holds a map.
     fn maps(&mut self, next: &mut Applied, converted: &ConvertedChain) {
-        let shards = self.shards;
-        let to_chain = |target: &ChainName| element_chain(shards, target);
         match converted.rules.first() {
-            Some(NftRule::ServiceMap) => {
-                let after = converted
-                    .services
-                    .iter()
-                    .map(|(k, target)| (*k, to_chain(target)))
-                    .collect();
-                diff_elements(
-                    &next.services,
-                    &after,
-                    Element::Service,
-                    &mut self.element_deletes,
-                    &mut self.element_adds,
-                );
-                next.services = after;
-            }
-            Some(NftRule::NodePortMap) => {
-                let after = converted
-                    .node_ports
-                    .iter()
-                    .map(|(k, target)| (*k, to_chain(target)))
-                    .collect();
-                diff_elements(
-                    &next.node_ports,
-                    &after,
-                    Element::NodePort,
-                    &mut self.element_deletes,
-                    &mut self.element_adds,
-                );
-                next.node_ports = after;
-            }
+            Some(NftRule::ServiceMap) => diff_entries(
+                self.shards,
+                &mut next.services,
+                &converted.services,
+                Element::Service,
+                &mut self.element_deletes,
+                &mut self.element_adds,
+            ),
+            Some(NftRule::NodePortMap) => diff_entries(
+                self.shards,
+                &mut next.node_ports,
+                &converted.node_ports,
+                Element::NodePort,
+                &mut self.element_deletes,
+                &mut self.element_adds,
+            ),
             _ => {}
         }
     }
@@ -771,6 +786,56 @@ impl<N: Nft> SyncRuleset for NftSyncer<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The in-place merge makes the changes and leaves the map a rebuild and a naive diff
+    /// would: every mix of kept, removed, added and retargeted keys, sharded or not.
+    #[test]
+    fn map_entries_are_diffed_in_place_as_a_rebuild_would() {
+        let svc = |n: u16| {
+            ChainName::new(format!(
+                "BERTH-SVC-{}",
+                ["AAAA", "BBBB", "CCCC"][n as usize % 3]
+            ))
+        };
+        for shards in [Shards::default(), Shards::new(4).unwrap()] {
+            for before_mask in 0u32..64 {
+                for after_mask in [0u32, 5, 18, 63, 40, 7] {
+                    let before: BTreeMap<u16, NftChain> = (0..6)
+                        .filter(|i| before_mask & (1 << i) != 0)
+                        .map(|i| (i, element_chain(shards, &svc(i))))
+                        .collect();
+                    // Entries in reverse order, some retargeted.
+                    let entries: Vec<(u16, ChainName)> = (0..6)
+                        .rev()
+                        .filter(|i| after_mask & (1 << i) != 0)
+                        .map(|i| (i, svc(i + u16::from(i % 2 == 0 && before_mask % 3 == 0))))
+                        .collect();
+                    let element =
+                        |k: u16, t: NftChain| Element::NodePort((berth_core::Protocol::Tcp, k), t);
+                    let after: BTreeMap<u16, NftChain> = entries
+                        .iter()
+                        .map(|(k, t)| (*k, element_chain(shards, t)))
+                        .collect();
+                    let (mut want_deletes, mut want_adds) = (Vec::new(), Vec::new());
+                    for (k, t) in &before {
+                        if after.get(k) != Some(t) {
+                            want_deletes.push(Command::DeleteElement(element(*k, t.clone())));
+                        }
+                    }
+                    for (k, t) in &after {
+                        if before.get(k) != Some(t) {
+                            want_adds.push(Command::AddElement(element(*k, t.clone())));
+                        }
+                    }
+                    let mut map = before.clone();
+                    let (mut deletes, mut adds) = (Vec::new(), Vec::new());
+                    diff_entries(shards, &mut map, &entries, element, &mut deletes, &mut adds);
+                    assert_eq!(map, after, "{before_mask} {after_mask}");
+                    assert_eq!((deletes, adds), (want_deletes, want_adds));
+                }
+            }
+        }
+    }
 
     /// The bulk-built indexes hold exactly what inserting pair by pair would.
     #[test]
