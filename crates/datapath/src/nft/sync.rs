@@ -277,7 +277,7 @@ fn diff_entries<K: Ord + Copy>(
     adds: &mut Vec<Command>,
 ) {
     let mut wanted: Vec<&(K, ChainName)> = entries.iter().collect();
-    wanted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    wanted.sort_unstable_by_key(|(k, _)| *k);
     let mut wanted = wanted.into_iter().peekable();
     let mut removed = Vec::new();
     let mut added = Vec::new();
