@@ -16,8 +16,9 @@ pub struct AgentArgs {
     node_name: Option<String>,
 
     /// Remove everything berth programs on this node, as kube-proxy's `--cleanup`: the nftables
-    /// tables `ip berth` and `ip6 berth`, and every `BERTH-*` chain and the jumps into it in
-    /// iptables (both families, legacy and nft), nothing else; then exit (0 when all of it went).
+    /// tables `ip berth` and `ip6 berth` with their nat shards `berth-<n>`, and every `BERTH-*`
+    /// chain and the jumps into it in iptables (both families, legacy and nft), nothing else;
+    /// then exit (0 when all of it went).
     #[arg(long, env = "BERTH_CLEANUP")]
     cleanup: bool,
 
