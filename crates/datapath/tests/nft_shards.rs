@@ -1,7 +1,9 @@
 //! nat sharding against the in-memory nftables: the golden transaction of the fixed set in four
 //! shards, traced outcomes equal to the plan's, a change to one Service written into its shard
-//! alone, partial syncs that leave what a fresh full sync leaves, and a restart with another
-//! shard count that removes the stale shards. `UPDATE_GOLDEN=1` rewrites the golden file.
+//! alone, partial syncs that leave what a fresh full sync leaves, an endpoint chain that stays a
+//! chain in its Service's shard, a packet followed across the shards as `berth explain` shows it,
+//! and a restart with another shard count that removes the stale shards. `UPDATE_GOLDEN=1`
+//! rewrites the golden file.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -284,4 +286,64 @@ fn a_packet_is_followed_across_the_shards() {
             "{hops:#?}"
         );
     }
+}
+
+/// An endpoint chain that cannot be folded stays a chain, in the shard of the Service chains
+/// that jump to it: partially, as a fresh full sync has it, and folded away again after.
+#[test]
+fn an_endpoint_chain_that_stays_a_chain_lives_with_its_service() {
+    let rs = plan(&many(12), &linear());
+    let nat = &rs.tables[&Table::Nat];
+    let (svc, sep) = nat
+        .chains
+        .iter()
+        .filter(|(name, _)| name.as_str().starts_with("BERTH-SVC-"))
+        .find_map(|(name, rules)| {
+            let sep = rules
+                .iter()
+                .filter_map(Rule::jump_target)
+                .find(|t| t.as_str().starts_with("BERTH-SEP-"))?;
+            Some((name.clone(), sep.clone()))
+        })
+        .unwrap();
+    let mut rs2 = rs.clone();
+    rs2.table_mut(Table::Nat)
+        .chains
+        .get_mut(&sep)
+        .unwrap()
+        .insert(0, Rule::counting(vec![]));
+    let mut s = syncer(4);
+    s.sync(&rs).unwrap();
+    s.sync_changes(&rs2, &Changes::Chains([(Table::Nat, sep.clone())].into()))
+        .unwrap();
+    let table = s.nft().table.clone().unwrap();
+    let home = table
+        .chains
+        .keys()
+        .find(|c| c.name == svc)
+        .map(|c| c.shard)
+        .unwrap();
+    assert_ne!(home, MAIN);
+    let kept = table.chains.keys().find(|c| c.name == sep).unwrap();
+    assert_eq!(
+        kept.shard, home,
+        "the endpoint chain is in its Service's shard"
+    );
+    assert_eq!(s.nft().table, fresh(&rs2, 4).table);
+    let p = packet(CLIENT_IP, "10.96.0.1", 80, Origin::Network);
+    assert_eq!(
+        outcomes(&rs2, &env(), &p),
+        outcomes(&s.nft().traceable(), &env(), &p)
+    );
+    s.sync_changes(&rs, &Changes::Chains([(Table::Nat, sep.clone())].into()))
+        .unwrap();
+    assert!(s
+        .nft()
+        .table
+        .as_ref()
+        .unwrap()
+        .chains
+        .keys()
+        .all(|c| c.name != sep));
+    assert_eq!(s.nft().table, fresh(&rs, 4).table);
 }
