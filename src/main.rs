@@ -113,7 +113,8 @@ fn main() -> anyhow::Result<()> {
     limit_malloc_arenas();
     let cli = Cli::parse();
     let rust_log = std::env::var("RUST_LOG").ok();
-    berth_telemetry::init_tracing(&cli.log.to_config(rust_log.as_deref()))
+    // Held to the end of `main`: dropping it writes out the queued log lines.
+    let logs = berth_telemetry::init_tracing(&cli.log.to_config(rust_log.as_deref()))
         .context("setting up logging")?;
 
     match cli.command {
@@ -122,11 +123,11 @@ fn main() -> anyhow::Result<()> {
             write_stdout(&yaml)
         }
         Command::Version => write_stdout(&version_line()),
-        Command::Agent(args) => cli::agent::run(args),
+        Command::Agent(args) => cli::agent::run(args, logs.dropped_lines()),
         #[cfg(feature = "lab")]
         Command::Lab(command) => cli::lab::run(command),
         Command::Explain(command) => cli::explain::run(command),
-        Command::Controller(args) => cli::controller::run(args),
+        Command::Controller(args) => cli::controller::run(args, logs.dropped_lines()),
     }
 }
 

@@ -2,7 +2,10 @@
 //! Service and its EndpointSlice created through the API become rules that real packets follow,
 //! an endpoint change moves them, and deleting the Service stops them. With the datapath and the
 //! L2 announcer both reading Services, EndpointSlices and Nodes, the agent watches each kind
-//! once (the lab API server's request log). Root, iproute2 and
+//! once (the lab API server's request log). Its log output is a pipe that is full from the start
+//! and never read, as a log file on a disk the kernel throttles or a pipe nobody drains: a
+//! process writing its lines in place would stop at its first line, but berth queues them for a
+//! writer thread of their own and drops what does not fit, so the agent works on. Root, iproute2 and
 //! iptables only (skips with a message elsewhere, fails under `CI=true`).
 //!
 //! Address plan (docs/architecture.md): LAN 198.18.0.0/24 (node1 .11, client .100); pods a1 and
@@ -11,6 +14,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -53,6 +57,27 @@ fn until(netns: &str, addr: SocketAddr, what: &str, check: impl Fn(Option<&str>)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A pipe whose buffer is already full: the first line written to it waits for a reader, and
+/// the reader (kept until the end) never reads.
+fn full_pipe() -> (std::io::PipeReader, std::io::PipeWriter) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    fcntl(&writer, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+    // Whole pages while they fit, then single bytes, until nothing more goes in.
+    for chunk in [4096, 1] {
+        loop {
+            match writer.write(&vec![b'#'; chunk]) {
+                Ok(_) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(err) => panic!("filling the pipe: {err}"),
+            }
+        }
+    }
+    // Blocking again, as a log output is: the agent's writes wait.
+    fcntl(&writer, FcntlArg::F_SETFL(OFlag::empty())).unwrap();
+    (reader, writer)
 }
 
 fn slice(pod_ip: IpAddr) -> EndpointSlice {
@@ -125,6 +150,7 @@ async fn the_agent_process_turns_api_objects_into_rules_packets_follow() {
         )
         .await
         .unwrap();
+    let (log_reader, log_writer) = full_pipe();
     let agent = Agent(
         Command::new("ip")
             .args([
@@ -148,7 +174,7 @@ async fn the_agent_process_turns_api_objects_into_rules_packets_follow() {
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log_writer)
             .spawn()
             .unwrap(),
     );
@@ -227,6 +253,7 @@ async fn the_agent_process_turns_api_objects_into_rules_packets_follow() {
         "the agent exited during the test"
     );
     drop(agent);
+    drop(log_reader);
 
     // One watch per kind, however many parts of the agent read it. The test's own client
     // watches nothing, so every watch in the log is the agent's.

@@ -345,7 +345,7 @@ fn parse_node_port_range(text: &str) -> Result<berth_controller::PortRange, Stri
 }
 
 /// Programs the iptables of the network namespace it runs in; stopping leaves the rules in place.
-pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+pub fn run(args: AgentArgs, log_drops: berth_telemetry::DroppedLines) -> anyhow::Result<()> {
     if args.cleanup {
         let steps = berth_agent::cleanup::cleanup_node();
         let failed = steps.iter().filter(|s| s.outcome.is_err()).count();
@@ -362,6 +362,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         config,
         version: env!("CARGO_PKG_VERSION").to_string(),
         membership,
+        log_drops: Some(log_drops),
         nft_writer: match args.nft_writer {
             NftWriterArg::Netlink => berth_agent::NftWriter::Netlink,
             NftWriterArg::Nft => berth_agent::NftWriter::Nft,

@@ -225,12 +225,13 @@ impl ControllerArgs {
     }
 }
 
-pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
+pub fn run(args: ControllerArgs, log_drops: berth_telemetry::DroppedLines) -> anyhow::Result<()> {
     let config = args.to_options().validate()?;
     let opts = berth_controller::RunOptions {
         config,
         version: env!("CARGO_PKG_VERSION").to_string(),
         aws: args.aws_settings()?,
+        log_drops: Some(log_drops),
     };
     super::run(|shutdown| async move {
         let client = super::build_client(args.kubeconfig.as_deref()).await?;

@@ -254,11 +254,25 @@ impl Announcer {
         let interfaces = choose_interfaces(&self.config)?;
         let (answers_tx, answers_rx) = watch::channel(Arc::new(Answers::default()));
         let (conflict_tx, mut conflicts) = mpsc::unbounded_channel();
-        let (opened, mut tasks) = self.open_links(&interfaces, &answers_rx, &conflict_tx, &stop);
+        // The speakers answer on a thread of their own: a busy or stalled runtime here delays
+        // no answer.
+        let speakers = berth_l2::spawn_speakers(
+            interfaces.clone(),
+            PacketLink::open,
+            answers_rx,
+            self.metrics.clone(),
+            LinkOptions {
+                refresh: self.config.gratuitous_interval,
+                until: self.until.clone(),
+                conflicts: Some(conflict_tx.clone()),
+            },
+            stop.clone(),
+        );
+        let (opened, speakers) = speakers.opened().await;
         if opened.is_empty() {
             return Err(Error::NoInterface(interfaces.join(",")));
         }
-        tasks.push(self.spawn_advertisements(&stop));
+        let mut tasks = vec![self.spawn_advertisements(&stop)];
         let (report_tx, records_tx) = self.spawn_records(&mut tasks, &stop);
         drop(conflict_tx);
         let Announcer {
@@ -314,7 +328,7 @@ impl Announcer {
                 answering.recompute();
             }
         }
-        // The speakers stop with the same token; answers are dropped with them. The record
+        // The speakers stop with the same token. The record
         // writer and the reporter keep their inputs until they end.
         let Outputs {
             answers,
@@ -326,44 +340,11 @@ impl Announcer {
         for task in tasks {
             let _ = task.await;
         }
+        if let Err(err) = speakers.join().await {
+            tracing::warn!(error = %err, "the ARP and NDP speakers stopped abnormally");
+        }
         drop((records, reports, ready));
         Ok(())
-    }
-
-    /// Opens a speaker on each interface that can be opened; returns the opened ones and
-    /// their tasks.
-    fn open_links(
-        &self,
-        interfaces: &[String],
-        answers: &watch::Receiver<Arc<Answers>>,
-        conflicts: &mpsc::UnboundedSender<berth_l2::Conflict>,
-        stop: &CancellationToken,
-    ) -> (Vec<String>, Vec<JoinHandle<()>>) {
-        let mut tasks = Vec::new();
-        let mut opened = Vec::new();
-        for name in interfaces {
-            match PacketLink::open(name) {
-                Ok(link) => {
-                    tracing::info!(interface = %name, "answering ARP and NDP");
-                    opened.push(name.clone());
-                    tasks.push(tokio::spawn(berth_l2::run_link_with(
-                        link,
-                        answers.clone(),
-                        self.metrics.clone(),
-                        LinkOptions {
-                            refresh: self.config.gratuitous_interval,
-                            until: self.until.clone(),
-                            conflicts: Some(conflicts.clone()),
-                        },
-                        stop.clone().cancelled_owned(),
-                    )));
-                }
-                Err(err) => {
-                    tracing::warn!(interface = %name, error = %err, "cannot answer on this interface")
-                }
-            }
-        }
-        (opened, tasks)
     }
 
     /// Starts the Event reporter and the `ServiceL2Status` writer; returns their inputs.

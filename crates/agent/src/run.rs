@@ -5,7 +5,7 @@
 use berth_datapath::iptables::CommandIptables;
 use berth_datapath::nft::NftWriter;
 use berth_membership::{AnswerUntil, LiveNodes, Membership, MembershipConfig};
-use berth_telemetry::{MetricsRegistry, Readiness};
+use berth_telemetry::{DroppedLines, MetricsRegistry, Readiness};
 use kube::Client;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -25,6 +25,8 @@ pub struct RunOptions {
     /// Agent liveness (this agent's Lease, SWIM between agents) for the L2 announcer; `None`
     /// runs none.
     pub membership: Option<MembershipConfig>,
+    /// Counts the log lines the process dropped, for `berth_log_lines_dropped_total`.
+    pub log_drops: Option<DroppedLines>,
     /// How the nftables backend writes the kernel.
     pub nft_writer: NftWriter,
 }
@@ -65,6 +67,9 @@ pub async fn run_agent(
 ) -> Result<(), Error> {
     let mut registry = MetricsRegistry::new();
     registry.register_build_info(&opts.version);
+    if let Some(dropped) = opts.log_drops.clone() {
+        registry.register_log_drops(dropped);
+    }
     let readiness = Readiness::new();
     // The announcer tells liveness when it is ready to answer; dropped unused, it counts as
     // ready.

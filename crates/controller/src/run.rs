@@ -1,7 +1,7 @@
 //! `berth controller` end to end: metrics, readiness, the admin endpoint and the controller,
 //! stopped together by one token. The binary builds the client and binds the admin endpoint.
 
-use berth_telemetry::{admin_router, serve_admin, MetricsRegistry, Readiness};
+use berth_telemetry::{admin_router, serve_admin, DroppedLines, MetricsRegistry, Readiness};
 use kube::Client;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -16,6 +16,8 @@ pub struct RunOptions {
     pub version: String,
     /// `Some`: serve the `aws-nlb` class.
     pub aws: Option<crate::load_balancer::aws::AwsSettings>,
+    /// Counts the log lines the process dropped, for `berth_log_lines_dropped_total`.
+    pub log_drops: Option<DroppedLines>,
 }
 
 /// Runs until `shutdown` is cancelled (or the controller fails), serving the admin endpoint on
@@ -28,6 +30,9 @@ pub async fn run_controller(
 ) -> Result<(), Error> {
     let mut registry = MetricsRegistry::new();
     registry.register_build_info(&opts.version);
+    if let Some(dropped) = opts.log_drops.clone() {
+        registry.register_log_drops(dropped);
+    }
     let readiness = Readiness::new();
     let check = readiness.register("controller")?;
     let default_class = opts.config.default_class;

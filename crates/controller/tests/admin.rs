@@ -55,6 +55,7 @@ async fn admin_endpoint_reports_health_readiness_and_metrics() {
         RunOptions {
             aws: None,
             config,
+            log_drops: None,
             version: "test".into(),
         },
         token.clone(),

@@ -63,6 +63,7 @@ pub mod packet;
 pub mod responder;
 pub mod schedule;
 pub mod speaker;
+pub mod speakers;
 pub mod status;
 pub mod transport;
 
@@ -81,6 +82,7 @@ pub use speaker::{
     find_conflict, may_answer, run_link, run_link_refreshing, run_link_with, Conflict, L2Metrics,
     LinkOptions,
 };
+pub use speakers::{spawn_speakers, Speakers, SpeakersRunning, SPEAKER_THREAD};
 pub use status::{
     build_announced, build_status, is_own_record, parse_status, plan_status, status_name,
     superseded_records, Announced, StatusPlan,

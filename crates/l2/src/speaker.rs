@@ -192,7 +192,7 @@ pub async fn run_link_refreshing<L: Link>(
 }
 
 /// What a speaker does besides answering from the table.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LinkOptions {
     /// Owned addresses are announced again this often after their takeover rounds.
     pub refresh: Option<std::time::Duration>,

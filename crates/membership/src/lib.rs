@@ -118,7 +118,7 @@
 //!   the handover's gap is that delay, not a detection time.
 //! - **A thread of its own, at real-time priority.** [`Membership::spawn_dedicated`] runs the
 //!   loop on the `berth-membership` thread with a current-thread runtime, so the agent's
-//!   other tasks cannot delay a heartbeat, and asks for `SCHED_RR` ([`priority`]), so a loaded
+//!   other tasks cannot delay a heartbeat, and asks for `SCHED_RR` ([`berth_realtime::priority`]), so a loaded
 //!   node's other processes cannot either: measured, they delayed it 80–200 ms, past the
 //!   withdrawal time, and the three lab agents flapped every few seconds under 1,000 Services
 //!   and `stress-ng`; at real-time priority none did. Without `CAP_SYS_NICE` it runs at normal
@@ -136,7 +136,6 @@ pub mod identity;
 pub mod lease;
 pub mod live;
 pub mod metrics;
-pub mod priority;
 mod run;
 pub mod swim;
 

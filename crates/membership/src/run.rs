@@ -131,33 +131,18 @@ impl Membership {
     /// `client`'s connections on the runtime that built it; Leases are judged in seconds, not
     /// in heartbeats. Call it inside a tokio runtime; the handle is that runtime's.
     /// The thread is named `berth-membership`, so it can be told apart in `top -H` or `perf`,
-    /// and asks for real-time priority ([`crate::priority`]): other processes of a loaded node
+    /// and asks for real-time priority ([`berth_realtime::priority`]): other processes of a loaded node
     /// must not delay it either.
     pub fn spawn_dedicated(self, shutdown: CancellationToken) -> JoinHandle<Result<(), Error>> {
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        let started = std::thread::Builder::new()
-            .name("berth-membership".into())
-            .spawn(move || {
-                match crate::priority::raise_current_thread() {
-                    Ok(()) => tracing::info!(
-                        priority = crate::priority::REALTIME_PRIORITY,
-                        "agent liveness runs on a real-time thread (SCHED_RR)"
-                    ),
-                    Err(err) => tracing::info!(
-                        error = %err,
-                        "agent liveness runs at normal priority (SCHED_RR needs CAP_SYS_NICE)"
-                    ),
-                }
-                let ran = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|source| Error::Runtime { source })
-                    .and_then(|runtime| runtime.block_on(self.run(shutdown)));
-                let _ = done_tx.send(ran);
-            });
+        let thread = berth_realtime::spawn_dedicated("berth-membership", "agent liveness", || {
+            self.run(shutdown)
+        });
         tokio::spawn(async move {
-            started.map_err(|source| Error::Runtime { source })?;
-            done_rx.await.unwrap_or(Err(Error::ThreadEnded))
+            thread.join().await.map_err(|err| match err {
+                berth_realtime::Error::Spawn { source, .. }
+                | berth_realtime::Error::Runtime { source, .. } => Error::Runtime { source },
+                berth_realtime::Error::Ended(_) => Error::ThreadEnded,
+            })?
         })
     }
 
@@ -228,9 +213,21 @@ impl Membership {
         let mut node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .boxed();
-        let mut key_poll = tokio::time::interval(KEY_POLL);
-        key_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut keys_read: Option<KeyBytes> = None;
+        // The key files are read by a task of their own through the blocking pool: this
+        // thread never waits on a file.
+        let (mut keys, _key_reader) = match (swim.is_some(), config.key_files()) {
+            (true, Some((key, previous))) => {
+                let (tx, rx) = watch::channel(None);
+                let reader = tokio::spawn(poll_key_files(
+                    key.to_path_buf(),
+                    previous.map(std::path::Path::to_path_buf),
+                    tx,
+                ));
+                (Some(rx), Some(AbortOnDrop(reader)))
+            }
+            _ => (None, None),
+        };
+        let mut keys_applied: Option<KeyBytes> = None;
         let mut rejoin = tokio::time::interval(REJOIN_PERIOD);
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let result = loop {
@@ -257,9 +254,18 @@ impl Membership {
                         ready = None;
                     }
                 }
-                _ = key_poll.tick(), if swim.is_some() && config.key_files().is_some() => {
-                    if let (Some(swim), Some((key, previous))) = (swim.as_mut(), config.key_files()) {
-                        reload_keys(swim, key, previous, &mut keys_read);
+                changed = async {
+                    match keys.as_mut() {
+                        Some(rx) => rx.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let read = keys.as_mut().and_then(|rx| rx.borrow_and_update().clone());
+                    match (swim.as_mut(), read) {
+                        (Some(swim), Some(read)) if changed => {
+                            apply_keys(swim, read, &mut keys_applied);
+                        }
+                        _ => keys = None,
                     }
                 }
                 _ = rejoin.tick(), if swim.is_some() => {
@@ -927,24 +933,44 @@ async fn receive_gated(
 /// The key files' bytes as last applied.
 type KeyBytes = (Vec<u8>, Option<Vec<u8>>);
 
-/// Reads the key files and, when they changed, seals with the new key and accepts both. A file
-/// that cannot be read or holds no valid key changes nothing (logged).
-fn reload_keys(
-    swim: &mut Swim,
-    key_file: &std::path::Path,
-    previous_file: Option<&std::path::Path>,
-    last: &mut Option<KeyBytes>,
+/// Reads the key files now and every [`KEY_POLL`], publishing their bytes when they change. A
+/// file that cannot be read changes nothing (logged). `tokio::fs` reads on the runtime's
+/// blocking pool, so a slow disk holds this task, never the thread it was spawned from.
+async fn poll_key_files(
+    key_file: std::path::PathBuf,
+    previous_file: Option<std::path::PathBuf>,
+    tx: watch::Sender<Option<KeyBytes>>,
 ) {
-    let key = match std::fs::read(key_file) {
-        Ok(bytes) => bytes,
-        Err(err) => {
-            tracing::warn!(file = %key_file.display(), error = %err, "reading the membership key failed; keeping the one in use");
-            return;
-        }
-    };
-    // A Secret without `previous` has no such file: no previous key.
-    let previous = previous_file.and_then(|f| std::fs::read(f).ok());
-    let read = (key, previous);
+    let mut poll = tokio::time::interval(KEY_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        poll.tick().await;
+        let key = match tokio::fs::read(&key_file).await {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                tracing::warn!(file = %key_file.display(), error = %err, "reading the membership key failed; keeping the one in use");
+                continue;
+            }
+        };
+        // A Secret without `previous` has no such file: no previous key.
+        let previous = match &previous_file {
+            Some(file) => tokio::fs::read(file).await.ok(),
+            None => None,
+        };
+        let read = (key, previous);
+        tx.send_if_modified(|current| {
+            if current.as_ref() == Some(&read) {
+                return false;
+            }
+            *current = Some(read);
+            true
+        });
+    }
+}
+
+/// When the key files' bytes changed, seals with the new key and accepts both. Bytes that hold
+/// no valid key change nothing (logged).
+fn apply_keys(swim: &mut Swim, read: KeyBytes, last: &mut Option<KeyBytes>) {
     if last.as_ref() == Some(&read) {
         return;
     }

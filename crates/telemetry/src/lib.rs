@@ -2,13 +2,15 @@
 //! HTTP router (`/healthz`, `/readyz`, `/metrics`).
 //!
 //! Nothing here is global except the tracing subscriber, which `tracing` itself makes global: the
-//! metrics registry and the readiness checks are values that the binary creates and hands down.
+//! metrics registry, the readiness checks and the count of dropped log lines are values that the
+//! binary creates and hands down.
 
 mod admin;
 mod error;
 mod logging;
 mod metrics;
 mod readiness;
+mod writer;
 
 pub use admin::{admin_router, serve_admin};
 pub use error::Error;
@@ -20,3 +22,4 @@ pub use metrics::{
     encode_registry, MetricsRegistry, SharedRegistry, METRIC_PREFIX, OPENMETRICS_CONTENT_TYPE,
 };
 pub use readiness::{CheckStatus, Readiness, ReadinessCheck, ReadinessReport};
+pub use writer::{build_non_blocking, DroppedLines, LogGuard, LOG_QUEUE_LINES};

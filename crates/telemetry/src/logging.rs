@@ -9,6 +9,7 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
+use crate::writer::{build_non_blocking, LogGuard, LOG_QUEUE_LINES};
 use crate::Error;
 
 /// The filter used when neither `--log-level` nor `RUST_LOG` says anything.
@@ -121,11 +122,18 @@ where
 
 /// Installs the process-wide subscriber, writing to stderr so that commands printing data on
 /// stdout (`berth crds`) stay pipeable. Fails, rather than panicking, when one is already installed.
-pub fn init_tracing(config: &LogConfig) -> Result<(), Error> {
+///
+/// No thread of the process writes to stderr itself: lines go through a bounded queue that a
+/// thread of its own writes out ([`crate::writer`]), so a stalled stderr (a throttled log file, a
+/// full pipe) drops lines instead of stalling the threads that log. Keep the returned guard in
+/// `main` until the end, so queued lines are written out on exit.
+pub fn init_tracing(config: &LogConfig) -> Result<LogGuard, Error> {
     let ansi = config.format == LogFormat::Text && std::io::stderr().is_terminal();
-    build_subscriber(config, std::io::stderr, ansi)?
+    let (writer, guard) = build_non_blocking(std::io::stderr(), LOG_QUEUE_LINES);
+    build_subscriber(config, writer, ansi)?
         .try_init()
-        .map_err(Error::TracingAlreadyInitialized)
+        .map_err(Error::TracingAlreadyInitialized)?;
+    Ok(guard)
 }
 
 #[cfg(test)]

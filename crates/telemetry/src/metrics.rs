@@ -73,6 +73,16 @@ impl MetricsRegistry {
             .register("build", "Build information about this berth binary", info);
     }
 
+    /// Registers `berth_log_lines_dropped_total`: log lines dropped because the output stalled
+    /// and the log queue was full (see [`crate::init_tracing`]).
+    pub fn register_log_drops(&mut self, dropped: crate::DroppedLines) {
+        self.registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because the log output stalled and the queue in front of it was full",
+            dropped,
+        );
+    }
+
     /// Ends registration: the result is cheap to clone into HTTP handlers.
     pub fn into_shared(self) -> SharedRegistry {
         SharedRegistry(Arc::new((self.registry, self.kube_proxy)))

@@ -1,5 +1,5 @@
-//! The membership thread's CPU priority. A thread of its own keeps the agent's other tasks from
-//! delaying a heartbeat, but not the other processes of a loaded node: with twenty runnable
+//! A dedicated thread's CPU priority. A thread of its own keeps the agent's other tasks from
+//! delaying a heartbeat or an ARP answer, but not the other processes of a loaded node: with twenty runnable
 //! threads on two cores, measured, the membership loop woke 80–200 ms late, all three agents at
 //! once, and a node that hears nobody for the withdrawal time withdraws. So the thread asks for
 //! `SCHED_RR` at the lowest real-time priority: it runs as soon as it wakes, before every
