@@ -10,7 +10,6 @@ use berth_datapath::backend::SyncKind;
 use berth_datapath::fake::MemoryNft;
 use berth_datapath::nft::{remove_table, Nft, NftSyncer};
 use berth_datapath::nft::{Command, Element, NftChain};
-use berth_datapath::trace::Origin;
 use berth_datapath::*;
 use common::*;
 
@@ -91,28 +90,7 @@ fn the_table_traces_like_the_plan() {
     let view = mk_fixed_view();
     let rs = plan(&view, &linear());
     let table = nft_traceable(&rs, IpFamily::V4);
-    let mut packets = Vec::new();
-    for svc in &view.services {
-        let mut dsts: Vec<(String, u16)> = svc
-            .cluster_ips
-            .iter()
-            .chain(&svc.external_ips)
-            .map(|ip| (ip.to_string(), svc.port))
-            .collect();
-        dsts.extend(
-            svc.load_balancer_ingress
-                .iter()
-                .map(|i| (i.ip.to_string(), svc.port)),
-        );
-        dsts.extend(svc.node_port.map(|np| (NODE_IP.to_string(), np)));
-        for (dst, port) in dsts {
-            for src in [LOCAL_POD, CLIENT_IP, "198.18.0.250"] {
-                packets.push(packet(src, &dst, port, Origin::Network));
-            }
-            packets.push(packet(NODE_IP, &dst, port, Origin::LocalProcess));
-        }
-    }
-    packets.push(packet(CLIENT_IP, "10.96.9.9", 80, Origin::Network));
+    let packets = fixed_view_packets(&view);
     assert!(packets.len() > 50);
     for p in &packets {
         assert_eq!(

@@ -118,28 +118,7 @@ fn golden_full_transaction_of_the_fixed_set_in_four_shards() {
 fn the_sharded_tables_trace_like_the_plan() {
     let view = mk_fixed_view();
     let rs = plan(&view, &linear());
-    let mut packets = Vec::new();
-    for svc in &view.services {
-        let mut dsts: Vec<(String, u16)> = svc
-            .cluster_ips
-            .iter()
-            .chain(&svc.external_ips)
-            .map(|ip| (ip.to_string(), svc.port))
-            .collect();
-        dsts.extend(
-            svc.load_balancer_ingress
-                .iter()
-                .map(|i| (i.ip.to_string(), svc.port)),
-        );
-        dsts.extend(svc.node_port.map(|np| (NODE_IP.to_string(), np)));
-        for (dst, port) in dsts {
-            for src in [LOCAL_POD, CLIENT_IP, "198.18.0.250"] {
-                packets.push(packet(src, &dst, port, Origin::Network));
-            }
-            packets.push(packet(NODE_IP, &dst, port, Origin::LocalProcess));
-        }
-    }
-    packets.push(packet(CLIENT_IP, "10.96.9.9", 80, Origin::Network));
+    let packets = fixed_view_packets(&view);
     for k in [2, 4, 16] {
         let table = fresh(&rs, k).traceable();
         for p in &packets {

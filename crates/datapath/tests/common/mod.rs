@@ -154,6 +154,35 @@ pub fn env() -> TraceEnv {
     }
 }
 
+/// Every packet the fixed set can receive that the tracer tests compare: to each Service's
+/// cluster, external and load-balancer addresses and node port, from a local pod, an off-cluster
+/// client, another LAN host and (locally) the node; and one to an address no Service has.
+pub fn fixed_view_packets(view: &NodeView) -> Vec<Packet> {
+    let mut packets = Vec::new();
+    for svc in &view.services {
+        let mut dsts: Vec<(String, u16)> = svc
+            .cluster_ips
+            .iter()
+            .chain(&svc.external_ips)
+            .map(|ip| (ip.to_string(), svc.port))
+            .collect();
+        dsts.extend(
+            svc.load_balancer_ingress
+                .iter()
+                .map(|i| (i.ip.to_string(), svc.port)),
+        );
+        dsts.extend(svc.node_port.map(|np| (NODE_IP.to_string(), np)));
+        for (dst, port) in dsts {
+            for src in [LOCAL_POD, CLIENT_IP, "198.18.0.250"] {
+                packets.push(packet(src, &dst, port, Origin::Network));
+            }
+            packets.push(packet(NODE_IP, &dst, port, Origin::LocalProcess));
+        }
+    }
+    packets.push(packet(CLIENT_IP, "10.96.9.9", 80, Origin::Network));
+    packets
+}
+
 pub fn packet(src: &str, dst: &str, dport: u16, origin: Origin) -> Packet {
     Packet {
         src: ip(src),
