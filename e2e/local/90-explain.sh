@@ -46,10 +46,11 @@ journey() {
     log "explain names $node as the announcer of $ip, as the Service does"
 
     out=$(explain_on_lan default/explained --from 198.18.0.100)
-    # Hops in the backend's own words: nft chains (nat-PREROUTING) or iptables' (nat/PREROUTING).
-    local first_hop=nat-PREROUTING:
+    # Hops in the backend's own words: nft chains (nat-PREROUTING, in its nat shard:
+    # berth-<n> nat-PREROUTING) or iptables' (nat/PREROUTING).
+    local first_hop="(berth-[0-9]+ )?nat-PREROUTING:"
     [[ ${BERTH_BACKEND:-} == iptables ]] && first_hop=nat/PREROUTING:
-    grep -q "^    $first_hop" <<<"$out" || { fail "no $first_hop hop: $out"; return 1; }
+    grep -Eq "^    $first_hop" <<<"$out" || { fail "no $first_hop hop: $out"; return 1; }
     local traced answered
     traced=$(dnat_targets "$out")
     answered=$(answering_addresses 20 "$ip")

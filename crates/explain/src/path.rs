@@ -251,7 +251,15 @@ pub fn render_paths(
             i + 1,
             path.probability
         ));
-        for hit in &path.hits {
+        let (hits, passed) = skip_shard_passes(&path.hits);
+        if !passed.is_empty() {
+            out.push_str(&format!(
+                "    (nothing matched in the lookups of {} of the nat shards: {})\n",
+                passed.len(),
+                shard_list(&passed)
+            ));
+        }
+        for hit in hits {
             out.push_str(&format!("    {}\n", hop(hit)));
         }
         let masq = if path.outcome.masqueraded {
@@ -271,6 +279,60 @@ pub fn render_paths(
         out.push_str("  no path: the tracer found none\n");
     }
     out
+}
+
+/// The nat shard a traced hit is in (the tracer names a shard's chains `<chain>@<n>`).
+fn hit_shard(hit: &Hit) -> Option<u16> {
+    let (_, shard) = hit.chain.as_str().rsplit_once('@')?;
+    shard.parse().ok()
+}
+
+/// The hits worth showing, and the shards the packet only passed through: with nat shards every
+/// packet enters each shard's lookup in turn, and a shard whose lookup matched nothing leaves one
+/// hit (its base chain's jump) between hits in other tables, where a lookup that matched leaves
+/// at least two in a row. Those lone hits are counted, not listed.
+fn skip_shard_passes(hits: &[Hit]) -> (Vec<&Hit>, Vec<u16>) {
+    let mut shown = Vec::new();
+    let mut passed = Vec::new();
+    for (i, hit) in hits.iter().enumerate() {
+        let neighbour_in = |j: Option<usize>, shard: u16| {
+            j.and_then(|j| hits.get(j)).and_then(hit_shard) == Some(shard)
+        };
+        match hit_shard(hit) {
+            Some(shard)
+                if !neighbour_in(i.checked_sub(1), shard) && !neighbour_in(Some(i + 1), shard) =>
+            {
+                if !passed.contains(&shard) {
+                    passed.push(shard);
+                }
+            }
+            _ => shown.push(hit),
+        }
+    }
+    (shown, passed)
+}
+
+/// `berth-1…26, berth-28…32`: shard numbers as runs.
+fn shard_list(shards: &[u16]) -> String {
+    let mut sorted = shards.to_vec();
+    sorted.sort_unstable();
+    let mut runs: Vec<(u16, u16)> = Vec::new();
+    for n in sorted {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == n => *end = n,
+            _ => runs.push((n, n)),
+        }
+    }
+    runs.iter()
+        .map(|(a, b)| {
+            if a == b {
+                format!("berth-{a}")
+            } else {
+                format!("berth-{a}…{b}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -458,5 +520,59 @@ COMMIT
     fn text_that_is_not_a_ruleset_is_an_error() {
         let err = ruleset_from_save("*nat\n-A BERTH-X -j BERTH-MISSING\nCOMMIT\n").unwrap_err();
         assert!(err.to_string().contains("ruleset"), "{err}");
+    }
+
+    /// With nat shards every packet passes the lookups of the shards before its own; those passes
+    /// are counted in one line, and the hits in the shard that matched and in the main table shown.
+    #[test]
+    fn shards_that_matched_nothing_are_counted_not_listed() {
+        use berth_datapath::trace::Outcome;
+        use berth_datapath::Rule;
+        let hit = |chain: &str, to: &str| Hit {
+            table: Table::Nat,
+            chain: ChainName::new(chain),
+            rule: Rule::new(vec![], Target::Jump(ChainName::new(to))),
+        };
+        let hits = vec![
+            hit("PREROUTING@1", "BERTH-SERVICES@1"),
+            hit("PREROUTING@2", "BERTH-SERVICES@2"),
+            hit("PREROUTING@4", "BERTH-SERVICES@4"),
+            hit("PREROUTING@3", "BERTH-SERVICES@3"),
+            hit("BERTH-SERVICES@3", "BERTH-SVC-AAAA@3"),
+            hit("POSTROUTING", "BERTH-POSTROUTING"),
+        ];
+        let path = TracedPath {
+            hits,
+            outcome: Outcome {
+                verdict: Verdict::Dnat("10.244.1.2:8080".parse().unwrap()),
+                masqueraded: false,
+                affinity_set: None,
+            },
+            probability: 1.0,
+        };
+        let p = Packet {
+            src: "198.18.0.100".parse().unwrap(),
+            dst: "10.96.0.10".parse().unwrap(),
+            protocol: Protocol::Tcp,
+            dport: 80,
+            origin: Origin::Network,
+            bridged: false,
+        };
+        let text = render_paths(&p, "node1", &[path], &|h| {
+            format!("{} -> {}", h.chain, h.rule.jump_target().unwrap())
+        });
+        let lines: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            lines,
+            [
+                "    (nothing matched in the lookups of 3 of the nat shards: berth-1…2, berth-4)",
+                "    PREROUTING@3 -> BERTH-SERVICES@3",
+                "    BERTH-SERVICES@3 -> BERTH-SVC-AAAA@3",
+                "    POSTROUTING -> BERTH-POSTROUTING",
+                "    => DNAT to 10.244.1.2:8080, not masqueraded (the endpoint sees the client's address)",
+            ],
+            "{text}"
+        );
+        assert_eq!(shard_list(&[5, 1, 2, 3, 7]), "berth-1…3, berth-5, berth-7");
     }
 }
