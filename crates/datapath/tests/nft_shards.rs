@@ -14,7 +14,7 @@ use berth_core::IpFamily;
 use berth_datapath::backend::SyncKind;
 use berth_datapath::fake::MemoryNft;
 use berth_datapath::nft::render::NftRuleset;
-use berth_datapath::nft::shard::{Shard, MAIN};
+use berth_datapath::nft::shard::{parse_table_name, Shard, MAIN};
 use berth_datapath::nft::{NftSyncer, Shards};
 use berth_datapath::trace::Origin;
 use berth_datapath::*;
@@ -83,10 +83,16 @@ fn tables_named(tx: &str) -> BTreeSet<Shard> {
                 .split_whitespace()
                 .find(|w| w.starts_with("berth"))
                 .unwrap();
-            table
-                .strip_prefix("berth-")
-                .map_or(MAIN, |n| n.parse().unwrap())
+            parse_table_name("berth", table).unwrap()
         })
+        .collect()
+}
+
+/// The shard tables (not the main one) a transaction names.
+fn shard_tables(tx: &str) -> Vec<Shard> {
+    tables_named(tx)
+        .into_iter()
+        .filter(|t| *t != MAIN)
         .collect()
 }
 
@@ -146,11 +152,7 @@ fn a_change_to_one_service_writes_only_its_shard() {
         let report = step(&mut s, &mut planner);
         assert_eq!(report.kind, SyncKind::Partial);
         let tx = last_tx(&s);
-        let shard_tables: Vec<Shard> = tables_named(&tx)
-            .into_iter()
-            .filter(|t| *t != MAIN)
-            .collect();
-        assert_eq!(shard_tables.len(), 1, "{tx}");
+        assert_eq!(shard_tables(&tx).len(), 1, "{tx}");
         for line in tx.lines().filter(|l| l.contains(" ip berth ")) {
             assert!(line.contains(" hairpin "), "{line}");
         }
@@ -170,11 +172,7 @@ fn a_change_to_one_service_writes_only_its_shard() {
     planner.update(&view);
     step(&mut s, &mut planner);
     let tx = last_tx(&s);
-    let shard_tables: Vec<Shard> = tables_named(&tx)
-        .into_iter()
-        .filter(|t| *t != MAIN)
-        .collect();
-    assert_eq!(shard_tables.len(), 1, "{tx}");
+    assert_eq!(shard_tables(&tx).len(), 1, "{tx}");
     assert!(tx.contains("add element ip berth-"), "{tx}");
     assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
     // And gone again, affinity sets with it.

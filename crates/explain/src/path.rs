@@ -16,6 +16,7 @@ use berth_datapath::iptables::rule_text::rule_args;
 use berth_datapath::iptables::rule_text::{parse_rule, split_words};
 use berth_datapath::nft::decode::decode_table;
 use berth_datapath::nft::dump::RawTable;
+use berth_datapath::nft::table::traced_shard;
 use berth_datapath::nft::NftTable;
 use berth_datapath::trace::{trace_paths, Hit, Origin, Packet, TraceEnv, TracedPath, Verdict};
 use berth_datapath::{ChainName, JumpRule, Ruleset, Table};
@@ -281,10 +282,9 @@ pub fn render_paths(
     out
 }
 
-/// The nat shard a traced hit is in (the tracer names a shard's chains `<chain>@<n>`).
+/// The nat shard a traced hit is in.
 fn hit_shard(hit: &Hit) -> Option<u16> {
-    let (_, shard) = hit.chain.as_str().rsplit_once('@')?;
-    shard.parse().ok()
+    traced_shard(&hit.chain).map(|(_, shard)| shard)
 }
 
 /// The hits worth showing, and the shards the packet only passed through: with nat shards every

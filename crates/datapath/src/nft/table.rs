@@ -41,13 +41,15 @@ pub fn traced_name(name: &ChainName, shard: Shard) -> ChainName {
     }
 }
 
+/// The name and nat shard a traced name stands for (`None` for a chain of the main table).
+pub fn traced_shard(traced: &ChainName) -> Option<(&str, Shard)> {
+    let (name, shard) = traced.as_str().rsplit_once('@')?;
+    Some((name, shard.parse().ok()?))
+}
+
 /// The chain a traced name stands for.
 fn untraced(table: crate::plan::model::Table, traced: &ChainName) -> NftChain {
-    let shard = traced
-        .as_str()
-        .rsplit_once('@')
-        .and_then(|(name, shard)| Some((name, shard.parse::<Shard>().ok()?)));
-    match shard {
+    match traced_shard(traced) {
         Some((name, shard)) => NftChain::in_shard(table, &ChainName::new(name), shard),
         None => NftChain::new(table, traced),
     }
