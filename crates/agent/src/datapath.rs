@@ -122,7 +122,11 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
         FamilyDatapath {
             family,
             planner: Planner::new(options),
-            syncer: Applier::Nftables(NftSyncer::new(nft, family).with_shards(shards)),
+            syncer: Applier::Nftables(
+                NftSyncer::new(nft, family)
+                    .with_shards(shards)
+                    .with_staged_cold_load(true),
+            ),
             changes: Changes::All,
             cleanup: Some(Box::new(move || {
                 tool_absent_is_clean(remove_berth_rules(&mut iptables).map(|_| ()))

@@ -15,7 +15,8 @@
 //! Needs root, iproute2, iptables-legacy, iptables-nft and nft; prints a skip message otherwise.
 //! Options: `--sizes 1000,10000,30000` `--endpoints 10` `--changes 3` `--only <substring>,...`
 //! `--budget-s 150` `--anchor-max 10000` `--nft-shards 32` (berth's nat shards on nftables; the
-//! agent's default). Bounds, so a run ends in minutes: each (size, case)
+//! agent's default) `--nft-cold-load staged|one` (berth's cold load on nftables in stages, as the
+//! agent's, or as one transaction). Bounds, so a run ends in minutes: each (size, case)
 //! gets `--budget-s` seconds in all (`BERTH_SYNC_BUDGET_S`); past it the processes in its
 //! namespace (this run's own `iptables-restore` or `nft`) are killed, the row says `stopped`, and
 //! the case is not tried at larger sizes. The kube-proxy-shaped anchors run up to `--anchor-max`
@@ -57,6 +58,9 @@ struct Options {
     anchor_max: usize,
     /// berth's nat shards on nftables (`--nft-shards`, the agent's default).
     shards: Shards,
+    /// Whether berth's cold load on nftables goes in stages, as the agent's does (`false`:
+    /// `--nft-cold-load one`, one transaction).
+    staged: bool,
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -75,6 +79,7 @@ fn parse_options() -> Options {
         budget: Duration::from_secs(env_number("BERTH_SYNC_BUDGET_S", 150)),
         anchor_max: env_number("BERTH_SYNC_ANCHOR_MAX", 10_000) as usize,
         shards: Shards::new(DEFAULT_SHARDS).unwrap(),
+        staged: true,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<String> { v.split(',').map(str::to_string).collect() };
@@ -89,6 +94,7 @@ fn parse_options() -> Options {
             "--budget-s" => options.budget = Duration::from_secs(value.parse().unwrap()),
             "--anchor-max" => options.anchor_max = value.parse().unwrap(),
             "--nft-shards" => options.shards = Shards::new(value.parse().unwrap()).unwrap(),
+            "--nft-cold-load" => options.staged = value != "one",
             // cargo bench passes --bench; anything else is ignored.
             _ => {
                 i += 1;
@@ -267,11 +273,21 @@ impl Nft for TimedNft {
         result
     }
 
-    fn shards(
+    fn tables(
         &mut self,
         family: IpFamily,
     ) -> std::result::Result<Option<std::collections::BTreeSet<Shard>>, berth_datapath::Error> {
-        self.nft.shards(family)
+        self.nft.tables(family)
+    }
+
+    fn apply_staged(
+        &mut self,
+        stages: Vec<Transaction>,
+    ) -> std::result::Result<usize, berth_datapath::Error> {
+        let start = Instant::now();
+        let result = self.nft.apply_staged(stages);
+        *self.last.lock().unwrap() = start.elapsed();
+        result
     }
 }
 
@@ -326,7 +342,8 @@ fn measure_berth(
                 },
                 IpFamily::V4,
             )
-            .with_shards(options.shards),
+            .with_shards(options.shards)
+            .with_staged_cold_load(options.staged),
         ),
         Case::KubeProxyNft => return Err("not a berth case".into()),
     };

@@ -15,12 +15,14 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::process::Command;
 
 use berth_core::IpFamily;
 use berth_datapath::fake::MemoryNft;
 use berth_datapath::nft::decode::decode_table;
 use berth_datapath::nft::dump::RawTable;
+use berth_datapath::nft::shard::{Shard, MAIN};
 use berth_datapath::nft::{CommandNft, NetlinkNft, Nft, NftSyncer, NftTable, Shards, Transaction};
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
@@ -34,6 +36,8 @@ struct Both {
     netlink: NetlinkNft,
     text: CommandNft,
     model: MemoryNft,
+    /// Loads that went in stages.
+    staged_loads: usize,
 }
 
 impl Nft for Both {
@@ -49,6 +53,23 @@ impl Nft for Both {
         let by_model = self.model.apply(tx);
         assert_eq!(by_text.is_ok(), by_model.is_ok(), "{by_model:?}");
         by_text
+    }
+
+    /// berth's tables as the kernel holds them in the netlink writer's namespace (the text
+    /// writer's holds the same; the model starts empty with each history).
+    fn tables(&mut self, family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
+        self.netlink.tables(family)
+    }
+
+    /// A staged load: `nft` and the model take the stages one by one, the netlink writer as
+    /// the agent's does, building each batch while the kernel takes the last.
+    fn apply_staged(&mut self, stages: Vec<Transaction>) -> Result<usize, Error> {
+        self.staged_loads += 1;
+        for tx in &stages {
+            self.text.apply(tx)?;
+            self.model.apply(tx)?;
+        }
+        self.netlink.apply_staged(stages)
     }
 }
 
@@ -70,10 +91,11 @@ struct Pair {
 }
 
 impl Pair {
-    fn new() -> Pair {
+    /// Two fresh namespaces, `tag` keeping them apart from another test's.
+    fn new(tag: &str) -> Pair {
         Pair {
-            netlink: Netns::new("nq", "nl"),
-            text: Netns::new("nq", "nft"),
+            netlink: Netns::new("nq", &format!("{tag}-nl")),
+            text: Netns::new("nq", &format!("{tag}-nft")),
         }
     }
 
@@ -83,10 +105,12 @@ impl Pair {
                 netlink: NetlinkNft::in_netns(&self.netlink.0),
                 text: CommandNft::in_netns(&self.text.0),
                 model: MemoryNft::new(family),
+                staged_loads: 0,
             },
             family,
         )
         .with_shards(Shards::new(shards).unwrap())
+        .with_staged_cold_load(true)
     }
 
     /// Both tables, dumped and decoded as `berth explain` does (through the bytes the agent
@@ -234,8 +258,11 @@ fn equal_through_a_history(
 ) {
     let options = linear(family);
     let mut syncer = pair.syncer(family, shards);
+    let cold = syncer.nft_mut().tables(family).unwrap() == Some(BTreeSet::new());
     let report = syncer.sync(&plan(view, &options)).unwrap();
     assert_eq!(report.kind, SyncKind::Full);
+    // Into empty namespaces a load goes in stages, over berth's tables in one transaction.
+    assert_eq!(syncer.nft().staged_loads, usize::from(cold), "{name}");
     let listing = pair.assert_equal(family, &format!("{name}: full sync"));
     pair.assert_decoded(family, &syncer.nft().model, &format!("{name}: full sync"));
     assert!(
@@ -262,7 +289,7 @@ fn equal_through_a_history(
 #[test]
 fn netlink_and_nft_write_the_same_tables() {
     require!(Requirement::Netns, Requirement::Nft);
-    let pair = Pair::new();
+    let pair = Pair::new("hist");
     equal_through_a_history(
         &pair,
         IpFamily::V4,
@@ -304,6 +331,55 @@ fn netlink_and_nft_write_the_same_tables() {
     );
     let tables = pair.netlink.ruleset(IpFamily::V4).unwrap().to_string();
     assert!(!tables.contains("berth-1"), "{tables}");
+}
+
+/// A cold load in stages through the netlink writer's pipeline (the agent's, and `nft -f` taking
+/// the same stages one by one) into empty namespaces: the same tables as ever, over nat shards
+/// and in both families; and the history after it.
+#[test]
+fn a_cold_load_in_stages_writes_the_same_tables() {
+    require!(Requirement::Netns, Requirement::Nft);
+    for (family, view, name) in [
+        (IpFamily::V4, mk_fixed_view(), "fixed set"),
+        (IpFamily::V6, mk_v6_view(), "IPv6 Services"),
+    ] {
+        let pair = Pair::new(&format!("stage{family:?}"));
+        equal_through_a_history(&pair, family, &format!("{name} in stages"), &view, 5);
+    }
+}
+
+/// The pipeline stops at a refused stage: the stages before it are in the kernel, the one
+/// refused and every later one are not, and the error names the refused object.
+#[test]
+fn a_staged_load_stops_at_a_refused_stage() {
+    require!(Requirement::Netns, Requirement::Nft);
+    use berth_datapath::nft::{Command as NftCommand, NftChain, NftRule};
+    let ns = Netns::new("nq", "stage");
+    let table = |shard: Shard| {
+        let mut tx = Transaction::new(IpFamily::V4);
+        tx.push(NftCommand::AddTable(shard));
+        tx
+    };
+    let mut refused = table(2);
+    refused.push(NftCommand::AddChain(
+        NftChain::in_shard(Table::Nat, &ChainName::new("BERTH-SERVICES"), 2),
+        None,
+    ));
+    refused.push(NftCommand::AddRule(
+        NftChain::in_shard(Table::Nat, &ChainName::new("BERTH-SERVICES"), 2),
+        NftRule::Rule(Rule::jump(vec![], &ChainName::new("BERTH-NO-SUCH-CHAIN"))),
+    ));
+    let stages = vec![table(MAIN), table(1), refused, table(3), table(4)];
+    let err = NetlinkNft::in_netns(&ns.0)
+        .apply_staged(stages)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("add rule ip berth-2 nat-BERTH-SERVICES jump nat-BERTH-NO-SUCH-CHAIN"),
+        "{err}"
+    );
+    let left = NetlinkNft::in_netns(&ns.0).tables(IpFamily::V4).unwrap();
+    assert_eq!(left, Some(BTreeSet::from([MAIN, 1])));
 }
 
 #[test]

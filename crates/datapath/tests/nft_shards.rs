@@ -324,3 +324,99 @@ fn an_endpoint_chain_that_stays_a_chain_lives_with_its_service() {
         .all(|c| c.name != sep));
     assert_eq!(s.nft().table, fresh(&rs, 4).table);
 }
+
+/// The in-memory nftables, refusing its `fail_at`-th transaction (0: the first).
+struct FailingAt {
+    nft: MemoryNft,
+    fail_at: usize,
+    seen: usize,
+}
+
+impl nft::Nft for FailingAt {
+    fn apply(&mut self, tx: &nft::Transaction) -> Result<(), Error> {
+        self.nft.fail_next = self.seen == self.fail_at;
+        self.seen += 1;
+        self.nft.apply(tx)
+    }
+
+    fn tables(
+        &mut self,
+        family: IpFamily,
+    ) -> Result<Option<BTreeSet<Shard>>, berth_datapath::Error> {
+        self.nft.tables(family)
+    }
+}
+
+/// A cold load in stages: one transaction per table naming that table alone and no hook, then
+/// one adding the base chains; it leaves exactly what the one-transaction load leaves, and a
+/// later full sync (berth's tables exist now) is one transaction again.
+#[test]
+fn a_cold_load_in_stages_leaves_what_one_transaction_leaves() {
+    let rs = plan(&many(40), &linear());
+    for k in [1, 4] {
+        let mut s = syncer(k).with_staged_cold_load(true);
+        let report = s.sync(&rs).unwrap();
+        assert_eq!(report.kind, SyncKind::Full);
+        assert_eq!(s.nft().table, fresh(&rs, k).table, "k={k}");
+        let txs = s.nft().transactions.clone();
+        let tables: Vec<Shard> = std::iter::once(MAIN).chain(shards(k).shards()).collect();
+        assert_eq!(txs.len(), tables.len() + 1, "k={k}");
+        let (last, stages) = txs.split_last().unwrap();
+        for (stage, table) in stages.iter().zip(&tables) {
+            assert_eq!(tables_named(stage), BTreeSet::from([*table]), "k={k}");
+            assert!(
+                !stage.contains("hook"),
+                "k={k}: a hook before the last stage:\n{stage}"
+            );
+        }
+        assert!(
+            last.lines()
+                .all(|line| line.contains("hook") || line.starts_with("add rule")),
+            "k={k}: the last stage adds base chains and their rules only:\n{last}"
+        );
+        assert_eq!(
+            tables_named(last),
+            tables.iter().copied().collect(),
+            "k={k}"
+        );
+        // The hourly full sync over existing tables: one transaction.
+        s.force_full_sync();
+        s.sync(&rs).unwrap();
+        assert_eq!(s.nft().transactions.len(), txs.len() + 1, "k={k}");
+        assert_eq!(s.nft().table, fresh(&rs, k).table, "k={k}");
+    }
+}
+
+/// A staged load cut short at any stage leaves no base chain (nothing a packet meets), and the
+/// next full sync, over the tables left behind, ends where a cold load does.
+#[test]
+fn a_staged_load_cut_short_hooks_nothing_and_the_next_sync_completes_it() {
+    let rs = plan(&many(40), &linear());
+    let k = 4;
+    for fail_at in 0..=usize::from(k) + 1 {
+        let mut nft = MemoryNft::new(IpFamily::V4);
+        nft.record = true;
+        let writer = FailingAt {
+            nft,
+            fail_at,
+            seen: 0,
+        };
+        let mut s = NftSyncer::new(writer, IpFamily::V4)
+            .with_shards(shards(k))
+            .with_staged_cold_load(true);
+        assert!(s.sync(&rs).is_err(), "fail_at={fail_at}");
+        let left = s.nft().nft.table.clone();
+        let hooks = left.as_ref().map_or(0, |t| t.hooks.len());
+        assert_eq!(
+            hooks, 0,
+            "fail_at={fail_at}: a base chain after a cut-short load"
+        );
+        assert_eq!(
+            left.as_ref().map_or(0, |t| t.tables.len()),
+            fail_at,
+            "fail_at={fail_at}: the stages before the refused one stay"
+        );
+        s.sync(&rs).unwrap();
+        assert_eq!(s.nft().nft.table, fresh(&rs, k).table, "fail_at={fail_at}");
+    }
+}

@@ -282,12 +282,11 @@ impl Nft for MemoryNft {
         Ok(())
     }
 
-    fn shards(&mut self, _family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
+    fn tables(&mut self, _family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
         Ok(Some(
             self.table
                 .iter()
                 .flat_map(|t| t.tables.iter().copied())
-                .filter(|s| *s != MAIN)
                 .collect(),
         ))
     }

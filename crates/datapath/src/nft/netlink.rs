@@ -596,6 +596,49 @@ impl NetlinkSocket {
     pub fn apply(&mut self, tx: &Transaction, table: &str) -> Result<usize, Error> {
         let batch = build_batch(tx, table, self.seq);
         self.seq = batch.last_seq.wrapping_add(1);
+        self.send_batch(tx, &batch)
+    }
+
+    /// Applies `stages` in order, one batch (one transaction) each, stopping at the first the
+    /// kernel refuses; the bytes sent in all. A thread of its own hands the batches to the
+    /// kernel, so the next one is built while the kernel takes the last (at most one waits
+    /// built: the memory of two or three batches, not of all of them).
+    pub fn apply_staged(&mut self, stages: Vec<Transaction>, table: &str) -> Result<usize, Error> {
+        let mut seq = self.seq;
+        let (to_kernel, built) = std::sync::mpsc::sync_channel::<(Transaction, Batch)>(1);
+        let result = std::thread::scope(|scope| {
+            let sender = std::thread::Builder::new()
+                .name("berth-nft-send".to_string())
+                .spawn_scoped(scope, || {
+                    let mut sent = 0;
+                    for (tx, batch) in built {
+                        sent += self.send_batch(&tx, &batch)?;
+                    }
+                    Ok(sent)
+                })
+                .map_err(|e| io_error("start the sending thread", e))?;
+            for tx in stages.into_iter().filter(|tx| !tx.is_empty()) {
+                let batch = build_batch(&tx, table, seq);
+                seq = batch.last_seq.wrapping_add(1);
+                // The sender stopped at a refused batch: its error is the result.
+                if to_kernel.send((tx, batch)).is_err() {
+                    break;
+                }
+            }
+            drop(to_kernel);
+            sender.join().unwrap_or_else(|_| {
+                Err(io_error(
+                    "send",
+                    io::Error::other("the sending thread panicked"),
+                ))
+            })
+        });
+        self.seq = seq;
+        result
+    }
+
+    /// Sends one built batch in one `send` and reads the kernel's answers to it.
+    fn send_batch(&mut self, tx: &Transaction, batch: &Batch) -> Result<usize, Error> {
         // The whole batch must fit the socket's send buffer to go in one message.
         let wanted = batch.bytes.len() + 65_536;
         setsockopt(&self.fd(), sockopt::SndBufForce, &wanted)
@@ -970,15 +1013,20 @@ impl Nft for NetlinkNft {
         result
     }
 
-    fn shards(&mut self, family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
+    fn tables(&mut self, family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
         let result = self.socket()?.tables(family, TABLE);
         if result.is_err() {
             self.socket = None;
         }
-        result.map(|mut tables| {
-            tables.remove(&MAIN);
-            Some(tables)
-        })
+        result.map(Some)
+    }
+
+    fn apply_staged(&mut self, stages: Vec<Transaction>) -> Result<usize, Error> {
+        let result = self.socket()?.apply_staged(stages, TABLE);
+        if result.is_err() {
+            self.socket = None;
+        }
+        result
     }
 
     fn can_read(&self) -> bool {

@@ -52,10 +52,22 @@ pub trait Nft {
         Ok(None)
     }
 
-    /// The shard tables of berth's that exist (`None`: unknown, so a full sync removes every
-    /// shard table it does not fill).
-    fn shards(&mut self, _family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
+    /// The tables of berth's that exist, the main one ([`MAIN`]) included (`None`: unknown, so
+    /// a full sync removes every shard table it does not fill, and never loads in stages).
+    fn tables(&mut self, _family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
         Ok(None)
+    }
+
+    /// Applies `stages` in order, each one transaction (all of it, or nothing and an error; the
+    /// stages before a failed one stay applied); the bytes written in all. A writer may build
+    /// the next stage while the kernel takes one.
+    fn apply_staged(&mut self, stages: Vec<Transaction>) -> Result<usize, Error> {
+        let mut written = 0;
+        for tx in stages {
+            self.apply(&tx)?;
+            written += tx.written();
+        }
+        Ok(written)
     }
 }
 
@@ -72,8 +84,12 @@ impl<N: Nft + ?Sized> Nft for Box<N> {
         (**self).read(family)
     }
 
-    fn shards(&mut self, family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
-        (**self).shards(family)
+    fn tables(&mut self, family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
+        (**self).tables(family)
+    }
+
+    fn apply_staged(&mut self, stages: Vec<Transaction>) -> Result<usize, Error> {
+        (**self).apply_staged(stages)
     }
 }
 
@@ -307,12 +323,86 @@ fn diff_entries<K: Ord + Copy>(
     }
 }
 
+/// The cold load of `planned` in stages: per table (the main one first) one transaction that
+/// replaces whatever a cut-short load left under its name and fills it with everything but its
+/// base chains, then one transaction adding every table's base chains with their rules.
+fn staged_transactions(
+    family: IpFamily,
+    shards: Shards,
+    planned: NftRuleset,
+    hairpin: &BTreeMap<IpAddr, usize>,
+) -> Vec<Transaction> {
+    let NftRuleset {
+        chains,
+        hooks,
+        services,
+        node_ports,
+        affinity,
+        hairpin: _,
+        endpoints: _,
+        planned: _,
+    } = planned;
+    let tables: Vec<Shard> = std::iter::once(MAIN).chain(shards.shards()).collect();
+    let mut stages: Vec<Transaction> = tables
+        .iter()
+        .map(|shard| {
+            let mut tx = Transaction::new(family);
+            tx.push(Command::AddTable(*shard));
+            tx.push(Command::DeleteTable(*shard));
+            tx.push(Command::AddTable(*shard));
+            tx.push(Command::AddMaps(*shard));
+            tx
+        })
+        .collect();
+    let mut last = Transaction::new(family);
+    for chain in chains.keys() {
+        let hook = hooks.get(chain).copied();
+        let command = Command::AddChain(chain.clone(), hook);
+        match hook {
+            Some(_) => last.push(command),
+            None => stage(&mut stages, chain.shard).push(command),
+        }
+    }
+    for ((shard, name), seconds) in affinity {
+        stage(&mut stages, shard).push(Command::AddAffinitySet(shard, name, seconds));
+    }
+    for (chain, rules) in chains {
+        let tx = match hooks.contains_key(&chain) {
+            true => &mut last,
+            false => stage(&mut stages, chain.shard),
+        };
+        for rule in rules {
+            tx.push(Command::AddRule(chain.clone(), rule));
+        }
+    }
+    for (key, target) in services {
+        stage(&mut stages, target.shard).push(Command::AddElement(Element::Service(key, target)));
+    }
+    for (key, target) in node_ports {
+        stage(&mut stages, target.shard).push(Command::AddElement(Element::NodePort(key, target)));
+    }
+    for ip in hairpin.keys() {
+        stage(&mut stages, MAIN).push(Command::AddElement(Element::Hairpin(*ip)));
+    }
+    stages.push(last);
+    stages
+}
+
+/// The stage of `shard`'s table: stages are numbered from the main table's 0 up. (A command
+/// names its own table, so one of a shard past the count fails in the last table's stage.)
+fn stage(stages: &mut [Transaction], shard: Shard) -> &mut Transaction {
+    let at = usize::from(shard).min(stages.len().saturating_sub(1));
+    &mut stages[at]
+}
+
 /// Plans nothing itself: give it each new ruleset (best planned with linear dispatch, which
 /// becomes the verdict maps), it works out the smallest transaction.
 pub struct NftSyncer<N> {
     nft: N,
     family: IpFamily,
     shards: Shards,
+    /// Whether a cold load goes in stages ([`NftSyncer::with_staged_cold_load`]).
+    staged: bool,
     applied: Option<Applied>,
 }
 
@@ -323,8 +413,23 @@ impl<N: Nft> NftSyncer<N> {
             nft,
             family,
             shards: Shards::default(),
+            staged: false,
             applied: None,
         }
+    }
+
+    /// The same syncer loading berth's tables in stages when the kernel holds none of them:
+    /// one transaction per table without its base chains (inert: no hook leads into a table
+    /// without base chains), then one transaction adding every base chain at once, so packets
+    /// meet either no berth table or all of them. What it buys: the kernel holds a CPU for one
+    /// table's rules at a time instead of the whole load's (on a kernel without preemption a
+    /// long transaction delays every thread waiting for that CPU, real-time ones included), a
+    /// writer holds one table's batch instead of all of them, and the netlink writer builds the
+    /// next batch while the kernel takes one. Every other full sync stays one transaction:
+    /// whenever a berth table exists, something may depend on it.
+    pub fn with_staged_cold_load(mut self, staged: bool) -> Self {
+        self.staged = staged;
+        self
     }
 
     /// The same syncer spreading Service chains over `shards` nat shards.
@@ -450,8 +555,26 @@ impl<N: Nft> NftSyncer<N> {
                 return Ok(report);
             }
         }
-        let existing = self.nft.shards(self.family)?;
+        let existing = self.nft.tables(self.family)?;
+        if self.staged && existing.as_ref().is_some_and(BTreeSet::is_empty) {
+            return self.staged_load(rs);
+        }
         let (tx, applied) = self.full_transaction(rs, existing.as_ref())?;
+        self.nft.apply(&tx)?;
+        Ok(self.loaded(applied, tx.written()))
+    }
+
+    /// A cold load in stages ([`NftSyncer::with_staged_cold_load`]).
+    fn staged_load(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
+        let mut planned = NftRuleset::from_ruleset_in(rs, self.shards)?;
+        let applied = applied_state(&mut planned)?;
+        let stages = staged_transactions(self.family, self.shards, planned, &applied.hairpin);
+        let written = self.nft.apply_staged(stages)?;
+        Ok(self.loaded(applied, written))
+    }
+
+    /// Records the state a full load left and reports it.
+    fn loaded(&mut self, applied: Applied, payload_bytes: usize) -> SyncReport {
         let deleted_chains = self.applied.as_ref().map_or(0, |before| {
             before
                 .chains
@@ -459,16 +582,15 @@ impl<N: Nft> NftSyncer<N> {
                 .filter(|key| !applied.chains.contains_key(*key))
                 .count()
         });
-        self.nft.apply(&tx)?;
         let report = SyncReport {
             kind: SyncKind::Full,
             rewritten_chains: applied.chains.len(),
             deleted_chains,
-            payload_bytes: tx.written(),
+            payload_bytes,
             rule_count: applied.rules,
         };
         self.applied = Some(applied);
-        Ok(report)
+        report
     }
 
     /// A full sync that reads the table first and writes only what differs from the plan:
