@@ -19,8 +19,11 @@
 //! Address plan: the node namespaces `berth-ak<pid>-<writer>` have only loopback, where the one
 //! lab API server listens for each writer's agent; Services 10.96.0.0/16, endpoints
 //! 10.244.1.0/24 (no traffic is sent).
-//! `BERTH_SIGKILL_SERVICES` and `BERTH_SIGKILL_ROUNDS` change the size (defaults 3,000, and 12
-//! rounds per writer).
+//! With netlink also from an empty namespace, a cold load, which the agent writes in stages (one
+//! transaction per table without its base chains, then one adding them all): after every kill
+//! there is no base chain, or the whole new table.
+//! `BERTH_SIGKILL_SERVICES`, `BERTH_SIGKILL_ROUNDS` and `BERTH_SIGKILL_COLD_ROUNDS` change the
+//! size (defaults 3,000, 12 rounds per writer and 5 cold rounds).
 
 #![allow(clippy::unwrap_used)]
 
@@ -464,5 +467,59 @@ fn killed_agent_rounds(
         assert!(outcome.2 > 0, "no kill landed while nft was running");
     } else {
         assert!(outcome.0 > 0, "no kill landed before the batch was sent");
+        let cold = env_or("BERTH_SIGKILL_COLD_ROUNDS", 5);
+        cold_rounds(ns, kubeconfig, new, full_sync, cold, &mut rng);
     }
+}
+
+/// Kills during a cold load (no berth table in the namespace), which the agent writes in stages:
+/// one transaction per table without its base chains, then one adding every base chain. After
+/// every kill no base chain exists (tables without one are inert: no packet enters them) or the
+/// whole new table does.
+fn cold_rounds(
+    ns: &Netns,
+    kubeconfig: &std::path::Path,
+    new: &[String],
+    full_sync: Duration,
+    rounds: usize,
+    rng: &mut Rng,
+) {
+    let mut seen = (0, 0, 0); // (nothing hooked, of which some tables written, the new table)
+    for round in 0..rounds {
+        ns.nft(&["flush", "ruleset", "ip"], None);
+        assert!(ns.table().is_empty(), "round {round}: no table to start");
+        let mut agent = Agent::start(ns, kubeconfig, "netlink");
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_millis(
+            rng.below(full_sync.as_millis() as u64),
+        ));
+        agent.kill();
+        ns.wait_idle();
+        let table = ns.table();
+        if table == new {
+            seen.2 += 1;
+            continue;
+        }
+        let hooked: Vec<&String> = table.iter().filter(|l| l.contains(" hook ")).collect();
+        assert!(
+            hooked.is_empty(),
+            "cold round {round} (killed {:?} after start): base chains without the whole new \
+             table ({} lines, {} of the new one's {} missing): {hooked:?}",
+            started.elapsed(),
+            table.len(),
+            new.iter().filter(|l| !table.contains(l)).count(),
+            new.len()
+        );
+        seen.0 += 1;
+        seen.1 += usize::from(!table.is_empty());
+    }
+    eprintln!(
+        "agent SIGKILL on nftables (netlink), cold loads: {rounds} kills, {} left no base chain \
+         ({} of them with tables written), {} the new table",
+        seen.0, seen.1, seen.2
+    );
+    assert!(
+        seen.0 > 0,
+        "no kill landed before the base chains were added"
+    );
 }

@@ -16,8 +16,10 @@
 //! A second child (`--breakdown-child`) then replays the same objects through the agent's parts
 //! without any API server, printing the resident set after each stage, so the total can be
 //! attributed: `index_mb` (the node view and the slices' endpoints), `planner_mb` (the planned
-//! ruleset and its per-Service cache) and `full_sync_peak_mb` (rendering and applying the first,
-//! full payload).
+//! ruleset and its per-Service cache), `full_sync_peak_mb` (rendering and applying the first,
+//! full payload) and `syncer_state_mb` (what the Syncer keeps after it) — once per backend
+//! (`backend=iptables|nftables`; nftables as the agent runs it: nat shards, a cold load in
+//! stages, each netlink batch built).
 //!
 //! `--big-service-child [--ports N] [--endpoints M] [--unbounded]` runs the same stages for one
 //! Service of N ports (default 5,000) and M endpoints (default 20): what one tenant's Service
@@ -48,10 +50,13 @@ use berth_api::{ServiceBounds, ServicePolicy};
 use berth_datapath::iptables::{Iptables, Syncer};
 use berth_datapath::nft::netlink::build_batch;
 use berth_datapath::nft::render::TABLE;
-use berth_datapath::nft::Nft;
+use berth_datapath::nft::shard::DEFAULT_SHARDS;
+use berth_datapath::nft::shard::{Shard, MAIN};
 use berth_datapath::nft::NftWriter;
 use berth_datapath::nft::Transaction;
+use berth_datapath::nft::{Nft, NftSyncer, Shards};
 use berth_datapath::plan::convert::ProxyMode;
+use berth_datapath::SyncRuleset;
 use berth_datapath::{ChainName, Dispatch, JumpRule, Payload, PlanOptions, Planner, Table};
 use berth_lab::LabApiServer;
 use berth_telemetry::{MetricsRegistry, Readiness};
@@ -95,10 +100,21 @@ impl Iptables for NullIptables {
 /// as the `nft` writer (`--nft-writer nft`) it renders the text into nothing.
 struct NullNft {
     netlink: bool,
+    /// Whether a transaction was applied: berth's tables exist from then on, so the first load
+    /// goes in stages as on a node without them, and later full syncs are one transaction.
+    loaded: bool,
 }
 
 impl Nft for NullNft {
+    fn tables(
+        &mut self,
+        _family: IpFamily,
+    ) -> Result<Option<std::collections::BTreeSet<Shard>>, berth_datapath::Error> {
+        Ok(Some(self.loaded.then_some(MAIN).into_iter().collect()))
+    }
+
     fn apply(&mut self, tx: &Transaction) -> Result<(), berth_datapath::Error> {
+        self.loaded = true;
         if self.netlink {
             let batch = build_batch(tx, TABLE, 0);
             tx.set_written(batch.bytes.len());
@@ -137,15 +153,15 @@ fn mb(kib: u64) -> f64 {
 }
 
 /// The stages of the agent one by one, in this process, objects built and dropped one at a time.
-fn run_breakdown_child(services: usize) {
-    breakdown(mk_objects(services), ServiceBounds::default());
+fn run_breakdown_child(services: usize, backend: Backend) {
+    breakdown(mk_objects(services), ServiceBounds::default(), backend);
 }
 
 /// The same stages for one Service of `ports` ports and `endpoints` endpoints (slices of 100
 /// ports, the API server's limit): what one tenant's Service costs every agent.
 fn run_big_service_child(ports: usize, endpoints: usize, bounds: ServiceBounds) {
     println!("one Service: ports={ports} endpoints={endpoints} bounds={bounds:?}");
-    breakdown(mk_big_service(ports, endpoints), bounds);
+    breakdown(mk_big_service(ports, endpoints), bounds, Backend::Iptables);
 }
 
 fn mk_big_service(ports: usize, endpoints: usize) -> impl Iterator<Item = Value> {
@@ -182,7 +198,7 @@ fn mk_big_service(ports: usize, endpoints: usize) -> impl Iterator<Item = Value>
     std::iter::once(service).chain(slices)
 }
 
-fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds) {
+fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds, backend: Backend) {
     let cluster_cidr = "10.128.0.0/9".parse().unwrap();
     let start = status_kib("VmRSS:");
     let clock = Instant::now();
@@ -207,19 +223,40 @@ fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds) {
     let after_index = status_kib("VmRSS:");
     let index_time = clock.elapsed();
     let clock = Instant::now();
+    // nftables dispatches through verdict maps, which linear dispatch becomes (as the agent).
+    let dispatch = match backend {
+        Backend::Nftables => Dispatch::Linear,
+        _ => PlanOptions::default().dispatch,
+    };
     let mut planner = Planner::new(PlanOptions {
         cluster_cidr: Some(cluster_cidr),
+        dispatch,
         ..PlanOptions::default()
     });
     planner.update(index.view());
     let after_plan = status_kib("VmRSS:");
     let plan_time = clock.elapsed();
     let clock = Instant::now();
-    let mut syncer = Syncer::new(NullIptables);
     let changes = planner.take_changes();
+    let mut iptables = Syncer::new(NullIptables);
+    // The agent's nftables syncer: nat shards, a cold load in stages, netlink batches built.
+    let mut nft = NftSyncer::new(
+        NullNft {
+            netlink: true,
+            loaded: false,
+        },
+        IpFamily::V4,
+    )
+    .with_shards(Shards::new(DEFAULT_SHARDS).unwrap())
+    .with_staged_cold_load(true);
+    let syncer: &mut dyn SyncRuleset = match backend {
+        Backend::Nftables => &mut nft,
+        _ => &mut iptables,
+    };
     let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
     let sync_time = clock.elapsed();
     let peak = vm_hwm_kib();
+    let after_sync = status_kib("VmRSS:");
     println!(
         "index_ms={} plan_ms={} full_sync_ms={} (objects decoded from JSON included in index_ms)",
         index_time.as_millis(),
@@ -227,10 +264,12 @@ fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds) {
         sync_time.as_millis()
     );
     println!(
-        "index_mb={:.1} planner_mb={:.1} full_sync_peak_mb={:.1} rules={} payload_mb={:.1}",
+        "backend={} index_mb={:.1} planner_mb={:.1} full_sync_peak_mb={:.1} syncer_state_mb={:.1} rules={} payload_mb={:.1}",
+        backend.as_str(),
         mb(after_index.saturating_sub(start)),
         mb(after_plan.saturating_sub(after_index)),
         mb(peak.saturating_sub(after_plan)),
+        mb(after_sync.saturating_sub(after_plan)),
         report.rule_count,
         report.payload_bytes as f64 / 1e6,
     );
@@ -319,8 +358,12 @@ fn main() {
         run_big_service(ports, endpoints, &kubeconfig);
         return;
     }
+    let backend = match arg_value(&args, "--backend").as_deref() {
+        Some("nftables") => Backend::Nftables,
+        _ => Backend::Iptables,
+    };
     if args.iter().any(|a| a == "--breakdown-child") {
-        run_breakdown_child(services);
+        run_breakdown_child(services, backend);
         return;
     }
     if args.iter().any(|a| a == "--lab-apiserver-child") {
@@ -335,10 +378,6 @@ fn main() {
 
     if args.iter().any(|a| a == "--agent-child") {
         let path = PathBuf::from(arg_value(&args, "--kubeconfig").unwrap());
-        let backend = match arg_value(&args, "--backend").as_deref() {
-            Some("nftables") => Backend::Nftables,
-            _ => Backend::Iptables,
-        };
         let big = args.iter().any(|a| a == "--big");
         let netlink = arg_value(&args, "--nft-writer").as_deref() != Some("nft");
         run_agent_child(services, backend, path, big.then_some(bounds), netlink);
@@ -390,11 +429,14 @@ fn main() {
     drop(child.stdin.take());
     child.wait().unwrap();
     let _ = std::fs::remove_file(&kubeconfig);
-    let breakdown = Command::new(std::env::current_exe().unwrap())
-        .args(["--breakdown-child", "--services", &services.to_string()])
-        .output()
-        .unwrap();
-    print!("{}", String::from_utf8_lossy(&breakdown.stdout));
+    for backend in [Backend::Iptables, Backend::Nftables] {
+        let breakdown = Command::new(std::env::current_exe().unwrap())
+            .args(["--breakdown-child", "--services", &services.to_string()])
+            .args(["--backend", backend.as_str()])
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&breakdown.stdout));
+    }
     // What the agent's default picks here, with the probes `berth agent` runs (they change
     // nothing: a netlink probe on a scratch table and `iptables-save -t filter`).
     let default = DEFAULT_BACKEND.resolve(|| NodeFacts {
@@ -522,7 +564,12 @@ fn run_agent_child(
             options.validate().unwrap(),
             client,
             |_| NullIptables,
-            |_| -> BoxedNft { Box::new(NullNft { netlink }) },
+            |_| -> BoxedNft {
+                Box::new(NullNft {
+                    netlink,
+                    loaded: false,
+                })
+            },
             NullConntrack,
             &mut registry,
             &Readiness::new(),
