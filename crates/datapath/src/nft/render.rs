@@ -222,11 +222,22 @@ fn is_postrouting(table: Table, chain: &ChainName) -> bool {
 }
 
 /// Whether a planned chain is folded into the rules that jump to it and has no chain of its own.
+/// The endpoint chain a converted rule jumps to (one not folded into it).
+fn jumped_endpoint(rule: &NftRule) -> Option<&ChainName> {
+    match rule {
+        NftRule::Rule(rule) => rule.jump_target().filter(|t| is_endpoint_chain(t)),
+        _ => None,
+    }
+}
+
 pub fn is_folded(rs: &Ruleset, table: Table, chain: &ChainName) -> bool {
-    table == Table::Nat
-        && rs
-            .chain(table, chain)
-            .is_some_and(|rules| inline_endpoint(chain, rules).is_some())
+    rs.chain(table, chain)
+        .is_some_and(|rules| folds(table, chain, rules))
+}
+
+/// [`is_folded`] for a chain whose rules are at hand.
+fn folds(table: Table, chain: &ChainName, rules: &[Rule]) -> bool {
+    table == Table::Nat && inline_endpoint(chain, rules).is_some()
 }
 
 /// `-p proto -d host --dport port -j CHAIN` (a comment aside): a Service map element.
@@ -492,7 +503,7 @@ impl NftRuleset {
             for (chain, chain_rules) in &rules.chains {
                 if !chain.is_berth()
                     || chain.as_str() == names::CANARY
-                    || is_folded(rs, *table, chain)
+                    || folds(*table, chain, chain_rules)
                 {
                     continue;
                 }
@@ -503,7 +514,9 @@ impl NftRuleset {
                     _ => MAIN,
                 };
                 let here = NftChain::in_shard(*table, chain, home);
-                for endpoint in &converted.endpoints {
+                // Only endpoint chains that stay chains need their users' table, and every use
+                // of one is a jump (folding is decided by the endpoint chain's rules alone).
+                for endpoint in converted.rules.iter().filter_map(jumped_endpoint) {
                     user_shard.entry(endpoint.clone()).or_insert(home);
                 }
                 endpoints.extend(
