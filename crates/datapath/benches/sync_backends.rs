@@ -251,6 +251,9 @@ struct Result {
     nft_split: Option<(Duration, Duration, Duration)>,
     /// The incremental planner's part of the median add.
     add_plan: Duration,
+    /// The Syncer's own part of an add (diffing and building the transaction; the add less
+    /// the planner and the writer), median.
+    add_sync: Duration,
 }
 
 /// Keeps the wall time of the last write.
@@ -366,12 +369,15 @@ fn measure_berth(
     let mut add = Vec::new();
     let mut add_nft = Vec::new();
     let mut add_plan = Vec::new();
+    let mut add_sync = Vec::new();
     for k in 0..options.changes {
         let i = n + k;
         view.services.push(service(i, options.endpoints));
-        add.push(step(&view, &name(i))?);
+        let total = step(&view, &name(i))?;
+        add.push(total);
         add_nft.push(nft_last());
         add_plan.push(plan_last());
+        add_sync.push(total.saturating_sub(plan_last() + nft_last()));
     }
     Ok(Result {
         cold,
@@ -381,6 +387,7 @@ fn measure_berth(
         nft_split: matches!(case, Case::BerthNft(_))
             .then(|| (cold_nft, median(change_nft), median(add_nft))),
         add_plan: median(add_plan),
+        add_sync: median(add_sync),
     })
 }
 
@@ -498,6 +505,7 @@ fn measure_kube_proxy_nft(
         add: median(add),
         nft_split: None,
         add_plan: Duration::ZERO,
+        add_sync: Duration::ZERO,
     })
 }
 
@@ -579,11 +587,12 @@ fn main() {
                     let split = r.nft_split.map_or(String::new(), |(cold, change, add)| {
                         format!(
                             " (writer alone: cold_s={:.2} change_ms={:.1} add_ms={:.1}; \
-                             planner alone: add_ms={:.1})",
+                             planner alone: add_ms={:.1}; syncer alone: add_ms={:.1})",
                             cold.as_secs_f64(),
                             ms(change),
                             ms(add),
-                            ms(r.add_plan)
+                            ms(r.add_plan),
+                            ms(r.add_sync)
                         )
                     });
                     println!(

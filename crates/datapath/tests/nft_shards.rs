@@ -182,6 +182,74 @@ fn a_change_to_one_service_writes_only_its_shard() {
     assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
 }
 
+/// With linear dispatch the planner hands the Syncer the changed dispatch entries, and a
+/// partial sync writes them as map elements without touching the dispatch chains: a new
+/// Service, an address another Service takes over (the first entry of a key wins), and both
+/// gone again.
+#[test]
+fn dispatch_entries_become_map_elements_without_the_dispatch_chains() {
+    let mut view = many(60);
+    let mut planner = Planner::new(linear());
+    planner.update(&view);
+    let mut s = syncer(8);
+    assert_eq!(step(&mut s, &mut planner).kind, SyncKind::Full);
+    let dispatch_chains = |tx: &str| {
+        tx.lines()
+            .filter(|l| l.contains("BERTH-SERVICES") || l.contains("BERTH-NODEPORTS"))
+            .count()
+    };
+    let new_ip = ip("10.96.9.1");
+    let mut svc = mk_svc(
+        "svc-new",
+        "10.96.9.1",
+        80,
+        vec![mk_ep("10.244.5.1", 8080, "node-b")],
+    );
+    svc.node_port = Some(31000);
+    view.services.push(svc);
+    planner.update(&view);
+    let changes = planner.take_changes();
+    let Changes::Dispatch(_, dispatch) = &changes else {
+        panic!("no dispatch entries: {changes:?}");
+    };
+    assert_eq!(dispatch.services.keys().collect::<Vec<_>>(), [&new_ip]);
+    assert_eq!(dispatch.services[&new_ip].len(), 1);
+    assert_eq!(
+        dispatch.node_ports.keys().collect::<Vec<_>>(),
+        [&(berth_core::Protocol::Tcp, 31000)]
+    );
+    s.sync_changes(planner.ruleset(), &changes).unwrap();
+    let tx = last_tx(&s);
+    assert_eq!(dispatch_chains(&tx), 0, "{tx}");
+    for map in ["service-ips", "node-ports"] {
+        let adds = tx
+            .lines()
+            .filter(|l| l.starts_with("add element") && l.contains(map));
+        assert_eq!(adds.count(), 1, "{tx}");
+    }
+    assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+
+    // svc-5 takes the same address and port: its entry comes first, the element is retargeted.
+    view.services[5].cluster_ips = vec![new_ip];
+    planner.update(&view);
+    step(&mut s, &mut planner);
+    let tx = last_tx(&s);
+    assert_eq!(dispatch_chains(&tx), 0, "{tx}");
+    assert!(
+        tx.contains("delete element") && tx.contains("10.96.9.1"),
+        "{tx}"
+    );
+    assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+
+    // Both gone: the elements with them.
+    view.services.retain(|svc| svc.cluster_ips != [new_ip]);
+    planner.update(&view);
+    step(&mut s, &mut planner);
+    assert_eq!(dispatch_chains(&last_tx(&s)), 0);
+    assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+    assert_eq!(s.nft().table, fresh(&plan(&view, &linear()), 8).table);
+}
+
 #[test]
 fn another_shard_count_after_a_restart_converges() {
     let rs = plan(&many(40), &linear());
