@@ -796,7 +796,8 @@ impl PartialDiff {
                     &mut self.element_deletes,
                     &mut self.element_adds,
                 );
-                next.services.append(&mut before);
+                // Inserted one by one: `append` would rebuild the whole map.
+                next.services.extend(before);
             }
             done.push(services);
         }
@@ -820,7 +821,7 @@ impl PartialDiff {
                     &mut self.element_deletes,
                     &mut self.element_adds,
                 );
-                next.node_ports.append(&mut before);
+                next.node_ports.extend(before);
             }
             done.push(node_ports);
         }
