@@ -57,6 +57,9 @@ struct Options {
     anchor_max: usize,
     /// berth's nat shards on nftables (`--nft-shards`, the agent's default).
     shards: Shards,
+    /// The cluster's Service CIDRs berth's plans know (`--service-cidrs`; none by default): with
+    /// them every ClusterIP gets its reject in `BERTH-CLUSTER-IPS`.
+    service_cidrs: Vec<ipnet::IpNet>,
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -75,6 +78,7 @@ fn parse_options() -> Options {
         budget: Duration::from_secs(env_number("BERTH_SYNC_BUDGET_S", 150)),
         anchor_max: env_number("BERTH_SYNC_ANCHOR_MAX", 10_000) as usize,
         shards: Shards::new(DEFAULT_SHARDS).unwrap(),
+        service_cidrs: Vec::new(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<String> { v.split(',').map(str::to_string).collect() };
@@ -89,6 +93,9 @@ fn parse_options() -> Options {
             "--budget-s" => options.budget = Duration::from_secs(value.parse().unwrap()),
             "--anchor-max" => options.anchor_max = value.parse().unwrap(),
             "--nft-shards" => options.shards = Shards::new(value.parse().unwrap()).unwrap(),
+            "--service-cidrs" => {
+                options.service_cidrs = list(&value).iter().map(|c| c.parse().unwrap()).collect()
+            }
             // cargo bench passes --bench; anything else is ignored.
             _ => {
                 i += 1;
@@ -302,6 +309,7 @@ fn measure_berth(
         family: IpFamily::V4,
         dispatch,
         cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
+        service_cidrs: options.service_cidrs.clone(),
         ..PlanOptions::default()
     };
     let nft_time = Arc::new(Mutex::new(Duration::ZERO));
