@@ -250,6 +250,53 @@ fn dispatch_entries_become_map_elements_without_the_dispatch_chains() {
     assert_eq!(s.nft().table, fresh(&plan(&view, &linear()), 8).table);
 }
 
+/// The partial sync takes the map elements from the planner's entries, not from the dispatch
+/// chain: entries that say an address has none left delete its element though no chain is named
+/// (which shows the path is taken), and entries that are not all map elements fall back to the
+/// whole chain.
+#[test]
+fn the_partial_sync_writes_the_entries_it_is_given() {
+    let view = many(20);
+    let rs = plan(&view, &linear());
+    let addr = ip("10.96.0.5");
+    for k in [1, 8] {
+        let mut s = syncer(k);
+        s.sync(&rs).unwrap();
+        assert!(s
+            .nft()
+            .table
+            .as_ref()
+            .unwrap()
+            .services
+            .keys()
+            .any(|key| key.0 == addr));
+        let emptied = DispatchChanges {
+            services: [(addr, Vec::new())].into(),
+            node_ports: Default::default(),
+        };
+        s.sync_changes(&rs, &Changes::Dispatch(Default::default(), emptied))
+            .unwrap();
+        let table = s.nft().table.clone().unwrap();
+        assert!(!table.services.keys().any(|key| key.0 == addr), "{k}");
+        assert_eq!(table.services.len(), 19, "{k}");
+
+        // A range is no map element: the chain it names is diffed whole, which restores the
+        // element the plan holds.
+        let services = (Table::Nat, ChainName::new("BERTH-SERVICES"));
+        let range = Rule::jump(
+            vec![Match::dst_net("10.96.0.0/24".parse().unwrap())],
+            &ChainName::new("BERTH-SVC-X"),
+        );
+        let odd = DispatchChanges {
+            services: [(addr, vec![range])].into(),
+            node_ports: Default::default(),
+        };
+        s.sync_changes(&rs, &Changes::Dispatch([services].into(), odd))
+            .unwrap();
+        assert_eq!(s.nft().table, fresh(&rs, k).table, "{k}");
+    }
+}
+
 #[test]
 fn another_shard_count_after_a_restart_converges() {
     let rs = plan(&many(40), &linear());
