@@ -4,9 +4,11 @@
 //! chains (SVC/SVL/EXT/FW/SEP), its rules in the shared filter chains and its dispatch entries,
 //! with a fingerprint of its inputs. An update re-plans only ports whose fingerprint changed,
 //! rebuilds the shared chains they contribute to, and in tree mode rewrites only the dispatch
-//! chains whose key range holds a changed entry. The ruleset it keeps is always exactly what
-//! [`crate::plan::full`] would return for the same view; the changed chains are collected until
-//! [`Planner::take_changes`] hands them to [`crate::iptables::sync::Syncer::sync_changes`].
+//! chains whose key range holds a changed entry; in linear mode it splices the changed ports'
+//! entries into the dispatch chains in place. The ruleset it keeps is always exactly what
+//! [`crate::plan::full`] would return for the same view; the changed chains (and in linear mode
+//! the changed dispatch keys with their entries) are collected until [`Planner::take_changes`]
+//! hands them to the Syncers' `sync_changes`.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
