@@ -156,13 +156,7 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
                 .update_changed(view, &|port| changed.contains_port(port));
         }
         let changes = self.planner.take_changes();
-        self.changes = match (std::mem::replace(&mut self.changes, Changes::All), changes) {
-            (Changes::Chains(mut before), Changes::Chains(now)) => {
-                before.extend(now);
-                Changes::Chains(before)
-            }
-            _ => Changes::All,
-        };
+        self.changes = std::mem::replace(&mut self.changes, Changes::All).merge(changes);
     }
 
     /// Applies the planned ruleset: all of it when `full`, else the chains planned since the

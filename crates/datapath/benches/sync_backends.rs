@@ -61,6 +61,9 @@ struct Options {
     /// Whether berth's cold load on nftables goes in stages, as the agent's does (`false`:
     /// `--nft-cold-load one`, one transaction).
     staged: bool,
+    /// The cluster's Service CIDRs berth's plans know (`--service-cidrs`; none by default): with
+    /// them every ClusterIP gets its reject in `BERTH-CLUSTER-IPS`.
+    service_cidrs: Vec<ipnet::IpNet>,
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -80,6 +83,7 @@ fn parse_options() -> Options {
         anchor_max: env_number("BERTH_SYNC_ANCHOR_MAX", 10_000) as usize,
         shards: Shards::new(DEFAULT_SHARDS).unwrap(),
         staged: true,
+        service_cidrs: Vec::new(),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<String> { v.split(',').map(str::to_string).collect() };
@@ -95,6 +99,9 @@ fn parse_options() -> Options {
             "--anchor-max" => options.anchor_max = value.parse().unwrap(),
             "--nft-shards" => options.shards = Shards::new(value.parse().unwrap()).unwrap(),
             "--nft-cold-load" => options.staged = value != "one",
+            "--service-cidrs" => {
+                options.service_cidrs = list(&value).iter().map(|c| c.parse().unwrap()).collect()
+            }
             // cargo bench passes --bench; anything else is ignored.
             _ => {
                 i += 1;
@@ -257,6 +264,9 @@ struct Result {
     nft_split: Option<(Duration, Duration, Duration)>,
     /// The incremental planner's part of the median add.
     add_plan: Duration,
+    /// The Syncer's own part of an add (diffing and building the transaction; the add less
+    /// the planner and the writer), median.
+    add_sync: Duration,
 }
 
 /// Keeps the wall time of the last write.
@@ -315,6 +325,7 @@ fn measure_berth(
         family: IpFamily::V4,
         dispatch,
         cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
+        service_cidrs: options.service_cidrs.clone(),
         ..PlanOptions::default()
     };
     let nft_time = Arc::new(Mutex::new(Duration::ZERO));
@@ -383,12 +394,15 @@ fn measure_berth(
     let mut add = Vec::new();
     let mut add_nft = Vec::new();
     let mut add_plan = Vec::new();
+    let mut add_sync = Vec::new();
     for k in 0..options.changes {
         let i = n + k;
         view.services.push(service(i, options.endpoints));
-        add.push(step(&view, &name(i))?);
+        let total = step(&view, &name(i))?;
+        add.push(total);
         add_nft.push(nft_last());
         add_plan.push(plan_last());
+        add_sync.push(total.saturating_sub(plan_last() + nft_last()));
     }
     Ok(Result {
         cold,
@@ -398,6 +412,7 @@ fn measure_berth(
         nft_split: matches!(case, Case::BerthNft(_))
             .then(|| (cold_nft, median(change_nft), median(add_nft))),
         add_plan: median(add_plan),
+        add_sync: median(add_sync),
     })
 }
 
@@ -515,6 +530,7 @@ fn measure_kube_proxy_nft(
         add: median(add),
         nft_split: None,
         add_plan: Duration::ZERO,
+        add_sync: Duration::ZERO,
     })
 }
 
@@ -596,11 +612,12 @@ fn main() {
                     let split = r.nft_split.map_or(String::new(), |(cold, change, add)| {
                         format!(
                             " (writer alone: cold_s={:.2} change_ms={:.1} add_ms={:.1}; \
-                             planner alone: add_ms={:.1})",
+                             planner alone: add_ms={:.1}; syncer alone: add_ms={:.1})",
                             cold.as_secs_f64(),
                             ms(change),
                             ms(add),
-                            ms(r.add_plan)
+                            ms(r.add_plan),
+                            ms(r.add_sync)
                         )
                     });
                     println!(

@@ -89,5 +89,6 @@ pub use iptables::{render, ChainSelection, Rendered};
 pub use plan::input::*;
 pub use plan::model::*;
 pub use plan::{
-    plan, rewritten_every_sync, Changes, Dispatch, NodePortAddresses, PlanOptions, Planner,
+    plan, rewritten_every_sync, Changes, Dispatch, DispatchChanges, NodePortAddresses, PlanOptions,
+    Planner,
 };

@@ -259,7 +259,11 @@ fn equal_through_a_history(
     let options = linear(family);
     let mut syncer = pair.syncer(family, shards);
     let cold = syncer.nft_mut().tables(family).unwrap() == Some(BTreeSet::new());
-    let report = syncer.sync(&plan(view, &options)).unwrap();
+    // The agent's path: the partial syncs get the planner's changes, dispatch entries included.
+    let mut planner = Planner::new(options.clone());
+    planner.update(view);
+    let changed = planner.take_changes();
+    let report = syncer.sync_changes(planner.ruleset(), &changed).unwrap();
     assert_eq!(report.kind, SyncKind::Full);
     // Into empty namespaces a load goes in stages, over berth's tables in one transaction.
     assert_eq!(syncer.nft().staged_loads, usize::from(cold), "{name}");
@@ -270,7 +274,10 @@ fn equal_through_a_history(
         "{name}: nothing programmed"
     );
     for (step, next) in changes(view, family) {
-        let report = syncer.sync(&plan(&next, &options)).unwrap();
+        planner.update(&next);
+        assert_eq!(planner.ruleset(), &plan(&next, &options), "{name}: {step}");
+        let changed = planner.take_changes();
+        let report = syncer.sync_changes(planner.ruleset(), &changed).unwrap();
         assert_eq!(report.kind, SyncKind::Partial, "{name}: {step}");
         pair.assert_equal(family, &format!("{name}: {step}"));
         pair.assert_decoded(family, &syncer.nft().model, &format!("{name}: {step}"));

@@ -182,6 +182,121 @@ fn a_change_to_one_service_writes_only_its_shard() {
     assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
 }
 
+/// With linear dispatch the planner hands the Syncer the changed dispatch entries, and a
+/// partial sync writes them as map elements without touching the dispatch chains: a new
+/// Service, an address another Service takes over (the first entry of a key wins), and both
+/// gone again.
+#[test]
+fn dispatch_entries_become_map_elements_without_the_dispatch_chains() {
+    let mut view = many(60);
+    let mut planner = Planner::new(linear());
+    planner.update(&view);
+    let mut s = syncer(8);
+    assert_eq!(step(&mut s, &mut planner).kind, SyncKind::Full);
+    let dispatch_chains = |tx: &str| {
+        tx.lines()
+            .filter(|l| l.contains("BERTH-SERVICES") || l.contains("BERTH-NODEPORTS"))
+            .count()
+    };
+    let new_ip = ip("10.96.9.1");
+    let mut svc = mk_svc(
+        "svc-new",
+        "10.96.9.1",
+        80,
+        vec![mk_ep("10.244.5.1", 8080, "node-b")],
+    );
+    svc.node_port = Some(31000);
+    view.services.push(svc);
+    planner.update(&view);
+    let changes = planner.take_changes();
+    let Changes::Dispatch(_, dispatch) = &changes else {
+        panic!("no dispatch entries: {changes:?}");
+    };
+    assert_eq!(dispatch.services.keys().collect::<Vec<_>>(), [&new_ip]);
+    assert_eq!(dispatch.services[&new_ip].len(), 1);
+    assert_eq!(
+        dispatch.node_ports.keys().collect::<Vec<_>>(),
+        [&(berth_core::Protocol::Tcp, 31000)]
+    );
+    s.sync_changes(planner.ruleset(), &changes).unwrap();
+    let tx = last_tx(&s);
+    assert_eq!(dispatch_chains(&tx), 0, "{tx}");
+    for map in ["service-ips", "node-ports"] {
+        let adds = tx
+            .lines()
+            .filter(|l| l.starts_with("add element") && l.contains(map));
+        assert_eq!(adds.count(), 1, "{tx}");
+    }
+    assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+
+    // svc-5 takes the same address and port: its entry comes first, the element is retargeted.
+    view.services[5].cluster_ips = vec![new_ip];
+    planner.update(&view);
+    step(&mut s, &mut planner);
+    let tx = last_tx(&s);
+    assert_eq!(dispatch_chains(&tx), 0, "{tx}");
+    assert!(
+        tx.contains("delete element") && tx.contains("10.96.9.1"),
+        "{tx}"
+    );
+    assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+
+    // Both gone: the elements with them.
+    view.services.retain(|svc| svc.cluster_ips != [new_ip]);
+    planner.update(&view);
+    step(&mut s, &mut planner);
+    assert_eq!(dispatch_chains(&last_tx(&s)), 0);
+    assert_eq!(s.nft().table, fresh(planner.ruleset(), 8).table);
+    assert_eq!(s.nft().table, fresh(&plan(&view, &linear()), 8).table);
+}
+
+/// The partial sync takes the map elements from the planner's entries, not from the dispatch
+/// chain: entries that say an address has none left delete its element though no chain is named
+/// (which shows the path is taken), and entries that are not all map elements fall back to the
+/// whole chain.
+#[test]
+fn the_partial_sync_writes_the_entries_it_is_given() {
+    let view = many(20);
+    let rs = plan(&view, &linear());
+    let addr = ip("10.96.0.5");
+    for k in [1, 8] {
+        let mut s = syncer(k);
+        s.sync(&rs).unwrap();
+        assert!(s
+            .nft()
+            .table
+            .as_ref()
+            .unwrap()
+            .services
+            .keys()
+            .any(|key| key.0 == addr));
+        let emptied = DispatchChanges {
+            services: [(addr, Vec::new())].into(),
+            node_ports: Default::default(),
+        };
+        s.sync_changes(&rs, &Changes::Dispatch(Default::default(), emptied))
+            .unwrap();
+        let table = s.nft().table.clone().unwrap();
+        assert!(!table.services.keys().any(|key| key.0 == addr), "{k}");
+        assert_eq!(table.services.len(), 19, "{k}");
+
+        // A range is no map element: the chain it names is diffed whole, which restores the
+        // element the plan holds.
+        let services = (Table::Nat, ChainName::new("BERTH-SERVICES"));
+        let range = Rule::jump(
+            vec![Match::dst_net("10.96.0.0/24".parse().unwrap())],
+            &ChainName::new("BERTH-SVC-X"),
+        );
+        let odd = DispatchChanges {
+            services: [(addr, vec![range])].into(),
+            node_ports: Default::default(),
+        };
+        s.sync_changes(&rs, &Changes::Dispatch([services].into(), odd))
+            .unwrap();
+        assert_eq!(s.nft().table, fresh(&rs, k).table, "{k}");
+    }
+}
+
 #[test]
 fn another_shard_count_after_a_restart_converges() {
     let rs = plan(&many(40), &linear());

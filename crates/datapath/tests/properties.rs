@@ -265,3 +265,189 @@ proptest! {
         prop_assert_eq!(planner.take_changes(), Changes::Chains(Default::default()));
     }
 }
+
+/// A Service for the dispatch-entry property: few addresses, ports and node ports, so that
+/// addresses move between Services, are shared by two ports (or, invalidly, claimed twice),
+/// node ports are reused, and targets change with the traffic policy or a rename.
+#[derive(Debug, Clone)]
+struct EntrySpec {
+    /// Renames the Service (its chains get other names, so other shards).
+    tag: u8,
+    addr: u8,
+    udp: bool,
+    port: u16,
+    /// A second port of the same Service on the same address.
+    second_port: bool,
+    node_port: Option<u16>,
+    lb: Option<u8>,
+    local: bool,
+    endpoints: u8,
+}
+
+fn entry_spec() -> impl Strategy<Value = EntrySpec> {
+    (
+        (
+            0u8..2,
+            0u8..4,
+            any::<bool>(),
+            prop_oneof![Just(80u16), Just(443u16)],
+        ),
+        (
+            any::<bool>(),
+            proptest::option::of(30000u16..30004),
+            proptest::option::of(200u8..203),
+            any::<bool>(),
+            0u8..3,
+        ),
+    )
+        .prop_map(
+            |((tag, addr, udp, port), (second_port, node_port, lb, local, endpoints))| EntrySpec {
+                tag,
+                addr,
+                udp,
+                port,
+                second_port,
+                node_port,
+                lb,
+                local,
+                endpoints,
+            },
+        )
+}
+
+fn entry_view(specs: &[EntrySpec]) -> NodeView {
+    let mut services = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        let name = format!("svc-{i}-{}", s.tag);
+        let eps: Vec<Endpoint> = (0..s.endpoints)
+            .map(|e| {
+                mk_ep(
+                    &format!("10.244.2.{}", 10 * (i % 25) + usize::from(e) + 1),
+                    8080,
+                    "node-b",
+                )
+            })
+            .collect();
+        let cluster_ip = format!("10.96.0.{}", s.addr + 1);
+        let mut ports = vec![mk_svc(&name, &cluster_ip, s.port, eps.clone())];
+        if s.second_port {
+            let mut second = mk_svc(&name, &cluster_ip, 8443, eps);
+            second.name = berth_testing::port_name("ns1", &name, "p8443");
+            ports.push(second);
+        }
+        for svc in &mut ports {
+            if s.udp {
+                svc.protocol = berth_core::Protocol::Udp;
+            }
+            if let Some(lb) = s.lb {
+                svc.load_balancer_ingress = vec![common::lb(&format!("198.18.0.{lb}"))];
+            }
+            if s.local {
+                svc.external_traffic_policy = TrafficPolicy::Local;
+            }
+        }
+        // Node ports may be claimed twice: the first entry of a key is the map's.
+        ports[0].node_port = s.node_port;
+        services.extend(ports);
+    }
+    NodeView {
+        node: mk_node(),
+        services,
+    }
+}
+
+#[derive(Debug, Clone)]
+enum EntryEdit {
+    Add(EntrySpec),
+    Replace(usize, EntrySpec),
+    Remove(usize),
+    /// The Service takes another address (one another Service may hold).
+    MoveAddress(usize, u8),
+    /// The Service takes a node port (one another Service may have just given up).
+    NodePort(usize, Option<u16>),
+}
+
+fn entry_edit() -> impl Strategy<Value = EntryEdit> {
+    prop_oneof![
+        entry_spec().prop_map(EntryEdit::Add),
+        (any::<usize>(), entry_spec()).prop_map(|(i, s)| EntryEdit::Replace(i, s)),
+        any::<usize>().prop_map(EntryEdit::Remove),
+        (any::<usize>(), 0u8..4).prop_map(|(i, a)| EntryEdit::MoveAddress(i, a)),
+        (any::<usize>(), proptest::option::of(30000u16..30004))
+            .prop_map(|(i, p)| EntryEdit::NodePort(i, p)),
+    ]
+}
+
+fn apply_entry_edit(specs: &mut Vec<EntrySpec>, edit: &EntryEdit) {
+    let len = specs.len();
+    match edit.clone() {
+        EntryEdit::Add(spec) => specs.push(spec),
+        EntryEdit::Replace(i, spec) if len > 0 => specs[i % len] = spec,
+        EntryEdit::Remove(i) if len > 0 => {
+            specs.remove(i % len);
+        }
+        EntryEdit::MoveAddress(i, addr) if len > 0 => specs[i % len].addr = addr,
+        EntryEdit::NodePort(i, port) if len > 0 => specs[i % len].node_port = port,
+        _ => {}
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// With linear dispatch the planner reports the changed dispatch entries, and the nftables
+    /// partial sync writes them as map elements without the whole chain: after any sequence of
+    /// adds, removes, retargets, address moves and node-port reuses — one table or four shards,
+    /// the changes of one plan or of several merged, as the agent merges them — berth's tables
+    /// hold exactly what a full sync of the same ruleset leaves.
+    #[test]
+    fn partial_dispatch_entries_equal_a_full_sync(
+        initial in proptest::collection::vec(entry_spec(), 0..24),
+        batches in proptest::collection::vec(
+            (proptest::collection::vec(entry_edit(), 1..4), any::<bool>()),
+            1..10,
+        ),
+        sharded in any::<bool>(),
+    ) {
+        let options = mk_options(Dispatch::Linear);
+        let shards = if sharded { nft::Shards::new(4).unwrap() } else { nft::Shards::default() };
+        let mk_syncer = || {
+            NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4).with_shards(shards)
+        };
+        let mut planner = Planner::new(options.clone());
+        let mut nft = mk_syncer();
+        let mut specs = initial;
+        let mut pending = Changes::Chains(Default::default());
+        for (step, (batch, sync_now)) in std::iter::once(&(Vec::new(), true))
+            .chain(&batches)
+            .enumerate()
+        {
+            for edit in batch {
+                apply_entry_edit(&mut specs, edit);
+            }
+            let view = entry_view(&specs);
+            planner.update(&view);
+            let expected = plan(&view, &options);
+            prop_assert_eq!(planner.ruleset(), &expected, "step {}", step);
+            let changes = planner.take_changes();
+            if let Changes::Dispatch(chains, dispatch) = &changes {
+                prop_assert!(!dispatch.is_empty());
+                // The chains of changed entries are reported too (iptables rewrites them).
+                let services = (Table::Nat, ChainName::new("BERTH-SERVICES"));
+                prop_assert!(dispatch.services.is_empty() || chains.contains(&services));
+                let node_ports = (Table::Nat, ChainName::new("BERTH-NODEPORTS"));
+                prop_assert!(dispatch.node_ports.is_empty() || chains.contains(&node_ports));
+            }
+            pending = if step == 0 { changes } else { pending.merge(changes) };
+            if !sync_now && step + 1 < batches.len() + 1 {
+                continue;
+            }
+            let report = nft.sync_changes(planner.ruleset(), &pending).unwrap();
+            prop_assert_eq!(report.kind == SyncKind::Full, step == 0);
+            pending = Changes::Chains(Default::default());
+            let mut fresh = mk_syncer();
+            fresh.sync(&expected).unwrap();
+            prop_assert_eq!(&nft.nft().table, &fresh.nft().table, "step {}", step);
+        }
+    }
+}

@@ -131,7 +131,8 @@ impl<I: Iptables> Syncer<I> {
     }
 
     fn try_sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
-        let Changes::Chains(chains) = changes else {
+        // The dispatch entries, when told, are in the chains too: iptables rewrites chains.
+        let Some(chains) = changes.chains() else {
             return self.try_sync(rs);
         };
         if self.applied.is_none() || !self.canary_ok()? {

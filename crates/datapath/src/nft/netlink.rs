@@ -654,10 +654,10 @@ impl NetlinkSocket {
                 io::Error::other(format!("sent {sent} of {} bytes", batch.bytes.len())),
             ));
         }
-        let replies = self.replies(&batch)?;
+        let replies = self.replies(batch)?;
         let refused: Vec<&Reply> = replies.iter().filter(|r| r.error != 0).collect();
         if let Some(first) = refused.first() {
-            let object = describe(tx, &batch, first.seq);
+            let object = describe(tx, batch, first.seq);
             let errno = -first.error;
             let message = first
                 .message

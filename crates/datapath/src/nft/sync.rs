@@ -11,8 +11,9 @@
 //!   (conntrack holds it); affinity entries start over.
 //! - A partial sync sends only what changed since the last successful sync, as the iptables
 //!   [`crate::iptables::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
-//!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds. Desired
-//!   state is diffed in memory; a partial sync reads nothing back from the kernel.
+//!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds (from
+//!   the planner's changed dispatch entries when it reports them, without the dispatch chains).
+//!   Desired state is diffed in memory; a partial sync reads nothing back from the kernel.
 //! - Every command of a partial transaction names berth's table, so when someone deleted it
 //!   (`nft flush ruleset`, say) the transaction fails as a whole, and any failure makes the next
 //!   sync full. (The iptables backend needs a canary chain for this; a table needs none.) A
@@ -31,10 +32,10 @@ use crate::nft::render::{
     NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
 };
 use crate::nft::shard::{Placement, Shard, Shards, MAIN, MAX_SHARDS};
-use crate::plan::incremental::Changes;
-use crate::plan::model::{ChainName, Ruleset, Table};
+use crate::plan::incremental::{Changes, DispatchChanges};
+use crate::plan::model::{ChainName, Rule, Ruleset, Table};
 use crate::plan::names;
-use berth_core::IpFamily;
+use berth_core::{IpFamily, Protocol};
 
 /// The nftables operations berth needs, for one address family.
 pub trait Nft {
@@ -395,6 +396,40 @@ fn stage(stages: &mut [Transaction], shard: Shard) -> &mut Transaction {
     &mut stages[at]
 }
 
+/// `rules`, entries of the dispatch chain `chain`, converted as that chain converts them, when
+/// they all become map elements and the chain is one the last sync left as a map lookup with
+/// no folded endpoint.
+fn map_only(
+    rs: &Ruleset,
+    next: &Applied,
+    chain: &ChainKey,
+    rules: &[Rule],
+) -> Option<ConvertedChain> {
+    let is_map = next.chains.contains_key(chain)
+        && !next.chain_endpoints.contains_key(chain)
+        && rs.chain(chain.0, &chain.1).is_some();
+    let converted = convert_chain(rs, chain.0, &chain.1, rules);
+    let only_elements = converted.rules.len() == 1
+        && matches!(
+            converted.rules.first(),
+            Some(NftRule::ServiceMap | NftRule::NodePortMap)
+        )
+        && converted.endpoints.is_empty()
+        && converted.hairpin.is_empty();
+    (is_map && only_elements).then_some(converted)
+}
+
+/// The entries of `map` in `range`, taken out of it.
+fn take_range<K: Ord + Copy, V>(
+    map: &mut BTreeMap<K, V>,
+    range: std::ops::RangeInclusive<K>,
+) -> BTreeMap<K, V> {
+    let keys: Vec<K> = map.range(range).map(|(key, _)| *key).collect();
+    keys.into_iter()
+        .filter_map(|key| map.remove(&key).map(|value| (key, value)))
+        .collect()
+}
+
 /// Plans nothing itself: give it each new ruleset (best planned with linear dispatch, which
 /// becomes the verdict maps), it works out the smallest transaction.
 pub struct NftSyncer<N> {
@@ -471,8 +506,8 @@ impl<N: Nft> NftSyncer<N> {
     /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
     /// successful sync (as a [`crate::plan::Planner`] reports them); a full sync when one is due.
     pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
-        let result = match (changes, self.applied.is_some()) {
-            (Changes::Chains(chains), true) => self.partial(rs, chains),
+        let result = match (changes.chains(), self.applied.is_some()) {
+            (Some(chains), true) => self.partial(rs, chains, changes.dispatch()),
             _ => self.full(rs),
         };
         if result.is_err() {
@@ -640,7 +675,12 @@ impl<N: Nft> NftSyncer<N> {
         Ok(Some(report))
     }
 
-    fn partial(&mut self, rs: &Ruleset, chains: &BTreeSet<ChainKey>) -> Result<SyncReport, Error> {
+    fn partial(
+        &mut self,
+        rs: &Ruleset,
+        chains: &BTreeSet<ChainKey>,
+        dispatch: Option<&DispatchChanges>,
+    ) -> Result<SyncReport, Error> {
         // Updated in place, not cloned (its size is the whole table's): a failure on the way
         // leaves it taken, and a sync without state is full.
         let Some(mut next) = self.applied.take() else {
@@ -658,6 +698,13 @@ impl<N: Nft> NftSyncer<N> {
             .collect();
         for key in chains {
             work.extend(next.users(&key.1).filter(|user| key.0 == user.0).cloned());
+        }
+        // The dispatch chains' map elements straight from the changed entries, when the
+        // planner told them: not a whole chain of 10,000 entries converted to find one.
+        if let Some(dispatch) = dispatch {
+            for chain in diff.dispatch_maps(&mut next, rs, dispatch) {
+                work.remove(&chain);
+            }
         }
         // Endpoint chains that stay chains live with their users: those first.
         let (endpoints, users): (Vec<&ChainKey>, Vec<&ChainKey>) = work
@@ -833,6 +880,75 @@ impl PartialDiff {
             ),
             _ => {}
         }
+    }
+
+    /// The map element changes of the dispatch chains whose changed entries `dispatch` lists,
+    /// made to `next`; returns those chains, which need nothing else. A chain is left to the
+    /// whole-chain diff when its entries are not all map elements or it holds rules that
+    /// could change with them (folded endpoints).
+    fn dispatch_maps(
+        &mut self,
+        next: &mut Applied,
+        rs: &Ruleset,
+        dispatch: &DispatchChanges,
+    ) -> Vec<ChainKey> {
+        let mut done = Vec::new();
+        let services = (Table::Nat, names::fixed(names::SERVICES));
+        let wanted = dispatch.services.iter().map(|(ip, rules)| {
+            let converted = map_only(rs, next, &services, rules)?;
+            let entries = converted.services;
+            entries
+                .iter()
+                .all(|((addr, _, _), _)| addr == ip)
+                .then_some((*ip, entries))
+        });
+        if let Some(wanted) = wanted.collect::<Option<Vec<_>>>() {
+            for (ip, entries) in wanted {
+                let mut before = BTreeMap::new();
+                for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+                    before.append(&mut take_range(
+                        &mut next.services,
+                        (ip, proto, 0)..=(ip, proto, u16::MAX),
+                    ));
+                }
+                diff_entries(
+                    self.shards,
+                    &mut before,
+                    &entries,
+                    Element::Service,
+                    &mut self.element_deletes,
+                    &mut self.element_adds,
+                );
+                // Inserted one by one: `append` would rebuild the whole map.
+                next.services.extend(before);
+            }
+            done.push(services);
+        }
+        let node_ports = (Table::Nat, names::fixed(names::NODEPORTS));
+        let wanted = dispatch.node_ports.iter().map(|(key, rules)| {
+            let converted = map_only(rs, next, &node_ports, rules)?;
+            let entries = converted.node_ports;
+            entries
+                .iter()
+                .all(|(k, _)| k == key)
+                .then_some((*key, entries))
+        });
+        if let Some(wanted) = wanted.collect::<Option<Vec<_>>>() {
+            for (key, entries) in wanted {
+                let mut before = take_range(&mut next.node_ports, key..=key);
+                diff_entries(
+                    self.shards,
+                    &mut before,
+                    &entries,
+                    Element::NodePort,
+                    &mut self.element_deletes,
+                    &mut self.element_adds,
+                );
+                next.node_ports.extend(before);
+            }
+            done.push(node_ports);
+        }
+        done
     }
 
     /// Once every chain is done: the sets no chain names any more, and the hairpin elements.

@@ -6,6 +6,7 @@
 //! [`fixed`] the chains every node has, [`names`] names them all.
 
 pub mod categorize;
+pub mod changes;
 pub mod convert;
 pub mod dispatch;
 pub mod fixed;
@@ -18,6 +19,7 @@ pub mod options;
 pub mod policy;
 pub mod service;
 
+pub use changes::DispatchChanges;
 pub use fixed::builtin_jumps;
 pub use full::{plan, rewritten_every_sync};
 pub use incremental::{Changes, Planner};
