@@ -326,7 +326,8 @@ fn diff_entries<K: Ord + Copy>(
 
 /// The cold load of `planned` in stages: per table (the main one first) one transaction that
 /// replaces whatever a cut-short load left under its name and fills it with everything but its
-/// base chains, then one transaction adding every table's base chains with their rules.
+/// base chains and the hairpin pairs, the hairpin pairs in transactions of their own, then one
+/// transaction adding every table's base chains with their rules.
 fn staged_transactions(
     family: IpFamily,
     shards: Shards,
@@ -382,12 +383,25 @@ fn staged_transactions(
     for (key, target) in node_ports {
         stage(&mut stages, target.shard).push(Command::AddElement(Element::NodePort(key, target)));
     }
-    for ip in hairpin.keys() {
-        stage(&mut stages, MAIN).push(Command::AddElement(Element::Hairpin(*ip)));
+    // The hairpin pairs (one per endpoint: 100,000 at 10,000 Services) in stages of their own,
+    // so that no stage holds the kernel much longer than a shard's.
+    let pairs: Vec<IpAddr> = hairpin.keys().copied().collect();
+    for chunk in pairs.chunks(HAIRPIN_STAGE) {
+        let mut tx = Transaction::new(family);
+        tx.commands.extend(
+            chunk
+                .iter()
+                .map(|ip| Command::AddElement(Element::Hairpin(*ip))),
+        );
+        stages.push(tx);
     }
     stages.push(last);
     stages
 }
+
+/// Hairpin pairs per stage of a cold load: about what one shard's stage costs the kernel at
+/// 10,000 Services.
+const HAIRPIN_STAGE: usize = 10_000;
 
 /// The stage of `shard`'s table: stages are numbered from the main table's 0 up. (A command
 /// names its own table, so one of a shard past the count fails in the last table's stage.)
