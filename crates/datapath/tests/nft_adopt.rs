@@ -13,7 +13,8 @@
 mod common;
 
 use berth_core::IpFamily;
-use berth_datapath::nft::{NetlinkNft, NftSyncer, Shards};
+use berth_datapath::nft::shard::Shard;
+use berth_datapath::nft::{NetlinkNft, Nft, NftSyncer, Shards, Transaction};
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
 use common::netns::Netns;
@@ -320,4 +321,69 @@ fn assert_same(got: &Value, want: &Value, what: &str) {
         first.map_or("-".to_string(), |(x, _)| x.to_string()),
         first.map_or("-".to_string(), |(_, y)| y.to_string()),
     );
+}
+
+/// A netlink writer whose staged load stops after `stages` stages, as a killed agent's would.
+struct CutShort {
+    nft: NetlinkNft,
+    stages: usize,
+}
+
+impl Nft for CutShort {
+    fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
+        self.nft.apply(tx)
+    }
+
+    fn tables(
+        &mut self,
+        family: IpFamily,
+    ) -> Result<Option<std::collections::BTreeSet<Shard>>, Error> {
+        self.nft.tables(family)
+    }
+
+    fn apply_staged(&mut self, mut stages: Vec<Transaction>) -> Result<usize, Error> {
+        stages.truncate(self.stages);
+        self.nft.apply_staged(stages)?;
+        Err(Error::Restore {
+            reason: "cut short".to_string(),
+        })
+    }
+}
+
+/// A cold load in stages cut short (the main table only, some shards, everything but the base
+/// chains) hooks nothing, and the next start completes it (reading what it left and writing the
+/// rest in one transaction): the tables a load of the plan in one go holds.
+#[test]
+fn a_cold_load_cut_short_is_completed_by_the_next_start() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let rs = plan(&mk_fixed_view(), &mk_options(Dispatch::Linear));
+    let fresh = netns("cfresh");
+    sharded(&fresh, 4).sync(&rs).unwrap();
+    // Stages: the main table, four shards, the hairpin pairs, the base chains.
+    for cut in [1, 3, 6] {
+        let ns = netns(&format!("cut{cut}"));
+        let mut killed = NftSyncer::new(
+            CutShort {
+                nft: NetlinkNft::in_netns(&ns.0),
+                stages: cut,
+            },
+            IpFamily::V4,
+        )
+        .with_shards(Shards::new(4).unwrap())
+        .with_staged_cold_load(true);
+        assert!(killed.sync(&rs).is_err());
+        let left = ns.nft(&["list", "ruleset", "ip"]);
+        assert!(left.contains("table ip berth"), "cut {cut}: {left}");
+        assert!(!left.contains(" hook "), "cut {cut}: a base chain: {left}");
+        let report = sharded(&ns, 4)
+            .with_staged_cold_load(true)
+            .sync(&rs)
+            .unwrap();
+        assert!(report.rewritten_chains > 0, "cut {cut}: {report:?}");
+        assert_same(
+            &ruleset(&ns),
+            &ruleset(&fresh),
+            &format!("cut after {cut} stages"),
+        );
+    }
 }
