@@ -490,9 +490,13 @@ fn cold_rounds(
         assert!(ns.table().is_empty(), "round {round}: no table to start");
         let mut agent = Agent::start(ns, kubeconfig, "netlink");
         let started = Instant::now();
-        std::thread::sleep(Duration::from_millis(
-            rng.below(full_sync.as_millis() as u64),
-        ));
+        // Random instants up to the time a load took; the last round early, so that at least one
+        // kill lands before the load is complete whatever the instants.
+        let instant = match round + 1 == rounds {
+            true => 50,
+            false => rng.below(full_sync.as_millis() as u64),
+        };
+        std::thread::sleep(Duration::from_millis(instant));
         agent.kill();
         ns.wait_idle();
         let table = ns.table();
