@@ -10,6 +10,7 @@
 //! the changed dispatch keys with their entries) are collected until [`Planner::take_changes`]
 //! hands them to the Syncers' `sync_changes`.
 
+use std::collections::btree_map::Entry;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -443,9 +444,20 @@ impl Planner {
             }
         }
         for (chain, rules) in new_owned {
-            let table = self.rs.table_mut(chain.0);
-            if table.chains.get(&chain.1) != Some(&rules) {
-                table.chains.insert(chain.1.clone(), rules);
+            // One walk of the chain map, not a lookup and then an insert: 110,000 chains at a
+            // cold plan of 10,000 Services.
+            let changed = match self.rs.table_mut(chain.0).chains.entry(chain.1.clone()) {
+                Entry::Occupied(entry) if *entry.get() == rules => false,
+                Entry::Occupied(mut entry) => {
+                    entry.insert(rules);
+                    true
+                }
+                Entry::Vacant(entry) => {
+                    entry.insert(rules);
+                    true
+                }
+            };
+            if changed {
                 self.touch(chain);
             }
         }
