@@ -222,6 +222,22 @@ fn is_postrouting(table: Table, chain: &ChainName) -> bool {
 }
 
 /// Whether a planned chain is folded into the rules that jump to it and has no chain of its own.
+/// The chains of a plan the nftables tables hold, in the plan's order: berth's own, not the
+/// iptables canary, not the endpoint chains folded into their users.
+fn planned_chains(rs: &Ruleset) -> impl Iterator<Item = (Table, &ChainName, &[Rule])> {
+    rs.tables.iter().flat_map(|(table, rules)| {
+        rules
+            .chains
+            .iter()
+            .filter(move |(chain, chain_rules)| {
+                chain.is_berth()
+                    && chain.as_str() != names::CANARY
+                    && !folds(*table, chain, chain_rules)
+            })
+            .map(move |(chain, chain_rules)| (*table, chain, chain_rules.as_slice()))
+    })
+}
+
 /// The endpoint chain a converted rule jumps to (one not folded into it).
 fn jumped_endpoint(rule: &NftRule) -> Option<&ChainName> {
     match rule {
@@ -387,6 +403,8 @@ pub struct NftRuleset {
     /// Each planned chain but the base chains: its table, the hash of its converted rules and
     /// how many rules its copies hold, as the partial syncs diff them.
     pub planned: BTreeMap<(Table, ChainName), PlannedChain>,
+    /// Endpoint chains that stay chains, converted but not yet placed (empty once converted).
+    pub(crate) with_user: BTreeMap<(Table, ChainName), Vec<NftRule>>,
 }
 
 /// One planned chain in berth's tables, as the partial syncs diff it.
@@ -499,73 +517,124 @@ impl NftRuleset {
         // Endpoint chains that stay chains go with their users, known once all are converted.
         let mut with_user = Vec::new();
         let mut user_shard: BTreeMap<ChainName, Shard> = BTreeMap::new();
-        for (table, rules) in &rs.tables {
-            for (chain, chain_rules) in &rules.chains {
-                if !chain.is_berth()
-                    || chain.as_str() == names::CANARY
-                    || folds(*table, chain, chain_rules)
-                {
-                    continue;
+        for (table, chain, chain_rules) in planned_chains(rs) {
+            let (home, jumps) =
+                out.add_chain(rs, shards, table, chain, chain_rules, &mut endpoints)?;
+            for endpoint in jumps {
+                user_shard.entry(endpoint).or_insert(home);
+            }
+            if shards.place(table, chain) == Placement::WithUser {
+                if let Some(rules) = out.take_with_user(table, chain) {
+                    with_user.push((table, chain.clone(), rules));
                 }
-                let converted = convert_chain(rs, *table, chain, chain_rules);
-                let placement = shards.place(*table, chain);
-                let home = match placement {
-                    Placement::In(shard) => shard,
-                    _ => MAIN,
-                };
-                let here = NftChain::in_shard(*table, chain, home);
-                // Only endpoint chains that stay chains need their users' table, and every use
-                // of one is a jump (folding is decided by the endpoint chain's rules alone).
-                for endpoint in converted.rules.iter().filter_map(jumped_endpoint) {
-                    user_shard.entry(endpoint.clone()).or_insert(home);
-                }
-                endpoints.extend(
-                    converted
-                        .endpoints
-                        .into_iter()
-                        .map(|endpoint| (endpoint, here.clone())),
-                );
-                if !converted.hairpin.is_empty() {
-                    out.hairpin.insert(here, converted.hairpin);
-                }
-                for (key, target) in converted.services {
-                    out.services.insert(key, element_target(shards, &target)?);
-                }
-                for (key, target) in converted.node_ports {
-                    out.node_ports.insert(key, element_target(shards, &target)?);
-                }
-                if placement == Placement::WithUser {
-                    with_user.push((*table, chain.clone(), converted.rules));
-                    continue;
-                }
-                let hash = rules_hash(&converted.rules);
-                let placed = place_rules(shards, *table, chain, placement, converted.rules);
-                out.planned.insert(
-                    (*table, chain.clone()),
-                    PlannedChain {
-                        home,
-                        hash,
-                        rules: placed_rule_count(&placed),
-                    },
-                );
-                out.chains.extend(placed);
             }
         }
         for (table, chain, rules) in with_user {
             let home = user_shard.get(&chain).copied().unwrap_or(MAIN);
-            let hash = rules_hash(&rules);
-            let placed = place_rules(shards, table, &chain, Placement::In(home), rules);
-            out.planned.insert(
-                (table, chain.clone()),
-                PlannedChain {
-                    home,
-                    hash,
-                    rules: placed_rule_count(&placed),
-                },
-            );
-            out.chains.extend(placed);
+            out.place_with_user(shards, table, &chain, rules, home);
         }
         out.endpoints = endpoints.into_iter().collect();
+        out.add_hooks(rs, shards);
+        out.fill_affinity();
+        if shards.is_sharded() {
+            out.check_jumps()?;
+        }
+        Ok(out)
+    }
+
+    /// Converts one planned chain into `self`: its map elements, hairpin pairs and endpoint
+    /// pairs (into `endpoints`), and its rules placed in their tables; an endpoint chain that
+    /// stays a chain is kept aside unplaced ([`NftRuleset::take_with_user`]). Returns the
+    /// chain's home and the endpoint chains its rules jump to (those stay chains).
+    fn add_chain(
+        &mut self,
+        rs: &Ruleset,
+        shards: Shards,
+        table: Table,
+        chain: &ChainName,
+        chain_rules: &[Rule],
+        endpoints: &mut Vec<(ChainName, NftChain)>,
+    ) -> Result<(Shard, Vec<ChainName>), Error> {
+        let converted = convert_chain(rs, table, chain, chain_rules);
+        let jumps: Vec<ChainName> = converted
+            .rules
+            .iter()
+            .filter_map(jumped_endpoint)
+            .cloned()
+            .collect();
+        let placement = shards.place(table, chain);
+        let home = match placement {
+            Placement::In(shard) => shard,
+            _ => MAIN,
+        };
+        let here = NftChain::in_shard(table, chain, home);
+        endpoints.extend(
+            converted
+                .endpoints
+                .into_iter()
+                .map(|endpoint| (endpoint, here.clone())),
+        );
+        if !converted.hairpin.is_empty() {
+            self.hairpin.insert(here, converted.hairpin);
+        }
+        for (key, target) in converted.services {
+            self.services.insert(key, element_target(shards, &target)?);
+        }
+        for (key, target) in converted.node_ports {
+            self.node_ports
+                .insert(key, element_target(shards, &target)?);
+        }
+        if placement == Placement::WithUser {
+            self.with_user
+                .insert((table, chain.clone()), converted.rules);
+            return Ok((home, jumps));
+        }
+        let hash = rules_hash(&converted.rules);
+        let placed = place_rules(shards, table, chain, placement, converted.rules);
+        self.planned.insert(
+            (table, chain.clone()),
+            PlannedChain {
+                home,
+                hash,
+                rules: placed_rule_count(&placed),
+            },
+        );
+        self.chains.extend(placed);
+        Ok((home, jumps))
+    }
+
+    /// The rules of an endpoint chain that stays a chain, kept aside by
+    /// [`NftRuleset::add_chain`] until its users' table is known.
+    fn take_with_user(&mut self, table: Table, chain: &ChainName) -> Option<Vec<NftRule>> {
+        self.with_user.remove(&(table, chain.clone()))
+    }
+
+    /// Places an endpoint chain that stays a chain in `home`, its users' table.
+    fn place_with_user(
+        &mut self,
+        shards: Shards,
+        table: Table,
+        chain: &ChainName,
+        rules: Vec<NftRule>,
+        home: Shard,
+    ) {
+        let hash = rules_hash(&rules);
+        let placed = place_rules(shards, table, chain, Placement::In(home), rules);
+        self.planned.insert(
+            (table, chain.clone()),
+            PlannedChain {
+                home,
+                hash,
+                rules: placed_rule_count(&placed),
+            },
+        );
+        self.chains.extend(placed);
+    }
+
+    /// The base chains: each jump berth puts in a built-in chain, on its hook; sharded, every
+    /// shard's Service-address lookup where the jump to it was and its node-port lookup one
+    /// priority later.
+    fn add_hooks(&mut self, rs: &Ruleset, shards: Shards) {
         for jump in &rs.jumps {
             let Some(hook) = Hook::of_builtin(jump.table, &jump.from) else {
                 continue;
@@ -576,15 +645,13 @@ impl NftRuleset {
                 .is_some_and(|t| shards.place(jump.table, t) == Placement::Dispatch);
             if !to_dispatch {
                 let base = NftChain::new(jump.table, &jump.from);
-                out.hooks.insert(base.clone(), hook);
-                out.chains
+                self.hooks.insert(base.clone(), hook);
+                self.chains
                     .entry(base)
                     .or_default()
                     .push(NftRule::Rule(jump.rule.clone()));
                 continue;
             }
-            // Sharded: each shard's Service-address lookup where the jump was, its node-port
-            // lookup one priority later.
             let node_ports = node_port_base(&jump.from);
             let to_jumps = Rule::jump(
                 vec![Match::comment("berth service nodeports")],
@@ -592,23 +659,27 @@ impl NftRuleset {
             );
             for shard in shards.shards() {
                 let base = NftChain::in_shard(jump.table, &jump.from, shard);
-                out.hooks.insert(base.clone(), hook);
-                out.chains
+                self.hooks.insert(base.clone(), hook);
+                self.chains
                     .entry(base)
                     .or_default()
                     .push(NftRule::Rule(jump.rule.clone()));
                 let base = NftChain::in_shard(jump.table, &node_ports, shard);
-                out.hooks.insert(base.clone(), Hook::node_ports(hook.hook));
-                let rules = out.chains.entry(base).or_default();
+                self.hooks.insert(base.clone(), Hook::node_ports(hook.hook));
+                let rules = self.chains.entry(base).or_default();
                 if rules.is_empty() {
                     rules.push(NftRule::Rule(to_jumps.clone()));
                 }
             }
         }
-        for (chain, rules) in &out.chains {
+    }
+
+    /// The affinity sets the rules name, in the table of the chains naming them.
+    fn fill_affinity(&mut self) {
+        for (chain, rules) in &self.chains {
             for rule in rules {
                 for (name, seconds) in affinity_refs(rule) {
-                    let entry = out
+                    let entry = self
                         .affinity
                         .entry((chain.shard, name.clone()))
                         .or_insert(DEFAULT_AFFINITY_SECONDS);
@@ -618,10 +689,6 @@ impl NftRuleset {
                 }
             }
         }
-        if shards.is_sharded() {
-            out.check_jumps()?;
-        }
-        Ok(out)
     }
 
     /// Every jump lands in its own table.

@@ -343,6 +343,7 @@ fn staged_transactions(
         hairpin: _,
         endpoints: _,
         planned: _,
+        with_user: _,
     } = planned;
     let tables: Vec<Shard> = std::iter::once(MAIN).chain(shards.shards()).collect();
     let mut stages: Vec<Transaction> = tables
