@@ -292,7 +292,7 @@ impl Nft for TimedNft {
 
     fn apply_staged(
         &mut self,
-        stages: Vec<Transaction>,
+        stages: &mut dyn Iterator<Item = Transaction>,
     ) -> std::result::Result<usize, berth_datapath::Error> {
         let start = Instant::now();
         let result = self.nft.apply_staged(stages);

@@ -341,9 +341,11 @@ impl Nft for CutShort {
         self.nft.tables(family)
     }
 
-    fn apply_staged(&mut self, mut stages: Vec<Transaction>) -> Result<usize, Error> {
-        stages.truncate(self.stages);
-        self.nft.apply_staged(stages)?;
+    fn apply_staged(
+        &mut self,
+        stages: &mut dyn Iterator<Item = Transaction>,
+    ) -> Result<usize, Error> {
+        self.nft.apply_staged(&mut stages.take(self.stages))?;
         Err(Error::Restore {
             reason: "cut short".to_string(),
         })

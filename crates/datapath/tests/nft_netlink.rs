@@ -63,13 +63,17 @@ impl Nft for Both {
 
     /// A staged load: `nft` and the model take the stages one by one, the netlink writer as
     /// the agent's does, building each batch while the kernel takes the last.
-    fn apply_staged(&mut self, stages: Vec<Transaction>) -> Result<usize, Error> {
+    fn apply_staged(
+        &mut self,
+        stages: &mut dyn Iterator<Item = Transaction>,
+    ) -> Result<usize, Error> {
         self.staged_loads += 1;
+        let stages: Vec<Transaction> = stages.collect();
         for tx in &stages {
             self.text.apply(tx)?;
             self.model.apply(tx)?;
         }
-        self.netlink.apply_staged(stages)
+        self.netlink.apply_staged(&mut stages.into_iter())
     }
 }
 
@@ -378,7 +382,7 @@ fn a_staged_load_stops_at_a_refused_stage() {
     ));
     let stages = vec![table(MAIN), table(1), refused, table(3), table(4)];
     let err = NetlinkNft::in_netns(&ns.0)
-        .apply_staged(stages)
+        .apply_staged(&mut stages.into_iter())
         .unwrap_err();
     assert!(
         err.to_string()

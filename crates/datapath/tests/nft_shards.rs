@@ -547,3 +547,53 @@ fn a_staged_load_cut_short_hooks_nothing_and_the_next_sync_completes_it() {
         assert_eq!(s.nft().nft.table, fresh(&rs, k).table, "fail_at={fail_at}");
     }
 }
+
+/// A plan converted table by table (a staged cold load's pieces) is, piece by piece, the plan
+/// converted whole: the main table first, the shards in order, the base chains last.
+#[test]
+fn a_plan_converted_table_by_table_is_the_plan_converted_whole() {
+    use berth_datapath::nft::stage::{Piece, TablePieces};
+    for (name, view) in [
+        ("many", many(40)),
+        ("fixed", mk_fixed_view()),
+        ("kube-proxy", kube_proxy::kube_proxy_overall_view()),
+    ] {
+        let rs = plan(&view, &linear());
+        for k in [1, 4, 32] {
+            let whole = NftRuleset::from_ruleset_in(&rs, shards(k)).unwrap();
+            let mut union = NftRuleset::default();
+            let mut order = Vec::new();
+            for piece in TablePieces::new(&rs, shards(k)).unwrap() {
+                let (kind, piece) = match piece.unwrap() {
+                    Piece::Table(shard, piece) => (format!("{shard}"), piece),
+                    Piece::Rest(piece) => ("rest".to_string(), piece),
+                    Piece::Hooks(piece) => ("hooks".to_string(), piece),
+                };
+                order.push(kind);
+                let NftRuleset {
+                    chains,
+                    hooks,
+                    services,
+                    node_ports,
+                    affinity,
+                    hairpin,
+                    endpoints,
+                    planned,
+                    ..
+                } = piece;
+                union.chains.extend(chains);
+                union.hooks.extend(hooks);
+                union.services.extend(services);
+                union.node_ports.extend(node_ports);
+                union.affinity.extend(affinity);
+                union.hairpin.extend(hairpin);
+                union.endpoints.extend(endpoints);
+                union.planned.extend(planned);
+            }
+            assert!(union == whole, "{name}, {k} shards: the pieces differ");
+            let tables: Vec<String> = (0..k).map(|s| s.to_string()).collect();
+            assert_eq!(order[..tables.len()], tables[..], "{name}, {k} shards");
+            assert_eq!(order.last().map(String::as_str), Some("hooks"), "{name}");
+        }
+    }
+}

@@ -17,6 +17,7 @@ pub mod inline;
 pub mod netlink;
 pub mod render;
 pub mod shard;
+pub mod stage;
 pub mod sync;
 pub mod table;
 pub mod wire;

@@ -603,7 +603,11 @@ impl NetlinkSocket {
     /// kernel refuses; the bytes sent in all. A thread of its own hands the batches to the
     /// kernel, so the next one is built while the kernel takes the last (at most one waits
     /// built: the memory of two or three batches, not of all of them).
-    pub fn apply_staged(&mut self, stages: Vec<Transaction>, table: &str) -> Result<usize, Error> {
+    pub fn apply_staged(
+        &mut self,
+        stages: &mut dyn Iterator<Item = Transaction>,
+        table: &str,
+    ) -> Result<usize, Error> {
         let mut seq = self.seq;
         let (to_kernel, built) = std::sync::mpsc::sync_channel::<(Transaction, Batch)>(1);
         let result = std::thread::scope(|scope| {
@@ -617,7 +621,7 @@ impl NetlinkSocket {
                     Ok(sent)
                 })
                 .map_err(|e| io_error("start the sending thread", e))?;
-            for tx in stages.into_iter().filter(|tx| !tx.is_empty()) {
+            for tx in stages.filter(|tx| !tx.is_empty()) {
                 let batch = build_batch(&tx, table, seq);
                 seq = batch.last_seq.wrapping_add(1);
                 // The sender stopped at a refused batch: its error is the result.
@@ -1021,7 +1025,10 @@ impl Nft for NetlinkNft {
         result.map(Some)
     }
 
-    fn apply_staged(&mut self, stages: Vec<Transaction>) -> Result<usize, Error> {
+    fn apply_staged(
+        &mut self,
+        stages: &mut dyn Iterator<Item = Transaction>,
+    ) -> Result<usize, Error> {
         let result = self.socket()?.apply_staged(stages, TABLE);
         if result.is_err() {
             self.socket = None;

@@ -224,7 +224,7 @@ fn is_postrouting(table: Table, chain: &ChainName) -> bool {
 /// Whether a planned chain is folded into the rules that jump to it and has no chain of its own.
 /// The chains of a plan the nftables tables hold, in the plan's order: berth's own, not the
 /// iptables canary, not the endpoint chains folded into their users.
-fn planned_chains(rs: &Ruleset) -> impl Iterator<Item = (Table, &ChainName, &[Rule])> {
+pub(crate) fn planned_chains(rs: &Ruleset) -> impl Iterator<Item = (Table, &ChainName, &[Rule])> {
     rs.tables.iter().flat_map(|(table, rules)| {
         rules
             .chains
@@ -546,7 +546,7 @@ impl NftRuleset {
     /// pairs (into `endpoints`), and its rules placed in their tables; an endpoint chain that
     /// stays a chain is kept aside unplaced ([`NftRuleset::take_with_user`]). Returns the
     /// chain's home and the endpoint chains its rules jump to (those stay chains).
-    fn add_chain(
+    pub(crate) fn add_chain(
         &mut self,
         rs: &Ruleset,
         shards: Shards,
@@ -605,12 +605,16 @@ impl NftRuleset {
 
     /// The rules of an endpoint chain that stays a chain, kept aside by
     /// [`NftRuleset::add_chain`] until its users' table is known.
-    fn take_with_user(&mut self, table: Table, chain: &ChainName) -> Option<Vec<NftRule>> {
+    pub(crate) fn take_with_user(
+        &mut self,
+        table: Table,
+        chain: &ChainName,
+    ) -> Option<Vec<NftRule>> {
         self.with_user.remove(&(table, chain.clone()))
     }
 
     /// Places an endpoint chain that stays a chain in `home`, its users' table.
-    fn place_with_user(
+    pub(crate) fn place_with_user(
         &mut self,
         shards: Shards,
         table: Table,
@@ -634,7 +638,7 @@ impl NftRuleset {
     /// The base chains: each jump berth puts in a built-in chain, on its hook; sharded, every
     /// shard's Service-address lookup where the jump to it was and its node-port lookup one
     /// priority later.
-    fn add_hooks(&mut self, rs: &Ruleset, shards: Shards) {
+    pub(crate) fn add_hooks(&mut self, rs: &Ruleset, shards: Shards) {
         for jump in &rs.jumps {
             let Some(hook) = Hook::of_builtin(jump.table, &jump.from) else {
                 continue;
@@ -675,7 +679,7 @@ impl NftRuleset {
     }
 
     /// The affinity sets the rules name, in the table of the chains naming them.
-    fn fill_affinity(&mut self) {
+    pub(crate) fn fill_affinity(&mut self) {
         for (chain, rules) in &self.chains {
             for rule in rules {
                 for (name, seconds) in affinity_refs(rule) {
@@ -692,7 +696,7 @@ impl NftRuleset {
     }
 
     /// Every jump lands in its own table.
-    fn check_jumps(&self) -> Result<(), Error> {
+    pub(crate) fn check_jumps(&self) -> Result<(), Error> {
         for (chain, rules) in &self.chains {
             for target in rules.iter().filter_map(rule_jump) {
                 let to = NftChain::in_shard(chain.table, target, chain.shard);

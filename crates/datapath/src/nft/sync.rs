@@ -32,6 +32,7 @@ use crate::nft::render::{
     NodePortKey, ServiceKey, Transaction, DEFAULT_AFFINITY_SECONDS,
 };
 use crate::nft::shard::{Placement, Shard, Shards, MAIN, MAX_SHARDS};
+use crate::nft::stage::{Piece, TablePieces};
 use crate::plan::incremental::{Changes, DispatchChanges};
 use crate::plan::model::{ChainName, Rule, Ruleset, Table};
 use crate::plan::names;
@@ -62,7 +63,10 @@ pub trait Nft {
     /// Applies `stages` in order, each one transaction (all of it, or nothing and an error; the
     /// stages before a failed one stay applied); the bytes written in all. A writer may build
     /// the next stage while the kernel takes one.
-    fn apply_staged(&mut self, stages: Vec<Transaction>) -> Result<usize, Error> {
+    fn apply_staged(
+        &mut self,
+        stages: &mut dyn Iterator<Item = Transaction>,
+    ) -> Result<usize, Error> {
         let mut written = 0;
         for tx in stages {
             self.apply(&tx)?;
@@ -89,7 +93,10 @@ impl<N: Nft + ?Sized> Nft for Box<N> {
         (**self).tables(family)
     }
 
-    fn apply_staged(&mut self, stages: Vec<Transaction>) -> Result<usize, Error> {
+    fn apply_staged(
+        &mut self,
+        stages: &mut dyn Iterator<Item = Transaction>,
+    ) -> Result<usize, Error> {
         (**self).apply_staged(stages)
     }
 }
@@ -195,6 +202,42 @@ fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
 }
 
 impl Applied {
+    /// The state of a load made of `parts`, whose chains are disjoint: each map built once from
+    /// all the parts' entries (sorted, so its nodes are full).
+    fn merged(parts: Vec<Applied>) -> Applied {
+        let mut hairpin: BTreeMap<IpAddr, usize> = BTreeMap::new();
+        let mut rules = 0;
+        for part in &parts {
+            rules += part.rules;
+            for (ip, n) in &part.hairpin {
+                *hairpin.entry(*ip).or_default() += n;
+            }
+        }
+        macro_rules! all {
+            ($field:ident) => {
+                parts
+                    .iter()
+                    .flat_map(|part| part.$field.iter().map(|(k, v)| (k.clone(), v.clone())))
+                    .collect()
+            };
+        }
+        Applied {
+            chains: all!(chains),
+            services: all!(services),
+            node_ports: all!(node_ports),
+            affinity: all!(affinity),
+            chain_sets: all!(chain_sets),
+            chain_endpoints: all!(chain_endpoints),
+            used_by: parts
+                .iter()
+                .flat_map(|part| part.used_by.iter().cloned())
+                .collect(),
+            chain_hairpin: all!(chain_hairpin),
+            hairpin,
+            rules,
+        }
+    }
+
     /// Records the sets `chain` names now; returns the sets no chain names any more.
     fn set_chain_sets(&mut self, chain: &ChainKey, sets: BTreeSet<SetKey>) -> Vec<SetKey> {
         let before = if sets.is_empty() {
@@ -324,91 +367,143 @@ fn diff_entries<K: Ord + Copy>(
     }
 }
 
-/// The cold load of `planned` in stages: per table (the main one first) one transaction that
-/// replaces whatever a cut-short load left under its name and fills it with everything but its
-/// base chains and the hairpin pairs, the hairpin pairs in transactions of their own, then one
-/// transaction adding every table's base chains with their rules.
-fn staged_transactions(
+/// A cold load's stages, each built when the writer asks for it ([`Nft::apply_staged`]), so
+/// that the next table is converted while the kernel takes the last: per table (the main one
+/// first) one transaction that replaces whatever a cut-short load left under its name and
+/// fills it with everything but its base chains and the hairpin pairs, then any endpoint
+/// chains no table's chains jumped to, the hairpin pairs in transactions of their own, and one
+/// transaction adding every table's base chains with their rules. A conversion that fails
+/// ends the stages (the failure is kept) before the base chains.
+struct StagedLoad<'a> {
     family: IpFamily,
-    shards: Shards,
-    planned: NftRuleset,
-    hairpin: &BTreeMap<IpAddr, usize>,
-) -> Vec<Transaction> {
-    let NftRuleset {
-        chains,
-        hooks,
-        services,
-        node_ports,
-        affinity,
-        hairpin: _,
-        endpoints: _,
-        planned: _,
-        with_user: _,
-    } = planned;
-    let tables: Vec<Shard> = std::iter::once(MAIN).chain(shards.shards()).collect();
-    let mut stages: Vec<Transaction> = tables
-        .iter()
-        .map(|shard| {
-            let mut tx = Transaction::new(family);
-            tx.push(Command::AddTable(*shard));
-            tx.push(Command::DeleteTable(*shard));
-            tx.push(Command::AddTable(*shard));
-            tx.push(Command::AddMaps(*shard));
-            tx
-        })
-        .collect();
-    let mut last = Transaction::new(family);
-    for chain in chains.keys() {
-        let hook = hooks.get(chain).copied();
-        let command = Command::AddChain(chain.clone(), hook);
-        match hook {
-            Some(_) => last.push(command),
-            None => stage(&mut stages, chain.shard).push(command),
-        }
-    }
-    for ((shard, name), seconds) in affinity {
-        stage(&mut stages, shard).push(Command::AddAffinitySet(shard, name, seconds));
-    }
-    for (chain, rules) in chains {
-        let tx = match hooks.contains_key(&chain) {
-            true => &mut last,
-            false => stage(&mut stages, chain.shard),
-        };
-        for rule in rules {
-            tx.push(Command::AddRule(chain.clone(), rule));
-        }
-    }
-    for (key, target) in services {
-        stage(&mut stages, target.shard).push(Command::AddElement(Element::Service(key, target)));
-    }
-    for (key, target) in node_ports {
-        stage(&mut stages, target.shard).push(Command::AddElement(Element::NodePort(key, target)));
-    }
-    // The hairpin pairs (one per endpoint: 100,000 at 10,000 Services) in stages of their own,
-    // so that no stage holds the kernel much longer than a shard's.
-    let pairs: Vec<IpAddr> = hairpin.keys().copied().collect();
-    for chunk in pairs.chunks(HAIRPIN_STAGE) {
-        let mut tx = Transaction::new(family);
-        tx.commands.extend(
-            chunk
-                .iter()
-                .map(|ip| Command::AddElement(Element::Hairpin(*ip))),
-        );
-        stages.push(tx);
-    }
-    stages.push(last);
-    stages
+    pieces: TablePieces<'a>,
+    /// The state each piece leaves, merged once all are out.
+    parts: Vec<Applied>,
+    failure: Option<Error>,
+    /// Stages built ahead: the hairpin pairs and the base chains.
+    ahead: std::collections::VecDeque<Transaction>,
 }
 
 /// Hairpin pairs per stage of a cold load: about what one shard's stage costs the kernel at
 /// 10,000 Services.
 const HAIRPIN_STAGE: usize = 10_000;
 
-/// The stage of `shard`'s table: stages are numbered from the main table's 0 up. (A command
-/// names its own table, so one of a shard past the count fails in the last table's stage.)
-fn stage(stages: &mut [Transaction], shard: Shard) -> &mut Transaction {
-    let at = usize::from(shard).min(stages.len().saturating_sub(1));
-    &mut stages[at]
+impl<'a> StagedLoad<'a> {
+    fn new(family: IpFamily, pieces: TablePieces<'a>) -> Self {
+        StagedLoad {
+            family,
+            pieces,
+            parts: Vec::new(),
+            failure: None,
+            ahead: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// The transaction of one piece, its state recorded.
+    fn stage(&mut self, piece: Piece) -> Result<Transaction, Error> {
+        let mut tx = Transaction::new(self.family);
+        let (mut planned, table) = match piece {
+            Piece::Table(shard, planned) => (planned, Some(shard)),
+            Piece::Rest(planned) => (planned, None),
+            Piece::Hooks(mut planned) => {
+                self.parts.push(applied_state(&mut planned)?);
+                let hairpin: BTreeSet<IpAddr> = self
+                    .parts
+                    .iter()
+                    .flat_map(|part| part.hairpin.keys().copied())
+                    .collect();
+                let pairs: Vec<IpAddr> = hairpin.into_iter().collect();
+                for chunk in pairs.chunks(HAIRPIN_STAGE) {
+                    let mut pairs = Transaction::new(self.family);
+                    pairs.commands.extend(
+                        chunk
+                            .iter()
+                            .map(|ip| Command::AddElement(Element::Hairpin(*ip))),
+                    );
+                    self.ahead.push_back(pairs);
+                }
+                for (chain, hook) in &planned.hooks {
+                    tx.push(Command::AddChain(chain.clone(), Some(*hook)));
+                }
+                for (chain, rules) in std::mem::take(&mut planned.chains) {
+                    for rule in rules {
+                        tx.push(Command::AddRule(chain.clone(), rule));
+                    }
+                }
+                self.ahead.push_back(tx);
+                return self.ahead.pop_front().ok_or_else(|| Error::InvalidInput {
+                    object: "nftables cold load".to_string(),
+                    field: "stages".to_string(),
+                    value: "none".to_string(),
+                });
+            }
+        };
+        self.parts.push(applied_state(&mut planned)?);
+        if let Some(shard) = table {
+            tx.push(Command::AddTable(shard));
+            tx.push(Command::DeleteTable(shard));
+            tx.push(Command::AddTable(shard));
+            tx.push(Command::AddMaps(shard));
+        }
+        let NftRuleset {
+            chains,
+            hooks: _,
+            services,
+            node_ports,
+            affinity,
+            hairpin: _,
+            endpoints: _,
+            planned: _,
+            with_user: _,
+        } = planned;
+        for chain in chains.keys() {
+            tx.push(Command::AddChain(chain.clone(), None));
+        }
+        for ((shard, name), seconds) in affinity {
+            tx.push(Command::AddAffinitySet(shard, name, seconds));
+        }
+        for (chain, rules) in chains {
+            for rule in rules {
+                tx.push(Command::AddRule(chain.clone(), rule));
+            }
+        }
+        for (key, target) in services {
+            tx.push(Command::AddElement(Element::Service(key, target)));
+        }
+        for (key, target) in node_ports {
+            tx.push(Command::AddElement(Element::NodePort(key, target)));
+        }
+        Ok(tx)
+    }
+
+    /// The state the whole load leaves, or why it stopped.
+    fn finish(self) -> Result<Applied, Error> {
+        if let Some(failure) = self.failure {
+            return Err(failure);
+        }
+        Ok(Applied::merged(self.parts))
+    }
+}
+
+impl Iterator for StagedLoad<'_> {
+    type Item = Transaction;
+
+    fn next(&mut self) -> Option<Transaction> {
+        if self.failure.is_some() {
+            return None;
+        }
+        if let Some(tx) = self.ahead.pop_front() {
+            return Some(tx);
+        }
+        let built = self.pieces.next()?.and_then(|piece| self.stage(piece));
+        match built {
+            Ok(tx) => Some(tx),
+            Err(failure) => {
+                self.failure = Some(failure);
+                None
+            }
+        }
+    }
 }
 
 /// `rules`, entries of the dispatch chain `chain`, converted as that chain converts them, when
@@ -616,11 +711,10 @@ impl<N: Nft> NftSyncer<N> {
 
     /// A cold load in stages ([`NftSyncer::with_staged_cold_load`]).
     fn staged_load(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
-        let mut planned = NftRuleset::from_ruleset_in(rs, self.shards)?;
-        let applied = applied_state(&mut planned)?;
-        let stages = staged_transactions(self.family, self.shards, planned, &applied.hairpin);
-        let written = self.nft.apply_staged(stages)?;
-        Ok(self.loaded(applied, written))
+        let mut load = StagedLoad::new(self.family, TablePieces::new(rs, self.shards)?);
+        let written = self.nft.apply_staged(&mut load);
+        let applied = load.finish()?;
+        Ok(self.loaded(applied, written?))
     }
 
     /// Records the state a full load left and reports it.

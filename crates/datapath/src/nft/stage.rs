@@ -1,0 +1,217 @@
+//! A cold load converted one table at a time ([`TablePieces`]): what
+//! [`NftRuleset::from_ruleset_in`] returns, in pieces, so that a staged cold load
+//! ([`crate::nft::NftSyncer::with_staged_cold_load`]) converts the next table while the kernel
+//! takes the last and never holds the nftables form of the whole plan.
+//!
+//! What spans tables is converted before the first piece: the chains placed in every table (the
+//! mark chain) or split over the shards (the dispatch chains, whose entries become the map
+//! elements), the endpoint chains that stay chains (placed with the first piece that jumps to
+//! them; the rest with the main table after all) and the base chains (the last piece).
+
+use std::collections::BTreeSet;
+
+use crate::error::Error;
+use crate::nft::render::{planned_chains, rule_jump, NftChain, NftRuleset};
+use crate::nft::shard::{Placement, Shard, Shards, MAIN};
+use crate::plan::model::{ChainName, Rule, Ruleset, Table};
+
+/// One piece of a cold load.
+#[derive(Debug)]
+pub enum Piece {
+    /// Everything of one table but its base chains; the first piece of that table.
+    Table(Shard, NftRuleset),
+    /// Endpoint chains that stay chains and that no chain of a table's piece jumped to, in the
+    /// main table (after every table's piece).
+    Rest(NftRuleset),
+    /// Every table's base chains with their rules (the hooks), last.
+    Hooks(NftRuleset),
+}
+
+/// The pieces of one plan's conversion, in order: the main table, the shards, the rest, the
+/// hooks. Their union is [`NftRuleset::from_ruleset_in`]'s result (`endpoints` as lists).
+pub struct TablePieces<'a> {
+    rs: &'a Ruleset,
+    shards: Shards,
+    /// Chains placed in one table, per table (the index is the shard).
+    buckets: Vec<Vec<(Table, &'a ChainName, &'a [Rule])>>,
+    /// What spans tables, converted up front and handed out with each table's piece.
+    shared: NftRuleset,
+    shared_endpoints: Vec<(ChainName, NftChain)>,
+    /// Every chain handed out so far: jumps are checked against it.
+    placed: BTreeSet<NftChain>,
+    next: usize,
+    done: bool,
+}
+
+impl<'a> TablePieces<'a> {
+    pub fn new(rs: &'a Ruleset, shards: Shards) -> Result<Self, Error> {
+        let tables = 1 + shards.shards().count();
+        let mut buckets: Vec<Vec<(Table, &ChainName, &[Rule])>> = vec![Vec::new(); tables];
+        let mut shared = NftRuleset::default();
+        let mut shared_endpoints = Vec::new();
+        for (table, chain, rules) in planned_chains(rs) {
+            match shards.place(table, chain) {
+                Placement::In(shard) => match buckets.get_mut(usize::from(shard)) {
+                    Some(bucket) => bucket.push((table, chain, rules)),
+                    None => {
+                        shared.add_chain(rs, shards, table, chain, rules, &mut shared_endpoints)?;
+                    }
+                },
+                _ => {
+                    shared.add_chain(rs, shards, table, chain, rules, &mut shared_endpoints)?;
+                }
+            }
+        }
+        shared.add_hooks(rs, shards);
+        Ok(TablePieces {
+            rs,
+            shards,
+            buckets,
+            shared,
+            shared_endpoints,
+            placed: BTreeSet::new(),
+            next: 0,
+            done: false,
+        })
+    }
+
+    /// The piece of table `shard`: its own chains (and the endpoint chains they jump to that
+    /// stay chains), its copies of the shared chains, its map elements; in the main table's also
+    /// the shared chains' records.
+    fn table(&mut self, shard: Shard) -> Result<NftRuleset, Error> {
+        let mut piece = NftRuleset::default();
+        let mut endpoints = Vec::new();
+        let bucket = self
+            .buckets
+            .get_mut(usize::from(shard))
+            .map(std::mem::take)
+            .unwrap_or_default();
+        for (table, chain, rules) in bucket {
+            let (_, jumps) =
+                piece.add_chain(self.rs, self.shards, table, chain, rules, &mut endpoints)?;
+            for endpoint in jumps {
+                if let Some(rules) = self.shared.take_with_user(table, &endpoint) {
+                    piece.place_with_user(self.shards, table, &endpoint, rules, shard);
+                }
+            }
+        }
+        let hooks = &self.shared.hooks;
+        let copies: Vec<NftChain> = self
+            .shared
+            .chains
+            .keys()
+            .filter(|c| c.shard == shard && !hooks.contains_key(*c))
+            .cloned()
+            .collect();
+        for chain in copies {
+            if let Some(rules) = self.shared.chains.remove(&chain) {
+                piece.chains.insert(chain, rules);
+            }
+        }
+        let services: Vec<_> = self
+            .shared
+            .services
+            .iter()
+            .filter(|(_, target)| target.shard == shard)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in services {
+            if let Some(target) = self.shared.services.remove(&key) {
+                piece.services.insert(key, target);
+            }
+        }
+        let node_ports: Vec<_> = self
+            .shared
+            .node_ports
+            .iter()
+            .filter(|(_, target)| target.shard == shard)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in node_ports {
+            if let Some(target) = self.shared.node_ports.remove(&key) {
+                piece.node_ports.insert(key, target);
+            }
+        }
+        if shard == MAIN {
+            piece.planned.append(&mut self.shared.planned);
+            piece.hairpin.append(&mut self.shared.hairpin);
+            endpoints.append(&mut self.shared_endpoints);
+        }
+        piece.endpoints = endpoints.into_iter().collect();
+        self.finish(piece)
+    }
+
+    /// Affinity sets and the jump check of a piece, which joins the chains handed out.
+    fn finish(&mut self, mut piece: NftRuleset) -> Result<NftRuleset, Error> {
+        piece.fill_affinity();
+        if self.shards.is_sharded() {
+            for (chain, rules) in &piece.chains {
+                for target in rules.iter().filter_map(rule_jump) {
+                    let to = NftChain::in_shard(chain.table, target, chain.shard);
+                    if !piece.chains.contains_key(&to) && !self.placed.contains(&to) {
+                        return Err(Error::InvalidInput {
+                            object: "nftables shards".to_string(),
+                            field: chain.to_string(),
+                            value: format!("jumps to {target}, which is not in the same table"),
+                        });
+                    }
+                }
+            }
+        }
+        self.placed.extend(piece.chains.keys().cloned());
+        Ok(piece)
+    }
+
+    fn rest(&mut self) -> Result<Option<NftRuleset>, Error> {
+        if self.shared.with_user.is_empty() {
+            return Ok(None);
+        }
+        let mut piece = NftRuleset::default();
+        for ((table, chain), rules) in std::mem::take(&mut self.shared.with_user) {
+            piece.place_with_user(self.shards, table, &chain, rules, MAIN);
+        }
+        self.finish(piece).map(Some)
+    }
+
+    fn hooks(&mut self) -> Result<NftRuleset, Error> {
+        let mut piece = NftRuleset {
+            hooks: std::mem::take(&mut self.shared.hooks),
+            ..NftRuleset::default()
+        };
+        piece.chains = std::mem::take(&mut self.shared.chains);
+        self.finish(piece)
+    }
+}
+
+impl Iterator for TablePieces<'_> {
+    type Item = Result<Piece, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let tables = self.buckets.len();
+        let at = self.next;
+        self.next += 1;
+        let piece = if at < tables {
+            let shard = Shard::try_from(at).unwrap_or(MAIN);
+            self.table(shard).map(|p| Piece::Table(shard, p))
+        } else if at == tables {
+            match self.rest() {
+                Ok(Some(p)) => Ok(Piece::Rest(p)),
+                Ok(None) => {
+                    self.done = true;
+                    self.hooks().map(Piece::Hooks)
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            self.done = true;
+            self.hooks().map(Piece::Hooks)
+        };
+        if piece.is_err() {
+            self.done = true;
+        }
+        Some(piece)
+    }
+}
