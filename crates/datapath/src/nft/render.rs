@@ -252,7 +252,7 @@ pub fn is_folded(rs: &Ruleset, table: Table, chain: &ChainName) -> bool {
 }
 
 /// [`is_folded`] for a chain whose rules are at hand.
-fn folds(table: Table, chain: &ChainName, rules: &[Rule]) -> bool {
+pub(crate) fn folds(table: Table, chain: &ChainName, rules: &[Rule]) -> bool {
     table == Table::Nat && inline_endpoint(chain, rules).is_some()
 }
 

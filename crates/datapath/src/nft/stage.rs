@@ -5,15 +5,17 @@
 //!
 //! What spans tables is converted before the first piece: the chains placed in every table (the
 //! mark chain) or split over the shards (the dispatch chains, whose entries become the map
-//! elements), the endpoint chains that stay chains (placed with the first piece that jumps to
-//! them; the rest with the main table after all) and the base chains (the last piece).
+//! elements) and the base chains (the last piece). The endpoint chains that stay chains are
+//! converted with the first piece whose chains jump to them, and any other after all tables
+//! (the rest, in the main table).
 
 use std::collections::BTreeSet;
 
 use crate::error::Error;
-use crate::nft::render::{planned_chains, rule_jump, NftChain, NftRuleset};
+use crate::nft::render::{folds, planned_chains, rule_jump, NftChain, NftRuleset};
 use crate::nft::shard::{Placement, Shard, Shards, MAIN};
 use crate::plan::model::{ChainName, Rule, Ruleset, Table};
+use crate::plan::names;
 
 /// One piece of a cold load.
 #[derive(Debug)]
@@ -39,6 +41,8 @@ pub struct TablePieces<'a> {
     shared_endpoints: Vec<(ChainName, NftChain)>,
     /// Every chain handed out so far: jumps are checked against it.
     placed: BTreeSet<NftChain>,
+    /// The endpoint chains that stay chains converted so far.
+    with_user_done: BTreeSet<ChainName>,
     next: usize,
     done: bool,
 }
@@ -49,16 +53,42 @@ impl<'a> TablePieces<'a> {
         let mut buckets: Vec<Vec<(Table, &ChainName, &[Rule])>> = vec![Vec::new(); tables];
         let mut shared = NftRuleset::default();
         let mut shared_endpoints = Vec::new();
-        for (table, chain, rules) in planned_chains(rs) {
-            match shards.place(table, chain) {
-                Placement::In(shard) => match buckets.get_mut(usize::from(shard)) {
-                    Some(bucket) => bucket.push((table, chain, rules)),
-                    None => {
-                        shared.add_chain(rs, shards, table, chain, rules, &mut shared_endpoints)?;
+        for (table, tables_rules) in &rs.tables {
+            for (chain, rules) in &tables_rules.chains {
+                if !chain.is_berth() || chain.as_str() == names::CANARY {
+                    continue;
+                }
+                let rules = rules.as_slice();
+                match shards.place(*table, chain) {
+                    // With their first user, or in the rest; whether they fold is asked there,
+                    // while the kernel takes a table.
+                    Placement::WithUser => {}
+                    Placement::In(shard) if !folds(*table, chain, rules) => {
+                        match buckets.get_mut(usize::from(shard)) {
+                            Some(bucket) => bucket.push((*table, chain, rules)),
+                            None => {
+                                shared.add_chain(
+                                    rs,
+                                    shards,
+                                    *table,
+                                    chain,
+                                    rules,
+                                    &mut shared_endpoints,
+                                )?;
+                            }
+                        }
                     }
-                },
-                _ => {
-                    shared.add_chain(rs, shards, table, chain, rules, &mut shared_endpoints)?;
+                    Placement::In(_) => {}
+                    _ => {
+                        shared.add_chain(
+                            rs,
+                            shards,
+                            *table,
+                            chain,
+                            rules,
+                            &mut shared_endpoints,
+                        )?;
+                    }
                 }
             }
         }
@@ -70,6 +100,7 @@ impl<'a> TablePieces<'a> {
             shared,
             shared_endpoints,
             placed: BTreeSet::new(),
+            with_user_done: BTreeSet::new(),
             next: 0,
             done: false,
         })
@@ -90,9 +121,7 @@ impl<'a> TablePieces<'a> {
             let (_, jumps) =
                 piece.add_chain(self.rs, self.shards, table, chain, rules, &mut endpoints)?;
             for endpoint in jumps {
-                if let Some(rules) = self.shared.take_with_user(table, &endpoint) {
-                    piece.place_with_user(self.shards, table, &endpoint, rules, shard);
-                }
+                self.with_user(&mut piece, &mut endpoints, table, &endpoint, shard)?;
             }
         }
         let hooks = &self.shared.hooks;
@@ -141,6 +170,31 @@ impl<'a> TablePieces<'a> {
         self.finish(piece)
     }
 
+    /// Converts the endpoint chain `chain`, which stays a chain, into `piece` and places it in
+    /// `shard` (its users'), unless an earlier piece did.
+    fn with_user(
+        &mut self,
+        piece: &mut NftRuleset,
+        endpoints: &mut Vec<(ChainName, NftChain)>,
+        table: Table,
+        chain: &ChainName,
+        shard: Shard,
+    ) -> Result<(), Error> {
+        if self.shards.place(table, chain) != Placement::WithUser
+            || !self.with_user_done.insert(chain.clone())
+        {
+            return Ok(());
+        }
+        let Some(rules) = self.rs.chain(table, chain) else {
+            return Ok(());
+        };
+        piece.add_chain(self.rs, self.shards, table, chain, rules, endpoints)?;
+        if let Some(rules) = piece.take_with_user(table, chain) {
+            piece.place_with_user(self.shards, table, chain, rules, shard);
+        }
+        Ok(())
+    }
+
     /// Affinity sets and the jump check of a piece, which joins the chains handed out.
     fn finish(&mut self, mut piece: NftRuleset) -> Result<NftRuleset, Error> {
         piece.fill_affinity();
@@ -162,14 +216,19 @@ impl<'a> TablePieces<'a> {
         Ok(piece)
     }
 
+    /// The endpoint chains that stay chains and that no table's chains jumped to, in the main
+    /// table.
     fn rest(&mut self) -> Result<Option<NftRuleset>, Error> {
-        if self.shared.with_user.is_empty() {
+        let mut piece = NftRuleset::default();
+        let mut endpoints = Vec::new();
+        let rs = self.rs;
+        for (table, chain, _) in planned_chains(rs) {
+            self.with_user(&mut piece, &mut endpoints, table, chain, MAIN)?;
+        }
+        if piece.chains.is_empty() {
             return Ok(None);
         }
-        let mut piece = NftRuleset::default();
-        for ((table, chain), rules) in std::mem::take(&mut self.shared.with_user) {
-            piece.place_with_user(self.shards, table, &chain, rules, MAIN);
-        }
+        piece.endpoints = endpoints.into_iter().collect();
         self.finish(piece).map(Some)
     }
 

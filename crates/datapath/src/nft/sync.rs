@@ -203,39 +203,57 @@ fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
 
 impl Applied {
     /// The state of a load made of `parts`, whose chains are disjoint: each map built once from
-    /// all the parts' entries (sorted, so its nodes are full).
+    /// all the parts' entries (sorted, so its nodes are full), the parts consumed.
     fn merged(parts: Vec<Applied>) -> Applied {
-        let mut hairpin: BTreeMap<IpAddr, usize> = BTreeMap::new();
-        let mut rules = 0;
-        for part in &parts {
-            rules += part.rules;
-            for (ip, n) in &part.hairpin {
-                *hairpin.entry(*ip).or_default() += n;
+        let mut all = Applied::default();
+        let mut hairpin: Vec<(IpAddr, usize)> = Vec::new();
+        let (mut chains, mut services, mut node_ports, mut affinity) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut chain_sets, mut chain_endpoints, mut used_by, mut chain_hairpin) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for part in parts {
+            let Applied {
+                chains: c,
+                services: s,
+                node_ports: n,
+                affinity: a,
+                chain_sets: cs,
+                chain_endpoints: ce,
+                used_by: u,
+                chain_hairpin: ch,
+                hairpin: h,
+                rules,
+            } = part;
+            chains.extend(c);
+            services.extend(s);
+            node_ports.extend(n);
+            affinity.extend(a);
+            chain_sets.extend(cs);
+            chain_endpoints.extend(ce);
+            used_by.extend(u);
+            chain_hairpin.extend(ch);
+            hairpin.extend(h);
+            all.rules += rules;
+        }
+        // Summed in one pass over the sorted pairs, then built at once.
+        hairpin.sort_unstable_by_key(|(ip, _)| *ip);
+        let mut summed: Vec<(IpAddr, usize)> = Vec::with_capacity(hairpin.len());
+        for (ip, n) in hairpin {
+            match summed.last_mut() {
+                Some((last, count)) if *last == ip => *count += n,
+                _ => summed.push((ip, n)),
             }
         }
-        macro_rules! all {
-            ($field:ident) => {
-                parts
-                    .iter()
-                    .flat_map(|part| part.$field.iter().map(|(k, v)| (k.clone(), v.clone())))
-                    .collect()
-            };
-        }
-        Applied {
-            chains: all!(chains),
-            services: all!(services),
-            node_ports: all!(node_ports),
-            affinity: all!(affinity),
-            chain_sets: all!(chain_sets),
-            chain_endpoints: all!(chain_endpoints),
-            used_by: parts
-                .iter()
-                .flat_map(|part| part.used_by.iter().cloned())
-                .collect(),
-            chain_hairpin: all!(chain_hairpin),
-            hairpin,
-            rules,
-        }
+        all.hairpin = summed.into_iter().collect();
+        all.chains = chains.into_iter().collect();
+        all.services = services.into_iter().collect();
+        all.node_ports = node_ports.into_iter().collect();
+        all.affinity = affinity.into_iter().collect();
+        all.chain_sets = chain_sets.into_iter().collect();
+        all.chain_endpoints = chain_endpoints.into_iter().collect();
+        all.used_by = used_by.into_iter().collect();
+        all.chain_hairpin = chain_hairpin.into_iter().collect();
+        all
     }
 
     /// Records the sets `chain` names now; returns the sets no chain names any more.
