@@ -30,7 +30,7 @@ pub enum Piece {
 }
 
 /// The pieces of one plan's conversion, in order: the main table, the shards, the rest, the
-/// hooks. Their union is [`NftRuleset::from_ruleset_in`]'s result (`endpoints` as lists).
+/// hooks. Their union is [`NftRuleset::from_ruleset_in`]'s result.
 pub struct TablePieces<'a> {
     rs: &'a Ruleset,
     shards: Shards,
