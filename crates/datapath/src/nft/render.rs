@@ -11,6 +11,10 @@
 //!   port → `jump` to the Service's chain) and `node-ports` (protocol · port → `jump`), so the first
 //!   packet of a connection costs one lookup however many Services there are. `jump`, not `goto`,
 //!   so a chain that returns continues exactly where the linear chain would have.
+//! - With Service CIDRs, the filter chain `BERTH-CLUSTER-IPS` (one REJECT per ClusterIP, then the
+//!   drop of unallocated addresses) becomes one rule, `ip daddr @cluster-ips reject`, and a plain
+//!   set of the ClusterIPs (kube-proxy's `cluster-ips`): adding or removing a ClusterIP is one
+//!   element, and a set without verdicts costs the kernel no validation of the table.
 //! - Endpoint choice keeps iptables' cascade (`numgen random mod n == 0` with n = N, N−1, …, 2):
 //!   no anonymous set per Service, whose binding makes the kernel walk the whole transaction
 //!   (quadratic cold loads). ClientIP affinity uses one dynamic timeout set per endpoint, named
@@ -50,6 +54,10 @@ pub const TABLE: &str = "berth";
 pub const SERVICE_MAP: &str = "service-ips";
 /// The verdict map of node ports.
 pub const NODE_PORT_MAP: &str = "node-ports";
+/// The plain set of ClusterIPs inside the Service CIDRs (main table).
+pub const CLUSTER_IP_SET: &str = "cluster-ips";
+/// The comment of the `cluster-ips` reject rule.
+pub const CLUSTER_IP_COMMENT: &str = "berth: cluster IP, on a port it does not have";
 /// Default timeout of an affinity entry when no rule names one (kube-proxy's default).
 pub const DEFAULT_AFFINITY_SECONDS: u32 = 10800;
 /// nft refuses longer comments.
@@ -191,6 +199,9 @@ pub enum NftRule {
     ServiceMap,
     /// `meta l4proto . th dport vmap @node-ports`
     NodePortMap,
+    /// `ip daddr @cluster-ips reject`: a new connection to a ClusterIP that no Service port
+    /// translated (the per-ClusterIP REJECT rules of `BERTH-CLUSTER-IPS`).
+    ClusterIpSet,
     /// `ct status dnat ip saddr . ip daddr @hairpin jump <mark chain>`: a pod that reached itself
     /// through a Service is marked for masquerade (the hairpin rule of every folded endpoint).
     Hairpin(ChainName),
@@ -202,6 +213,8 @@ pub struct ConvertedChain {
     pub rules: Vec<NftRule>,
     pub services: Vec<(ServiceKey, ChainName)>,
     pub node_ports: Vec<(NodePortKey, ChainName)>,
+    /// The ClusterIPs of `cluster-ips` (each once, in the chain's order).
+    pub cluster_ips: Vec<IpAddr>,
     /// The endpoint chains this chain's rules fold or jump to: a change to one of them changes
     /// this chain.
     pub endpoints: BTreeSet<ChainName>,
@@ -215,6 +228,10 @@ fn is_services(table: Table, chain: &ChainName) -> bool {
 
 fn is_node_ports(table: Table, chain: &ChainName) -> bool {
     table == Table::Nat && chain.as_str() == names::NODEPORTS
+}
+
+fn is_cluster_ips(table: Table, chain: &ChainName) -> bool {
+    table == Table::Filter && chain.as_str() == names::CLUSTER_IPS
 }
 
 fn is_postrouting(table: Table, chain: &ChainName) -> bool {
@@ -259,6 +276,27 @@ fn service_entry(rule: &Rule) -> Option<(ServiceKey, ChainName)> {
     Some(((addr?, proto?, port?), target.clone()))
 }
 
+/// `-d host -j REJECT` (a comment aside): a `cluster-ips` element.
+fn cluster_ip_entry(rule: &Rule) -> Option<IpAddr> {
+    if rule.target != Some(Target::Reject) {
+        return None;
+    }
+    let mut addr = None;
+    for m in rule.matches.iter() {
+        match m {
+            Match::Comment(_) => {}
+            Match::Destination {
+                net,
+                negated: false,
+            } if net.prefix_len() == net.max_prefix_len() && addr.is_none() => {
+                addr = Some(net.addr())
+            }
+            _ => return None,
+        }
+    }
+    addr
+}
+
 /// `-p proto --dport port -j CHAIN` (a comment aside): a node-port map element.
 fn node_port_entry(rule: &Rule) -> Option<(NodePortKey, ChainName)> {
     let target = rule.jump_target()?;
@@ -279,7 +317,8 @@ fn node_port_entry(rule: &Rule) -> Option<(NodePortKey, ChainName)> {
 /// lookup takes their place; what follows them stays a rule, in order. A key two rules share
 /// goes to the first, the one the linear chain would have taken. A nat rule that jumps to a
 /// foldable endpoint chain becomes that chain's DNAT; the nat postrouting chain starts with the
-/// hairpin rule.
+/// hairpin rule. In the filter `BERTH-CLUSTER-IPS` the leading ClusterIP REJECTs become
+/// `cluster-ips` elements and the set's reject rule takes their place.
 pub fn convert_chain(
     rs: &Ruleset,
     table: Table,
@@ -301,6 +340,18 @@ pub fn convert_chain(
         {
             if seen.insert(entry.0) {
                 out.services.push(entry);
+            }
+            rest = tail;
+        }
+    } else if is_cluster_ips(table, chain) {
+        out.rules.push(NftRule::ClusterIpSet);
+        let mut seen = BTreeSet::new();
+        while let Some((ip, tail)) = rest
+            .split_first()
+            .and_then(|(first, tail)| Some((cluster_ip_entry(first)?, tail)))
+        {
+            if seen.insert(ip) {
+                out.cluster_ips.push(ip);
             }
             rest = tail;
         }
@@ -366,7 +417,7 @@ pub fn rule_jump(rule: &NftRule) -> Option<&ChainName> {
     match rule {
         NftRule::Rule(rule) => rule.jump_target(),
         NftRule::Hairpin(target) => Some(target),
-        NftRule::ServiceMap | NftRule::NodePortMap => None,
+        NftRule::ServiceMap | NftRule::NodePortMap | NftRule::ClusterIpSet => None,
     }
 }
 
@@ -377,6 +428,8 @@ pub struct NftRuleset {
     pub hooks: BTreeMap<NftChain, Hook>,
     pub services: BTreeMap<ServiceKey, NftChain>,
     pub node_ports: BTreeMap<NodePortKey, NftChain>,
+    /// The elements of `cluster-ips` (main table).
+    pub cluster_ips: BTreeSet<IpAddr>,
     /// Affinity set (in the table of the chains naming it) -> timeout of its entries.
     pub affinity: BTreeMap<(Shard, ChainName), u32>,
     /// The hairpin endpoints (`ep . ep` in the hairpin set) each chain's rules need.
@@ -534,6 +587,7 @@ impl NftRuleset {
                 for (key, target) in converted.node_ports {
                     out.node_ports.insert(key, element_target(shards, &target)?);
                 }
+                out.cluster_ips.extend(converted.cluster_ips);
                 if placement == Placement::WithUser {
                     with_user.push((*table, chain.clone(), converted.rules));
                     continue;
@@ -664,6 +718,8 @@ pub enum Element {
     NodePort(NodePortKey, NftChain),
     /// `ep . ep` in the hairpin set.
     Hairpin(IpAddr),
+    /// A ClusterIP in `cluster-ips`.
+    ClusterIp(IpAddr),
 }
 
 impl Element {
@@ -671,7 +727,7 @@ impl Element {
     pub fn shard(&self) -> Shard {
         match self {
             Element::Service(_, target) | Element::NodePort(_, target) => target.shard,
-            Element::Hairpin(_) => MAIN,
+            Element::Hairpin(_) | Element::ClusterIp(_) => MAIN,
         }
     }
 }
@@ -681,7 +737,8 @@ impl Element {
 pub enum Command {
     AddTable(Shard),
     DeleteTable(Shard),
-    /// Declares the two verdict maps (and in the main table the hairpin set; idempotent).
+    /// Declares the two verdict maps (and in the main table the hairpin and `cluster-ips` sets;
+    /// idempotent).
     AddMaps(Shard),
     AddChain(NftChain, Option<Hook>),
     FlushChain(NftChain),
@@ -775,6 +832,7 @@ pub fn command_text(family: IpFamily, command: &Command) -> String {
             );
             if *shard == MAIN {
                 let _ = writeln!(maps, "add set {t} {HAIRPIN_SET} {{ type {addr_type} . {addr_type} ; }}");
+                let _ = writeln!(maps, "add set {t} {CLUSTER_IP_SET} {{ type {addr_type} ; }}");
             }
             maps
         }
@@ -812,6 +870,7 @@ fn element_set(element: &Element) -> &'static str {
         Element::Service(..) => SERVICE_MAP,
         Element::NodePort(..) => NODE_PORT_MAP,
         Element::Hairpin(..) => HAIRPIN_SET,
+        Element::ClusterIp(..) => CLUSTER_IP_SET,
     }
 }
 
@@ -826,6 +885,7 @@ pub fn element_text(element: &Element, with_target: bool) -> String {
             (format!("{} . {port}", protocol_keyword(*proto)), target)
         }
         Element::Hairpin(addr) => return format!("{addr} . {addr}"),
+        Element::ClusterIp(addr) => return addr.to_string(),
     };
     if with_target {
         format!("{key} : jump {target}")
@@ -1027,6 +1087,11 @@ pub fn rule_text(family: IpFamily, table: Table, rule: &NftRule) -> String {
             family_keyword(family)
         ),
         NftRule::NodePortMap => format!("meta l4proto . th dport vmap @{NODE_PORT_MAP}"),
+        NftRule::ClusterIpSet => format!(
+            "{} daddr @{CLUSTER_IP_SET} {} comment \"{CLUSTER_IP_COMMENT}\"",
+            family_keyword(family),
+            target_text(family, table, &Target::Reject)
+        ),
         NftRule::Hairpin(target) => {
             let fam = family_keyword(family);
             format!(

@@ -105,6 +105,7 @@ struct Applied {
     chains: BTreeMap<ChainKey, (u64, usize, Shard)>,
     services: BTreeMap<ServiceKey, NftChain>,
     node_ports: BTreeMap<NodePortKey, NftChain>,
+    cluster_ips: BTreeSet<IpAddr>,
     affinity: BTreeMap<SetKey, u32>,
     /// The affinity sets each chain's rules name; a set no chain names any more is deleted.
     chain_sets: BTreeMap<ChainKey, BTreeSet<SetKey>>,
@@ -160,6 +161,7 @@ fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
     let mut applied = Applied {
         services: planned.services.clone(),
         node_ports: planned.node_ports.clone(),
+        cluster_ips: planned.cluster_ips.clone(),
         affinity: planned.affinity.clone(),
         rules: planned.rule_count(),
         chain_endpoints,
@@ -324,6 +326,39 @@ fn diff_entries<K: Ord + Copy>(
     }
 }
 
+/// Element-level changes from the set `before` to `wanted` (any order, duplicates allowed),
+/// made to `before` in place: deletions, then additions, each in address order. A merge of the
+/// two sorted sequences, as [`diff_entries`].
+fn diff_set(
+    before: &mut BTreeSet<IpAddr>,
+    wanted: &[IpAddr],
+    element: impl Fn(IpAddr) -> Element,
+    deletes: &mut Vec<Command>,
+    adds: &mut Vec<Command>,
+) {
+    let mut wanted: Vec<IpAddr> = wanted.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut wanted = wanted.into_iter().peekable();
+    let mut removed = Vec::new();
+    let mut added = Vec::new();
+    for ip in before.iter() {
+        added.extend(std::iter::from_fn(|| wanted.next_if(|w| w < ip)));
+        if wanted.next_if(|w| w == ip).is_none() {
+            removed.push(*ip);
+        }
+    }
+    added.extend(wanted);
+    for ip in removed {
+        before.remove(&ip);
+        deletes.push(Command::DeleteElement(element(ip)));
+    }
+    for ip in added {
+        before.insert(ip);
+        adds.push(Command::AddElement(element(ip)));
+    }
+}
+
 /// The cold load of `planned` in stages: per table (the main one first) one transaction that
 /// replaces whatever a cut-short load left under its name and fills it with everything but its
 /// base chains, then one transaction adding every table's base chains with their rules.
@@ -338,6 +373,7 @@ fn staged_transactions(
         hooks,
         services,
         node_ports,
+        cluster_ips,
         affinity,
         hairpin: _,
         endpoints: _,
@@ -384,6 +420,9 @@ fn staged_transactions(
     }
     for ip in hairpin.keys() {
         stage(&mut stages, MAIN).push(Command::AddElement(Element::Hairpin(*ip)));
+    }
+    for ip in cluster_ips {
+        stage(&mut stages, MAIN).push(Command::AddElement(Element::ClusterIp(ip)));
     }
     stages.push(last);
     stages
@@ -546,6 +585,7 @@ impl<N: Nft> NftSyncer<N> {
                 + applied.rules
                 + planned.services.len()
                 + planned.node_ports.len()
+                + planned.cluster_ips.len()
                 + applied.hairpin.len(),
         );
         for shard in stale {
@@ -580,6 +620,9 @@ impl<N: Nft> NftSyncer<N> {
         }
         for ip in applied.hairpin.keys() {
             tx.push(Command::AddElement(Element::Hairpin(*ip)));
+        }
+        for ip in planned.cluster_ips {
+            tx.push(Command::AddElement(Element::ClusterIp(ip)));
         }
         Ok((tx, applied))
     }
@@ -774,6 +817,16 @@ impl PartialDiff {
             .chain(key.0, &key.1)
             .filter(|_| !is_folded(rs, key.0, &key.1));
         let Some(planned) = planned else {
+            if key.0 == Table::Filter && key.1.as_str() == names::CLUSTER_IPS {
+                // Its set's elements go with it.
+                diff_set(
+                    &mut next.cluster_ips,
+                    &[],
+                    Element::ClusterIp,
+                    &mut self.element_deletes,
+                    &mut self.element_adds,
+                );
+            }
             if let Some((_, n, home)) = next.chains.remove(key) {
                 next.rules = next.rules.saturating_sub(n);
                 self.orphaned
@@ -875,6 +928,13 @@ impl PartialDiff {
                 &mut next.node_ports,
                 &converted.node_ports,
                 Element::NodePort,
+                &mut self.element_deletes,
+                &mut self.element_adds,
+            ),
+            Some(NftRule::ClusterIpSet) => diff_set(
+                &mut next.cluster_ips,
+                &converted.cluster_ips,
+                Element::ClusterIp,
                 &mut self.element_deletes,
                 &mut self.element_adds,
             ),

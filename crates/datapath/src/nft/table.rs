@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::nft::render::{element_text, rule_text, Element, Hook, NftChain, NftRule, TABLE};
+use crate::nft::render::{
+    element_text, rule_text, Element, Hook, NftChain, NftRule, CLUSTER_IP_COMMENT, TABLE,
+};
 use crate::nft::render::{NodePortKey, ServiceKey};
 use crate::nft::shard::{table_name, Shard, MAIN};
 use crate::plan::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset, Target};
@@ -29,6 +31,8 @@ pub struct NftTable {
     pub affinity: BTreeMap<(Shard, ChainName), u32>,
     /// Endpoints of the hairpin set (`ep . ep`).
     pub hairpin: BTreeSet<IpAddr>,
+    /// The ClusterIPs of `cluster-ips`.
+    pub cluster_ips: BTreeSet<IpAddr>,
 }
 
 /// A chain's name as the tracer knows it: the same names in two tables (a shard's copy of the
@@ -96,6 +100,14 @@ fn hairpin_rule(ip: IpAddr, target: &ChainName) -> Rule {
     Rule::jump(vec![Match::src(ip), Match::dst(ip)], target)
 }
 
+/// A `cluster-ips` element as the rule the tracer follows: the REJECT the planned chain had.
+fn cluster_ip_rule(ip: IpAddr) -> Rule {
+    Rule::new(
+        vec![Match::comment(CLUSTER_IP_COMMENT), Match::dst(ip)],
+        Target::Reject,
+    )
+}
+
 impl NftTable {
     /// A chain's name with its table: `nat-BERTH-SVC-…`, in a shard `berth-<n> nat-BERTH-SVC-…`.
     pub fn chain_label(chain: &NftChain) -> String {
@@ -134,6 +146,11 @@ impl NftTable {
                 .hairpin
                 .iter()
                 .map(|ip| (hairpin_rule(*ip, target), Some(Element::Hairpin(*ip))))
+                .collect(),
+            NftRule::ClusterIpSet => self
+                .cluster_ips
+                .iter()
+                .map(|ip| (cluster_ip_rule(*ip), Some(Element::ClusterIp(*ip))))
                 .collect(),
         }
     }
