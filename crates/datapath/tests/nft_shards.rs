@@ -272,7 +272,7 @@ fn the_partial_sync_writes_the_entries_it_is_given() {
             .any(|key| key.0 == addr));
         let emptied = DispatchChanges {
             services: [(addr, Vec::new())].into(),
-            node_ports: Default::default(),
+            ..Default::default()
         };
         s.sync_changes(&rs, &Changes::Dispatch(Default::default(), emptied))
             .unwrap();
@@ -289,7 +289,7 @@ fn the_partial_sync_writes_the_entries_it_is_given() {
         );
         let odd = DispatchChanges {
             services: [(addr, vec![range])].into(),
-            node_ports: Default::default(),
+            ..Default::default()
         };
         s.sync_changes(&rs, &Changes::Dispatch([services].into(), odd))
             .unwrap();

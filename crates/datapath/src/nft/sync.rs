@@ -436,7 +436,7 @@ fn stage(stages: &mut [Transaction], shard: Shard) -> &mut Transaction {
 }
 
 /// `rules`, entries of the dispatch chain `chain`, converted as that chain converts them, when
-/// they all become map elements and the chain is one the last sync left as a map lookup with
+/// they all become map or set elements and the chain is one the last sync left as a map lookup with
 /// no folded endpoint.
 fn map_only(
     rs: &Ruleset,
@@ -451,7 +451,7 @@ fn map_only(
     let only_elements = converted.rules.len() == 1
         && matches!(
             converted.rules.first(),
-            Some(NftRule::ServiceMap | NftRule::NodePortMap)
+            Some(NftRule::ServiceMap | NftRule::NodePortMap | NftRule::ClusterIpSet)
         )
         && converted.endpoints.is_empty()
         && converted.hairpin.is_empty();
@@ -1007,6 +1007,28 @@ impl PartialDiff {
                 next.node_ports.extend(before);
             }
             done.push(node_ports);
+        }
+        let cluster_ips = (Table::Filter, names::fixed(names::CLUSTER_IPS));
+        let wanted = dispatch.cluster_ips.iter().map(|(ip, rules)| {
+            let converted = map_only(rs, next, &cluster_ips, rules)?;
+            let present = !converted.cluster_ips.is_empty();
+            converted
+                .cluster_ips
+                .iter()
+                .all(|addr| addr == ip)
+                .then_some((*ip, present))
+        });
+        if let Some(wanted) = wanted.collect::<Option<Vec<_>>>() {
+            for (ip, present) in wanted {
+                if present && next.cluster_ips.insert(ip) {
+                    self.element_adds
+                        .push(Command::AddElement(Element::ClusterIp(ip)));
+                } else if !present && next.cluster_ips.remove(&ip) {
+                    self.element_deletes
+                        .push(Command::DeleteElement(Element::ClusterIp(ip)));
+                }
+            }
+            done.push(cluster_ips);
         }
         done
     }
