@@ -1174,3 +1174,126 @@ pub fn check_expressible(rule: &NftRule) -> Result<(), Error> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reject(comment: &str, dst: &str) -> Rule {
+        Rule::new(
+            vec![
+                Match::comment(comment),
+                Match::dst_net(dst.parse().unwrap()),
+            ],
+            Target::Reject,
+        )
+    }
+
+    /// The leading single-address REJECTs of `BERTH-CLUSTER-IPS` become `cluster-ips` elements
+    /// (each address once, in order) behind one set rule; from the first rule of another shape on
+    /// (a range, a port, another verdict) every rule stays a rule, in order. Another chain keeps
+    /// the same rules as rules.
+    #[test]
+    fn cluster_ip_rejects_become_set_elements() {
+        let chain = names::fixed(names::CLUSTER_IPS);
+        let drop = Rule::new(vec![Match::comment("unallocated")], Target::Drop);
+        let with_port = Rule::new(
+            vec![
+                Match::dst_net("10.96.0.3/32".parse().unwrap()),
+                Match::Protocol(Protocol::Tcp),
+                Match::DestPort(PortMatch::Single(80)),
+            ],
+            Target::Reject,
+        );
+        let range = reject("range", "10.96.1.0/24");
+        let two_addresses = Rule::new(
+            vec![
+                Match::dst_net("10.96.0.4/32".parse().unwrap()),
+                Match::dst_net("10.96.0.5/32".parse().unwrap()),
+            ],
+            Target::Reject,
+        );
+        let ips =
+            |list: &[&str]| -> Vec<IpAddr> { list.iter().map(|s| s.parse().unwrap()).collect() };
+        let a = reject("a:80", "10.96.0.2/32");
+        let a_other_port = reject("a:443", "10.96.0.2/32");
+        let b = reject("b", "10.96.0.1/32");
+        // (rules, elements, the rules left after the set rule)
+        let rows: Vec<(Vec<Rule>, Vec<IpAddr>, Vec<Rule>)> = vec![
+            (vec![drop.clone()], vec![], vec![drop.clone()]),
+            (
+                vec![a.clone(), a_other_port.clone(), b.clone(), drop.clone()],
+                ips(&["10.96.0.2", "10.96.0.1"]),
+                vec![drop.clone()],
+            ),
+            (
+                vec![a.clone(), with_port.clone(), b.clone(), drop.clone()],
+                ips(&["10.96.0.2"]),
+                vec![with_port.clone(), b.clone(), drop.clone()],
+            ),
+            (
+                vec![range.clone(), a.clone()],
+                vec![],
+                vec![range.clone(), a.clone()],
+            ),
+            (
+                vec![two_addresses.clone(), a.clone()],
+                vec![],
+                vec![two_addresses.clone(), a.clone()],
+            ),
+            (
+                vec![Rule::new(
+                    vec![Match::dst_net("10.96.0.2/32".parse().unwrap())],
+                    Target::Drop,
+                )],
+                vec![],
+                vec![Rule::new(
+                    vec![Match::dst_net("10.96.0.2/32".parse().unwrap())],
+                    Target::Drop,
+                )],
+            ),
+        ];
+        let rs = Ruleset::default();
+        for (rules, elements, rest) in rows {
+            let converted = convert_chain(&rs, Table::Filter, &chain, &rules);
+            let mut want = vec![NftRule::ClusterIpSet];
+            want.extend(rest.iter().cloned().map(NftRule::Rule));
+            assert_eq!(converted.rules, want, "{rules:?}");
+            assert_eq!(converted.cluster_ips, elements, "{rules:?}");
+            // Elsewhere nothing is converted.
+            let other = convert_chain(&rs, Table::Nat, &chain, &rules);
+            assert!(other.cluster_ips.is_empty());
+            assert_eq!(
+                other.rules,
+                rules.iter().cloned().map(NftRule::Rule).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn the_cluster_ip_set_is_declared_in_the_main_table_and_its_rule_rejects() {
+        let text = command_text(IpFamily::V6, &Command::AddMaps(MAIN));
+        assert!(
+            text.contains("add set ip6 berth cluster-ips { type ipv6_addr ; }"),
+            "{text}"
+        );
+        let text = command_text(IpFamily::V4, &Command::AddMaps(2));
+        assert!(!text.contains(CLUSTER_IP_SET), "{text}");
+        assert_eq!(
+            rule_text(IpFamily::V4, Table::Filter, &NftRule::ClusterIpSet),
+            "ip daddr @cluster-ips reject with icmp type port-unreachable \
+             comment \"berth: cluster IP, on a port it does not have\""
+        );
+        assert_eq!(
+            rule_text(IpFamily::V6, Table::Filter, &NftRule::ClusterIpSet),
+            "ip6 daddr @cluster-ips reject with icmpv6 type port-unreachable \
+             comment \"berth: cluster IP, on a port it does not have\""
+        );
+        let element = Element::ClusterIp("fd00:96::10".parse().unwrap());
+        assert_eq!(element.shard(), MAIN);
+        assert_eq!(
+            command_text(IpFamily::V6, &Command::DeleteElement(element)),
+            "delete element ip6 berth cluster-ips { fd00:96::10 }\n"
+        );
+    }
+}

@@ -477,7 +477,8 @@ pub struct NftSyncer<N> {
     shards: Shards,
     /// Whether a cold load goes in stages ([`NftSyncer::with_staged_cold_load`]).
     staged: bool,
-    applied: Option<Applied>,
+    /// Boxed: the Syncer stays small beside the iptables one.
+    applied: Option<Box<Applied>>,
 }
 
 impl<N: Nft> NftSyncer<N> {
@@ -667,7 +668,7 @@ impl<N: Nft> NftSyncer<N> {
             payload_bytes,
             rule_count: applied.rules,
         };
-        self.applied = Some(applied);
+        self.applied = Some(Box::new(applied));
         report
     }
 
@@ -714,7 +715,7 @@ impl<N: Nft> NftSyncer<N> {
             payload_bytes: tx.written(),
             rule_count: applied.rules,
         };
-        self.applied = Some(applied);
+        self.applied = Some(Box::new(applied));
         Ok(Some(report))
     }
 
