@@ -312,6 +312,56 @@ mod tests {
         );
     }
 
+    /// With Service CIDRs: the filter chain's set lookup is followed element by element, and the
+    /// hop names the set rule and the ClusterIP that matched.
+    #[test]
+    fn a_cluster_ip_on_another_port_is_rejected_through_the_set() {
+        let mut t = mk_table();
+        let filter = |name: &str| NftChain::new(Table::Filter, &ChainName::new(name));
+        let forward = filter("FORWARD");
+        t.hooks.insert(
+            forward.clone(),
+            Hook::of_builtin(Table::Filter, &ChainName::new("FORWARD")).unwrap(),
+        );
+        t.chains.insert(
+            forward,
+            vec![NftRule::Rule(Rule::jump(
+                vec![Match::dst_net("10.96.0.0/16".parse().unwrap())],
+                &ChainName::new("BERTH-CLUSTER-IPS"),
+            ))],
+        );
+        t.chains.insert(
+            filter("BERTH-CLUSTER-IPS"),
+            vec![
+                NftRule::ClusterIpSet,
+                NftRule::Rule(Rule::new(vec![], Target::Drop)),
+            ],
+        );
+        t.cluster_ips.insert("10.96.0.10".parse().unwrap());
+        let packet = |dst: &str| Packet {
+            src: "10.244.2.9".parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            protocol: Protocol::Tcp,
+            dport: 81,
+            origin: Origin::Network,
+            bridged: false,
+        };
+        let paths =
+            trace_paths(&t.traceable(), &TraceEnv::default(), &packet("10.96.0.10")).unwrap();
+        assert_eq!(paths.len(), 1);
+        assert_eq!(paths[0].outcome.verdict, Verdict::Reject);
+        let last = paths[0].hits.last().unwrap();
+        assert_eq!(
+            t.hop_text(IpFamily::V4, last),
+            "filter-BERTH-CLUSTER-IPS: ip daddr @cluster-ips reject with icmp type \
+             port-unreachable comment \"berth: cluster IP, on a port it does not have\" \
+             (element 10.96.0.10)"
+        );
+        let paths =
+            trace_paths(&t.traceable(), &TraceEnv::default(), &packet("10.96.0.11")).unwrap();
+        assert_eq!(paths[0].outcome.verdict, Verdict::Drop);
+    }
+
     #[test]
     fn another_port_misses_the_map() {
         let t = mk_table();
