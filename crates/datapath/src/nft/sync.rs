@@ -11,8 +11,9 @@
 //!   (conntrack holds it); affinity entries start over.
 //! - A partial sync sends only what changed since the last successful sync, as the iptables
 //!   [`crate::iptables::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
-//!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds (from
-//!   the planner's changed dispatch entries when it reports them, without the dispatch chains).
+//!   added, stale ones deleted, and the dispatch maps and the `cluster-ips` set get element-level
+//!   deletes and adds (from the planner's changed dispatch entries when it reports them, without
+//!   the dispatch chains).
 //!   Desired state is diffed in memory; a partial sync reads nothing back from the kernel.
 //! - Every command of a partial transaction names berth's table, so when someone deleted it
 //!   (`nft flush ruleset`, say) the transaction fails as a whole, and any failure makes the next
