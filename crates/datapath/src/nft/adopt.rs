@@ -40,7 +40,8 @@ pub struct ObservedSet {
 }
 
 /// berth's table of one family as the kernel holds it. Elements are read for the two maps,
-/// the hairpin set and `cluster-ips` only: the dynamic sets' entries are state berth never rewrites.
+/// the hairpin set and `cluster-ips` only: the dynamic sets' entries are state berth never
+/// rewrites.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Observed {
     pub chains: BTreeMap<String, ObservedChain>,

@@ -437,8 +437,8 @@ fn stage(stages: &mut [Transaction], shard: Shard) -> &mut Transaction {
 }
 
 /// `rules`, entries of the dispatch chain `chain`, converted as that chain converts them, when
-/// they all become map or set elements and the chain is one the last sync left as a map lookup with
-/// no folded endpoint.
+/// they all become map or set elements and the chain is one the last sync left as a map or set
+/// lookup with no folded endpoint.
 fn map_only(
     rs: &Ruleset,
     next: &Applied,
