@@ -9,7 +9,7 @@ use berth_core::IpFamily;
 use berth_datapath::backend::SyncKind;
 use berth_datapath::fake::MemoryNft;
 use berth_datapath::nft::{remove_table, Nft, NftSyncer};
-use berth_datapath::nft::{Command, Element, NftChain};
+use berth_datapath::nft::{Command, Element, NftChain, NftRule};
 use berth_datapath::*;
 use common::*;
 
@@ -353,4 +353,75 @@ fn ipv6_programs_the_ip6_table() {
         tx.contains("fd00:96::10 . tcp . 80 : jump nat-BERTH-SVC-"),
         "{tx}"
     );
+}
+
+/// With the cluster's Service CIDRs the ClusterIPs' REJECTs are elements of `cluster-ips` behind
+/// one reject rule: a Service removed or added is one element deleted or added, the chain is not
+/// written again, whether the planner tells the changed entries or the Syncer diffs the chain.
+#[test]
+fn cluster_ips_come_and_go_as_set_elements() {
+    let options = PlanOptions {
+        service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
+        ..linear()
+    };
+    let cluster_ips = NftChain::new(Table::Filter, &ChainName::new("BERTH-CLUSTER-IPS"));
+    for told in [true, false] {
+        let mut view = many(30);
+        let mut planner = Planner::new(options.clone());
+        planner.update(&view);
+        let mut s = syncer();
+        step(&mut s, &mut planner);
+        let table = s.nft().table.clone().unwrap();
+        let rules = &table.chains[&cluster_ips];
+        assert_eq!(rules.len(), 2, "{rules:?}");
+        assert_eq!(rules[0], NftRule::ClusterIpSet);
+        assert_eq!(table.cluster_ips.len(), 30);
+        let sync = |s: &mut NftSyncer<MemoryNft>, planner: &mut Planner| {
+            if told {
+                step(s, planner);
+            } else {
+                planner.take_changes();
+                s.sync(planner.ruleset()).unwrap();
+            }
+        };
+        let removed = view.services.remove(3);
+        planner.update(&view);
+        sync(&mut s, &mut planner);
+        let tx = last_tx(&s);
+        let lines: Vec<&str> = tx.lines().filter(|l| l.contains("cluster-ips")).collect();
+        assert_eq!(
+            lines,
+            [format!(
+                "delete element ip berth cluster-ips {{ {} }}",
+                removed.cluster_ips[0]
+            )],
+            "{tx}"
+        );
+        assert!(!tx.contains("filter-BERTH-CLUSTER-IPS"), "{tx}");
+        assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
+
+        view.services.push(removed.clone());
+        planner.update(&view);
+        sync(&mut s, &mut planner);
+        let tx = last_tx(&s);
+        let lines: Vec<&str> = tx.lines().filter(|l| l.contains("cluster-ips")).collect();
+        assert_eq!(
+            lines,
+            [format!(
+                "add element ip berth cluster-ips {{ {} }}",
+                removed.cluster_ips[0]
+            )],
+            "{tx}"
+        );
+        assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
+
+        // Without Service CIDRs any more: the chain and its elements go.
+        let mut planner = Planner::new(linear());
+        planner.update(&view);
+        s.sync(planner.ruleset()).unwrap();
+        let table = s.nft().table.clone().unwrap();
+        assert!(!table.chains.contains_key(&cluster_ips));
+        assert!(table.cluster_ips.is_empty());
+        assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
+    }
 }

@@ -54,7 +54,11 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
     require!(Requirement::Netns, Requirement::Nft);
     let ns = netns("a");
     let fresh = netns("fresh");
-    let options = mk_options(Dispatch::Linear);
+    // With the cluster's Service CIDRs: the ClusterIPs' set and its reject rule are adopted too.
+    let options = PlanOptions {
+        service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
+        ..mk_options(Dispatch::Linear)
+    };
     let rs = plan(&mk_fixed_view(), &options);
     syncer(&ns).sync(&rs).unwrap();
     syncer(&fresh).sync(&rs).unwrap();
@@ -88,8 +92,8 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
     // And partial syncs go on from the adopted state.
     assert_eq!(restarted.sync(&rs).unwrap().kind, SyncKind::Partial);
 
-    // Someone changes the table: a rule gone from a Service chain, a map element gone, a stray
-    // chain and set, another timeout on an affinity set.
+    // Someone changes the table: a rule gone from a Service chain, a map element and a ClusterIP
+    // gone, a stray chain and set.
     let svc_chain = ns
         .nft(&["-a", "list", "table", "ip", "berth"])
         .lines()
@@ -122,6 +126,14 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
         "berth",
         "service-ips",
         "{ 10.96.0.10 . tcp . 80 }",
+    ]);
+    ns.nft(&[
+        "delete",
+        "element",
+        "ip",
+        "berth",
+        "cluster-ips",
+        "{ 10.96.0.10 }",
     ]);
     ns.nft(&["add", "chain", "ip", "berth", "nat-BERTH-STALE"]);
     ns.nft(&[
@@ -178,6 +190,27 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
     let mut want = table(&fresh, false);
     strip_dynamic_elements(&mut want);
     assert_same(&got, &want, "a new plan adopted");
+    assert!(want.to_string().contains("cluster-ips"), "{want}");
+
+    // A table written before berth had `cluster-ips` (its REJECTs a chain of rules; here the
+    // chain emptied and the set gone): a restart declares the set and fills it, in place.
+    ns.nft(&["flush", "chain", "ip", "berth", "filter-BERTH-CLUSTER-IPS"]);
+    ns.nft(&["delete", "set", "ip", "berth", "cluster-ips"]);
+    let report = syncer(&ns).sync(&next).unwrap();
+    assert_eq!(report.rewritten_chains, 1, "{report:?}");
+    let mut got = table(&ns, false);
+    strip_dynamic_elements(&mut got);
+    // Declared last, the set is listed after the others: compared apart, the rest in order.
+    let take_set = |v: &mut Value| {
+        let objects = v["nftables"].as_array_mut().unwrap();
+        let at = objects
+            .iter()
+            .position(|o| o["set"]["name"] == "cluster-ips")
+            .expect("the cluster-ips set");
+        objects.remove(at)
+    };
+    assert_eq!(take_set(&mut got), take_set(&mut want));
+    assert_same(&got, &want, "the cluster-ips set added to an older table");
 }
 
 fn sharded(ns: &Netns, k: u16) -> NftSyncer<NetlinkNft> {

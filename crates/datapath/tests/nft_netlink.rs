@@ -253,14 +253,18 @@ fn changes(view: &NodeView, family: IpFamily) -> Vec<(&'static str, NodeView)> {
     steps
 }
 
+/// A history of `view` in `family` over `shards` tables, the agent knowing the Service CIDRs
+/// `service_cidrs` (then the ClusterIPs are elements of `cluster-ips`).
 fn equal_through_a_history(
     pair: &Pair,
     family: IpFamily,
     name: &str,
     view: &NodeView,
     shards: u16,
+    service_cidrs: &[&str],
 ) {
-    let options = linear(family);
+    let mut options = linear(family);
+    options.service_cidrs = service_cidrs.iter().map(|c| c.parse().unwrap()).collect();
     let mut syncer = pair.syncer(family, shards);
     let cold = syncer.nft_mut().tables(family).unwrap() == Some(BTreeSet::new());
     // The agent's path: the partial syncs get the planner's changes, dispatch entries included.
@@ -277,6 +281,13 @@ fn equal_through_a_history(
         listing.to_string().contains("\"dnat\""),
         "{name}: nothing programmed"
     );
+    let cluster_ips = syncer
+        .nft()
+        .model
+        .table
+        .as_ref()
+        .map_or(0, |t| t.cluster_ips.len());
+    assert_eq!(cluster_ips > 0, !service_cidrs.is_empty(), "{name}");
     for (step, next) in changes(view, family) {
         planner.update(&next);
         assert_eq!(planner.ruleset(), &plan(&next, &options), "{name}: {step}");
@@ -307,6 +318,7 @@ fn netlink_and_nft_write_the_same_tables() {
         "fixed set (golden fixed_nft.txt)",
         &mk_fixed_view(),
         1,
+        &[],
     );
     equal_through_a_history(
         &pair,
@@ -314,8 +326,19 @@ fn netlink_and_nft_write_the_same_tables() {
         "kube-proxy's TestOverallIPTablesRules",
         &kube_proxy::kube_proxy_overall_view(),
         1,
+        &[],
     );
-    equal_through_a_history(&pair, IpFamily::V6, "IPv6 Services", &mk_v6_view(), 1);
+    equal_through_a_history(&pair, IpFamily::V6, "IPv6 Services", &mk_v6_view(), 1, &[]);
+    // With Service CIDRs: the ClusterIPs' set and its reject rule, elements added and deleted
+    // by the partial syncs.
+    equal_through_a_history(
+        &pair,
+        IpFamily::V4,
+        "fixed set with Service CIDRs",
+        &mk_fixed_view(),
+        1,
+        &["10.96.0.0/16"],
+    );
     // nat sharded, over the single tables before: the shards are added, the main table's nat
     // dispatch moves into them.
     equal_through_a_history(
@@ -324,13 +347,15 @@ fn netlink_and_nft_write_the_same_tables() {
         "fixed set in four shards (golden fixed_nft_shards.txt)",
         &mk_fixed_view(),
         4,
+        &[],
     );
     equal_through_a_history(
         &pair,
         IpFamily::V6,
-        "IPv6 Services in three shards",
+        "IPv6 Services in three shards with Service CIDRs",
         &mk_v6_view(),
         3,
+        &["fd00:96::/112"],
     );
     // And back to one table: the shards are removed.
     equal_through_a_history(
@@ -339,6 +364,7 @@ fn netlink_and_nft_write_the_same_tables() {
         "fixed set in one table again",
         &mk_fixed_view(),
         1,
+        &[],
     );
     let tables = pair.netlink.ruleset(IpFamily::V4).unwrap().to_string();
     assert!(!tables.contains("berth-1"), "{tables}");
@@ -355,7 +381,7 @@ fn a_cold_load_in_stages_writes_the_same_tables() {
         (IpFamily::V6, mk_v6_view(), "IPv6 Services"),
     ] {
         let pair = Pair::new(&format!("stage{family:?}"));
-        equal_through_a_history(&pair, family, &format!("{name} in stages"), &view, 5);
+        equal_through_a_history(&pair, family, &format!("{name} in stages"), &view, 5, &[]);
     }
 }
 

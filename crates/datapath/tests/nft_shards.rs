@@ -272,7 +272,7 @@ fn the_partial_sync_writes_the_entries_it_is_given() {
             .any(|key| key.0 == addr));
         let emptied = DispatchChanges {
             services: [(addr, Vec::new())].into(),
-            node_ports: Default::default(),
+            ..Default::default()
         };
         s.sync_changes(&rs, &Changes::Dispatch(Default::default(), emptied))
             .unwrap();
@@ -289,7 +289,7 @@ fn the_partial_sync_writes_the_entries_it_is_given() {
         );
         let odd = DispatchChanges {
             services: [(addr, vec![range])].into(),
-            node_ports: Default::default(),
+            ..Default::default()
         };
         s.sync_changes(&rs, &Changes::Dispatch([services].into(), odd))
             .unwrap();
@@ -558,8 +558,15 @@ fn a_plan_converted_table_by_table_is_the_plan_converted_whole() {
         ("fixed", mk_fixed_view()),
         ("kube-proxy", kube_proxy::kube_proxy_overall_view()),
     ] {
-        let rs = plan(&view, &linear());
-        for k in [1, 4, 32] {
+        // With the cluster's Service CIDRs too (the ClusterIPs then fill `cluster-ips`).
+        let with_cidrs = PlanOptions {
+            service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
+            ..linear()
+        };
+        for (rs, k) in [1, 4, 32]
+            .into_iter()
+            .flat_map(|k| [(plan(&view, &linear()), k), (plan(&view, &with_cidrs), k)])
+        {
             let whole = NftRuleset::from_ruleset_in(&rs, shards(k)).unwrap();
             let mut union = NftRuleset::default();
             let mut order = Vec::new();
@@ -575,6 +582,7 @@ fn a_plan_converted_table_by_table_is_the_plan_converted_whole() {
                     hooks,
                     services,
                     node_ports,
+                    cluster_ips,
                     affinity,
                     hairpin,
                     endpoints,
@@ -585,6 +593,7 @@ fn a_plan_converted_table_by_table_is_the_plan_converted_whole() {
                 union.hooks.extend(hooks);
                 union.services.extend(services);
                 union.node_ports.extend(node_ports);
+                union.cluster_ips.extend(cluster_ips);
                 union.affinity.extend(affinity);
                 union.hairpin.extend(hairpin);
                 union.endpoints.extend(endpoints);

@@ -398,8 +398,9 @@ proptest! {
     /// With linear dispatch the planner reports the changed dispatch entries, and the nftables
     /// partial sync writes them as map elements without the whole chain: after any sequence of
     /// adds, removes, retargets, address moves and node-port reuses — one table or four shards,
-    /// the changes of one plan or of several merged, as the agent merges them — berth's tables
-    /// hold exactly what a full sync of the same ruleset leaves.
+    /// the changes of one plan or of several merged, as the agent merges them, with Service
+    /// CIDRs (the ClusterIPs' `cluster-ips` elements) or without — berth's tables hold exactly
+    /// what a full sync of the same ruleset leaves.
     #[test]
     fn partial_dispatch_entries_equal_a_full_sync(
         initial in proptest::collection::vec(entry_spec(), 0..24),
@@ -408,8 +409,12 @@ proptest! {
             1..10,
         ),
         sharded in any::<bool>(),
+        service_cidrs in any::<bool>(),
     ) {
-        let options = mk_options(Dispatch::Linear);
+        let mut options = mk_options(Dispatch::Linear);
+        if service_cidrs {
+            options.service_cidrs = vec!["10.96.0.0/16".parse().unwrap()];
+        }
         let shards = if sharded { nft::Shards::new(4).unwrap() } else { nft::Shards::default() };
         let mk_syncer = || {
             NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4).with_shards(shards)
@@ -437,6 +442,9 @@ proptest! {
                 prop_assert!(dispatch.services.is_empty() || chains.contains(&services));
                 let node_ports = (Table::Nat, ChainName::new("BERTH-NODEPORTS"));
                 prop_assert!(dispatch.node_ports.is_empty() || chains.contains(&node_ports));
+                let cluster_ips = (Table::Filter, ChainName::new("BERTH-CLUSTER-IPS"));
+                prop_assert!(dispatch.cluster_ips.is_empty() || chains.contains(&cluster_ips));
+                prop_assert!(service_cidrs || dispatch.cluster_ips.is_empty());
             }
             pending = if step == 0 { changes } else { pending.merge(changes) };
             if !sync_now && step + 1 < batches.len() + 1 {

@@ -3,7 +3,8 @@
 //! command but `add table` needs the table; a rule or map element may only jump to an existing
 //! chain, a rule may only name an existing set; a chain or set still referenced cannot be
 //! deleted; a map key cannot be added twice with another verdict, nor deleted when absent; a
-//! hairpin pair cannot be deleted when absent, and an address of the other family is refused.
+//! hairpin pair or ClusterIP cannot be deleted when absent, and an address of the other family is
+//! refused; the hairpin and `cluster-ips` sets live in the main table only.
 //! [`MemoryNft::traceable`] turns what it holds back into a [`Ruleset`] for the packet tracer.
 
 use std::collections::BTreeSet;
@@ -140,9 +141,13 @@ impl MemoryNft {
                 }
                 let needs_maps = matches!(
                     rule,
-                    NftRule::ServiceMap | NftRule::NodePortMap | NftRule::Hairpin(_)
+                    NftRule::ServiceMap
+                        | NftRule::NodePortMap
+                        | NftRule::Hairpin(_)
+                        | NftRule::ClusterIpSet
                 );
-                let hairpin_elsewhere = matches!(rule, NftRule::Hairpin(_)) && chain.shard != MAIN;
+                let hairpin_elsewhere = matches!(rule, NftRule::Hairpin(_) | NftRule::ClusterIpSet)
+                    && chain.shard != MAIN;
                 if (needs_maps && !table.maps.contains(&chain.shard)) || hairpin_elsewhere {
                     return Err(fail("No such file or directory (map)"));
                 }
@@ -189,6 +194,13 @@ impl MemoryNft {
                         table.hairpin.insert(*ip);
                         return Ok(());
                     }
+                    Element::ClusterIp(ip) => {
+                        if !family.contains(*ip) {
+                            return Err(fail("Invalid argument (address of the other family)"));
+                        }
+                        table.cluster_ips.insert(*ip);
+                        return Ok(());
+                    }
                 };
                 if !table.chains.contains_key(target) {
                     return Err(fail("No such file or directory (verdict chain)"));
@@ -205,7 +217,7 @@ impl MemoryNft {
                     Element::NodePort(key, target) => {
                         table.node_ports.insert(*key, target.clone());
                     }
-                    Element::Hairpin(_) => {}
+                    Element::Hairpin(_) | Element::ClusterIp(_) => {}
                 }
             }
             Command::DeleteElement(element) => {
@@ -223,6 +235,7 @@ impl MemoryNft {
                         here && table.node_ports.remove(key).is_some()
                     }
                     Element::Hairpin(ip) => table.hairpin.remove(ip),
+                    Element::ClusterIp(ip) => table.cluster_ips.remove(ip),
                 };
                 if !present {
                     return Err(fail("No such file or directory (element)"));
@@ -243,6 +256,7 @@ impl MemoryNft {
         table.node_ports.retain(|_, target| target.shard != shard);
         if shard == MAIN {
             table.hairpin.clear();
+            table.cluster_ips.clear();
         }
     }
 

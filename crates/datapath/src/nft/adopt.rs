@@ -16,7 +16,9 @@ use crate::nft::dump::{
 };
 use crate::nft::expr::{element_key, rule_userdata, write_rule_exprs};
 use crate::nft::inline::HAIRPIN_SET;
-use crate::nft::render::{Command, Element, NftRuleset, NODE_PORT_MAP, SERVICE_MAP};
+use crate::nft::render::{
+    Command, Element, NftRuleset, CLUSTER_IP_SET, NODE_PORT_MAP, SERVICE_MAP,
+};
 use crate::nft::shard::{Shard, Shards, MAIN};
 use crate::nft::wire::{Attr, Attrs, Writer};
 use berth_core::IpFamily;
@@ -37,8 +39,9 @@ pub struct ObservedSet {
     pub timeout_ms: u64,
 }
 
-/// berth's table of one family as the kernel holds it. Elements are read for the two maps
-/// and the hairpin set only: the dynamic sets' entries are state berth never rewrites.
+/// berth's table of one family as the kernel holds it. Elements are read for the two maps,
+/// the hairpin set and `cluster-ips` only: the dynamic sets' entries are state berth never
+/// rewrites.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Observed {
     pub chains: BTreeMap<String, ObservedChain>,
@@ -165,7 +168,7 @@ fn observe_one(raw: &RawTable) -> Observed {
             },
         );
     }
-    for set in [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET] {
+    for set in [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET, CLUSTER_IP_SET] {
         if observed.sets.contains_key(set) {
             observed.elements.entry(set.to_string()).or_default();
         }
@@ -227,6 +230,7 @@ fn fixed_sets(family: IpFamily, shard: Shard) -> Vec<(&'static str, u32, u32, u3
     ];
     if shard == MAIN {
         want.push((HAIRPIN_SET, 0, (addr << 6) | addr, len * 2));
+        want.push((CLUSTER_IP_SET, 0, addr, len));
     }
     want
 }
@@ -250,14 +254,19 @@ fn declared(family: IpFamily, shard: Shard) -> Observed {
 }
 
 /// The expected declaration of each fixed set and map, from the batch writer's own choice.
+/// `cluster-ips` may be missing (a table written before berth had it): declaring the sets
+/// again adds it.
 fn fixed_sets_match(observed: &Observed, family: IpFamily, shard: Shard) -> bool {
     fixed_sets(family, shard)
         .iter()
-        .all(|(name, flags, key_type, key_len)| {
-            observed.sets.get(*name).is_some_and(|s| {
-                s.flags & 0x8 == *flags && s.key_type == *key_type && s.key_len == *key_len
-            })
-        })
+        .all(
+            |(name, flags, key_type, key_len)| match observed.sets.get(*name) {
+                Some(s) => {
+                    s.flags & 0x8 == *flags && s.key_type == *key_type && s.key_len == *key_len
+                }
+                None => *name == CLUSTER_IP_SET,
+            },
+        )
 }
 
 /// The commands that turn `observed` into `planned`, leaving alone whatever already matches
@@ -312,7 +321,11 @@ fn plan_repair_table(
     let sets = plan_affinity_sets(observed, planned, family, shard)?;
     let elements = plan_elements(observed, planned, family, shard);
     let stale = plan_stale(observed, planned, shard)?;
-    let mut out = chains.added;
+    let mut out = Vec::new();
+    if shard == MAIN && !observed.sets.contains_key(CLUSTER_IP_SET) {
+        out.push(Command::AddMaps(MAIN));
+    }
+    out.extend(chains.added);
     out.extend(sets);
     out.extend(chains.rewritten);
     out.extend(elements.deletes);
@@ -422,7 +435,7 @@ type KeyedElements = BTreeMap<Vec<u8>, (Element, Option<String>)>;
 fn keyed(element: Element) -> (Vec<u8>, (Element, Option<String>)) {
     let target = match &element {
         Element::Service(_, t) | Element::NodePort(_, t) => Some(t.to_string()),
-        Element::Hairpin(_) => None,
+        Element::Hairpin(_) | Element::ClusterIp(_) => None,
     };
     (element_key(&element), (element, target))
 }
@@ -455,6 +468,19 @@ fn plan_elements(
             .map(|ip| keyed(Element::Hairpin(ip)))
             .collect();
         diff_elements(observed, HAIRPIN_SET, hairpin, family, shard, &mut out);
+        let cluster_ips = planned
+            .cluster_ips
+            .iter()
+            .map(|ip| keyed(Element::ClusterIp(*ip)))
+            .collect();
+        diff_elements(
+            observed,
+            CLUSTER_IP_SET,
+            cluster_ips,
+            family,
+            shard,
+            &mut out,
+        );
     }
     out
 }
@@ -502,7 +528,7 @@ fn plan_stale(observed: &Observed, planned: &NftRuleset, shard: Shard) -> Option
         .filter(|c| !planned_chains.contains(*c))
         .map(|c| raw_chain(c, shard))
         .collect::<Option<_>>()?;
-    let fixed = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET];
+    let fixed = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET, CLUSTER_IP_SET];
     let stale_sets = observed.sets.keys().filter(|s| {
         !fixed.contains(&s.as_str())
             && !planned
@@ -581,6 +607,7 @@ fn element_from_key(
             target,
         )),
         HAIRPIN_SET if key.len() == addr_len * 2 => Some(Element::Hairpin(addr(&key[..addr_len])?)),
+        CLUSTER_IP_SET if key.len() == addr_len => Some(Element::ClusterIp(addr(key)?)),
         _ => None,
     }
 }
@@ -644,6 +671,11 @@ mod tests {
             chain("BERTH-SVC-A"),
             [ip("10.244.1.2")].into_iter().collect(),
         );
+        p.chains.insert(
+            NftChain::new(Table::Filter, &ChainName::new("BERTH-CLUSTER-IPS")),
+            vec![NftRule::ClusterIpSet],
+        );
+        p.cluster_ips.insert(ip("10.96.0.10"));
         p
     }
 
@@ -671,6 +703,7 @@ mod tests {
         o.sets.insert(SERVICE_MAP.into(), set(8, 0x730d, 12, 0));
         o.sets.insert(NODE_PORT_MAP.into(), set(8, 0x30d, 8, 0));
         o.sets.insert(HAIRPIN_SET.into(), set(0, 0x1c7, 8, 0));
+        o.sets.insert(CLUSTER_IP_SET.into(), set(0, 7, 4, 0));
         for ((_, name), seconds) in &p.affinity {
             o.sets.insert(
                 name.to_string(),
@@ -692,6 +725,9 @@ mod tests {
         }
         for ip in p.hairpin_endpoints() {
             elements(HAIRPIN_SET, Element::Hairpin(ip), None);
+        }
+        for ip in &p.cluster_ips {
+            elements(CLUSTER_IP_SET, Element::ClusterIp(*ip), None);
         }
         o
     }
@@ -778,6 +814,35 @@ mod tests {
                     "delete element ip berth service-ips { 10.96.0.99 . udp . 53 }",
                     "add element ip berth service-ips { 10.96.0.10 . tcp . 80 : jump nat-BERTH-SVC-A }",
                     "add element ip berth hairpin { 10.244.1.2 . 10.244.1.2 }",
+                ],
+            ),
+            (
+                "a ClusterIP gone, a stray one",
+                |o| {
+                    let set = o.elements.get_mut(CLUSTER_IP_SET).unwrap();
+                    set.clear();
+                    set.insert(vec![10, 96, 0, 99], None);
+                },
+                vec![
+                    "delete element ip berth cluster-ips { 10.96.0.99 }",
+                    "add element ip berth cluster-ips { 10.96.0.10 }",
+                ],
+            ),
+            (
+                "a table written before berth had cluster-ips",
+                |o| {
+                    o.sets.remove(CLUSTER_IP_SET);
+                    o.elements.remove(CLUSTER_IP_SET);
+                    o.chains.remove("filter-BERTH-CLUSTER-IPS");
+                },
+                vec![
+                    "add map ip berth service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }\n\
+                     add map ip berth node-ports { type inet_proto . inet_service : verdict ; }\n\
+                     add set ip berth hairpin { type ipv4_addr . ipv4_addr ; }\n\
+                     add set ip berth cluster-ips { type ipv4_addr ; }",
+                    "add chain ip berth filter-BERTH-CLUSTER-IPS",
+                    "add rule ip berth filter-BERTH-CLUSTER-IPS ip daddr @cluster-ips reject with icmp type port-unreachable comment \"berth: cluster IP, on a port it does not have\"",
+                    "add element ip berth cluster-ips { 10.96.0.10 }",
                 ],
             ),
             (

@@ -19,8 +19,8 @@ pub struct RawTable {
     pub chains: Vec<Vec<u8>>,
     pub rules: Vec<Vec<u8>>,
     pub sets: Vec<Vec<u8>>,
-    /// Element lists of the two maps and the hairpin set (the dynamic affinity sets' entries
-    /// are state, not ruleset, and are not read).
+    /// Element lists of the two maps, the hairpin set and `cluster-ips` (the dynamic affinity
+    /// sets' entries are state, not ruleset, and are not read).
     pub elements: Vec<Vec<u8>>,
 }
 

@@ -14,7 +14,10 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 
 use crate::nft::inline::HAIRPIN_SET;
-use crate::nft::render::{comment_text, Element, NftChain, NftRule, NODE_PORT_MAP, SERVICE_MAP};
+use crate::nft::render::{
+    comment_text, Element, NftChain, NftRule, CLUSTER_IP_COMMENT, CLUSTER_IP_SET, NODE_PORT_MAP,
+    SERVICE_MAP,
+};
 use crate::nft::wire::Writer;
 use crate::plan::model::{
     AddrSide, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Table, Target,
@@ -122,6 +125,7 @@ pub fn element_key(element: &Element) -> Vec<u8> {
             out.extend(addr_bytes(*addr));
             out
         }
+        Element::ClusterIp(addr) => addr_bytes(*addr),
     }
 }
 
@@ -457,6 +461,11 @@ pub fn write_rule_exprs(w: &mut Writer, family: IpFamily, table: Table, rule: &N
             let name = NftChain::new(table, target).to_string();
             e.verdict(NFT_JUMP, Some(&name));
         }
+        NftRule::ClusterIpSet => {
+            e.addr_load(family, AddrSide::Dst, 0);
+            e.lookup(CLUSTER_IP_SET, false);
+            e.target(family, table, Some(&Target::Reject));
+        }
         NftRule::Rule(rule) => write_plain(&mut e, family, table, rule),
     }
 }
@@ -471,10 +480,11 @@ fn write_plain(e: &mut Exprs<'_>, family: IpFamily, table: Table, rule: &Rule) {
 /// `NFTA_RULE_USERDATA` of a rule: its comment as `nft` stores it (type 0, length, the text
 /// and its NUL), or nothing.
 pub fn rule_userdata(rule: &NftRule) -> Option<Vec<u8>> {
-    let NftRule::Rule(rule) = rule else {
-        return None;
+    let text = match rule {
+        NftRule::Rule(rule) => comment_text(rule)?,
+        NftRule::ClusterIpSet => CLUSTER_IP_COMMENT.to_string(),
+        _ => return None,
     };
-    let text = comment_text(rule)?;
     let mut out = Vec::with_capacity(text.len() + 3);
     out.push(0);
     out.push((text.len() + 1) as u8);

@@ -27,7 +27,8 @@ use crate::nft::expr::{
 };
 use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{
-    command_text, Command, Element, NftChain, Transaction, NODE_PORT_MAP, SERVICE_MAP, TABLE,
+    command_text, Command, Element, NftChain, Transaction, CLUSTER_IP_SET, NODE_PORT_MAP,
+    SERVICE_MAP, TABLE,
 };
 use crate::nft::shard::{parse_table_name, table_name, Shard, MAIN};
 use crate::nft::sync::Nft;
@@ -236,6 +237,15 @@ impl Builder<'_> {
             concat: true,
         };
         self.set(hairpin, command);
+        let cluster_ips = SetSpec {
+            name: CLUSTER_IP_SET,
+            flags: 0,
+            key: (addr, addr_len),
+            map: false,
+            timeout_ms: None,
+            concat: false,
+        };
+        self.set(cluster_ips, command);
     }
 
     /// Writes the next messages into the table of `shard`.
@@ -381,13 +391,14 @@ fn element_set(element: &Element) -> &'static str {
         Element::Service(..) => SERVICE_MAP,
         Element::NodePort(..) => NODE_PORT_MAP,
         Element::Hairpin(..) => HAIRPIN_SET,
+        Element::ClusterIp(..) => CLUSTER_IP_SET,
     }
 }
 
 fn element_target(element: &Element) -> Option<&NftChain> {
     match element {
         Element::Service(_, target) | Element::NodePort(_, target) => Some(target),
-        Element::Hairpin(_) => None,
+        Element::Hairpin(_) | Element::ClusterIp(_) => None,
     }
 }
 
@@ -876,7 +887,7 @@ impl NetlinkSocket {
                 .unwrap_or_default();
             rules.retain(ours);
             sets.retain(ours);
-            let fixed: Vec<&str> = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET]
+            let fixed: Vec<&str> = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET, CLUSTER_IP_SET]
                 .into_iter()
                 .filter(|set| {
                     sets.iter()
@@ -1044,8 +1055,9 @@ impl Nft for NetlinkNft {
 /// The scratch table of [`NetlinkNft::usable`].
 pub const PROBE_TABLE: &str = "berth-probe";
 
-/// Every kernel feature the backend uses (concatenated verdict maps and sets, `fib`, `numgen`,
-/// `ct status`, a dynamic timeout set, DNAT, fully-random masquerade) on a table the same
+/// Every kernel feature the backend uses (concatenated verdict maps and sets, a plain address set
+/// with a `reject` rule, `fib`, `numgen`, `ct status`, a dynamic timeout set, DNAT, fully-random
+/// masquerade) on a table the same
 /// transaction deletes again: the kernel validates all of it and nothing stays.
 pub fn probe_transaction() -> Transaction {
     use crate::nft::render::{Hook, NftRule};
@@ -1054,6 +1066,7 @@ pub fn probe_transaction() -> Transaction {
     let nat = |name: &str| NftChain::new(Table::Nat, &ChainName::new(name));
     let pre = ChainName::new("PREROUTING");
     let post = ChainName::new("POSTROUTING");
+    let cluster_ips = NftChain::new(Table::Filter, &ChainName::new("cluster-ips"));
     let svc = nat("svc");
     let set = ChainName::new("affinity");
     let ep: IpAddr = [10, 0, 0, 1].into();
@@ -1070,6 +1083,7 @@ pub fn probe_transaction() -> Transaction {
             Hook::of_builtin(Table::Nat, &post),
         ),
         Command::AddChain(svc.clone(), None),
+        Command::AddChain(cluster_ips.clone(), None),
         Command::AddAffinitySet(MAIN, set.clone(), 10),
         Command::AddRule(NftChain::new(Table::Nat, &pre), NftRule::ServiceMap),
         Command::AddRule(NftChain::new(Table::Nat, &pre), NftRule::NodePortMap),
@@ -1109,7 +1123,9 @@ pub fn probe_transaction() -> Transaction {
             NftRule::Rule(Rule::new(vec![], Target::Masquerade { random_fully: true })),
         ),
         Command::AddElement(Element::Service((ep, Protocol::Tcp, 80), svc)),
+        Command::AddRule(cluster_ips, NftRule::ClusterIpSet),
         Command::AddElement(Element::Hairpin(ep)),
+        Command::AddElement(Element::ClusterIp([10, 96, 0, 1].into())),
         Command::DeleteTable(MAIN),
     ];
     tx.commands.extend(commands);
@@ -1141,9 +1157,10 @@ mod tests {
         let acked: Vec<u32> = seen.iter().filter(|s| s.1).map(|s| s.2).collect();
         assert_eq!(acked, vec![batch.last_seq]);
         assert_eq!(batch.first_seq, 101);
-        // begin, table, three sets, three chains, one set, six rules, two elements, delete, end
+        // begin, table, four sets, four chains, one set, seven rules, three elements, delete,
+        // end
         assert_eq!(seen.len(), 2 + batch.messages);
-        assert_eq!(batch.messages, 17);
+        assert_eq!(batch.messages, 21);
         let seqs: Vec<u32> = seen.iter().map(|s| s.2).collect();
         assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
     }
@@ -1152,11 +1169,11 @@ mod tests {
     fn errors_name_the_command_of_their_message() {
         let tx = probe_transaction();
         let batch = build_batch(&tx, PROBE_TABLE, 0);
-        // Message 1 is the table, 2..=4 the maps (one command), 5 the first chain.
+        // Message 1 is the table, 2..=5 the maps and sets (one command), 6 the first chain.
         assert_eq!(batch.command_of(batch.first_seq + 1), Some(0));
-        assert_eq!(batch.command_of(batch.first_seq + 3), Some(1));
-        assert_eq!(batch.command_of(batch.first_seq + 5), Some(2));
-        assert!(describe(&tx, &batch, batch.first_seq + 5)
+        assert_eq!(batch.command_of(batch.first_seq + 5), Some(1));
+        assert_eq!(batch.command_of(batch.first_seq + 6), Some(2));
+        assert!(describe(&tx, &batch, batch.first_seq + 6)
             .starts_with("add chain ip berth nat-PREROUTING"));
     }
 

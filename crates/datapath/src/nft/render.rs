@@ -11,6 +11,10 @@
 //!   port → `jump` to the Service's chain) and `node-ports` (protocol · port → `jump`), so the first
 //!   packet of a connection costs one lookup however many Services there are. `jump`, not `goto`,
 //!   so a chain that returns continues exactly where the linear chain would have.
+//! - With Service CIDRs, the filter chain `BERTH-CLUSTER-IPS` (one REJECT per ClusterIP, then the
+//!   drop of unallocated addresses) becomes one rule, `ip daddr @cluster-ips reject`, and a plain
+//!   set of the ClusterIPs (kube-proxy's `cluster-ips`): adding or removing a ClusterIP is one
+//!   element, and a set without verdicts costs the kernel no validation of the table.
 //! - Endpoint choice keeps iptables' cascade (`numgen random mod n == 0` with n = N, N−1, …, 2):
 //!   no anonymous set per Service, whose binding makes the kernel walk the whole transaction
 //!   (quadratic cold loads). ClientIP affinity uses one dynamic timeout set per endpoint, named
@@ -50,6 +54,10 @@ pub const TABLE: &str = "berth";
 pub const SERVICE_MAP: &str = "service-ips";
 /// The verdict map of node ports.
 pub const NODE_PORT_MAP: &str = "node-ports";
+/// The plain set of ClusterIPs inside the Service CIDRs (main table).
+pub const CLUSTER_IP_SET: &str = "cluster-ips";
+/// The comment of the `cluster-ips` reject rule.
+pub const CLUSTER_IP_COMMENT: &str = "berth: cluster IP, on a port it does not have";
 /// Default timeout of an affinity entry when no rule names one (kube-proxy's default).
 pub const DEFAULT_AFFINITY_SECONDS: u32 = 10800;
 /// nft refuses longer comments.
@@ -191,6 +199,9 @@ pub enum NftRule {
     ServiceMap,
     /// `meta l4proto . th dport vmap @node-ports`
     NodePortMap,
+    /// `ip daddr @cluster-ips reject`: a new connection to a ClusterIP that no Service port
+    /// translated (the per-ClusterIP REJECT rules of `BERTH-CLUSTER-IPS`).
+    ClusterIpSet,
     /// `ct status dnat ip saddr . ip daddr @hairpin jump <mark chain>`: a pod that reached itself
     /// through a Service is marked for masquerade (the hairpin rule of every folded endpoint).
     Hairpin(ChainName),
@@ -202,6 +213,8 @@ pub struct ConvertedChain {
     pub rules: Vec<NftRule>,
     pub services: Vec<(ServiceKey, ChainName)>,
     pub node_ports: Vec<(NodePortKey, ChainName)>,
+    /// The ClusterIPs of `cluster-ips` (each once, in the chain's order).
+    pub cluster_ips: Vec<IpAddr>,
     /// The endpoint chains this chain's rules fold or jump to: a change to one of them changes
     /// this chain.
     pub endpoints: BTreeSet<ChainName>,
@@ -215,6 +228,10 @@ fn is_services(table: Table, chain: &ChainName) -> bool {
 
 fn is_node_ports(table: Table, chain: &ChainName) -> bool {
     table == Table::Nat && chain.as_str() == names::NODEPORTS
+}
+
+fn is_cluster_ips(table: Table, chain: &ChainName) -> bool {
+    table == Table::Filter && chain.as_str() == names::CLUSTER_IPS
 }
 
 fn is_postrouting(table: Table, chain: &ChainName) -> bool {
@@ -275,6 +292,27 @@ fn service_entry(rule: &Rule) -> Option<(ServiceKey, ChainName)> {
     Some(((addr?, proto?, port?), target.clone()))
 }
 
+/// `-d host -j REJECT` (a comment aside): a `cluster-ips` element.
+fn cluster_ip_entry(rule: &Rule) -> Option<IpAddr> {
+    if rule.target != Some(Target::Reject) {
+        return None;
+    }
+    let mut addr = None;
+    for m in rule.matches.iter() {
+        match m {
+            Match::Comment(_) => {}
+            Match::Destination {
+                net,
+                negated: false,
+            } if net.prefix_len() == net.max_prefix_len() && addr.is_none() => {
+                addr = Some(net.addr())
+            }
+            _ => return None,
+        }
+    }
+    addr
+}
+
 /// `-p proto --dport port -j CHAIN` (a comment aside): a node-port map element.
 fn node_port_entry(rule: &Rule) -> Option<(NodePortKey, ChainName)> {
     let target = rule.jump_target()?;
@@ -295,7 +333,8 @@ fn node_port_entry(rule: &Rule) -> Option<(NodePortKey, ChainName)> {
 /// lookup takes their place; what follows them stays a rule, in order. A key two rules share
 /// goes to the first, the one the linear chain would have taken. A nat rule that jumps to a
 /// foldable endpoint chain becomes that chain's DNAT; the nat postrouting chain starts with the
-/// hairpin rule.
+/// hairpin rule. In the filter `BERTH-CLUSTER-IPS` the leading ClusterIP REJECTs become
+/// `cluster-ips` elements and the set's reject rule takes their place.
 pub fn convert_chain(
     rs: &Ruleset,
     table: Table,
@@ -317,6 +356,18 @@ pub fn convert_chain(
         {
             if seen.insert(entry.0) {
                 out.services.push(entry);
+            }
+            rest = tail;
+        }
+    } else if is_cluster_ips(table, chain) {
+        out.rules.push(NftRule::ClusterIpSet);
+        let mut seen = BTreeSet::new();
+        while let Some((ip, tail)) = rest
+            .split_first()
+            .and_then(|(first, tail)| Some((cluster_ip_entry(first)?, tail)))
+        {
+            if seen.insert(ip) {
+                out.cluster_ips.push(ip);
             }
             rest = tail;
         }
@@ -382,7 +433,7 @@ pub fn rule_jump(rule: &NftRule) -> Option<&ChainName> {
     match rule {
         NftRule::Rule(rule) => rule.jump_target(),
         NftRule::Hairpin(target) => Some(target),
-        NftRule::ServiceMap | NftRule::NodePortMap => None,
+        NftRule::ServiceMap | NftRule::NodePortMap | NftRule::ClusterIpSet => None,
     }
 }
 
@@ -393,6 +444,8 @@ pub struct NftRuleset {
     pub hooks: BTreeMap<NftChain, Hook>,
     pub services: BTreeMap<ServiceKey, NftChain>,
     pub node_ports: BTreeMap<NodePortKey, NftChain>,
+    /// The elements of `cluster-ips` (main table).
+    pub cluster_ips: BTreeSet<IpAddr>,
     /// Affinity set (in the table of the chains naming it) -> timeout of its entries.
     pub affinity: BTreeMap<(Shard, ChainName), u32>,
     /// The hairpin endpoints (`ep . ep` in the hairpin set) each chain's rules need.
@@ -584,6 +637,7 @@ impl NftRuleset {
             self.node_ports
                 .insert(key, element_target(shards, &target)?);
         }
+        self.cluster_ips.extend(converted.cluster_ips);
         if placement == Placement::WithUser {
             self.with_user
                 .insert((table, chain.clone()), converted.rules);
@@ -735,6 +789,8 @@ pub enum Element {
     NodePort(NodePortKey, NftChain),
     /// `ep . ep` in the hairpin set.
     Hairpin(IpAddr),
+    /// A ClusterIP in `cluster-ips`.
+    ClusterIp(IpAddr),
 }
 
 impl Element {
@@ -742,7 +798,7 @@ impl Element {
     pub fn shard(&self) -> Shard {
         match self {
             Element::Service(_, target) | Element::NodePort(_, target) => target.shard,
-            Element::Hairpin(_) => MAIN,
+            Element::Hairpin(_) | Element::ClusterIp(_) => MAIN,
         }
     }
 }
@@ -752,7 +808,8 @@ impl Element {
 pub enum Command {
     AddTable(Shard),
     DeleteTable(Shard),
-    /// Declares the two verdict maps (and in the main table the hairpin set; idempotent).
+    /// Declares the two verdict maps (and in the main table the hairpin and `cluster-ips` sets;
+    /// idempotent).
     AddMaps(Shard),
     AddChain(NftChain, Option<Hook>),
     FlushChain(NftChain),
@@ -846,6 +903,7 @@ pub fn command_text(family: IpFamily, command: &Command) -> String {
             );
             if *shard == MAIN {
                 let _ = writeln!(maps, "add set {t} {HAIRPIN_SET} {{ type {addr_type} . {addr_type} ; }}");
+                let _ = writeln!(maps, "add set {t} {CLUSTER_IP_SET} {{ type {addr_type} ; }}");
             }
             maps
         }
@@ -883,6 +941,7 @@ fn element_set(element: &Element) -> &'static str {
         Element::Service(..) => SERVICE_MAP,
         Element::NodePort(..) => NODE_PORT_MAP,
         Element::Hairpin(..) => HAIRPIN_SET,
+        Element::ClusterIp(..) => CLUSTER_IP_SET,
     }
 }
 
@@ -897,6 +956,7 @@ pub fn element_text(element: &Element, with_target: bool) -> String {
             (format!("{} . {port}", protocol_keyword(*proto)), target)
         }
         Element::Hairpin(addr) => return format!("{addr} . {addr}"),
+        Element::ClusterIp(addr) => return addr.to_string(),
     };
     if with_target {
         format!("{key} : jump {target}")
@@ -1098,6 +1158,11 @@ pub fn rule_text(family: IpFamily, table: Table, rule: &NftRule) -> String {
             family_keyword(family)
         ),
         NftRule::NodePortMap => format!("meta l4proto . th dport vmap @{NODE_PORT_MAP}"),
+        NftRule::ClusterIpSet => format!(
+            "{} daddr @{CLUSTER_IP_SET} {} comment \"{CLUSTER_IP_COMMENT}\"",
+            family_keyword(family),
+            target_text(family, table, &Target::Reject)
+        ),
         NftRule::Hairpin(target) => {
             let fam = family_keyword(family);
             format!(
@@ -1179,4 +1244,127 @@ pub fn check_expressible(rule: &NftRule) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reject(comment: &str, dst: &str) -> Rule {
+        Rule::new(
+            vec![
+                Match::comment(comment),
+                Match::dst_net(dst.parse().unwrap()),
+            ],
+            Target::Reject,
+        )
+    }
+
+    /// The leading single-address REJECTs of `BERTH-CLUSTER-IPS` become `cluster-ips` elements
+    /// (each address once, in order) behind one set rule; from the first rule of another shape on
+    /// (a range, a port, another verdict) every rule stays a rule, in order. Another chain keeps
+    /// the same rules as rules.
+    #[test]
+    fn cluster_ip_rejects_become_set_elements() {
+        let chain = names::fixed(names::CLUSTER_IPS);
+        let drop = Rule::new(vec![Match::comment("unallocated")], Target::Drop);
+        let with_port = Rule::new(
+            vec![
+                Match::dst_net("10.96.0.3/32".parse().unwrap()),
+                Match::Protocol(Protocol::Tcp),
+                Match::DestPort(PortMatch::Single(80)),
+            ],
+            Target::Reject,
+        );
+        let range = reject("range", "10.96.1.0/24");
+        let two_addresses = Rule::new(
+            vec![
+                Match::dst_net("10.96.0.4/32".parse().unwrap()),
+                Match::dst_net("10.96.0.5/32".parse().unwrap()),
+            ],
+            Target::Reject,
+        );
+        let ips =
+            |list: &[&str]| -> Vec<IpAddr> { list.iter().map(|s| s.parse().unwrap()).collect() };
+        let a = reject("a:80", "10.96.0.2/32");
+        let a_other_port = reject("a:443", "10.96.0.2/32");
+        let b = reject("b", "10.96.0.1/32");
+        // (rules, elements, the rules left after the set rule)
+        let rows: Vec<(Vec<Rule>, Vec<IpAddr>, Vec<Rule>)> = vec![
+            (vec![drop.clone()], vec![], vec![drop.clone()]),
+            (
+                vec![a.clone(), a_other_port.clone(), b.clone(), drop.clone()],
+                ips(&["10.96.0.2", "10.96.0.1"]),
+                vec![drop.clone()],
+            ),
+            (
+                vec![a.clone(), with_port.clone(), b.clone(), drop.clone()],
+                ips(&["10.96.0.2"]),
+                vec![with_port.clone(), b.clone(), drop.clone()],
+            ),
+            (
+                vec![range.clone(), a.clone()],
+                vec![],
+                vec![range.clone(), a.clone()],
+            ),
+            (
+                vec![two_addresses.clone(), a.clone()],
+                vec![],
+                vec![two_addresses.clone(), a.clone()],
+            ),
+            (
+                vec![Rule::new(
+                    vec![Match::dst_net("10.96.0.2/32".parse().unwrap())],
+                    Target::Drop,
+                )],
+                vec![],
+                vec![Rule::new(
+                    vec![Match::dst_net("10.96.0.2/32".parse().unwrap())],
+                    Target::Drop,
+                )],
+            ),
+        ];
+        let rs = Ruleset::default();
+        for (rules, elements, rest) in rows {
+            let converted = convert_chain(&rs, Table::Filter, &chain, &rules);
+            let mut want = vec![NftRule::ClusterIpSet];
+            want.extend(rest.iter().cloned().map(NftRule::Rule));
+            assert_eq!(converted.rules, want, "{rules:?}");
+            assert_eq!(converted.cluster_ips, elements, "{rules:?}");
+            // Elsewhere nothing is converted.
+            let other = convert_chain(&rs, Table::Nat, &chain, &rules);
+            assert!(other.cluster_ips.is_empty());
+            assert_eq!(
+                other.rules,
+                rules.iter().cloned().map(NftRule::Rule).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn the_cluster_ip_set_is_declared_in_the_main_table_and_its_rule_rejects() {
+        let text = command_text(IpFamily::V6, &Command::AddMaps(MAIN));
+        assert!(
+            text.contains("add set ip6 berth cluster-ips { type ipv6_addr ; }"),
+            "{text}"
+        );
+        let text = command_text(IpFamily::V4, &Command::AddMaps(2));
+        assert!(!text.contains(CLUSTER_IP_SET), "{text}");
+        assert_eq!(
+            rule_text(IpFamily::V4, Table::Filter, &NftRule::ClusterIpSet),
+            "ip daddr @cluster-ips reject with icmp type port-unreachable \
+             comment \"berth: cluster IP, on a port it does not have\""
+        );
+        assert_eq!(
+            rule_text(IpFamily::V6, Table::Filter, &NftRule::ClusterIpSet),
+            "ip6 daddr @cluster-ips reject with icmpv6 type port-unreachable \
+             comment \"berth: cluster IP, on a port it does not have\""
+        );
+        let element = Element::ClusterIp("fd00:96::10".parse().unwrap());
+        assert_eq!(element.shard(), MAIN);
+        assert_eq!(
+            command_text(IpFamily::V6, &Command::DeleteElement(element)),
+            "delete element ip6 berth cluster-ips { fd00:96::10 }\n"
+        );
+    }
 }

@@ -7,7 +7,7 @@
 //! sets they use) live in one of K tables `berth-1` … `berth-K`, chosen from the port's hash
 //! (stateless: the same Service lands in the same shard after a restart), and a change to one
 //! Service validates 1/K of the Service chains. The main table `berth` keeps everything else:
-//! filter chains, nat postrouting and masquerade, the hairpin set.
+//! filter chains, nat postrouting and masquerade, the hairpin and `cluster-ips` sets.
 //!
 //! Each shard carries its own dispatch: `service-ips` and `node-ports` verdict maps holding its
 //! Services' elements, a copy of the mark chain its Service chains jump to, and nat base chains —

@@ -162,6 +162,7 @@ impl<'a> TablePieces<'a> {
             }
         }
         if shard == MAIN {
+            piece.cluster_ips.append(&mut self.shared.cluster_ips);
             piece.planned.append(&mut self.shared.planned);
             piece.hairpin.append(&mut self.shared.hairpin);
             endpoints.append(&mut self.shared_endpoints);

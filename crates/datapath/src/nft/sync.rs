@@ -11,8 +11,9 @@
 //!   (conntrack holds it); affinity entries start over.
 //! - A partial sync sends only what changed since the last successful sync, as the iptables
 //!   [`crate::iptables::sync::Syncer`] does: chains whose rules changed are flushed and refilled, new ones
-//!   added, stale ones deleted, and the dispatch maps get element-level deletes and adds (from
-//!   the planner's changed dispatch entries when it reports them, without the dispatch chains).
+//!   added, stale ones deleted, and the dispatch maps and the `cluster-ips` set get element-level
+//!   deletes and adds (from the planner's changed dispatch entries when it reports them, without
+//!   the dispatch chains).
 //!   Desired state is diffed in memory; a partial sync reads nothing back from the kernel.
 //! - Every command of a partial transaction names berth's table, so when someone deleted it
 //!   (`nft flush ruleset`, say) the transaction fails as a whole, and any failure makes the next
@@ -112,6 +113,7 @@ struct Applied {
     chains: BTreeMap<ChainKey, (u64, usize, Shard)>,
     services: BTreeMap<ServiceKey, NftChain>,
     node_ports: BTreeMap<NodePortKey, NftChain>,
+    cluster_ips: BTreeSet<IpAddr>,
     affinity: BTreeMap<SetKey, u32>,
     /// The affinity sets each chain's rules name; a set no chain names any more is deleted.
     chain_sets: BTreeMap<ChainKey, BTreeSet<SetKey>>,
@@ -167,6 +169,7 @@ fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
     let mut applied = Applied {
         services: planned.services.clone(),
         node_ports: planned.node_ports.clone(),
+        cluster_ips: planned.cluster_ips.clone(),
         affinity: planned.affinity.clone(),
         rules: planned.rule_count(),
         chain_endpoints,
@@ -211,6 +214,7 @@ impl Applied {
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut chain_sets, mut chain_endpoints, mut used_by, mut chain_hairpin) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut cluster_ips = Vec::new();
         for part in parts {
             let Applied {
                 chains: c,
@@ -222,6 +226,7 @@ impl Applied {
                 used_by: u,
                 chain_hairpin: ch,
                 hairpin: h,
+                cluster_ips: ips,
                 rules,
             } = part;
             chains.extend(c);
@@ -233,6 +238,7 @@ impl Applied {
             used_by.extend(u);
             chain_hairpin.extend(ch);
             hairpin.extend(h);
+            cluster_ips.extend(ips);
             all.rules += rules;
         }
         // Summed in one pass over the sorted pairs, then built at once.
@@ -253,6 +259,7 @@ impl Applied {
         all.chain_endpoints = chain_endpoints.into_iter().collect();
         all.used_by = used_by.into_iter().collect();
         all.chain_hairpin = chain_hairpin.into_iter().collect();
+        all.cluster_ips = cluster_ips.into_iter().collect();
         all
     }
 
@@ -385,6 +392,39 @@ fn diff_entries<K: Ord + Copy>(
     }
 }
 
+/// Element-level changes from the set `before` to `wanted` (any order, duplicates allowed),
+/// made to `before` in place: deletions, then additions, each in address order. A merge of the
+/// two sorted sequences, as [`diff_entries`].
+fn diff_set(
+    before: &mut BTreeSet<IpAddr>,
+    wanted: &[IpAddr],
+    element: impl Fn(IpAddr) -> Element,
+    deletes: &mut Vec<Command>,
+    adds: &mut Vec<Command>,
+) {
+    let mut wanted: Vec<IpAddr> = wanted.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut wanted = wanted.into_iter().peekable();
+    let mut removed = Vec::new();
+    let mut added = Vec::new();
+    for ip in before.iter() {
+        added.extend(std::iter::from_fn(|| wanted.next_if(|w| w < ip)));
+        if wanted.next_if(|w| w == ip).is_none() {
+            removed.push(*ip);
+        }
+    }
+    added.extend(wanted);
+    for ip in removed {
+        before.remove(&ip);
+        deletes.push(Command::DeleteElement(element(ip)));
+    }
+    for ip in added {
+        before.insert(ip);
+        adds.push(Command::AddElement(element(ip)));
+    }
+}
+
 /// A cold load's stages, each built when the writer asks for it ([`Nft::apply_staged`]), so
 /// that the next table is converted while the kernel takes the last: per table (the main one
 /// first) one transaction that replaces whatever a cut-short load left under its name and
@@ -468,6 +508,7 @@ impl<'a> StagedLoad<'a> {
             hooks: _,
             services,
             node_ports,
+            cluster_ips,
             affinity,
             hairpin: _,
             endpoints: _,
@@ -490,6 +531,9 @@ impl<'a> StagedLoad<'a> {
         }
         for (key, target) in node_ports {
             tx.push(Command::AddElement(Element::NodePort(key, target)));
+        }
+        for ip in cluster_ips {
+            tx.push(Command::AddElement(Element::ClusterIp(ip)));
         }
         Ok(tx)
     }
@@ -525,8 +569,8 @@ impl Iterator for StagedLoad<'_> {
 }
 
 /// `rules`, entries of the dispatch chain `chain`, converted as that chain converts them, when
-/// they all become map elements and the chain is one the last sync left as a map lookup with
-/// no folded endpoint.
+/// they all become map or set elements and the chain is one the last sync left as a map or set
+/// lookup with no folded endpoint.
 fn map_only(
     rs: &Ruleset,
     next: &Applied,
@@ -540,7 +584,7 @@ fn map_only(
     let only_elements = converted.rules.len() == 1
         && matches!(
             converted.rules.first(),
-            Some(NftRule::ServiceMap | NftRule::NodePortMap)
+            Some(NftRule::ServiceMap | NftRule::NodePortMap | NftRule::ClusterIpSet)
         )
         && converted.endpoints.is_empty()
         && converted.hairpin.is_empty();
@@ -566,7 +610,8 @@ pub struct NftSyncer<N> {
     shards: Shards,
     /// Whether a cold load goes in stages ([`NftSyncer::with_staged_cold_load`]).
     staged: bool,
-    applied: Option<Applied>,
+    /// Boxed: the Syncer stays small beside the iptables one.
+    applied: Option<Box<Applied>>,
 }
 
 impl<N: Nft> NftSyncer<N> {
@@ -674,6 +719,7 @@ impl<N: Nft> NftSyncer<N> {
                 + applied.rules
                 + planned.services.len()
                 + planned.node_ports.len()
+                + planned.cluster_ips.len()
                 + applied.hairpin.len(),
         );
         for shard in stale {
@@ -708,6 +754,9 @@ impl<N: Nft> NftSyncer<N> {
         }
         for ip in applied.hairpin.keys() {
             tx.push(Command::AddElement(Element::Hairpin(*ip)));
+        }
+        for ip in planned.cluster_ips {
+            tx.push(Command::AddElement(Element::ClusterIp(ip)));
         }
         Ok((tx, applied))
     }
@@ -751,7 +800,7 @@ impl<N: Nft> NftSyncer<N> {
             payload_bytes,
             rule_count: applied.rules,
         };
-        self.applied = Some(applied);
+        self.applied = Some(Box::new(applied));
         report
     }
 
@@ -798,7 +847,7 @@ impl<N: Nft> NftSyncer<N> {
             payload_bytes: tx.written(),
             rule_count: applied.rules,
         };
-        self.applied = Some(applied);
+        self.applied = Some(Box::new(applied));
         Ok(Some(report))
     }
 
@@ -901,6 +950,16 @@ impl PartialDiff {
             .chain(key.0, &key.1)
             .filter(|_| !is_folded(rs, key.0, &key.1));
         let Some(planned) = planned else {
+            if key.0 == Table::Filter && key.1.as_str() == names::CLUSTER_IPS {
+                // Its set's elements go with it.
+                diff_set(
+                    &mut next.cluster_ips,
+                    &[],
+                    Element::ClusterIp,
+                    &mut self.element_deletes,
+                    &mut self.element_adds,
+                );
+            }
             if let Some((_, n, home)) = next.chains.remove(key) {
                 next.rules = next.rules.saturating_sub(n);
                 self.orphaned
@@ -1005,6 +1064,13 @@ impl PartialDiff {
                 &mut self.element_deletes,
                 &mut self.element_adds,
             ),
+            Some(NftRule::ClusterIpSet) => diff_set(
+                &mut next.cluster_ips,
+                &converted.cluster_ips,
+                Element::ClusterIp,
+                &mut self.element_deletes,
+                &mut self.element_adds,
+            ),
             _ => {}
         }
     }
@@ -1074,6 +1140,28 @@ impl PartialDiff {
                 next.node_ports.extend(before);
             }
             done.push(node_ports);
+        }
+        let cluster_ips = (Table::Filter, names::fixed(names::CLUSTER_IPS));
+        let wanted = dispatch.cluster_ips.iter().map(|(ip, rules)| {
+            let converted = map_only(rs, next, &cluster_ips, rules)?;
+            let present = !converted.cluster_ips.is_empty();
+            converted
+                .cluster_ips
+                .iter()
+                .all(|addr| addr == ip)
+                .then_some((*ip, present))
+        });
+        if let Some(wanted) = wanted.collect::<Option<Vec<_>>>() {
+            for (ip, present) in wanted {
+                if present && next.cluster_ips.insert(ip) {
+                    self.element_adds
+                        .push(Command::AddElement(Element::ClusterIp(ip)));
+                } else if !present && next.cluster_ips.remove(&ip) {
+                    self.element_deletes
+                        .push(Command::DeleteElement(Element::ClusterIp(ip)));
+                }
+            }
+            done.push(cluster_ips);
         }
         done
     }

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::nft::render::{element_text, rule_text, Element, Hook, NftChain, NftRule, TABLE};
+use crate::nft::render::{
+    element_text, rule_text, Element, Hook, NftChain, NftRule, CLUSTER_IP_COMMENT, TABLE,
+};
 use crate::nft::render::{NodePortKey, ServiceKey};
 use crate::nft::shard::{table_name, Shard, MAIN};
 use crate::plan::model::{ChainName, JumpRule, Match, PortMatch, Rule, Ruleset, Target};
@@ -29,6 +31,8 @@ pub struct NftTable {
     pub affinity: BTreeMap<(Shard, ChainName), u32>,
     /// Endpoints of the hairpin set (`ep . ep`).
     pub hairpin: BTreeSet<IpAddr>,
+    /// The ClusterIPs of `cluster-ips`.
+    pub cluster_ips: BTreeSet<IpAddr>,
 }
 
 /// A chain's name as the tracer knows it: the same names in two tables (a shard's copy of the
@@ -96,6 +100,14 @@ fn hairpin_rule(ip: IpAddr, target: &ChainName) -> Rule {
     Rule::jump(vec![Match::src(ip), Match::dst(ip)], target)
 }
 
+/// A `cluster-ips` element as the rule the tracer follows: the REJECT the planned chain had.
+fn cluster_ip_rule(ip: IpAddr) -> Rule {
+    Rule::new(
+        vec![Match::comment(CLUSTER_IP_COMMENT), Match::dst(ip)],
+        Target::Reject,
+    )
+}
+
 impl NftTable {
     /// A chain's name with its table: `nat-BERTH-SVC-…`, in a shard `berth-<n> nat-BERTH-SVC-…`.
     pub fn chain_label(chain: &NftChain) -> String {
@@ -134,6 +146,11 @@ impl NftTable {
                 .hairpin
                 .iter()
                 .map(|ip| (hairpin_rule(*ip, target), Some(Element::Hairpin(*ip))))
+                .collect(),
+            NftRule::ClusterIpSet => self
+                .cluster_ips
+                .iter()
+                .map(|ip| (cluster_ip_rule(*ip), Some(Element::ClusterIp(*ip))))
                 .collect(),
         }
     }
@@ -293,6 +310,56 @@ mod tests {
                 "nat-BERTH-SVC-A: meta l4proto tcp dnat to 10.244.1.2:8080",
             ]
         );
+    }
+
+    /// With Service CIDRs: the filter chain's set lookup is followed element by element, and the
+    /// hop names the set rule and the ClusterIP that matched.
+    #[test]
+    fn a_cluster_ip_on_another_port_is_rejected_through_the_set() {
+        let mut t = mk_table();
+        let filter = |name: &str| NftChain::new(Table::Filter, &ChainName::new(name));
+        let forward = filter("FORWARD");
+        t.hooks.insert(
+            forward.clone(),
+            Hook::of_builtin(Table::Filter, &ChainName::new("FORWARD")).unwrap(),
+        );
+        t.chains.insert(
+            forward,
+            vec![NftRule::Rule(Rule::jump(
+                vec![Match::dst_net("10.96.0.0/16".parse().unwrap())],
+                &ChainName::new("BERTH-CLUSTER-IPS"),
+            ))],
+        );
+        t.chains.insert(
+            filter("BERTH-CLUSTER-IPS"),
+            vec![
+                NftRule::ClusterIpSet,
+                NftRule::Rule(Rule::new(vec![], Target::Drop)),
+            ],
+        );
+        t.cluster_ips.insert("10.96.0.10".parse().unwrap());
+        let packet = |dst: &str| Packet {
+            src: "10.244.2.9".parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            protocol: Protocol::Tcp,
+            dport: 81,
+            origin: Origin::Network,
+            bridged: false,
+        };
+        let paths =
+            trace_paths(&t.traceable(), &TraceEnv::default(), &packet("10.96.0.10")).unwrap();
+        assert_eq!(paths.len(), 1);
+        assert_eq!(paths[0].outcome.verdict, Verdict::Reject);
+        let last = paths[0].hits.last().unwrap();
+        assert_eq!(
+            t.hop_text(IpFamily::V4, last),
+            "filter-BERTH-CLUSTER-IPS: ip daddr @cluster-ips reject with icmp type \
+             port-unreachable comment \"berth: cluster IP, on a port it does not have\" \
+             (element 10.96.0.10)"
+        );
+        let paths =
+            trace_paths(&t.traceable(), &TraceEnv::default(), &packet("10.96.0.11")).unwrap();
+        assert_eq!(paths[0].outcome.verdict, Verdict::Drop);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What changed between two plans, as [`crate::plan::Planner::take_changes`] reports it to the
 //! Syncers: the chains written or removed, and with linear dispatch the dispatch entries
 //! themselves, so that a backend keeping the entries as map elements (nftables) can update those
-//! elements without reading the whole 10,000-rule `BERTH-SERVICES` chain.
+//! elements without reading the whole 10,000-rule `BERTH-SERVICES` chain (or, with Service CIDRs,
+//! `BERTH-CLUSTER-IPS`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -20,9 +21,9 @@ pub enum Changes {
     /// Only these chains were written or removed since; every other chain is as it was.
     Chains(BTreeSet<ChainKey>),
     /// As [`Changes::Chains`], with linear dispatch: the chains, and the dispatch keys whose
-    /// entries changed with all their entries now. `BERTH-SERVICES` and `BERTH-NODEPORTS` are
-    /// among the chains when their entries changed; apart from the entries these describe, they
-    /// are as they were.
+    /// entries changed with all their entries now. `BERTH-SERVICES`, `BERTH-NODEPORTS` and the
+    /// filter `BERTH-CLUSTER-IPS` are among the chains when their entries changed; apart from the
+    /// entries these describe, they are as they were.
     Dispatch(BTreeSet<ChainKey>, DispatchChanges),
 }
 
@@ -35,17 +36,20 @@ pub struct DispatchChanges {
     pub services: BTreeMap<IpAddr, Vec<Rule>>,
     /// Node ports of `BERTH-NODEPORTS` -> their entries.
     pub node_ports: BTreeMap<(Protocol, u16), Vec<Rule>>,
+    /// ClusterIPs of the filter `BERTH-CLUSTER-IPS` (with Service CIDRs) -> their REJECTs.
+    pub cluster_ips: BTreeMap<IpAddr, Vec<Rule>>,
 }
 
 impl DispatchChanges {
     pub fn is_empty(&self) -> bool {
-        self.services.is_empty() && self.node_ports.is_empty()
+        self.services.is_empty() && self.node_ports.is_empty() && self.cluster_ips.is_empty()
     }
 
     /// Adds `later`'s keys; a key in both takes `later`'s entries, the newer.
     pub fn extend(&mut self, later: DispatchChanges) {
         self.services.extend(later.services);
         self.node_ports.extend(later.node_ports);
+        self.cluster_ips.extend(later.cluster_ips);
     }
 }
 
@@ -71,12 +75,13 @@ impl Changes {
     /// names a dispatch chain says nothing of its entries).
     pub fn merge(self, later: Changes) -> Changes {
         let names_dispatch = |chains: &BTreeSet<ChainKey>| {
-            chains.iter().any(|(table, chain)| {
-                *table == Table::Nat
-                    && matches!(
-                        chain.as_str(),
-                        crate::plan::names::SERVICES | crate::plan::names::NODEPORTS
-                    )
+            chains.iter().any(|(table, chain)| match table {
+                Table::Nat => matches!(
+                    chain.as_str(),
+                    crate::plan::names::SERVICES | crate::plan::names::NODEPORTS
+                ),
+                Table::Filter => chain.as_str() == crate::plan::names::CLUSTER_IPS,
+                Table::Mangle => false,
             })
         };
         match (self, later) {
@@ -129,6 +134,7 @@ mod tests {
             )]
             .into(),
             node_ports: BTreeMap::new(),
+            cluster_ips: BTreeMap::new(),
         }
     }
 
@@ -138,6 +144,8 @@ mod tests {
     fn merging_keeps_entries_only_when_both_sides_describe_them() {
         let svc = chains(&["BERTH-SVC-A"]);
         let dispatch = chains(&["BERTH-SVC-B", names::SERVICES]);
+        let cluster_ips: BTreeSet<ChainKey> =
+            [(Table::Filter, ChainName::new(names::CLUSTER_IPS))].into();
         let a = entries("10.96.0.1", "BERTH-SVC-A");
         let b = entries("10.96.0.1", "BERTH-SVC-B");
         let both = |x: &BTreeSet<ChainKey>, y: &BTreeSet<ChainKey>| -> BTreeSet<ChainKey> {
@@ -181,6 +189,17 @@ mod tests {
                 Changes::Chains(dispatch.clone()),
                 Changes::Dispatch(svc.clone(), a.clone()),
                 Changes::Chains(both(&svc, &dispatch)),
+            ),
+            // The filter chain of the ClusterIPs' REJECTs is a dispatch chain too.
+            (
+                Changes::Dispatch(dispatch.clone(), a.clone()),
+                Changes::Chains(cluster_ips.clone()),
+                Changes::Chains(both(&dispatch, &cluster_ips)),
+            ),
+            (
+                Changes::Chains(cluster_ips.clone()),
+                Changes::Dispatch(svc.clone(), a.clone()),
+                Changes::Chains(both(&svc, &cluster_ips)),
             ),
         ];
         for (first, second, want) in cases {

@@ -125,6 +125,7 @@ pub struct Planner {
 struct Dirty {
     dst: BTreeSet<u128>,
     node_ports: BTreeSet<(Protocol, u128)>,
+    cluster_ips: BTreeSet<u128>,
 }
 
 fn fingerprint(ports: &[&ServicePort]) -> u64 {
@@ -205,7 +206,11 @@ impl Planner {
     pub fn take_changes(&mut self) -> Changes {
         let dirty = std::mem::take(&mut self.pending_dispatch);
         match self.pending.replace(BTreeSet::new()) {
-            Some(chains) if dirty.dst.is_empty() && dirty.node_ports.is_empty() => {
+            Some(chains)
+                if dirty.dst.is_empty()
+                    && dirty.node_ports.is_empty()
+                    && dirty.cluster_ips.is_empty() =>
+            {
                 Changes::Chains(chains)
             }
             Some(chains) => Changes::Dispatch(chains, self.dispatch_changes(&dirty)),
@@ -240,9 +245,20 @@ impl Planner {
                 Some(((*proto, port), entries(self.node_ports.get(proto), key)))
             })
             .collect();
+        let cluster_ips = dirty
+            .cluster_ips
+            .iter()
+            .map(|key| {
+                (
+                    addr_of(self.options.family, *key),
+                    entries(Some(&self.cluster_ips), key),
+                )
+            })
+            .collect();
         DispatchChanges {
             services,
             node_ports,
+            cluster_ips,
         }
     }
 
@@ -359,6 +375,7 @@ impl Planner {
         if linear && self.pending.is_some() {
             let dirty = &mut self.pending_dispatch;
             dirty.dst.extend(changes.dst);
+            dirty.cluster_ips.extend(changes.cluster_ips);
             for (proto, keys) in changes.node_ports {
                 dirty
                     .node_ports

@@ -29,7 +29,7 @@ use crate::error::Error;
 use crate::nft::adopt::split_tables;
 use crate::nft::dump::{chain_msg, element_msg, rule_msg, set_msg, RawTable, SetMsg};
 use crate::nft::inline::HAIRPIN_SET;
-use crate::nft::render::{Hook, NftChain, NODE_PORT_MAP, SERVICE_MAP, TABLE};
+use crate::nft::render::{Hook, NftChain, CLUSTER_IP_SET, NODE_PORT_MAP, SERVICE_MAP, TABLE};
 use crate::nft::shard::{node_port_hook, Shard, MAIN};
 use crate::nft::table::NftTable;
 use crate::plan::model::{ChainName, Table};
@@ -91,6 +91,7 @@ fn fixed_set(family: IpFamily, name: &str) -> Option<(u32, u32, bool)> {
         )),
         NODE_PORT_MAP => Some(((TYPE_INET_PROTO << 6) | TYPE_INET_SERVICE, 8, true)),
         HAIRPIN_SET => Some(((addr << 6) | addr, len * 2, false)),
+        CLUSTER_IP_SET => Some((addr, len, false)),
         _ => None,
     }
 }
@@ -256,6 +257,12 @@ fn decode_element(
                 return Err(duplicate());
             }
         }
+        (CLUSTER_IP_SET, None) if key.len() == len => {
+            let ip = ip_of(key).ok_or("an address of another length")?;
+            if !table.cluster_ips.insert(ip) {
+                return Err(duplicate());
+            }
+        }
         _ => return Err("a key or verdict of another shape".to_string()),
     }
     Ok(())
@@ -302,9 +309,9 @@ fn decode_one(
     let mut fixed = 0;
     for message in &raw.sets {
         let set = set_msg(message).ok_or_else(|| decode_error("a set", "without a name"))?;
-        if shard != MAIN && set.name == HAIRPIN_SET {
+        if shard != MAIN && (set.name == HAIRPIN_SET || set.name == CLUSTER_IP_SET) {
             return Err(decode_error(
-                "set hairpin",
+                format!("set {}", set.name),
                 "in a shard (the main table holds it)",
             ));
         }
@@ -317,7 +324,7 @@ fn decode_one(
             }
         }
     }
-    let all = if shard == MAIN { 3 } else { 2 };
+    let all = if shard == MAIN { 4 } else { 2 };
     match fixed {
         0 => {}
         n if n == all => {
@@ -326,7 +333,7 @@ fn decode_one(
         _ => {
             return Err(decode_error(
                 "the maps",
-                "only some of service-ips, node-ports and hairpin are declared",
+                "only some of service-ips, node-ports, hairpin and cluster-ips are declared",
             ))
         }
     }

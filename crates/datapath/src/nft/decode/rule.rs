@@ -21,7 +21,7 @@ use crate::nft::expr::{
     NF_NAT_RANGE_PROTO_SPECIFIED, RTN_LOCAL,
 };
 use crate::nft::inline::HAIRPIN_SET;
-use crate::nft::render::{NftRule, NODE_PORT_MAP, SERVICE_MAP};
+use crate::nft::render::{NftRule, CLUSTER_IP_COMMENT, CLUSTER_IP_SET, NODE_PORT_MAP, SERVICE_MAP};
 use crate::plan::model::{
     AddrSide, ChainName, CtState, MarkOp, Match, PortMatch, RecentAction, Rule, Table, Target,
 };
@@ -464,7 +464,31 @@ impl Context<'_> {
         })
     }
 
-    /// The three rules that are not planned rules: the two map lookups and the hairpin mark.
+    /// Whether `e` is the `cluster-ips` reject rule's expressions.
+    fn cluster_ip_set(&self, e: &[Expr<'_>]) -> bool {
+        let (offset, len) = addr_field(self.family, AddrSide::Dst);
+        let rule = [
+            Expr::Payload {
+                dreg: NFT_REG_1,
+                base: NFT_PAYLOAD_NETWORK_HEADER,
+                offset,
+                len,
+            },
+            Expr::Lookup {
+                set: CLUSTER_IP_SET,
+                sreg: NFT_REG_1,
+                dreg: None,
+            },
+            Expr::Reject {
+                kind: NFT_REJECT_ICMP_UNREACH,
+                code: port_unreachable(self.family),
+            },
+        ];
+        e == rule
+    }
+
+    /// The three rules that are not planned rules and carry no comment: the two map lookups and
+    /// the hairpin mark.
     fn special(&self, e: &[Expr<'_>]) -> Result<Option<NftRule>, String> {
         let len = addr_len(self.family);
         let (src, _) = addr_field(self.family, AddrSide::Src);
@@ -581,6 +605,9 @@ pub fn decode_rule(
         if let Some(rule) = cx.special(exprs)? {
             return Ok(rule);
         }
+    }
+    if comment.as_deref() == Some(CLUSTER_IP_COMMENT) && cx.cluster_ip_set(exprs) {
+        return Ok(NftRule::ClusterIpSet);
     }
     let mut matches: Vec<Match> = comment
         .map(|c| Match::Comment(Arc::from(c)))

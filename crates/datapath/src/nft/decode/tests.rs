@@ -35,8 +35,8 @@ fn base(chain: &NftChain) -> Command {
     Command::AddChain(chain.clone(), Hook::of_builtin(chain.table, &chain.name))
 }
 
-/// A table with one of everything berth writes: both hooks' base chains, the maps and the
-/// hairpin set with elements, an affinity set, and rules of every match and target.
+/// A table with one of everything berth writes: both hooks' base chains, the maps, the hairpin
+/// and `cluster-ips` sets with elements, an affinity set, and rules of every match and target.
 fn mk_tx() -> Transaction {
     let mut tx = Transaction::new(IpFamily::V4);
     let (pre, post, fwd) = (nat("PREROUTING"), nat("POSTROUTING"), filter("FORWARD"));
@@ -58,6 +58,7 @@ fn mk_tx() -> Transaction {
         Command::AddChain(svc.clone(), None),
         Command::AddChain(mark.clone(), None),
         Command::AddChain(filter_chain.clone(), None),
+        Command::AddChain(filter("BERTH-CLUSTER-IPS"), None),
         Command::AddAffinitySet(MAIN, affinity.clone(), 300),
     ] {
         tx.push(c);
@@ -206,6 +207,16 @@ fn mk_tx() -> Transaction {
         )),
         Command::AddElement(Element::NodePort((Protocol::Tcp, 30080), svc.clone())),
         Command::AddElement(Element::Hairpin(ip("10.244.1.2"))),
+        Command::AddRule(filter("BERTH-CLUSTER-IPS"), NftRule::ClusterIpSet),
+        rule(
+            &filter("BERTH-CLUSTER-IPS"),
+            vec![Match::comment(
+                "berth: drop traffic to unallocated cluster IPs",
+            )],
+            Some(Target::Drop),
+        ),
+        Command::AddElement(Element::ClusterIp(ip("10.96.0.10"))),
+        Command::AddElement(Element::ClusterIp(ip("10.96.0.20"))),
     ];
     for c in rules {
         tx.push(c);
