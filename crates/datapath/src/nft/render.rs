@@ -643,17 +643,7 @@ impl NftRuleset {
                 .insert((table, chain.clone()), converted.rules);
             return Ok((home, jumps));
         }
-        let hash = rules_hash(&converted.rules);
-        let placed = place_rules(shards, table, chain, placement, converted.rules);
-        self.planned.insert(
-            (table, chain.clone()),
-            PlannedChain {
-                home,
-                hash,
-                rules: placed_rule_count(&placed),
-            },
-        );
-        self.chains.extend(placed);
+        self.place(shards, table, chain, placement, home, converted.rules);
         Ok((home, jumps))
     }
 
@@ -676,8 +666,21 @@ impl NftRuleset {
         rules: Vec<NftRule>,
         home: Shard,
     ) {
+        self.place(shards, table, chain, Placement::In(home), home, rules);
+    }
+
+    /// Places a converted chain's rules and records it for the partial syncs' diffs.
+    fn place(
+        &mut self,
+        shards: Shards,
+        table: Table,
+        chain: &ChainName,
+        placement: Placement,
+        home: Shard,
+        rules: Vec<NftRule>,
+    ) {
         let hash = rules_hash(&rules);
-        let placed = place_rules(shards, table, chain, Placement::In(home), rules);
+        let placed = place_rules(shards, table, chain, placement, rules);
         self.planned.insert(
             (table, chain.clone()),
             PlannedChain {

@@ -9,7 +9,7 @@
 //! converted with the first piece whose chains jump to them, and any other after all tables
 //! (the rest, in the main table).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::Error;
 use crate::nft::render::{folds, planned_chains, rule_jump, NftChain, NftRuleset};
@@ -125,42 +125,21 @@ impl<'a> TablePieces<'a> {
             }
         }
         let hooks = &self.shared.hooks;
-        let copies: Vec<NftChain> = self
-            .shared
+        piece
             .chains
-            .keys()
-            .filter(|c| c.shard == shard && !hooks.contains_key(*c))
-            .cloned()
-            .collect();
-        for chain in copies {
-            if let Some(rules) = self.shared.chains.remove(&chain) {
-                piece.chains.insert(chain, rules);
-            }
-        }
-        let services: Vec<_> = self
-            .shared
+            .append(&mut take_where(&mut self.shared.chains, |chain, _| {
+                chain.shard == shard && !hooks.contains_key(chain)
+            }));
+        piece
             .services
-            .iter()
-            .filter(|(_, target)| target.shard == shard)
-            .map(|(key, _)| *key)
-            .collect();
-        for key in services {
-            if let Some(target) = self.shared.services.remove(&key) {
-                piece.services.insert(key, target);
-            }
-        }
-        let node_ports: Vec<_> = self
-            .shared
+            .append(&mut take_where(&mut self.shared.services, |_, t| {
+                t.shard == shard
+            }));
+        piece
             .node_ports
-            .iter()
-            .filter(|(_, target)| target.shard == shard)
-            .map(|(key, _)| *key)
-            .collect();
-        for key in node_ports {
-            if let Some(target) = self.shared.node_ports.remove(&key) {
-                piece.node_ports.insert(key, target);
-            }
-        }
+            .append(&mut take_where(&mut self.shared.node_ports, |_, t| {
+                t.shard == shard
+            }));
         if shard == MAIN {
             piece.cluster_ips.append(&mut self.shared.cluster_ips);
             piece.planned.append(&mut self.shared.planned);
@@ -241,6 +220,21 @@ impl<'a> TablePieces<'a> {
         piece.chains = std::mem::take(&mut self.shared.chains);
         self.finish(piece)
     }
+}
+
+/// The entries of `map` that `wanted` picks, taken out of it.
+fn take_where<K: Ord + Clone, V>(
+    map: &mut BTreeMap<K, V>,
+    wanted: impl Fn(&K, &V) -> bool,
+) -> BTreeMap<K, V> {
+    let keys: Vec<K> = map
+        .iter()
+        .filter(|(k, v)| wanted(k, v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    keys.into_iter()
+        .filter_map(|k| map.remove(&k).map(|v| (k, v)))
+        .collect()
 }
 
 impl Iterator for TablePieces<'_> {
