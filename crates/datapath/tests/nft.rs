@@ -49,6 +49,11 @@ fn step(
     s.sync_changes(planner.ruleset(), &changes).unwrap()
 }
 
+/// The lines of a transaction that name the `cluster-ips` set.
+fn cluster_ip_lines(tx: &str) -> Vec<&str> {
+    tx.lines().filter(|l| l.contains("cluster-ips")).collect()
+}
+
 fn last_tx(syncer: &NftSyncer<MemoryNft>) -> String {
     syncer
         .nft()
@@ -388,7 +393,7 @@ fn cluster_ips_come_and_go_as_set_elements() {
         planner.update(&view);
         sync(&mut s, &mut planner);
         let tx = last_tx(&s);
-        let lines: Vec<&str> = tx.lines().filter(|l| l.contains("cluster-ips")).collect();
+        let lines = cluster_ip_lines(&tx);
         assert_eq!(
             lines,
             [format!(
@@ -404,7 +409,7 @@ fn cluster_ips_come_and_go_as_set_elements() {
         planner.update(&view);
         sync(&mut s, &mut planner);
         let tx = last_tx(&s);
-        let lines: Vec<&str> = tx.lines().filter(|l| l.contains("cluster-ips")).collect();
+        let lines = cluster_ip_lines(&tx);
         assert_eq!(
             lines,
             [format!(

@@ -456,8 +456,16 @@ pub struct NftRuleset {
     /// Each planned chain but the base chains: its table, the hash of its converted rules and
     /// how many rules its copies hold, as the partial syncs diff them.
     pub planned: BTreeMap<(Table, ChainName), PlannedChain>,
-    /// Endpoint chains that stay chains, converted but not yet placed (empty once converted).
-    pub(crate) with_user: BTreeMap<(Table, ChainName), Vec<NftRule>>,
+}
+
+/// What [`NftRuleset::add_chain`] converted.
+pub(crate) struct AddedChain {
+    /// The chain's table.
+    pub home: Shard,
+    /// The endpoint chains its rules jump to (those stay chains).
+    pub jumps: Vec<ChainName>,
+    /// An endpoint chain that stays a chain: its rules, to place with its users.
+    pub unplaced: Option<Vec<NftRule>>,
 }
 
 /// One planned chain in berth's tables, as the partial syncs diff it.
@@ -571,15 +579,12 @@ impl NftRuleset {
         let mut with_user = Vec::new();
         let mut user_shard: BTreeMap<ChainName, Shard> = BTreeMap::new();
         for (table, chain, chain_rules) in planned_chains(rs) {
-            let (home, jumps) =
-                out.add_chain(rs, shards, table, chain, chain_rules, &mut endpoints)?;
-            for endpoint in jumps {
-                user_shard.entry(endpoint).or_insert(home);
+            let added = out.add_chain(rs, shards, table, chain, chain_rules, &mut endpoints)?;
+            for endpoint in added.jumps {
+                user_shard.entry(endpoint).or_insert(added.home);
             }
-            if shards.place(table, chain) == Placement::WithUser {
-                if let Some(rules) = out.take_with_user(table, chain) {
-                    with_user.push((table, chain.clone(), rules));
-                }
+            if let Some(rules) = added.unplaced {
+                with_user.push((table, chain.clone(), rules));
             }
         }
         for (table, chain, rules) in with_user {
@@ -596,9 +601,8 @@ impl NftRuleset {
     }
 
     /// Converts one planned chain into `self`: its map elements, hairpin pairs and endpoint
-    /// pairs (into `endpoints`), and its rules placed in their tables; an endpoint chain that
-    /// stays a chain is kept aside unplaced ([`NftRuleset::take_with_user`]). Returns the
-    /// chain's home and the endpoint chains its rules jump to (those stay chains).
+    /// pairs (into `endpoints`), and its rules placed in their tables — but an endpoint chain
+    /// that stays a chain, whose rules are handed back to be placed with its users.
     pub(crate) fn add_chain(
         &mut self,
         rs: &Ruleset,
@@ -607,7 +611,7 @@ impl NftRuleset {
         chain: &ChainName,
         chain_rules: &[Rule],
         endpoints: &mut Vec<(ChainName, NftChain)>,
-    ) -> Result<(Shard, Vec<ChainName>), Error> {
+    ) -> Result<AddedChain, Error> {
         let converted = convert_chain(rs, table, chain, chain_rules);
         let jumps: Vec<ChainName> = converted
             .rules
@@ -638,23 +642,18 @@ impl NftRuleset {
                 .insert(key, element_target(shards, &target)?);
         }
         self.cluster_ips.extend(converted.cluster_ips);
-        if placement == Placement::WithUser {
-            self.with_user
-                .insert((table, chain.clone()), converted.rules);
-            return Ok((home, jumps));
-        }
-        self.place(shards, table, chain, placement, home, converted.rules);
-        Ok((home, jumps))
-    }
-
-    /// The rules of an endpoint chain that stays a chain, kept aside by
-    /// [`NftRuleset::add_chain`] until its users' table is known.
-    pub(crate) fn take_with_user(
-        &mut self,
-        table: Table,
-        chain: &ChainName,
-    ) -> Option<Vec<NftRule>> {
-        self.with_user.remove(&(table, chain.clone()))
+        let unplaced = match placement {
+            Placement::WithUser => Some(converted.rules),
+            _ => {
+                self.place(shards, table, chain, placement, home, converted.rules);
+                None
+            }
+        };
+        Ok(AddedChain {
+            home,
+            jumps,
+            unplaced,
+        })
     }
 
     /// Places an endpoint chain that stays a chain in `home`, its users' table.

@@ -59,27 +59,17 @@ impl<'a> TablePieces<'a> {
                     continue;
                 }
                 let rules = rules.as_slice();
-                match shards.place(*table, chain) {
+                let bucket = match shards.place(*table, chain) {
                     // With their first user, or in the rest; whether they fold is asked there,
                     // while the kernel takes a table.
-                    Placement::WithUser => {}
-                    Placement::In(shard) if !folds(*table, chain, rules) => {
-                        match buckets.get_mut(usize::from(shard)) {
-                            Some(bucket) => bucket.push((*table, chain, rules)),
-                            None => {
-                                shared.add_chain(
-                                    rs,
-                                    shards,
-                                    *table,
-                                    chain,
-                                    rules,
-                                    &mut shared_endpoints,
-                                )?;
-                            }
-                        }
-                    }
-                    Placement::In(_) => {}
-                    _ => {
+                    Placement::WithUser => continue,
+                    Placement::In(_) if folds(*table, chain, rules) => continue,
+                    Placement::In(shard) => buckets.get_mut(usize::from(shard)),
+                    Placement::Everywhere | Placement::Dispatch => None,
+                };
+                match bucket {
+                    Some(bucket) => bucket.push((*table, chain, rules)),
+                    None => {
                         shared.add_chain(
                             rs,
                             shards,
@@ -118,9 +108,9 @@ impl<'a> TablePieces<'a> {
             .map(std::mem::take)
             .unwrap_or_default();
         for (table, chain, rules) in bucket {
-            let (_, jumps) =
+            let added =
                 piece.add_chain(self.rs, self.shards, table, chain, rules, &mut endpoints)?;
-            for endpoint in jumps {
+            for endpoint in added.jumps {
                 self.with_user(&mut piece, &mut endpoints, table, &endpoint, shard)?;
             }
         }
@@ -168,8 +158,8 @@ impl<'a> TablePieces<'a> {
         let Some(rules) = self.rs.chain(table, chain) else {
             return Ok(());
         };
-        piece.add_chain(self.rs, self.shards, table, chain, rules, endpoints)?;
-        if let Some(rules) = piece.take_with_user(table, chain) {
+        let added = piece.add_chain(self.rs, self.shards, table, chain, rules, endpoints)?;
+        if let Some(rules) = added.unplaced {
             piece.place_with_user(self.shards, table, chain, rules, shard);
         }
         Ok(())

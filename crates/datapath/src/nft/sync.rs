@@ -435,8 +435,9 @@ fn diff_set(
 struct StagedLoad<'a> {
     family: IpFamily,
     pieces: TablePieces<'a>,
-    /// The state each piece leaves, merged once all are out.
+    /// The state each piece leaves, merged with the last one.
     parts: Vec<Applied>,
+    merged: Option<Applied>,
     failure: Option<Error>,
     /// Stages built ahead: the hairpin pairs and the base chains.
     ahead: std::collections::VecDeque<Transaction>,
@@ -452,25 +453,24 @@ impl<'a> StagedLoad<'a> {
             family,
             pieces,
             parts: Vec::new(),
+            merged: None,
             failure: None,
             ahead: std::collections::VecDeque::new(),
         }
     }
 
-    /// The transaction of one piece, its state recorded.
-    fn stage(&mut self, piece: Piece) -> Result<Transaction, Error> {
+    /// Queues the stages of one piece, its state recorded: a table's (or the rest's)
+    /// transaction; for the base chains, the whole load's state merged, the hairpin pairs' stages
+    /// from it, then the base chains' transaction.
+    fn stage(&mut self, piece: Piece) -> Result<(), Error> {
         let mut tx = Transaction::new(self.family);
         let (mut planned, table) = match piece {
             Piece::Table(shard, planned) => (planned, Some(shard)),
             Piece::Rest(planned) => (planned, None),
             Piece::Hooks(mut planned) => {
                 self.parts.push(applied_state(&mut planned)?);
-                let hairpin: BTreeSet<IpAddr> = self
-                    .parts
-                    .iter()
-                    .flat_map(|part| part.hairpin.keys().copied())
-                    .collect();
-                let pairs: Vec<IpAddr> = hairpin.into_iter().collect();
+                let merged = Applied::merged(std::mem::take(&mut self.parts));
+                let pairs: Vec<IpAddr> = merged.hairpin.keys().copied().collect();
                 for chunk in pairs.chunks(HAIRPIN_STAGE) {
                     let mut pairs = Transaction::new(self.family);
                     pairs.commands.extend(
@@ -480,6 +480,7 @@ impl<'a> StagedLoad<'a> {
                     );
                     self.ahead.push_back(pairs);
                 }
+                self.merged = Some(merged);
                 for (chain, hook) in &planned.hooks {
                     tx.push(Command::AddChain(chain.clone(), Some(*hook)));
                 }
@@ -489,11 +490,7 @@ impl<'a> StagedLoad<'a> {
                     }
                 }
                 self.ahead.push_back(tx);
-                return self.ahead.pop_front().ok_or_else(|| Error::InvalidInput {
-                    object: "nftables cold load".to_string(),
-                    field: "stages".to_string(),
-                    value: "none".to_string(),
-                });
+                return Ok(());
             }
         };
         self.parts.push(applied_state(&mut planned)?);
@@ -513,7 +510,6 @@ impl<'a> StagedLoad<'a> {
             hairpin: _,
             endpoints: _,
             planned: _,
-            with_user: _,
         } = planned;
         for chain in chains.keys() {
             tx.push(Command::AddChain(chain.clone(), None));
@@ -535,15 +531,21 @@ impl<'a> StagedLoad<'a> {
         for ip in cluster_ips {
             tx.push(Command::AddElement(Element::ClusterIp(ip)));
         }
-        Ok(tx)
+        self.ahead.push_back(tx);
+        Ok(())
     }
 
     /// The state the whole load leaves, or why it stopped.
     fn finish(self) -> Result<Applied, Error> {
-        if let Some(failure) = self.failure {
-            return Err(failure);
+        match (self.failure, self.merged) {
+            (Some(failure), _) => Err(failure),
+            (None, Some(merged)) => Ok(merged),
+            (None, None) => Err(Error::InvalidInput {
+                object: "nftables cold load".to_string(),
+                field: "stages".to_string(),
+                value: "the writer stopped before the base chains".to_string(),
+            }),
         }
-        Ok(Applied::merged(self.parts))
     }
 }
 
@@ -551,20 +553,15 @@ impl Iterator for StagedLoad<'_> {
     type Item = Transaction;
 
     fn next(&mut self) -> Option<Transaction> {
-        if self.failure.is_some() {
-            return None;
-        }
-        if let Some(tx) = self.ahead.pop_front() {
-            return Some(tx);
-        }
-        let built = self.pieces.next()?.and_then(|piece| self.stage(piece));
-        match built {
-            Ok(tx) => Some(tx),
-            Err(failure) => {
+        while self.failure.is_none() {
+            if let Some(tx) = self.ahead.pop_front() {
+                return Some(tx);
+            }
+            if let Err(failure) = self.pieces.next()?.and_then(|piece| self.stage(piece)) {
                 self.failure = Some(failure);
-                None
             }
         }
+        None
     }
 }
 
@@ -779,9 +776,10 @@ impl<N: Nft> NftSyncer<N> {
     /// A cold load in stages ([`NftSyncer::with_staged_cold_load`]).
     fn staged_load(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
         let mut load = StagedLoad::new(self.family, TablePieces::new(rs, self.shards)?);
-        let written = self.nft.apply_staged(&mut load);
+        // The kernel's refusal first; then a conversion that stopped the stages.
+        let written = self.nft.apply_staged(&mut load)?;
         let applied = load.finish()?;
-        Ok(self.loaded(applied, written?))
+        Ok(self.loaded(applied, written))
     }
 
     /// Records the state a full load left and reports it.
