@@ -266,6 +266,58 @@ proptest! {
     }
 }
 
+/// Enough Service ports at once for the planner's bulk path (ports planned on several threads,
+/// their chains merged into the ruleset at once): a cold plan, then as many ports again added
+/// beside changed and removed ones. The planner holds what `plan` gives, and the chains it
+/// reports bring berth's nftables table to what a full sync writes.
+#[test]
+fn planning_many_ports_at_once_equals_a_full_plan() {
+    let spec = |i: usize, salt: usize| SvcSpec {
+        addr: (i * 7 + salt) as u8,
+        port: [80, 443, 53][i % 3],
+        node_port: i.is_multiple_of(5).then(|| 30000 + (i % 64) as u16),
+        lb: i.is_multiple_of(9).then(|| 200 + (i % 10) as u8),
+        local: i.is_multiple_of(4),
+        internal_local: i.is_multiple_of(11),
+        endpoints: (0..(i + salt) % 4)
+            .map(|e| (1 + ((i + e + salt) % 39) as u8, e % 2 == 0, e != 2))
+            .collect(),
+    };
+    for (dispatch, cidrs) in [(Dispatch::Linear, 1), (Dispatch::Tree, 0)] {
+        let mut options = mk_options(dispatch);
+        options.service_cidrs = service_cidrs(cidrs);
+        let mut planner = Planner::new(options.clone());
+        let mut nft = NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4);
+        let mut specs: Vec<SvcSpec> = (0..700).map(|i| spec(i, 0)).collect();
+        for step in 0..3 {
+            if step > 0 {
+                // Change every third port, remove a few, add 600 new ones.
+                for (i, s) in specs.iter_mut().enumerate().filter(|(i, _)| i % 3 == step) {
+                    *s = spec(i, step);
+                }
+                specs.truncate(specs.len() - 40);
+                let len = specs.len();
+                specs.extend((len..len + 600).map(|i| spec(i, step)));
+            }
+            let view = mk_view(&specs);
+            planner.update(&view);
+            let expected = plan(&view, &options);
+            assert_eq!(planner.ruleset(), &expected, "{dispatch:?} step {step}");
+            let changes = planner.take_changes();
+            assert_eq!(step == 0, changes == Changes::All);
+            nft.sync_changes(planner.ruleset(), &changes).unwrap();
+            let mut fresh = NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4);
+            fresh.sync(&expected).unwrap();
+            assert_eq!(
+                &nft.nft().table,
+                &fresh.nft().table,
+                "{dispatch:?} step {step}"
+            );
+            check_consistency(planner.ruleset());
+        }
+    }
+}
+
 /// A Service for the dispatch-entry property: few addresses, ports and node ports, so that
 /// addresses move between Services, are shared by two ports (or, invalidly, claimed twice),
 /// node ports are reused, and targets change with the traffic policy or a rename.

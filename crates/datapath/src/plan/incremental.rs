@@ -87,6 +87,12 @@ type ChainRules = BTreeMap<ChainKey, Vec<Rule>>;
 /// before it.
 const SPLICE_MAX: usize = 16;
 
+/// Fewer changed Service ports than this plan on the calling thread: starting threads costs
+/// more than planning a few ports.
+const PARALLEL_PLAN_MIN: usize = 512;
+/// The most threads a cold plan uses.
+const PLAN_THREADS_MAX: usize = 4;
+
 /// What planning one Service port (all ports sharing its name and protocol) produced.
 #[derive(Debug, Clone)]
 struct Cached {
@@ -338,17 +344,25 @@ impl Planner {
         for key in removals {
             self.replace_service(key, None, &mut changes);
         }
-        for (group, print) in upserts {
+        let planned = self.plan_groups(&upserts);
+        // Many new ports (a cold plan): their chains join the chain maps in one sorted merge
+        // instead of a search per chain (110,000 at 10,000 Services).
+        let mut merged = ChainMerge::default();
+        let bulk = planned.len() >= PARALLEL_PLAN_MIN;
+        for ((group, _), (cached, mut owned)) in upserts.iter().zip(planned) {
             let Some(first) = group.first() else {
                 continue;
             };
-            let planned = self.plan_group(group, print);
-            self.replace_service(
-                (first.name.clone(), first.protocol),
-                Some(planned),
-                &mut changes,
-            );
+            let key = (first.name.clone(), first.protocol);
+            if bulk && !self.services.contains_key(&key) {
+                for chain in owned.keys() {
+                    self.touch(chain.clone());
+                }
+                merged.add(std::mem::take(&mut owned));
+            }
+            self.replace_service(key, Some((cached, owned)), &mut changes);
         }
+        merged.into(&mut self.rs);
         self.rebuild_shared(&changes.shared);
         let dispatch_changed =
             !changes.dst.is_empty() || changes.node_ports.values().any(|d| !d.is_empty());
@@ -382,6 +396,50 @@ impl Planner {
                     .extend(keys.into_iter().map(|key| (proto, key)));
             }
         }
+    }
+
+    /// Plans each group, in order. Groups plan independently of each other, so a cold plan (every
+    /// Service port at once) splits them over the machine's cores: planning is most of a cold
+    /// load's time before the first table can be written.
+    fn plan_groups(&self, groups: &[(&[&ServicePort], u64)]) -> Vec<(Cached, ChainRules)> {
+        let plan_all = |groups: &[(&[&ServicePort], u64)]| -> Vec<(Cached, ChainRules)> {
+            groups
+                .iter()
+                .map(|(group, print)| self.plan_group(group, *print))
+                .collect()
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(PLAN_THREADS_MAX);
+        if threads < 2 || groups.len() < PARALLEL_PLAN_MIN {
+            return plan_all(groups);
+        }
+        let chunk = groups.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let mut parts = groups.chunks(chunk);
+            // The first chunk on this thread, the others on threads of their own.
+            let first = parts.next().unwrap_or_default();
+            let others: Vec<_> = parts
+                .map(|part| {
+                    std::thread::Builder::new()
+                        .name("berth-plan".to_string())
+                        .spawn_scoped(scope, move || plan_all(part))
+                        .map_err(|_| part)
+                })
+                .collect();
+            let mut planned = plan_all(first);
+            for other in others {
+                // A thread that cannot be started or that panicked: plan its part here.
+                match other {
+                    Ok(handle) => match handle.join() {
+                        Ok(part) => planned.extend(part),
+                        Err(panic) => std::panic::resume_unwind(panic),
+                    },
+                    Err(part) => planned.extend(plan_all(part)),
+                }
+            }
+            planned
+        })
     }
 
     fn plan_group(&self, group: &[&ServicePort], print: u64) -> (Cached, ChainRules) {
@@ -793,6 +851,30 @@ fn addr_of(family: IpFamily, key: u128) -> IpAddr {
     match family {
         IpFamily::V4 => IpAddr::V4(Ipv4Addr::from(u32::try_from(key).unwrap_or_default())),
         IpFamily::V6 => IpAddr::V6(Ipv6Addr::from(key)),
+    }
+}
+
+/// New Service ports' own chains, gathered to join the ruleset's chain maps at once.
+#[derive(Debug, Default)]
+struct ChainMerge(BTreeMap<Table, Vec<(ChainName, Vec<Rule>)>>);
+
+impl ChainMerge {
+    fn add(&mut self, chains: ChainRules) {
+        for ((table, chain), rules) in chains {
+            self.0.entry(table).or_default().push((chain, rules));
+        }
+    }
+
+    /// Merges the gathered chains into `rs`; a chain already there is replaced, as an insert
+    /// would (the map is built from the old entries followed by the new, and of equal keys a
+    /// `BTreeMap` built from a list keeps the last).
+    fn into(self, rs: &mut Ruleset) {
+        for (table, mut chains) in self.0 {
+            let rules = rs.table_mut(table);
+            chains.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let old = std::mem::take(&mut rules.chains);
+            rules.chains = old.into_iter().chain(chains).collect();
+        }
     }
 }
 

@@ -1,5 +1,7 @@
 //! Chain names: fixed top-level chains and hashed per-Service / per-endpoint chains.
 
+use std::fmt;
+
 use sha2::{Digest, Sha256};
 
 use crate::plan::input::{Endpoint, ServicePortName};
@@ -26,15 +28,42 @@ pub fn fixed(name: &'static str) -> ChainName {
 
 /// First 16 characters of base32(sha256(input)), as kube-proxy names its chains.
 pub fn hash16(input: &str) -> String {
-    let digest = Sha256::digest(input.as_bytes());
-    let mut encoded = data_encoding::BASE32.encode(&digest);
-    encoded.truncate(16);
-    encoded
+    let mut hash = String::with_capacity(16);
+    push_hash16(&mut hash, format_args!("{input}"));
+    hash
+}
+
+/// Appends [`hash16`] of the formatted `input` to `out`, without building the input as a string
+/// first: names are made for every endpoint of every Service (100,000 at a cold plan).
+fn push_hash16(out: &mut String, input: fmt::Arguments<'_>) {
+    struct Hashing(Sha256);
+    impl fmt::Write for Hashing {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0.update(s.as_bytes());
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(Sha256::new());
+    // Writing into a hash cannot fail; a Display that fails would only change the name.
+    let _ = fmt::write(&mut hashing, input);
+    let digest = hashing.0.finalize();
+    // Base32 turns each 5 bytes into 8 characters: the first 10 bytes are the first 16.
+    data_encoding::BASE32.encode_append(&digest[..10], out);
+}
+
+/// `prefix` followed by the hash of `input`.
+fn hashed_name(prefix: &str, input: fmt::Arguments<'_>) -> ChainName {
+    let mut name = String::with_capacity(prefix.len() + 16);
+    name.push_str(prefix);
+    push_hash16(&mut name, input);
+    ChainName::new(name)
 }
 
 /// The hash shared by a Service port's SVC/SVL/EXT/FW chains: port name plus protocol.
 pub fn service_port_hash(name: &ServicePortName, protocol: Protocol) -> String {
-    hash16(&format!("{name}{}", protocol.as_str()))
+    let mut hash = String::with_capacity(16);
+    push_hash16(&mut hash, format_args!("{name}{}", protocol.as_str()));
+    hash
 }
 
 /// Per-Service-port chains, one variant per role.
@@ -62,11 +91,7 @@ impl ServiceChain {
 }
 
 pub fn service_chain(kind: ServiceChain, name: &ServicePortName, protocol: Protocol) -> ChainName {
-    ChainName::new(format!(
-        "{}{}",
-        kind.prefix(),
-        service_port_hash(name, protocol)
-    ))
+    hashed_name(kind.prefix(), format_args!("{name}{}", protocol.as_str()))
 }
 
 pub fn endpoint_chain(
@@ -74,14 +99,10 @@ pub fn endpoint_chain(
     protocol: Protocol,
     endpoint: &Endpoint,
 ) -> ChainName {
-    ChainName::new(format!(
-        "BERTH-SEP-{}",
-        hash16(&format!(
-            "{name}{}{}",
-            protocol.as_str(),
-            endpoint.address()
-        ))
-    ))
+    hashed_name(
+        "BERTH-SEP-",
+        format_args!("{name}{}{}", protocol.as_str(), endpoint.address()),
+    )
 }
 
 /// Kinds of dispatch-tree chains: by destination address, and by node port.
@@ -131,6 +152,44 @@ mod tests {
         // Same input as kube-proxy's servicePortChainName("ns1/svc1:p80", "tcp") upper-cased protocol.
         assert_eq!(hash, hash16("ns1/svc1:p80TCP"));
         assert_ne!(hash, service_port_hash(&name(), Protocol::Udp));
+    }
+
+    #[test]
+    fn hash16_is_the_head_of_the_whole_digest_in_base32() {
+        // kube-proxy's definition, kept literally: encode the whole digest, keep 16 characters.
+        let reference = |input: &str| {
+            let mut encoded = data_encoding::BASE32.encode(&Sha256::digest(input.as_bytes()));
+            encoded.truncate(16);
+            encoded
+        };
+        for input in [
+            "",
+            "ns1/svc1:p80TCP",
+            "ns1/svc1:p80tcp10.244.1.5:8080",
+            "é/ü:ß",
+        ] {
+            assert_eq!(hash16(input), reference(input), "{input:?}");
+        }
+        let endpoint = Endpoint {
+            ip: "fd00:10:244::5".parse().unwrap(),
+            port: 8080,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node_name: None,
+            hints: None,
+        };
+        assert_eq!(
+            endpoint_chain(&name(), Protocol::Udp, &endpoint).as_str(),
+            format!(
+                "BERTH-SEP-{}",
+                reference(&format!("ns1/svc1:p80UDP{}", endpoint.address()))
+            )
+        );
+        assert_eq!(
+            service_chain(ServiceChain::External, &name(), Protocol::Sctp).as_str(),
+            format!("BERTH-EXT-{}", reference("ns1/svc1:p80SCTP"))
+        );
     }
 
     #[test]
