@@ -209,12 +209,19 @@ impl Applied {
     /// all the parts' entries (sorted, so its nodes are full), the parts consumed.
     fn merged(parts: Vec<Applied>) -> Applied {
         let mut all = Applied::default();
-        let mut hairpin: Vec<(IpAddr, usize)> = Vec::new();
-        let (mut chains, mut services, mut node_ports, mut affinity) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut chain_sets, mut chain_endpoints, mut used_by, mut chain_hairpin) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut cluster_ips = Vec::new();
+        // Each list sized for all the parts' entries at once: grown by doubling, the lists would
+        // hold up to twice their entries at the load's peak (100,000 pairs in `used_by`).
+        let room = |len: fn(&Applied) -> usize| parts.iter().map(len).sum::<usize>();
+        let mut hairpin: Vec<(IpAddr, usize)> = Vec::with_capacity(room(|p| p.hairpin.len()));
+        let mut chains = Vec::with_capacity(room(|p| p.chains.len()));
+        let mut services = Vec::with_capacity(room(|p| p.services.len()));
+        let mut node_ports = Vec::with_capacity(room(|p| p.node_ports.len()));
+        let mut affinity = Vec::with_capacity(room(|p| p.affinity.len()));
+        let mut chain_sets = Vec::with_capacity(room(|p| p.chain_sets.len()));
+        let mut chain_endpoints = Vec::with_capacity(room(|p| p.chain_endpoints.len()));
+        let mut used_by = Vec::with_capacity(room(|p| p.used_by.len()));
+        let mut chain_hairpin = Vec::with_capacity(room(|p| p.chain_hairpin.len()));
+        let mut cluster_ips = Vec::with_capacity(room(|p| p.cluster_ips.len()));
         for part in parts {
             let Applied {
                 chains: c,
