@@ -783,7 +783,7 @@ mod tests {
                     ready: *ready,
                     serving: *ready,
                     terminating: false,
-                    node_name: Some(node.to_string()),
+                    node_name: Some((*node).into()),
                     hints: None,
                 })
                 .collect(),

@@ -389,6 +389,30 @@ fn external_ips_only_inside_the_allowed_cidrs_and_bad_entries_drop_alone() {
 }
 
 #[test]
+fn endpoints_on_one_node_share_its_name() {
+    let slice = mk_slice(
+        "web",
+        "web-1",
+        json!([
+            {"addresses": ["10.244.1.5"], "nodeName": "node-a"},
+            {"addresses": ["10.244.2.5"], "nodeName": "node-b"},
+            {"addresses": ["10.244.1.6"], "nodeName": "node-a"},
+            {"addresses": ["10.244.9.9"]},
+        ]),
+    );
+    let eps = build_endpoints(&[&slice], "http", Protocol::Tcp);
+    let names: Vec<Option<&str>> = eps.iter().map(|e| e.node_name.as_deref()).collect();
+    assert_eq!(
+        names,
+        [Some("node-a"), Some("node-b"), Some("node-a"), None]
+    );
+    let (a, b, again) = (&eps[0].node_name, &eps[1].node_name, &eps[2].node_name);
+    let same = |x: &Option<std::sync::Arc<str>>, y: &Option<std::sync::Arc<str>>| matches!((x, y), (Some(x), Some(y)) if std::sync::Arc::ptr_eq(x, y));
+    assert!(same(a, again), "one allocation per node name");
+    assert!(!same(a, b));
+}
+
+#[test]
 fn topology_hints_and_the_nodes_zone_are_read() {
     let slice = mk_slice(
         "web",

@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice};
@@ -140,6 +141,22 @@ fn port_u16(object: &str, field: &str, value: Option<i32>) -> Result<Option<u16>
     }
 }
 
+/// The node names of one slice's endpoints, each made once: a slice's endpoints sit on a few
+/// nodes, and every copy of an endpoint then shares its node's name.
+#[derive(Default)]
+struct NodeNames(Vec<Arc<str>>);
+
+impl NodeNames {
+    fn intern(&mut self, node: &str) -> Arc<str> {
+        if let Some(known) = self.0.iter().find(|known| &***known == node) {
+            return known.clone();
+        }
+        let name: Arc<str> = Arc::from(node);
+        self.0.push(name.clone());
+        name
+    }
+}
+
 /// Endpoints of one Service port, from the Service's EndpointSlices (first address of each
 /// endpoint, as kube-proxy does; duplicates across slices are kept once).
 pub fn build_endpoints(
@@ -149,6 +166,7 @@ pub fn build_endpoints(
 ) -> Vec<Endpoint> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
+    let mut nodes = NodeNames::default();
     for slice in slices {
         if slice.address_type == "FQDN" {
             continue;
@@ -179,7 +197,7 @@ pub fn build_endpoints(
                 ready,
                 serving,
                 terminating,
-                node_name: ep.node_name.clone(),
+                node_name: ep.node_name.as_deref().map(|node| nodes.intern(node)),
                 hints: build_hints(ep.hints.as_ref()),
             });
         }

@@ -21,7 +21,7 @@ fn svc(ns: &str, name: &str, cluster_ip: &str, endpoints: &[(&str, Option<&str>)
         .iter()
         .map(|(addr, node)| {
             let mut ep = mk_endpoint(ip(addr), 80, node.unwrap_or(""));
-            ep.node_name = node.map(str::to_string);
+            ep.node_name = node.map(Into::into);
             ep
         })
         .collect();
