@@ -9,15 +9,18 @@
 //! chain, set and element.
 
 pub mod adopt;
+mod applied;
 pub mod decode;
 pub mod dump;
 pub mod exec;
 pub mod expr;
 pub mod inline;
 pub mod netlink;
+mod partial;
 pub mod render;
 pub mod shard;
 pub mod stage;
+mod staged;
 pub mod sync;
 pub mod table;
 pub mod wire;
