@@ -866,14 +866,24 @@ impl ChainMerge {
     }
 
     /// Merges the gathered chains into `rs`; a chain already there is replaced, as an insert
-    /// would (the map is built from the old entries followed by the new, and of equal keys a
-    /// `BTreeMap` built from a list keeps the last).
+    /// would.
     fn into(self, rs: &mut Ruleset) {
         for (table, mut chains) in self.0 {
             let rules = rs.table_mut(table);
             chains.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             let old = std::mem::take(&mut rules.chains);
-            rules.chains = old.into_iter().chain(chains).collect();
+            if old.len() <= chains.len() / 8 {
+                // A cold plan: the map is built from the sorted new chains alone (one pass),
+                // and the few chains there before (the fixed ones) go in where no new one is.
+                let mut merged: BTreeMap<ChainName, Vec<Rule>> = chains.into_iter().collect();
+                for (chain, old_rules) in old {
+                    merged.entry(chain).or_insert(old_rules);
+                }
+                rules.chains = merged;
+            } else {
+                // Of equal keys, a `BTreeMap` built from a list keeps the last: the new one.
+                rules.chains = old.into_iter().chain(chains).collect();
+            }
         }
     }
 }
