@@ -938,7 +938,8 @@ pub fn command_text(family: IpFamily, command: &Command) -> String {
     }
 }
 
-fn element_set(element: &Element) -> &'static str {
+/// The set or map an element belongs in.
+pub(crate) fn element_set(element: &Element) -> &'static str {
     match element {
         Element::Service(..) => SERVICE_MAP,
         Element::NodePort(..) => NODE_PORT_MAP,

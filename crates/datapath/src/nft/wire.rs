@@ -23,6 +23,21 @@ pub const NLM_F_CREATE: u16 = 0x400;
 pub const NLM_F_APPEND: u16 = 0x800;
 
 pub const NLMSG_HDRLEN: usize = 16;
+
+// Set flags (`NFT_SET_*`), data types and verdicts, as the batch writer declares sets and the
+// decoder reads them back.
+pub const NFT_SET_INTERVAL: u32 = 0x4;
+pub const NFT_SET_MAP: u32 = 0x8;
+pub const NFT_SET_TIMEOUT: u32 = 0x10;
+pub const NFT_SET_EVAL: u32 = 0x20;
+pub const NFT_SET_OBJECT: u32 = 0x40;
+pub const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
+/// nft's datatype numbers, six bits each in a concatenation's type.
+pub const TYPE_IPV4_ADDR: u32 = 7;
+pub const TYPE_IPV6_ADDR: u32 = 8;
+pub const TYPE_INET_PROTO: u32 = 12;
+pub const TYPE_INET_SERVICE: u32 = 13;
+pub const NF_ACCEPT: u32 = 1;
 const NFGENMSG_LEN: usize = 4;
 
 /// The largest value one attribute can hold: its length is a `u16`.

@@ -134,6 +134,19 @@ mod tests {
     use super::*;
     use crate::plan::model::MAX_CHAIN_NAME;
 
+    /// A ready endpoint on no node: names depend only on its address.
+    fn mk_ep(ip: &str, port: u16) -> Endpoint {
+        Endpoint {
+            ip: ip.parse().unwrap(),
+            port,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node_name: None,
+            hints: None,
+        }
+    }
+
     fn name() -> ServicePortName {
         ServicePortName {
             namespace: "ns1".into(),
@@ -170,15 +183,7 @@ mod tests {
         ] {
             assert_eq!(hash16(input), reference(input), "{input:?}");
         }
-        let endpoint = Endpoint {
-            ip: "fd00:10:244::5".parse().unwrap(),
-            port: 8080,
-            ready: true,
-            serving: true,
-            terminating: false,
-            node_name: None,
-            hints: None,
-        };
+        let endpoint = mk_ep("fd00:10:244::5", 8080);
         assert_eq!(
             endpoint_chain(&name(), Protocol::Udp, &endpoint).as_str(),
             format!(
@@ -194,15 +199,7 @@ mod tests {
 
     #[test]
     fn chain_names_fit_iptables_limit() {
-        let endpoint = Endpoint {
-            ip: "fd00::1234:5678:9abc".parse().unwrap(),
-            port: 65535,
-            ready: true,
-            serving: true,
-            terminating: false,
-            node_name: None,
-            hints: None,
-        };
+        let endpoint = mk_ep("fd00::1234:5678:9abc", 65535);
         for chain in [
             service_chain(ServiceChain::Cluster, &name(), Protocol::Sctp),
             service_chain(ServiceChain::Firewall, &name(), Protocol::Sctp),
@@ -221,15 +218,7 @@ mod tests {
 
     #[test]
     fn endpoint_chain_depends_on_endpoint() {
-        let mut endpoint = Endpoint {
-            ip: "10.244.1.5".parse().unwrap(),
-            port: 8080,
-            ready: true,
-            serving: true,
-            terminating: false,
-            node_name: None,
-            hints: None,
-        };
+        let mut endpoint = mk_ep("10.244.1.5", 8080);
         let first = endpoint_chain(&name(), Protocol::Tcp, &endpoint);
         endpoint.port = 8081;
         assert_ne!(first, endpoint_chain(&name(), Protocol::Tcp, &endpoint));

@@ -32,24 +32,16 @@ use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{Hook, NftChain, CLUSTER_IP_SET, NODE_PORT_MAP, SERVICE_MAP, TABLE};
 use crate::nft::shard::{node_port_hook, Shard, MAIN};
 use crate::nft::table::NftTable;
+use crate::nft::wire::{
+    NFT_DATA_VERDICT, NFT_SET_EVAL, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_OBJECT, NFT_SET_TIMEOUT,
+    NF_ACCEPT, TYPE_INET_PROTO, TYPE_INET_SERVICE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
+};
 use crate::plan::model::{ChainName, Table};
 use berth_core::IpFamily;
 
-// Set flags and types, as the batch writer declares them.
-const NFT_SET_INTERVAL: u32 = 0x4;
-const NFT_SET_MAP: u32 = 0x8;
-const NFT_SET_TIMEOUT: u32 = 0x10;
-const NFT_SET_EVAL: u32 = 0x20;
-const NFT_SET_OBJECT: u32 = 0x40;
 /// The flags that change what a set is; others (`constant`, the kernel's own) do not.
 const SHAPE_FLAGS: u32 =
     NFT_SET_INTERVAL | NFT_SET_MAP | NFT_SET_TIMEOUT | NFT_SET_EVAL | NFT_SET_OBJECT;
-const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
-const TYPE_IPV4_ADDR: u32 = 7;
-const TYPE_IPV6_ADDR: u32 = 8;
-const TYPE_INET_PROTO: u32 = 12;
-const TYPE_INET_SERVICE: u32 = 13;
-const NF_ACCEPT: u32 = 1;
 /// `NFTA_SET_ELEM_*`: key, data, flags.
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;

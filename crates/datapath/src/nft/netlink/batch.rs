@@ -7,13 +7,15 @@ use crate::nft::expr::{
 };
 use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{
-    command_text, Command, Element, NftChain, Transaction, CLUSTER_IP_SET, NODE_PORT_MAP,
-    SERVICE_MAP,
+    command_text, element_set, Command, Element, NftChain, Transaction, CLUSTER_IP_SET,
+    NODE_PORT_MAP, SERVICE_MAP,
 };
 use crate::nft::shard::{table_name, Shard, MAIN};
 use crate::nft::wire::{
-    Mark, Writer, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLMSG_HDRLEN,
-    NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
+    Mark, Writer, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_DATA_VERDICT,
+    NFT_SET_EVAL, NFT_SET_MAP, NFT_SET_TIMEOUT, NF_ACCEPT, NLMSG_HDRLEN, NLM_F_ACK, NLM_F_APPEND,
+    NLM_F_CREATE, NLM_F_REQUEST, TYPE_INET_PROTO, TYPE_INET_SERVICE, TYPE_IPV4_ADDR,
+    TYPE_IPV6_ADDR,
 };
 use berth_core::IpFamily;
 
@@ -30,18 +32,6 @@ const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_DELSETELEM: u16 = 14;
 
 pub(super) const NLMSG_ERROR: u16 = 2;
-
-// Set flags and data types.
-const NFT_SET_MAP: u32 = 0x8;
-const NFT_SET_TIMEOUT: u32 = 0x10;
-const NFT_SET_EVAL: u32 = 0x20;
-const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
-/// nft's datatype numbers, six bits each in a concatenation's type.
-const TYPE_IPV4_ADDR: u32 = 7;
-const TYPE_IPV6_ADDR: u32 = 8;
-const TYPE_INET_PROTO: u32 = 12;
-const TYPE_INET_SERVICE: u32 = 13;
-const NF_ACCEPT: u32 = 1;
 
 /// The largest element list one message carries: an attribute's length is a `u16`.
 const ELEMENTS_PER_MESSAGE_BYTES: usize = 60_000;
@@ -363,15 +353,6 @@ fn element_of(command: &Command) -> Option<(bool, &Element)> {
         Command::AddElement(e) => Some((true, e)),
         Command::DeleteElement(e) => Some((false, e)),
         _ => None,
-    }
-}
-
-fn element_set(element: &Element) -> &'static str {
-    match element {
-        Element::Service(..) => SERVICE_MAP,
-        Element::NodePort(..) => NODE_PORT_MAP,
-        Element::Hairpin(..) => HAIRPIN_SET,
-        Element::ClusterIp(..) => CLUSTER_IP_SET,
     }
 }
 
