@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::net::IpAddr;
+
 use berth_core::IpFamily;
 use berth_datapath::backend::SyncKind;
 use berth_datapath::fake::MemoryNft;
@@ -389,36 +391,36 @@ fn cluster_ips_come_and_go_as_set_elements() {
                 s.sync(planner.ruleset()).unwrap();
             }
         };
+        // One update and sync: the transaction changes exactly `ip`'s element, and the table is
+        // what a full sync writes.
+        let change = |s: &mut NftSyncer<MemoryNft>,
+                      planner: &mut Planner,
+                      view: &NodeView,
+                      verb: &str,
+                      ip: IpAddr| {
+            planner.update(view);
+            sync(s, planner);
+            let tx = last_tx(s);
+            assert_eq!(
+                cluster_ip_lines(&tx),
+                [format!("{verb} element ip berth cluster-ips {{ {ip} }}")],
+                "{tx}"
+            );
+            assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
+            tx
+        };
         let removed = view.services.remove(3);
-        planner.update(&view);
-        sync(&mut s, &mut planner);
-        let tx = last_tx(&s);
-        let lines = cluster_ip_lines(&tx);
-        assert_eq!(
-            lines,
-            [format!(
-                "delete element ip berth cluster-ips {{ {} }}",
-                removed.cluster_ips[0]
-            )],
-            "{tx}"
+        let tx = change(
+            &mut s,
+            &mut planner,
+            &view,
+            "delete",
+            removed.cluster_ips[0],
         );
         assert!(!tx.contains("filter-BERTH-CLUSTER-IPS"), "{tx}");
-        assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
 
         view.services.push(removed.clone());
-        planner.update(&view);
-        sync(&mut s, &mut planner);
-        let tx = last_tx(&s);
-        let lines = cluster_ip_lines(&tx);
-        assert_eq!(
-            lines,
-            [format!(
-                "add element ip berth cluster-ips {{ {} }}",
-                removed.cluster_ips[0]
-            )],
-            "{tx}"
-        );
-        assert_eq!(s.nft().table, fresh(planner.ruleset()).table);
+        change(&mut s, &mut planner, &view, "add", removed.cluster_ips[0]);
 
         // Without Service CIDRs any more: the chain and its elements go.
         let mut planner = Planner::new(linear());

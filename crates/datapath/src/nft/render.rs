@@ -328,6 +328,28 @@ fn node_port_entry(rule: &Rule) -> Option<(NodePortKey, ChainName)> {
     Some(((proto?, port?), target.clone()))
 }
 
+/// The dispatch rules at the head of `rest` that `entry` turns into map or set elements, the
+/// first of each key kept (as the first matching rule wins); `rest` is left at the first rule
+/// that is not one.
+fn leading_entries<T, K: Ord>(
+    rest: &mut &[Rule],
+    entry: impl Fn(&Rule) -> Option<T>,
+    key: impl Fn(&T) -> K,
+) -> Vec<T> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    while let Some((found, tail)) = rest
+        .split_first()
+        .and_then(|(first, tail)| Some((entry(first)?, tail)))
+    {
+        if seen.insert(key(&found)) {
+            out.push(found);
+        }
+        *rest = tail;
+    }
+    out
+}
+
 /// One planned chain of `rs` in nftables form. In the nat dispatch chains the leading rules that
 /// select one address, protocol and port (linear dispatch) become map elements and the map
 /// lookup takes their place; what follows them stays a rule, in order. A key two rules share
@@ -349,40 +371,13 @@ pub fn convert_chain(
     let mut rest = rules;
     if is_services(table, chain) {
         out.rules.push(NftRule::ServiceMap);
-        let mut seen = BTreeSet::new();
-        while let Some((entry, tail)) = rest
-            .split_first()
-            .and_then(|(first, tail)| Some((service_entry(first)?, tail)))
-        {
-            if seen.insert(entry.0) {
-                out.services.push(entry);
-            }
-            rest = tail;
-        }
+        out.services = leading_entries(&mut rest, service_entry, |entry| entry.0);
     } else if is_cluster_ips(table, chain) {
         out.rules.push(NftRule::ClusterIpSet);
-        let mut seen = BTreeSet::new();
-        while let Some((ip, tail)) = rest
-            .split_first()
-            .and_then(|(first, tail)| Some((cluster_ip_entry(first)?, tail)))
-        {
-            if seen.insert(ip) {
-                out.cluster_ips.push(ip);
-            }
-            rest = tail;
-        }
+        out.cluster_ips = leading_entries(&mut rest, cluster_ip_entry, |ip| *ip);
     } else if is_node_ports(table, chain) {
         out.rules.push(NftRule::NodePortMap);
-        let mut seen = BTreeSet::new();
-        while let Some((entry, tail)) = rest
-            .split_first()
-            .and_then(|(first, tail)| Some((node_port_entry(first)?, tail)))
-        {
-            if seen.insert(entry.0) {
-                out.node_ports.push(entry);
-            }
-            rest = tail;
-        }
+        out.node_ports = leading_entries(&mut rest, node_port_entry, |entry| entry.0);
     }
     for rule in rest {
         let folded = (table == Table::Nat)

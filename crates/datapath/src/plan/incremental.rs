@@ -233,16 +233,17 @@ impl Planner {
                 .map(|entries| entries.values().cloned().collect())
                 .unwrap_or_default()
         };
-        let services = dirty
-            .dst
-            .iter()
-            .map(|key| {
-                (
-                    addr_of(self.options.family, *key),
-                    entries(Some(&self.dst), key),
-                )
-            })
-            .collect();
+        let by_addr = |keys: &BTreeSet<u128>, index: &Index| {
+            keys.iter()
+                .map(|key| {
+                    (
+                        addr_of(self.options.family, *key),
+                        entries(Some(index), key),
+                    )
+                })
+                .collect()
+        };
+        let services = by_addr(&dirty.dst, &self.dst);
         let node_ports = dirty
             .node_ports
             .iter()
@@ -251,16 +252,7 @@ impl Planner {
                 Some(((*proto, port), entries(self.node_ports.get(proto), key)))
             })
             .collect();
-        let cluster_ips = dirty
-            .cluster_ips
-            .iter()
-            .map(|key| {
-                (
-                    addr_of(self.options.family, *key),
-                    entries(Some(&self.cluster_ips), key),
-                )
-            })
-            .collect();
+        let cluster_ips = by_addr(&dirty.cluster_ips, &self.cluster_ips);
         DispatchChanges {
             services,
             node_ports,
