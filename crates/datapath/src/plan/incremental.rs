@@ -400,10 +400,15 @@ impl Planner {
                 .map(|(group, print)| self.plan_group(group, *print))
                 .collect()
         };
+        if groups.len() < PARALLEL_PLAN_MIN {
+            return plan_all(groups);
+        }
+        // Asked only for a large plan: on Linux the answer reads the cgroup's CPU quota files,
+        // which an update of a few ports (every watch event) has no business doing.
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(PLAN_THREADS_MAX);
-        if threads < 2 || groups.len() < PARALLEL_PLAN_MIN {
+        if threads < 2 {
             return plan_all(groups);
         }
         let chunk = groups.len().div_ceil(threads);
