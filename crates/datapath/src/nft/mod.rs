@@ -23,6 +23,7 @@ pub mod stage;
 mod staged;
 pub mod sync;
 pub mod table;
+mod transaction;
 pub mod wire;
 
 pub use exec::CommandNft;

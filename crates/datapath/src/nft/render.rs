@@ -25,8 +25,10 @@
 //! - With nat shards ([`crate::nft::shard`]) each Service port's chains live in one of K tables
 //!   `berth-<n>`, each with its own maps and dispatch; [`NftRuleset::from_ruleset_in`] places
 //!   every chain, set and element ([`place_rules`]), and every [`Command`] names its table.
+//!
+//! The transaction a sync hands a writer ([`Command`], [`Element`], [`Transaction`]) lives in
+//! `transaction.rs`; it is re-exported here, so its `nft::render` paths keep working.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -47,6 +49,10 @@ use crate::plan::model::{
 };
 use crate::plan::names;
 use berth_core::{IpFamily, Protocol};
+
+use crate::nft::transaction::element_set;
+// Moved to their own module; re-exported so that every `nft::render::…` path keeps working.
+pub use crate::nft::transaction::{Command, Element, Transaction};
 
 /// The name of berth's table in each family.
 pub const TABLE: &str = "berth";
@@ -779,109 +785,6 @@ impl NftRuleset {
     }
 }
 
-/// A map or set element.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Element {
-    Service(ServiceKey, NftChain),
-    NodePort(NodePortKey, NftChain),
-    /// `ep . ep` in the hairpin set.
-    Hairpin(IpAddr),
-    /// A ClusterIP in `cluster-ips`.
-    ClusterIp(IpAddr),
-}
-
-impl Element {
-    /// The table whose map or set holds the element: its target's (the hairpin set is main's).
-    pub fn shard(&self) -> Shard {
-        match self {
-            Element::Service(_, target) | Element::NodePort(_, target) => target.shard,
-            Element::Hairpin(_) | Element::ClusterIp(_) => MAIN,
-        }
-    }
-}
-
-/// One command of a transaction, in `nft` terms; each names one table of berth's ([`Command::shard`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    AddTable(Shard),
-    DeleteTable(Shard),
-    /// Declares the two verdict maps (and in the main table the hairpin and `cluster-ips` sets;
-    /// idempotent).
-    AddMaps(Shard),
-    AddChain(NftChain, Option<Hook>),
-    FlushChain(NftChain),
-    DeleteChain(NftChain),
-    AddRule(NftChain, NftRule),
-    /// An affinity set, in the table of the chains that name it, and the timeout of its entries.
-    AddAffinitySet(Shard, ChainName, u32),
-    DeleteAffinitySet(Shard, ChainName),
-    AddElement(Element),
-    /// The element's key names it; its target says only which table's map holds it.
-    DeleteElement(Element),
-}
-
-impl Command {
-    /// The table of berth's the command names.
-    pub fn shard(&self) -> Shard {
-        match self {
-            Command::AddTable(shard)
-            | Command::DeleteTable(shard)
-            | Command::AddMaps(shard)
-            | Command::AddAffinitySet(shard, ..)
-            | Command::DeleteAffinitySet(shard, _) => *shard,
-            Command::AddChain(chain, _)
-            | Command::FlushChain(chain)
-            | Command::DeleteChain(chain)
-            | Command::AddRule(chain, _) => chain.shard,
-            Command::AddElement(element) | Command::DeleteElement(element) => element.shard(),
-        }
-    }
-}
-
-/// One `nft -f -` transaction for one family: the kernel applies all of it or none.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transaction {
-    pub family: IpFamily,
-    pub commands: Vec<Command>,
-    written: Cell<usize>,
-}
-
-impl Transaction {
-    pub fn new(family: IpFamily) -> Self {
-        Transaction {
-            family,
-            commands: Vec::new(),
-            written: Cell::new(0),
-        }
-    }
-
-    /// Bytes written by the last [`Payload::write_to`] (or sent by the netlink writer).
-    pub fn written(&self) -> usize {
-        self.written.get()
-    }
-
-    /// Records how many bytes a writer sent for this transaction.
-    pub fn set_written(&self, bytes: usize) {
-        self.written.set(bytes);
-    }
-
-    pub fn push(&mut self, command: Command) {
-        self.commands.push(command);
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.commands.is_empty()
-    }
-
-    /// The whole transaction as text.
-    pub fn text(&self) -> String {
-        let mut out = Vec::new();
-        // Writing into a Vec cannot fail.
-        let _ = self.write_to(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-}
-
 /// Renders one command as a line of `nft` input.
 pub fn command_text(family: IpFamily, command: &Command) -> String {
     let fam = family_keyword(family);
@@ -930,16 +833,6 @@ pub fn command_text(family: IpFamily, command: &Command) -> String {
             element_set(element),
             element_text(element, false)
         ),
-    }
-}
-
-/// The set or map an element belongs in.
-pub(crate) fn element_set(element: &Element) -> &'static str {
-    match element {
-        Element::Service(..) => SERVICE_MAP,
-        Element::NodePort(..) => NODE_PORT_MAP,
-        Element::Hairpin(..) => HAIRPIN_SET,
-        Element::ClusterIp(..) => CLUSTER_IP_SET,
     }
 }
 
@@ -1011,7 +904,7 @@ impl Payload for Transaction {
             out.write_all(line.as_bytes())?;
             rest = &rest[run..];
         }
-        self.written.set(written);
+        self.set_written(written);
         Ok(())
     }
 }

@@ -7,10 +7,11 @@ use crate::nft::expr::{
 };
 use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{
-    command_text, element_set, Command, Element, NftChain, Transaction, CLUSTER_IP_SET,
-    NODE_PORT_MAP, SERVICE_MAP,
+    command_text, Command, Element, NftChain, Transaction, CLUSTER_IP_SET, NODE_PORT_MAP,
+    SERVICE_MAP,
 };
 use crate::nft::shard::{table_name, Shard, MAIN};
+use crate::nft::transaction::element_set;
 use crate::nft::wire::{
     Mark, Writer, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_DATA_VERDICT,
     NFT_SET_EVAL, NFT_SET_MAP, NFT_SET_TIMEOUT, NF_ACCEPT, NLMSG_HDRLEN, NLM_F_ACK, NLM_F_APPEND,
