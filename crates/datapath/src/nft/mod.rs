@@ -23,6 +23,7 @@ pub mod stage;
 mod staged;
 pub mod sync;
 pub mod table;
+mod text;
 mod transaction;
 pub mod wire;
 
