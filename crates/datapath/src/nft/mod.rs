@@ -16,6 +16,7 @@ pub mod exec;
 pub mod expr;
 pub mod inline;
 pub mod netlink;
+mod observed;
 mod partial;
 pub mod render;
 pub mod shard;
