@@ -1,6 +1,6 @@
 //! Kubernetes objects -> the plain input model, with the proxy-mode and label filters.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -141,19 +141,48 @@ fn port_u16(object: &str, field: &str, value: Option<i32>) -> Result<Option<u16>
     }
 }
 
-/// The node names of one slice's endpoints, each made once: a slice's endpoints sit on a few
-/// nodes, and every copy of an endpoint then shares its node's name.
-#[derive(Default)]
-struct NodeNames(Vec<Arc<str>>);
+/// Node names, each held once however many endpoints name it: a Deployment's endpoints sit on
+/// many nodes, so a name made per slice was still one allocation per endpoint (2.4 MB at
+/// 100,000 endpoints). An agent keeps one for all slices ([`build_endpoints_with`]); a name no
+/// endpoint holds any more is forgotten when the set has doubled since the last look, or on
+/// [`NodeNames::prune`].
+#[derive(Debug, Clone, Default)]
+pub struct NodeNames {
+    names: HashSet<Arc<str>>,
+    /// How many names the last prune kept.
+    kept: usize,
+}
+
+/// Fewer names than this are never pruned on the way: looking costs more than they hold.
+const PRUNE_FLOOR: usize = 64;
 
 impl NodeNames {
-    fn intern(&mut self, node: &str) -> Arc<str> {
-        if let Some(known) = self.0.iter().find(|known| &***known == node) {
+    /// `node`'s name, shared with every other endpoint on it.
+    pub fn intern(&mut self, node: &str) -> Arc<str> {
+        if let Some(known) = self.names.get(node) {
             return known.clone();
         }
+        if self.names.len() >= 2 * self.kept.max(PRUNE_FLOOR) {
+            self.prune();
+        }
         let name: Arc<str> = Arc::from(node);
-        self.0.push(name.clone());
+        self.names.insert(name.clone());
         name
+    }
+
+    /// Forgets the names no endpoint holds any more.
+    pub fn prune(&mut self) {
+        self.names.retain(|name| Arc::strong_count(name) > 1);
+        self.kept = self.names.len();
+    }
+
+    /// How many names are held.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
     }
 }
 
@@ -164,9 +193,18 @@ pub fn build_endpoints(
     port_name: &str,
     protocol: Protocol,
 ) -> Vec<Endpoint> {
+    build_endpoints_with(slices, port_name, protocol, &mut NodeNames::default())
+}
+
+/// [`build_endpoints`], the node names taken from (and added to) `nodes`.
+pub fn build_endpoints_with(
+    slices: &[&EndpointSlice],
+    port_name: &str,
+    protocol: Protocol,
+    nodes: &mut NodeNames,
+) -> Vec<Endpoint> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
-    let mut nodes = NodeNames::default();
     for slice in slices {
         if slice.address_type == "FQDN" {
             continue;
