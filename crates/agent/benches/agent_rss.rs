@@ -47,6 +47,7 @@ use berth_agent::{
     NodeFacts, DEFAULT_BACKEND,
 };
 use berth_api::{ServiceBounds, ServicePolicy};
+use berth_datapath::apply::{apply_planned, plan_for_sync};
 use berth_datapath::iptables::{Iptables, Syncer};
 use berth_datapath::nft::netlink::build_batch;
 use berth_datapath::nft::render::TABLE;
@@ -148,6 +149,14 @@ fn vm_hwm_kib() -> u64 {
     status_kib("VmHWM:")
 }
 
+/// Bytes the allocator has handed out and not had back (glibc's `mallinfo2`).
+fn live_kib() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's own counters.
+    #[allow(unsafe_code)]
+    let info = unsafe { nix::libc::mallinfo2() };
+    ((info.uordblks + info.hblkhd) / 1024) as u64
+}
+
 fn mb(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
@@ -201,6 +210,7 @@ fn mk_big_service(ports: usize, endpoints: usize) -> impl Iterator<Item = Value>
 fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds, backend: Backend) {
     let cluster_cidr = "10.128.0.0/9".parse().unwrap();
     let start = status_kib("VmRSS:");
+    let live_start = live_kib();
     let clock = Instant::now();
     let mut index =
         Index::new("node-0", ProxyMode::Full, chrono::Utc::now()).with_policy(ServicePolicy {
@@ -221,6 +231,7 @@ fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds, backen
     index.finish_slices();
     index.finish_node();
     let after_index = status_kib("VmRSS:");
+    let live_index = live_kib();
     let index_time = clock.elapsed();
     let clock = Instant::now();
     // nftables dispatches through verdict maps, which linear dispatch becomes (as the agent).
@@ -228,13 +239,20 @@ fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds, backen
         Backend::Nftables => Dispatch::Linear,
         _ => PlanOptions::default().dispatch,
     };
+    // As the agent plans: lean, and on nftables (shards) without the Service chains, which
+    // the cold load plans shard by shard.
     let mut planner = Planner::new(PlanOptions {
         cluster_cidr: Some(cluster_cidr),
         dispatch,
         ..PlanOptions::default()
+    })
+    .lean();
+    let streamed = (backend == Backend::Nftables).then(|| Shards::new(DEFAULT_SHARDS).unwrap());
+    let ports = plan_for_sync(&mut planner, index.view(), true, streamed, |planner| {
+        planner.update(index.view())
     });
-    planner.update(index.view());
     let after_plan = status_kib("VmRSS:");
+    let live_plan = live_kib();
     let plan_time = clock.elapsed();
     let clock = Instant::now();
     let changes = planner.take_changes();
@@ -253,10 +271,28 @@ fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds, backen
         Backend::Nftables => &mut nft,
         _ => &mut iptables,
     };
-    let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
+    let mut changes = changes;
+    let report = apply_planned(
+        syncer,
+        &mut planner,
+        &mut changes,
+        ports,
+        |_| unreachable!(),
+    )
+    .unwrap();
     let sync_time = clock.elapsed();
     let peak = vm_hwm_kib();
+    // After the sync the planner has let the Service chains go: what the agent holds from
+    // then on.
     let after_sync = status_kib("VmRSS:");
+    let live_sync = live_kib();
+    println!(
+        "live heap: index_mb={:.1} planner_mb={:.1} syncer_state_mb={:.1} total_after_sync_mb={:.1}",
+        mb(live_index.saturating_sub(live_start)),
+        mb(live_plan.saturating_sub(live_index)),
+        mb(live_sync.saturating_sub(live_plan)),
+        mb(live_sync.saturating_sub(live_start)),
+    );
     println!(
         "index_ms={} plan_ms={} full_sync_ms={} (objects decoded from JSON included in index_ms)",
         index_time.as_millis(),

@@ -129,7 +129,7 @@ impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
         let mut families = Vec::new();
         for datapath in &mut self.datapaths {
             let began = Instant::now();
-            let result = datapath.apply(scope.rewrite);
+            let result = datapath.apply(scope.rewrite, index);
             families.push(FamilyOutcome {
                 family: datapath.family_name(),
                 backend: datapath.backend_name(),

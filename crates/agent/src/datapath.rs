@@ -4,15 +4,16 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use berth_core::IpFamily;
+use berth_datapath::apply::{apply_planned, plan_for_sync};
 use berth_datapath::backend::{SyncReport, SyncRuleset};
 use berth_datapath::iptables::{remove_berth_rules, Iptables, Syncer};
 use berth_datapath::nft::{remove_table, Nft, NftSyncer, Shards};
 use berth_datapath::{
     rewritten_every_sync, ChainName, Changes, JumpRule, NodeView, Payload, PlanOptions, Planner,
-    Table,
+    PortGroups, Table,
 };
 
-use crate::index::ChangedServices;
+use crate::index::{ChangedServices, Index};
 
 /// An [`Iptables`] behind a mutex; clones share it.
 #[derive(Debug, Default)]
@@ -96,6 +97,9 @@ pub struct FamilyDatapath<I> {
     syncer: Applier<I>,
     changes: Changes,
     cleanup: Option<Cleanup>,
+    /// The Service ports a full sync plans its Service chains from, shard by shard, when the
+    /// planner kept none of them (nftables with shards: [`FamilyDatapath::plan`]).
+    streamed: Option<PortGroups>,
 }
 
 impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
@@ -108,10 +112,11 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
             nft.map(|mut nft| -> Cleanup { Box::new(move || nft.apply(&remove_table(family))) });
         FamilyDatapath {
             family,
-            planner: Planner::new(options),
+            planner: Planner::new(options).lean(),
             syncer: Applier::Iptables(syncer),
             changes: Changes::All,
             cleanup,
+            streamed: None,
         }
     }
 
@@ -121,7 +126,7 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
         let family = options.family;
         FamilyDatapath {
             family,
-            planner: Planner::new(options),
+            planner: Planner::new(options).lean(),
             syncer: Applier::Nftables(
                 NftSyncer::new(nft, family)
                     .with_shards(shards)
@@ -131,6 +136,7 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
             cleanup: Some(Box::new(move || {
                 tool_absent_is_clean(remove_berth_rules(&mut iptables).map(|_| ()))
             })),
+            streamed: None,
         }
     }
     pub fn family(&self) -> IpFamily {
@@ -148,20 +154,46 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
     }
 
     /// Brings the planned ruleset to `view`: every Service when `full`, else those in `changed`.
+    /// When the apply that follows will be full, every Service's own chains are planned too
+    /// (the planner is lean: it lets them go once applied).
     pub fn plan(&mut self, view: &NodeView, changed: &ChangedServices, full: bool) {
-        if full {
-            self.planner.update(view);
-        } else {
-            self.planner
-                .update_changed(view, &|port| changed.contains_port(port));
+        let full_sync = full || self.changes == Changes::All;
+        // On sharded nftables a full sync plans the Service chains again as the load reaches
+        // each shard, from a copy of this view's ports (a tenth of the plan's size, let go
+        // shard by shard): never all at once.
+        let streamed = self.streamed_shards();
+        self.streamed = plan_for_sync(&mut self.planner, view, full_sync, streamed, |planner| {
+            if full {
+                planner.update(view);
+            } else {
+                planner.update_changed(view, &|port| changed.contains_port(port));
+            }
+        });
+        self.take_planned();
+    }
+
+    /// The shards a full sync can take the Service chains by: nftables with shards.
+    fn streamed_shards(&self) -> Option<Shards> {
+        match &self.syncer {
+            Applier::Nftables(syncer) if syncer.shards().is_sharded() => Some(syncer.shards()),
+            _ => None,
         }
+    }
+
+    fn take_planned(&mut self) {
         let changes = self.planner.take_changes();
         self.changes = std::mem::replace(&mut self.changes, Changes::All).merge(changes);
     }
 
     /// Applies the planned ruleset: all of it when `full`, else the chains planned since the
-    /// last successful apply.
-    pub fn apply(&mut self, full: bool) -> Result<SyncReport, berth_datapath::Error> {
+    /// last successful apply. A full sync the planner was not made ready for (the Syncer found
+    /// its state gone, or `full` without a full plan) first plans every Service again from
+    /// `index`'s view; a successful apply lets the planner release the chains it applied.
+    pub fn apply(
+        &mut self,
+        full: bool,
+        index: &Mutex<Index>,
+    ) -> Result<SyncReport, berth_datapath::Error> {
         if let Some(cleanup) = &mut self.cleanup {
             // Kept until it succeeds: a failure fails this sync and is tried again.
             cleanup()?;
@@ -174,11 +206,13 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
         if full {
             syncer.force_full_sync();
         }
-        let result = syncer.sync_changes(self.planner.ruleset(), &self.changes);
-        if result.is_ok() {
-            self.changes = Changes::Chains(Default::default());
-        }
-        result
+        apply_planned(
+            syncer,
+            &mut self.planner,
+            &mut self.changes,
+            self.streamed.take(),
+            |planner| planner.fill(index.lock().unwrap_or_else(PoisonError::into_inner).view()),
+        )
     }
 
     /// The iptables the datapath programs; `None` on the nftables backend.
@@ -193,13 +227,9 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
     /// apply wrote), for kube-proxy's `sync_proxy_rules_iptables_total`.
     pub fn rules_by_table(&self) -> Vec<(&'static str, usize)> {
         self.planner
-            .ruleset()
-            .tables
-            .iter()
-            .map(|(table, rules)| {
-                let count = rules.chains.values().map(Vec::len).sum();
-                (table.as_str(), count)
-            })
+            .rule_counts()
+            .into_iter()
+            .map(|(table, count)| (table.as_str(), count))
             .collect()
     }
 

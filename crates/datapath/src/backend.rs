@@ -6,6 +6,7 @@
 use std::io::{self, Write};
 
 use crate::error::Error;
+use crate::nft::shard::Shard;
 use crate::plan::incremental::Changes;
 use crate::plan::model::Ruleset;
 
@@ -51,5 +52,27 @@ pub struct SyncReport {
 pub trait SyncRuleset {
     /// See [`crate::iptables::Syncer::sync_changes`].
     fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error>;
+    /// [`SyncRuleset::sync_changes`] when it can be partial, reading only the chains `changes`
+    /// names; `None`, having done nothing, when a full sync is due (it needs the whole ruleset:
+    /// see [`crate::plan::Planner::is_complete`]).
+    fn sync_partial(
+        &mut self,
+        rs: &Ruleset,
+        changes: &Changes,
+    ) -> Result<Option<SyncReport>, Error>;
+    /// A full sync of `rs` without its Service ports' own chains (a lean planner's, see
+    /// [`crate::plan::Planner::update_without_service_chains`]), which `service_chains(shard)`
+    /// plans when the load reaches that nftables shard; `None`, having done nothing, when this
+    /// Syncer cannot load so (iptables; nftables with a berth table in the kernel, whose
+    /// adoption compares the whole plan, or without shards): then a full sync of the whole
+    /// ruleset is due.
+    fn sync_streamed(
+        &mut self,
+        rs: &Ruleset,
+        service_chains: &mut dyn FnMut(Shard) -> Ruleset,
+    ) -> Result<Option<SyncReport>, Error> {
+        let _ = (rs, service_chains);
+        Ok(None)
+    }
     fn force_full_sync(&mut self);
 }

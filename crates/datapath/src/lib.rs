@@ -73,6 +73,7 @@
 //!   trees), so a tree chain's name and rules change only when Services are added or removed
 //!   below it.
 
+pub mod apply;
 pub mod backend;
 mod error;
 pub mod exec;
@@ -90,5 +91,5 @@ pub use plan::input::*;
 pub use plan::model::*;
 pub use plan::{
     plan, rewritten_every_sync, Changes, Dispatch, DispatchChanges, NodePortAddresses, PlanOptions,
-    Planner,
+    Planner, PortGroups,
 };

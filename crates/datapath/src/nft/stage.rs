@@ -43,6 +43,12 @@ pub struct TablePieces<'a> {
     placed: BTreeSet<NftChain>,
     /// The endpoint chains that stay chains converted so far.
     with_user_done: BTreeSet<ChainName>,
+    /// A streamed load's Service chains, planned for each shard's piece as it is converted
+    /// ([`TablePieces::streamed`]).
+    source: Option<&'a mut dyn FnMut(Shard) -> Ruleset>,
+    /// A streamed load's endpoint chains that stay chains and that nothing in their shard's
+    /// piece jumped to: converted with the rest.
+    unused_endpoints: Ruleset,
     next: usize,
     done: bool,
 }
@@ -91,9 +97,34 @@ impl<'a> TablePieces<'a> {
             shared_endpoints,
             placed: BTreeSet::new(),
             with_user_done: BTreeSet::new(),
+            source: None,
+            unused_endpoints: Ruleset::default(),
             next: 0,
             done: false,
         })
+    }
+
+    /// The pieces of a plan whose Service ports' own chains `rs` does not hold (a lean
+    /// planner's: see [`crate::plan::Planner::lean`]): `service_chains(shard)` gives them, for
+    /// every shard, when that shard's piece is converted, so the whole plan is never held at
+    /// once. It must give every chain of the Service ports placed in that shard (their endpoint
+    /// chains too) and nothing else. Only for sharded tables: unsharded, the one table holds
+    /// every Service chain anyway.
+    pub fn streamed(
+        rs: &'a Ruleset,
+        shards: Shards,
+        service_chains: &'a mut dyn FnMut(Shard) -> Ruleset,
+    ) -> Result<Self, Error> {
+        if !shards.is_sharded() {
+            return Err(Error::InvalidInput {
+                object: "nftables cold load".to_string(),
+                field: "shards".to_string(),
+                value: "a streamed load needs shards".to_string(),
+            });
+        }
+        let mut pieces = TablePieces::new(rs, shards)?;
+        pieces.source = Some(service_chains);
+        Ok(pieces)
     }
 
     /// The piece of table `shard`: its own chains (and the endpoint chains they jump to that
@@ -107,12 +138,19 @@ impl<'a> TablePieces<'a> {
             .get_mut(usize::from(shard))
             .map(std::mem::take)
             .unwrap_or_default();
+        let rs = self.rs;
         for (table, chain, rules) in bucket {
-            let added =
-                piece.add_chain(self.rs, self.shards, table, chain, rules, &mut endpoints)?;
+            let added = piece.add_chain(rs, self.shards, table, chain, rules, &mut endpoints)?;
             for endpoint in added.jumps {
-                self.with_user(&mut piece, &mut endpoints, table, &endpoint, shard)?;
+                self.with_user(rs, &mut piece, &mut endpoints, table, &endpoint, shard)?;
             }
+        }
+        let streamed = match self.source.as_mut() {
+            Some(source) if shard != MAIN => Some(source(shard)),
+            _ => None,
+        };
+        if let Some(planned) = &streamed {
+            self.add_streamed(planned, &mut piece, &mut endpoints, shard)?;
         }
         let hooks = &self.shared.hooks;
         piece
@@ -140,10 +178,50 @@ impl<'a> TablePieces<'a> {
         self.finish(piece)
     }
 
-    /// Converts the endpoint chain `chain`, which stays a chain, into `piece` and places it in
-    /// `shard` (its users'), unless an earlier piece did.
+    /// Converts a streamed shard's Service chains (`planned`) into its piece; the endpoint
+    /// chains no chain of the piece jumped to are kept for the rest.
+    fn add_streamed(
+        &mut self,
+        planned: &Ruleset,
+        piece: &mut NftRuleset,
+        endpoints: &mut Vec<(ChainName, NftChain)>,
+        shard: Shard,
+    ) -> Result<(), Error> {
+        for (table, chain, rules) in planned_chains(planned) {
+            match self.shards.place(table, chain) {
+                Placement::In(home) if home == shard => {}
+                Placement::WithUser => continue,
+                _ => {
+                    return Err(Error::InvalidInput {
+                        object: "nftables cold load".to_string(),
+                        field: chain.to_string(),
+                        value: format!("given with the Service chains of shard {shard}"),
+                    })
+                }
+            }
+            let added = piece.add_chain(planned, self.shards, table, chain, rules, endpoints)?;
+            for endpoint in added.jumps {
+                self.with_user(planned, piece, endpoints, table, &endpoint, shard)?;
+            }
+        }
+        for (table, chain, rules) in planned_chains(planned) {
+            if self.shards.place(table, chain) == Placement::WithUser
+                && !self.with_user_done.contains(chain)
+            {
+                self.unused_endpoints
+                    .table_mut(table)
+                    .chains
+                    .insert(chain.clone(), rules.to_vec());
+            }
+        }
+        Ok(())
+    }
+
+    /// Converts the endpoint chain `chain` of `rs`, which stays a chain, into `piece` and
+    /// places it in `shard` (its users'), unless an earlier piece did.
     fn with_user(
         &mut self,
+        rs: &Ruleset,
         piece: &mut NftRuleset,
         endpoints: &mut Vec<(ChainName, NftChain)>,
         table: Table,
@@ -155,10 +233,10 @@ impl<'a> TablePieces<'a> {
         {
             return Ok(());
         }
-        let Some(rules) = self.rs.chain(table, chain) else {
+        let Some(rules) = rs.chain(table, chain) else {
             return Ok(());
         };
-        let added = piece.add_chain(self.rs, self.shards, table, chain, rules, endpoints)?;
+        let added = piece.add_chain(rs, self.shards, table, chain, rules, endpoints)?;
         if let Some(rules) = added.unplaced {
             piece.place_with_user(self.shards, table, chain, rules, shard);
         }
@@ -193,7 +271,11 @@ impl<'a> TablePieces<'a> {
         let mut endpoints = Vec::new();
         let rs = self.rs;
         for (table, chain, _) in planned_chains(rs) {
-            self.with_user(&mut piece, &mut endpoints, table, chain, MAIN)?;
+            self.with_user(rs, &mut piece, &mut endpoints, table, chain, MAIN)?;
+        }
+        let unused = std::mem::take(&mut self.unused_endpoints);
+        for (table, chain, _) in planned_chains(&unused) {
+            self.with_user(&unused, &mut piece, &mut endpoints, table, chain, MAIN)?;
         }
         if piece.chains.is_empty() {
             return Ok(None);

@@ -23,8 +23,9 @@ use berth_core::IpFamily;
 pub(super) struct StagedLoad<'a> {
     family: IpFamily,
     pieces: TablePieces<'a>,
-    /// The state each piece leaves, merged with the last one.
-    parts: Vec<Applied>,
+    /// The state the pieces so far leave, each joined as it is converted.
+    loaded: Applied,
+    /// The whole load's state, once the last piece is converted.
     merged: Option<Applied>,
     failure: Option<Error>,
     /// Stages built ahead: the hairpin pairs and the base chains.
@@ -40,7 +41,7 @@ impl<'a> StagedLoad<'a> {
         StagedLoad {
             family,
             pieces,
-            parts: Vec::new(),
+            loaded: Applied::default(),
             merged: None,
             failure: None,
             ahead: std::collections::VecDeque::new(),
@@ -56,8 +57,8 @@ impl<'a> StagedLoad<'a> {
             Piece::Table(shard, planned) => (planned, Some(shard)),
             Piece::Rest(planned) => (planned, None),
             Piece::Hooks(mut planned) => {
-                self.parts.push(applied_state(&mut planned)?);
-                let merged = Applied::merged(std::mem::take(&mut self.parts));
+                self.loaded.absorb(applied_state(&mut planned)?);
+                let merged = std::mem::take(&mut self.loaded);
                 let pairs: Vec<IpAddr> = merged.hairpin.keys().copied().collect();
                 for chunk in pairs.chunks(HAIRPIN_STAGE) {
                     let mut pairs = Transaction::new(self.family);
@@ -81,7 +82,7 @@ impl<'a> StagedLoad<'a> {
                 return Ok(());
             }
         };
-        self.parts.push(applied_state(&mut planned)?);
+        self.loaded.absorb(applied_state(&mut planned)?);
         if let Some(shard) = table {
             tx.push(Command::AddTable(shard));
             tx.push(Command::DeleteTable(shard));

@@ -179,6 +179,25 @@ impl<N: Nft> NftSyncer<N> {
         self.sync_changes(rs, &Changes::Chains(chains))
     }
 
+    /// [`NftSyncer::sync_changes`] when it can be partial; `None`, having changed nothing,
+    /// when a full sync is due (no state, or a change of everything).
+    pub fn sync_partial(
+        &mut self,
+        rs: &Ruleset,
+        changes: &Changes,
+    ) -> Result<Option<SyncReport>, Error> {
+        match (changes.chains(), self.applied.is_some()) {
+            (Some(chains), true) => {
+                let result = self.partial(rs, chains, changes.dispatch());
+                if result.is_err() {
+                    self.applied = None;
+                }
+                result.map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
     /// successful sync (as a [`crate::plan::Planner`] reports them); a full sync when one is due.
     pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
@@ -277,6 +296,40 @@ impl<N: Nft> NftSyncer<N> {
         let (tx, applied) = self.full_transaction(rs, existing.as_ref())?;
         self.nft.apply(&tx)?;
         Ok(self.loaded(applied, tx.written()))
+    }
+
+    /// A cold load in stages of `rs` without its Service ports' own chains, which
+    /// `service_chains(shard)` plans as the load reaches each shard (see
+    /// [`SyncRuleset::sync_streamed`]). `None`, having changed nothing, unless the syncer loads
+    /// in stages, has shards and finds no berth table in the kernel.
+    pub fn sync_streamed(
+        &mut self,
+        rs: &Ruleset,
+        service_chains: &mut dyn FnMut(Shard) -> Ruleset,
+    ) -> Result<Option<SyncReport>, Error> {
+        if !self.staged || !self.shards.is_sharded() {
+            return Ok(None);
+        }
+        let result = self.try_sync_streamed(rs, service_chains);
+        if result.is_err() {
+            self.applied = None;
+        }
+        result
+    }
+
+    fn try_sync_streamed(
+        &mut self,
+        rs: &Ruleset,
+        service_chains: &mut dyn FnMut(Shard) -> Ruleset,
+    ) -> Result<Option<SyncReport>, Error> {
+        if !self.nft.tables(self.family)?.is_some_and(|t| t.is_empty()) {
+            return Ok(None);
+        }
+        let pieces = TablePieces::streamed(rs, self.shards, service_chains)?;
+        let mut load = StagedLoad::new(self.family, pieces);
+        let written = self.nft.apply_staged(&mut load)?;
+        let applied = load.finish()?;
+        Ok(Some(self.loaded(applied, written)))
     }
 
     /// A cold load in stages ([`NftSyncer::with_staged_cold_load`]).
@@ -423,6 +476,22 @@ pub fn remove_table(family: IpFamily) -> Transaction {
 impl<N: Nft> SyncRuleset for NftSyncer<N> {
     fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
         NftSyncer::sync_changes(self, rs, changes)
+    }
+
+    fn sync_partial(
+        &mut self,
+        rs: &Ruleset,
+        changes: &Changes,
+    ) -> Result<Option<SyncReport>, Error> {
+        NftSyncer::sync_partial(self, rs, changes)
+    }
+
+    fn sync_streamed(
+        &mut self,
+        rs: &Ruleset,
+        service_chains: &mut dyn FnMut(Shard) -> Ruleset,
+    ) -> Result<Option<SyncReport>, Error> {
+        NftSyncer::sync_streamed(self, rs, service_chains)
     }
 
     fn force_full_sync(&mut self) {

@@ -16,6 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+mod lean;
+
+pub use lean::PortGroups;
+
 use crate::plan::categorize::categorize;
 use crate::plan::changes::ChainKey;
 pub use crate::plan::changes::{Changes, DispatchChanges};
@@ -99,6 +103,8 @@ struct Cached {
     fingerprint: u64,
     /// Its own chains; their rules live only in the ruleset, so the cache costs little memory.
     owned: BTreeSet<ChainKey>,
+    /// How many rules its own chains hold, per table (in [`Table::ALL`]'s order).
+    owned_rules: [u32; 3],
     shared: BTreeMap<ChainKey, Vec<Rule>>,
     dst: Vec<(u128, Rule)>,
     node_ports: Vec<(Protocol, u128, Rule)>,
@@ -124,6 +130,17 @@ pub struct Planner {
     pending: Option<BTreeSet<ChainKey>>,
     /// With linear dispatch, the dispatch keys whose entries changed since the last report.
     pending_dispatch: Dirty,
+    /// Whether Service ports' own chains leave the ruleset once applied ([`Planner::lean`]).
+    lean: bool,
+    /// Whether the ruleset holds every Service port's own chains (always, unless `lean`).
+    complete: bool,
+    /// `lean` and not `complete`: the ports whose own chains the ruleset holds.
+    held: BTreeSet<ServiceKey>,
+    /// Rules of every Service port's own chains, per table (in [`Table::ALL`]'s order), held
+    /// or not.
+    owned_rules: [usize; 3],
+    /// During [`Planner::update_without_service_chains`]: own chains planned are not kept.
+    discard: bool,
 }
 
 /// Dispatch keys whose entries changed: addresses, and node ports by protocol.
@@ -183,6 +200,11 @@ impl Planner {
             cluster_ips: Index::new(),
             pending: None,
             pending_dispatch: Dirty::default(),
+            lean: false,
+            complete: true,
+            held: BTreeSet::new(),
+            owned_rules: [0; 3],
+            discard: false,
         }
     }
 
@@ -194,7 +216,9 @@ impl Planner {
                 service_cidrs: cidrs.to_vec(),
                 ..self.options.clone()
             };
+            let (lean, discard) = (self.lean, self.discard);
             *self = Planner::for_node(options, None);
+            (self.lean, self.discard) = (lean, discard);
         }
     }
 
@@ -202,7 +226,9 @@ impl Planner {
         &self.options
     }
 
-    /// The planned ruleset: always equal to `plan(view, options)` of the last update's view.
+    /// The planned ruleset: equal to `plan(view, options)` of the last update's view — for a
+    /// lean planner ([`Planner::lean`]) only while [`Planner::is_complete`]; otherwise without
+    /// the own chains of Service ports not planned since the last [`Planner::release`].
     pub fn ruleset(&self) -> &Ruleset {
         &self.rs
     }
@@ -287,7 +313,9 @@ impl Planner {
         let mut may_have_changed = may_have_changed;
         if self.node.as_ref() != Some(&view.node) {
             // Node facts enter every Service's plan: start over.
+            let (lean, discard) = (self.lean, self.discard);
             *self = Planner::for_node(self.options.clone(), Some(view.node.clone()));
+            (self.lean, self.discard) = (lean, discard);
             may_have_changed = &everything;
         }
         // Both sides of the merge skip the ports that cannot have changed, so a hinted update
@@ -397,7 +425,18 @@ impl Planner {
         let plan_all = |groups: &[(&[&ServicePort], u64)]| -> Vec<(Cached, ChainRules)> {
             groups
                 .iter()
-                .map(|(group, print)| self.plan_group(group, *print))
+                .map(|(group, print)| {
+                    let (cached, owned) = self.plan_group(group, *print);
+                    // Dropped at once: a cold plan would otherwise hold every port's chains.
+                    (
+                        cached,
+                        if self.discard {
+                            ChainRules::new()
+                        } else {
+                            owned
+                        },
+                    )
+                })
                 .collect()
         };
         if groups.len() < PARALLEL_PLAN_MIN {
@@ -477,9 +516,17 @@ impl Planner {
         dst.shrink_to_fit();
         node_ports.shrink_to_fit();
         cluster_ips.shrink_to_fit();
+        let mut owned_rules = [0u32; 3];
+        for ((table, _), rules) in &owned {
+            let count = u32::try_from(rules.len()).unwrap_or(u32::MAX);
+            if let Some(total) = owned_rules.get_mut(table_slot(*table)) {
+                *total = total.saturating_add(count);
+            }
+        }
         let cached = Cached {
             fingerprint: print,
             owned: owned.keys().cloned().collect(),
+            owned_rules,
             shared,
             dst,
             node_ports,
@@ -593,6 +640,29 @@ impl Planner {
         if changes.splice && !changes.splice_failed {
             let spliced = self.splice_linear(&key, old.as_ref(), new.as_ref());
             changes.splice_failed = !spliced;
+        }
+        for (total, (before, after)) in self.owned_rules.iter_mut().zip(
+            old.as_ref()
+                .map_or([0; 3], |c| c.owned_rules)
+                .into_iter()
+                .zip(new.as_ref().map_or([0; 3], |c| c.owned_rules)),
+        ) {
+            *total = total.saturating_sub(before as usize) + after as usize;
+        }
+        if self.discard {
+            self.held.remove(&key);
+            if new.as_ref().is_some_and(|cached| !cached.owned.is_empty()) {
+                self.complete = false;
+            }
+        } else if self.lean && !self.complete {
+            match &new {
+                Some(cached) if !cached.owned.is_empty() => {
+                    self.held.insert(key.clone());
+                }
+                _ => {
+                    self.held.remove(&key);
+                }
+            }
         }
         if let Some(new) = new {
             self.services.insert(key, new);
@@ -841,6 +911,15 @@ fn splice(rules: &mut Vec<Rule>, at: usize, old_len: usize, new: Vec<Rule>) -> O
     }
     rules.splice(at..end, new);
     Some(true)
+}
+
+/// A table's place in [`Table::ALL`].
+fn table_slot(table: Table) -> usize {
+    match table {
+        Table::Filter => 0,
+        Table::Nat => 1,
+        Table::Mangle => 2,
+    }
 }
 
 /// The address a dispatch key of `family` stands for.

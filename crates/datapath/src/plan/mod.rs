@@ -22,6 +22,6 @@ pub mod service;
 pub use changes::DispatchChanges;
 pub use fixed::builtin_jumps;
 pub use full::{plan, rewritten_every_sync};
-pub use incremental::{Changes, Planner};
+pub use incremental::{Changes, Planner, PortGroups};
 pub use options::Dispatch;
 pub use options::{NodePortAddresses, PlanOptions};
