@@ -247,7 +247,7 @@ fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds, backen
         ..PlanOptions::default()
     })
     .lean();
-    let streamed = (backend == Backend::Nftables).then(|| Shards::new(DEFAULT_SHARDS).unwrap());
+    let streamed = Some(Shards::new(DEFAULT_SHARDS).unwrap());
     let ports = plan_for_sync(&mut planner, index.view(), true, streamed, |planner| {
         planner.update(index.view())
     });

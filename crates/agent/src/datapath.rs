@@ -7,6 +7,7 @@ use berth_core::IpFamily;
 use berth_datapath::apply::{apply_planned, plan_for_sync};
 use berth_datapath::backend::{SyncReport, SyncRuleset};
 use berth_datapath::iptables::{remove_berth_rules, Iptables, Syncer};
+use berth_datapath::nft::shard::DEFAULT_SHARDS;
 use berth_datapath::nft::{remove_table, Nft, NftSyncer, Shards};
 use berth_datapath::{
     rewritten_every_sync, ChainName, Changes, JumpRule, NodeView, Payload, PlanOptions, Planner,
@@ -158,9 +159,9 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
     /// (the planner is lean: it lets them go once applied).
     pub fn plan(&mut self, view: &NodeView, changed: &ChangedServices, full: bool) {
         let full_sync = full || self.changes == Changes::All;
-        // On sharded nftables a full sync plans the Service chains again as the load reaches
-        // each shard, from a copy of this view's ports (a tenth of the plan's size, let go
-        // shard by shard): never all at once.
+        // A full sync plans the Service chains again as it writes them (iptables) or as the
+        // load reaches each shard (nftables), from a copy of this view's ports (a tenth of the
+        // plan's size): never all at once.
         let streamed = self.streamed_shards();
         self.streamed = plan_for_sync(&mut self.planner, view, full_sync, streamed, |planner| {
             if full {
@@ -172,11 +173,14 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
         self.take_planned();
     }
 
-    /// The shards a full sync can take the Service chains by: nftables with shards.
+    /// How a full sync plans the Service chains, a group of ports at a time: by nftables
+    /// shard (each shard a table of its own), or on iptables in as many groups as the default
+    /// shards. Unsharded nftables keeps every Service chain in one table: planned whole.
     fn streamed_shards(&self) -> Option<Shards> {
         match &self.syncer {
             Applier::Nftables(syncer) if syncer.shards().is_sharded() => Some(syncer.shards()),
-            _ => None,
+            Applier::Nftables(_) => None,
+            Applier::Iptables(_) => Shards::new(DEFAULT_SHARDS).ok(),
         }
     }
 

@@ -56,12 +56,7 @@ pub fn apply_planned(
         syncer.sync_changes(planner.ruleset(), changes)
     } else {
         let attempt = match ports {
-            Some(mut ports) => {
-                let planner = &*planner;
-                syncer.sync_streamed(planner.ruleset(), &mut |shard| {
-                    ports.take_service_chains(planner, shard)
-                })
-            }
+            Some(mut ports) => syncer.sync_streamed(planner, &mut ports),
             None => syncer.sync_partial(planner.ruleset(), changes),
         };
         match attempt {

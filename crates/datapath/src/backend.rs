@@ -6,9 +6,9 @@
 use std::io::{self, Write};
 
 use crate::error::Error;
-use crate::nft::shard::Shard;
 use crate::plan::incremental::Changes;
 use crate::plan::model::Ruleset;
+use crate::plan::{Planner, PortGroups};
 
 /// A restore payload that writes itself into the pipe (or buffer) it is given.
 pub trait Payload {
@@ -60,19 +60,16 @@ pub trait SyncRuleset {
         rs: &Ruleset,
         changes: &Changes,
     ) -> Result<Option<SyncReport>, Error>;
-    /// A full sync of `rs` without its Service ports' own chains (a lean planner's, see
-    /// [`crate::plan::Planner::update_without_service_chains`]), which `service_chains(shard)`
-    /// plans when the load reaches that nftables shard; `None`, having done nothing, when this
-    /// Syncer cannot load so (iptables; nftables with a berth table in the kernel, whose
-    /// adoption compares the whole plan, or without shards): then a full sync of the whole
-    /// ruleset is due.
+    /// A full sync of a lean planner's ruleset without its Service ports' own chains (see
+    /// [`crate::plan::Planner::update_without_service_chains`]), which it plans from `ports` a
+    /// group at a time as it writes them: iptables as it writes the restore payload, nftables
+    /// as a cold load reaches each shard. `None`, having done nothing, when this Syncer cannot
+    /// (nftables with a berth table in the kernel, whose adoption compares the whole plan, or
+    /// without shards): then a full sync of the whole ruleset is due.
     fn sync_streamed(
         &mut self,
-        rs: &Ruleset,
-        service_chains: &mut dyn FnMut(Shard) -> Ruleset,
-    ) -> Result<Option<SyncReport>, Error> {
-        let _ = (rs, service_chains);
-        Ok(None)
-    }
+        planner: &Planner,
+        ports: &mut PortGroups,
+    ) -> Result<Option<SyncReport>, Error>;
     fn force_full_sync(&mut self);
 }

@@ -5,6 +5,7 @@
 pub mod exec;
 pub mod render;
 pub mod rule_text;
+mod streamed;
 pub mod sync;
 
 pub use exec::{Backend, CommandIptables};

@@ -7,9 +7,11 @@ use std::hash::{Hash, Hasher};
 use crate::backend::{Payload, SyncKind, SyncReport, SyncRuleset};
 use crate::error::Error;
 use crate::iptables::render::{ChainSelection, Rendered};
+use crate::iptables::streamed::Streamed;
 use crate::plan::incremental::Changes;
 use crate::plan::model::{ChainName, JumpRule, Rule, Ruleset, Table};
 use crate::plan::names;
+use crate::plan::{Planner, PortGroups};
 
 /// The iptables operations berth needs, for one address family.
 pub trait Iptables {
@@ -279,17 +281,82 @@ impl<I: Iptables> Syncer<I> {
         result
     }
 
+    /// A full sync of a lean planner's ruleset, its Service ports' own chains planned a group
+    /// of `ports` at a time as the payload is written (see [`crate::iptables::streamed`]):
+    /// the whole plan is never held, typed or as text.
+    pub fn sync_streamed(
+        &mut self,
+        planner: &Planner,
+        ports: &mut PortGroups,
+    ) -> Result<SyncReport, Error> {
+        let result = self.try_sync_streamed(planner, ports);
+        if result.is_err() {
+            self.applied = None;
+        }
+        result
+    }
+
+    fn try_sync_streamed(
+        &mut self,
+        planner: &Planner,
+        ports: &mut PortGroups,
+    ) -> Result<SyncReport, Error> {
+        let rs = planner.ruleset();
+        self.ensure_jumps(rs)?;
+        let mut saved = Vec::new();
+        for table in Table::ALL {
+            let dump = self.iptables.save(table)?;
+            saved.push((table, berth_chains_in_save(&dump).into_iter().collect()));
+        }
+        let list_first = self.iptables.restore_lists_first();
+        let payload = Streamed::new(planner, ports, saved, list_first, chain_hash);
+        self.iptables.restore(&payload)?;
+        let payload_bytes = payload.written();
+        let mut hashed = payload.take_hashed();
+        drop(payload);
+        self.ensure_canaries()?;
+        hashed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let hashes: ChainHashes = hashed.into_iter().collect();
+        self.applied_rules = hashes.values().map(|(_, rules)| rules).sum();
+        let rewritten_chains = hashes.len();
+        let deleted_chains = self.applied.as_ref().map_or(0, |before| {
+            before.keys().filter(|k| !hashes.contains_key(*k)).count()
+        });
+        self.applied = Some(hashes);
+        Ok(SyncReport {
+            kind: SyncKind::Full,
+            rewritten_chains,
+            deleted_chains,
+            payload_bytes,
+            rule_count: self.applied_rules,
+        })
+    }
+
+    /// Jumps need their target to exist before the first restore creates the rest.
+    fn ensure_jumps(&mut self, rs: &Ruleset) -> Result<(), Error> {
+        for jump in rs.jumps.iter().rev() {
+            if let Some(target) = jump.rule.jump_target() {
+                self.iptables.ensure_chain(jump.table, target)?;
+            }
+            self.iptables.ensure_jump(jump)?;
+        }
+        Ok(())
+    }
+
+    /// Created last, so a sync that failed half-way is never mistaken for a complete one.
+    fn ensure_canaries(&mut self) -> Result<(), Error> {
+        for table in CANARY_TABLES {
+            self.iptables
+                .ensure_chain(table, &names::fixed(names::CANARY))?;
+        }
+        Ok(())
+    }
+
     fn try_sync(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
         let hashes = chain_hashes(rs);
         let (kind, selection) = self.select(rs, &hashes)?;
         if kind == SyncKind::Full {
-            // Jumps need their target to exist before the first restore creates the rest.
-            for jump in rs.jumps.iter().rev() {
-                if let Some(target) = jump.rule.jump_target() {
-                    self.iptables.ensure_chain(jump.table, target)?;
-                }
-                self.iptables.ensure_jump(jump)?;
-            }
+            self.ensure_jumps(rs)?;
         }
         let list_first = kind == SyncKind::Full && self.iptables.restore_lists_first();
         let payload = Rendered::new(rs, &selection).listing_first(list_first);
@@ -303,11 +370,7 @@ impl<I: Iptables> Syncer<I> {
         let payload_bytes = payload.written();
         drop(payload);
         if kind == SyncKind::Full {
-            // Created last, so a sync that failed half-way is never mistaken for a complete one.
-            for table in CANARY_TABLES {
-                self.iptables
-                    .ensure_chain(table, &names::fixed(names::CANARY))?;
-            }
+            self.ensure_canaries()?;
         }
         self.applied_rules = rs.rule_count();
         self.applied = Some(hashes);
@@ -383,6 +446,14 @@ impl<I: Iptables> SyncRuleset for Syncer<I> {
         changes: &Changes,
     ) -> Result<Option<SyncReport>, Error> {
         Syncer::sync_partial(self, rs, changes)
+    }
+
+    fn sync_streamed(
+        &mut self,
+        planner: &Planner,
+        ports: &mut PortGroups,
+    ) -> Result<Option<SyncReport>, Error> {
+        Syncer::sync_streamed(self, planner, ports).map(Some)
     }
 
     fn force_full_sync(&mut self) {

@@ -35,6 +35,7 @@ use crate::nft::staged::StagedLoad;
 use crate::plan::incremental::{Changes, DispatchChanges};
 use crate::plan::model::{ChainName, Ruleset};
 use crate::plan::names;
+use crate::plan::{Planner, PortGroups};
 use berth_core::IpFamily;
 
 /// The nftables operations berth needs, for one address family.
@@ -488,10 +489,12 @@ impl<N: Nft> SyncRuleset for NftSyncer<N> {
 
     fn sync_streamed(
         &mut self,
-        rs: &Ruleset,
-        service_chains: &mut dyn FnMut(Shard) -> Ruleset,
+        planner: &Planner,
+        ports: &mut PortGroups,
     ) -> Result<Option<SyncReport>, Error> {
-        NftSyncer::sync_streamed(self, rs, service_chains)
+        NftSyncer::sync_streamed(self, planner.ruleset(), &mut |shard| {
+            ports.take_service_chains(planner, shard)
+        })
     }
 
     fn force_full_sync(&mut self) {

@@ -141,6 +141,8 @@ pub struct Planner {
     owned_rules: [usize; 3],
     /// During [`Planner::update_without_service_chains`]: own chains planned are not kept.
     discard: bool,
+    /// During a cold plan: the ports' cache entries, gathered to build the cache at once.
+    deferred: Option<Vec<(ServiceKey, Cached)>>,
 }
 
 /// Dispatch keys whose entries changed: addresses, and node ports by protocol.
@@ -205,6 +207,7 @@ impl Planner {
             held: BTreeSet::new(),
             owned_rules: [0; 3],
             discard: false,
+            deferred: None,
         }
     }
 
@@ -369,6 +372,11 @@ impl Planner {
         // instead of a search per chain (110,000 at 10,000 Services).
         let mut merged = ChainMerge::default();
         let bulk = planned.len() >= PARALLEL_PLAN_MIN;
+        if bulk && self.services.is_empty() {
+            // A cold plan: the cache is built at once from the sorted ports (full nodes, where
+            // inserting one by one leaves them half empty: 4 MB at 10,000 Services).
+            self.deferred = Some(Vec::with_capacity(planned.len()));
+        }
         for ((group, _), (cached, mut owned)) in upserts.iter().zip(planned) {
             let Some(first) = group.first() else {
                 continue;
@@ -383,6 +391,9 @@ impl Planner {
             self.replace_service(key, Some((cached, owned)), &mut changes);
         }
         merged.into(&mut self.rs);
+        if let Some(deferred) = self.deferred.take() {
+            self.services = deferred.into_iter().collect();
+        }
         self.rebuild_shared(&changes.shared);
         let dispatch_changed =
             !changes.dst.is_empty() || changes.node_ports.values().any(|d| !d.is_empty());
@@ -665,7 +676,12 @@ impl Planner {
             }
         }
         if let Some(new) = new {
-            self.services.insert(key, new);
+            match &mut self.deferred {
+                Some(deferred) => deferred.push((key, new)),
+                None => {
+                    self.services.insert(key, new);
+                }
+            }
         }
     }
 

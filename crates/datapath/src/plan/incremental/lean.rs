@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{key_of, ChainMerge, Planner, ServiceKey};
 use crate::plan::input::{NodeView, ServicePort, ServicePortName};
-use crate::plan::model::{Ruleset, Table};
+use crate::plan::model::{ChainName, Rule, Ruleset, Table, Target};
 use berth_core::Protocol;
 
 impl Planner {
@@ -77,9 +77,32 @@ impl Planner {
     /// which must be given them all (`ports` from the view of the last update).
     pub fn service_chains(&self, ports: &[&ServicePort]) -> Ruleset {
         let (_, owned) = self.plan_group(ports, 0);
+        // The cache holds every chain's name already: the chains (and the jumps to them) take
+        // those, so a Syncer's state shares them rather than a second copy of 110,000 names
+        // at 10,000 Services.
+        let known = ports
+            .first()
+            .and_then(|first| self.services.get(&(first.name.clone(), first.protocol)));
+        let shared = |table: Table, chain: ChainName| -> ChainName {
+            known
+                .and_then(|cached| cached.owned.get(&(table, chain.clone())))
+                .map_or(chain, |(_, name)| name.clone())
+        };
         let mut rs = Ruleset::default();
         for ((table, chain), rules) in owned {
-            rs.table_mut(table).chains.insert(chain, rules);
+            let rules = rules
+                .into_iter()
+                .map(|rule| match rule.target {
+                    Some(Target::Jump(to)) => Rule {
+                        matches: rule.matches,
+                        target: Some(Target::Jump(shared(table, to))),
+                    },
+                    _ => rule,
+                })
+                .collect();
+            rs.table_mut(table)
+                .chains
+                .insert(shared(table, chain), rules);
         }
         rs
     }
@@ -111,6 +134,26 @@ impl Planner {
         merged.into(&mut self.rs);
         self.complete = true;
         self.held = BTreeSet::new();
+    }
+
+    /// How many own chains the Service ports have.
+    pub fn service_chain_count(&self) -> usize {
+        self.services
+            .values()
+            .map(|cached| cached.owned.len())
+            .sum()
+    }
+
+    /// The tables holding any Service port's own chains.
+    pub fn service_chain_tables(&self) -> BTreeSet<Table> {
+        let mut tables = BTreeSet::new();
+        for cached in self.services.values() {
+            tables.extend(cached.owned.iter().map(|(table, _)| *table));
+            if tables.len() == Table::ALL.len() {
+                break;
+            }
+        }
+        tables
     }
 
     /// Rules per table of the ruleset as [`crate::plan::full::plan`] gives it, whether or not
@@ -163,16 +206,33 @@ impl PortGroups {
         PortGroups { groups }
     }
 
-    /// The own chains of every Service port in `group`, as `planner` plans them; the group's
-    /// ports are let go (a second call gives nothing).
-    pub fn take_service_chains(&mut self, planner: &Planner, group: u16) -> Ruleset {
-        let mut rs = Ruleset::default();
-        for ports in self.groups.remove(&group).into_iter().flatten() {
-            let ports: Vec<&ServicePort> = ports.iter().collect();
-            for (table, rules) in planner.service_chains(&ports).tables {
-                rs.table_mut(table).chains.extend(rules.chains);
-            }
-        }
-        rs
+    /// The groups, in order.
+    pub fn groups(&self) -> Vec<u16> {
+        self.groups.keys().copied().collect()
     }
+
+    /// The own chains of every Service port in `group`, as `planner` plans them.
+    pub fn service_chains(&self, planner: &Planner, group: u16) -> Ruleset {
+        plan_groups(planner, self.groups.get(&group).into_iter().flatten())
+    }
+
+    /// [`PortGroups::service_chains`], the group's ports let go (a second call gives nothing).
+    pub fn take_service_chains(&mut self, planner: &Planner, group: u16) -> Ruleset {
+        plan_groups(planner, self.groups.remove(&group).iter().flatten())
+    }
+}
+
+/// The own chains of Service ports, a name and protocol's ports at a time.
+fn plan_groups<'p>(
+    planner: &Planner,
+    groups: impl Iterator<Item = &'p Vec<ServicePort>>,
+) -> Ruleset {
+    let mut rs = Ruleset::default();
+    for ports in groups {
+        let ports: Vec<&ServicePort> = ports.iter().collect();
+        for (table, rules) in planner.service_chains(&ports).tables {
+            rs.table_mut(table).chains.extend(rules.chains);
+        }
+    }
+    rs
 }
