@@ -127,6 +127,34 @@ struct SliceEntry {
     ports: Box<[SlicePort]>,
 }
 
+/// One Service's slice names, sorted: nearly always one, where a `BTreeSet` allocates a node
+/// for eleven (2.8 MB at 10,000 Services).
+#[derive(Debug, Clone, Default)]
+struct SliceNames(Vec<String>);
+
+impl SliceNames {
+    fn insert(&mut self, name: &str) {
+        if let Err(at) = self.0.binary_search_by(|known| known.as_str().cmp(name)) {
+            self.0.reserve_exact(1);
+            self.0.insert(at, name.to_string());
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Ok(at) = self.0.binary_search_by(|known| known.as_str().cmp(name)) {
+            self.0.remove(at);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &String> {
+        self.0.iter()
+    }
+}
+
 /// Ports of Services listed so far in a relist, without endpoints, by (namespace, name).
 type Staged = BTreeMap<SliceKey, Vec<ServicePort>>;
 
@@ -145,7 +173,7 @@ pub struct Index {
     /// Every endpoint's node name, held once (see [`NodeNames`]).
     node_names: NodeNames,
     /// Slice names by (namespace, Service name).
-    slices_by_service: HashMap<SliceKey, BTreeSet<String>>,
+    slices_by_service: HashMap<SliceKey, SliceNames>,
     pending: Pending,
     /// Which kinds have been listed completely: syncing before all are would remove the rules
     /// of Services not yet seen.
@@ -374,7 +402,7 @@ impl Index {
             .slices_by_service
             .get(&key)
             .into_iter()
-            .flatten()
+            .flat_map(SliceNames::iter)
             .filter_map(|slice| self.slices.get(&(namespace.to_string(), slice.clone())))
             .collect();
         for port in ports.iter_mut() {
@@ -659,7 +687,7 @@ impl Index {
             self.slices_by_service
                 .entry((key.0.clone(), service.clone()))
                 .or_default()
-                .insert(key.1.clone());
+                .insert(&key.1);
         }
         if let Some(seen) = &mut self.relist_slices {
             seen.insert(key.clone());

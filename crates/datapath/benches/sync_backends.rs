@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth_core::IpFamily;
+use berth_datapath::apply::{apply_planned, plan_for_sync};
 use berth_datapath::backend::SyncRuleset;
 use berth_datapath::iptables::Syncer;
 use berth_datapath::iptables::{Backend, CommandIptables};
@@ -359,13 +360,29 @@ fn measure_berth(
         Case::KubeProxyNft => return Err("not a berth case".into()),
     };
     let mut view = mk_view(n, options.endpoints);
-    let mut planner = Planner::new(plan_options);
+    // As the agent: a lean planner whose full syncs plan the Service chains a group of ports
+    // at a time (iptables as it writes them, nftables as the load reaches each shard); the
+    // kube-proxy-shaped anchor keeps its whole plan, as kube-proxy does.
+    let (mut planner, groups) = match case {
+        Case::KubeProxyIptables(_) => (Planner::new(plan_options), None),
+        Case::BerthNft(_) => (
+            Planner::new(plan_options).lean(),
+            options.shards.is_sharded().then_some(options.shards),
+        ),
+        _ => (
+            Planner::new(plan_options).lean(),
+            Shards::new(DEFAULT_SHARDS).ok(),
+        ),
+    };
     let start = Instant::now();
-    planner.update(&view);
-    let changes = planner.take_changes();
-    let report = syncer
-        .sync_changes(planner.ruleset(), &changes)
-        .map_err(|e| e.to_string())?;
+    let ports = plan_for_sync(&mut planner, &view, true, groups, |planner| {
+        planner.update(&view)
+    });
+    let mut changes = planner.take_changes();
+    let report = apply_planned(syncer.as_mut(), &mut planner, &mut changes, ports, |p| {
+        p.fill(&view)
+    })
+    .map_err(|e| e.to_string())?;
     let cold = start.elapsed();
     let cold_bytes = report.payload_bytes;
     let cold_nft = nft_last();
@@ -376,11 +393,12 @@ fn measure_berth(
         |view: &NodeView, changed: &ServicePortName| -> std::result::Result<Duration, String> {
             let start = Instant::now();
             planner.update_changed(view, &|p| p == changed);
-            let changes = planner.take_changes();
+            let mut changes = planner.take_changes();
             *planning.lock().unwrap() = start.elapsed();
-            syncer
-                .sync_changes(planner.ruleset(), &changes)
-                .map_err(|e| e.to_string())?;
+            apply_planned(syncer.as_mut(), &mut planner, &mut changes, None, |p| {
+                p.fill(view)
+            })
+            .map_err(|e| e.to_string())?;
             Ok(start.elapsed())
         };
     let mut change = Vec::new();

@@ -28,8 +28,13 @@ pub(super) struct StagedLoad<'a> {
     /// The whole load's state, once the last piece is converted.
     merged: Option<Applied>,
     failure: Option<Error>,
-    /// Stages built ahead: the hairpin pairs and the base chains.
+    /// Stages built ahead of the writer: a table's.
     ahead: std::collections::VecDeque<Transaction>,
+    /// After the last piece: the hairpin pairs still to stage, from this one on (each stage
+    /// built when the writer asks for it: 100,000 pairs at once were 7 MB of commands).
+    hairpin_from: Option<IpAddr>,
+    /// After the hairpin pairs: the base chains' stage.
+    hooks: Option<Transaction>,
 }
 
 /// Hairpin pairs per stage of a cold load: about what one shard's stage costs the kernel at
@@ -45,6 +50,8 @@ impl<'a> StagedLoad<'a> {
             merged: None,
             failure: None,
             ahead: std::collections::VecDeque::new(),
+            hairpin_from: None,
+            hooks: None,
         }
     }
 
@@ -59,16 +66,7 @@ impl<'a> StagedLoad<'a> {
             Piece::Hooks(mut planned) => {
                 self.loaded.absorb(applied_state(&mut planned)?);
                 let merged = std::mem::take(&mut self.loaded);
-                let pairs: Vec<IpAddr> = merged.hairpin.keys().copied().collect();
-                for chunk in pairs.chunks(HAIRPIN_STAGE) {
-                    let mut pairs = Transaction::new(self.family);
-                    pairs.commands.extend(
-                        chunk
-                            .iter()
-                            .map(|ip| Command::AddElement(Element::Hairpin(*ip))),
-                    );
-                    self.ahead.push_back(pairs);
-                }
+                self.hairpin_from = merged.hairpin.keys().next().copied();
                 self.merged = Some(merged);
                 for (chain, hook) in &planned.hooks {
                     tx.push(Command::AddChain(chain.clone(), Some(*hook)));
@@ -78,7 +76,7 @@ impl<'a> StagedLoad<'a> {
                         tx.push(Command::AddRule(chain.clone(), rule));
                     }
                 }
-                self.ahead.push_back(tx);
+                self.hooks = Some(tx);
                 return Ok(());
             }
         };
@@ -138,12 +136,36 @@ impl<'a> StagedLoad<'a> {
     }
 }
 
+impl StagedLoad<'_> {
+    /// The next stage of hairpin pairs, once the whole load's are known.
+    fn hairpin_stage(&mut self) -> Option<Transaction> {
+        let from = self.hairpin_from?;
+        let hairpin = &self.merged.as_ref()?.hairpin;
+        let mut pairs = hairpin.range(from..).map(|(ip, _)| *ip);
+        let mut tx = Transaction::new(self.family);
+        tx.commands.extend(
+            pairs
+                .by_ref()
+                .take(HAIRPIN_STAGE)
+                .map(|ip| Command::AddElement(Element::Hairpin(ip))),
+        );
+        self.hairpin_from = pairs.next();
+        Some(tx)
+    }
+}
+
 impl Iterator for StagedLoad<'_> {
     type Item = Transaction;
 
     fn next(&mut self) -> Option<Transaction> {
         while self.failure.is_none() {
             if let Some(tx) = self.ahead.pop_front() {
+                return Some(tx);
+            }
+            if let Some(tx) = self.hairpin_stage() {
+                return Some(tx);
+            }
+            if let Some(tx) = self.hooks.take() {
                 return Some(tx);
             }
             if let Err(failure) = self.pieces.next()?.and_then(|piece| self.stage(piece)) {
