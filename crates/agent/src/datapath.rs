@@ -98,8 +98,8 @@ pub struct FamilyDatapath<I> {
     syncer: Applier<I>,
     changes: Changes,
     cleanup: Option<Cleanup>,
-    /// The Service ports a full sync plans its Service chains from, shard by shard, when the
-    /// planner kept none of them (nftables with shards: [`FamilyDatapath::plan`]).
+    /// The Service ports a full sync plans its Service chains from, a group at a time, when
+    /// the planner kept none of them ([`FamilyDatapath::plan`]).
     streamed: Option<PortGroups>,
 }
 
@@ -155,8 +155,9 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
     }
 
     /// Brings the planned ruleset to `view`: every Service when `full`, else those in `changed`.
-    /// When the apply that follows will be full, every Service's own chains are planned too
-    /// (the planner is lean: it lets them go once applied).
+    /// The planner is lean (it lets Service chains go once applied): when the apply that
+    /// follows will be full, it keeps none and the apply plans them again as it writes them
+    /// (unsharded nftables: every Service's chains are planned now).
     pub fn plan(&mut self, view: &NodeView, changed: &ChangedServices, full: bool) {
         let full_sync = full || self.changes == Changes::All;
         // A full sync plans the Service chains again as it writes them (iptables) or as the
