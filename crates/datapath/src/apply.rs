@@ -12,10 +12,10 @@ use crate::plan::input::NodeView;
 use crate::plan::names::service_port_hash;
 use crate::plan::{Changes, Planner, PortGroups};
 
-/// Plans for the next apply: `update` brings `planner` to `view` when the sync will be partial
-/// or, not `streamed`, full (the planner is then filled). A full sync over `streamed` shards
-/// keeps no Service chain and returns a copy of the view's ports, shard by shard, for
-/// [`apply_planned`] to plan them from. The changes are the planner's to take.
+/// Plans for the next apply: `update` brings `planner` to `view` when the sync will be
+/// partial; a full sync not `streamed` fills the planner from `view`. A full sync over
+/// `streamed` shards keeps no Service chain and returns a copy of the view's ports, shard by
+/// shard, for [`apply_planned`] to plan them from. The changes are the planner's to take.
 pub fn plan_for_sync(
     planner: &mut Planner,
     view: &NodeView,
@@ -30,11 +30,14 @@ pub fn plan_for_sync(
                 shards.of_service_port(&service_port_hash(name, protocol))
             }))
         }
-        _ => {
+        // A full sync's fill brings the planner to `view` itself: updating first would
+        // fingerprint every port twice.
+        (true, None) => {
+            planner.fill(view);
+            None
+        }
+        (false, _) => {
             update(planner);
-            if full_sync {
-                planner.fill(view);
-            }
             None
         }
     }

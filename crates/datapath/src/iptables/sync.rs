@@ -130,10 +130,7 @@ impl<I: Iptables> Syncer<I> {
     /// rendered. Falls back to [`Syncer::sync`] when a full sync is due.
     pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
         let result = self.try_sync_changes(rs, changes);
-        if result.is_err() {
-            self.applied = None;
-        }
-        result
+        self.forget_on_failure(result)
     }
 
     fn try_sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
@@ -151,10 +148,7 @@ impl<I: Iptables> Syncer<I> {
         changes: &Changes,
     ) -> Result<Option<SyncReport>, Error> {
         let result = self.try_sync_partial(rs, changes);
-        if result.is_err() {
-            self.applied = None;
-        }
-        result
+        self.forget_on_failure(result)
     }
 
     fn try_sync_partial(
@@ -275,10 +269,7 @@ impl<I: Iptables> Syncer<I> {
     /// Applies `rs`. Any failure makes the next sync full, whatever state the kernel was left in.
     pub fn sync(&mut self, rs: &Ruleset) -> Result<SyncReport, Error> {
         let result = self.try_sync(rs);
-        if result.is_err() {
-            self.applied = None;
-        }
-        result
+        self.forget_on_failure(result)
     }
 
     /// A full sync of a lean planner's ruleset, its Service ports' own chains planned a group
@@ -290,10 +281,7 @@ impl<I: Iptables> Syncer<I> {
         ports: &mut PortGroups,
     ) -> Result<SyncReport, Error> {
         let result = self.try_sync_streamed(planner, ports);
-        if result.is_err() {
-            self.applied = None;
-        }
-        result
+        self.forget_on_failure(result)
     }
 
     fn try_sync_streamed(
@@ -330,6 +318,15 @@ impl<I: Iptables> Syncer<I> {
             payload_bytes,
             rule_count: self.applied_rules,
         })
+    }
+
+    /// `result`, the applied state forgotten when it failed: whatever the kernel was left
+    /// with, the next sync is full.
+    fn forget_on_failure<T>(&mut self, result: Result<T, Error>) -> Result<T, Error> {
+        if result.is_err() {
+            self.applied = None;
+        }
+        result
     }
 
     /// Jumps need their target to exist before the first restore creates the rest.

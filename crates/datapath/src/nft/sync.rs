@@ -190,26 +190,30 @@ impl<N: Nft> NftSyncer<N> {
         match (changes.chains(), self.applied.is_some()) {
             (Some(chains), true) => {
                 let result = self.partial(rs, chains, changes.dispatch());
-                if result.is_err() {
-                    self.applied = None;
-                }
-                result.map(Some)
+                self.forget_on_failure(result).map(Some)
             }
             _ => Ok(None),
         }
     }
 
-    /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
-    /// successful sync (as a [`crate::plan::Planner`] reports them); a full sync when one is due.
-    pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
-        let result = match (changes.chains(), self.applied.is_some()) {
-            (Some(chains), true) => self.partial(rs, chains, changes.dispatch()),
-            _ => self.full(rs),
-        };
+    /// `result`, the applied state forgotten when it failed: the next sync is full.
+    fn forget_on_failure<T>(&mut self, result: Result<T, Error>) -> Result<T, Error> {
         if result.is_err() {
             self.applied = None;
         }
         result
+    }
+
+    /// Applies `rs` when only the chains in `changes` can differ from the ruleset of the last
+    /// successful sync (as a [`crate::plan::Planner`] reports them); a full sync when one is due.
+    pub fn sync_changes(&mut self, rs: &Ruleset, changes: &Changes) -> Result<SyncReport, Error> {
+        match self.sync_partial(rs, changes)? {
+            Some(report) => Ok(report),
+            None => {
+                let result = self.full(rs);
+                self.forget_on_failure(result)
+            }
+        }
     }
 
     /// The transaction that replaces berth's tables with `rs`, and the state it leaves. Shard
@@ -312,10 +316,7 @@ impl<N: Nft> NftSyncer<N> {
             return Ok(None);
         }
         let result = self.try_sync_streamed(rs, service_chains);
-        if result.is_err() {
-            self.applied = None;
-        }
-        result
+        self.forget_on_failure(result)
     }
 
     fn try_sync_streamed(
