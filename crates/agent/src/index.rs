@@ -18,7 +18,7 @@ use berth_datapath::plan::convert::{
     build_endpoints_with, build_node_info, build_service_ports_with, NodeNames, ProxyMode,
     ServicePolicy,
 };
-use berth_datapath::{Endpoint, NodeInfo, NodeView, ServicePort, ServicePortName};
+use berth_datapath::{EndpointList, NodeInfo, NodeView, ServicePort, ServicePortName};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -116,7 +116,8 @@ type SliceKey = (String, String);
 struct SlicePort {
     name: String,
     protocol: Protocol,
-    endpoints: Vec<Endpoint>,
+    /// Without duplicate addresses; the Service port it feeds alone shares it.
+    endpoints: EndpointList,
 }
 
 #[derive(Debug, Clone)]
@@ -395,7 +396,8 @@ impl Index {
     }
 
     /// Fills each port's endpoints from the Service's slices, in slice-name order, keeping the
-    /// first of duplicate addresses: what [`build_endpoints`] does over all slices at once.
+    /// first of duplicate addresses: what [`build_endpoints`] does over all slices at once. A
+    /// port fed by one slice shares that slice's list (it holds no duplicates).
     fn with_endpoints(&self, namespace: &str, name: &str, ports: &mut [ServicePort]) {
         let key = (namespace.to_string(), name.to_string());
         let slices: Vec<&SliceEntry> = self
@@ -406,8 +408,7 @@ impl Index {
             .filter_map(|slice| self.slices.get(&(namespace.to_string(), slice.clone())))
             .collect();
         for port in ports.iter_mut() {
-            let mut seen: HashSet<(IpAddr, u16)> = HashSet::new();
-            port.endpoints = slices
+            let sources: Vec<&EndpointList> = slices
                 .iter()
                 .filter_map(|entry| {
                     entry
@@ -415,12 +416,21 @@ impl Index {
                         .iter()
                         .find(|p| p.name == port.name.port && p.protocol == port.protocol)
                 })
-                .flat_map(|p| p.endpoints.iter())
-                .filter(|ep| seen.insert((ep.ip, ep.port)))
-                .cloned()
+                .map(|p| &p.endpoints)
                 .collect();
-            // Collected through a filter, the list grew by doubling: 16 places for 10 endpoints.
-            port.endpoints.shrink_to_fit();
+            port.endpoints = match sources.as_slice() {
+                [] => EndpointList::default(),
+                [only] => (*only).clone(),
+                several => {
+                    let mut seen: HashSet<(IpAddr, u16)> = HashSet::new();
+                    several
+                        .iter()
+                        .flat_map(|list| list.iter())
+                        .filter(|ep| seen.insert((ep.ip, ep.port)))
+                        .cloned()
+                        .collect()
+                }
+            };
         }
     }
 
@@ -528,7 +538,7 @@ impl Index {
             }
             Err(too_large) => {
                 for port in &mut ports {
-                    port.endpoints = Vec::new();
+                    port.endpoints = EndpointList::default();
                 }
                 if self.refused.insert(key, ports).is_none() {
                     tracing::warn!(%namespace, %name, "not programmed: {too_large}");

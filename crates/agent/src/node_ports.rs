@@ -152,7 +152,7 @@ mod tests {
             external_traffic_policy: Default::default(),
             internal_traffic_policy: Default::default(),
             health_check_node_port: None,
-            endpoints: Vec::new(),
+            endpoints: Default::default(),
         }
     }
 

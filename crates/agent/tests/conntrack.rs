@@ -84,7 +84,7 @@ fn every_frontend_and_the_node_port_are_cleared() {
         },
     ];
     let mut new = old.clone();
-    new.endpoints.truncate(1);
+    new.endpoints.edit(|eps| eps.truncate(1));
     let mut want = vec![
         to_endpoint("10.96.0.10", "10.244.1.6"),
         to_endpoint("198.18.0.50", "10.244.1.6"),
@@ -104,7 +104,7 @@ fn losing_all_endpoints_also_clears_the_service_addresses() {
     let mut old = mk_port(Protocol::Udp, &[("10.244.1.5", true)]);
     old.node_port = Some(30053);
     let mut new = old.clone();
-    new.endpoints.clear();
+    new.endpoints = Default::default();
     let mut want = vec![
         to_endpoint("10.96.0.10", "10.244.1.5"),
         ConntrackFlow::NodePortToEndpoint {
@@ -177,7 +177,7 @@ fn ipv6_endpoints_pair_with_ipv6_service_addresses_only() {
     );
     old.cluster_ips.push("fd00:10:96::10".parse().unwrap());
     let mut new = old.clone();
-    new.endpoints.retain(|ep| ep.ip.is_ipv4());
+    new.endpoints.edit(|eps| eps.retain(|ep| ep.ip.is_ipv4()));
     assert_eq!(
         plan_conntrack_cleanup(&[old], &[new]),
         vec![to_endpoint("fd00:10:96::10", "fd00:10:244::5")]

@@ -136,7 +136,7 @@ fn measure(services: usize, dispatch: Dispatch, reps: usize) -> Row {
     let mut change_bytes = Vec::new();
     for rep in 0..reps {
         let changed = &mut view.services[(services / 2 + rep) % services];
-        changed.endpoints[3].ip = IpAddr::V4(Ipv4Addr::new(10, 255, 0, rep as u8));
+        changed.endpoints.make_mut()[3].ip = IpAddr::V4(Ipv4Addr::new(10, 255, 0, rep as u8));
         let name = changed.name.clone();
         let (wall, plan_part, change) = sync_once(&mut planner, &mut syncer, &view, Some(&name));
         assert_eq!(change.kind, SyncKind::Partial);

@@ -405,7 +405,8 @@ fn measure_berth(
     let mut change_nft = Vec::new();
     for k in 0..options.changes {
         let target = n / 2 + k;
-        view.services[target].endpoints[0] = endpoint(target, 0, options.endpoints, 1 + k);
+        let changed = endpoint(target, 0, options.endpoints, 1 + k);
+        view.services[target].endpoints.edit(|eps| eps[0] = changed);
         change.push(step(&view, &name(target))?);
         change_nft.push(nft_last());
     }
@@ -522,7 +523,7 @@ fn measure_kube_proxy_nft(
     let mut change = Vec::new();
     for k in 0..options.changes {
         let i = n / 2 + k;
-        let mut eps = view.services[i].endpoints.clone();
+        let mut eps = view.services[i].endpoints.to_vec();
         eps[0] = endpoint(i, 0, options.endpoints, 1 + k);
         let svc = format!("service-{i}-ns{}/svc-{i}/tcp/http", i % 50);
         // The Service chain is rewritten with a new anonymous vmap, the new endpoint chain added.

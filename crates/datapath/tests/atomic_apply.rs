@@ -106,7 +106,7 @@ fn old_view() -> NodeView {
     let mut view = mk_fixed_view();
     view.services.truncate(2);
     for svc in &mut view.services {
-        svc.endpoints.truncate(1);
+        svc.endpoints.edit(|eps| eps.truncate(1));
     }
     view
 }

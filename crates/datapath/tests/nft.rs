@@ -135,7 +135,7 @@ fn endpoint_change_rewrites_only_that_service_and_no_map() {
     planner.update(&view);
     let mut s = syncer();
     step(&mut s, &mut planner);
-    view.services[7].endpoints[0].ip = ip("10.244.3.9");
+    view.services[7].endpoints.make_mut()[0].ip = ip("10.244.3.9");
     planner.update(&view);
     let report = step(&mut s, &mut planner);
     assert_eq!(report.kind, SyncKind::Partial);
@@ -206,7 +206,7 @@ fn a_failed_transaction_changes_nothing_and_forces_a_full_sync() {
     let mut s = syncer();
     s.sync(&rs).unwrap();
     let before = s.nft().table.clone();
-    view.services[2].endpoints[0].ip = ip("10.244.3.3");
+    view.services[2].endpoints.make_mut()[0].ip = ip("10.244.3.3");
     let rs2 = plan(&view, &linear());
     s.nft_mut().fail_next = true;
     assert!(s
@@ -234,7 +234,7 @@ fn a_deleted_table_fails_the_next_partial_sync_and_the_one_after_restores_everyt
     let mut s = syncer();
     s.sync(&rs).unwrap();
     s.nft_mut().flush_ruleset();
-    view.services[1].endpoints[0].ip = ip("10.244.3.1");
+    view.services[1].endpoints.make_mut()[0].ip = ip("10.244.3.1");
     let rs2 = plan(&view, &linear());
     let err = s
         .sync_changes(&rs2, &Changes::Chains(all_chains(&rs2)))
@@ -338,7 +338,7 @@ fn ipv6_programs_the_ip6_table() {
     for svc in &mut view.services {
         svc.cluster_ips = vec![ip("fd00:96::10")];
         svc.node_port = None;
-        for ep in &mut svc.endpoints {
+        for ep in svc.endpoints.make_mut() {
             ep.ip = ip("fd00:244:2::5");
         }
     }

@@ -177,7 +177,7 @@ fn a_restarted_syncer_adopts_a_matching_table_and_repairs_a_changed_one() {
     // A new plan after a restart: only the difference is written, and the result is the plan.
     let mut view = mk_fixed_view();
     view.services.remove(0);
-    view.services[0].endpoints.pop();
+    view.services[0].endpoints.edit(Vec::pop);
     let next = plan(&view, &options);
     let report = syncer(&ns).sync(&next).unwrap();
     assert!(

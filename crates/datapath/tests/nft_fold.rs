@@ -113,13 +113,13 @@ fn a_shared_hairpin_pair_stays_until_no_service_needs_it() {
     planner.update(&view);
     let mut s = syncer();
     step(&mut s, &mut planner);
-    view.services[0].endpoints.remove(0);
+    view.services[0].endpoints.edit(|eps| eps.remove(0));
     planner.update(&view);
     step(&mut s, &mut planner);
     let tx = s.nft().transactions.last().unwrap().clone();
     assert!(!tx.contains("element ip berth hairpin"), "{tx}");
     assert!(hairpin(&s).contains("10.244.1.2"));
-    view.services[1].endpoints.remove(0);
+    view.services[1].endpoints.edit(|eps| eps.remove(0));
     planner.update(&view);
     step(&mut s, &mut planner);
     let tx = s.nft().transactions.last().unwrap().clone();

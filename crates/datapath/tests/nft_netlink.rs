@@ -223,7 +223,7 @@ fn changes(view: &NodeView, family: IpFamily) -> Vec<(&'static str, NodeView)> {
     let mut steps = Vec::new();
     let mut next = view.clone();
     if let Some(svc) = next.services.iter_mut().find(|s| s.endpoints.len() > 1) {
-        svc.endpoints.pop();
+        svc.endpoints.edit(Vec::pop);
     }
     steps.push(("an endpoint removed", next.clone()));
     next.services.remove(0);

@@ -148,7 +148,7 @@ fn a_change_to_one_service_writes_only_its_shard() {
     for i in [7, 9, 30] {
         // One endpoint replaced: the Service's chain in its shard, the hairpin pair in main
         // (a plain set: no validation).
-        view.services[i].endpoints[0].ip = ip(&format!("10.244.4.{i}"));
+        view.services[i].endpoints.make_mut()[0].ip = ip(&format!("10.244.4.{i}"));
         planner.update(&view);
         let report = step(&mut s, &mut planner);
         assert_eq!(report.kind, SyncKind::Partial);

@@ -59,7 +59,7 @@ fn endpoint_change_rewrites_only_that_service() {
         let options = mk_options(dispatch);
         let mut syncer = Syncer::new(MemoryIptables::default());
         syncer.sync(&plan(&view, &options)).unwrap();
-        view.services[7].endpoints[0].ip = ip("10.244.3.9");
+        view.services[7].endpoints.make_mut()[0].ip = ip("10.244.3.9");
         let rs = plan(&view, &options);
         let report = syncer.sync(&rs).unwrap();
         assert_eq!(report.kind, SyncKind::Partial);
@@ -119,7 +119,7 @@ fn failure_forces_a_full_sync() {
     let options = mk_options(Dispatch::Tree);
     let mut syncer = Syncer::new(MemoryIptables::default());
     syncer.sync(&plan(&view, &options)).unwrap();
-    view.services[0].endpoints.pop();
+    view.services[0].endpoints.edit(Vec::pop);
     let rs = plan(&view, &options);
     syncer.iptables_mut().fail_next_restore = true;
     assert!(syncer.sync(&rs).is_err());
@@ -154,7 +154,7 @@ fn a_rejected_partial_payload_is_recovered_by_the_next_full_sync() {
     for rules in nat.values_mut() {
         rules.retain(|r| r.jump_target() != Some(&victim));
     }
-    view.services[3].endpoints.pop();
+    view.services[3].endpoints.edit(Vec::pop);
     let rs = plan(&view, &options);
     assert!(
         syncer.sync(&rs).is_err(),
@@ -230,7 +230,7 @@ fn linear_dispatch_rewrites_the_entry_chains_on_every_partial_sync_as_kube_proxy
         let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
         assert_eq!(report.kind, SyncKind::Full);
 
-        view.services[7].endpoints[0].ip = ip("10.244.3.9");
+        view.services[7].endpoints.make_mut()[0].ip = ip("10.244.3.9");
         planner.update(&view);
         let changes = planner.take_changes();
         let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();

@@ -268,7 +268,7 @@ fn local_external_policy_without_local_endpoints_drops_external_traffic() {
     let mut view = mk_fixed_view();
     view.services[1]
         .endpoints
-        .retain(|ep| ep.node_name.as_deref() != Some("node-a"));
+        .edit(|eps| eps.retain(|ep| ep.node_name.as_deref() != Some("node-a")));
     let drop = [(Verdict::Drop, false, 1000)];
     assert_flow(&view, &env(), &from_client("198.18.0.200", 80), &drop);
     assert_flow(&view, &env(), &from_client("198.18.0.150", 80), &drop);
@@ -421,7 +421,7 @@ fn internal_traffic_policy_local() {
         &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network),
         &[(dnat("10.244.1.2:8080"), false, 1000)],
     );
-    view.services[0].endpoints.remove(0);
+    view.services[0].endpoints.edit(|eps| eps.remove(0));
     assert_flow(
         &view,
         &env(),
@@ -433,7 +433,7 @@ fn internal_traffic_policy_local() {
 #[test]
 fn terminating_endpoints_are_a_fallback() {
     let mut view = mk_fixed_view();
-    let eps = &mut view.services[0].endpoints;
+    let eps = view.services[0].endpoints.make_mut();
     eps[0] = mk_terminating(eps[0].clone());
     // One endpoint still ready: the terminating one gets nothing.
     assert_flow(
@@ -442,7 +442,7 @@ fn terminating_endpoints_are_a_fallback() {
         &packet(LOCAL_POD, "10.96.0.10", 80, Origin::Network),
         &[(dnat("10.244.2.2:8080"), false, 1000)],
     );
-    let eps = &mut view.services[0].endpoints;
+    let eps = view.services[0].endpoints.make_mut();
     eps[1] = mk_terminating(eps[1].clone());
     let both = [
         (dnat("10.244.1.2:8080"), false, 500),
@@ -455,7 +455,7 @@ fn terminating_endpoints_are_a_fallback() {
         &both,
     );
     // Not serving any more: nothing left.
-    for ep in &mut view.services[0].endpoints {
+    for ep in view.services[0].endpoints.make_mut() {
         ep.serving = false;
     }
     assert_flow(
@@ -469,7 +469,7 @@ fn terminating_endpoints_are_a_fallback() {
 #[test]
 fn local_policy_terminating_fallback_is_separate() {
     let mut view = mk_fixed_view();
-    let eps = &mut view.services[1].endpoints;
+    let eps = view.services[1].endpoints.make_mut();
     // The local endpoint terminates while the remote one is ready.
     eps[0] = mk_terminating(eps[0].clone());
     assert_flow(

@@ -35,7 +35,7 @@ pub fn mk_service_port(
         external_traffic_policy: Default::default(),
         internal_traffic_policy: Default::default(),
         health_check_node_port: None,
-        endpoints,
+        endpoints: endpoints.into(),
     }
 }
 

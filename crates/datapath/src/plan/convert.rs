@@ -10,8 +10,8 @@ use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice};
 
 use crate::error::Error;
 use crate::plan::input::{
-    Endpoint, IpMode, LoadBalancerIngress, NodeInfo, NodeView, ServicePort, ServicePortName,
-    SessionAffinity, TopologyHints, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
+    Endpoint, EndpointList, IpMode, LoadBalancerIngress, NodeInfo, NodeView, ServicePort,
+    ServicePortName, SessionAffinity, TopologyHints, DEFAULT_AFFINITY_TIMEOUT_SECONDS,
 };
 use berth_api::names::label;
 use berth_core::{Protocol, TrafficPolicy};
@@ -192,7 +192,7 @@ pub fn build_endpoints(
     slices: &[&EndpointSlice],
     port_name: &str,
     protocol: Protocol,
-) -> Vec<Endpoint> {
+) -> EndpointList {
     build_endpoints_with(slices, port_name, protocol, &mut NodeNames::default())
 }
 
@@ -202,7 +202,7 @@ pub fn build_endpoints_with(
     port_name: &str,
     protocol: Protocol,
     nodes: &mut NodeNames,
-) -> Vec<Endpoint> {
+) -> EndpointList {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for slice in slices {
@@ -240,9 +240,8 @@ pub fn build_endpoints_with(
             });
         }
     }
-    // Held by the agent's index until the slice changes: no room for endpoints never coming.
-    out.shrink_to_fit();
-    out
+    // Held by the agent's index until the slice changes, in an allocation of its exact size.
+    EndpointList::from(out)
 }
 
 /// The ports of one Service with their endpoints. `slices` may hold any slices: only those

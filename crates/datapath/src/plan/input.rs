@@ -123,7 +123,63 @@ pub struct ServicePort {
     pub external_traffic_policy: TrafficPolicy,
     pub internal_traffic_policy: TrafficPolicy,
     pub health_check_node_port: Option<u16>,
-    pub endpoints: Vec<Endpoint>,
+    pub endpoints: EndpointList,
+}
+
+/// A Service port's endpoints, shared rather than copied: the agent's index keeps each slice's
+/// list once, and a Service port fed by one slice (nearly all: a slice holds 100) reads the same
+/// list; a full sync's copy of the view's ports copies none of them. Compared by content.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct EndpointList(Arc<[Endpoint]>);
+
+impl EndpointList {
+    /// Changes the list through a `Vec`: a copy of it, which then replaces the list (another
+    /// holder of the same list keeps the old one).
+    pub fn edit<R>(&mut self, change: impl FnOnce(&mut Vec<Endpoint>) -> R) -> R {
+        let mut endpoints = self.0.to_vec();
+        let out = change(&mut endpoints);
+        *self = EndpointList::from(endpoints);
+        out
+    }
+
+    /// The endpoints to change in place; copied first when another holder shares them.
+    pub fn make_mut(&mut self) -> &mut [Endpoint] {
+        Arc::make_mut(&mut self.0)
+    }
+
+    /// Whether both are the same list, not merely equal ones.
+    pub fn shares(&self, other: &EndpointList) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::ops::Deref for EndpointList {
+    type Target = [Endpoint];
+
+    fn deref(&self) -> &[Endpoint] {
+        &self.0
+    }
+}
+
+impl From<Vec<Endpoint>> for EndpointList {
+    fn from(endpoints: Vec<Endpoint>) -> Self {
+        EndpointList(Arc::from(endpoints))
+    }
+}
+
+impl FromIterator<Endpoint> for EndpointList {
+    fn from_iter<I: IntoIterator<Item = Endpoint>>(endpoints: I) -> Self {
+        EndpointList(endpoints.into_iter().collect())
+    }
+}
+
+impl<'a> IntoIterator for &'a EndpointList {
+    type Item = &'a Endpoint;
+    type IntoIter = std::slice::Iter<'a, Endpoint>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
 }
 
 impl ServicePort {
@@ -203,7 +259,7 @@ pub(crate) mod tests {
             external_traffic_policy: TrafficPolicy::Cluster,
             internal_traffic_policy: TrafficPolicy::Cluster,
             health_check_node_port: None,
-            endpoints,
+            endpoints: endpoints.into(),
         }
     }
 }

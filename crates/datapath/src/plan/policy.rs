@@ -299,7 +299,7 @@ mod tests {
         let mut firewalled = mk_load_balancer(mk_port(local_and_remote()));
         firewalled.source_ranges = vec!["203.0.113.0/24".parse().unwrap()];
         let mut firewalled_empty = firewalled.clone();
-        firewalled_empty.endpoints.clear();
+        firewalled_empty.endpoints = Default::default();
         let mut external_ip_only = mk_port(local_and_remote());
         external_ip_only.external_ips = vec!["198.18.0.100".parse().unwrap()];
         let rows = [

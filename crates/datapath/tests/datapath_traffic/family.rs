@@ -65,9 +65,9 @@ pub fn dual_stack(mut port: ServicePort) -> ServicePort {
     port.load_balancer_ingress.extend(v6);
     let v6: Vec<IpNet> = port.source_ranges.iter().copied().map(net_twin).collect();
     port.source_ranges.extend(v6);
-    let mut v6 = port.endpoints.clone();
+    let mut v6 = port.endpoints.to_vec();
     v6.iter_mut().for_each(|ep| ep.ip = twin(&ep.ip));
-    port.endpoints.extend(v6);
+    port.endpoints.edit(|eps| eps.extend(v6));
     port
 }
 

@@ -245,7 +245,8 @@ fn a_partial_sync_moves_traffic_and_removes_stale_chains(c: &mut Cluster) {
     let a1_twins = FAMILIES.map(|f| family::in_family(a1, f));
     let seps_before = c.programmed_endpoints("node1");
     for port in c.services.iter_mut().filter(|p| p.name.name == "spread") {
-        port.endpoints.retain(|ep| a1_twins.contains(&ep.ip));
+        port.endpoints
+            .edit(|eps| eps.retain(|ep| a1_twins.contains(&ep.ip)));
     }
     c.sync_all(SyncKind::Partial);
     assert_eq!(c.programmed_endpoints("node1"), seps_before - 2);
