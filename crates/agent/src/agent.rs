@@ -115,6 +115,11 @@ fn lock(index: &Mutex<Index>) -> std::sync::MutexGuard<'_, Index> {
 
 impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
     fn sync(&mut self, index: &Mutex<Index>, work: &Pending, scope: SyncScope) -> Outcome {
+        // A full sync's peak comes on top of whatever the allocator still holds freed (the
+        // initial lists' decoded objects before the first): returned first, so it is not.
+        if scope.replan || scope.rewrite {
+            crate::memory::release_free_memory();
+        }
         let targets = {
             let index = lock(index);
             for datapath in &mut self.datapaths {
@@ -151,6 +156,9 @@ impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
                     });
                 }
             }
+        }
+        if kind == SyncKind::Full {
+            crate::memory::release_free_memory();
         }
         let mut conntrack_failures = 0;
         if error.is_none() {

@@ -31,6 +31,7 @@ pub mod healthcheck;
 pub mod index;
 mod l2events;
 pub mod l2status;
+mod memory;
 pub mod metrics;
 pub mod node_ports;
 pub mod ruleset;
