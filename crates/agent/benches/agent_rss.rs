@@ -11,7 +11,8 @@
 //! the Syncer's state and the rendered payload. iptables and nft are null implementations that
 //! accept every call, so no kernel or fake-kernel state is counted; the null nft builds each
 //! transaction's nfnetlink batch as the default writer does (`--nft-writer nft`: renders the
-//! text instead). Agents run with two malloc arenas, as `berth`'s `main` sets.
+//! text instead). Agents run with glibc's malloc set as `berth`'s `main` sets it (two arenas, a fixed mmap
+//! threshold).
 //!
 //! A second child (`--breakdown-child`) then replays the same objects through the agent's parts
 //! without any API server, printing the resident set after each stage, so the total can be
@@ -496,14 +497,19 @@ fn main() {
     );
 }
 
-/// This executable as an agent child, with glibc's malloc limited to two arenas as `berth`'s
-/// `main` limits it (`MALLOC_ARENA_MAX` in the environment still wins, as it does there): the
-/// agent's threads would otherwise each get an arena of their own and the peak would be the
+/// This executable as an agent child, with glibc's malloc set as `berth`'s `main` sets it (two
+/// arenas, a fixed mmap threshold; the environment's own settings still win, as they do there):
+/// the agent's threads would otherwise each get an arena of their own and the peak would be the
 /// bench's, not the agent's.
 fn agent_child_command() -> Command {
     let mut command = Command::new(std::env::current_exe().unwrap());
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        command.env("MALLOC_ARENA_MAX", "2");
+    for (variable, value) in [
+        ("MALLOC_ARENA_MAX", "2"),
+        ("MALLOC_MMAP_THRESHOLD_", "131072"),
+    ] {
+        if std::env::var_os(variable).is_none() {
+            command.env(variable, value);
+        }
     }
     command
 }
