@@ -14,7 +14,7 @@ mod common;
 
 use berth_core::IpFamily;
 use berth_datapath::nft::shard::Shard;
-use berth_datapath::nft::{NetlinkNft, Nft, NftSyncer, Shards, Transaction};
+use berth_datapath::nft::{adopt, NetlinkNft, Nft, NftSyncer, Shards, Transaction};
 use berth_datapath::*;
 use berth_testing::{require, Requirement};
 use common::netns::Netns;
@@ -421,4 +421,173 @@ fn a_cold_load_cut_short_is_completed_by_the_next_start() {
             &format!("cut after {cut} stages"),
         );
     }
+}
+
+/// The writer, counting how the Syncer read the kernel: whole (`read`) or table by table
+/// (`read_each`).
+struct Reads {
+    nft: NetlinkNft,
+    whole: usize,
+    each: usize,
+}
+
+impl Nft for Reads {
+    fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
+        self.nft.apply(tx)
+    }
+
+    fn can_read(&self) -> bool {
+        true
+    }
+
+    fn read(&mut self, family: IpFamily) -> Result<Option<adopt::ObservedTables>, Error> {
+        self.whole += 1;
+        self.nft.read(family)
+    }
+
+    fn read_each(
+        &mut self,
+        family: IpFamily,
+        each: &mut dyn FnMut(Shard, adopt::Observed) -> Result<(), Error>,
+    ) -> Result<bool, Error> {
+        self.each += 1;
+        self.nft.read_each(family, each)
+    }
+
+    fn tables(
+        &mut self,
+        family: IpFamily,
+    ) -> Result<Option<std::collections::BTreeSet<Shard>>, Error> {
+        self.nft.tables(family)
+    }
+
+    fn apply_staged(
+        &mut self,
+        stages: &mut dyn Iterator<Item = Transaction>,
+    ) -> Result<usize, Error> {
+        self.nft.apply_staged(stages)
+    }
+}
+
+/// A full sync as the agent runs one: a lean planner that keeps no Service chain, each shard's
+/// planned as the sync reaches it.
+fn streamed_full_sync(
+    syncer: &mut NftSyncer<Reads>,
+    view: &NodeView,
+    options: &PlanOptions,
+) -> SyncReport {
+    let mut planner = Planner::new(options.clone()).lean();
+    let shards = syncer.shards();
+    let ports = apply::plan_for_sync(&mut planner, view, true, Some(shards), |p| p.update(view));
+    let mut changes = planner.take_changes();
+    apply::apply_planned(syncer, &mut planner, &mut changes, ports, |p| p.fill(view)).unwrap()
+}
+
+fn streamed(ns: &Netns, k: u16) -> NftSyncer<Reads> {
+    NftSyncer::new(
+        Reads {
+            nft: NetlinkNft::in_netns(&ns.0),
+            whole: 0,
+            each: 0,
+        },
+        IpFamily::V4,
+    )
+    .with_shards(Shards::new(k).unwrap())
+    .with_staged_cold_load(true)
+}
+
+/// The agent's restarts and periodic full passes adopt table by table, never reading or
+/// planning the whole at once: tables that match are left as they are (no write, the affinity
+/// entry kept); a flushed map, a stray chain, a flushed hairpin set and a deleted shard table
+/// are repaired to exactly what a fresh write holds; another shard count, and a cold load cut
+/// short, end as a fresh write of the plan. Each time the kernel was read table by table.
+#[test]
+fn an_agents_restart_adopts_table_by_table_as_a_whole_adoption_does() {
+    require!(Requirement::Netns, Requirement::Nft);
+    let view = mk_fixed_view();
+    let options = PlanOptions {
+        service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
+        ..mk_options(Dispatch::Linear)
+    };
+    let rs = plan(&view, &options);
+    let ns = netns("t");
+    let fresh = netns("tfresh");
+    sharded(&fresh, 4).sync(&rs).unwrap();
+    let cold = streamed_full_sync(&mut streamed(&ns, 4), &view, &options);
+    assert!(cold.rewritten_chains > 0, "{cold:?}");
+    assert_same(&ruleset(&ns), &ruleset(&fresh), "a streamed cold load");
+    let (shard_table, set) = sharded_affinity_set(&ns, 4);
+    ns.nft(&[
+        "add",
+        "element",
+        "ip",
+        &shard_table,
+        &set,
+        &format!("{{ {CLIENT} }}"),
+    ]);
+    let with_client = ns.ruleset(IpFamily::V4).unwrap();
+
+    // A restart over matching tables: read table by table, nothing written.
+    let mut restarted = streamed(&ns, 4);
+    let report = streamed_full_sync(&mut restarted, &view, &options);
+    assert_eq!(
+        (report.rewritten_chains, report.payload_bytes),
+        (0, 0),
+        "{report:?}"
+    );
+    assert_eq!(report.rule_count, cold.rule_count);
+    assert_eq!((restarted.nft().whole, restarted.nft().each), (0, 1));
+    assert_eq!(ns.ruleset(IpFamily::V4).unwrap(), with_client);
+
+    // The periodic pass after someone changed the tables: repaired in place.
+    let other = if shard_table == "berth-1" { "2" } else { "1" };
+    ns.nft(&["flush", "map", "ip", &shard_table, "service-ips"]);
+    ns.nft(&["add", "chain", "ip", &shard_table, "nat-BERTH-STALE"]);
+    ns.nft(&["flush", "set", "ip", "berth", "hairpin"]);
+    ns.nft(&["delete", "table", "ip", &format!("berth-{other}")]);
+    let report = streamed_full_sync(&mut restarted, &view, &options);
+    assert_eq!(report.deleted_chains, 1, "{report:?}");
+    assert_eq!((restarted.nft().whole, restarted.nft().each), (0, 2));
+    assert!(ns
+        .ruleset(IpFamily::V4)
+        .unwrap()
+        .to_string()
+        .contains(CLIENT));
+    assert_same(&ruleset(&ns), &ruleset(&fresh), "repaired table by table");
+
+    // Another shard count after a restart: what a fresh write of that count holds.
+    for k in [2, 16] {
+        let mut recount = streamed(&ns, k);
+        streamed_full_sync(&mut recount, &view, &options);
+        assert_eq!((recount.nft().whole, recount.nft().each), (0, 1));
+        let once = netns(&format!("t{k}"));
+        sharded(&once, k).sync(&rs).unwrap();
+        assert_same(
+            &ruleset(&ns),
+            &ruleset(&once),
+            &format!("{k} shards after 4"),
+        );
+    }
+
+    // A cold load cut short (the main table and two shards): the next start completes it.
+    let cut = netns("tcut");
+    let mut killed = NftSyncer::new(
+        CutShort {
+            nft: NetlinkNft::in_netns(&cut.0),
+            stages: 3,
+        },
+        IpFamily::V4,
+    )
+    .with_shards(Shards::new(4).unwrap())
+    .with_staged_cold_load(true);
+    assert!(killed.sync(&rs).is_err());
+    let mut next = streamed(&cut, 4);
+    let report = streamed_full_sync(&mut next, &view, &options);
+    assert!(report.rewritten_chains > 0, "{report:?}");
+    assert_eq!((next.nft().whole, next.nft().each), (0, 1));
+    assert_same(
+        &ruleset(&cut),
+        &ruleset(&fresh),
+        "a cut-short load completed",
+    );
 }

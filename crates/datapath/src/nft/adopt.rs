@@ -25,7 +25,8 @@ use berth_core::IpFamily;
 
 // Moved to their own module; re-exported so that every `nft::adopt::…` path keeps working.
 pub use crate::nft::observed::{
-    canonical_rule, observe, split_tables, Observed, ObservedChain, ObservedSet, ObservedTables,
+    canonical_rule, observe, observe_table, split_tables, Observed, ObservedChain, ObservedSet,
+    ObservedTables,
 };
 
 /// The canonical form of a planned rule, as berth would write it.
@@ -58,7 +59,7 @@ fn fixed_sets(family: IpFamily, shard: Shard) -> Vec<(&'static str, u32, u32, u3
 }
 
 /// A table just added: its fixed sets declared, nothing else.
-fn declared(family: IpFamily, shard: Shard) -> Observed {
+pub(super) fn declared(family: IpFamily, shard: Shard) -> Observed {
     let mut observed = Observed::default();
     for (name, flags, key_type, key_len) in fixed_sets(family, shard) {
         observed.sets.insert(
@@ -78,7 +79,7 @@ fn declared(family: IpFamily, shard: Shard) -> Observed {
 /// The expected declaration of each fixed set and map, from the batch writer's own choice.
 /// `cluster-ips` may be missing (a table written before berth had it): declaring the sets
 /// again adds it.
-fn fixed_sets_match(observed: &Observed, family: IpFamily, shard: Shard) -> bool {
+pub(super) fn fixed_sets_match(observed: &Observed, family: IpFamily, shard: Shard) -> bool {
     fixed_sets(family, shard)
         .iter()
         .all(
@@ -142,7 +143,23 @@ fn plan_repair_table(
     let chains = plan_chains(observed, planned, family, shard)?;
     let sets = plan_affinity_sets(observed, planned, family, shard)?;
     let elements = plan_elements(observed, planned, family, shard);
-    let stale = plan_stale(observed, planned, shard)?;
+    let planned_chains: BTreeSet<String> = planned
+        .chains
+        .keys()
+        .filter(|c| c.shard == shard)
+        .map(|c| c.to_string())
+        .collect();
+    let stale = plan_stale(
+        observed,
+        &|chain| planned_chains.contains(chain),
+        &|set| {
+            planned
+                .affinity
+                .keys()
+                .any(|(at, a)| *at == shard && a.as_str() == set)
+        },
+        shard,
+    )?;
     let mut out = Vec::new();
     if shard == MAIN && !observed.sets.contains_key(CLUSTER_IP_SET) {
         out.push(Command::AddMaps(MAIN));
@@ -157,13 +174,13 @@ fn plan_repair_table(
 }
 
 /// Chains to add (with their rules), and chains whose rules differ, flushed and written again.
-struct ChainRepair {
-    added: Vec<Command>,
-    rewritten: Vec<Command>,
+pub(super) struct ChainRepair {
+    pub(super) added: Vec<Command>,
+    pub(super) rewritten: Vec<Command>,
 }
 
 /// `None` when a planned base chain exists on another hook: the table is replaced then.
-fn plan_chains(
+pub(super) fn plan_chains(
     observed: &Observed,
     planned: &NftRuleset,
     family: IpFamily,
@@ -208,7 +225,7 @@ fn plan_chains(
 
 /// Affinity sets absent or with another timeout, declared again; `None` when one exists with
 /// another key or without timeouts.
-fn plan_affinity_sets(
+pub(super) fn plan_affinity_sets(
     observed: &Observed,
     planned: &NftRuleset,
     family: IpFamily,
@@ -246,9 +263,9 @@ fn plan_affinity_sets(
 /// Elements of the fixed maps and set: those gone or pointing elsewhere deleted, the missing
 /// or changed ones added.
 #[derive(Default)]
-struct ElementRepair {
-    deletes: Vec<Command>,
-    adds: Vec<Command>,
+pub(super) struct ElementRepair {
+    pub(super) deletes: Vec<Command>,
+    pub(super) adds: Vec<Command>,
 }
 
 /// An element keyed as the kernel keys it, with the chain it jumps to (none for a set).
@@ -263,6 +280,35 @@ fn keyed(element: Element) -> (Vec<u8>, (Element, Option<String>)) {
 }
 
 fn plan_elements(
+    observed: &Observed,
+    planned: &NftRuleset,
+    family: IpFamily,
+    shard: Shard,
+) -> ElementRepair {
+    let mut out = plan_map_elements(observed, planned, family, shard);
+    if shard == MAIN {
+        plan_hairpin(observed, planned.hairpin_endpoints(), family, &mut out);
+    }
+    out
+}
+
+/// The hairpin set's elements (main table) against `hairpin`, every endpoint that needs one.
+pub(super) fn plan_hairpin(
+    observed: &Observed,
+    hairpin: impl IntoIterator<Item = std::net::IpAddr>,
+    family: IpFamily,
+    out: &mut ElementRepair,
+) {
+    let hairpin = hairpin
+        .into_iter()
+        .map(|ip| keyed(Element::Hairpin(ip)))
+        .collect();
+    diff_elements(observed, HAIRPIN_SET, hairpin, family, MAIN, out);
+}
+
+/// The elements of the maps (and in the main table the ClusterIPs' set): all but the hairpin
+/// set's, which the whole plan's chains decide.
+pub(super) fn plan_map_elements(
     observed: &Observed,
     planned: &NftRuleset,
     family: IpFamily,
@@ -284,12 +330,6 @@ fn plan_elements(
         .collect();
     diff_elements(observed, NODE_PORT_MAP, node_ports, family, shard, &mut out);
     if shard == MAIN {
-        let hairpin = planned
-            .hairpin_endpoints()
-            .into_iter()
-            .map(|ip| keyed(Element::Hairpin(ip)))
-            .collect();
-        diff_elements(observed, HAIRPIN_SET, hairpin, family, shard, &mut out);
         let cluster_ips = planned
             .cluster_ips
             .iter()
@@ -335,29 +375,26 @@ fn diff_elements(
     }
 }
 
-/// Chains and sets berth no longer plans, deleted once nothing names them (chains flushed
-/// first); `None` for a chain name berth never gives.
-fn plan_stale(observed: &Observed, planned: &NftRuleset, shard: Shard) -> Option<Vec<Command>> {
-    let planned_chains: BTreeSet<String> = planned
-        .chains
-        .keys()
-        .filter(|c| c.shard == shard)
-        .map(|c| c.to_string())
-        .collect();
+/// Chains and sets of `observed` berth no longer plans (`chain_planned` and `set_planned` say
+/// which it does), deleted once nothing names them (chains flushed first); `None` for a chain
+/// name berth never gives.
+pub(super) fn plan_stale(
+    observed: &Observed,
+    chain_planned: &dyn Fn(&str) -> bool,
+    set_planned: &dyn Fn(&str) -> bool,
+    shard: Shard,
+) -> Option<Vec<Command>> {
     let stale_chains: Vec<_> = observed
         .chains
         .keys()
-        .filter(|c| !planned_chains.contains(*c))
+        .filter(|c| !chain_planned(c))
         .map(|c| raw_chain(c, shard))
         .collect::<Option<_>>()?;
     let fixed = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET, CLUSTER_IP_SET];
-    let stale_sets = observed.sets.keys().filter(|s| {
-        !fixed.contains(&s.as_str())
-            && !planned
-                .affinity
-                .keys()
-                .any(|(at, a)| *at == shard && a.as_str() == s.as_str())
-    });
+    let stale_sets = observed
+        .sets
+        .keys()
+        .filter(|s| !fixed.contains(&s.as_str()) && !set_planned(s));
     let mut out = Vec::new();
     for chain in &stale_chains {
         out.push(Command::FlushChain(chain.clone()));

@@ -19,6 +19,7 @@ pub mod netlink;
 mod observed;
 mod partial;
 pub mod render;
+mod repair;
 pub mod shard;
 pub mod stage;
 mod staged;

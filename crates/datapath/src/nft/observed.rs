@@ -109,7 +109,7 @@ pub type ObservedTables = BTreeMap<Shard, Observed>;
 pub fn observe(base: &str, raw: &RawTable) -> ObservedTables {
     split_tables(base, raw)
         .into_iter()
-        .map(|(shard, part)| (shard, observe_one(&part)))
+        .map(|(shard, part)| (shard, observe_table(&part)))
         .collect()
 }
 
@@ -131,7 +131,7 @@ pub fn split_tables(base: &str, raw: &RawTable) -> BTreeMap<Shard, RawTable> {
 }
 
 /// One table as adoption compares it.
-fn observe_one(raw: &RawTable) -> Observed {
+pub fn observe_table(raw: &RawTable) -> Observed {
     let mut observed = Observed::default();
     for chain in raw.chains.iter().filter_map(|m| chain_msg(m)) {
         observed.chains.insert(

@@ -25,10 +25,11 @@ use std::collections::BTreeSet;
 
 use crate::backend::{SyncKind, SyncReport, SyncRuleset};
 use crate::error::Error;
-use crate::nft::adopt::{plan_repair, ObservedTables};
+use crate::nft::adopt::{plan_repair, Observed, ObservedTables};
 use crate::nft::applied::{applied_state, Applied, ChainKey};
 use crate::nft::partial::PartialDiff;
 use crate::nft::render::{Command, Element, NftChain, NftRuleset, Transaction};
+use crate::nft::repair::StreamedRepair;
 use crate::nft::shard::{Placement, Shard, Shards, MAIN, MAX_SHARDS};
 use crate::nft::stage::TablePieces;
 use crate::nft::staged::StagedLoad;
@@ -52,6 +53,23 @@ pub trait Nft {
     /// berth's tables as the kernel holds them (`None`: there is no main table), for adoption.
     fn read(&mut self, _family: IpFamily) -> Result<Option<ObservedTables>, Error> {
         Ok(None)
+    }
+
+    /// [`Nft::read`] one table at a time, in shard order (the main one first), each handed to
+    /// `each` and let go before the next is read; `false`, having read nothing, when there is
+    /// no main table.
+    fn read_each(
+        &mut self,
+        family: IpFamily,
+        each: &mut dyn FnMut(Shard, Observed) -> Result<(), Error>,
+    ) -> Result<bool, Error> {
+        let Some(tables) = self.read(family)? else {
+            return Ok(false);
+        };
+        for (shard, observed) in tables {
+            each(shard, observed)?;
+        }
+        Ok(true)
     }
 
     /// The tables of berth's that exist, the main one ([`MAIN`]) included (`None`: unknown, so
@@ -87,6 +105,14 @@ impl<N: Nft + ?Sized> Nft for Box<N> {
 
     fn read(&mut self, family: IpFamily) -> Result<Option<ObservedTables>, Error> {
         (**self).read(family)
+    }
+
+    fn read_each(
+        &mut self,
+        family: IpFamily,
+        each: &mut dyn FnMut(Shard, Observed) -> Result<(), Error>,
+    ) -> Result<bool, Error> {
+        (**self).read_each(family, each)
     }
 
     fn tables(&mut self, family: IpFamily) -> Result<Option<BTreeSet<Shard>>, Error> {
@@ -303,16 +329,18 @@ impl<N: Nft> NftSyncer<N> {
         Ok(self.loaded(applied, tx.written()))
     }
 
-    /// A cold load in stages of `rs` without its Service ports' own chains, which
-    /// `service_chains(shard)` plans as the load reaches each shard (see
-    /// [`SyncRuleset::sync_streamed`]). `None`, having changed nothing, unless the syncer loads
-    /// in stages, has shards and finds no berth table in the kernel.
+    /// A full sync of `rs` without its Service ports' own chains, which `service_chains(shard)`
+    /// plans as the sync reaches each shard (see [`SyncRuleset::sync_streamed`]): with no
+    /// berth table in the kernel a cold load in stages, over berth's tables an adoption
+    /// compared table by table ([`StreamedRepair`]). `None`, having changed nothing, unless the
+    /// syncer has shards and either loads in stages and finds no table, or reads the kernel
+    /// and finds tables it can repair in place.
     pub fn sync_streamed(
         &mut self,
         rs: &Ruleset,
         service_chains: &mut dyn FnMut(Shard) -> Ruleset,
     ) -> Result<Option<SyncReport>, Error> {
-        if !self.staged || !self.shards.is_sharded() {
+        if !self.shards.is_sharded() {
             return Ok(None);
         }
         let result = self.try_sync_streamed(rs, service_chains);
@@ -324,14 +352,33 @@ impl<N: Nft> NftSyncer<N> {
         rs: &Ruleset,
         service_chains: &mut dyn FnMut(Shard) -> Ruleset,
     ) -> Result<Option<SyncReport>, Error> {
-        if !self.nft.tables(self.family)?.is_some_and(|t| t.is_empty()) {
+        let Some(tables) = self.nft.tables(self.family)? else {
+            return Ok(None);
+        };
+        let pieces = TablePieces::streamed(rs, self.shards, service_chains)?;
+        if tables.is_empty() {
+            if !self.staged {
+                return Ok(None);
+            }
+            let mut load = StagedLoad::new(self.family, pieces);
+            let written = self.nft.apply_staged(&mut load)?;
+            let applied = load.finish()?;
+            return Ok(Some(self.loaded(applied, written)));
+        }
+        if !self.nft.can_read() {
             return Ok(None);
         }
-        let pieces = TablePieces::streamed(rs, self.shards, service_chains)?;
-        let mut load = StagedLoad::new(self.family, pieces);
-        let written = self.nft.apply_staged(&mut load)?;
-        let applied = load.finish()?;
-        Ok(Some(self.loaded(applied, written)))
+        let mut repair = StreamedRepair::new(self.family, pieces);
+        let found = self.nft.read_each(self.family, &mut |shard, observed| {
+            repair.table(shard, observed)
+        })?;
+        if !found {
+            return Ok(None);
+        }
+        let Some((commands, applied)) = repair.finish()? else {
+            return Ok(None);
+        };
+        Ok(Some(self.repaired(commands, applied)?))
     }
 
     /// A cold load in stages ([`NftSyncer::with_staged_cold_load`]).
@@ -377,6 +424,13 @@ impl<N: Nft> NftSyncer<N> {
         let Some(commands) = plan_repair(&observed, &planned, self.family, self.shards) else {
             return Ok(None);
         };
+        drop(observed);
+        drop(planned);
+        self.repaired(commands, applied).map(Some)
+    }
+
+    /// Applies an adoption's repair (nothing when the tables match) and records the state.
+    fn repaired(&mut self, commands: Vec<Command>, applied: Applied) -> Result<SyncReport, Error> {
         let deleted: BTreeSet<&NftChain> = commands
             .iter()
             .filter_map(|c| match c {
@@ -407,7 +461,7 @@ impl<N: Nft> NftSyncer<N> {
             rule_count: applied.rules,
         };
         self.applied = Some(Box::new(applied));
-        Ok(Some(report))
+        Ok(report)
     }
 
     fn partial(

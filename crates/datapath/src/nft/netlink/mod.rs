@@ -26,7 +26,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use nix::sys::socket::{setsockopt, sockopt};
 
 use crate::error::Error;
-use crate::nft::adopt::ObservedTables;
+use crate::nft::adopt::{Observed, ObservedTables};
 use crate::nft::dump::RawTable;
 use crate::nft::render::{Command, Element, NftChain, Transaction, TABLE};
 use crate::nft::shard::{Shard, MAIN};
@@ -332,6 +332,18 @@ impl Nft for NetlinkNft {
 
     fn read(&mut self, family: IpFamily) -> Result<Option<ObservedTables>, Error> {
         let result = self.socket()?.read_table(family, TABLE);
+        if result.is_err() {
+            self.socket = None;
+        }
+        result
+    }
+
+    fn read_each(
+        &mut self,
+        family: IpFamily,
+        each: &mut dyn FnMut(Shard, Observed) -> Result<(), Error>,
+    ) -> Result<bool, Error> {
+        let result = self.socket()?.read_each(family, TABLE, each);
         if result.is_err() {
             self.socket = None;
         }

@@ -2,7 +2,7 @@
 //! elements, as adoption and `berth explain` need them. Apart from writing because it is the
 //! other direction on the same socket: requests and multi-part answers, no batches.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 
 use nix::sys::socket::{setsockopt, sockopt};
@@ -10,8 +10,8 @@ use nix::sys::socket::{setsockopt, sockopt};
 use super::batch::{msg_type, NLMSG_ERROR};
 use super::{io_error, NetlinkSocket};
 use crate::error::Error;
-use crate::nft::adopt::{observe, ObservedTables};
-use crate::nft::dump::{set_msg, RawTable};
+use crate::nft::adopt::{observe, observe_table, Observed, ObservedTables};
+use crate::nft::dump::{set_msg, shard_of_message, RawTable};
 use crate::nft::expr::nfproto;
 use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{CLUSTER_IP_SET, NODE_PORT_MAP, SERVICE_MAP};
@@ -120,54 +120,89 @@ impl NetlinkSocket {
     /// set, each message naming its table. `None` when there is no main table. Tables of other
     /// names are never read.
     pub fn dump_table(&mut self, family: IpFamily, base: &str) -> Result<Option<RawTable>, Error> {
+        let mut whole = RawTable::default();
+        let found = self.dump_each(family, base, &mut |_, mut raw| {
+            whole.chains.append(&mut raw.chains);
+            whole.rules.append(&mut raw.rules);
+            whole.sets.append(&mut raw.sets);
+            whole.elements.append(&mut raw.elements);
+            Ok(())
+        })?;
+        Ok(found.then_some(whole))
+    }
+
+    /// berth's tables of `family` one at a time, in shard order (the main one first): each
+    /// table's messages are handed to `each` and let go before the next table is read, so a
+    /// caller comparing table by table never holds the whole dump. `false`, having read no
+    /// table, when there is no main table.
+    pub fn dump_each(
+        &mut self,
+        family: IpFamily,
+        base: &str,
+        each: &mut dyn FnMut(Shard, RawTable) -> Result<(), Error>,
+    ) -> Result<bool, Error> {
         let tables = self.tables(family, base)?;
         if !tables.contains(&MAIN) {
-            return Ok(None);
+            return Ok(false);
         }
-        let names: Vec<String> = tables.iter().map(|s| table_name(base, *s)).collect();
-        let ours = |m: &Vec<u8>| {
-            Attrs(m)
-                .get(1)
-                .and_then(|a| a.str())
-                .is_some_and(|t| names.iter().any(|n| n == t))
-        };
-        // The chain dump answers for all tables at once.
-        let mut raw = RawTable {
-            chains: self
-                .dump(NFT_MSG_GETCHAIN, family, |_| {})?
-                .unwrap_or_default(),
-            ..RawTable::default()
-        };
-        raw.chains.retain(ours);
-        for table in &names {
-            let mut rules = self
-                .dump(NFT_MSG_GETRULE, family, |w| w.put_str(1, table))?
+        // The chain dump answers for all tables at once: read once, split by table.
+        let mut chains: BTreeMap<Shard, Vec<Vec<u8>>> = BTreeMap::new();
+        for chain in self
+            .dump(NFT_MSG_GETCHAIN, family, |_| {})?
+            .unwrap_or_default()
+        {
+            if let Some(shard) = shard_of_message(base, &chain).filter(|s| tables.contains(s)) {
+                chains.entry(shard).or_default().push(chain);
+            }
+        }
+        for shard in tables {
+            let table = table_name(base, shard);
+            let ours = |m: &Vec<u8>| Attrs(m).get(1).and_then(|a| a.str()) == Some(table.as_str());
+            let mut raw = RawTable {
+                chains: chains.remove(&shard).unwrap_or_default(),
+                ..RawTable::default()
+            };
+            raw.rules = self
+                .dump(NFT_MSG_GETRULE, family, |w| w.put_str(1, &table))?
                 .unwrap_or_default();
-            let mut sets = self
-                .dump(NFT_MSG_GETSET, family, |w| w.put_str(1, table))?
+            raw.sets = self
+                .dump(NFT_MSG_GETSET, family, |w| w.put_str(1, &table))?
                 .unwrap_or_default();
-            rules.retain(ours);
-            sets.retain(ours);
+            raw.rules.retain(ours);
+            raw.sets.retain(ours);
             let fixed: Vec<&str> = [SERVICE_MAP, NODE_PORT_MAP, HAIRPIN_SET, CLUSTER_IP_SET]
                 .into_iter()
                 .filter(|set| {
-                    sets.iter()
+                    raw.sets
+                        .iter()
                         .any(|m| set_msg(m).is_some_and(|s| s.name == *set))
                 })
                 .collect();
             for set in fixed {
                 let messages = self
                     .dump(NFT_MSG_GETSETELEM, family, |w| {
-                        w.put_str(1, table);
+                        w.put_str(1, &table);
                         w.put_str(2, set);
                     })?
                     .unwrap_or_default();
                 raw.elements.extend(messages);
             }
-            raw.rules.extend(rules);
-            raw.sets.extend(sets);
+            each(shard, raw)?;
         }
-        Ok(Some(raw))
+        Ok(true)
+    }
+
+    /// berth's tables of `family` one at a time as adoption compares them ([`observe_table`]),
+    /// in shard order; `false` when there is no main table.
+    pub fn read_each(
+        &mut self,
+        family: IpFamily,
+        base: &str,
+        each: &mut dyn FnMut(Shard, Observed) -> Result<(), Error>,
+    ) -> Result<bool, Error> {
+        self.dump_each(family, base, &mut |shard, raw| {
+            each(shard, observe_table(&raw))
+        })
     }
 
     /// berth's tables of `family` as adoption compares them with the plan ([`observe`]).
