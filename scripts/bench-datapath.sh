@@ -34,7 +34,9 @@ value() {
 run plan "$cargo" bench -p berth-datapath --bench datapath_plan_table
 if [[ $(id -u) -eq 0 ]]; then
     run first_packet "$cargo" bench -p berth-datapath --bench first_packet
-    run sync "$cargo" bench -p berth-datapath --bench sync_backends -- --sizes "${BERTH_SYNC_SIZES:-1000,10000,30000}"
+    # With the allocator set as `berth`'s main sets it, so the restart's memory is the agent's.
+    MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX:-2} MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-131072} \
+        run sync "$cargo" bench -p berth-datapath --bench sync_backends -- --sizes "${BERTH_SYNC_SIZES:-1000,10000,30000}"
 else
     echo "first-packet: skipped (needs root to create network namespaces)" | tee "$logs/first_packet.log"
     echo "sync backends: skipped (needs root to create network namespaces)" | tee "$logs/sync.log"
@@ -56,6 +58,7 @@ change_10k=$(value sync change_10k_real_ms)
 add_10k=$(value sync add_10k_real_ms)
 text_full_10k=$(value sync nft_text_full_sync_10k_s)
 text_change_10k=$(value sync nft_text_change_10k_real_ms)
+restart_peak_10k=$(value sync restart_peak_10k_mb)
 
 echo "datapath: change_10k_tree_ms=${tree_ms:-na} change_10k_linear_ms=${linear_ms:-na}" \
     "first_packet_30k_vs_100_tree=${fp_tree:-na} first_packet_30k_vs_100_linear=${fp_linear:-na}" \
@@ -63,4 +66,5 @@ echo "datapath: change_10k_tree_ms=${tree_ms:-na} change_10k_linear_ms=${linear_
     "full_sync_10k_s=${full_10k:-na} change_10k_real_ms=${change_10k:-na}" \
     "add_10k_real_ms=${add_10k:-na} full_sync_30k_s=${full_30k:-na}" \
     "nft_text_full_sync_10k_s=${text_full_10k:-na} nft_text_change_10k_real_ms=${text_change_10k:-na}" \
+    "restart_peak_10k_mb=${restart_peak_10k:-na}" \
     "nft_first_packet_30k_vs_100=${fp_nft:-na} backend_default=${backend_default:-na}"

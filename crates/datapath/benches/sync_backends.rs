@@ -23,7 +23,11 @@
 //! Services (`BERTH_SYNC_ANCHOR_MAX`); above it their rows say `skipped`.
 //! Prints one `sync:` line per (size, case) and, per size, the summary keys `full_sync_<n>_s`,
 //! `change_<n>_real_ms`, `add_<n>_real_ms` (berth on nftables through netlink), the same through
-//! `nft -f` (`nft_text_…`) and their ratios to the anchors.
+//! `nft -f` (`nft_text_…`) and their ratios to the anchors. berth's nftables row (netlink) also
+//! measures an agent restart over the tables it left: a fresh lean planner and Syncer adopt them
+//! (read, compare, write nothing as they match); the row prints the cold load's and the
+//! restart's peak resident growth (`VmHWM` reset through `/proc/self/clear_refs` before each)
+//! and the restart's time, the summary `cold_peak_<n>_mb` and `restart_peak_<n>_mb`.
 #![allow(clippy::unwrap_used)]
 
 use std::io::Write as _;
@@ -268,6 +272,38 @@ struct Result {
     /// The Syncer's own part of an add (diffing and building the transaction; the add less
     /// the planner and the writer), median.
     add_sync: Duration,
+    /// berth on nftables: the cold load's and an agent restart's (a fresh planner and Syncer
+    /// adopting the tables the cold load left) peak resident growth in MB, and the restart's
+    /// time.
+    memory: Option<Memory>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    cold_peak_mb: f64,
+    restart_peak_mb: f64,
+    restart: Duration,
+}
+
+/// A field of /proc/self/status, in KiB.
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts a new peak: the kernel resets `VmHWM` to the current resident set.
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// MB the peak grew above `from` (KiB) since the last [`reset_peak`].
+fn peak_growth_mb(from: u64) -> f64 {
+    status_kib("VmHWM:").saturating_sub(from) as f64 / 1024.0
 }
 
 /// Keeps the wall time of the last write.
@@ -364,16 +400,18 @@ fn measure_berth(
     // at a time (iptables as it writes them, nftables as the load reaches each shard); the
     // kube-proxy-shaped anchor keeps its whole plan, as kube-proxy does.
     let (mut planner, groups) = match case {
-        Case::KubeProxyIptables(_) => (Planner::new(plan_options), None),
+        Case::KubeProxyIptables(_) => (Planner::new(plan_options.clone()), None),
         Case::BerthNft(_) => (
-            Planner::new(plan_options).lean(),
+            Planner::new(plan_options.clone()).lean(),
             options.shards.is_sharded().then_some(options.shards),
         ),
         _ => (
-            Planner::new(plan_options).lean(),
+            Planner::new(plan_options.clone()).lean(),
             Shards::new(DEFAULT_SHARDS).ok(),
         ),
     };
+    reset_peak();
+    let rss_before_cold = status_kib("VmRSS:");
     let start = Instant::now();
     let ports = plan_for_sync(&mut planner, &view, true, groups, |planner| {
         planner.update(&view)
@@ -384,6 +422,7 @@ fn measure_berth(
     })
     .map_err(|e| e.to_string())?;
     let cold = start.elapsed();
+    let cold_peak_mb = peak_growth_mb(rss_before_cold);
     let cold_bytes = report.payload_bytes;
     let cold_nft = nft_last();
 
@@ -423,6 +462,42 @@ fn measure_berth(
         add_plan.push(plan_last());
         add_sync.push(total.saturating_sub(plan_last() + nft_last()));
     }
+    let memory = match case {
+        Case::BerthNft(NftWriter::Netlink) => {
+            // An agent restart: its planner and Syncer start empty and find the tables the
+            // load left, which they adopt (read, compare, write only what differs).
+            drop(syncer);
+            drop(planner);
+            let mut syncer = NftSyncer::new(NetlinkNft::in_netns(ns), IpFamily::V4)
+                .with_shards(options.shards)
+                .with_staged_cold_load(options.staged);
+            let mut planner = Planner::new(plan_options).lean();
+            reset_peak();
+            let rss_before = status_kib("VmRSS:");
+            let start = Instant::now();
+            let ports = plan_for_sync(&mut planner, &view, true, groups, |planner| {
+                planner.update(&view)
+            });
+            let mut changes = planner.take_changes();
+            let report = apply_planned(&mut syncer, &mut planner, &mut changes, ports, |p| {
+                p.fill(&view)
+            })
+            .map_err(|e| e.to_string())?;
+            let restart = start.elapsed();
+            if report.rewritten_chains != 0 || report.deleted_chains != 0 {
+                return Err(format!(
+                    "the restart rewrote {} and deleted {} chains of a matching table",
+                    report.rewritten_chains, report.deleted_chains
+                ));
+            }
+            Some(Memory {
+                cold_peak_mb,
+                restart_peak_mb: peak_growth_mb(rss_before),
+                restart,
+            })
+        }
+        _ => None,
+    };
     Ok(Result {
         cold,
         cold_bytes,
@@ -432,6 +507,7 @@ fn measure_berth(
             .then(|| (cold_nft, median(change_nft), median(add_nft))),
         add_plan: median(add_plan),
         add_sync: median(add_sync),
+        memory,
     })
 }
 
@@ -550,6 +626,7 @@ fn measure_kube_proxy_nft(
         nft_split: None,
         add_plan: Duration::ZERO,
         add_sync: Duration::ZERO,
+        memory: None,
     })
 }
 
@@ -639,8 +716,16 @@ fn main() {
                             ms(r.add_sync)
                         )
                     });
+                    let memory = r.memory.map_or(String::new(), |m| {
+                        format!(
+                            " (peak growth: cold_peak_mb={:.1} restart_peak_mb={:.1}; restart_s={:.2})",
+                            m.cold_peak_mb,
+                            m.restart_peak_mb,
+                            m.restart.as_secs_f64()
+                        )
+                    });
                     println!(
-                        "sync: backend={} services={n} endpoints={} cold_s={:.2} cold_mb={:.1} change_ms={:.1} add_service_ms={:.1}{split}",
+                        "sync: backend={} services={n} endpoints={} cold_s={:.2} cold_mb={:.1} change_ms={:.1} add_service_ms={:.1}{split}{memory}",
                         case.label(),
                         options.endpoints,
                         r.cold.as_secs_f64(),
@@ -667,6 +752,7 @@ fn main() {
         let nft = get(Case::BerthNft(NftWriter::Netlink));
         let text = get(Case::BerthNft(NftWriter::Nft));
         let add = |r: &Result| ms(r.add);
+        let memory = nft.and_then(|r| r.memory);
         let label = if n % 1000 == 0 {
             format!("{}k", n / 1000)
         } else {
@@ -677,7 +763,8 @@ fn main() {
              add_{label}_real_ms={} nft_text_full_sync_{label}_s={} \
              nft_text_change_{label}_real_ms={} nft_text_add_{label}_real_ms={} \
              kube_proxy_nft_cold_vs_berth={} kube_proxy_nft_change_vs_berth={} \
-             ipt_nft_kube_proxy_cold_vs_berth={} ipt_legacy_kube_proxy_change_vs_berth={}",
+             ipt_nft_kube_proxy_cold_vs_berth={} ipt_legacy_kube_proxy_change_vs_berth={} \
+             cold_peak_{label}_mb={} restart_peak_{label}_mb={}",
             nft.map_or("na".into(), |r| format!("{:.2}", cold(&r))),
             nft.map_or("na".into(), |r| format!("{:.1}", change(&r))),
             nft.map_or("na".into(), |r| format!("{:.1}", add(&r))),
@@ -696,6 +783,8 @@ fn main() {
                 get(Case::KubeProxyIptables(Backend::Legacy)),
                 change
             ),
+            memory.map_or("na".into(), |m| format!("{:.1}", m.cold_peak_mb)),
+            memory.map_or("na".into(), |m| format!("{:.1}", m.restart_peak_mb)),
         );
     }
 }
