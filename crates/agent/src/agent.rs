@@ -117,14 +117,14 @@ impl<I: Iptables + Send + 'static, C: Conntrack> Engine<I, C> {
     fn sync(&mut self, index: &Mutex<Index>, work: &Pending, scope: SyncScope) -> Outcome {
         // A full sync's peak comes on top of whatever the allocator still holds freed (the
         // initial lists' decoded objects before the first): returned first, so it is not.
-        if scope.replan || scope.rewrite {
+        if scope.rewrite {
             crate::memory::release_free_memory();
         }
         let targets = {
             let index = lock(index);
             for datapath in &mut self.datapaths {
                 datapath.set_service_cidrs(index.service_cidrs());
-                datapath.plan(index.view(), &work.services, scope.replan);
+                datapath.plan(index.view(), &work.services, scope);
             }
             build_health_targets(index.view())
         };

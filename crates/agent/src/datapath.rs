@@ -15,6 +15,7 @@ use berth_datapath::{
 };
 
 use crate::index::{ChangedServices, Index};
+use crate::schedule::SyncScope;
 
 /// An [`Iptables`] behind a mutex; clones share it.
 #[derive(Debug, Default)]
@@ -154,12 +155,15 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
         self.planner.set_service_cidrs(cidrs);
     }
 
-    /// Brings the planned ruleset to `view`: every Service when `full`, else those in `changed`.
-    /// The planner is lean (it lets Service chains go once applied): when the apply that
-    /// follows will be full, it keeps none and the apply plans them again as it writes them
-    /// (unsharded nftables: every Service's chains are planned now).
-    pub fn plan(&mut self, view: &NodeView, changed: &ChangedServices, full: bool) {
-        let full_sync = full || self.changes == Changes::All;
+    /// Brings the planned ruleset to `view`: every Service when `scope.replan`, else those in
+    /// `changed`. The planner is lean (it lets Service chains go once applied): when the apply
+    /// that follows will be full (`scope.rewrite`, or the Syncer has no state), it keeps none
+    /// and the apply plans them again as it writes them (unsharded nftables: every Service's
+    /// chains are planned now). A replan alone (the periodic sync) is partial: what it finds
+    /// changed, usually nothing.
+    pub fn plan(&mut self, view: &NodeView, changed: &ChangedServices, scope: SyncScope) {
+        let full = scope.replan;
+        let full_sync = scope.rewrite || self.changes == Changes::All || self.full_sync_due();
         // A full sync plans the Service chains again as it writes them (iptables) or as the
         // load reaches each shard (nftables), from a copy of this view's ports (a tenth of the
         // plan's size): never all at once.
@@ -172,6 +176,13 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
             }
         });
         self.take_planned();
+    }
+
+    fn full_sync_due(&self) -> bool {
+        match &self.syncer {
+            Applier::Iptables(syncer) => SyncRuleset::full_sync_due(syncer),
+            Applier::Nftables(syncer) => SyncRuleset::full_sync_due(syncer),
+        }
     }
 
     /// How a full sync plans the Service chains, a group of ports at a time: by nftables

@@ -425,3 +425,53 @@ async fn service_cidr_objects_enter_the_rules_through_the_watch() {
     let (server, _) = h.stop().await;
     server.shutdown().await.unwrap();
 }
+
+/// The periodic sync plans every Service again and writes what differs, which with nothing
+/// changed is nothing: a partial sync, no rule written (a full rewrite of every chain is the
+/// hourly pass's, and the first sync's).
+#[tokio::test]
+async fn periodic_syncs_write_nothing_when_nothing_changed() {
+    let (server, _) = berth_testing::start_lab().await;
+    let options = berth_agent::AgentOptions {
+        sync_period: Duration::from_millis(200),
+        ..mk_options(ProxyMode::Full)
+    };
+    let mut h = start_agent(
+        server,
+        options,
+        SharedIptables::new(MemoryIptables::default()),
+    )
+    .await;
+    h.create(mk_service_json(
+        "default",
+        "web",
+        "10.96.0.10",
+        json!([{"name": "http", "port": 80}]),
+    ))
+    .await;
+    h.create(mk_slice_json(
+        "default",
+        "web",
+        "web-1",
+        "TCP",
+        &[("10.244.1.5", true, NODE)],
+    ))
+    .await;
+    h.wait_for("web", |_, ipt| nat(ipt).contains("10.244.1.5:8080"))
+        .await;
+    let syncs = h.status.borrow().syncs;
+    let restores_before = h.iptables.lock().restores.len();
+    let programmed = h.iptables.lock().berth_ruleset();
+    h.wait_for("three periodic syncs", |s, _| s.syncs >= syncs + 3)
+        .await;
+    assert_eq!(h.status.borrow().last_kind, Some(SyncKind::Partial));
+    for payload in &h.iptables.lock().restores[restores_before..] {
+        assert!(
+            !payload.contains("-A "),
+            "a periodic sync wrote rules: {payload}"
+        );
+    }
+    assert_eq!(h.iptables.lock().berth_ruleset(), programmed);
+    let (server, _) = h.stop().await;
+    server.shutdown().await.unwrap();
+}

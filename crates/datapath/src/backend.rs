@@ -63,13 +63,16 @@ pub trait SyncRuleset {
     /// A full sync of a lean planner's ruleset without its Service ports' own chains (see
     /// [`crate::plan::Planner::update_without_service_chains`]), which it plans from `ports` a
     /// group at a time as it writes them: iptables as it writes the restore payload, nftables
-    /// as a cold load reaches each shard. `None`, having done nothing, when this Syncer cannot
-    /// (nftables with a berth table in the kernel, whose adoption compares the whole plan, or
-    /// without shards): then a full sync of the whole ruleset is due.
+    /// as a cold load or an adoption reaches each shard. `None`, having done nothing, when this
+    /// Syncer cannot (nftables without shards, or over tables it cannot repair in place): then
+    /// a full sync of the whole ruleset is due.
     fn sync_streamed(
         &mut self,
         planner: &Planner,
         ports: &mut PortGroups,
     ) -> Result<Option<SyncReport>, Error>;
     fn force_full_sync(&mut self);
+    /// Whether the next sync is full whatever the changes, as far as is known without asking
+    /// the kernel: no state of a last successful sync (the first, after a failure, forced).
+    fn full_sync_due(&self) -> bool;
 }

@@ -456,4 +456,8 @@ impl<I: Iptables> SyncRuleset for Syncer<I> {
     fn force_full_sync(&mut self) {
         Syncer::force_full_sync(self);
     }
+
+    fn full_sync_due(&self) -> bool {
+        self.applied.is_none()
+    }
 }

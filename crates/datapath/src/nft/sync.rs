@@ -555,4 +555,8 @@ impl<N: Nft> SyncRuleset for NftSyncer<N> {
     fn force_full_sync(&mut self) {
         NftSyncer::force_full_sync(self);
     }
+
+    fn full_sync_due(&self) -> bool {
+        self.applied.is_none()
+    }
 }
