@@ -1,4 +1,4 @@
-//! berth-datapath: a node's view of Services and endpoints -> a typed ruleset ([`plan`]) ->
+//! berth-datapath: a node's view of Services and endpoints -> a typed ruleset ([`plan()`]) ->
 //! `iptables-restore` text applied by an [`iptables::Syncer`] through the [`iptables::Iptables`]
 //! trait, or the same ruleset as nftables commands applied by an [`nft::NftSyncer`] through the
 //! [`nft::Nft`] trait. [`backend`] holds what both backends share, [`trace`] follows a packet

@@ -1,4 +1,4 @@
-//! The iptables backend: a planned ruleset -> `iptables-restore --noflush` text ([`render`],
+//! The iptables backend: a planned ruleset -> `iptables-restore --noflush` text ([`render()`],
 //! one rule at a time by [`rule_text`]) -> applied by a [`Syncer`] through the [`Iptables`]
 //! trait, whose real form runs the tools ([`exec`]).
 

@@ -273,7 +273,7 @@ impl<I: Iptables> Syncer<I> {
     }
 
     /// A full sync of a lean planner's ruleset, its Service ports' own chains planned a group
-    /// of `ports` at a time as the payload is written (see [`crate::iptables::streamed`]):
+    /// of `ports` at a time as the payload is written (see `iptables/streamed.rs`):
     /// the whole plan is never held, typed or as text.
     pub fn sync_streamed(
         &mut self,

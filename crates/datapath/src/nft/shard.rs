@@ -64,7 +64,7 @@ pub enum Placement {
     /// The mark chain: in the main table and copied into every shard.
     Everywhere,
     /// `BERTH-SERVICES` / `BERTH-NODEPORTS` of nat when sharded: split over the shards'
-    /// dispatch chains (see [`Shards::dispatch_copies`]).
+    /// dispatch chains.
     Dispatch,
 }
 

@@ -4,7 +4,10 @@
 //! - A full sync adopts when the writer can read the kernel ([`Nft::read`], the netlink writer):
 //!   berth's table is read back, compared with the plan and only the difference written
 //!   ([`crate::nft::adopt::plan_repair`]), so a matching table keeps its rules and its affinity
-//!   entries. Otherwise (no table, one it cannot repair, a writer that cannot read) it deletes
+//!   entries. The agent's full syncs are streamed ([`NftSyncer::sync_streamed`]): the tables
+//!   are read and compared one at a time as each shard's chains are planned
+//!   (`nft/repair.rs`), so neither the whole plan nor the whole dump is ever held.
+//!   Otherwise (no table, one it cannot repair, a writer that cannot read) it deletes
 //!   and recreates the table in one transaction (`add table`, `delete table`, `add table`, then
 //!   everything): no packet ever sees a half-built table, stale chains cannot survive, and other
 //!   programs' tables are never named. Connections already established keep their translation
@@ -332,7 +335,7 @@ impl<N: Nft> NftSyncer<N> {
     /// A full sync of `rs` without its Service ports' own chains, which `service_chains(shard)`
     /// plans as the sync reaches each shard (see [`SyncRuleset::sync_streamed`]): with no
     /// berth table in the kernel a cold load in stages, over berth's tables an adoption
-    /// compared table by table ([`StreamedRepair`]). `None`, having changed nothing, unless the
+    /// compared table by table (`nft/repair.rs`). `None`, having changed nothing, unless the
     /// syncer has shards and either loads in stages and finds no table, or reads the kernel
     /// and finds tables it can repair in place.
     pub fn sync_streamed(

@@ -1,5 +1,5 @@
 //! berth's nftables table of one family, typed: what the in-memory nftables holds after
-//! berth's transactions ([`crate::fake::MemoryNft`]) and what [`crate::nft::decode`] reads back
+//! berth's transactions (`fake::MemoryNft`, behind the `fake` feature) and what [`crate::nft::decode`] reads back
 //! from the kernel. The packet tracer follows it as a [`Ruleset`] ([`NftTable::traceable`]);
 //! each rule a traced packet hits is shown again in nft's words ([`NftTable::hop_text`]).
 

@@ -109,7 +109,7 @@ const ELEMENTS_PER_LINE: usize = 1024;
 
 impl Payload for Transaction {
     /// One line per command, except that a run of element additions to one map or set becomes
-    /// one `add element` line per [`ELEMENTS_PER_LINE`]: the same change, parsed faster.
+    /// one `add element` line per `ELEMENTS_PER_LINE`: the same change, parsed faster.
     fn write_to(&self, out: &mut dyn Write) -> io::Result<()> {
         let mut written = 0;
         let mut rest = self.commands.as_slice();

@@ -1,5 +1,5 @@
 //! `plan::service`: one Service port's rules, written by one builder per kind of chain from the
-//! decisions [`crate::plan::policy::decide_port`] made: the dispatch entries, the filter rules,
+//! decisions `plan::policy::decide_port` made: the dispatch entries, the filter rules,
 //! then the nat chains (the head of SVC/SVL, EXT, FW, the endpoint choice in SVC/SVL, SEP).
 //! Semantics follow kube-proxy's iptables mode (chain roles, masquerading, traffic policies,
 //! firewalling), under the `BERTH-` prefix.
