@@ -161,6 +161,22 @@ fn plan_repair_table(
         shard,
     )?;
     let mut out = Vec::new();
+    push_table_repair(&mut out, observed, shard, chains, sets, elements);
+    out.extend(stale);
+    Some(out)
+}
+
+/// One table's repair, in the order the kernel needs it: the maps (when `cluster-ips` is
+/// missing), chains added, affinity sets, chains rewritten (their rules may name both), then
+/// elements deleted and added (they may jump to the added chains). Stale deletions come after.
+pub(super) fn push_table_repair(
+    out: &mut Vec<Command>,
+    observed: &Observed,
+    shard: Shard,
+    chains: ChainRepair,
+    sets: Vec<Command>,
+    elements: ElementRepair,
+) {
     if shard == MAIN && !observed.sets.contains_key(CLUSTER_IP_SET) {
         out.push(Command::AddMaps(MAIN));
     }
@@ -169,8 +185,6 @@ fn plan_repair_table(
     out.extend(chains.rewritten);
     out.extend(elements.deletes);
     out.extend(elements.adds);
-    out.extend(stale);
-    Some(out)
 }
 
 /// Chains to add (with their rules), and chains whose rules differ, flushed and written again.

@@ -19,11 +19,11 @@ use std::iter::Peekable;
 use crate::error::Error;
 use crate::nft::adopt::{
     declared, fixed_sets_match, plan_affinity_sets, plan_chains, plan_hairpin, plan_map_elements,
-    plan_stale, ElementRepair, Observed,
+    plan_stale, push_table_repair, ElementRepair, Observed,
 };
 use crate::nft::applied::{applied_state, Applied};
 use crate::nft::inline::HAIRPIN_SET;
-use crate::nft::render::{Command, NftRuleset, CLUSTER_IP_SET};
+use crate::nft::render::{Command, NftRuleset};
 use crate::nft::shard::{Shard, MAIN};
 use crate::nft::stage::{Piece, TablePieces};
 use berth_core::IpFamily;
@@ -205,14 +205,7 @@ impl<'a> StreamedRepair<'a> {
             return Ok(());
         };
         let elements = plan_map_elements(&observed, &piece, family, shard);
-        if shard == MAIN && !observed.sets.contains_key(CLUSTER_IP_SET) {
-            self.commands.push(Command::AddMaps(MAIN));
-        }
-        self.commands.extend(chains.added);
-        self.commands.extend(sets);
-        self.commands.extend(chains.rewritten);
-        self.commands.extend(elements.deletes);
-        self.commands.extend(elements.adds);
+        push_table_repair(&mut self.commands, &observed, shard, chains, sets, elements);
         let names: BTreeSet<String> = piece
             .chains
             .keys()
