@@ -358,11 +358,11 @@ impl<N: Nft> NftSyncer<N> {
         let Some(tables) = self.nft.tables(self.family)? else {
             return Ok(None);
         };
-        let pieces = TablePieces::streamed(rs, self.shards, service_chains)?;
         if tables.is_empty() {
             if !self.staged {
                 return Ok(None);
             }
+            let pieces = TablePieces::streamed(rs, self.shards, service_chains)?;
             let mut load = StagedLoad::new(self.family, pieces);
             let written = self.nft.apply_staged(&mut load)?;
             let applied = load.finish()?;
@@ -371,6 +371,7 @@ impl<N: Nft> NftSyncer<N> {
         if !self.nft.can_read() {
             return Ok(None);
         }
+        let pieces = TablePieces::streamed(rs, self.shards, service_chains)?;
         let mut repair = StreamedRepair::new(self.family, pieces);
         let found = self.nft.read_each(self.family, &mut |shard, observed| {
             repair.table(shard, observed)
