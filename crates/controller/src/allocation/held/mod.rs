@@ -204,7 +204,13 @@ impl AllocationState {
         }
         let mut view = facts.lb_view.clone();
         view.namespace_labels = labels.clone();
-        if self.alloc.lb.adopt(key, &view, before).is_ok() {
+        // Held outside the pools too (`keep`): an address whose pool went (with no grace) is
+        // in none now, but a pool re-created with it before the clearing lands — or after a
+        // clearing refused as stale — would otherwise give it to another Service while this
+        // one's status still names it.
+        if self.alloc.lb.adopt(key, &view, before).is_ok()
+            || self.alloc.lb.keep(key, &view, before).is_ok()
+        {
             self.held.clearing.insert(key.clone());
         }
     }

@@ -362,3 +362,22 @@ fn a_service_turned_cluster_ip_whose_pool_went_before_a_restart_is_cleared() {
         ],
     );
 }
+
+/// Found by the property: a Service turned ClusterIP before the controller saw it, its pool
+/// re-created (with no grace) while it still named its address, and another Service then
+/// given that address.
+#[test]
+fn an_address_still_named_by_a_service_turned_cluster_ip_is_not_given_to_another() {
+    run_lifecycle(
+        Some(0),
+        &[
+            Step::Create(0, Ask::Any),
+            Step::Wait,
+            Step::Create(3, Ask::Pool(0)),
+            Step::Settle,
+            Step::Settle,
+            Step::Change(3, Ask::ClusterIp),
+            Step::Recreate(0, 2, 1, 2),
+        ],
+    );
+}
