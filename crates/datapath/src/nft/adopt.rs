@@ -25,7 +25,7 @@ use berth_core::IpFamily;
 
 // Moved to their own module; re-exported so that every `nft::adopt::…` path keeps working.
 pub use crate::nft::observed::{
-    canonical_rule, observe, observe_table, split_tables, Observed, ObservedChain, ObservedSet,
+    canonical_rule, observe_table, split_tables, Observed, ObservedChain, ObservedSet,
     ObservedTables,
 };
 

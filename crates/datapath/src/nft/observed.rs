@@ -102,17 +102,6 @@ fn push_field(out: &mut Vec<u8>, bytes: &[u8]) {
 /// berth's tables of one family: the main table and the shards, as adoption compares them.
 pub type ObservedTables = BTreeMap<Shard, Observed>;
 
-/// berth's tables as adoption compares them: for each table of `base`'s (the main one and its
-/// shards), a dump's chains with their hooks and canonical rules, its sets, and the elements of
-/// the maps and the hairpin set. Messages without a name or of another table are left out (the
-/// kernel never sends one).
-pub fn observe(base: &str, raw: &RawTable) -> ObservedTables {
-    split_tables(base, raw)
-        .into_iter()
-        .map(|(shard, part)| (shard, observe_table(&part)))
-        .collect()
-}
-
 /// A dump of several tables of `base`'s as one dump per table.
 pub fn split_tables(base: &str, raw: &RawTable) -> BTreeMap<Shard, RawTable> {
     let mut parts: BTreeMap<Shard, RawTable> = BTreeMap::new();
@@ -130,7 +119,9 @@ pub fn split_tables(base: &str, raw: &RawTable) -> BTreeMap<Shard, RawTable> {
     parts
 }
 
-/// One table as adoption compares it.
+/// One table as adoption compares it: a dump's chains with their hooks and canonical rules,
+/// its sets, and the elements of the maps and the hairpin set. Messages without a name are left
+/// out (the kernel never sends one).
 pub fn observe_table(raw: &RawTable) -> Observed {
     let mut observed = Observed::default();
     for chain in raw.chains.iter().filter_map(|m| chain_msg(m)) {

@@ -10,7 +10,7 @@ use nix::sys::socket::{setsockopt, sockopt};
 use super::batch::{msg_type, NLMSG_ERROR};
 use super::{io_error, NetlinkSocket};
 use crate::error::Error;
-use crate::nft::adopt::{observe, observe_table, Observed, ObservedTables};
+use crate::nft::adopt::{observe_table, Observed, ObservedTables};
 use crate::nft::dump::{set_msg, shard_of_message, RawTable};
 use crate::nft::expr::nfproto;
 use crate::nft::inline::HAIRPIN_SET;
@@ -205,14 +205,18 @@ impl NetlinkSocket {
         })
     }
 
-    /// berth's tables of `family` as adoption compares them with the plan ([`observe`]).
+    /// berth's tables of `family` as adoption compares them with the plan, all of them:
+    /// [`NetlinkSocket::read_each`] collected (no dump of the whole held, nor split again).
     pub fn read_table(
         &mut self,
         family: IpFamily,
         base: &str,
     ) -> Result<Option<ObservedTables>, Error> {
-        Ok(self
-            .dump_table(family, base)?
-            .map(|raw| observe(base, &raw)))
+        let mut tables = ObservedTables::new();
+        let found = self.read_each(family, base, &mut |shard, observed| {
+            tables.insert(shard, observed);
+            Ok(())
+        })?;
+        Ok(found.then_some(tables))
     }
 }
