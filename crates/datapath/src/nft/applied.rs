@@ -18,7 +18,7 @@ pub(super) type ChainKey = (Table, ChainName);
 pub(super) type SetKey = (Shard, ChainName);
 
 /// What the last successful sync left in the kernel, as far as diffs need it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Applied {
     /// Hash of each chain's converted rules, how many rules its copies hold, its table.
     pub(super) chains: BTreeMap<ChainKey, (u64, usize, Shard)>,
@@ -117,9 +117,9 @@ pub(super) fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> 
 
 impl Applied {
     /// Joins `part`'s state, whose chains no earlier part held, to this one: each map merged
-    /// in one pass that frees the two it reads as it builds the joint one (full nodes), so a
-    /// staged load holds its state once, not its parts and their union at the end.
-    pub(super) fn absorb(&mut self, part: Applied) {
+    /// in one pass that frees the two it reads as it builds the joint one (full nodes), so
+    /// nothing is held twice. The pass costs both sizes: [`Parts`] joins parts of like size.
+    fn absorb(&mut self, part: Applied) {
         let Applied {
             mut chains,
             mut services,
@@ -228,6 +228,51 @@ impl Applied {
     }
 }
 
+/// The states of a load's parts (one per table, then the rest and the base chains), joined as
+/// they come, like a binary counter: a part is joined with the last one held while that one
+/// holds no more parts than it, so every entry is moved about log2(parts) times and at most
+/// that many partial states are held. Joining each part into the whole state as it came moved
+/// the whole state every time: at 10,000 Services 33 passes over 100,000 endpoint pairs, a
+/// third of a cold load's own work, while the kernel waited for the next table. Collecting
+/// every part and building each map once at the end was as fast but held a second copy of
+/// the largest maps while building (11 MB more at the agent's peak).
+#[derive(Debug, Default)]
+pub(super) struct Parts(Vec<(Applied, usize)>);
+
+impl Parts {
+    pub(super) fn push(&mut self, part: Applied) {
+        let mut part = (part, 1);
+        while let Some((last, parts)) = self.0.pop() {
+            if parts > part.1 {
+                self.0.push((last, parts));
+                break;
+            }
+            part = join(last, parts, part);
+        }
+        self.0.push(part);
+    }
+
+    /// The state all parts leave together. No chain, Service key, node port or set is in two
+    /// parts; an endpoint several chains need as a hairpin pair is counted once per chain,
+    /// whichever part each is in.
+    pub(super) fn merge(self) -> Applied {
+        self.0
+            .into_iter()
+            .rev()
+            .reduce(|later, earlier| {
+                let (earlier, n) = earlier;
+                join(earlier, n, later)
+            })
+            .map(|(applied, _)| applied)
+            .unwrap_or_default()
+    }
+}
+
+fn join(mut earlier: Applied, parts: usize, later: (Applied, usize)) -> (Applied, usize) {
+    earlier.absorb(later.0);
+    (earlier, parts + later.1)
+}
+
 pub(super) fn sets_named(shard: Shard, rules: &[NftRule]) -> BTreeSet<SetKey> {
     rules
         .iter()
@@ -239,6 +284,77 @@ pub(super) fn sets_named(shard: Shard, rules: &[NftRule]) -> BTreeSet<SetKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One part's state: `chains` of its own, each needing the hairpin pairs of `hairpin` and
+    /// using the endpoint chain of the same name with `-EP`.
+    fn mk_part(shard: Shard, chains: &[&str], hairpin: &[[u8; 4]]) -> Applied {
+        let mut part = Applied::default();
+        for (i, name) in chains.iter().enumerate() {
+            let key = (Table::Nat, ChainName::new(*name));
+            let endpoint = ChainName::new(format!("{name}-EP"));
+            part.chains.insert(key.clone(), (i as u64, 2, shard));
+            let ip = IpAddr::from([10, 96, shard as u8, i as u8]);
+            part.services.insert(
+                (ip, berth_core::Protocol::Tcp, 80),
+                NftChain::in_shard(Table::Nat, &key.1, shard),
+            );
+            part.cluster_ips.insert(ip);
+            part.affinity.insert((shard, endpoint.clone()), 10);
+            part.chain_sets
+                .insert(key.clone(), [(shard, endpoint.clone())].into());
+            part.chain_endpoints
+                .insert(key.clone(), [endpoint.clone()].into());
+            part.used_by.insert((endpoint, key.clone()));
+            let pairs: BTreeSet<IpAddr> = hairpin.iter().map(|ip| IpAddr::from(*ip)).collect();
+            for ip in &pairs {
+                *part.hairpin.entry(*ip).or_default() += 1;
+            }
+            part.chain_hairpin.insert(key, pairs);
+            part.rules += 2;
+        }
+        part
+    }
+
+    /// Joined like a binary counter (five parts: held as one of four and one), the parts leave
+    /// what joining them one by one leaves: every map the union, a hairpin pair counted once
+    /// per chain that needs it, in whichever part.
+    #[test]
+    fn parts_joined_in_pairs_equal_parts_joined_one_by_one() {
+        let parts = [
+            mk_part(0, &["BERTH-SVC-B", "BERTH-SVC-D"], &[[10, 244, 1, 1]]),
+            mk_part(1, &["BERTH-SVC-A"], &[[10, 244, 1, 1], [10, 244, 2, 2]]),
+            mk_part(2, &[], &[]),
+            mk_part(3, &["BERTH-SVC-C", "BERTH-SVC-E"], &[[10, 244, 2, 2]]),
+            mk_part(4, &["BERTH-SVC-F"], &[[10, 244, 1, 1]]),
+        ];
+        let mut want = Applied::default();
+        for part in parts.clone() {
+            want.chains.extend(part.chains);
+            want.services.extend(part.services);
+            want.node_ports.extend(part.node_ports);
+            want.cluster_ips.extend(part.cluster_ips);
+            want.affinity.extend(part.affinity);
+            want.chain_sets.extend(part.chain_sets);
+            want.chain_endpoints.extend(part.chain_endpoints);
+            want.used_by.extend(part.used_by);
+            want.chain_hairpin.extend(part.chain_hairpin);
+            for (ip, n) in part.hairpin {
+                *want.hairpin.entry(ip).or_default() += n;
+            }
+            want.rules += part.rules;
+        }
+        let mut merged = Parts::default();
+        for part in parts {
+            merged.push(part);
+        }
+        let merged = merged.merge();
+        assert_eq!(merged, want);
+        assert_eq!(merged.chains.len(), 6);
+        assert_eq!(merged.hairpin[&IpAddr::from([10, 244, 1, 1])], 4);
+        assert_eq!(merged.hairpin[&IpAddr::from([10, 244, 2, 2])], 3);
+        assert_eq!(merged.rules, 12);
+        assert_eq!(Parts::default().merge(), Applied::default());
+    }
 
     /// The bulk-built indexes hold exactly what inserting pair by pair would.
     #[test]

@@ -21,7 +21,7 @@ use crate::nft::adopt::{
     declared, fixed_sets_match, plan_affinity_sets, plan_chains, plan_hairpin, plan_map_elements,
     plan_stale, push_table_repair, ElementRepair, Observed,
 };
-use crate::nft::applied::{applied_state, Applied};
+use crate::nft::applied::{applied_state, Applied, Parts};
 use crate::nft::inline::HAIRPIN_SET;
 use crate::nft::render::{Command, NftRuleset};
 use crate::nft::shard::{Shard, MAIN};
@@ -42,7 +42,8 @@ pub(super) struct StreamedRepair<'a> {
     planned_sets: BTreeMap<Shard, BTreeSet<String>>,
     /// Tables the kernel holds and the plan has not.
     unplanned: Vec<Shard>,
-    applied: Applied,
+    /// The state each piece leaves, joined in parts of like size ([`Parts`]).
+    applied: Parts,
     repairable: bool,
 }
 
@@ -56,7 +57,7 @@ impl<'a> StreamedRepair<'a> {
             planned_chains: BTreeMap::new(),
             planned_sets: BTreeMap::new(),
             unplanned: Vec::new(),
-            applied: Applied::default(),
+            applied: Parts::default(),
             repairable: true,
         }
     }
@@ -97,7 +98,7 @@ impl<'a> StreamedRepair<'a> {
             let (Piece::Rest(mut piece) | Piece::Hooks(mut piece)) = piece? else {
                 unreachable_piece()?
             };
-            self.applied.absorb(applied_state(&mut piece)?);
+            self.applied.push(applied_state(&mut piece)?);
             spanning.chains.append(&mut piece.chains);
             spanning.hooks.append(&mut piece.hooks);
             spanning.affinity.append(&mut piece.affinity);
@@ -105,6 +106,7 @@ impl<'a> StreamedRepair<'a> {
         if !self.repairable {
             return Ok(None);
         }
+        let applied = std::mem::take(&mut self.applied).merge();
         let family = self.family;
         let mut stale = Vec::new();
         for (shard, left) in &self.left {
@@ -136,12 +138,7 @@ impl<'a> StreamedRepair<'a> {
             );
             if shard == MAIN {
                 let mut hairpin = ElementRepair::default();
-                plan_hairpin(
-                    left,
-                    self.applied.hairpin.keys().copied(),
-                    family,
-                    &mut hairpin,
-                );
+                plan_hairpin(left, applied.hairpin.keys().copied(), family, &mut hairpin);
                 self.commands.extend(hairpin.deletes);
                 self.commands.extend(hairpin.adds);
             }
@@ -158,7 +155,7 @@ impl<'a> StreamedRepair<'a> {
         self.commands.extend(stale);
         self.commands
             .extend(self.unplanned.into_iter().map(Command::DeleteTable));
-        Ok(Some((self.commands, self.applied)))
+        Ok(Some((self.commands, applied)))
     }
 
     /// Adds the plan's tables before `shard` (all that are left when `None`): tables the kernel
@@ -223,7 +220,7 @@ impl<'a> StreamedRepair<'a> {
                 .map(|(_, name)| name.to_string()),
         );
         self.left.insert(shard, observed);
-        self.applied.absorb(applied_state(&mut piece)?);
+        self.applied.push(applied_state(&mut piece)?);
         Ok(())
     }
 }

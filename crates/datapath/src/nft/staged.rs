@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use crate::error::Error;
-use crate::nft::applied::{applied_state, Applied};
+use crate::nft::applied::{applied_state, Applied, Parts};
 use crate::nft::render::{Command, Element, NftRuleset, Transaction};
 use crate::nft::stage::{Piece, TablePieces};
 use berth_core::IpFamily;
@@ -23,8 +23,8 @@ use berth_core::IpFamily;
 pub(super) struct StagedLoad<'a> {
     family: IpFamily,
     pieces: TablePieces<'a>,
-    /// The state the pieces so far leave, each joined as it is converted.
-    loaded: Applied,
+    /// The state each piece so far leaves, joined in parts of like size ([`Parts`]).
+    loaded: Parts,
     /// The whole load's state, once the last piece is converted.
     merged: Option<Applied>,
     failure: Option<Error>,
@@ -46,7 +46,7 @@ impl<'a> StagedLoad<'a> {
         StagedLoad {
             family,
             pieces,
-            loaded: Applied::default(),
+            loaded: Parts::default(),
             merged: None,
             failure: None,
             ahead: std::collections::VecDeque::new(),
@@ -64,8 +64,8 @@ impl<'a> StagedLoad<'a> {
             Piece::Table(shard, planned) => (planned, Some(shard)),
             Piece::Rest(planned) => (planned, None),
             Piece::Hooks(mut planned) => {
-                self.loaded.absorb(applied_state(&mut planned)?);
-                let merged = std::mem::take(&mut self.loaded);
+                self.loaded.push(applied_state(&mut planned)?);
+                let merged = std::mem::take(&mut self.loaded).merge();
                 self.hairpin_from = merged.hairpin.keys().next().copied();
                 self.merged = Some(merged);
                 for (chain, hook) in &planned.hooks {
@@ -80,7 +80,7 @@ impl<'a> StagedLoad<'a> {
                 return Ok(());
             }
         };
-        self.loaded.absorb(applied_state(&mut planned)?);
+        self.loaded.push(applied_state(&mut planned)?);
         if let Some(shard) = table {
             tx.push(Command::AddTable(shard));
             tx.push(Command::DeleteTable(shard));
