@@ -13,7 +13,7 @@ use crate::plan::model::{ChainName, Ruleset, Table};
 use crate::plan::names;
 use crate::plan::options::Dispatch;
 use crate::plan::options::PlanOptions;
-use crate::plan::service::plan_service_port;
+use crate::plan::service::{plan_service_port, EndpointRules};
 
 /// Fixed chains kube-proxy declares and refills on every sync, partial ones included: its partial
 /// syncs skip only unchanged SVC/SVL/EXT/FW/SEP chains (`pkg/proxy/iptables/proxier.go`). Linear
@@ -58,6 +58,7 @@ pub fn plan(view: &NodeView, options: &PlanOptions) -> Ruleset {
             port,
             &categorized,
             options,
+            EndpointRules::Full,
         );
     }
     build_dispatch(&mut rs, entries, options);

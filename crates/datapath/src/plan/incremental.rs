@@ -33,7 +33,7 @@ use crate::plan::model::{ChainName, Rule, Ruleset, Table, TableRules};
 use crate::plan::names;
 use crate::plan::options::Dispatch;
 use crate::plan::options::PlanOptions;
-use crate::plan::service::plan_service_port;
+use crate::plan::service::{plan_service_port, EndpointRules};
 use berth_core::{IpFamily, Protocol};
 
 type ServiceKey = (ServicePortName, Protocol);
@@ -493,6 +493,11 @@ impl Planner {
         let node = self.node.clone().unwrap_or_default();
         let mut rs = Ruleset::default();
         let mut entries = DispatchEntries::default();
+        // A pass that drops the ports' own chains keeps only their names and rule counts.
+        let endpoint_rules = match self.discard {
+            true => EndpointRules::Placeholders,
+            false => EndpointRules::Full,
+        };
         for port in group {
             let categorized = categorize(port, &node, self.options.family);
             plan_service_port(
@@ -502,6 +507,7 @@ impl Planner {
                 port,
                 &categorized,
                 &self.options,
+                endpoint_rules,
             );
         }
         let mut owned = BTreeMap::new();

@@ -40,6 +40,19 @@ fn dst_matches(comment: String, protocol: Protocol, addr: IpAddr, port: u16) -> 
     ]
 }
 
+/// How a Service port's endpoint choice (its SVC/SVL and endpoint chains) is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndpointRules {
+    /// Every rule, as it is applied.
+    Full,
+    /// The same chains with as many rules, each an empty placeholder: for a pass that keeps
+    /// only a port's chain names and rule counts and drops the rules of its own chains (a lean
+    /// planner's pass before a streamed cold load, which plans each port again as the load
+    /// reaches its table). The comments and matches of every endpoint's rules were three
+    /// quarters of that pass.
+    Placeholders,
+}
+
 /// Writes one Service port's chains, its rules in the shared filter chains, and its dispatch
 /// entries. Depends only on the port, the node and the options, which is what lets
 /// [`crate::plan::incremental::Planner`] cache the result per Service port.
@@ -50,6 +63,7 @@ pub(crate) fn plan_service_port(
     port: &ServicePort,
     eps: &Categorized<'_>,
     options: &PlanOptions,
+    endpoint_rules: EndpointRules,
 ) {
     let Some(policy) = decide_port(node, port, eps, options) else {
         return;
@@ -64,7 +78,10 @@ pub(crate) fn plan_service_port(
     if policy.uses_firewall {
         plan_firewall_chain(rs, &policy);
     }
-    plan_endpoint_choice(rs, port, eps, &policy);
+    match endpoint_rules {
+        EndpointRules::Full => plan_endpoint_choice(rs, port, eps, &policy),
+        EndpointRules::Placeholders => plan_endpoint_placeholders(rs, port, eps, &policy),
+    }
 }
 
 /// The entries the dispatch chains jump from: each address (and the node port) to the chain
@@ -301,6 +318,42 @@ fn plan_endpoint_choice(
     plan_endpoint_chains(rs, port, eps, policy, &sep_names);
 }
 
+/// [`plan_endpoint_choice`]'s chains, each with as many rules, all empty placeholders.
+fn plan_endpoint_placeholders(
+    rs: &mut Ruleset,
+    port: &ServicePort,
+    eps: &Categorized<'_>,
+    policy: &PortPolicy,
+) {
+    let placeholder = Rule::counting(Vec::new());
+    let nat = rs.table_mut(Table::Nat);
+    // SVC and SVL: with affinity a check per endpoint, then a choice per endpoint.
+    let per_endpoint = if policy.affinity_seconds.is_some() {
+        2
+    } else {
+        1
+    };
+    for (chain, endpoints) in [
+        (&policy.chains.cluster, &eps.cluster),
+        (&policy.chains.local, &eps.local),
+    ] {
+        if endpoints.is_empty() {
+            continue;
+        }
+        nat.chain_mut(chain);
+        for _ in 0..endpoints.len() * per_endpoint {
+            nat.push(chain, placeholder.clone());
+        }
+    }
+    // Each endpoint chain: the hairpin mark and the DNAT.
+    for ep in &eps.reachable {
+        let sep = names::endpoint_chain(&port.name, port.protocol, ep);
+        nat.chain_mut(&sep);
+        nat.push(&sep, placeholder.clone());
+        nat.push(&sep, placeholder.clone());
+    }
+}
+
 /// SVC or SVL: affinity first (an endpoint this client used recently), then a random choice.
 fn plan_policy_chain(
     rs: &mut Ruleset,
@@ -383,5 +436,147 @@ fn plan_endpoint_chains(
             None => Rule::shared(&dnat_matches, dnat),
         };
         nat.push(&sep, rule);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Addresses: ClusterIP 10.96.0.1, LoadBalancer VIP 198.18.0.200, node 198.18.0.11
+    //! (node-a), pods 10.244.0.0/16; endpoints 10.244.1.x on node-a, 10.244.2.x on node-b.
+    use super::*;
+    use crate::plan::categorize::categorize;
+    use crate::plan::input::tests::mk_port;
+    use crate::plan::input::{IpMode, LoadBalancerIngress, SessionAffinity};
+    use berth_core::TrafficPolicy;
+
+    fn mk_ep(ip: &str, node: &str, ready: bool) -> Endpoint {
+        Endpoint {
+            ip: ip.parse().unwrap(),
+            port: 8080,
+            ready,
+            serving: true,
+            terminating: !ready,
+            node_name: Some(node.into()),
+            hints: None,
+        }
+    }
+
+    fn node() -> NodeInfo {
+        NodeInfo {
+            name: "node-a".into(),
+            addresses: vec!["198.18.0.11".parse().unwrap()],
+            zone: None,
+        }
+    }
+
+    /// Ports that write every kind of endpoint choice: Cluster and Local policies, affinity,
+    /// terminating endpoints only, no endpoints, a firewall.
+    fn ports() -> Vec<(&'static str, ServicePort)> {
+        let two = vec![
+            mk_ep("10.244.1.5", "node-a", true),
+            mk_ep("10.244.2.5", "node-b", true),
+            mk_ep("10.244.2.6", "node-b", true),
+        ];
+        let affinity = SessionAffinity::ClientIp {
+            timeout_seconds: 60,
+        };
+        let mut local = mk_port(two.clone());
+        local.node_port = Some(30080);
+        local.external_traffic_policy = TrafficPolicy::Local;
+        local.health_check_node_port = Some(30999);
+        local.load_balancer_ingress = vec![LoadBalancerIngress {
+            ip: "198.18.0.200".parse().unwrap(),
+            mode: IpMode::Vip,
+        }];
+        let mut firewalled = local.clone();
+        firewalled.source_ranges = vec!["198.18.0.0/24".parse().unwrap()];
+        firewalled.session_affinity = affinity;
+        let mut sticky = mk_port(two.clone());
+        sticky.session_affinity = affinity;
+        let mut internal_local = mk_port(two);
+        internal_local.internal_traffic_policy = TrafficPolicy::Local;
+        vec![
+            (
+                "cluster",
+                mk_port(vec![mk_ep("10.244.1.5", "node-a", true)]),
+            ),
+            ("local", local),
+            ("firewalled with affinity", firewalled),
+            ("affinity", sticky),
+            ("internal local", internal_local),
+            (
+                "terminating only",
+                mk_port(vec![mk_ep("10.244.2.7", "node-b", false)]),
+            ),
+            ("no endpoints", mk_port(vec![])),
+        ]
+    }
+
+    /// A placeholder pass writes the same chains with as many rules as the full one, the same
+    /// rules everywhere but the endpoint choice, and the same dispatch entries: what a lean
+    /// planner keeps of a port (names, counts, shared rules, entries) is what a full pass gives.
+    #[test]
+    fn placeholders_keep_every_chain_and_rule_count_of_the_endpoint_choice() {
+        let options = PlanOptions {
+            cluster_cidr: Some("10.244.0.0/16".parse().unwrap()),
+            ..PlanOptions::default()
+        };
+        let node = node();
+        for (name, port) in ports() {
+            let eps = categorize(&port, &node, options.family);
+            let plan = |endpoint_rules| {
+                let mut rs = Ruleset::default();
+                let mut entries = DispatchEntries::default();
+                plan_service_port(
+                    &mut rs,
+                    &mut entries,
+                    &node,
+                    &port,
+                    &eps,
+                    &options,
+                    endpoint_rules,
+                );
+                (rs, entries)
+            };
+            let (full, full_entries) = plan(EndpointRules::Full);
+            let (placeholders, entries) = plan(EndpointRules::Placeholders);
+            assert_eq!(
+                format!("{entries:?}"),
+                format!("{full_entries:?}"),
+                "{name}: dispatch entries"
+            );
+            let chains = |rs: &Ruleset| -> Vec<(Table, ChainName, usize)> {
+                rs.tables
+                    .iter()
+                    .flat_map(|(table, rules)| {
+                        rules
+                            .chains
+                            .iter()
+                            .map(|(chain, rules)| (*table, chain.clone(), rules.len()))
+                    })
+                    .collect()
+            };
+            assert_eq!(chains(&placeholders), chains(&full), "{name}: chains");
+            let mut placeheld = 0;
+            for (table, rules) in &full.tables {
+                for (chain, full_rules) in &rules.chains {
+                    let Some(got) = placeholders.chain(*table, chain) else {
+                        continue;
+                    };
+                    for (got, want) in got.iter().zip(full_rules) {
+                        if got != want {
+                            assert_eq!(got, &Rule::counting(Vec::new()), "{name}: {chain}");
+                            placeheld += 1;
+                        }
+                    }
+                }
+            }
+            let with_endpoints = !eps.reachable.is_empty();
+            assert_eq!(
+                placeheld > 0,
+                with_endpoints,
+                "{name}: placeholders written"
+            );
+        }
     }
 }
