@@ -1,8 +1,8 @@
 //! berth's table as a netlink dump returns it ([`RawTable`]: the attributes of every chain, rule,
 //! set and element message, as the kernel wrote them), and small views of those messages. Both
 //! readers of the table start here: adoption compares canonical rules with the plan
-//! ([`crate::nft::adopt::observe`]), `berth explain` decodes the whole table back into berth's
-//! typed form ([`crate::nft::decode`]). A [`RawTable`] also travels as bytes
+//! ([`crate::nft::observed::observe_table`]), `berth explain` decodes the whole table back
+//! into berth's typed form ([`crate::nft::decode`]). A [`RawTable`] also travels as bytes
 //! ([`RawTable::to_bytes`]), from the agent that dumped it to the `berth explain` that decodes
 //! it; attribute headers and host-order numbers are the node's, so both ends must share a byte
 //! order (every platform berth is built for is little-endian).
