@@ -494,9 +494,10 @@ impl Planner {
         let mut rs = Ruleset::default();
         let mut entries = DispatchEntries::default();
         // A pass that drops the ports' own chains keeps only their names and rule counts.
-        let endpoint_rules = match self.discard {
-            true => EndpointRules::Placeholders,
-            false => EndpointRules::Full,
+        let endpoint_rules = if self.discard {
+            EndpointRules::Placeholders
+        } else {
+            EndpointRules::Full
         };
         for port in group {
             let categorized = categorize(port, &node, self.options.family);
