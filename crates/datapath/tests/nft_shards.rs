@@ -571,7 +571,7 @@ fn union_of(
             cluster_ips,
             affinity,
             hairpin,
-            endpoints,
+            endpoint_users,
             planned,
             ..
         } = piece;
@@ -582,7 +582,7 @@ fn union_of(
         union.cluster_ips.extend(cluster_ips);
         union.affinity.extend(affinity);
         union.hairpin.extend(hairpin);
-        union.endpoints.extend(endpoints);
+        union.endpoint_users.extend(endpoint_users);
         union.planned.extend(planned);
     }
     (union, order)

@@ -25,6 +25,8 @@ struct SvcSpec {
     local: bool,
     internal_local: bool,
     endpoints: Vec<(u8, bool, bool)>,
+    /// ClientIP affinity's timeout, when set.
+    affinity: Option<u32>,
 }
 
 fn svc_spec() -> impl Strategy<Value = SvcSpec> {
@@ -36,9 +38,10 @@ fn svc_spec() -> impl Strategy<Value = SvcSpec> {
         any::<bool>(),
         any::<bool>(),
         proptest::collection::vec((1u8..40, any::<bool>(), any::<bool>()), 0..4),
+        proptest::option::of(prop_oneof![Just(60u32), Just(10800u32)]),
     )
         .prop_map(
-            |(addr, port, node_port, lb, local, internal_local, endpoints)| SvcSpec {
+            |(addr, port, node_port, lb, local, internal_local, endpoints, affinity)| SvcSpec {
                 addr,
                 port,
                 node_port,
@@ -46,6 +49,7 @@ fn svc_spec() -> impl Strategy<Value = SvcSpec> {
                 local,
                 internal_local,
                 endpoints,
+                affinity,
             },
         )
 }
@@ -99,6 +103,9 @@ fn mk_view(specs: &[SvcSpec]) -> NodeView {
             }
             if s.internal_local {
                 svc.internal_traffic_policy = TrafficPolicy::Local;
+            }
+            if let Some(timeout_seconds) = s.affinity {
+                svc.session_affinity = SessionAffinity::ClientIp { timeout_seconds };
             }
             svc
         })
@@ -204,6 +211,27 @@ fn apply_edit(specs: &mut Vec<SvcSpec>, edit: &Edit) {
     }
 }
 
+/// What berth's nftables Syncer relies on instead of a reverse index: every chain of `plan`
+/// that jumps to an endpoint chain the changes name (and `plan` still holds) is named too.
+fn assert_users_named(plan: &Ruleset, changes: &Changes) {
+    let Some(changed) = changes.chains() else {
+        return;
+    };
+    for (table, rules) in &plan.tables {
+        for (chain, rules) in &rules.chains {
+            for target in rules.iter().filter_map(Rule::jump_target) {
+                let endpoint = (*table, target.clone());
+                if target.as_str().starts_with("BERTH-SEP-") && changed.contains(&endpoint) {
+                    assert!(
+                        changed.contains(&(*table, chain.clone())),
+                        "{chain} uses the changed {target} but is not named"
+                    );
+                }
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
@@ -250,6 +278,7 @@ proptest! {
             prop_assert_eq!(planner.ruleset(), &expected, "step {}", step);
             let changes = planner.take_changes();
             prop_assert_eq!(step == 0, changes == Changes::All);
+            assert_users_named(&expected, &changes);
             let report = syncer.sync_changes(planner.ruleset(), &changes).unwrap();
             prop_assert_eq!(report.rule_count, expected.rule_count());
             prop_assert_eq!(syncer.iptables().berth_ruleset(), expected.clone());
@@ -282,6 +311,8 @@ fn planning_many_ports_at_once_equals_a_full_plan() {
         endpoints: (0..(i + salt) % 4)
             .map(|e| (1 + ((i + e + salt) % 39) as u8, e % 2 == 0, e != 2))
             .collect(),
+        // A timeout that changes with the salt: the endpoint chains' sets are updated.
+        affinity: i.is_multiple_of(6).then_some(60 + salt as u32),
     };
     for (dispatch, cidrs) in [(Dispatch::Linear, 1), (Dispatch::Tree, 0)] {
         let mut options = mk_options(dispatch);
@@ -527,7 +558,11 @@ fn lean_step(
     let ports = apply::plan_for_sync(planner, view, full_sync, shards, |planner| {
         planner.update(view)
     });
-    *pending = std::mem::replace(pending, Changes::All).merge(planner.take_changes());
+    let changes = planner.take_changes();
+    if !full_sync {
+        assert_users_named(&plan(view, planner.options()), &changes);
+    }
+    *pending = std::mem::replace(pending, Changes::All).merge(changes);
     if full {
         syncer.force_full_sync();
     }

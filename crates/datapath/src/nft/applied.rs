@@ -28,63 +28,32 @@ pub(super) struct Applied {
     pub(super) affinity: BTreeMap<SetKey, u32>,
     /// The affinity sets each chain's rules name; a set no chain names any more is deleted.
     pub(super) chain_sets: BTreeMap<ChainKey, BTreeSet<SetKey>>,
-    /// The endpoint chains each chain's rules fold or jump to, and the reverse: a changed
-    /// endpoint chain rewrites the chains that use it (folded, or no longer foldable).
-    pub(super) chain_endpoints: BTreeMap<ChainKey, BTreeSet<ChainName>>,
-    /// (endpoint chain, chain using it): one flat set, not a set per endpoint.
-    used_by: BTreeSet<(ChainName, ChainKey)>,
+    /// The chains whose rules fold or jump to endpoint chains: a map chain among them is
+    /// rewritten whole. Which endpoint chains each uses is not kept, nor the reverse (100,000
+    /// pairs at 10,000 Services, ~5 MB each way): a partial sync finds an endpoint chain's users
+    /// among the chains that change with it (see `unnamed_users` in the Syncer).
+    pub(super) endpoint_users: BTreeSet<ChainKey>,
     /// The hairpin endpoints each chain's rules need, and how many chains need each.
     chain_hairpin: BTreeMap<ChainKey, BTreeSet<IpAddr>>,
     pub(super) hairpin: BTreeMap<IpAddr, usize>,
     pub(super) rules: usize,
 }
 
-/// `(endpoint chain, chain using it)` pairs as the two indexes of [`Applied`]: the flat set as
-/// it is, and each using chain's endpoints.
-type EndpointIndexes = (
-    BTreeSet<(ChainName, ChainKey)>,
-    BTreeMap<ChainKey, BTreeSet<ChainName>>,
-);
-
-fn endpoint_indexes(pairs: BTreeSet<(ChainName, NftChain)>) -> EndpointIndexes {
-    let mut by_chain: Vec<(ChainKey, ChainName)> = Vec::with_capacity(pairs.len());
-    let used_by = pairs
-        .into_iter()
-        .map(|(endpoint, referrer)| {
-            let key = (referrer.table, referrer.name);
-            by_chain.push((key.clone(), endpoint.clone()));
-            (endpoint, key)
-        })
-        .collect();
-    by_chain.sort_unstable();
-    let mut chain_endpoints = BTreeMap::new();
-    let mut rest = by_chain.as_slice();
-    while let Some((key, _)) = rest.first() {
-        let len = rest.iter().take_while(|(k, _)| k == key).count();
-        let (group, tail) = rest.split_at(len);
-        chain_endpoints.insert(
-            key.clone(),
-            group.iter().map(|(_, endpoint)| endpoint.clone()).collect(),
-        );
-        rest = tail;
-    }
-    (used_by, chain_endpoints)
-}
-
 /// The state a full sync of `planned` leaves, as the diffs need it; every rule checked to be
-/// expressible. Takes the planned endpoint pairs, which the indexes are built from.
+/// expressible. Takes the planned chains' hashes and endpoint users.
 pub(super) fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
-    // Consumed as the two indexes are built, both from sorted lists (full nodes): at 10,000
-    // Services these are 100,000 entries each.
-    let (used_by, chain_endpoints) = endpoint_indexes(std::mem::take(&mut planned.endpoints));
+    // In order, so the set is built from a sorted list (full nodes).
+    let endpoint_users = std::mem::take(&mut planned.endpoint_users)
+        .into_iter()
+        .map(|chain| (chain.table, chain.name))
+        .collect();
     let mut applied = Applied {
         services: planned.services.clone(),
         node_ports: planned.node_ports.clone(),
         cluster_ips: planned.cluster_ips.clone(),
         affinity: planned.affinity.clone(),
         rules: planned.rule_count(),
-        chain_endpoints,
-        used_by,
+        endpoint_users,
         ..Applied::default()
     };
     for (chain, rules) in &planned.chains {
@@ -126,8 +95,7 @@ impl Applied {
             mut node_ports,
             mut affinity,
             mut chain_sets,
-            mut chain_endpoints,
-            mut used_by,
+            mut endpoint_users,
             mut chain_hairpin,
             hairpin,
             mut cluster_ips,
@@ -138,8 +106,7 @@ impl Applied {
         self.node_ports.append(&mut node_ports);
         self.affinity.append(&mut affinity);
         self.chain_sets.append(&mut chain_sets);
-        self.chain_endpoints.append(&mut chain_endpoints);
-        self.used_by.append(&mut used_by);
+        self.endpoint_users.append(&mut endpoint_users);
         self.chain_hairpin.append(&mut chain_hairpin);
         self.cluster_ips.append(&mut cluster_ips);
         // An endpoint several chains need is counted once per chain, whichever part it is in.
@@ -178,23 +145,19 @@ impl Applied {
         orphaned
     }
 
-    /// Records the endpoint chains `chain` uses and the hairpin endpoints it needs; the
+    /// Records whether `chain` uses endpoint chains and the hairpin endpoints it needs; the
     /// endpoints whose need changed go into `touched`.
     pub(super) fn set_chain_folds(
         &mut self,
         chain: &ChainKey,
-        endpoints: BTreeSet<ChainName>,
+        uses_endpoints: bool,
         hairpin: BTreeSet<IpAddr>,
         touched: &mut BTreeMap<IpAddr, bool>,
     ) {
-        for endpoint in self.chain_endpoints.remove(chain).into_iter().flatten() {
-            self.used_by.remove(&(endpoint, chain.clone()));
-        }
-        for endpoint in &endpoints {
-            self.used_by.insert((endpoint.clone(), chain.clone()));
-        }
-        if !endpoints.is_empty() {
-            self.chain_endpoints.insert(chain.clone(), endpoints);
+        if uses_endpoints {
+            self.endpoint_users.insert(chain.clone());
+        } else {
+            self.endpoint_users.remove(chain);
         }
         for ip in self.chain_hairpin.remove(chain).into_iter().flatten() {
             touched.entry(ip).or_insert(true);
@@ -213,18 +176,6 @@ impl Applied {
         if !hairpin.is_empty() {
             self.chain_hairpin.insert(chain.clone(), hairpin);
         }
-    }
-
-    /// The chains whose rules fold or jump to the endpoint chain `name`.
-    pub(super) fn users<'a>(
-        &'a self,
-        name: &'a ChainName,
-    ) -> impl Iterator<Item = &'a ChainKey> + 'a {
-        let first = (name.clone(), (Table::Filter, ChainName::new("")));
-        self.used_by
-            .range(first..)
-            .take_while(move |(endpoint, _)| endpoint == name)
-            .map(|(_, user)| user)
     }
 }
 
@@ -299,10 +250,8 @@ mod tests {
             part.cluster_ips.insert(ip);
             part.affinity.insert((shard, endpoint.clone()), 10);
             part.chain_sets
-                .insert(key.clone(), [(shard, endpoint.clone())].into());
-            part.chain_endpoints
-                .insert(key.clone(), [endpoint.clone()].into());
-            part.used_by.insert((endpoint, key.clone()));
+                .insert(key.clone(), [(shard, endpoint)].into());
+            part.endpoint_users.insert(key.clone());
             let pairs: BTreeSet<IpAddr> = hairpin.iter().map(|ip| IpAddr::from(*ip)).collect();
             for ip in &pairs {
                 *part.hairpin.entry(*ip).or_default() += 1;
@@ -333,8 +282,7 @@ mod tests {
             want.cluster_ips.extend(part.cluster_ips);
             want.affinity.extend(part.affinity);
             want.chain_sets.extend(part.chain_sets);
-            want.chain_endpoints.extend(part.chain_endpoints);
-            want.used_by.extend(part.used_by);
+            want.endpoint_users.extend(part.endpoint_users);
             want.chain_hairpin.extend(part.chain_hairpin);
             for (ip, n) in part.hairpin {
                 *want.hairpin.entry(ip).or_default() += n;
@@ -352,37 +300,5 @@ mod tests {
         assert_eq!(merged.hairpin[&IpAddr::from([10, 244, 2, 2])], 3);
         assert_eq!(merged.rules, 12);
         assert_eq!(Parts::default().merge(), Applied::default());
-    }
-
-    /// The bulk-built indexes hold exactly what inserting pair by pair would.
-    #[test]
-    fn endpoint_indexes_match_pair_by_pair_insertion() {
-        let chain = |table, name: &str| NftChain::new(table, &ChainName::new(name));
-        let ep = ChainName::new;
-        // (endpoint chain, chain using it): endpoints shared by chains, a name in two tables.
-        let pairs: BTreeSet<(ChainName, NftChain)> = [
-            (ep("BERTH-SEP-A"), chain(Table::Nat, "BERTH-SVC-1")),
-            (ep("BERTH-SEP-B"), chain(Table::Nat, "BERTH-SVC-1")),
-            (ep("BERTH-SEP-B"), chain(Table::Nat, "BERTH-SVL-1")),
-            (ep("BERTH-SEP-C"), chain(Table::Nat, "BERTH-SVC-2")),
-            (ep("BERTH-SEP-C"), chain(Table::Filter, "BERTH-SVC-2")),
-        ]
-        .into_iter()
-        .collect();
-        let mut want_used_by = BTreeSet::new();
-        let mut want_by_chain: BTreeMap<ChainKey, BTreeSet<ChainName>> = BTreeMap::new();
-        for (endpoint, referrer) in &pairs {
-            let key = (referrer.table, referrer.name.clone());
-            want_used_by.insert((endpoint.clone(), key.clone()));
-            want_by_chain
-                .entry(key)
-                .or_default()
-                .insert(endpoint.clone());
-        }
-        let (used_by, by_chain) = endpoint_indexes(pairs);
-        assert_eq!(used_by, want_used_by);
-        assert_eq!(by_chain, want_by_chain);
-        assert_eq!(by_chain.len(), 4);
-        assert_eq!(endpoint_indexes(BTreeSet::new()), Default::default());
     }
 }

@@ -36,6 +36,8 @@ pub(super) struct PartialDiff {
     orphaned: Vec<SetKey>,
     /// Hairpin endpoints whose need changed -> whether the set held them before.
     touched_hairpin: BTreeMap<IpAddr, bool>,
+    /// The endpoint chains the chains rewritten so far use -> those chains' table.
+    homes: BTreeMap<ChainName, Shard>,
 }
 
 impl PartialDiff {
@@ -48,14 +50,16 @@ impl PartialDiff {
     }
 
     /// Where the rules of the planned chain `key` go; an endpoint chain that stays a chain goes
-    /// with the chain using it.
+    /// with the chains using it: where this diff wrote them (users go first, and a changed
+    /// endpoint chain's users change with it), else where it is.
     fn placement(&self, next: &Applied, key: &ChainKey) -> Placement {
         match self.shards.place(key.0, &key.1) {
             Placement::WithUser => {
-                let home = next
-                    .users(&key.1)
-                    .find_map(|user| next.chains.get(user))
-                    .map_or(MAIN, |(_, _, home)| *home);
+                let home = self
+                    .homes
+                    .get(&key.1)
+                    .or_else(|| next.chains.get(key).map(|(_, _, home)| home))
+                    .map_or(MAIN, |home| *home);
                 Placement::In(home)
             }
             other => other,
@@ -88,12 +92,7 @@ impl PartialDiff {
                 next.rules = next.rules.saturating_sub(n);
                 self.orphaned
                     .extend(next.set_chain_sets(key, BTreeSet::new()));
-                next.set_chain_folds(
-                    key,
-                    BTreeSet::new(),
-                    BTreeSet::new(),
-                    &mut self.touched_hairpin,
-                );
+                next.set_chain_folds(key, false, BTreeSet::new(), &mut self.touched_hairpin);
                 self.delete_copies(key, home);
             }
             return Ok(());
@@ -104,6 +103,9 @@ impl PartialDiff {
             _ => MAIN,
         };
         let converted = convert_chain(rs, key.0, &key.1, planned);
+        for endpoint in &converted.endpoints {
+            self.homes.insert(endpoint.clone(), home);
+        }
         self.maps(next, &converted);
         let hash = rules_hash(&converted.rules);
         let placed = place_rules(self.shards, key.0, &key.1, placement, converted.rules);
@@ -128,7 +130,7 @@ impl PartialDiff {
         self.orphaned.extend(next.set_chain_sets(key, sets));
         next.set_chain_folds(
             key,
-            converted.endpoints,
+            !converted.endpoints.is_empty(),
             converted.hairpin,
             &mut self.touched_hairpin,
         );
@@ -434,7 +436,7 @@ fn map_only(
     rules: &[Rule],
 ) -> Option<ConvertedChain> {
     let is_map = next.chains.contains_key(chain)
-        && !next.chain_endpoints.contains_key(chain)
+        && !next.endpoint_users.contains(chain)
         && rs.chain(chain.0, &chain.1).is_some();
     let converted = convert_chain(rs, chain.0, &chain.1, rules);
     let only_elements = converted.rules.len() == 1

@@ -436,9 +436,10 @@ pub struct NftRuleset {
     pub affinity: BTreeMap<(Shard, ChainName), u32>,
     /// The hairpin endpoints (`ep . ep` in the hairpin set) each chain's rules need.
     pub hairpin: BTreeMap<NftChain, BTreeSet<IpAddr>>,
-    /// (endpoint chain, a chain whose rules fold it or jump to it); one flat set, as 100,000
-    /// endpoints would be 100,000 small sets.
-    pub endpoints: BTreeSet<(ChainName, NftChain)>,
+    /// The chains whose rules fold or jump to endpoint chains. Which endpoint chains is not
+    /// kept: 100,000 pairs at 10,000 Services, that only a reverse look-up needed, and the
+    /// partial sync finds an endpoint chain's users among the chains that change with it.
+    pub endpoint_users: BTreeSet<NftChain>,
     /// Each planned chain but the base chains: its table, the hash of its converted rules and
     /// how many rules its copies hold, as the partial syncs diff them.
     pub planned: BTreeMap<(Table, ChainName), PlannedChain>,
@@ -560,12 +561,13 @@ impl NftRuleset {
         let mut out = NftRuleset::default();
         // Collected, then built in one go: a set built from a sorted list fills its nodes, where
         // inserting in order leaves them about half empty (100,000 entries at 10,000 Services).
-        let mut endpoints = Vec::new();
+        let mut endpoint_users = Vec::new();
         // Endpoint chains that stay chains go with their users, known once all are converted.
         let mut with_user = Vec::new();
         let mut user_shard: BTreeMap<ChainName, Shard> = BTreeMap::new();
         for (table, chain, chain_rules) in planned_chains(rs) {
-            let added = out.add_chain(rs, shards, table, chain, chain_rules, &mut endpoints)?;
+            let added =
+                out.add_chain(rs, shards, table, chain, chain_rules, &mut endpoint_users)?;
             for endpoint in added.jumps {
                 user_shard.entry(endpoint).or_insert(added.home);
             }
@@ -577,7 +579,7 @@ impl NftRuleset {
             let home = user_shard.get(&chain).copied().unwrap_or(MAIN);
             out.place_with_user(shards, table, &chain, rules, home);
         }
-        out.endpoints = endpoints.into_iter().collect();
+        out.endpoint_users = endpoint_users.into_iter().collect();
         out.add_hooks(rs, shards);
         out.fill_affinity();
         if shards.is_sharded() {
@@ -586,8 +588,8 @@ impl NftRuleset {
         Ok(out)
     }
 
-    /// Converts one planned chain into `self`: its map elements, hairpin pairs and endpoint
-    /// pairs (into `endpoints`), and its rules placed in their tables — but an endpoint chain
+    /// Converts one planned chain into `self`: its map elements, hairpin pairs, whether it
+    /// uses endpoint chains (into `endpoint_users`), and its rules placed in their tables — but an endpoint chain
     /// that stays a chain, whose rules are handed back to be placed with its users.
     pub(crate) fn add_chain(
         &mut self,
@@ -596,7 +598,7 @@ impl NftRuleset {
         table: Table,
         chain: &ChainName,
         chain_rules: &[Rule],
-        endpoints: &mut Vec<(ChainName, NftChain)>,
+        endpoint_users: &mut Vec<NftChain>,
     ) -> Result<AddedChain, Error> {
         let converted = convert_chain(rs, table, chain, chain_rules);
         let jumps: Vec<ChainName> = converted
@@ -611,12 +613,9 @@ impl NftRuleset {
             _ => MAIN,
         };
         let here = NftChain::in_shard(table, chain, home);
-        endpoints.extend(
-            converted
-                .endpoints
-                .into_iter()
-                .map(|endpoint| (endpoint, here.clone())),
-        );
+        if !converted.endpoints.is_empty() {
+            endpoint_users.push(here.clone());
+        }
         if !converted.hairpin.is_empty() {
             self.hairpin.insert(here, converted.hairpin);
         }

@@ -38,7 +38,7 @@ pub struct TablePieces<'a> {
     buckets: Vec<Vec<(Table, &'a ChainName, &'a [Rule])>>,
     /// What spans tables, converted up front and handed out with each table's piece.
     shared: NftRuleset,
-    shared_endpoints: Vec<(ChainName, NftChain)>,
+    shared_endpoint_users: Vec<NftChain>,
     /// Every chain handed out so far: jumps are checked against it.
     placed: BTreeSet<NftChain>,
     /// The endpoint chains that stay chains converted so far.
@@ -58,7 +58,7 @@ impl<'a> TablePieces<'a> {
         let tables = 1 + shards.shards().count();
         let mut buckets: Vec<Vec<(Table, &ChainName, &[Rule])>> = vec![Vec::new(); tables];
         let mut shared = NftRuleset::default();
-        let mut shared_endpoints = Vec::new();
+        let mut shared_endpoint_users = Vec::new();
         for (table, tables_rules) in &rs.tables {
             for (chain, rules) in &tables_rules.chains {
                 if !chain.is_berth() || chain.as_str() == names::CANARY {
@@ -82,7 +82,7 @@ impl<'a> TablePieces<'a> {
                             *table,
                             chain,
                             rules,
-                            &mut shared_endpoints,
+                            &mut shared_endpoint_users,
                         )?;
                     }
                 }
@@ -94,7 +94,7 @@ impl<'a> TablePieces<'a> {
             shards,
             buckets,
             shared,
-            shared_endpoints,
+            shared_endpoint_users,
             placed: BTreeSet::new(),
             with_user_done: BTreeSet::new(),
             source: None,
@@ -132,7 +132,7 @@ impl<'a> TablePieces<'a> {
     /// the shared chains' records.
     fn table(&mut self, shard: Shard) -> Result<NftRuleset, Error> {
         let mut piece = NftRuleset::default();
-        let mut endpoints = Vec::new();
+        let mut endpoint_users = Vec::new();
         let bucket = self
             .buckets
             .get_mut(usize::from(shard))
@@ -140,9 +140,10 @@ impl<'a> TablePieces<'a> {
             .unwrap_or_default();
         let rs = self.rs;
         for (table, chain, rules) in bucket {
-            let added = piece.add_chain(rs, self.shards, table, chain, rules, &mut endpoints)?;
+            let added =
+                piece.add_chain(rs, self.shards, table, chain, rules, &mut endpoint_users)?;
             for endpoint in added.jumps {
-                self.with_user(rs, &mut piece, &mut endpoints, table, &endpoint, shard)?;
+                self.with_user(rs, &mut piece, &mut endpoint_users, table, &endpoint, shard)?;
             }
         }
         let streamed = match self.source.as_mut() {
@@ -150,7 +151,7 @@ impl<'a> TablePieces<'a> {
             _ => None,
         };
         if let Some(planned) = &streamed {
-            self.add_streamed(planned, &mut piece, &mut endpoints, shard)?;
+            self.add_streamed(planned, &mut piece, &mut endpoint_users, shard)?;
         }
         let hooks = &self.shared.hooks;
         piece
@@ -172,9 +173,9 @@ impl<'a> TablePieces<'a> {
             piece.cluster_ips.append(&mut self.shared.cluster_ips);
             piece.planned.append(&mut self.shared.planned);
             piece.hairpin.append(&mut self.shared.hairpin);
-            endpoints.append(&mut self.shared_endpoints);
+            endpoint_users.append(&mut self.shared_endpoint_users);
         }
-        piece.endpoints = endpoints.into_iter().collect();
+        piece.endpoint_users = endpoint_users.into_iter().collect();
         self.finish(piece)
     }
 
@@ -184,7 +185,7 @@ impl<'a> TablePieces<'a> {
         &mut self,
         planned: &Ruleset,
         piece: &mut NftRuleset,
-        endpoints: &mut Vec<(ChainName, NftChain)>,
+        endpoint_users: &mut Vec<NftChain>,
         shard: Shard,
     ) -> Result<(), Error> {
         for (table, chain, rules) in planned_chains(planned) {
@@ -199,9 +200,10 @@ impl<'a> TablePieces<'a> {
                     })
                 }
             }
-            let added = piece.add_chain(planned, self.shards, table, chain, rules, endpoints)?;
+            let added =
+                piece.add_chain(planned, self.shards, table, chain, rules, endpoint_users)?;
             for endpoint in added.jumps {
-                self.with_user(planned, piece, endpoints, table, &endpoint, shard)?;
+                self.with_user(planned, piece, endpoint_users, table, &endpoint, shard)?;
             }
         }
         for (table, chain, rules) in planned_chains(planned) {
@@ -223,7 +225,7 @@ impl<'a> TablePieces<'a> {
         &mut self,
         rs: &Ruleset,
         piece: &mut NftRuleset,
-        endpoints: &mut Vec<(ChainName, NftChain)>,
+        endpoint_users: &mut Vec<NftChain>,
         table: Table,
         chain: &ChainName,
         shard: Shard,
@@ -236,7 +238,7 @@ impl<'a> TablePieces<'a> {
         let Some(rules) = rs.chain(table, chain) else {
             return Ok(());
         };
-        let added = piece.add_chain(rs, self.shards, table, chain, rules, endpoints)?;
+        let added = piece.add_chain(rs, self.shards, table, chain, rules, endpoint_users)?;
         if let Some(rules) = added.unplaced {
             piece.place_with_user(self.shards, table, chain, rules, shard);
         }
@@ -268,19 +270,19 @@ impl<'a> TablePieces<'a> {
     /// table.
     fn rest(&mut self) -> Result<Option<NftRuleset>, Error> {
         let mut piece = NftRuleset::default();
-        let mut endpoints = Vec::new();
+        let mut endpoint_users = Vec::new();
         let rs = self.rs;
         for (table, chain, _) in planned_chains(rs) {
-            self.with_user(rs, &mut piece, &mut endpoints, table, chain, MAIN)?;
+            self.with_user(rs, &mut piece, &mut endpoint_users, table, chain, MAIN)?;
         }
         let unused = std::mem::take(&mut self.unused_endpoints);
         for (table, chain, _) in planned_chains(&unused) {
-            self.with_user(&unused, &mut piece, &mut endpoints, table, chain, MAIN)?;
+            self.with_user(&unused, &mut piece, &mut endpoint_users, table, chain, MAIN)?;
         }
         if piece.chains.is_empty() {
             return Ok(None);
         }
-        piece.endpoints = endpoints.into_iter().collect();
+        piece.endpoint_users = endpoint_users.into_iter().collect();
         self.finish(piece).map(Some)
     }
 

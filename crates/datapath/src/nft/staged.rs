@@ -95,7 +95,7 @@ impl<'a> StagedLoad<'a> {
             cluster_ips,
             affinity,
             hairpin: _,
-            endpoints: _,
+            endpoint_users: _,
             planned: _,
         } = planned;
         for chain in chains.keys() {

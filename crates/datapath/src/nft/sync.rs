@@ -30,6 +30,7 @@ use crate::backend::{SyncKind, SyncReport, SyncRuleset};
 use crate::error::Error;
 use crate::nft::adopt::{plan_repair, Observed, ObservedTables};
 use crate::nft::applied::{applied_state, Applied, ChainKey};
+use crate::nft::inline::is_endpoint_chain;
 use crate::nft::partial::PartialDiff;
 use crate::nft::render::{Command, Element, NftChain, NftRuleset, Transaction};
 use crate::nft::repair::StreamedRepair;
@@ -37,7 +38,7 @@ use crate::nft::shard::{Placement, Shard, Shards, MAIN, MAX_SHARDS};
 use crate::nft::stage::TablePieces;
 use crate::nft::staged::StagedLoad;
 use crate::plan::incremental::{Changes, DispatchChanges};
-use crate::plan::model::{ChainName, Ruleset};
+use crate::plan::model::{ChainName, Rule, Ruleset};
 use crate::plan::names;
 use crate::plan::{Planner, PortGroups};
 use berth_core::IpFamily;
@@ -133,6 +134,46 @@ impl<N: Nft + ?Sized> Nft for Box<N> {
 /// A berth chain of the plan that the nft table holds (the iptables canary has no place there).
 fn programmed(chain: &ChainName) -> bool {
     chain.is_berth() && chain.as_str() != names::CANARY
+}
+
+/// The chains that fold or jump to a changed endpoint chain of `work` and are not in it: a
+/// changed endpoint chain changes them too (folded, or no longer foldable). None from a
+/// [`crate::plan::Planner`]: an endpoint chain's rules follow from its name and its port's
+/// affinity, which its users' rules name too, so its users change with it (the property tests
+/// hold the planner to it). For a caller that names none of them, they are looked for among the
+/// chains that used endpoint chains, in `rs`, which holds them (a lean planner holds every chain
+/// of a port it planned). An endpoint chain no longer planned needs none: a user still jumping
+/// to it would jump to nothing.
+fn unnamed_users(rs: &Ruleset, applied: &Applied, work: &BTreeSet<ChainKey>) -> Vec<ChainKey> {
+    let named: BTreeSet<ChainKey> = work
+        .iter()
+        .filter(|(_, chain)| !is_endpoint_chain(chain))
+        .flat_map(|key| jumps(rs, key))
+        .collect();
+    let unnamed: BTreeSet<&ChainKey> = work
+        .iter()
+        .filter(|key| {
+            is_endpoint_chain(&key.1) && rs.chain(key.0, &key.1).is_some() && !named.contains(key)
+        })
+        .collect();
+    if unnamed.is_empty() {
+        return Vec::new();
+    }
+    applied
+        .endpoint_users
+        .iter()
+        .filter(|user| !work.contains(*user) && jumps(rs, user).any(|to| unnamed.contains(&to)))
+        .cloned()
+        .collect()
+}
+
+/// The chains the rules of the planned chain `key` jump to, in its table.
+fn jumps<'a>(rs: &'a Ruleset, (table, chain): &'a ChainKey) -> impl Iterator<Item = ChainKey> + 'a {
+    rs.chain(*table, chain)
+        .into_iter()
+        .flatten()
+        .filter_map(Rule::jump_target)
+        .map(move |target| (*table, target.clone()))
 }
 
 /// Plans nothing itself: give it each new ruleset (best planned with linear dispatch, which
@@ -480,15 +521,12 @@ impl<N: Nft> NftSyncer<N> {
             return self.full(rs);
         };
         let mut diff = PartialDiff::new(self.shards);
-        // A changed endpoint chain changes the chains that fold it or jump to it.
         let mut work: BTreeSet<ChainKey> = chains
             .iter()
             .filter(|(_, c)| programmed(c))
             .cloned()
             .collect();
-        for key in chains {
-            work.extend(next.users(&key.1).filter(|user| key.0 == user.0).cloned());
-        }
+        work.extend(unnamed_users(rs, &next, &work));
         // The dispatch chains' map elements straight from the changed entries, when the
         // planner told them: not a whole chain of 10,000 entries converted to find one.
         if let Some(dispatch) = dispatch {
