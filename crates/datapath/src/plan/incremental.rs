@@ -17,8 +17,10 @@ use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 mod lean;
+mod owned;
 
 pub use lean::PortGroups;
+use owned::OwnedChains;
 
 use crate::plan::categorize::categorize;
 use crate::plan::changes::ChainKey;
@@ -102,7 +104,7 @@ const PLAN_THREADS_MAX: usize = 4;
 struct Cached {
     fingerprint: u64,
     /// Its own chains; their rules live only in the ruleset, so the cache costs little memory.
-    owned: BTreeSet<ChainKey>,
+    owned: OwnedChains,
     /// How many rules its own chains hold, per table (in [`Table::ALL`]'s order).
     owned_rules: [u32; 3],
     shared: BTreeMap<ChainKey, Vec<Rule>>,
@@ -543,7 +545,7 @@ impl Planner {
         }
         let cached = Cached {
             fingerprint: print,
-            owned: owned.keys().cloned().collect(),
+            owned: OwnedChains::new(owned.keys()),
             owned_rules,
             shared,
             dst,
@@ -572,12 +574,12 @@ impl Planner {
             Some((cached, owned)) => (Some(cached), owned),
             None => (None, ChainRules::new()),
         };
-        for chain in old.iter().flat_map(|c| &c.owned) {
-            if !new_owned.contains_key(chain) {
+        for chain in old.iter().flat_map(|c| c.owned.iter()) {
+            if !new_owned.contains_key(&chain) {
                 if let Some(table) = self.rs.tables.get_mut(&chain.0) {
                     table.chains.remove(&chain.1);
                 }
-                self.touch(chain.clone());
+                self.touch(chain);
             }
         }
         for (chain, rules) in new_owned {

@@ -48,9 +48,9 @@ impl Planner {
             let Some(cached) = self.services.get(key) else {
                 continue;
             };
-            for (table, chain) in &cached.owned {
-                if let Some(rules) = self.rs.tables.get_mut(table) {
-                    rules.chains.remove(chain);
+            for (table, chain) in cached.owned.iter() {
+                if let Some(rules) = self.rs.tables.get_mut(&table) {
+                    rules.chains.remove(&chain);
                 }
             }
         }
@@ -77,16 +77,16 @@ impl Planner {
     /// which must be given them all (`ports` from the view of the last update).
     pub fn service_chains(&self, ports: &[&ServicePort]) -> Ruleset {
         let (_, owned) = self.plan_group(ports, 0);
-        // The cache holds every chain's name already: the chains (and the jumps to them) take
-        // those, so a Syncer's state shares them rather than a second copy of 110,000 names
-        // at 10,000 Services.
+        // The cache holds the chains' names but the endpoint chains' already: the chains (and
+        // the jumps to them) take those, so a Syncer's state shares them rather than a second
+        // copy. Endpoint chains, folded, leave no name in a Syncer's state.
         let known = ports
             .first()
             .and_then(|first| self.services.get(&(first.name.clone(), first.protocol)));
         let shared = |table: Table, chain: ChainName| -> ChainName {
             known
-                .and_then(|cached| cached.owned.get(&(table, chain.clone())))
-                .map_or(chain, |(_, name)| name.clone())
+                .and_then(|cached| cached.owned.shared_name(&(table, chain.clone())))
+                .map_or(chain, ChainName::clone)
         };
         let mut rs = Ruleset::default();
         for ((table, chain), rules) in owned {
@@ -148,7 +148,7 @@ impl Planner {
     pub fn service_chain_tables(&self) -> BTreeSet<Table> {
         let mut tables = BTreeSet::new();
         for cached in self.services.values() {
-            tables.extend(cached.owned.iter().map(|(table, _)| *table));
+            tables.extend(cached.owned.tables());
             if tables.len() == Table::ALL.len() {
                 break;
             }
