@@ -38,7 +38,7 @@ use crate::nft::shard::{Placement, Shard, Shards, MAIN, MAX_SHARDS};
 use crate::nft::stage::TablePieces;
 use crate::nft::staged::StagedLoad;
 use crate::plan::incremental::{Changes, DispatchChanges};
-use crate::plan::model::{ChainName, Rule, Ruleset};
+use crate::plan::model::{ChainName, Rule, Ruleset, Table};
 use crate::plan::names;
 use crate::plan::{Planner, PortGroups};
 use berth_core::IpFamily;
@@ -145,35 +145,43 @@ fn programmed(chain: &ChainName) -> bool {
 /// of a port it planned). An endpoint chain no longer planned needs none: a user still jumping
 /// to it would jump to nothing.
 fn unnamed_users(rs: &Ruleset, applied: &Applied, work: &BTreeSet<ChainKey>) -> Vec<ChainKey> {
-    let named: BTreeSet<ChainKey> = work
+    let mut unnamed: BTreeSet<(Table, &ChainName)> = work
+        .iter()
+        .filter(|(table, chain)| is_endpoint_chain(chain) && rs.chain(*table, chain).is_some())
+        .map(|(table, chain)| (*table, chain))
+        .collect();
+    // Users are small chains, looked at first; a dispatch chain of 10,000 entries, when it is
+    // in the work, is read only if an endpoint chain is still unnamed by then.
+    let mut others: Vec<(Table, &[Rule])> = work
         .iter()
         .filter(|(_, chain)| !is_endpoint_chain(chain))
-        .flat_map(|key| jumps(rs, key))
+        .filter_map(|(table, chain)| Some((*table, rs.chain(*table, chain)?.as_slice())))
         .collect();
-    let unnamed: BTreeSet<&ChainKey> = work
-        .iter()
-        .filter(|key| {
-            is_endpoint_chain(&key.1) && rs.chain(key.0, &key.1).is_some() && !named.contains(key)
-        })
-        .collect();
+    others.sort_by_key(|(_, rules)| rules.len());
+    for (table, rules) in others {
+        if unnamed.is_empty() {
+            return Vec::new();
+        }
+        for target in rules.iter().filter_map(Rule::jump_target) {
+            unnamed.remove(&(table, target));
+        }
+    }
     if unnamed.is_empty() {
         return Vec::new();
     }
     applied
         .endpoint_users
         .iter()
-        .filter(|user| !work.contains(*user) && jumps(rs, user).any(|to| unnamed.contains(&to)))
+        .filter(|key| !work.contains(*key))
+        .filter(|(table, user)| {
+            let rules = rs.chain(*table, user).map_or(&[][..], Vec::as_slice);
+            rules
+                .iter()
+                .filter_map(Rule::jump_target)
+                .any(|target| unnamed.contains(&(*table, target)))
+        })
         .cloned()
         .collect()
-}
-
-/// The chains the rules of the planned chain `key` jump to, in its table.
-fn jumps<'a>(rs: &'a Ruleset, (table, chain): &'a ChainKey) -> impl Iterator<Item = ChainKey> + 'a {
-    rs.chain(*table, chain)
-        .into_iter()
-        .flatten()
-        .filter_map(Rule::jump_target)
-        .map(move |target| (*table, target.clone()))
 }
 
 /// Plans nothing itself: give it each new ruleset (best planned with linear dispatch, which
