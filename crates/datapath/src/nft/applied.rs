@@ -183,8 +183,9 @@ impl Applied {
 /// they come, like a binary counter: a part is joined with the last one held while that one
 /// holds no more parts than it, so every entry is moved about log2(parts) times and at most
 /// that many partial states are held. Joining each part into the whole state as it came moved
-/// the whole state every time: at 10,000 Services 33 passes over 100,000 endpoint pairs, a
-/// third of a cold load's own work, while the kernel waited for the next table. Collecting
+/// the whole state every time: at 10,000 Services 33 passes over the 100,000 endpoint pairs
+/// the state then kept, a third of a cold load's own work, while the kernel waited for the
+/// next table. Collecting
 /// every part and building each map once at the end was faster still but held a second copy
 /// of the largest maps while building (11 MB more at the agent's peak); inserting each part's
 /// entries into the whole left half-empty nodes (6 MB more).

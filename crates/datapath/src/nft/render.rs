@@ -560,7 +560,7 @@ impl NftRuleset {
     pub fn from_ruleset_in(rs: &Ruleset, shards: Shards) -> Result<Self, Error> {
         let mut out = NftRuleset::default();
         // Collected, then built in one go: a set built from a sorted list fills its nodes, where
-        // inserting in order leaves them about half empty (100,000 entries at 10,000 Services).
+        // inserting in order leaves them about half empty (a chain per Service port).
         let mut endpoint_users = Vec::new();
         // Endpoint chains that stay chains go with their users, known once all are converted.
         let mut with_user = Vec::new();
@@ -589,8 +589,9 @@ impl NftRuleset {
     }
 
     /// Converts one planned chain into `self`: its map elements, hairpin pairs, whether it
-    /// uses endpoint chains (into `endpoint_users`), and its rules placed in their tables — but an endpoint chain
-    /// that stays a chain, whose rules are handed back to be placed with its users.
+    /// uses endpoint chains (into `endpoint_users`), and its rules placed in their tables — but
+    /// an endpoint chain that stays a chain, whose rules are handed back to be placed with its
+    /// users.
     pub(crate) fn add_chain(
         &mut self,
         rs: &Ruleset,
