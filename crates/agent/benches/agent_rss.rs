@@ -241,13 +241,18 @@ fn breakdown(objects: impl Iterator<Item = Value>, bounds: ServiceBounds, backen
         _ => PlanOptions::default().dispatch,
     };
     // As the agent plans: lean, and on nftables (shards) without the Service chains, which
-    // the cold load plans shard by shard.
-    let mut planner = Planner::new(PlanOptions {
+    // the cold load plans shard by shard; on iptables keeping the endpoint chains' names,
+    // which its Syncer keeps too.
+    let planner = Planner::new(PlanOptions {
         cluster_cidr: Some(cluster_cidr),
         dispatch,
         ..PlanOptions::default()
     })
     .lean();
+    let mut planner = match backend {
+        Backend::Nftables => planner,
+        _ => planner.keeping_endpoint_names(),
+    };
     let streamed = Some(Shards::new(DEFAULT_SHARDS).unwrap());
     let ports = plan_for_sync(&mut planner, index.view(), true, streamed, |planner| {
         planner.update(index.view())

@@ -114,7 +114,8 @@ impl<I: Iptables + Send + 'static> FamilyDatapath<I> {
             nft.map(|mut nft| -> Cleanup { Box::new(move || nft.apply(&remove_table(family))) });
         FamilyDatapath {
             family,
-            planner: Planner::new(options).lean(),
+            // The Syncer keeps every chain's name: it shares the cache's.
+            planner: Planner::new(options).lean().keeping_endpoint_names(),
             syncer: Applier::Iptables(syncer),
             changes: Changes::All,
             cleanup,

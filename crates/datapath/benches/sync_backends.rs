@@ -406,7 +406,9 @@ fn measure_berth(
             options.shards.is_sharded().then_some(options.shards),
         ),
         _ => (
-            Planner::new(plan_options.clone()).lean(),
+            Planner::new(plan_options.clone())
+                .lean()
+                .keeping_endpoint_names(),
             Shards::new(DEFAULT_SHARDS).ok(),
         ),
     };

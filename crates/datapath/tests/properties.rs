@@ -594,7 +594,7 @@ proptest! {
         let mut options = mk_options(if tree { Dispatch::Tree } else { Dispatch::Linear });
         options.leaf_size = leaf;
         options.service_cidrs = service_cidrs(cidrs);
-        let mut ipt_planner = Planner::new(options.clone()).lean();
+        let mut ipt_planner = Planner::new(options.clone()).lean().keeping_endpoint_names();
         let mut nft_planner = Planner::new(options.clone()).lean();
         let mut ipt = Syncer::new(MemoryIptables::default())
             .rewriting_every_sync(rewritten_every_sync(options.dispatch));

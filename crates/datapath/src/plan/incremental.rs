@@ -134,6 +134,9 @@ pub struct Planner {
     pending_dispatch: Dirty,
     /// Whether Service ports' own chains leave the ruleset once applied ([`Planner::lean`]).
     lean: bool,
+    /// Whether the cache keeps endpoint chains' names, not their hash
+    /// ([`Planner::keeping_endpoint_names`]).
+    endpoint_names: bool,
     /// Whether the ruleset holds every Service port's own chains (always, unless `lean`).
     complete: bool,
     /// `lean` and not `complete`: the ports whose own chains the ruleset holds.
@@ -205,6 +208,7 @@ impl Planner {
             pending: None,
             pending_dispatch: Dirty::default(),
             lean: false,
+            endpoint_names: false,
             complete: true,
             held: BTreeSet::new(),
             owned_rules: [0; 3],
@@ -215,15 +219,21 @@ impl Planner {
 
     /// Plans with `cidrs` as the cluster's Service CIDRs from now on. A change starts over, as new
     /// node facts do: the next update plans everything and reports every chain changed.
+    /// An empty planner for `options` and `node`, with this one's settings (lean, what its
+    /// cache keeps, whether it is discarding).
+    fn start_over(&mut self, options: PlanOptions, node: Option<NodeInfo>) {
+        let (lean, endpoint_names, discard) = (self.lean, self.endpoint_names, self.discard);
+        *self = Planner::for_node(options, node);
+        (self.lean, self.endpoint_names, self.discard) = (lean, endpoint_names, discard);
+    }
+
     pub fn set_service_cidrs(&mut self, cidrs: &[ipnet::IpNet]) {
         if self.options.service_cidrs != cidrs {
             let options = PlanOptions {
                 service_cidrs: cidrs.to_vec(),
                 ..self.options.clone()
             };
-            let (lean, discard) = (self.lean, self.discard);
-            *self = Planner::for_node(options, None);
-            (self.lean, self.discard) = (lean, discard);
+            self.start_over(options, None);
         }
     }
 
@@ -318,9 +328,7 @@ impl Planner {
         let mut may_have_changed = may_have_changed;
         if self.node.as_ref() != Some(&view.node) {
             // Node facts enter every Service's plan: start over.
-            let (lean, discard) = (self.lean, self.discard);
-            *self = Planner::for_node(self.options.clone(), Some(view.node.clone()));
-            (self.lean, self.discard) = (lean, discard);
+            self.start_over(self.options.clone(), Some(view.node.clone()));
             may_have_changed = &everything;
         }
         // Both sides of the merge skip the ports that cannot have changed, so a hinted update
@@ -545,7 +553,7 @@ impl Planner {
         }
         let cached = Cached {
             fingerprint: print,
-            owned: OwnedChains::new(owned.keys()),
+            owned: OwnedChains::new(owned.keys(), !self.endpoint_names),
             owned_rules,
             shared,
             dst,

@@ -23,6 +23,15 @@ impl Planner {
         self
     }
 
+    /// The same planner, its cache keeping each port's endpoint chains by name rather than by
+    /// hash: for a Syncer that keeps every chain's name (iptables), which then shares the
+    /// cache's names instead of holding its own. A Syncer that folds endpoint chains (nftables)
+    /// keeps none of them, and the hash costs a quarter of a name.
+    pub fn keeping_endpoint_names(mut self) -> Self {
+        self.endpoint_names = true;
+        self
+    }
+
     /// Whether [`Planner::ruleset`] holds every Service port's own chains: what a full sync
     /// must be given. Always true of a planner that is not lean.
     pub fn is_complete(&self) -> bool {
@@ -235,4 +244,32 @@ fn plan_groups<'p>(
         }
     }
     rs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::input::tests::mk_port;
+    use crate::plan::input::NodeInfo;
+    use crate::plan::options::PlanOptions;
+
+    /// Starting over for new node facts or new Service CIDRs keeps what the planner was told:
+    /// lean, and what its cache keeps of endpoint chains.
+    #[test]
+    fn starting_over_keeps_the_planners_settings() {
+        let mut planner = Planner::new(PlanOptions::default())
+            .lean()
+            .keeping_endpoint_names();
+        let mut view = NodeView {
+            node: NodeInfo::default(),
+            services: vec![mk_port(vec![])],
+        };
+        planner.update(&view);
+        view.node.name = "node-b".to_string();
+        planner.update(&view);
+        assert!(planner.lean && planner.endpoint_names);
+        let cidr = ipnet::IpNet::V4(std::net::Ipv4Addr::new(10, 96, 0, 0).into());
+        planner.set_service_cidrs(&[cidr]);
+        assert!(planner.lean && planner.endpoint_names);
+    }
 }

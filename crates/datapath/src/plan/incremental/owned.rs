@@ -34,11 +34,12 @@ fn endpoint_hash((table, chain): &ChainKey) -> Option<EndpointHash> {
 }
 
 impl OwnedChains {
-    pub(super) fn new<'a>(chains: impl IntoIterator<Item = &'a ChainKey>) -> Self {
+    /// `chains`, the endpoint chains by hash when `by_hash`.
+    pub(super) fn new<'a>(chains: impl IntoIterator<Item = &'a ChainKey>, by_hash: bool) -> Self {
         let mut named = Vec::new();
         let mut endpoints = Vec::new();
         for chain in chains {
-            match endpoint_hash(chain) {
+            match endpoint_hash(chain).filter(|_| by_hash) {
                 Some(hash) => endpoints.push(hash),
                 None => named.push(chain.clone()),
             }
@@ -92,7 +93,7 @@ mod tests {
     }
 
     /// Every chain comes back as it went in, endpoint chains by hash; only nat endpoint chains
-    /// with a 16-character ASCII hash are kept as one.
+    /// with a 16-character ASCII hash are kept as one, and only when asked.
     #[test]
     fn every_chain_comes_back_and_only_endpoint_chains_are_kept_by_hash() {
         let chains: BTreeSet<ChainKey> = [
@@ -109,7 +110,7 @@ mod tests {
             key(Table::Filter, "BERTH-FW-2JCKEOP32VON2NVM"),
         ]
         .into();
-        let owned = OwnedChains::new(&chains);
+        let owned = OwnedChains::new(&chains, true);
         assert_eq!(owned.endpoints.len(), 2);
         assert_eq!(owned.len(), chains.len());
         assert!(!owned.is_empty());
@@ -123,7 +124,13 @@ mod tests {
         assert_eq!(owned.shared_name(&sep), None);
         assert_eq!(owned.shared_name(&key(Table::Mangle, "BERTH-SVC-X")), None);
 
-        let only_endpoints = OwnedChains::new(std::slice::from_ref(&sep));
+        // By name, every chain is shared.
+        let by_name = OwnedChains::new(&chains, false);
+        assert!(by_name.endpoints.is_empty());
+        assert_eq!(by_name.iter().collect::<BTreeSet<_>>(), chains);
+        assert_eq!(by_name.shared_name(&sep), Some(&sep.1));
+
+        let only_endpoints = OwnedChains::new(std::slice::from_ref(&sep), true);
         assert_eq!(only_endpoints.tables().collect::<Vec<_>>(), [Table::Nat]);
         assert_eq!(only_endpoints.iter().collect::<Vec<_>>(), [sep]);
         let empty = OwnedChains::default();
