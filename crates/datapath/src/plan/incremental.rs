@@ -217,8 +217,6 @@ impl Planner {
         }
     }
 
-    /// Plans with `cidrs` as the cluster's Service CIDRs from now on. A change starts over, as new
-    /// node facts do: the next update plans everything and reports every chain changed.
     /// An empty planner for `options` and `node`, with this one's settings (lean, what its
     /// cache keeps, whether it is discarding).
     fn start_over(&mut self, options: PlanOptions, node: Option<NodeInfo>) {
@@ -227,6 +225,8 @@ impl Planner {
         (self.lean, self.endpoint_names, self.discard) = (lean, endpoint_names, discard);
     }
 
+    /// Plans with `cidrs` as the cluster's Service CIDRs from now on. A change starts over, as new
+    /// node facts do: the next update plans everything and reports every chain changed.
     pub fn set_service_cidrs(&mut self, cidrs: &[ipnet::IpNet]) {
         if self.options.service_cidrs != cidrs {
             let options = PlanOptions {
