@@ -10,6 +10,7 @@ use berth_datapath::backend::SyncKind;
 use berth_datapath::fake::MemoryIptables;
 use berth_datapath::fake::MemoryNft;
 use berth_datapath::iptables::Syncer;
+use berth_datapath::nft::inline::is_endpoint_chain;
 use berth_datapath::nft::NftSyncer;
 use berth_datapath::trace::Origin;
 use berth_datapath::*;
@@ -221,7 +222,7 @@ fn assert_users_named(plan: &Ruleset, changes: &Changes) {
         for (chain, rules) in &rules.chains {
             for target in rules.iter().filter_map(Rule::jump_target) {
                 let endpoint = (*table, target.clone());
-                if target.as_str().starts_with("BERTH-SEP-") && changed.contains(&endpoint) {
+                if is_endpoint_chain(target) && changed.contains(&endpoint) {
                     assert!(
                         changed.contains(&(*table, chain.clone())),
                         "{chain} uses the changed {target} but is not named"

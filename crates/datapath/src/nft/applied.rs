@@ -42,11 +42,7 @@ pub(super) struct Applied {
 /// The state a full sync of `planned` leaves, as the diffs need it; every rule checked to be
 /// expressible. Takes the planned chains' hashes and endpoint users.
 pub(super) fn applied_state(planned: &mut NftRuleset) -> Result<Applied, Error> {
-    // In order, so the set is built from a sorted list (full nodes).
-    let endpoint_users = std::mem::take(&mut planned.endpoint_users)
-        .into_iter()
-        .map(|chain| (chain.table, chain.name))
-        .collect();
+    let endpoint_users = std::mem::take(&mut planned.endpoint_users);
     let mut applied = Applied {
         services: planned.services.clone(),
         node_ports: planned.node_ports.clone(),
@@ -185,10 +181,9 @@ impl Applied {
 /// that many partial states are held. Joining each part into the whole state as it came moved
 /// the whole state every time: at 10,000 Services 33 passes over the 100,000 endpoint pairs
 /// the state then kept, a third of a cold load's own work, while the kernel waited for the
-/// next table. Collecting
-/// every part and building each map once at the end was faster still but held a second copy
-/// of the largest maps while building (11 MB more at the agent's peak); inserting each part's
-/// entries into the whole left half-empty nodes (6 MB more).
+/// next table. Collecting every part and building each map once at the end was faster still
+/// but held a second copy of the largest maps while building (11 MB more at the agent's
+/// peak); inserting each part's entries into the whole left half-empty nodes (6 MB more).
 #[derive(Debug, Default)]
 pub(super) struct Parts(Vec<(Applied, usize)>);
 

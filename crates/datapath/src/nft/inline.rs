@@ -40,7 +40,7 @@ impl Inlined {
 
 /// A planned endpoint chain (`BERTH-SEP-…`), folded or not.
 pub fn is_endpoint_chain(name: &ChainName) -> bool {
-    name.as_str().starts_with("BERTH-SEP-")
+    name.as_str().starts_with(names::ENDPOINT_CHAIN_PREFIX)
 }
 
 /// `-s <ep>` with only comments beside it, jumping to the mark chain: the hairpin rule.

@@ -439,7 +439,7 @@ pub struct NftRuleset {
     /// The chains whose rules fold or jump to endpoint chains. Which endpoint chains is not
     /// kept: 100,000 pairs at 10,000 Services, that only a reverse look-up needed, and the
     /// partial sync finds an endpoint chain's users among the chains that change with it.
-    pub endpoint_users: BTreeSet<NftChain>,
+    pub endpoint_users: BTreeSet<(Table, ChainName)>,
     /// Each planned chain but the base chains: its table, the hash of its converted rules and
     /// how many rules its copies hold, as the partial syncs diff them.
     pub planned: BTreeMap<(Table, ChainName), PlannedChain>,
@@ -599,7 +599,7 @@ impl NftRuleset {
         table: Table,
         chain: &ChainName,
         chain_rules: &[Rule],
-        endpoint_users: &mut Vec<NftChain>,
+        endpoint_users: &mut Vec<(Table, ChainName)>,
     ) -> Result<AddedChain, Error> {
         let converted = convert_chain(rs, table, chain, chain_rules);
         let jumps: Vec<ChainName> = converted
@@ -615,7 +615,7 @@ impl NftRuleset {
         };
         let here = NftChain::in_shard(table, chain, home);
         if !converted.endpoints.is_empty() {
-            endpoint_users.push(here.clone());
+            endpoint_users.push((table, chain.clone()));
         }
         if !converted.hairpin.is_empty() {
             self.hairpin.insert(here, converted.hairpin);

@@ -123,7 +123,7 @@ impl Shards {
         if let Some(hash) = service_port_hash(name) {
             return Placement::In(self.of_service_port(hash));
         }
-        if name.starts_with("BERTH-SEP-") {
+        if name.starts_with(names::ENDPOINT_CHAIN_PREFIX) {
             return Placement::WithUser;
         }
         match name {

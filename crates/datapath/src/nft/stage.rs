@@ -38,7 +38,7 @@ pub struct TablePieces<'a> {
     buckets: Vec<Vec<(Table, &'a ChainName, &'a [Rule])>>,
     /// What spans tables, converted up front and handed out with each table's piece.
     shared: NftRuleset,
-    shared_endpoint_users: Vec<NftChain>,
+    shared_endpoint_users: Vec<(Table, ChainName)>,
     /// Every chain handed out so far: jumps are checked against it.
     placed: BTreeSet<NftChain>,
     /// The endpoint chains that stay chains converted so far.
@@ -185,7 +185,7 @@ impl<'a> TablePieces<'a> {
         &mut self,
         planned: &Ruleset,
         piece: &mut NftRuleset,
-        endpoint_users: &mut Vec<NftChain>,
+        endpoint_users: &mut Vec<(Table, ChainName)>,
         shard: Shard,
     ) -> Result<(), Error> {
         for (table, chain, rules) in planned_chains(planned) {
@@ -225,7 +225,7 @@ impl<'a> TablePieces<'a> {
         &mut self,
         rs: &Ruleset,
         piece: &mut NftRuleset,
-        endpoint_users: &mut Vec<NftChain>,
+        endpoint_users: &mut Vec<(Table, ChainName)>,
         table: Table,
         chain: &ChainName,
         shard: Shard,

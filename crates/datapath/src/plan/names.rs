@@ -21,6 +21,8 @@ pub const PROXY_FIREWALL: &str = "BERTH-PROXY-FIREWALL";
 pub const CLUSTER_IPS: &str = "BERTH-CLUSTER-IPS";
 /// An empty chain nobody else creates: if it is gone, someone flushed iptables and berth resyncs fully.
 pub const CANARY: &str = "BERTH-CANARY";
+/// The prefix of an endpoint chain's name; a 16-character hash follows ([`endpoint_chain`]).
+pub const ENDPOINT_CHAIN_PREFIX: &str = "BERTH-SEP-";
 
 pub fn fixed(name: &'static str) -> ChainName {
     ChainName::new(name)
@@ -100,7 +102,7 @@ pub fn endpoint_chain(
     endpoint: &Endpoint,
 ) -> ChainName {
     hashed_name(
-        "BERTH-SEP-",
+        ENDPOINT_CHAIN_PREFIX,
         format_args!("{name}{}{}", protocol.as_str(), endpoint.address()),
     )
 }

@@ -86,9 +86,9 @@ impl Planner {
     /// which must be given them all (`ports` from the view of the last update).
     pub fn service_chains(&self, ports: &[&ServicePort]) -> Ruleset {
         let (_, owned) = self.plan_group(ports, 0);
-        // The cache holds the chains' names but the endpoint chains' already: the chains (and
-        // the jumps to them) take those, so a Syncer's state shares them rather than a second
-        // copy. Endpoint chains, folded, leave no name in a Syncer's state.
+        // The cache holds the chains' names already (the endpoint chains' only when it keeps
+        // them by name): the chains (and the jumps to them) take those, so a Syncer's state
+        // shares them rather than a second copy.
         let known = ports
             .first()
             .and_then(|first| self.services.get(&(first.name.clone(), first.protocol)));

@@ -3,9 +3,7 @@
 
 use crate::plan::changes::ChainKey;
 use crate::plan::model::{ChainName, Table};
-
-/// The prefix of an endpoint chain's name; a 16-character hash follows.
-const ENDPOINT: &str = "BERTH-SEP-";
+use crate::plan::names::ENDPOINT_CHAIN_PREFIX as ENDPOINT;
 
 /// The hash that follows [`ENDPOINT`] in an endpoint chain's name.
 type EndpointHash = [u8; 16];
